@@ -1,0 +1,95 @@
+"""States, legal edges and reason words: the one place that decides what may change.
+
+Imports nothing from the project. The store takes the legal source states of every
+state-changing statement from ``JOB_EDGES`` / ``DEVICE_SOURCES`` and checks row counts,
+so an edge not listed here cannot happen (STORE-021, STORE-041).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+
+
+class DeviceState(StrEnum):
+    READY = "ready"
+    BUSY = "busy"
+    UNKNOWN = "unknown"
+    UNHEALTHY = "unhealthy"
+
+
+class Role(StrEnum):
+    WORKER = "worker"
+    CLIENT = "client"
+    ADMIN = "admin"
+
+
+#: Terminal job states: a job in one of these never changes state again (STORE-040).
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST})
+#: Jobs that hold a live lease (STORE-181).
+ACTIVE = frozenset({JobState.ASSIGNED, JobState.RUNNING})
+ALL_JOB_STATES = frozenset(JobState)
+
+#: Job edges: (from, to) -> the operation that takes it (STORE-041).
+JOB_EDGES: dict[tuple[JobState, JobState], str] = {
+    (JobState.QUEUED, JobState.ASSIGNED): "assign",
+    (JobState.QUEUED, JobState.KILLED): "cancel_queued",
+    (JobState.ASSIGNED, JobState.RUNNING): "mark_running",
+    **{(src, dst): "release" for src in ACTIVE for dst in TERMINAL},
+}
+
+
+def job_sources(to: JobState) -> tuple[str, ...]:
+    """Every state from which a job may move to ``to``, as plain strings for SQL."""
+    return tuple(sorted(src.value for (src, dst) in JOB_EDGES if dst == to))
+
+
+class Quarantine(StrEnum):
+    """Stored ``quarantine_reason`` values (STORE-030)."""
+
+    FAULT = "fault"
+    WORKER_LOST = "worker_lost"
+    LEASE_EXPIRED = "lease_expired"
+    REGISTRATION = "registration"
+    UNRECORDED = ""
+
+
+#: Reasons a proof may lift without a person (STORE-021 "recoverable").
+RECOVERABLE = frozenset({Quarantine.WORKER_LOST, Quarantine.LEASE_EXPIRED, Quarantine.REGISTRATION})
+
+
+class Kind(StrEnum):
+    JOB = "job"
+    HOLD = "hold"
+
+
+class Stdio(StrEnum):
+    LOGS = ""
+    TTY = "tty"
+    PIPE = "pipe"
+
+
+# Kill reasons the controller itself writes (STORE-043, STORE-041).
+REASON_WORKER_LOST = "worker lost"
+REASON_LEASE_EXPIRED = "lease expired"
+REASON_REREGISTERED = "worker re-registered"
+REASON_HOST_REBOOTED = "host rebooted"
+REASON_NO_WAIT = "no-wait: device busy"
+REASON_SUBMIT_SCHEDULE = "submit failed: could not schedule"
+REASON_SUBMIT_READ = "submit failed: could not read job"
+
+
+def kill_reason(submitter: str, *, admin: bool) -> str:
+    """The reason the API records when it ends a job itself (STORE-043)."""
+    if not admin:
+        return f"killed by {submitter}"
+    return "killed by admin override" + (f" (as {submitter})" if submitter else "")

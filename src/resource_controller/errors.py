@@ -1,0 +1,202 @@
+"""Every error the project raises, in one tree.
+
+    RcError                      base; ``code`` and ``status`` map it onto the wire
+    ├── StoreError               500 store_error: the database failed
+    ├── NotFound                 404 not_found
+    │   ├── JobNotFound
+    │   ├── DeviceNotFound
+    │   └── WorkerNotFound
+    ├── RetireNotFound           404 device_not_found
+    ├── BadRequest               400 bad_request
+    │   └── InvalidTransition    a state change from an illegal source state
+    ├── BadSelector              400 bad_selector
+    ├── PriorityOutOfRange       400 priority_out_of_range
+    ├── UnknownDevice            400 unknown_device
+    ├── NoMatchingDevice         400 no_matching_device
+    ├── RuntimeAboveCeiling      400 runtime_above_ceiling
+    ├── LogsNotStored            400 logs_not_stored
+    ├── NotJobOwner              403 not_job_owner
+    ├── NoDeviceAvailable        409 no_device_available
+    ├── NotCancellable           409 not_cancellable
+    ├── DeviceNotCleared         409 device_not_cleared
+    ├── DeviceBusy               409 device_busy
+    ├── NoDevice                 internal: nothing matching was free (never on the wire)
+    ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
+    └── ClientError              raised by the client library
+        ├── ApiError             the controller answered with an error body
+        ├── TransportError       no answer (refused, reset, timed out)
+        ├── NoDeviceError        submit refused with 409 (``--no-wait``)
+        └── NotCancellableError  kill refused with 409
+
+The class docstring is the default message, so each error is two lines.
+"""
+
+from __future__ import annotations
+
+
+class RcError(Exception):
+    """Something went wrong."""
+
+    code = "store_error"
+    status = 500
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(self.message)
+
+
+class StoreError(RcError):
+    """The database failed."""
+
+
+class NotFound(RcError):
+    """Not found."""
+
+    code = "not_found"
+    status = 404
+
+
+class JobNotFound(NotFound):
+    """No such job."""
+
+
+class DeviceNotFound(NotFound):
+    """No such device."""
+
+
+class WorkerNotFound(NotFound):
+    """No such worker."""
+
+
+class RetireNotFound(RcError):
+    """No such device."""
+
+    code = "device_not_found"
+    status = 404
+
+
+class BadRequest(RcError):
+    """The request is malformed."""
+
+    code = "bad_request"
+    status = 400
+
+
+class InvalidTransition(BadRequest):
+    """That state change is not allowed from the current state."""
+
+
+class BadSelector(RcError):
+    """The selector does not parse."""
+
+    code = "bad_selector"
+    status = 400
+
+
+class PriorityOutOfRange(RcError):
+    """Priority must be between -10 and 10."""
+
+    code = "priority_out_of_range"
+    status = 400
+
+
+class UnknownDevice(RcError):
+    """No worker ever registered that device."""
+
+    code = "unknown_device"
+    status = 400
+
+
+class NoMatchingDevice(RcError):
+    """The selector matches no device."""
+
+    code = "no_matching_device"
+    status = 400
+
+
+class RuntimeAboveCeiling(RcError):
+    """The requested runtime is above the device's ceiling."""
+
+    code = "runtime_above_ceiling"
+    status = 400
+
+
+class LogsNotStored(RcError):
+    """Logs are not stored for attached (tty/pipe) jobs."""
+
+    code = "logs_not_stored"
+    status = 400
+
+
+class NotJobOwner(RcError):
+    """Only the job's submitter (or an admin) may do that."""
+
+    code = "not_job_owner"
+    status = 403
+
+
+class NoDeviceAvailable(RcError):
+    """The device is busy and the job could not be queued."""
+
+    code = "no_device_available"
+    status = 409
+
+
+class NotCancellable(RcError):
+    """The job cannot be cancelled."""
+
+    code = "not_cancellable"
+    status = 409
+
+
+class DeviceNotCleared(RcError):
+    """The device was not cleared: it is not quarantined, or a live lease holds it."""
+
+    code = "device_not_cleared"
+    status = 409
+
+
+class DeviceBusy(RcError):
+    """A live lease holds the device: kill or release it first."""
+
+    code = "device_busy"
+    status = 409
+
+
+class NoDevice(RcError):
+    """Nothing matching was free."""
+
+    code = "no_device"
+    status = 409
+
+
+class LiveLeaseConflict(RcError):
+    """The one-live-lease-per-device index refused a second lease."""
+
+
+class ClientError(RcError):
+    """The client library failed."""
+
+
+class ApiError(ClientError):
+    """The controller answered with an error."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.code else self.message
+
+
+class TransportError(ClientError):
+    """The controller could not be reached."""
+
+
+class NoDeviceError(ClientError):
+    """The device is busy and the job could not be queued."""
+
+
+class NotCancellableError(ClientError):
+    """Job not cancellable."""

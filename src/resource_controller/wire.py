@@ -1,0 +1,229 @@
+"""The JSON contract: pydantic models for every request and response body.
+
+Field names are the spec's (controller-api.md §5-7). Request models ignore unknown
+fields and refuse wrong types (a bool is never an int: API-001). Response models use
+``None`` for "omitted"; the controller serialises them with ``exclude_none``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- worker side ---------------------------------------------------------------
+
+
+class DeviceDecl(_Request):
+    name: StrictStr
+    max_runtime_seconds: StrictInt | None = None
+
+
+class RecoveryProof(_Request):
+    isolated: StrictBool = False
+    survivors_checked: StrictBool = False
+    survivors_found: StrictBool = False
+
+
+class RegisterRequest(_Request):
+    host: StrictStr = ""
+    boot_id: StrictStr = ""
+    devices: list[DeviceDecl] = Field(default_factory=list)
+    recovery: RecoveryProof | None = None
+    labels: dict[str, dict[str, StrictStr]] | None = None
+    declared_labels: dict[str, dict[str, StrictStr]] | None = None
+    sheet: StrictStr | None = None
+    device_sheets: dict[str, StrictStr] | None = None
+
+
+class RegisterResponse(_Response):
+    worker_id: str
+
+
+class LabelsPush(_Request):
+    host: StrictStr = ""
+    devices: list[StrictStr] = Field(default_factory=list)
+    labels: dict[str, dict[str, StrictStr]] | None = None
+    declared_labels: dict[str, dict[str, StrictStr]] | None = None
+    sheet: StrictStr | None = None
+    device_sheets: dict[str, StrictStr] | None = None
+
+
+class HeartbeatRequest(_Request):
+    running_job_ids: list[StrictStr] | None = None
+    #: Finished jobs whose terminal report still waits in the worker's outbox (EXT-OUTBOX-2).
+    pending_job_ids: list[StrictStr] | None = None
+
+
+class Assignment(_Response):
+    job_id: str
+    device_id: str
+    command: list[str]
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    max_runtime_seconds: int | None = None
+    idle_timeout_seconds: int | None = None
+    submitter: str | None = None
+    kind: str | None = None
+    stdio: str | None = None
+    #: Fencing token of the lease (EXT-EPOCH-3a); omitted for epoch 0.
+    lease_epoch: int | None = None
+
+
+class AssignmentsResponse(_Response):
+    assignments: list[Assignment]
+    kills: list[str] | None = None
+
+
+class StatusReport(_Request):
+    worker_id: StrictStr = ""
+    state: StrictStr = ""
+    exit_code: StrictInt | None = None
+    reason: StrictStr = ""
+    lease_epoch: StrictInt | None = None
+
+
+class FaultReport(_Request):
+    reason: StrictStr = ""
+
+
+# ---- client side ---------------------------------------------------------------
+
+
+class SubmitRequest(_Request):
+    device_id: StrictStr = ""
+    selector: StrictStr = ""
+    command: list[StrictStr] | None = None
+    cwd: StrictStr = ""
+    env: dict[str, StrictStr] | None = None
+    submitter: StrictStr = ""
+    idempotency_key: StrictStr = ""
+    priority: StrictInt = 0
+    max_runtime_seconds: StrictInt = 0
+    idle_timeout_seconds: StrictInt = 0
+    no_wait: StrictBool = False
+    kind: StrictStr = ""
+    reason: StrictStr = ""
+    stdio: StrictStr = ""
+
+
+class KillRequest(_Request):
+    submitter: StrictStr = ""
+
+
+class Job(_Response):
+    id: str
+    selector: str
+    kind: str
+    command: list[str]
+    cwd: str
+    env: dict[str, str] | None = None
+    submitter: str
+    idempotency_key: str | None = None
+    priority: int
+    max_runtime_seconds: int | None = None
+    idle_timeout_seconds: int | None = None
+    queued_at: str | None = None
+    state: str
+    device_id: str
+    worker_id: str
+    exit_code: int | None = None
+    kill_reason: str | None = None
+    reason: str | None = None
+    stdio: str | None = None
+    submitted_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    #: Fencing epoch of the job's latest lease (EXT-EPOCH-2); omitted when none.
+    lease_epoch: int | None = None
+
+
+class JobView(_Response):
+    job: Job
+    queue_position: int | None = None
+
+
+class JobList(_Response):
+    jobs: list[Job]
+
+
+class Label(_Response):
+    key: str
+    value: str
+    source: str
+    updated_at: str
+
+
+class Device(_Response):
+    id: str
+    host: str
+    name: str
+    worker_id: str
+    state: str
+    last_heartbeat_at: str
+    labels: list[Label] | None = None
+    max_runtime_seconds: int | None = None
+
+
+class DeviceView(_Response):
+    device: Device
+    holder: str | None = None
+    job_id: str | None = None
+    kind: str | None = None
+    reason: str | None = None
+    command: list[str] | None = None
+    elapsed_seconds: int
+    heartbeat_age_seconds: int
+    oldest_label_age_seconds: int | None = None
+    quarantine_reason: str | None = None
+
+
+class State(_Response):
+    devices: list[DeviceView]
+    jobs: list[Job]
+    queued: list[Job]
+    queued_waiting_seconds: dict[str, int] | None = None
+
+
+class Describe(_Response):
+    device: Device
+    holder: str | None = None
+    job_id: str | None = None
+    elapsed_seconds: int
+    heartbeat_age_seconds: int
+    quarantine_reason: str | None = None
+    labels: list[Label] | None = None
+    label_age_seconds: dict[str, int] | None = None
+    sheet: str | None = None
+    sheet_updated_at: str
+    sheet_age_seconds: int | None = None
+    sheet_is_host_wide: bool | None = None
+    recent_jobs: list[Job] | None = None
+
+
+class Explain(_Response):
+    selector: str
+    matching: list[str]
+    free: list[str]
+    queue_depth: int
+
+
+class Whoami(_Response):
+    role: str
+
+
+class Retired(_Response):
+    retired: str
+    note: str
+
+
+class ErrorBody(_Response):
+    error: str
+    message: str
