@@ -20,6 +20,9 @@
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
+    ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
+    ├── LogError                 500 log_error
+    ├── TooLarge                 413 body_too_large / chunk_too_large / sheet_too_large
     ├── NoDevice                 internal: nothing matching was free (never on the wire)
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library
@@ -200,3 +203,28 @@ class NoDeviceError(ClientError):
 
 class NotCancellableError(ClientError):
     """Job not cancellable."""
+
+
+class StaleLease(RcError):
+    """The report names a lease epoch that is no longer the job's current one."""
+
+    code = "stale_lease"
+    status = 409
+
+
+class LogError(RcError):
+    """The log could not be written."""
+
+    code = "log_error"
+    status = 500
+
+
+class TooLarge(RcError):
+    """The request body is too large."""
+
+    code = "body_too_large"
+    status = 413
+
+    def __init__(self, message: str | None = None, code: str = "body_too_large") -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,1 @@
+"""The only package that speaks SQL: the controller's state and every operation on it."""

@@ -1,0 +1,54 @@
+"""``rc serve``, ``rc worker`` and ``rc up``: the long-running processes.
+
+Only this module reaches into ``controller`` and ``worker``, and only inside the
+command bodies, so ``rc run`` never pays for importing the server.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--addr", default=":8080", show_default=True, help="Listen address host:port.")
+@click.option(
+    "--data",
+    default="/var/lib/rc",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="State directory (database, job logs).",
+)
+@click.option(
+    "--retain-disconnected-jobs",
+    is_flag=True,
+    help="Keep active jobs while their worker is silent instead of marking them lost.",
+)
+@click.option("--webhook-url", default="", help="URL to POST operational events to.")
+@click.argument("stray", nargs=-1, required=False)
+def serve(
+    addr: str, data: Path, retain_disconnected_jobs: bool, webhook_url: str, stray: tuple[str, ...]
+) -> None:
+    """Run the controller."""
+    from resource_controller.controller import serve as controller
+
+    sys.exit(controller.run(addr, data, retain_disconnected_jobs))
+
+
+@click.command()
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    default="/etc/rc/worker.yaml",
+    show_default=True,
+    help="Worker config file.",
+)
+@click.argument("stray", nargs=-1, required=False)
+def worker(config_path: str, stray: tuple[str, ...]) -> None:
+    """Run the device-host agent."""
+    from resource_controller.worker import agent
+
+    sys.exit(agent.main(config_path))

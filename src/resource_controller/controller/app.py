@@ -1,0 +1,117 @@
+"""``create_app``: the controller's HTTP surface, error mapping and background loops.
+
+Errors are mapped to the wire in one place: every ``RcError`` becomes the spec's
+``{"error", "message"}`` body with its status; anything unexpected is a generic
+``500 store_error`` that leaks no driver text (API-002, API-003).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from resource_controller import errors
+from resource_controller.controller import loops
+from resource_controller.controller.deps import Forbidden, Services, Unauthorized
+from resource_controller.controller.routes import fleet, jobs, workers
+
+log = logging.getLogger(__name__)
+
+
+def error_response(code: str, message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status)
+
+
+class InstanceHeader:
+    """Stamps ``Rc-Controller-Instance`` on every response, errors and 404s included (AUTH-020)."""
+
+    def __init__(self, app: ASGIApp, instance: str) -> None:
+        self.app = app
+        self.header = (b"rc-controller-instance", instance.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), self.header]
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
+def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
+    """Build the ASGI app around ``svc``; ``run_loops`` starts the scheduler loop in the lifespan."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(loops.scheduler(svc), name="scheduler")] if run_loops else []
+        try:
+            yield
+        finally:
+            svc.hub.shutting_down.set()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = FastAPI(
+        title="resource-controller",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+    app.state.services = svc
+    for router in (workers.router, jobs.router, fleet.router):
+        app.include_router(router)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> Response:
+        from resource_controller.controller.deps import require
+        from resource_controller.core.states import Role
+
+        await require(Role.CLIENT)(request)
+        return Response(json.dumps(app.openapi()), media_type="application/json")
+
+    @app.exception_handler(errors.RcError)
+    async def rc_error(_: Request, exc: errors.RcError) -> JSONResponse:
+        if exc.status >= 500:
+            log.error("request failed: %s", exc.message)
+        return error_response(exc.code, exc.message, exc.status)
+
+    @app.exception_handler(Unauthorized)
+    async def unauthorized(_: Request, __: Unauthorized) -> JSONResponse:
+        return error_response("unauthorized", "a valid bearer token is required", 401)
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return error_response("forbidden", str(exc), 403)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response("bad_request", "the request is malformed", 400)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error in a route")
+        return error_response("store_error", "internal error", 500)
+
+    return app
+
+
+def wrap(app: FastAPI, svc: Services) -> Any:
+    """The ASGI callable to serve: the app behind the instance-header stamp."""
+    return InstanceHeader(app, svc.instance)

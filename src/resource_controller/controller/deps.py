@@ -1,0 +1,117 @@
+"""What every route needs: the services bundle, the caller's role, and body parsing.
+
+Bodies are parsed here rather than by the framework so that authentication is always
+checked first (AUTH-003) and a bad body is our ``400 bad_request``, never a 422.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pydantic
+from fastapi import Request
+
+from resource_controller import errors
+from resource_controller.clock import Clock
+from resource_controller.controller.auth import Authenticator, satisfies
+from resource_controller.controller.hub import Hub
+from resource_controller.core.states import Role
+from resource_controller.store.facade import Store
+from resource_controller.store.logs import LogStore
+
+T = TypeVar("T")
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+@dataclass
+class Settings:
+    """Controller settings fixed at start-up."""
+
+    retain_disconnected_jobs: bool = False
+    #: Seconds between safety-net scheduling passes (SRV-030).
+    schedule_interval: float = 1.0
+
+
+@dataclass
+class Services:
+    """The controller's long-lived parts, shared by routes and loops."""
+
+    store: Store
+    logs: LogStore
+    clock: Clock
+    auth: Authenticator
+    settings: Settings
+    hub: Hub = field(default_factory=Hub)
+    instance: str = field(default_factory=lambda: str(uuid.uuid4()))
+    #: One thread runs every store call: store operations are serialised (STORE-002)
+    #: and the event loop never blocks on a database commit.
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+    )
+
+    async def db(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a store operation on the store thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def now(self) -> int:
+        return int(self.clock.now())
+
+
+def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+class Unauthorized(Exception):
+    """401: no usable token."""
+
+
+class Forbidden(Exception):
+    """403: the token's role does not satisfy the route."""
+
+    def __init__(self, role: Role, required: Role) -> None:
+        super().__init__(f"a {role.value} token cannot use a {required.value} route")
+
+
+def require(required: Role) -> Callable[[Request], Awaitable[Role]]:
+    """A dependency that authenticates the caller and checks its role (AUTH-001..003)."""
+
+    async def check(request: Request) -> Role:
+        svc = services(request)
+        token = svc.auth.bearer(request.headers.get("authorization"))
+        role = svc.auth.role_of(token) if token else None
+        if role is None:
+            raise Unauthorized()
+        if not satisfies(role, required):
+            raise Forbidden(role, required)
+        return role
+
+    return check
+
+
+def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
+    """Validate a JSON body; absent fields default, unknown fields are ignored (API-001)."""
+    if not raw.strip():
+        if not empty_ok:
+            raise errors.BadRequest("a JSON body is required")
+        raw = b"{}"
+    try:
+        return model.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        if first.get("type") == "json_invalid":
+            raise errors.BadRequest("body is not valid JSON") from None
+        raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
+    except (ValueError, json.JSONDecodeError):
+        raise errors.BadRequest("body is not valid JSON") from None
+
+
+async def body(request: Request, model: type[M], *, empty_ok: bool = True) -> M:
+    return parse_model(await request.body(), model, empty_ok=empty_ok)

@@ -1,0 +1,119 @@
+"""Client and admin fleet routes (controller-api.md §7.6-7.12): devices, state, describe,
+explain, whoami, clear, retire."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from resource_controller import errors, wire
+from resource_controller.controller import deps, views
+from resource_controller.controller.deps import Services
+from resource_controller.core import selectors
+from resource_controller.core.states import Role
+
+router = APIRouter()
+Svc = Annotated[Services, Depends(deps.services)]
+Client = Depends(deps.require(Role.CLIENT))
+Admin = Depends(deps.require(Role.ADMIN))
+CallerRole = Annotated[Role, Depends(deps.require(Role.CLIENT))]
+
+
+def _json(model: wire._Response | list[wire.DeviceView], status: int = 200) -> Response:
+    if isinstance(model, list):
+        body = "[" + ",".join(v.model_dump_json(exclude_none=True) for v in model) + "]"
+    else:
+        body = model.model_dump_json(exclude_none=True)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@router.get("/v1/devices", dependencies=[Client], response_model=list[wire.DeviceView])
+async def devices(svc: Svc) -> Response:
+    snaps = await svc.db(svc.store.device_snapshots)
+    now = svc.now()
+    return _json([views.device_view(s, now) for s in snaps])
+
+
+@router.get("/v1/state", dependencies=[Client], response_model=wire.State)
+async def state(svc: Svc) -> Response:
+    snaps, active, queued = await svc.db(svc.store.state_snapshot)
+    now = svc.now()
+    out = wire.State(
+        devices=[views.device_view(s, now) for s in snaps],
+        jobs=[views.job(j) for j in active],
+        queued=[views.job(j) for j in queued],
+        queued_waiting_seconds={j.id: now - (j.queued_at or j.submitted_at) for j in queued}
+        or None,
+    )
+    return _json(out)
+
+
+@router.get("/v1/devices/{device_id}/describe", dependencies=[Client], response_model=wire.Describe)
+async def describe(device_id: str, svc: Svc) -> Response:
+    found = await svc.db(svc.store.describe, device_id)
+    if found is None:
+        raise errors.DeviceNotFound(f"no such device: {device_id}")
+    snap, sheet, recent = found
+    now = svc.now()
+    view = views.device_view(snap, now)
+    out = wire.Describe(
+        device=view.device,
+        holder=view.holder,
+        job_id=view.job_id,
+        elapsed_seconds=view.elapsed_seconds,
+        heartbeat_age_seconds=view.heartbeat_age_seconds,
+        quarantine_reason=view.quarantine_reason,
+        labels=view.device.labels,
+        label_age_seconds={f"{lb.key}/{lb.source}": now - lb.updated_at for lb in snap.labels}
+        or None,
+        sheet=sheet.body or None,
+        sheet_updated_at=views.ts(sheet.updated_at) or views.ZERO_INSTANT,
+        sheet_age_seconds=now - sheet.updated_at if sheet.body and sheet.updated_at else None,
+        sheet_is_host_wide=True if sheet.host_wide else None,
+        recent_jobs=[views.job(j) for j in recent] or None,
+    )
+    return _json(out)
+
+
+@router.get("/v1/explain", dependencies=[Client], response_model=wire.Explain)
+async def explain(request: Request, svc: Svc) -> Response:
+    text = request.query_params.get("selector") or ""
+    if not text:
+        raise errors.BadRequest("selector is required")
+    try:
+        selectors.parse(text)
+    except selectors.SelectorError as exc:
+        raise errors.BadSelector(str(exc)) from None
+    ex = await svc.db(svc.store.explain, text)
+    return _json(
+        wire.Explain(
+            selector=ex.selector, matching=ex.matching, free=ex.free, queue_depth=ex.queue_depth
+        )
+    )
+
+
+@router.get("/v1/whoami", response_model=wire.Whoami)
+async def whoami(role: CallerRole) -> Response:
+    return _json(wire.Whoami(role=role.value))
+
+
+@router.post("/v1/devices/{device_id}/clear", dependencies=[Admin])
+async def clear(device_id: str, svc: Svc) -> Response:
+    if not await svc.db(svc.store.clear_device, device_id):
+        raise errors.DeviceNotCleared(
+            f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
+        )
+    svc.hub.kick_scheduler()
+    return Response(status_code=200)
+
+
+@router.delete("/v1/devices/{device_id}", dependencies=[Admin], response_model=wire.Retired)
+async def retire(device_id: str, svc: Svc) -> Response:
+    await svc.db(svc.store.retire_device, device_id)
+    return _json(
+        wire.Retired(
+            retired=device_id,
+            note="a worker that still declares this device will recreate it on its next registration",
+        )
+    )

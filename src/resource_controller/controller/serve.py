@@ -1,0 +1,149 @@
+"""``rc serve``: start-up order, binding, signals and staged shutdown (SRV-020, SRV-050).
+
+Tokens are validated before the data directory is touched and before any socket is
+bound; every start-up failure is one ``rc: <message>`` line and exit status 1. We bind
+the listening socket ourselves so a port in use fails fast (SRV-021) instead of
+surfacing from inside the server after the loops have started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from resource_controller.clock import Clock, SystemClock
+from resource_controller.controller import app as app_module
+from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
+from resource_controller.controller.deps import Services, Settings
+from resource_controller.store.facade import Store
+from resource_controller.store.logs import LogStore
+
+log = logging.getLogger("rc.controller")
+
+GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal (SRV-050)
+
+
+class StartupError(Exception):
+    """The controller cannot start; the message is the one line printed."""
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``host:port``; an empty host means all interfaces."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise StartupError(f"invalid --addr {addr!r}: expected host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def open_services(
+    data: Path,
+    tokens_env: str | None,
+    settings: Settings,
+    clock: Clock | None = None,
+) -> Services:
+    """Validate tokens, then create the data directory, the store and the log directory."""
+    try:
+        tokens = parse_tokens(tokens_env)
+    except TokenError as exc:
+        raise StartupError(str(exc)) from exc
+    clock = clock or SystemClock()
+    try:
+        data.mkdir(mode=0o755, parents=True, exist_ok=True)
+        store = Store(data / "rc.db", clock)
+        logs = LogStore(data / "logs")
+    except Exception as exc:
+        raise StartupError(f"open data directory {data}: {exc}") from exc
+    return Services(
+        store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
+    )
+
+
+class Server(uvicorn.Server):
+    """A uvicorn server whose stop signal also ends long polls and log follows at once."""
+
+    def __init__(self, config: uvicorn.Config, svc: Services) -> None:
+        super().__init__(config)
+        self.svc = svc
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
+        except RuntimeError:
+            pass
+        super().handle_exit(sig, frame)
+
+
+def make_server(svc: Services) -> Server:
+    app = app_module.create_app(svc)
+    config = uvicorn.Config(
+        app_module.wrap(app, svc),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN),
+        timeout_keep_alive=75,
+        http="httptools",
+        loop="none",
+    )
+    return Server(config, svc)
+
+
+def run(addr: str, data: Path, retain: bool) -> int:
+    """The whole ``rc serve`` process; returns its exit status."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        svc = open_services(
+            data, os.environ.get("RC_TOKENS"), Settings(retain_disconnected_jobs=retain)
+        )
+        host, port = parse_addr(addr)
+        sock = bind(host, port)
+    except StartupError as exc:
+        print(f"rc: {exc}", file=sys.stderr)
+        return 1
+    # Our own no-op handlers are what uvicorn restores (and re-raises into) after a
+    # signal-initiated shutdown, so a clean stop exits 0 rather than dying of the signal.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    log.info("controller listening addr=%s data=%s", addr, data)
+    server = make_server(svc)
+    try:
+        _run_loop(server.serve(sockets=[sock]))
+    finally:
+        svc.executor.shutdown(wait=True)
+        svc.store.close()
+    return 0
+
+
+def _run_loop(main: object) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(main)  # type: ignore[arg-type]
+    except ImportError:
+        asyncio.run(main)  # type: ignore[arg-type]

@@ -1,0 +1,92 @@
+"""Store records into wire models; every age is measured here on the controller's clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from resource_controller import wire
+from resource_controller.core.states import DeviceState
+from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobRecord, LabelRecord
+
+ZERO_INSTANT = "0001-01-01T00:00:00Z"
+
+
+def ts(seconds: int | None) -> str | None:
+    """RFC 3339 UTC with a Z, whole seconds (API-004); None stays None."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(j: JobRecord) -> wire.Job:
+    """The Job object (API-020): empty and zero fields become omitted."""
+    return wire.Job(
+        id=j.id,
+        selector=j.selector,
+        kind=j.kind,
+        command=j.command,
+        cwd=j.cwd,
+        env=j.env or None,
+        submitter=j.submitter,
+        idempotency_key=j.idempotency_key or None,
+        priority=j.priority,
+        max_runtime_seconds=j.max_runtime or None,
+        idle_timeout_seconds=j.idle_timeout or None,
+        queued_at=ts(j.queued_at) if j.queued_at else None,
+        state=j.state,
+        device_id=j.device_id,
+        worker_id=j.worker_id,
+        exit_code=j.exit_code,
+        kill_reason=j.kill_reason or None,
+        reason=j.reason or None,
+        stdio=j.stdio or None,
+        submitted_at=ts(j.submitted_at) or "",
+        started_at=ts(j.started_at),
+        finished_at=ts(j.finished_at),
+        lease_epoch=j.lease_epoch or None,
+    )
+
+
+def label(lb: LabelRecord) -> wire.Label:
+    return wire.Label(
+        key=lb.key, value=lb.value, source=lb.source, updated_at=ts(lb.updated_at) or ""
+    )
+
+
+def device(d: DeviceRecord, labels: list[LabelRecord]) -> wire.Device:
+    return wire.Device(
+        id=d.id,
+        host=d.host,
+        name=d.name,
+        worker_id=d.worker_id,
+        state=d.state,
+        last_heartbeat_at=ts(d.last_heartbeat_at) or "",
+        labels=[label(lb) for lb in labels] or None,
+        max_runtime_seconds=d.max_runtime,  # EXT-CLI-6: the ceiling is visible, 0 when none
+    )
+
+
+def quarantine_text(d: DeviceRecord) -> str | None:
+    """The detail when there is one, else the category; only for unhealthy devices (STORE-033)."""
+    if d.state != DeviceState.UNHEALTHY:
+        return None
+    return d.quarantine_detail or d.quarantine_reason or None
+
+
+def device_view(s: DeviceSnapshot, now: int) -> wire.DeviceView:
+    """The device view (API-023)."""
+    lease = s.lease
+    return wire.DeviceView(
+        device=device(s.device, s.labels),
+        holder=lease.holder if lease else None,
+        job_id=(lease.job_id or None) if lease else None,
+        kind=lease.kind if lease else None,
+        reason=(lease.reason or None) if lease else None,
+        command=s.command if lease else None,
+        elapsed_seconds=now - lease.acquired_at if lease else 0,
+        heartbeat_age_seconds=now - s.device.last_heartbeat_at,
+        oldest_label_age_seconds=(
+            now - min(lb.updated_at for lb in s.labels) if s.labels else None
+        ),
+        quarantine_reason=quarantine_text(s.device),
+    )

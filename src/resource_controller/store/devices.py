@@ -1,0 +1,321 @@
+"""Workers and devices: registration, heartbeats, labels, sheets and operator actions.
+
+Registration means "a fresh worker process with nothing running" (STORE-110/111):
+whatever the controller still thinks is in flight on that worker is settled here,
+and the devices that backed it are quarantined unless the host's boot ID changed
+(a reboot proves nothing survived). Silence is never proof: no path in this module
+makes an occupied-looking device ``ready`` without one of the proofs the spec lists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.core.states import (
+    ACTIVE,
+    REASON_HOST_REBOOTED,
+    REASON_REREGISTERED,
+    RECOVERABLE,
+    DeviceState,
+    JobState,
+    Quarantine,
+)
+from resource_controller.store import leases, queries
+from resource_controller.store import schema as t
+from resource_controller.store.records import Registration
+
+_ACTIVE = tuple(s.value for s in ACTIVE)
+_RECOVERABLE = tuple(r.value for r in RECOVERABLE)
+
+
+def worker_id_for(host: str) -> str:
+    """UUIDv5 of the host in the DNS namespace: a restarted worker resumes its own devices."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
+
+
+def _has_live_lease(device_id: str) -> sa.ColumnElement[bool]:
+    return sa.exists().where(t.leases.c.device_id == device_id, t.leases.c.released_at.is_(None))
+
+
+def _quarantine(conn: sa.Connection, device_id: str, reason: str) -> None:
+    """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy (STORE-031)."""
+    d = t.devices.c
+    conn.execute(
+        sa.update(t.devices)
+        .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
+        .values(state=DeviceState.UNHEALTHY, quarantine_reason=reason, quarantine_detail="")
+    )
+
+
+def register(
+    conn: sa.Connection,
+    now: int,
+    host: str,
+    boot_id: str,
+    declared: list[tuple[str, int]],
+) -> Registration:
+    """Upsert the worker, reap its in-flight jobs, declare its devices and their ceilings (STORE-110..112)."""
+    worker_id = worker_id_for(host)
+    w = t.workers.c
+    stored = conn.execute(sa.select(w.boot_id).where(w.id == worker_id)).scalar()
+    reboot = bool(stored) and bool(boot_id) and stored != boot_id
+    if stored is None:
+        conn.execute(
+            sa.insert(t.workers).values(
+                id=worker_id, host=host, boot_id=boot_id, last_heartbeat_at=now
+            )
+        )
+    else:
+        conn.execute(
+            sa.update(t.workers)
+            .where(w.id == worker_id)
+            .values(host=host, boot_id=boot_id, last_heartbeat_at=now)
+        )
+    reaped = _reap(conn, now, worker_id, reboot)
+    d = t.devices.c
+    if reboot:
+        # A host down longer than the write-off has nothing in flight left to key off;
+        # the reboot itself proves its devices are empty (STORE-110 step 4).
+        conn.execute(
+            sa.update(t.devices)
+            .where(
+                d.worker_id == worker_id,
+                d.state == DeviceState.UNHEALTHY,
+                d.quarantine_reason.in_(_RECOVERABLE),
+                ~_has_live_lease_col(),
+            )
+            .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+        )
+    for name, max_runtime in declared:
+        device_id = f"{host}:{name}"
+        existing = queries.device(conn, device_id)
+        if existing is None:
+            conn.execute(
+                sa.insert(t.devices).values(
+                    id=device_id,
+                    host=host,
+                    name=name,
+                    worker_id=worker_id,
+                    state=DeviceState.READY,
+                    last_heartbeat_at=now,
+                    max_runtime=max(0, int(max_runtime)),
+                )
+            )
+            continue
+        values: dict[str, object] = {
+            "worker_id": worker_id,
+            "last_heartbeat_at": now,
+            "max_runtime": max(0, int(max_runtime)),
+        }
+        if existing.state != DeviceState.UNHEALTHY:
+            values |= {"state": DeviceState.READY, "quarantine_reason": ""}
+        conn.execute(sa.update(t.devices).where(d.id == device_id).values(**values))
+    return Registration(worker_id=worker_id, reboot_proof=reboot, reaped=reaped)
+
+
+def _has_live_lease_col() -> sa.ColumnElement[bool]:
+    return sa.exists().where(
+        t.leases.c.device_id == t.devices.c.id, t.leases.c.released_at.is_(None)
+    )
+
+
+def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[str]:
+    """End the worker's in-flight jobs as ``lost`` and settle their devices (STORE-111)."""
+    j = t.jobs.c
+    reaped = queries.jobs_where(conn, j.worker_id == worker_id, j.state.in_(_ACTIVE))
+    reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
+    for job in reaped:
+        conn.execute(
+            sa.update(t.jobs)
+            .where(j.id == job.id, j.state.in_(_ACTIVE))
+            .values(state=JobState.LOST, kill_reason=reason, finished_at=now)
+        )
+        devices = set(leases.release_for_job(conn, now, job.id)) | {job.device_id}
+        for device_id in sorted(devices):
+            if reboot:
+                conn.execute(
+                    sa.update(t.devices)
+                    .where(
+                        t.devices.c.id == device_id,
+                        t.devices.c.state.in_([DeviceState.BUSY, DeviceState.UNKNOWN]),
+                    )
+                    .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+                )
+            else:
+                _quarantine(conn, device_id, Quarantine.REGISTRATION)
+    return [job.id for job in reaped]
+
+
+def heartbeat(
+    conn: sa.Connection, now: int, worker_id: str, named: list[str], retain: bool
+) -> None:
+    """Record a heartbeat (STORE-096): renew the named jobs' leases, restore devices it proves."""
+    w, d, j = t.workers.c, t.devices.c, t.jobs.c
+    if (
+        conn.execute(
+            sa.update(t.workers).where(w.id == worker_id).values(last_heartbeat_at=now)
+        ).rowcount
+        == 0
+    ):
+        return
+    mine = []
+    if named:
+        mine = queries.jobs_where(
+            conn, j.id.in_(named), j.worker_id == worker_id, j.state.in_(_ACTIVE)
+        )
+    mine_ids = [job.id for job in mine]
+    mine_devices = sorted({job.device_id for job in mine})
+    if mine_ids:
+        conn.execute(
+            sa.update(t.leases)
+            .where(t.leases.c.job_id.in_(mine_ids), t.leases.c.released_at.is_(None))
+            .values(expires_at=now + leases.RENEWAL)
+        )
+        conn.execute(
+            sa.update(t.devices)
+            .where(
+                d.worker_id == worker_id,
+                d.id.in_(mine_devices),
+                d.state == DeviceState.UNHEALTHY,
+                d.quarantine_reason == Quarantine.WORKER_LOST,
+            )
+            .values(
+                state=DeviceState.BUSY,
+                quarantine_reason="",
+                quarantine_detail="",
+                last_heartbeat_at=now,
+            )
+        )
+    # A killed job's flag stops once its worker no longer names it: the process is gone.
+    conn.execute(
+        sa.update(t.jobs)
+        .where(
+            j.worker_id == worker_id,
+            j.state == JobState.KILLED,
+            j.kill_requested == 1,
+            j.id.not_in(named),
+        )
+        .values(kill_requested=0)
+    )
+    unknown_to_busy = [
+        d.worker_id == worker_id,
+        d.state == DeviceState.UNKNOWN,
+        _has_live_lease_col(),
+    ]
+    if retain:
+        unknown_to_busy.append(d.id.in_(mine_devices))
+    if not retain or mine_devices:
+        conn.execute(sa.update(t.devices).where(*unknown_to_busy).values(state=DeviceState.BUSY))
+    flagged_killed = sa.exists().where(
+        j.device_id == d.id,
+        j.worker_id == worker_id,
+        j.state == JobState.KILLED,
+        j.kill_requested == 1,
+    )
+    conn.execute(
+        sa.update(t.devices)
+        .where(
+            d.worker_id == worker_id,
+            d.state == DeviceState.UNKNOWN,
+            ~_has_live_lease_col(),
+            ~flagged_killed,
+        )
+        .values(state=DeviceState.READY)
+    )
+    conn.execute(sa.update(t.devices).where(d.worker_id == worker_id).values(last_heartbeat_at=now))
+
+
+def worker_host(conn: sa.Connection, worker_id: str) -> str:
+    """The registered host of a worker; ``WorkerNotFound`` when unknown (STORE-132)."""
+    host = conn.execute(sa.select(t.workers.c.host).where(t.workers.c.id == worker_id)).scalar()
+    if host is None:
+        raise errors.WorkerNotFound(f"no such worker: {worker_id}")
+    return str(host)
+
+
+def apply_facts(
+    conn: sa.Connection,
+    now: int,
+    host: str,
+    names: list[str],
+    labels: Mapping[str, Mapping[str, str]] | None,
+    declared: Mapping[str, Mapping[str, str]] | None,
+    sheet: str | None,
+    device_sheets: Mapping[str, str] | None,
+) -> None:
+    """Store labels and usage sheets for the named devices (STORE-141..144, STORE-153)."""
+    for source, facts in (("detected", labels), ("declared", declared)):
+        if facts is None:
+            continue
+        host_wide = dict(facts.get("", {}))
+        for name in names:
+            if name in facts:
+                _replace_labels(conn, now, f"{host}:{name}", source, host_wide | dict(facts[name]))
+    if sheet is not None:
+        _upsert_doc(conn, now, host, "", sheet)
+    for name in names:
+        if device_sheets is not None and name in device_sheets:
+            _upsert_doc(conn, now, host, f"{host}:{name}", device_sheets[name])
+
+
+def _replace_labels(
+    conn: sa.Connection, now: int, device_id: str, source: str, pairs: dict[str, str]
+) -> None:
+    dl = t.device_labels.c
+    conn.execute(sa.delete(t.device_labels).where(dl.device_id == device_id, dl.source == source))
+    if pairs:
+        conn.execute(
+            sa.insert(t.device_labels),
+            [
+                {"device_id": device_id, "key": k, "value": v, "source": source, "updated_at": now}
+                for k, v in pairs.items()
+            ],
+        )
+
+
+def _upsert_doc(conn: sa.Connection, now: int, host: str, device_id: str, body: str) -> None:
+    h = t.host_docs.c
+    conn.execute(sa.delete(t.host_docs).where(h.host == host, h.device_id == device_id))
+    conn.execute(
+        sa.insert(t.host_docs).values(host=host, device_id=device_id, body=body, updated_at=now)
+    )
+
+
+def clear(conn: sa.Connection, device_id: str) -> bool:
+    """An operator returns an unhealthy, unleased device to the pool (STORE-130)."""
+    d = t.devices.c
+    done = conn.execute(
+        sa.update(t.devices)
+        .where(d.id == device_id, d.state == DeviceState.UNHEALTHY, ~_has_live_lease(device_id))
+        .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+    )
+    return done.rowcount == 1
+
+
+def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail: str) -> None:
+    """The host's own report; ``unhealthy`` is a ``fault`` that overwrites any reason (STORE-131)."""
+    values: dict[str, object] = {"state": state, "last_heartbeat_at": now}
+    if state == DeviceState.UNHEALTHY:
+        values |= {"quarantine_reason": Quarantine.FAULT, "quarantine_detail": detail}
+    else:
+        values |= {"quarantine_reason": "", "quarantine_detail": ""}
+    done = conn.execute(sa.update(t.devices).where(t.devices.c.id == device_id).values(**values))
+    if done.rowcount == 0:
+        raise errors.DeviceNotFound(f"no such device: {device_id}")
+
+
+def retire(conn: sa.Connection, device_id: str) -> None:
+    """Remove a device and everything keyed to it except job history (STORE-133)."""
+    if queries.device(conn, device_id) is None:
+        raise errors.RetireNotFound(f"no such device: {device_id}")
+    if conn.execute(sa.select(_has_live_lease(device_id))).scalar():
+        raise errors.DeviceBusy(f"a live lease holds {device_id}: kill or release it first")
+    conn.execute(sa.delete(t.device_labels).where(t.device_labels.c.device_id == device_id))
+    conn.execute(sa.delete(t.host_docs).where(t.host_docs.c.device_id == device_id))
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
+    conn.execute(sa.delete(t.leases).where(t.leases.c.device_id == device_id))
+    conn.execute(sa.delete(t.devices).where(t.devices.c.id == device_id))

@@ -1,0 +1,71 @@
+"""Open the database: SQLite pragmas, our own BEGIN, and migrations on open.
+
+SQLite in WAL mode with ``synchronous=FULL`` (a granted lease must survive power
+loss) and a 5000 ms busy timeout (STORE-001). pysqlite's own transaction handling
+is switched off and every transaction starts with ``BEGIN IMMEDIATE``, so the
+allocation transaction holds the write lock from its first statement, as the
+SQLAlchemy SQLite dialect documentation describes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from resource_controller import errors
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _alembic_config(connection: sa.Connection) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def create_engine(path: Path) -> sa.Engine:
+    """An engine on the SQLite file at ``path`` with the project's pragmas."""
+    engine = sa.create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False, "timeout": 5.0},
+        poolclass=sa.pool.StaticPool,
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_connection.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA busy_timeout=5000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def migrate(engine: sa.Engine) -> None:
+    """Bring the schema to the newest revision; refuse a database from a newer version."""
+    from alembic import command
+
+    with engine.connect() as conn:
+        script = ScriptDirectory.from_config(_alembic_config(conn))
+        current = MigrationContext.configure(conn).get_current_revision()
+        conn.rollback()
+        if current is not None and script.get_revision(current) is None:
+            raise errors.StoreError(
+                f"database schema revision {current} was written by a newer version of rc"
+            )
+        command.upgrade(_alembic_config(conn), "head")
+        conn.commit()

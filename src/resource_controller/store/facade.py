@@ -1,0 +1,235 @@
+"""``Store``: the one door to the database.
+
+Owns the engine, the clock and a process-wide lock. Every public method is one
+transaction (STORE-002) taken under that lock, so within one controller process
+store operations are serialised (one writer at a time), and reads ``now`` from the
+clock exactly once (STORE-005). The domain modules (``jobs``, ``leases``, ``devices``,
+``views``) hold the SQL; this class only opens transactions and passes ``now``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.clock import Clock
+from resource_controller.store import devices, engine, jobs, leases, queries, schema, views
+from resource_controller.store.records import (
+    Assigned,
+    DeviceRecord,
+    DeviceSnapshot,
+    JobRecord,
+    LeaseRecord,
+    Registration,
+    Release,
+)
+
+
+class Store:
+    """The controller's state, behind serialised transactions."""
+
+    def __init__(self, path: Path, clock: Clock) -> None:
+        self.clock = clock
+        self._engine = engine.create_engine(path)
+        engine.migrate(self._engine)
+        self._conn = self._engine.connect()
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+            self._engine.dispose()
+
+    def now(self) -> int:
+        """Whole Unix seconds, truncated (STORE-004)."""
+        return int(self.clock.now())
+
+    @contextmanager
+    def _tx(self) -> Iterator[sa.Connection]:
+        with self._lock:
+            try:
+                with self._conn.begin():
+                    yield self._conn
+            except errors.RcError:
+                raise
+            except sa.exc.SQLAlchemyError as exc:
+                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
+
+    # ---- queue ----------------------------------------------------------------
+
+    def enqueue(self, req: jobs.NewJob) -> JobRecord:
+        with self._tx() as c:
+            return jobs.enqueue(c, self.now(), req)
+
+    def schedule(self) -> list[Assigned]:
+        """One scheduling pass (STORE-061); serialised against everything else."""
+        with self._lock:
+            return leases.schedule_pass(self._conn, self.now(), self._tx)
+
+    def job(self, job_id: str) -> JobRecord:
+        with self._tx() as c:
+            return queries.job(c, job_id)
+
+    def job_with_position(self, job_id: str) -> tuple[JobRecord, int]:
+        with self._tx() as c:
+            job = queries.job(c, job_id)
+            return job, jobs.queue_position(c, job)
+
+    def list_jobs(
+        self, limit: int = 20, device: str = "", submitter: str = "", state: str = ""
+    ) -> list[JobRecord]:
+        with self._tx() as c:
+            return jobs.list_jobs(c, limit, device, submitter, state)
+
+    def queued_jobs(self) -> list[JobRecord]:
+        with self._tx() as c:
+            return jobs.queued(c)
+
+    def active_jobs(self) -> list[JobRecord]:
+        with self._tx() as c:
+            return jobs.active(c)
+
+    def cancel_queued(self, job_id: str, reason: str) -> bool:
+        with self._tx() as c:
+            return jobs.cancel_queued(c, self.now(), job_id, reason)
+
+    def request_kill(self, job_id: str, reason: str, finalize_disconnected: bool = False) -> str:
+        with self._tx() as c:
+            return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
+
+    def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
+        with self._tx() as c:
+            return jobs.take_work(c, self.now(), worker_id)
+
+    def mark_running(self, job_id: str) -> None:
+        with self._tx() as c:
+            jobs.mark_running(c, self.now(), job_id)
+
+    def release(
+        self, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
+    ) -> Release:
+        with self._tx() as c:
+            return jobs.release(c, self.now(), job_id, state, exit_code, reason)
+
+    # ---- workers and devices ----------------------------------------------------
+
+    def register(self, host: str, boot_id: str, declared: list[tuple[str, int]]) -> Registration:
+        with self._tx() as c:
+            return devices.register(c, self.now(), host, boot_id, declared)
+
+    def heartbeat(self, worker_id: str, named: list[str], retain: bool = False) -> None:
+        with self._tx() as c:
+            devices.heartbeat(c, self.now(), worker_id, named, retain)
+
+    def worker_host(self, worker_id: str) -> str:
+        with self._tx() as c:
+            return devices.worker_host(c, worker_id)
+
+    def apply_facts(
+        self,
+        host: str,
+        names: list[str],
+        labels: Mapping[str, Mapping[str, str]] | None,
+        declared: Mapping[str, Mapping[str, str]] | None,
+        sheet: str | None,
+        device_sheets: Mapping[str, str] | None,
+    ) -> None:
+        with self._tx() as c:
+            devices.apply_facts(c, self.now(), host, names, labels, declared, sheet, device_sheets)
+
+    def device(self, device_id: str) -> DeviceRecord | None:
+        with self._tx() as c:
+            return queries.device(c, device_id)
+
+    def devices(self) -> list[DeviceRecord]:
+        with self._tx() as c:
+            return queries.all_devices(c)
+
+    def device_snapshots(self, device_id: str | None = None) -> list[DeviceSnapshot]:
+        with self._tx() as c:
+            return views.devices(c, device_id)
+
+    def live_leases(self) -> list[LeaseRecord]:
+        with self._tx() as c:
+            return leases.live(c)
+
+    def clear_device(self, device_id: str) -> bool:
+        with self._tx() as c:
+            return devices.clear(c, device_id)
+
+    def set_device_state(self, device_id: str, state: str, detail: str = "") -> None:
+        with self._tx() as c:
+            devices.set_state(c, self.now(), device_id, state, detail)
+
+    def retire_device(self, device_id: str) -> None:
+        with self._tx() as c:
+            devices.retire(c, device_id)
+
+    def explain(self, selector: str) -> views.Explanation:
+        with self._tx() as c:
+            return views.explain(c, selector)
+
+    def describe(
+        self, device_id: str
+    ) -> tuple[DeviceSnapshot, views.Sheet, list[JobRecord]] | None:
+        with self._tx() as c:
+            snaps = views.devices(c, device_id)
+            if not snaps:
+                return None
+            return snaps[0], views.sheet_for(c, snaps[0].device), views.recent_jobs(c, device_id)
+
+    def active_job_on(self, device_id: str) -> str:
+        with self._tx() as c:
+            return views.active_job_on(c, device_id)
+
+    def state_snapshot(self) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord]]:
+        """Devices, active jobs and the queue, read in one transaction (API-052)."""
+        with self._tx() as c:
+            return views.devices(c), jobs.active(c), jobs.queued(c)
+
+    # ---- test fixture only --------------------------------------------------------
+
+    def allocate_directly(
+        self, device_id: str, submitter: str, ttl: int = 0, key: str = ""
+    ) -> JobRecord:
+        """Mark a ready device busy under a new assigned job (STORE-069); never reachable from the API."""
+        with self._tx() as c:
+            now = self.now()
+            if key:
+                existing = c.execute(
+                    sa.select(schema.jobs.c.id).where(schema.jobs.c.idempotency_key == key)
+                ).first()
+                if existing:
+                    return queries.job(c, existing.id)
+            dev = queries.device(c, device_id)
+            if dev is None or dev.state != "ready":
+                raise errors.NoDevice(f"{device_id} is not ready")
+            job = jobs.enqueue(
+                c,
+                now,
+                jobs.NewJob(
+                    command=["fixture"],
+                    submitter=submitter,
+                    device_id=device_id,
+                    idempotency_key=key,
+                ),
+            )
+            c.execute(
+                sa.update(schema.jobs)
+                .where(schema.jobs.c.id == job.id)
+                .values(queued_at=0, max_runtime=0)
+            )
+            outcome = leases.assign(c, now, job.id, device_id)
+            assert outcome == "assigned", outcome
+            if ttl > 0:
+                c.execute(
+                    sa.update(schema.leases)
+                    .where(schema.leases.c.job_id == job.id)
+                    .values(expires_at=now + ttl)
+                )
+            return queries.job(c, job.id)

@@ -1,0 +1,300 @@
+"""The queue: enqueue, cancel, kill flags, hand-out and terminal reports (store.md §7, §9-11).
+
+Enqueue never assigns (STORE-055): the scheduling pass in ``leases.py`` is the only
+place a device changes hands, so a client told a queue position is never overtaken
+by a side door. Every state change here names its legal source states (from
+``core.states``) in its WHERE clause and checks the row count.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.core import selectors
+from resource_controller.core.states import (
+    ACTIVE,
+    TERMINAL,
+    DeviceState,
+    JobState,
+    Kind,
+    Quarantine,
+)
+from resource_controller.store import leases, queries
+from resource_controller.store import schema as t
+from resource_controller.store.records import JobRecord, Release
+
+KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again (STORE-094)
+
+_ACTIVE = tuple(s.value for s in ACTIVE)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a submitter asks for; validated by the API layer first (API-041)."""
+
+    command: list[str]
+    submitter: str
+    device_id: str = ""
+    selector: str = ""
+    cwd: str = ""
+    env: dict[str, str] | None = None
+    idempotency_key: str = ""
+    priority: int = 0
+    max_runtime: float = 0
+    idle_timeout: float = 0
+    kind: str = Kind.JOB
+    reason: str = ""
+    stdio: str = ""
+
+
+def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
+    """Record a job in state ``queued`` (STORE-056), or return the job that has its key."""
+    if not req.command:
+        raise errors.BadRequest("command must not be empty")
+    if not req.submitter:
+        raise errors.BadRequest("submitter must not be empty")
+    if req.device_id and req.selector:
+        raise errors.BadRequest("give device_id or selector, not both")
+    runtime = int(req.max_runtime)
+    selector_text = ""
+    if not req.device_id:
+        # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
+        parsed = selectors.parse(req.selector) if req.selector else None
+        selector_text = str(parsed) if parsed else ""
+        matches = queries.matching_devices(
+            parsed, queries.all_devices(conn), queries.effective_labels(conn)
+        )
+        what = f"selector {selector_text!r}" if parsed else "any device"
+        if not matches:
+            raise errors.NoMatchingDevice(
+                f"no device matches {what}" if parsed else "no devices are registered"
+            )
+        if runtime > 0 and not any(d.max_runtime == 0 or d.max_runtime >= runtime for d in matches):
+            highest = max(d.max_runtime for d in matches)
+            raise errors.RuntimeAboveCeiling(
+                f"{what}: requested runtime {runtime}s is above every matching device's "
+                f"ceiling (highest {highest}s)"
+            )
+    if req.idempotency_key:
+        row = conn.execute(
+            sa.select(t.jobs.c.id).where(t.jobs.c.idempotency_key == req.idempotency_key)
+        ).first()
+        if row is not None:
+            return queries.job(conn, row.id)
+    if req.device_id:
+        dev = queries.device(conn, req.device_id)
+        if dev is None:
+            raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
+        if dev.max_runtime > 0:
+            if runtime == 0:
+                runtime = dev.max_runtime
+            elif runtime > dev.max_runtime:
+                raise errors.RuntimeAboveCeiling(
+                    f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+                )
+    seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
+    job_id = str(uuid.uuid4())
+    conn.execute(
+        sa.insert(t.jobs).values(
+            id=job_id,
+            seq=seq,
+            selector=selector_text,
+            command=json.dumps(req.command),
+            cwd=req.cwd,
+            env=json.dumps(req.env) if req.env else None,
+            submitter=req.submitter,
+            idempotency_key=req.idempotency_key or None,
+            state=JobState.QUEUED,
+            device_id=req.device_id,
+            worker_id="",
+            kill_reason="",
+            submitted_at=now,
+            queued_at=now,
+            priority=req.priority,
+            max_runtime=runtime,
+            idle_timeout=int(req.idle_timeout),
+            kind=req.kind or Kind.JOB,
+            reason=req.reason,
+            stdio=req.stdio,
+        )
+    )
+    return queries.job(conn, job_id)
+
+
+def queue_position(conn: sa.Connection, job: JobRecord) -> int:
+    """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070)."""
+    if not job.queued:
+        return 0
+    j = t.jobs.c
+    ahead = sa.or_(
+        j.priority > job.priority,
+        sa.and_(j.priority == job.priority, j.queued_at < job.queued_at),
+        sa.and_(j.priority == job.priority, j.queued_at == job.queued_at, j.seq < job.seq),
+    )
+    where = [j.state == JobState.QUEUED, ahead]
+    if job.selector == "" and job.device_id:
+        where += [j.device_id == job.device_id, j.selector == ""]
+    return 1 + int(conn.execute(sa.select(sa.func.count()).where(*where)).scalar_one())
+
+
+def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:
+    """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
+    done = conn.execute(
+        sa.update(t.jobs)
+        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.QUEUED)
+        .values(state=JobState.KILLED, kill_reason=reason, finished_at=now)
+    )
+    if done.rowcount != 1:
+        return False
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.job_id == job_id))
+    return True
+
+
+def request_kill(
+    conn: sa.Connection, now: int, job_id: str, reason: str, finalize_disconnected: bool
+) -> str:
+    """Flag an active job for its worker, or end it here when its worker is gone (STORE-091..093).
+
+    Returns ``requested``, ``finalized`` or ``not_cancellable``.
+    """
+    job = queries.job(conn, job_id)
+    if not job.active:
+        return "not_cancellable"
+    dev = queries.device(conn, job.device_id)
+    disconnected = dev is not None and (
+        dev.state == DeviceState.UNKNOWN
+        or (dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST)
+    )
+    if finalize_disconnected and disconnected:
+        conn.execute(
+            sa.update(t.jobs)
+            .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
+            .values(
+                state=JobState.KILLED,
+                kill_reason=reason,
+                finished_at=now,
+                kill_requested=1,
+                kill_delivered_at=0,
+            )
+        )
+        # The device stays out: nothing proves it is empty (STORE-092).
+        leases.release_for_job(conn, now, job_id)
+        return "finalized"
+    conn.execute(
+        sa.update(t.jobs).where(t.jobs.c.id == job_id).values(kill_requested=1, kill_delivered_at=0)
+    )
+    return "requested"
+
+
+def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
+    """Hand out this worker's assigned jobs and its due kill flags, in one transaction.
+
+    Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
+    written, and only the poll whose update changed it gets it (STORE-080, API-034), so
+    a retried or concurrent poll never starts a job twice. Kill flags are a take: each
+    is stamped delivered and not offered again for 30 s (STORE-094).
+    """
+    j = t.jobs.c
+    handed: list[JobRecord] = []
+    for job in queries.jobs_where(
+        conn,
+        j.worker_id == worker_id,
+        j.state == JobState.ASSIGNED,
+        order=(j.submitted_at.asc(), j.seq.asc()),
+    ):
+        moved = conn.execute(
+            sa.update(t.jobs)
+            .where(j.id == job.id, j.state == JobState.ASSIGNED)
+            .values(state=JobState.RUNNING, started_at=now)
+        )
+        if moved.rowcount == 1:
+            handed.append(queries.job(conn, job.id))
+    due = [
+        row.id
+        for row in conn.execute(
+            sa.select(j.id).where(
+                j.worker_id == worker_id,
+                j.kill_requested == 1,
+                j.state.in_([*_ACTIVE, JobState.KILLED]),
+                j.kill_delivered_at <= now - KILL_REDELIVERY,
+            )
+        )
+    ]
+    if due:
+        conn.execute(sa.update(t.jobs).where(j.id.in_(due)).values(kill_delivered_at=now))
+    return handed, due
+
+
+def mark_running(conn: sa.Connection, now: int, job_id: str) -> None:
+    """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
+    conn.execute(
+        sa.update(t.jobs)
+        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.ASSIGNED)
+        .values(state=JobState.RUNNING, started_at=now)
+    )
+
+
+def release(
+    conn: sa.Connection, now: int, job_id: str, state: str, exit_code: int | None, reason: str
+) -> Release:
+    """The worker's terminal report: end the job, release its leases, free a busy device (STORE-082)."""
+    if state not in TERMINAL:
+        raise errors.InvalidTransition(f"state {state!r} is not terminal")
+    job = queries.job(conn, job_id)
+    if job.terminal:
+        return Release(job=job, was_terminal=True)
+    if not job.active:
+        raise errors.InvalidTransition(
+            f"job {job_id} is {job.state}; only an active job can be released"
+        )
+    done = conn.execute(
+        sa.update(t.jobs)
+        .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
+        .values(state=state, exit_code=exit_code, kill_reason=reason, finished_at=now)
+    )
+    if done.rowcount != 1:
+        raise errors.StoreError(f"job {job_id} changed state under a serialised release")
+    for device_id in leases.release_for_job(conn, now, job_id):
+        # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
+        # an unknown one waits for its worker's next heartbeat.
+        conn.execute(
+            sa.update(t.devices)
+            .where(t.devices.c.id == device_id, t.devices.c.state == DeviceState.BUSY)
+            .values(state=DeviceState.READY)
+        )
+    return Release(job=queries.job(conn, job_id), was_terminal=False)
+
+
+def list_jobs(
+    conn: sa.Connection, limit: int, device: str = "", submitter: str = "", state: str = ""
+) -> list[JobRecord]:
+    """Newest first, ties by ID descending (STORE-161)."""
+    if not 1 <= limit <= 200:
+        raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
+    j = t.jobs.c
+    where = []
+    if device:
+        where.append(j.device_id == device)
+    if submitter:
+        where.append(j.submitter == submitter)
+    if state:
+        where.append(j.state == state)
+    return queries.jobs_where(conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit)
+
+
+def queued(conn: sa.Connection) -> list[JobRecord]:
+    """Queued jobs in scheduling order (STORE-071)."""
+    return queries.jobs_where(conn, t.jobs.c.state == JobState.QUEUED, order=queries.QUEUE_ORDER)
+
+
+def active(conn: sa.Connection) -> list[JobRecord]:
+    """Assigned and running jobs, newest submission first (STORE-072)."""
+    j = t.jobs.c
+    return queries.jobs_where(
+        conn, j.state.in_(_ACTIVE), order=(j.submitted_at.desc(), j.seq.desc())
+    )

@@ -1,0 +1,198 @@
+"""Leases: the unit of exclusivity, and the scheduling pass that grants them.
+
+A device changes hands only here, in ``assign``: one transaction that checks the
+device is ``ready`` and the job still ``queued``, flips both, and inserts the lease.
+The partial unique index ``leases_one_live_per_device`` refuses a second live lease
+even if every check above it were wrong (STORE-010); its violation surfaces as
+``LiveLeaseConflict``, never as a silent skip. Every lease carries an epoch from a
+counter that never goes back (EXT-EPOCH-1), so a fencing token is never reused even
+after retire deletes lease rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.core import selectors
+from resource_controller.core.states import DeviceState, JobState
+from resource_controller.store import queries
+from resource_controller.store import schema as t
+from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, LeaseRecord
+
+log = logging.getLogger(__name__)
+
+NO_RUNTIME_TTL = 5 * 60  #: lease TTL for a job without a runtime (STORE-052)
+RUNTIME_MARGIN = 10 * 60  #: margin over a job's runtime: the worker's watchdog fires first
+RENEWAL = 15 * 60  #: a heartbeat naming the job renews its lease to now + this
+
+EPOCH_COUNTER = "lease_epoch"
+
+
+def deadline(now: int, runtime: int) -> int:
+    """The grant-time ``expires_at`` for a job with effective runtime ``runtime`` (STORE-052)."""
+    return now + (runtime + RUNTIME_MARGIN if runtime > 0 else NO_RUNTIME_TTL)
+
+
+def grant(
+    conn: sa.Connection, now: int, job: JobRecord, device_id: str, runtime: int
+) -> LeaseRecord:
+    """Insert the live lease for ``job`` on ``device_id``; the unique index is the referee."""
+    lease = LeaseRecord(
+        id=str(uuid.uuid4()),
+        device_id=device_id,
+        holder=job.submitter,
+        job_id=job.id,
+        acquired_at=now,
+        expires_at=deadline(now, runtime),
+        released_at=None,
+        kind=job.kind,
+        reason=job.reason,
+        epoch=queries.next_counter(conn, EPOCH_COUNTER),
+    )
+    try:
+        conn.execute(sa.insert(t.leases).values(**lease.__dict__))
+    except sa.exc.IntegrityError as exc:
+        raise errors.LiveLeaseConflict(
+            f"device {device_id} already has a live lease; refusing a second one"
+        ) from exc
+    return lease
+
+
+def release_for_job(conn: sa.Connection, now: int, job_id: str) -> list[str]:
+    """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054)."""
+    if not job_id:
+        return []
+    live = [
+        r.device_id
+        for r in conn.execute(
+            sa.select(t.leases.c.device_id).where(
+                t.leases.c.job_id == job_id, t.leases.c.released_at.is_(None)
+            )
+        )
+    ]
+    if live:
+        conn.execute(
+            sa.update(t.leases)
+            .where(t.leases.c.job_id == job_id, t.leases.c.released_at.is_(None))
+            .values(released_at=now)
+        )
+    return live
+
+
+def live(conn: sa.Connection) -> list[LeaseRecord]:
+    """Live leases, oldest first (STORE-163)."""
+    q = sa.select(t.leases).where(t.leases.c.released_at.is_(None))
+    return [LeaseRecord.from_row(r) for r in conn.execute(q.order_by(t.leases.c.acquired_at))]
+
+
+def assign(conn: sa.Connection, now: int, job_id: str, device_id: str) -> str:
+    """Give ``device_id`` to queued ``job_id`` (STORE-065); returns assigned / not_ready / not_queued."""
+    dev = queries.device(conn, device_id)
+    if dev is None or dev.state != DeviceState.READY:
+        return "not_ready"
+    job = queries.job(conn, job_id)
+    if not job.queued:
+        return "not_queued"
+    runtime = job.max_runtime or dev.max_runtime
+    flipped = conn.execute(
+        sa.update(t.devices)
+        .where(t.devices.c.id == device_id, t.devices.c.state == DeviceState.READY)
+        .values(state=DeviceState.BUSY)
+    )
+    moved = conn.execute(
+        sa.update(t.jobs)
+        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.QUEUED)
+        .values(
+            state=JobState.ASSIGNED,
+            device_id=device_id,
+            worker_id=dev.worker_id,
+            max_runtime=runtime,
+        )
+    )
+    if flipped.rowcount != 1 or moved.rowcount != 1:
+        raise errors.StoreError(f"assignment of {job_id} to {device_id} lost a serialised race")
+    grant(conn, now, job, device_id, runtime)
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
+    return "assigned"
+
+
+def _candidates(
+    job: JobRecord,
+    devices: list[DeviceRecord],
+    labels: dict[str, dict[str, str]],
+) -> list[str] | None:
+    """Device IDs the job may take, in order; None when its selector no longer parses."""
+    if job.selector == "" and job.device_id:
+        return [job.device_id]  # pinned: not ceiling-filtered at schedule time (STORE-064)
+    try:
+        parsed = selectors.parse(job.selector) if job.selector else None
+    except selectors.SelectorError:
+        return None
+    matches = queries.matching_devices(parsed, devices, labels)
+    if job.max_runtime > 0:
+        matches = [d for d in matches if d.max_runtime == 0 or d.max_runtime >= job.max_runtime]
+    return [d.id for d in matches]
+
+
+def schedule_pass(
+    conn: sa.Connection,
+    now: int,
+    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+) -> list[Assigned]:
+    """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
+
+    Runs with the store lock held throughout, so nothing interleaves; each assignment
+    is its own transaction (``transaction()``), and the reservation rows are rewritten
+    once at the end, only when they changed.
+    """
+    with transaction() as tx:
+        queue = queries.jobs_where(tx, t.jobs.c.state == JobState.QUEUED, order=queries.QUEUE_ORDER)
+        old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
+        devices = queries.all_devices(tx) if queue else []
+        labels = queries.effective_labels(tx) if any(j.selector for j in queue) else {}
+    reserved: dict[str, str] = {}  # device -> job claiming it for the rest of this pass
+    assigned: list[Assigned] = []
+    for job in queue:
+        candidates = _candidates(job, devices, labels)
+        if candidates is None:
+            log.error(
+                "queued job %s has a selector that no longer parses: %r", job.id, job.selector
+            )
+            continue
+        if not candidates:
+            log.warning("queued job %s matches no device it could run on", job.id)
+            continue
+        available = [d for d in candidates if d not in reserved]
+        if not available:
+            continue
+        placed = False
+        for device_id in available:
+            with transaction() as tx:
+                outcome = assign(tx, now, job.id, device_id)
+            if outcome == "assigned":
+                dev = next((d for d in devices if d.id == device_id), None)
+                assigned.append(Assigned(job.id, dev.worker_id if dev else ""))
+                placed = True
+                break
+            if outcome == "not_queued":
+                placed = True  # cancelled since the snapshot: reserve nothing (STORE-063)
+                break
+        if not placed:
+            for device_id in available:
+                reserved[device_id] = job.id
+    new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
+    if new_reservations != old_reservations:
+        with transaction() as tx:
+            tx.execute(sa.delete(t.reservations))
+            if new_reservations:
+                tx.execute(
+                    sa.insert(t.reservations),
+                    [{"job_id": j, "device_id": d, "created_at": now} for j, d in new_reservations],
+                )
+    return assigned

@@ -1,0 +1,88 @@
+"""Small shared reads used by several store modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.core import selectors
+from resource_controller.store import schema as t
+from resource_controller.store.records import DeviceRecord, JobRecord
+
+QUEUE_ORDER = (t.jobs.c.priority.desc(), t.jobs.c.queued_at.asc(), t.jobs.c.seq.asc())
+
+
+def job(conn: sa.Connection, job_id: str) -> JobRecord:
+    """The job row with its newest lease epoch; ``JobNotFound`` when unknown (STORE-160)."""
+    row = conn.execute(sa.select(t.jobs).where(t.jobs.c.id == job_id)).first()
+    if row is None:
+        raise errors.JobNotFound(f"no such job: {job_id}")
+    epoch = conn.execute(
+        sa.select(sa.func.max(t.leases.c.epoch)).where(t.leases.c.job_id == job_id)
+    ).scalar()
+    return JobRecord.from_row(row, lease_epoch=epoch or 0)
+
+
+def jobs_where(
+    conn: sa.Connection,
+    *where: sa.ColumnElement[bool],
+    order: tuple[sa.UnaryExpression[Any], ...] = (),
+    limit: int | None = None,
+) -> list[JobRecord]:
+    q = sa.select(t.jobs).where(*where).order_by(*order)
+    if limit is not None:
+        q = q.limit(limit)
+    return [JobRecord.from_row(r) for r in conn.execute(q)]
+
+
+def device(conn: sa.Connection, device_id: str) -> DeviceRecord | None:
+    row = conn.execute(sa.select(t.devices).where(t.devices.c.id == device_id)).first()
+    return DeviceRecord.from_row(row) if row else None
+
+
+def all_devices(conn: sa.Connection) -> list[DeviceRecord]:
+    return [
+        DeviceRecord.from_row(r)
+        for r in conn.execute(sa.select(t.devices).order_by(t.devices.c.id))
+    ]
+
+
+def effective_labels(conn: sa.Connection) -> dict[str, dict[str, str]]:
+    """Device -> key -> effective value: declared, overlaid by detected (STORE-142)."""
+    out: dict[str, dict[str, str]] = {}
+    rows = conn.execute(
+        sa.select(t.device_labels.c.device_id, t.device_labels.c.key, t.device_labels.c.value)
+        # "declared" sorts before "detected": detected values are written last and win.
+        .order_by(t.device_labels.c.source.asc())
+    )
+    for device_id, key, value in rows:
+        out.setdefault(device_id, {})[key] = value
+    return out
+
+
+def matching_devices(
+    selector: selectors.Selector | None,
+    device_rows: list[DeviceRecord],
+    labels: dict[str, dict[str, str]],
+) -> list[DeviceRecord]:
+    """Devices (any state) whose effective labels satisfy ``selector``; None = every device (SEL-010, EXT-CLI-1)."""
+    if selector is None:
+        return sorted(device_rows, key=lambda d: d.id)
+    return sorted(
+        (d for d in device_rows if selector.matches(labels.get(d.id, {}))), key=lambda d: d.id
+    )
+
+
+def next_counter(conn: sa.Connection, name: str) -> int:
+    """Increment and return the named counter (starts at 1); inside the caller's transaction."""
+    updated = conn.execute(
+        sa.update(t.counters).where(t.counters.c.name == name).values(value=t.counters.c.value + 1)
+    )
+    if updated.rowcount == 0:
+        conn.execute(sa.insert(t.counters).values(name=name, value=1))
+        return 1
+    return int(
+        conn.execute(sa.select(t.counters.c.value).where(t.counters.c.name == name)).scalar_one()
+    )

@@ -1,0 +1,142 @@
+"""Typed rows the store hands out: frozen records, never live ORM objects."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller.core.states import ACTIVE, TERMINAL, JobState
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    seq: int
+    selector: str
+    command: list[str]
+    cwd: str
+    env: dict[str, str]
+    submitter: str
+    idempotency_key: str | None
+    state: str
+    device_id: str
+    worker_id: str
+    exit_code: int | None
+    kill_reason: str
+    submitted_at: int
+    started_at: int | None
+    finished_at: int | None
+    priority: int
+    max_runtime: int
+    idle_timeout: int
+    queued_at: int
+    kill_requested: int
+    kill_delivered_at: int
+    kind: str
+    reason: str
+    stdio: str
+    device_count: int = 1
+    #: Epoch of the job's newest lease, live or released; 0 when it never held one.
+    lease_epoch: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def queued(self) -> bool:
+        return self.state == JobState.QUEUED
+
+    @property
+    def pinned(self) -> bool:
+        return self.selector == "" and self.device_id != "" and self.state == JobState.QUEUED
+
+    @classmethod
+    def from_row(cls, row: Any, lease_epoch: int = 0) -> JobRecord:
+        m = dict(row._mapping)
+        m["command"] = json.loads(m["command"])
+        m["env"] = json.loads(m["env"]) if m["env"] else {}
+        m.setdefault("lease_epoch", lease_epoch)
+        return cls(**m)
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    id: str
+    host: str
+    name: str
+    worker_id: str
+    state: str
+    last_heartbeat_at: int
+    max_runtime: int
+    quarantine_reason: str
+    quarantine_detail: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> DeviceRecord:
+        return cls(**dict(row._mapping))
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    id: str
+    device_id: str
+    holder: str
+    job_id: str
+    acquired_at: int
+    expires_at: int
+    released_at: int | None
+    kind: str
+    reason: str
+    epoch: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> LeaseRecord:
+        return cls(**dict(row._mapping))
+
+
+@dataclass(frozen=True)
+class LabelRecord:
+    device_id: str
+    key: str
+    value: str
+    source: str
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    """One device as the views need it: row, labels, and its live lease with the job behind it."""
+
+    device: DeviceRecord
+    labels: list[LabelRecord]
+    lease: LeaseRecord | None
+    command: list[str] | None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a registration did: the worker's ID and the jobs it reaped."""
+
+    worker_id: str
+    reboot_proof: bool
+    reaped: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Assigned:
+    job_id: str
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """Outcome of a terminal report: the job as it is now, and whether it already was terminal."""
+
+    job: JobRecord
+    was_terminal: bool

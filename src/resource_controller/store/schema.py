@@ -1,0 +1,149 @@
+"""The tables, as SQLAlchemy Core metadata (store.md §2).
+
+No foreign keys (STORE-007): job history must outlive the hardware it ran on. The
+partial unique index ``leases_one_live_per_device`` is the whole exclusivity
+guarantee (STORE-010): a second live lease on a device fails to insert even if every
+check above it were wrong. The Alembic migrations create exactly these objects.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("boot_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("last_heartbeat_at", sa.BigInteger, nullable=False),
+)
+
+devices = sa.Table(
+    "devices",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("worker_id", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("last_heartbeat_at", sa.BigInteger, nullable=False),
+    sa.Column("max_runtime", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("quarantine_reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("quarantine_detail", sa.Text, nullable=False, server_default=""),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False, unique=True),
+    sa.Column("selector", sa.Text, nullable=False, server_default=""),
+    sa.Column("command", sa.Text, nullable=False),
+    sa.Column("cwd", sa.Text, nullable=False, server_default=""),
+    sa.Column("env", sa.Text, nullable=True),
+    sa.Column("submitter", sa.Text, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=True),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("device_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("worker_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("kill_reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("submitted_at", sa.BigInteger, nullable=False),
+    sa.Column("started_at", sa.BigInteger, nullable=True),
+    sa.Column("finished_at", sa.BigInteger, nullable=True),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_runtime", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("idle_timeout", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("queued_at", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("kill_requested", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("kill_delivered_at", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("kind", sa.Text, nullable=False, server_default="job"),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("stdio", sa.Text, nullable=False, server_default=""),
+    #: How many devices the job needs (EXT-GANG); 1 for every job today.
+    sa.Column("device_count", sa.Integer, nullable=False, server_default="1"),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("device_id", sa.Text, nullable=False),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("acquired_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("released_at", sa.BigInteger, nullable=True),
+    sa.Column("kind", sa.Text, nullable=False, server_default="job"),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    #: Fencing token, strictly increasing across every lease ever granted (EXT-EPOCH-1).
+    sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+reservations = sa.Table(
+    "reservations",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("device_id", sa.Text, primary_key=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+device_labels = sa.Table(
+    "device_labels",
+    metadata,
+    sa.Column("device_id", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("source", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+host_docs = sa.Table(
+    "host_docs",
+    metadata,
+    sa.Column("host", sa.Text, primary_key=True),
+    sa.Column("device_id", sa.Text, primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+device_recoveries = sa.Table(
+    "device_recoveries",
+    metadata,
+    sa.Column("device_id", sa.Text, nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+)
+
+#: Named monotonic counters (the lease epoch); a row per name.
+counters = sa.Table(
+    "counters",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+sa.Index(
+    "leases_one_live_per_device",
+    leases.c.device_id,
+    unique=True,
+    sqlite_where=leases.c.released_at.is_(None),
+    postgresql_where=leases.c.released_at.is_(None),
+)
+sa.Index(
+    "jobs_idempotency",
+    jobs.c.idempotency_key,
+    unique=True,
+    sqlite_where=jobs.c.idempotency_key.isnot(None),
+    postgresql_where=jobs.c.idempotency_key.isnot(None),
+)
+sa.Index("reservations_device", reservations.c.device_id, unique=True)
+sa.Index("jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.queued_at)
+sa.Index("jobs_worker_state", jobs.c.worker_id, jobs.c.state)
+sa.Index("jobs_device", jobs.c.device_id, jobs.c.submitted_at)
+sa.Index("leases_job", leases.c.job_id)
+sa.Index("device_labels_device", device_labels.c.device_id)
+sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)

@@ -1,0 +1,136 @@
+"""Reads that join several tables for the fleet views, describe and explain."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from resource_controller.core import selectors
+from resource_controller.core.states import DeviceState, JobState
+from resource_controller.store import jobs, queries
+from resource_controller.store import schema as t
+from resource_controller.store.records import (
+    DeviceRecord,
+    DeviceSnapshot,
+    JobRecord,
+    LabelRecord,
+    LeaseRecord,
+)
+
+
+def _labels_by_device(
+    conn: sa.Connection, device_id: str | None = None
+) -> dict[str, list[LabelRecord]]:
+    dl = t.device_labels.c
+    q = sa.select(t.device_labels).order_by(dl.device_id, dl.key, dl.source)
+    if device_id is not None:
+        q = q.where(dl.device_id == device_id)
+    out: dict[str, list[LabelRecord]] = {}
+    for r in conn.execute(q):
+        out.setdefault(r.device_id, []).append(
+            LabelRecord(r.device_id, r.key, r.value, r.source, r.updated_at)
+        )
+    return out
+
+
+def devices(conn: sa.Connection, device_id: str | None = None) -> list[DeviceSnapshot]:
+    """Every device (or one) with its labels and live lease, ordered by ID (API-023)."""
+    q = sa.select(t.devices).order_by(t.devices.c.id)
+    if device_id is not None:
+        q = q.where(t.devices.c.id == device_id)
+    rows = [DeviceRecord.from_row(r) for r in conn.execute(q)]
+    labels = _labels_by_device(conn, device_id)
+    lq = (
+        sa.select(t.leases, t.jobs.c.command)
+        .select_from(t.leases.outerjoin(t.jobs, t.jobs.c.id == t.leases.c.job_id))
+        .where(t.leases.c.released_at.is_(None))
+    )
+    held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
+    for r in conn.execute(lq):
+        m = dict(r._mapping)
+        command = m.pop("command")
+        held[m["device_id"]] = (LeaseRecord(**m), json.loads(command) if command else None)
+    return [
+        DeviceSnapshot(
+            device=d,
+            labels=labels.get(d.id, []),
+            lease=held[d.id][0] if d.id in held else None,
+            command=held[d.id][1] if d.id in held else None,
+        )
+        for d in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Sheet:
+    body: str
+    updated_at: int | None
+    host_wide: bool
+
+
+def sheet_for(conn: sa.Connection, device: DeviceRecord) -> Sheet:
+    """The device's own usage sheet, or the host-wide one when its body is empty (STORE-154)."""
+    h = t.host_docs.c
+
+    def read(device_id: str) -> tuple[str, int | None]:
+        r = conn.execute(
+            sa.select(h.body, h.updated_at).where(h.host == device.host, h.device_id == device_id)
+        ).first()
+        return (r.body, r.updated_at) if r else ("", None)
+
+    body, at = read(device.id)
+    if body:
+        return Sheet(body, at, False)
+    body, at = read("")
+    return Sheet(body, at, True)
+
+
+def recent_jobs(conn: sa.Connection, device_id: str, n: int = 5) -> list[JobRecord]:
+    return jobs.list_jobs(conn, n, device=device_id)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    selector: str
+    matching: list[str]
+    free: list[str]
+    queue_depth: int
+
+
+def explain(conn: sa.Connection, text: str) -> Explanation:
+    """What a selector would match right now, from one snapshot (API-064)."""
+    parsed = selectors.parse(text)
+    all_devices = queries.all_devices(conn)
+    labels = queries.effective_labels(conn)
+    matching = queries.matching_devices(parsed, all_devices, labels)
+    ids = {d.id for d in matching}
+    depth = 0
+    for job in jobs.queued(conn):
+        if job.selector == "" and job.device_id:
+            depth += job.device_id in ids
+            continue
+        try:
+            sel = selectors.parse(job.selector) if job.selector else None
+        except selectors.SelectorError:
+            continue
+        depth += any(d.id in ids for d in queries.matching_devices(sel, all_devices, labels))
+    return Explanation(
+        selector=text,
+        matching=sorted(ids),
+        free=[d.id for d in matching if d.state == DeviceState.READY],
+        queue_depth=depth,
+    )
+
+
+def active_job_on(conn: sa.Connection, device_id: str) -> str:
+    """The newest assigned/running job on a device, or ''; for fault events (STORE-074)."""
+    j = t.jobs.c
+    row = conn.execute(
+        sa.select(j.id)
+        .where(j.device_id == device_id, j.state.in_([JobState.ASSIGNED, JobState.RUNNING]))
+        .order_by(j.submitted_at.desc(), j.seq.desc())
+        .limit(1)
+    ).first()
+    return row.id if row else ""
