@@ -1,0 +1,624 @@
+"""The worker agent: register, heartbeat, long-poll, run jobs, report, shut down.
+
+The worker never accepts a connection; every exchange is a request it makes with one
+``httpx.AsyncClient``. After registering it runs two loops: a heartbeat naming exactly
+the jobs it supervises (the controller renews only those leases, WRK-051) and a poll
+loop that starts a task per job. Each job task owns its job from the ``running`` report
+to the terminal report; only the terminal report frees the device, so it is retried,
+each attempt bounded, and it runs on a path that shutdown does not cancel (WRK-073):
+shutdown only *asks* jobs to stop, through the same cancellation path as a kill flag.
+
+The agent runs as its own process (``main``, ``run_worker``: signal handlers, exit
+status) or inside a loop that also serves a controller (``Agent(config).run(stop)``,
+for ``rc up``).
+
+Not here yet: hooks, verify, probes beyond the built-in facts, sheets, the recovery
+proof, the straggler sweep by ``RC_JOB_ID``, re-registration, attached stdio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import signal
+import sys
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from resource_controller import wire
+from resource_controller.clock import Clock, SystemClock
+from resource_controller.core import durations
+from resource_controller.core.states import JobState
+from resource_controller.worker import config as worker_config
+from resource_controller.worker import logship, probes, procs, runner
+
+log = logging.getLogger(__name__)
+
+#: Overall bound on one non-streaming request (WRK-030).
+HTTP_TIMEOUT = 120.0
+#: Wait after a failed poll (WRK-061). *(test hook)*
+POLL_ERROR_BACKOFF = 2.0
+#: Minimum gap after a poll that started nothing (WRK-062). *(test hook)*
+IDLE_POLL_GAP = 0.25
+#: Terminal report retry policy (WRK-112). *(test hook)*
+REPORT_ATTEMPTS = 5
+REPORT_ATTEMPT_TIMEOUT = 5.0
+REPORT_BACKOFF = 0.2
+#: How long shutdown waits for job tasks before abandoning them (WRK-130). *(test hook)*
+SHUTDOWN_WAIT = 45.0
+#: After abandoning, how long to wait for the cancelled tasks to kill their groups.
+ABANDON_WAIT = 5.0
+
+INSTANCE_HEADER = "Rc-Controller-Instance"
+REASON_PREKILLED = "killed before this worker started it"
+
+_TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError)
+
+
+class RegisterError(Exception):
+    """Registration failed; the message is the ``register: ...`` line of WRK-045."""
+
+
+class _LogSendError(Exception):
+    """The controller refused a log chunk."""
+
+
+def _status_line(resp: httpx.Response) -> str:
+    return f"{resp.status_code} {resp.reason_phrase}".strip()
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "request timed out"
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class Contact:
+    """The last time the controller answered and which instance it was (WRK-032).
+
+    Re-registration (§15) will decide from these; for now they are only recorded.
+    """
+
+    #: Monotonic time of the latest response; only ever moves forward.
+    last_at: float | None = None
+    #: Latest non-empty ``Rc-Controller-Instance``; an empty header never overwrites it.
+    instance: str = ""
+
+    def observe(self, at: float, instance: str) -> None:
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        if instance:
+            self.instance = instance
+
+
+@dataclass
+class _Job:
+    """One job under supervision: its assignment and its cancellation scope."""
+
+    assignment: wire.Assignment
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def parse_poll_body(body: bytes) -> tuple[list[wire.Assignment], list[str]]:
+    """Decode a 200 poll answer (WRK-060, WRK-064); raise ``ValueError`` if undecodable.
+
+    Either list may be absent or null. Unknown assignment fields are ignored, so a
+    newer controller's additions never stop an older worker.
+    """
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("poll answer is not a JSON object")
+    raw_assignments = data.get("assignments") or []
+    raw_kills = data.get("kills") or []
+    if not isinstance(raw_assignments, list) or not isinstance(raw_kills, list):
+        raise ValueError("poll answer lists are not lists")
+    known = wire.Assignment.model_fields
+    assignments = []
+    for item in raw_assignments:
+        if not isinstance(item, dict):
+            raise ValueError("an assignment is not a JSON object")
+        fields = {k: v for k, v in item.items() if k in known}
+        assignments.append(wire.Assignment.model_validate(fields))
+    if not all(isinstance(k, str) for k in raw_kills):
+        raise ValueError("a kill is not a job ID string")
+    return assignments, list(raw_kills)
+
+
+class Agent:
+    """One worker process's conversation with the controller."""
+
+    def __init__(
+        self,
+        config: worker_config.WorkerConfig,
+        clock: Clock | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.contact = Contact()
+        self._transport = transport
+        self._base_env = base_env
+        # EXT-PG-5 (several URLs, failover) is not implemented: the first one is used.
+        self._base = config.controller_url.split(",")[0].strip()
+        self._client: httpx.AsyncClient | None = None
+        # Single-threaded asyncio: reads and writes of the worker ID never interleave
+        # mid-update, which is all WRK-033 asks for.
+        self._worker_id = ""
+        #: Jobs under supervision, in start order (WRK-051).
+        self._jobs: dict[str, _Job] = {}
+        #: Every job ID this process started or pre-killed; never pruned (WRK-070).
+        self._seen: set[str] = set()
+        #: Tasks the shutdown must wait for (WRK-067), with the job ID each serves.
+        self._tasks: dict[asyncio.Task[None], str] = {}
+        self._shutting_down = False
+
+    # ---- state read by tests and by the heartbeat ---------------------------------
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    @property
+    def supervised_job_ids(self) -> list[str]:
+        """Exactly the jobs this process supervises right now (WRK-051)."""
+        return list(self._jobs)
+
+    # ---- running -----------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Register, serve until ``stop`` is set, then shut down gracefully (§12).
+
+        Raises ``RegisterError`` if the first registration fails (WRK-002); returns
+        quietly if ``stop`` is set before registration completes.
+        """
+        headers = {
+            "Authorization": f"Bearer {self.config.token}",
+            "Content-Type": "application/json",
+        }
+        async with httpx.AsyncClient(
+            headers=headers, timeout=HTTP_TIMEOUT, transport=self._transport
+        ) as client:
+            self._client = client
+            try:
+                if not await self._register_or_stop(stop):
+                    return
+                await self._serve(stop)
+            finally:
+                await self._abandon(list(self._tasks))
+                self._client = None
+
+    async def _register_or_stop(self, stop: asyncio.Event) -> bool:
+        registering = asyncio.create_task(self.register(), name="register")
+        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
+        try:
+            await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not registering.done():
+                registering.cancel()
+                await asyncio.wait({registering})
+        if registering.cancelled():
+            return False
+        registering.result()  # raises RegisterError
+        return True
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        heartbeat = asyncio.create_task(
+            self._guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
+        )
+        poll = asyncio.create_task(self._guard(self._poll_loop(), "poll"), name="poll")
+        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
+        try:
+            await asyncio.wait({stopping, poll, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                log.error("a worker loop ended on its own; shutting down")
+        finally:
+            await self._shutdown(poll, heartbeat, stopping)
+
+    async def _shutdown(self, *loops: asyncio.Task[Any]) -> None:
+        """Stop polling and heartbeats, cancel every job, wait a bounded time (WRK-130)."""
+        self._shutting_down = True
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        for job in self._jobs.values():
+            job.cancel.set()
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        log.info("shutdown: waiting for %d job task(s)", len(tasks), extra={"action": "shutdown"})
+        _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT)
+        if pending:
+            # WRK-131: the window is a bound, not a promise. The controller's
+            # worker-loss handling reconciles these jobs and keeps the devices out.
+            log.error(
+                "shutdown: abandoned job(s) after %s: %s",
+                durations.render_duration(SHUTDOWN_WAIT),
+                ", ".join(sorted(self._tasks.get(t, "?") for t in pending)),
+                extra={"action": "shutdown_abandoned"},
+            )
+            await self._abandon(list(pending))
+
+    async def _abandon(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Cancel tasks (each kills its process group on the way out) and wait briefly."""
+        live = [t for t in tasks if not t.done()]
+        for task in live:
+            task.cancel()
+        if live:
+            await asyncio.wait(live, timeout=ABANDON_WAIT)
+
+    async def _guard(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        """Run a background coroutine, logging a failure instead of losing it."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed", what, extra={"action": "task_failed"})
+
+    def _track(self, coro: Coroutine[Any, Any, None], job_id: str) -> None:
+        """Start a job-side task and register it for shutdown in the same step (WRK-067)."""
+        task = asyncio.create_task(self._guard(coro, f"job {job_id}"), name=f"job-{job_id}")
+        self._tasks[task] = job_id
+        task.add_done_callback(self._untrack)
+
+    def _untrack(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    # ---- HTTP --------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """One request to ``controller_url + path``; any answer counts as contact (WRK-032)."""
+        assert self._client is not None, "the agent is not running"
+        async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
+            resp = await self._client.request(
+                method,
+                self._base + path,
+                json=body,
+                content=content,
+                params=params,
+            )
+        self.contact.observe(self.clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
+        return resp
+
+    # ---- registration ------------------------------------------------------------
+
+    def registration_body(self) -> dict[str, Any]:
+        """The body of ``POST /v1/workers/register`` (WRK-043)."""
+        cfg = self.config
+        devices: list[dict[str, Any]] = []
+        for d in cfg.devices:
+            decl: dict[str, Any] = {"name": d.name}
+            if d.max_runtime_seconds:
+                decl["max_runtime_seconds"] = d.max_runtime_seconds
+            devices.append(decl)
+        body: dict[str, Any] = {"host": cfg.host}
+        boot = procs.boot_id()
+        if boot:
+            body["boot_id"] = boot
+        body["devices"] = devices
+        # Explicit null when the pass found nothing: absent, null and {} differ.
+        body["labels"] = probes.labels_payload(
+            probes.builtin_facts(), (d.name for d in cfg.devices)
+        )
+        # Sent for every device, empty ones included, so removing a label clears it.
+        body["declared_labels"] = {d.name: dict(d.labels) for d in cfg.devices}
+        return body
+
+    async def register(self) -> str:
+        """Register and store the worker ID; raise ``RegisterError`` on any failure."""
+        try:
+            resp = await self._request(
+                "POST", "/v1/workers/register", body=self.registration_body()
+            )
+        except _TRANSPORT_ERRORS as exc:
+            raise RegisterError(f"register: {_error_text(exc)}") from exc
+        if resp.status_code != 200:
+            raise RegisterError(f"register: controller returned {_status_line(resp)}")
+        try:
+            worker_id = wire.RegisterResponse.model_validate(resp.json()).worker_id
+        except ValueError as exc:
+            raise RegisterError(f"register: unreadable answer: {exc}") from exc
+        self._worker_id = worker_id
+        log.info(
+            "registered as worker %s (host %s, %d device(s))",
+            worker_id,
+            self.config.host,
+            len(self.config.devices),
+            extra={"action": "registered"},
+        )
+        return worker_id
+
+    # ---- heartbeat ---------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        """Every interval, name exactly the supervised jobs (WRK-050..052)."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.heartbeat_interval
+        next_at = loop.time() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            # Ticks keep their schedule; a slow heartbeat skips ticks, never bunches them.
+            next_at += interval * max(1, int((loop.time() - next_at) // interval) + 1)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> bool:
+        """Send one heartbeat; a failure is a warning, never retried (WRK-052)."""
+        ids = self.supervised_job_ids
+        body: dict[str, Any] = {"running_job_ids": ids} if ids else {}
+        try:
+            resp = await self._request(
+                "POST", f"/v1/workers/{self._worker_id}/heartbeat", body=body
+            )
+        except _TRANSPORT_ERRORS as exc:
+            log.warning("heartbeat failed: %s", _error_text(exc), extra={"action": "heartbeat"})
+            return False
+        if not resp.is_success:
+            log.warning(
+                "heartbeat failed: controller returned %s",
+                _status_line(resp),
+                extra={"action": "heartbeat"},
+            )
+            return False
+        return True
+
+    # ---- poll loop ---------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        """Long-poll forever; errors back off 2 s, idle polls leave 250 ms (§6)."""
+        wait = durations.render_duration(self.config.poll_wait)
+        while True:
+            started = await self.poll_once(wait)
+            if started is None:
+                await asyncio.sleep(POLL_ERROR_BACKOFF)
+            elif started == 0:
+                await asyncio.sleep(IDLE_POLL_GAP)
+
+    async def poll_once(self, wait: str) -> int | None:
+        """One poll; the number of jobs it started, or ``None`` after a poll error."""
+        path = f"/v1/workers/{self._worker_id}/assignments"
+        try:
+            resp = await self._request("GET", path, params={"wait": wait})
+        except _TRANSPORT_ERRORS as exc:
+            log.warning("poll failed: %s", _error_text(exc), extra={"action": "poll"})
+            return None
+        if resp.status_code == 204:
+            return 0
+        if resp.status_code != 200:
+            log.warning(
+                "poll failed: controller returned %s",
+                _status_line(resp),
+                extra={"action": "poll"},
+            )
+            return None
+        try:
+            assignments, kills = parse_poll_body(resp.content)
+        except ValueError as exc:
+            log.warning("poll failed: undecodable answer: %s", exc, extra={"action": "poll"})
+            return None
+        return self._dispatch(assignments, kills)
+
+    def _dispatch(self, assignments: list[wire.Assignment], kills: list[str]) -> int:
+        """Deliver kills, then accept assignments (WRK-065, WRK-066, WRK-070).
+
+        Synchronous on purpose: every job enters the supervised set and the shutdown
+        tracker before the poll loop can be interrupted.
+        """
+        for job_id in kills:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                job.cancel.set()  # idempotent: a re-delivered kill changes nothing
+        killed = set(kills)
+        started = 0
+        for a in assignments:
+            if a.job_id in self._seen:
+                continue  # re-delivered: a job runs at most once per process
+            self._seen.add(a.job_id)
+            if a.job_id in killed:
+                self._track(self._report_prekilled(a), a.job_id)
+                continue
+            job = _Job(a)
+            if self._shutting_down:
+                job.cancel.set()
+            self._jobs[a.job_id] = job
+            self._track(self._run_job(job), a.job_id)
+            started += 1
+        return started
+
+    # ---- one job -----------------------------------------------------------------
+
+    def _status_body(self, a: wire.Assignment, state: str, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"state": state, **extra, "worker_id": self._worker_id}
+        if a.lease_epoch:
+            body["lease_epoch"] = a.lease_epoch  # EXT-EPOCH-3
+        return body
+
+    async def _run_job(self, job: _Job) -> None:
+        """WRK-072 for one job (hooks, verify and the sweep are not done yet)."""
+        a = job.assignment
+        try:
+            log.info(
+                "job %s: starting on %s",
+                a.job_id,
+                a.device_id,
+                extra={"action": "job_start", "job_id": a.job_id},
+            )
+            await self._report_running(a)
+            shipper = logship.LogShipper(functools.partial(self._append_log, a), label=a.job_id)
+            try:
+                outcome = await runner.run_job(
+                    a,
+                    on_output=shipper.write,
+                    cancel=job.cancel,
+                    clock=self.clock,
+                    base_env=self._base_env,
+                )
+            except asyncio.CancelledError:
+                await shipper.abandon()
+                raise
+            await shipper.close()  # WRK-086: output lands before the outcome
+            extra: dict[str, Any] = {"exit_code": outcome.exit_code}
+            if outcome.reason:
+                extra["reason"] = outcome.reason
+            log.info(
+                "job %s: %s (exit %d)%s",
+                a.job_id,
+                outcome.state.value,
+                outcome.exit_code,
+                f": {outcome.reason}" if outcome.reason else "",
+                extra={"action": "job_end", "job_id": a.job_id},
+            )
+            await self._report_terminal(
+                a.job_id, self._status_body(a, outcome.state.value, **extra)
+            )
+        finally:
+            self._jobs.pop(a.job_id, None)
+
+    async def _report_prekilled(self, a: wire.Assignment) -> None:
+        """The user who typed ``rc kill`` believes nothing ran (WRK-066)."""
+        body = self._status_body(a, JobState.KILLED.value, reason=REASON_PREKILLED)
+        await self._report_terminal(a.job_id, body)
+
+    async def _report_running(self, a: wire.Assignment) -> None:
+        """Belt and braces: one attempt, failure only logged (WRK-113)."""
+        body = self._status_body(a, JobState.RUNNING.value)
+        try:
+            resp = await self._request(
+                "POST", f"/v1/jobs/{a.job_id}/status", body=body, timeout=REPORT_ATTEMPT_TIMEOUT
+            )
+        except _TRANSPORT_ERRORS as exc:
+            problem = _error_text(exc)
+        else:
+            if resp.is_success:
+                return
+            problem = f"controller returned {_status_line(resp)}"
+        log.warning(
+            "job %s: running report failed: %s",
+            a.job_id,
+            problem,
+            extra={"action": "report_running", "job_id": a.job_id},
+        )
+
+    async def _report_terminal(self, job_id: str, body: dict[str, Any]) -> bool:
+        """Deliver a terminal report: 5 attempts, 5 s each, 200 ms doubling (WRK-112)."""
+        delay = REPORT_BACKOFF
+        for attempt in range(1, REPORT_ATTEMPTS + 1):
+            try:
+                resp = await self._request(
+                    "POST", f"/v1/jobs/{job_id}/status", body=body, timeout=REPORT_ATTEMPT_TIMEOUT
+                )
+            except _TRANSPORT_ERRORS as exc:
+                problem = _error_text(exc)
+            else:
+                if resp.is_success:
+                    return True
+                problem = f"controller returned {_status_line(resp)}"
+            log.warning(
+                "job %s: terminal report attempt %d/%d failed: %s",
+                job_id,
+                attempt,
+                REPORT_ATTEMPTS,
+                problem,
+                extra={"action": "report_terminal", "job_id": job_id},
+            )
+            if attempt < REPORT_ATTEMPTS:
+                await asyncio.sleep(delay)
+                delay *= 2
+        log.error(
+            "job %s: terminal report (%s) not delivered; the device lease will strand "
+            "until the controller's reaper reclaims it",
+            job_id,
+            body.get("state"),
+            extra={"action": "report_terminal_lost", "job_id": job_id},
+        )
+        return False
+
+    async def _append_log(self, a: wire.Assignment, chunk: bytes) -> None:
+        """``POST /v1/jobs/{id}/logs`` with raw bytes, epoch echoed (WRK-083, EXT-EPOCH-3a)."""
+        params = {"lease_epoch": str(a.lease_epoch)} if a.lease_epoch else None
+        resp = await self._request(
+            "POST", f"/v1/jobs/{a.job_id}/logs", content=chunk, params=params
+        )
+        if not resp.is_success:
+            raise _LogSendError(f"controller returned {_status_line(resp)}")
+
+
+# ---- as a process --------------------------------------------------------------
+
+
+async def _serve_until_signal(config: worker_config.WorkerConfig, clock: Clock | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    watched = (signal.SIGINT, signal.SIGTERM)
+
+    def first_signal(signum: int) -> None:
+        # WRK-003: the handlers go the moment the first signal arrives, so a second
+        # one takes the default action and ends the process at once.
+        for s in watched:
+            loop.remove_signal_handler(s)
+            signal.signal(s, signal.SIG_DFL)
+        log.info(
+            "%s received: shutting down",
+            signal.Signals(signum).name,
+            extra={"action": "signal"},
+        )
+        stop.set()
+
+    for s in watched:
+        loop.add_signal_handler(s, first_signal, s)
+    try:
+        await Agent(config, clock).run(stop)
+    except RegisterError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for s in watched:
+            loop.remove_signal_handler(s)
+    return 0
+
+
+def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None) -> int:
+    """Run the worker in this process until a signal; the process exit status.
+
+    1 when the first registration fails (WRK-002); 0 after a signal-initiated shutdown,
+    even one that had to abandon jobs (WRK-004).
+    """
+    return asyncio.run(_serve_until_signal(config, clock))
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+
+
+def main(config_path: str = worker_config.DEFAULT_PATH) -> int:
+    """``rc worker -c PATH``: load the configuration and run; the exit status."""
+    _setup_logging()
+    try:
+        cfg = worker_config.load_config(config_path)
+    except worker_config.ConfigError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return run_worker(cfg)

@@ -1,0 +1,475 @@
+"""The worker's configuration: ``worker.yaml``, its defaults and its environment overrides.
+
+Two layers. The *file* models mirror what a person writes, strictly: durations must be
+strings (a bare ``30`` is an error, not "seconds"), unknown keys are refused by name,
+and label values keep their literal YAML text. The resolved ``WorkerConfig`` is what
+the rest of the worker reads: durations in seconds, every default applied by the one
+idempotent ``apply_defaults`` (WRK-010), whether it came from a file or was built in
+code (``make_config``, used by ``rc up`` and tests).
+
+Unset never means unbounded: a zero or negative duration gets its default, because a
+zero hook timeout would be a hook with no limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+
+from resource_controller.core import durations
+from resource_controller.worker import procs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = "/etc/rc/worker.yaml"
+
+# Defaults of §2.1, in seconds for durations.
+DEFAULT_HEARTBEAT_INTERVAL = 10.0
+DEFAULT_POLL_WAIT = 30.0
+DEFAULT_HOOK_TIMEOUT = 60.0
+DEFAULT_RELEASE_LINGER = 30.0
+DEFAULT_PROBE_DIR = "/etc/rc/probe.d"
+DEFAULT_PROBE_INTERVAL = 300.0
+DEFAULT_PROBE_TIMEOUT = 5.0
+DEFAULT_VERIFY_DIR = "/etc/rc/verify.d"
+DEFAULT_VERIFY_TIMEOUT = 30.0
+DEFAULT_VERIFY_PASS_BUDGET = 120.0
+DEFAULT_SHEET_DIR = "/etc/rc"
+DEFAULT_STATE_DIR = "/var/lib/rc-worker"
+
+_ON_WORDS = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+_OFF_WORDS = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message is the whole one-line story."""
+
+
+# ---- the resolved configuration ------------------------------------------------
+
+
+class DeviceConfig(BaseModel):
+    """One offered device, after defaults (WRK-015, WRK-016)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Bare device name; the device ID is ``<host>:<name>``.
+    name: str
+    #: Runtime ceiling in seconds; 0 means none (sent truncated to whole seconds).
+    max_runtime: float = 0.0
+    #: Hook paths, used verbatim; ``None`` when not configured.
+    on_acquire: str | None = None
+    on_release: str | None = None
+    #: Effective hook timeout and release linger: own, else host, else 60s / 30s.
+    timeout: float = 0.0
+    release_linger: float = 0.0
+    #: Declared labels, sent verbatim on every registration (WRK-044).
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def max_runtime_seconds(self) -> int:
+        """The ceiling as the wire carries it: whole seconds, truncated (WRK-019)."""
+        return int(self.max_runtime)
+
+
+class HooksConfig(BaseModel):
+    """Host-wide hook defaults (§2.1 ``hooks.*``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout: float = DEFAULT_HOOK_TIMEOUT
+    release_linger: float = DEFAULT_RELEASE_LINGER
+
+
+class WorkerConfig(BaseModel):
+    """Everything the worker reads from its configuration, defaults applied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    controller_url: str
+    token: str = ""
+    host: str = ""
+    devices: tuple[DeviceConfig, ...] = ()
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    poll_wait: float = DEFAULT_POLL_WAIT
+    hooks: HooksConfig = HooksConfig()
+    probe_dir: str = DEFAULT_PROBE_DIR
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
+    verify_dir: str = DEFAULT_VERIFY_DIR
+    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT
+    verify_pass_budget: float = DEFAULT_VERIFY_PASS_BUDGET
+    sheet_dir: str = DEFAULT_SHEET_DIR
+    require_manual_clear: bool = False
+    state_dir: str = DEFAULT_STATE_DIR
+
+    def device_id(self, name: str) -> str:
+        """``<host>:<name>``, joined with exactly one colon (§0)."""
+        return f"{self.host}:{name}"
+
+
+def _positive_or(value: float, default: float) -> float:
+    return value if value > 0 else default
+
+
+def apply_defaults(config: WorkerConfig) -> WorkerConfig:
+    """Give every unset value its default (WRK-010, WRK-016); applying it twice is a no-op.
+
+    Zero or negative durations and empty paths count as unset. A device's hook timeout
+    and linger resolve to its own value, else the host's, else the built-in default.
+    """
+    hooks = HooksConfig(
+        timeout=_positive_or(config.hooks.timeout, DEFAULT_HOOK_TIMEOUT),
+        release_linger=_positive_or(config.hooks.release_linger, DEFAULT_RELEASE_LINGER),
+    )
+    devices = tuple(
+        d.model_copy(
+            update={
+                "max_runtime": max(d.max_runtime, 0.0),
+                "timeout": _positive_or(d.timeout, hooks.timeout),
+                "release_linger": _positive_or(d.release_linger, hooks.release_linger),
+            }
+        )
+        for d in config.devices
+    )
+    return config.model_copy(
+        update={
+            "host": config.host or socket.gethostname(),
+            "devices": devices,
+            "hooks": hooks,
+            "heartbeat_interval": _positive_or(
+                config.heartbeat_interval, DEFAULT_HEARTBEAT_INTERVAL
+            ),
+            "poll_wait": _positive_or(config.poll_wait, DEFAULT_POLL_WAIT),
+            "probe_dir": config.probe_dir or DEFAULT_PROBE_DIR,
+            "probe_interval": _positive_or(config.probe_interval, DEFAULT_PROBE_INTERVAL),
+            "probe_timeout": _positive_or(config.probe_timeout, DEFAULT_PROBE_TIMEOUT),
+            "verify_dir": config.verify_dir or DEFAULT_VERIFY_DIR,
+            "verify_timeout": _positive_or(config.verify_timeout, DEFAULT_VERIFY_TIMEOUT),
+            "verify_pass_budget": _positive_or(
+                config.verify_pass_budget, DEFAULT_VERIFY_PASS_BUDGET
+            ),
+            "sheet_dir": config.sheet_dir or DEFAULT_SHEET_DIR,
+            "state_dir": config.state_dir or DEFAULT_STATE_DIR,
+        }
+    )
+
+
+def validate_config(config: WorkerConfig, where: str) -> None:
+    """The checks of §2.3 that hold for any configuration, however it was built.
+
+    ``where`` names the source in messages (the file path, for a file).
+    """
+    if not config.controller_url:
+        raise ConfigError(f"controller_url required in {where}")
+    if not config.devices:
+        raise ConfigError(f"at least one device required in {where}")
+    seen: set[str] = set()
+    for d in config.devices:
+        if not d.name:
+            raise ConfigError(f"device entry needs a name in {where}")
+        if d.name in seen:
+            raise ConfigError(f"duplicate device name {d.name!r} in {where}")
+        seen.add(d.name)
+        for key, path in (("on_acquire", d.on_acquire), ("on_release", d.on_release)):
+            if path is not None and not path.strip():
+                raise ConfigError(f'device "{d.name}": {key} must not be blank')
+        if 0 < d.max_runtime < 1:
+            # WRK-019: the wire carries whole seconds, so 500ms would become 0, which
+            # means "no ceiling": the opposite of what was written.
+            raise ConfigError(
+                f'device "{d.name}": max_runtime {durations.render_duration(d.max_runtime)} '
+                "is below the one-second granularity at which runtime ceilings are enforced"
+            )
+
+
+def make_config(
+    controller_url: str,
+    devices: Sequence[str | DeviceConfig],
+    *,
+    token: str = "",
+    host: str = "",
+    **settings: Any,
+) -> WorkerConfig:
+    """Build a checked configuration in code (``rc up``, tests), defaults applied.
+
+    ``settings`` are other ``WorkerConfig`` fields, durations in seconds. The
+    environment is not consulted: the caller says what it means.
+    """
+    decls = tuple(DeviceConfig(name=d) if isinstance(d, str) else d for d in devices)
+    try:
+        raw = WorkerConfig(
+            controller_url=controller_url, token=token, host=host, devices=decls, **settings
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"worker config: {_describe(exc)}") from exc
+    config = apply_defaults(raw)
+    validate_config(config, "the worker configuration")
+    return config
+
+
+# ---- the file ------------------------------------------------------------------
+
+
+class _FileModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _FileHooks(_FileModel):
+    timeout: StrictStr | None = None
+    release_linger: StrictStr | None = None
+
+
+class _FileDevice(_FileModel):
+    name: StrictStr | None = None
+    max_runtime: StrictStr | None = None
+    on_acquire: StrictStr | None = None
+    on_release: StrictStr | None = None
+    timeout: StrictStr | None = None
+    release_linger: StrictStr | None = None
+    labels: dict[StrictStr, StrictStr] | None = None
+
+
+class _FileConfig(_FileModel):
+    controller_url: StrictStr | None = None
+    token: StrictStr | None = None
+    host: StrictStr | None = None
+    devices: list[StrictStr | _FileDevice] | None = None
+    heartbeat_interval: StrictStr | None = None
+    poll_wait: StrictStr | None = None
+    hooks: _FileHooks | None = None
+    probe_dir: StrictStr | None = None
+    probe_interval: StrictStr | None = None
+    probe_timeout: StrictStr | None = None
+    verify_dir: StrictStr | None = None
+    verify_timeout: StrictStr | None = None
+    verify_pass_budget: StrictStr | None = None
+    sheet_dir: StrictStr | None = None
+    require_manual_clear: StrictBool | None = None
+    state_dir: StrictStr | None = None
+
+
+_DURATION_KEYS = frozenset(
+    {
+        "heartbeat_interval",
+        "poll_wait",
+        "probe_interval",
+        "probe_timeout",
+        "verify_timeout",
+        "verify_pass_budget",
+        "max_runtime",
+        "timeout",
+        "release_linger",
+    }
+)
+
+
+def _loc_text(loc: Sequence[int | str]) -> str:
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i == 2 and loc[0] == "devices" and part in ("str", "_FileDevice"):
+            continue  # pydantic's union-branch marker says nothing to a person
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line naming the offending key; unknown keys say so plainly (WRK-013)."""
+    errors = exc.errors()
+    # A device entry is a union (bare name or mapping) and reports one error per
+    # branch; entries reaching validation as mappings are explained by the mapping one.
+    chosen = next(
+        (e for e in errors if e["type"] == "extra_forbidden"),
+        next((e for e in errors if "_FileDevice" in e["loc"]), errors[0]),
+    )
+    where = _loc_text(chosen["loc"])
+    if chosen["type"] == "extra_forbidden":
+        return f"unknown key {where!r}"
+    got = chosen.get("input")
+    got_text = f"got {type(got).__name__} {got!r}"
+    last = chosen["loc"][-1] if chosen["loc"] else ""
+    if last in _DURATION_KEYS and chosen["type"] == "string_type":
+        return f'{where}: a duration must be a string such as "30s" ({got_text})'
+    if chosen["type"] in ("model_type", "dict_type"):
+        return f"{where}: must be a mapping ({got_text})"
+    return f"{where}: {chosen['msg'].lower()} ({got_text})"
+
+
+def _read_yaml(text: str) -> Any:
+    """Load YAML, keeping the literal text of every ``devices[].labels`` value (WRK-015).
+
+    ``3`` must become ``"3"`` and ``1.50`` must stay ``"1.50"``, which a plain load
+    cannot promise, so label mappings are read from the node tree.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return {}
+        if not isinstance(root, yaml.MappingNode):
+            return loader.construct_object(root, deep=True)
+        return _mapping(loader, root, depth=0)
+    finally:
+        loader.dispose()
+
+
+def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if depth == 0 and key == "devices" and isinstance(value_node, yaml.SequenceNode):
+            out[key] = [
+                _mapping(loader, item, depth=1)
+                if isinstance(item, yaml.MappingNode)
+                else loader.construct_object(item, deep=True)
+                for item in value_node.value
+            ]
+        elif depth == 1 and key == "labels" and isinstance(value_node, yaml.MappingNode):
+            out[key] = _literal_labels(loader, value_node)
+        else:
+            out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+def _literal_labels(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key: Any = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if isinstance(value_node, yaml.ScalarNode):
+            null = value_node.tag == "tag:yaml.org,2002:null"
+            out[key] = "" if null else value_node.value
+        else:
+            # A list or mapping has no literal text: let validation name it.
+            out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+def _yaml_error_text(path: str, exc: yaml.YAMLError) -> str:
+    """``<path>: line L, column C: <problem> (<context>)``, on one line."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        text = f"{path}: line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+        if exc.context:
+            text += f" ({exc.context})"
+        return " ".join(text.split())
+    return " ".join(str(exc).split())
+
+
+def _seconds(text: str | None, key: str) -> float:
+    if text is None:
+        return 0.0
+    try:
+        return durations.parse_duration(text)
+    except durations.DurationError as exc:
+        raise ConfigError(f"parse worker config: {key}: invalid duration {text!r}") from exc
+
+
+def _manual_clear_from_env(value: str | None) -> bool:
+    """``RC_REQUIRE_MANUAL_CLEAR`` (WRK-021): it can only ever turn the setting on."""
+    text = (value or "").strip()
+    if not text or text in _OFF_WORDS:
+        return False
+    if text not in _ON_WORDS:
+        # A typo is read as "be cautious": misreading it as "no" would hand devices back.
+        log.warning(
+            "RC_REQUIRE_MANUAL_CLEAR=%r is not a recognised boolean; treating it as true",
+            text,
+            extra={"action": "config_env"},
+        )
+    return True
+
+
+def load_config(path: str, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+    """Read, validate and default ``worker.yaml``, then apply WRK-020/021.
+
+    Raises ``ConfigError`` whose message is the exact one-liner of §2.3.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError("read worker config: " + procs.os_error_text("open", path, exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"read worker config: {path}: not UTF-8 text ({exc})") from exc
+    try:
+        data = _read_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"parse worker config: {_yaml_error_text(path, exc)}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"parse worker config: top level must be a mapping, got {type(data).__name__}"
+        )
+    entries = data.get("devices")
+    for i, device in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(device, dict) and device.get("name") is None:
+            raise ConfigError(f"device entry needs a name in {path}")
+        if not isinstance(device, str | dict):
+            raise ConfigError(
+                f"parse worker config: devices[{i}]: a device entry is a name or a mapping "
+                f"(got {type(device).__name__} {device!r})"
+            )
+    try:
+        raw = _FileConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"parse worker config: {_describe(exc)}") from exc
+    hooks = raw.hooks or _FileHooks()
+    devices: list[DeviceConfig] = []
+    for i, entry in enumerate(raw.devices or []):
+        if isinstance(entry, str):
+            devices.append(DeviceConfig(name=entry))
+            continue
+        key = f"devices[{i}]"
+        devices.append(
+            DeviceConfig(
+                name=entry.name or "",
+                max_runtime=_seconds(entry.max_runtime, key + ".max_runtime"),
+                on_acquire=entry.on_acquire,
+                on_release=entry.on_release,
+                timeout=_seconds(entry.timeout, key + ".timeout"),
+                release_linger=_seconds(entry.release_linger, key + ".release_linger"),
+                labels=dict(entry.labels or {}),
+            )
+        )
+    token = raw.token or ""
+    if not token:
+        # WRK-020: only when the file says nothing; an explicit file token always wins.
+        token = env.get("RC_TOKEN", "").strip()
+    manual = bool(raw.require_manual_clear) or _manual_clear_from_env(
+        env.get("RC_REQUIRE_MANUAL_CLEAR")
+    )
+    resolved = WorkerConfig(
+        controller_url=raw.controller_url or "",
+        token=token,
+        host=raw.host or "",
+        devices=tuple(devices),
+        heartbeat_interval=_seconds(raw.heartbeat_interval, "heartbeat_interval"),
+        poll_wait=_seconds(raw.poll_wait, "poll_wait"),
+        hooks=HooksConfig(
+            timeout=_seconds(hooks.timeout, "hooks.timeout"),
+            release_linger=_seconds(hooks.release_linger, "hooks.release_linger"),
+        ),
+        probe_dir=raw.probe_dir or "",
+        probe_interval=_seconds(raw.probe_interval, "probe_interval"),
+        probe_timeout=_seconds(raw.probe_timeout, "probe_timeout"),
+        verify_dir=raw.verify_dir or "",
+        verify_timeout=_seconds(raw.verify_timeout, "verify_timeout"),
+        verify_pass_budget=_seconds(raw.verify_pass_budget, "verify_pass_budget"),
+        sheet_dir=raw.sheet_dir or "",
+        require_manual_clear=manual,
+        state_dir=raw.state_dir or "",
+    )
+    config = apply_defaults(resolved)
+    validate_config(config, path)
+    return config

@@ -1,0 +1,295 @@
+"""Signals, process groups and `/proc`: the worker's only contact with other processes.
+
+Everything the worker spawns leads its own process group (WRK-090), so "the job" is a
+group ID, not a PID: a training script's data loaders and a shell's background
+children live and die with it. This module answers the two questions supervision asks
+of a group (is anything in it still alive, and how to make it stop) and nothing else;
+deciding *when* to ask is the runner's business.
+
+"Alive" deliberately ignores zombies (WRK-092): an exited-but-unreaped member is not
+holding a GPU, and counting it once made ordinary successful jobs report themselves
+killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+#: Where the kernel publishes the boot ID (WRK-135). Tests point it elsewhere.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+#: Fallback source of a boot identity: the ``btime`` line (WRK-135).
+PROC_STAT_PATH = "/proc/stat"
+#: Root of the process table scanned for group members (WRK-092).
+PROC_ROOT = "/proc"
+
+#: Straggler reap: how long to wait for a SIGKILLed group to empty, and how often to
+#: look (WRK-096 step 4, WRK-099). *(test hook)*
+STRAGGLER_BOUND = 2.0
+STRAGGLER_POLL = 0.02
+#: How long members already inside exit() get to finish it before counting as
+#: stragglers (see ``settle_group``). *(test hook)*
+EXIT_SETTLE = 0.5
+
+#: ``PF_EXITING`` in the ``flags`` field of ``/proc/<pid>/stat``: the process is inside
+#: exit() and will never run user code again.
+PF_EXITING = 0x4
+
+_SIGNAL_WORDS: dict[int, str] = {
+    signal.SIGKILL: "killed",
+    signal.SIGTERM: "terminated",
+    signal.SIGINT: "interrupt",
+    signal.SIGHUP: "hangup",
+    signal.SIGQUIT: "quit",
+    signal.SIGABRT: "aborted",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGALRM: "alarm clock",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGUSR2: "user defined signal 2",
+    signal.SIGSYS: "bad system call",
+    signal.SIGTRAP: "trace/breakpoint trap",
+    signal.SIGXCPU: "CPU time limit exceeded",
+    signal.SIGXFSZ: "file size limit exceeded",
+}
+
+
+def signal_word(signum: int) -> str:
+    """The word used in ``signal: <name>`` reasons (§0); ``signal <n>`` for the rest."""
+    return _SIGNAL_WORDS.get(signum, f"signal {signum}")
+
+
+def os_error_text(operation: str, path: str, exc: OSError) -> str:
+    """Render an OS error as ``<operation> <path>: <lowercase description>`` (§0).
+
+    Tests and operators match on the lowercase description (``no such file or
+    directory``), so it comes from ``strerror`` when there is one.
+    """
+    description = exc.strerror or str(exc) or type(exc).__name__
+    return f"{operation} {path}: {description.lower()}"
+
+
+# ---- /proc ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` supervision needs."""
+
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    #: Kernel ``PF_*`` flags; 0 when the line was too short to carry them.
+    flags: int = 0
+
+    @property
+    def exiting(self) -> bool:
+        """Inside exit(): its files may already be closed, its zombie state not yet set."""
+        return bool(self.flags & PF_EXITING)
+
+
+def parse_stat(line: str) -> ProcStat | None:
+    """Parse one ``/proc/<pid>/stat`` line; ``None`` when it is not one.
+
+    The command name sits in parentheses and may itself contain spaces and ``)``, so
+    the fields are located after the *last* ``)`` (WRK-093).
+    """
+    end = line.rfind(")")
+    if end < 0:
+        return None
+    fields = line[end + 1 :].split()
+    if len(fields) < 4:
+        return None
+    try:
+        flags = int(fields[6]) if len(fields) > 6 else 0
+        return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]), flags)
+    except ValueError:
+        return None
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """Stat of one process, or ``None`` when it is gone or unreadable."""
+    try:
+        with open(f"{PROC_ROOT}/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return parse_stat(f.read())
+    except OSError:
+        return None
+
+
+def _live_members(pgid: int) -> list[ProcStat] | None:
+    """Non-zombie members of group ``pgid``; ``None`` when ``/proc`` cannot be listed."""
+    try:
+        entries = os.listdir(PROC_ROOT)
+    except OSError:
+        return None
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        st = read_stat(int(entry))
+        if st is not None and st.pgrp == pgid and st.state != "Z":
+            members.append(st)
+    return members
+
+
+def _group_has_live_member(pgid: int) -> bool:
+    members = _live_members(pgid)
+    # Blind is not empty: a group we cannot see is treated as alive (WRK-092).
+    return members is None or bool(members)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie (WRK-092).
+
+    The cheap existence check (signal 0) comes first; only if something answers is
+    ``/proc`` scanned, because an unreaped zombie answers signal 0 too.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # something with that group exists; find out whether it is live
+    return _group_has_live_member(pgid)
+
+
+# ---- signals -------------------------------------------------------------------
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to every member of group ``pgid``; ``True`` if it was delivered.
+
+    "Delivered" means the call succeeded for at least one member (WRK-096 step 2);
+    an empty or foreign group is simply not delivered to.
+    """
+    if pgid <= 1:
+        return False  # never signal our own group or every process by accident
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        return False
+    return True
+
+
+async def settle_group(pgid: int) -> None:
+    """Let members that are already exiting finish, for at most ``EXIT_SETTLE``.
+
+    A process closes its files (so the job's pipe reaches end of file) a moment before
+    it becomes a zombie. Checking for stragglers in that moment would catch the job's
+    own last writer mid-exit and label a clean run killed, the very mislabel WRK-092
+    exists to prevent. Only members flagged as exiting are waited for; anything else
+    ends the settling at once.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EXIT_SETTLE
+    while loop.time() < deadline:
+        members = _live_members(pgid)
+        if not members or not all(m.exiting for m in members):
+            return
+        await asyncio.sleep(0.005)
+
+
+async def reap_group(pgid: int) -> bool:
+    """SIGKILL whatever is left in group ``pgid`` and wait for it to empty.
+
+    Polls every ``STRAGGLER_POLL`` for at most ``STRAGGLER_BOUND`` seconds and returns
+    whether the group emptied (WRK-096 step 4, WRK-099).
+    """
+    signal_group(pgid, signal.SIGKILL)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STRAGGLER_BOUND
+    while group_alive(pgid):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(STRAGGLER_POLL)
+        signal_group(pgid, signal.SIGKILL)  # a member may have forked meanwhile
+    return True
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """What the escalation had to do, which decides how the result is labelled."""
+
+    #: SIGTERM reached at least one member (WRK-096 step 2).
+    term_delivered: bool
+    #: The group was still alive after the leader was gone, so it was SIGKILLed again.
+    stragglers: bool
+    #: Even that did not empty the group within the bound.
+    survivors: bool
+
+
+async def escalate(
+    pgid: int,
+    finished: Collection[asyncio.Future[Any]],
+    leader: asyncio.Future[Any],
+    *,
+    grace: float,
+) -> Teardown:
+    """TERM, wait up to ``grace``, KILL, then reap stragglers (WRK-096 steps 2-4).
+
+    ``finished`` are the futures whose completion means the process is done (leader
+    exited and its output drained); ``leader`` completes when the leader has exited and
+    been reaped. Neither is cancelled here: the caller owns them.
+    """
+    delivered = signal_group(pgid, signal.SIGTERM)
+    pending: Collection[asyncio.Future[Any]] = [f for f in finished if not f.done()]
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=grace)
+        if still:
+            signal_group(pgid, signal.SIGKILL)
+            await asyncio.wait([leader])
+    stragglers = False
+    survivors = False
+    await settle_group(pgid)
+    if group_alive(pgid):
+        stragglers = True
+        survivors = not await reap_group(pgid)
+    return Teardown(delivered, stragglers, survivors)
+
+
+def kill_group_now(pgid: int) -> None:
+    """Best-effort SIGKILL, for teardown paths that cannot wait (task cancellation)."""
+    with contextlib.suppress(OSError):
+        if pgid > 1:
+            os.killpg(pgid, signal.SIGKILL)
+
+
+# ---- boot identity -------------------------------------------------------------
+
+_boot_id: str | None = None
+
+
+def read_boot_id() -> str:
+    """Read the boot identity afresh (WRK-135); ``""`` when nothing says it."""
+    try:
+        with open(BOOT_ID_PATH, encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except OSError:
+        pass
+    try:
+        with open(PROC_STAT_PATH, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return "btime-" + line[len("btime ") :].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def boot_id() -> str:
+    """The boot identity, read once per process and cached (WRK-135)."""
+    global _boot_id
+    if _boot_id is None:
+        _boot_id = read_boot_id()
+    return _boot_id

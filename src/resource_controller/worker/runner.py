@@ -1,0 +1,393 @@
+"""Running one job as a supervised process group, and saying how it ended.
+
+A job runs directly (no shell), in a new session (so it leads its own process group),
+with ``/dev/null`` as stdin and stdout and stderr on one pipe, so the stored log is the
+interleaving the job actually produced (WRK-079, WRK-081). It is *complete* when the
+leader has exited **and** the pipe reached end of file: a background child still
+holding the pipe keeps the job running (WRK-082).
+
+While it runs, two watchdogs are checked every 100 ms on the injected clock (WRK-094).
+A kill flag, a shutdown and a watchdog trip all take the same cancellation path
+(WRK-096): TERM the group, give it ``KILL_GRACE``, KILL it, reap stragglers. A clean
+exit that leaves live members in the group is not a success either (WRK-099): they are
+killed and the job is reported killed, because a leader that exits 0 while its
+background child keeps the GPU is not an unremarkable success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from resource_controller import wire
+from resource_controller.clock import Clock
+from resource_controller.core import durations
+from resource_controller.core.states import JobState, Kind
+from resource_controller.worker import procs
+
+log = logging.getLogger(__name__)
+
+#: SIGTERM → SIGKILL grace on the cancellation path (WRK-096). *(test hook)*
+KILL_GRACE = 10.0
+#: How often the watchdogs are checked (WRK-094). *(test hook)*
+WATCHDOG_PERIOD = 0.1
+#: Output is read in blocks of at most this many bytes (WRK-084).
+READ_BLOCK = 65_536
+#: What a hold runs, whatever the assignment says (WRK-125): 2³¹−1 seconds, which
+#: busybox ``sleep`` accepts too.
+SLEEPER = ("sleep", "2147483647")
+
+REASON_CANCELLED = "cancelled"
+REASON_SURVIVORS = "cancelled; survivors remained after SIGKILL"
+REASON_STRAGGLERS_REAPED = "stragglers reaped after exit"
+REASON_STRAGGLERS_REMAINED = "stragglers remained after exit"
+REASON_EMPTY_COMMAND = "empty command"
+
+_INT64_MAX = 2**63 - 1
+_ASCII_DIGITS = frozenset("0123456789")
+
+#: Receives each block of output as it is read; awaiting it applies back-pressure.
+OutputSink = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a process ended, already mapped onto a job state (WRK-099..101)."""
+
+    state: JobState
+    #: Exit status, 128+signal for a signal death, -1 when it never started.
+    exit_code: int
+    #: ``""`` when the outcome needs no explanation (a plain exit).
+    reason: str = ""
+
+
+# ---- environment and command ---------------------------------------------------
+
+
+def device_index(device_id: str) -> str | None:
+    """The trailing index of a device ID's name, verbatim (WRK-077), or ``None``.
+
+    ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
+    digits count, and a run that does not fit a signed 64-bit integer is no index:
+    setting a wrong index would let a job touch a GPU it was never leased.
+    """
+    _, colon, name = device_id.partition(":")
+    if not colon or not name:
+        return None
+    start = len(name)
+    while start > 0 and name[start - 1] in _ASCII_DIGITS:
+        start -= 1
+    digits = name[start:]
+    if not digits or int(digits) > _INT64_MAX:
+        return None
+    return digits
+
+
+def cuda_visible_devices(device_ids: Sequence[str]) -> str | None:
+    """Comma-joined indices of every device, or ``None`` if any has none (EXT-GANG-4)."""
+    indices = [device_index(d) for d in device_ids]
+    if not indices or any(i is None for i in indices):
+        return None
+    return ",".join(i for i in indices if i is not None)
+
+
+def build_env(assignment: wire.Assignment, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment (WRK-075..077, EXT-EPOCH-2, EXT-LIVE-1).
+
+    Worker environment, overlaid with the job's ``env``; ``CUDA_VISIBLE_DEVICES`` from
+    the device name unless the job supplied the key (even empty); ``PYTHONUNBUFFERED=1``
+    unless the job set it; and the ``RC_*`` identity variables, which always win.
+    """
+    job_env = assignment.env or {}
+    device_ids = [assignment.device_id]
+    env = dict(base_env)
+    # A worker started inside a job inherits that job's fencing token and device
+    # list; neither describes this job.
+    env.pop("RC_LEASE_EPOCH", None)
+    env.pop("RC_DEVICES", None)
+    env.update(job_env)
+    if "CUDA_VISIBLE_DEVICES" not in job_env:
+        index = cuda_visible_devices(device_ids)
+        if index is not None:
+            env["CUDA_VISIBLE_DEVICES"] = index
+    if "PYTHONUNBUFFERED" not in job_env:
+        env["PYTHONUNBUFFERED"] = "1"
+    env["RC_JOB_ID"] = assignment.job_id
+    env["RC_DEVICE"] = device_ids[0]
+    env["RC_DEVICES"] = ",".join(device_ids)
+    if assignment.lease_epoch:
+        env["RC_LEASE_EPOCH"] = str(assignment.lease_epoch)
+    return env
+
+
+def job_argv(assignment: wire.Assignment) -> list[str]:
+    """The command to run: the assignment's, or the sleeper for a hold (WRK-080, WRK-125)."""
+    if assignment.kind == Kind.HOLD:
+        return list(SLEEPER)
+    return list(assignment.command)
+
+
+class _StartError(Exception):
+    """The process could not be started; the message is the ``<os error>`` text."""
+
+
+def _resolve(name: str, env: Mapping[str, str]) -> str:
+    """Find the program through ``PATH`` (the job's) when its name has no slash."""
+    if "/" in name:
+        return name
+    for directory in (env.get("PATH") or os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise _StartError(f"exec {name}: executable file not found in $PATH")
+
+
+# ---- supervision ---------------------------------------------------------------
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    """Feeds the output pipe into a reader and notes the leader's exit on its own.
+
+    ``Process.wait()`` from asyncio also waits for the pipes to close, but the
+    cancellation path must tell "leader reaped" from "output drained" (WRK-096 step 3).
+    """
+
+    def __init__(self) -> None:
+        self.output = asyncio.StreamReader(limit=READ_BLOCK)
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Duck-typed: uvloop's subprocess transport does not subclass asyncio's.
+        pipe = getattr(transport, "get_pipe_transport", lambda _fd: None)(1)
+        if isinstance(pipe, asyncio.ReadTransport):
+            self.output.set_transport(pipe)  # lets the reader pause the pipe when full
+
+    def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
+        self.output.feed_data(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self.output.feed_eof()
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+class _Activity:
+    """When output was last seen, for the idle watchdog."""
+
+    def __init__(self, at: float) -> None:
+        self.last = at
+
+
+async def _pump(
+    reader: asyncio.StreamReader, sink: OutputSink, activity: _Activity, clock: Clock
+) -> None:
+    while True:
+        try:
+            chunk = await reader.read(READ_BLOCK)
+        except OSError:
+            return  # an I/O error on the pipe ends the output like EOF does
+        if not chunk:
+            return
+        activity.last = clock.monotonic()
+        try:
+            await sink(chunk)
+        except Exception:
+            # The sink never fails the job; and reading must go on, or the pipe fills
+            # and the job blocks on its next write.
+            log.exception("output sink failed", extra={"action": "output_sink_failed"})
+
+
+def exit_code_of(returncode: int | None) -> int:
+    """Wait status as a shell reports it: the exit code, or 128+signal."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _plain_outcome(returncode: int | None) -> Outcome:
+    """The real result of a process nobody signalled (WRK-099, WRK-100)."""
+    code = exit_code_of(returncode)
+    if returncode is not None and returncode < 0:
+        return Outcome(JobState.KILLED, code, "signal: " + procs.signal_word(-returncode))
+    return Outcome(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
+
+
+async def _after_exit(pgid: int, returncode: int | None) -> Outcome:
+    """A finished process's outcome, after reaping what it left in its group (WRK-099)."""
+    outcome = _plain_outcome(returncode)
+    await procs.settle_group(pgid)
+    if procs.group_alive(pgid):
+        emptied = await procs.reap_group(pgid)
+        reason = REASON_STRAGGLERS_REAPED if emptied else REASON_STRAGGLERS_REMAINED
+        log.warning(
+            "process group %d had live members after the leader exited: %s",
+            pgid,
+            reason,
+            extra={"action": "stragglers"},
+        )
+        outcome = Outcome(JobState.KILLED, outcome.exit_code, reason)
+    return outcome
+
+
+async def supervise(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    on_output: OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    max_runtime: float = 0.0,
+    idle_timeout: float = 0.0,
+) -> Outcome:
+    """Run ``argv`` under supervision until it is complete; never raises for the job's sake.
+
+    ``cancel`` set at any time starts the cancellation path. ``max_runtime`` and
+    ``idle_timeout`` are in seconds; zero or less disables the watchdog.
+    """
+    if not argv:
+        return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
+    try:
+        executable = _resolve(argv[0], env)
+    except _StartError as exc:
+        return Outcome(JobState.FAILED, -1, f"start: {exc}")
+
+    loop = asyncio.get_running_loop()
+    proto = _Protocol()
+    try:
+        transport, _ = await loop.subprocess_exec(
+            lambda: proto,
+            *argv,
+            executable=executable,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd or None,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        # Python names the directory when chdir failed and the program otherwise.
+        if cwd and exc.filename == cwd:
+            text = procs.os_error_text("chdir", cwd, exc)
+        else:
+            text = procs.os_error_text("exec", executable, exc)
+        return Outcome(JobState.FAILED, -1, f"start: {text}")
+    except (ValueError, subprocess.SubprocessError) as exc:
+        return Outcome(JobState.FAILED, -1, f"start: {exc}")
+
+    pgid = transport.get_pid()
+    started = clock.monotonic()
+    activity = _Activity(started)
+    pump = asyncio.create_task(_pump(proto.output, on_output, activity, clock), name="pump")
+    try:
+        trip = await _watch(
+            pump, proto.exited, cancel, clock, started, activity, max_runtime, idle_timeout
+        )
+        if trip is None:
+            return await _after_exit(pgid, transport.get_returncode())
+        return await _cancel(pgid, pump, proto.exited, transport, trip)
+    except BaseException:
+        # Our own task is being torn down (abandoned at shutdown): never leave the
+        # group running unsupervised.
+        procs.kill_group_now(pgid)
+        raise
+    finally:
+        if not pump.done():
+            pump.cancel()
+        transport.close()
+
+
+async def _watch(
+    pump: asyncio.Task[None],
+    exited: asyncio.Future[None],
+    cancel: asyncio.Event,
+    clock: Clock,
+    started: float,
+    activity: _Activity,
+    max_runtime: float,
+    idle_timeout: float,
+) -> str | None:
+    """Wait for completion; return ``None`` then, else the reason supervision must step in."""
+    cancelled = asyncio.create_task(cancel.wait(), name="cancel-wait")
+    try:
+        while True:
+            if pump.done() and exited.done():
+                return None
+            if cancel.is_set():
+                return REASON_CANCELLED
+            now = clock.monotonic()
+            # Max runtime wins when both are due in the same check (WRK-094).
+            if max_runtime > 0 and now - started > max_runtime:
+                return f"max_runtime exceeded ({durations.render_duration(max_runtime)})"
+            if idle_timeout > 0 and now - activity.last > idle_timeout:
+                return f"idle: no output for {durations.render_duration(idle_timeout)}"
+            waitables = [f for f in (pump, exited, cancelled) if not f.done()]
+            await asyncio.wait(
+                waitables, timeout=WATCHDOG_PERIOD, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        cancelled.cancel()
+
+
+async def _cancel(
+    pgid: int,
+    pump: asyncio.Task[None],
+    exited: asyncio.Future[None],
+    transport: asyncio.SubprocessTransport,
+    trip: str,
+) -> Outcome:
+    """The cancellation path (WRK-096) for a process that is not complete yet."""
+    teardown = await procs.escalate(pgid, (pump, exited), exited, grace=KILL_GRACE)
+    # Completion still needs the pipe's end: an escapee holding it keeps the job
+    # running even now (WRK-123, base behaviour).
+    await pump
+    returncode = transport.get_returncode()
+    if teardown.term_delivered or teardown.stragglers:
+        reason = REASON_SURVIVORS if teardown.survivors else REASON_CANCELLED
+        outcome = Outcome(JobState.KILLED, exit_code_of(returncode), reason)
+    else:
+        # It ended on its own in the same instant: the real outcome stands.
+        outcome = _plain_outcome(returncode)
+    if trip != REASON_CANCELLED:
+        outcome = Outcome(JobState.KILLED, outcome.exit_code, trip)
+    return outcome
+
+
+async def run_job(
+    assignment: wire.Assignment,
+    *,
+    on_output: OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    base_env: Mapping[str, str] | None = None,
+) -> Outcome:
+    """Run one assignment in logs mode (§7.4) and return its outcome.
+
+    Attached modes (``tty``, ``pipe``) need the relay streams, which this worker does
+    not open yet; such a job fails the way an unopenable relay does (WTTY-001).
+    """
+    stdio = assignment.stdio or ""
+    if stdio in ("tty", "pipe"):
+        return Outcome(
+            JobState.FAILED,
+            -1,
+            f"attach {stdio} stdio: open output stream: not supported by this worker",
+        )
+    env = build_env(assignment, os.environ if base_env is None else base_env)
+    return await supervise(
+        job_argv(assignment),
+        env=env,
+        cwd=assignment.cwd or None,
+        on_output=on_output,
+        cancel=cancel,
+        clock=clock,
+        max_runtime=float(assignment.max_runtime_seconds or 0),
+        idle_timeout=float(assignment.idle_timeout_seconds or 0),
+    )

@@ -1,0 +1,708 @@
+"""The agent's conversation with a controller (§3-7, §9, §12).
+
+The controller here is a small in-memory implementation of the worker routes of
+controller-api.md §6, reached through httpx's transport hook; the jobs it hands out
+are real processes. The last tests run ``main`` as a real process against a loopback
+HTTP server to check exit statuses and signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from worker_helpers import new_job_id, pids_with_job_prefix, run
+
+from resource_controller import wire
+from resource_controller.worker import agent as agent_mod
+from resource_controller.worker import config as wc
+from resource_controller.worker import probes, procs
+
+
+@pytest.fixture(autouse=True)
+def fast_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_mod, "REPORT_BACKOFF", 0.01)
+    monkeypatch.setattr(agent_mod, "POLL_ERROR_BACKOFF", 0.05)
+    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", 0.05)
+
+
+class FakeController:
+    """The worker routes, in memory, with knobs for failures."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.registrations: list[dict[str, Any]] = []
+        self.heartbeats: list[dict[str, Any]] = []
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
+        self.logs: dict[str, bytearray] = {}
+        self.log_queries: list[dict[str, list[str]]] = []
+        #: What happened, in order: ("status", job, state) or ("log", job, bytes).
+        self.events: list[tuple[str, str, Any]] = []
+        self.poll_times: list[float] = []
+        self.poll_waits: list[str] = []
+        self.answers: list[httpx.Response] = []
+        self.poll_hold = 0.05
+        self.register_status = 200
+        self.register_hang = False
+        #: Statuses to answer to terminal reports, in order, before answering 200.
+        self.terminal_failures: list[int] = []
+        self.instance = "instance-a"
+
+    def hand_out(self, *assignments: dict[str, Any], kills: list[str] | None = None) -> None:
+        body: dict[str, Any] = {"assignments": list(assignments)}
+        if kills:
+            body["kills"] = kills
+        self.answers.append(httpx.Response(200, json=body))
+
+    def terminal(self, job_id: str) -> list[dict[str, Any]]:
+        return [b for j, b in self.statuses if j == job_id and b["state"] != "running"]
+
+    def states(self, job_id: str) -> list[str]:
+        return [b["state"] for j, b in self.statuses if j == job_id]
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        resp = await self._route(request)
+        resp.headers["Rc-Controller-Instance"] = self.instance
+        return resp
+
+    async def _route(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        parts = path.strip("/").split("/")
+        if path == "/v1/workers/register":
+            if self.register_hang:
+                await asyncio.sleep(3600)
+            self.registrations.append(json.loads(request.content))
+            if self.register_status != 200:
+                return httpx.Response(self.register_status, json={"error": "unauthorized"})
+            return httpx.Response(200, json={"worker_id": "w-1"})
+        if parts[:2] == ["v1", "workers"] and parts[3] == "heartbeat":
+            self.heartbeats.append(json.loads(request.content or b"{}"))
+            return httpx.Response(200)
+        if parts[:2] == ["v1", "workers"] and parts[3] == "assignments":
+            self.poll_times.append(time.monotonic())
+            self.poll_waits.append(request.url.params.get("wait", ""))
+            if self.answers:
+                return self.answers.pop(0)
+            await asyncio.sleep(self.poll_hold)
+            return httpx.Response(204)
+        if parts[:2] == ["v1", "jobs"] and parts[3] == "logs":
+            self.logs.setdefault(parts[2], bytearray()).extend(request.content)
+            self.log_queries.append(parse_qs(request.url.query.decode()))
+            self.events.append(("log", parts[2], request.content))
+            return httpx.Response(200)
+        if parts[:2] == ["v1", "jobs"] and parts[3] == "status":
+            body = json.loads(request.content)
+            self.statuses.append((parts[2], body))
+            self.events.append(("status", parts[2], body["state"]))
+            if body["state"] != "running" and self.terminal_failures:
+                return httpx.Response(self.terminal_failures.pop(0), json={"error": "x"})
+            return httpx.Response(200)
+        return httpx.Response(404)
+
+
+def make_config(**settings: Any) -> wc.WorkerConfig:
+    settings.setdefault("heartbeat_interval", 0.1)
+    return wc.make_config(
+        "http://controller.test",
+        ["gpu0", wc.DeviceConfig(name="gpu1", max_runtime=3600.9, labels={"rack": "r3"})],
+        token="worker-token",
+        host="box",
+        **settings,
+    )
+
+
+def job(command: list[str], **fields: Any) -> dict[str, Any]:
+    return {"job_id": new_job_id(), "device_id": "box:gpu0", "command": command, **fields}
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+class Running:
+    """An agent serving a fake controller inside the test's loop."""
+
+    def __init__(self, ctl: FakeController, config: wc.WorkerConfig | None = None) -> None:
+        self.ctl = ctl
+        self.agent = agent_mod.Agent(
+            config or make_config(), transport=httpx.MockTransport(ctl.handle)
+        )
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(self.agent.run(self.stop))
+
+    async def started(self) -> Running:
+        await until(lambda: len(self.ctl.poll_times) > 0 or self.task.done())
+        return self
+
+    async def finish(self, timeout: float = 20.0) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, timeout)
+
+
+# ---- registration --------------------------------------------------------------
+
+
+def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
+    ctl = FakeController()
+
+    async def go() -> Running:
+        r = await Running(ctl).started()
+        await until(lambda: len(ctl.heartbeats) >= 1)
+        await r.finish()
+        return r
+
+    r = run(go())
+    (body,) = ctl.registrations
+    assert body["host"] == "box"
+    assert body.get("boot_id", "") == procs.boot_id()
+    assert body["devices"] == [{"name": "gpu0"}, {"name": "gpu1", "max_runtime_seconds": 3600}]
+    facts = body["labels"][""]
+    assert set(facts) <= {"cpus", "mem_total_bytes", "disk_free_bytes", "kernel"}
+    assert facts["cpus"].isdigit()
+    assert {k: v for k, v in body["labels"].items() if k} == {"gpu0": {}, "gpu1": {}}
+    assert body["declared_labels"] == {"gpu0": {}, "gpu1": {"rack": "r3"}}
+    assert "recovery" not in body and "sheet" not in body
+    wire.RegisterRequest.model_validate(body)
+    assert r.agent.worker_id == "w-1"
+    for request in ctl.requests:
+        assert request.headers["authorization"] == "Bearer worker-token"
+        assert request.headers["content-type"] == "application/json"
+    poll = next(q for q in ctl.requests if q.url.path.endswith("/assignments"))
+    assert str(poll.url) == "http://controller.test/v1/workers/w-1/assignments?wait=30s"
+    assert ctl.heartbeats[0] == {}  # WRK-050: field omitted when nothing runs
+    assert r.agent.contact.instance == "instance-a"  # WRK-032
+    assert r.agent.contact.last_at is not None
+
+
+def test_labels_are_an_explicit_null_when_nothing_was_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # WRK-043, PROBE-040
+    monkeypatch.setattr(probes, "builtin_facts", lambda: {})
+    ctl = FakeController()
+
+    async def go() -> None:
+        await (await Running(ctl).started()).finish()
+
+    run(go())
+    raw = next(q for q in ctl.requests if q.url.path == "/v1/workers/register").content
+    assert json.loads(raw)["labels"] is None
+    assert b'"labels":null' in raw
+
+
+def test_poll_wait_is_rendered_as_duration_text() -> None:  # WRK-060
+    ctl = FakeController()
+
+    async def go() -> None:
+        await (await Running(ctl, make_config(poll_wait=90)).started()).finish()
+        await (await Running(ctl, make_config(poll_wait=0.5)).started()).finish()
+
+    run(go())
+    assert "1m30s" in ctl.poll_waits and "500ms" in ctl.poll_waits
+
+
+def test_registration_refused() -> None:  # WRK-045
+    ctl = FakeController()
+    ctl.register_status = 401
+
+    async def go() -> None:
+        r = Running(ctl)
+        with pytest.raises(agent_mod.RegisterError) as info:
+            await asyncio.wait_for(r.task, 10)
+        assert str(info.value) == "register: controller returned 401 Unauthorized"
+
+    run(go())
+    assert ctl.poll_times == [] and ctl.heartbeats == []
+
+
+def test_stop_during_registration_returns_quietly() -> None:
+    ctl = FakeController()
+    ctl.register_hang = True
+
+    async def go() -> None:
+        r = Running(ctl)
+        await asyncio.sleep(0.1)
+        await r.finish(5)
+
+    run(go())
+
+
+# ---- jobs ----------------------------------------------------------------------
+
+
+def test_job_runs_ships_output_then_reports() -> None:  # WRK-072, WRK-086, EXT-EPOCH-3a
+    ctl = FakeController()
+    a = job(["sh", "-c", "echo out; echo err >&2"], lease_epoch=5, future_field={"x": 1})
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    jid = a["job_id"]
+    assert ctl.statuses[0] == (jid, {"state": "running", "worker_id": "w-1", "lease_epoch": 5})
+    assert ctl.terminal(jid) == [
+        {"state": "succeeded", "exit_code": 0, "worker_id": "w-1", "lease_epoch": 5}
+    ]
+    assert bytes(ctl.logs[jid]) == b"out\nerr\n"
+    assert all(q == {"lease_epoch": ["5"]} for q in ctl.log_queries)
+    # Output lands before the terminal report (WRK-086).
+    kinds = [kind for kind, j, _ in ctl.events if j == jid]
+    assert kinds[0] == "status" and kinds[-1] == "status" and "log" in kinds
+
+
+def test_failed_and_unstartable_jobs() -> None:  # WRK-101
+    ctl = FakeController()
+    failing = job(["sh", "-c", "exit 3"])
+    missing = job(["no-such-program-xyz"])
+    ctl.hand_out(failing, missing)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(
+            lambda: bool(ctl.terminal(failing["job_id"]) and ctl.terminal(missing["job_id"]))
+        )
+        await r.finish()
+
+    run(go())
+    assert ctl.terminal(failing["job_id"]) == [
+        {"state": "failed", "exit_code": 3, "worker_id": "w-1"}
+    ]
+    (report,) = ctl.terminal(missing["job_id"])
+    assert report["state"] == "failed" and report["exit_code"] == -1
+    assert report["reason"].startswith("start: ")
+    assert "lease_epoch" not in report
+
+
+def test_heartbeat_names_exactly_the_supervised_jobs() -> None:  # WRK-050, WRK-051
+    ctl = FakeController()
+    a = job(["sleep", "0.6"])
+    ctl.hand_out(a)
+
+    async def go() -> list[int]:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        after = len(ctl.heartbeats)
+        await until(lambda: len(ctl.heartbeats) >= after + 2)
+        await r.finish()
+        return [after]
+
+    (after,) = run(go())
+    named = [h for h in ctl.heartbeats if h]
+    assert named and all(h == {"running_job_ids": [a["job_id"]]} for h in named)
+    assert all(h == {} for h in ctl.heartbeats[after:])
+
+
+def test_kill_flag_cancels_a_running_job() -> None:  # WRK-065, WRK-096
+    ctl = FakeController()
+    a = job(["sleep", "30"])
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(pids_with_job_prefix(a["job_id"])))
+        ctl.hand_out(kills=[a["job_id"], "not-ours"])
+        ctl.hand_out(kills=[a["job_id"]])  # re-delivered: harmless
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    assert ctl.terminal(a["job_id"]) == [
+        {"state": "killed", "exit_code": 143, "worker_id": "w-1", "reason": "cancelled"}
+    ]
+
+
+def test_assignment_killed_in_the_same_answer_never_starts() -> None:  # WRK-066
+    ctl = FakeController()
+    a = job(["sh", "-c", "echo should-not-run"], lease_epoch=9)
+    ctl.hand_out(a, kills=[a["job_id"]])
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        ctl.hand_out(a)  # re-delivered later: dropped, it was seen (WRK-070)
+        await until(lambda: not ctl.answers)
+        await asyncio.sleep(0.2)
+        await r.finish()
+
+    run(go())
+    assert ctl.statuses == [
+        (
+            a["job_id"],
+            {
+                "state": "killed",
+                "reason": "killed before this worker started it",
+                "worker_id": "w-1",
+                "lease_epoch": 9,
+            },
+        )
+    ]
+    assert a["job_id"] not in ctl.logs
+
+
+def test_a_job_runs_at_most_once() -> None:  # WRK-070
+    ctl = FakeController()
+    a = job(["true"])
+    ctl.hand_out(a, a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        ctl.hand_out(a)
+        await until(lambda: not ctl.answers)
+        await asyncio.sleep(0.2)
+        await r.finish()
+
+    run(go())
+    assert ctl.states(a["job_id"]) == ["running", "succeeded"]
+
+
+def test_terminal_report_is_retried_4xx_included() -> None:  # WRK-112
+    ctl = FakeController()
+    ctl.terminal_failures = [500, 403]
+    a = job(["true"])
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: len(ctl.terminal(a["job_id"])) == 3)
+        await asyncio.sleep(0.1)
+        await r.finish()
+
+    run(go())
+    assert len(ctl.terminal(a["job_id"])) == 3  # delivered on the third attempt
+
+
+def test_terminal_report_gives_up_after_five_attempts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # WRK-112
+    ctl = FakeController()
+    ctl.terminal_failures = [500] * 10
+    a = job(["true"])
+    ctl.hand_out(a)
+
+    async def go() -> agent_mod.Agent:
+        r = await Running(ctl).started()
+        await until(lambda: a["job_id"] not in r.agent.supervised_job_ids and len(ctl.statuses) > 1)
+        await r.finish()
+        return r.agent
+
+    with caplog.at_level(logging.ERROR, logger="resource_controller.worker.agent"):
+        run(go())
+    assert len(ctl.terminal(a["job_id"])) == 5
+    assert "strand" in caplog.text
+
+
+def test_terminal_report_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_mod, "REPORT_ATTEMPT_TIMEOUT", 0.1)
+    monkeypatch.setattr(agent_mod, "REPORT_ATTEMPTS", 2)
+    ctl = FakeController()
+    original = ctl._route
+
+    async def blackhole(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/status"):
+            ctl.statuses.append(("?", json.loads(request.content)))
+            await asyncio.sleep(3600)
+        return await original(request)
+
+    ctl._route = blackhole  # type: ignore[method-assign]
+    ctl.hand_out(job(["true"]))
+
+    async def go() -> float:
+        r = await Running(ctl).started()
+        began = time.monotonic()
+        await until(lambda: len(ctl.statuses) == 3)  # running + 2 terminal attempts
+        await until(lambda: not r.agent.supervised_job_ids)
+        took = time.monotonic() - began
+        await r.finish()
+        return took
+
+    assert run(go()) < 2
+
+
+def test_poll_errors_back_off_and_retry() -> None:  # WRK-060, WRK-061
+    ctl = FakeController()
+    ctl.answers = [
+        httpx.Response(500),
+        httpx.Response(200, content=b"not json"),
+        httpx.Response(200, json=["a list"]),
+        httpx.Response(200, json={"assignments": [{"job_id": "x"}]}),  # no command
+    ]
+    a = job(["true"])
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    gaps = [b - a for a, b in zip(ctl.poll_times, ctl.poll_times[1:5], strict=False)]
+    assert all(g >= 0.045 for g in gaps)  # POLL_ERROR_BACKOFF between error polls
+    assert ctl.terminal(a["job_id"])[0]["state"] == "succeeded"
+
+
+def test_idle_polls_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:  # WRK-062, WRK-063
+    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", 0.1)
+    ctl = FakeController()
+    ctl.poll_hold = 0.0  # a controller that answers long-polls instantly
+    ctl.hand_out(job(["true"]), job(["true"]))
+    ctl.hand_out(job(["true"]))
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await asyncio.sleep(0.5)
+        await r.finish()
+
+    run(go())
+    gaps = [b - a for a, b in zip(ctl.poll_times, ctl.poll_times[1:], strict=False)]
+    assert gaps[0] < 0.05  # a poll that started jobs is followed at once
+    assert all(g >= 0.095 for g in gaps[2:])
+    assert len(ctl.poll_times) <= 8
+
+
+def test_shutdown_cancels_jobs_and_reports_them() -> None:  # WRK-130
+    ctl = FakeController()
+    a = job(["sh", "-c", "echo started; exec sleep 30"])
+    ctl.hand_out(a)
+
+    async def go() -> tuple[int, float]:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.logs.get(a["job_id"])))
+        began = time.monotonic()
+        await r.finish()
+        took = time.monotonic() - began
+        beats = len(ctl.heartbeats)
+        await asyncio.sleep(0.3)
+        assert len(ctl.heartbeats) == beats  # the heartbeat stopped
+        return beats, took
+
+    _, took = run(go())
+    assert took < 5
+    assert ctl.terminal(a["job_id"]) == [
+        {"state": "killed", "exit_code": 143, "worker_id": "w-1", "reason": "cancelled"}
+    ]
+    assert bytes(ctl.logs[a["job_id"]]) == b"started\n"
+    assert pids_with_job_prefix(a["job_id"]) == []
+
+
+def test_shutdown_abandons_jobs_after_its_window(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:  # WRK-130 step 3
+    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.3)
+    monkeypatch.setattr("resource_controller.worker.runner.KILL_GRACE", 30.0)
+    ctl = FakeController()
+    a = job(["sh", "-c", "trap '' TERM; echo ready; sleep 30"])
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.logs.get(a["job_id"])))
+        await r.finish(10)
+
+    with caplog.at_level(logging.ERROR, logger="resource_controller.worker.agent"):
+        run(go())
+    assert a["job_id"] in caplog.text and "abandoned" in caplog.text
+    deadline = time.monotonic() + 3
+    while pids_with_job_prefix(a["job_id"]):  # the abandoned group was killed
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_parse_poll_body() -> None:  # WRK-060, WRK-064
+    assignments, kills = agent_mod.parse_poll_body(b'{"assignments": null}')
+    assert (assignments, kills) == ([], [])
+    assignments, kills = agent_mod.parse_poll_body(
+        b'{"assignments": [{"job_id": "j", "device_id": "h:g", "command": ["x"],'
+        b' "device_ids": ["h:g"], "new": 1}], "kills": ["k"]}'
+    )
+    assert [a.job_id for a in assignments] == ["j"] and kills == ["k"]
+    for bad in (b"[]", b"{", b'{"kills": [1]}', b'{"assignments": [{"job_id": "j"}]}'):
+        with pytest.raises(ValueError):
+            agent_mod.parse_poll_body(bad)
+
+
+def test_contact_tracker() -> None:  # WRK-151 (recording only)
+    c = agent_mod.Contact()
+    c.observe(10.0, "a")
+    c.observe(5.0, "")  # late answer: time never moves back, empty never overwrites
+    assert (c.last_at, c.instance) == (10.0, "a")
+    c.observe(12.0, "b")
+    assert (c.last_at, c.instance) == (12.0, "b")
+
+
+# ---- as a process --------------------------------------------------------------
+
+
+class _LoopbackController:
+    """The worker routes over real HTTP on 127.0.0.1, for process-level tests."""
+
+    def __init__(self) -> None:
+        self.registered = threading.Event()
+        self.polled = threading.Event()
+        self.assignments: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: Any = None) -> None:
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                if data:
+                    self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                path = urlsplit(self.path).path
+                if path == "/v1/workers/register":
+                    owner.registered.set()
+                    self._answer(200, {"worker_id": "w-1"})
+                    return
+                if path.endswith("/status"):
+                    owner.statuses.append(json.loads(raw))
+                self._answer(200)
+
+            def do_GET(self) -> None:
+                owner.polled.set()
+                if owner.assignments:
+                    self._answer(200, {"assignments": [owner.assignments.pop(0)]})
+                    return
+                time.sleep(0.05)
+                self._answer(204)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def loopback() -> Iterator[_LoopbackController]:
+    ctl = _LoopbackController()
+    yield ctl
+    ctl.close()
+
+
+@pytest.fixture
+def worker_process(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    log_file = (tmp_path / "worker.log").open("w")
+
+    def start(url: str) -> subprocess.Popen[str]:
+        cfg = tmp_path / "worker.yaml"
+        cfg.write_text(f"controller_url: {url}\ntoken: t\nhost: box\ndevices: [gpu0]\n")
+        code = "import sys; from resource_controller.worker import agent; sys.exit(agent.main(sys.argv[1]))"
+        p = subprocess.Popen(
+            [sys.executable, "-c", code, str(cfg)],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            text=True,
+        )
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+    log_file.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_main_exits_1_when_registration_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # WRK-002, WRK-045
+    cfg = tmp_path / "worker.yaml"
+    cfg.write_text(f"controller_url: http://127.0.0.1:{free_port()}\ndevices: [gpu0]\n")
+    assert agent_mod.main(str(cfg)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rc: register: ") and err.count("\n") == 1
+
+
+def test_main_exits_1_on_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # WRK-002, WRK-018
+    missing = tmp_path / "nope.yaml"
+    assert agent_mod.main(str(missing)) == 1
+    assert capsys.readouterr().err == (
+        f"rc: read worker config: open {missing}: no such file or directory\n"
+    )
+
+
+def test_sigterm_shuts_down_and_exits_0(
+    loopback: _LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
+) -> None:  # WRK-003, WRK-004, WRK-130
+    a = job(["sleep", "30"])
+    loopback.assignments.append(a)
+    p = worker_process(loopback.url)
+    assert loopback.registered.wait(10) and loopback.polled.wait(10)
+    deadline = time.monotonic() + 10
+    while not pids_with_job_prefix(a["job_id"]):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 0
+    assert {"state": "killed", "exit_code": 143, "worker_id": "w-1", "reason": "cancelled"} in (
+        loopback.statuses
+    )
+
+
+def test_second_signal_takes_the_default_action(
+    loopback: _LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
+) -> None:  # WRK-003
+    # The job ignores SIGTERM, so the shutdown waits out the 10 s grace...
+    a = job(["sh", "-c", "trap '' TERM; sleep 30"])
+    loopback.assignments.append(a)
+    p = worker_process(loopback.url)
+    deadline = time.monotonic() + 10
+    while not pids_with_job_prefix(a["job_id"]):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert p.poll() is None
+    # ...and a second signal ends the worker at once, by the default action.
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_environment_for_the_subprocess_tests_is_sane() -> None:
+    assert os.access(sys.executable, os.X_OK)

@@ -1,0 +1,181 @@
+"""The agent against the real controller on loopback: submit, run, log, kill, hold.
+
+The controller (``rc serve``'s app and store) runs in its own thread and event loop on
+an ephemeral 127.0.0.1 port; the agent runs in the test's loop; a client submits jobs
+over HTTP. Nothing is faked on either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from worker_helpers import SESSION_PREFIX, run
+
+from resource_controller.worker import agent as agent_mod
+from resource_controller.worker import config as wc
+
+serve = pytest.importorskip("resource_controller.controller.serve")
+deps = pytest.importorskip("resource_controller.controller.deps")
+
+TOKENS = "wtok:worker,ctok:client"
+HOST = "livebox"
+
+
+class LiveController:
+    """``rc serve``'s server object serving a pre-bound loopback socket from a thread."""
+
+    def __init__(self, data: Path) -> None:
+        self.svc = serve.open_services(data, TOKENS, deps.Settings())
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = serve.make_server(self.svc)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "no controller"
+            time.sleep(0.005)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            loop.close()
+
+    def stop(self) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+        self.svc.executor.shutdown(wait=True)
+        self.svc.store.close()
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[LiveController]:
+    ctl = LiveController(tmp_path / "data")
+    yield ctl
+    ctl.stop()
+
+
+async def with_worker(ctl: LiveController, scenario: Any) -> Any:
+    """Run ``scenario(client)`` while a registered agent serves the controller."""
+    config = wc.make_config(
+        ctl.url, ["gpu0", "gpu1"], token="wtok", host=HOST, heartbeat_interval=0.5, poll_wait=5
+    )
+    agent = agent_mod.Agent(config)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    client = httpx.AsyncClient(
+        base_url=ctl.url, headers={"Authorization": "Bearer ctok"}, timeout=10
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not agent.worker_id:
+            assert not task.done() and time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        return await scenario(client)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        await client.aclose()
+
+
+async def submit(client: httpx.AsyncClient, **fields: Any) -> str:
+    body = {"device_id": f"{HOST}:gpu0", "submitter": "tester", **fields}
+    r = await client.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+async def until_state(
+    client: httpx.AsyncClient, job_id: str, states: set[str], timeout: float = 15.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await client.get(f"/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        job: dict[str, Any] = r.json()["job"]
+        if job["state"] in states:
+            return job
+        assert time.monotonic() < deadline, f"job stuck in {job['state']}"
+        await asyncio.sleep(0.05)
+
+
+def test_job_runs_end_to_end(controller: LiveController) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        script = (
+            'echo "hello $RC_DEVICE $CUDA_VISIBLE_DEVICES"; echo "epoch=$RC_LEASE_EPOCH"; exit 3'
+        )
+        job_id = await submit(client, command=["sh", "-c", script], env={"TAG": SESSION_PREFIX})
+        job = await until_state(client, job_id, {"failed", "succeeded", "killed", "lost"})
+        assert (job["state"], job["exit_code"]) == ("failed", 3)
+        r = await client.get(f"/v1/jobs/{job_id}/logs", params={"follow": "false"})
+        # The epoch reached the job, and the logs and the report echoing it were
+        # accepted (the controller refuses a stale one: EXT-EPOCH-3).
+        assert job["lease_epoch"] >= 1
+        assert r.text == f"hello {HOST}:gpu0 0\nepoch={job['lease_epoch']}\n"
+
+    run(with_worker(controller, scenario), 40)
+
+
+def test_kill_reaches_the_running_job(controller: LiveController) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        job_id = await submit(client, command=["sh", "-c", "echo up; exec sleep 30"])
+        await until_state(client, job_id, {"running"})
+        deadline = time.monotonic() + 10
+        while not (await client.get(f"/v1/jobs/{job_id}/logs?follow=false")).text:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        r = await client.post(f"/v1/jobs/{job_id}/kill", json={"submitter": "tester"})
+        assert r.status_code == 200, r.text
+        job = await until_state(client, job_id, {"killed", "failed", "succeeded", "lost"})
+        assert job["state"] == "killed"
+        assert job["kill_reason"] == "cancelled"
+
+    run(with_worker(controller, scenario), 40)
+
+
+def test_hold_ends_at_its_ttl(controller: LiveController) -> None:  # WRK-126
+    async def scenario(client: httpx.AsyncClient) -> None:
+        job_id = await submit(client, kind="hold", max_runtime_seconds=1, reason="probe")
+        job = await until_state(client, job_id, {"killed", "failed", "succeeded", "lost"})
+        assert job["state"] == "killed"
+        assert job["kill_reason"] == "max_runtime exceeded (1s)"
+
+    run(with_worker(controller, scenario), 40)
+
+
+def test_shutdown_reports_running_jobs_killed(controller: LiveController) -> None:  # WRK-130
+    async def scenario(client: httpx.AsyncClient) -> str:
+        job_id = await submit(client, command=["sleep", "30"], env={"TAG": SESSION_PREFIX})
+        await until_state(client, job_id, {"running"})
+        return job_id
+
+    async def go() -> None:
+        job_id = await with_worker(controller, scenario)
+        async with httpx.AsyncClient(
+            base_url=controller.url, headers={"Authorization": "Bearer ctok"}, timeout=10
+        ) as client:
+            job = await until_state(client, job_id, {"killed", "failed", "succeeded", "lost"})
+        assert (job["state"], job["kill_reason"]) == ("killed", "cancelled")
+
+    run(go(), 40)
