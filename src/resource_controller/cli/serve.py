@@ -52,3 +52,26 @@ def worker(config_path: str, stray: tuple[str, ...]) -> None:
     from resource_controller.worker import agent
 
     sys.exit(agent.main(config_path))
+
+
+@click.command()
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="State directory (default $XDG_DATA_HOME/rc, else ~/.local/share/rc).",
+)
+@click.option("--addr", default="127.0.0.1:8080", show_default=True, help="Listen address.")
+@click.option(
+    "--devices",
+    default=2,
+    show_default=True,
+    type=int,
+    help="How many generic devices (slot0..) when nvidia-smi lists no GPU.",
+)
+@click.option("--force", is_flag=True, help="Overwrite controller/token in the user config file.")
+def up(data: Path | None, addr: str, devices: int, force: bool) -> None:
+    """Run a controller and a worker for this machine, with nothing to configure."""
+    from resource_controller import local
+
+    sys.exit(local.run(data, addr, devices, force))

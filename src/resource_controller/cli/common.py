@@ -1,0 +1,152 @@
+"""Pieces every ``rc`` command shares: flag parsing rules, value types, the client.
+
+Flags follow GNU conventions (CLI-001) as click parses them, with one addition click
+lacks: a boolean flag accepts an explicit value (``--no-wait=false``). Durations and
+integers are parsed to the spec's grammar (CLI-005, CLI-006), and a bad value is a
+usage error that names its flag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from resource_controller.core import durations
+
+#: Every command answers -h as well as --help (CLI §1).
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+class Failure(click.ClickException):
+    """A command failed: ``rc: <message>`` on stderr and exit 1 (CLI-041)."""
+
+    exit_code = 1
+
+
+class RcCommand(click.Command):
+    """A click command that also accepts ``--flag=true|false`` for boolean flags."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _explicit_booleans(self, ctx, args))
+
+
+def _explicit_booleans(command: click.Command, ctx: click.Context, args: list[str]) -> list[str]:
+    """Rewrite ``--flag=value`` for boolean flags into the form click understands.
+
+    ``true`` becomes ``--flag``; ``false`` drops it (every boolean defaults to false).
+    An argument that is the value of a preceding option, and everything after
+    ``--``, is left alone.
+    """
+    flags: set[str] = set()
+    takes_value: set[str] = set()
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option):
+            names = param.opts + param.secondary_opts
+            (flags if param.is_flag else takes_value).update(names)
+    out: list[str] = []
+    skip_next = False
+    for i, arg in enumerate(args):
+        if skip_next:
+            skip_next = False
+            out.append(arg)
+            continue
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+            if name in flags:
+                if value in _TRUE:
+                    out.append(name)
+                elif value not in _FALSE:
+                    raise click.UsageError(f"invalid boolean value {value!r} for {name}", ctx)
+                continue
+        elif arg in takes_value and (arg.startswith("--") or len(arg) == 2):
+            skip_next = True
+        out.append(arg)
+    return out
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:
+    _DurationBase = click.ParamType[float, Any]
+    _IntBase = click.ParamType[int, Any]
+else:  # click < 8.3 has no type parameters on ParamType
+    _DurationBase = _IntBase = click.ParamType
+
+
+class DurationType(_DurationBase):
+    """A duration flag (CLI-005), converted to seconds as a float."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return durations.parse_duration(str(value))
+        except durations.DurationError:
+            self.fail(f"invalid duration {value!r} (examples: 90s, 30m, 1h30m)", param, ctx)
+
+
+_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)")
+
+
+class IntType(_IntBase):
+    """An integer flag (CLI-006): decimal, with ``0x``/``0o`` prefixes tolerated."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if not _INT.fullmatch(text):
+            self.fail(f"invalid integer {text!r}", param, ctx)
+        sign = -1 if text.startswith("-") else 1
+        digits = text.lstrip("+-")
+        if digits[:2].lower() in ("0x", "0o"):
+            return sign * int(digits, 0)
+        return sign * int(digits, 10)
+
+
+DURATION = DurationType()
+INT = IntType()
+
+
+def output_format(value: str) -> str:
+    """Validate an ``-o`` value before any request (CLI-140, EXT-CLI-3): text or json."""
+    lowered = value.lower()
+    if lowered not in ("text", "json"):
+        raise Failure(f'unknown output format "{value}" (want "text" or "json")')
+    return lowered
+
+
+def whole_seconds(seconds: float) -> int:
+    """Durations go on the wire as whole seconds, truncated toward zero (CLI-073)."""
+    return int(seconds)
+
+
+def check_ceiling(flag: str, seconds: float) -> None:
+    """Refuse a positive ceiling under one second, which would be sent as 0 (CLI-073)."""
+    if 0 < seconds < 1:
+        raise Failure(
+            f"{flag} must be at least 1s: ceilings work at one-second granularity"
+            " (a shorter one would be sent as 0, meaning no ceiling)"
+        )
+
+
+def as_option() -> Callable[[_F], _F]:
+    """The ``--as`` flag (CLI-030)."""
+    return click.option(
+        "--as", "as_", default="", metavar="ID", help="Submitter identity (default: derived)."
+    )

@@ -1,0 +1,255 @@
+"""Job commands: ``run``, ``kill``, ``release``, ``attach``, ``logs``, ``jobs``, ``ps``.
+
+Each command parses and validates its flags, then calls the client (CLI §4-10). No
+request is made before a check that can fail (CLI-101, CLI-140).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from resource_controller import errors
+from resource_controller.cli import common, render, signals
+from resource_controller.cli.common import CONTEXT_SETTINGS
+from resource_controller.client import api
+
+#: CLI-197: exit code on interrupt.
+EXIT_INTERRUPTED = 130
+
+
+def _client(as_flag: str = "") -> api.Client:
+    """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
+    return api.Client(submitter=as_flag or None)
+
+
+def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` values into the submit's ``env`` map (EXT-CLI-2)."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"invalid --env {pair!r}: want KEY=VALUE")
+        env[key] = value
+    return env
+
+
+@click.command(
+    "run",
+    cls=common.RcCommand,
+    context_settings=CONTEXT_SETTINGS,
+    short_help="Lease a device, run a command on it, stream output.",
+)
+@click.option("-d", "--device", default="", metavar="DEVICE", help="Exact device ID (host:name).")
+@click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
+@click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
+@click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
+@common.as_option()
+@click.option("--priority", type=common.INT, default=0, help="Queue priority (-10..10).")
+@click.option("--max-runtime", type=common.DURATION, default=0.0, help="Wall-clock ceiling.")
+@click.option("--idle-timeout", type=common.DURATION, default=0.0, help="Kill after silence.")
+@click.option("--timeout", type=common.DURATION, default=0.0, help="Give up queueing after.")
+@click.option("--no-wait", is_flag=True, help="Refuse at once if the device is not free.")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Job variable.")
+@click.argument("command", nargs=-1, metavar="[--] COMMAND [ARGS]...")
+def run(
+    device: str,
+    selector: str,
+    explain: bool,
+    cwd: str,
+    as_: str,
+    priority: int,
+    max_runtime: float,
+    idle_timeout: float,
+    timeout: float,
+    no_wait: bool,
+    env_pairs: tuple[str, ...],
+    command: tuple[str, ...],
+) -> None:
+    """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
+
+    Queues while the device is busy. Exits with the job's exit code. Neither -d nor
+    --select takes any device.
+    """
+    # CLI-101, in order, with no request before a failing check.
+    if not explain and not command:
+        raise click.UsageError("rc run needs a command (put it after --)")
+    if device and selector:
+        raise click.UsageError("-d/--device and --select cannot be used together")
+    if explain:
+        if not selector:
+            raise click.UsageError("--explain needs --select")
+        _explain(_client(), selector)
+        return
+    env = _parse_env(env_pairs)
+    common.check_ceiling("--max-runtime", max_runtime)
+    common.check_ceiling("--idle-timeout", idle_timeout)
+    from resource_controller.cli import run as run_machine
+
+    req = run_machine.RunRequest(
+        command=list(command),
+        device=device,
+        selector=selector,
+        cwd=cwd,
+        env=env,
+        priority=priority,
+        max_runtime_seconds=common.whole_seconds(max_runtime),
+        idle_timeout_seconds=common.whole_seconds(idle_timeout),
+        timeout=timeout,
+        no_wait=no_wait,
+    )
+    code = run_machine.run(_client(as_), req)
+    if code:
+        raise SystemExit(code)
+
+
+def _explain(client: api.Client, selector: str) -> None:
+    """The ``--explain`` report (CLI-102): one request, nothing submitted."""
+    data = client.explain(selector)
+    matching = list(data.get("matching") or [])
+    free = set(data.get("free") or [])
+    lines = [f"selector: {data.get('selector', selector)}\n"]
+    if matching:
+        lines.append(f"matching ({len(matching)}):\n")
+        lines.extend(f"  {dev}  {'free' if dev in free else 'busy'}\n" for dev in matching)
+    else:
+        lines.append("matching: (no device matches this selector)\n")
+    lines.append(f"free: {len([d for d in matching if d in free])}/{len(matching)}\n")
+    lines.append(f"queue depth: {data.get('queue_depth', 0)}\n")
+    render.out("".join(lines))
+
+
+def _kill(job_id: str, as_: str, verb: str) -> None:
+    client = _client(as_)
+    try:
+        client.kill(job_id)
+    except errors.NotCancellableError as e:
+        raise common.Failure(f"not_cancellable: {e}") from e
+    if verb == "kill":
+        render.say(f"kill requested for {job_id}")
+    else:
+        render.say(f"released {job_id}")
+
+
+@click.command("kill", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.argument("job_id")
+@common.as_option()
+def kill(job_id: str, as_: str) -> None:
+    """Cancel a queued job, or have its worker stop a running one (owner or admin)."""
+    _kill(job_id, as_, "kill")
+
+
+@click.command("release", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.argument("job_id")
+@common.as_option()
+def release(job_id: str, as_: str) -> None:
+    """End a hold (or any job) early; the same operation as kill."""
+    _kill(job_id, as_, "release")
+
+
+def _copy_stream(chunks: Any) -> None:
+    """Copy a log stream to stdout, each chunk flushed as it arrives (EXT-LIVE-2)."""
+    with chunks:
+        for chunk in chunks:
+            render.write_bytes(chunk)
+
+
+@click.command("attach", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.argument("job_id")
+def attach(job_id: str) -> None:
+    """Re-stream a job's output from the start, following it until the job ends."""
+    client = _client()
+    try:
+        _copy_stream(client.follow_logs(job_id))
+    except signals.Interrupted:
+        raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+@click.command("logs", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.option("-f", "--follow", is_flag=True, help="Replay, then follow until the job ends.")
+@click.argument("job_id")
+def logs(follow: bool, job_id: str) -> None:
+    """Print a job's stored output (exactly the stored bytes)."""
+    client = _client()
+    try:
+        view = client.get_job(job_id)
+        if view.job.get("stdio") in ("tty", "pipe"):
+            raise common.Failure("logs_not_stored: logs are not stored for attached jobs")
+        _copy_stream(client.follow_logs(job_id, follow=follow))
+    except signals.Interrupted:
+        if follow:
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        raise
+
+
+@click.command("jobs", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.option("-n", "--limit", type=common.INT, default=20, help="Max jobs (0: server default).")
+@click.option("--device", default="", help="Exact device ID.")
+@click.option("--submitter", default="", help="Exact submitter.")
+@click.option("--state", default="", help="Exact state.")
+@click.option("-o", "--output", default="text", help="text or json.")
+def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> None:
+    """Search job history fleet-wide, newest first, finished jobs included."""
+    fmt = common.output_format(output)
+    found = _client().jobs(device=device, limit=limit, state=state, submitter=submitter)
+    if fmt == "json":
+        render.out(render.json_compact(found))
+        return
+    from resource_controller.cli import timefmt
+
+    now = timefmt.utc_now()
+    rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"]]
+    for job in found:
+        started = timefmt.parse(job.get("started_at"))
+        finished = timefmt.parse(job.get("finished_at"))
+        duration = "-"
+        if started is not None:
+            duration = timefmt.compact_between(started, finished or now)
+        cells = [
+            job.get("id") or "",
+            job.get("device_id") or "",
+            _state_cell(job),
+            job.get("submitter") or "",
+            timefmt.rfc3339(started) if started is not None else "",
+            duration,
+            render.command_text(job.get("command")),
+        ]
+        rows.append([cell or "-" for cell in cells])
+    render.out(render.table(rows))
+
+
+def _state_cell(job: api.Json) -> str:
+    state = str(job.get("state") or "")
+    reason = job.get("kill_reason")
+    return f"{state} ({reason})" if reason else state
+
+
+@click.command(
+    "ps",
+    cls=common.RcCommand,
+    context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
+)
+def ps() -> None:
+    """Active jobs, then the queue with per-device positions."""
+    state = _client().state()
+    rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND"]]
+    for job in state.get("jobs") or []:
+        rows.append(_ps_row(job, str(job.get("state") or "")))
+    counters: dict[str, int] = {}
+    for job in state.get("queued") or []:
+        device = str(job.get("device_id") or "")
+        counters[device] = counters.get(device, 0) + 1
+        rows.append(_ps_row(job, f"queued (#{counters[device]})"))
+    render.out(render.table(rows))
+
+
+def _ps_row(job: api.Json, state: str) -> list[str]:
+    return [
+        str(job.get("id") or ""),
+        str(job.get("device_id") or ""),
+        state,
+        str(job.get("submitter") or ""),
+        render.command_text(job.get("command")),
+    ]

@@ -1,0 +1,230 @@
+"""``rc run``: submit, wait in the queue, stream, exit with the job's code (CLI §4).
+
+The command is one state machine (CLI §4.3)::
+
+    SUBMIT -> [WAIT_QUEUE] -> ANNOUNCE -> STREAM -> WAIT_TERMINAL -> EXIT
+
+An interrupt means something different in each phase, which is why the phase is
+recorded before each step and consulted in one place:
+
+- during SUBMIT it is an ordinary failure (exit 1): whether the job exists is unknown;
+- during WAIT_QUEUE the job holds nothing, so it is CANCELled (exit 130);
+- once announced the job holds a device and a live process, so ``rc`` DETACHes and
+  leaves it running (exit 130): a lost terminal must never free a device that may
+  still be in use.
+
+The first signal already restored the default handlers (``signals``), so a second
+Ctrl-C during the cancel request kills ``rc`` at once (CLI-055, CLI-057).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from resource_controller import errors
+from resource_controller.cli import common, render, signals
+from resource_controller.client import api
+
+#: CLI-193: bound on the final wait after the stream ends.
+FINAL_WAIT = 300.0
+#: CLI-194: bound on cancelling an abandoned queued job.
+CANCEL_BOUND = 10.0
+#: CLI-197: exit code on interrupt.
+EXIT_INTERRUPTED = 130
+#: What ``rc`` says when the controller gave no reason.
+NO_DETAIL = "no further detail"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked ``rc run`` for, validated and converted to wire units."""
+
+    command: Sequence[str]
+    device: str = ""
+    selector: str = ""
+    cwd: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    max_runtime_seconds: int = 0
+    idle_timeout_seconds: int = 0
+    #: Seconds to wait in the queue before giving up; <= 0 waits forever.
+    timeout: float = 0.0
+    no_wait: bool = False
+
+    @property
+    def target(self) -> str:
+        """What the user gave to pick a device, verbatim (``<target>``)."""
+        return self.device or self.selector or "any device"
+
+
+def exit_status(code: int) -> int:
+    """The process exit status for a job's non-zero code (CLI-050).
+
+    As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
+    256 becomes 1: a failed job must never read as success.
+    """
+    status = code % 256
+    return status if status else 1
+
+
+@dataclass
+class _Progress:
+    """How far the run got; decides what an interrupt means."""
+
+    phase: str = "submit"
+    job_id: str = ""
+    device: str = ""
+
+
+def run(client: api.Client, req: RunRequest) -> int:
+    """Carry out ``rc run`` and return its exit code; failures raise ``common.Failure``."""
+    progress = _Progress()
+    try:
+        return _run(client, req, progress)
+    except signals.Interrupted:
+        if progress.phase == "queue":
+            _cancel(client, progress.job_id)
+            return EXIT_INTERRUPTED
+        if progress.phase == "attached":
+            signals.restore_defaults()
+            render.say(
+                f"detached from job {progress.job_id}; it is STILL RUNNING on {progress.device}"
+                " and holds it until it finishes (watch it with rc ps)"
+            )
+            return EXIT_INTERRUPTED
+        raise
+
+
+def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
+    try:
+        job = client.submit(
+            req.command,
+            device=req.device,
+            selector=req.selector,
+            cwd=req.cwd,
+            env=req.env,
+            priority=req.priority,
+            max_runtime_seconds=req.max_runtime_seconds,
+            idle_timeout_seconds=req.idle_timeout_seconds,
+            no_wait=req.no_wait,
+        )
+    except errors.NoDeviceError as e:
+        raise common.Failure(f"{req.target} is busy and could not be queued") from e
+    progress.job_id = job_id = str(job.get("id", ""))
+    if job.get("state") == "queued":
+        progress.phase = "queue"
+        job = _wait_queue(client, req, job_id)
+        if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
+            device = job.get("device_id") or req.target
+            raise common.Failure(
+                f"job {job_id} {job.get('state')}, never started on {device}:"
+                f" {job.get('kill_reason') or NO_DETAIL}"
+            )
+    progress.device = str(job.get("device_id", ""))
+    progress.phase = "attached"
+    render.say(f"job {job_id} on {progress.device}")
+    _stream(client, job_id)
+    try:
+        final = client.wait_until_terminal(job_id, bound=FINAL_WAIT)
+    except errors.ClientError as e:
+        raise common.Failure(str(e)) from e
+    return _exit_code(final)
+
+
+def _wait_queue(client: api.Client, req: RunRequest, job_id: str) -> api.Json:
+    """WAIT_QUEUE (CLI-106, CLI-107): the job once it left the queue, or a failure."""
+    deadline = time.monotonic() + req.timeout if req.timeout > 0 else None
+
+    def report(position: int) -> None:
+        render.say(f"queued at position {position} for {req.target}")
+
+    try:
+        return client.wait_until_scheduled(job_id, on_position=report, deadline=deadline)
+    except errors.ClientError as e:
+        # Decide "my own --timeout passed" from the clock, never from the error: a
+        # per-poll timeout against a wedged controller looks the same (CLI-079).
+        if deadline is not None and time.monotonic() >= deadline:
+            signals.restore_defaults()
+            _cancel(client, job_id)
+            raise common.Failure(f"gave up waiting for {req.target} (deadline exceeded)") from e
+        raise common.Failure(
+            f"lost track of job {job_id} while it was queued ({e}); it may still be queued"
+            " or already running: check rc ps"
+        ) from e
+
+
+def _cancel(client: api.Client, job_id: str) -> None:
+    """CANCEL (CLI-109): kill the queued job, then say what became of it."""
+    end = time.monotonic() + CANCEL_BOUND
+
+    def remaining() -> float:
+        return max(0.1, end - time.monotonic())
+
+    try:
+        client.kill(job_id, timeout=remaining())
+        refused = False
+    except errors.NotCancellableError:
+        refused = True
+    except errors.ClientError as e:
+        render.say(f"could not cancel queued job {job_id}: {e}")
+        return
+    try:
+        job: api.Json | None = client.get_job(job_id, timeout=remaining()).job
+    except errors.ClientError:
+        job = None
+    active = job is not None and job.get("state") in api.ACTIVE_STATES
+    device = (job or {}).get("device_id") or "its device"
+    if not refused:
+        if active:
+            render.say(
+                f"job {job_id} started on {device} just as it was being cancelled;"
+                " a kill was requested and it is being terminated"
+            )
+        elif job is not None:
+            render.say(f"cancelled queued job {job_id}")
+        else:
+            render.say(f"a kill was requested for job {job_id}")
+    elif active:
+        render.say(
+            f"could not cancel job {job_id}: it is STILL RUNNING on {device} and holds it"
+            " until it finishes; watch it with rc ps"
+        )
+    else:
+        render.say(f"job {job_id} finished before it could be cancelled")
+
+
+def _stream(client: api.Client, job_id: str) -> None:
+    """STREAM (CLI-111): copy the job's output to stdout, chunk by chunk, flushed."""
+
+    def on_break(e: errors.ClientError) -> None:
+        render.say(f"log stream broke ({e}); reconnecting")
+
+    chunks = client.output(job_id, on_break=on_break)
+    try:
+        for chunk in chunks:
+            render.write_bytes(chunk)
+    except errors.ClientError as e:
+        render.say(f"log stream ended: {e}")
+    except (OSError, ValueError) as e:
+        render.say(f"log stream ended: cannot write output: {e}")
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _exit_code(job: api.Json) -> int:
+    """EXIT (CLI-114): the job's code, 1 for a non-success without one, else 0."""
+    job_id = job.get("id", "")
+    code = job.get("exit_code")
+    reason = job.get("kill_reason") or ""
+    if isinstance(code, int) and code != 0:
+        if reason:
+            render.say(f"job {job_id}: {reason}")
+        return exit_status(code)
+    state = job.get("state")
+    if state != "succeeded":
+        raise common.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
+    return 0

@@ -1,0 +1,59 @@
+"""SIGINT and SIGTERM: the first one interrupts, the second one kills (CLI-055).
+
+``rc`` turns the first signal into an ``Interrupted`` exception, raised from the
+handler so that it also breaks out of a blocking socket read or a sleep (a handler
+that only set a flag would leave ``rc run`` stuck in a log stream that may last
+hours). Before raising, the handler restores the operating system's default action
+for both signals, so a second Ctrl-C, or CI's SIGTERM after a SIGINT, ends the
+process at once, even while ``rc`` is cancelling a queued job (CLI-057).
+
+Each command decides what an interrupt means for it (cancel, detach, or an ordinary
+failure, CLI-056); ``main`` turns an unhandled one into exit 1.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_installed = False
+
+
+class Interrupted(BaseException):
+    """The first SIGINT or SIGTERM arrived.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that ``except Exception``
+    blocks in libraries let it through, but not a ``KeyboardInterrupt``, which click
+    would turn into its own abort.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    restore_defaults()
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """Intercept the first SIGINT/SIGTERM of this process (call from the main thread)."""
+    global _installed
+    try:
+        for sig in _SIGNALS:
+            signal.signal(sig, _handler)
+    except ValueError:  # not the main thread: leave signals alone
+        return
+    _installed = True
+
+
+def restore_defaults() -> None:
+    """Give both signals their default action back, if ``install`` took them."""
+    global _installed
+    if not _installed:
+        return
+    for sig in _SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    _installed = False

@@ -1,0 +1,416 @@
+"""The client object the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
+
+Commands are thin: each one calls a method here, so the command line and the Python
+API cannot disagree about a route, a body or a polling budget. Results are the
+controller's JSON objects as plain dicts (the ``--json`` outputs print them verbatim);
+only the job view, which wraps a job with its queue position, gets a small record.
+
+The two polling loops are the only code in the client that retries (CLI-043). Their
+budgets are the spec's constants, and their clock and sleep are injectable so that
+tests count polls instead of waiting them out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from resource_controller import errors
+from resource_controller.client import config, transport
+
+#: A job, device view or other controller object, exactly as the controller sent it.
+Json = dict[str, Any]
+
+#: CLI-190: pause between polls in both wait loops.
+POLL_INTERVAL = 0.5
+#: CLI-191: per-poll timeout and the failure count that gives up, wait-until-scheduled.
+SCHEDULED_POLL_TIMEOUT = 1.0
+SCHEDULED_GIVE_UP = 17
+#: CLI-192: the same for wait-until-terminal.
+TERMINAL_POLL_TIMEOUT = 10.0
+TERMINAL_GIVE_UP = 6
+#: EXT-CLI-5: consecutive reconnects of a broken log stream that deliver nothing
+#: before ``rc run`` gives up on the output (about 8 s, as wait-until-scheduled).
+STREAM_GIVE_UP = 17
+
+#: CLI-076: states a job never leaves.
+TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
+#: Jobs holding a device.
+ACTIVE_STATES = frozenset({"assigned", "running"})
+
+
+class PollGiveUp(errors.ClientError):
+    """Too many consecutive polls failed; the job's fate is unknown, not decided."""
+
+
+class WaitTimeout(errors.ClientError):
+    """The caller's own bound on a wait passed (deadline exceeded)."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """``GET /v1/jobs/{id}``: the job and, while it is queued, its 1-based position."""
+
+    job: Json
+    #: 0 when the job is not queued (the controller omits the key then).
+    queue_position: int = 0
+
+    @property
+    def state(self) -> str:
+        """The job's state word."""
+        return str(self.job.get("state", ""))
+
+
+def new_idempotency_key() -> str:
+    """A fresh random UUID4 (CLI-074), without paying for the ``uuid`` module's import."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def job_path(job_id: str) -> str:
+    """``/v1/jobs/{id}`` with the ID inserted as typed (CLI-071); only what HTTP forbids is escaped."""
+    return "/v1/jobs/" + urllib.parse.quote(job_id, safe="/:@!$&'()*+,;=")
+
+
+def device_path(device_id: str, *, segment: bool = False) -> str:
+    """``/v1/devices/{id}``; the ``:`` of a device ID is never percent-encoded (CLI-071).
+
+    ``segment`` encodes every other reserved character, as ``clear`` and ``retire`` do.
+    """
+    safe = "$&+=:@" if segment else "/:@!$&'()*+,;="
+    return "/v1/devices/" + urllib.parse.quote(device_id, safe=safe)
+
+
+def _seconds_text(seconds: float) -> str:
+    """A bound for a message, as ``5m0s``; the client keeps to ``errors`` and ``wire``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    text = f"{rest // 60}m{rest % 60}s"
+    return f"{hours}h{text}" if hours else text
+
+
+def _controller_message(e: errors.ApiError) -> str:
+    """The message the controller sent, or ``""`` when it sent none (not the class default)."""
+    default = (errors.ApiError.__doc__ or "").strip()
+    return "" if e.message == default else e.message
+
+
+class Client:
+    """Talk to one controller with one token, as the current user.
+
+    With no arguments the controller URL, token and submitter come from the
+    environment and the user config file, exactly as for ``rc`` (CLI-010..031).
+    """
+
+    def __init__(
+        self,
+        controller: str | None = None,
+        token: str | None = None,
+        *,
+        submitter: str | None = None,
+        settings: config.Settings | None = None,
+        http: transport.Transport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings or config.settings()
+        if http is None:
+            url = controller if controller else self._settings.controller()
+            http = transport.Transport(url, token if token is not None else self._settings.token())
+        self._http = http
+        self._submitter = submitter
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    @property
+    def submitter(self) -> str:
+        """The identity sent with submits and kills, resolved once (CLI-031)."""
+        if self._submitter is None:
+            self._submitter = self._settings.submitter()
+        return self._submitter
+
+    def close(self) -> None:
+        """Close kept-alive connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- jobs ------------------------------------------------------------------
+
+    def submit(
+        self,
+        command: Sequence[str] | None,
+        *,
+        device: str = "",
+        selector: str = "",
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+        max_runtime_seconds: int = 0,
+        idle_timeout_seconds: int = 0,
+        no_wait: bool = False,
+        kind: str = "",
+        reason: str = "",
+        stdio: str = "",
+        timeout: float | None = None,
+    ) -> Json:
+        """Submit a job or hold (CLI-072) and return the created job.
+
+        Neither ``device`` nor ``selector`` means any device (EXT-CLI-1). A fresh
+        idempotency key is generated unless one is given (``""`` sends none).
+        Raises ``NoDeviceError`` on 409, whatever the body (CLI-075).
+        """
+        body: dict[str, Any] = {"submitter": self.submitter}
+        if command is not None:
+            body["command"] = list(command)
+        key = new_idempotency_key() if idempotency_key is None else idempotency_key
+        optional: dict[str, Any] = {
+            "device_id": device,
+            "selector": selector,
+            "cwd": cwd,
+            "env": dict(env) if env else None,
+            "idempotency_key": key,
+            "priority": priority,
+            "max_runtime_seconds": max_runtime_seconds,
+            "idle_timeout_seconds": idle_timeout_seconds,
+            "no_wait": no_wait,
+            "kind": kind,
+            "reason": reason,
+            "stdio": stdio,
+        }
+        body.update({k: v for k, v in optional.items() if v})
+        try:
+            resp = self._http.request("POST", "/v1/jobs", body=body, timeout=timeout)
+        except errors.ApiError as e:
+            if e.status == 409:
+                raise errors.NoDeviceError(_controller_message(e) or None) from e
+            raise
+        job: Json = resp.json()
+        return job
+
+    def get_job(self, job_id: str, *, timeout: float | None = None) -> JobView:
+        """One job with its queue position (CLI-071)."""
+        resp = self._http.request("GET", job_path(job_id), timeout=timeout)
+        data = resp.json()
+        job = data.get("job") if isinstance(data, dict) else None
+        if not isinstance(job, dict):
+            raise errors.TransportError(f"{resp.request}: controller sent no job object")
+        position = data.get("queue_position") or 0
+        return JobView(job, position if isinstance(position, int) else 0)
+
+    def kill(
+        self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
+    ) -> None:
+        """Cancel a queued job or stop a running one (CLI-130); ``NotCancellableError`` on 409."""
+        body = {"submitter": self.submitter if submitter is None else submitter}
+        try:
+            self._http.request("POST", job_path(job_id) + "/kill", body=body, timeout=timeout)
+        except errors.ApiError as e:
+            if e.status == 409:
+                message = _controller_message(e) or "job not cancellable"
+                raise errors.NotCancellableError(message) from e
+            raise
+
+    def jobs(
+        self,
+        *,
+        device: str = "",
+        limit: int = 0,
+        state: str = "",
+        submitter: str = "",
+        timeout: float | None = None,
+    ) -> list[Json]:
+        """Job history, newest first (CLI-141): only non-empty filters are sent."""
+        query = {"device": device, "limit": str(limit) if limit else "", "state": state}
+        query["submitter"] = submitter
+        data = self._http.request(
+            "GET", "/v1/jobs", query={k: v for k, v in query.items() if v}, timeout=timeout
+        ).json()
+        jobs: list[Json] = data.get("jobs") or []
+        return jobs
+
+    def follow_logs(
+        self, job_id: str, *, follow: bool | None = None, offset: int = 0
+    ) -> transport.Stream:
+        """The job's stored output as an iterator of byte chunks; close it when done.
+
+        ``follow=None`` sends no query (the route's default: replay, then follow until
+        the job is terminal, CLI-080); ``True``/``False`` send ``?follow=``, ``False``
+        being the snapshot that never waits. ``offset`` skips bytes already seen
+        (EXT-CLI-5) and is sent only when positive.
+        """
+        query: dict[str, str] = {}
+        if follow is not None:
+            query["follow"] = "true" if follow else "false"
+        if offset > 0:
+            query["offset"] = str(offset)
+        return self._http.stream("GET", job_path(job_id) + "/logs", query=query or None)
+
+    def output(
+        self,
+        job_id: str,
+        *,
+        reconnect: bool = True,
+        on_break: Callable[[errors.ClientError], None] | None = None,
+    ) -> Iterator[bytes]:
+        """Follow the job's output to its end, resuming where a broken stream stopped.
+
+        When the connection drops, the stream is reopened at the byte offset already
+        delivered (EXT-CLI-5), so nothing is lost or repeated; ``on_break`` hears of
+        each break. ``STREAM_GIVE_UP`` consecutive attempts that deliver nothing give
+        up with the last error. A refusal from the controller (``not_found``,
+        ``logs_not_stored``) is final at once. With ``reconnect=False`` the first
+        break is final (CLI-081).
+        """
+        offset = 0
+        failures = 0
+        while True:
+            try:
+                stream = self.follow_logs(job_id, offset=offset)
+                with stream:
+                    for chunk in stream:
+                        offset += len(chunk)
+                        failures = 0
+                        yield chunk
+                return
+            except errors.TransportError as e:
+                failures += 1
+                if not reconnect or failures >= STREAM_GIVE_UP:
+                    raise
+                if on_break is not None:
+                    on_break(e)
+                self._sleep(POLL_INTERVAL)
+
+    # ---- fleet -----------------------------------------------------------------
+
+    def state(self, *, timeout: float | None = None) -> Json:
+        """Devices, active jobs and the queue (``GET /v1/state``)."""
+        data: Json = self._http.request("GET", "/v1/state", timeout=timeout).json()
+        return data
+
+    def explain(self, selector: str, *, timeout: float | None = None) -> Json:
+        """What a selector matches right now; submits nothing (CLI-102)."""
+        data: Json = self._http.request(
+            "GET", "/v1/explain", query={"selector": selector}, timeout=timeout
+        ).json()
+        return data
+
+    def describe(self, device_id: str, *, timeout: float | None = None) -> Json:
+        """Everything about one device (CLI-153)."""
+        data: Json = self._http.request(
+            "GET", device_path(device_id) + "/describe", timeout=timeout
+        ).json()
+        return data
+
+    def clear(self, device_id: str, *, timeout: float | None = None) -> None:
+        """(admin) Return a quarantined device to the pool (CLI-175)."""
+        self._http.request("POST", device_path(device_id, segment=True) + "/clear", timeout=timeout)
+
+    def retire(self, device_id: str, *, timeout: float | None = None) -> Json:
+        """(admin) Remove a device from the fleet; returns ``{"retired", "note"}`` (CLI-178)."""
+        data: Json = self._http.request(
+            "DELETE", device_path(device_id, segment=True), timeout=timeout
+        ).json()
+        return data
+
+    # ---- polling loops ---------------------------------------------------------
+
+    def wait_until_scheduled(
+        self,
+        job_id: str,
+        *,
+        on_position: Callable[[int], None] | None = None,
+        deadline: float | None = None,
+    ) -> Json:
+        """Poll until the job leaves the queue and return it (CLI-077).
+
+        ``on_position`` hears each new queue position while the job is queued.
+        ``deadline`` is a ``monotonic`` instant; passing it raises ``WaitTimeout``
+        at once. Seventeen consecutive failed polls raise ``PollGiveUp``, which says
+        nothing about the deadline (CLI-079). A returned job may be terminal without
+        ever having started: the caller checks.
+        """
+        failures = 0
+        last_position: int | None = None
+        while True:
+            poll_timeout = SCHEDULED_POLL_TIMEOUT
+            if deadline is not None:
+                remaining = deadline - self._monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout("deadline exceeded")
+                poll_timeout = min(poll_timeout, remaining)
+            try:
+                view = self.get_job(job_id, timeout=poll_timeout)
+            except errors.ClientError as e:
+                failures += 1
+                if failures >= SCHEDULED_GIVE_UP:
+                    raise PollGiveUp(
+                        f"gave up polling job {job_id} after {failures} consecutive failures"
+                        f" (last: {e})"
+                    ) from e
+            else:
+                failures = 0
+                if view.state != "queued":
+                    return view.job
+                if view.queue_position != last_position:
+                    last_position = view.queue_position
+                    if on_position is not None:
+                        on_position(view.queue_position)
+            pause = POLL_INTERVAL
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - self._monotonic()))
+            self._sleep(pause)
+
+    def wait_until_terminal(self, job_id: str, *, bound: float | None = None) -> Json:
+        """Poll until the job is terminal and return it (CLI-078).
+
+        ``bound`` (seconds) caps the whole wait; passing it raises ``WaitTimeout``
+        naming the bound, the job and its last known state. Six consecutive failed
+        polls raise ``PollGiveUp`` naming the job and its last known state.
+        """
+        end = None if bound is None else self._monotonic() + bound
+        failures = 0
+        last_state = "unknown"
+        while True:
+            poll_timeout = TERMINAL_POLL_TIMEOUT
+            if end is not None:
+                remaining = end - self._monotonic()
+                if remaining <= 0:
+                    assert bound is not None
+                    raise WaitTimeout(
+                        f"job {job_id} did not finish within {_seconds_text(bound)}"
+                        f" (last known state: {last_state})"
+                    )
+                poll_timeout = min(poll_timeout, remaining)
+            try:
+                view = self.get_job(job_id, timeout=poll_timeout)
+            except errors.ClientError as e:
+                failures += 1
+                if failures >= TERMINAL_GIVE_UP:
+                    raise PollGiveUp(
+                        f"gave up waiting for job {job_id} after {failures} consecutive failed"
+                        f" polls (last known state: {last_state}; last error: {e})"
+                    ) from e
+            else:
+                failures = 0
+                last_state = view.state or last_state
+                if view.state in TERMINAL_STATES:
+                    return view.job
+            pause = POLL_INTERVAL
+            if end is not None:
+                pause = max(0.0, min(pause, end - self._monotonic()))
+            self._sleep(pause)

@@ -1,0 +1,322 @@
+"""Where the client finds its controller, its token and its name (CLI-010..031).
+
+Precedence is the same for every setting (CLI-022): the ``--as`` flag (the only flag
+that exists), then the environment, then the user config file, then a built-in
+default. The file is read lazily and at most once per process (CLI-023): ``rc run``
+with ``RC_CONTROLLER`` and ``RC_TOKEN`` exported never opens it.
+
+A broken file never aborts a command (CLI-024): it costs one ``rc: warning:`` line per
+process, and every value it would have supplied counts as absent.
+
+Reading the file must stay cheap because ``rc run -- true`` sits on people's hot
+path and, after ``rc up``, every such call reads it. Importing PyYAML costs more than
+the rest of ``rc run`` together, so the form this module writes itself (one
+``key: "JSON string"`` per line) is read without it; any other content goes to the
+real YAML parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from resource_controller import errors
+
+#: CLI-010/CLI-199: where the controller is when nothing says otherwise.
+DEFAULT_CONTROLLER = "http://localhost:8080"
+
+#: The keys the client reads from the file (CLI-021); others are ignored.
+KEYS = ("controller", "token", "submitter")
+
+
+class ConfigError(errors.ClientError):
+    """The user config file could not be located, read or parsed."""
+
+
+@dataclass(frozen=True)
+class FileConfig:
+    """The values found in the user config file; ``None`` means absent (CLI-021)."""
+
+    #: Controller base URL, trimmed.
+    controller: str | None = None
+    #: Bearer token, trimmed.
+    token: str | None = None
+    #: Submitter identity, trimmed.
+    submitter: str | None = None
+
+
+def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
+    """Locate the user config file (CLI-020); raise ``ConfigError`` when that is impossible."""
+    env = os.environ if env is None else env
+    platform = sys.platform if platform is None else platform
+    explicit = env.get("RC_CONFIG", "").strip()
+    if explicit:
+        return Path(explicit)
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg:
+        if not os.path.isabs(xdg):
+            raise ConfigError(f"cannot locate the config file: XDG_CONFIG_HOME is relative: {xdg}")
+        base = Path(xdg)
+    else:
+        home = env.get("HOME", "")
+        if not home:
+            raise ConfigError("cannot locate the config file: neither XDG_CONFIG_HOME nor HOME set")
+        base = Path(home) / ("Library/Application Support" if platform == "darwin" else ".config")
+    return base / "rc" / "config.yaml"
+
+
+# One ``key: "json string"`` line, optionally followed by a comment. JSON string
+# syntax is a subset of YAML's double-quoted scalar, so both parsers agree on it.
+_SIMPLE_LINE = re.compile(
+    r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
+)
+
+
+def _parse_simple(text: str) -> dict[str, str] | None:
+    """Parse the restricted form ``write_client_config`` writes; ``None`` if it is not that."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _SIMPLE_LINE.fullmatch(line.rstrip())
+        if m is None or m.group(1) in out:
+            return None
+        try:
+            out[m.group(1)] = json.loads(m.group(2))
+        except ValueError:
+            return None
+    return out
+
+
+def _parse_yaml(text: str, path: Path) -> dict[str, str | None]:
+    """Parse arbitrary YAML, keeping each wanted scalar's text as written.
+
+    The node tree is used instead of ``safe_load`` so that ``token: 0123`` stays the
+    string ``0123`` rather than becoming a number; a mapping or list where a string
+    belongs makes the whole file unusable, like any other parse failure.
+    """
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
+    out: dict[str, str | None] = {}
+    if root is None:
+        return out
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
+    for key_node, value_node in root.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.value not in KEYS:
+            continue
+        if not isinstance(value_node, yaml.ScalarNode):
+            raise ConfigError(f"cannot parse {path}: {key_node.value} is not a string")
+        is_null = value_node.tag == "tag:yaml.org,2002:null"
+        out[key_node.value] = None if is_null else value_node.value
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def parse_config(text: str, path: Path) -> FileConfig:
+    """Turn the file's text into values (CLI-021); raise ``ConfigError`` if it is broken."""
+    values: Mapping[str, str | None] | None = _parse_simple(text)
+    if values is None:
+        values = _parse_yaml(text, path)
+
+    def pick(key: str) -> str | None:
+        value = values.get(key)
+        value = value.strip() if value is not None else None
+        return value or None
+
+    return FileConfig(pick("controller"), pick("token"), pick("submitter"))
+
+
+def read_config_file(path: Path) -> FileConfig:
+    """Read one config file; a missing file is empty, any other failure raises."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return FileConfig()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot parse {path}: not UTF-8 text") from e
+    return parse_config(text, path)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"rc: warning: {message}\n")
+    sys.stderr.flush()
+
+
+class Settings:
+    """Connection settings and identity for one process, reading the file on demand.
+
+    ``env`` defaults to the live environment; tests pass their own mapping. ``warn``
+    receives the one warning a broken file earns (CLI-024).
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        warn: Callable[[str], None] = _warn,
+    ) -> None:
+        self._env = os.environ if env is None else env
+        self._warn = warn
+        self._file: FileConfig | None = None
+
+    @property
+    def file(self) -> FileConfig:
+        """The config file's values, read on first use and then remembered (CLI-023)."""
+        if self._file is None:
+            try:
+                self._file = read_config_file(config_path(self._env))
+            except ConfigError as e:
+                self._warn(e.message)
+                self._file = FileConfig()
+        return self._file
+
+    def controller(self) -> str:
+        """Controller base URL(s) without trailing slashes (CLI-010, CLI-201)."""
+        url = self._env.get("RC_CONTROLLER", "") or self.file.controller or DEFAULT_CONTROLLER
+        return url.rstrip("/")
+
+    def token(self) -> str:
+        """Bearer token; empty when none is configured, which the controller refuses (CLI-011)."""
+        return self._env.get("RC_TOKEN", "") or self.file.token or ""
+
+    def submitter(self, as_flag: str = "") -> str:
+        """The identity for submits and kills, resolved per CLI-030."""
+        if as_flag:
+            return as_flag
+        from_env = self._env.get("RC_SUBMITTER", "").strip()
+        if from_env:
+            return from_env
+        if self.file.submitter:
+            return self.file.submitter
+        return derived_submitter(self._env)
+
+
+def derived_submitter(env: Mapping[str, str]) -> str:
+    """``<USER>@<hostname>`` plus ``/<session>`` when a session ID is set (CLI-030 step 4)."""
+    try:
+        host = os.uname().nodename
+    except (AttributeError, OSError):
+        host = ""
+    name = f"{env.get('USER', '')}@{host}"
+    session = env.get("CLAUDE_SESSION_ID", "")
+    return f"{name}/{session}" if session else name
+
+
+_PROCESS_SETTINGS: Settings | None = None
+
+
+def settings() -> Settings:
+    """The process-wide settings, so the file is read at most once per process (CLI-023)."""
+    global _PROCESS_SETTINGS
+    if _PROCESS_SETTINGS is None:
+        _PROCESS_SETTINGS = Settings()
+    return _PROCESS_SETTINGS
+
+
+def reset() -> None:
+    """Forget the process-wide settings (after writing the file, and between tests)."""
+    global _PROCESS_SETTINGS
+    _PROCESS_SETTINGS = None
+
+
+def _render(values: Mapping[str, object]) -> str:
+    """Write values in the restricted form when possible, YAML for anything else."""
+    lines = []
+    rest: dict[str, object] = {}
+    for key, value in values.items():
+        if isinstance(value, str) and _SIMPLE_LINE.fullmatch(f"{key}: {json.dumps(value)}"):
+            lines.append(f"{key}: {json.dumps(value)}\n")
+        else:
+            rest[key] = value
+    text = "".join(lines)
+    if rest:
+        import yaml
+
+        text += yaml.safe_dump(rest, default_flow_style=False, sort_keys=False)
+    return text
+
+
+def write_client_config(
+    controller: str,
+    token: str,
+    force: bool,
+    env: Mapping[str, str] | None = None,
+) -> Path:
+    """Record the client side of a local setup in the user config file (EXT-UP-3).
+
+    Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
+    pointed ``rc`` at a shared controller must not find it silently redirected. Every
+    other key in the file is kept. The file is written atomically with mode 0600 since
+    it holds a credential. A file that exists but cannot be parsed is replaced only
+    with ``force``; without it ``ConfigError`` is raised rather than destroying it.
+    """
+    path = config_path(env)
+    existing: dict[str, object] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as e:
+        if not force:
+            raise ConfigError(f"cannot read {path}: {e}") from e
+        text = ""
+    if text.strip():
+        try:
+            existing = _load_all(text, path)
+        except ConfigError:
+            if not force:
+                raise
+            existing = {}
+    for key, value in (("controller", controller), ("token", token)):
+        current = existing.get(key)
+        keep = isinstance(current, str) and current.strip() and not force
+        if not keep:
+            existing[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_render(existing))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    reset()
+    return path
+
+
+def _load_all(text: str, path: Path) -> dict[str, object]:
+    """Every key of an existing file, for rewriting it without losing anything."""
+    simple = _parse_simple(text)
+    if simple is not None:
+        return dict(simple)
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
+    return {str(k): v for k, v in data.items()}

@@ -1,0 +1,324 @@
+"""Synchronous HTTP to the controller, on the standard library alone.
+
+``rc run -- true`` is on people's hot path, and importing a full HTTP client costs
+more than everything else ``rc`` does before its first request, so this module speaks
+HTTP/1.1 through ``http.client``: one kept-alive connection for ordinary requests, a
+connection of its own for each long-lived stream (log follow), and a timeout chosen
+per request, because only the callers know what is bounded (CLI-070: no overall
+timeout; the polling loops bound each poll themselves).
+
+Every failure leaves here as one of two errors from ``errors``:
+
+- ``ApiError``: the controller answered non-2xx. Its ``{"error", "message"}`` body
+  becomes ``<code>: <message>``; anything else becomes "controller returned
+  <status> <reason>" (CLI-042).
+- ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
+  request and the cause (CLI-043).
+
+Nothing here retries a request the controller may have seen. The one exception to
+"never resend" is a request that failed on a kept-alive connection the controller
+had already closed while idle: such a request never reached it, so it is sent once
+more on a fresh connection. Several comma-separated base URLs fail over to the next
+one only when a connection cannot be opened at all (EXT-PG-5).
+"""
+
+from __future__ import annotations
+
+import http
+import http.client
+import json
+import socket
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from resource_controller import errors
+
+#: Bytes asked for per read while streaming; a chunk is written out as soon as it arrives.
+STREAM_READ_SIZE = 64 * 1024
+
+# Failures that mean "the idle kept-alive connection was closed under us".
+_STALE_CONNECTION = (
+    http.client.RemoteDisconnected,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+)
+
+
+@dataclass(frozen=True)
+class Response:
+    """A complete 2xx answer."""
+
+    status: int
+    body: bytes
+    #: ``METHOD URL`` of the request, for error messages about this response.
+    request: str
+
+    def json(self) -> Any:
+        """The body as JSON; a 2xx that is not JSON is a protocol failure."""
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise errors.TransportError(
+                f"{self.request}: controller sent a malformed JSON body ({e})"
+            ) from e
+
+
+@dataclass(frozen=True)
+class _Base:
+    """One controller base URL, taken apart once."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+
+
+def _parse_base(url: str) -> _Base:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise errors.TransportError(
+            f"controller URL {url!r} is not an http:// or https:// URL (check RC_CONTROLLER)"
+        )
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as e:
+        raise errors.TransportError(f"controller URL {url!r}: {e}") from e
+    return _Base(url, parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def describe_cause(exc: BaseException) -> str:
+    """A short, human reason for a transport failure."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the controller closed the connection without answering"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the controller closed the connection mid-response"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    text = str(exc)
+    return text or type(exc).__name__
+
+
+def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
+    """Map a non-2xx answer onto ``ApiError`` (CLI-042)."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
+        message = data.get("message")
+        return errors.ApiError(data["error"], message if isinstance(message, str) else "", status)
+    if not reason:
+        try:
+            reason = http.HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+    return errors.ApiError("", f"controller returned {status} {reason}".rstrip(), status)
+
+
+class Stream:
+    """An open 2xx response read chunk by chunk; iterate for ``bytes``, then ``close``."""
+
+    def __init__(
+        self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, request: str
+    ) -> None:
+        self._conn = conn
+        self._resp = resp
+        self.request = request
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            chunk = self._resp.read1(STREAM_READ_SIZE)
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise errors.TransportError(f"{self.request}: {describe_cause(e)}") from e
+        except BaseException:
+            self.close()
+            raise
+        if chunk:
+            return chunk
+        truncated = self._resp.length is not None and self._resp.length > 0
+        self.close()
+        if truncated:
+            raise errors.TransportError(
+                f"{self.request}: the controller closed the connection mid-response"
+            )
+        raise StopIteration
+
+    def close(self) -> None:
+        """Drop the connection; safe to call more than once."""
+        self._resp.close()
+        self._conn.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Transport:
+    """Requests to one controller (or a fail-over list of them) with a bearer token."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        urls = [u.strip().rstrip("/") for u in base_url.split(",")]
+        urls = [u for u in urls if u] or [base_url]
+        self._bases = [_parse_base(u) for u in urls]
+        self._current = 0
+        self._token = token
+        self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The base URL requests currently go to."""
+        return self._bases[self._current].url
+
+    def _headers(self) -> dict[str, str]:
+        # CLI-070: both headers on every request, even with an empty token, so the
+        # controller answers "unauthorized" instead of the client guessing.
+        return {
+            "Authorization": f"Bearer {self._token}",
+            "Content-Type": "application/json",
+        }
+
+    def _target(self, base: _Base, path: str, query: Mapping[str, str] | None) -> str:
+        target = base.prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode(sorted(query.items()))
+        return target
+
+    def _connect(self, base: _Base, timeout: float | None) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if base.scheme == "https":
+            conn = http.client.HTTPSConnection(base.host, base.port, timeout=timeout)
+        else:
+            conn = http.client.HTTPConnection(base.host, base.port, timeout=timeout)
+        conn.connect()
+        return conn
+
+    def _open(self, timeout: float | None, request: str) -> http.client.HTTPConnection:
+        """Open a connection, failing over between base URLs only when connecting fails."""
+        first_error: BaseException | None = None
+        for step in range(len(self._bases)):
+            index = (self._current + step) % len(self._bases)
+            try:
+                conn = self._connect(self._bases[index], timeout)
+            except OSError as e:
+                first_error = first_error or e
+                continue
+            self._current = index
+            return conn
+        assert first_error is not None
+        raise errors.TransportError(f"{request}: {describe_cause(first_error)}") from first_error
+
+    def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
+        base = self._bases[self._current]
+        return f"{method} {base.url}{path}" + (
+            "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        timeout: float | None = None,
+    ) -> Response:
+        """Send one request and read the whole answer; raise unless it is 2xx.
+
+        ``body`` is serialised as JSON when not ``None``. ``timeout`` bounds connecting
+        and each socket read; ``None`` waits as long as it takes.
+        """
+        payload = None if body is None else json.dumps(body).encode()
+        request = self._describe(method, path, query)
+        for attempt in (0, 1):
+            conn = self._conn
+            reused = conn is not None
+            if conn is None:
+                conn = self._open(timeout, request)
+                request = self._describe(method, path, query)
+            else:
+                conn.timeout = timeout
+                if conn.sock is not None:
+                    conn.sock.settimeout(timeout)
+            self._conn = None
+            target = self._target(self._bases[self._current], path, query)
+            try:
+                conn.request(method, target, body=payload, headers=self._headers())
+                resp = conn.getresponse()
+                data = resp.read()
+            except _STALE_CONNECTION as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+            except BaseException:
+                conn.close()
+                raise
+            if resp.will_close:
+                conn.close()
+            else:
+                self._conn = conn
+            if not 200 <= resp.status < 300:
+                raise api_error(resp.status, resp.reason, data)
+            return Response(resp.status, data, request)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Stream:
+        """Open a long-lived response on a connection of its own.
+
+        The status is checked before returning, so a refusal (``not_found``,
+        ``logs_not_stored``) raises here rather than while iterating.
+        """
+        request = self._describe(method, path, query)
+        conn = self._open(timeout, request)
+        request = self._describe(method, path, query)
+        target = self._target(self._bases[self._current], path, query)
+        try:
+            conn.request(method, target, headers=self._headers())
+            resp = conn.getresponse()
+            if not 200 <= resp.status < 300:
+                data = resp.read()
+                conn.close()
+                raise api_error(resp.status, resp.reason, data)
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+        except BaseException:
+            conn.close()
+            raise
+        return Stream(conn, resp, request)
+
+    def close(self) -> None:
+        """Close the kept-alive connection, if any."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,234 @@
+"""Parsing, validation and help: nothing here reaches a controller (CLI §1-2, CLI-101)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from cli.conftest import Rc
+
+
+@pytest.fixture(autouse=True)
+def dead_controller(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A controller address that refuses: any request shows up as 'connection refused'."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("RC_CONTROLLER", url)
+    monkeypatch.setenv("RC_TOKEN", "ctok")
+    return url
+
+
+def one_error(result: object, exit_code: int = 1) -> str:
+    """The result failed with exactly one ``rc:`` line on stderr and nothing on stdout."""
+    assert result.exit_code == exit_code, (result.exit_code, result.stdout, result.stderr)  # type: ignore[attr-defined]
+    err: str = result.stderr  # type: ignore[attr-defined]
+    assert err.startswith("rc: ") and err.count("\n") == 1, err
+    assert result.stdout == ""  # type: ignore[attr-defined]
+    assert "Usage:" not in err  # CLI-003: no usage text on error
+    return err
+
+
+def requested(result: object) -> bool:
+    return "connection refused" in result.stderr  # type: ignore[attr-defined]
+
+
+# ---- CLI-101: rc run validation order ---------------------------------------------------------
+
+
+def test_run_needs_a_command(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "-d", "box:gpu0"))
+    assert "command" in err
+
+
+def test_device_and_select_are_exclusive(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "-d", "box:gpu0", "--select", "a=b", "--", "true"))
+    assert "--device" in err and "--select" in err
+
+
+def test_command_check_comes_first(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "-d", "x", "--select", "a=b"))
+    assert "command" in err
+
+
+@pytest.mark.parametrize("args", [["--explain"], ["--explain", "-d", "box:gpu0"]])
+def test_explain_needs_select(run_rc: Rc, args: list[str]) -> None:
+    err = one_error(run_rc("run", *args))
+    assert "--select" in err and not requested_text(err)
+
+
+def requested_text(err: str) -> bool:
+    return "connection refused" in err
+
+
+def test_explain_with_both_names_both(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "--explain", "-d", "x", "--select", "a=b"))
+    assert "--device" in err and "--select" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-runtime", "500ms"), ("--idle-timeout", "0.5s")]
+)
+def test_sub_second_ceilings_are_refused_before_submit(run_rc: Rc, flag: str, value: str) -> None:
+    err = one_error(run_rc("run", flag, value, "--", "true"))
+    assert flag in err and "second" in err
+
+
+def test_negative_ceiling_is_not_checked(run_rc: Rc) -> None:
+    result = run_rc("run", "--max-runtime", "-1s", "--", "true")
+    assert result.exit_code == 1 and requested(result)
+
+
+def test_neither_device_nor_selector_submits(run_rc: Rc) -> None:
+    result = run_rc("run", "--", "true")  # EXT-CLI-1: any device
+    assert result.exit_code == 1 and requested(result)
+    assert "POST" in result.stderr and "/v1/jobs" in result.stderr  # CLI-043 names the request
+
+
+# ---- CLI-001/005/006: flag syntax -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["2d", "10", "1h 30m", "", "abc"])
+def test_bad_duration_names_the_flag(run_rc: Rc, value: str) -> None:
+    err = one_error(run_rc("run", "--timeout", value, "--", "true"))
+    assert "--timeout" in err
+
+
+@pytest.mark.parametrize("value", ["90s", "1h30m", "1.5h", "300ms", "0", "-5s", "2µs", "+1m"])
+def test_good_durations_reach_the_request(run_rc: Rc, value: str) -> None:
+    assert requested(run_rc("run", f"--timeout={value}", "--", "true"))
+
+
+@pytest.mark.parametrize("value", ["5", "-3", "0x0a", "0o7", "+2"])
+def test_good_integers(run_rc: Rc, value: str) -> None:
+    assert requested(run_rc("run", "--priority", value, "--", "true"))
+
+
+@pytest.mark.parametrize("value", ["1.5", "ten", "0b1", "", "1e3"])
+def test_bad_integers_name_the_flag(run_rc: Rc, value: str) -> None:
+    err = one_error(run_rc("run", "--priority", value, "--", "true"))
+    assert "--priority" in err
+
+
+@pytest.mark.parametrize("value", ["true", "false", "1", "0", "TRUE", "f"])
+def test_boolean_flags_take_explicit_values(run_rc: Rc, value: str) -> None:
+    assert requested(run_rc("run", f"--no-wait={value}", "--", "true"))
+
+
+def test_boolean_flag_rejects_other_values(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "--no-wait=maybe", "--", "true"))
+    assert "--no-wait" in err
+
+
+def test_value_that_looks_like_a_boolean_flag_is_left_alone(run_rc: Rc) -> None:
+    assert requested(run_rc("run", "--cwd", "--no-wait=maybe", "--", "true"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--bogus", "--", "true"],
+        ["run", "-d", "x", "echo", "-n", "hi"],  # CLI-002: flag-like command words need --
+        ["nosuch"],
+        [],
+        ["kill"],
+        ["kill", "a", "b"],
+        ["jobs", "stray"],  # CLI-004: rc jobs rejects positionals
+        ["logs"],
+        ["attach", "a", "b"],
+        ["run", "--env", "NOEQUALS", "--", "true"],
+        ["run", "--env", "=v", "--", "true"],
+    ],
+)
+def test_usage_errors_are_one_line_exit_1(run_rc: Rc, args: list[str]) -> None:
+    one_error(run_rc(*args))
+
+
+def test_flags_anywhere_before_double_dash(run_rc: Rc) -> None:
+    assert requested(run_rc("run", "python", "-d", "box:gpu0", "train.py", "--no-wait"))
+
+
+def test_stray_positionals_ignored_by_ps_and_devices(run_rc: Rc) -> None:
+    assert requested(run_rc("ps", "stray"))
+    assert requested(run_rc("devices", "-o", "json", "stray"))
+
+
+# ---- CLI-140, EXT-CLI-3: output formats are checked before any request ------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "-o", "yaml"],
+        ["devices", "-o", "yaml"],
+        ["devices", "--output=x"],
+        ["describe", "d", "-o", "txt"],
+    ],
+)
+def test_unknown_output_format(run_rc: Rc, args: list[str]) -> None:
+    err = one_error(run_rc(*args))
+    assert "unknown output format" in err and "text" in err and "json" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "-o", "JSON"],
+        ["devices", "-o", "text"],
+        ["devices", "--json"],
+        ["describe", "d", "-o", "Json"],
+    ],
+)
+def test_known_output_formats_any_case(run_rc: Rc, args: list[str]) -> None:
+    assert requested(run_rc(*args))
+
+
+# ---- CLI-177: retire without --yes ----------------------------------------------------------------
+
+
+def test_retire_needs_yes(run_rc: Rc) -> None:
+    result = run_rc("retire", "box:gpu0")
+    assert result.exit_code == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and "box:gpu0" in lines[0] and "--yes" in lines[0]
+    assert "not confirmed" in lines[1]
+    assert not requested(result)
+
+
+# ---- CLI §1: help ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["-h"], ["help"], ["help", "run"], ["run", "-h"], ["logs", "--help"]]
+)
+def test_help_goes_to_stdout_exit_0(run_rc: Rc, args: list[str]) -> None:
+    result = run_rc(*args)
+    assert result.exit_code == 0, result.stderr
+    assert "Usage: rc" in result.stdout and result.stderr == ""
+
+
+def test_help_lists_commands_without_importing_them(run_rc: Rc) -> None:
+    out = run_rc("--help").stdout
+    for name in (
+        "run",
+        "kill",
+        "release",
+        "attach",
+        "logs",
+        "jobs",
+        "ps",
+        "devices",
+        "serve",
+        "up",
+    ):
+        assert f"  {name} " in out
+
+
+def test_help_for_unknown_command(run_rc: Rc) -> None:
+    one_error(run_rc("help", "nosuch"))
+
+
+def test_no_version(run_rc: Rc) -> None:
+    one_error(run_rc("--version"))
+    one_error(run_rc("version"))

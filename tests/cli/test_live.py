@@ -1,0 +1,469 @@
+"""Every client command against a real controller, with a fake worker playing the jobs."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from cli.conftest import Rc
+from client.live import ADMIN, CLIENT, FakeWorker, LiveController, run_for_real, until_killed
+from resource_controller.client import api
+
+
+@pytest.fixture
+def env(controller: LiveController) -> dict[str, str]:
+    return {"RC_CONTROLLER": controller.url, "RC_TOKEN": CLIENT, "RC_SUBMITTER": "tester"}
+
+
+@pytest.fixture
+def client(controller: LiveController) -> api.Client:
+    return api.Client(controller.url, CLIENT, submitter="tester")
+
+
+def job_id_from(stderr: str) -> str:
+    m = re.search(r"^rc: job (\S+) on (\S+)$", stderr, re.M)
+    assert m, stderr
+    return m.group(1)
+
+
+def wait_state(
+    client: api.Client, job_id: str, *states: str, timeout: float = 10
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = client.get_job(job_id).job
+        if job["state"] in states:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.02)
+
+
+def occupy(client: api.Client, worker: FakeWorker, device: str = "box:gpu0", who: str = "") -> str:
+    """Put a job that runs until killed on ``device``; returns its ID once it is running."""
+    worker.behaviour = until_killed
+    other = api.Client(client._http.base_url, CLIENT, submitter=who or "tester")  # type: ignore[attr-defined]
+    job = other.submit(["block"], device=device)
+    wait_state(client, job["id"], "running")
+    deadline = time.monotonic() + 5
+    while b"".join(client.follow_logs(job["id"], follow=False)) != b"started\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return str(job["id"])
+
+
+# ---- rc run ----------------------------------------------------------------------------------------
+
+
+def test_run_streams_output_and_exits_0(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker
+) -> None:
+    result = run_rc(
+        "run", "-d", "box:gpu0", "--", "sh", "-c", "echo hello; printf '\\001\\377'", env=env
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout_bytes == b"hello\n\x01\xff"  # bytes unmodified
+    assert re.fullmatch(r"rc: job [0-9a-f-]{36} on box:gpu0\n", result.stderr)
+
+
+def test_run_exits_with_the_jobs_code(run_rc: Rc, env: dict[str, str], worker: FakeWorker) -> None:
+    result = run_rc("run", "-d", "box:gpu0", "--", "sh", "-c", "echo out; exit 3", env=env)
+    assert (result.exit_code, result.stdout) == (3, "out\n")
+    assert result.stderr.count("\n") == 1  # nothing beyond the announcement (CLI-051)
+
+
+@pytest.mark.parametrize(
+    ("code", "state", "reason", "status"),
+    [
+        (-1, "failed", "could not start: no such file", 255),
+        (256, "failed", "", 1),
+        (137, "killed", "signal: killed", 137),
+    ],
+)
+def test_run_exit_code_mapping(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    code: int,
+    state: str,
+    reason: str,
+    status: int,
+) -> None:
+    worker.behaviour = lambda w, a: (state, code, reason)
+    result = run_rc("run", "-d", "box:gpu0", "--", "x", env=env)
+    assert result.exit_code == status
+    if reason:
+        assert reason in result.stderr.splitlines()[-1]
+    else:
+        assert result.stderr.count("\n") == 1
+
+
+def test_run_non_success_without_code_fails(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker
+) -> None:
+    worker.behaviour = lambda w, a: ("killed", 0, "killed by someone")
+    result = run_rc("run", "-d", "box:gpu0", "--", "x", env=env)
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]
+    assert "killed" in last and "killed by someone" in last and job_id_from(result.stderr) in last
+
+
+def test_run_any_device_and_env(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    result = run_rc(
+        "run",
+        "--env",
+        "GREETING=hi there",
+        "--env",
+        "E=a=b",
+        "--",
+        "sh",
+        "-c",
+        'echo "$GREETING $E"',
+        env=env,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "hi there a=b\n"
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert job["env"] == {"GREETING": "hi there", "E": "a=b"}
+    assert job["selector"] == "" and job["device_id"] in ("box:gpu0", "box:gpu1")
+    assert job["submitter"] == "tester" and job.get("idempotency_key")
+
+
+def test_run_cwd_priority_and_ceilings_reach_the_job(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client, tmp_path: Any
+) -> None:
+    result = run_rc(
+        "run",
+        "-d",
+        "box:gpu1",
+        "--cwd",
+        str(tmp_path),
+        "--priority",
+        "0x3",
+        "--max-runtime",
+        "1m30.9s",
+        "--idle-timeout",
+        "1.9s",
+        "--as",
+        "me",
+        "--",
+        "pwd",
+        env=env,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"{tmp_path}\n"
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert (job["priority"], job["max_runtime_seconds"], job["idle_timeout_seconds"]) == (3, 90, 1)
+    assert job["submitter"] == "me" and job["cwd"] == str(tmp_path)
+
+
+def test_run_queues_then_gives_up_and_cancels(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    occupy(client, worker)
+    start = time.monotonic()
+    result = run_rc("run", "-d", "box:gpu0", "--timeout", "1s", "--", "true", env=env)
+    assert 0.9 < time.monotonic() - start < 5
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "rc: queued at position 1 for box:gpu0"
+    m = re.fullmatch(r"rc: cancelled queued job (\S+)", lines[1])
+    assert m, lines
+    assert "gave up waiting for box:gpu0" in lines[2] and "deadline exceeded" in lines[2]
+    job = client.get_job(m.group(1)).job
+    assert job["state"] == "killed" and job["kill_reason"] == "killed by tester"
+
+
+def test_run_reports_position_changes(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    blocker = occupy(client, worker)
+    ahead = client.submit(["true"], device="box:gpu0")
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def go() -> None:
+        out["result"] = run_rc("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
+        done.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    time.sleep(1.2)
+    client.kill(ahead["id"])
+    time.sleep(1.0)
+    worker.behaviour = run_for_real
+    client.kill(blocker)
+    assert done.wait(15)
+    result = out["result"]
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        "rc: queued at position 2 for box:gpu0",
+        "rc: queued at position 1 for box:gpu0",
+    ]
+    assert lines[2].startswith("rc: job ") and result.stdout == "mine\n"
+
+
+def test_run_no_wait_busy(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    occupy(client, worker)
+    result = run_rc("run", "-d", "box:gpu0", "--no-wait", "--", "true", env=env)
+    assert result.exit_code == 1
+    assert result.stderr == "rc: box:gpu0 is busy and could not be queued\n"
+
+
+def test_run_never_started(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    occupy(client, worker)
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def go() -> None:
+        out["result"] = run_rc("run", "-d", "box:gpu0", "--", "true", env=env)
+        done.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    deadline = time.monotonic() + 5
+    while not client.state()["queued"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    admin = api.Client(client._http.base_url, ADMIN, submitter="root")  # type: ignore[attr-defined]
+    admin.kill(client.state()["queued"][0]["id"])
+    assert done.wait(10)
+    result = out["result"]
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]
+    assert (
+        "never started" in last
+        and "killed" in last
+        and "box:gpu0" in last
+        and "admin override" in last
+    )
+
+
+def test_run_controller_errors(run_rc: Rc, env: dict[str, str], worker: FakeWorker) -> None:
+    result = run_rc("run", "--select", "vram>=200G", "--", "true", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: no_matching_device: ")
+    result = run_rc("run", "-d", "box:nope", "--", "true", env=env)
+    assert result.stderr.startswith("rc: unknown_device: ")
+    result = run_rc("run", "-d", "box:gpu0", "--priority", "11", "--", "true", env=env)
+    assert result.stderr.startswith("rc: priority_out_of_range: ")
+    result = run_rc("run", "--select", "a==b", "--", "true", env=env)
+    assert result.stderr.startswith("rc: bad_selector: ")
+    result = run_rc("ps", env={**env, "RC_TOKEN": "wrong"})
+    assert result.exit_code == 1 and result.stderr.startswith("rc: unauthorized: ")
+
+
+def test_explain_against_the_controller(
+    run_rc: Rc, env: dict[str, str], controller: LiveController
+) -> None:
+    fake = FakeWorker(
+        controller,
+        host="lab",
+        devices=("g0", "g1"),
+        labels={"g0": {"vram": "80G"}, "g1": {"vram": "40G"}},
+    )
+    try:
+        result = run_rc("run", "--select", "vram>=50G", "--explain", env=env)
+        assert result.exit_code == 0, result.stderr
+        assert (
+            result.stdout
+            == "selector: vram>=50G\nmatching (1):\n  lab:g0  free\nfree: 1/1\nqueue depth: 0\n"
+        )
+        result = run_rc("run", "--select", "vram=", "--explain", env=env)
+        assert result.exit_code == 1 and result.stderr.startswith("rc: bad_selector")
+    finally:
+        fake.stop()
+
+
+# ---- rc kill / release ---------------------------------------------------------------------------------
+
+
+def test_kill_ownership_and_confirmation(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    job_id = occupy(client, worker, who="alice")
+    result = run_rc("kill", job_id, env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: not_job_owner: ")
+    result = run_rc("kill", job_id, "--as", "alice", env=env)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert job_id in result.stderr and result.stderr.count("\n") == 1
+    wait_state(client, job_id, "killed")
+    result = run_rc("release", job_id, "--as", "alice", env=env)
+    assert result.exit_code == 1 and "not_cancellable" in result.stderr
+
+
+def test_release_with_admin_token(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    job_id = occupy(client, worker, who="alice")
+    result = run_rc("release", job_id, env={**env, "RC_TOKEN": ADMIN})
+    assert result.exit_code == 0 and "released" in result.stderr and job_id in result.stderr
+    result = run_rc("kill", "no-such-job", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
+
+
+def test_kill_submitter_from_environment(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    job_id = occupy(client, worker, who="carol")
+    result = run_rc("kill", job_id, env={**env, "RC_SUBMITTER": "  carol  "})
+    assert result.exit_code == 0, result.stderr
+
+
+# ---- rc logs / attach ----------------------------------------------------------------------------------
+
+
+def test_logs_and_attach(run_rc: Rc, env: dict[str, str], worker: FakeWorker) -> None:
+    result = run_rc("run", "-d", "box:gpu0", "--", "printf", "a\\nb\\000c", env=env)
+    job_id = job_id_from(result.stderr)
+    for args in (
+        ["logs", job_id],
+        ["logs", "-f", job_id],
+        ["attach", job_id],
+        ["logs", job_id, "--follow=true"],
+    ):
+        got = run_rc(*args, env=env)
+        assert got.exit_code == 0 and got.stderr == "", (args, got.stderr)
+        assert got.stdout_bytes == b"a\nb\x00c", args
+
+
+def test_follow_from_an_offset(
+    worker: FakeWorker, client: api.Client, run_rc: Rc, env: dict[str, str]
+) -> None:
+    result = run_rc("run", "-d", "box:gpu0", "--", "printf", "0123456789", env=env)
+    job_id = job_id_from(result.stderr)
+    assert b"".join(client.follow_logs(job_id, offset=4)) == b"456789"  # EXT-CLI-5
+    assert b"".join(client.follow_logs(job_id, follow=False, offset=8)) == b"89"
+
+
+def test_logs_errors(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    result = run_rc("logs", "nope", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
+    result = run_rc("attach", "nope", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
+    worker.behaviour = lambda w, a: ("succeeded", 0, "")
+    tty = client.submit(["sh"], device="box:gpu1", stdio="tty")
+    result = run_rc("logs", tty["id"], env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: logs_not_stored")
+
+
+def test_logs_snapshot_of_a_running_job_does_not_wait(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    job_id = occupy(client, worker)
+    start = time.monotonic()
+    result = run_rc("logs", job_id, env=env)
+    assert result.stdout == "started\n" and time.monotonic() - start < 2
+
+
+# ---- rc jobs / ps / devices / describe -------------------------------------------------------------------
+
+
+def test_jobs_filters_and_formats(run_rc: Rc, env: dict[str, str], worker: FakeWorker) -> None:
+    run_rc("run", "-d", "box:gpu0", "--", "true", env=env)
+    run_rc("run", "-d", "box:gpu1", "--", "false", env=env)
+    found = json.loads(run_rc("jobs", "-o", "json", env=env).stdout)
+    assert [j["state"] for j in found] == ["failed", "succeeded"]
+    found = json.loads(
+        run_rc("jobs", "-o", "json", "--device", "box:gpu0", "-n", "1", env=env).stdout
+    )
+    assert [j["device_id"] for j in found] == ["box:gpu0"]
+    assert run_rc("jobs", "-o", "json", "--state", "queued", env=env).stdout == "[]\n"
+    text = run_rc("jobs", "--submitter", "tester", env=env).stdout.splitlines()
+    assert text[0].split() == [
+        "JOB",
+        "DEVICE",
+        "STATE",
+        "SUBMITTER",
+        "STARTED",
+        "DURATION",
+        "COMMAND",
+    ]
+    assert len(text) == 3 and text[1].split()[2] == "failed"
+    result = run_rc("jobs", "--state", "bogus", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: bad_request: ")
+    result = run_rc("jobs", "-n", "500", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: bad_request: ")
+
+
+def test_ps_devices_describe(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    running = occupy(client, worker, who="alice")
+    queued = client.submit(["python", "train.py"], device="box:gpu0")
+    ps = run_rc("ps", env=env).stdout.splitlines()
+    assert ps[0].split() == ["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND"]
+    assert ps[1].split() == [running, "box:gpu0", "running", "alice", "block"]
+    assert ps[2].split() == [
+        queued["id"],
+        "box:gpu0",
+        "queued",
+        "(#1)",
+        "tester",
+        "python",
+        "train.py",
+    ]
+
+    devices = run_rc("devices", env=env).stdout.splitlines()
+    row = devices[1].split()
+    assert row[:3] == ["box:gpu0", "busy", "alice"] and row[4] == "block"
+    assert re.fullmatch(r"\d+s", row[3])  # ELAPSED, compact
+    assert devices[2].split() == ["box:gpu1", "ready", "-", "-", "-"]
+    views = json.loads(run_rc("devices", "-o", "json", env=env).stdout)
+    assert [v["device"]["id"] for v in views] == ["box:gpu0", "box:gpu1"]
+
+    text = run_rc("describe", "box:gpu0", env=env).stdout
+    assert text.startswith("box:gpu0  ") and f"job {running}, running" in text
+    assert "  held by alice" in text and "LABELS\n  (none)\n" in text
+    data = json.loads(run_rc("describe", "box:gpu0", "-o", "json", env=env).stdout)
+    assert data["job_id"] == running
+    result = run_rc("describe", "box:nope", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
+
+
+def test_devices_select(run_rc: Rc, env: dict[str, str], controller: LiveController) -> None:
+    fake = FakeWorker(
+        controller, host="lab", devices=("g0", "g1"), labels={"g0": {"vram": "80G"}, "g1": {}}
+    )
+    try:
+        views = json.loads(run_rc("devices", "--select", "vram>=1G", "--json", env=env).stdout)
+        assert [v["device"]["id"] for v in views] == ["lab:g0"]
+        result = run_rc("devices", "--select", "vram>", env=env)
+        assert result.exit_code == 1 and result.stderr.startswith("rc: bad_selector")
+    finally:
+        fake.stop()
+
+
+# ---- rc clear / retire -----------------------------------------------------------------------------------
+
+
+def test_clear_and_retire(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    admin = {**env, "RC_TOKEN": ADMIN}
+    result = run_rc("clear", "box:gpu1", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: forbidden: ")
+    result = run_rc("clear", "box:gpu1", env=admin)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: device_not_cleared: ")
+    worker.http.request("POST", "/v1/devices/box:gpu1/fault", body={"reason": "verify failed: x"})
+    result = run_rc("clear", "box:gpu1", env=admin)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "cleared box:gpu1\n", "")
+
+    occupy(client, worker)
+    result = run_rc("retire", "box:gpu0", "--yes", env=admin)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: device_busy: ")
+    result = run_rc("retire", "box:gpu1", "--yes", env=admin)
+    assert result.exit_code == 0 and result.stdout == "retired box:gpu1\n"
+    assert result.stderr.startswith("rc: note: ")
+    result = run_rc("retire", "box:gpu1", "--yes", env=admin)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: device_not_found: ")

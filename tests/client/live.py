@@ -1,0 +1,213 @@
+"""A real controller on loopback and a scriptable fake worker, for client and CLI tests.
+
+The controller is the project's own app served by uvicorn in a background thread,
+with a fresh data directory per test: log follows and long polls need a real socket.
+The worker side is played over HTTP by ``FakeWorker`` so that tests decide exactly
+when a job produces output, how it ends, and whether it honours a kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from resource_controller.client import transport
+from resource_controller.clock import SystemClock
+from resource_controller.controller import serve
+from resource_controller.controller.deps import Services, Settings
+
+TOKENS = "wtok:worker,ctok:client,atok:admin"
+WORKER, CLIENT, ADMIN = "wtok", "ctok", "atok"
+
+
+class LiveController:
+    """``serve.make_server`` on an ephemeral 127.0.0.1 port, in a thread."""
+
+    def __init__(self, data: Path) -> None:
+        self.svc: Services = serve.open_services(data, TOKENS, Settings(), SystemClock())
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = serve.make_server(self.svc)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, name="rc-live", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.005)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def stop(self) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+        self.svc.executor.shutdown(wait=True)
+        self.svc.store.close()
+
+    def http(self, token: str = CLIENT) -> transport.Transport:
+        return transport.Transport(self.url, token)
+
+
+#: What a fake job does: given the worker and the assignment, return (state, exit code,
+#: reason), having appended any output it wants.
+Behaviour = Callable[["FakeWorker", dict[str, Any]], tuple[str, int | None, str]]
+
+
+def run_for_real(worker: FakeWorker, assignment: dict[str, Any]) -> tuple[str, int | None, str]:
+    """Run the command as a subprocess, ship its combined output, report its code."""
+    env = {**os.environ, **(assignment.get("env") or {})}
+    proc = subprocess.run(
+        assignment["command"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        check=False,
+        env=env,
+        cwd=assignment.get("cwd") or None,
+    )
+    if proc.stdout:
+        worker.append(assignment["job_id"], proc.stdout)
+    code = proc.returncode
+    return ("succeeded" if code == 0 else "failed", code, "")
+
+
+def until_killed(worker: FakeWorker, assignment: dict[str, Any]) -> tuple[str, int | None, str]:
+    """Print a line, then run until a kill is delivered; end ``killed`` like a worker."""
+    job_id = assignment["job_id"]
+    worker.append(job_id, b"started\n")
+    worker.killed(job_id).wait(30)
+    return ("killed", 143, "cancelled")
+
+
+class FakeWorker:
+    """A worker that registers devices and plays each assignment with a ``Behaviour``."""
+
+    def __init__(
+        self,
+        controller: LiveController,
+        host: str = "box",
+        devices: tuple[str, ...] = ("gpu0", "gpu1"),
+        behaviour: Behaviour = run_for_real,
+        labels: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        self.http = controller.http(WORKER)
+        self.poll_http = controller.http(WORKER)
+        self.behaviour = behaviour
+        self.devices = devices
+        body: dict[str, Any] = {"host": host, "devices": [{"name": d} for d in devices]}
+        if labels:
+            body["labels"] = labels
+        self.id = self.http.request("POST", "/v1/workers/register", body=body).json()["worker_id"]
+        self._kills: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fake-worker", daemon=True)
+        self._thread.start()
+
+    def killed(self, job_id: str) -> threading.Event:
+        with self._lock:
+            return self._kills.setdefault(job_id, threading.Event())
+
+    def append(self, job_id: str, data: bytes) -> None:
+        """Append raw output (the log route takes bytes, not JSON), on a connection of its own."""
+        parts = urllib.parse.urlsplit(self.http.base_url)
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=10)
+        try:
+            conn.request(
+                "POST",
+                f"/v1/jobs/{job_id}/logs",
+                body=data,
+                headers={"Authorization": f"Bearer {WORKER}"},
+            )
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200, resp.status
+        finally:
+            conn.close()
+
+    def _loop(self) -> None:
+        last_beat = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() - last_beat > 1:
+                last_beat = time.monotonic()
+                with self._lock:
+                    running = sorted(self._running)
+                with contextlib.suppress(Exception):
+                    self.poll_http.request(
+                        "POST",
+                        f"/v1/workers/{self.id}/heartbeat",
+                        body={"running_job_ids": running},
+                        timeout=5,
+                    )
+            try:
+                resp = self.poll_http.request(
+                    "GET",
+                    f"/v1/workers/{self.id}/assignments",
+                    query={"wait": "200ms"},
+                    timeout=10,
+                )
+            except Exception:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.05)
+                continue
+            if resp.status != 200:
+                continue
+            data = resp.json()
+            for job_id in data.get("kills") or []:
+                self.killed(job_id).set()
+            for assignment in data.get("assignments") or []:
+                with self._lock:
+                    self._running.add(assignment["job_id"])
+                threading.Thread(target=self._play, args=(assignment,), daemon=True).start()
+
+    def _play(self, assignment: dict[str, Any]) -> None:
+        job_id = assignment["job_id"]
+        try:
+            state, code, reason = self.behaviour(self, assignment)
+        except Exception as e:  # a broken behaviour must still free the device
+            state, code, reason = "failed", -1, f"fake worker: {e}"
+        body: dict[str, Any] = {"worker_id": self.id, "state": state}
+        if code is not None:
+            body["exit_code"] = code
+        if reason:
+            body["reason"] = reason
+        reporter = transport.Transport(self.http.base_url, WORKER)
+        try:
+            reporter.request("POST", f"/v1/jobs/{job_id}/status", body=body, timeout=10)
+        finally:
+            reporter.close()
+            with self._lock:
+                self._running.discard(job_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for event in list(self._kills.values()):
+            event.set()
+        self._thread.join(timeout=5)
+        self.http.close()
+        self.poll_http.close()

@@ -1,0 +1,259 @@
+"""User config file, connection settings and submitter identity (CLI-010..031, EXT-UP-3)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from resource_controller.client import config
+
+
+class Warnings(list[str]):
+    def __call__(self, message: str) -> None:
+        self.append(message)
+
+
+def settings(env: dict[str, str]) -> tuple[config.Settings, Warnings]:
+    warnings = Warnings()
+    return config.Settings(env, warn=warnings), warnings
+
+
+# ---- CLI-020: where the file is -------------------------------------------------------
+
+
+def test_rc_config_wins_and_is_trimmed(tmp_path: Path) -> None:
+    env = {"RC_CONFIG": f"  {tmp_path}/x.yaml\n", "XDG_CONFIG_HOME": "/xdg", "HOME": "/home/a"}
+    assert config.config_path(env) == tmp_path / "x.yaml"
+
+
+def test_xdg_config_home_before_home() -> None:
+    env = {"XDG_CONFIG_HOME": "/xdg", "HOME": "/home/a"}
+    assert config.config_path(env, "linux") == Path("/xdg/rc/config.yaml")
+
+
+def test_home_dot_config_when_xdg_unset_or_empty() -> None:
+    assert config.config_path({"HOME": "/home/a"}, "linux") == Path(
+        "/home/a/.config/rc/config.yaml"
+    )
+    env = {"HOME": "/home/a", "XDG_CONFIG_HOME": "", "RC_CONFIG": "   "}
+    assert config.config_path(env, "linux") == Path("/home/a/.config/rc/config.yaml")
+
+
+def test_macos_application_support() -> None:
+    path = config.config_path({"HOME": "/Users/a"}, "darwin")
+    assert path == Path("/Users/a/Library/Application Support/rc/config.yaml")
+
+
+def test_relative_xdg_is_an_error() -> None:
+    with pytest.raises(config.ConfigError, match="relative"):
+        config.config_path({"XDG_CONFIG_HOME": "rel/dir", "HOME": "/home/a"})
+
+
+def test_neither_variable_is_an_error() -> None:
+    with pytest.raises(config.ConfigError):
+        config.config_path({})
+
+
+# ---- CLI-010/011/022/023: precedence and laziness -------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_env_or_file(tmp_path: Path) -> None:
+    s, warnings = settings({"HOME": str(tmp_path)})
+    assert s.controller() == "http://localhost:8080"
+    assert s.token() == ""
+    assert warnings == []  # a missing file is normal and silent (CLI-024)
+
+
+def test_file_supplies_what_env_does_not(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "controller: http://ctl:1/\ntoken: ' t1 '\n")
+    s, _ = settings({"HOME": str(tmp_path)})
+    assert s.controller() == "http://ctl:1"  # trailing slash stripped (CLI-201)
+    assert s.token() == "t1"  # values are trimmed (CLI-021)
+
+
+def test_env_beats_file_and_is_verbatim(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "controller: http://file\ntoken: filetok\n")
+    env = {"HOME": str(tmp_path), "RC_CONTROLLER": "http://env:2//", "RC_TOKEN": " tok "}
+    s, _ = settings(env)
+    assert s.controller() == "http://env:2"
+    assert s.token() == " tok "  # RC_TOKEN is verbatim (CLI-011)
+
+
+def test_file_not_read_when_environment_supplies_everything(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "controller: [broken\n")
+    env = {"HOME": str(tmp_path), "RC_CONTROLLER": "http://e", "RC_TOKEN": "t"}
+    s, warnings = settings(env)
+    s.controller(), s.token(), s.submitter("me")
+    assert warnings == []  # CLI-023: never opened, so never complained about
+
+
+def test_file_read_at_most_once(tmp_path: Path) -> None:
+    path = write(tmp_path / ".config/rc/config.yaml", "token: first\n")
+    s, _ = settings({"HOME": str(tmp_path)})
+    assert s.token() == "first"
+    path.write_text("token: second\n")
+    assert s.token() == "first"
+
+
+def test_empty_values_count_as_absent(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "controller: '   '\ntoken:\nother: x\n")
+    s, warnings = settings({"HOME": str(tmp_path)})
+    assert s.controller() == "http://localhost:8080"
+    assert s.token() == ""
+    assert warnings == []
+
+
+def test_scalars_keep_their_written_text(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "token: 0123\nsubmitter: true\n")
+    s, _ = settings({"HOME": str(tmp_path)})
+    assert s.token() == "0123"
+    assert s.file.submitter == "true"
+
+
+# ---- CLI-024: a broken file warns once and counts as empty ----------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["controller: [unclosed\n", "- a\n- b\n", "token: {nested: map}\n", "\tbad: indent\n"],
+)
+def test_broken_file_warns_once_and_carries_on(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path / ".config/rc/config.yaml", text)
+    s, warnings = settings({"HOME": str(tmp_path)})
+    assert s.controller() == "http://localhost:8080"
+    assert s.token() == ""
+    assert len(warnings) == 1
+    assert str(path) in warnings[0]
+
+
+def test_unreadable_file_warns(tmp_path: Path) -> None:
+    (tmp_path / ".config/rc/config.yaml").mkdir(parents=True)  # a directory: cannot be read
+    s, warnings = settings({"HOME": str(tmp_path)})
+    assert s.token() == ""
+    assert len(warnings) == 1 and "config.yaml" in warnings[0]
+
+
+def test_unlocatable_file_warns(tmp_path: Path) -> None:
+    s, warnings = settings({"XDG_CONFIG_HOME": "relative"})
+    assert s.token() == ""
+    assert s.controller() == "http://localhost:8080"
+    assert len(warnings) == 1
+
+
+def test_default_warning_goes_to_stderr_with_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "c.yaml", "controller: [x\n")
+    s = config.Settings({"RC_CONFIG": str(tmp_path / "c.yaml")})
+    s.token()
+    s.controller()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rc: warning: ")
+
+
+# ---- CLI-030/031: submitter -------------------------------------------------------------
+
+
+def test_submitter_precedence(tmp_path: Path) -> None:
+    write(tmp_path / ".config/rc/config.yaml", "submitter: from-file\n")
+    home = {"HOME": str(tmp_path)}
+    assert settings({**home, "RC_SUBMITTER": " env-id "})[0].submitter(" flag ") == " flag "
+    assert settings({**home, "RC_SUBMITTER": " env-id "})[0].submitter() == "env-id"
+    assert settings({**home, "RC_SUBMITTER": "  \t"})[0].submitter() == "from-file"
+    assert settings(home)[0].submitter() == "from-file"
+
+
+def test_derived_submitter(tmp_path: Path) -> None:
+    host = os.uname().nodename
+    s, _ = settings({"HOME": str(tmp_path), "USER": "alice"})
+    assert s.submitter() == f"alice@{host}"
+    s, _ = settings({"HOME": str(tmp_path), "USER": "alice", "CLAUDE_SESSION_ID": "3f9c2a"})
+    assert s.submitter() == f"alice@{host}/3f9c2a"
+    s, _ = settings({"HOME": str(tmp_path)})
+    assert s.submitter() == f"@{host}"  # never empty (CLI-031)
+
+
+# ---- the fast reader agrees with YAML ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'controller: "http://a:1"\ntoken: "t\\u00e9 x"\n',
+        '# written by rc up\ncontroller: "http://a:1"  # comment\n\ntoken: "x"\n',
+        'submitter: "a\\"b\\\\c"\nextra: "kept"\n',
+    ],
+)
+def test_simple_form_matches_yaml(text: str) -> None:
+    import yaml
+
+    fast = config._parse_simple(text)
+    assert fast is not None
+    assert fast == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("text", ["controller: http://x\n", 'a: "x"\na: "y"\n', "k: 'q'\n"])
+def test_other_forms_go_to_yaml(text: str) -> None:
+    assert config._parse_simple(text) is None
+
+
+# ---- EXT-UP-3: writing the client side -----------------------------------------------------
+
+
+def test_write_creates_file_0600_and_reads_back(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    path = config.write_client_config("http://127.0.0.1:8080", "ctok-1", force=False, env=env)
+    assert path == tmp_path / ".config/rc/config.yaml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    s, warnings = settings(env)
+    assert (s.controller(), s.token(), warnings) == ("http://127.0.0.1:8080", "ctok-1", [])
+    assert config._parse_simple(path.read_text()) is not None  # the fast form
+
+
+def test_write_keeps_existing_values_without_force(tmp_path: Path) -> None:
+    env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
+    write(tmp_path / "c.yaml", "controller: http://shared:9\nsubmitter: me\nother: [1, 2]\n")
+    config.write_client_config("http://127.0.0.1:8080", "new", force=False, env=env)
+    s, _ = settings(env)
+    assert s.controller() == "http://shared:9"  # kept
+    assert s.token() == "new"  # was absent: filled in
+    assert s.file.submitter == "me"
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "c.yaml").read_text())["other"] == [1, 2]
+
+
+def test_write_with_force_overwrites(tmp_path: Path) -> None:
+    env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
+    write(tmp_path / "c.yaml", 'controller: "http://shared:9"\ntoken: "old"\n')
+    config.write_client_config("http://127.0.0.1:8080", "new", force=True, env=env)
+    s, _ = settings(env)
+    assert (s.controller(), s.token()) == ("http://127.0.0.1:8080", "new")
+
+
+def test_write_refuses_to_clobber_a_broken_file_without_force(tmp_path: Path) -> None:
+    env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
+    write(tmp_path / "c.yaml", "controller: [broken\n")
+    with pytest.raises(config.ConfigError):
+        config.write_client_config("http://a", "t", force=False, env=env)
+    assert (tmp_path / "c.yaml").read_text() == "controller: [broken\n"
+    config.write_client_config("http://a", "t", force=True, env=env)
+    assert settings(env)[0].token() == "t"
+
+
+def test_write_resets_process_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RC_CONFIG", str(tmp_path / "c.yaml"))
+    first = config.settings()
+    assert first.token() == ""
+    config.write_client_config("http://a", "tok", force=False)
+    assert config.settings() is not first
+    assert config.settings().token() == "tok"

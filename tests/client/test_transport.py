@@ -1,0 +1,230 @@
+"""The stdlib HTTP transport against a scripted server (CLI-042, CLI-043, CLI-070)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from resource_controller import errors
+from resource_controller.client import transport
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+
+
+class Stub:
+    """A tiny HTTP/1.1 server: each test maps ``METHOD path`` to a handler."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Handler] = {}
+        self.seen: list[dict[str, Any]] = []
+        stub = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                stub.seen.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": body,
+                        "peer": self.client_address,
+                    }
+                )
+                route = stub.routes.get(f"{self.command} {self.path.split('?')[0]}")
+                if route is None:
+                    send(self, 404, b"nope", "text/plain")
+                else:
+                    route(self)
+
+            do_GET = do_POST = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def send(
+    h: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str = "application/json"
+) -> None:
+    h.send_response(status)
+    h.send_header("Content-Type", ctype)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def send_json(h: BaseHTTPRequestHandler, status: int, value: Any) -> None:
+    send(h, status, json.dumps(value).encode())
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    s = Stub()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_every_request_carries_bearer_and_json_type(stub: Stub) -> None:
+    stub.routes["GET /v1/state"] = lambda h: send_json(h, 200, {"devices": []})
+    stub.routes["POST /v1/jobs"] = lambda h: send_json(h, 201, {"id": "j"})
+    t = transport.Transport(stub.url, "")
+    assert t.request("GET", "/v1/state").json() == {"devices": []}
+    assert t.request("POST", "/v1/jobs", body={"a": 1}).status == 201
+    for seen in stub.seen:
+        assert seen["headers"]["Authorization"] == "Bearer "  # sent even when empty
+        assert seen["headers"]["Content-Type"] == "application/json"
+    assert json.loads(stub.seen[1]["body"]) == {"a": 1}
+
+
+def test_error_body_becomes_code_and_message(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/x"] = lambda h: send_json(
+        h, 404, {"error": "not_found", "message": "no job x"}
+    )
+    with pytest.raises(errors.ApiError) as info:
+        transport.Transport(stub.url, "t").request("GET", "/v1/jobs/x")
+    assert str(info.value) == "not_found: no job x"
+    assert info.value.status == 404 and info.value.code == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "text"),
+    [
+        (502, b"<html>bad gateway</html>", "controller returned 502 Bad Gateway"),
+        (500, b'{"detail": "oops"}', "controller returned 500 Internal Server Error"),
+        (503, b"", "controller returned 503 Service Unavailable"),
+    ],
+)
+def test_non_json_errors_name_the_status(stub: Stub, status: int, body: bytes, text: str) -> None:
+    stub.routes["GET /v1/state"] = lambda h: send(h, status, body, "text/html")
+    with pytest.raises(errors.ApiError) as info:
+        transport.Transport(stub.url, "t").request("GET", "/v1/state")
+    assert str(info.value) == text
+
+
+def test_connection_is_kept_alive(stub: Stub) -> None:
+    stub.routes["GET /v1/state"] = lambda h: send_json(h, 200, {})
+    t = transport.Transport(stub.url, "t")
+    for _ in range(3):
+        t.request("GET", "/v1/state")
+    assert len({s["peer"] for s in stub.seen}) == 1
+
+
+def test_stale_kept_alive_connection_is_replaced(stub: Stub) -> None:
+    def close_after(h: BaseHTTPRequestHandler) -> None:
+        send_json(h, 200, {})
+        h.close_connection = True  # without saying so: the idle-timeout case
+
+    stub.routes["GET /v1/state"] = close_after
+    t = transport.Transport(stub.url, "t")
+    t.request("GET", "/v1/state")
+    time.sleep(0.05)
+    t.request("GET", "/v1/state")  # the first attempt hits the closed socket
+    assert len(stub.seen) == 2
+
+
+def test_refused_names_request_and_cause() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = transport.Transport(f"http://127.0.0.1:{port}", "t")
+    with pytest.raises(errors.TransportError) as info:
+        t.request("POST", "/v1/jobs", body={})
+    assert str(info.value) == f"POST http://127.0.0.1:{port}/v1/jobs: connection refused"
+
+
+def test_per_request_timeout(stub: Stub) -> None:
+    def slow(h: BaseHTTPRequestHandler) -> None:
+        time.sleep(1.0)
+        with contextlib.suppress(OSError):
+            send_json(h, 200, {})
+
+    stub.routes["GET /v1/state"] = slow
+    t = transport.Transport(stub.url, "t")
+    start = time.monotonic()
+    with pytest.raises(errors.TransportError, match="timed out"):
+        t.request("GET", "/v1/state", timeout=0.2)
+    assert time.monotonic() - start < 0.9
+
+
+def test_failover_to_the_next_url(stub: Stub) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    stub.routes["GET /v1/state"] = lambda h: send_json(h, 200, {"ok": True})
+    t = transport.Transport(f"{dead}, {stub.url}/", "t")
+    assert t.request("GET", "/v1/state").json() == {"ok": True}
+    assert t.base_url == stub.url
+
+
+def test_base_path_prefix_and_query(stub: Stub) -> None:
+    stub.routes["GET /rc/v1/jobs"] = lambda h: send_json(h, 200, {"jobs": []})
+    t = transport.Transport(stub.url + "/rc/", "t")
+    t.request("GET", "/v1/jobs", query={"state": "queued", "device": "a b:c"})
+    assert stub.seen[0]["path"] == "/rc/v1/jobs?device=a+b%3Ac&state=queued"
+
+
+def test_bad_url_is_a_transport_error() -> None:
+    with pytest.raises(errors.TransportError, match="RC_CONTROLLER"):
+        transport.Transport("localhost:8080", "t")
+
+
+def chunked(h: BaseHTTPRequestHandler, parts: list[bytes], finish: bool = True) -> None:
+    h.send_response(200)
+    h.send_header("Content-Type", "text/plain")
+    h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    for part in parts:
+        h.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        h.wfile.flush()
+        time.sleep(0.05)
+    if finish:
+        h.wfile.write(b"0\r\n\r\n")
+    h.close_connection = True
+
+
+def test_stream_delivers_chunks_as_they_come(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: chunked(h, [b"one\n", b"two\n"])
+    got = list(transport.Transport(stub.url, "t").stream("GET", "/v1/jobs/j/logs"))
+    assert b"".join(got) == b"one\ntwo\n"
+    assert len(got) == 2
+
+
+def test_broken_stream_is_a_transport_error(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: chunked(h, [b"partial"], finish=False)
+    stream = transport.Transport(stub.url, "t").stream("GET", "/v1/jobs/j/logs")
+    assert next(stream) == b"partial"
+    with pytest.raises(errors.TransportError, match=r"GET .*/v1/jobs/j/logs"):
+        next(stream)
+
+
+def test_stream_refusal_raises_before_iterating(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: send_json(
+        h, 400, {"error": "logs_not_stored", "message": "attached job"}
+    )
+    with pytest.raises(errors.ApiError, match="logs_not_stored: attached job"):
+        transport.Transport(stub.url, "t").stream("GET", "/v1/jobs/j/logs")
