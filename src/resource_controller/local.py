@@ -1,0 +1,151 @@
+"""``rc up``: a controller and a worker for this machine in one process (EXT-UP).
+
+Nothing to write first: tokens are generated on first start and kept in the data
+directory (mode 0600), the client side is written to the user config file so that
+``rc run -- cmd`` works from another shell with nothing exported, and the devices are
+the GPUs ``nvidia-smi`` lists or, without any, ``slot0..slotN-1``. Stopping it stops
+the worker first (its normal shutdown, so running jobs end ``killed``), then the
+controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Generator
+from pathlib import Path
+
+from resource_controller.client import config as client_config
+from resource_controller.controller import serve as controller
+from resource_controller.controller.deps import Services, Settings
+
+TOKENS_FILE = "up-tokens"
+ROLES = ("worker", "client", "admin")
+
+
+def default_data_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
+    return Path(base) / "rc"
+
+
+def load_or_create_tokens(data: Path) -> tuple[dict[str, str], bool]:
+    """The role tokens of this local setup; True when they were generated just now."""
+    path = data / TOKENS_FILE
+    if path.exists():
+        pairs = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        if all(pairs.get(r) for r in ROLES):
+            return pairs, False
+    tokens = {role: secrets.token_urlsafe(24) for role in ROLES}
+    data.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{r}={tokens[r]}\n" for r in ROLES))
+    return tokens, True
+
+
+def gpu_names() -> list[str]:
+    """``gpu0..`` for every GPU nvidia-smi lists; empty when there is none (EXT-UP-2)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [f"gpu{line.strip()}" for line in out.splitlines() if line.strip().isdigit()]
+
+
+@contextlib.contextmanager
+def _no_uvicorn_signals() -> Generator[None, None, None]:
+    yield
+
+
+def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
+    """The whole ``rc up`` process; returns its exit status."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    data = data or default_data_dir()
+    try:
+        tokens, fresh = load_or_create_tokens(data)
+        env = ",".join(f"{tokens[r]}:{r}" for r in ROLES)
+        svc = controller.open_services(data, env, Settings())
+        host, port = controller.parse_addr(addr)
+        sock = controller.bind(host, port)
+    except (controller.StartupError, OSError) as exc:
+        print(f"rc: {exc}", file=sys.stderr)
+        return 1
+    url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{sock.getsockname()[1]}"
+    try:
+        cfg_path = client_config.write_client_config(url, tokens["client"], force)
+    except client_config.ConfigError as exc:
+        print(f"rc: {exc}", file=sys.stderr)
+        return 1
+    names = gpu_names() or [f"slot{i}" for i in range(devices)]
+    hostname = socket.gethostname()
+    print(
+        f"rc: controller on {url} (data {data}); devices: "
+        + ", ".join(f"{hostname}:{n}" for n in names),
+        file=sys.stderr,
+    )
+    print(f"rc: client settings written to {cfg_path}", file=sys.stderr)
+    if fresh:
+        print(f"rc: admin token (also in {data / TOKENS_FILE}): {tokens['admin']}", file=sys.stderr)
+    print(
+        "rc: try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)",
+        file=sys.stderr,
+    )
+    try:
+        controller._run_loop(_main(svc, sock, url, tokens["worker"], hostname, names))
+    finally:
+        svc.executor.shutdown(wait=True)
+        svc.store.close()
+    return 0
+
+
+async def _main(
+    svc: Services, sock: socket.socket, url: str, token: str, host: str, names: list[str]
+) -> None:
+    from resource_controller.worker import agent as worker_agent
+    from resource_controller.worker import config as worker_config
+
+    server = controller.make_server(svc)
+    server.capture_signals = _no_uvicorn_signals  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        # First signal: stop in order. Second: the default action, at once (CLI-055).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_DFL)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    serving = asyncio.create_task(server.serve(sockets=[sock]), name="controller")
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    config = worker_config.make_config(url, names, token=token, host=host)
+    agent = worker_agent.Agent(config)
+    working = asyncio.create_task(agent.run(stop), name="worker")
+    await asyncio.wait({working, serving}, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    with contextlib.suppress(Exception):
+        await working
+    svc.hub.shutting_down.set()
+    server.should_exit = True
+    await serving
