@@ -73,6 +73,8 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
+        # A path that matches no route is a 404 (AUTH-030), never a redirect to another path.
+        redirect_slashes=False,
     )
     app.state.services = svc
     for router in (workers.router, jobs.router, fleet.router):

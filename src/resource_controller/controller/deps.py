@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import typing
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pydantic
+import pydantic_core
 from fastapi import Request
 
 from resource_controller import errors
@@ -102,7 +104,11 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
             raise errors.BadRequest("a JSON body is required")
         raw = b"{}"
     try:
-        return model.model_validate_json(raw)
+        data = pydantic_core.from_json(raw)
+    except ValueError:
+        raise errors.BadRequest("body is not valid JSON") from None
+    try:
+        return model.model_validate(_drop_nulls(data, model))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
@@ -111,6 +117,37 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
     except (ValueError, json.JSONDecodeError):
         raise errors.BadRequest("body is not valid JSON") from None
+
+
+def _drop_nulls(data: Any, model: type[pydantic.BaseModel]) -> Any:
+    """``null`` for an optional field means the same as absent (API-001), in nested objects too."""
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        field = model.model_fields.get(key)
+        sub = _model_in(field.annotation) if field is not None else None
+        if sub is not None:
+            value = (
+                [_drop_nulls(v, sub) for v in value]
+                if isinstance(value, list)
+                else _drop_nulls(value, sub)
+            )
+        out[key] = value
+    return out
+
+
+def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
+    """The request model a field holds directly or as ``list[Model]`` / ``Model | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 async def body(request: Request, model: type[M], *, empty_ok: bool = True) -> M:

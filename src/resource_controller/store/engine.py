@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 
 from resource_controller import errors
 
@@ -55,6 +56,15 @@ def create_engine(path: Path) -> sa.Engine:
     return engine
 
 
+def _known_revision(script: ScriptDirectory, revision: str) -> bool:
+    # Alembic raises (CommandError) for a revision it cannot locate rather than
+    # returning None, so an unknown, newer revision must be caught here (STORE-006).
+    try:
+        return script.get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
 def migrate(engine: sa.Engine) -> None:
     """Bring the schema to the newest revision; refuse a database from a newer version."""
     from alembic import command
@@ -63,7 +73,7 @@ def migrate(engine: sa.Engine) -> None:
         script = ScriptDirectory.from_config(_alembic_config(conn))
         current = MigrationContext.configure(conn).get_current_revision()
         conn.rollback()
-        if current is not None and script.get_revision(current) is None:
+        if current is not None and not _known_revision(script, current):
             raise errors.StoreError(
                 f"database schema revision {current} was written by a newer version of rc"
             )

@@ -187,7 +187,9 @@ def schedule_pass(
             for device_id in available:
                 reserved[device_id] = job.id
     new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
-    if new_reservations != old_reservations:
+    # An assignment in this pass deleted its device's row (STORE-065 step 6), so the
+    # table no longer equals the snapshot once anything was assigned: rewrite then too.
+    if new_reservations != old_reservations or assigned:
         with transaction() as tx:
             tx.execute(sa.delete(t.reservations))
             if new_reservations:

@@ -1,0 +1,35 @@
+# The two commands that matter: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install lint bench clean
+
+$(BIN)/rc: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m compileall -q src
+	touch $(BIN)/rc
+
+install: $(BIN)/rc
+
+## A local controller and worker (rc up), jobs contending for two devices, then a clean stop.
+demo: install
+	bash scripts/demo.sh
+
+## Lint, types, layering, then every test.
+test: install lint
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy src
+	$(BIN)/lint-imports
+
+bench: install
+	$(BIN)/python bench/latency.py
+
+clean:
+	rm -rf $(VENV) .demo

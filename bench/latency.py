@@ -1,0 +1,267 @@
+"""Latency and throughput of the lease spine on loopback, each beside a same-run baseline.
+
+Starts a real ``rc serve`` and one ``rc worker`` with four generic devices, then measures:
+
+* ``rc run -d HOST:slot0 -- true`` wall time, next to ``flock /tmp/x true``;
+* submit-to-running through the API alone (no CLI start-up);
+* handoff: job B queued behind A on one device, A's exit to B's start;
+* throughput: 200 ``true`` jobs from 8 concurrent ``rc run`` clients on 4 devices, and
+  200 jobs through the API from one asyncio client;
+* ``rc --help`` start-up next to ``python3 -c pass``.
+
+Figures are min/median/max over repeats; ratios are against the baseline measured in
+this same run, because these machines are noisy. Usage: ``python bench/latency.py
+[--repeats 30] [--json results.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+BIN = Path(sys.executable).parent
+RC = str(BIN / "rc")
+HOST = "benchbox"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "min": min(samples),
+        "median": statistics.median(samples),
+        "max": max(samples),
+        "n": len(samples),
+    }
+
+
+def ms(s: dict[str, float]) -> str:
+    return f"median {s['median'] * 1e3:.1f} ms (min {s['min'] * 1e3:.1f}, max {s['max'] * 1e3:.1f}, n={int(s['n'])})"
+
+
+class Fleet:
+    """A controller and one worker with four devices, stopped by PID on exit."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Fleet:
+        env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin")
+        self.procs.append(
+            subprocess.Popen(
+                [RC, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.tmp / "data")],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(self.tmp / "controller.log", "wb"),
+            )
+        )
+        self._wait(lambda: self.get("/v1/state") is not None, "controller")
+        cfg = self.tmp / "worker.yaml"
+        cfg.write_text(
+            f"controller_url: {self.url}\ntoken: wtok\nhost: {HOST}\n"
+            "devices: [slot0, slot1, slot2, slot3]\n"
+        )
+        self.procs.append(
+            subprocess.Popen(
+                [RC, "worker", "-c", str(cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=open(self.tmp / "worker.log", "wb"),
+            )
+        )
+        self._wait(lambda: len(self.get("/v1/devices") or []) == 4, "worker")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def get(self, path: str) -> object:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": "Bearer ctok"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            return None
+
+    def _wait(self, ok: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if ok():
+                return
+            time.sleep(0.05)
+        raise SystemExit(f"{what} did not come up; see {self.tmp}")
+
+    def env(self) -> dict[str, str]:
+        return dict(
+            os.environ,
+            RC_CONTROLLER=self.url,
+            RC_TOKEN="ctok",
+            RC_SUBMITTER="bench",
+            RC_CONFIG=str(self.tmp / "none.yaml"),
+        )
+
+
+def bench_cli(fleet: Fleet, repeats: int) -> dict[str, object]:
+    lock = fleet.tmp / "x"
+    flock = [timed(["flock", str(lock), "true"]) for _ in range(repeats)]
+    env = fleet.env()
+    timed([RC, "run", "-d", f"{HOST}:slot0", "--", "true"], env)  # warm the page cache
+    run = [timed([RC, "run", "-d", f"{HOST}:slot0", "--", "true"], env) for _ in range(repeats)]
+    py = [timed([sys.executable, "-c", "pass"]) for _ in range(repeats)]
+    helps = [timed([RC, "--help"]) for _ in range(repeats)]
+    return {
+        "rc_run_true": summary(run),
+        "flock_true": summary(flock),
+        "rc_run_over_flock": statistics.median(run) / statistics.median(flock),
+        "rc_help": summary(helps),
+        "python_pass": summary(py),
+        "rc_help_over_python": statistics.median(helps) / statistics.median(py),
+    }
+
+
+async def _submit_to_running(client: httpx.AsyncClient, device: str) -> float:
+    t0 = time.perf_counter()
+    r = await client.post(
+        "/v1/jobs", json={"device_id": device, "command": ["true"], "submitter": "bench"}
+    )
+    job = r.json()
+    while job["state"] in ("queued", "assigned"):
+        job = (await client.get(f"/v1/jobs/{job['id']}")).json()["job"]
+    elapsed = time.perf_counter() - t0
+    while job["state"] == "running":
+        await asyncio.sleep(0.002)
+        job = (await client.get(f"/v1/jobs/{job['id']}")).json()["job"]
+    return elapsed
+
+
+async def _handoff(client: httpx.AsyncClient, fleet: Fleet, device: str) -> float:
+    body = {"device_id": device, "submitter": "bench"}
+    a = (
+        await client.post(
+            "/v1/jobs", json={**body, "command": ["sh", "-c", "sleep 0.2; date +%s%N"]}
+        )
+    ).json()
+    b = (await client.post("/v1/jobs", json={**body, "command": ["date", "+%s%N"]})).json()
+    for job in (a, b):
+        while job["state"] not in ("succeeded", "failed", "killed", "lost"):
+            await asyncio.sleep(0.01)
+            job = (await client.get(f"/v1/jobs/{job['id']}")).json()["job"]
+    out_a = (await client.get(f"/v1/jobs/{a['id']}/logs?follow=false")).text
+    out_b = (await client.get(f"/v1/jobs/{b['id']}/logs?follow=false")).text
+    return (int(out_b.split()[-1]) - int(out_a.split()[-1])) / 1e9
+
+
+async def _api_throughput(fleet: Fleet, n: int) -> float:
+    async with httpx.AsyncClient(
+        base_url=fleet.url, headers={"Authorization": "Bearer ctok"}, timeout=60
+    ) as c:
+        t0 = time.perf_counter()
+        sem = asyncio.Semaphore(32)
+
+        async def submit() -> str:
+            async with sem:
+                r = await c.post("/v1/jobs", json={"command": ["true"], "submitter": "bench"})
+                return str(r.json()["id"])
+
+        await asyncio.gather(*(submit() for _ in range(n)))
+        while True:
+            state = (await c.get("/v1/state")).json()
+            if not state["jobs"] and not state["queued"]:
+                break
+            await asyncio.sleep(0.01)
+        return n / (time.perf_counter() - t0)
+
+
+async def bench_api(fleet: Fleet, repeats: int) -> dict[str, object]:
+    async with httpx.AsyncClient(
+        base_url=fleet.url, headers={"Authorization": "Bearer ctok"}, timeout=30
+    ) as c:
+        await _submit_to_running(c, f"{HOST}:slot1")
+        s2r = [await _submit_to_running(c, f"{HOST}:slot1") for _ in range(repeats)]
+        hand = [await _handoff(c, fleet, f"{HOST}:slot2") for _ in range(repeats)]
+    return {"submit_to_running": summary(s2r), "handoff": summary(hand)}
+
+
+def bench_throughput(fleet: Fleet, n: int = 200, clients: int = 8) -> dict[str, object]:
+    env = fleet.env()
+
+    def client(k: int) -> None:
+        for _ in range(n // clients):
+            subprocess.run([RC, "run", "--", "true"], env=env, check=True, capture_output=True)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    cli_rate = n / (time.perf_counter() - t0)
+    api_rates = [asyncio.run(_api_throughput(fleet, n)) for _ in range(3)]
+    return {"cli_jobs_per_s": cli_rate, "api_jobs_per_s": summary(api_rates)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
+        results: dict[str, object] = {
+            "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+        }
+        results |= bench_cli(fleet, args.repeats)
+        results |= asyncio.run(bench_api(fleet, args.repeats))
+        results |= bench_throughput(fleet)
+    r = results
+    print(f"machine: {r['machine']}")
+    print(f"rc run -- true        {ms(r['rc_run_true'])}")  # type: ignore[arg-type]
+    print(
+        f"flock x true          {ms(r['flock_true'])}   ratio rc/flock {r['rc_run_over_flock']:.1f}x"
+    )  # type: ignore[arg-type]
+    print(f"API submit-to-running {ms(r['submit_to_running'])}")  # type: ignore[arg-type]
+    print(f"handoff A exit->B     {ms(r['handoff'])}")  # type: ignore[arg-type]
+    print(
+        f"throughput rc run     {r['cli_jobs_per_s']:.1f} jobs/s (8 clients, 4 devices, 200 jobs)"
+    )
+    api = r["api_jobs_per_s"]
+    print(
+        f"throughput API        median {api['median']:.1f} jobs/s (min {api['min']:.1f}, max {api['max']:.1f})"
+    )  # type: ignore[index]
+    print(f"rc --help             {ms(r['rc_help'])}")  # type: ignore[arg-type]
+    print(f"python3 -c pass       {ms(r['python_pass'])}   ratio {r['rc_help_over_python']:.1f}x")  # type: ignore[arg-type]
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Real processes on loopback: ``rc serve`` and ``rc worker`` started as subprocesses.
+
+Every process is stopped by PID in teardown (SIGTERM, then SIGKILL after a bound),
+and every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RC = str(Path(sys.executable).parent / "rc")
+TOKENS = {"worker": "wtok", "client": "ctok", "admin": "atok"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float, what: str, every: float = 0.05
+) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+    """Stop a process we started, by PID; SIGKILL if it ignores ``sig`` for ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+@dataclass
+class Cluster:
+    """A controller (and workers) for one test, with helpers to talk to it."""
+
+    tmp: Path
+    port: int
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    controller: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self, token: str = "ctok", **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            RC_CONTROLLER=self.url,
+            RC_TOKEN=token,
+            RC_SUBMITTER="tester",
+            RC_CONFIG=str(self.tmp / "no-config.yaml"),
+        )
+        env.update(extra)
+        return env
+
+    def api(
+        self, method: str, path: str, body: object = None, token: str = "ctok"
+    ) -> tuple[int, object]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    def start_controller(self, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin")
+        log = open(self.tmp / "controller.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [
+                RC,
+                "serve",
+                "--addr",
+                f"127.0.0.1:{self.port}",
+                "--data",
+                str(self.tmp / "data"),
+                *args,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        self.controller = proc
+
+        def up() -> bool:
+            try:
+                return self.api("GET", "/v1/state")[0] == 200
+            except OSError:
+                return False
+
+        wait_for(up, 15, "the controller to answer")
+        return proc
+
+    def start_worker(
+        self, host: str, devices: list[str], extra: str = ""
+    ) -> subprocess.Popen[bytes]:
+        cfg = self.tmp / f"worker-{host}.yaml"
+        lines = [
+            f"controller_url: {self.url}",
+            "token: wtok",
+            f"host: {host}",
+            "heartbeat_interval: 1s",
+            "devices:",
+            *[f"  - {d}" for d in devices],
+        ]
+        cfg.write_text("\n".join(lines) + "\n" + extra)
+        log = open(self.tmp / f"worker-{host}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [RC, "worker", "-c", str(cfg)], stdout=log, stderr=subprocess.STDOUT
+        )
+        self.procs.append(proc)
+
+        def registered() -> bool:
+            status, views = self.api("GET", "/v1/devices")
+            ids = {v["device"]["id"] for v in views} if status == 200 else set()  # type: ignore[union-attr]
+            return all(f"{host}:{d}" in ids for d in devices)
+
+        wait_for(registered, 15, f"worker {host} to register")
+        return proc
+
+    def rc(
+        self, *args: str, token: str = "ctok", timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RC, *args], env=self.env(token, **env), capture_output=True, text=True, timeout=timeout
+        )
+
+    def popen_rc(self, *args: str, token: str = "ctok", **env: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [RC, *args],
+            env=self.env(token, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)  # type: ignore[arg-type]
+        return proc
+
+    def job(self, job_id: str) -> dict[str, object]:
+        status, view = self.api("GET", f"/v1/jobs/{job_id}")
+        assert status == 200, view
+        return view["job"]  # type: ignore[index,no-any-return]
+
+    def wait_job(
+        self, job_id: str, pred: Callable[[dict[str, object]], bool], timeout: float = 20
+    ) -> dict[str, object]:
+        return wait_for(
+            lambda: (lambda j: j if pred(j) else None)(self.job(job_id)), timeout, f"job {job_id}"
+        )  # type: ignore[return-value]
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.tmp.glob("*.log"))
+        )
