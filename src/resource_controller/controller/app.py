@@ -51,6 +51,34 @@ class InstanceHeader:
         await self.app(scope, receive, stamped)
 
 
+class CatchAll:
+    """Answers an unexpected exception with the generic ``500 store_error`` (API-003).
+
+    Starlette's catch-all handler answers too, but then re-raises to the server, which
+    resets the keep-alive connection under the client's next request. Caught here, the
+    500 is an ordinary response. An exception after the response started still propagates.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            if started or scope["type"] != "http":
+                raise
+            log.exception("unhandled error in a route")
+            await error_response("store_error", "internal error", 500)(scope, receive, send)
+
+
 def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     """Build the ASGI app around ``svc``; ``run_loops`` starts the scheduler loop in the lifespan."""
 
@@ -77,6 +105,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         redirect_slashes=False,
     )
     app.state.services = svc
+    app.add_middleware(CatchAll)
     for router in (workers.router, jobs.router, fleet.router):
         app.include_router(router)
 
