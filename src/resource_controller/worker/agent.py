@@ -460,7 +460,11 @@ class Agent:
                 a.device_id,
                 extra={"action": "job_start", "job_id": a.job_id},
             )
-            await self._report_running(a)
+            # Belt and braces only (the controller marked the job running at hand-out),
+            # so it must not delay the start: one attempt, in the background (WRK-113).
+            running_report = asyncio.create_task(
+                self._report_running(a), name=f"running-{a.job_id}"
+            )
             shipper = logship.LogShipper(functools.partial(self._append_log, a), label=a.job_id)
             try:
                 outcome = await runner.run_job(
@@ -471,9 +475,11 @@ class Agent:
                     base_env=self._base_env,
                 )
             except asyncio.CancelledError:
+                running_report.cancel()
                 await shipper.abandon()
                 raise
             await shipper.close()  # WRK-086: output lands before the outcome
+            await running_report  # never let a late "running" trail the outcome
             extra: dict[str, Any] = {"exit_code": outcome.exit_code}
             if outcome.reason:
                 extra["reason"] = outcome.reason

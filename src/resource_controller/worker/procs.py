@@ -189,6 +189,12 @@ async def settle_group(pgid: int) -> None:
     exists to prevent. Only members flagged as exiting are waited for; anything else
     ends the settling at once.
     """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return  # the group is gone entirely: nothing to settle, no /proc scan
+    except PermissionError:
+        pass
     loop = asyncio.get_running_loop()
     deadline = loop.time() + EXIT_SETTLE
     while loop.time() < deadline:
