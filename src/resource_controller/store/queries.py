@@ -77,12 +77,13 @@ def matching_devices(
 
 def next_counter(conn: sa.Connection, name: str) -> int:
     """Increment and return the named counter (starts at 1); inside the caller's transaction."""
-    updated = conn.execute(
-        sa.update(t.counters).where(t.counters.c.name == name).values(value=t.counters.c.value + 1)
-    )
-    if updated.rowcount == 0:
+    value = conn.execute(
+        sa.update(t.counters)
+        .where(t.counters.c.name == name)
+        .values(value=t.counters.c.value + 1)
+        .returning(t.counters.c.value)
+    ).scalar()
+    if value is None:
         conn.execute(sa.insert(t.counters).values(name=name, value=1))
         return 1
-    return int(
-        conn.execute(sa.select(t.counters.c.value).where(t.counters.c.name == name)).scalar_one()
-    )
+    return int(value)

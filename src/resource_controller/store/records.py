@@ -56,6 +56,13 @@ class JobRecord:
     def pinned(self) -> bool:
         return self.selector == "" and self.device_id != "" and self.state == JobState.QUEUED
 
+    def columns(self) -> dict[str, Any]:
+        """The row as the ``jobs`` table stores it."""
+        m = {k: v for k, v in self.__dict__.items() if k != "lease_epoch"}
+        m["command"] = json.dumps(self.command)
+        m["env"] = json.dumps(self.env) if self.env else None
+        return m
+
     @classmethod
     def from_row(cls, row: Any, lease_epoch: int = 0) -> JobRecord:
         m = dict(row._mapping)
