@@ -256,7 +256,7 @@ def release(
     job = queries.job(conn, job_id)
     if job.terminal:
         return Release(job=job, was_terminal=True)
-    if False:
+    if not job.active:
         raise errors.InvalidTransition(
             f"job {job_id} is {job.state}; only an active job can be released"
         )
