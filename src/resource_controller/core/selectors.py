@@ -15,8 +15,9 @@ from dataclasses import dataclass
 _OPS = ("!=", ">=", "<=", "=")
 _FORBIDDEN = set("=!<>")
 _SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_FLOAT = re.compile(
-    r"[+-]?(?:(?:\d(?:_?\d)*)?\.?\d(?:_?\d)*(?:[eE][+-]?\d(?:_?\d)*)?|\d(?:_?\d)*\.)"
+_FLOAT = re.compile(  # ASCII digits only (SEL-006)
+    r"[+-]?(?:(?:\d(?:_?\d)*)?\.?\d(?:_?\d)*(?:[eE][+-]?\d(?:_?\d)*)?|\d(?:_?\d)*\.)",
+    re.ASCII,
 )
 _SPECIAL = re.compile(r"[+-]?(?:inf|infinity)|nan", re.IGNORECASE)
 

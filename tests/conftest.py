@@ -1,0 +1,75 @@
+"""Shared fixtures: a fake clock, a Store on a temporary SQLite file, and a small factory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resource_controller.clock import FakeClock
+from resource_controller.store.facade import Store
+from resource_controller.store.jobs import NewJob
+from resource_controller.store.records import JobRecord
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    s = Store(tmp_path / "rc.db", clock)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+class Factory:
+    """Registers workers and submits jobs with defaults; keyword overrides go to ``NewJob``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def worker(
+        self, host: str = "box", devices: int = 2, max_runtime: int = 0, boot_id: str = "boot-1"
+    ) -> list[str]:
+        """Register ``host`` with ``gpu0..gpu{devices-1}``; return their device IDs."""
+        names = [f"gpu{i}" for i in range(devices)]
+        self.store.register(host, boot_id, [(n, max_runtime) for n in names])
+        return [f"{host}:{n}" for n in names]
+
+    def submit(
+        self,
+        device: str = "",
+        selector: str = "",
+        submitter: str = "alice",
+        command: tuple[str, ...] = ("train",),
+        **kw: Any,
+    ) -> JobRecord:
+        return self.store.enqueue(
+            NewJob(
+                command=list(command),
+                submitter=submitter,
+                device_id=device,
+                selector=selector,
+                **kw,
+            )
+        )
+
+    def start(self, device: str = "", **kw: Any) -> JobRecord:
+        """Submit, run a scheduling pass and hand the job out; return it as now stored."""
+        job = self.submit(device=device, **kw)
+        self.store.schedule()
+        placed = self.store.job(job.id)
+        assert placed.state == "assigned", placed.state
+        self.store.take_work(placed.worker_id)
+        return self.store.job(job.id)
+
+
+@pytest.fixture
+def make(store: Store) -> Factory:
+    return Factory(store)

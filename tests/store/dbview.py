@@ -1,0 +1,143 @@
+"""Direct access to a store's SQLite file, beside the Store, for arranging and checking.
+
+Reads run in a deferred transaction on a separate ``sqlite3`` connection, so they see one
+committed snapshot and never take the write lock. Writes are used only to arrange states
+the store reaches through paths that are not built yet (the sweep's ``unknown`` and
+``worker_lost`` demotions, store.md §13) or that nothing creates today (a job-less lease).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+class Raw:
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        self.conn.execute("BEGIN")
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        finally:
+            self.conn.execute("COMMIT")
+
+    def write(self, sql: str, *args: Any) -> int:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            n = self.conn.execute(sql, args).rowcount
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return n
+
+    # ---- arranging ---------------------------------------------------------------------
+
+    def force_device(self, device_id: str, state: str, reason: str = "", detail: str = "") -> None:
+        """Put a device in a state directly, as the (not yet built) sweep would."""
+        n = self.write(
+            "UPDATE devices SET state = ?, quarantine_reason = ?, quarantine_detail = ?"
+            " WHERE id = ?",
+            state,
+            reason,
+            detail,
+            device_id,
+        )
+        assert n == 1, device_id
+
+    def insert_jobless_lease(self, device_id: str, at: int, expires_at: int) -> str:
+        lease_id = str(uuid.uuid4())
+        self.write(
+            "INSERT INTO leases (id, device_id, holder, job_id, acquired_at, expires_at)"
+            " VALUES (?, ?, 'nobody', '', ?, ?)",
+            lease_id,
+            device_id,
+            at,
+            expires_at,
+        )
+        return lease_id
+
+    # ---- reading -----------------------------------------------------------------------
+
+    def device(self, device_id: str) -> sqlite3.Row:
+        (row,) = self.rows("SELECT * FROM devices WHERE id = ?", device_id)
+        return row
+
+    def worker(self, worker_id: str) -> sqlite3.Row:
+        (row,) = self.rows("SELECT * FROM workers WHERE id = ?", worker_id)
+        return row
+
+    def leases_of(self, job_id: str) -> list[sqlite3.Row]:
+        return self.rows("SELECT * FROM leases WHERE job_id = ? ORDER BY acquired_at", job_id)
+
+    def live_leases(self, device_id: str) -> list[sqlite3.Row]:
+        return self.rows(
+            "SELECT * FROM leases WHERE device_id = ? AND released_at IS NULL", device_id
+        )
+
+    def reservations(self) -> set[tuple[str, str]]:
+        return {(r["job_id"], r["device_id"]) for r in self.rows("SELECT * FROM reservations")}
+
+    def count(self, table: str) -> int:
+        return int(self.rows(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"])
+
+
+def invariant_violations(raw: Raw) -> list[str]:
+    """Every breach of STORE-180..182 visible in one committed snapshot; [] when none."""
+    bad: list[str] = []
+    raw.conn.execute("BEGIN")
+    try:
+        q = raw.conn.execute
+        for r in q(
+            "SELECT device_id, COUNT(*) AS n FROM leases WHERE released_at IS NULL"
+            " GROUP BY device_id HAVING COUNT(*) > 1"
+        ):
+            bad.append(f"STORE-180: device {r['device_id']} has {r['n']} live leases")
+        for r in q(
+            "SELECT j.id, j.state, j.device_id,"
+            " (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.id AND l.released_at IS NULL)"
+            "   AS live,"
+            " (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.id AND l.released_at IS NULL"
+            "   AND l.device_id = j.device_id) AS on_own_device"
+            " FROM jobs j"
+        ):
+            active = r["state"] in ("assigned", "running")
+            if active and (r["live"] != 1 or r["on_own_device"] != 1):
+                bad.append(f"STORE-181: {r['state']} job {r['id']} has {r['live']} live leases")
+            if not active and r["live"]:
+                bad.append(f"STORE-181: {r['state']} job {r['id']} still has a live lease")
+        for r in q(
+            "SELECT d.id, d.state,"
+            " (SELECT COUNT(*) FROM leases l WHERE l.device_id = d.id AND l.released_at IS NULL)"
+            "   AS live"
+            " FROM devices d"
+        ):
+            if r["state"] == "ready" and r["live"]:
+                bad.append(f"STORE-182: ready device {r['id']} has a live lease")
+            if r["state"] == "busy" and not r["live"]:
+                bad.append(f"STORE-182: busy device {r['id']} has no live lease")
+        for r in q("SELECT id, state FROM jobs"):
+            if r["state"] not in (
+                "queued",
+                "assigned",
+                "running",
+                "succeeded",
+                "failed",
+                "killed",
+                "lost",
+            ):
+                bad.append(f"STORE-040: job {r['id']} in unknown state {r['state']!r}")
+        for r in q("SELECT id, state FROM devices"):
+            if r["state"] not in ("ready", "busy", "unknown", "unhealthy"):
+                bad.append(f"STORE-020: device {r['id']} in unknown state {r['state']!r}")
+    finally:
+        raw.conn.execute("COMMIT")
+    return bad
