@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from resource_controller.clock import FakeClock
 from resource_controller.core.selectors import SelectorError
 from resource_controller.store import engine, jobs, leases, schema
 from resource_controller.store.facade import Store
-from resource_controller.store.records import Assigned
+from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 
 from .dbview import Raw, invariant_violations
 
@@ -1200,14 +1201,20 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
     (d0,) = make.worker(devices=1)
     first = make.submit(device=d0)
     second = make.submit(device=d0)
-    real_assign = leases.assign
+    real_try = leases._try_assign
 
-    def cancel_first_then_assign(conn: sa.Connection, now: int, job_id: str, device: str) -> str:
-        if job_id == first.id:  # the cancel lands after the snapshot, before its turn
-            assert jobs.cancel_queued(conn, now, job_id, "killed by alice")
-        return real_assign(conn, now, job_id, device)
+    def cancel_first_then_assign(
+        transaction: Callable[[], AbstractContextManager[sa.Connection]],
+        now: int,
+        job: JobRecord,
+        device: DeviceRecord,
+    ) -> str:
+        if job.id == first.id:  # the cancel commits after the snapshot, before its turn
+            with transaction() as tx:
+                assert jobs.cancel_queued(tx, now, job.id, "killed by alice")
+        return real_try(transaction, now, job, device)
 
-    monkeypatch.setattr(leases, "assign", cancel_first_then_assign)
+    monkeypatch.setattr(leases, "_try_assign", cancel_first_then_assign)
     assert store.schedule() == [Assigned(second.id, wid())]
     assert store.job(first.id).state == "killed"
     assert raw.reservations() == set()
@@ -1446,3 +1453,19 @@ def test_a_database_from_a_newer_version_is_refused(tmp_path: Path, clock: FakeC
     conn.close()
     with pytest.raises(errors.StoreError, match="newer version"):
         Store(path, clock)
+
+
+def test_assigning_a_job_that_left_the_queue_leaves_the_device_ready(
+    store: Store, make: Factory
+) -> None:
+    # STORE-065 steps 1-2: "job no longer queued" writes nothing, even though the
+    # device check (which runs first) had already flipped it inside the transaction.
+    (d0,) = make.worker(devices=1)
+    job = make.submit(device=d0)
+    assert store.cancel_queued(job.id, "killed by alice")
+    device = store.device(d0)
+    assert device is not None
+    outcome = leases._try_assign(store._tx, store.now(), job, device)
+    assert outcome == "not_queued"
+    assert store.device(d0).state == "ready"  # type: ignore[union-attr]
+    assert store.live_leases() == []

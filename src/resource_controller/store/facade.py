@@ -224,7 +224,7 @@ class Store:
                 .where(schema.jobs.c.id == job.id)
                 .values(queued_at=0, max_runtime=0)
             )
-            outcome = leases.assign(c, now, job.id, device_id)
+            outcome = leases.assign(c, now, job, dev)
             assert outcome == "assigned", outcome
             if ttl > 0:
                 c.execute(

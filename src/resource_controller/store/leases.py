@@ -91,35 +91,54 @@ def live(conn: sa.Connection) -> list[LeaseRecord]:
     return [LeaseRecord.from_row(r) for r in conn.execute(q.order_by(t.leases.c.acquired_at))]
 
 
-def assign(conn: sa.Connection, now: int, job_id: str, device_id: str) -> str:
-    """Give ``device_id`` to queued ``job_id`` (STORE-065); returns assigned / not_ready / not_queued."""
-    dev = queries.device(conn, device_id)
-    if dev is None or dev.state != DeviceState.READY:
-        return "not_ready"
-    job = queries.job(conn, job_id)
-    if not job.queued:
-        return "not_queued"
-    runtime = job.max_runtime or dev.max_runtime
+class _NotQueued(Exception):
+    """Rolls back an assignment whose job left the queue after its device was flipped."""
+
+
+def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) -> str:
+    """Give ``device`` to queued ``job`` (STORE-065); returns assigned / not_ready / not_queued.
+
+    ``job`` and ``device`` come from the pass's snapshot. The conditional updates
+    re-check both inside this transaction, device first (STORE-063), so a stale
+    snapshot can never hand out a device that is not ``ready``; the unique index
+    still referees the lease insert.
+    """
     flipped = conn.execute(
         sa.update(t.devices)
-        .where(t.devices.c.id == device_id, t.devices.c.state == DeviceState.READY)
+        .where(t.devices.c.id == device.id, t.devices.c.state == DeviceState.READY)
         .values(state=DeviceState.BUSY)
     )
+    if flipped.rowcount != 1:
+        return "not_ready"
+    runtime = job.max_runtime or device.max_runtime
     moved = conn.execute(
         sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.QUEUED)
+        .where(t.jobs.c.id == job.id, t.jobs.c.state == JobState.QUEUED)
         .values(
             state=JobState.ASSIGNED,
-            device_id=device_id,
-            worker_id=dev.worker_id,
+            device_id=device.id,
+            worker_id=device.worker_id,
             max_runtime=runtime,
         )
     )
-    if flipped.rowcount != 1 or moved.rowcount != 1:
-        raise errors.StoreError(f"assignment of {job_id} to {device_id} lost a serialised race")
-    grant(conn, now, job, device_id, runtime)
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
+    if moved.rowcount != 1:
+        raise _NotQueued(job.id)  # rolls the device flip back with the transaction
+    grant(conn, now, job, device.id, runtime)
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device.id))
     return "assigned"
+
+
+def _try_assign(
+    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    now: int,
+    job: JobRecord,
+    device: DeviceRecord,
+) -> str:
+    try:
+        with transaction() as tx:
+            return assign(tx, now, job, device)
+    except _NotQueued:
+        return "not_queued"
 
 
 def _candidates(
@@ -156,9 +175,15 @@ def schedule_pass(
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
         devices = queries.all_devices(tx) if queue else []
         labels = queries.effective_labels(tx) if any(j.selector for j in queue) else {}
+    by_id = {d.id: d for d in devices}
     reserved: dict[str, str] = {}  # device -> job claiming it for the rest of this pass
+    taken: set[str] = set()  # devices assigned in this pass
     assigned: list[Assigned] = []
     for job in queue:
+        if by_id.keys() <= reserved.keys():
+            # Every device is claimed: no job further back has an available candidate,
+            # so the rest of the walk would change nothing (STORE-061 "continue").
+            break
         candidates = _candidates(job, devices, labels)
         if candidates is None:
             log.error(
@@ -173,11 +198,13 @@ def schedule_pass(
             continue
         placed = False
         for device_id in available:
-            with transaction() as tx:
-                outcome = assign(tx, now, job.id, device_id)
+            device = by_id.get(device_id)
+            if device is None or device.state != DeviceState.READY or device_id in taken:
+                continue  # not ready: nothing readies a device while the pass holds the lock
+            outcome = _try_assign(transaction, now, job, device)
             if outcome == "assigned":
-                dev = next((d for d in devices if d.id == device_id), None)
-                assigned.append(Assigned(job.id, dev.worker_id if dev else ""))
+                taken.add(device_id)
+                assigned.append(Assigned(job.id, device.worker_id))
                 placed = True
                 break
             if outcome == "not_queued":
@@ -187,9 +214,9 @@ def schedule_pass(
             for device_id in available:
                 reserved[device_id] = job.id
     new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
-    # An assignment in this pass deleted its device's row (STORE-065 step 6), so the
-    # table no longer equals the snapshot once anything was assigned: rewrite then too.
-    if new_reservations != old_reservations or assigned:
+    # Each assignment already deleted its device's row (STORE-065 step 6).
+    current = {(j, d) for j, d in old_reservations if d not in taken}
+    if new_reservations != current:
         with transaction() as tx:
             tx.execute(sa.delete(t.reservations))
             if new_reservations:
