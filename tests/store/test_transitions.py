@@ -1469,3 +1469,29 @@ def test_assigning_a_job_that_left_the_queue_leaves_the_device_ready(
     assert outcome == "not_queued"
     assert store.device(d0).state == "ready"  # type: ignore[union-attr]
     assert store.live_leases() == []
+
+
+def test_the_pass_reads_past_its_first_page_of_the_queue(store: Store, make: Factory) -> None:
+    # STORE-061: the walk is in pages; a placeable job far back is still placed.
+    d0, d1 = make.worker(devices=2)
+    make.start(device=d0)
+    blocked = [make.submit(device=d0) for _ in range(leases.QUEUE_PAGE + 5)]
+    late = make.submit(device=d1)
+    assert store.schedule() == [Assigned(late.id, wid())]
+    assert all(store.job(j.id).state == "queued" for j in blocked)
+
+
+def test_jobs_pinned_to_a_vanished_device_reserve_it_after_the_walk_stops(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    # STORE-062: a pinned job whose device is gone reserves that device, even when every
+    # existing device was claimed earlier in the pass and the walk stopped there.
+    (d0,) = make.worker(devices=1)
+    make.start(device=d0)
+    ahead = make.submit(device=d0)
+    ghost = make.submit(device=d0)
+    raw.write("UPDATE jobs SET device_id = 'box:gone' WHERE id = ?", ghost.id)
+    behind = make.submit(device=d0)
+    raw.write("UPDATE jobs SET device_id = 'box:gone' WHERE id = ?", behind.id)
+    assert store.schedule() == []
+    assert raw.reservations() == {(ahead.id, d0), (ghost.id, "box:gone")}

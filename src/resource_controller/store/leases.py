@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
@@ -159,6 +159,74 @@ def _candidates(
     return [d.id for d in matches]
 
 
+QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
+
+
+def _queued_in_order(
+    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+) -> Iterator[JobRecord]:
+    """Queued jobs in scheduling order, read a page at a time (keyset on the order).
+
+    A pass usually stops early (every device claimed), so reading the whole queue on
+    every pass would make each submit cost O(queue length).
+    """
+    j = t.jobs.c
+    after: JobRecord | None = None
+    while True:
+        where = [j.state == JobState.QUEUED]
+        if after is not None:
+            p, q, n = after.priority, after.queued_at, after.seq
+            where.append(
+                sa.or_(
+                    j.priority < p,
+                    sa.and_(j.priority == p, j.queued_at > q),
+                    sa.and_(j.priority == p, j.queued_at == q, j.seq > n),
+                )
+            )
+        with transaction() as tx:
+            page = queries.jobs_where(tx, *where, order=queries.QUEUE_ORDER, limit=QUEUE_PAGE)
+        yield from page
+        if len(page) < QUEUE_PAGE:
+            return
+        after = page[-1]
+
+
+class _LazyLabels:
+    """Effective labels, read once per pass and only if a selector job needs them."""
+
+    def __init__(self, transaction: Callable[[], AbstractContextManager[sa.Connection]]) -> None:
+        self._transaction = transaction
+        self._labels: dict[str, dict[str, str]] | None = None
+
+    def get(self) -> dict[str, dict[str, str]]:
+        if self._labels is None:
+            with self._transaction() as tx:
+                self._labels = queries.effective_labels(tx)
+        return self._labels
+
+
+def _reserve_vanished(
+    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    by_id: dict[str, DeviceRecord],
+    reserved: dict[str, str],
+) -> None:
+    """Reserve, for the first queued job pinned to it, each device that has no row."""
+    j = t.jobs.c
+    with transaction() as tx:
+        rows = tx.execute(
+            sa.select(j.id, j.device_id)
+            .where(
+                j.state == JobState.QUEUED,
+                j.selector == "",
+                j.device_id != "",
+                j.device_id.not_in(list(by_id)),
+            )
+            .order_by(*queries.QUEUE_ORDER)
+        ).all()
+    for job_id, device_id in rows:
+        reserved.setdefault(device_id, job_id)
+
+
 def schedule_pass(
     conn: sa.Connection,
     now: int,
@@ -171,20 +239,22 @@ def schedule_pass(
     once at the end, only when they changed.
     """
     with transaction() as tx:
-        queue = queries.jobs_where(tx, t.jobs.c.state == JobState.QUEUED, order=queries.QUEUE_ORDER)
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
-        devices = queries.all_devices(tx) if queue else []
-        labels = queries.effective_labels(tx) if any(j.selector for j in queue) else {}
+        devices = queries.all_devices(tx)
+    queue = _queued_in_order(transaction)
+    labels = _LazyLabels(transaction)
     by_id = {d.id: d for d in devices}
     reserved: dict[str, str] = {}  # device -> job claiming it for the rest of this pass
     taken: set[str] = set()  # devices assigned in this pass
     assigned: list[Assigned] = []
     for job in queue:
-        if by_id.keys() <= reserved.keys():
-            # Every device is claimed: no job further back has an available candidate,
-            # so the rest of the walk would change nothing (STORE-061 "continue").
+        if by_id and by_id.keys() <= reserved.keys():
+            # Every device is claimed: no job further back can be placed, and the only
+            # reservations left to write are those of jobs pinned to devices that no
+            # longer exist (STORE-062), which one query finds.
+            _reserve_vanished(transaction, by_id, reserved)
             break
-        candidates = _candidates(job, devices, labels)
+        candidates = _candidates(job, devices, labels.get() if job.selector else {})
         if candidates is None:
             log.error(
                 "queued job %s has a selector that no longer parses: %r", job.id, job.selector
