@@ -65,7 +65,8 @@ class Services:
         return int(self.clock.now())
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """The bundle (async, so FastAPI does not hop to a worker thread to get it)."""
     svc: Services = request.app.state.services
     return svc
 
@@ -85,7 +86,7 @@ def require(required: Role) -> Callable[[Request], Awaitable[Role]]:
     """A dependency that authenticates the caller and checks its role (AUTH-001..003)."""
 
     async def check(request: Request) -> Role:
-        svc = services(request)
+        svc: Services = request.app.state.services
         token = svc.auth.bearer(request.headers.get("authorization"))
         role = svc.auth.role_of(token) if token else None
         if role is None:
