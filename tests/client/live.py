@@ -125,6 +125,7 @@ class FakeWorker:
         self._lock = threading.Lock()
         self._running: set[str] = set()
         self._stop = threading.Event()
+        self._players: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._loop, name="fake-worker", daemon=True)
         self._thread.start()
 
@@ -183,7 +184,9 @@ class FakeWorker:
             for assignment in data.get("assignments") or []:
                 with self._lock:
                     self._running.add(assignment["job_id"])
-                threading.Thread(target=self._play, args=(assignment,), daemon=True).start()
+                player = threading.Thread(target=self._play, args=(assignment,), daemon=True)
+                self._players.append(player)
+                player.start()
 
     def _play(self, assignment: dict[str, Any]) -> None:
         job_id = assignment["job_id"]
@@ -199,6 +202,9 @@ class FakeWorker:
         reporter = transport.Transport(self.http.base_url, WORKER)
         try:
             reporter.request("POST", f"/v1/jobs/{job_id}/status", body=body, timeout=10)
+        except Exception:
+            if not self._stop.is_set():
+                raise  # a failed report while the test still runs is a real failure
         finally:
             reporter.close()
             with self._lock:
@@ -209,5 +215,7 @@ class FakeWorker:
         for event in list(self._kills.values()):
             event.set()
         self._thread.join(timeout=5)
+        for player in self._players:
+            player.join(timeout=15)
         self.http.close()
         self.poll_http.close()
