@@ -6,6 +6,7 @@ and every wait has a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -94,8 +95,10 @@ class Cluster:
             raw = exc.read()
             return exc.code, json.loads(raw) if raw else None
 
-    def start_controller(self, *args: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin")
+    def start_controller(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin", **(env or {}))
         log = open(self.tmp / "controller.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [
@@ -124,23 +127,35 @@ class Cluster:
         return proc
 
     def start_worker(
-        self, host: str, devices: list[str], extra: str = ""
+        self,
+        host: str,
+        devices: list[str],
+        extra: str = "",
+        env: dict[str, str] | None = None,
+        heartbeat: str = "1s",
+        wait: bool = True,
     ) -> subprocess.Popen[bytes]:
         cfg = self.tmp / f"worker-{host}.yaml"
         lines = [
             f"controller_url: {self.url}",
             "token: wtok",
             f"host: {host}",
-            "heartbeat_interval: 1s",
+            f"heartbeat_interval: {heartbeat}",
+            f"state_dir: {self.tmp / ('state-' + host)}",
             "devices:",
             *[f"  - {d}" for d in devices],
         ]
         cfg.write_text("\n".join(lines) + "\n" + extra)
         log = open(self.tmp / f"worker-{host}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [RC, "worker", "-c", str(cfg)], stdout=log, stderr=subprocess.STDOUT
+            [RC, "worker", "-c", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, **(env or {})),
         )
         self.procs.append(proc)
+        if not wait:
+            return proc
 
         def registered() -> bool:
             status, views = self.api("GET", "/v1/devices")
@@ -185,3 +200,28 @@ class Cluster:
             f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
             for p in sorted(self.tmp.glob("*.log"))
         )
+
+
+def pids_with_job(job_id: str) -> list[int]:
+    """Live processes whose environment names ``RC_JOB_ID=<job_id>`` (for checks and cleanup)."""
+    want = f"RC_JOB_ID={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_job_processes(job_id: str) -> None:
+    for pid in pids_with_job(job_id):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
