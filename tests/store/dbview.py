@@ -2,8 +2,8 @@
 
 Reads run in a deferred transaction on a separate ``sqlite3`` connection, so they see one
 committed snapshot and never take the write lock. Writes are used only to arrange states
-the store reaches through paths that are not built yet (the sweep's ``unknown`` and
-``worker_lost`` demotions, store.md §13) or that nothing creates today (a job-less lease).
+quickly that the store otherwise reaches only through a sequence of clock jumps and sweeps
+(``unknown``, each quarantine reason) or that nothing creates today (a job-less lease).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Raw:
     # ---- arranging ---------------------------------------------------------------------
 
     def force_device(self, device_id: str, state: str, reason: str = "", detail: str = "") -> None:
-        """Put a device in a state directly, as the (not yet built) sweep would."""
+        """Put a device in a state directly, as a sweep, a reap or a fault report would."""
         n = self.write(
             "UPDATE devices SET state = ?, quarantine_reason = ?, quarantine_detail = ?"
             " WHERE id = ?",

@@ -1,11 +1,15 @@
 """The real Store driven by random operation sequences, checked against a small model.
 
 After every step the database must satisfy the invariants of store.md §24 (STORE-180..182,
-185, 186) and every job must be in the state the model predicts from the operations'
-own answers. States that only the (not yet built) sweep produces are reached by the
-``device_event`` rule writing the sweep's result directly, in retention-mode fashion
-(devices demoted, jobs untouched; STORE-105). ``pytest --hypothesis-show-statistics``
-lists the events below, i.e. how often the interesting paths were reached.
+184..186) and every job must be in the state the model predicts from the operations'
+own answers. The ``sweep`` rule predicts each sweep's verdicts from the rows it reads
+beforehand (worker heartbeats, device states, live leases) with the spec's rules written
+out independently here, then checks the store reached exactly those, and that no sweep
+moved any device to ``ready`` (STORE-183). Clock jumps (``advance``, ``silence``) make
+workers silent and leases lapse; the ``device_event`` rule can still write a demotion
+directly, in retention-mode fashion (devices demoted, jobs untouched; STORE-105), to reach
+those states without waiting. ``pytest --hypothesis-show-statistics`` lists the events
+below, i.e. how often the interesting paths were reached.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from hypothesis.stateful import (
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import selectors
+from resource_controller.core.expiry import Proof, SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 
@@ -37,6 +42,16 @@ HOSTS = ("h0", "h1")
 SELECTORS = ("kind=a", "kind=b", "kind!=a", "idx>=1", "idx<=0,kind=a")
 ACTIVE = ("assigned", "running")
 TERMINAL = ("succeeded", "failed", "killed", "lost")
+RECOVERABLE = ("worker_lost", "lease_expired", "registration")
+GRACE, UNHEALTHY_AFTER, FLAP_LIMIT, FLAP_WINDOW = 30, 300, 3, 3600
+WINDOWS = st.sampled_from(["judging", "at_hold_off", "past_hold_off", "inside", "stalled"])
+JUMPS = st.sampled_from([0, 0, 30, 300, 900])
+PROOFS = (
+    Proof(isolated=True),
+    Proof(survivors_checked=True),
+    Proof(),
+    Proof(survivors_checked=True, survivors_found=True),
+)
 
 
 def wid(host: str) -> str:
@@ -57,6 +72,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.keys: dict[str, str] = {}  # idempotency key -> job
         self.labels: dict[str, dict[str, str]] = {}  # device -> labels
         self.boots: dict[str, int] = {}
+        self.faulted: set[str] = set()  # devices whose last word was a fault report
+        self.recovered_at: dict[str, list[int]] = {}  # device -> automatic recoveries
 
     def teardown(self) -> None:
         self.store.close()
@@ -81,10 +98,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert d is not None
         return d.state, d.quarantine_reason
 
-    def _finish(self, job_id: str, state: str) -> None:
+    def _finish(self, job_id: str, state: str, kill_reason: str | None = None) -> None:
         self.expected[job_id] = state
         j = self.store.job(job_id)
         assert j.state == state
+        assert kill_reason is None or j.kill_reason == kill_reason, (j.kill_reason, kill_reason)
         self.finished[job_id] = (j.state, j.exit_code, j.kill_reason, j.finished_at)
 
     # ---- rules -------------------------------------------------------------------------
@@ -131,25 +149,31 @@ class StoreMachine(RuleBasedStateMachine):
         priority = data.draw(st.integers(-1, 1))
         runtime = data.draw(st.sampled_from([0, 0, 300, 1200]))
         key = data.draw(st.sampled_from(["", "", "", "k1", "k2"]))
+        hold = data.draw(st.integers(0, 5)) == 0  # a hold: its lease keeps its TTL (STORE-105)
         device = selector = ""
         if how == "pinned":
             device = data.draw(st.sampled_from(sorted(self.labels)))
         elif how == "selector":
             selector = data.draw(st.sampled_from(SELECTORS))
         req = NewJob(
-            command=["run"],
+            command=["hold"] if hold else ["run"],
             submitter="alice",
             device_id=device,
             selector=selector,
             priority=priority,
-            max_runtime=runtime,
+            max_runtime=(runtime or 300) if hold else runtime,
             idempotency_key=key,
+            kind="hold" if hold else "job",
         )
         before = len(self.expected)
         try:
             job = self.store.enqueue(req)
         except (errors.NoMatchingDevice, errors.RuntimeAboveCeiling):
             assert len(self.store.list_jobs(limit=200)) == before  # nothing written
+            return
+        except errors.UnknownDevice:
+            assert self.store.device(device) is None  # pinned to a retired device
+            assert len(self.store.list_jobs(limit=200)) == before
             return
         if key in self.keys:  # STORE-056 step 3: the same job back, unchanged
             assert job.id == self.keys[key]
@@ -269,11 +293,15 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(host=st.sampled_from(HOSTS), data=st.data(), retain=st.booleans())
     def heartbeat(self, host: str, data: st.DataObject, retain: bool) -> None:
-        named = data.draw(st.lists(st.sampled_from([*self.expected, "bogus"]), max_size=4))
-        self.store.heartbeat(wid(host), named, retain)
+        ids = st.sampled_from([*self.expected, "bogus"])
+        named = data.draw(st.lists(ids, max_size=4))
+        pending = data.draw(st.lists(ids, max_size=2))  # EXT-OUTBOX-2: counts as named
+        self.store.heartbeat(wid(host), named, retain, pending=pending)
         now = self.store.now()
         renewed = {
-            j for j in named if self.expected.get(j) in ACTIVE and self.worker_of[j] == wid(host)
+            j
+            for j in named + pending
+            if self.expected.get(j) in ACTIVE and self.worker_of[j] == wid(host)
         }
         for lease in self.store.live_leases():
             if lease.job_id in renewed:
@@ -285,13 +313,27 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def device_event(self, data: st.DataObject, what: str) -> None:
         device = data.draw(st.sampled_from(sorted(self.labels)))
+        if self.store.device(device) is None:  # retired
+            if what == "fault":
+                try:
+                    self.store.set_device_state(device, "unhealthy", "verify failed")
+                except errors.DeviceNotFound:
+                    return
+                raise AssertionError("STORE-131: a fault on no row must be DeviceNotFound")
+            if what == "clear":
+                assert self.store.clear_device(device) is False
+            return
         state, _ = self._device_state(device)
         if what == "fault":  # the host's own report (STORE-131)
             self.store.set_device_state(device, "unhealthy", "verify failed")
             assert self._device_state(device) == ("unhealthy", "fault")
+            self.faulted.add(device)
         elif what == "clear":  # STORE-130
             leased = any(x.device_id == device for x in self.store.live_leases())
-            assert self.store.clear_device(device) is (state == "unhealthy" and not leased)
+            cleared = self.store.clear_device(device)
+            assert cleared is (state == "unhealthy" and not leased)
+            if cleared:
+                self.faulted.discard(device)
         # What the sweep would write (STORE-101), jobs untouched as in retention mode.
         elif what == "unknown" and state in ("ready", "busy"):
             self.raw.force_device(device, "unknown")
@@ -302,11 +344,179 @@ class StoreMachine(RuleBasedStateMachine):
     def advance(self, seconds: int) -> None:
         self.clock.advance(seconds)
 
+    @rule(
+        host=st.sampled_from([*HOSTS, "nobody"]),
+        seconds=st.sampled_from([31, 299, 300, 901]),
+        data=st.data(),
+    )
+    def silence(self, host: str, seconds: int, data: st.DataObject) -> None:
+        """The clock jumps and only ``host`` stays silent (maybe nobody): the others report.
+
+        A reporting worker names only some of its jobs, so the others' leases lapse
+        while their worker is plainly alive (the lease-expiry path, not the write-off).
+        """
+        self.clock.advance(seconds)
+        for other in HOSTS:
+            if other != host and other in self.boots:
+                mine = [j for j in self._jobs_in(*ACTIVE) if self.worker_of[j] == wid(other)]
+                named = [j for j in mine if data.draw(st.booleans())]
+                self.store.heartbeat(wid(other), named)
+
+    @precondition(lambda self: self._jobs_in(*ACTIVE))
+    @rule(seconds=st.sampled_from([300, 901]), retain=st.booleans(), data=st.data())
+    def lapse(self, seconds: int, retain: bool, data: st.DataObject) -> None:
+        """Work in flight, every worker reporting, some jobs left unnamed, then a sweep.
+
+        The unnamed jobs' leases lapse while their workers are plainly alive: the
+        lease-expiry path (STORE-103), not the write-off.
+        """
+        self.silence("nobody", seconds, data)
+        self._sweep(retain, "judging", 0)
+
+    @rule(retain=st.booleans(), window=WINDOWS, jump=JUMPS)
+    def sweep(self, retain: bool, window: str, jump: int) -> None:
+        self._sweep(retain, window, jump)
+
+    @precondition(lambda self: self._jobs_in(*ACTIVE))
+    @rule(retain=st.booleans(), window=WINDOWS, jump=JUMPS)
+    def sweep_while_busy(self, retain: bool, window: str, jump: int) -> None:
+        """The same rule again, enabled only with work in flight: that is where it bites."""
+        self._sweep(retain, window, jump)
+
+    def _sweep(self, retain: bool, window: str, jump: int) -> None:
+        """One sweep (STORE-100..105) after ``jump`` seconds of nobody reporting.
+
+        Its verdicts are predicted from the rows read first.
+        """
+        self.clock.advance(jump)
+        now = self.store.now()
+        rules = {
+            "judging": SweepRules(retain=retain),
+            "at_hold_off": SweepRules(retain=retain, hold_off_until=now),
+            "past_hold_off": SweepRules(retain=retain, hold_off_until=now - 100),
+            "inside": SweepRules(retain=retain, hold_off_until=now + 30),
+            "stalled": SweepRules(retain=retain, stalled=True),
+        }[window]
+        judging = window not in ("inside", "stalled")
+        heard = {r["id"]: r["last_heartbeat_at"] for r in self.raw.rows("SELECT * FROM workers")}
+        before = {d.id: d for d in self.store.devices()}
+        live = self.store.live_leases()
+        on_device = {
+            r["id"]: r["device_id"]
+            for r in self.raw.rows("SELECT id, device_id FROM jobs")
+            if self.expected[r["id"]] in ACTIVE
+        }
+        unknown: set[str] = set()
+        unhealthy: set[str] = set()
+        reap: set[str] = set()
+        for d in before.values():
+            if d.worker_id not in heard:
+                continue
+            quiet = now - heard[d.worker_id]
+            if judging and quiet >= UNHEALTHY_AFTER:
+                reap.add(d.id)
+                if d.state != "unhealthy":
+                    unhealthy.add(d.id)
+            elif quiet >= GRACE and d.state in ("ready", "busy"):
+                unknown.add(d.id)
+        lost = set() if retain else {j for j, d in on_device.items() if d in reap}
+        expired = {
+            x.job_id: x.device_id
+            for x in live
+            if judging
+            and x.job_id not in lost
+            and x.expires_at <= now
+            and not (retain and x.kind == "job")
+        }
+        result = self.store.sweep(rules)
+        assert result.judging is judging
+        assert set(result.devices_unknown) == unknown
+        assert set(result.devices_unhealthy) == unhealthy
+        assert set(result.jobs_lost) == lost
+        assert set(result.leases_expired) == set(expired)
+        for job_id in lost:
+            self._finish(job_id, "lost", "worker lost")
+        for job_id in expired:
+            self._finish(job_id, "lost", "lease expired")
+        event(f"sweep: judging={judging} lost={len(lost)} expired={len(expired)}")
+        after = {d.id: d for d in self.store.devices()}
+        assert after.keys() == before.keys()
+        for d, was in before.items():
+            now_is = after[d]
+            # STORE-183: no sweep moves a device to ready.
+            assert now_is.state != "ready" or was.state == "ready", (d, was.state)
+            want = (was.state, was.quarantine_reason, was.quarantine_detail)
+            if d in unknown:
+                want = ("unknown", "", "")
+            if d in unhealthy:
+                want = ("unhealthy", "worker_lost", "")
+            if d in expired.values() and want[0] != "unhealthy":
+                want = ("unhealthy", "lease_expired", "")
+            # STORE-031: an unhealthy device keeps its reason and detail through any sweep.
+            got = (now_is.state, now_is.quarantine_reason, now_is.quarantine_detail)
+            assert got == want, (d, got, want)
+
+    @rule(data=st.data())
+    def retire(self, data: st.DataObject) -> None:
+        """STORE-133: refused while leased; the device returns when its worker re-registers."""
+        device = data.draw(st.sampled_from(sorted(self.labels)))
+        existed = self.store.device(device) is not None
+        leased = any(x.device_id == device for x in self.store.live_leases())
+        try:
+            self.store.retire_device(device)
+        except errors.RetireNotFound:
+            assert not existed
+            return
+        except errors.DeviceBusy:
+            assert existed and leased
+            return
+        assert existed and not leased
+        assert self.store.device(device) is None
+        self.faulted.discard(device)
+        event("retired a device")
+
+    @rule(host=st.sampled_from(HOSTS), proof=st.sampled_from(PROOFS))
+    def auto_recover(self, host: str, proof: Proof) -> None:
+        """STORE-121/122: the model picks the candidates and applies the flap guard itself."""
+        now = self.store.now()
+        leased = {x.device_id for x in self.store.live_leases()}
+        want: list[tuple[str, str]] = []
+        held: list[str] = []
+        if proof.isolated or (proof.survivors_checked and not proof.survivors_found):
+            for d in self.store.devices():  # ordered by ID
+                if (
+                    d.worker_id == wid(host)
+                    and d.state == "unhealthy"
+                    and d.quarantine_reason in RECOVERABLE
+                    and d.id not in leased
+                ):
+                    recent = [a for a in self.recovered_at.get(d.id, []) if a >= now - FLAP_WINDOW]
+                    if len(recent) >= FLAP_LIMIT:
+                        held.append(d.id)
+                    else:
+                        want.append((d.id, d.quarantine_reason))
+        out = self.store.auto_recover(wid(host), proof)
+        assert [(r.device_id, r.reason) for r in out.recovered] == want
+        assert out.held_back == held
+        for device, _ in want:
+            assert self._device_state(device) == ("ready", "")
+            self.recovered_at.setdefault(device, []).append(now)
+        if held:
+            event("flap guard held a device back")
+        if want:
+            event("auto-recovered a device")
+
     # ---- invariants ----------------------------------------------------------------------
 
     @invariant()
     def database_invariants(self) -> None:
         assert invariant_violations(self.raw) == []  # STORE-180..182
+
+    @invariant()
+    def faults_leave_only_by_clear(self) -> None:
+        # STORE-184: sweeps, heartbeats, registrations and proofs never lift a fault.
+        for device in self.faulted:
+            assert self._device_state(device) == ("unhealthy", "fault"), device
 
     @invariant()
     def jobs_match_the_model(self) -> None:

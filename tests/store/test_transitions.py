@@ -1,7 +1,8 @@
 """Every device and job transition the store implements today, one behaviour per test.
 
-Time comes from the injected ``FakeClock``; states the not-yet-built sweep would produce
-(``unknown``, ``unhealthy``/``worker_lost``) are arranged directly in the database.
+Time comes from the injected ``FakeClock``; states a sweep would produce (``unknown``,
+``unhealthy``/``worker_lost``) are arranged directly in the database here. The sweep
+itself, with real clock movement, is in ``test_sweep.py``; recovery in ``test_recovery.py``.
 """
 
 from __future__ import annotations

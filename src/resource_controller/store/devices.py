@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import sqlalchemy as sa
 
 from resource_controller import errors
+from resource_controller.core import expiry
 from resource_controller.core.states import (
     ACTIVE,
     REASON_HOST_REBOOTED,
@@ -26,7 +27,13 @@ from resource_controller.core.states import (
 )
 from resource_controller.store import leases, queries
 from resource_controller.store import schema as t
-from resource_controller.store.records import Registration
+from resource_controller.store.records import (
+    AutoRecovery,
+    Recovered,
+    RecoveryEntry,
+    RecoveryHistory,
+    Registration,
+)
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
 _RECOVERABLE = tuple(r.value for r in RECOVERABLE)
@@ -151,9 +158,24 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
 
 
 def heartbeat(
-    conn: sa.Connection, now: int, worker_id: str, named: list[str], retain: bool
+    conn: sa.Connection,
+    now: int,
+    worker_id: str,
+    running: list[str],
+    retain: bool,
+    pending: list[str] | None = None,
 ) -> None:
-    """Record a heartbeat (STORE-096): renew the named jobs' leases, restore devices it proves."""
+    """Record a heartbeat (STORE-096): renew the named jobs' leases, restore devices it proves.
+
+    ``pending`` are jobs that finished but whose terminal report still waits in the
+    worker's outbox (EXT-OUTBOX-2). They count as named in every step: their leases
+    are renewed, their devices stay (or return to) ``busy``, a ``worker_lost`` device
+    behind one is restored, and a finalised kill's flag stays set. *Why: until the
+    report lands, the controller has not recorded what happened on the device, so
+    it must neither free it nor let its lease lapse into a quarantine.* Nothing here
+    changes a job's state, so a pending job is never treated as running again.
+    """
+    named = list(running) + list(pending or [])
     w, d, j = t.workers.c, t.devices.c, t.jobs.c
     if (
         conn.execute(
@@ -319,3 +341,78 @@ def retire(conn: sa.Connection, device_id: str) -> None:
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
     conn.execute(sa.delete(t.leases).where(t.leases.c.device_id == device_id))
     conn.execute(sa.delete(t.devices).where(t.devices.c.id == device_id))
+
+
+def auto_recover(
+    conn: sa.Connection, now: int, worker_id: str, proof: expiry.Proof | None
+) -> AutoRecovery:
+    """Return this worker's recoverable quarantines to the pool on a valid proof (STORE-121).
+
+    Candidates: the worker's own ``unhealthy`` devices whose reason is recoverable
+    (``worker_lost``, ``lease_expired``, ``registration``) and that hold no live lease,
+    in device-ID order. Never ``fault`` (the host said the hardware is unfit), never
+    ``''`` (cause unknown), never another worker's device. Each candidate is judged by
+    the flap guard (STORE-122): at most 3 automatic recoveries per sliding hour, then
+    it waits for a person. *Why: repeated quarantine-and-return cycles signal a real
+    fault that automatic looping would hide.*
+    """
+    if proof is None or not proof.proves_clean:
+        return AutoRecovery()
+    d, r = t.devices.c, t.device_recoveries.c
+    candidates = conn.execute(
+        sa.select(d.id, d.quarantine_reason)
+        .where(
+            d.worker_id == worker_id,
+            d.state == DeviceState.UNHEALTHY,
+            d.quarantine_reason.in_(_RECOVERABLE),
+            ~_has_live_lease_col(),
+        )
+        .order_by(d.id)
+    ).all()
+    recovered: list[Recovered] = []
+    held_back: list[str] = []
+    for device_id, reason in candidates:
+        # Pruning is lazy: only devices being considered lose their old rows.
+        conn.execute(
+            sa.delete(t.device_recoveries).where(
+                r.device_id == device_id, r.at < expiry.flap_cutoff(now)
+            )
+        )
+        recent = conn.execute(
+            sa.select(sa.func.count()).where(r.device_id == device_id)
+        ).scalar_one()
+        if not expiry.flap_allows(int(recent)):
+            held_back.append(device_id)
+            continue
+        done = conn.execute(
+            sa.update(t.devices)
+            .where(d.id == device_id, d.state == DeviceState.UNHEALTHY)
+            .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+        )
+        if done.rowcount != 1:
+            continue
+        conn.execute(
+            sa.insert(t.device_recoveries).values(device_id=device_id, at=now, reason=reason)
+        )
+        recovered.append(Recovered(device_id=device_id, reason=reason))
+    return AutoRecovery(recovered=recovered, held_back=held_back)
+
+
+def recovery_history(conn: sa.Connection, now: int, device_id: str) -> RecoveryHistory:
+    """The device's automatic recoveries inside the window, newest first (STORE-123).
+
+    Filters by the window itself rather than trusting pruning, which only happens for
+    devices being considered for recovery. An unknown device has an empty history.
+    """
+    r = t.device_recoveries.c
+    rows = conn.execute(
+        sa.select(r.at, r.reason)
+        .where(r.device_id == device_id, r.at >= expiry.flap_cutoff(now))
+        .order_by(r.at.desc(), r.reason)
+    ).all()
+    return RecoveryHistory(
+        recoveries=[RecoveryEntry(at=int(at), reason=reason) for at, reason in rows],
+        remaining=expiry.flap_remaining(len(rows)),
+        limit=expiry.FLAP_LIMIT,
+        window=expiry.FLAP_WINDOW,
+    )

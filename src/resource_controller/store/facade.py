@@ -18,15 +18,19 @@ import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.clock import Clock
-from resource_controller.store import devices, engine, jobs, leases, queries, schema, views
+from resource_controller.core import expiry
+from resource_controller.store import devices, engine, jobs, leases, queries, schema, sweep, views
 from resource_controller.store.records import (
     Assigned,
+    AutoRecovery,
     DeviceRecord,
     DeviceSnapshot,
     JobRecord,
     LeaseRecord,
+    RecoveryHistory,
     Registration,
     Release,
+    SweepResult,
 )
 
 
@@ -122,9 +126,48 @@ class Store:
         with self._tx() as c:
             return devices.register(c, self.now(), host, boot_id, declared)
 
-    def heartbeat(self, worker_id: str, named: list[str], retain: bool = False) -> None:
+    def heartbeat(
+        self,
+        worker_id: str,
+        running: list[str],
+        retain: bool = False,
+        pending: list[str] | None = None,
+    ) -> None:
+        """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step."""
         with self._tx() as c:
-            devices.heartbeat(c, self.now(), worker_id, named, retain)
+            devices.heartbeat(c, self.now(), worker_id, running, retain, pending)
+
+    def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
+        """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting (STORE-121)."""
+        with self._tx() as c:
+            return devices.auto_recover(c, self.now(), worker_id, proof)
+
+    def recovery_history(self, device_id: str) -> RecoveryHistory:
+        """Automatic recoveries inside the sliding hour, newest first (STORE-123)."""
+        with self._tx() as c:
+            return devices.recovery_history(c, self.now(), device_id)
+
+    # ---- the reaper -------------------------------------------------------------------
+
+    def sweep(self, rules: expiry.SweepRules) -> SweepResult:
+        """One sweep (STORE-100..105): demote the silent, reap, expire; never frees a device."""
+        with self._tx() as c:
+            return sweep.sweep(c, self.now(), rules)
+
+    def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
+        """Post-sweep read (STORE-170)."""
+        with self._tx() as c:
+            return views.quarantine_reasons(c, ids)
+
+    def quarantine_details(self, ids: list[str]) -> dict[str, str]:
+        """Post-sweep read (STORE-170)."""
+        with self._tx() as c:
+            return views.quarantine_details(c, ids)
+
+    def lease_devices(self, ids: list[str]) -> dict[str, str]:
+        """Post-sweep read (STORE-171): lease or job ID -> device."""
+        with self._tx() as c:
+            return views.lease_devices(c, ids)
 
     def worker_host(self, worker_id: str) -> str:
         with self._tx() as c:
@@ -174,14 +217,18 @@ class Store:
         with self._tx() as c:
             return views.explain(c, selector)
 
-    def describe(
-        self, device_id: str
-    ) -> tuple[DeviceSnapshot, views.Sheet, list[JobRecord]] | None:
+    def describe(self, device_id: str) -> views.Description | None:
+        """Everything describe shows, read in one transaction (API-060)."""
         with self._tx() as c:
             snaps = views.devices(c, device_id)
             if not snaps:
                 return None
-            return snaps[0], views.sheet_for(c, snaps[0].device), views.recent_jobs(c, device_id)
+            return views.Description(
+                snapshot=snaps[0],
+                sheet=views.sheet_for(c, snaps[0].device),
+                recent_jobs=views.recent_jobs(c, device_id),
+                recoveries=devices.recovery_history(c, self.now(), device_id),
+            )
 
     def active_job_on(self, device_id: str) -> str:
         with self._tx() as c:

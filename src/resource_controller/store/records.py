@@ -147,3 +147,58 @@ class Release:
 
     job: JobRecord
     was_terminal: bool
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep changed (STORE-104); lists of IDs, order unspecified.
+
+    ``devices_unhealthy`` holds only silence write-offs: a device quarantined by an
+    expired lease is reported through its lease (``leases_expired`` holds the job ID,
+    or the lease's own ID for a job-less lease; STORE-171 maps either to the device).
+    """
+
+    devices_unknown: list[str] = field(default_factory=list)
+    devices_unhealthy: list[str] = field(default_factory=list)
+    jobs_lost: list[str] = field(default_factory=list)
+    leases_expired: list[str] = field(default_factory=list)
+    #: Whether this pass was allowed to expire leases and write workers off.
+    judging: bool = True
+
+    @property
+    def alarming(self) -> bool:
+        """Anything beyond mere ``unknown`` demotions (SRV-031: those are not worth a warning)."""
+        return bool(self.devices_unhealthy or self.jobs_lost or self.leases_expired)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A device auto-recovery returned to the pool, and the reason it was quarantined for."""
+
+    device_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AutoRecovery:
+    """Outcome of auto-recover (STORE-121): who came back, who the flap guard held back."""
+
+    recovered: list[Recovered] = field(default_factory=list)
+    #: Candidates skipped because they already recovered 3 times this hour.
+    held_back: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RecoveryEntry:
+    at: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecoveryHistory:
+    """One device's automatic recoveries inside the sliding window (STORE-123)."""
+
+    recoveries: list[RecoveryEntry]
+    remaining: int
+    limit: int
+    window: int

@@ -17,6 +17,7 @@ from resource_controller.store.records import (
     JobRecord,
     LabelRecord,
     LeaseRecord,
+    RecoveryHistory,
 )
 
 
@@ -92,6 +93,16 @@ def recent_jobs(conn: sa.Connection, device_id: str, n: int = 5) -> list[JobReco
 
 
 @dataclass(frozen=True)
+class Description:
+    """What describe shows for one device (API-060), plus its flap-guard history."""
+
+    snapshot: DeviceSnapshot
+    sheet: Sheet
+    recent_jobs: list[JobRecord]
+    recoveries: RecoveryHistory
+
+
+@dataclass(frozen=True)
 class Explanation:
     selector: str
     matching: list[str]
@@ -134,3 +145,51 @@ def active_job_on(conn: sa.Connection, device_id: str) -> str:
         .limit(1)
     ).first()
     return row.id if row else ""
+
+
+# ---- post-sweep reads (store.md §21): run after the sweep committed, never inside it ----
+
+
+def quarantine_reasons(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
+    """Device ID -> current ``quarantine_reason`` for every ID with a row (STORE-170)."""
+    if not ids:
+        return {}
+    d = t.devices.c
+    return {
+        r.id: r.quarantine_reason
+        for r in conn.execute(sa.select(d.id, d.quarantine_reason).where(d.id.in_(ids)))
+    }
+
+
+def quarantine_details(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
+    """Device ID -> current ``quarantine_detail`` for every ID with a row (STORE-170)."""
+    if not ids:
+        return {}
+    d = t.devices.c
+    return {
+        r.id: r.quarantine_detail
+        for r in conn.execute(sa.select(d.id, d.quarantine_detail).where(d.id.in_(ids)))
+    }
+
+
+def lease_devices(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
+    """Lease or job ID -> device, from live or released lease rows (STORE-171).
+
+    ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
+    only remaining link to the device just quarantined. Rows are applied oldest
+    ``acquired_at`` first, so the newest wins.
+    """
+    if not ids:
+        return {}
+    lc = t.leases.c
+    out: dict[str, str] = {}
+    rows = conn.execute(
+        sa.select(lc.id, lc.job_id, lc.device_id)
+        .where(sa.or_(lc.id.in_(ids), lc.job_id.in_(ids)))
+        .order_by(lc.acquired_at, lc.id)
+    )
+    for lease_id, job_id, device_id in rows:
+        out[lease_id] = device_id
+        if job_id:
+            out[job_id] = device_id
+    return out

@@ -1,0 +1,158 @@
+"""The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT.
+
+One transaction, in the spec's order: demote devices by their worker's silence
+(STORE-101), reap the jobs of written-off workers unless in retention mode
+(STORE-102), then, only when judging, expire lapsed leases (STORE-103). Which row
+deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
+only reads them and applies the verdicts, each write conditional on the legal source
+states.
+
+No statement here ever writes ``ready`` (STORE-022, STORE-183): the sweep only ever
+learns that something stopped reporting, and no news from a worker says nothing about
+what is on its devices. Expiry quarantines rather than frees for the same reason: it
+says the holder stopped renewing, not that the hardware is idle.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from resource_controller.core import expiry
+from resource_controller.core.states import (
+    ACTIVE,
+    REASON_LEASE_EXPIRED,
+    REASON_WORKER_LOST,
+    DeviceState,
+    JobState,
+    Quarantine,
+)
+from resource_controller.store import leases
+from resource_controller.store import schema as t
+from resource_controller.store.records import SweepResult
+
+_ACTIVE = tuple(s.value for s in ACTIVE)
+
+
+def sweep(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> SweepResult:
+    """One sweep at ``now`` under ``rules`` (STORE-100..105)."""
+    judging = rules.judging(now)  # read once: devices and leases judged consistently
+    unknown, unhealthy, reap = _demote(conn, now, rules, judging)
+    lost = [] if rules.retain else _reap(conn, now, reap)
+    expired = _expire(conn, now, rules) if judging else []
+    return SweepResult(
+        devices_unknown=unknown,
+        devices_unhealthy=unhealthy,
+        jobs_lost=lost,
+        leases_expired=expired,
+        judging=judging,
+    )
+
+
+def _demote(
+    conn: sa.Connection, now: int, rules: expiry.SweepRules, judging: bool
+) -> tuple[list[str], list[str], list[str]]:
+    """Apply silence verdicts (STORE-101); returns (unknown, newly unhealthy, reap set)."""
+    d, w = t.devices.c, t.workers.c
+    rows = conn.execute(
+        # Inner join: a device whose worker row is missing is ignored.
+        sa.select(d.id, d.state, w.last_heartbeat_at)
+        .select_from(t.devices.join(t.workers, w.id == d.worker_id))
+        .order_by(d.id)
+    ).all()
+    unknown: list[str] = []
+    unhealthy: list[str] = []
+    reap: list[str] = []
+    for device_id, state, heard_at in rows:
+        verdict = expiry.demotion(state, heard_at, now, rules, judging)
+        if verdict is expiry.Demotion.UNKNOWN:
+            done = conn.execute(
+                sa.update(t.devices)
+                .where(d.id == device_id, d.state.in_([DeviceState.READY, DeviceState.BUSY]))
+                .values(state=DeviceState.UNKNOWN, quarantine_reason="", quarantine_detail="")
+            )
+            if done.rowcount == 1:
+                unknown.append(device_id)
+        elif verdict is expiry.Demotion.WRITE_OFF:
+            # Only a device not already unhealthy: an existing reason is kept (STORE-031).
+            done = conn.execute(
+                sa.update(t.devices)
+                .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
+                .values(
+                    state=DeviceState.UNHEALTHY,
+                    quarantine_reason=Quarantine.WORKER_LOST,
+                    quarantine_detail="",
+                )
+            )
+            if done.rowcount == 1:
+                unhealthy.append(device_id)
+            reap.append(device_id)
+        elif verdict is expiry.Demotion.REAP_ONLY:
+            reap.append(device_id)
+    return unknown, unhealthy, reap
+
+
+def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
+    """Every active job on a written-off device -> ``lost``, whatever its worker (STORE-102)."""
+    if not reap:
+        return []
+    j = t.jobs.c
+    victims = [
+        r.id
+        for r in conn.execute(
+            sa.select(j.id).where(j.device_id.in_(reap), j.state.in_(_ACTIVE)).order_by(j.seq)
+        )
+    ]
+    lost: list[str] = []
+    for job_id in victims:
+        done = conn.execute(
+            sa.update(t.jobs)
+            .where(j.id == job_id, j.state.in_(_ACTIVE))
+            .values(state=JobState.LOST, kill_reason=REASON_WORKER_LOST, finished_at=now)
+        )
+        if done.rowcount == 1:
+            leases.release_for_job(conn, now, job_id)
+            lost.append(job_id)
+    return lost
+
+
+def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str]:
+    """End every lapsed live lease by its own ID and quarantine its device (STORE-103).
+
+    Read after the reap, so leases the reap released are not seen again.
+    """
+    lc, d, j = t.leases.c, t.devices.c, t.jobs.c
+    live = conn.execute(
+        sa.select(lc.id, lc.device_id, lc.job_id, lc.expires_at, lc.kind)
+        .where(lc.released_at.is_(None))
+        .order_by(lc.acquired_at, lc.id)
+    ).all()
+    reported: list[str] = []
+    for lease_id, device_id, job_id, expires_at, kind in live:
+        if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
+            continue
+        # By the lease's own ID: job_id may be '' (STORE-054).
+        conn.execute(
+            sa.update(t.leases)
+            .where(lc.id == lease_id, lc.released_at.is_(None))
+            .values(released_at=now)
+        )
+        conn.execute(
+            sa.update(t.devices)
+            .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
+            .values(
+                state=DeviceState.UNHEALTHY,
+                quarantine_reason=Quarantine.LEASE_EXPIRED,
+                quarantine_detail="",
+            )
+        )
+        if not job_id:
+            reported.append(lease_id)
+            continue
+        done = conn.execute(
+            sa.update(t.jobs)
+            .where(j.id == job_id, j.state.in_(_ACTIVE))
+            .values(state=JobState.LOST, kill_reason=REASON_LEASE_EXPIRED, finished_at=now)
+        )
+        if done.rowcount == 1:
+            reported.append(job_id)
+    return reported
