@@ -192,6 +192,22 @@ class State(_Response):
     queued_waiting_seconds: dict[str, int] | None = None
 
 
+class Recovery(_Response):
+    at: str
+    #: The quarantine reason the device was automatically recovered from.
+    reason: str
+
+
+class RecoveryHistory(_Response):
+    """A device's automatic recoveries inside the flap guard's sliding window (STORE-123)."""
+
+    recoveries: list[Recovery]
+    #: Automatic recoveries left this window; 0 means the next quarantine waits for a person.
+    remaining: int
+    limit: int
+    window_seconds: int
+
+
 class Describe(_Response):
     device: Device
     holder: str | None = None
@@ -206,6 +222,8 @@ class Describe(_Response):
     sheet_age_seconds: int | None = None
     sheet_is_host_wide: bool | None = None
     recent_jobs: list[Job] | None = None
+    #: Extension beside the base fields: the flap-guard history, always present.
+    recoveries: RecoveryHistory | None = None
 
 
 class Explain(_Response):

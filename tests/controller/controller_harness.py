@@ -8,13 +8,16 @@ and log follows need a real socket: ``httpx.ASGITransport`` buffers whole bodies
 
 The periodic scheduling pass is stretched to 30 s, so anything that "happens at once"
 here happened because the controller reacted to the change (EXT-FAST-1), not because
-the 1 s safety net (SRV-030) happened to tick.
+the 1 s safety net (SRV-030) happened to tick. The reaper is stretched to an hour, so
+advancing the fake clock never sweeps behind a test's back; reaper tests shorten it
+again through ``RC_TEST_TIMINGS`` syntax (``open_controller(..., timings=...)``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import queue
 import socket
 import threading
@@ -106,8 +109,16 @@ class LiveServer:
             raise self.error
 
 
-def open_controller(data: Path, clock: FakeClock) -> LiveServer:
-    svc = serve.open_services(data, TOKENS, Settings(schedule_interval=30.0), clock)
+#: Loop timings of the ordinary harness: no periodic pass ever runs during a test.
+QUIET = Settings(schedule_interval=30.0, sweep_interval=3600.0)
+
+
+def open_controller(
+    data: Path, clock: FakeClock, timings: str = "", retain: bool = False
+) -> LiveServer:
+    """A started controller; ``timings`` as ``RC_TEST_TIMINGS`` would give them."""
+    settings = dataclasses.replace(QUIET, retain_disconnected_jobs=retain)
+    svc = serve.open_services(data, TOKENS, settings, clock, test_timings=timings)
     server = LiveServer(svc)
     server.start()
     return server

@@ -80,11 +80,19 @@ class CatchAll:
 
 
 def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
-    """Build the ASGI app around ``svc``; ``run_loops`` starts the scheduler loop in the lifespan."""
+    """Build the ASGI app around ``svc``; ``run_loops`` starts the reaper and scheduler loops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(loops.scheduler(svc), name="scheduler")] if run_loops else []
+        tasks = []
+        if run_loops:
+            # SRV-020/SRV-032: the start instant and the hold-off, fixed once, before the loops.
+            started = svc.clock.now()
+            hold_off_until = started + svc.settings.hold_off
+            tasks = [
+                asyncio.create_task(loops.reaper(svc, started, hold_off_until), name="reaper"),
+                asyncio.create_task(loops.scheduler(svc), name="scheduler"),
+            ]
         try:
             yield
         finally:

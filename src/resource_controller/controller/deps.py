@@ -23,6 +23,7 @@ from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
+from resource_controller.core import expiry
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
 from resource_controller.store.logs import LogStore
@@ -33,11 +34,24 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 @dataclass
 class Settings:
-    """Controller settings fixed at start-up."""
+    """Controller settings fixed at start-up.
+
+    The durations carry the spec's production numbers; ``rc serve`` never changes them.
+    Only tests shorten them (the ``RC_TEST_TIMINGS`` hook in ``controller/serve.py``),
+    so the reaper can be watched end to end without waiting minutes.
+    """
 
     retain_disconnected_jobs: bool = False
     #: Seconds between safety-net scheduling passes (SRV-030).
     schedule_interval: float = 1.0
+    #: Seconds between reaper passes; the first runs one interval after start (SRV-031).
+    sweep_interval: float = expiry.SWEEP_INTERVAL
+    #: Worker silence before its devices go ``unknown`` (STORE-100).
+    grace: float = expiry.GRACE
+    #: Worker silence before it is written off (``worker_lost``, jobs ``lost``).
+    unhealthy_after: float = expiry.UNHEALTHY_AFTER
+    #: Start-up window without lease expiry or write-off: start + this (SRV-032).
+    hold_off: float = expiry.HOLD_OFF
 
 
 @dataclass

@@ -1,8 +1,14 @@
-"""Background loops: the scheduler pass, woken by changes, with a periodic safety net.
+"""Background loops: the scheduler pass and the reaper.
 
-A pass runs right after every change that can place a queued job (EXT-FAST-1); kicks
-that arrive while a pass runs coalesce into the next one. The periodic pass (1 s)
-only matters if a kick was somehow missed.
+Scheduler: a pass runs right after every change that can place a queued job
+(EXT-FAST-1); kicks that arrive while a pass runs coalesce into the next one. The
+periodic pass (1 s) only matters if a kick was somehow missed.
+
+Reaper (SRV-031): every sweep interval, first one interval after start, one sweep
+judged by ``core.expiry``: worker silence demotes devices, and once the start-up
+hold-off (SRV-032) has passed and the stall guard allows it, written-off workers'
+jobs are lost and lapsed leases expire. A sweep never frees a device. Errors are
+logged and the loop carries on at the next tick.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import logging
 
 from resource_controller import errors
 from resource_controller.controller.deps import Services
+from resource_controller.core import expiry
+from resource_controller.store.records import SweepResult
 
 log = logging.getLogger(__name__)
 
@@ -34,3 +42,78 @@ async def scheduler(svc: Services) -> None:
             continue
         for a in assigned:
             svc.hub.workers.wake(a.worker_id)
+
+
+async def _stopping(svc: Services, seconds: float) -> bool:
+    """Sleep ``seconds`` unless shutdown begins first; True when it did."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(svc.hub.shutting_down.wait(), seconds)
+    return svc.hub.shutting_down.is_set()
+
+
+async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
+    """Sweep every ``sweep_interval`` (SRV-031) with the hold-off fixed at start (SRV-032).
+
+    ``started`` is the controller's start instant on its clock; it seeds the stall
+    guard, so a first pass that comes far later than scheduled is caught too.
+    """
+    s = svc.settings
+    guard = expiry.StallGuard(previous=started)
+    while not await _stopping(svc, s.sweep_interval):
+        now = svc.clock.now()
+        gap = now - guard.previous if guard.previous is not None else 0.0
+        guard = guard.after_pass(now, s.sweep_interval)
+        if guard.just_stalled:
+            log.warning(
+                "reaper pass started %g s after the previous one (interval %g s): the "
+                "controller was paused or starved; no lease expires and no worker is written "
+                "off until %d passes run on schedule",
+                gap,
+                s.sweep_interval,
+                expiry.RESUME_PASSES,
+            )
+        rules = expiry.SweepRules(
+            grace=s.grace,
+            unhealthy_after=s.unhealthy_after,
+            hold_off_until=hold_off_until,
+            retain=s.retain_disconnected_jobs,
+            stalled=not guard.may_judge,
+        )
+        try:
+            result = await svc.db(svc.store.sweep, rules)
+        except errors.RcError as exc:
+            log.error("sweep failed: %s", exc)
+            continue
+        except Exception:
+            log.exception("sweep failed")
+            continue
+        await _after_sweep(svc, result)
+
+
+async def _after_sweep(svc: Services, result: SweepResult) -> None:
+    """Wake followers of ended jobs, kick the scheduler, and say what was taken out."""
+    for job_id in [*result.jobs_lost, *result.leases_expired]:
+        svc.hub.job_changed(job_id)  # a lease ID here wakes nobody, harmlessly
+    if result.devices_unknown or result.alarming:
+        svc.hub.kick_scheduler()
+    if result.devices_unknown:
+        log.info("devices unknown (worker silent): %s", ", ".join(sorted(result.devices_unknown)))
+    if not result.alarming:
+        return
+    if result.devices_unhealthy:
+        log.warning(
+            "devices quarantined, worker lost: %s", ", ".join(sorted(result.devices_unhealthy))
+        )
+    if result.jobs_lost:
+        log.warning("jobs lost, worker lost: %s", ", ".join(sorted(result.jobs_lost)))
+    if result.leases_expired:
+        # A separate read after the sweep committed (STORE-171); failing, it only costs names.
+        try:
+            where = await svc.db(svc.store.lease_devices, result.leases_expired)
+        except Exception:
+            log.exception("reading the devices of expired leases failed")
+            where = {}
+        log.warning(
+            "leases expired, devices quarantined: %s",
+            ", ".join(f"{i} on {where.get(i) or '?'}" for i in sorted(result.leases_expired)),
+        )

@@ -4,18 +4,30 @@ Tokens are validated before the data directory is touched and before any socket 
 bound; every start-up failure is one ``rc: <message>`` line and exit status 1. We bind
 the listening socket ourselves so a port in use fails fast (SRV-021) instead of
 surfacing from inside the server after the loops have started.
+
+Test hook (never for users, never documented outside this module): the environment
+variable ``RC_TEST_TIMINGS`` shortens the controller's clocks so end-to-end tests can
+watch the reaper without waiting minutes. It is a comma-separated list of
+``name=seconds`` with names ``sweep_interval``, ``grace``, ``unhealthy_after``,
+``hold_off`` and ``schedule_interval`` (e.g. ``grace=2,unhealthy_after=4``); each name
+at most once, each value a non-negative number (intervals strictly positive). An
+unknown name or a malformed entry is a start-up error. Unset or empty, the spec's
+production numbers apply.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -33,6 +45,38 @@ GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal (
 
 class StartupError(Exception):
     """The controller cannot start; the message is the one line printed."""
+
+
+TEST_TIMINGS_ENV = "RC_TEST_TIMINGS"
+#: Names ``RC_TEST_TIMINGS`` may set, each a ``Settings`` field of the same name.
+TEST_TIMINGS = ("sweep_interval", "grace", "unhealthy_after", "hold_off", "schedule_interval")
+_INTERVALS = ("sweep_interval", "schedule_interval")  # zero would make a loop spin
+
+
+def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
+    """``settings`` with the ``RC_TEST_TIMINGS`` overrides applied (a test hook only)."""
+    if raw is None or not raw.strip():
+        return settings
+    changes: dict[str, Any] = {}
+    for entry in raw.split(","):
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep or not name:
+            raise StartupError(f"{TEST_TIMINGS_ENV}: malformed entry {entry.strip()!r}")
+        if name not in TEST_TIMINGS:
+            raise StartupError(
+                f"{TEST_TIMINGS_ENV}: unknown timing {name!r} (known: {', '.join(TEST_TIMINGS)})"
+            )
+        if name in changes:
+            raise StartupError(f"{TEST_TIMINGS_ENV}: {name} given twice")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise StartupError(f"{TEST_TIMINGS_ENV}: {name}={value!r} is not a number") from None
+        if not math.isfinite(seconds) or seconds < 0 or (name in _INTERVALS and seconds == 0):
+            least = "positive" if name in _INTERVALS else "non-negative"
+            raise StartupError(f"{TEST_TIMINGS_ENV}: {name} must be a finite {least} number")
+        changes[name] = seconds
+    return dataclasses.replace(settings, **changes)
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -63,12 +107,15 @@ def open_services(
     tokens_env: str | None,
     settings: Settings,
     clock: Clock | None = None,
+    test_timings: str | None = None,
 ) -> Services:
-    """Validate tokens, then create the data directory, the store and the log directory."""
+    """Validate tokens (then the test hook), then create the data directory, the store and
+    the log directory."""
     try:
         tokens = parse_tokens(tokens_env)
     except TokenError as exc:
         raise StartupError(str(exc)) from exc
+    settings = apply_test_timings(settings, test_timings)
     clock = clock or SystemClock()
     try:
         data.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -119,7 +166,10 @@ def run(addr: str, data: Path, retain: bool) -> int:
     )
     try:
         svc = open_services(
-            data, os.environ.get("RC_TOKENS"), Settings(retain_disconnected_jobs=retain)
+            data,
+            os.environ.get("RC_TOKENS"),
+            Settings(retain_disconnected_jobs=retain),
+            test_timings=os.environ.get(TEST_TIMINGS_ENV),
         )
         host, port = parse_addr(addr)
         sock = bind(host, port)

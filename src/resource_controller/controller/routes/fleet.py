@@ -12,6 +12,7 @@ from resource_controller.controller import deps, views
 from resource_controller.controller.deps import Services
 from resource_controller.core import selectors
 from resource_controller.core.states import Role
+from resource_controller.store.records import RecoveryHistory
 
 router = APIRouter()
 Svc = Annotated[Services, Depends(deps.services)]
@@ -49,12 +50,22 @@ async def state(svc: Svc) -> Response:
     return _json(out)
 
 
+def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
+    """The flap-guard history describe carries beside its base fields (STORE-123)."""
+    return wire.RecoveryHistory(
+        recoveries=[wire.Recovery(at=views.ts(r.at) or "", reason=r.reason) for r in h.recoveries],
+        remaining=h.remaining,
+        limit=h.limit,
+        window_seconds=h.window,
+    )
+
+
 @router.get("/v1/devices/{device_id}/describe", dependencies=[Client], response_model=wire.Describe)
 async def describe(device_id: str, svc: Svc) -> Response:
     found = await svc.db(svc.store.describe, device_id)
     if found is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
-    snap, sheet, recent = found
+    snap, sheet, recent = found.snapshot, found.sheet, found.recent_jobs
     now = svc.now()
     view = views.device_view(snap, now)
     out = wire.Describe(
@@ -72,6 +83,7 @@ async def describe(device_id: str, svc: Svc) -> Response:
         sheet_age_seconds=now - sheet.updated_at if sheet.body and sheet.updated_at else None,
         sheet_is_host_wide=True if sheet.host_wide else None,
         recent_jobs=[views.job(j) for j in recent] or None,
+        recoveries=_recoveries(found.recoveries),
     )
     return _json(out)
 

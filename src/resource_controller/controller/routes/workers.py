@@ -11,9 +11,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from resource_controller import errors, wire
 from resource_controller.controller import deps
 from resource_controller.controller.deps import Services
-from resource_controller.core import durations
+from resource_controller.core import durations, expiry
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Role
-from resource_controller.store.records import JobRecord, Registration
+from resource_controller.store.records import AutoRecovery, JobRecord, Registration
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -46,20 +46,57 @@ async def register(request: Request, svc: Svc) -> wire.RegisterResponse:
     _check_sheets(req.sheet, req.device_sheets)
     declared = [(d.name, max(0, d.max_runtime_seconds or 0)) for d in req.devices]
     names = [d.name for d in req.devices]
+    proof = _proof(req.recovery)
 
-    def apply() -> Registration:
+    def apply() -> tuple[Registration, AutoRecovery]:
+        # STORE-113: upsert (with ceilings) -> auto-recovery -> labels and sheets, each
+        # its own transaction. Recovery comes after the upsert because it most often
+        # lifts the ``registration`` quarantine the upsert itself has just written.
         reg = svc.store.register(req.host, req.boot_id, declared)
+        try:
+            recovery = svc.store.auto_recover(reg.worker_id, proof)
+        except Exception:
+            # API-031 step 6: logged, never fails the registration; the devices simply
+            # stay quarantined, which nothing schedules onto.
+            log.exception("automatic recovery for worker %s failed", req.host)
+            recovery = AutoRecovery()
         svc.store.apply_facts(
             req.host, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
         )
-        return reg
+        return reg, recovery
 
-    reg = await svc.db(apply)
+    reg, recovery = await svc.db(apply)
     for job_id in reg.reaped:
         log.warning("job %s lost: worker %s re-registered", job_id, req.host)
         svc.hub.job_changed(job_id)
+    for r in recovery.recovered:
+        log.info(
+            "device %s returned to the pool: was quarantined for %s; %s",
+            r.device_id,
+            r.reason,
+            proof.summary if proof else "",
+        )
+    for device_id in recovery.held_back:
+        log.warning(
+            "device %s stays quarantined: it recovered automatically %d times within %d s; "
+            "an operator must clear it",
+            device_id,
+            expiry.FLAP_LIMIT,
+            expiry.FLAP_WINDOW,
+        )
     svc.hub.kick_scheduler()
     return wire.RegisterResponse(worker_id=reg.worker_id)
+
+
+def _proof(recovery: wire.RecoveryProof | None) -> expiry.Proof | None:
+    """The registration's recovery proof; absent means none (API-030, STORE-120)."""
+    if recovery is None:
+        return None
+    return expiry.Proof(
+        isolated=recovery.isolated,
+        survivors_checked=recovery.survivors_checked,
+        survivors_found=recovery.survivors_found,
+    )
 
 
 @router.post("/v1/workers/{worker_id}/labels", dependencies=[Worker])
@@ -163,8 +200,15 @@ async def heartbeat(worker_id: str, request: Request, svc: Svc) -> Response:
     if len(raw) > HEARTBEAT_CAP:
         raise errors.TooLarge("heartbeat body exceeds 65536 bytes")
     req = deps.parse_model(raw, wire.HeartbeatRequest)
-    named = list(req.running_job_ids or []) + list(req.pending_job_ids or [])
-    await svc.db(svc.store.heartbeat, worker_id, named, svc.settings.retain_disconnected_jobs)
+    # Pending jobs (finished, report still in the worker's outbox) keep their leases and
+    # their devices busy until the report lands (EXT-OUTBOX-2).
+    await svc.db(
+        svc.store.heartbeat,
+        worker_id,
+        list(req.running_job_ids or []),
+        svc.settings.retain_disconnected_jobs,
+        list(req.pending_job_ids or []),
+    )
     svc.hub.kick_scheduler()  # a device back from unknown may place a queued job (EXT-FAST-1)
     return Response(status_code=200)
 
