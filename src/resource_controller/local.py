@@ -109,7 +109,9 @@ def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
         file=sys.stderr,
     )
     try:
-        controller._run_loop(_main(svc, sock, url, tokens["worker"], hostname, names))
+        controller._run_loop(
+            _main(svc, sock, url, tokens["worker"], hostname, names, data / "worker")
+        )
     finally:
         svc.executor.shutdown(wait=True)
         svc.store.close()
@@ -117,7 +119,13 @@ def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
 
 
 async def _main(
-    svc: Services, sock: socket.socket, url: str, token: str, host: str, names: list[str]
+    svc: Services,
+    sock: socket.socket,
+    url: str,
+    token: str,
+    host: str,
+    names: list[str],
+    state_dir: Path,
 ) -> None:
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
@@ -139,7 +147,8 @@ async def _main(
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="controller")
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)
-    config = worker_config.make_config(url, names, token=token, host=host)
+    # The worker's outbox lives beside the controller's data, not in /var/lib (EXT-OUTBOX-1).
+    config = worker_config.make_config(url, names, token=token, host=host, state_dir=str(state_dir))
     agent = worker_agent.Agent(config)
     working = asyncio.create_task(agent.run(stop), name="worker")
     await asyncio.wait({working, serving}, return_when=asyncio.FIRST_COMPLETED)

@@ -1,9 +1,9 @@
 """The agent's conversation with a controller (§3-7, §9, §12).
 
-The controller here is a small in-memory implementation of the worker routes of
-controller-api.md §6, reached through httpx's transport hook; the jobs it hands out
-are real processes. The last tests run ``main`` as a real process against a loopback
-HTTP server to check exit statuses and signals.
+The controller here is ``fake_controller.FakeController``, a small in-memory
+implementation of the worker routes of controller-api.md §6, reached through httpx's
+transport hook; the jobs it hands out are real processes. The last tests run ``main``
+as a real process against a loopback HTTP server to check exit statuses and signals.
 """
 
 from __future__ import annotations
@@ -16,147 +16,19 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from worker_helpers import new_job_id, pids_with_job_prefix, run
+from fake_controller import FakeController, Running, job, make_config, outbox_files, until
+from loopback import LoopbackController, start_worker
+from worker_helpers import pids_with_job_prefix, run
 
 from resource_controller import wire
 from resource_controller.worker import agent as agent_mod
-from resource_controller.worker import config as wc
-from resource_controller.worker import probes, procs
-
-
-@pytest.fixture(autouse=True)
-def fast_timings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "REPORT_BACKOFF", 0.01)
-    monkeypatch.setattr(agent_mod, "POLL_ERROR_BACKOFF", 0.05)
-    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", 0.05)
-
-
-class FakeController:
-    """The worker routes, in memory, with knobs for failures."""
-
-    def __init__(self) -> None:
-        self.requests: list[httpx.Request] = []
-        self.registrations: list[dict[str, Any]] = []
-        self.heartbeats: list[dict[str, Any]] = []
-        self.statuses: list[tuple[str, dict[str, Any]]] = []
-        self.logs: dict[str, bytearray] = {}
-        self.log_queries: list[dict[str, list[str]]] = []
-        #: What happened, in order: ("status", job, state) or ("log", job, bytes).
-        self.events: list[tuple[str, str, Any]] = []
-        self.poll_times: list[float] = []
-        self.poll_waits: list[str] = []
-        self.answers: list[httpx.Response] = []
-        self.poll_hold = 0.05
-        self.register_status = 200
-        self.register_hang = False
-        #: Statuses to answer to terminal reports, in order, before answering 200.
-        self.terminal_failures: list[int] = []
-        self.instance = "instance-a"
-
-    def hand_out(self, *assignments: dict[str, Any], kills: list[str] | None = None) -> None:
-        body: dict[str, Any] = {"assignments": list(assignments)}
-        if kills:
-            body["kills"] = kills
-        self.answers.append(httpx.Response(200, json=body))
-
-    def terminal(self, job_id: str) -> list[dict[str, Any]]:
-        return [b for j, b in self.statuses if j == job_id and b["state"] != "running"]
-
-    def states(self, job_id: str) -> list[str]:
-        return [b["state"] for j, b in self.statuses if j == job_id]
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        resp = await self._route(request)
-        resp.headers["Rc-Controller-Instance"] = self.instance
-        return resp
-
-    async def _route(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        parts = path.strip("/").split("/")
-        if path == "/v1/workers/register":
-            if self.register_hang:
-                await asyncio.sleep(3600)
-            self.registrations.append(json.loads(request.content))
-            if self.register_status != 200:
-                return httpx.Response(self.register_status, json={"error": "unauthorized"})
-            return httpx.Response(200, json={"worker_id": "w-1"})
-        if parts[:2] == ["v1", "workers"] and parts[3] == "heartbeat":
-            self.heartbeats.append(json.loads(request.content or b"{}"))
-            return httpx.Response(200)
-        if parts[:2] == ["v1", "workers"] and parts[3] == "assignments":
-            self.poll_times.append(time.monotonic())
-            self.poll_waits.append(request.url.params.get("wait", ""))
-            if self.answers:
-                return self.answers.pop(0)
-            await asyncio.sleep(self.poll_hold)
-            return httpx.Response(204)
-        if parts[:2] == ["v1", "jobs"] and parts[3] == "logs":
-            self.logs.setdefault(parts[2], bytearray()).extend(request.content)
-            self.log_queries.append(parse_qs(request.url.query.decode()))
-            self.events.append(("log", parts[2], request.content))
-            return httpx.Response(200)
-        if parts[:2] == ["v1", "jobs"] and parts[3] == "status":
-            body = json.loads(request.content)
-            self.statuses.append((parts[2], body))
-            self.events.append(("status", parts[2], body["state"]))
-            if body["state"] != "running" and self.terminal_failures:
-                return httpx.Response(self.terminal_failures.pop(0), json={"error": "x"})
-            return httpx.Response(200)
-        return httpx.Response(404)
-
-
-def make_config(**settings: Any) -> wc.WorkerConfig:
-    settings.setdefault("heartbeat_interval", 0.1)
-    return wc.make_config(
-        "http://controller.test",
-        ["gpu0", wc.DeviceConfig(name="gpu1", max_runtime=3600.9, labels={"rack": "r3"})],
-        token="worker-token",
-        host="box",
-        **settings,
-    )
-
-
-def job(command: list[str], **fields: Any) -> dict[str, Any]:
-    return {"job_id": new_job_id(), "device_id": "box:gpu0", "command": command, **fields}
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
-class Running:
-    """An agent serving a fake controller inside the test's loop."""
-
-    def __init__(self, ctl: FakeController, config: wc.WorkerConfig | None = None) -> None:
-        self.ctl = ctl
-        self.agent = agent_mod.Agent(
-            config or make_config(), transport=httpx.MockTransport(ctl.handle)
-        )
-        self.stop = asyncio.Event()
-        self.task = asyncio.create_task(self.agent.run(self.stop))
-
-    async def started(self) -> Running:
-        await until(lambda: len(self.ctl.poll_times) > 0 or self.task.done())
-        return self
-
-    async def finish(self, timeout: float = 20.0) -> None:
-        self.stop.set()
-        await asyncio.wait_for(self.task, timeout)
-
+from resource_controller.worker import outbox, probes, procs
 
 # ---- registration --------------------------------------------------------------
 
@@ -180,7 +52,11 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
     assert facts["cpus"].isdigit()
     assert {k: v for k, v in body["labels"].items() if k} == {"gpu0": {}, "gpu1": {}}
     assert body["declared_labels"] == {"gpu0": {}, "gpu1": {"rack": "r3"}}
-    assert "recovery" not in body and "sheet" not in body
+    assert "sheet" not in body
+    # The proof depends on this host's process table (test_worker_recovery pins it
+    # down); whatever it is, only true fields travel (WRK-140).
+    assert all(v is True for v in body.get("recovery", {}).values())
+    assert set(body.get("recovery", {})) <= {"isolated", "survivors_checked", "survivors_found"}
     wire.RegisterRequest.model_validate(body)
     assert r.agent.worker_id == "w-1"
     for request in ctl.requests:
@@ -191,6 +67,7 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
     assert ctl.heartbeats[0] == {}  # WRK-050: field omitted when nothing runs
     assert r.agent.contact.instance == "instance-a"  # WRK-032
     assert r.agent.contact.last_at is not None
+    assert not r.agent.contact.owed
 
 
 def test_labels_are_an_explicit_null_when_nothing_was_found(
@@ -393,51 +270,54 @@ def test_terminal_report_is_retried_4xx_included() -> None:  # WRK-112
     assert len(ctl.terminal(a["job_id"])) == 3  # delivered on the third attempt
 
 
-def test_terminal_report_gives_up_after_five_attempts(
+def test_terminal_report_is_retried_past_five_attempts(
     caplog: pytest.LogCaptureFixture,
-) -> None:  # WRK-112
+) -> None:  # EXT-OUTBOX-1 (replaces WRK-112's limit)
     ctl = FakeController()
-    ctl.terminal_failures = [500] * 10
+    ctl.terminal_failures = [500] * 8
     a = job(["true"])
     ctl.hand_out(a)
 
-    async def go() -> agent_mod.Agent:
+    async def go() -> None:
         r = await Running(ctl).started()
-        await until(lambda: a["job_id"] not in r.agent.supervised_job_ids and len(ctl.statuses) > 1)
+        await until(lambda: not r.agent.pending_job_ids and len(ctl.terminal(a["job_id"])) == 9)
         await r.finish()
-        return r.agent
 
-    with caplog.at_level(logging.ERROR, logger="resource_controller.worker.agent"):
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.outbox"):
         run(go())
-    assert len(ctl.terminal(a["job_id"])) == 5
-    assert "strand" in caplog.text
+    assert len(ctl.terminal(a["job_id"])) == 9  # eight refusals, then delivered
+    assert "retried until the controller answers" in caplog.text
+    assert outbox_files() == []
 
 
 def test_terminal_report_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "REPORT_ATTEMPT_TIMEOUT", 0.1)
-    monkeypatch.setattr(agent_mod, "REPORT_ATTEMPTS", 2)
+    monkeypatch.setattr(outbox, "ATTEMPT_TIMEOUT", 0.1)
     ctl = FakeController()
     original = ctl._route
+    blackholed: list[float] = []
 
     async def blackhole(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/status"):
-            ctl.statuses.append(("?", json.loads(request.content)))
+        path = request.url.path
+        if path.endswith("/status") and len(blackholed) < 3 and b'"running"' not in request.content:
+            blackholed.append(time.monotonic())
             await asyncio.sleep(3600)
         return await original(request)
 
     ctl._route = blackhole  # type: ignore[method-assign]
-    ctl.hand_out(job(["true"]))
+    a = job(["true"])
+    ctl.hand_out(a)
 
     async def go() -> float:
         r = await Running(ctl).started()
+        await until(lambda: bool(blackholed))
         began = time.monotonic()
-        await until(lambda: len(ctl.statuses) == 3)  # running + 2 terminal attempts
-        await until(lambda: not r.agent.supervised_job_ids)
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
         took = time.monotonic() - began
         await r.finish()
         return took
 
-    assert run(go()) < 2
+    assert run(go()) < 2  # three hung attempts, each cut at 0.1 s, then delivered
+    assert len(blackholed) == 3
 
 
 def test_poll_errors_back_off_and_retry() -> None:  # WRK-060, WRK-061
@@ -542,94 +422,23 @@ def test_parse_poll_body() -> None:  # WRK-060, WRK-064
             agent_mod.parse_poll_body(bad)
 
 
-def test_contact_tracker() -> None:  # WRK-151 (recording only)
-    c = agent_mod.Contact()
-    c.observe(10.0, "a")
-    c.observe(5.0, "")  # late answer: time never moves back, empty never overwrites
-    assert (c.last_at, c.instance) == (10.0, "a")
-    c.observe(12.0, "b")
-    assert (c.last_at, c.instance) == (12.0, "b")
-
-
 # ---- as a process --------------------------------------------------------------
 
 
-class _LoopbackController:
-    """The worker routes over real HTTP on 127.0.0.1, for process-level tests."""
-
-    def __init__(self) -> None:
-        self.registered = threading.Event()
-        self.polled = threading.Event()
-        self.assignments: list[dict[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _answer(self, status: int, body: Any = None) -> None:
-                data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                if data:
-                    self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                path = urlsplit(self.path).path
-                if path == "/v1/workers/register":
-                    owner.registered.set()
-                    self._answer(200, {"worker_id": "w-1"})
-                    return
-                if path.endswith("/status"):
-                    owner.statuses.append(json.loads(raw))
-                self._answer(200)
-
-            def do_GET(self) -> None:
-                owner.polled.set()
-                if owner.assignments:
-                    self._answer(200, {"assignments": [owner.assignments.pop(0)]})
-                    return
-                time.sleep(0.05)
-                self._answer(204)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def loopback() -> Iterator[_LoopbackController]:
-    ctl = _LoopbackController()
+def loopback() -> Iterator[LoopbackController]:
+    ctl = LoopbackController()
     yield ctl
     ctl.close()
 
 
 @pytest.fixture
-def worker_process(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+def worker_process(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     log_file = (tmp_path / "worker.log").open("w")
 
-    def start(url: str) -> subprocess.Popen[str]:
-        cfg = tmp_path / "worker.yaml"
-        cfg.write_text(f"controller_url: {url}\ntoken: t\nhost: box\ndevices: [gpu0]\n")
-        code = "import sys; from resource_controller.worker import agent; sys.exit(agent.main(sys.argv[1]))"
-        p = subprocess.Popen(
-            [sys.executable, "-c", code, str(cfg)],
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-            text=True,
-        )
+    def start(url: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        p = start_worker(tmp_path, url, tmp_path / "state", env=env, stderr=log_file)
         started.append(p)
         return p
 
@@ -651,7 +460,10 @@ def test_main_exits_1_when_registration_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:  # WRK-002, WRK-045
     cfg = tmp_path / "worker.yaml"
-    cfg.write_text(f"controller_url: http://127.0.0.1:{free_port()}\ndevices: [gpu0]\n")
+    cfg.write_text(
+        f"controller_url: http://127.0.0.1:{free_port()}\ndevices: [gpu0]\n"
+        f"state_dir: {tmp_path / 'state'}\n"
+    )
     assert agent_mod.main(str(cfg)) == 1
     err = capsys.readouterr().err
     assert err.startswith("rc: register: ") and err.count("\n") == 1
@@ -668,7 +480,7 @@ def test_main_exits_1_on_a_config_error(
 
 
 def test_sigterm_shuts_down_and_exits_0(
-    loopback: _LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
+    loopback: LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
 ) -> None:  # WRK-003, WRK-004, WRK-130
     a = job(["sleep", "30"])
     loopback.assignments.append(a)
@@ -686,7 +498,7 @@ def test_sigterm_shuts_down_and_exits_0(
 
 
 def test_second_signal_takes_the_default_action(
-    loopback: _LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
+    loopback: LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
 ) -> None:  # WRK-003
     # The job ignores SIGTERM, so the shutdown waits out the 10 s grace...
     a = job(["sh", "-c", "trap '' TERM; sleep 30"])

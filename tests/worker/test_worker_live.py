@@ -1,8 +1,10 @@
-"""The agent against the real controller on loopback: submit, run, log, kill, hold.
+"""The agent against the real controller on loopback: submit, run, log, kill, hold,
+an outcome that outlives a worker restart, and a controller restart.
 
 The controller (``rc serve``'s app and store) runs in its own thread and event loop on
 an ephemeral 127.0.0.1 port; the agent runs in the test's loop; a client submits jobs
-over HTTP. Nothing is faked on either side.
+over HTTP. Nothing is faked on either side; where a test needs the network to fail, an
+httpx transport in front of the real one refuses that request.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+import worker_helpers
 from worker_helpers import SESSION_PREFIX, run
 
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import config as wc
+from resource_controller.worker import reconnect
 
 serve = pytest.importorskip("resource_controller.controller.serve")
 deps = pytest.importorskip("resource_controller.controller.deps")
@@ -33,10 +37,11 @@ HOST = "livebox"
 class LiveController:
     """``rc serve``'s server object serving a pre-bound loopback socket from a thread."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, port: int = 0) -> None:
         self.svc = serve.open_services(data, TOKENS, deps.Settings())
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses it
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.server = serve.make_server(self.svc)
@@ -76,12 +81,21 @@ def controller(tmp_path: Path) -> Iterator[LiveController]:
     ctl.stop()
 
 
+def live_config(url: str, **settings: Any) -> wc.WorkerConfig:
+    settings = {"heartbeat_interval": 0.5, "poll_wait": 5, **settings}
+    return wc.make_config(
+        url,
+        ["gpu0", "gpu1"],
+        token="wtok",
+        host=HOST,
+        state_dir=worker_helpers.STATE_DIR,
+        **settings,
+    )
+
+
 async def with_worker(ctl: LiveController, scenario: Any) -> Any:
     """Run ``scenario(client)`` while a registered agent serves the controller."""
-    config = wc.make_config(
-        ctl.url, ["gpu0", "gpu1"], token="wtok", host=HOST, heartbeat_interval=0.5, poll_wait=5
-    )
-    agent = agent_mod.Agent(config)
+    agent = agent_mod.Agent(live_config(ctl.url))
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     client = httpx.AsyncClient(
@@ -179,3 +193,118 @@ def test_shutdown_reports_running_jobs_killed(controller: LiveController) -> Non
         assert (job["state"], job["kill_reason"]) == ("killed", "cancelled")
 
     run(go(), 40)
+
+
+# ---- outcomes survive, controllers restart ---------------------------------------
+
+
+class Recording(httpx.AsyncHTTPTransport):
+    """The real transport, noting each request; ``refuse`` makes matching ones fail
+    as a refused connection would."""
+
+    def __init__(self, refuse: Any = None) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str]] = []
+        self.refuse = refuse
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path))
+        if self.refuse is not None and self.refuse(request):
+            raise httpx.ConnectError("refused by the test", request=request)
+        return await super().handle_async_request(request)
+
+
+def terminal_report(request: httpx.Request) -> bool:
+    return request.url.path.endswith("/status") and b'"running"' not in request.content
+
+
+def test_outcome_outlives_a_worker_restart(
+    controller: LiveController, monkeypatch: pytest.MonkeyPatch
+) -> None:  # EXT-OUTBOX-1, EXT-OUTBOX-3
+    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.5)
+
+    async def go() -> None:
+        client = httpx.AsyncClient(
+            base_url=controller.url, headers={"Authorization": "Bearer ctok"}, timeout=10
+        )
+        # The first worker runs the job but none of its terminal reports gets through.
+        refusing = Recording(refuse=terminal_report)
+        first = agent_mod.Agent(live_config(controller.url), transport=refusing)
+        stop = asyncio.Event()
+        task = asyncio.create_task(first.run(stop))
+        await until_polling(refusing, task)
+        job_id = await submit(client, command=["sh", "-c", "exit 5"])
+        deadline = time.monotonic() + 15
+        while first.pending_job_ids != [job_id]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        assert (await until_state(client, job_id, {"running"}))["state"] == "running"
+        # A new process on the same state directory: delivers, then registers.
+        seen = Recording()
+        second = agent_mod.Agent(live_config(controller.url), transport=seen)
+        stop = asyncio.Event()
+        task = asyncio.create_task(second.run(stop))
+        await until_polling(seen, task)
+        job = await until_state(client, job_id, {"failed", "succeeded", "killed", "lost"})
+        devices = (await client.get("/v1/devices")).json()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        await client.aclose()
+        assert (job["state"], job["exit_code"]) == ("failed", 5)  # the real outcome
+        paths = [path for _, path in seen.seen]
+        assert paths.index(f"/v1/jobs/{job_id}/status") < paths.index("/v1/workers/register")
+        gpu0 = next(d for d in devices if d["device"]["id"] == f"{HOST}:gpu0")
+        assert gpu0["device"]["state"] == "ready"  # not quarantined
+
+    run(go(), 60)
+
+
+def test_a_controller_restart_leads_to_a_reregistration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # WRK-151 (instance changed), WRK-150
+    monkeypatch.setattr(reconnect, "REREGISTER_JITTER", 0.05)
+    ctl = LiveController(tmp_path / "data")
+
+    async def go() -> LiveController:
+        nonlocal ctl
+        seen = Recording()
+        agent = agent_mod.Agent(live_config(ctl.url, poll_wait=1), transport=seen)
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(stop))
+        try:
+            await until_polling(seen, task)
+            first_instance = agent.contact.instance
+            port = int(ctl.url.rsplit(":", 1)[1])
+            await asyncio.to_thread(ctl.stop)
+            ctl = await asyncio.to_thread(LiveController, tmp_path / "data", port)
+            deadline = time.monotonic() + 15
+            while agent.contact.instance == first_instance or agent.contact.owed:
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.05)
+            assert seen.seen.count(("POST", "/v1/workers/register")) == 2
+            # Still serving: a job submitted to the new controller runs.
+            async with httpx.AsyncClient(
+                base_url=ctl.url, headers={"Authorization": "Bearer ctok"}, timeout=10
+            ) as client:
+                job_id = await submit(client, command=["true"])
+                job = await until_state(client, job_id, {"failed", "succeeded", "killed", "lost"})
+                assert job["state"] == "succeeded"
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+        return ctl
+
+    try:
+        run(go(), 60)
+    finally:
+        ctl.stop()
+
+
+async def until_polling(seen: Recording, task: asyncio.Task[None]) -> None:
+    """Wait for the agent's first poll: the poll loop starts only after registration."""
+    deadline = time.monotonic() + 10
+    while not any(path.endswith("/assignments") for _, path in seen.seen):
+        assert not task.done() and time.monotonic() < deadline
+        await asyncio.sleep(0.01)

@@ -20,6 +20,9 @@ T = TypeVar("T")
 SESSION_PREFIX = f"wt{uuid.uuid4().hex[:10]}"
 _counter = itertools.count(1)
 
+#: The current test's worker state directory (set by ``conftest._state_dir``).
+STATE_DIR = ""
+
 
 def new_job_id() -> str:
     """A job ID unique to this test session, recognisable by the janitor."""

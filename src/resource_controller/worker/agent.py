@@ -2,18 +2,27 @@
 
 The worker never accepts a connection; every exchange is a request it makes with one
 ``httpx.AsyncClient``. After registering it runs two loops: a heartbeat naming exactly
-the jobs it supervises (the controller renews only those leases, WRK-051) and a poll
-loop that starts a task per job. Each job task owns its job from the ``running`` report
-to the terminal report; only the terminal report frees the device, so it is retried,
-each attempt bounded, and it runs on a path that shutdown does not cancel (WRK-073):
-shutdown only *asks* jobs to stop, through the same cancellation path as a kill flag.
+the jobs it supervises, and those whose outcome still waits in the outbox (the
+controller renews only the leases named, WRK-051, EXT-OUTBOX-2), and a poll loop that
+starts a task per job. Each job task owns its job from the ``running`` report to the
+terminal report. Only the terminal report frees the device, so it goes through the
+durable outbox (``outbox``: written to disk first, retried until the controller answers
+for good) on a path that shutdown does not cancel (WRK-073): shutdown only *asks* jobs
+to stop, through the same cancellation path as a kill flag.
+
+Start-up (WRK-040, EXT-OUTBOX-3): open the state directory; deliver whatever the
+previous run left in the outbox (registering first would reap those jobs as lost);
+register with a recovery proof (``recovery``); then serve. Every answer from the
+controller feeds the reconnection tracker (``reconnect``); when it says the controller
+has forgotten us, the poll loop registers again, but only while nothing is supervised
+and the outbox is empty (WRK-150). After each job the straggler sweep (``sweep``) ends
+escapees that still carry its ``RC_JOB_ID`` (WRK-120).
 
 The agent runs as its own process (``main``, ``run_worker``: signal handlers, exit
 status) or inside a loop that also serves a controller (``Agent(config).run(stop)``,
 for ``rc up``).
 
-Not here yet: hooks, verify, probes beyond the built-in facts, sheets, the recovery
-proof, the straggler sweep by ``RC_JOB_ID``, re-registration, attached stdio.
+Not here yet: hooks, verify, probes beyond the built-in facts, sheets, attached stdio.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import asyncio
 import functools
 import json
 import logging
+import os
+import random
 import signal
 import sys
 from collections.abc import Coroutine, Mapping
@@ -34,8 +45,19 @@ from resource_controller import wire
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations
 from resource_controller.core.states import JobState
+from resource_controller.worker import (
+    answers,
+    logship,
+    outbox,
+    probes,
+    procs,
+    reconnect,
+    recovery,
+    runner,
+    sweep,
+    testhooks,
+)
 from resource_controller.worker import config as worker_config
-from resource_controller.worker import logship, probes, procs, runner
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +67,6 @@ HTTP_TIMEOUT = 120.0
 POLL_ERROR_BACKOFF = 2.0
 #: Minimum gap after a poll that started nothing (WRK-062). *(test hook)*
 IDLE_POLL_GAP = 0.25
-#: Terminal report retry policy (WRK-112). *(test hook)*
-REPORT_ATTEMPTS = 5
-REPORT_ATTEMPT_TIMEOUT = 5.0
-REPORT_BACKOFF = 0.2
 #: How long shutdown waits for job tasks before abandoning them (WRK-130). *(test hook)*
 SHUTDOWN_WAIT = 45.0
 #: After abandoning, how long to wait for the cancelled tasks to kill their groups.
@@ -57,44 +75,17 @@ ABANDON_WAIT = 5.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
 REASON_PREKILLED = "killed before this worker started it"
 
-_TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError)
+
+class StartupError(Exception):
+    """The worker cannot start; the message is the ``rc: <message>`` line (WRK-002)."""
 
 
-class RegisterError(Exception):
+class RegisterError(StartupError):
     """Registration failed; the message is the ``register: ...`` line of WRK-045."""
 
 
 class _LogSendError(Exception):
     """The controller refused a log chunk."""
-
-
-def _status_line(resp: httpx.Response) -> str:
-    return f"{resp.status_code} {resp.reason_phrase}".strip()
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "request timed out"
-    return str(exc) or type(exc).__name__
-
-
-@dataclass
-class Contact:
-    """The last time the controller answered and which instance it was (WRK-032).
-
-    Re-registration (§15) will decide from these; for now they are only recorded.
-    """
-
-    #: Monotonic time of the latest response; only ever moves forward.
-    last_at: float | None = None
-    #: Latest non-empty ``Rc-Controller-Instance``; an empty header never overwrites it.
-    instance: str = ""
-
-    def observe(self, at: float, instance: str) -> None:
-        if self.last_at is None or at > self.last_at:
-            self.last_at = at
-        if instance:
-            self.instance = instance
 
 
 @dataclass
@@ -140,10 +131,14 @@ class Agent:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         base_env: Mapping[str, str] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self.contact = Contact()
+        #: Contact history and the re-registration debt (WRK-032, WRK-151).
+        self.contact = reconnect.Reconnect(rng)
+        #: Reports that must reach the controller; opened by ``run`` (EXT-OUTBOX).
+        self.outbox: outbox.Outbox | None = None
         self._transport = transport
         self._base_env = base_env
         # EXT-PG-5 (several URLs, failover) is not implemented: the first one is used.
@@ -168,47 +163,127 @@ class Agent:
 
     @property
     def supervised_job_ids(self) -> list[str]:
-        """Exactly the jobs this process supervises right now (WRK-051)."""
-        return list(self._jobs)
+        """The jobs this process supervises whose outcome is not yet in the outbox (WRK-051)."""
+        pending = set(self.pending_job_ids)
+        return [j for j in self._jobs if j not in pending]
+
+    @property
+    def pending_job_ids(self) -> list[str]:
+        """Finished jobs whose terminal report waits in the outbox (EXT-OUTBOX-2)."""
+        return self.outbox.pending_job_ids() if self.outbox is not None else []
+
+    @property
+    def _box(self) -> outbox.Outbox:
+        assert self.outbox is not None, "the agent is not running"
+        return self.outbox
 
     # ---- running -----------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Register, serve until ``stop`` is set, then shut down gracefully (§12).
+        """Start, serve until ``stop`` is set, then shut down gracefully (§12).
 
-        Raises ``RegisterError`` if the first registration fails (WRK-002); returns
-        quietly if ``stop`` is set before registration completes.
+        Raises ``StartupError`` when the state directory cannot be used, and
+        ``RegisterError`` if the first registration fails (WRK-002); returns quietly if
+        ``stop`` is set before registration completes. Reports still in the outbox when
+        it returns stay on disk for the next start.
         """
+        try:
+            box = outbox.Outbox.open(self.config.state_dir, self.clock)
+        except outbox.OutboxError as exc:
+            raise StartupError(str(exc)) from exc
+        self.outbox = box
+        # A job whose outcome the previous run left here must never run again.
+        self._seen.update(box.pending_job_ids())
         headers = {
             "Authorization": f"Bearer {self.config.token}",
             "Content-Type": "application/json",
         }
-        async with httpx.AsyncClient(
-            headers=headers, timeout=HTTP_TIMEOUT, transport=self._transport
-        ) as client:
-            self._client = client
-            try:
-                if not await self._register_or_stop(stop):
-                    return
-                await self._serve(stop)
-            finally:
-                await self._abandon(list(self._tasks))
-                self._client = None
+        try:
+            async with httpx.AsyncClient(
+                headers=headers, timeout=HTTP_TIMEOUT, transport=self._transport
+            ) as client:
+                self._client = client
+                try:
+                    if not await self._deliver_leftovers(stop):
+                        return
+                    if not await self._register_or_stop(stop):
+                        return
+                    await self._serve(stop)
+                finally:
+                    await self._abandon(list(self._tasks))
+                    self._client = None
+        finally:
+            if not box.empty:
+                log.warning(
+                    "%d report(s) not delivered stay in %s and are re-sent at the next start",
+                    len(box),
+                    box.directory,
+                    extra={"action": "outbox_kept"},
+                )
+            box.close()
 
-    async def _register_or_stop(self, stop: asyncio.Event) -> bool:
-        registering = asyncio.create_task(self.register(), name="register")
+    async def _wait_or_stop(
+        self, coro: Coroutine[Any, Any, Any], stop: asyncio.Event, name: str
+    ) -> asyncio.Task[Any] | None:
+        """Run ``coro`` until it ends or ``stop`` is set; ``None`` when stopped first."""
+        work = asyncio.create_task(coro, name=name)
         stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
-            await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
-            if not registering.done():
-                registering.cancel()
-                await asyncio.wait({registering})
-        if registering.cancelled():
+            if not work.done():
+                work.cancel()
+                await asyncio.wait({work})
+        return None if work.cancelled() else work
+
+    async def _register_or_stop(self, stop: asyncio.Event) -> bool:
+        registering = await self._wait_or_stop(self.register(), stop, "register")
+        if registering is None:
             return False
         registering.result()  # raises RegisterError
         return True
+
+    async def _deliver_leftovers(self, stop: asyncio.Event) -> bool:
+        """Deliver what the previous run left in the outbox, before registering (EXT-OUTBOX-3).
+
+        Registration reaps every job the controller thinks is in flight here, so an
+        outcome still in the outbox would be recorded ``lost`` and its device
+        quarantined. The controller derives the worker ID from the host, so the ID in
+        the reports is ours too: it accepts them while the lease is live, and heartbeats
+        under it keep naming the jobs as pending meanwhile. Returns ``False`` if
+        ``stop`` came first (the reports stay on disk).
+        """
+        box = self._box
+        if box.empty:
+            return True
+        log.info(
+            "delivering %d report(s) from the previous run before registering",
+            len(box),
+            extra={"action": "outbox_resend"},
+        )
+        for report in box.reports():
+            self._track(self._deliver(report), report.job_id or report.device_id)
+        recorded = next(
+            (
+                str(r.body["worker_id"])
+                for r in reversed(box.reports())
+                if r.kind == outbox.STATUS and r.body.get("worker_id")
+            ),
+            "",
+        )
+        heartbeat: asyncio.Task[None] | None = None
+        if recorded:
+            self._worker_id = recorded
+            heartbeat = asyncio.create_task(
+                self._guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
+            )
+        try:
+            return await self._wait_or_stop(box.wait_empty(), stop, "outbox-drain") is not None
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         heartbeat = asyncio.create_task(
@@ -237,8 +312,9 @@ class Agent:
         log.info("shutdown: waiting for %d job task(s)", len(tasks), extra={"action": "shutdown"})
         _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT)
         if pending:
-            # WRK-131: the window is a bound, not a promise. The controller's
-            # worker-loss handling reconciles these jobs and keeps the devices out.
+            # WRK-131: the window is a bound, not a promise. Outcomes already in the
+            # outbox stay on disk and are re-sent at the next start; jobs abandoned
+            # before that are reconciled by the controller, which keeps the devices out.
             log.error(
                 "shutdown: abandoned job(s) after %s: %s",
                 durations.render_duration(SHUTDOWN_WAIT),
@@ -298,10 +374,17 @@ class Agent:
         self.contact.observe(self.clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
         return resp
 
+    async def _post(self, path: str, body: dict[str, Any], timeout: float) -> httpx.Response:
+        """One bounded attempt of an outbox report."""
+        return await self._request("POST", path, body=body, timeout=timeout)
+
     # ---- registration ------------------------------------------------------------
 
-    def registration_body(self) -> dict[str, Any]:
-        """The body of ``POST /v1/workers/register`` (WRK-043)."""
+    def registration_body(self, proof: recovery.Proof | None = None) -> dict[str, Any]:
+        """The body of ``POST /v1/workers/register`` (WRK-043).
+
+        ``recovery`` is present only when the proof claims something (WRK-140).
+        """
         cfg = self.config
         devices: list[dict[str, Any]] = []
         for d in cfg.devices:
@@ -313,6 +396,8 @@ class Agent:
         boot = procs.boot_id()
         if boot:
             body["boot_id"] = boot
+        if proof:
+            body["recovery"] = dict(proof)
         body["devices"] = devices
         # Explicit null when the pass found nothing: absent, null and {} differ.
         body["labels"] = probes.labels_payload(
@@ -322,21 +407,35 @@ class Agent:
         body["declared_labels"] = {d.name: dict(d.labels) for d in cfg.devices}
         return body
 
+    async def _proof(self) -> recovery.Proof:
+        """The recovery proof, computed only while nothing is supervised (WRK-046).
+
+        Both callers (start-up, idle re-registration) guarantee that; should a job be
+        in hand anyway, the scan would find it, so nothing is claimed.
+        """
+        if self._jobs:
+            return {}
+        return await asyncio.to_thread(recovery.compute, self.config.require_manual_clear)
+
     async def register(self) -> str:
-        """Register and store the worker ID; raise ``RegisterError`` on any failure."""
+        """Register and store the worker ID; raise ``RegisterError`` on any failure.
+
+        Success settles any re-registration debt (WRK-153): a fresh registration is
+        exactly what the debt asked for.
+        """
+        body = self.registration_body(await self._proof())
         try:
-            resp = await self._request(
-                "POST", "/v1/workers/register", body=self.registration_body()
-            )
-        except _TRANSPORT_ERRORS as exc:
-            raise RegisterError(f"register: {_error_text(exc)}") from exc
+            resp = await self._request("POST", "/v1/workers/register", body=body)
+        except answers.TRANSPORT_ERRORS as exc:
+            raise RegisterError(f"register: {answers.error_text(exc)}") from exc
         if resp.status_code != 200:
-            raise RegisterError(f"register: controller returned {_status_line(resp)}")
+            raise RegisterError(f"register: controller returned {answers.status_line(resp)}")
         try:
             worker_id = wire.RegisterResponse.model_validate(resp.json()).worker_id
         except ValueError as exc:
             raise RegisterError(f"register: unreadable answer: {exc}") from exc
         self._worker_id = worker_id
+        self.contact.settled()
         log.info(
             "registered as worker %s (host %s, %d device(s))",
             worker_id,
@@ -359,21 +458,37 @@ class Agent:
             next_at += interval * max(1, int((loop.time() - next_at) // interval) + 1)
             await self.heartbeat()
 
+    def heartbeat_body(self) -> dict[str, Any]:
+        """Running and pending jobs, each list omitted when empty, never a job in both.
+
+        Running: supervised, outcome not yet queued (WRK-050, WRK-051). Pending: outcome
+        in the outbox, not yet answered for good (EXT-OUTBOX-2).
+        """
+        pending = self.pending_job_ids
+        running = self.supervised_job_ids
+        body: dict[str, Any] = {}
+        if running:
+            body["running_job_ids"] = running
+        if pending:
+            body["pending_job_ids"] = pending
+        return body
+
     async def heartbeat(self) -> bool:
         """Send one heartbeat; a failure is a warning, never retried (WRK-052)."""
-        ids = self.supervised_job_ids
-        body: dict[str, Any] = {"running_job_ids": ids} if ids else {}
+        body = self.heartbeat_body()
         try:
             resp = await self._request(
                 "POST", f"/v1/workers/{self._worker_id}/heartbeat", body=body
             )
-        except _TRANSPORT_ERRORS as exc:
-            log.warning("heartbeat failed: %s", _error_text(exc), extra={"action": "heartbeat"})
+        except answers.TRANSPORT_ERRORS as exc:
+            log.warning(
+                "heartbeat failed: %s", answers.error_text(exc), extra={"action": "heartbeat"}
+            )
             return False
         if not resp.is_success:
             log.warning(
                 "heartbeat failed: controller returned %s",
-                _status_line(resp),
+                answers.status_line(resp),
                 extra={"action": "heartbeat"},
             )
             return False
@@ -389,22 +504,56 @@ class Agent:
             if started is None:
                 await asyncio.sleep(POLL_ERROR_BACKOFF)
             elif started == 0:
+                await self.maybe_reregister()  # WRK-062: before the idle gap
                 await asyncio.sleep(IDLE_POLL_GAP)
+
+    async def maybe_reregister(self) -> bool:
+        """Register again if it is owed, due, and safe right now (WRK-150..153).
+
+        Safe means nothing is supervised (registration reaps whatever the controller
+        thinks runs here; declining for that is silent) and the outbox is empty
+        (registration would mark those jobs lost, EXT-OUTBOX-3; its delivery tasks are
+        already at work, so the debt simply waits for a later idle poll). Returns
+        whether a registration succeeded.
+        """
+        now = self.clock.monotonic()
+        if self._jobs or not self.contact.due(now):
+            return False
+        if not self._box.empty:
+            log.debug(
+                "re-registration waits for %d outbox report(s)",
+                len(self._box),
+                extra={"action": "reregister_wait"},
+            )
+            return False
+        self.contact.attempting(now)
+        log.info("re-registering with the controller", extra={"action": "reregister"})
+        try:
+            await self.register()
+        except RegisterError as exc:
+            log.warning(
+                "re-registration failed: %s; retrying in %s at the earliest",
+                exc,
+                durations.render_duration(reconnect.REREGISTER_RETRY),
+                extra={"action": "reregister"},
+            )
+            return False
+        return True
 
     async def poll_once(self, wait: str) -> int | None:
         """One poll; the number of jobs it started, or ``None`` after a poll error."""
         path = f"/v1/workers/{self._worker_id}/assignments"
         try:
             resp = await self._request("GET", path, params={"wait": wait})
-        except _TRANSPORT_ERRORS as exc:
-            log.warning("poll failed: %s", _error_text(exc), extra={"action": "poll"})
+        except answers.TRANSPORT_ERRORS as exc:
+            log.warning("poll failed: %s", answers.error_text(exc), extra={"action": "poll"})
             return None
         if resp.status_code == 204:
             return 0
         if resp.status_code != 200:
             log.warning(
                 "poll failed: controller returned %s",
-                _status_line(resp),
+                answers.status_line(resp),
                 extra={"action": "poll"},
             )
             return None
@@ -432,7 +581,11 @@ class Agent:
                 continue  # re-delivered: a job runs at most once per process
             self._seen.add(a.job_id)
             if a.job_id in killed:
-                self._track(self._report_prekilled(a), a.job_id)
+                # Queued here, synchronously, so the outbox is never empty while this
+                # report is owed (a re-registration would reap the job as lost).
+                body = self._status_body(a, JobState.KILLED.value, reason=REASON_PREKILLED)
+                report = self._box.add_status(a.job_id, self._device_ids(a), body)
+                self._track(self._submit(report), a.job_id)
                 continue
             job = _Job(a)
             if self._shutting_down:
@@ -444,6 +597,10 @@ class Agent:
 
     # ---- one job -----------------------------------------------------------------
 
+    @staticmethod
+    def _device_ids(a: wire.Assignment) -> tuple[str, ...]:
+        return (a.device_id,)
+
     def _status_body(self, a: wire.Assignment, state: str, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"state": state, **extra, "worker_id": self._worker_id}
         if a.lease_epoch:
@@ -451,7 +608,7 @@ class Agent:
         return body
 
     async def _run_job(self, job: _Job) -> None:
-        """WRK-072 for one job (hooks, verify and the sweep are not done yet)."""
+        """WRK-072 for one job (hooks and verify are not done yet)."""
         a = job.assignment
         try:
             log.info(
@@ -475,10 +632,14 @@ class Agent:
                     base_env=self._base_env,
                 )
             except asyncio.CancelledError:
+                # Abandoned: the runner has SIGKILLed the group; escapees get the same.
                 running_report.cancel()
+                sweep.kill_now(a.job_id)
                 await shipper.abandon()
                 raise
             await shipper.close()  # WRK-086: output lands before the outcome
+            # WRK-072 step 7: reported and logged, never changing the outcome (WRK-122).
+            sweep.log_report(a.job_id, await sweep.sweep(a.job_id))
             await running_report  # never let a late "running" trail the outcome
             extra: dict[str, Any] = {"exit_code": outcome.exit_code}
             if outcome.reason:
@@ -491,70 +652,51 @@ class Agent:
                 f": {outcome.reason}" if outcome.reason else "",
                 extra={"action": "job_end", "job_id": a.job_id},
             )
-            await self._report_terminal(
-                a.job_id, self._status_body(a, outcome.state.value, **extra)
-            )
+            body = self._status_body(a, outcome.state.value, **extra)
+            report = self._box.add_status(a.job_id, self._device_ids(a), body)
+            # From here on the job is pending, no longer running (EXT-OUTBOX-2).
+            self._jobs.pop(a.job_id, None)
+            await self._submit(report)
         finally:
             self._jobs.pop(a.job_id, None)
 
-    async def _report_prekilled(self, a: wire.Assignment) -> None:
-        """The user who typed ``rc kill`` believes nothing ran (WRK-066)."""
-        body = self._status_body(a, JobState.KILLED.value, reason=REASON_PREKILLED)
-        await self._report_terminal(a.job_id, body)
+    async def _submit(self, report: outbox.Report) -> None:
+        """Make a queued report durable, then deliver it (EXT-OUTBOX-1)."""
+        await self._box.persist(report)
+        await self._deliver(report)
+
+    async def _deliver(self, report: outbox.Report) -> None:
+        await outbox.deliver(self._box, report, self._post)
+
+    async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
+        """Queue a device fault report (WRK-114) and deliver it in its own tracked task.
+
+        Returns once the report is durable, so a terminal report queued afterwards can
+        never reach the disk (or the controller) without it (VERIFY-008, HOOK-012).
+        """
+        report = self._box.add_fault(device_id, reason, job_id)
+        await self._box.persist(report)
+        self._track(self._deliver(report), job_id or device_id)
 
     async def _report_running(self, a: wire.Assignment) -> None:
         """Belt and braces: one attempt, failure only logged (WRK-113)."""
         body = self._status_body(a, JobState.RUNNING.value)
         try:
             resp = await self._request(
-                "POST", f"/v1/jobs/{a.job_id}/status", body=body, timeout=REPORT_ATTEMPT_TIMEOUT
+                "POST", f"/v1/jobs/{a.job_id}/status", body=body, timeout=outbox.ATTEMPT_TIMEOUT
             )
-        except _TRANSPORT_ERRORS as exc:
-            problem = _error_text(exc)
+        except answers.TRANSPORT_ERRORS as exc:
+            problem = answers.error_text(exc)
         else:
             if resp.is_success:
                 return
-            problem = f"controller returned {_status_line(resp)}"
+            problem = f"controller returned {answers.status_line(resp)}"
         log.warning(
             "job %s: running report failed: %s",
             a.job_id,
             problem,
             extra={"action": "report_running", "job_id": a.job_id},
         )
-
-    async def _report_terminal(self, job_id: str, body: dict[str, Any]) -> bool:
-        """Deliver a terminal report: 5 attempts, 5 s each, 200 ms doubling (WRK-112)."""
-        delay = REPORT_BACKOFF
-        for attempt in range(1, REPORT_ATTEMPTS + 1):
-            try:
-                resp = await self._request(
-                    "POST", f"/v1/jobs/{job_id}/status", body=body, timeout=REPORT_ATTEMPT_TIMEOUT
-                )
-            except _TRANSPORT_ERRORS as exc:
-                problem = _error_text(exc)
-            else:
-                if resp.is_success:
-                    return True
-                problem = f"controller returned {_status_line(resp)}"
-            log.warning(
-                "job %s: terminal report attempt %d/%d failed: %s",
-                job_id,
-                attempt,
-                REPORT_ATTEMPTS,
-                problem,
-                extra={"action": "report_terminal", "job_id": job_id},
-            )
-            if attempt < REPORT_ATTEMPTS:
-                await asyncio.sleep(delay)
-                delay *= 2
-        log.error(
-            "job %s: terminal report (%s) not delivered; the device lease will strand "
-            "until the controller's reaper reclaims it",
-            job_id,
-            body.get("state"),
-            extra={"action": "report_terminal_lost", "job_id": job_id},
-        )
-        return False
 
     async def _append_log(self, a: wire.Assignment, chunk: bytes) -> None:
         """``POST /v1/jobs/{id}/logs`` with raw bytes, epoch echoed (WRK-083, EXT-EPOCH-3a)."""
@@ -563,7 +705,7 @@ class Agent:
             "POST", f"/v1/jobs/{a.job_id}/logs", content=chunk, params=params
         )
         if not resp.is_success:
-            raise _LogSendError(f"controller returned {_status_line(resp)}")
+            raise _LogSendError(f"controller returned {answers.status_line(resp)}")
 
 
 # ---- as a process --------------------------------------------------------------
@@ -591,7 +733,7 @@ async def _serve_until_signal(config: worker_config.WorkerConfig, clock: Clock |
         loop.add_signal_handler(s, first_signal, s)
     try:
         await Agent(config, clock).run(stop)
-    except RegisterError as exc:
+    except StartupError as exc:
         print(f"rc: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
@@ -603,9 +745,18 @@ async def _serve_until_signal(config: worker_config.WorkerConfig, clock: Clock |
 def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None) -> int:
     """Run the worker in this process until a signal; the process exit status.
 
-    1 when the first registration fails (WRK-002); 0 after a signal-initiated shutdown,
-    even one that had to abandon jobs (WRK-004).
+    1 when the state directory cannot be used or the first registration fails
+    (WRK-002); 0 after a signal-initiated shutdown, even one that had to abandon jobs
+    (WRK-004).
+
+    Only this process path reads the end-to-end test hooks (``testhooks``): inside
+    ``rc up`` the controller shares the process and owns ``RC_TEST_TIMINGS``.
     """
+    try:
+        testhooks.apply(os.environ)
+    except testhooks.TestHookError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
     return asyncio.run(_serve_until_signal(config, clock))
 
 

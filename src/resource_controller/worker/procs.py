@@ -3,8 +3,9 @@
 Everything the worker spawns leads its own process group (WRK-090), so "the job" is a
 group ID, not a PID: a training script's data loaders and a shell's background
 children live and die with it. This module answers the two questions supervision asks
-of a group (is anything in it still alive, and how to make it stop) and nothing else;
-deciding *when* to ask is the runner's business.
+of a group (is anything in it still alive, and how to make it stop), and the one the
+sweep and the recovery proof ask of the whole table (who still carries an
+``RC_JOB_ID``, WRK-121, WRK-141). Deciding *when* to ask is the callers' business.
 
 "Alive" deliberately ignores zombies (WRK-092): an exited-but-unreaped member is not
 holding a GPU, and counting it once made ordinary successful jobs report themselves
@@ -21,7 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-#: Where the kernel publishes the boot ID (WRK-135). Tests point it elsewhere.
+#: Where the kernel publishes the boot ID (WRK-135). Tests point it elsewhere
+#: (end-to-end tests through ``RC_TEST_BOOT_ID_PATH``, see ``testhooks``).
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 #: Fallback source of a boot identity: the ``btime`` line (WRK-135).
 PROC_STAT_PATH = "/proc/stat"
@@ -162,6 +164,106 @@ def group_alive(pgid: int) -> bool:
     return _group_has_live_member(pgid)
 
 
+# ---- environments: who carries which RC_JOB_ID ----------------------------------
+
+JOB_ID_VAR = b"RC_JOB_ID="
+
+
+def job_id_in_environ(raw: bytes) -> str:
+    """The value of the first non-empty ``RC_JOB_ID=`` entry of a NUL-separated environ.
+
+    ``""`` when there is none. Hooks run with an empty ``RC_JOB_ID=`` (HOOK-002), which
+    names no job, so a later non-empty entry still counts (WRK-121 step 3).
+    """
+    for item in raw.split(b"\0"):
+        if item.startswith(JOB_ID_VAR) and len(item) > len(JOB_ID_VAR):
+            return item[len(JOB_ID_VAR) :].decode("utf-8", errors="surrogateescape")
+    return ""
+
+
+@dataclass(frozen=True)
+class JobIdScan:
+    """One pass over ``/proc`` reading every live process's ``RC_JOB_ID``."""
+
+    #: ``/proc`` itself could be listed; when false nothing else here means anything.
+    readable: bool
+    #: Live (non-zombie) processes carrying a non-empty ``RC_JOB_ID``, with its value.
+    carriers: dict[int, str]
+    #: Some live process's environment could not be read (permission): the scan may
+    #: have missed a carrier, so "none found" is not "none exist".
+    blind: bool
+    #: Every live process seen, carriers or not (for the isolation check, WRK-141).
+    live: frozenset[int] = frozenset()
+
+
+def scan_job_ids(exclude: Collection[int] = ()) -> JobIdScan:
+    """Read the ``RC_JOB_ID`` of every live process not in ``exclude`` (WRK-121, WRK-141).
+
+    Non-numeric entries, processes whose stat cannot be read and zombies are skipped;
+    a process that vanishes mid-scan (not found, no such process) is neither a carrier
+    nor blindness; any other error reading an environment (permission) is blindness.
+    """
+    try:
+        entries = os.listdir(PROC_ROOT)
+    except OSError:
+        return JobIdScan(readable=False, carriers={}, blind=False)
+    carriers: dict[int, str] = {}
+    live: set[int] = set()
+    blind = False
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in exclude:
+            continue
+        st = read_stat(pid)
+        if st is None or st.state == "Z":
+            continue
+        live.add(pid)
+        try:
+            with open(f"{PROC_ROOT}/{pid}/environ", "rb") as f:
+                raw = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            live.discard(pid)  # gone between the stat and the environ
+            continue
+        except OSError:
+            blind = True
+            continue
+        job_id = job_id_in_environ(raw)
+        if job_id:
+            carriers[pid] = job_id
+    return JobIdScan(readable=True, carriers=carriers, blind=blind, live=frozenset(live))
+
+
+def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
+    """``pid`` (default: this process) and every ancestor up to init (WRK-121 step 2).
+
+    The walk follows parent PIDs through ``/proc/<pid>/stat`` and ends at the first
+    entry it cannot read. A worker started from inside a job inherits that job's
+    ``RC_JOB_ID``, and so does its parent: neither may be swept.
+    """
+    current = os.getpid() if pid is None else pid
+    chain = {current}
+    while current > 1:
+        st = read_stat(current)
+        if st is None or st.ppid in chain or st.ppid <= 0:
+            break
+        current = st.ppid
+        chain.add(current)
+    return frozenset(chain)
+
+
+def signal_pid(pid: int, signum: int) -> bool:
+    """Send ``signum`` to one process; ``False`` when it is gone or not ours to signal."""
+    if pid <= 1:
+        return False  # never init, never "every process"
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        return False
+    return True
+
+
 # ---- signals -------------------------------------------------------------------
 
 
@@ -299,3 +401,9 @@ def boot_id() -> str:
     if _boot_id is None:
         _boot_id = read_boot_id()
     return _boot_id
+
+
+def forget_boot_id() -> None:
+    """Drop the cached boot identity (``BOOT_ID_PATH`` was pointed elsewhere)."""
+    global _boot_id
+    _boot_id = None

@@ -1,0 +1,93 @@
+"""When to register again: the reconnection tracker (WRK-032, WRK-150..155).
+
+A controller that lost track of this worker (it was silent for longer than the
+controller's horizon, or the controller itself restarted: a new
+``Rc-Controller-Instance``) may have marked its devices unknown or quarantined. A fresh
+registration, with a fresh recovery proof, is how the worker says "I am here, and this
+is what I can prove". But registration reaps whatever the controller thinks is in
+flight, so it is only ever attempted while the worker supervises nothing; deciding that
+is the agent's part. This module only keeps the debt and its appointment.
+
+Every non-streaming request that got any HTTP response is *contact* and is fed here
+with its response time (monotonic, from the injected clock) and the instance header.
+Arming sets an appointment a random moment ahead (so a restarted controller is not hit
+by its whole fleet at once); a second reason never moves it. An attempt first pushes
+the appointment a retry interval ahead, so a failure is retried no sooner than that.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from resource_controller.core import durations
+
+log = logging.getLogger(__name__)
+
+#: Silence after which the next contact arms a re-registration (WRK-151). It mirrors the
+#: controller's horizon after which a silent worker's devices are quarantined.
+#: *(test hook)*
+REREGISTER_AFTER = 300.0
+#: Arming picks the appointment uniformly in ``[0, REREGISTER_JITTER)`` ahead (WRK-152).
+#: *(test hook)*
+REREGISTER_JITTER = 30.0
+#: An attempt moves the appointment this far ahead first (WRK-153). *(test hook)*
+REREGISTER_RETRY = 60.0
+
+
+class Reconnect:
+    """Contact history and the re-registration debt (WRK-151..153)."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+        #: Time of the latest response; only ever moves forward (responses finish out
+        #: of order). ``None`` until the first contact.
+        self.last_at: float | None = None
+        #: Latest non-empty ``Rc-Controller-Instance``; an empty header never
+        #: overwrites it and is never a change.
+        self.instance = ""
+        #: When the owed re-registration is due; ``None`` when nothing is owed.
+        self.due_at: float | None = None
+
+    @property
+    def owed(self) -> bool:
+        return self.due_at is not None
+
+    def observe(self, at: float, instance: str) -> None:
+        """Record one contact at ``at`` (WRK-151); arm when it proves we were forgotten."""
+        reason = ""
+        if self.last_at is not None and at - self.last_at >= REREGISTER_AFTER:
+            reason = f"no contact for {durations.render_duration(at - self.last_at)}"
+        if instance:
+            if self.instance and instance != self.instance and not reason:
+                reason = f"controller instance changed from {self.instance} to {instance}"
+            self.instance = instance
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        if reason:
+            self._arm(at, reason)
+
+    def _arm(self, now: float, reason: str) -> None:
+        """Owe a re-registration, due a random moment ahead, unless already owed (WRK-152)."""
+        if self.due_at is not None:
+            return  # a second reason never moves the appointment
+        delay = self._rng.random() * REREGISTER_JITTER
+        self.due_at = now + delay
+        log.info(
+            "re-registration owed (%s); due in %s",
+            reason,
+            durations.render_duration(delay),
+            extra={"action": "reregister_owed"},
+        )
+
+    def due(self, now: float) -> bool:
+        """Whether a re-registration is owed and its appointment has come."""
+        return self.due_at is not None and now >= self.due_at
+
+    def attempting(self, now: float) -> None:
+        """An attempt starts: a failure is retried no sooner than the retry interval (WRK-153)."""
+        self.due_at = now + REREGISTER_RETRY
+
+    def settled(self) -> None:
+        """A registration succeeded: nothing is owed any more."""
+        self.due_at = None

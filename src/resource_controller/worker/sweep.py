@@ -1,0 +1,164 @@
+"""The straggler sweep by ``RC_JOB_ID`` (WRK-120..123).
+
+A child that calls ``setsid`` (a daemon, tmux, ``nohup ... &`` under a new session)
+leaves the job's process group and session, so tearing the job's target down never
+reaches it; but it keeps its environment. After every job's target is gone, on every
+path, the worker therefore looks for live processes whose ``RC_JOB_ID`` is exactly this
+job's ID and ends them: SIGTERM first, SIGKILL for whatever is left.
+
+The sweep only reports. It never changes the job's state, exit code or reason: a job
+that exited 0 and left a detached process is a successful job, and whether the device
+is still dirty is the verify pass's business (WRK-122). Hooks, probes and verify
+scripts are never swept (their ``RC_JOB_ID`` names the job they serve).
+
+Known residual (WRK-123): a process that re-execs with a scrubbed environment is
+invisible here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from resource_controller.worker import procs
+
+log = logging.getLogger(__name__)
+
+#: How long the SIGTERM phase lasts, then the SIGKILL phase (WRK-121). *(test hook)*
+TERM_PHASE = 2.0
+KILL_PHASE = 2.0
+#: How often each phase re-scans ``/proc`` (WRK-121). *(test hook)*
+POLL = 0.02
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep saw and did (WRK-122); nothing else comes out of a sweep."""
+
+    #: ``/proc`` was read (false for an empty job ID or an unreadable ``/proc``).
+    scanned: bool
+    #: Every PID that carried the job's ID at some scan, in order of discovery.
+    found: tuple[int, ...] = ()
+    #: PIDs still carrying it after the SIGKILL phase.
+    remaining: tuple[int, ...] = ()
+    #: Some environment could not be read: an escapee may have been missed.
+    blind: bool = False
+
+    @property
+    def clean(self) -> bool:
+        """Scanned, not blind, and nothing left: the only report that proves anything."""
+        return self.scanned and not self.blind and not self.remaining
+
+
+def _matches(job_id: str, protected: frozenset[int]) -> tuple[list[int], bool, bool]:
+    """PIDs carrying exactly ``job_id``; whether ``/proc`` was readable; blindness."""
+    scan = procs.scan_job_ids(exclude=protected)
+    # Exact equality of the whole value, never a prefix: job "ab" must not sweep "abc".
+    pids = sorted(pid for pid, value in scan.carriers.items() if value == job_id)
+    return pids, scan.readable, scan.blind
+
+
+async def _scan(job_id: str, protected: frozenset[int]) -> tuple[list[int], bool, bool]:
+    """``_matches`` off the event loop: reading every environment on a busy host takes
+    long enough to delay heartbeats and other jobs' output if done inline."""
+    return await asyncio.to_thread(_matches, job_id, protected)
+
+
+async def _phase(
+    job_id: str,
+    protected: frozenset[int],
+    signum: int,
+    length: float,
+    first: list[int],
+    found: dict[int, None],
+) -> tuple[list[int], bool]:
+    """Signal each matching PID once, re-scan every ``POLL``, for at most ``length``.
+
+    Returns what still matched at the last scan and whether any scan was blind.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + length
+    signalled: set[int] = set()
+    current = first
+    blind = False
+    while True:
+        for pid in current:
+            found.setdefault(pid, None)
+            if pid not in signalled:
+                signalled.add(pid)
+                procs.signal_pid(pid, signum)
+        if loop.time() >= deadline:
+            return current, blind
+        await asyncio.sleep(POLL)
+        latest, readable, was_blind = await _scan(job_id, protected)
+        if not readable:
+            return current, True  # lost sight of /proc: what we last saw still stands
+        blind = blind or was_blind
+        current = latest
+        if not current:
+            return current, blind
+
+
+async def sweep(job_id: str) -> SweepReport:
+    """Find and end every live process carrying ``RC_JOB_ID=<job_id>`` (WRK-121)."""
+    if not job_id:
+        return SweepReport(scanned=False)
+    protected = procs.self_and_ancestors()
+    matches, readable, blind = await _scan(job_id, protected)
+    if not readable:
+        return SweepReport(scanned=False)
+    if not matches:
+        return SweepReport(scanned=True, blind=blind)
+    found: dict[int, None] = {}
+    left, term_blind = await _phase(job_id, protected, signal.SIGTERM, TERM_PHASE, matches, found)
+    blind = blind or term_blind
+    if left:
+        left, kill_blind = await _phase(job_id, protected, signal.SIGKILL, KILL_PHASE, left, found)
+        blind = blind or kill_blind
+    return SweepReport(scanned=True, found=tuple(found), remaining=tuple(left), blind=blind)
+
+
+def kill_now(job_id: str) -> None:
+    """One SIGKILL to every carrier, no waiting: for a job task that is being torn down.
+
+    An abandoned job (shutdown window expired) cannot wait for the phases, but it must
+    not leave its escapees running unsupervised either.
+    """
+    if not job_id:
+        return
+    matches, _, _ = _matches(job_id, procs.self_and_ancestors())
+    for pid in matches:
+        procs.signal_pid(pid, signal.SIGKILL)
+
+
+def log_report(job_id: str, report: SweepReport) -> None:
+    """Log what the sweep found (WRK-122): error when something survived SIGKILL."""
+    extra = {"action": "sweep", "job_id": job_id}
+    pids = ", ".join(str(p) for p in report.remaining)
+    if report.remaining:
+        log.error(
+            "job %s: process(es) %s still carry its RC_JOB_ID after SIGKILL; "
+            "the device may still be occupied",
+            job_id,
+            pids,
+            extra=extra,
+        )
+    elif report.found:
+        log.warning(
+            "job %s: swept %d escaped process(es) carrying its RC_JOB_ID: %s",
+            job_id,
+            len(report.found),
+            ", ".join(str(p) for p in report.found),
+            extra=extra,
+        )
+    if not report.scanned:
+        log.warning("job %s: sweep could not read /proc", job_id, extra=extra)
+    elif report.blind:
+        log.warning(
+            "job %s: sweep could not read some processes' environments; "
+            "an escapee may have been missed",
+            job_id,
+            extra=extra,
+        )
