@@ -44,6 +44,8 @@ def test_worker_killed_mid_job_leaves_the_device_out_until_an_admin_clears_it(
     job = submit(cluster, "box:gpu0", "sleep", "300")
     running(cluster, job)
     try:
+        # `running` is set at hand-out; wait for the process itself before the crash.
+        wait_for(lambda: pids_with_job(job), 10, "the job's process")
         stop(worker, signal.SIGKILL)
         assert pids_with_job(job), "the orphaned job should still be running"
         cluster.start_worker("box", ["gpu0"], env=FAST_WORKER)
@@ -72,6 +74,7 @@ def test_a_reboot_proves_the_device_free(cluster: Cluster, tmp_path: Path) -> No
     job = submit(cluster, "box:gpu0", "sleep", "300")
     running(cluster, job)
     try:
+        wait_for(lambda: pids_with_job(job), 10, "the job's process")
         stop(worker, signal.SIGKILL)
         kill_job_processes(job)  # the "reboot" took the job with it
         boot.write_text("boot-two\n")
@@ -126,7 +129,8 @@ def test_a_setsid_escapee_is_swept_after_the_job(cluster: Cluster) -> None:
         "box:gpu0",
         "sh",
         "-c",
-        "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo started",
+        # the leader lingers so the child has left the group (setsid) before it exits
+        "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & sleep 0.5; echo started",
     )
     try:
         final = cluster.wait_job(job, lambda j: j["state"] not in ("queued", "assigned", "running"))
