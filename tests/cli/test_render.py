@@ -382,3 +382,28 @@ def test_table_write_failure_is_non_zero(
     monkeypatch.setattr(render, "write_bytes", broken)
     result = run_rc("ps")
     assert result.exit_code != 0
+
+
+def test_describe_shows_the_flap_guard_history(run_rc: Rc, fixed: dict[str, Any]) -> None:
+    # STORE-123 as rc describe shows it: recoveries in the window and how many are left.
+    fixed["describe"] = {
+        "device": {"id": "b:g0", "state": "ready"},
+        "elapsed_seconds": 0,
+        "heartbeat_age_seconds": 1,
+        "sheet_updated_at": "0001-01-01T00:00:00Z",
+        "recoveries": {
+            "recoveries": [
+                {"at": "2026-08-19T18:00:00Z", "reason": "registration"},
+                {"at": "2026-08-19T17:40:00Z", "reason": "worker_lost"},
+                {"at": "2026-08-19T17:30:00Z", "reason": "lease_expired"},
+            ],
+            "remaining": 0,
+            "limit": 3,
+            "window_seconds": 3600,
+        },
+    }
+    lines = strip(run_rc("describe", "b:g0").stdout)
+    assert lines[3] == (
+        "  auto-recovered  3 in the last hour, 0 left (the next quarantine waits for rc clear)"
+    )
+    assert lines[4].split() == ["2026-08-19T18:00:00Z", "from", "registration"]

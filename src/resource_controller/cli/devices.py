@@ -117,6 +117,21 @@ def _header_block(data: api.Json) -> list[list[str]]:
     rows.append(["  heartbeat", durations.age(_int_or_none(data.get("heartbeat_age_seconds")))])
     if data.get("quarantine_reason"):
         rows.append(["  out of the pool", str(data["quarantine_reason"])])
+    rows.extend(_recoveries_rows(data.get("recoveries")))
+    return rows
+
+
+def _recoveries_rows(history: Any) -> list[list[str]]:
+    """The flap guard's view (STORE-123): automatic recoveries in the last hour."""
+    if not isinstance(history, dict) or not history.get("recoveries"):
+        return []
+    done = history["recoveries"]
+    left = history.get("remaining", 0)
+    note = f"{len(done)} in the last hour, {left} left"
+    if not left:
+        note += " (the next quarantine waits for rc clear)"
+    rows = [["  auto-recovered", note]]
+    rows.extend(["", f"{r.get('at', '')} from {r.get('reason', '')}"] for r in done)
     return rows
 
 
