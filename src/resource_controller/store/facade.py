@@ -157,12 +157,12 @@ class Store:
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read (STORE-170)."""
         with self._tx() as c:
-            return views.quarantine_reasons(c, ids)
+            return views.quarantine_column(c, ids, "quarantine_reason")
 
     def quarantine_details(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read (STORE-170)."""
         with self._tx() as c:
-            return views.quarantine_details(c, ids)
+            return views.quarantine_column(c, ids, "quarantine_detail")
 
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read (STORE-171): lease or job ID -> device."""

@@ -150,26 +150,14 @@ def active_job_on(conn: sa.Connection, device_id: str) -> str:
 # ---- post-sweep reads (store.md §21): run after the sweep committed, never inside it ----
 
 
-def quarantine_reasons(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
-    """Device ID -> current ``quarantine_reason`` for every ID with a row (STORE-170)."""
+def quarantine_column(conn: sa.Connection, ids: list[str], column: str) -> dict[str, str]:
+    """Device ID -> current ``quarantine_reason`` or ``quarantine_detail`` for every ID
+    with a row (STORE-170); IDs without a row are absent."""
     if not ids:
         return {}
     d = t.devices.c
-    return {
-        r.id: r.quarantine_reason
-        for r in conn.execute(sa.select(d.id, d.quarantine_reason).where(d.id.in_(ids)))
-    }
-
-
-def quarantine_details(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
-    """Device ID -> current ``quarantine_detail`` for every ID with a row (STORE-170)."""
-    if not ids:
-        return {}
-    d = t.devices.c
-    return {
-        r.id: r.quarantine_detail
-        for r in conn.execute(sa.select(d.id, d.quarantine_detail).where(d.id.in_(ids)))
-    }
+    col = d[column]
+    return {r.id: r[1] for r in conn.execute(sa.select(d.id, col).where(d.id.in_(ids)))}
 
 
 def lease_devices(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
