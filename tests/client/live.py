@@ -8,11 +8,9 @@ when a job produces output, how it ends, and whether it honours a kill.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import http.client
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -25,6 +23,7 @@ from resource_controller.client import transport
 from resource_controller.clock import SystemClock
 from resource_controller.controller import serve
 from resource_controller.controller.deps import Services, Settings
+from support.served import ServedController
 
 TOKENS = "wtok:worker,ctok:client,atok:admin"
 WORKER, CLIENT, ADMIN = "wtok", "ctok", "atok"
@@ -35,38 +34,12 @@ class LiveController:
 
     def __init__(self, data: Path) -> None:
         self.svc: Services = serve.open_services(data, TOKENS, Settings(), SystemClock())
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = serve.make_server(self.svc)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=self._run, name="rc-live", daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.005)
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self.loop = loop
-        try:
-            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+        self.served = ServedController(self.svc)
+        self.served.start()
+        self.url = self.served.url
 
     def stop(self) -> None:
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
-        self.svc.executor.shutdown(wait=True)
-        self.svc.store.close()
+        self.served.stop()
 
     def http(self, token: str = CLIENT) -> transport.Transport:
         return transport.Transport(self.url, token)

@@ -15,12 +15,8 @@ again through ``RC_TEST_TIMINGS`` syntax (``open_controller(..., timings=...)``)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import queue
-import socket
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +29,7 @@ import httpx
 from resource_controller.clock import FakeClock
 from resource_controller.controller import serve
 from resource_controller.controller.deps import Services, Settings
+from support.served import ServedController as LiveServer
 
 TOKENS = "wtok:worker,ctok:client,atok:admin"
 WORKER, CLIENT, ADMIN = "wtok", "ctok", "atok"
@@ -41,72 +38,6 @@ START = 1_800_000_000.0  #: the fake clock's first instant (2027-01-15T08:00:00Z
 #: Client-side bound on every request: a controller that never answers fails the
 #: test instead of hanging it. Longer than any wait a test expects to be woken from.
 TIMEOUT = httpx.Timeout(15.0)
-
-
-class LiveServer:
-    """``make_server(svc)`` serving a pre-bound loopback socket from a background thread."""
-
-    def __init__(self, svc: Services) -> None:
-        self.svc = svc
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = serve.make_server(svc)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="rc-test-server", daemon=True)
-
-    def _run(self) -> None:
-        # The loop ``serve.run`` uses (uvloop when installed), as in production.
-        try:
-            import uvloop
-
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
-        self.loop = loop
-        try:
-            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
-        except BaseException as exc:  # surfaced by start()/stop()
-            self.error = exc
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"test server did not start: {self.error!r}")
-            time.sleep(0.005)
-
-    def begin_shutdown(self) -> None:
-        """What ``Server.handle_exit`` does on SIGTERM: end long polls and follows now."""
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
-
-    def stop(self) -> None:
-        self.begin_shutdown()
-        # Let closed client connections unwind first, so uvicorn's shutdown has nothing
-        # to wait for (it polls open connections every 100 ms).
-        deadline = time.monotonic() + 1
-        while self.server.server_state.connections and time.monotonic() < deadline:
-            time.sleep(0.002)
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
-        alive = self.thread.is_alive()
-        self.svc.executor.shutdown(wait=True)
-        self.svc.store.close()
-        assert not alive, "test server thread did not stop within 15 s"
-        if self.error is not None:
-            raise self.error
 
 
 #: Loop timings of the ordinary harness: no periodic pass ever runs during a test.

@@ -10,9 +10,6 @@ httpx transport in front of the real one refuses that request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +20,11 @@ import pytest
 import worker_helpers
 from worker_helpers import SESSION_PREFIX, run
 
+from resource_controller.controller import deps, serve
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import config as wc
 from resource_controller.worker import reconnect
-
-serve = pytest.importorskip("resource_controller.controller.serve")
-deps = pytest.importorskip("resource_controller.controller.deps")
+from support.served import ServedController
 
 TOKENS = "wtok:worker,ctok:client"
 HOST = "livebox"
@@ -39,39 +35,12 @@ class LiveController:
 
     def __init__(self, data: Path, port: int = 0) -> None:
         self.svc = serve.open_services(data, TOKENS, deps.Settings())
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses it
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = serve.make_server(self.svc)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "no controller"
-            time.sleep(0.005)
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self.loop = loop
-        try:
-            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
-        finally:
-            loop.close()
+        self.served = ServedController(self.svc, port)  # a restart reuses the port
+        self.served.start()
+        self.url = self.served.url
 
     def stop(self) -> None:
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
-        self.svc.executor.shutdown(wait=True)
-        self.svc.store.close()
-        assert not self.thread.is_alive()
+        self.served.stop()
 
 
 @pytest.fixture
