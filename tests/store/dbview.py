@@ -13,6 +13,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from resource_controller.store.facade import Store
+
+
+def wid(host: str = "box") -> str:
+    """The worker ID the spec derives from a host name (§2.1), computed independently."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
+
+
+def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
+    """A device's state, quarantine reason and detail, as the store reads them."""
+    d = store.device(device_id)
+    assert d is not None, device_id
+    return d.state, d.quarantine_reason, d.quarantine_detail
+
 
 class Raw:
     def __init__(self, path: Path) -> None:

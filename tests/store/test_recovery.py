@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -13,23 +12,13 @@ from resource_controller.core.expiry import Proof, SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Recovered, RecoveryEntry
 
-from .dbview import Raw, invariant_violations
+from .dbview import Raw, invariant_violations, state_of, wid
 
 if TYPE_CHECKING:
     from conftest import Factory
 
 ISOLATED = Proof(isolated=True)
 CLEAN = Proof(survivors_checked=True)
-
-
-def wid(host: str = "box") -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
-
-
-def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
-    d = store.device(device_id)
-    assert d is not None, device_id
-    return d.state, d.quarantine_reason, d.quarantine_detail
 
 
 def recoveries(raw: Raw, device_id: str) -> list[tuple[int, str]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, event, settings
@@ -36,7 +35,7 @@ from resource_controller.core.expiry import Proof, SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 
-from .dbview import Raw, invariant_violations
+from .dbview import Raw, invariant_violations, wid
 
 HOSTS = ("h0", "h1")
 SELECTORS = ("kind=a", "kind=b", "kind!=a", "idx>=1", "idx<=0,kind=a")
@@ -52,10 +51,6 @@ PROOFS = (
     Proof(),
     Proof(survivors_checked=True, survivors_found=True),
 )
-
-
-def wid(host: str) -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
 
 
 class StoreMachine(RuleBasedStateMachine):

@@ -6,7 +6,6 @@ the store's own operations except where a test says it arranges one directly.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,20 +16,10 @@ from resource_controller.core.expiry import SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.records import SweepResult
 
-from .dbview import Raw, invariant_violations
+from .dbview import Raw, invariant_violations, state_of, wid
 
 if TYPE_CHECKING:
     from conftest import Factory
-
-
-def wid(host: str = "box") -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
-
-
-def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
-    d = store.device(device_id)
-    assert d is not None, device_id
-    return d.state, d.quarantine_reason, d.quarantine_detail
 
 
 def sweep(store: Store, **rules: Any) -> SweepResult:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -25,27 +24,16 @@ from resource_controller.store import engine, jobs, leases, schema
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 
-from .dbview import Raw, invariant_violations
+from .dbview import Raw, invariant_violations, state_of, wid
 
 if TYPE_CHECKING:
     from conftest import Factory
-
-
-def wid(host: str = "box") -> str:
-    """The worker ID the spec derives from a host name (§2.1)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
 
 
 def label(store: Store, host: str, per_device: dict[str, dict[str, str]]) -> None:
     """Replace the detected labels of the named devices of ``host``."""
     names = [n for n in per_device if n]
     store.apply_facts(host, names, per_device, None, None, None)
-
-
-def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
-    d = store.device(device_id)
-    assert d is not None, device_id
-    return d.state, d.quarantine_reason, d.quarantine_detail
 
 
 @pytest.fixture(autouse=True)
