@@ -173,6 +173,28 @@ def test_failed_and_unstartable_jobs() -> None:  # WRK-101
     assert "lease_epoch" not in report
 
 
+def test_a_missing_cwd_fails_the_job_naming_it(tmp_path: Path) -> None:  # EXT-HERE-4
+    ctl = FakeController()
+    missing = str(tmp_path / "not-here")
+    a = job(["pwd"], cwd=missing)
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    assert ctl.terminal(a["job_id"]) == [
+        {
+            "state": "failed",
+            "exit_code": -1,
+            "reason": f"cwd {missing}: no such directory",
+            "worker_id": "w-1",
+        }
+    ]
+
+
 def test_heartbeat_names_exactly_the_supervised_jobs() -> None:  # WRK-050, WRK-051
     ctl = FakeController()
     a = job(["sleep", "0.6"])
