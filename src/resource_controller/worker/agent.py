@@ -775,7 +775,16 @@ def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None
     return asyncio.run(_serve_until_signal(config, clock))
 
 
+#: Libraries that log every request at INFO; kept to their warnings (EXT-METRICS-2).
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
 def _setup_logging() -> None:
+    """Readable text on stderr; at the default level, events only (EXT-METRICS-2).
+
+    Registration, a job starting and ending, warnings: not every poll, heartbeat and
+    report, so a quiet fleet writes almost nothing.
+    """
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(
@@ -783,6 +792,8 @@ def _setup_logging() -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(config_path: str = worker_config.DEFAULT_PATH) -> int:
