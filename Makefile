@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test test-fast install lint bench clean
 
 $(BIN)/rc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: install
 ## Lint, types, layering, then every test.
 test: install lint
 	$(BIN)/pytest -q
+
+## The edit-test loop: every test but those that start real rc processes.
+test-fast: install
+	$(BIN)/pytest -q -m "not e2e"
 
 lint: install
 	$(BIN)/ruff check src tests bench

@@ -13,6 +13,22 @@ from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import JobRecord
 
+#: Fixtures that start real ``rc`` processes: a test using one is end to end.
+PROCESS_FIXTURES = frozenset({"cluster", "worker_process"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Apply the ``e2e`` marker to every test that starts real processes.
+
+    ``make test-fast`` deselects them (``-m "not e2e"``) for the edit-test loop; the
+    marker follows the test's place (``tests/e2e/``) or its fixtures, so a new
+    end-to-end test cannot forget it.
+    """
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "e2e" in item.path.parts or fixtures & PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.e2e)
+
 
 @pytest.fixture
 def clock() -> FakeClock:

@@ -21,6 +21,8 @@ from resource_controller.client import api
 
 RC = str(Path(sys.executable).parent / "rc")
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def env(controller: LiveController, tmp_path: Path) -> dict[str, str]:

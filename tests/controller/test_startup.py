@@ -200,6 +200,7 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
         ("a:worker,b:client:al ice", _name_error("al ice")),
     ],
 )
+@pytest.mark.e2e
 def test_bad_tokens_exit_1_with_one_line_before_touching_data(
     tmp_path: Path, tokens: str | None, message: str
 ) -> None:
@@ -213,6 +214,7 @@ def test_bad_tokens_exit_1_with_one_line_before_touching_data(
     assert not (tmp_path / "deep").exists()
 
 
+@pytest.mark.e2e
 def test_data_dir_layout(tmp_path: Path) -> None:
     # SRV-010: the data directory and logs/ are created (0755, parents included).
     data = tmp_path / "a" / "b"
@@ -229,6 +231,7 @@ def test_data_dir_layout(tmp_path: Path) -> None:
         finish(proc, timeout=15)
 
 
+@pytest.mark.e2e
 def test_port_in_use_exits_1_promptly(tmp_path: Path) -> None:
     # SRV-021: a bind failure exits 1 at once with the error on stderr, never hangs.
     with socket.socket() as taken:
@@ -264,6 +267,7 @@ def wait_listening(proc: subprocess.Popen[str], port: int) -> None:
     pytest.fail("rc serve did not start listening")
 
 
+@pytest.mark.e2e
 def test_sigterm_exits_0_promptly_even_with_a_long_poll_waiting(tmp_path: Path) -> None:
     # SRV-050: SIGTERM stops the server; a waiting long poll does not hold it up to 30 s.
     port = free_port()
