@@ -193,6 +193,8 @@ def logs(follow: bool, job_id: str) -> None:
 def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> None:
     """Search job history fleet-wide, newest first, finished jobs included."""
     fmt = common.output_format(output)
+    if state:
+        common.check_job_state(state)
     found = _client().jobs(device=device, limit=limit, state=state, submitter=submitter)
     if fmt == "json":
         render.out(render.json_compact(found))

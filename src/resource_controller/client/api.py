@@ -124,8 +124,12 @@ class Client:
     ) -> None:
         self._settings = settings or config.settings()
         if http is None:
-            url = controller if controller else self._settings.controller()
-            http = transport.Transport(url, token if token is not None else self._settings.token())
+            if controller:
+                url, origin = controller, "given to the client"
+            else:
+                url, origin = self._settings.controller(), self._settings.controller_origin()
+            tok = token if token is not None else self._settings.token()
+            http = transport.Transport(url, tok, origin=origin)
         self._http = http
         self._submitter = submitter
         self._sleep = sleep

@@ -30,6 +30,12 @@ from resource_controller import errors
 #: CLI-010/CLI-199: where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"
 
+#: What a transport failure says when nothing configured the controller (EXT-CLI-8).
+DEFAULT_ORIGIN = (
+    "is the built-in default; nothing configures a controller: run rc up to start a local"
+    " one, or set RC_CONTROLLER"
+)
+
 #: The keys the client reads from the file (CLI-021); others are ignored.
 KEYS = ("controller", "token", "submitter")
 
@@ -191,6 +197,17 @@ class Settings:
         """Controller base URL(s) without trailing slashes (CLI-010, CLI-201)."""
         url = self._env.get("RC_CONTROLLER", "") or self.file.controller or DEFAULT_CONTROLLER
         return url.rstrip("/")
+
+    def controller_origin(self) -> str:
+        """Where ``controller()`` came from, for an unreachable-controller error (EXT-CLI-8)."""
+        if self._env.get("RC_CONTROLLER", ""):
+            return "from RC_CONTROLLER"
+        if self.file.controller:
+            try:
+                return f"from the config file {config_path(self._env)}"
+            except ConfigError:  # pragma: no cover - the file was read, so it was found
+                return "from the config file"
+        return DEFAULT_ORIGIN
 
     def token(self) -> str:
         """Bearer token; empty when none is configured, which the controller refuses (CLI-011)."""

@@ -134,7 +134,8 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
     limit = _limit(q.get("limit"))
     state = q.get("state") or ""
     if state and state not in ALL_JOB_STATES:
-        raise errors.BadRequest(f"unknown state {state!r}")
+        valid = ", ".join(s.value for s in JobState)
+        raise errors.BadRequest(f"unknown state {state!r} (valid states: {valid})")
     found = await svc.db(
         svc.store.list_jobs, limit, q.get("device") or "", q.get("submitter") or "", state
     )
