@@ -121,8 +121,9 @@ def _explain(client: api.Client, selector: str) -> None:
     render.out("".join(lines))
 
 
-def _kill(job_id: str, as_: str, verb: str) -> None:
+def _kill(given: str, as_: str, verb: str) -> None:
     client = _client(as_)
+    job_id = client.resolve_job_id(given)  # EXT-CLI-7
     try:
         client.kill(job_id)
     except errors.NotCancellableError as e:
@@ -137,7 +138,10 @@ def _kill(job_id: str, as_: str, verb: str) -> None:
 @click.argument("job_id")
 @common.as_option()
 def kill(job_id: str, as_: str) -> None:
-    """Cancel a queued job, or have its worker stop a running one (owner or admin)."""
+    """Cancel a queued job, or have its worker stop a running one (owner or admin).
+
+    JOB_ID may be a unique prefix of at least 6 characters.
+    """
     _kill(job_id, as_, "kill")
 
 
@@ -162,7 +166,7 @@ def attach(job_id: str) -> None:
     """Re-stream a job's output from the start, following it until the job ends."""
     client = _client()
     try:
-        _copy_stream(client.follow_logs(job_id))
+        _copy_stream(client.follow_logs(client.resolve_job_id(job_id)))  # EXT-CLI-7
     except signals.Interrupted:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
@@ -174,6 +178,7 @@ def logs(follow: bool, job_id: str) -> None:
     """Print a job's stored output (exactly the stored bytes)."""
     client = _client()
     try:
+        job_id = client.resolve_job_id(job_id)  # EXT-CLI-7
         view = client.get_job(job_id)
         if view.job.get("stdio") in ("tty", "pipe"):
             raise common.Failure("logs_not_stored: logs are not stored for attached jobs")
