@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -161,6 +162,87 @@ def test_run_cwd_priority_and_ceilings_reach_the_job(
     job = client.get_job(job_id_from(result.stderr)).job
     assert (job["priority"], job["max_runtime_seconds"], job["idle_timeout_seconds"]) == (3, 90, 1)
     assert job["submitter"] == "me" and job["cwd"] == str(tmp_path)
+
+
+# ---- EXT-HERE: a local job runs where you are ---------------------------------------------------
+
+
+def test_relative_cwd_is_resolved_here(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for given, sent in (
+        (".", tmp_path),
+        ("sub", tmp_path / "sub"),
+        ("sub/../sub", tmp_path / "sub"),
+    ):
+        result = run_rc("run", "--cwd", given, "--", "pwd", env=env)  # EXT-HERE-1
+        assert result.stdout == f"{sent}\n", result.stderr
+        assert client.get_job(job_id_from(result.stderr)).job["cwd"] == str(sent)
+    result = run_rc("run", "--cwd", "/tmp/../tmp", "--", "true", env=env)
+    assert client.get_job(job_id_from(result.stderr)).job["cwd"] == "/tmp/../tmp"  # as written
+
+
+HERE_SCRIPT = 'pwd; echo "venv=$VIRTUAL_ENV"; echo "secret=$SECRET_X"'
+
+
+def test_here_sends_cwd_and_only_the_allowed_variables(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    mine = {**env, "VIRTUAL_ENV": "/venvs/x", "SECRET_X": "1", "PYTHONPATH": "/lib/py"}
+    result = run_rc(
+        "run", "--here", "--env", "PYTHONPATH=/mine", "--", "sh", "-c", HERE_SCRIPT, env=mine
+    )
+    assert result.exit_code == 0, result.stderr
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert job["cwd"] == str(tmp_path)
+    assert job["env"] == {  # EXT-HERE-2: exactly these; --env wins
+        "PATH": os.environ["PATH"],
+        "VIRTUAL_ENV": "/venvs/x",
+        "PYTHONPATH": "/mine",
+    }
+    # (the fake worker runs the job in this process's environment, so only the
+    # job's stored env says what was sent)
+    assert result.stdout.splitlines()[:2] == [str(tmp_path), "venv=/venvs/x"]
+
+    result = run_rc("run", "--no-here", "--", "true", env=mine)
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert "env" not in job and not job.get("cwd")
+
+
+def test_config_run_here_is_the_default(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = tmp_path / "rc.yaml"
+    cfg.write_text("run: {here: true}\n")
+    monkeypatch.chdir(tmp_path)
+    mine = {**env, "RC_CONFIG": str(cfg), "VIRTUAL_ENV": "/venvs/y"}
+    result = run_rc("run", "--", "true", env=mine)  # EXT-HERE-3
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert job["cwd"] == str(tmp_path) and job["env"]["VIRTUAL_ENV"] == "/venvs/y"
+    for off in (["--no-here"], ["--here=false"]):
+        result = run_rc("run", *off, "--", "true", env=mine)
+        job = client.get_job(job_id_from(result.stderr)).job
+        assert "env" not in job and not job.get("cwd"), off
 
 
 def test_run_queues_then_gives_up_and_cancels(

@@ -6,7 +6,8 @@ request is made before a check that can fail (CLI-101, CLI-140).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -23,6 +24,24 @@ EXIT_INTERRUPTED = 130
 def _client(as_flag: str = "") -> api.Client:
     """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
     return api.Client(submitter=as_flag or None)
+
+
+#: EXT-HERE-2: what ``--here`` takes from the caller's environment, and nothing else:
+#: what decides which interpreter and libraries a command gets. A job's ``env`` is
+#: readable by every client (API-020), so no other variable is ever sent.
+HERE_VARIABLES = (
+    "PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+)
+
+
+def here_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``--here`` variables that are set in ``environ`` (EXT-HERE-2)."""
+    return {name: environ[name] for name in HERE_VARIABLES if name in environ}
 
 
 def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -46,6 +65,12 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 @click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
 @click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
+@click.option(
+    "--here/--no-here",
+    default=None,
+    help="Run in this directory with this shell's PATH, virtualenv and library paths"
+    " (default: run.here in the config file).",
+)
 @common.as_option()
 @click.option("--priority", type=common.INT, default=0, help="Queue priority (-10..10).")
 @click.option("--max-runtime", type=common.DURATION, default=0.0, help="Wall-clock ceiling.")
@@ -59,6 +84,7 @@ def run(
     selector: str,
     explain: bool,
     cwd: str,
+    here: bool | None,
     as_: str,
     priority: int,
     max_runtime: float,
@@ -84,6 +110,16 @@ def run(
         _explain(_client(), selector)
         return
     env = _parse_env(env_pairs)
+    if here is None:
+        from resource_controller.client import config
+
+        here = config.settings().run_here()
+    if here:
+        cwd = cwd or os.getcwd()
+        env = {**here_env(os.environ), **env}  # --env wins (EXT-HERE-2)
+    if cwd and not os.path.isabs(cwd):
+        # EXT-HERE-1: relative to where rc runs; an absolute DIR is sent as written.
+        cwd = os.path.normpath(os.path.join(os.getcwd(), cwd))
     common.check_ceiling("--max-runtime", max_runtime)
     common.check_ceiling("--idle-timeout", idle_timeout)
     from resource_controller.cli import run as run_machine
