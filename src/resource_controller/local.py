@@ -20,7 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from resource_controller.client import config as client_config
@@ -89,12 +89,59 @@ def _no_uvicorn_signals() -> Generator[None, None, None]:
     yield
 
 
+#: EXT-HERE-5: how long ``rc up`` waits for its worker to register before giving up.
+READY_TIMEOUT = 60.0
+LOCK_FILE = "up.lock"
+
+
+class NotReady(Exception):
+    """The controller or the worker of ``rc up`` could not start (EXT-HERE-5)."""
+
+
+def lock_data_dir(data: Path) -> int:
+    """Hold ``<data>/up.lock`` for this process; ``NotReady`` when another ``rc up`` has it.
+
+    Two ``rc up`` on one data directory would share a database and a worker state
+    directory; the second must refuse before touching either.
+    """
+    import fcntl
+
+    data.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = data / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = ""
+        with contextlib.suppress(OSError, ValueError):
+            holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
+        os.close(fd)
+        raise NotReady(
+            f"data directory {data} is in use by another rc up{holder}: {exc.strerror}"
+        ) from exc
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
     """The whole ``rc up`` process; returns its exit status."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     data = data or default_data_dir()
+    try:
+        lock_fd = lock_data_dir(data)
+    except (NotReady, OSError) as exc:
+        print(f"rc: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _run_locked(data, addr, devices, force)
+    finally:
+        os.close(lock_fd)
+
+
+def _run_locked(data: Path, addr: str, devices: int, force: bool) -> int:
     try:
         tokens, fresh = load_or_create_tokens(data)
         env = tokens_env(tokens)
@@ -105,33 +152,65 @@ def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
         print(f"rc: {exc}", file=sys.stderr)
         return 1
     url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{sock.getsockname()[1]}"
-    try:
-        cfg_path = client_config.write_client_config(url, tokens["client"], force)
-    except client_config.ConfigError as exc:
-        print(f"rc: {exc}", file=sys.stderr)
-        return 1
     names = gpu_names() or [f"slot{i}" for i in range(devices)]
     hostname = socket.gethostname()
-    print(
-        f"rc: controller on {url} (data {data}); devices: "
-        + ", ".join(f"{hostname}:{n}" for n in names),
-        file=sys.stderr,
-    )
-    print(f"rc: client settings written to {cfg_path}", file=sys.stderr)
-    if fresh:
-        print(f"rc: admin token (also in {data / TOKENS_FILE}): {tokens['admin']}", file=sys.stderr)
-    print(
-        "rc: try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)",
-        file=sys.stderr,
-    )
+
+    def ready() -> None:
+        """Both halves are up: now the client settings and the banner (EXT-HERE-5)."""
+        update = client_config.update_client_config(url, tokens["client"], force)
+        print(
+            f"rc: controller on {url} (data {data}); devices: "
+            + ", ".join(f"{hostname}:{n}" for n in names),
+            file=sys.stderr,
+        )
+        for line in settings_report(update, url):
+            print(f"rc: {line}", file=sys.stderr)
+        if fresh:
+            print(
+                f"rc: admin token (also in {data / TOKENS_FILE}): {tokens['admin']}",
+                file=sys.stderr,
+            )
+        print(
+            "rc: try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)",
+            file=sys.stderr,
+        )
+
     try:
         controller._run_loop(
-            _main(svc, sock, url, tokens["worker"], hostname, names, data / "worker")
+            _main(svc, sock, url, tokens["worker"], hostname, names, data / "worker", ready)
         )
+    except (NotReady, client_config.ConfigError) as exc:
+        print(f"rc: {exc}", file=sys.stderr)
+        return 1
     finally:
         svc.executor.shutdown(wait=True)
         svc.store.close()
     return 0
+
+
+def settings_report(update: client_config.ClientConfigUpdate, url: str) -> list[str]:
+    """What ``rc up`` did to the user config file, truthfully (EXT-HERE-5)."""
+    path = update.path
+    lines = []
+    if "controller" in update.written:
+        lines.append(f"client settings written to {path}")
+    else:
+        other = update.kept.get("controller")
+        if other == url:
+            lines.append(f"client settings in {path} already point here")
+        else:
+            lines.append(
+                f"{path} names another controller ({other}); kept it, so rc commands go"
+                f" there: rc up --force replaces it, or RC_CONTROLLER={url} for one shell"
+            )
+    if "token" in update.kept and "controller" in update.written:
+        lines.append(f"kept the token already in {path} (rc up --force replaces it)")
+    if "token" in update.kept and update.kept.get("controller") == url:
+        lines.append(
+            f"kept the token already in {path}; if rc commands answer unauthorized,"
+            " rc up --force replaces it"
+        )
+    return lines
 
 
 async def _main(
@@ -142,6 +221,7 @@ async def _main(
     host: str,
     names: list[str],
     state_dir: Path,
+    ready: Callable[[], None] = lambda: None,
 ) -> None:
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
@@ -161,16 +241,49 @@ async def _main(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="controller")
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.01)
-    # The worker's outbox lives beside the controller's data, not in /var/lib (EXT-OUTBOX-1).
-    config = worker_config.make_config(url, names, token=token, host=host, state_dir=str(state_dir))
-    agent = worker_agent.Agent(config)
-    working = asyncio.create_task(agent.run(stop), name="worker")
-    await asyncio.wait({working, serving}, return_when=asyncio.FIRST_COMPLETED)
-    stop.set()
-    with contextlib.suppress(Exception):
-        await working
-    svc.hub.shutting_down.set()
-    server.should_exit = True
-    await serving
+    agent: worker_agent.Agent | None = None
+    working: asyncio.Task[None] | None = None
+    try:
+        deadline = loop.time() + READY_TIMEOUT
+        while not server.started and not serving.done() and not stop.is_set():
+            if loop.time() > deadline:
+                raise NotReady(f"the controller did not start within {READY_TIMEOUT:g}s")
+            await asyncio.sleep(0.01)
+        if serving.done() and not server.started:
+            raise NotReady(f"the controller could not start on {url}: {_task_error(serving)}")
+        # The worker's outbox lives beside the controller's data, not in /var/lib
+        # (EXT-OUTBOX-1).
+        config = worker_config.make_config(
+            url, names, token=token, host=host, state_dir=str(state_dir)
+        )
+        agent = worker_agent.Agent(config)
+        working = asyncio.create_task(agent.run(stop), name="worker")
+        # EXT-HERE-5: the banner only once the worker has registered; a worker that
+        # cannot start (its state directory in use, registration refused) is an error.
+        while not agent.worker_id and not stop.is_set():
+            if working.done():
+                raise NotReady(f"the worker could not start: {_task_error(working)}")
+            if serving.done():
+                raise NotReady(f"the controller stopped: {_task_error(serving)}")
+            if loop.time() > deadline:
+                raise NotReady(f"the worker did not register within {READY_TIMEOUT:g}s")
+            await asyncio.sleep(0.01)
+        if not stop.is_set():
+            ready()
+            await asyncio.wait({working, serving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.set()
+        if working is not None:
+            with contextlib.suppress(Exception):
+                await working
+        svc.hub.shutting_down.set()
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await serving
+
+
+def _task_error(task: asyncio.Task[None]) -> str:
+    if task.cancelled():
+        return "cancelled"
+    exc = task.exception()
+    return str(exc) or type(exc).__name__ if exc is not None else "it stopped"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
 from cli.conftest import Rc
+from resource_controller.client import config
 
 
 @pytest.fixture(autouse=True)
@@ -75,9 +77,18 @@ def test_sub_second_ceilings_are_refused_before_submit(run_rc: Rc, flag: str, va
     assert flag in err and "second" in err
 
 
-def test_negative_ceiling_is_not_checked(run_rc: Rc) -> None:
-    result = run_rc("run", "--max-runtime", "-1s", "--", "true")
-    assert result.exit_code == 1 and requested(result)
+@pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout", "--timeout"])
+@pytest.mark.parametrize("value", ["-1s", "-0.5h", "-1h30m"])
+def test_negative_durations_are_usage_errors(run_rc: Rc, flag: str, value: str) -> None:
+    # EXT-CLI-8: refused before any request, naming the flag.
+    err = one_error(run_rc("run", f"{flag}={value}", "--", "true"))
+    assert flag in err and "negative" in err and not requested_text(err)
+
+
+@pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout", "--timeout"])
+def test_zero_duration_keeps_its_meaning(run_rc: Rc, flag: str) -> None:
+    assert requested(run_rc("run", flag, "0", "--", "true"))
+    assert requested(run_rc("run", flag, "-0s", "--", "true"))
 
 
 def test_neither_device_nor_selector_submits(run_rc: Rc) -> None:
@@ -95,7 +106,7 @@ def test_bad_duration_names_the_flag(run_rc: Rc, value: str) -> None:
     assert "--timeout" in err
 
 
-@pytest.mark.parametrize("value", ["90s", "1h30m", "1.5h", "300ms", "0", "-5s", "2µs", "+1m"])
+@pytest.mark.parametrize("value", ["90s", "1h30m", "1.5h", "300ms", "0", "2µs", "+1m"])
 def test_good_durations_reach_the_request(run_rc: Rc, value: str) -> None:
     assert requested(run_rc("run", f"--timeout={value}", "--", "true"))
 
@@ -163,6 +174,8 @@ def test_stray_positionals_ignored_by_ps_and_devices(run_rc: Rc) -> None:
         ["jobs", "-o", "yaml"],
         ["devices", "-o", "yaml"],
         ["devices", "--output=x"],
+        ["devices", "-o", "stray"],  # EXT-CLI-3: -o takes a real value now
+        ["devices", "--json", "-o", "yaml"],
         ["describe", "d", "-o", "txt"],
     ],
 )
@@ -176,7 +189,13 @@ def test_unknown_output_format(run_rc: Rc, args: list[str]) -> None:
     [
         ["jobs", "-o", "JSON"],
         ["devices", "-o", "text"],
+        ["devices", "--output", "json"],
+        ["devices", "-ojson"],
         ["devices", "--json"],
+        ["devices", "-o"],  # EXT-CLI-3: a bare -o is the base switch, json
+        ["devices", "-o", "--json"],
+        ["devices", "-o", "--json=true"],
+        ["devices", "-o", "--select", "a=b"],
         ["describe", "d", "-o", "Json"],
     ],
 )
@@ -229,6 +248,83 @@ def test_help_for_unknown_command(run_rc: Rc) -> None:
     one_error(run_rc("help", "nosuch"))
 
 
-def test_no_version(run_rc: Rc) -> None:
-    one_error(run_rc("--version"))
-    one_error(run_rc("version"))
+@pytest.mark.parametrize("args", [["--version"], ["version"]])
+def test_version_prints_the_installed_version(run_rc: Rc, args: list[str]) -> None:
+    from importlib import metadata
+
+    result = run_rc(*args)  # EXT-CLI-8
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"rc {metadata.version('resource-controller')}\n"
+    assert result.stderr == "" and not requested(result)
+
+
+def test_version_is_listed_in_help(run_rc: Rc) -> None:
+    out = run_rc("--help").stdout
+    assert "--version" in out and "  version " in out
+
+
+def test_version_does_not_import_the_server() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from resource_controller.cli import main\n"
+        "try:\n    main.rc.main(['--version'])\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = [m for m in ('fastapi', 'uvicorn', 'sqlalchemy', 'httpx', 'yaml')"
+        " if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "[]", out.stdout
+
+
+# ---- EXT-CLI-8: rc jobs --state and an unreachable controller ------------------------------------
+
+
+def test_unknown_state_lists_the_valid_ones(run_rc: Rc) -> None:
+    err = one_error(run_rc("jobs", "--state", "bogus"))
+    assert "bogus" in err and not requested_text(err)
+    for state in ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost"):
+        assert state in err
+
+
+def test_known_state_reaches_the_request(run_rc: Rc) -> None:
+    assert requested(run_rc("jobs", "--state", "running"))
+
+
+def test_refused_names_url_and_rc_controller(run_rc: Rc, dead_controller: str) -> None:
+    err = one_error(run_rc("ps"))
+    assert f"GET {dead_controller}/v1/state: connection refused" in err
+    assert f"controller {dead_controller} from RC_CONTROLLER" in err
+    assert "rc up" not in err  # it was configured: starting another one is no advice
+
+
+def test_refused_names_the_config_file(
+    run_rc: Rc, dead_controller: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "rc.yaml"
+    cfg.write_text(f'controller: "{dead_controller}"\n')
+    monkeypatch.delenv("RC_CONTROLLER")
+    monkeypatch.setenv("RC_CONFIG", str(cfg))
+    err = one_error(run_rc("devices"))
+    assert f"controller {dead_controller} from the config file {cfg}" in err
+    assert "rc up" not in err
+
+
+def test_refused_default_suggests_rc_up(
+    run_rc: Rc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RC_CONTROLLER")
+    monkeypatch.setenv("RC_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(config, "DEFAULT_CONTROLLER", f"http://127.0.0.1:{closed_port()}")
+    err = one_error(run_rc("ps"))
+    assert f"controller {config.DEFAULT_CONTROLLER} is the built-in default" in err
+    assert "rc up" in err and "RC_CONTROLLER" in err
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -163,6 +164,87 @@ def test_run_cwd_priority_and_ceilings_reach_the_job(
     assert job["submitter"] == "me" and job["cwd"] == str(tmp_path)
 
 
+# ---- EXT-HERE: a local job runs where you are ---------------------------------------------------
+
+
+def test_relative_cwd_is_resolved_here(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for given, sent in (
+        (".", tmp_path),
+        ("sub", tmp_path / "sub"),
+        ("sub/../sub", tmp_path / "sub"),
+    ):
+        result = run_rc("run", "--cwd", given, "--", "pwd", env=env)  # EXT-HERE-1
+        assert result.stdout == f"{sent}\n", result.stderr
+        assert client.get_job(job_id_from(result.stderr)).job["cwd"] == str(sent)
+    result = run_rc("run", "--cwd", "/tmp/../tmp", "--", "true", env=env)
+    assert client.get_job(job_id_from(result.stderr)).job["cwd"] == "/tmp/../tmp"  # as written
+
+
+HERE_SCRIPT = 'pwd; echo "venv=$VIRTUAL_ENV"; echo "secret=$SECRET_X"'
+
+
+def test_here_sends_cwd_and_only_the_allowed_variables(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    mine = {**env, "VIRTUAL_ENV": "/venvs/x", "SECRET_X": "1", "PYTHONPATH": "/lib/py"}
+    result = run_rc(
+        "run", "--here", "--env", "PYTHONPATH=/mine", "--", "sh", "-c", HERE_SCRIPT, env=mine
+    )
+    assert result.exit_code == 0, result.stderr
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert job["cwd"] == str(tmp_path)
+    assert job["env"] == {  # EXT-HERE-2: exactly these; --env wins
+        "PATH": os.environ["PATH"],
+        "VIRTUAL_ENV": "/venvs/x",
+        "PYTHONPATH": "/mine",
+    }
+    # (the fake worker runs the job in this process's environment, so only the
+    # job's stored env says what was sent)
+    assert result.stdout.splitlines()[:2] == [str(tmp_path), "venv=/venvs/x"]
+
+    result = run_rc("run", "--no-here", "--", "true", env=mine)
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert "env" not in job and not job.get("cwd")
+
+
+def test_config_run_here_is_the_default(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = tmp_path / "rc.yaml"
+    cfg.write_text("run: {here: true}\n")
+    monkeypatch.chdir(tmp_path)
+    mine = {**env, "RC_CONFIG": str(cfg), "VIRTUAL_ENV": "/venvs/y"}
+    result = run_rc("run", "--", "true", env=mine)  # EXT-HERE-3
+    job = client.get_job(job_id_from(result.stderr)).job
+    assert job["cwd"] == str(tmp_path) and job["env"]["VIRTUAL_ENV"] == "/venvs/y"
+    for off in (["--no-here"], ["--here=false"]):
+        result = run_rc("run", *off, "--", "true", env=mine)
+        job = client.get_job(job_id_from(result.stderr)).job
+        assert "env" not in job and not job.get("cwd"), off
+
+
 def test_run_queues_then_gives_up_and_cancels(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
 ) -> None:
@@ -318,6 +400,64 @@ def test_kill_submitter_from_environment(
     assert result.exit_code == 0, result.stderr
 
 
+# ---- EXT-CLI-7: job IDs by unique prefix ---------------------------------------------------------
+
+
+def test_job_id_prefixes(
+    run_rc: Rc,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    from resource_controller.store import jobs as store_jobs
+
+    similar = [f"abcdef0{n}-0000-4000-8000-00000000000{n}" for n in range(7)]
+    single = "12345678-0000-4000-8000-000000000000"
+    ids = iter([*similar, single])
+    with monkeypatch.context() as m:
+        m.setattr(store_jobs, "uuid", types.SimpleNamespace(uuid4=lambda: next(ids)))
+        for n in range(8):
+            job = client.submit(["echo", f"job{n}"], device="box:gpu0")
+            wait_state(client, job["id"], "succeeded")
+
+    for args in (["logs", "123456"], ["attach", "1234567"], ["logs", single]):
+        result = run_rc(*args, env=env)
+        assert (result.exit_code, result.stdout) == (0, "job7\n"), (args, result.stderr)
+    assert run_rc("logs", "abcdef03", env=env).stdout == "job3\n"
+
+    result = run_rc("logs", "abcdef", env=env)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "ambiguous" in result.stderr
+    newest_five = similar[::-1][:5]
+    assert all(i in result.stderr for i in newest_five)  # full IDs, newest first
+    assert not any(i in result.stderr for i in similar[:2]) and ", ..." in result.stderr
+
+    result = run_rc("kill", "123456", env=env)  # resolved, then refused: it has ended
+    assert result.exit_code == 1 and "not_cancellable" in result.stderr
+
+    result = run_rc("logs", "fedcba", env=env)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "rc: not_found: no job ID starts with 'fedcba'\n",
+    )
+    for short in ("12345", "a"):
+        result = run_rc("release", short, env=env)
+        assert result.exit_code == 1 and "at least 6" in result.stderr, result.stderr
+
+
+def test_kill_by_prefix_confirms_the_full_id(
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+) -> None:
+    job_id = occupy(client, worker)
+    result = run_rc("kill", job_id[:8], env=env)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == f"rc: kill requested for {job_id}\n"
+    wait_state(client, job_id, "killed")
+
+
 # ---- rc logs / attach ----------------------------------------------------------------------------------
 
 
@@ -347,9 +487,9 @@ def test_follow_from_an_offset(
 def test_logs_errors(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
 ) -> None:
-    result = run_rc("logs", "nope", env=env)
+    result = run_rc("logs", "nope-nope", env=env)
     assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
-    result = run_rc("attach", "nope", env=env)
+    result = run_rc("attach", "00000000-0000-4000-8000-000000000000", env=env)
     assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
     worker.behaviour = lambda w, a: ("succeeded", 0, "")
     tty = client.submit(["sh"], device="box:gpu1", stdio="tty")
@@ -391,8 +531,8 @@ def test_jobs_filters_and_formats(run_rc: Rc, env: dict[str, str], worker: FakeW
         "COMMAND",
     ]
     assert len(text) == 3 and {row.split()[2] for row in text[1:]} == {"failed", "succeeded"}
-    result = run_rc("jobs", "--state", "bogus", env=env)
-    assert result.exit_code == 1 and result.stderr.startswith("rc: bad_request: ")
+    result = run_rc("jobs", "--state", "bogus", env=env)  # EXT-CLI-8: checked before a request
+    assert result.exit_code == 1 and result.stderr.startswith("rc: unknown state 'bogus' (")
     result = run_rc("jobs", "-n", "500", env=env)
     assert result.exit_code == 1 and result.stderr.startswith("rc: bad_request: ")
 
@@ -430,6 +570,20 @@ def test_ps_devices_describe(
     assert data["job_id"] == running
     result = run_rc("describe", "box:nope", env=env)
     assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
+
+
+def test_devices_output_forms(run_rc: Rc, env: dict[str, str], worker: FakeWorker) -> None:
+    # EXT-CLI-3: -o takes text or json; a bare -o (anywhere) and --json mean json.
+    table = run_rc("devices", env=env).stdout
+    assert table.startswith("DEVICE  ")
+    for args in (["-o", "text"], ["--output=TEXT"], ["-o", "text", "--select", ""]):
+        assert run_rc("devices", *args, env=env).stdout == table, args
+    as_json = run_rc("devices", "-o", "json", env=env).stdout
+    assert [v["device"]["id"] for v in json.loads(as_json)] == ["box:gpu0", "box:gpu1"]
+    for args in (["-o"], ["--json"], ["-o", "--json"], ["--output", "json"], ["-ojson"]):
+        result = run_rc("devices", *args, env=env)
+        assert (result.exit_code, result.stdout) == (0, as_json), args
+    assert run_rc("devices", "-o", "--select", "", env=env).stdout == as_json
 
 
 def test_devices_select(run_rc: Rc, env: dict[str, str], controller: LiveController) -> None:

@@ -257,3 +257,54 @@ def test_write_resets_process_settings(tmp_path: Path, monkeypatch: pytest.Monke
     config.write_client_config("http://a", "tok", force=False)
     assert config.settings() is not first
     assert config.settings().token() == "tok"
+
+
+# ---- EXT-HERE-3: run: {here: true} ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "here"),
+    [
+        ("run: {here: true}\n", True),
+        ('controller: "http://x"\nrun: {here: false}\n', False),
+        ("run:\n  here: yes\n  other: 1\n", True),
+        ("run:\n", False),
+        ('token: "t"\n', False),
+    ],
+)
+def test_run_here_is_read(tmp_path: Path, text: str, here: bool) -> None:
+    env = {"RC_CONFIG": str(write(tmp_path / "c.yaml", text))}
+    s, warnings = settings(env)
+    assert (s.run_here(), warnings) == (here, [])
+
+
+def test_the_written_run_here_form_needs_no_yaml() -> None:
+    assert config._parse_simple('run: {here: true}\ntoken: "t"\n') == {
+        "run": {"here": True},
+        "token": "t",
+    }
+
+
+@pytest.mark.parametrize("text", ["run: 3\n", 'run:\n  here: "yes"\n', "run: [here]\n"])
+def test_a_bad_run_section_is_a_broken_file(tmp_path: Path, text: str) -> None:
+    env = {"RC_CONFIG": str(write(tmp_path / "c.yaml", text + 'token: "t"\n'))}
+    s, warnings = settings(env)
+    assert (s.run_here(), s.token()) == (False, "")
+    assert len(warnings) == 1 and "run" in warnings[0]
+
+
+def test_up_writes_run_here_and_says_what_it_kept(tmp_path: Path) -> None:
+    env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
+    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
+    assert (done.written, dict(done.kept)) == (("controller", "token", "run.here"), {})
+    assert config._parse_simple((tmp_path / "c.yaml").read_text()) is not None  # fast form
+    assert settings(env)[0].run_here() is True
+
+    write(tmp_path / "c.yaml", 'controller: "http://shared:9"\nrun: {here: false}\n')
+    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
+    assert done.written == ("token",)
+    assert dict(done.kept) == {"controller": "http://shared:9", "run.here": False}
+    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=True, env=env)
+    assert done.written == ("controller", "token") and dict(done.kept) == {"run.here": False}
+    s, _ = settings(env)
+    assert (s.controller(), s.run_here()) == ("http://127.0.0.1:8080", False)

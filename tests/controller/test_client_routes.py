@@ -285,6 +285,34 @@ def test_job_list_filters_and_order(rc: Harness) -> None:
         assert_error(rc.client.get("/v1/jobs", params={"state": bad}), 400, "bad_request")
 
 
+def test_job_list_id_prefix(rc: Harness) -> None:
+    # EXT-CLI-7: jobs whose ID starts with the prefix, newest first, under the limit.
+    rc.register()
+    made = []
+    for _ in range(3):
+        made.append(rc.submit(device_id="gpubox:gpu0")["id"])
+        rc.clock.advance(1)
+
+    def ids(**params: str) -> list[str]:
+        r = rc.client.get("/v1/jobs", params=params)
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()["jobs"]]
+
+    for job_id in made:
+        assert ids(id_prefix=job_id[:8]) == [job_id] or job_id in ids(id_prefix=job_id[:8])
+        assert ids(id_prefix=job_id) == [job_id]
+    assert ids(id_prefix="") == ids() == made[::-1]
+    assert (
+        ids(id_prefix=made[0][:1], limit="1")
+        == [j for j in made[::-1] if j.startswith(made[0][:1])][:1]
+    )
+    for wild in ("%", "_", "%%%%%%", "______", made[0][:5] + "_"):
+        assert ids(id_prefix=wild) == [], wild
+    assert ids(id_prefix=made[0].upper()) == ([made[0]] if made[0] == made[0].upper() else [])
+    msg = assert_error(rc.client.get("/v1/jobs", params={"state": "done"}), 400, "bad_request")
+    assert "queued" in msg and "lost" in msg  # EXT-CLI-8: the valid states are named
+
+
 def test_job_list_ties_break_by_id_descending(rc: Harness) -> None:
     rc.register()
     made = [rc.submit(device_id="gpubox:gpu0")["id"] for _ in range(4)]  # same second

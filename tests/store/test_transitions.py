@@ -1348,6 +1348,36 @@ def test_list_jobs_order_filters_and_limits(store: Store, make: Factory, clock: 
             store.list_jobs(limit=bad)
 
 
+def test_list_jobs_by_id_prefix_has_no_wildcards(
+    store: Store, make: Factory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EXT-CLI-7: jobs whose ID starts with the prefix, newest first, under the limit;
+    # LIKE's % and _ are plain characters here, and case matters.
+    import types
+
+    ids = iter(["abc%ef-1", "abcdef-2", "abc_ef-3", "abcdef-4", "xabcdef-5"])
+    (d0,) = make.worker(devices=1)
+    with monkeypatch.context() as m:
+        m.setattr(jobs, "uuid", types.SimpleNamespace(uuid4=lambda: next(ids)))
+        for _ in range(5):
+            make.submit(device=d0)
+            clock.advance(1)
+
+    def found(prefix: str, **kw: object) -> list[str]:
+        return [j.id for j in store.list_jobs(id_prefix=prefix, **kw)]  # type: ignore[arg-type]
+
+    assert found("abcdef") == ["abcdef-4", "abcdef-2"]
+    assert found("abcdef", limit=1) == ["abcdef-4"]
+    assert found("abc%ef") == ["abc%ef-1"]
+    assert found("abc_ef") == ["abc_ef-3"]
+    assert found("abc%") == ["abc%ef-1"]
+    assert found("%") == found("_") == found("ABCDEF") == found("bcdef") == []
+    assert found("abcdef-2") == ["abcdef-2"]
+    assert found("abcdef-2x") == []
+    assert found("abcdef", submitter="nobody") == []
+    assert len(found("")) == 5  # no prefix: no filter
+
+
 def test_job_not_found(store: Store) -> None:
     # STORE-160.
     with pytest.raises(errors.JobNotFound):

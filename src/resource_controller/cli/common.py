@@ -39,33 +39,46 @@ class RcCommand(click.Command):
 def _explicit_booleans(command: click.Command, ctx: click.Context, args: list[str]) -> list[str]:
     """Rewrite ``--flag=value`` for boolean flags into the form click understands.
 
-    ``true`` becomes ``--flag``; ``false`` drops it (every boolean defaults to false).
-    An argument that is the value of a preceding option, and everything after
-    ``--``, is left alone.
+    ``true`` becomes ``--flag``; ``false`` drops it (every boolean defaults to false),
+    or becomes the flag's ``--no-`` form where it has one (``--here=false``). An
+    argument that is the value of a preceding option, and everything after ``--``, is
+    left alone; an option whose value may be omitted (``rc devices -o``) takes no
+    flag-like word as its value, as click itself decides.
     """
-    flags: set[str] = set()
+    flags: dict[str, click.Option] = {}
     takes_value: set[str] = set()
+    optional_value: set[str] = set()
     for param in command.get_params(ctx):
         if isinstance(param, click.Option):
-            names = param.opts + param.secondary_opts
-            (flags if param.is_flag else takes_value).update(names)
+            if param.is_flag:
+                flags.update((name, param) for name in param.opts)
+                flags.update((name, param) for name in param.secondary_opts)
+            else:
+                takes_value.update(param.opts + param.secondary_opts)
+                if getattr(param, "_flag_needs_value", False):
+                    optional_value.update(param.opts + param.secondary_opts)
     out: list[str] = []
     skip_next = False
     for i, arg in enumerate(args):
         if skip_next:
             skip_next = False
-            out.append(arg)
-            continue
+            if not (arg[:1] == "-" and len(arg) > 1 and args[i - 1] in optional_value):
+                out.append(arg)
+                continue
         if arg == "--":
             out.extend(args[i:])
             break
         if arg.startswith("--") and "=" in arg:
             name, value = arg.split("=", 1)
             if name in flags:
-                if value in _TRUE:
-                    out.append(name)
-                elif value not in _FALSE:
+                flag = flags[name]
+                negative = name in flag.secondary_opts
+                if value not in _TRUE and value not in _FALSE:
                     raise click.UsageError(f"invalid boolean value {value!r} for {name}", ctx)
+                if (value in _TRUE) != negative:
+                    out.append(flag.opts[0])
+                elif flag.secondary_opts:
+                    out.append(flag.secondary_opts[0])
                 continue
         elif arg in takes_value and (arg.startswith("--") or len(arg) == 2):
             skip_next = True
@@ -83,7 +96,7 @@ else:  # click < 8.3 has no type parameters on ParamType
 
 
 class DurationType(_DurationBase):
-    """A duration flag (CLI-005), converted to seconds as a float."""
+    """A duration flag (CLI-005), converted to seconds as a float; never negative (EXT-CLI-8)."""
 
     name = "duration"
 
@@ -93,9 +106,13 @@ class DurationType(_DurationBase):
         if isinstance(value, float):
             return value
         try:
-            return durations.parse_duration(str(value))
+            seconds = durations.parse_duration(str(value))
         except durations.DurationError:
             self.fail(f"invalid duration {value!r} (examples: 90s, 30m, 1h30m)", param, ctx)
+        if seconds < 0:
+            # EXT-CLI-8: a negative duration is a mistake, never "no limit" (0 is that).
+            self.fail(f"duration {value!r} is negative (0 means none)", param, ctx)
+        return seconds
 
 
 _INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)")
@@ -129,6 +146,16 @@ def output_format(value: str) -> str:
     if lowered not in ("text", "json"):
         raise Failure(f'unknown output format "{value}" (want "text" or "json")')
     return lowered
+
+
+def check_job_state(state: str) -> None:
+    """``rc jobs --state``: an unknown state is refused before any request, listing the valid
+    ones (EXT-CLI-8)."""
+    from resource_controller.core.states import JobState
+
+    valid = [s.value for s in JobState]
+    if state not in valid:
+        raise click.UsageError(f"unknown state {state!r} (valid states: {', '.join(valid)})")
 
 
 def whole_seconds(seconds: float) -> int:

@@ -26,13 +26,22 @@ NO_CONTACT_AFTER = 30
     context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
 )
 @click.option("--select", "selector", default="", metavar="SELECTOR", help="Selector filter.")
-@click.option("-o", "--output", default="text", help="text or json.")
+@click.option(
+    "-o",
+    "--output",
+    default="text",
+    is_flag=False,
+    flag_value="json",
+    metavar="[text|json]",
+    help="text or json; a bare -o means json.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as -o json.")
 def devices(selector: str, output: str, as_json: bool) -> None:
     """The fleet: each device's state, holder, lease age and command."""
-    fmt = "json" if as_json else common.output_format(output)
+    # EXT-CLI-3: -o takes a value; a bare -o (the base switch, CLI-148) and --json mean json.
+    fmt = common.output_format(output)
     if as_json:
-        common.output_format(output)
+        fmt = "json"
     client = api.Client()
     views: list[api.Json] = list(client.state().get("devices") or [])
     if selector:

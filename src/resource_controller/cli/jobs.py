@@ -6,7 +6,8 @@ request is made before a check that can fail (CLI-101, CLI-140).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -23,6 +24,24 @@ EXIT_INTERRUPTED = 130
 def _client(as_flag: str = "") -> api.Client:
     """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
     return api.Client(submitter=as_flag or None)
+
+
+#: EXT-HERE-2: what ``--here`` takes from the caller's environment, and nothing else:
+#: what decides which interpreter and libraries a command gets. A job's ``env`` is
+#: readable by every client (API-020), so no other variable is ever sent.
+HERE_VARIABLES = (
+    "PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+)
+
+
+def here_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``--here`` variables that are set in ``environ`` (EXT-HERE-2)."""
+    return {name: environ[name] for name in HERE_VARIABLES if name in environ}
 
 
 def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -46,6 +65,12 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 @click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
 @click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
+@click.option(
+    "--here/--no-here",
+    default=None,
+    help="Run in this directory with this shell's PATH, virtualenv and library paths"
+    " (default: run.here in the config file).",
+)
 @common.as_option()
 @click.option("--priority", type=common.INT, default=0, help="Queue priority (-10..10).")
 @click.option("--max-runtime", type=common.DURATION, default=0.0, help="Wall-clock ceiling.")
@@ -59,6 +84,7 @@ def run(
     selector: str,
     explain: bool,
     cwd: str,
+    here: bool | None,
     as_: str,
     priority: int,
     max_runtime: float,
@@ -84,6 +110,16 @@ def run(
         _explain(_client(), selector)
         return
     env = _parse_env(env_pairs)
+    if here is None:
+        from resource_controller.client import config
+
+        here = config.settings().run_here()
+    if here:
+        cwd = cwd or os.getcwd()
+        env = {**here_env(os.environ), **env}  # --env wins (EXT-HERE-2)
+    if cwd and not os.path.isabs(cwd):
+        # EXT-HERE-1: relative to where rc runs; an absolute DIR is sent as written.
+        cwd = os.path.normpath(os.path.join(os.getcwd(), cwd))
     common.check_ceiling("--max-runtime", max_runtime)
     common.check_ceiling("--idle-timeout", idle_timeout)
     from resource_controller.cli import run as run_machine
@@ -126,8 +162,9 @@ def _explain(client: api.Client, selector: str) -> None:
     render.out("".join(lines))
 
 
-def _kill(job_id: str, as_: str, verb: str) -> None:
+def _kill(given: str, as_: str, verb: str) -> None:
     client = _client(as_)
+    job_id = client.resolve_job_id(given)  # EXT-CLI-7
     try:
         client.kill(job_id)
     except errors.NotCancellableError as e:
@@ -142,7 +179,10 @@ def _kill(job_id: str, as_: str, verb: str) -> None:
 @click.argument("job_id")
 @common.as_option()
 def kill(job_id: str, as_: str) -> None:
-    """Cancel a queued job, or have its worker stop a running one (owner or admin)."""
+    """Cancel a queued job, or have its worker stop a running one (owner or admin).
+
+    JOB_ID may be a unique prefix of at least 6 characters.
+    """
     _kill(job_id, as_, "kill")
 
 
@@ -167,7 +207,7 @@ def attach(job_id: str) -> None:
     """Re-stream a job's output from the start, following it until the job ends."""
     client = _client()
     try:
-        _copy_stream(client.follow_logs(job_id))
+        _copy_stream(client.follow_logs(client.resolve_job_id(job_id)))  # EXT-CLI-7
     except signals.Interrupted:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
@@ -179,6 +219,7 @@ def logs(follow: bool, job_id: str) -> None:
     """Print a job's stored output (exactly the stored bytes)."""
     client = _client()
     try:
+        job_id = client.resolve_job_id(job_id)  # EXT-CLI-7
         view = client.get_job(job_id)
         if view.job.get("stdio") in ("tty", "pipe"):
             raise common.Failure("logs_not_stored: logs are not stored for attached jobs")
@@ -198,6 +239,8 @@ def logs(follow: bool, job_id: str) -> None:
 def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> None:
     """Search job history fleet-wide, newest first, finished jobs included."""
     fmt = common.output_format(output)
+    if state:
+        common.check_job_state(state)
     found = _client().jobs(device=device, limit=limit, state=state, submitter=submitter)
     if fmt == "json":
         render.out(render.json_compact(found))

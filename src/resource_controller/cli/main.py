@@ -147,14 +147,44 @@ def _exit(code: int) -> NoReturn:
     sys.exit(code)
 
 
+def installed_version() -> str:
+    """The installed package's version, from its metadata (EXT-CLI-8)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("resource-controller")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a package)"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        render.out(f"rc {installed_version()}\n")
+        ctx.exit(0)
+
+
 @click.group(
     cls=LazyGroup,
     context_settings=CONTEXT_SETTINGS,
     no_args_is_help=False,
     help="Exclusive leases on shared hardware: run commands on devices, see the fleet.",
 )
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the installed version.",
+)
 def rc() -> None:
     """Entry group: subcommands do the work."""
+
+
+@rc.command("version", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+def version_command() -> None:
+    """Print the installed version."""
+    render.out(f"rc {installed_version()}\n")
 
 
 @rc.command("help", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)

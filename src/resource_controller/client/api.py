@@ -13,6 +13,7 @@ tests count polls instead of waiting them out.
 from __future__ import annotations
 
 import os
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +42,19 @@ STREAM_GIVE_UP = 17
 TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
 #: Jobs holding a device.
 ACTIVE_STATES = frozenset({"assigned", "running"})
+
+
+#: EXT-CLI-7: the shortest job ID prefix the client resolves, and how many of the jobs
+#: an ambiguous one matches are named.
+MIN_ID_PREFIX = 6
+AMBIGUOUS_SHOWN = 5
+
+#: A complete job ID as this controller makes them (a UUID), used as given.
+_FULL_JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class JobIdError(errors.ClientError):
+    """A job ID prefix that is too short or matches several jobs (EXT-CLI-7)."""
 
 
 class PollGiveUp(errors.ClientError):
@@ -124,8 +138,12 @@ class Client:
     ) -> None:
         self._settings = settings or config.settings()
         if http is None:
-            url = controller if controller else self._settings.controller()
-            http = transport.Transport(url, token if token is not None else self._settings.token())
+            if controller:
+                url, origin = controller, "given to the client"
+            else:
+                url, origin = self._settings.controller(), self._settings.controller_origin()
+            tok = token if token is not None else self._settings.token()
+            http = transport.Transport(url, tok, origin=origin)
         self._http = http
         self._submitter = submitter
         self._sleep = sleep
@@ -242,6 +260,35 @@ class Client:
         ).json()
         jobs: list[Json] = data.get("jobs") or []
         return jobs
+
+    def resolve_job_id(self, given: str, *, timeout: float | None = None) -> str:
+        """The full ID of the job ``given`` names: itself, or a unique prefix (EXT-CLI-7).
+
+        A complete ID is used as given, without a request. Anything else must be at
+        least ``MIN_ID_PREFIX`` characters and is looked up with ``id_prefix``: no match
+        is ``not_found``; several raise ``JobIdError`` naming up to five of them.
+        """
+        if _FULL_JOB_ID.fullmatch(given):
+            return given
+        if len(given) < MIN_ID_PREFIX:
+            raise JobIdError(
+                f"job ID {given!r} is too short: give the full ID or a prefix of at least"
+                f" {MIN_ID_PREFIX} characters"
+            )
+        query = {"id_prefix": given, "limit": str(AMBIGUOUS_SHOWN + 1)}
+        data = self._http.request("GET", "/v1/jobs", query=query, timeout=timeout).json()
+        # Filtered here too, so a controller that ignores the filter cannot pick a wrong job.
+        found = [str(j.get("id") or "") for j in data.get("jobs") or []]
+        found = [i for i in found if i.startswith(given)]
+        if given in found or len(found) == 1:
+            return given if given in found else found[0]
+        if not found:
+            raise errors.ApiError("not_found", f"no job ID starts with {given!r}", 404)
+        shown = ", ".join(found[:AMBIGUOUS_SHOWN])
+        more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+        raise JobIdError(
+            f"job ID prefix {given!r} is ambiguous: it matches {shown}{more} (give more characters)"
+        )
 
     def follow_logs(
         self, job_id: str, *, follow: bool | None = None, offset: int = 0

@@ -24,11 +24,18 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from resource_controller import errors
 
 #: CLI-010/CLI-199: where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"
+
+#: What a transport failure says when nothing configured the controller (EXT-CLI-8).
+DEFAULT_ORIGIN = (
+    "is the built-in default; nothing configures a controller: run rc up to start a local"
+    " one, or set RC_CONTROLLER"
+)
 
 #: The keys the client reads from the file (CLI-021); others are ignored.
 KEYS = ("controller", "token", "submitter")
@@ -48,6 +55,8 @@ class FileConfig:
     token: str | None = None
     #: Submitter identity, trimmed.
     submitter: str | None = None
+    #: ``run: {here: BOOL}``: whether ``rc run`` runs the job where it is typed (EXT-HERE-3).
+    run_here: bool | None = None
 
 
 def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
@@ -75,14 +84,23 @@ def config_path(env: Mapping[str, str] | None = None, platform: str | None = Non
 _SIMPLE_LINE = re.compile(
     r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
 )
+# One ``key: {sub: true}`` line (``run: {here: true}``, EXT-HERE-3): a flow mapping of
+# one plain key to a boolean, which YAML reads the same way.
+_FLAG_LINE = re.compile(
+    r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+\{[ \t]*([A-Za-z_]+):[ \t]+(true|false)[ \t]*\}[ \t]*(?:#.*)?"
+)
 
 
-def _parse_simple(text: str) -> dict[str, str] | None:
+def _parse_simple(text: str) -> dict[str, object] | None:
     """Parse the restricted form ``write_client_config`` writes; ``None`` if it is not that."""
-    out: dict[str, str] = {}
+    out: dict[str, object] = {}
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
+            continue
+        flag = _FLAG_LINE.fullmatch(line.rstrip())
+        if flag is not None and flag.group(1) not in out:
+            out[flag.group(1)] = {flag.group(2): flag.group(3) == "true"}
             continue
         m = _SIMPLE_LINE.fullmatch(line.rstrip())
         if m is None or m.group(1) in out:
@@ -94,7 +112,7 @@ def _parse_simple(text: str) -> dict[str, str] | None:
     return out
 
 
-def _parse_yaml(text: str, path: Path) -> dict[str, str | None]:
+def _parse_yaml(text: str, path: Path) -> dict[str, object]:
     """Parse arbitrary YAML, keeping each wanted scalar's text as written.
 
     The node tree is used instead of ``safe_load`` so that ``token: 0123`` stays the
@@ -107,12 +125,15 @@ def _parse_yaml(text: str, path: Path) -> dict[str, str | None]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
-    out: dict[str, str | None] = {}
+    out: dict[str, object] = {}
     if root is None:
         return out
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
     for key_node, value_node in root.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == "run":
+            out["run"] = _run_section(yaml, value_node, path)
+            continue
         if not isinstance(key_node, yaml.ScalarNode) or key_node.value not in KEYS:
             continue
         if not isinstance(value_node, yaml.ScalarNode):
@@ -122,22 +143,44 @@ def _parse_yaml(text: str, path: Path) -> dict[str, str | None]:
     return out
 
 
+def _run_section(yaml: Any, node: Any, path: Path) -> dict[str, bool]:
+    """The ``run`` mapping (EXT-HERE-3): ``here`` must be a boolean; other keys are ignored."""
+    if node.tag == "tag:yaml.org,2002:null":
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"cannot parse {path}: run is not a mapping")
+    out: dict[str, bool] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.value != "here":
+            continue
+        if value_node.tag != "tag:yaml.org,2002:bool":
+            raise ConfigError(f"cannot parse {path}: run.here is not true or false")
+        out["here"] = str(value_node.value).lower() in ("y", "yes", "true", "on")
+    return out
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
 def parse_config(text: str, path: Path) -> FileConfig:
     """Turn the file's text into values (CLI-021); raise ``ConfigError`` if it is broken."""
-    values: Mapping[str, str | None] | None = _parse_simple(text)
+    values: Mapping[str, object] | None = _parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
 
     def pick(key: str) -> str | None:
         value = values.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"cannot parse {path}: {key} is not a string")
         value = value.strip() if value is not None else None
         return value or None
 
-    return FileConfig(pick("controller"), pick("token"), pick("submitter"))
+    run = values.get("run")
+    here = run.get("here") if isinstance(run, dict) else None
+    if here is not None and not isinstance(here, bool):
+        raise ConfigError(f"cannot parse {path}: run.here is not true or false")
+    return FileConfig(pick("controller"), pick("token"), pick("submitter"), here)
 
 
 def read_config_file(path: Path) -> FileConfig:
@@ -192,9 +235,24 @@ class Settings:
         url = self._env.get("RC_CONTROLLER", "") or self.file.controller or DEFAULT_CONTROLLER
         return url.rstrip("/")
 
+    def controller_origin(self) -> str:
+        """Where ``controller()`` came from, for an unreachable-controller error (EXT-CLI-8)."""
+        if self._env.get("RC_CONTROLLER", ""):
+            return "from RC_CONTROLLER"
+        if self.file.controller:
+            try:
+                return f"from the config file {config_path(self._env)}"
+            except ConfigError:  # pragma: no cover - the file was read, so it was found
+                return "from the config file"
+        return DEFAULT_ORIGIN
+
     def token(self) -> str:
         """Bearer token; empty when none is configured, which the controller refuses (CLI-011)."""
         return self._env.get("RC_TOKEN", "") or self.file.token or ""
+
+    def run_here(self) -> bool:
+        """``run: {here: true}`` in the config file (EXT-HERE-3); false when absent."""
+        return bool(self.file.run_here)
 
     def submitter(self, as_flag: str = "") -> str:
         """The identity for submits and kills, resolved per CLI-030."""
@@ -243,14 +301,31 @@ def _render(values: Mapping[str, object]) -> str:
     for key, value in values.items():
         if isinstance(value, str) and _SIMPLE_LINE.fullmatch(f"{key}: {json.dumps(value)}"):
             lines.append(f"{key}: {json.dumps(value)}\n")
-        else:
-            rest[key] = value
+            continue
+        if isinstance(value, dict) and len(value) == 1:
+            ((sub, flag),) = value.items()
+            line = f"{key}: {{{sub}: {'true' if flag else 'false'}}}"
+            if isinstance(flag, bool) and _FLAG_LINE.fullmatch(line):
+                lines.append(line + "\n")
+                continue
+        rest[key] = value
     text = "".join(lines)
     if rest:
         import yaml
 
         text += yaml.safe_dump(rest, default_flow_style=False, sort_keys=False)
     return text
+
+
+@dataclass(frozen=True)
+class ClientConfigUpdate:
+    """What ``update_client_config`` did, so that ``rc up`` can say it (EXT-HERE-5)."""
+
+    path: Path
+    #: Keys given new values.
+    written: tuple[str, ...]
+    #: Keys whose existing value was kept, with that value.
+    kept: Mapping[str, object]
 
 
 def write_client_config(
@@ -261,11 +336,26 @@ def write_client_config(
 ) -> Path:
     """Record the client side of a local setup in the user config file (EXT-UP-3).
 
+    The path written; ``update_client_config`` also says what was kept.
+    """
+    return update_client_config(controller, token, force, env).path
+
+
+def update_client_config(
+    controller: str,
+    token: str,
+    force: bool,
+    env: Mapping[str, str] | None = None,
+) -> ClientConfigUpdate:
+    """Record the client side of a local setup in the user config file (EXT-UP-3).
+
     Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
-    pointed ``rc`` at a shared controller must not find it silently redirected. Every
-    other key in the file is kept. The file is written atomically with mode 0600 since
-    it holds a credential. A file that exists but cannot be parsed is replaced only
-    with ``force``; without it ``ConfigError`` is raised rather than destroying it.
+    pointed ``rc`` at a shared controller must not find it silently redirected. The
+    file also gains ``run: {here: true}`` (EXT-HERE-3) unless ``run.here`` is already
+    set: that is a preference, so even ``force`` keeps it. Every other key in the file
+    is kept. The file is written atomically with mode 0600 since it holds a
+    credential. A file that exists but cannot be parsed is replaced only with
+    ``force``; without it ``ConfigError`` is raised rather than destroying it.
     """
     path = config_path(env)
     existing: dict[str, object] = {}
@@ -284,11 +374,22 @@ def write_client_config(
             if not force:
                 raise
             existing = {}
+    written: list[str] = []
+    kept: dict[str, object] = {}
     for key, value in (("controller", controller), ("token", token)):
         current = existing.get(key)
         keep = isinstance(current, str) and current.strip() and not force
-        if not keep:
+        if keep:
+            kept[key] = current
+        else:
             existing[key] = value
+            written.append(key)
+    run = existing.get("run")
+    if isinstance(run, dict) and run.get("here") is not None:
+        kept["run.here"] = run["here"]
+    else:
+        existing["run"] = {**(run if isinstance(run, dict) else {}), "here": True}
+        written.append("run.here")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -301,7 +402,7 @@ def write_client_config(
         tmp.unlink(missing_ok=True)
         raise
     reset()
-    return path
+    return ClientConfigUpdate(path, tuple(written), kept)
 
 
 def _load_all(text: str, path: Path) -> dict[str, object]:

@@ -170,7 +170,10 @@ class Stream:
 class Transport:
     """Requests to one controller (or a fail-over list of them) with a bearer token."""
 
-    def __init__(self, base_url: str, token: str) -> None:
+    def __init__(self, base_url: str, token: str, *, origin: str = "") -> None:
+        """``origin`` says where ``base_url`` came from (``from RC_CONTROLLER``, ...); an
+        error that the controller cannot be reached names it (EXT-CLI-8)."""
+        self._origin = origin
         urls = [u.strip().rstrip("/") for u in base_url.split(",")]
         urls = [u for u in urls if u] or [base_url]
         self._bases = [_parse_base(u) for u in urls]
@@ -219,7 +222,12 @@ class Transport:
             self._current = index
             return conn
         assert first_error is not None
-        raise errors.TransportError(f"{request}: {describe_cause(first_error)}") from first_error
+        message = f"{request}: {describe_cause(first_error)}"
+        if self._origin:
+            urls = ", ".join(b.url for b in self._bases)
+            plural = "s" if len(self._bases) > 1 else ""
+            message += f" (controller{plural} {urls} {self._origin})"
+        raise errors.TransportError(message) from first_error
 
     def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
         base = self._bases[self._current]

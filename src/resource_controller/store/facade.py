@@ -85,10 +85,15 @@ class Store:
             return job, jobs.queue_position(c, job)
 
     def list_jobs(
-        self, limit: int = 20, device: str = "", submitter: str = "", state: str = ""
+        self,
+        limit: int = 20,
+        device: str = "",
+        submitter: str = "",
+        state: str = "",
+        id_prefix: str = "",
     ) -> list[JobRecord]:
         with self._tx() as c:
-            return jobs.list_jobs(c, limit, device, submitter, state)
+            return jobs.list_jobs(c, limit, device, submitter, state, id_prefix)
 
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:

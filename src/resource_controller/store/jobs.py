@@ -283,9 +283,18 @@ def release(
 
 
 def list_jobs(
-    conn: sa.Connection, limit: int, device: str = "", submitter: str = "", state: str = ""
+    conn: sa.Connection,
+    limit: int,
+    device: str = "",
+    submitter: str = "",
+    state: str = "",
+    id_prefix: str = "",
 ) -> list[JobRecord]:
-    """Newest first, ties by ID descending (STORE-161)."""
+    """Newest first, ties by ID descending (STORE-161).
+
+    ``id_prefix`` keeps jobs whose ID starts with it (EXT-CLI-7), compared as a plain
+    substring so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
+    """
     if not 1 <= limit <= 200:
         raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
     j = t.jobs.c
@@ -296,6 +305,8 @@ def list_jobs(
         where.append(j.submitter == submitter)
     if state:
         where.append(j.state == state)
+    if id_prefix:
+        where.append(sa.func.substr(j.id, 1, len(id_prefix)) == id_prefix)
     return queries.jobs_where(conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit)
 
 

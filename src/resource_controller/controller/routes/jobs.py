@@ -137,9 +137,15 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
     limit = _limit(q.get("limit"))
     state = q.get("state") or ""
     if state and state not in ALL_JOB_STATES:
-        raise errors.BadRequest(f"unknown state {state!r}")
+        valid = ", ".join(s.value for s in JobState)
+        raise errors.BadRequest(f"unknown state {state!r} (valid states: {valid})")
     found = await svc.db(
-        svc.store.list_jobs, limit, q.get("device") or "", q.get("submitter") or "", state
+        svc.store.list_jobs,
+        limit,
+        q.get("device") or "",
+        q.get("submitter") or "",
+        state,
+        q.get("id_prefix") or "",  # EXT-CLI-7
     )
     out = wire.JobList(jobs=[views.job(j) for j in found])
     return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
