@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 from controller_harness import CLIENT, WORKER, Harness, assert_error
 
+from resource_controller.controller.routes.workers import parse_wait
 from resource_controller.core import states
 
 MIB = 1024 * 1024
@@ -182,3 +183,14 @@ def test_unexpected_failure_in_the_submit_pass_cancels_the_job(
     assert job["state"] == "killed" and job["kill_reason"] == states.REASON_SUBMIT_SCHEDULE
     monkeypatch.setattr(rc.svc.store, "schedule", real)
     assert rc.submit(device_id="gpubox:gpu0")["state"] == "assigned"
+
+
+def test_other_integer_fields_never_500(rc: Harness) -> None:
+    """priority keeps its own code; a lease_epoch is compared, never stored (EXT-LIMITS-5)."""
+    rc.register()
+    r = rc.submit_raw(device_id="gpubox:gpu0", priority=10**30)
+    assert_error(r, 400, "priority_out_of_range")
+    job_id, wid = rc.running_job()
+    r = rc.report(job_id, wid, "succeeded", exit_code=0, lease_epoch=10**30)
+    assert_error(r, 409, "stale_lease")
+    assert parse_wait("9" * 5000 + "h") == parse_wait(None) == 30.0  # API-034: the default
