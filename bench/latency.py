@@ -68,8 +68,13 @@ def ms(s: dict[str, float]) -> str:
 class Fleet:
     """A controller and one worker with four devices, stopped by PID on exit."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(
+        self, tmp: Path, worker_extra: str = "", worker_env: dict[str, str] | None = None
+    ) -> None:
         self.tmp = tmp
+        #: More worker.yaml lines (``poll_wait: 1s``) and environment for the worker.
+        self.worker_extra = worker_extra
+        self.worker_env = worker_env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -88,13 +93,15 @@ class Fleet:
         cfg = self.tmp / "worker.yaml"
         cfg.write_text(
             f"controller_url: {self.url}\ntoken: wtok\nhost: {HOST}\n"
-            "devices: [slot0, slot1, slot2, slot3]\n"
+            f"state_dir: {self.tmp / 'worker-state'}\n"
+            "devices: [slot0, slot1, slot2, slot3]\n" + self.worker_extra
         )
         self.procs.append(
             subprocess.Popen(
                 [RC, "worker", "-c", str(cfg)],
                 stdout=subprocess.DEVNULL,
                 stderr=open(self.tmp / "worker.log", "wb"),
+                env=self.worker_env,
             )
         )
         self._wait(lambda: len(self.get("/v1/devices") or []) == 4, "worker")

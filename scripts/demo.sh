@@ -19,8 +19,9 @@ for _ in $(seq 100); do "$RC" devices >/dev/null 2>&1 && break; sleep 0.1; done
 cat "$DEMO/up.log"
 
 echo; echo "== four jobs contend for two devices"
+# rc up names its client token after $USER, so each --as stays under that name (EXT-WHO-4).
 for i in 1 2 3 4; do
-  "$RC" run --as "demo-$i" -- sh -c "echo job $i on \$RC_DEVICE; sleep 2; echo job $i done" &
+  "$RC" run --as "${USER:-demo}/demo-$i" -- sh -c "echo job $i on \$RC_DEVICE; sleep 2; echo job $i done" &
 done
 sleep 1
 echo; echo "== rc devices"; "$RC" devices

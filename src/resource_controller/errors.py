@@ -16,6 +16,7 @@
     ├── RuntimeAboveCeiling      400 runtime_above_ceiling
     ├── LogsNotStored            400 logs_not_stored
     ├── NotJobOwner              403 not_job_owner
+    ├── NotThisHost              403 forbidden: a named worker token, another host (EXT-WHO-3)
     ├── NoDeviceAvailable        409 no_device_available
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
@@ -136,6 +137,13 @@ class NotJobOwner(RcError):
     """Only the job's submitter (or an admin) may do that."""
 
     code = "not_job_owner"
+    status = 403
+
+
+class NotThisHost(RcError):
+    """A named worker token speaks only for the host of its name."""
+
+    code = "forbidden"
     status = 403
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import os
 import secrets
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from resource_controller.client import config as client_config
 from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
+from resource_controller.core.identity import as_name
 
 TOKENS_FILE = "up-tokens"
 ROLES = ("worker", "client", "admin")
@@ -49,6 +51,20 @@ def load_or_create_tokens(data: Path) -> tuple[dict[str, str], bool]:
     with os.fdopen(fd, "w") as f:
         f.write("".join(f"{r}={tokens[r]}\n" for r in ROLES))
     return tokens, True
+
+
+def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
+    """``RC_TOKENS`` for the in-process controller; the client token carries the local
+    user's name (EXT-WHO-4), so what this user submits is recorded under it."""
+    if user is None:
+        try:
+            user = os.environ.get("USER") or getpass.getuser()
+        except (OSError, KeyError):
+            user = ""
+    name = as_name(user)
+    return ",".join(
+        f"{tokens[r]}:{r}" + (f":{name}" if r == "client" and name else "") for r in ROLES
+    )
 
 
 def gpu_names() -> list[str]:
@@ -81,7 +97,7 @@ def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
     data = data or default_data_dir()
     try:
         tokens, fresh = load_or_create_tokens(data)
-        env = ",".join(f"{tokens[r]}:{r}" for r in ROLES)
+        env = tokens_env(tokens)
         svc = controller.open_services(data, env, Settings())
         host, port = controller.parse_addr(addr)
         sock = controller.bind(host, port)

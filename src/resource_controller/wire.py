@@ -237,6 +237,8 @@ class Explain(_Response):
 
 class Whoami(_Response):
     role: str
+    #: Only when the token has a name (EXT-WHO-4).
+    name: str | None = None
 
 
 class Retired(_Response):

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from resource_controller.controller.auth import TokenError, parse_tokens
+from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 
 EXAMPLE = "RC_TOKENS required, e.g. RC_TOKENS='wtok:worker,ctok:client,atok:admin'"
@@ -27,24 +28,84 @@ EXAMPLE = "RC_TOKENS required, e.g. RC_TOKENS='wtok:worker,ctok:client,atok:admi
 
 
 def test_valid_tokens_parse_to_roles() -> None:
-    # SRV-004: the documented example.
+    # SRV-004: the documented example; no name (EXT-WHO-1: exactly as the base).
     assert parse_tokens("wtok:worker,ctok:client,atok:admin") == {
-        "wtok": Role.WORKER,
-        "ctok": Role.CLIENT,
-        "atok": Role.ADMIN,
+        "wtok": Caller(Role.WORKER),
+        "ctok": Caller(Role.CLIENT),
+        "atok": Caller(Role.ADMIN),
     }
 
 
 def test_entries_are_trimmed_but_nothing_inside_them_is() -> None:
     # SRV-005 step 1: leading/trailing whitespace of an entry goes; inner text stays.
-    assert parse_tokens("  a b:worker ,\tc:client\n") == {"a b": Role.WORKER, "c": Role.CLIENT}
+    assert parse_tokens("  a b:worker ,\tc:client\n") == {
+        "a b": Caller(Role.WORKER),
+        "c": Caller(Role.CLIENT),
+    }
 
 
-def test_token_is_split_at_the_first_colon_only() -> None:
-    # SRV-005 step 2/4: "t:worker:x" is token "t" with role "worker:x", which is no role.
+def test_role_is_the_text_between_the_first_and_second_colon() -> None:
+    # EXT-WHO-1 (changing SRV-005 step 4): "t:worker:x" is token "t", role "worker", name "x".
+    assert parse_tokens("t:worker:x") == {"t": Caller(Role.WORKER, "x")}
+
+
+def test_named_tokens() -> None:
+    # EXT-WHO-1: every character of the charset, 1 and 64 long, beside unnamed entries.
+    full = "AZaz09._@/-"
+    value = f"w:worker:box-1, c:client:{full} ,a:admin:{'n' * 64},p:client,q:client:a"
+    assert parse_tokens(value) == {
+        "w": Caller(Role.WORKER, "box-1"),
+        "c": Caller(Role.CLIENT, full),
+        "a": Caller(Role.ADMIN, "n" * 64),
+        "p": Caller(Role.CLIENT),
+        "q": Caller(Role.CLIENT, "a"),
+    }
+
+
+def _name_error(name: str, role: str = "client") -> str:
+    return (
+        f'malformed name "{name}" for a {role} token in RC_TOKENS'
+        " (1-64 characters of A-Z a-z 0-9 . _ @ / -)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("t:client:", _name_error("")),  # empty
+        ("t:client:" + "n" * 65, _name_error("n" * 65)),  # too long
+        ("t:client:a:b", _name_error("a:b")),  # a third colon is in the name
+        ("t:client:al ice", _name_error("al ice")),  # inner space
+        ("t:client: alice", _name_error(" alice")),  # nothing inside an entry is trimmed
+        ("t:client:al\tice", _name_error("al\tice")),
+        ("t:worker:box+1", _name_error("box+1", "worker")),
+        ("t:admin:root!", _name_error("root!", "admin")),
+        ("t:client:al,ice", 'malformed RC_TOKENS entry "ice"'),  # the comma splits first
+        ("t:client:äl", _name_error("äl")),  # ASCII only
+        ("t:client:a*", _name_error("a*")),
+        ("t:client:~a", _name_error("~a")),
+        ("t:client:a=b", _name_error("a=b")),
+        # The role is checked before the name, the name before duplicates.
+        ("t:Client:alice", 'unknown role "Client" in RC_TOKENS'),
+        ("t::alice", 'unknown role "" in RC_TOKENS'),
+        ("t:client:a,t:client:b b", _name_error("b b")),
+        ("t:client:a,t:admin:b", 'duplicate token "t" in RC_TOKENS'),
+        ("t:client,t:client:a", 'duplicate token "t" in RC_TOKENS'),
+    ],
+)
+def test_malformed_names(value: str, message: str) -> None:
+    # EXT-WHO-1: a malformed name is a start-up error like the others (SRV-006); the
+    # message names the name and the role, never the token.
     with pytest.raises(TokenError) as e:
-        parse_tokens("t:worker:x")
-    assert str(e.value) == 'unknown role "worker:x" in RC_TOKENS'
+        parse_tokens(value)
+    assert str(e.value) == message
+
+
+def test_a_bad_name_never_shows_the_token() -> None:
+    # EXT-WHO-1 / SRV-006: tokens are never logged, and stderr is often a log.
+    with pytest.raises(TokenError) as e:
+        parse_tokens("s3cret-tok:client:bad name")
+    assert "s3cret" not in str(e.value)
 
 
 @pytest.mark.parametrize("value", [None, ""])
@@ -135,6 +196,8 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
         ("a:worker,,b:client", 'malformed RC_TOKENS entry ""'),
         ("a:superuser", 'unknown role "superuser" in RC_TOKENS'),
         ("a:worker,a:admin", 'duplicate token "a" in RC_TOKENS'),
+        # EXT-WHO-1: a malformed name, like any other bad entry.
+        ("a:worker,b:client:al ice", _name_error("al ice")),
     ],
 )
 def test_bad_tokens_exit_1_with_one_line_before_touching_data(

@@ -96,9 +96,12 @@ class Cluster:
             return exc.code, json.loads(raw) if raw else None
 
     def start_controller(
-        self, *args: str, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        tokens: str = "wtok:worker,ctok:client,atok:admin",
     ) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin", **(env or {}))
+        env = dict(os.environ, RC_TOKENS=tokens, **(env or {}))
         log = open(self.tmp / "controller.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [

@@ -47,6 +47,9 @@ class FakeController:
         self.poll_waits: list[str] = []
         self.answers: list[httpx.Response] = []
         self.poll_hold = 0.05
+        #: Called with the requested ``wait`` text when a poll is about to answer 204
+        #: (a test advancing a fake clock by the time the poll "took").
+        self.on_idle_poll: Callable[[str], None] | None = None
         self.register_status = 200
         self.register_hang = False
         #: Answers to terminal reports, in order, before answering 200: a status code
@@ -114,6 +117,8 @@ class FakeController:
                 self.events.append(("poll", "", answer.status_code))
                 return answer
             await asyncio.sleep(self.poll_hold)
+            if self.on_idle_poll is not None:
+                self.on_idle_poll(self.poll_waits[-1])
             self.events.append(("poll", "", 204))
             return httpx.Response(204)
         if parts[:2] == ["v1", "jobs"] and parts[3] == "logs":

@@ -9,6 +9,7 @@ as a real process against a loopback HTTP server to check exit statuses and sign
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from loopback import LoopbackController, start_worker
 from worker_helpers import pids_with_job_prefix, run
 
 from resource_controller import wire
+from resource_controller.clock import FakeClock
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import outbox, probes, procs
 
@@ -169,6 +171,28 @@ def test_failed_and_unstartable_jobs() -> None:  # WRK-101
     assert report["state"] == "failed" and report["exit_code"] == -1
     assert report["reason"].startswith("start: ")
     assert "lease_epoch" not in report
+
+
+def test_a_missing_cwd_fails_the_job_naming_it(tmp_path: Path) -> None:  # EXT-HERE-4
+    ctl = FakeController()
+    missing = str(tmp_path / "not-here")
+    a = job(["pwd"], cwd=missing)
+    ctl.hand_out(a)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    assert ctl.terminal(a["job_id"]) == [
+        {
+            "state": "failed",
+            "exit_code": -1,
+            "reason": f"cwd {missing}: no such directory",
+            "worker_id": "w-1",
+        }
+    ]
 
 
 def test_heartbeat_names_exactly_the_supervised_jobs() -> None:  # WRK-050, WRK-051
@@ -359,6 +383,52 @@ def test_idle_polls_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:  # WRK-
     assert gaps[0] < 0.05  # a poll that started jobs is followed at once
     assert all(g >= 0.095 for g in gaps[2:])
     assert len(ctl.poll_times) <= 8
+
+
+def test_idle_gap_only_after_a_quick_poll() -> None:  # EXT-FAST-4
+    a = agent_mod.Agent(make_config(poll_wait=1.0))
+    assert a.idle_gap(0.0) == agent_mod.IDLE_POLL_GAP
+    assert a.idle_gap(0.49) == agent_mod.IDLE_POLL_GAP  # under half the wait asked for
+    assert a.idle_gap(0.5) == 0.0
+    assert a.idle_gap(1.0) == 0.0  # waited out its term: poll again at once
+    assert a.idle_gap(3.0) == 0.0
+
+
+def _idle_polls_taking(
+    monkeypatch: pytest.MonkeyPatch, took: float, gap: float, run_for: float
+) -> list[float]:
+    """Poll times (real) of an idle worker whose polls each "take" ``took`` seconds on
+    its clock (a fake one, advanced by the controller), with ``IDLE_POLL_GAP = gap``."""
+    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", gap)
+    clock = FakeClock()
+    ctl = FakeController()
+    ctl.poll_hold = 0.01
+    ctl.on_idle_poll = lambda _wait: clock.advance(took)
+
+    async def go() -> None:
+        r = await Running(ctl, make_config(poll_wait=1.0), clock=clock).started()
+        await asyncio.sleep(run_for)
+        await r.finish()
+
+    run(go())
+    return ctl.poll_times
+
+
+def test_a_poll_that_waited_out_its_term_is_reissued_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # EXT-FAST-4
+    # A pause this long would allow one poll in the window; there is none.
+    times = _idle_polls_taking(monkeypatch, took=1.0, gap=30.0, run_for=0.4)
+    assert len(times) >= 5, times
+
+
+def test_a_poll_that_came_back_early_still_pauses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # EXT-FAST-4, WRK-062
+    times = _idle_polls_taking(monkeypatch, took=0.49, gap=0.15, run_for=0.5)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps and all(g >= 0.145 for g in gaps), gaps
+    assert len(times) <= 5
 
 
 def test_shutdown_cancels_jobs_and_reports_them() -> None:  # WRK-130

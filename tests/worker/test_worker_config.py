@@ -49,7 +49,7 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:  # WRK-010, §
     assert cfg.verify_timeout == 30
     assert cfg.verify_pass_budget == 120
     assert cfg.sheet_dir == "/etc/rc"
-    assert cfg.state_dir == "/var/lib/rc-worker"
+    assert cfg.state_dir == wc.default_state_dir(cfg.host, environ={})
     assert cfg.require_manual_clear is False
     dev = cfg.devices[0]
     assert (dev.max_runtime, dev.timeout, dev.release_linger) == (0, 60, 30)
@@ -134,6 +134,46 @@ devices:
     a, b = cfg.devices
     assert (a.timeout, a.release_linger) == (60, 45)  # WRK-016
     assert (b.timeout, b.release_linger) == (7, 45)
+
+
+def test_default_state_dir_is_per_host_for_root(tmp_path: Path) -> None:  # EXT-OUTBOX-1
+    text = BASE + "host: box-a\n"
+    cfg = wc.load_config(write(tmp_path, text), environ={"HOME": "/home/u"}, euid=0)
+    assert cfg.state_dir == "/var/lib/rc-worker/box-a"
+    assert wc.default_state_dir("box-b", euid=0, environ={}) == "/var/lib/rc-worker/box-b"
+
+
+def test_default_state_dir_for_anyone_else(tmp_path: Path) -> None:  # EXT-OUTBOX-1
+    text = BASE + "host: box-a\n"
+    env = {"HOME": "/home/u"}
+    cfg = wc.load_config(write(tmp_path, text), environ=env, euid=1000)
+    assert cfg.state_dir == "/home/u/.local/state/rc-worker/box-a"
+    env["XDG_STATE_HOME"] = "/xdg/state"
+    cfg = wc.load_config(write(tmp_path, text), environ=env, euid=1000)
+    assert cfg.state_dir == "/xdg/state/rc-worker/box-a"
+    # The XDG rules ignore a relative value; an empty one is unset.
+    for ignored in ("relative/state", ""):
+        env["XDG_STATE_HOME"] = ignored
+        got = wc.default_state_dir("box-a", euid=1000, environ=env)
+        assert got == "/home/u/.local/state/rc-worker/box-a"
+    # Without $HOME, the password database's home directory.
+    assert wc.default_state_dir("h", euid=1, environ={}).endswith("/.local/state/rc-worker/h")
+
+
+def test_default_state_dir_is_one_directory_per_host() -> None:  # EXT-OUTBOX-1
+    env = {"HOME": "/home/u"}
+    assert wc.default_state_dir("a/../b", euid=0, environ=env) == "/var/lib/rc-worker/a_.._b"
+    assert wc.default_state_dir("..", euid=0, environ=env) == "/var/lib/rc-worker/_.."
+    assert wc.default_state_dir("a", euid=0, environ=env) != wc.default_state_dir(
+        "b", euid=0, environ=env
+    )
+
+
+def test_an_explicit_state_dir_wins(tmp_path: Path) -> None:  # EXT-OUTBOX-1
+    cfg = wc.load_config(write(tmp_path, BASE + "state_dir: /st\n"), environ={}, euid=1000)
+    assert cfg.state_dir == "/st"
+    cfg = wc.make_config("u", ["g"], host="h", state_dir="/data/worker")
+    assert cfg.state_dir == "/data/worker"
 
 
 def test_apply_defaults_is_idempotent(tmp_path: Path) -> None:  # WRK-010

@@ -54,10 +54,13 @@ def test_open_fails_when_the_state_dir_cannot_be_made(tmp_path: Path) -> None:
     assert str(info.value) == (f"state_dir: mkdir {tmp_path / 'file' / 'state'}: not a directory")
 
 
-def test_one_worker_per_state_dir(tmp_path: Path) -> None:
+def test_one_worker_per_state_dir(tmp_path: Path) -> None:  # EXT-OUTBOX-1
     first = outbox.Outbox.open(str(tmp_path))
-    with pytest.raises(outbox.OutboxError, match="in use by another worker"):
+    with pytest.raises(outbox.OutboxError) as info:
         outbox.Outbox.open(str(tmp_path))
+    text = str(info.value)
+    assert text.startswith(f"state_dir {tmp_path} is in use by another worker process")
+    assert "different host names or each its own state_dir" in text
     first.close()
     outbox.Outbox.open(str(tmp_path)).close()
 

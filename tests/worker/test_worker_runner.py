@@ -195,15 +195,46 @@ def test_start_errors(tmp_path: Path) -> None:  # WRK-100
     assert outcome.reason == f"start: exec {missing}: no such file or directory"
 
     outcome, _, _ = run_job(assignment(["true"], cwd=missing))
-    assert outcome == runner.Outcome(
-        JobState.FAILED, -1, f"start: chdir {missing}: no such file or directory"
-    )
+    assert outcome == runner.Outcome(JobState.FAILED, -1, f"cwd {missing}: no such directory")
 
     plain = tmp_path / "plain.sh"
     plain.write_text("echo hi\n")
     plain.chmod(0o644)
     outcome, _, _ = run_job(assignment([str(plain)]))
     assert outcome == runner.Outcome(JobState.FAILED, -1, f"start: exec {plain}: permission denied")
+
+
+def test_a_cwd_that_cannot_be_used_is_named(tmp_path: Path) -> None:  # EXT-HERE-4, WRK-100
+    # The command exists and would run; the reason names the directory, not the program.
+    missing = tmp_path / "gone" / "x"
+    outcome, _, _ = run_job(assignment(["pwd"], cwd=str(missing)))
+    assert outcome == runner.Outcome(JobState.FAILED, -1, f"cwd {missing}: no such directory")
+
+    plain = tmp_path / "a-file"
+    plain.write_text("")
+    outcome, _, _ = run_job(assignment(["pwd"], cwd=str(plain)))
+    assert outcome == runner.Outcome(JobState.FAILED, -1, f"cwd {plain}: not a directory")
+
+    outcome, _, _ = run_job(assignment(["pwd"], cwd=str(plain / "below")))
+    assert outcome == runner.Outcome(JobState.FAILED, -1, f"cwd {plain / 'below'}: not a directory")
+
+
+def test_check_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # EXT-HERE-4
+    assert runner.check_cwd(str(tmp_path)) is None
+    assert runner.check_cwd(str(tmp_path / "no")) == f"cwd {tmp_path / 'no'}: no such directory"
+    # Not searchable by this user (root passes every access check, so it is simulated).
+    with monkeypatch.context() as m:
+        m.setattr(runner.os, "access", lambda *_: False)
+        denied = runner.check_cwd(str(tmp_path))
+    assert denied == f"cwd {tmp_path}: permission denied"
+
+    def refuse(path: str) -> os.stat_result:
+        raise PermissionError(13, "Permission denied", path)
+
+    with monkeypatch.context() as m:
+        m.setattr(runner.os, "stat", refuse)
+        locked = runner.check_cwd("/locked/x")
+    assert locked == "cwd /locked/x: permission denied"
 
 
 def test_attached_modes_fail_until_the_relay_exists() -> None:  # WTTY-001 shape

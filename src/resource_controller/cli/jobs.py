@@ -100,7 +100,12 @@ def run(
         timeout=timeout,
         no_wait=no_wait,
     )
-    code = run_machine.run(_client(as_), req)
+    client = _client(as_)
+    if as_:
+        from resource_controller.cli.whoami import warn_if_replaced
+
+        warn_if_replaced(client, as_)  # EXT-WHO-4
+    code = run_machine.run(client, req)
     if code:
         raise SystemExit(code)
 

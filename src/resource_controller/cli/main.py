@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("resource_controller.cli.serve:serve", "Run the controller."),
     "worker": ("resource_controller.cli.serve:worker", "Run the device-host agent."),
     "up": ("resource_controller.cli.serve:up", "Run a controller and a worker on this machine."),
+    "whoami": ("resource_controller.cli.whoami:whoami", "Show this token's role and name."),
 }
 
 CONTEXT_SETTINGS = common.CONTEXT_SETTINGS

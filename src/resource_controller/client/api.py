@@ -316,6 +316,11 @@ class Client:
         ).json()
         return data
 
+    def whoami(self, *, timeout: float | None = None) -> Json:
+        """The token's role, and its name when it has one (API-070, EXT-WHO-4)."""
+        data: Json = self._http.request("GET", "/v1/whoami", timeout=timeout).json()
+        return data
+
     def clear(self, device_id: str, *, timeout: float | None = None) -> None:
         """(admin) Return a quarantined device to the pool (CLI-175)."""
         self._http.request("POST", device_path(device_id, segment=True) + "/clear", timeout=timeout)

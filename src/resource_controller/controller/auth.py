@@ -1,13 +1,15 @@
 """Role tokens from ``RC_TOKENS`` and the bearer check (SRV-004..006, AUTH-001..004).
 
-Tokens are compared in constant time and never logged. ``admin`` satisfies every
-role; ``worker`` and ``client`` are disjoint.
+An entry is ``token:role`` or ``token:role:name`` (EXT-WHO-1). Tokens are compared in
+constant time and never logged. ``admin`` satisfies every role; ``worker`` and
+``client`` are disjoint.
 """
 
 from __future__ import annotations
 
 import hmac
 
+from resource_controller.core.identity import NAME_MAX, Caller, valid_name
 from resource_controller.core.states import Role
 
 EXAMPLE = "RC_TOKENS required, e.g. RC_TOKENS='wtok:worker,ctok:client,atok:admin'"
@@ -17,38 +19,49 @@ class TokenError(ValueError):
     """``RC_TOKENS`` is missing or malformed; the message is the start-up error line."""
 
 
-def parse_tokens(value: str | None) -> dict[str, Role]:
-    """Parse ``token:role`` entries, refusing anything ambiguous (SRV-005)."""
+def parse_tokens(value: str | None) -> dict[str, Caller]:
+    """Parse ``token:role[:name]`` entries, refusing anything ambiguous (SRV-005, EXT-WHO-1).
+
+    The role is the text between the first and second colon; after the second colon
+    comes the name, which must be 1-64 characters of ``A-Z a-z 0-9 . _ @ / -``.
+    """
     if not value:
         raise TokenError(EXAMPLE)
-    tokens: dict[str, Role] = {}
+    tokens: dict[str, Caller] = {}
     for raw in value.split(","):
         entry = raw.strip()
-        token, sep, role = entry.partition(":")
+        token, sep, rest = entry.partition(":")
         if not sep:
             raise TokenError(f'malformed RC_TOKENS entry "{entry}"')
         if not token:
             raise TokenError(f'empty token in RC_TOKENS entry "{entry}"')
+        role, named, name = rest.partition(":")
         if role not in {r.value for r in Role}:
             raise TokenError(f'unknown role "{role}" in RC_TOKENS')
+        if named and not valid_name(name):
+            # The name, never the token: the message goes to stderr and into logs.
+            raise TokenError(
+                f'malformed name "{name}" for a {role} token in RC_TOKENS'
+                f" (1-{NAME_MAX} characters of A-Z a-z 0-9 . _ @ / -)"
+            )
         if token in tokens:
             raise TokenError(f'duplicate token "{token}" in RC_TOKENS')
-        tokens[token] = Role(role)
+        tokens[token] = Caller(Role(role), name if named else None)
     return tokens
 
 
 class Authenticator:
-    """Maps a presented bearer token to its role, comparing every known token in constant time."""
+    """Maps a presented bearer token to its caller, comparing every known token in constant time."""
 
-    def __init__(self, tokens: dict[str, Role]) -> None:
-        self._tokens = [(t.encode(), r) for t, r in tokens.items()]
+    def __init__(self, tokens: dict[str, Caller]) -> None:
+        self._tokens = [(t.encode(), c) for t, c in tokens.items()]
 
-    def role_of(self, token: str) -> Role | None:
+    def caller_of(self, token: str) -> Caller | None:
         presented = token.encode()
-        found: Role | None = None
-        for known, role in self._tokens:
+        found: Caller | None = None
+        for known, caller in self._tokens:
             if hmac.compare_digest(known, presented):
-                found = role
+                found = caller
         return found
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""What every route needs: the services bundle, the caller's role, and body parsing.
+"""What every route needs: the services bundle, the caller (role and name), and body parsing.
 
 Bodies are parsed here rather than by the framework so that authentication is always
 checked first (AUTH-003) and a bad body is our ``400 bad_request``, never a 422.
@@ -24,6 +24,7 @@ from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
 from resource_controller.core import expiry, limits
+from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
 from resource_controller.store.logs import LogStore
@@ -96,18 +97,22 @@ class Forbidden(Exception):
         super().__init__(f"a {role.value} token cannot use a {required.value} route")
 
 
-def require(required: Role) -> Callable[[Request], Awaitable[Role]]:
-    """A dependency that authenticates the caller and checks its role (AUTH-001..003)."""
+def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
+    """A dependency that authenticates the caller and checks its role (AUTH-001..003).
 
-    async def check(request: Request) -> Role:
+    It yields the token's ``Caller`` (role and optional name, EXT-WHO-1) for the routes
+    whose rules depend on who calls (EXT-WHO-2, EXT-WHO-3).
+    """
+
+    async def check(request: Request) -> Caller:
         svc: Services = request.app.state.services
         token = svc.auth.bearer(request.headers.get("authorization"))
-        role = svc.auth.role_of(token) if token else None
-        if role is None:
+        caller = svc.auth.caller_of(token) if token else None
+        if caller is None:
             raise Unauthorized()
-        if not satisfies(role, required):
-            raise Forbidden(role, required)
-        return role
+        if not satisfies(caller.role, required):
+            raise Forbidden(caller.role, required)
+        return caller
 
     return check
 

@@ -164,6 +164,9 @@ def run(addr: str, data: Path, retain: bool) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # EXT-METRICS-2: events at the default level, not migration steps or requests.
+    for name in ("alembic", "uvicorn.access", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         svc = open_services(
             data,

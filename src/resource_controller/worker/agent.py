@@ -65,7 +65,8 @@ log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 120.0
 #: Wait after a failed poll (WRK-061). *(test hook)*
 POLL_ERROR_BACKOFF = 2.0
-#: Minimum gap after a poll that started nothing (WRK-062). *(test hook)*
+#: Minimum gap after a poll that started nothing and came back early (WRK-062,
+#: EXT-FAST-4). *(test hook)*
 IDLE_POLL_GAP = 0.25
 #: How long shutdown waits for job tasks before abandoning them (WRK-130). *(test hook)*
 SHUTDOWN_WAIT = 45.0
@@ -497,15 +498,29 @@ class Agent:
     # ---- poll loop ---------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
-        """Long-poll forever; errors back off 2 s, idle polls leave 250 ms (§6)."""
+        """Long-poll forever; errors back off 2 s, quick idle polls leave 250 ms (§6)."""
         wait = durations.render_duration(self.config.poll_wait)
         while True:
+            asked = self.clock.monotonic()
             started = await self.poll_once(wait)
             if started is None:
                 await asyncio.sleep(POLL_ERROR_BACKOFF)
             elif started == 0:
+                took = self.clock.monotonic() - asked
                 await self.maybe_reregister()  # WRK-062: before the idle gap
-                await asyncio.sleep(IDLE_POLL_GAP)
+                gap = self.idle_gap(took)
+                if gap > 0:
+                    await asyncio.sleep(gap)
+
+    def idle_gap(self, took: float) -> float:
+        """The pause after a poll that started nothing and came back after ``took`` s.
+
+        EXT-FAST-4 (refines WRK-062): at least ``IDLE_POLL_GAP`` only when the poll came
+        back in less than half the wait it asked for (a controller or proxy answering at
+        once, the case the pause exists for); a long poll that waited out its term is
+        re-issued at once, or a device freed just as it ended would wait for nothing.
+        """
+        return IDLE_POLL_GAP if took < self.config.poll_wait / 2 else 0.0
 
     async def maybe_reregister(self) -> bool:
         """Register again if it is owed, due, and safe right now (WRK-150..153).
@@ -760,7 +775,16 @@ def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None
     return asyncio.run(_serve_until_signal(config, clock))
 
 
+#: Libraries that log every request at INFO; kept to their warnings (EXT-METRICS-2).
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
 def _setup_logging() -> None:
+    """Readable text on stderr; at the default level, events only (EXT-METRICS-2).
+
+    Registration, a job starting and ending, warnings: not every poll, heartbeat and
+    report, so a quiet fleet writes almost nothing.
+    """
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(
@@ -768,6 +792,8 @@ def _setup_logging() -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(config_path: str = worker_config.DEFAULT_PATH) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,7 +42,10 @@ DEFAULT_VERIFY_DIR = "/etc/rc/verify.d"
 DEFAULT_VERIFY_TIMEOUT = 30.0
 DEFAULT_VERIFY_PASS_BUDGET = 120.0
 DEFAULT_SHEET_DIR = "/etc/rc"
-DEFAULT_STATE_DIR = "/var/lib/rc-worker"
+#: Parent of the default state directory for root; ``<parent>/<host>`` (EXT-OUTBOX-1).
+ROOT_STATE_PARENT = "/var/lib/rc-worker"
+#: Under ``$XDG_STATE_HOME`` (default ``~/.local/state``) for anyone else.
+USER_STATE_SUBDIR = "rc-worker"
 
 _ON_WORDS = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 _OFF_WORDS = frozenset({"0", "f", "F", "false", "FALSE", "False"})
@@ -107,7 +111,8 @@ class WorkerConfig(BaseModel):
     verify_pass_budget: float = DEFAULT_VERIFY_PASS_BUDGET
     sheet_dir: str = DEFAULT_SHEET_DIR
     require_manual_clear: bool = False
-    state_dir: str = DEFAULT_STATE_DIR
+    #: Empty until ``apply_defaults`` gives it the per-host default (EXT-OUTBOX-1).
+    state_dir: str = ""
 
     def device_id(self, name: str) -> str:
         """``<host>:<name>``, joined with exactly one colon (§0)."""
@@ -118,12 +123,50 @@ def _positive_or(value: float, default: float) -> float:
     return value if value > 0 else default
 
 
-def apply_defaults(config: WorkerConfig) -> WorkerConfig:
+def _path_component(host: str) -> str:
+    """``host`` as one directory name: never a separator, never ``.`` or ``..``."""
+    name = host.replace(os.sep, "_").replace("\0", "_")
+    return "_" + name if name in ("", ".", "..") else name
+
+
+def default_state_dir(
+    host: str, *, euid: int | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The state directory when ``state_dir`` is unset: one per host name (EXT-OUTBOX-1).
+
+    ``/var/lib/rc-worker/<host>`` for root (euid 0); ``$XDG_STATE_HOME/rc-worker/<host>``
+    for anyone else, ``$XDG_STATE_HOME`` defaulting to ``~/.local/state`` (a relative
+    value is ignored, as the XDG base directory rules say). Per host, so two workers
+    with different ``host:`` on one machine never share one; two with the same host
+    name still meet at the lock. ``euid`` and ``environ`` default to this process's.
+    """
+    uid = os.geteuid() if euid is None else euid
+    env = os.environ if environ is None else environ
+    leaf = _path_component(host)
+    if uid == 0:
+        return os.path.join(ROOT_STATE_PARENT, leaf)
+    base = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):
+        home = env.get("HOME", "")
+        if not home:
+            try:
+                home = pwd.getpwuid(uid).pw_dir
+            except KeyError:
+                home = "/"
+        base = os.path.join(home, ".local", "state")
+    return os.path.join(base, USER_STATE_SUBDIR, leaf)
+
+
+def apply_defaults(
+    config: WorkerConfig, *, euid: int | None = None, environ: Mapping[str, str] | None = None
+) -> WorkerConfig:
     """Give every unset value its default (WRK-010, WRK-016); applying it twice is a no-op.
 
     Zero or negative durations and empty paths count as unset. A device's hook timeout
     and linger resolve to its own value, else the host's, else the built-in default.
+    ``euid`` and ``environ`` decide the default state directory (``default_state_dir``).
     """
+    host = config.host or socket.gethostname()
     hooks = HooksConfig(
         timeout=_positive_or(config.hooks.timeout, DEFAULT_HOOK_TIMEOUT),
         release_linger=_positive_or(config.hooks.release_linger, DEFAULT_RELEASE_LINGER),
@@ -140,7 +183,7 @@ def apply_defaults(config: WorkerConfig) -> WorkerConfig:
     )
     return config.model_copy(
         update={
-            "host": config.host or socket.gethostname(),
+            "host": host,
             "devices": devices,
             "hooks": hooks,
             "heartbeat_interval": _positive_or(
@@ -156,7 +199,7 @@ def apply_defaults(config: WorkerConfig) -> WorkerConfig:
                 config.verify_pass_budget, DEFAULT_VERIFY_PASS_BUDGET
             ),
             "sheet_dir": config.sheet_dir or DEFAULT_SHEET_DIR,
-            "state_dir": config.state_dir or DEFAULT_STATE_DIR,
+            "state_dir": config.state_dir or default_state_dir(host, euid=euid, environ=environ),
         }
     )
 
@@ -401,8 +444,13 @@ def _manual_clear_from_env(value: str | None) -> bool:
     return True
 
 
-def load_config(path: str, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+def load_config(
+    path: str, environ: Mapping[str, str] | None = None, *, euid: int | None = None
+) -> WorkerConfig:
     """Read, validate and default ``worker.yaml``, then apply WRK-020/021.
+
+    ``environ`` and ``euid`` (this process's by default) also decide the default
+    ``state_dir`` (EXT-OUTBOX-1).
 
     Raises ``ConfigError`` whose message is the exact one-liner of §2.3.
     """
@@ -481,6 +529,6 @@ def load_config(path: str, environ: Mapping[str, str] | None = None) -> WorkerCo
         require_manual_clear=manual,
         state_dir=raw.state_dir or "",
     )
-    config = apply_defaults(resolved)
+    config = apply_defaults(resolved, euid=euid, environ=env)
     validate_config(config, path)
     return config

@@ -249,8 +249,12 @@ class Outbox:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
+            # EXT-OUTBOX-1: the default is per host name, so this is a second worker
+            # with the same host (or an explicit state_dir shared by mistake).
             raise OutboxError(
-                f"state_dir {state_dir} is in use by another worker process ({exc.strerror})"
+                f"state_dir {state_dir} is in use by another worker process "
+                f"({exc.strerror}): two workers on one machine need different host "
+                "names or each its own state_dir in worker.yaml"
             ) from exc
         box = cls(os.path.join(state_dir, SUBDIR), fd, clock)
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,26 @@ def job_argv(assignment: wire.Assignment) -> list[str]:
 
 class _StartError(Exception):
     """The process could not be started; the message is the ``<os error>`` text."""
+
+
+def check_cwd(cwd: str) -> str | None:
+    """Why the job cannot run in ``cwd``, naming it (EXT-HERE-4), or ``None`` if it can.
+
+    Checked before the spawn, because the error a failed ``chdir`` in the child comes
+    back with is easily read as the program's (``exec /usr/bin/pwd: no such file or
+    directory``) when the program is fine and the directory is what is missing.
+    """
+    try:
+        st = os.stat(cwd)
+    except FileNotFoundError:
+        return f"cwd {cwd}: no such directory"
+    except OSError as exc:
+        return f"cwd {cwd}: {(exc.strerror or str(exc)).lower()}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"cwd {cwd}: not a directory"
+    if not os.access(cwd, os.X_OK):
+        return f"cwd {cwd}: permission denied"
+    return None
 
 
 def _resolve(name: str, env: Mapping[str, str]) -> str:
@@ -253,6 +274,10 @@ async def supervise(
     """
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
+    if cwd:
+        problem = check_cwd(cwd)
+        if problem is not None:
+            return Outcome(JobState.FAILED, -1, problem)
     try:
         executable = _resolve(argv[0], env)
     except _StartError as exc:
@@ -273,7 +298,12 @@ async def supervise(
             start_new_session=True,
         )
     except OSError as exc:
-        # Python names the directory when chdir failed and the program otherwise.
+        # Python names the directory when chdir failed and the program otherwise (but
+        # not every event loop says which): a directory that fails the check now was
+        # what failed, whatever the error names (EXT-HERE-4).
+        problem = check_cwd(cwd) if cwd else None
+        if problem is not None:
+            return Outcome(JobState.FAILED, -1, problem)
         if cwd and exc.filename == cwd:
             text = procs.os_error_text("chdir", cwd, exc)
         else:

@@ -11,6 +11,7 @@ from resource_controller import errors, wire
 from resource_controller.controller import deps, views
 from resource_controller.controller.deps import Services
 from resource_controller.core import limits, selectors
+from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.records import RecoveryHistory
 
@@ -18,7 +19,7 @@ router = APIRouter()
 Svc = Annotated[Services, Depends(deps.services)]
 Client = Depends(deps.require(Role.CLIENT))
 Admin = Depends(deps.require(Role.ADMIN))
-CallerRole = Annotated[Role, Depends(deps.require(Role.CLIENT))]
+ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
 
 def _json(model: wire._Response | list[wire.DeviceView], status: int = 200) -> Response:
@@ -108,8 +109,9 @@ async def explain(request: Request, svc: Svc) -> Response:
 
 
 @router.get("/v1/whoami", response_model=wire.Whoami)
-async def whoami(role: CallerRole) -> Response:
-    return _json(wire.Whoami(role=role.value))
+async def whoami(caller: ClientCaller) -> Response:
+    """The caller's role, and its name when the token has one (API-070, EXT-WHO-4)."""
+    return _json(wire.Whoami(role=caller.role.value, name=caller.name))
 
 
 @router.post("/v1/devices/{device_id}/clear", dependencies=[Admin])

@@ -14,7 +14,8 @@ from fastapi.responses import StreamingResponse
 from resource_controller import errors, wire
 from resource_controller.controller import deps, views
 from resource_controller.controller.deps import Services
-from resource_controller.core import selectors, states
+from resource_controller.core import identity, selectors, states
+from resource_controller.core.identity import Caller
 from resource_controller.core.states import ACTIVE, ALL_JOB_STATES, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import Assigned, JobRecord
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 Svc = Annotated[Services, Depends(deps.services)]
 Client = Depends(deps.require(Role.CLIENT))
-CallerRole = Annotated[Role, Depends(deps.require(Role.CLIENT))]
+ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
 #: Safety-net re-check of a followed job's state when no wake-up arrives (LOG-003 step 4).
 FOLLOW_RECHECK = 1.0
@@ -85,9 +86,11 @@ def wake_assigned(svc: Services, assigned: list[Assigned]) -> None:
 
 
 @router.post("/v1/jobs", status_code=201, response_model=wire.Job, response_model_exclude_none=True)
-async def submit(request: Request, svc: Svc, _: CallerRole) -> Response:
+async def submit(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     """Enqueue, run one scheduling pass at once, answer with the job (API-042)."""
     req = await deps.body(request, wire.SubmitRequest)
+    # EXT-WHO-2: a named token's submit is recorded under its name.
+    req.submitter = identity.recorded_submitter(caller, req.submitter)
     new = validate_submit(req)
 
     def enqueue_and_schedule() -> tuple[JobRecord, list[Assigned]]:
@@ -155,16 +158,16 @@ async def get_job(job_id: str, svc: Svc) -> Response:
 
 
 @router.post("/v1/jobs/{job_id}/kill")
-async def kill(job_id: str, request: Request, svc: Svc, role: CallerRole) -> Response:
-    """Cancel a queued job or flag an active one for its worker (API-046)."""
+async def kill(job_id: str, request: Request, svc: Svc, caller: ClientCaller) -> Response:
+    """Cancel a queued job or flag an active one for its worker (API-046, EXT-WHO-2)."""
     req = await deps.body(request, wire.KillRequest, empty_ok=False)
     job = await svc.db(svc.store.job, job_id)
-    admin = role == Role.ADMIN
-    if not admin and req.submitter != job.submitter:
-        raise errors.NotJobOwner(
-            f"job {job_id} belongs to {job.submitter!r}, not {req.submitter!r}"
-        )
-    reason = states.kill_reason(req.submitter, admin=admin)
+    if not identity.may_end(caller, job.submitter, req.submitter):
+        who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
+        raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
+    # A named token's reason names who it is, as its submits do (EXT-WHO-2).
+    submitter = identity.recorded_submitter(caller, req.submitter)
+    reason = states.kill_reason(submitter, admin=caller.admin)
     if job.state == JobState.QUEUED:
         if not await svc.db(svc.store.cancel_queued, job_id, reason):
             raise errors.NotCancellable(f"job {job_id} already started")

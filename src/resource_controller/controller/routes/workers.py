@@ -12,6 +12,7 @@ from resource_controller import errors, wire
 from resource_controller.controller import deps
 from resource_controller.controller.deps import Services
 from resource_controller.core import durations, expiry
+from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Role
 from resource_controller.store.records import AutoRecovery, JobRecord, Registration
 
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 Svc = Annotated[Services, Depends(deps.services)]
 Worker = Depends(deps.require(Role.WORKER))
+WorkerCaller = Annotated[Caller, Depends(deps.require(Role.WORKER))]
 
 SHEET_CAP = 65536
 HEARTBEAT_CAP = 65536
@@ -38,11 +40,17 @@ def _check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> No
             )
 
 
-@router.post("/v1/workers/register", dependencies=[Worker], response_model=wire.RegisterResponse)
-async def register(request: Request, svc: Svc) -> wire.RegisterResponse:
+@router.post("/v1/workers/register", response_model=wire.RegisterResponse)
+async def register(request: Request, svc: Svc, caller: WorkerCaller) -> wire.RegisterResponse:
     req = await deps.body(request, wire.RegisterRequest)
     if not req.host:
         raise errors.BadRequest("host must not be empty")
+    # EXT-WHO-3: a named worker token speaks only for its own host. An admin token
+    # (which satisfies worker routes, AUTH-002) keeps its override, named or not.
+    if caller.role == Role.WORKER and caller.name is not None and req.host != caller.name:
+        raise errors.NotThisHost(
+            f"a worker token named {caller.name!r} cannot register host {req.host!r}"
+        )
     _check_sheets(req.sheet, req.device_sheets)
     declared = [(d.name, max(0, d.max_runtime_seconds or 0)) for d in req.devices]
     names = [d.name for d in req.devices]
