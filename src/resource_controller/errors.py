@@ -23,7 +23,8 @@
     ├── DeviceBusy               409 device_busy
     ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
     ├── LogError                 500 log_error
-    ├── TooLarge                 413 body_too_large / chunk_too_large / sheet_too_large
+    ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
+    │                            a heartbeat over 64 KiB) / chunk_too_large / sheet_too_large
     ├── NoDevice                 internal: nothing matching was free (never on the wire)
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from resource_controller import bounded as b
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -22,8 +24,8 @@ class _Response(BaseModel):
 
 
 class DeviceDecl(_Request):
-    name: StrictStr
-    max_runtime_seconds: StrictInt | None = None
+    name: b.DeviceName
+    max_runtime_seconds: b.Seconds | None = None
 
 
 class RecoveryProof(_Request):
@@ -33,7 +35,7 @@ class RecoveryProof(_Request):
 
 
 class RegisterRequest(_Request):
-    host: StrictStr = ""
+    host: b.HostName = ""
     boot_id: StrictStr = ""
     devices: list[DeviceDecl] = Field(default_factory=list)
     recovery: RecoveryProof | None = None
@@ -48,8 +50,8 @@ class RegisterResponse(_Response):
 
 
 class LabelsPush(_Request):
-    host: StrictStr = ""
-    devices: list[StrictStr] = Field(default_factory=list)
+    host: b.HostName = ""
+    devices: list[b.DeviceName] = Field(default_factory=list)
     labels: dict[str, dict[str, StrictStr]] | None = None
     declared_labels: dict[str, dict[str, StrictStr]] | None = None
     sheet: StrictStr | None = None
@@ -85,7 +87,7 @@ class AssignmentsResponse(_Response):
 class StatusReport(_Request):
     worker_id: StrictStr = ""
     state: StrictStr = ""
-    exit_code: StrictInt | None = None
+    exit_code: b.ExitCode | None = None
     reason: StrictStr = ""
     lease_epoch: StrictInt | None = None
 
@@ -99,23 +101,23 @@ class FaultReport(_Request):
 
 class SubmitRequest(_Request):
     device_id: StrictStr = ""
-    selector: StrictStr = ""
-    command: list[StrictStr] | None = None
-    cwd: StrictStr = ""
-    env: dict[str, StrictStr] | None = None
-    submitter: StrictStr = ""
-    idempotency_key: StrictStr = ""
+    selector: b.SelectorText = ""
+    command: b.Command | None = None
+    cwd: b.Cwd = ""
+    env: b.Env | None = None
+    submitter: b.Submitter = ""
+    idempotency_key: b.IdempotencyKey = ""
     priority: StrictInt = 0
-    max_runtime_seconds: StrictInt = 0
-    idle_timeout_seconds: StrictInt = 0
+    max_runtime_seconds: b.Seconds = 0
+    idle_timeout_seconds: b.Seconds = 0
     no_wait: StrictBool = False
     kind: StrictStr = ""
-    reason: StrictStr = ""
+    reason: b.Reason = ""
     stdio: StrictStr = ""
 
 
 class KillRequest(_Request):
-    submitter: StrictStr = ""
+    submitter: b.Submitter = ""
 
 
 class Job(_Response):

@@ -51,7 +51,11 @@ def test_register_sets_and_clears_the_runtime_ceiling(rc: Harness) -> None:
         400,
         "runtime_above_ceiling",
     )
-    rc.register("gpubox", ({"name": "gpu0", "max_runtime_seconds": -5},))
+    # EXT-LIMITS-1: a negative ceiling is refused, naming the field (no longer read as 0).
+    body = {"host": "gpubox", "devices": [{"name": "gpu0", "max_runtime_seconds": -5}]}
+    r = rc.worker.post(REGISTER, json=body)
+    assert "devices.0.max_runtime_seconds" in assert_error(r, 400, "bad_request")
+    rc.register("gpubox", ({"name": "gpu0", "max_runtime_seconds": 0},))
     assert rc.submit(device_id="gpubox:gpu0", max_runtime_seconds=10_000)["state"] == "assigned"
 
 

@@ -430,3 +430,17 @@ def test_make_config_refuses_what_the_file_refuses() -> None:
         wc.make_config("u", [wc.DeviceConfig(name="g", max_runtime=0.5)])
     with pytest.raises(wc.ConfigError, match="poll_wiat"):
         wc.make_config("u", ["g"], poll_wiat=1)
+
+
+@pytest.mark.parametrize("name", ["gpu 0", "a/b", "g?x", "d" * 129])
+def test_device_name_the_controller_would_refuse(tmp_path: Path, name: str) -> None:
+    """EXT-LIMITS-2: at most 128 characters of A-Z a-z 0-9 . _ - ; refused at start-up."""
+    msg = load_error(tmp_path, f"controller_url: x\ndevices: [{{name: '{name}'}}]\n")
+    assert f"device name {name!r}" in msg and "128" in msg
+
+
+def test_max_runtime_above_the_controller_range(tmp_path: Path) -> None:  # EXT-LIMITS-1
+    msg = load_error(tmp_path, "controller_url: x\ndevices: [{name: g, max_runtime: 600000h}]\n")
+    assert "2147483647" in msg
+    cfg = load(tmp_path, "controller_url: x\ndevices: [{name: g, max_runtime: 596523h}]\n")
+    assert cfg.devices[0].max_runtime_seconds == 596523 * 3600

@@ -23,7 +23,7 @@ from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
-from resource_controller.core import expiry
+from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
@@ -170,5 +170,29 @@ def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
     return None
 
 
+async def read_capped(
+    request: Request, cap: int, what: str = "JSON body", code: str = "body_too_large"
+) -> bytes:
+    """The raw body, refused with ``413`` once it passes ``cap`` bytes (EXT-LIMITS-2).
+
+    A declared ``Content-Length`` over the cap is refused before a byte is read; a
+    chunked (or lying) body is counted while it streams, and nothing past the cap is
+    read or kept, so an oversized request costs at most ``cap`` bytes of memory.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and len(declared) <= 20 and int(declared) > cap:
+        raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > cap:
+            raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)
+        parts.append(part)
+    return b"".join(parts)
+
+
 async def body(request: Request, model: type[M], *, empty_ok: bool = True) -> M:
-    return parse_model(await request.body(), model, empty_ok=empty_ok)
+    """Read (at most ``limits.BODY_BYTES``) and validate a JSON body."""
+    raw = await read_capped(request, limits.BODY_BYTES)
+    return parse_model(raw, model, empty_ok=empty_ok)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import selectors
+from resource_controller.core import limits, selectors
 from resource_controller.core.states import (
     ACTIVE,
     TERMINAL,
@@ -61,6 +61,11 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
     if req.device_id and req.selector:
         raise errors.BadRequest("give device_id or selector, not both")
     runtime = int(req.max_runtime)
+    for name, value in (("max_runtime", runtime), ("idle_timeout", int(req.idle_timeout))):
+        if not limits.SECONDS.low <= value <= limits.SECONDS.high:
+            # The API refuses these first (EXT-LIMITS-1); never store a runtime that
+            # escapes a ceiling (negative) or overflows a lease deadline (huge).
+            raise errors.BadRequest(f"{name} must be in {limits.SECONDS.text()} seconds")
     selector_text = ""
     if not req.device_id:
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).

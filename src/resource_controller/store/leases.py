@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -110,7 +111,8 @@ def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) 
     )
     if flipped.rowcount != 1:
         return "not_ready"
-    runtime = job.max_runtime or device.max_runtime
+    # Only a positive request is a runtime of its own; anything else inherits (STORE-065).
+    runtime = job.max_runtime if job.max_runtime > 0 else device.max_runtime
     moved = conn.execute(
         sa.update(t.jobs)
         .where(t.jobs.c.id == job.id, t.jobs.c.state == JobState.QUEUED)
@@ -171,11 +173,11 @@ def _queued_in_order(
     every pass would make each submit cost O(queue length).
     """
     j = t.jobs.c
-    after: JobRecord | None = None
+    after: tuple[int, int, int] | None = None
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
-            p, q, n = after.priority, after.queued_at, after.seq
+            p, q, n = after
             where.append(
                 sa.or_(
                     j.priority < p,
@@ -184,11 +186,46 @@ def _queued_in_order(
                 )
             )
         with transaction() as tx:
-            page = queries.jobs_where(tx, *where, order=queries.QUEUE_ORDER, limit=QUEUE_PAGE)
-        yield from page
-        if len(page) < QUEUE_PAGE:
+            q_page = sa.select(t.jobs).where(*where).order_by(*queries.QUEUE_ORDER)
+            rows = tx.execute(q_page.limit(QUEUE_PAGE)).all()
+        for row in rows:
+            job = _decode(row)
+            if job is not None:
+                yield job
+        if len(rows) < QUEUE_PAGE:
             return
-        after = page[-1]
+        after = (rows[-1].priority, rows[-1].queued_at, rows[-1].seq)
+
+
+def _decode(row: sa.Row[Any]) -> JobRecord | None:
+    """The row as a record; None (logged) when it cannot be read, so the pass goes on."""
+    try:
+        return JobRecord.from_row(row)
+    except Exception:
+        _report_skip(str(row.id), "its row cannot be read")
+        return None
+
+
+#: Jobs already reported as skipped; a pass runs every second, the log says it once.
+_skipped: set[str] = set()
+
+
+def _report_skip(job_id: str, why: str) -> None:
+    """Log a job the pass cannot handle, with its ID (EXT-LIMITS-3); once per job."""
+    if job_id in _skipped:
+        log.debug("queued job %s skipped again: %s", job_id, why)
+        return
+    if len(_skipped) >= 10_000:
+        _skipped.clear()
+    _skipped.add(job_id)
+    log.error("queued job %s skipped by the scheduling pass: %s", job_id, why, exc_info=True)
+
+
+def _row_fault(exc: Exception) -> bool:
+    """True when ``exc`` comes from one job's own data rather than from a database outage."""
+    if isinstance(exc, errors.StoreError):
+        return isinstance(exc.__cause__, (sa.exc.DataError, sa.exc.IntegrityError))
+    return True
 
 
 class _LazyLabels:
@@ -227,6 +264,43 @@ def _reserve_vanished(
         reserved.setdefault(device_id, job_id)
 
 
+def _place(
+    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    now: int,
+    job: JobRecord,
+    devices: list[DeviceRecord],
+    by_id: dict[str, DeviceRecord],
+    labels: _LazyLabels,
+    reserved: dict[str, str],
+    taken: set[str],
+    assigned: list[Assigned],
+) -> None:
+    """One job's turn in the pass: assign it a free candidate, else reserve its candidates."""
+    candidates = _candidates(job, devices, labels.get() if job.selector else {})
+    if candidates is None:
+        log.error("queued job %s has a selector that no longer parses: %r", job.id, job.selector)
+        return
+    if not candidates:
+        log.warning("queued job %s matches no device it could run on", job.id)
+        return
+    available = [d for d in candidates if d not in reserved]
+    if not available:
+        return
+    for device_id in available:
+        device = by_id.get(device_id)
+        if device is None or device.state != DeviceState.READY or device_id in taken:
+            continue  # not ready: nothing readies a device while the pass holds the lock
+        outcome = _try_assign(transaction, now, job, device)
+        if outcome == "assigned":
+            taken.add(device_id)
+            assigned.append(Assigned(job.id, device.worker_id))
+            return
+        if outcome == "not_queued":
+            return  # cancelled since the snapshot: reserve nothing (STORE-063)
+    for device_id in available:
+        reserved[device_id] = job.id
+
+
 def schedule_pass(
     conn: sa.Connection,
     now: int,
@@ -254,35 +328,14 @@ def schedule_pass(
             # longer exist (STORE-062), which one query finds.
             _reserve_vanished(transaction, by_id, reserved)
             break
-        candidates = _candidates(job, devices, labels.get() if job.selector else {})
-        if candidates is None:
-            log.error(
-                "queued job %s has a selector that no longer parses: %r", job.id, job.selector
-            )
-            continue
-        if not candidates:
-            log.warning("queued job %s matches no device it could run on", job.id)
-            continue
-        available = [d for d in candidates if d not in reserved]
-        if not available:
-            continue
-        placed = False
-        for device_id in available:
-            device = by_id.get(device_id)
-            if device is None or device.state != DeviceState.READY or device_id in taken:
-                continue  # not ready: nothing readies a device while the pass holds the lock
-            outcome = _try_assign(transaction, now, job, device)
-            if outcome == "assigned":
-                taken.add(device_id)
-                assigned.append(Assigned(job.id, device.worker_id))
-                placed = True
-                break
-            if outcome == "not_queued":
-                placed = True  # cancelled since the snapshot: reserve nothing (STORE-063)
-                break
-        if not placed:
-            for device_id in available:
-                reserved[device_id] = job.id
+        try:
+            _place(transaction, now, job, devices, by_id, labels, reserved, taken, assigned)
+        except Exception as exc:
+            # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
+            # back, it reserves nothing, and the jobs behind it are still placed.
+            if not _row_fault(exc):
+                raise
+            _report_skip(job.id, f"{type(exc).__name__}: {exc}")
     new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
     # Each assignment already deleted its device's row (STORE-065 step 6).
     current = {(j, d) for j, d in old_reservations if d not in taken}

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
-from resource_controller.core import durations
+from resource_controller.core import durations, limits
 from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
@@ -217,12 +217,23 @@ def validate_config(config: WorkerConfig, where: str) -> None:
     for d in config.devices:
         if not d.name:
             raise ConfigError(f"device entry needs a name in {where}")
+        if not limits.name_ok(d.name):
+            # The controller refuses it at registration (EXT-LIMITS-2): say so at start-up.
+            raise ConfigError(
+                f"device name {d.name!r} in {where} must be at most {limits.NAME_CHARS} "
+                f"characters of {limits.NAME_ALPHABET}"
+            )
         if d.name in seen:
             raise ConfigError(f"duplicate device name {d.name!r} in {where}")
         seen.add(d.name)
         for key, path in (("on_acquire", d.on_acquire), ("on_release", d.on_release)):
             if path is not None and not path.strip():
                 raise ConfigError(f'device "{d.name}": {key} must not be blank')
+        if d.max_runtime > limits.SECONDS.high:
+            raise ConfigError(
+                f'device "{d.name}": max_runtime is above {limits.SECONDS.high}s (68 years), '
+                "the largest ceiling the controller accepts (EXT-LIMITS-1)"
+            )
         if 0 < d.max_runtime < 1:
             # WRK-019: the wire carries whole seconds, so 500ms would become 0, which
             # means "no ceiling": the opposite of what was written.

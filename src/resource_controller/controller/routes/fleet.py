@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from resource_controller import errors, wire
 from resource_controller.controller import deps, views
 from resource_controller.controller.deps import Services
-from resource_controller.core import selectors
+from resource_controller.core import limits, selectors
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.records import RecoveryHistory
@@ -94,6 +94,8 @@ async def explain(request: Request, svc: Svc) -> Response:
     text = request.query_params.get("selector") or ""
     if not text:
         raise errors.BadRequest("selector is required")
+    if limits.utf8_len(text) > limits.SELECTOR.size:  # as on submit (EXT-LIMITS-2)
+        raise errors.BadRequest(f"selector: at most {limits.SELECTOR.size} bytes")
     try:
         selectors.parse(text)
     except selectors.SelectorError as exc:

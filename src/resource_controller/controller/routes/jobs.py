@@ -95,15 +95,18 @@ async def submit(request: Request, svc: Svc, caller: ClientCaller) -> Response:
 
     def enqueue_and_schedule() -> tuple[JobRecord, list[Assigned]]:
         job = svc.store.enqueue(new)
+        # API-042: whatever fails after the enqueue (a database error or anything
+        # unexpected) cancels the just-queued job, so it never lingers half-submitted.
         try:
             assigned = svc.store.schedule()
-        except errors.RcError:
-            log.exception("scheduling pass after submit failed")
+        except Exception:
+            log.exception("scheduling pass after submit of job %s failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
             raise errors.StoreError("could not schedule the job") from None
         try:
             return svc.store.job(job.id), assigned
-        except errors.RcError:
+        except Exception:
+            log.exception("reading back job %s after submit failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_READ)
             raise errors.StoreError("could not read the job back") from None
 
@@ -124,7 +127,9 @@ def _limit(raw: str | None) -> int:
         return 20
     text = raw[1:] if raw[:1] in "+-" else raw
     if not text.isascii() or not text.isdigit():
-        raise errors.BadRequest(f"limit must be an integer in 1..200, got {raw!r}")
+        raise errors.BadRequest(f"limit must be an integer in 1..200, got {raw[:40]!r}")
+    if len(text.lstrip("0")) > 3:  # int() refuses 5,000-digit text (EXT-LIMITS-5)
+        raise errors.BadRequest(f"limit must be in 1..200, got {raw[:40]!r}")
     value = int(raw)
     if not 1 <= value <= 200:
         raise errors.BadRequest(f"limit must be in 1..200, got {value}")

@@ -204,9 +204,7 @@ async def _disconnect(request: Request) -> None:
 
 @router.post("/v1/workers/{worker_id}/heartbeat", dependencies=[Worker])
 async def heartbeat(worker_id: str, request: Request, svc: Svc) -> Response:
-    raw = await request.body()
-    if len(raw) > HEARTBEAT_CAP:
-        raise errors.TooLarge("heartbeat body exceeds 65536 bytes")
+    raw = await deps.read_capped(request, HEARTBEAT_CAP, "heartbeat body")
     req = deps.parse_model(raw, wire.HeartbeatRequest)
     # Pending jobs (finished, report still in the worker's outbox) keep their leases and
     # their devices busy until the report lands (EXT-OUTBOX-2).
@@ -223,19 +221,15 @@ async def heartbeat(worker_id: str, request: Request, svc: Svc) -> Response:
 
 @router.post("/v1/jobs/{job_id}/logs", dependencies=[Worker])
 async def append_log(job_id: str, request: Request, svc: Svc) -> Response:
-    chunks = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > CHUNK_CAP:
-            raise errors.TooLarge("log chunk exceeds 1048576 bytes", code="chunk_too_large")
-        chunks.append(part)
+    chunk = await deps.read_capped(request, CHUNK_CAP, "log chunk", code="chunk_too_large")
     epoch = request.query_params.get("lease_epoch")
     if epoch is not None:
         job = await svc.db(svc.store.job, job_id)
-        if not epoch.isdigit() or int(epoch) != job.lease_epoch:
+        # ASCII digits only, and short: int() refuses "²" and 5,000-digit text (EXT-LIMITS-5).
+        current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
+        if not current or int(epoch) != job.lease_epoch:
             raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
-    svc.logs.append(job_id, b"".join(chunks))
+    svc.logs.append(job_id, chunk)
     svc.hub.logs.wake(job_id)
     return Response(status_code=200)
 

@@ -1,0 +1,121 @@
+"""Pydantic field types that enforce ``core.limits`` (EXT-LIMITS-1, EXT-LIMITS-2).
+
+The wire models use these instead of bare ``StrictInt``/``StrictStr``; each refusal
+is a validation error whose message names the limit, which ``controller/deps.py``
+prefixes with the field's location, so a 400 reads ``command: at most 4096 arguments``.
+The OpenAPI schema carries the same bounds (``minimum``, ``maxItems``...), so a client
+or fuzzer that reads it knows them; byte sizes, which JSON Schema cannot state, are
+given as ``maxLength`` in characters (a necessary condition) plus ``x-max-bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, StrictInt, StrictStr
+from pydantic_core import PydanticCustomError
+
+from resource_controller.core import limits
+
+
+def _refuse(message: str) -> PydanticCustomError:
+    return PydanticCustomError("limit", message)
+
+
+def _in_range(bound: limits.IntRange) -> Callable[[int], int]:
+    def check(value: int) -> int:
+        if not bound.low <= value <= bound.high:
+            raise _refuse(f"must be an integer in {bound.text()}")
+        return value
+
+    return check
+
+
+def _text(bound: limits.Size) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if limits.utf8_len(value) > bound.size:
+            raise _refuse(f"at most {bound.size} bytes")
+        return value
+
+    return check
+
+
+def _argv(bound: limits.Size) -> Callable[[list[str]], list[str]]:
+    def check(value: list[str]) -> list[str]:
+        if bound.count is not None and len(value) > bound.count:
+            raise _refuse(f"at most {bound.count} {bound.unit}")
+        if sum(limits.utf8_len(a) for a in value) > bound.size:
+            raise _refuse(f"at most {bound.size} bytes in all")
+        return value
+
+    return check
+
+
+def _mapping(bound: limits.Size) -> Callable[[dict[str, str]], dict[str, str]]:
+    def check(value: dict[str, str]) -> dict[str, str]:
+        if bound.count is not None and len(value) > bound.count:
+            raise _refuse(f"at most {bound.count} {bound.unit}")
+        total = sum(limits.utf8_len(k) + limits.utf8_len(v) for k, v in value.items())
+        if total > bound.size:
+            raise _refuse(f"at most {bound.size} bytes in all (keys and values)")
+        return value
+
+    return check
+
+
+def _name(kind: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not limits.name_ok(value):
+            shown = value if len(value) <= 2 * limits.NAME_CHARS else value[:64] + "..."
+            raise _refuse(
+                f"{kind} name {shown!r} must be at most {limits.NAME_CHARS} characters "
+                f"of {limits.NAME_ALPHABET}"
+            )
+        return value
+
+    return check
+
+
+def _schema(**extra: Any) -> Any:
+    return Field(json_schema_extra=extra)
+
+
+def _bytes_schema(bound: limits.Size) -> Any:
+    return _schema(maxLength=bound.size, **{"x-max-bytes": bound.size})
+
+
+Seconds = Annotated[
+    StrictInt,
+    AfterValidator(_in_range(limits.SECONDS)),
+    _schema(minimum=limits.SECONDS.low, maximum=limits.SECONDS.high),
+]
+ExitCode = Annotated[
+    StrictInt,
+    AfterValidator(_in_range(limits.EXIT_CODE)),
+    _schema(minimum=limits.EXIT_CODE.low, maximum=limits.EXIT_CODE.high),
+]
+Command = Annotated[
+    list[StrictStr],
+    AfterValidator(_argv(limits.COMMAND)),
+    _schema(maxItems=limits.COMMAND.count, **{"x-max-bytes": limits.COMMAND.size}),
+]
+Env = Annotated[
+    dict[str, StrictStr],
+    AfterValidator(_mapping(limits.ENV)),
+    _schema(maxProperties=limits.ENV.count, **{"x-max-bytes": limits.ENV.size}),
+]
+Cwd = Annotated[StrictStr, AfterValidator(_text(limits.CWD)), _bytes_schema(limits.CWD)]
+SelectorText = Annotated[
+    StrictStr, AfterValidator(_text(limits.SELECTOR)), _bytes_schema(limits.SELECTOR)
+]
+Submitter = Annotated[
+    StrictStr, AfterValidator(_text(limits.SUBMITTER)), _bytes_schema(limits.SUBMITTER)
+]
+Reason = Annotated[StrictStr, AfterValidator(_text(limits.REASON)), _bytes_schema(limits.REASON)]
+IdempotencyKey = Annotated[
+    StrictStr, AfterValidator(_text(limits.IDEMPOTENCY_KEY)), _bytes_schema(limits.IDEMPOTENCY_KEY)
+]
+_NAME_SCHEMA = _schema(maxLength=limits.NAME_CHARS, pattern=r"^[A-Za-z0-9._-]*$")
+HostName = Annotated[StrictStr, AfterValidator(_name("host")), _NAME_SCHEMA]
+DeviceName = Annotated[StrictStr, AfterValidator(_name("device")), _NAME_SCHEMA]

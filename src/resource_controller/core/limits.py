@@ -1,0 +1,74 @@
+"""The bounds on what a request may carry (extensions.md EXT-LIMITS-1, EXT-LIMITS-2).
+
+One table, read by the wire models (``wire.py``) and the body reader
+(``controller/deps.py``), so that a limit is written once. Every number here is the
+spec's; each carries the one-line reason it exists. Over a limit a request is refused
+with ``400 bad_request`` naming the field and the limit (``413 body_too_large`` for the
+body as a whole), never accepted into the store where it could break a later pass.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KIB = 1024
+MIB = 1024 * KIB
+
+#: Largest JSON request body, read no further (EXT-LIMITS-2): bounds a request's memory.
+BODY_BYTES = MIB
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """An integer field's inclusive range."""
+
+    low: int
+    high: int
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.low}..{self.high}"
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size bound: ``size`` UTF-8 bytes in all and, for a collection, ``count`` items."""
+
+    size: int
+    reason: str
+    count: int | None = None
+    unit: str = ""  #: what ``count`` counts ("arguments", "entries")
+
+
+#: Seconds a job may run or idle, or a device's ceiling: 0..2³¹−1, 68 years (EXT-LIMITS-1).
+#: Why: a deadline now + runtime + margin must fit every database's 64-bit integer.
+SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any database")
+
+#: A process exit status as the worker reports it (signals as negative numbers).
+#: Why: the column is a plain integer; nothing outside 32 bits is a real exit status.
+EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column is an integer")
+
+#: Submit's strings and collections (EXT-LIMITS-2).
+COMMAND = Size(256 * KIB, "an argv the kernel would run", count=4096, unit="arguments")
+ENV = Size(256 * KIB, "an environment the kernel would accept", count=1024, unit="entries")
+CWD = Size(4 * KIB, "a path the kernel would accept (PATH_MAX)")
+SELECTOR = Size(4 * KIB, "a selector a person could write; parsing it stays cheap")
+SUBMITTER = Size(KIB, "a label, not a document")
+REASON = Size(KIB, "a label, not a document")
+IDEMPOTENCY_KEY = Size(256, "a key, not a payload")
+
+#: Host and device names (EXT-LIMITS-2): what one URL path segment carries unescaped.
+NAME_CHARS = 128
+NAME_ALPHABET = "A-Z a-z 0-9 . _ -"
+_NAME = re.compile(r"[A-Za-z0-9._-]*")
+
+
+def name_ok(name: str) -> bool:
+    """True when ``name`` is at most 128 characters of ``A-Z a-z 0-9 . _ -`` (empty included)."""
+    return len(name) <= NAME_CHARS and _NAME.fullmatch(name) is not None
+
+
+def utf8_len(text: str) -> int:
+    """Bytes ``text`` takes on the wire (a lone surrogate counts as the escape JSON sends)."""
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -1,0 +1,89 @@
+"""One bad row never stops the fleet (EXT-LIMITS-1, EXT-LIMITS-3).
+
+Rows the API now refuses are written straight into the database, as an older
+controller or a hand edit could have left them, and every pass must go on without them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import pytest
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.store import leases
+from resource_controller.store.facade import Store
+from resource_controller.store.records import Assigned
+
+from .dbview import Raw, state_of, wid
+
+if TYPE_CHECKING:
+    from conftest import Factory
+
+OVERFLOWING = 9_223_372_036_854_775_000  #: now + runtime + 600 does not fit 64 bits
+
+
+def test_a_job_whose_lease_cannot_be_written_is_skipped(
+    store: Store, make: Factory, raw: Raw, caplog: pytest.LogCaptureFixture
+) -> None:
+    make.worker(devices=2)
+    bad = make.submit(device="box:gpu1", priority=10)
+    raw.write("UPDATE jobs SET max_runtime = ? WHERE id = ?", OVERFLOWING, bad.id)
+    behind = make.submit(device="box:gpu0")
+    same_device = make.submit(device="box:gpu1")
+    with caplog.at_level(logging.ERROR, logger="resource_controller.store.leases"):
+        assigned = store.schedule()
+    assert assigned == [Assigned(behind.id, wid()), Assigned(same_device.id, wid())]
+    assert store.job(bad.id).state == "queued"
+    assert raw.leases_of(bad.id) == []  # its assignment rolled back whole
+    assert bad.id in caplog.text
+    # Every later pass still works, and the job can still be cancelled.
+    assert store.cancel_queued(bad.id, "killed by admin override")
+    store.release(same_device.id, "succeeded", 0)
+    assert state_of(store, "box:gpu1")[0] == "ready"
+
+
+def test_a_row_that_cannot_be_read_is_skipped(store: Store, make: Factory, raw: Raw) -> None:
+    make.worker(devices=1)
+    bad = make.submit(device="box:gpu0", priority=10)
+    raw.write("UPDATE jobs SET command = '[not json' WHERE id = ?", bad.id)
+    good = make.submit(device="box:gpu0")
+    assert store.schedule() == [Assigned(good.id, wid())]
+
+
+def test_a_database_outage_still_fails_the_pass(
+    store: Store, make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a fault of one job's data is skipped; a failing database is not a bad row."""
+    make.worker(devices=1)
+    make.submit(device="box:gpu0")
+
+    def down(*_: object) -> str:
+        raise errors.StoreError("database error") from sa.exc.OperationalError("x", {}, None)
+
+    monkeypatch.setattr(leases, "assign", down)
+    with pytest.raises(errors.StoreError):
+        store.schedule()
+
+
+def test_a_stored_negative_runtime_inherits_the_ceiling(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    """A -1 runtime ran with no watchdog on a device with a ceiling; it now inherits it."""
+    make.worker(devices=2, max_runtime=600)
+    pinned = make.submit(device="box:gpu0")
+    anywhere = make.submit()
+    raw.write("UPDATE jobs SET max_runtime = -1 WHERE id IN (?, ?)", pinned.id, anywhere.id)
+    assert len(store.schedule()) == 2
+    assert store.job(pinned.id).max_runtime == 600
+    assert store.job(anywhere.id).max_runtime == 600
+
+
+@pytest.mark.parametrize("field", ["max_runtime", "idle_timeout"])
+@pytest.mark.parametrize("value", [-1, 2**31, 10**30])
+def test_enqueue_refuses_out_of_range_durations(make: Factory, field: str, value: int) -> None:
+    make.worker(devices=1)
+    with pytest.raises(errors.BadRequest, match=field):
+        make.submit(device="box:gpu0", **{field: value})
