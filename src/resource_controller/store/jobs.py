@@ -285,7 +285,7 @@ def release(
 def list_jobs(
     conn: sa.Connection, limit: int, device: str = "", submitter: str = "", state: str = ""
 ) -> list[JobRecord]:
-    """Newest first, ties by ID descending (STORE-161)."""
+    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2)."""
     if not 1 <= limit <= 200:
         raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
     j = t.jobs.c
@@ -296,7 +296,10 @@ def list_jobs(
         where.append(j.submitter == submitter)
     if state:
         where.append(j.state == state)
-    return queries.jobs_where(conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit)
+    found = queries.jobs_where(
+        conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit
+    )
+    return queries.with_epochs(conn, found)
 
 
 def queued(conn: sa.Connection) -> list[JobRecord]:
