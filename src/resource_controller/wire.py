@@ -11,15 +11,8 @@ import types
 import typing
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    model_validator,
-)
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -68,9 +61,9 @@ class _Request(BaseModel):
     Where the default is ``None`` the routes read it as empty (``command``, ``env``,
     ``running_job_ids``, ``pending_job_ids``), except ``labels``, ``declared_labels`` and
     ``device_sheets``, where ``None`` means "not sent: leave every device's stored facts
-    alone" (API-032, STORE-144). That is also exactly what an empty map does (it names no
-    device), so ``null`` means empty there too, while "absent" keeps its own meaning
-    and never reads as "probes found nothing".
+    alone" (API-032, STORE-144). An empty map names no device and so does exactly the
+    same: ``null`` means empty there too, and never reads as "probes found nothing",
+    which is a device's own empty map.
 
     Below the top level, a ``null`` where a list or a map belongs is that empty container
     (EXT-COMPAT-1): ``"declared_labels": {"gpu0": null}`` is ``{"gpu0": {}}``, which
@@ -82,7 +75,7 @@ class _Request(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    @model_validator(mode="before")
+    @pydantic.model_validator(mode="before")
     @classmethod
     def _nulls(cls, data: Any) -> Any:
         if not isinstance(data, dict):
