@@ -7,13 +7,87 @@ fields and refuse wrong types (a bool is never an int: API-001). Response models
 
 from __future__ import annotations
 
+import types
+import typing
+from typing import Any
+
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from resource_controller import bounded as b
 
 
+def _unwrap(annotation: Any) -> Any:
+    """The annotation without ``Annotated[...]`` and without the ``None`` arm of an Optional."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            arms = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(arms) != 1:
+                return annotation
+            annotation = arms[0]
+        else:
+            return annotation
+
+
+def null_means_empty(annotation: Any, value: Any) -> Any:
+    """``value`` with every ``null`` where ``annotation`` takes a list or a map made empty.
+
+    Recursive through list items and map values (EXT-COMPAT-1: the reference encoder
+    writes ``null`` for an empty map or list, e.g. ``{"gpu0": null}``). Anything else,
+    a ``null`` string or model included, is left for validation to judge.
+    """
+    shape = _unwrap(annotation)
+    origin = typing.get_origin(shape) or shape
+    args = typing.get_args(shape)
+    if origin is list:
+        if value is None:
+            return []
+        if isinstance(value, list) and args:
+            return [null_means_empty(args[0], v) for v in value]
+    elif origin is dict:
+        if value is None:
+            return {}
+        if isinstance(value, dict) and len(args) == 2:
+            return {k: null_means_empty(args[1], v) for k, v in value.items()}
+    return value
+
+
 class _Request(BaseModel):
+    """A body the controller reads.
+
+    ``null`` for a field means the same as leaving it out (API-001): the field takes its
+    default, which for every list and map field is the empty container or ``None``.
+    Where the default is ``None`` the routes read it as empty (``command``, ``env``,
+    ``running_job_ids``, ``pending_job_ids``), except ``labels``, ``declared_labels`` and
+    ``device_sheets``, where ``None`` means "not sent: leave every device's stored facts
+    alone" (API-032, STORE-144). An empty map names no device and so does exactly the
+    same: ``null`` means empty there too, and never reads as "probes found nothing",
+    which is a device's own empty map.
+
+    Below the top level, a ``null`` where a list or a map belongs is that empty container
+    (EXT-COMPAT-1): ``"declared_labels": {"gpu0": null}`` is ``{"gpu0": {}}``, which
+    replaces gpu0's declared labels with the host-wide ones (or none), as the reference
+    controller does. A ``null`` in place of a string, an integer or a nested object
+    inside a list or map is still refused: the contract never sends one. Strictness is
+    untouched: the conversion only ever produces ``[]`` or ``{}``.
+    """
+
     model_config = ConfigDict(extra="ignore")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _nulls(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            key: null_means_empty(fields[key].annotation, value) if key in fields else value
+            for key, value in data.items()
+            if value is not None
+        }
 
 
 class _Response(BaseModel):

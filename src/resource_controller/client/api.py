@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resource_controller import errors
-from resource_controller.client import config, transport
+from resource_controller.client import config, shapes, transport
 
 #: A job, device view or other controller object, exactly as the controller sent it.
 Json = dict[str, Any]
@@ -217,13 +217,13 @@ class Client:
             if e.status == 409:
                 raise errors.NoDeviceError(_controller_message(e) or None) from e
             raise
-        job: Json = resp.json()
+        job: Json = shapes.normalise(resp.json(), shapes.JOB)
         return job
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> JobView:
         """One job with its queue position (CLI-071)."""
         resp = self._http.request("GET", job_path(job_id), timeout=timeout)
-        data = resp.json()
+        data = shapes.normalise(resp.json(), shapes.JOB_VIEW)
         job = data.get("job") if isinstance(data, dict) else None
         if not isinstance(job, dict):
             raise errors.TransportError(f"{resp.request}: controller sent no job object")
@@ -258,6 +258,7 @@ class Client:
         data = self._http.request(
             "GET", "/v1/jobs", query={k: v for k, v in query.items() if v}, timeout=timeout
         ).json()
+        data = shapes.normalise(data, shapes.JOB_LIST)
         jobs: list[Json] = data.get("jobs") or []
         return jobs
 
@@ -347,21 +348,24 @@ class Client:
     def state(self, *, timeout: float | None = None) -> Json:
         """Devices, active jobs and the queue (``GET /v1/state``)."""
         data: Json = self._http.request("GET", "/v1/state", timeout=timeout).json()
-        return data
+        out: Json = shapes.normalise(data, shapes.STATE)
+        return out
 
     def explain(self, selector: str, *, timeout: float | None = None) -> Json:
         """What a selector matches right now; submits nothing (CLI-102)."""
         data: Json = self._http.request(
             "GET", "/v1/explain", query={"selector": selector}, timeout=timeout
         ).json()
-        return data
+        out: Json = shapes.normalise(data, shapes.EXPLAIN)
+        return out
 
     def describe(self, device_id: str, *, timeout: float | None = None) -> Json:
         """Everything about one device (CLI-153)."""
         data: Json = self._http.request(
             "GET", device_path(device_id) + "/describe", timeout=timeout
         ).json()
-        return data
+        out: Json = shapes.normalise(data, shapes.DESCRIBE)
+        return out
 
     def whoami(self, *, timeout: float | None = None) -> Json:
         """The token's role, and its name when it has one (API-070, EXT-WHO-4)."""

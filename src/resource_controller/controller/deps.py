@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import typing
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -118,7 +117,11 @@ def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
 
 
 def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
-    """Validate a JSON body; absent fields default, unknown fields are ignored (API-001)."""
+    """Validate a JSON body; absent fields default, unknown fields are ignored (API-001).
+
+    ``null`` handling (absent at the top, empty where a list or map belongs: API-001,
+    EXT-COMPAT-1) lives on the request models themselves (``wire._Request``).
+    """
     if not raw.strip():
         if not empty_ok:
             raise errors.BadRequest("a JSON body is required")
@@ -128,7 +131,7 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
     except ValueError:
         raise errors.BadRequest("body is not valid JSON") from None
     try:
-        return model.model_validate(_drop_nulls(data, model))
+        return model.model_validate(data)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
@@ -137,37 +140,6 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
     except (ValueError, json.JSONDecodeError):
         raise errors.BadRequest("body is not valid JSON") from None
-
-
-def _drop_nulls(data: Any, model: type[pydantic.BaseModel]) -> Any:
-    """``null`` for an optional field means the same as absent (API-001), in nested objects too."""
-    if not isinstance(data, dict):
-        return data
-    out = {}
-    for key, value in data.items():
-        if value is None:
-            continue
-        field = model.model_fields.get(key)
-        sub = _model_in(field.annotation) if field is not None else None
-        if sub is not None:
-            value = (
-                [_drop_nulls(v, sub) for v in value]
-                if isinstance(value, list)
-                else _drop_nulls(value, sub)
-            )
-        out[key] = value
-    return out
-
-
-def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
-    """The request model a field holds directly or as ``list[Model]`` / ``Model | None``."""
-    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
 
 
 async def read_capped(

@@ -295,7 +295,7 @@ def list_jobs(
     state: str = "",
     id_prefix: str = "",
 ) -> list[JobRecord]:
-    """Newest first, ties by ID descending (STORE-161).
+    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2).
 
     ``id_prefix`` keeps jobs whose ID starts with it (EXT-CLI-7), compared as a plain
     substring so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
@@ -312,7 +312,10 @@ def list_jobs(
         where.append(j.state == state)
     if id_prefix:
         where.append(sa.func.substr(j.id, 1, len(id_prefix)) == id_prefix)
-    return queries.jobs_where(conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit)
+    found = queries.jobs_where(
+        conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit
+    )
+    return queries.with_epochs(conn, found)
 
 
 def queued(conn: sa.Connection) -> list[JobRecord]:

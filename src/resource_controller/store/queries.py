@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +24,21 @@ def job(conn: sa.Connection, job_id: str) -> JobRecord:
         sa.select(sa.func.max(t.leases.c.epoch)).where(t.leases.c.job_id == job_id)
     ).scalar()
     return JobRecord.from_row(row, lease_epoch=epoch or 0)
+
+
+def with_epochs(conn: sa.Connection, records: list[JobRecord]) -> list[JobRecord]:
+    """The records with each job's newest lease epoch, read in one grouped query (EXT-EPOCH-2)."""
+    if not records:
+        return records
+    le = t.leases.c
+    epochs = dict(
+        conn.execute(
+            sa.select(le.job_id, sa.func.max(le.epoch))
+            .where(le.job_id.in_([r.id for r in records]))
+            .group_by(le.job_id)
+        ).all()
+    )
+    return [dataclasses.replace(r, lease_epoch=epochs.get(r.id) or 0) for r in records]
 
 
 def jobs_where(

@@ -100,8 +100,10 @@ class _Job:
 def parse_poll_body(body: bytes) -> tuple[list[wire.Assignment], list[str]]:
     """Decode a 200 poll answer (WRK-060, WRK-064); raise ``ValueError`` if undecodable.
 
-    Either list may be absent or null. Unknown assignment fields are ignored, so a
-    newer controller's additions never stop an older worker.
+    Either list may be absent or null, and so may any list or map inside an assignment
+    (``"env": null``, the reference controller's empty map: EXT-COMPAT-1). Unknown
+    assignment fields are ignored, so a newer controller's additions never stop an
+    older worker.
     """
     data = json.loads(body)
     if not isinstance(data, dict):
@@ -115,7 +117,9 @@ def parse_poll_body(body: bytes) -> tuple[list[wire.Assignment], list[str]]:
     for item in raw_assignments:
         if not isinstance(item, dict):
             raise ValueError("an assignment is not a JSON object")
-        fields = {k: v for k, v in item.items() if k in known}
+        fields = {
+            k: wire.null_means_empty(known[k].annotation, v) for k, v in item.items() if k in known
+        }
         assignments.append(wire.Assignment.model_validate(fields))
     if not all(isinstance(k, str) for k in raw_kills):
         raise ValueError("a kill is not a job ID string")

@@ -1,0 +1,99 @@
+"""Where the controller's answers hold lists and maps, so that ``null`` reads as empty.
+
+The reference controller's JSON encoder writes ``null`` for an empty list or map
+(EXT-COMPAT-1): a job's ``"env": null``, a state's ``"queued": null``. This client
+reads such an answer as if the controller had written ``[]``/``{}`` where the field is
+always present, and as if it had left the key out where this project omits it when
+empty, so commands and ``--json`` output see the shapes this project's controller
+sends. Kept free of pydantic (``rc run`` is on the hot path); a test checks these
+shapes against the response models in ``wire``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class List:
+    """A JSON array; ``item`` describes its elements when they hold lists or maps."""
+
+    item: Shape | None = None
+
+
+@dataclass(frozen=True)
+class Map:
+    """A JSON object with free keys; ``value`` describes its values."""
+
+    value: Shape | None = None
+
+
+@dataclass(frozen=True)
+class Obj:
+    """A JSON object with named fields; ``keep`` names the lists/maps always present."""
+
+    fields: dict[str, Shape] = field(default_factory=dict)
+    keep: frozenset[str] = frozenset()
+
+
+Shape = List | Map | Obj
+
+
+def normalise(value: Any, shape: Shape | None) -> Any:
+    """``value`` with ``null`` made empty (or left out) wherever ``shape`` has a list or map."""
+    if shape is None:
+        return value
+    if isinstance(shape, List):
+        if value is None:
+            return []
+        if isinstance(value, list) and shape.item is not None:
+            return [normalise(v, shape.item) for v in value]
+        return value
+    if isinstance(shape, Map):
+        if value is None:
+            return {}
+        if isinstance(value, dict) and shape.value is not None:
+            return {k: normalise(v, shape.value) for k, v in value.items()}
+        return value
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        sub = shape.fields.get(key)
+        if v is None:
+            if key in shape.keep and sub is not None:
+                out[key] = normalise(None, sub)
+            # else: null for an optional field means the same as absent (API-001)
+            continue
+        out[key] = normalise(v, sub)
+    return out
+
+
+LABEL = Obj()
+JOB = Obj({"command": List(), "env": Map()}, keep=frozenset({"command"}))
+JOB_VIEW = Obj({"job": JOB})
+JOB_LIST = Obj({"jobs": List(JOB)}, keep=frozenset({"jobs"}))
+DEVICE = Obj({"labels": List(LABEL)})
+DEVICE_VIEW = Obj({"device": DEVICE, "command": List()})
+DEVICE_VIEWS = List(DEVICE_VIEW)
+STATE = Obj(
+    {
+        "devices": DEVICE_VIEWS,
+        "jobs": List(JOB),
+        "queued": List(JOB),
+        "queued_waiting_seconds": Map(),
+    },
+    keep=frozenset({"devices", "jobs", "queued"}),
+)
+RECOVERY_HISTORY = Obj({"recoveries": List(Obj())}, keep=frozenset({"recoveries"}))
+DESCRIBE = Obj(
+    {
+        "device": DEVICE,
+        "labels": List(LABEL),
+        "label_age_seconds": Map(),
+        "recent_jobs": List(JOB),
+        "recoveries": RECOVERY_HISTORY,
+    }
+)
+EXPLAIN = Obj({"matching": List(), "free": List()}, keep=frozenset({"matching", "free"}))
