@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller import loops
+from resource_controller.controller import loops, openapi
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
 from resource_controller.controller.routes import fleet, jobs, workers
 
@@ -117,13 +120,25 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     for router in (workers.router, jobs.router, fleet.router):
         app.include_router(router)
 
+    published: list[str] = []
+
     @app.get("/openapi.json", include_in_schema=False)
-    async def openapi(request: Request) -> Response:
+    async def openapi_json(request: Request) -> Response:
         from resource_controller.controller.deps import require
         from resource_controller.core.states import Role
 
         await require(Role.CLIENT)(request)
-        return Response(json.dumps(app.openapi()), media_type="application/json")
+        if not published:
+            published.append(json.dumps(openapi.document(app)))  # EXT-LIMITS-5
+        return Response(published[0], media_type="application/json")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # AUTH-030: the Allow header names every method of the path, not only the
+            # methods of the first route that matched it.
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(_allowed(app, request))}
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(errors.RcError)
     async def rc_error(_: Request, exc: errors.RcError) -> JSONResponse:
@@ -149,6 +164,24 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         return error_response("store_error", "internal error", 500)
 
     return app
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route fully matches on this request's path, sorted."""
+    allowed = []
+    for method in _METHODS:
+        probe: Scope = {
+            "type": "http",
+            "path": request.scope["path"],
+            "root_path": request.scope.get("root_path", ""),
+            "method": method,
+        }
+        if any(route.matches(probe)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 def wrap(app: FastAPI, svc: Services) -> Any:

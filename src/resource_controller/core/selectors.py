@@ -3,27 +3,40 @@
 A selector is a conjunction of ``key op value`` terms. Quantities (``40G``,
 ``81920M``) compare numerically; a term whose key a device lacks never matches, not
 even ``!=``, because a missing fact cannot show that the device differs.
+
+Parsing and matching take time linear in the text (EXT-LIMITS-3): both are small
+hand-written scanners that look at each character a bounded number of times, and
+the number literal of SEL-006 is checked by a finite automaton, never by a
+backtracking pattern. A ``Meter`` passed in counts the characters examined, so tests
+can check that growth without timing anything.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 _OPS = ("!=", ">=", "<=", "=")
-_FORBIDDEN = set("=!<>")
+_FORBIDDEN = frozenset("=!<>")
 _SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_FLOAT = re.compile(  # ASCII digits only (SEL-006)
-    r"[+-]?(?:(?:\d(?:_?\d)*)?\.?\d(?:_?\d)*(?:[eE][+-]?\d(?:_?\d)*)?|\d(?:_?\d)*\.)",
-    re.ASCII,
-)
-_SPECIAL = re.compile(r"[+-]?(?:inf|infinity)|nan", re.IGNORECASE)
+_DIGITS = frozenset("0123456789")  # ASCII digits only (SEL-006)
+_SPECIAL = frozenset(s + w for s in ("", "+", "-") for w in ("inf", "infinity")) | {
+    "nan"
+}  # case-insensitive, ASCII (SEL-006)
 
 
 class SelectorError(ValueError):
     """A selector did not parse; the message names the offending term."""
+
+
+class Meter:
+    """Counts the characters a parse or a match examines (EXT-LIMITS-3)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps = 0
 
 
 @dataclass(frozen=True)
@@ -43,34 +56,102 @@ class Selector:
     def __str__(self) -> str:
         return ",".join(str(t) for t in self.terms)
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str], meter: Meter | None = None) -> bool:
         """True when every term holds for these effective labels."""
-        return all(_holds(t, labels) for t in self.terms)
+        return all(_holds(t, labels, meter) for t in self.terms)
 
 
-def parse(text: str) -> Selector:
-    """Parse a selector (SEL-001..003); raise ``SelectorError`` naming the bad part."""
-    if not text.strip():
-        raise SelectorError("empty selector")
-    terms = []
-    for raw in text.split(","):
-        if not raw.strip():
-            raise SelectorError(f"empty term in selector {text!r}")
-        terms.append(_parse_term(raw))
+def _trim(text: str, start: int, end: int) -> tuple[int, int, int]:
+    """``text[start:end]`` without surrounding whitespace, as bounds; plus steps taken."""
+    i, j = start, end
+    while i < j and text[i].isspace():
+        i += 1
+    while j > i and text[j - 1].isspace():
+        j -= 1
+    return i, j, (i - start) + (end - j) + 1
+
+
+def parse(text: str, meter: Meter | None = None) -> Selector:
+    """Parse a selector (SEL-001..003); raise ``SelectorError`` naming the bad part.
+
+    One left-to-right pass per term finds the first occurrence of every operator and
+    counts operator characters; SEL-002's order then picks the split.
+    """
+    n = len(text)
+    first, last, steps = _trim(text, 0, n)
+    try:
+        if first == last:
+            raise SelectorError("empty selector")
+        terms = []
+        start = 0
+        while True:
+            ne = ge = le = eq = -1
+            forbidden = 0
+            blank = True
+            j = start
+            while j < n:
+                c = text[j]
+                if c == ",":
+                    break
+                if c in _FORBIDDEN:
+                    forbidden += 1
+                    if c == "=":
+                        if eq < 0:
+                            eq = j
+                        if j > start:
+                            p = text[j - 1]
+                            if p == "!" and ne < 0:
+                                ne = j - 1
+                            elif p == ">" and ge < 0:
+                                ge = j - 1
+                            elif p == "<" and le < 0:
+                                le = j - 1
+                if blank and not c.isspace():
+                    blank = False
+                j += 1
+            steps += j - start + 1
+            if blank:
+                raise SelectorError(f"empty term in selector {text!r}")
+            terms.append(_split_term(text, start, j, (ne, ge, le, eq), forbidden, meter))
+            if j >= n:
+                break
+            start = j + 1
+    finally:
+        _charge(meter, steps)
     return Selector(tuple(terms))
 
 
-def _parse_term(raw: str) -> Term:
-    for op in _OPS:
-        idx = raw.find(op)
-        if idx >= 0:
-            key, value = raw[:idx].strip(), raw[idx + len(op) :].strip()
-            if not key or not value:
-                raise SelectorError(f"term {raw.strip()!r} needs a key and a value")
-            if _FORBIDDEN & set(key) or _FORBIDDEN & set(value):
-                raise SelectorError(f"term {raw.strip()!r} has a stray operator character")
-            return Term(key, op, value)
-    raise SelectorError(f"term {raw.strip()!r} has no operator (use =, !=, >= or <=)")
+def _split_term(
+    text: str,
+    start: int,
+    end: int,
+    found: tuple[int, int, int, int],
+    forbidden: int,
+    meter: Meter | None,
+) -> Term:
+    """SEL-002 on ``text[start:end]``, given each operator's first index (-1: absent)."""
+    for op, idx in zip(_OPS, found, strict=True):
+        if idx < 0:
+            continue
+        k0, k1, ks = _trim(text, start, idx)
+        v0, v1, vs = _trim(text, idx + len(op), end)
+        _charge(meter, ks + vs)
+        if k0 == k1 or v0 == v1:
+            raise SelectorError(f"term {_shown(text, start, end)!r} needs a key and a value")
+        if forbidden > len(op):  # every character of an operator is an operator character
+            raise SelectorError(f"term {_shown(text, start, end)!r} has a stray operator character")
+        return Term(text[k0:k1], op, text[v0:v1])
+    raise SelectorError(f"term {_shown(text, start, end)!r} has no operator (use =, !=, >= or <=)")
+
+
+def _shown(text: str, start: int, end: int) -> str:
+    i, j, _ = _trim(text, start, end)
+    return text[i:j]
+
+
+def _charge(meter: Meter | None, steps: int) -> None:
+    if meter is not None:
+        meter.steps += steps
 
 
 def normalise(text: str) -> str:
@@ -78,21 +159,74 @@ def normalise(text: str) -> str:
     return str(parse(text))
 
 
-def quantity(s: str) -> float | None:
+# SEL-006's literal, as a deterministic automaton over character classes:
+#   [+-]? ( D ( "." (D E?)? | E )? | "." D E? )     D = digit ("_"? digit)*
+#   E = [eE] [+-]? D
+# Classes: d digit, u "_", p ".", e "e"/"E", s "+"/"-". A state without a transition
+# for the class rejects; the literal is accepted when the input ends in _ACCEPT.
+_NEXT: dict[tuple[str, str], str] = {
+    ("start", "s"): "sign",
+    ("start", "d"): "int",
+    ("start", "p"): "dot0",
+    ("sign", "d"): "int",
+    ("sign", "p"): "dot0",
+    ("int", "d"): "int",
+    ("int", "u"): "int_u",
+    ("int", "p"): "dot",
+    ("int", "e"): "exp",
+    ("int_u", "d"): "int",
+    ("dot", "d"): "frac",
+    ("dot0", "d"): "frac",
+    ("frac", "d"): "frac",
+    ("frac", "u"): "frac_u",
+    ("frac", "e"): "exp",
+    ("frac_u", "d"): "frac",
+    ("exp", "s"): "exp_s",
+    ("exp", "d"): "expd",
+    ("exp_s", "d"): "expd",
+    ("expd", "d"): "expd",
+    ("expd", "u"): "expd_u",
+    ("expd_u", "d"): "expd",
+}
+_ACCEPT = frozenset({"int", "dot", "frac", "expd"})
+_CLASS = {c: "d" for c in _DIGITS} | {"_": "u", ".": "p", "e": "e", "E": "e", "+": "s", "-": "s"}
+
+
+def _is_literal(s: str, start: int, end: int) -> tuple[bool, int]:
+    """Whether ``s[start:end]`` is a SEL-006 number literal; plus characters examined."""
+    state = "start"
+    i = start
+    while i < end:
+        nxt = _NEXT.get((state, _CLASS.get(s[i], "x")))
+        i += 1
+        if nxt is None:
+            return False, i - start
+        state = nxt
+    return state in _ACCEPT, i - start + 1
+
+
+def quantity(s: str, meter: Meter | None = None) -> float | None:
     """A label value as a number, or None when it is not a quantity (SEL-006)."""
     if not s:
         return None
     mult = 1.0
+    end = len(s)
     if s[-1].upper() in _SUFFIX:
         mult = _SUFFIX[s[-1].upper()]
-        s = s[:-1]
-    s = s.strip()
-    if _SPECIAL.fullmatch(s):
-        return float(s.replace("infinity", "inf").replace("INFINITY", "inf")) * mult
-    if not s or not _FLOAT.fullmatch(s):
+        end -= 1
+    i, j, steps = _trim(s, 0, end)
+    if i == j:
+        _charge(meter, steps)
+        return None
+    if j - i <= 9 and s[i:j].isascii() and s[i:j].lower() in _SPECIAL:
+        _charge(meter, steps + j - i)
+        return float(s[i:j]) * mult
+    ok, scanned = _is_literal(s, i, j)
+    _charge(meter, steps + scanned)
+    if not ok:
         return None
     try:
-        v = float(s.replace("_", ""))
+        v = float(s[i:j].replace("_", ""))
     except ValueError:
         return None
     if math.isinf(v):
@@ -100,11 +234,12 @@ def quantity(s: str) -> float | None:
     return v * mult
 
 
-def _holds(term: Term, labels: Mapping[str, str]) -> bool:
+def _holds(term: Term, labels: Mapping[str, str], meter: Meter | None = None) -> bool:
     have = labels.get(term.key)
+    _charge(meter, len(term.key))  # hashing the key
     if have is None:
         return False
-    hq, wq = quantity(have), quantity(term.value)
+    hq, wq = quantity(have, meter), quantity(term.value, meter)
     if hq is not None and wq is not None:
         return {
             "=": hq == wq,
@@ -114,6 +249,7 @@ def _holds(term: Term, labels: Mapping[str, str]) -> bool:
         }[term.op]
     if (hq is None) != (wq is None):
         return term.op == "!="  # one-sided: ordered ops never match, = is false
+    _charge(meter, min(len(have), len(term.value)))  # a string comparison
     return {
         "=": have == term.value,
         "!=": have != term.value,

@@ -18,6 +18,7 @@ from resource_controller.core import identity, selectors, states
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import ACTIVE, ALL_JOB_STATES, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import NewJob
+from resource_controller.store.logs import MAX_OFFSET, READ_CHUNK, Snapshot
 from resource_controller.store.records import Assigned, JobRecord
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
 #: Safety-net re-check of a followed job's state when no wake-up arrives (LOG-003 step 4).
 FOLLOW_RECHECK = 1.0
+#: Bytes per read of a log snapshot: large enough to be quick, small enough to stay bounded.
+SNAPSHOT_CHUNK = 256 * 1024
 
 
 def validate_submit(req: wire.SubmitRequest) -> NewJob:
@@ -204,12 +207,16 @@ def _follow_param(request: Request) -> bool:
 
 
 def _offset_param(request: Request) -> int:
+    """A byte count in 0..2^63-1 (EXT-CLI-5, EXT-LIMITS-1); anything else is 400."""
     raw = request.query_params.get("offset")
     if raw is None:
         return 0
-    if not raw.isascii() or not raw.isdigit():
-        raise errors.BadRequest(f"offset must be a non-negative byte count, got {raw!r}")
-    return int(raw)
+    if not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > 19:
+        raise errors.BadRequest(f"offset must be a byte count in 0..{MAX_OFFSET}, got {raw[:40]!r}")
+    value = int(raw.lstrip("0") or "0")
+    if value > MAX_OFFSET:
+        raise errors.BadRequest(f"offset must be a byte count in 0..{MAX_OFFSET}, got {value}")
+    return value
 
 
 TEXT_HEADERS = {"X-Content-Type-Options": "nosniff"}
@@ -225,12 +232,19 @@ async def logs(job_id: str, request: Request, svc: Svc) -> Response:
         raise errors.LogsNotStored(f"logs are not stored for attached ({job.stdio}) jobs")
     media = "text/plain; charset=utf-8"
     if not follow:
-        data = bytearray()
-        while chunk := svc.logs.read(job_id, offset + len(data), 1 << 20):
-            data += chunk
-        return Response(bytes(data), media_type=media, headers=TEXT_HEADERS)
+        snap = await asyncio.to_thread(svc.logs.snapshot, job_id, offset)
+        return StreamingResponse(_stream(snap), media_type=media, headers=TEXT_HEADERS)
     svc.logs.touch(job_id)
     return StreamingResponse(_follow(svc, job_id, offset), media_type=media, headers=TEXT_HEADERS)
+
+
+async def _stream(snap: Snapshot, chunk: int = SNAPSHOT_CHUNK) -> AsyncIterator[bytes]:
+    """A snapshot's bytes, one bounded read at a time, each off the event loop (EXT-LIMITS-4)."""
+    try:
+        while data := await asyncio.to_thread(snap.read, chunk):
+            yield data
+    finally:
+        snap.close()
 
 
 async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
@@ -241,7 +255,8 @@ async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[byte
         woken = svc.hub.logs.waiter(job_id)
         job = await svc.db(svc.store.job, job_id)
         # Read after the state: every chunk appended before a terminal commit is sent.
-        while chunk := svc.logs.read(job_id, offset):
+        snap = await asyncio.to_thread(svc.logs.snapshot, job_id, offset)
+        async for chunk in _stream(snap, READ_CHUNK):
             offset += len(chunk)
             yield chunk
         if job.terminal or svc.hub.shutting_down.is_set():

@@ -1,0 +1,157 @@
+"""Schemathesis over the published document, against a real loopback controller (EXT-LIMITS-5).
+
+For each role's token, and for none, every operation gets a bounded number of
+generated requests, schema-conforming and schema-violating, from a fixed seed. The
+run fails on any 5xx (except the one the spec names: ``log_error`` for a log append
+whose job ID cannot name a file, LOG-001) and on any answer the document does not
+describe: its status, content type, headers or body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+import pytest
+import schemathesis
+from controller_harness import ADMIN, CLIENT, WORKER, Harness
+from hypothesis import HealthCheck, Phase
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from schemathesis.core.failures import Failure, FailureGroup
+
+#: Examples per operation, per generation mode, per role: about a minute in all.
+EXAMPLES = 12
+SEED = 20270115
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+ROLES = {"worker": WORKER, "client": CLIENT, "admin": ADMIN, "none": None}
+
+#: Operations whose 500s on out-of-range input are being fixed elsewhere
+#: (EXT-LIMITS-1 number ranges, EXT-LIMITS-2 sizes and names); their findings are
+#: reported and the test is an expected failure until those land.
+PENDING: dict[tuple[str, str], str] = {
+    ("POST", "/v1/jobs"): "EXT-LIMITS-1/2 on submit (integer ranges, sizes)",
+    ("POST", "/v1/workers/register"): "EXT-LIMITS-1/2 on registration (ceilings, names)",
+}
+
+
+@dataclass
+class Finding:
+    role: str
+    method: str
+    path: str
+    status: int
+    title: str
+    request: str
+
+    def __str__(self) -> str:
+        return f"[{self.role}] {self.method} {self.path} -> {self.status}: {self.title}\n  {self.request}"
+
+
+@dataclass
+class Tally:
+    requests: Counter[str] = field(default_factory=Counter)
+    server_errors: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _documented_failure(case: Any, response: Any) -> bool:
+    """The spec's one 500: a log append whose job ID is not a safe file name (LOG-001)."""
+    if (case.method, case.path) != ("POST", "/v1/jobs/{job_id}/logs"):
+        return False
+    try:
+        return bool(response.status_code == 500 and response.json()["error"] == "log_error")
+    except ValueError:
+        return False
+
+
+def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
+    schema = schemathesis.openapi.from_dict(doc)
+    token = ROLES[role]
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @hypothesis.seed(SEED)
+            @hypothesis.settings(
+                max_examples=EXAMPLES,
+                database=None,
+                deadline=None,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
+            @hypothesis.given(operation.as_strategy(generation_mode=mode))
+            def fuzz(case: Any) -> None:
+                headers = {
+                    k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"
+                }
+                if token is not None:
+                    headers["Authorization"] = f"Bearer {token}"
+                case.headers = headers
+                if case.path.endswith("/assignments"):
+                    # A long poll waits 30 s unless told less; fuzz everything else.
+                    case.query = {**(case.query or {}), "wait": "10ms"}
+                response = case.call(base_url=url, timeout=10)
+                tally.requests[role] += 1
+                if _documented_failure(case, response):
+                    return
+                if response.status_code >= 500:
+                    tally.server_errors[role] += 1
+                try:
+                    case.validate_response(response, checks=CHECKS)
+                except (Failure, FailureGroup) as exc:
+                    failures = exc.exceptions if isinstance(exc, FailureGroup) else [exc]
+                    curl = case.as_curl_command()
+                    for f in failures:
+                        tally.findings.append(
+                            Finding(
+                                role,
+                                case.method,
+                                case.path,
+                                response.status_code,
+                                f.title,
+                                curl[:600],
+                            )
+                        )
+
+            fuzz()
+
+
+@pytest.mark.timeout(600)
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(rc: Harness) -> None:
+    rc.register("gpubox", ("gpu0", "gpu1"), labels={"gpu0": {"vram": "80G"}})
+    rc.submit(device_id="gpubox:gpu0")
+    doc = rc.client.get("/openapi.json").json()
+    tally = Tally()
+    for role in ROLES:
+        _run(rc.url, doc, role, tally)
+    pending = [f for f in tally.findings if (f.method, f.path) in PENDING]
+    others = [f for f in tally.findings if (f.method, f.path) not in PENDING]
+    report = {
+        "requests": dict(tally.requests),
+        "server_errors": dict(tally.server_errors),
+        "failures": dict(Counter(f.role for f in tally.findings)),
+        "pending": len(pending),
+    }
+    print(json.dumps(report))
+    for f in tally.findings:
+        print(f)
+    assert not others, f"{report}\n" + "\n".join(str(f) for f in others[:20])
+    if pending:
+        reasons = sorted({PENDING[(f.method, f.path)] for f in pending})
+        pytest.xfail(f"{len(pending)} findings on operations with fixes pending: {reasons}")

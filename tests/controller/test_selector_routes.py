@@ -1,0 +1,28 @@
+"""Hostile selectors and label values at the routes (EXT-LIMITS-3, EXT-LIMITS-5)."""
+
+from __future__ import annotations
+
+from controller_harness import Harness, assert_error
+
+
+def test_a_long_digit_run_in_explain_is_answered(rc: Harness) -> None:
+    # EXT-LIMITS-3: 8,000 digits and an x held the store thread for seconds; the
+    # scanner is linear, so the answer is ordinary (no device has such a value).
+    rc.register("gpubox", ("gpu0",), labels={"gpu0": {"cpus": "8"}})
+    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "1" * 8000 + "x"})
+    assert r.status_code == 200, r.text
+    assert r.json()["matching"] == []
+    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "=" * 8000})
+    assert_error(r, 400, "bad_selector")
+    assert rc.client.get("/v1/whoami").status_code == 200
+
+
+def test_a_non_ascii_inf_label_value_does_not_break_matching(rc: Harness) -> None:
+    # SEL-006: a worker's label value "ınf" (dotless i) is a string, not a quantity;
+    # it used to raise inside matching and turn explain into a 500.
+    rc.register("gpubox", ("gpu0", "gpu1"), labels={"gpu0": {"x": "ınf"}, "gpu1": {"x": "2"}})
+    r = rc.client.get("/v1/explain", params={"selector": "x>=1"})
+    assert r.status_code == 200, r.text
+    assert r.json()["matching"] == ["gpubox:gpu1"]
+    r = rc.client.get("/v1/explain", params={"selector": "x!=1"})
+    assert r.json()["matching"] == ["gpubox:gpu0", "gpubox:gpu1"]
