@@ -22,9 +22,9 @@ demo: install
 test: install lint
 	$(BIN)/pytest -q
 
-## The edit-test loop: every test but those that start real rc processes.
+## The edit-test loop: every test but those that start real rc processes or fuzz the API.
 test-fast: install
-	$(BIN)/pytest -q -m "not e2e"
+	$(BIN)/pytest -q -m "not e2e and not fuzz"
 
 lint: install
 	$(BIN)/ruff check src tests bench
