@@ -62,7 +62,7 @@ def expires_around(job: api.Json, ttl_seconds: int, now: datetime | None = None)
     started = timefmt.parse(job.get("started_at"))
     if started is not None:
         return timefmt.rfc3339(started + ttl)
-    local = (now or datetime.now()).astimezone() + ttl
+    local = (now or datetime.now().astimezone()) + ttl
     return local.isoformat(timespec="seconds")
 
 
