@@ -100,6 +100,10 @@ class DurationType(_DurationBase):
 
     name = "duration"
 
+    def __init__(self, negative_hint: str = "0 means none") -> None:
+        #: What a negative value is told instead (``--ttl`` has no "none").
+        self.negative_hint = negative_hint
+
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
@@ -111,7 +115,7 @@ class DurationType(_DurationBase):
             self.fail(f"invalid duration {value!r} (examples: 90s, 30m, 1h30m)", param, ctx)
         if seconds < 0:
             # EXT-CLI-8: a negative duration is a mistake, never "no limit" (0 is that).
-            self.fail(f"duration {value!r} is negative (0 means none)", param, ctx)
+            self.fail(f"duration {value!r} is negative ({self.negative_hint})", param, ctx)
         return seconds
 
 

@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "resource_controller.cli.jobs:run",
         "Lease a device, run a command on it, stream output.",
     ),
+    "hold": (
+        "resource_controller.cli.hold:hold",
+        "Lease a device for yourself until a TTL, rc release or Ctrl-C.",
+    ),
     "kill": ("resource_controller.cli.jobs:kill", "Cancel a queued job or stop a running one."),
     "release": ("resource_controller.cli.jobs:release", "End a hold (or any job) early."),
     "attach": ("resource_controller.cli.jobs:attach", "Re-stream a job's output until it ends."),

@@ -85,7 +85,7 @@ def run(client: api.Client, req: RunRequest) -> int:
         return _run(client, req, progress)
     except signals.Interrupted:
         if progress.phase == "queue":
-            _cancel(client, progress.job_id)
+            cancel(client, progress.job_id)
             return EXIT_INTERRUPTED
         if progress.phase == "attached":
             signals.restore_defaults()
@@ -115,7 +115,7 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     progress.job_id = job_id = str(job.get("id", ""))
     if job.get("state") == "queued":
         progress.phase = "queue"
-        job = _wait_queue(client, req, job_id)
+        job = wait_queue(client, job_id, req.target, timeout=req.timeout)
         if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
             device = job.get("device_id") or req.target
             raise common.Failure(
@@ -133,12 +133,19 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     return _exit_code(final)
 
 
-def _wait_queue(client: api.Client, req: RunRequest, job_id: str) -> api.Json:
-    """WAIT_QUEUE (CLI-106, CLI-107): the job once it left the queue, or a failure."""
-    deadline = time.monotonic() + req.timeout if req.timeout > 0 else None
+def wait_queue(
+    client: api.Client, job_id: str, target: str, *, timeout: float = 0.0, kind: str = "job"
+) -> api.Json:
+    """WAIT_QUEUE (CLI-106, CLI-107; CLI-122 for a hold): the job once it left the queue.
+
+    Prints each new position; ``timeout`` > 0 is the caller's own deadline, counted
+    from now, after which the job is CANCELled. A poll give-up fails without touching
+    the job. Shared by ``rc run`` and ``rc hold`` (``kind`` names it in messages).
+    """
+    deadline = time.monotonic() + timeout if timeout > 0 else None
 
     def report(position: int) -> None:
-        render.say(f"queued at position {position} for {req.target}")
+        render.say(f"queued at position {position} for {target}")
 
     try:
         return client.wait_until_scheduled(job_id, on_position=report, deadline=deadline)
@@ -147,16 +154,20 @@ def _wait_queue(client: api.Client, req: RunRequest, job_id: str) -> api.Json:
         # per-poll timeout against a wedged controller looks the same (CLI-079).
         if deadline is not None and time.monotonic() >= deadline:
             signals.restore_defaults()
-            _cancel(client, job_id)
-            raise common.Failure(f"gave up waiting for {req.target} (deadline exceeded)") from e
+            cancel(client, job_id)
+            raise common.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
+        after = "granted" if kind == "hold" else "running"
         raise common.Failure(
-            f"lost track of job {job_id} while it was queued ({e}); it may still be queued"
-            " or already running: check rc ps"
+            f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
+            f" or already {after}: check rc ps"
         ) from e
 
 
-def _cancel(client: api.Client, job_id: str) -> None:
-    """CANCEL (CLI-109): kill the queued job, then say what became of it."""
+def cancel(client: api.Client, job_id: str) -> None:
+    """CANCEL (CLI-109, CLI-122): kill the queued job, then say what became of it.
+
+    The caller has restored default signal handling (the first signal does that).
+    """
     end = time.monotonic() + CANCEL_BOUND
 
     def remaining() -> float:

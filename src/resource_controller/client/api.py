@@ -220,6 +220,40 @@ class Client:
         job: Json = shapes.normalise(resp.json(), shapes.JOB)
         return job
 
+    def hold(
+        self,
+        *,
+        ttl_seconds: int,
+        reason: str,
+        device: str = "",
+        selector: str = "",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Json:
+        """Submit a hold: a lease for a person, no command, ending at its TTL (CLI-121).
+
+        ``ttl_seconds`` goes out as ``max_runtime_seconds`` and must be positive;
+        ``reason`` must not be blank (a hold without one cannot be told from a leak,
+        CLI-120); both raise ``ValueError`` before any request. Neither ``device`` nor
+        ``selector`` means any device (EXT-CLI-1). A fresh idempotency key is sent
+        unless one is given (EXT-CLI-4). Raises ``NoDeviceError`` on 409. End the hold
+        early with ``kill``.
+        """
+        if ttl_seconds <= 0:
+            raise ValueError(f"a hold needs a positive TTL (got {ttl_seconds}s)")
+        if not reason.strip():
+            raise ValueError("a hold needs a reason")
+        return self.submit(
+            None,
+            device=device,
+            selector=selector,
+            idempotency_key=idempotency_key,
+            max_runtime_seconds=ttl_seconds,
+            kind="hold",
+            reason=reason,
+            timeout=timeout,
+        )
+
     def get_job(self, job_id: str, *, timeout: float | None = None) -> JobView:
         """One job with its queue position (CLI-071)."""
         resp = self._http.request("GET", job_path(job_id), timeout=timeout)
