@@ -7,13 +7,16 @@ from controller_harness import Harness, assert_error
 
 def test_a_long_digit_run_in_explain_is_answered(rc: Harness) -> None:
     # EXT-LIMITS-3: 8,000 digits and an x held the store thread for seconds; the
-    # scanner is linear, so the answer is ordinary (no device has such a value).
+    # scanner is linear, so the longest selector allowed (EXT-LIMITS-2: 4 KiB) gets an
+    # ordinary answer (no device has such a value), and a longer one a plain refusal.
     rc.register("gpubox", ("gpu0",), labels={"gpu0": {"cpus": "8"}})
-    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "1" * 8000 + "x"})
+    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "1" * 4089 + "x"})
     assert r.status_code == 200, r.text
     assert r.json()["matching"] == []
-    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "=" * 8000})
+    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "=" * 4000})
     assert_error(r, 400, "bad_selector")
+    r = rc.client.get("/v1/explain", params={"selector": "cpus>=" + "1" * 8000 + "x"})
+    assert_error(r, 400, "bad_request")
     assert rc.client.get("/v1/whoami").status_code == 200
 
 
