@@ -94,6 +94,7 @@ def apply(hub: Hub, wake: Wake) -> None:
         hub.logs.wake(job_id)
     if wake.schedule:
         hub.kick_scheduler()
+    # ``devices`` (and ``ended``, as "jobs") are for the event stream; nothing reads them yet.
 
 
 async def perform(hub: Hub, op: Awaitable[Done[T]]) -> T:
