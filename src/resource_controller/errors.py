@@ -4,20 +4,20 @@
     ├── StoreError               500 store_error: the database failed
     ├── NotFound                 404 not_found
     │   ├── JobNotFound
-    │   ├── DeviceNotFound
+    │   ├── DeviceNotFound       (404 device_not_found for retire, API-081)
     │   └── WorkerNotFound
-    ├── RetireNotFound           404 device_not_found
     ├── BadRequest               400 bad_request
     │   └── InvalidTransition    a state change from an illegal source state
     ├── BadSelector              400 bad_selector
     ├── PriorityOutOfRange       400 priority_out_of_range
-    ├── UnknownDevice            400 unknown_device
-    ├── NoMatchingDevice         400 no_matching_device
+    ├── UnknownDevice            400 unknown_device: a pinned device_id never registered
+    ├── NoMatchingDevice         400 no_matching_device: a selector matching no device at all
     ├── RuntimeAboveCeiling      400 runtime_above_ceiling
     ├── LogsNotStored            400 logs_not_stored
     ├── NotJobOwner              403 not_job_owner
     ├── NotThisHost              403 forbidden: a named worker token, another host (EXT-WHO-3)
-    ├── NoDeviceAvailable        409 no_device_available
+    ├── NoDeviceAvailable        409 no_device_available: nothing matching is free (a
+    │                            ``no_wait`` submit; the store's direct-allocation fixture)
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
@@ -25,12 +25,11 @@
     ├── LogError                 500 log_error
     ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
     │                            a heartbeat over 64 KiB) / chunk_too_large / sheet_too_large
-    ├── NoDevice                 internal: nothing matching was free (never on the wire)
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library
         ├── ApiError             the controller answered with an error body
         ├── TransportError       no answer (refused, reset, timed out)
-        ├── NoDeviceError        submit refused with 409 (``--no-wait``)
+        ├── NoDeviceError        the client's side of ``NoDeviceAvailable`` (CLI-075)
         └── NotCancellableError  kill refused with 409
 
 The class docstring is the default message, so each error is two lines.
@@ -66,18 +65,20 @@ class JobNotFound(NotFound):
 
 
 class DeviceNotFound(NotFound):
-    """No such device."""
+    """No such device.
+
+    One error for every unknown device ID (store.md's error table: set-device-state,
+    retire-device; describe in the controller). The wire code is ``not_found`` except for retire, which answers
+    ``device_not_found`` (API-081).
+    """
+
+    def __init__(self, message: str | None = None, code: str = "not_found") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class WorkerNotFound(NotFound):
     """No such worker."""
-
-
-class RetireNotFound(RcError):
-    """No such device."""
-
-    code = "device_not_found"
-    status = 404
 
 
 class BadRequest(RcError):
@@ -148,7 +149,7 @@ class NotThisHost(RcError):
 
 
 class NoDeviceAvailable(RcError):
-    """The device is busy and the job could not be queued."""
+    """Nothing matching is free: the device is busy and the job could not be queued."""
 
     code = "no_device_available"
     status = 409
@@ -172,13 +173,6 @@ class DeviceBusy(RcError):
     """A live lease holds the device: kill or release it first."""
 
     code = "device_busy"
-    status = 409
-
-
-class NoDevice(RcError):
-    """Nothing matching was free."""
-
-    code = "no_device"
     status = 409
 
 
@@ -207,7 +201,7 @@ class TransportError(ClientError):
 
 
 class NoDeviceError(ClientError):
-    """The device is busy and the job could not be queued."""
+    """Submit refused with 409: nothing matching is free (``no_device_available``)."""
 
 
 class NotCancellableError(ClientError):

@@ -459,7 +459,7 @@ class StoreMachine(RuleBasedStateMachine):
         leased = any(x.device_id == device for x in self.store.live_leases())
         try:
             self.store.retire_device(device)
-        except errors.RetireNotFound:
+        except errors.DeviceNotFound:
             assert not existed
             return
         except errors.DeviceBusy:

@@ -555,7 +555,7 @@ def test_operator_clear_refuses_everything_else(store: Store, make: Factory, raw
 def test_retire_refuses_unknown_and_leased_devices(store: Store, make: Factory) -> None:
     # STORE-133 (the store's not-found type for retire carries the API's device_not_found).
     (d0,) = make.worker(devices=1)
-    with pytest.raises(errors.RetireNotFound) as exc:
+    with pytest.raises(errors.DeviceNotFound) as exc:
         store.retire_device("box:nope")
     assert (exc.value.status, exc.value.code) == (404, "device_not_found")
     make.start(d0)

@@ -4,6 +4,9 @@ A wake-up is a hint that makes things fast; correctness never depends on one,
 because every sleeper also re-checks on a bounded timeout. Each key has an
 ``asyncio.Event`` that is set and replaced on every wake, so a sleeper that took
 the event before checking the store can never miss a wake that lands in between.
+
+Only ``controller/wake.py``'s ``apply`` calls the wake methods, after the change that
+implies them has committed; operations say what to wake as data (``wake.Wake``).
 """
 
 from __future__ import annotations

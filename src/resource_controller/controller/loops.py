@@ -18,7 +18,9 @@ import contextlib
 import logging
 
 from resource_controller import errors
+from resource_controller.controller import service
 from resource_controller.controller.deps import Services
+from resource_controller.controller.wake import perform
 from resource_controller.core import expiry
 from resource_controller.store.records import SweepResult
 
@@ -33,15 +35,11 @@ async def scheduler(svc: Services) -> None:
             await asyncio.wait_for(kick.wait(), svc.settings.schedule_interval)
         kick.clear()
         try:
-            assigned = await svc.db(svc.store.schedule)
+            await perform(svc.hub, service.schedule_pass(svc))
         except errors.RcError as exc:
             log.error("scheduling pass failed: %s", exc)
-            continue
         except Exception:
             log.exception("scheduling pass failed")
-            continue
-        for a in assigned:
-            svc.hub.workers.wake(a.worker_id)
 
 
 async def _stopping(svc: Services, seconds: float) -> bool:
@@ -80,7 +78,7 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
             stalled=not guard.may_judge,
         )
         try:
-            result = await svc.db(svc.store.sweep, rules)
+            result = await perform(svc.hub, service.sweep(svc, rules))
         except errors.RcError as exc:
             log.error("sweep failed: %s", exc)
             continue
@@ -91,11 +89,7 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
 
 
 async def _after_sweep(svc: Services, result: SweepResult) -> None:
-    """Wake followers of ended jobs, kick the scheduler, and say what was taken out."""
-    for job_id in [*result.jobs_lost, *result.leases_expired]:
-        svc.hub.job_changed(job_id)  # a lease ID here wakes nobody, harmlessly
-    if result.devices_unknown or result.alarming:
-        svc.hub.kick_scheduler()
+    """Say what the sweep took out (its wake-ups were applied by ``perform``)."""
     if result.devices_unknown:
         log.info("devices unknown (worker silent): %s", ", ".join(sorted(result.devices_unknown)))
     if not result.alarming:

@@ -333,7 +333,7 @@ def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail:
 def retire(conn: sa.Connection, device_id: str) -> None:
     """Remove a device and everything keyed to it except job history (STORE-133)."""
     if queries.device(conn, device_id) is None:
-        raise errors.RetireNotFound(f"no such device: {device_id}")
+        raise errors.DeviceNotFound(f"no such device: {device_id}", code="device_not_found")
     if conn.execute(sa.select(_has_live_lease(device_id))).scalar():
         raise errors.DeviceBusy(f"a live lease holds {device_id}: kill or release it first")
     conn.execute(sa.delete(t.device_labels).where(t.device_labels.c.device_id == device_id))

@@ -260,7 +260,7 @@ class Store:
                     return queries.job(c, existing.id)
             dev = queries.device(c, device_id)
             if dev is None or dev.state != "ready":
-                raise errors.NoDevice(f"{device_id} is not ready")
+                raise errors.NoDeviceAvailable(f"{device_id} is not ready")
             job = jobs.enqueue(
                 c,
                 now,

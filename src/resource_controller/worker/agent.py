@@ -385,7 +385,7 @@ class Agent:
 
     # ---- registration ------------------------------------------------------------
 
-    def registration_body(self, proof: recovery.Proof | None = None) -> dict[str, Any]:
+    def registration_body(self, proof: recovery.Claims | None = None) -> dict[str, Any]:
         """The body of ``POST /v1/workers/register`` (WRK-043).
 
         ``recovery`` is present only when the proof claims something (WRK-140).
@@ -412,7 +412,7 @@ class Agent:
         body["declared_labels"] = {d.name: dict(d.labels) for d in cfg.devices}
         return body
 
-    async def _proof(self) -> recovery.Proof:
+    async def _proof(self) -> recovery.Claims:
         """The recovery proof, computed only while nothing is supervised (WRK-046).
 
         Both callers (start-up, idle re-registration) guarantee that; should a job be

@@ -36,11 +36,12 @@ from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
 
-#: The proof as the wire carries it: only the true fields, ``{}`` for "no claim".
-Proof = dict[str, bool]
+#: The claims of a recovery proof as the wire carries them: only the true fields, ``{}``
+#: for "no claim". The controller reads them into ``core.expiry.Proof`` (STORE-120).
+Claims = dict[str, bool]
 
 
-def compute(require_manual_clear: bool, *, own_pid: int | None = None) -> Proof:
+def compute(require_manual_clear: bool, *, own_pid: int | None = None) -> Claims:
     """Decide the proof from what ``/proc`` shows right now (WRK-141).
 
     ``own_pid`` defaults to this process; tests name another one to stand in for it

@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from resource_controller import errors, wire
-from resource_controller.controller import deps, views
+from resource_controller.controller import deps, render, service
 from resource_controller.controller.deps import Services
+from resource_controller.controller.wake import perform
 from resource_controller.core import limits, selectors
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
@@ -34,7 +35,7 @@ def _json(model: wire._Response | list[wire.DeviceView], status: int = 200) -> R
 async def devices(svc: Svc) -> Response:
     snaps = await svc.db(svc.store.device_snapshots)
     now = svc.now()
-    return _json([views.device_view(s, now) for s in snaps])
+    return _json([render.device_view(s, now) for s in snaps])
 
 
 @router.get("/v1/state", dependencies=[Client], response_model=wire.State)
@@ -42,9 +43,9 @@ async def state(svc: Svc) -> Response:
     snaps, active, queued = await svc.db(svc.store.state_snapshot)
     now = svc.now()
     out = wire.State(
-        devices=[views.device_view(s, now) for s in snaps],
-        jobs=[views.job(j) for j in active],
-        queued=[views.job(j) for j in queued],
+        devices=[render.device_view(s, now) for s in snaps],
+        jobs=[render.job(j) for j in active],
+        queued=[render.job(j) for j in queued],
         queued_waiting_seconds={j.id: now - (j.queued_at or j.submitted_at) for j in queued}
         or None,
     )
@@ -54,7 +55,7 @@ async def state(svc: Svc) -> Response:
 def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
     """The flap-guard history describe carries beside its base fields (STORE-123)."""
     return wire.RecoveryHistory(
-        recoveries=[wire.Recovery(at=views.ts(r.at) or "", reason=r.reason) for r in h.recoveries],
+        recoveries=[wire.Recovery(at=render.ts(r.at) or "", reason=r.reason) for r in h.recoveries],
         remaining=h.remaining,
         limit=h.limit,
         window_seconds=h.window,
@@ -68,7 +69,7 @@ async def describe(device_id: str, svc: Svc) -> Response:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
     snap, sheet, recent = found.snapshot, found.sheet, found.recent_jobs
     now = svc.now()
-    view = views.device_view(snap, now)
+    view = render.device_view(snap, now)
     out = wire.Describe(
         device=view.device,
         holder=view.holder,
@@ -80,10 +81,10 @@ async def describe(device_id: str, svc: Svc) -> Response:
         label_age_seconds={f"{lb.key}/{lb.source}": now - lb.updated_at for lb in snap.labels}
         or None,
         sheet=sheet.body or None,
-        sheet_updated_at=views.ts(sheet.updated_at) or views.ZERO_INSTANT,
+        sheet_updated_at=render.ts(sheet.updated_at) or render.ZERO_INSTANT,
         sheet_age_seconds=now - sheet.updated_at if sheet.body and sheet.updated_at else None,
         sheet_is_host_wide=True if sheet.host_wide else None,
-        recent_jobs=[views.job(j) for j in recent] or None,
+        recent_jobs=[render.job(j) for j in recent] or None,
         recoveries=_recoveries(found.recoveries),
     )
     return _json(out)
@@ -116,17 +117,13 @@ async def whoami(caller: ClientCaller) -> Response:
 
 @router.post("/v1/devices/{device_id}/clear", dependencies=[Admin])
 async def clear(device_id: str, svc: Svc) -> Response:
-    if not await svc.db(svc.store.clear_device, device_id):
-        raise errors.DeviceNotCleared(
-            f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
-        )
-    svc.hub.kick_scheduler()
+    await perform(svc.hub, service.clear(svc, device_id))
     return Response(status_code=200)
 
 
 @router.delete("/v1/devices/{device_id}", dependencies=[Admin], response_model=wire.Retired)
 async def retire(device_id: str, svc: Svc) -> Response:
-    await svc.db(svc.store.retire_device, device_id)
+    await perform(svc.hub, service.retire(svc, device_id))
     return _json(
         wire.Retired(
             retired=device_id,

@@ -12,14 +12,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
 from resource_controller import errors, wire
-from resource_controller.controller import deps, views
+from resource_controller.controller import deps, render, service
 from resource_controller.controller.deps import Services
-from resource_controller.core import identity, selectors, states
+from resource_controller.controller.wake import perform
 from resource_controller.core.identity import Caller
-from resource_controller.core.states import ACTIVE, ALL_JOB_STATES, JobState, Kind, Role, Stdio
-from resource_controller.store.jobs import NewJob
+from resource_controller.core.states import ALL_JOB_STATES, JobState, Role, Stdio
 from resource_controller.store.logs import MAX_OFFSET, READ_CHUNK, Snapshot
-from resource_controller.store.records import Assigned, JobRecord
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -33,95 +31,12 @@ FOLLOW_RECHECK = 1.0
 SNAPSHOT_CHUNK = 256 * 1024
 
 
-def validate_submit(req: wire.SubmitRequest) -> NewJob:
-    """API-041, in its order; the first failure wins."""
-    kind = req.kind or Kind.JOB
-    if kind not in (Kind.JOB, Kind.HOLD):
-        raise errors.BadRequest(f"unknown kind {req.kind!r} (job or hold)")
-    command = list(req.command or [])
-    if kind == Kind.JOB and not command:
-        raise errors.BadRequest("command must not be empty")
-    if kind == Kind.HOLD:
-        for bad, what in (
-            (command, "a hold takes no command"),
-            (req.cwd, "a hold takes no cwd"),
-            (req.env, "a hold takes no env"),
-            (req.idle_timeout_seconds, "a hold takes no idle timeout"),
-            (req.max_runtime_seconds <= 0, "a hold needs max_runtime_seconds > 0 (its TTL)"),
-            (req.stdio, "a hold cannot use tty or pipe stdio"),
-        ):
-            if bad:
-                raise errors.BadRequest(what)
-        command = ["hold"]
-    if req.stdio not in {s.value for s in Stdio}:
-        raise errors.BadRequest(f'unknown stdio {req.stdio!r} ("", tty or pipe)')
-    if req.device_id and req.selector:
-        raise errors.BadRequest("give device_id or selector, not both")
-    if not req.submitter:
-        raise errors.BadRequest("submitter must not be empty")
-    if not -10 <= req.priority <= 10:
-        raise errors.PriorityOutOfRange(f"priority {req.priority} is outside -10..10")
-    if req.selector:
-        try:
-            selectors.parse(req.selector)
-        except selectors.SelectorError as exc:
-            raise errors.BadSelector(str(exc)) from None
-    return NewJob(
-        command=command,
-        submitter=req.submitter,
-        device_id=req.device_id,
-        selector=req.selector,
-        cwd=req.cwd,
-        env=dict(req.env) if req.env else None,
-        idempotency_key=req.idempotency_key,
-        priority=req.priority,
-        max_runtime=req.max_runtime_seconds,
-        idle_timeout=req.idle_timeout_seconds,
-        kind=kind,
-        reason=req.reason,
-        stdio=req.stdio,
-    )
-
-
-def wake_assigned(svc: Services, assigned: list[Assigned]) -> None:
-    for a in assigned:
-        svc.hub.workers.wake(a.worker_id)
-
-
 @router.post("/v1/jobs", status_code=201, response_model=wire.Job, response_model_exclude_none=True)
 async def submit(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     """Enqueue, run one scheduling pass at once, answer with the job (API-042)."""
     req = await deps.body(request, wire.SubmitRequest)
-    # EXT-WHO-2: a named token's submit is recorded under its name.
-    req.submitter = identity.recorded_submitter(caller, req.submitter)
-    new = validate_submit(req)
-
-    def enqueue_and_schedule() -> tuple[JobRecord, list[Assigned]]:
-        job = svc.store.enqueue(new)
-        # API-042: whatever fails after the enqueue (a database error or anything
-        # unexpected) cancels the just-queued job, so it never lingers half-submitted.
-        try:
-            assigned = svc.store.schedule()
-        except Exception:
-            log.exception("scheduling pass after submit of job %s failed", job.id)
-            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
-            raise errors.StoreError("could not schedule the job") from None
-        try:
-            return svc.store.job(job.id), assigned
-        except Exception:
-            log.exception("reading back job %s after submit failed", job.id)
-            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_READ)
-            raise errors.StoreError("could not read the job back") from None
-
-    job, assigned = await svc.db(enqueue_and_schedule)
-    wake_assigned(svc, assigned)
-    if req.no_wait and job.queued:
-        if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
-            svc.hub.job_changed(job.id)
-            target = new.device_id or new.selector or "any device"
-            raise errors.NoDeviceAvailable(f"{target} is busy; the job was not queued")
-        job = await svc.db(svc.store.job, job.id)
-    body = views.job(job).model_dump_json(exclude_none=True)
+    job = await perform(svc.hub, service.submit(svc, caller, req))
+    body = render.job(job).model_dump_json(exclude_none=True)
     return Response(body, status_code=201, media_type="application/json")
 
 
@@ -155,14 +70,14 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
         state,
         q.get("id_prefix") or "",  # EXT-CLI-7
     )
-    out = wire.JobList(jobs=[views.job(j) for j in found])
+    out = wire.JobList(jobs=[render.job(j) for j in found])
     return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 @router.get("/v1/jobs/{job_id}", dependencies=[Client], response_model=wire.JobView)
 async def get_job(job_id: str, svc: Svc) -> Response:
     job, position = await svc.db(svc.store.job_with_position, job_id)
-    out = wire.JobView(job=views.job(job), queue_position=position or None)
+    out = wire.JobView(job=render.job(job), queue_position=position or None)
     return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
 
 
@@ -170,30 +85,7 @@ async def get_job(job_id: str, svc: Svc) -> Response:
 async def kill(job_id: str, request: Request, svc: Svc, caller: ClientCaller) -> Response:
     """Cancel a queued job or flag an active one for its worker (API-046, EXT-WHO-2)."""
     req = await deps.body(request, wire.KillRequest, empty_ok=False)
-    job = await svc.db(svc.store.job, job_id)
-    if not identity.may_end(caller, job.submitter, req.submitter):
-        who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
-        raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
-    # A named token's reason names who it is, as its submits do (EXT-WHO-2).
-    submitter = identity.recorded_submitter(caller, req.submitter)
-    reason = states.kill_reason(submitter, admin=caller.admin)
-    if job.state == JobState.QUEUED:
-        if not await svc.db(svc.store.cancel_queued, job_id, reason):
-            raise errors.NotCancellable(f"job {job_id} already started")
-        svc.hub.job_changed(job_id)
-        svc.hub.kick_scheduler()
-        return Response(status_code=200)
-    if job.state not in ACTIVE:
-        raise errors.NotCancellable(f"job {job_id} already finished")
-    outcome = await svc.db(
-        svc.store.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
-    )
-    if outcome == "not_cancellable":
-        raise errors.NotCancellable(f"job {job_id} already finished")
-    if outcome == "finalized":
-        svc.hub.job_changed(job_id)
-        svc.hub.kick_scheduler()
-    svc.hub.workers.wake(job.worker_id)
+    await perform(svc.hub, service.kill(svc, caller, job_id, req))
     return Response(status_code=200)
 
 

@@ -1,4 +1,7 @@
-"""Store records into wire models; every age is measured here on the controller's clock."""
+"""Rendering: store records into the wire models routes answer with.
+
+Every age is measured here, on the controller's clock.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,390 @@
+"""The controller's operations: one function each, between a parsed request and the store.
+
+Every operation runs its store work on the store thread (``Services.db``), decides what
+the spec says about the outcome, and returns a ``wake.Done``: its value (or the error
+to answer with after a commit) and the wake-ups the change implies. Nothing here wakes
+anyone; ``wake.perform`` applies the wake-ups once the operation has committed. Routes
+parse the request, call ``perform(svc.hub, service.<op>(...))`` and render the answer;
+the background loops (``controller/loops.py``) do the same for a scheduling pass and a
+sweep.
+
+Which changes imply a scheduling pass is EXT-FAST-1's list: a submit (its pass runs
+inline), a terminal status report, a cancel, a kill finalised here, a device cleared,
+a registration and a heartbeat (which may bring a device back from ``unknown``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from resource_controller import errors, wire
+from resource_controller.controller.deps import Services
+from resource_controller.controller.wake import SCHEDULE, Done, Wake
+from resource_controller.core import expiry, identity, selectors, states
+from resource_controller.core.identity import Caller
+from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
+from resource_controller.store.jobs import NewJob
+from resource_controller.store.records import (
+    Assigned,
+    AutoRecovery,
+    JobRecord,
+    Registration,
+    SweepResult,
+)
+
+log = logging.getLogger(__name__)
+
+SHEET_CAP = 65536
+
+
+# ---- client: jobs ------------------------------------------------------------------
+
+
+def validate_submit(req: wire.SubmitRequest) -> NewJob:
+    """API-041, in its order; the first failure wins."""
+    kind = req.kind or Kind.JOB
+    if kind not in (Kind.JOB, Kind.HOLD):
+        raise errors.BadRequest(f"unknown kind {req.kind!r} (job or hold)")
+    command = list(req.command or [])
+    if kind == Kind.JOB and not command:
+        raise errors.BadRequest("command must not be empty")
+    if kind == Kind.HOLD:
+        for bad, what in (
+            (command, "a hold takes no command"),
+            (req.cwd, "a hold takes no cwd"),
+            (req.env, "a hold takes no env"),
+            (req.idle_timeout_seconds, "a hold takes no idle timeout"),
+            (req.max_runtime_seconds <= 0, "a hold needs max_runtime_seconds > 0 (its TTL)"),
+            (req.stdio, "a hold cannot use tty or pipe stdio"),
+        ):
+            if bad:
+                raise errors.BadRequest(what)
+        command = ["hold"]
+    if req.stdio not in {s.value for s in Stdio}:
+        raise errors.BadRequest(f'unknown stdio {req.stdio!r} ("", tty or pipe)')
+    if req.device_id and req.selector:
+        raise errors.BadRequest("give device_id or selector, not both")
+    if not req.submitter:
+        raise errors.BadRequest("submitter must not be empty")
+    if not -10 <= req.priority <= 10:
+        raise errors.PriorityOutOfRange(f"priority {req.priority} is outside -10..10")
+    if req.selector:
+        try:
+            selectors.parse(req.selector)
+        except selectors.SelectorError as exc:
+            raise errors.BadSelector(str(exc)) from None
+    return NewJob(
+        command=command,
+        submitter=req.submitter,
+        device_id=req.device_id,
+        selector=req.selector,
+        cwd=req.cwd,
+        env=dict(req.env) if req.env else None,
+        idempotency_key=req.idempotency_key,
+        priority=req.priority,
+        max_runtime=req.max_runtime_seconds,
+        idle_timeout=req.idle_timeout_seconds,
+        kind=kind,
+        reason=req.reason,
+        stdio=req.stdio,
+    )
+
+
+async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
+    """Enqueue, run one scheduling pass at once, answer with the job (API-042)."""
+    # EXT-WHO-2: a named token's submit is recorded under its name.
+    req.submitter = identity.recorded_submitter(caller, req.submitter)
+    new = validate_submit(req)
+
+    def enqueue_and_schedule() -> tuple[JobRecord, list[Assigned]]:
+        job = svc.store.enqueue(new)
+        # API-042: whatever fails after the enqueue (a database error or anything
+        # unexpected) cancels the just-queued job, so it never lingers half-submitted.
+        try:
+            assigned = svc.store.schedule()
+        except Exception:
+            log.exception("scheduling pass after submit of job %s failed", job.id)
+            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
+            raise errors.StoreError("could not schedule the job") from None
+        try:
+            return svc.store.job(job.id), assigned
+        except Exception:
+            log.exception("reading back job %s after submit failed", job.id)
+            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_READ)
+            raise errors.StoreError("could not read the job back") from None
+
+    job, assigned = await svc.db(enqueue_and_schedule)
+    wake = Wake(scheduled=True) | Wake.poll(a.worker_id for a in assigned)
+    if not (req.no_wait and job.queued):
+        return Done(job, wake)
+    try:
+        if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
+            target = new.device_id or new.selector or "any device"
+            refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued")
+            return Done(job, wake | Wake.jobs_ended([job.id]), error=refused)
+        return Done(await svc.db(svc.store.job, job.id), wake)
+    except errors.RcError as exc:  # the pass's assignments are committed: still wake them
+        return Done(job, wake, error=exc)
+
+
+async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
+    """Cancel a queued job or flag an active one for its worker (API-046, EXT-WHO-2)."""
+    job = await svc.db(svc.store.job, job_id)
+    if not identity.may_end(caller, job.submitter, req.submitter):
+        who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
+        raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
+    # A named token's reason names who it is, as its submits do (EXT-WHO-2).
+    submitter = identity.recorded_submitter(caller, req.submitter)
+    reason = states.kill_reason(submitter, admin=caller.admin)
+    if job.state == JobState.QUEUED:
+        if not await svc.db(svc.store.cancel_queued, job_id, reason):
+            raise errors.NotCancellable(f"job {job_id} already started")
+        return Done(None, Wake.jobs_ended([job_id], schedule=True))
+    if job.state not in states.ACTIVE:
+        raise errors.NotCancellable(f"job {job_id} already finished")
+    outcome = await svc.db(
+        svc.store.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
+    )
+    if outcome == "not_cancellable":
+        raise errors.NotCancellable(f"job {job_id} already finished")
+    wake = Wake.poll([job.worker_id])
+    if outcome == "finalized":  # the worker is gone: ended here, the device stays out
+        wake |= Wake.jobs_ended([job_id], schedule=True)
+    return Done(None, wake)
+
+
+# ---- worker: registration and facts --------------------------------------------------
+
+
+def check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> None:
+    """Refuse the whole request when any sheet is over 64 KiB (STORE-152)."""
+    if sheet is not None and len(sheet.encode()) > SHEET_CAP:
+        raise errors.TooLarge("host sheet exceeds 65536 bytes", code="sheet_too_large")
+    for name, text in (device_sheets or {}).items():
+        if len(text.encode()) > SHEET_CAP:
+            raise errors.TooLarge(
+                f"sheet of device {name} exceeds 65536 bytes", code="sheet_too_large"
+            )
+
+
+def proof_of(recovery: wire.RecoveryProof | None) -> expiry.Proof | None:
+    """The registration's recovery proof; absent means none (API-030, STORE-120)."""
+    if recovery is None:
+        return None
+    return expiry.Proof(
+        isolated=recovery.isolated,
+        survivors_checked=recovery.survivors_checked,
+        survivors_found=recovery.survivors_found,
+    )
+
+
+async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> Done[Registration]:
+    """Upsert the worker and its devices, recover what its proof allows, store its facts."""
+    if not req.host:
+        raise errors.BadRequest("host must not be empty")
+    # EXT-WHO-3: a named worker token speaks only for its own host. An admin token
+    # (which satisfies worker routes, AUTH-002) keeps its override, named or not.
+    if caller.role == Role.WORKER and caller.name is not None and req.host != caller.name:
+        raise errors.NotThisHost(
+            f"a worker token named {caller.name!r} cannot register host {req.host!r}"
+        )
+    check_sheets(req.sheet, req.device_sheets)
+    declared = [(d.name, max(0, d.max_runtime_seconds or 0)) for d in req.devices]
+    names = [d.name for d in req.devices]
+    proof = proof_of(req.recovery)
+
+    def apply() -> tuple[Registration, AutoRecovery]:
+        # STORE-113: upsert (with ceilings) -> auto-recovery -> labels and sheets, each
+        # its own transaction. Recovery comes after the upsert because it most often
+        # lifts the ``registration`` quarantine the upsert itself has just written.
+        reg = svc.store.register(req.host, req.boot_id, declared)
+        try:
+            recovery = svc.store.auto_recover(reg.worker_id, proof)
+        except Exception:
+            # API-031 step 6: logged, never fails the registration; the devices simply
+            # stay quarantined, which nothing schedules onto.
+            log.exception("automatic recovery for worker %s failed", req.host)
+            recovery = AutoRecovery()
+        svc.store.apply_facts(
+            req.host, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
+        )
+        return reg, recovery
+
+    reg, recovery = await svc.db(apply)
+    for job_id in reg.reaped:
+        log.warning("job %s lost: worker %s re-registered", job_id, req.host)
+    for r in recovery.recovered:
+        log.info(
+            "device %s returned to the pool: was quarantined for %s; %s",
+            r.device_id,
+            r.reason,
+            proof.summary if proof else "",
+        )
+    for device_id in recovery.held_back:
+        log.warning(
+            "device %s stays quarantined: it recovered automatically %d times within %d s; "
+            "an operator must clear it",
+            device_id,
+            expiry.FLAP_LIMIT,
+            expiry.FLAP_WINDOW,
+        )
+    return Done(reg, Wake(schedule=True, ended=frozenset(reg.reaped), devices=True))
+
+
+async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Done[None]:
+    """Replace the worker's labels and sheets (API-032); only for its registered host."""
+    if not req.host:
+        raise errors.BadRequest("host must not be empty")
+    host = await svc.db(svc.store.worker_host, worker_id)
+    if host != req.host:
+        raise errors.BadRequest(f"worker {worker_id} is registered as {host!r}, not {req.host!r}")
+    check_sheets(req.sheet, req.device_sheets)
+    await svc.db(
+        svc.store.apply_facts,
+        req.host,
+        req.devices,
+        req.labels,
+        req.declared_labels,
+        req.sheet,
+        req.device_sheets,
+    )
+    return Done(None, Wake(devices=True))
+
+
+# ---- worker: the spine ---------------------------------------------------------------
+
+
+async def poll(
+    svc: Services, worker_id: str, wait: float, gone: asyncio.Future[None]
+) -> Done[tuple[list[JobRecord], list[str]]]:
+    """Long poll (API-034): hand out assignments and due kills, or wait to be woken.
+
+    Empty lists once ``wait`` seconds pass, the controller shuts down or the caller is
+    ``gone``. The hand-out moves each job to ``running`` in the store (STORE-080).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        woken = svc.hub.workers.waiter(worker_id)
+        if gone.done():
+            return Done(([], []))
+        handed, kills = await svc.db(svc.store.take_work, worker_id)
+        if handed or kills:
+            return Done((handed, kills))
+        remaining = deadline - loop.time()
+        if remaining <= 0 or svc.hub.shutting_down.is_set():
+            return Done(([], []))
+        wake = asyncio.ensure_future(woken.wait())
+        stop = asyncio.ensure_future(svc.hub.shutting_down.wait())
+        waits: set[asyncio.Future[Any]] = {wake, stop, gone}
+        await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        wake.cancel()
+        stop.cancel()
+
+
+async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -> Done[None]:
+    """Renew the named jobs' leases and restore the devices they prove (API-035, STORE-096)."""
+    # Pending jobs (finished, report still in the worker's outbox) keep their leases and
+    # their devices busy until the report lands (EXT-OUTBOX-2).
+    await svc.db(
+        svc.store.heartbeat,
+        worker_id,
+        list(req.running_job_ids or []),
+        svc.settings.retain_disconnected_jobs,
+        list(req.pending_job_ids or []),
+    )
+    return Done(None, SCHEDULE)  # a device back from unknown may place a queued job
+
+
+async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes) -> Done[None]:
+    """Store a chunk of the job's output; a stale lease epoch is refused (EXT-EPOCH-3)."""
+    if epoch is not None:
+        job = await svc.db(svc.store.job, job_id)
+        # ASCII digits only, and short: int() refuses "²" and 5,000-digit text (EXT-LIMITS-5).
+        current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
+        if not current or int(epoch) != job.lease_epoch:
+            raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
+    svc.logs.append(job_id, chunk)
+    return Done(None, Wake(output=frozenset((job_id,))))
+
+
+async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> Done[None]:
+    """A worker reports ``running`` or the outcome (API-037/038); terminal frees the lease."""
+
+    def record() -> bool:
+        job = svc.store.job(job_id)
+        if not req.worker_id or req.worker_id != job.worker_id:
+            raise errors.NotJobOwner(f"job {job_id} is not assigned to worker {req.worker_id!r}")
+        if req.lease_epoch is not None and req.lease_epoch != job.lease_epoch:
+            raise errors.StaleLease(
+                f"lease epoch {req.lease_epoch} is not job {job_id}'s current lease "
+                f"({job.lease_epoch})"
+            )
+        if req.state == JobState.RUNNING:
+            svc.store.mark_running(job_id)
+            return False
+        if req.state not in TERMINAL:
+            raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
+        svc.store.release(job_id, req.state, req.exit_code, req.reason)
+        return True
+
+    # The ownership checks and the change run in one hop to the store thread.
+    if not await svc.db(record):
+        return Done(None)
+    return Done(None, Wake.jobs_ended([job_id], schedule=True))
+
+
+async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[None]:
+    """The host takes a device out itself (API-039); only an admin clears a fault."""
+    if not req.reason:
+        raise errors.BadRequest("reason must not be empty")
+    await svc.db(svc.store.set_device_state, device_id, DeviceState.UNHEALTHY, req.reason)
+    log.warning("device %s quarantined by its host: %s", device_id, req.reason)
+    return Done(None, Wake(devices=True))
+
+
+# ---- admin: the fleet ----------------------------------------------------------------
+
+
+async def clear(svc: Services, device_id: str) -> Done[None]:
+    """Return a quarantined, lease-free device to the pool (API-080)."""
+    if not await svc.db(svc.store.clear_device, device_id):
+        raise errors.DeviceNotCleared(
+            f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
+        )
+    return Done(None, Wake(schedule=True, devices=True))
+
+
+async def retire(svc: Services, device_id: str) -> Done[None]:
+    """Delete a lease-free device (API-081); an unknown one is ``404 device_not_found``."""
+    await svc.db(svc.store.retire_device, device_id)
+    return Done(None, Wake(devices=True))
+
+
+# ---- the background loops ------------------------------------------------------------
+
+
+async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
+    """One scheduling pass (SRV-030): wake the long poll of every worker it assigned to."""
+    assigned = await svc.db(svc.store.schedule)
+    return Done(assigned, Wake.poll(a.worker_id for a in assigned))
+
+
+async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
+    """One reaper sweep (SRV-031): followers of ended jobs finish; a pass may place work.
+
+    A sweep never frees a device, but a device gone ``unknown`` or out can change what a
+    queued job waits for, so a pass follows whenever it took anything out.
+    """
+    result = await svc.db(svc.store.sweep, rules)
+    took_out = bool(result.devices_unknown or result.alarming)
+    return Done(
+        result,
+        Wake(
+            schedule=took_out,
+            ended=frozenset([*result.jobs_lost, *result.leases_expired]),
+            devices=result.alarming,
+        ),
+    )

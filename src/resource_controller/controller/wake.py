@@ -1,0 +1,106 @@
+"""What an operation changed, as data, and the one place that acts on it after commit.
+
+Every controller operation (``controller/service.py``) and background loop returns a
+``Done``: its outcome plus a ``Wake`` naming the wake-ups the committed change implies.
+``perform`` awaits the operation, then ``apply`` turns the ``Wake`` into hub calls, so
+nothing is ever woken from inside a transaction and no route calls the hub by hand.
+A future publisher of "jobs"/"devices" events (EVT-010..013) hooks into ``apply`` too.
+
+A forgotten ``perform`` is a type error: a route gets a ``Done``, not the value it renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from resource_controller import errors
+from resource_controller.controller.hub import Hub
+
+T = TypeVar("T")
+
+_NONE: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Wake:
+    """The wake-ups a committed change implies; empty means nothing to wake."""
+
+    #: A scheduling pass soon: the change can make a queued job placeable (EXT-FAST-1).
+    schedule: bool = False
+    #: A pass already ran right after the change, inside the operation (submit's
+    #: immediate pass, API-042): it is that change's EXT-FAST-1 pass; nothing to kick.
+    scheduled: bool = False
+    #: Jobs that reached a terminal state: their log followers finish (EXT-FAST-2).
+    #: The reaper's expired leases may name a lease ID here; it wakes nobody.
+    ended: frozenset[str] = _NONE
+    #: Workers whose long poll has something new: an assignment or a kill (API-034).
+    workers: frozenset[str] = _NONE
+    #: Jobs with newly stored output: their log followers read it (LOG-003).
+    output: frozenset[str] = _NONE
+    #: The device table changed (registration, labels, fault, clear, retire, a sweep
+    #: that took devices out): what a "devices" event will announce (EVT-012, EVT-013).
+    devices: bool = False
+
+    def __or__(self, other: Wake) -> Wake:
+        return Wake(
+            schedule=self.schedule or other.schedule,
+            scheduled=self.scheduled or other.scheduled,
+            ended=self.ended | other.ended,
+            workers=self.workers | other.workers,
+            output=self.output | other.output,
+            devices=self.devices or other.devices,
+        )
+
+    @property
+    def passes(self) -> bool:
+        """A scheduling pass follows the change: kicked here, or already run (EXT-FAST-1)."""
+        return self.schedule or self.scheduled
+
+    @staticmethod
+    def jobs_ended(ids: Iterable[str], *, schedule: bool = False) -> Wake:
+        return Wake(schedule=schedule, ended=frozenset(ids))
+
+    @staticmethod
+    def poll(worker_ids: Iterable[str]) -> Wake:
+        return Wake(workers=frozenset(w for w in worker_ids if w))
+
+
+NOTHING = Wake()
+SCHEDULE = Wake(schedule=True)
+
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    """An operation's committed outcome: its value or the error to answer with, and its wake-ups.
+
+    ``error`` is for a refusal that comes after a commit (a ``no_wait`` submit cancels
+    its job, then answers 409): the wake-ups still apply before it is raised.
+    """
+
+    value: T
+    wake: Wake = NOTHING
+    error: errors.RcError | None = None
+
+
+def apply(hub: Hub, wake: Wake) -> None:
+    """Act on the wake-ups of a committed change; the only caller of the hub's wake methods."""
+    for worker_id in sorted(wake.workers):
+        hub.workers.wake(worker_id)
+    for job_id in sorted(wake.ended):
+        hub.job_changed(job_id)
+    for job_id in sorted(wake.output):
+        hub.logs.wake(job_id)
+    if wake.schedule:
+        hub.kick_scheduler()
+    # ``devices`` (and ``ended``, as "jobs") are for the event stream; nothing reads them yet.
+
+
+async def perform(hub: Hub, op: Awaitable[Done[T]]) -> T:
+    """Run an operation, apply its wake-ups after it committed, then answer or raise."""
+    done = await op
+    apply(hub, done.wake)
+    if done.error is not None:
+        raise done.error
+    return done.value
