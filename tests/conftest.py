@@ -8,10 +8,22 @@ from typing import Any
 
 import pytest
 
+import move_guard
 from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import JobRecord
+
+
+@pytest.fixture(autouse=True)
+def state_writes_go_through_moves() -> Iterator[None]:
+    """Every test: no statement wrote a job or device state outside ``store.moves``."""
+    move_guard.install()
+    move_guard.bypasses.clear()
+    yield
+    found = list(move_guard.bypasses)
+    move_guard.bypasses.clear()
+    assert found == [], f"state written outside store.moves: {found}"
 
 
 @pytest.fixture

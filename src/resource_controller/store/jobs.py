@@ -24,7 +24,8 @@ from resource_controller.core.states import (
     Kind,
     Quarantine,
 )
-from resource_controller.store import leases, queries
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
@@ -124,7 +125,7 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         reason=req.reason,
         stdio=req.stdio,
     )
-    conn.execute(sa.insert(t.jobs).values(**job.columns()))
+    moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job
 
 
@@ -146,12 +147,16 @@ def queue_position(conn: sa.Connection, job: JobRecord) -> int:
 
 def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:
     """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
-    done = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.QUEUED)
-        .values(state=JobState.KILLED, kill_reason=reason, finished_at=now)
+    done = moves.move(
+        conn,
+        JOB,
+        Op.CANCEL_QUEUED,
+        t.jobs.c.id == job_id,
+        state=JobState.KILLED,
+        kill_reason=reason,
+        finished_at=now,
     )
-    if done.rowcount != 1:
+    if done != 1:
         return False
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.job_id == job_id))
     return True
@@ -173,16 +178,16 @@ def request_kill(
         or (dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST)
     )
     if finalize_disconnected and disconnected:
-        conn.execute(
-            sa.update(t.jobs)
-            .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
-            .values(
-                state=JobState.KILLED,
-                kill_reason=reason,
-                finished_at=now,
-                kill_requested=1,
-                kill_delivered_at=0,
-            )
+        moves.move(
+            conn,
+            JOB,
+            Op.KILL_FINALIZE,
+            t.jobs.c.id == job_id,
+            state=JobState.KILLED,
+            kill_reason=reason,
+            finished_at=now,
+            kill_requested=1,
+            kill_delivered_at=0,
         )
         # The device stays out: nothing proves it is empty (STORE-092).
         leases.release_for_job(conn, now, job_id)
@@ -202,12 +207,9 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
     is stamped delivered and not offered again for 30 s (STORE-094).
     """
     j = t.jobs.c
-    rows = conn.execute(
-        sa.update(t.jobs)
-        .where(j.worker_id == worker_id, j.state == JobState.ASSIGNED)
-        .values(state=JobState.RUNNING, started_at=now)
-        .returning(*t.jobs.c)
-    ).all()
+    rows = moves.move_returning(
+        conn, JOB, Op.MARK_RUNNING, j.worker_id == worker_id, state=JobState.RUNNING, started_at=now
+    )
     handed: list[JobRecord] = []
     if rows:
         live = t.leases.c
@@ -240,10 +242,8 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
 
 def mark_running(conn: sa.Connection, now: int, job_id: str) -> None:
     """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
-    conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.ASSIGNED)
-        .values(state=JobState.RUNNING, started_at=now)
+    moves.move(
+        conn, JOB, Op.MARK_RUNNING, t.jobs.c.id == job_id, state=JobState.RUNNING, started_at=now
     )
 
 
@@ -260,22 +260,23 @@ def release(
         raise errors.InvalidTransition(
             f"job {job_id} is {job.state}; only an active job can be released"
         )
-    done = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
-        .values(state=state, exit_code=exit_code, kill_reason=reason, finished_at=now)
+    done = moves.move(
+        conn,
+        JOB,
+        Op.RELEASE,
+        t.jobs.c.id == job_id,
+        state=state,
+        exit_code=exit_code,
+        kill_reason=reason,
+        finished_at=now,
     )
-    if done.rowcount != 1:
+    if done != 1:
         raise errors.StoreError(f"job {job_id} changed state under a serialised release")
     freed = leases.release_for_job(conn, now, job_id)
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
-        conn.execute(
-            sa.update(t.devices)
-            .where(t.devices.c.id.in_(freed), t.devices.c.state == DeviceState.BUSY)
-            .values(state=DeviceState.READY)
-        )
+        moves.move(conn, DEVICE, Op.RELEASE, t.devices.c.id.in_(freed), state=DeviceState.READY)
     ended = dataclasses.replace(
         job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
     )

@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from resource_controller import errors
 from resource_controller.core import selectors
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import queries
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, LeaseRecord
 
@@ -103,25 +104,23 @@ def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) 
     snapshot can never hand out a device that is not ``ready``; the unique index
     still referees the lease insert.
     """
-    flipped = conn.execute(
-        sa.update(t.devices)
-        .where(t.devices.c.id == device.id, t.devices.c.state == DeviceState.READY)
-        .values(state=DeviceState.BUSY)
+    flipped = moves.move(
+        conn, DEVICE, Op.ASSIGN, t.devices.c.id == device.id, state=DeviceState.BUSY
     )
-    if flipped.rowcount != 1:
+    if flipped != 1:
         return "not_ready"
     runtime = job.max_runtime or device.max_runtime
-    moved = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job.id, t.jobs.c.state == JobState.QUEUED)
-        .values(
-            state=JobState.ASSIGNED,
-            device_id=device.id,
-            worker_id=device.worker_id,
-            max_runtime=runtime,
-        )
+    moved = moves.move(
+        conn,
+        JOB,
+        Op.ASSIGN,
+        t.jobs.c.id == job.id,
+        state=JobState.ASSIGNED,
+        device_id=device.id,
+        worker_id=device.worker_id,
+        max_runtime=runtime,
     )
-    if moved.rowcount != 1:
+    if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flip back with the transaction
     grant(conn, now, job, device.id, runtime)
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device.id))
