@@ -2,8 +2,10 @@
 
 Enqueue never assigns (STORE-055): the scheduling pass in ``leases.py`` is the only
 place a device changes hands, so a client told a queue position is never overtaken
-by a side door. Every state change here names its legal source states (from
-``core.states``) in its WHERE clause and checks the row count.
+by a side door. Every state change here is a move from the transition table
+(``core.transitions``, applied by ``store.moves``), which adds the legal source states
+to its WHERE clause; callers check the row count. Which devices a job may use, the
+queue order and queue positions are ``core.scheduling``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import selectors
+from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import (
     ACTIVE,
     TERMINAL,
@@ -68,13 +70,14 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
         labels = queries.effective_labels(conn) if parsed else {}
-        matches = queries.matching_devices(parsed, queries.all_devices(conn), labels)
+        fleet = queries.device_snaps(queries.all_devices(conn), labels)
+        matches = scheduling.matching(parsed, fleet)
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
             raise errors.NoMatchingDevice(
                 f"no device matches {what}" if parsed else "no devices are registered"
             )
-        if runtime > 0 and not any(d.max_runtime == 0 or d.max_runtime >= runtime for d in matches):
+        if not any(scheduling.tolerates(d, runtime) for d in matches):
             highest = max(d.max_runtime for d in matches)
             raise errors.RuntimeAboveCeiling(
                 f"{what}: requested runtime {runtime}s is above every matching device's "
@@ -90,13 +93,11 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         dev = queries.device(conn, req.device_id)
         if dev is None:
             raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
-        if dev.max_runtime > 0:
-            if runtime == 0:
-                runtime = dev.max_runtime
-            elif runtime > dev.max_runtime:
-                raise errors.RuntimeAboveCeiling(
-                    f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
-                )
+        if not scheduling.tolerates(dev.snap(), runtime):
+            raise errors.RuntimeAboveCeiling(
+                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+            )
+        runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
     seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
     job = JobRecord(
         id=str(uuid.uuid4()),
@@ -133,16 +134,7 @@ def queue_position(conn: sa.Connection, job: JobRecord) -> int:
     """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070)."""
     if not job.queued:
         return 0
-    j = t.jobs.c
-    ahead = sa.or_(
-        j.priority > job.priority,
-        sa.and_(j.priority == job.priority, j.queued_at < job.queued_at),
-        sa.and_(j.priority == job.priority, j.queued_at == job.queued_at, j.seq < job.seq),
-    )
-    where = [j.state == JobState.QUEUED, ahead]
-    if job.selector == "" and job.device_id:
-        where += [j.device_id == job.device_id, j.selector == ""]
-    return 1 + int(conn.execute(sa.select(sa.func.count()).where(*where)).scalar_one())
+    return scheduling.queue_position(job.snap(), queries.queued_snaps(conn))
 
 
 def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import selectors
+from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import moves, queries
@@ -140,24 +140,6 @@ def _try_assign(
         return "not_queued"
 
 
-def _candidates(
-    job: JobRecord,
-    devices: list[DeviceRecord],
-    labels: dict[str, dict[str, str]],
-) -> list[str] | None:
-    """Device IDs the job may take, in order; None when its selector no longer parses."""
-    if job.selector == "" and job.device_id:
-        return [job.device_id]  # pinned: not ceiling-filtered at schedule time (STORE-064)
-    try:
-        parsed = selectors.parse(job.selector) if job.selector else None
-    except selectors.SelectorError:
-        return None
-    matches = queries.matching_devices(parsed, devices, labels)
-    if job.max_runtime > 0:
-        matches = [d for d in matches if d.max_runtime == 0 or d.max_runtime >= job.max_runtime]
-    return [d.id for d in matches]
-
-
 QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
 
 
@@ -174,14 +156,7 @@ def _queued_in_order(
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
-            p, q, n = after.priority, after.queued_at, after.seq
-            where.append(
-                sa.or_(
-                    j.priority < p,
-                    sa.and_(j.priority == p, j.queued_at > q),
-                    sa.and_(j.priority == p, j.queued_at == q, j.seq > n),
-                )
-            )
+            where.append(queries.behind(after))
         with transaction() as tx:
             page = queries.jobs_where(tx, *where, order=queries.QUEUE_ORDER, limit=QUEUE_PAGE)
         yield from page
@@ -190,40 +165,24 @@ def _queued_in_order(
         after = page[-1]
 
 
-class _LazyLabels:
-    """Effective labels, read once per pass and only if a selector job needs them."""
-
-    def __init__(self, transaction: Callable[[], AbstractContextManager[sa.Connection]]) -> None:
-        self._transaction = transaction
-        self._labels: dict[str, dict[str, str]] | None = None
-
-    def get(self) -> dict[str, dict[str, str]]:
-        if self._labels is None:
-            with self._transaction() as tx:
-                self._labels = queries.effective_labels(tx)
-        return self._labels
-
-
 def _reserve_vanished(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     by_id: dict[str, DeviceRecord],
-    reserved: dict[str, str],
+    planner: scheduling.Planner,
 ) -> None:
     """Reserve, for the first queued job pinned to it, each device that has no row."""
     j = t.jobs.c
     with transaction() as tx:
-        rows = tx.execute(
-            sa.select(j.id, j.device_id)
-            .where(
-                j.state == JobState.QUEUED,
-                j.selector == "",
-                j.device_id != "",
-                j.device_id.not_in(list(by_id)),
-            )
-            .order_by(*queries.QUEUE_ORDER)
-        ).all()
-    for job_id, device_id in rows:
-        reserved.setdefault(device_id, job_id)
+        waiting = queries.jobs_where(
+            tx,
+            j.state == JobState.QUEUED,
+            j.device_id != "",
+            j.device_id.not_in(list(by_id)),
+            order=queries.QUEUE_ORDER,
+        )
+    for job in waiting:
+        if job.snap().pinned:
+            planner.reserve(job.device_id, job.id)
 
 
 def schedule_pass(
@@ -233,46 +192,46 @@ def schedule_pass(
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
-    Runs with the store lock held throughout, so nothing interleaves; each assignment
-    is its own transaction (``transaction()``), and the reservation rows are rewritten
-    once at the end, only when they changed.
+    The decisions (candidates, what to try, what to claim) are ``core.scheduling``'s
+    ``Planner``; this function only reads the snapshot and applies them. Runs with the
+    store lock held throughout, so nothing interleaves; each assignment is its own
+    transaction (``transaction()``) of conditional updates, and the reservation rows
+    are rewritten once at the end, only when they changed.
     """
     with transaction() as tx:
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
         devices = queries.all_devices(tx)
+        labels = queries.effective_labels(tx)
     queue = _queued_in_order(transaction)
-    labels = _LazyLabels(transaction)
     by_id = {d.id: d for d in devices}
-    reserved: dict[str, str] = {}  # device -> job claiming it for the rest of this pass
-    taken: set[str] = set()  # devices assigned in this pass
+    planner = scheduling.Planner(queries.device_snaps(devices, labels))
     assigned: list[Assigned] = []
     for job in queue:
-        if by_id and by_id.keys() <= reserved.keys():
+        if planner.saturated():
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
-            _reserve_vanished(transaction, by_id, reserved)
+            _reserve_vanished(transaction, by_id, planner)
             break
-        candidates = _candidates(job, devices, labels.get() if job.selector else {})
-        if candidates is None:
+        snap = job.snap()
+        try:
+            offer = planner.offer(snap)
+        except selectors.SelectorError:
             log.error(
                 "queued job %s has a selector that no longer parses: %r", job.id, job.selector
             )
             continue
-        if not candidates:
+        if not offer.candidates:
             log.warning("queued job %s matches no device it could run on", job.id)
             continue
-        available = [d for d in candidates if d not in reserved]
-        if not available:
-            continue
         placed = False
-        for device_id in available:
-            device = by_id.get(device_id)
-            if device is None or device.state != DeviceState.READY or device_id in taken:
-                continue  # not ready: nothing readies a device while the pass holds the lock
+        # Choices are ready devices from the snapshot: nothing readies a device while
+        # the pass holds the lock, and each assignment re-checks inside its transaction.
+        for (device_id,) in offer.choices:
+            device = by_id[device_id]
             outcome = _try_assign(transaction, now, job, device)
             if outcome == "assigned":
-                taken.add(device_id)
+                planner.placed(snap, [device_id])
                 assigned.append(Assigned(job.id, device.worker_id))
                 placed = True
                 break
@@ -280,11 +239,10 @@ def schedule_pass(
                 placed = True  # cancelled since the snapshot: reserve nothing (STORE-063)
                 break
         if not placed:
-            for device_id in available:
-                reserved[device_id] = job.id
-    new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
+            planner.blocked(snap, offer)
+    new_reservations = {(job_id, device_id) for device_id, job_id in planner.reserved.items()}
     # Each assignment already deleted its device's row (STORE-065 step 6).
-    current = {(j, d) for j, d in old_reservations if d not in taken}
+    current = {(j, d) for j, d in old_reservations if d not in planner.taken}
     if new_reservations != current:
         with transaction() as tx:
             tx.execute(sa.delete(t.reservations))

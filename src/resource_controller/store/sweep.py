@@ -4,8 +4,8 @@ One transaction, in the spec's order: demote devices by their worker's silence
 (STORE-101), reap the jobs of written-off workers unless in retention mode
 (STORE-102), then, only when judging, expire lapsed leases (STORE-103). Which row
 deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
-only reads them and applies the verdicts, each write conditional on the legal source
-states.
+only reads them and applies the verdicts, each a move from the transition table
+(``store.moves``: conditional on the op's legal source states).
 
 No statement here ever writes ``ready`` (STORE-022, STORE-183): the sweep only ever
 learns that something stopped reporting, and no news from a worker says nothing about
