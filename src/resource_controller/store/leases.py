@@ -109,7 +109,7 @@ def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) 
     )
     if flipped != 1:
         return "not_ready"
-    runtime = job.max_runtime or device.max_runtime
+    runtime = scheduling.effective_runtime(job.max_runtime, device.max_runtime)
     moved = moves.move(
         conn,
         JOB,
