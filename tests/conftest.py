@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import move_guard
 from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
@@ -28,6 +29,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "e2e" in item.path.parts or fixtures & PROCESS_FIXTURES:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def state_writes_go_through_moves() -> Iterator[None]:
+    """Every test: no statement wrote a job or device state outside ``store.moves``."""
+    move_guard.install()
+    move_guard.bypasses.clear()
+    yield
+    found = list(move_guard.bypasses)
+    move_guard.bypasses.clear()
+    assert found == [], f"state written outside store.moves: {found}"
 
 
 @pytest.fixture

@@ -5,7 +5,11 @@ After every step the database must satisfy the invariants of store.md §24 (STOR
 own answers. The ``sweep`` rule predicts each sweep's verdicts from the rows it reads
 beforehand (worker heartbeats, device states, live leases) with the spec's rules written
 out independently here, then checks the store reached exactly those, and that no sweep
-moved any device to ``ready`` (STORE-183). Clock jumps (``advance``, ``silence``) make
+moved any device to ``ready`` (STORE-183). Devices are modelled too: each rule names the
+operations it may perform, and after every step each device's observed move (from its
+state before the step to its state after, ``None`` for no row) must be reachable by the
+edges of those operations in the table below, written out here from STORE-021
+independently of ``core.transitions``. Clock jumps (``advance``, ``silence``) make
 workers silent and leases lapse; the ``device_event`` rule can still write a demotion
 directly, in retention-mode fashion (devices demoted, jobs untouched; STORE-105), to reach
 those states without waiting. ``pytest --hypothesis-show-statistics`` lists the events
@@ -45,6 +49,58 @@ RECOVERABLE = ("worker_lost", "lease_expired", "registration")
 GRACE, UNHEALTHY_AFTER, FLAP_LIMIT, FLAP_WINDOW = 30, 300, 3, 3600
 WINDOWS = st.sampled_from(["judging", "at_hold_off", "past_hold_off", "inside", "stalled"])
 JUMPS = st.sampled_from([0, 0, 30, 300, 900])
+_ANY = frozenset({"ready", "busy", "unknown", "unhealthy"})
+_OUT = frozenset({"ready", "busy", "unknown"})
+#: STORE-021, one entry per operation: (from states, to states); None = no row.
+DEVICE_TABLE: dict[str, tuple[frozenset[str | None], frozenset[str | None]]] = {
+    "register a new device": (frozenset({None}), frozenset({"ready"})),
+    "assign": (frozenset({"ready"}), frozenset({"busy"})),
+    "release": (frozenset({"busy"}), frozenset({"ready"})),
+    "sweep: silent >= grace": (frozenset({"ready", "busy"}), frozenset({"unknown"})),
+    "sweep: written off": (_OUT, frozenset({"unhealthy"})),
+    "sweep: lease expired": (_OUT, frozenset({"unhealthy"})),
+    "registration reap": (_OUT, frozenset({"unhealthy"})),
+    "registration reap, reboot proof": (frozenset({"busy", "unknown"}), frozenset({"ready"})),
+    "registration, reboot proof": (frozenset({"unhealthy"}), frozenset({"ready"})),
+    "registration re-declares": (_OUT, frozenset({"ready"})),
+    "fault report": (_ANY, frozenset({"unhealthy"})),
+    "heartbeat: unknown -> busy": (frozenset({"unknown"}), frozenset({"busy"})),
+    "heartbeat: worker_lost -> busy": (frozenset({"unhealthy"}), frozenset({"busy"})),
+    "heartbeat: unknown -> ready": (frozenset({"unknown"}), frozenset({"ready"})),
+    "auto-recovery": (frozenset({"unhealthy"}), frozenset({"ready"})),
+    "operator clear": (frozenset({"unhealthy"}), frozenset({"ready"})),
+    "retire": (_ANY, frozenset({None})),
+}
+REGISTRATION = (
+    "register a new device",
+    "registration reap",
+    "registration reap, reboot proof",
+    "registration, reboot proof",
+    "registration re-declares",
+)
+HEARTBEAT = (
+    "heartbeat: unknown -> busy",
+    "heartbeat: worker_lost -> busy",
+    "heartbeat: unknown -> ready",
+)
+SWEEP = ("sweep: silent >= grace", "sweep: written off", "sweep: lease expired")
+
+
+def reachable(ops: set[str], start: str | None) -> set[str | None]:
+    """Every state a device in ``start`` can reach by edges of ``ops`` (zero or more)."""
+    seen: set[str | None] = {start}
+    frontier = [start]
+    while frontier:
+        here = frontier.pop()
+        for op in ops:
+            sources, targets = DEVICE_TABLE[op]
+            if here in sources:
+                for there in targets - seen:
+                    seen.add(there)
+                    frontier.append(there)
+    return seen
+
+
 PROOFS = (
     Proof(isolated=True),
     Proof(survivors_checked=True),
@@ -69,6 +125,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.boots: dict[str, int] = {}
         self.faulted: set[str] = set()  # devices whose last word was a fault report
         self.recovered_at: dict[str, list[int]] = {}  # device -> automatic recoveries
+        self.device_seen: dict[str, str] = {}  # device -> state after the last step
+        self.step_ops: set[str] = set()  # device operations the current step may perform
 
     def teardown(self) -> None:
         self.store.close()
@@ -87,6 +145,10 @@ class StoreMachine(RuleBasedStateMachine):
         if preferred and data.draw(st.integers(0, 4)) > 0:
             return data.draw(st.sampled_from(preferred))
         return data.draw(st.sampled_from(list(self.expected)))
+
+    def _may(self, *ops: str) -> None:
+        """This step may move devices by these operations (STORE-021), and by no other."""
+        self.step_ops.update(ops)
 
     def _device_state(self, device_id: str) -> tuple[str, str]:
         d = self.store.device(device_id)
@@ -117,6 +179,7 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def register(self, host: str, n: int, reboot: bool, ceilings: tuple[int, ...]) -> None:
         # STORE-110/111: every assigned/running job of this worker is reaped as lost.
+        self._may(*REGISTRATION)
         if reboot or host not in self.boots:
             self.boots[host] = self.boots.get(host, 0) + 1
         names = [f"gpu{i}" for i in range(n)]
@@ -182,6 +245,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule()
     def schedule(self) -> None:
+        self._may("assign")
         placed = self.store.schedule()
         event(f"pass placed {len(placed)}")
         for a in placed:
@@ -241,6 +305,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.expected)
     @rule(data=st.data(), state=st.sampled_from(TERMINAL), code=st.sampled_from([None, 0, 1]))
     def release(self, data: st.DataObject, state: str, code: int | None) -> None:
+        self._may("release")
         job_id = self._pick(data, *ACTIVE)
         model = self.expected[job_id]
         if model == "queued":
@@ -288,6 +353,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(host=st.sampled_from(HOSTS), data=st.data(), retain=st.booleans())
     def heartbeat(self, host: str, data: st.DataObject, retain: bool) -> None:
+        self._may(*HEARTBEAT)
         ids = st.sampled_from([*self.expected, "bogus"])
         named = data.draw(st.lists(ids, max_size=4))
         pending = data.draw(st.lists(ids, max_size=2))  # EXT-OUTBOX-2: counts as named
@@ -308,6 +374,8 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def device_event(self, data: st.DataObject, what: str) -> None:
         device = data.draw(st.sampled_from(sorted(self.labels)))
+        # The direct writes below stand in for the sweep's demotions.
+        self._may("fault report", "operator clear", *SWEEP[:2])
         if self.store.device(device) is None:  # retired
             if what == "fault":
                 try:
@@ -335,6 +403,33 @@ class StoreMachine(RuleBasedStateMachine):
         elif what == "worker_lost" and state != "unhealthy":
             self.raw.force_device(device, "unhealthy", "worker_lost")
 
+    @precondition(lambda self: self._jobs_in(*ACTIVE))
+    @rule(data=st.data(), what=st.sampled_from(["fault", "unknown", "worker_lost"]))
+    def device_event_in_flight(self, data: st.DataObject, what: str) -> None:
+        """The device events again, aimed at a device with work in flight.
+
+        A verify pass failing under a running job, or a worker going quiet: the release
+        and heartbeat paths from there are where a device could wrongly return to the pool.
+        """
+        self._may("fault report", *SWEEP[:2])
+        job_id = data.draw(st.sampled_from(self._jobs_in(*ACTIVE)))
+        device = self.store.job(job_id).device_id
+        if self.store.device(device) is None:
+            return
+        state, _ = self._device_state(device)
+        if what == "fault":
+            self.store.set_device_state(device, "unhealthy", "verify failed")
+            self.faulted.add(device)
+            event("fault under a running job")
+            if data.draw(st.booleans()):  # and the worker reports the job's end (STORE-082)
+                self._may("release")
+                self.store.release(job_id, "failed", 1, "verify failed")
+                self._finish(job_id, "failed")
+        elif what == "unknown" and state in ("ready", "busy"):
+            self.raw.force_device(device, "unknown")
+        elif what == "worker_lost" and state != "unhealthy":
+            self.raw.force_device(device, "unhealthy", "worker_lost")
+
     @rule(seconds=st.sampled_from([0, 1, 29, 31, 400]))
     def advance(self, seconds: int) -> None:
         self.clock.advance(seconds)
@@ -351,6 +446,7 @@ class StoreMachine(RuleBasedStateMachine):
         while their worker is plainly alive (the lease-expiry path, not the write-off).
         """
         self.clock.advance(seconds)
+        self._may(*HEARTBEAT)
         for other in HOSTS:
             if other != host and other in self.boots:
                 mine = [j for j in self._jobs_in(*ACTIVE) if self.worker_of[j] == wid(other)]
@@ -384,6 +480,7 @@ class StoreMachine(RuleBasedStateMachine):
         Its verdicts are predicted from the rows read first.
         """
         self.clock.advance(jump)
+        self._may(*SWEEP)
         now = self.store.now()
         rules = {
             "judging": SweepRules(retain=retain),
@@ -454,6 +551,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def retire(self, data: st.DataObject) -> None:
         """STORE-133: refused while leased; the device returns when its worker re-registers."""
+        self._may("retire")
         device = data.draw(st.sampled_from(sorted(self.labels)))
         existed = self.store.device(device) is not None
         leased = any(x.device_id == device for x in self.store.live_leases())
@@ -473,6 +571,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(host=st.sampled_from(HOSTS), proof=st.sampled_from(PROOFS))
     def auto_recover(self, host: str, proof: Proof) -> None:
         """STORE-121/122: the model picks the candidates and applies the flap guard itself."""
+        self._may("auto-recovery")
         now = self.store.now()
         leased = {x.device_id for x in self.store.live_leases()}
         want: list[tuple[str, str]] = []
@@ -506,6 +605,18 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def database_invariants(self) -> None:
         assert invariant_violations(self.raw) == []  # STORE-180..182
+
+    @invariant()
+    def device_moves_are_legal(self) -> None:
+        """STORE-021/022: what each device went through this step is a path of legal edges."""
+        now_is = {r["id"]: r["state"] for r in self.raw.rows("SELECT id, state FROM devices")}
+        for device in sorted(set(now_is) | set(self.device_seen)):
+            was, got = self.device_seen.get(device), now_is.get(device)
+            if was != got:
+                event(f"device {was} -> {got}")
+                assert got in reachable(self.step_ops, was), (device, was, got, self.step_ops)
+        self.device_seen = now_is
+        self.step_ops = set()
 
     @invariant()
     def faults_leave_only_by_clear(self) -> None:

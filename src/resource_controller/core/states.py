@@ -1,8 +1,7 @@
-"""States, legal edges and reason words: the one place that decides what may change.
+"""States and reason words (store.md §3-5).
 
-Imports nothing from the project. The store takes the legal source states of every
-state-changing statement from ``JOB_EDGES`` / ``DEVICE_SOURCES`` and checks row counts,
-so an edge not listed here cannot happen (STORE-021, STORE-041).
+Imports nothing from the project. Which state may follow which, and by what operation,
+is the transition table in ``core.transitions`` (STORE-021, STORE-041).
 """
 
 from __future__ import annotations
@@ -38,19 +37,6 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobS
 #: Jobs that hold a live lease (STORE-181).
 ACTIVE = frozenset({JobState.ASSIGNED, JobState.RUNNING})
 ALL_JOB_STATES = frozenset(JobState)
-
-#: Job edges: (from, to) -> the operation that takes it (STORE-041).
-JOB_EDGES: dict[tuple[JobState, JobState], str] = {
-    (JobState.QUEUED, JobState.ASSIGNED): "assign",
-    (JobState.QUEUED, JobState.KILLED): "cancel_queued",
-    (JobState.ASSIGNED, JobState.RUNNING): "mark_running",
-    **{(src, dst): "release" for src in ACTIVE for dst in TERMINAL},
-}
-
-
-def job_sources(to: JobState) -> tuple[str, ...]:
-    """Every state from which a job may move to ``to``, as plain strings for SQL."""
-    return tuple(sorted(src.value for (src, dst) in JOB_EDGES if dst == to))
 
 
 class Quarantine(StrEnum):

@@ -25,7 +25,8 @@ from resource_controller.core.states import (
     JobState,
     Quarantine,
 )
-from resource_controller.store import leases, queries
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
     AutoRecovery,
@@ -50,11 +51,14 @@ def _has_live_lease(device_id: str) -> sa.ColumnElement[bool]:
 
 def _quarantine(conn: sa.Connection, device_id: str, reason: str) -> None:
     """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy (STORE-031)."""
-    d = t.devices.c
-    conn.execute(
-        sa.update(t.devices)
-        .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
-        .values(state=DeviceState.UNHEALTHY, quarantine_reason=reason, quarantine_detail="")
+    moves.move(
+        conn,
+        DEVICE,
+        Op.REAP,
+        t.devices.c.id == device_id,
+        state=DeviceState.UNHEALTHY,
+        quarantine_reason=reason,
+        quarantine_detail="",
     )
 
 
@@ -87,30 +91,34 @@ def register(
     if reboot:
         # A host down longer than the write-off has nothing in flight left to key off;
         # the reboot itself proves its devices are empty (STORE-110 step 4).
-        conn.execute(
-            sa.update(t.devices)
-            .where(
-                d.worker_id == worker_id,
-                d.state == DeviceState.UNHEALTHY,
-                d.quarantine_reason.in_(_RECOVERABLE),
-                ~_has_live_lease_col(),
-            )
-            .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+        moves.move(
+            conn,
+            DEVICE,
+            Op.REBOOT_RECOVER,
+            d.worker_id == worker_id,
+            d.quarantine_reason.in_(_RECOVERABLE),
+            ~_has_live_lease_col(),
+            state=DeviceState.READY,
+            quarantine_reason="",
+            quarantine_detail="",
         )
     for name, max_runtime in declared:
         device_id = f"{host}:{name}"
         existing = queries.device(conn, device_id)
         if existing is None:
-            conn.execute(
-                sa.insert(t.devices).values(
-                    id=device_id,
-                    host=host,
-                    name=name,
-                    worker_id=worker_id,
-                    state=DeviceState.READY,
-                    last_heartbeat_at=now,
-                    max_runtime=max(0, int(max_runtime)),
-                )
+            moves.create(
+                conn,
+                DEVICE,
+                Op.REGISTER_NEW,
+                {
+                    "id": device_id,
+                    "host": host,
+                    "name": name,
+                    "worker_id": worker_id,
+                    "state": DeviceState.READY,
+                    "last_heartbeat_at": now,
+                    "max_runtime": max(0, int(max_runtime)),
+                },
             )
             continue
         values: dict[str, object] = {
@@ -118,9 +126,17 @@ def register(
             "last_heartbeat_at": now,
             "max_runtime": max(0, int(max_runtime)),
         }
-        if existing.state != DeviceState.UNHEALTHY:
-            values |= {"state": DeviceState.READY, "quarantine_reason": ""}
-        conn.execute(sa.update(t.devices).where(d.id == device_id).values(**values))
+        # An unhealthy device keeps its state and reason; any other returns to ready.
+        if not moves.move(
+            conn,
+            DEVICE,
+            Op.REDECLARE,
+            d.id == device_id,
+            state=DeviceState.READY,
+            quarantine_reason="",
+            **values,
+        ):
+            conn.execute(sa.update(t.devices).where(d.id == device_id).values(**values))
     return Registration(worker_id=worker_id, reboot_proof=reboot, reaped=reaped)
 
 
@@ -136,21 +152,26 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
     reaped = queries.jobs_where(conn, j.worker_id == worker_id, j.state.in_(_ACTIVE))
     reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
     for job in reaped:
-        conn.execute(
-            sa.update(t.jobs)
-            .where(j.id == job.id, j.state.in_(_ACTIVE))
-            .values(state=JobState.LOST, kill_reason=reason, finished_at=now)
+        moves.move(
+            conn,
+            JOB,
+            Op.REAP,
+            j.id == job.id,
+            state=JobState.LOST,
+            kill_reason=reason,
+            finished_at=now,
         )
         devices = set(leases.release_for_job(conn, now, job.id)) | {job.device_id}
         for device_id in sorted(devices):
             if reboot:
-                conn.execute(
-                    sa.update(t.devices)
-                    .where(
-                        t.devices.c.id == device_id,
-                        t.devices.c.state.in_([DeviceState.BUSY, DeviceState.UNKNOWN]),
-                    )
-                    .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+                moves.move(
+                    conn,
+                    DEVICE,
+                    Op.REAP_REBOOT,
+                    t.devices.c.id == device_id,
+                    state=DeviceState.READY,
+                    quarantine_reason="",
+                    quarantine_detail="",
                 )
             else:
                 _quarantine(conn, device_id, Quarantine.REGISTRATION)
@@ -197,20 +218,17 @@ def heartbeat(
             .where(t.leases.c.job_id.in_(mine_ids), t.leases.c.released_at.is_(None))
             .values(expires_at=now + leases.RENEWAL)
         )
-        conn.execute(
-            sa.update(t.devices)
-            .where(
-                d.worker_id == worker_id,
-                d.id.in_(mine_devices),
-                d.state == DeviceState.UNHEALTHY,
-                d.quarantine_reason == Quarantine.WORKER_LOST,
-            )
-            .values(
-                state=DeviceState.BUSY,
-                quarantine_reason="",
-                quarantine_detail="",
-                last_heartbeat_at=now,
-            )
+        moves.move(
+            conn,
+            DEVICE,
+            Op.HEARTBEAT_RESTORE,
+            d.worker_id == worker_id,
+            d.id.in_(mine_devices),
+            d.quarantine_reason == Quarantine.WORKER_LOST,
+            state=DeviceState.BUSY,
+            quarantine_reason="",
+            quarantine_detail="",
+            last_heartbeat_at=now,
         )
     # A killed job's flag stops once its worker no longer names it: the process is gone.
     conn.execute(
@@ -223,30 +241,25 @@ def heartbeat(
         )
         .values(kill_requested=0)
     )
-    unknown_to_busy = [
-        d.worker_id == worker_id,
-        d.state == DeviceState.UNKNOWN,
-        _has_live_lease_col(),
-    ]
+    unknown_to_busy = [d.worker_id == worker_id, _has_live_lease_col()]
     if retain:
         unknown_to_busy.append(d.id.in_(mine_devices))
     if not retain or mine_devices:
-        conn.execute(sa.update(t.devices).where(*unknown_to_busy).values(state=DeviceState.BUSY))
+        moves.move(conn, DEVICE, Op.HEARTBEAT_BUSY, *unknown_to_busy, state=DeviceState.BUSY)
     flagged_killed = sa.exists().where(
         j.device_id == d.id,
         j.worker_id == worker_id,
         j.state == JobState.KILLED,
         j.kill_requested == 1,
     )
-    conn.execute(
-        sa.update(t.devices)
-        .where(
-            d.worker_id == worker_id,
-            d.state == DeviceState.UNKNOWN,
-            ~_has_live_lease_col(),
-            ~flagged_killed,
-        )
-        .values(state=DeviceState.READY)
+    moves.move(
+        conn,
+        DEVICE,
+        Op.HEARTBEAT_READY,
+        d.worker_id == worker_id,
+        ~_has_live_lease_col(),
+        ~flagged_killed,
+        state=DeviceState.READY,
     )
     conn.execute(sa.update(t.devices).where(d.worker_id == worker_id).values(last_heartbeat_at=now))
 
@@ -309,24 +322,30 @@ def _upsert_doc(conn: sa.Connection, now: int, host: str, device_id: str, body: 
 
 def clear(conn: sa.Connection, device_id: str) -> bool:
     """An operator returns an unhealthy, unleased device to the pool (STORE-130)."""
-    d = t.devices.c
-    done = conn.execute(
-        sa.update(t.devices)
-        .where(d.id == device_id, d.state == DeviceState.UNHEALTHY, ~_has_live_lease(device_id))
-        .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+    done = moves.move(
+        conn,
+        DEVICE,
+        Op.CLEAR,
+        t.devices.c.id == device_id,
+        ~_has_live_lease(device_id),
+        state=DeviceState.READY,
+        quarantine_reason="",
+        quarantine_detail="",
     )
-    return done.rowcount == 1
+    return done == 1
 
 
 def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail: str) -> None:
     """The host's own report; ``unhealthy`` is a ``fault`` that overwrites any reason (STORE-131)."""
-    values: dict[str, object] = {"state": state, "last_heartbeat_at": now}
+    values: dict[str, object] = {"last_heartbeat_at": now}
     if state == DeviceState.UNHEALTHY:
+        op = Op.FAULT
         values |= {"quarantine_reason": Quarantine.FAULT, "quarantine_detail": detail}
     else:
+        op = Op.HOST_REPORT
         values |= {"quarantine_reason": "", "quarantine_detail": ""}
-    done = conn.execute(sa.update(t.devices).where(t.devices.c.id == device_id).values(**values))
-    if done.rowcount == 0:
+    done = moves.move(conn, DEVICE, op, t.devices.c.id == device_id, state=state, **values)
+    if done == 0:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
 
 
@@ -340,7 +359,7 @@ def retire(conn: sa.Connection, device_id: str) -> None:
     conn.execute(sa.delete(t.host_docs).where(t.host_docs.c.device_id == device_id))
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
     conn.execute(sa.delete(t.leases).where(t.leases.c.device_id == device_id))
-    conn.execute(sa.delete(t.devices).where(t.devices.c.id == device_id))
+    moves.remove(conn, DEVICE, Op.RETIRE, t.devices.c.id == device_id)
 
 
 def auto_recover(
@@ -384,12 +403,16 @@ def auto_recover(
         if not expiry.flap_allows(int(recent)):
             held_back.append(device_id)
             continue
-        done = conn.execute(
-            sa.update(t.devices)
-            .where(d.id == device_id, d.state == DeviceState.UNHEALTHY)
-            .values(state=DeviceState.READY, quarantine_reason="", quarantine_detail="")
+        done = moves.move(
+            conn,
+            DEVICE,
+            Op.AUTO_RECOVER,
+            d.id == device_id,
+            state=DeviceState.READY,
+            quarantine_reason="",
+            quarantine_detail="",
         )
-        if done.rowcount != 1:
+        if done != 1:
             continue
         conn.execute(
             sa.insert(t.device_recoveries).values(device_id=device_id, at=now, reason=reason)

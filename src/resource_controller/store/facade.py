@@ -278,10 +278,10 @@ class Store:
             )
             outcome = leases.assign(c, now, job, dev)
             assert outcome == "assigned", outcome
-            if ttl > 0:
-                c.execute(
-                    sa.update(schema.leases)
-                    .where(schema.leases.c.job_id == job.id)
-                    .values(expires_at=now + ttl)
-                )
+            # The fixture's deadline is its own TTL, whatever the device's ceiling (STORE-052).
+            c.execute(
+                sa.update(schema.leases)
+                .where(schema.leases.c.job_id == job.id)
+                .values(expires_at=now + (ttl if ttl > 0 else leases.NO_RUNTIME_TTL))
+            )
             return queries.job(c, job.id)

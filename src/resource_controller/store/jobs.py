@@ -2,8 +2,10 @@
 
 Enqueue never assigns (STORE-055): the scheduling pass in ``leases.py`` is the only
 place a device changes hands, so a client told a queue position is never overtaken
-by a side door. Every state change here names its legal source states (from
-``core.states``) in its WHERE clause and checks the row count.
+by a side door. Every state change here is a move from the transition table
+(``core.transitions``, applied by ``store.moves``), which adds the legal source states
+to its WHERE clause; callers check the row count. Which devices a job may use, the
+queue order and queue positions are ``core.scheduling``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import limits, selectors
+from resource_controller.core import limits, scheduling, selectors
 from resource_controller.core.states import (
     ACTIVE,
     TERMINAL,
@@ -24,7 +26,8 @@ from resource_controller.core.states import (
     Kind,
     Quarantine,
 )
-from resource_controller.store import leases, queries
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
@@ -72,13 +75,14 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
         labels = queries.effective_labels(conn) if parsed else {}
-        matches = queries.matching_devices(parsed, queries.all_devices(conn), labels)
+        fleet = queries.device_snaps(queries.all_devices(conn), labels)
+        matches = scheduling.matching(parsed, fleet)
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
             raise errors.NoMatchingDevice(
                 f"no device matches {what}" if parsed else "no devices are registered"
             )
-        if runtime > 0 and not any(d.max_runtime == 0 or d.max_runtime >= runtime for d in matches):
+        if not any(scheduling.tolerates(d, runtime) for d in matches):
             highest = max(d.max_runtime for d in matches)
             raise errors.RuntimeAboveCeiling(
                 f"{what}: requested runtime {runtime}s is above every matching device's "
@@ -94,13 +98,11 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         dev = queries.device(conn, req.device_id)
         if dev is None:
             raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
-        if dev.max_runtime > 0:
-            if runtime == 0:
-                runtime = dev.max_runtime
-            elif runtime > dev.max_runtime:
-                raise errors.RuntimeAboveCeiling(
-                    f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
-                )
+        if not scheduling.tolerates(dev.snap(), runtime):
+            raise errors.RuntimeAboveCeiling(
+                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+            )
+        runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
     seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
     job = JobRecord(
         id=str(uuid.uuid4()),
@@ -129,7 +131,7 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         reason=req.reason,
         stdio=req.stdio,
     )
-    conn.execute(sa.insert(t.jobs).values(**job.columns()))
+    moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job
 
 
@@ -137,26 +139,21 @@ def queue_position(conn: sa.Connection, job: JobRecord) -> int:
     """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070)."""
     if not job.queued:
         return 0
-    j = t.jobs.c
-    ahead = sa.or_(
-        j.priority > job.priority,
-        sa.and_(j.priority == job.priority, j.queued_at < job.queued_at),
-        sa.and_(j.priority == job.priority, j.queued_at == job.queued_at, j.seq < job.seq),
-    )
-    where = [j.state == JobState.QUEUED, ahead]
-    if job.selector == "" and job.device_id:
-        where += [j.device_id == job.device_id, j.selector == ""]
-    return 1 + int(conn.execute(sa.select(sa.func.count()).where(*where)).scalar_one())
+    return scheduling.queue_position(job.snap(), queries.queued_snaps(conn))
 
 
 def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:
     """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
-    done = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.QUEUED)
-        .values(state=JobState.KILLED, kill_reason=reason, finished_at=now)
+    done = moves.move(
+        conn,
+        JOB,
+        Op.CANCEL_QUEUED,
+        t.jobs.c.id == job_id,
+        state=JobState.KILLED,
+        kill_reason=reason,
+        finished_at=now,
     )
-    if done.rowcount != 1:
+    if done != 1:
         return False
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.job_id == job_id))
     return True
@@ -178,16 +175,16 @@ def request_kill(
         or (dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST)
     )
     if finalize_disconnected and disconnected:
-        conn.execute(
-            sa.update(t.jobs)
-            .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
-            .values(
-                state=JobState.KILLED,
-                kill_reason=reason,
-                finished_at=now,
-                kill_requested=1,
-                kill_delivered_at=0,
-            )
+        moves.move(
+            conn,
+            JOB,
+            Op.KILL_FINALIZE,
+            t.jobs.c.id == job_id,
+            state=JobState.KILLED,
+            kill_reason=reason,
+            finished_at=now,
+            kill_requested=1,
+            kill_delivered_at=0,
         )
         # The device stays out: nothing proves it is empty (STORE-092).
         leases.release_for_job(conn, now, job_id)
@@ -207,12 +204,9 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
     is stamped delivered and not offered again for 30 s (STORE-094).
     """
     j = t.jobs.c
-    rows = conn.execute(
-        sa.update(t.jobs)
-        .where(j.worker_id == worker_id, j.state == JobState.ASSIGNED)
-        .values(state=JobState.RUNNING, started_at=now)
-        .returning(*t.jobs.c)
-    ).all()
+    rows = moves.move_returning(
+        conn, JOB, Op.MARK_RUNNING, j.worker_id == worker_id, state=JobState.RUNNING, started_at=now
+    )
     handed: list[JobRecord] = []
     if rows:
         live = t.leases.c
@@ -245,10 +239,8 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
 
 def mark_running(conn: sa.Connection, now: int, job_id: str) -> None:
     """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
-    conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state == JobState.ASSIGNED)
-        .values(state=JobState.RUNNING, started_at=now)
+    moves.move(
+        conn, JOB, Op.MARK_RUNNING, t.jobs.c.id == job_id, state=JobState.RUNNING, started_at=now
     )
 
 
@@ -265,22 +257,23 @@ def release(
         raise errors.InvalidTransition(
             f"job {job_id} is {job.state}; only an active job can be released"
         )
-    done = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job_id, t.jobs.c.state.in_(_ACTIVE))
-        .values(state=state, exit_code=exit_code, kill_reason=reason, finished_at=now)
+    done = moves.move(
+        conn,
+        JOB,
+        Op.RELEASE,
+        t.jobs.c.id == job_id,
+        state=state,
+        exit_code=exit_code,
+        kill_reason=reason,
+        finished_at=now,
     )
-    if done.rowcount != 1:
+    if done != 1:
         raise errors.StoreError(f"job {job_id} changed state under a serialised release")
     freed = leases.release_for_job(conn, now, job_id)
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
-        conn.execute(
-            sa.update(t.devices)
-            .where(t.devices.c.id.in_(freed), t.devices.c.state == DeviceState.BUSY)
-            .values(state=DeviceState.READY)
-        )
+        moves.move(conn, DEVICE, Op.RELEASE, t.devices.c.id.in_(freed), state=DeviceState.READY)
     ended = dataclasses.replace(
         job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
     )

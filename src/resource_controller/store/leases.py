@@ -20,9 +20,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import selectors
+from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import queries
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, LeaseRecord
 
@@ -104,26 +105,23 @@ def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) 
     snapshot can never hand out a device that is not ``ready``; the unique index
     still referees the lease insert.
     """
-    flipped = conn.execute(
-        sa.update(t.devices)
-        .where(t.devices.c.id == device.id, t.devices.c.state == DeviceState.READY)
-        .values(state=DeviceState.BUSY)
+    flipped = moves.move(
+        conn, DEVICE, Op.ASSIGN, t.devices.c.id == device.id, state=DeviceState.BUSY
     )
-    if flipped.rowcount != 1:
+    if flipped != 1:
         return "not_ready"
-    # Only a positive request is a runtime of its own; anything else inherits (STORE-065).
-    runtime = job.max_runtime if job.max_runtime > 0 else device.max_runtime
-    moved = conn.execute(
-        sa.update(t.jobs)
-        .where(t.jobs.c.id == job.id, t.jobs.c.state == JobState.QUEUED)
-        .values(
-            state=JobState.ASSIGNED,
-            device_id=device.id,
-            worker_id=device.worker_id,
-            max_runtime=runtime,
-        )
+    runtime = scheduling.effective_runtime(job.max_runtime, device.max_runtime)
+    moved = moves.move(
+        conn,
+        JOB,
+        Op.ASSIGN,
+        t.jobs.c.id == job.id,
+        state=JobState.ASSIGNED,
+        device_id=device.id,
+        worker_id=device.worker_id,
+        max_runtime=runtime,
     )
-    if moved.rowcount != 1:
+    if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flip back with the transaction
     grant(conn, now, job, device.id, runtime)
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device.id))
@@ -143,24 +141,6 @@ def _try_assign(
         return "not_queued"
 
 
-def _candidates(
-    job: JobRecord,
-    devices: list[DeviceRecord],
-    labels: dict[str, dict[str, str]],
-) -> list[str] | None:
-    """Device IDs the job may take, in order; None when its selector no longer parses."""
-    if job.selector == "" and job.device_id:
-        return [job.device_id]  # pinned: not ceiling-filtered at schedule time (STORE-064)
-    try:
-        parsed = selectors.parse(job.selector) if job.selector else None
-    except selectors.SelectorError:
-        return None
-    matches = queries.matching_devices(parsed, devices, labels)
-    if job.max_runtime > 0:
-        matches = [d for d in matches if d.max_runtime == 0 or d.max_runtime >= job.max_runtime]
-    return [d.id for d in matches]
-
-
 QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
 
 
@@ -170,21 +150,15 @@ def _queued_in_order(
     """Queued jobs in scheduling order, read a page at a time (keyset on the order).
 
     A pass usually stops early (every device claimed), so reading the whole queue on
-    every pass would make each submit cost O(queue length).
+    every pass would make each submit cost O(queue length). A row that cannot be read
+    is skipped and logged, never the end of the pass (EXT-LIMITS-3).
     """
     j = t.jobs.c
-    after: tuple[int, int, int] | None = None
+    after: sa.Row[Any] | None = None
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
-            p, q, n = after
-            where.append(
-                sa.or_(
-                    j.priority < p,
-                    sa.and_(j.priority == p, j.queued_at > q),
-                    sa.and_(j.priority == p, j.queued_at == q, j.seq > n),
-                )
-            )
+            where.append(queries.behind(after))
         with transaction() as tx:
             q_page = sa.select(t.jobs).where(*where).order_by(*queries.QUEUE_ORDER)
             rows = tx.execute(q_page.limit(QUEUE_PAGE)).all()
@@ -194,7 +168,7 @@ def _queued_in_order(
                 yield job
         if len(rows) < QUEUE_PAGE:
             return
-        after = (rows[-1].priority, rows[-1].queued_at, rows[-1].seq)
+        after = rows[-1]
 
 
 def _decode(row: sa.Row[Any]) -> JobRecord | None:
@@ -228,77 +202,56 @@ def _row_fault(exc: Exception) -> bool:
     return True
 
 
-class _LazyLabels:
-    """Effective labels, read once per pass and only if a selector job needs them."""
-
-    def __init__(self, transaction: Callable[[], AbstractContextManager[sa.Connection]]) -> None:
-        self._transaction = transaction
-        self._labels: dict[str, dict[str, str]] | None = None
-
-    def get(self) -> dict[str, dict[str, str]]:
-        if self._labels is None:
-            with self._transaction() as tx:
-                self._labels = queries.effective_labels(tx)
-        return self._labels
-
-
 def _reserve_vanished(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     by_id: dict[str, DeviceRecord],
-    reserved: dict[str, str],
+    planner: scheduling.Planner,
 ) -> None:
     """Reserve, for the first queued job pinned to it, each device that has no row."""
     j = t.jobs.c
     with transaction() as tx:
-        rows = tx.execute(
-            sa.select(j.id, j.device_id)
-            .where(
-                j.state == JobState.QUEUED,
-                j.selector == "",
-                j.device_id != "",
-                j.device_id.not_in(list(by_id)),
-            )
-            .order_by(*queries.QUEUE_ORDER)
-        ).all()
-    for job_id, device_id in rows:
-        reserved.setdefault(device_id, job_id)
+        waiting = queries.jobs_where(
+            tx,
+            j.state == JobState.QUEUED,
+            j.device_id != "",
+            j.device_id.not_in(list(by_id)),
+            order=queries.QUEUE_ORDER,
+        )
+    for job in waiting:
+        if job.snap().pinned:
+            planner.reserve(job.device_id, job.id)
 
 
-def _place(
+def _turn(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     now: int,
     job: JobRecord,
-    devices: list[DeviceRecord],
     by_id: dict[str, DeviceRecord],
-    labels: _LazyLabels,
-    reserved: dict[str, str],
-    taken: set[str],
+    planner: scheduling.Planner,
     assigned: list[Assigned],
 ) -> None:
-    """One job's turn in the pass: assign it a free candidate, else reserve its candidates."""
-    candidates = _candidates(job, devices, labels.get() if job.selector else {})
-    if candidates is None:
+    """One job's turn in the pass: the planner's choices tried in order, else reserve."""
+    snap = job.snap()
+    try:
+        offer = planner.offer(snap)
+    except selectors.SelectorError:
         log.error("queued job %s has a selector that no longer parses: %r", job.id, job.selector)
         return
-    if not candidates:
+    if not offer.candidates:
         log.warning("queued job %s matches no device it could run on", job.id)
         return
-    available = [d for d in candidates if d not in reserved]
-    if not available:
-        return
-    for device_id in available:
-        device = by_id.get(device_id)
-        if device is None or device.state != DeviceState.READY or device_id in taken:
-            continue  # not ready: nothing readies a device while the pass holds the lock
+    # Choices are ready devices from the snapshot: nothing readies a device while the
+    # pass holds the lock, and each assignment re-checks inside its transaction.
+    for (device_id,) in offer.choices:
+        device = by_id[device_id]
         outcome = _try_assign(transaction, now, job, device)
         if outcome == "assigned":
-            taken.add(device_id)
+            planner.placed(snap, [device_id])
             assigned.append(Assigned(job.id, device.worker_id))
             return
         if outcome == "not_queued":
             return  # cancelled since the snapshot: reserve nothing (STORE-063)
-    for device_id in available:
-        reserved[device_id] = job.id
+    planner.blocked(snap, offer)
 
 
 def schedule_pass(
@@ -308,37 +261,38 @@ def schedule_pass(
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
-    Runs with the store lock held throughout, so nothing interleaves; each assignment
-    is its own transaction (``transaction()``), and the reservation rows are rewritten
-    once at the end, only when they changed.
+    The decisions (candidates, what to try, what to claim) are ``core.scheduling``'s
+    ``Planner``; this function only reads the snapshot and applies them. Runs with the
+    store lock held throughout, so nothing interleaves; each assignment is its own
+    transaction (``transaction()``) of conditional updates, and the reservation rows
+    are rewritten once at the end, only when they changed.
     """
     with transaction() as tx:
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
         devices = queries.all_devices(tx)
+        labels = queries.effective_labels(tx)
     queue = _queued_in_order(transaction)
-    labels = _LazyLabels(transaction)
     by_id = {d.id: d for d in devices}
-    reserved: dict[str, str] = {}  # device -> job claiming it for the rest of this pass
-    taken: set[str] = set()  # devices assigned in this pass
+    planner = scheduling.Planner(queries.device_snaps(devices, labels))
     assigned: list[Assigned] = []
     for job in queue:
-        if by_id and by_id.keys() <= reserved.keys():
+        if planner.saturated():
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
-            _reserve_vanished(transaction, by_id, reserved)
+            _reserve_vanished(transaction, by_id, planner)
             break
         try:
-            _place(transaction, now, job, devices, by_id, labels, reserved, taken, assigned)
+            _turn(transaction, now, job, by_id, planner, assigned)
         except Exception as exc:
             # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
             # back, it reserves nothing, and the jobs behind it are still placed.
             if not _row_fault(exc):
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
-    new_reservations = {(job_id, device_id) for device_id, job_id in reserved.items()}
+    new_reservations = {(job_id, device_id) for device_id, job_id in planner.reserved.items()}
     # Each assignment already deleted its device's row (STORE-065 step 6).
-    current = {(j, d) for j, d in old_reservations if d not in taken}
+    current = {(j, d) for j, d in old_reservations if d not in planner.taken}
     if new_reservations != current:
         with transaction() as tx:
             tx.execute(sa.delete(t.reservations))

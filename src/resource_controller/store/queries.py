@@ -8,11 +8,25 @@ from typing import Any
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.core import selectors
+from resource_controller.core.scheduling import DeviceSnap, JobSnap
+from resource_controller.core.states import JobState
 from resource_controller.store import schema as t
 from resource_controller.store.records import DeviceRecord, JobRecord
 
+#: ``core.scheduling.queue_key`` as SQL (STORE-060), for reading the queue in order.
 QUEUE_ORDER = (t.jobs.c.priority.desc(), t.jobs.c.queued_at.asc(), t.jobs.c.seq.asc())
+
+
+def behind(job: JobRecord | sa.Row[Any]) -> sa.ColumnElement[bool]:
+    """Jobs after ``job`` (a record or a raw row) in ``QUEUE_ORDER``: the keyset for
+    reading the queue a page at a time."""
+    j = t.jobs.c
+    p, q, n = job.priority, job.queued_at, job.seq
+    return sa.or_(
+        j.priority < p,
+        sa.and_(j.priority == p, j.queued_at > q),
+        sa.and_(j.priority == p, j.queued_at == q, j.seq > n),
+    )
 
 
 def job(conn: sa.Connection, job_id: str) -> JobRecord:
@@ -78,17 +92,22 @@ def effective_labels(conn: sa.Connection) -> dict[str, dict[str, str]]:
     return out
 
 
-def matching_devices(
-    selector: selectors.Selector | None,
-    device_rows: list[DeviceRecord],
-    labels: dict[str, dict[str, str]],
-) -> list[DeviceRecord]:
-    """Devices (any state) whose effective labels satisfy ``selector``; None = every device (SEL-010, EXT-CLI-1)."""
-    if selector is None:
-        return sorted(device_rows, key=lambda d: d.id)
-    return sorted(
-        (d for d in device_rows if selector.matches(labels.get(d.id, {}))), key=lambda d: d.id
-    )
+def device_snaps(
+    device_rows: list[DeviceRecord], labels: dict[str, dict[str, str]]
+) -> list[DeviceSnap]:
+    """The devices as the scheduling rules read them, each with its effective labels."""
+    return [d.snap(labels.get(d.id)) for d in device_rows]
+
+
+def queued_snaps(conn: sa.Connection) -> list[JobSnap]:
+    """Every queued job as the scheduling rules read it (for queue positions)."""
+    j = t.jobs.c
+    rows = conn.execute(
+        sa.select(
+            j.id, j.seq, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime
+        ).where(j.state == JobState.QUEUED)
+    ).all()
+    return [JobSnap(**r._mapping) for r in rows]
 
 
 def next_counter(conn: sa.Connection, name: str) -> int:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import ACTIVE, TERMINAL, JobState
 
 
@@ -52,9 +53,21 @@ class JobRecord:
     def queued(self) -> bool:
         return self.state == JobState.QUEUED
 
-    @property
-    def pinned(self) -> bool:
-        return self.selector == "" and self.device_id != "" and self.state == JobState.QUEUED
+    def snap(self) -> JobSnap:
+        """What the scheduling rules read of this job (``core.scheduling``).
+
+        ``count`` is 1: placing several devices in one assignment (EXT-GANG-2) is not
+        built yet, so every job is scheduled for one device.
+        """
+        return JobSnap(
+            id=self.id,
+            seq=self.seq,
+            priority=self.priority,
+            queued_at=self.queued_at,
+            selector=self.selector,
+            device_id=self.device_id,
+            max_runtime=self.max_runtime,
+        )
 
     def columns(self) -> dict[str, Any]:
         """The row as the ``jobs`` table stores it."""
@@ -87,6 +100,16 @@ class DeviceRecord:
     @classmethod
     def from_row(cls, row: Any) -> DeviceRecord:
         return cls(**dict(row._mapping))
+
+    def snap(self, labels: dict[str, str] | None = None) -> DeviceSnap:
+        """What the scheduling rules read of this device, with its effective labels."""
+        return DeviceSnap(
+            id=self.id,
+            host=self.host,
+            state=self.state,
+            max_runtime=self.max_runtime,
+            labels=labels or {},
+        )
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ One transaction, in the spec's order: demote devices by their worker's silence
 (STORE-101), reap the jobs of written-off workers unless in retention mode
 (STORE-102), then, only when judging, expire lapsed leases (STORE-103). Which row
 deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
-only reads them and applies the verdicts, each write conditional on the legal source
-states.
+only reads them and applies the verdicts, each a move from the transition table
+(``store.moves``: conditional on the op's legal source states).
 
 No statement here ever writes ``ready`` (STORE-022, STORE-183): the sweep only ever
 learns that something stopped reporting, and no news from a worker says nothing about
@@ -26,7 +26,8 @@ from resource_controller.core.states import (
     JobState,
     Quarantine,
 )
-from resource_controller.store import leases
+from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import leases, moves
 from resource_controller.store import schema as t
 from resource_controller.store.records import SweepResult
 
@@ -65,25 +66,29 @@ def _demote(
     for device_id, state, heard_at in rows:
         verdict = expiry.demotion(state, heard_at, now, rules, judging)
         if verdict is expiry.Demotion.UNKNOWN:
-            done = conn.execute(
-                sa.update(t.devices)
-                .where(d.id == device_id, d.state.in_([DeviceState.READY, DeviceState.BUSY]))
-                .values(state=DeviceState.UNKNOWN, quarantine_reason="", quarantine_detail="")
+            done = moves.move(
+                conn,
+                DEVICE,
+                Op.SWEEP_UNKNOWN,
+                d.id == device_id,
+                state=DeviceState.UNKNOWN,
+                quarantine_reason="",
+                quarantine_detail="",
             )
-            if done.rowcount == 1:
+            if done == 1:
                 unknown.append(device_id)
         elif verdict is expiry.Demotion.WRITE_OFF:
             # Only a device not already unhealthy: an existing reason is kept (STORE-031).
-            done = conn.execute(
-                sa.update(t.devices)
-                .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
-                .values(
-                    state=DeviceState.UNHEALTHY,
-                    quarantine_reason=Quarantine.WORKER_LOST,
-                    quarantine_detail="",
-                )
+            done = moves.move(
+                conn,
+                DEVICE,
+                Op.WRITE_OFF,
+                d.id == device_id,
+                state=DeviceState.UNHEALTHY,
+                quarantine_reason=Quarantine.WORKER_LOST,
+                quarantine_detail="",
             )
-            if done.rowcount == 1:
+            if done == 1:
                 unhealthy.append(device_id)
             reap.append(device_id)
         elif verdict is expiry.Demotion.REAP_ONLY:
@@ -104,12 +109,16 @@ def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
     ]
     lost: list[str] = []
     for job_id in victims:
-        done = conn.execute(
-            sa.update(t.jobs)
-            .where(j.id == job_id, j.state.in_(_ACTIVE))
-            .values(state=JobState.LOST, kill_reason=REASON_WORKER_LOST, finished_at=now)
+        done = moves.move(
+            conn,
+            JOB,
+            Op.WRITE_OFF,
+            j.id == job_id,
+            state=JobState.LOST,
+            kill_reason=REASON_WORKER_LOST,
+            finished_at=now,
         )
-        if done.rowcount == 1:
+        if done == 1:
             leases.release_for_job(conn, now, job_id)
             lost.append(job_id)
     return lost
@@ -136,23 +145,27 @@ def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str
             .where(lc.id == lease_id, lc.released_at.is_(None))
             .values(released_at=now)
         )
-        conn.execute(
-            sa.update(t.devices)
-            .where(d.id == device_id, d.state != DeviceState.UNHEALTHY)
-            .values(
-                state=DeviceState.UNHEALTHY,
-                quarantine_reason=Quarantine.LEASE_EXPIRED,
-                quarantine_detail="",
-            )
+        moves.move(
+            conn,
+            DEVICE,
+            Op.EXPIRE,
+            d.id == device_id,
+            state=DeviceState.UNHEALTHY,
+            quarantine_reason=Quarantine.LEASE_EXPIRED,
+            quarantine_detail="",
         )
         if not job_id:
             reported.append(lease_id)
             continue
-        done = conn.execute(
-            sa.update(t.jobs)
-            .where(j.id == job_id, j.state.in_(_ACTIVE))
-            .values(state=JobState.LOST, kill_reason=REASON_LEASE_EXPIRED, finished_at=now)
+        done = moves.move(
+            conn,
+            JOB,
+            Op.EXPIRE,
+            j.id == job_id,
+            state=JobState.LOST,
+            kill_reason=REASON_LEASE_EXPIRED,
+            finished_at=now,
         )
-        if done.rowcount == 1:
+        if done == 1:
             reported.append(job_id)
     return reported

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from resource_controller.core import selectors
-from resource_controller.core.states import DeviceState, JobState
+from resource_controller.core import scheduling, selectors
+from resource_controller.core.states import JobState
 from resource_controller.store import jobs, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
@@ -113,24 +113,14 @@ class Explanation:
 def explain(conn: sa.Connection, text: str) -> Explanation:
     """What a selector would match right now, from one snapshot (API-064)."""
     parsed = selectors.parse(text)
-    all_devices = queries.all_devices(conn)
-    labels = queries.effective_labels(conn)
-    matching = queries.matching_devices(parsed, all_devices, labels)
+    fleet = queries.device_snaps(queries.all_devices(conn), queries.effective_labels(conn))
+    matching = scheduling.matching(parsed, fleet)
     ids = {d.id for d in matching}
-    depth = 0
-    for job in jobs.queued(conn):
-        if job.selector == "" and job.device_id:
-            depth += job.device_id in ids
-            continue
-        try:
-            sel = selectors.parse(job.selector) if job.selector else None
-        except selectors.SelectorError:
-            continue
-        depth += any(d.id in ids for d in queries.matching_devices(sel, all_devices, labels))
+    depth = sum(scheduling.competes(j.snap(), ids, fleet) for j in jobs.queued(conn))
     return Explanation(
         selector=text,
         matching=sorted(ids),
-        free=[d.id for d in matching if d.state == DeviceState.READY],
+        free=[d.id for d in matching if d.schedulable],
         queue_depth=depth,
     )
 

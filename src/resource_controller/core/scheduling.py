@@ -1,0 +1,241 @@
+"""Who may run where, in what order, and who waits for what: pure functions over snapshots.
+
+The one copy of each scheduling rule, used by enqueue (the submit-time check), the
+scheduling pass, explain and queue positions:
+
+- queue order (STORE-060) as a key function, so a different order (priority aging,
+  EXT-FAIR-1) is a different key, not a rewrite;
+- the candidate rule (STORE-061, STORE-064, SEL-010, EXT-CLI-1a): a pinned job may use
+  its device; a selector job, or a job with neither (any device), the devices its
+  selector matches in any state, filtered by their runtime ceilings;
+- reservation planning (STORE-061, STORE-062): ``Planner`` takes one job at a time in
+  queue order and says which devices to try and which to claim when none of them can
+  be had. The store's pass feeds it the real outcome of each assignment transaction;
+  ``plan`` runs it on a snapshot alone, assuming every assignment it tries succeeds.
+
+Room for what comes next: a job carries a device ``count`` (EXT-GANG-1, a job asking
+for N devices on one host: a choice is then N devices of one host) and a device a
+``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never assigned or
+reserved). Today every count is 1 and no device is draining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller.core import selectors
+from resource_controller.core.states import DeviceState
+
+
+@dataclass(frozen=True)
+class DeviceSnap:
+    """What the scheduling rules read of a device."""
+
+    id: str
+    host: str = ""
+    state: str = DeviceState.READY
+    max_runtime: int = 0  #: declared runtime ceiling; 0 = none
+    labels: Mapping[str, str] = field(default_factory=dict)  #: effective labels (STORE-142)
+    draining: bool = False  #: EXT-DRAIN-2
+
+    @property
+    def schedulable(self) -> bool:
+        """May be assigned now: ``ready`` (STORE-020) and not draining."""
+        return self.state == DeviceState.READY and not self.draining
+
+
+@dataclass(frozen=True)
+class JobSnap:
+    """What the scheduling rules read of a queued job."""
+
+    id: str
+    seq: int
+    priority: int = 0
+    queued_at: int = 0
+    selector: str = ""  #: normalised selector; '' = pinned or any device
+    device_id: str = ""  #: the pinned device; '' until assigned otherwise
+    max_runtime: int = 0
+    count: int = 1  #: devices wanted on one host (EXT-GANG-1)
+
+    @property
+    def pinned(self) -> bool:
+        """Pinned to ``device_id`` (STORE-056 step 4); a job with neither is "any device"."""
+        return self.selector == "" and self.device_id != ""
+
+
+#: A queue order: sorts jobs ascending, first = next to schedule.
+QueueKey = Callable[[JobSnap], Any]
+
+
+def queue_key(job: JobSnap) -> tuple[int, int, int]:
+    """Priority descending, then ``queued_at``, then ``seq`` (STORE-060)."""
+    return (-job.priority, job.queued_at, job.seq)
+
+
+def tolerates(device: DeviceSnap, runtime: int) -> bool:
+    """The device's ceiling admits a job asking for ``runtime`` (0 = none) (STORE-056, STORE-064)."""
+    return runtime == 0 or device.max_runtime == 0 or device.max_runtime >= runtime
+
+
+def effective_runtime(requested: int, ceiling: int) -> int:
+    """A job that asked for no runtime inherits the device's ceiling (STORE-056 step 4, STORE-065).
+
+    Only a positive request is a runtime of its own: a stored negative one (from before
+    EXT-LIMITS-1 refused it) must not escape the ceiling either.
+    """
+    return requested if requested > 0 else ceiling
+
+
+def matching(
+    selector: selectors.Selector | None, devices: Iterable[DeviceSnap]
+) -> list[DeviceSnap]:
+    """Devices in any state whose labels satisfy ``selector``, by ID; None = every device (SEL-010)."""
+    found = (d for d in devices if selector is None or selector.matches(d.labels))
+    return sorted(found, key=lambda d: d.id)
+
+
+def _parsed(job: JobSnap) -> selectors.Selector | None:
+    return selectors.parse(job.selector) if job.selector else None
+
+
+def eligible(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
+    """Devices the job competes for, ceilings aside: its pin, or what its selector matches.
+
+    Raises ``SelectorError`` for a stored selector that no longer parses.
+    """
+    if job.pinned:
+        return [job.device_id]
+    return [d.id for d in matching(_parsed(job), devices)]
+
+
+def candidates(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
+    """Devices the job may be placed on, in the order to try them (STORE-061, STORE-064).
+
+    Pinned: its device, never ceiling-filtered at schedule time (the ceiling was
+    applied at enqueue). Otherwise the matching devices whose ceiling tolerates the
+    job's runtime, the same rule enqueue used. Raises ``SelectorError``.
+    """
+    if job.pinned:
+        return [job.device_id]
+    return [d.id for d in matching(_parsed(job), devices) if tolerates(d, job.max_runtime)]
+
+
+def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
+    """The job waits for one of ``device_ids`` (explain's queue depth, API-064).
+
+    A stored selector that no longer parses competes for nothing.
+    """
+    try:
+        return any(d in device_ids for d in eligible(job, devices))
+    except selectors.SelectorError:
+        return False
+
+
+def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queue_key) -> int:
+    """1-based position of queued ``job`` among ``queued`` (STORE-070).
+
+    Pinned: 1 + the jobs pinned to the same device ahead of it. Otherwise 1 + every
+    queued job ahead of it (an upper bound: its candidates can change between passes).
+    """
+    mine = key(job)
+    ahead = (o for o in queued if o.id != job.id and key(o) < mine)
+    if job.pinned:
+        ahead = (o for o in ahead if o.pinned and o.device_id == job.device_id)
+    return 1 + sum(1 for _ in ahead)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one job may do in this pass."""
+
+    candidates: list[str]  #: every device it may use
+    available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
+    choices: list[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
+
+
+class Planner:
+    """The decisions of one scheduling pass (STORE-061, STORE-062), one job at a time.
+
+    Call ``offer`` for each job in queue order; then ``placed`` when one of its choices
+    was assigned, ``blocked`` when none could be (it then claims all its available
+    candidates for the rest of the pass), or neither when the job turned out to have
+    left the queue (it claims nothing, STORE-063).
+    """
+
+    def __init__(self, devices: Sequence[DeviceSnap]) -> None:
+        self.devices = list(devices)
+        self.by_id = {d.id: d for d in self.devices}
+        self.reserved: dict[str, str] = {}  #: device -> the job claiming it for this pass
+        self.taken: set[str] = set()  #: devices assigned in this pass
+
+    def saturated(self) -> bool:
+        """Every device that could ever be reserved is claimed: no job further back can
+        be placed on an existing device."""
+        reservable = {d.id for d in self.devices if not d.draining}
+        return bool(reservable) and reservable <= self.reserved.keys()
+
+    def offer(self, job: JobSnap) -> Offer:
+        """The job's candidates, the unclaimed ones, and the device sets to try.
+
+        Raises ``SelectorError`` when its selector no longer parses.
+        """
+        cands = candidates(job, self.devices)
+        available = [d for d in cands if d not in self.reserved and not self._draining(d)]
+        free = [d for d in available if d not in self.taken and self._ready(d)]
+        return Offer(cands, available, self._choices(free, max(1, job.count)))
+
+    def placed(self, job: JobSnap, devices: Iterable[str]) -> None:
+        self.taken.update(devices)
+
+    def blocked(self, job: JobSnap, offer: Offer) -> None:
+        for d in offer.available:
+            self.reserved[d] = job.id
+
+    def reserve(self, device_id: str, job_id: str) -> None:
+        """Claim a device for a job unless one ahead already did."""
+        if not self._draining(device_id):
+            self.reserved.setdefault(device_id, job_id)
+
+    def _ready(self, device_id: str) -> bool:
+        d = self.by_id.get(device_id)
+        return d is not None and d.schedulable
+
+    def _draining(self, device_id: str) -> bool:
+        d = self.by_id.get(device_id)
+        return d is not None and d.draining
+
+    def _choices(self, free: list[str], count: int) -> list[tuple[str, ...]]:
+        if count == 1:
+            return [(d,) for d in free]
+        by_host: dict[str, list[str]] = {}
+        for d in free:
+            by_host.setdefault(self.by_id[d].host, []).append(d)
+        return [tuple(ids[:count]) for ids in by_host.values() if len(ids) >= count]
+
+
+@dataclass(frozen=True)
+class Plan:
+    assignments: dict[str, tuple[str, ...]]  #: job -> the devices it gets
+    reservations: dict[str, str]  #: device -> the job that waits for it
+    unparsable: list[str]  #: jobs skipped because their selector no longer parses
+
+
+def plan(jobs: Iterable[JobSnap], devices: Sequence[DeviceSnap], key: QueueKey = queue_key) -> Plan:
+    """A whole pass on a snapshot, as if every assignment it tries succeeds."""
+    planner = Planner(devices)
+    assignments: dict[str, tuple[str, ...]] = {}
+    unparsable: list[str] = []
+    for job in sorted(jobs, key=key):
+        try:
+            offer = planner.offer(job)
+        except selectors.SelectorError:
+            unparsable.append(job.id)
+            continue
+        if offer.choices:
+            assignments[job.id] = offer.choices[0]
+            planner.placed(job, offer.choices[0])
+        else:
+            planner.blocked(job, offer)
+    return Plan(assignments, dict(planner.reserved), unparsable)

@@ -1,0 +1,144 @@
+"""The transition tables: every legal state move of a device (STORE-021) and a job (STORE-041).
+
+Each table is keyed by the operation that makes the move. An entry names the source
+states the move may start from and the states it may end in; ``None`` stands for
+"no row" (a row created, or a row deleted). The store writes a state only through
+``store.moves``, which builds ``WHERE state IN (<sources>)`` from these entries and
+refuses a target the entry does not list, so an edge missing here cannot happen.
+
+Conditions beside the state (a live lease, a quarantine reason, the worker that owns
+the device) stay at the call site, which passes them as extra WHERE terms; the
+comment on each entry says what they are. Imports nothing but ``core.states``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from resource_controller.core.states import ACTIVE, TERMINAL, DeviceState, JobState
+
+
+class Op(StrEnum):
+    """The operations that move a device or a job, named after their call sites."""
+
+    REGISTER_NEW = "register_new"  # registration declares a new device (STORE-110 step 5)
+    REDECLARE = "redeclare"  # registration re-declares an existing device (STORE-110 step 5)
+    REAP = "reap"  # registration reap without reboot proof (STORE-111)
+    REAP_REBOOT = "reap_reboot"  # registration reap with reboot proof (STORE-111)
+    REBOOT_RECOVER = "reboot_recover"  # reboot proof lifts recoverable quarantines (STORE-110)
+    ENQUEUE = "enqueue"  # STORE-056
+    ASSIGN = "assign"  # STORE-065
+    MARK_RUNNING = "mark_running"  # hand-out (STORE-080)
+    RELEASE = "release"  # the worker's terminal report (STORE-082)
+    CANCEL_QUEUED = "cancel_queued"  # STORE-090
+    KILL_FINALIZE = "kill_finalize"  # STORE-092
+    HEARTBEAT_RESTORE = "heartbeat_restore"  # STORE-096 step 2b
+    HEARTBEAT_BUSY = "heartbeat_busy"  # STORE-096 step 4
+    HEARTBEAT_READY = "heartbeat_ready"  # STORE-096 step 5
+    SWEEP_UNKNOWN = "sweep_unknown"  # silence >= grace (STORE-101)
+    WRITE_OFF = "write_off"  # silence >= unhealthy-after (STORE-101, STORE-102)
+    EXPIRE = "expire"  # a lapsed lease (STORE-103)
+    AUTO_RECOVER = "auto_recover"  # a recovery proof, flap guard permitting (STORE-121)
+    CLEAR = "clear"  # operator clear (STORE-130)
+    FAULT = "fault"  # the host's fault report (STORE-131)
+    HOST_REPORT = "host_report"  # the host's own report of any other state (STORE-131)
+    RETIRE = "retire"  # the row is deleted (STORE-133)
+
+
+#: A state, or ``None`` for "no row".
+State = str | None
+
+
+@dataclass(frozen=True)
+class Move:
+    """One operation's edges: from any of ``sources`` to any of ``targets``."""
+
+    sources: frozenset[State]
+    targets: frozenset[State]
+
+    def allows(self, source: State, target: State) -> bool:
+        return source in self.sources and target in self.targets
+
+    def edges(self) -> list[tuple[State, State]]:
+        """Every (source, target) pair, in a stable order (``None`` sorts as ``"None"``)."""
+        pairs = ((s, t) for s in self.sources for t in self.targets)
+        return sorted(pairs, key=lambda e: (str(e[0]), str(e[1])))
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A state table: which entity it governs and each operation's move."""
+
+    entity: str
+    moves: dict[Op, Move]
+
+    def move(self, op: Op) -> Move:
+        try:
+            return self.moves[op]
+        except KeyError:
+            raise KeyError(f"{op} does not move a {self.entity}") from None
+
+    def edges(self) -> set[tuple[State, State]]:
+        return {e for m in self.moves.values() for e in m.edges()}
+
+
+def _m(sources: State | Iterable[State], targets: State | Iterable[State]) -> Move:
+    def norm(x: State | Iterable[State]) -> frozenset[State]:
+        return frozenset({x}) if x is None or isinstance(x, str) else frozenset(x)
+
+    return Move(norm(sources), norm(targets))
+
+
+_R, _B, _U, _H = DeviceState.READY, DeviceState.BUSY, DeviceState.UNKNOWN, DeviceState.UNHEALTHY
+_ANY = frozenset(DeviceState)
+_NOT_UNHEALTHY = frozenset({_R, _B, _U})
+
+#: STORE-021. "Any -> unhealthy, keeps reason" is written as "not unhealthy -> unhealthy":
+#: an already unhealthy device is left exactly as it is (STORE-031); only a fault report
+#: moves an unhealthy device again (fault wins).
+DEVICE = Machine(
+    "device",
+    {
+        Op.REGISTER_NEW: _m(None, _R),
+        Op.ASSIGN: _m(_R, _B),
+        Op.RELEASE: _m(_B, _R),  # only if still busy (STORE-082)
+        Op.SWEEP_UNKNOWN: _m({_R, _B}, _U),  # reason ''
+        Op.WRITE_OFF: _m(_NOT_UNHEALTHY, _H),  # worker_lost; outside the startup window
+        Op.EXPIRE: _m(_NOT_UNHEALTHY, _H),  # lease_expired, keeps reason
+        Op.REAP: _m(_NOT_UNHEALTHY, _H),  # registration, keeps reason
+        Op.REAP_REBOOT: _m({_B, _U}, _R),  # reason and detail cleared
+        Op.REBOOT_RECOVER: _m(_H, _R),  # recoverable reason, no live lease
+        Op.AUTO_RECOVER: _m(_H, _R),  # recoverable reason, no live lease, flap guard (§15)
+        Op.REDECLARE: _m(_NOT_UNHEALTHY, _R),  # after its jobs were reaped; reason ''
+        Op.FAULT: _m(_ANY, _H),  # fault overwrites any reason, detail = report
+        Op.HOST_REPORT: _m(_ANY, _NOT_UNHEALTHY),  # reason and detail cleared
+        Op.HEARTBEAT_BUSY: _m(_U, _B),  # live lease (retention: of a named job)
+        Op.HEARTBEAT_RESTORE: _m(_H, _B),  # worker_lost, device of a named active job
+        Op.HEARTBEAT_READY: _m(_U, _R),  # no live lease, no flagged killed job on it
+        Op.CLEAR: _m(_H, _R),  # no live lease
+        Op.RETIRE: _m(_ANY, None),  # no live lease
+    },
+)
+
+_ACTIVE = frozenset(ACTIVE)
+_TERMINAL = frozenset(TERMINAL)
+
+#: STORE-041 (``finished_at`` = now on every move into a terminal state).
+JOB = Machine(
+    "job",
+    {
+        Op.ENQUEUE: _m(None, JobState.QUEUED),
+        Op.ASSIGN: _m(JobState.QUEUED, JobState.ASSIGNED),
+        Op.CANCEL_QUEUED: _m(JobState.QUEUED, JobState.KILLED),
+        Op.MARK_RUNNING: _m(JobState.ASSIGNED, JobState.RUNNING),
+        Op.RELEASE: _m(_ACTIVE, _TERMINAL),
+        Op.WRITE_OFF: _m(_ACTIVE, JobState.LOST),  # worker lost
+        Op.EXPIRE: _m(_ACTIVE, JobState.LOST),  # lease expired
+        Op.REAP: _m(_ACTIVE, JobState.LOST),  # worker re-registered / host rebooted
+        Op.KILL_FINALIZE: _m(_ACTIVE, JobState.KILLED),  # kill flag kept set
+    },
+)
+
+MACHINES = (DEVICE, JOB)

@@ -1,0 +1,119 @@
+"""The one way the store writes a device's or a job's state: a move from the table.
+
+``move`` takes a machine (``transitions.DEVICE`` or ``transitions.JOB``), the operation,
+the row condition and the values to write. It adds ``state IN (<the op's sources>)`` to
+the condition, refuses a target state the op does not list, executes, and returns the
+row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
+the same for the "no row" ends of the table (STORE-021, STORE-041).
+
+Every statement built here carries the execution option ``rc_move`` = ``entity:op``,
+and a debug log line names the op and how many rows it moved: that is how a reader
+(or the test that fails on any state write that bypasses this module) tells why a
+state changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from resource_controller import errors
+from resource_controller.core.transitions import Machine, Op
+from resource_controller.store import schema as t
+
+log = logging.getLogger(__name__)
+
+#: Execution option naming the move a statement makes.
+MOVE_OPTION = "rc_move"
+
+_TABLES: dict[str, sa.Table] = {"device": t.devices, "job": t.jobs}
+
+
+def _table(machine: Machine) -> sa.Table:
+    return _TABLES[machine.entity]
+
+
+def _label(machine: Machine, op: Op) -> str:
+    return f"{machine.entity}:{op.value}"
+
+
+def _from_sources(machine: Machine, op: Op) -> sa.ColumnElement[bool]:
+    sources = sorted(s for s in machine.move(op).sources if s is not None)
+    return _table(machine).c.state.in_(sources)
+
+
+def _check_target(machine: Machine, op: Op, state: object) -> None:
+    if state not in machine.move(op).targets:
+        raise errors.InvalidTransition(f"{op.value} cannot move a {machine.entity} to {state!r}")
+
+
+def _update(
+    machine: Machine, op: Op, where: Sequence[sa.ColumnElement[bool]], state: str, values: Any
+) -> sa.Update:
+    _check_target(machine, op, state)
+    table = _table(machine)
+    return (
+        sa.update(table)
+        .where(*where, _from_sources(machine, op))
+        .values(state=state, **values)
+        .execution_options(**{MOVE_OPTION: _label(machine, op)})
+    )
+
+
+def move(
+    conn: sa.Connection,
+    machine: Machine,
+    op: Op,
+    *where: sa.ColumnElement[bool],
+    state: str,
+    **values: Any,
+) -> int:
+    """Move the rows matching ``where`` (and the op's sources) to ``state``; the row count."""
+    n = conn.execute(_update(machine, op, where, state, values)).rowcount
+    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
+    return int(n)
+
+
+def move_returning(
+    conn: sa.Connection,
+    machine: Machine,
+    op: Op,
+    *where: sa.ColumnElement[bool],
+    state: str,
+    **values: Any,
+) -> list[sa.Row[Any]]:
+    """As ``move``, returning the moved rows (every column)."""
+    stmt = _update(machine, op, where, state, values).returning(*_table(machine).c)
+    rows = list(conn.execute(stmt).all())
+    log.debug("%s: %d row(s) -> %s", _label(machine, op), len(rows), state)
+    return rows
+
+
+def create(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
+    """Insert a row whose ``state`` the op allows from "no row"."""
+    if None not in machine.move(op).sources:
+        raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
+    _check_target(machine, op, values.get("state"))
+    stmt = (
+        sa.insert(_table(machine))
+        .values(**values)
+        .execution_options(**{MOVE_OPTION: _label(machine, op)})
+    )
+    conn.execute(stmt)
+    log.debug("%s: created -> %s", _label(machine, op), values.get("state"))
+
+
+def remove(conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnElement[bool]) -> int:
+    """Delete the rows matching ``where`` (and the op's sources), for an op that ends in no row."""
+    _check_target(machine, op, None)
+    stmt = (
+        sa.delete(_table(machine))
+        .where(*where, _from_sources(machine, op))
+        .execution_options(**{MOVE_OPTION: _label(machine, op)})
+    )
+    n = int(conn.execute(stmt).rowcount)
+    log.debug("%s: %d row(s) removed", _label(machine, op), n)
+    return n
