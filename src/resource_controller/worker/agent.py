@@ -15,12 +15,10 @@ controller feeds the reconnection tracker (``reconnect``); when it says the cont
 has forgotten us, the poll loop registers again, but only while nothing is supervised
 and the outbox is empty (WRK-150).
 
-The agent runs as its own process (``process``: signal handlers, exit status) or
-inside a loop that also serves a controller (``Agent(config).run(stop)``, for ``rc
-up``). Every wait it makes comes from one injected ``Timings``.
-
-Not here yet: hooks, verify, probes beyond the built-in facts, sheets, attached stdio
-(the configuration keys for them are named in one warning at start).
+The agent runs as its own process (``process``) or inside a loop that also serves a
+controller (``Agent(config).run(stop)``, for ``rc up``). Every wait it makes comes from
+one injected ``Timings``. Not here yet: hooks, verify, probes beyond the built-in
+facts, sheets, attached stdio (their configured keys are named in a warning at start).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -36,7 +34,15 @@ import httpx
 from resource_controller import wire
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations
-from resource_controller.worker import channel, lifecycle, outbox, probes, procs, reconnect
+from resource_controller.worker import (
+    channel,
+    lifecycle,
+    outbox,
+    probes,
+    procs,
+    reconnect,
+    tasks,
+)
 from resource_controller.worker import config as worker_config
 from resource_controller.worker import recovery as recovery_proof
 from resource_controller.worker.channel import RegisterError, StartupError
@@ -75,8 +81,8 @@ class Agent:
         self._base_env = base_env
         #: Every job ID this process started or pre-killed; never pruned (WRK-070).
         self._seen: set[str] = set()
-        #: Tasks the shutdown must wait for (WRK-067), with the job ID each serves.
-        self._tasks: dict[asyncio.Task[None], str] = {}
+        #: Tasks the shutdown must wait for (WRK-067).
+        self._tasks = tasks.Tracker()
         self._shutting_down = False
 
     # ---- state read by tests and by the heartbeat ---------------------------------
@@ -112,13 +118,7 @@ class Agent:
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
-        inactive = worker_config.not_yet_active(self.config)
-        if inactive:
-            log.warning(
-                "configured but not active in this worker yet, so ignored: %s",
-                "; ".join(inactive),
-                extra={"action": "config_inactive"},
-            )
+        worker_config.warn_not_yet_active(self.config)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
         except outbox.OutboxError as exc:
@@ -129,7 +129,7 @@ class Agent:
             box=box,
             clock=self.clock,
             timings=self.timings,
-            track=self._track,
+            track=self._tasks.track,
             base_env=self._base_env,
         )
         # A job whose outcome the previous run left here must never run again.
@@ -143,7 +143,7 @@ class Agent:
                         return
                     await self._serve(stop)
                 finally:
-                    await self._abandon(list(self._tasks))
+                    await self._tasks.abandon(self._tasks.live(), self.timings.abandon_wait)
         finally:
             if not box.empty:
                 log.warning(
@@ -154,23 +154,8 @@ class Agent:
                 )
             box.close()
 
-    async def _wait_or_stop(
-        self, coro: Coroutine[Any, Any, Any], stop: asyncio.Event, name: str
-    ) -> asyncio.Task[Any] | None:
-        """Run ``coro`` until it ends or ``stop`` is set; ``None`` when stopped first."""
-        work = asyncio.create_task(coro, name=name)
-        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
-        try:
-            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not work.done():
-                work.cancel()
-                await asyncio.wait({work})
-        return None if work.cancelled() else work
-
     async def _register_or_stop(self, stop: asyncio.Event) -> bool:
-        registering = await self._wait_or_stop(self.register(), stop, "register")
+        registering = await tasks.wait_or_stop(self.register(), stop, "register")
         if registering is None:
             return False
         registering.result()  # raises RegisterError
@@ -195,7 +180,7 @@ class Agent:
             extra={"action": "outbox_resend"},
         )
         for report in box.reports():
-            self._track(self._life.deliver(report), report.job_id or report.device_id)
+            self._tasks.track(self._life.deliver(report), report.job_id or report.device_id)
         recorded = next(
             (
                 str(r.body["worker_id"])
@@ -208,10 +193,10 @@ class Agent:
         if recorded:
             self.channel.worker_id = recorded
             heartbeat = asyncio.create_task(
-                self._guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
+                tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
             )
         try:
-            return await self._wait_or_stop(box.wait_empty(), stop, "outbox-drain") is not None
+            return await tasks.wait_or_stop(box.wait_empty(), stop, "outbox-drain") is not None
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
@@ -219,9 +204,9 @@ class Agent:
 
     async def _serve(self, stop: asyncio.Event) -> None:
         heartbeat = asyncio.create_task(
-            self._guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
+            tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
         )
-        poll = asyncio.create_task(self._guard(self._poll_loop(), "poll"), name="poll")
+        poll = asyncio.create_task(tasks.guard(self._poll_loop(), "poll"), name="poll")
         stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
             await asyncio.wait({stopping, poll, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
@@ -238,11 +223,11 @@ class Agent:
         await asyncio.gather(*loops, return_exceptions=True)
         for job in self._life.jobs.values():
             job.cancel.set()
-        tasks = list(self._tasks)
-        if not tasks:
+        jobs = self._tasks.live()
+        if not jobs:
             return
-        log.info("shutdown: waiting for %d job task(s)", len(tasks), extra={"action": "shutdown"})
-        _, pending = await asyncio.wait(tasks, timeout=self.timings.shutdown_wait)
+        log.info("shutdown: waiting for %d job task(s)", len(jobs), extra={"action": "shutdown"})
+        _, pending = await asyncio.wait(jobs, timeout=self.timings.shutdown_wait)
         if pending:
             # WRK-131: the window is a bound, not a promise. Outcomes already in the
             # outbox stay on disk and are re-sent at the next start; jobs abandoned
@@ -250,36 +235,10 @@ class Agent:
             log.error(
                 "shutdown: abandoned job(s) after %s: %s",
                 durations.render_duration(self.timings.shutdown_wait),
-                ", ".join(sorted(self._tasks.get(t, "?") for t in pending)),
+                ", ".join(sorted(self._tasks.job_of(t) for t in pending)),
                 extra={"action": "shutdown_abandoned"},
             )
-            await self._abandon(list(pending))
-
-    async def _abandon(self, tasks: list[asyncio.Task[None]]) -> None:
-        """Cancel tasks (each kills its process group on the way out) and wait briefly."""
-        live = [t for t in tasks if not t.done()]
-        for task in live:
-            task.cancel()
-        if live:
-            await asyncio.wait(live, timeout=self.timings.abandon_wait)
-
-    async def _guard(self, coro: Coroutine[Any, Any, None], what: str) -> None:
-        """Run a background coroutine, logging a failure instead of losing it."""
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s failed", what, extra={"action": "task_failed"})
-
-    def _track(self, coro: Coroutine[Any, Any, None], job_id: str) -> None:
-        """Start a job-side task and register it for shutdown in the same step (WRK-067)."""
-        task = asyncio.create_task(self._guard(coro, f"job {job_id}"), name=f"job-{job_id}")
-        self._tasks[task] = job_id
-        task.add_done_callback(self._untrack)
-
-    def _untrack(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+            await self._tasks.abandon(list(pending), self.timings.abandon_wait)
 
     # ---- registration ------------------------------------------------------------
 
@@ -444,6 +403,6 @@ class Agent:
                 life.report_prekilled(a)
                 continue
             job = life.admit(a, cancelled=self._shutting_down)
-            self._track(life.run(job), a.job_id)
+            self._tasks.track(life.run(job), a.job_id)
             started += 1
         return started

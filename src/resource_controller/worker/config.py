@@ -315,6 +315,17 @@ def not_yet_active(config: WorkerConfig) -> list[str]:
     return found
 
 
+def warn_not_yet_active(config: WorkerConfig) -> None:
+    """One warning at start naming every ``not_yet_active`` setting; silence if none."""
+    inactive = not_yet_active(config)
+    if inactive:
+        log.warning(
+            "configured but not active in this worker yet, so ignored: %s",
+            "; ".join(inactive),
+            extra={"action": "config_inactive"},
+        )
+
+
 # ---- the file ------------------------------------------------------------------
 
 
