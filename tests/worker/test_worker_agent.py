@@ -377,7 +377,7 @@ def test_poll_errors_back_off_and_retry() -> None:  # WRK-060, WRK-061
 
     run(go())
     gaps = [b - a for a, b in zip(ctl.poll_times, ctl.poll_times[1:5], strict=False)]
-    assert all(g >= 0.045 for g in gaps)  # POLL_ERROR_BACKOFF between error polls
+    assert all(g >= 0.045 for g in gaps)  # FAST.poll_error_backoff between error polls
     assert ctl.terminal(a["job_id"])[0]["state"] == "succeeded"
 
 
