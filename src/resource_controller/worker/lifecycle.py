@@ -101,24 +101,19 @@ class Lifecycle:
 
     async def run(self, job: Job) -> None:
         """Every step of WRK-072 for one job, in order."""
-        a = job.assignment
+        log.info(
+            "job %s: starting on %s",
+            job.job_id,
+            job.assignment.device_id,
+            extra={"action": "job_start", "job_id": job.job_id},
+        )
         try:
-            log.info(
-                "job %s: starting on %s",
-                a.job_id,
-                a.device_id,
-                extra={"action": "job_start", "job_id": a.job_id},
-            )
             if not await self.acquire(job):
                 return
-            running = asyncio.create_task(self.report_running(job), name=f"running-{a.job_id}")
-            output = logship.LogShipper(
-                functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
-                label=a.job_id,
-                flush_after=self.timings.log_flush_after,
-            )
+            running = asyncio.create_task(self.report_running(job), name=f"running-{job.job_id}")
+            output = self.output_of(job)
             try:
-                started = await runner.start_job(a, clock=self.clock, base_env=self._base_env)
+                started = await self.start(job)
                 outcome = await self.supervise(job, started, output)
             except asyncio.CancelledError:
                 await self.abandon(job, running, output)
@@ -130,7 +125,7 @@ class Lifecycle:
             await self.report(job, outcome)
             await self.release(job)
         finally:
-            self.jobs.pop(a.job_id, None)
+            self.jobs.pop(job.job_id, None)
 
     async def acquire(self, job: Job) -> bool:
         """Acquire the device before the job touches it (HOOK-010..013); not active yet.
@@ -166,6 +161,19 @@ class Lifecycle:
             problem,
             extra={"action": "report_running", "job_id": a.job_id},
         )
+
+    def output_of(self, job: Job) -> logship.LogShipper:
+        """The job's output, batched into log appends echoing its epoch (WRK-083)."""
+        a = job.assignment
+        return logship.LogShipper(
+            functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
+            label=a.job_id,
+            flush_after=self.timings.log_flush_after,
+        )
+
+    async def start(self, job: Job) -> runner.Started | runner.Outcome:
+        """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
+        return await runner.start_job(job.assignment, clock=self.clock, base_env=self._base_env)
 
     async def supervise(
         self,
