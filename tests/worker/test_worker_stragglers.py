@@ -1,10 +1,10 @@
-"""The straggler sweep by ``RC_JOB_ID`` (WRK-120..123).
+"""Ending a finished job's stragglers by ``RC_JOB_ID`` (WRK-120..123).
 
 Real escapees: processes started with ``setsid`` so they leave every group and session
 the job had, found again by their environment. The few cases no real process can show
 (one that survives SIGKILL, an environment that cannot be read) use a ``/proc`` tree
 built in a temporary directory, with PIDs above the kernel's ``pid_max`` so that the
-signals the sweep really sends can reach nobody.
+signals the pass really sends can reach nobody.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def exactly(job_id: str) -> list[int]:
     ]
 
 
-def test_escaped_process_is_swept(spawned: list[subprocess.Popen[bytes]]) -> None:  # WRK-121
+def test_escaped_process_is_ended(spawned: list[subprocess.Popen[bytes]]) -> None:  # WRK-121
     job_id = new_job_id()
     pids = start_escapee(spawned, job_id)
     report = run(stragglers.clear(job_id))
@@ -104,7 +104,7 @@ def test_the_worker_and_its_ancestors_are_protected(
     spawned: list[subprocess.Popen[bytes]],
 ) -> None:  # WRK-121 step 2
     # A worker started from inside a job inherits its RC_JOB_ID, and so does its
-    # parent: here a shell carrying the ID runs the sweeping process.
+    # parent: here a shell carrying the ID runs the clearing process.
     job_id = new_job_id()
     code = (
         "import asyncio, json, os; from resource_controller.worker import stragglers; "
@@ -125,7 +125,7 @@ def test_the_worker_and_its_ancestors_are_protected(
     assert exactly(job_id) == []
 
 
-def test_empty_job_id_sweeps_nothing() -> None:  # WRK-121 step 1
+def test_empty_job_id_clears_nothing() -> None:  # WRK-121 step 1
     report = run(stragglers.clear(""))
     assert not report.scanned and not report.clean
 
@@ -172,7 +172,7 @@ def test_survivor_and_blindness_are_reported(
     assert report.remaining == (pid, pid + 3)
 
 
-def test_unreadable_proc_is_not_a_clean_sweep(
+def test_unreadable_proc_is_not_a_clean_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # WRK-121 step 5
     monkeypatch.setattr(procs, "PROC_ROOT", str(tmp_path / "missing"))
@@ -203,7 +203,7 @@ def test_report_logging(caplog: pytest.LogCaptureFixture) -> None:  # WRK-122
 # ---- inside the agent --------------------------------------------------------
 
 
-def test_agent_sweeps_after_a_clean_exit_without_changing_the_outcome(
+def test_agent_clears_stragglers_after_a_clean_exit_without_changing_the_outcome(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:  # WRK-072 step 7, WRK-120, WRK-122
     ctl = FakeController()
@@ -222,7 +222,7 @@ def test_agent_sweeps_after_a_clean_exit_without_changing_the_outcome(
     assert f"job {a['job_id']}: swept 1 escaped process" in caplog.text
 
 
-def test_agent_sweeps_after_a_kill(tmp_path: Path) -> None:  # WRK-120: every path
+def test_agent_clears_stragglers_after_a_kill(tmp_path: Path) -> None:  # WRK-120: every path
     ctl = FakeController()
     a = job(["sh", "-c", f"{JOB_ESCAPE} exec sleep 30"], env={"LEFT": str(tmp_path / "x")})
     ctl.hand_out(a)

@@ -2,7 +2,7 @@
 
 ``Timings()`` carries the spec's values (worker.md §23, EXT-OUTBOX-1, EXT-FAST-4). The
 agent receives one and hands it to everything that waits: the job's lifecycle, the
-runner, the straggler sweep, the outbox, the reconnection tracker, the log shipper.
+runner, the straggler pass, the outbox, the reconnection tracker, the log shipper.
 Tests build their own (``Timings(kill_grace=0.5)``) instead of patching modules; the
 values marked *(test hook)* in the spec are exactly these fields.
 
