@@ -97,7 +97,7 @@ def test_settings_not_active_yet_are_named_at_start(caplog: pytest.LogCaptureFix
     async def go() -> None:
         await (await Running(ctl, config).started()).finish()
 
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.config"):
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
         run(go())
     (warning,) = [r for r in caplog.records if "not active" in r.getMessage()]
     assert "verify_timeout" in warning.getMessage()

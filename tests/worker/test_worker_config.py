@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from resource_controller.worker import config as wc
+from resource_controller.worker import inactive
 
 BASE = "controller_url: http://ctl:8080\ndevices: [gpu0]\n"
 
@@ -394,7 +395,7 @@ def test_rc_require_manual_clear(tmp_path: Path, value: str, expected: bool) -> 
 def test_rc_require_manual_clear_unknown_turns_on_with_warning(
     tmp_path: Path, value: str, caplog: pytest.LogCaptureFixture
 ) -> None:  # WRK-021
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.config"):
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
         cfg = load(tmp_path, BASE, {"RC_REQUIRE_MANUAL_CLEAR": value})
     assert cfg.require_manual_clear is True
     assert value in caplog.text
@@ -461,7 +462,7 @@ def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
         probe_dir=absent,
         sheet_dir=absent,
     )
-    assert wc.not_yet_active(bare) == [
+    assert inactive.not_yet_active(bare) == [
         f"verify_dir {absent}",
         f"probe_dir {absent}",
         f"sheet_dir {absent}",
@@ -481,7 +482,7 @@ def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
         verify_timeout=3,
         probe_interval=60,
     )
-    named = wc.not_yet_active(configured)
+    named = inactive.not_yet_active(configured)
     assert named[:4] == [
         "devices[gpu0].on_acquire",
         "devices[gpu0].release_linger",
@@ -504,7 +505,7 @@ def test_defaults_name_only_what_exists_on_this_host(tmp_path: Path) -> None:
     sheets = Path(wc.DEFAULT_SHEET_DIR)
     if (sheets / "host.md").exists() or (sheets / "host.d").exists():
         expected.append(f"sheet_dir {sheets} (usage sheets exist)")
-    assert wc.not_yet_active(config) == expected
+    assert inactive.not_yet_active(config) == expected
 
 
 def test_one_warning_at_start_names_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -515,8 +516,8 @@ def test_one_warning_at_start_names_them(tmp_path: Path, caplog: pytest.LogCaptu
         state_dir=str(tmp_path),
         verify_timeout=3,
     )
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.config"):
-        wc.warn_not_yet_active(config)
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
+        inactive.warn_not_yet_active(config)
     (record,) = caplog.records
     assert "not active" in record.getMessage()
     assert "devices[gpu0].on_acquire" in record.getMessage()

@@ -36,6 +36,7 @@ from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations
 from resource_controller.worker import (
     channel,
+    inactive,
     lifecycle,
     outbox,
     probes,
@@ -118,7 +119,7 @@ class Agent:
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
-        worker_config.warn_not_yet_active(self.config)
+        inactive.warn_not_yet_active(self.config)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
         except outbox.OutboxError as exc:
