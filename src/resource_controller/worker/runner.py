@@ -1,17 +1,19 @@
-"""Running one job as a supervised process group, and saying how it ended.
+"""Starting one job as a process group, supervising it, and saying how it ended.
 
-A job runs directly (no shell), in a new session (so it leads its own process group),
-with ``/dev/null`` as stdin and stdout and stderr on one pipe, so the stored log is the
-interleaving the job actually produced (WRK-079, WRK-081). It is *complete* when the
-leader has exited **and** the pipe reached end of file: a background child still
-holding the pipe keeps the job running (WRK-082).
+Two steps, which the job's lifecycle takes in turn. ``start_job`` builds the
+environment and the command and spawns it: directly (no shell), in a new session (so
+it leads its own process group), with ``/dev/null`` as stdin and stdout and stderr on
+one pipe, so the stored log is the interleaving the job actually produced (WRK-075..081).
+``supervise_job`` watches it until it is *complete*: the leader has exited **and** the
+pipe reached end of file, so a background child still holding the pipe keeps the job
+running (WRK-082). ``run_job`` does both.
 
-While it runs, two watchdogs are checked every 100 ms on the injected clock (WRK-094).
-A kill flag, a shutdown and a watchdog trip all take the same cancellation path
-(WRK-096): TERM the group, give it ``Timings.kill_grace``, KILL it, reap stragglers. A clean
-exit that leaves live members in the group is not a success either (WRK-099): they are
-killed and the job is reported killed, because a leader that exits 0 while its
-background child keeps the GPU is not an unremarkable success.
+While it runs, two watchdogs are checked every ``Timings.watchdog_period`` on the
+injected clock (WRK-094). A kill flag, a shutdown and a watchdog trip all take the same
+cancellation path (WRK-096): TERM the group, give it ``Timings.kill_grace``, KILL it,
+reap stragglers. A clean exit that leaves live members in the group is not a success
+either (WRK-099): they are killed and the job is reported killed, because a leader that
+exits 0 while its background child keeps the GPU is not an unremarkable success.
 """
 
 from __future__ import annotations
