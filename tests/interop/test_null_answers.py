@@ -17,7 +17,7 @@ import pytest
 
 from resource_controller import wire
 from resource_controller.client import api, shapes, transport
-from resource_controller.worker.agent import parse_poll_body
+from resource_controller.worker.channel import parse_poll_body
 
 # ---- the worker's poll parser --------------------------------------------------------
 

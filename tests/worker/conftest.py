@@ -1,8 +1,8 @@
 """Worker test fixtures.
 
 After each test, kill anything still carrying a test job ID. Every test gets its own
-state directory (the outbox lives there), so no test writes to ``/var/lib/rc-worker``,
-and short back-offs, so a retried report or poll costs milliseconds.
+state directory (the outbox lives there), so no test writes to ``/var/lib/rc-worker``.
+Short back-offs come from ``worker_helpers.FAST``, the timings agents get in tests.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 import worker_helpers
 from worker_helpers import kill_test_processes
-
-from resource_controller.worker import agent, outbox
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +26,3 @@ def _state_dir(tmp_path: Path) -> Iterator[None]:
     worker_helpers.STATE_DIR = str(tmp_path / "worker-state")
     yield
     worker_helpers.STATE_DIR = ""
-
-
-@pytest.fixture(autouse=True)
-def _fast_timings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbox, "BACKOFF", 0.01)
-    monkeypatch.setattr(outbox, "BACKOFF_MAX", 0.05)
-    monkeypatch.setattr(agent, "POLL_ERROR_BACKOFF", 0.05)
-    monkeypatch.setattr(agent, "IDLE_POLL_GAP", 0.05)

@@ -1,9 +1,18 @@
 """An in-memory controller for agent tests, reached through httpx's transport hook.
 
 It implements the worker routes of controller-api.md §6 closely enough for the agent:
-registration, heartbeats, long polls, log appends, status and fault reports, with
-knobs for failures (refusing, being unreachable, changing instance). Jobs it hands out
-are real processes run by the real agent.
+registration, heartbeats, long polls, log appends, status and fault reports. Jobs it
+hands out are real processes run by the real agent.
+
+Why not the real controller (``test_worker_live`` serves it on loopback for the tests
+that can use it): these tests are about what the worker does when the controller
+misbehaves in ways the real one never does on purpose, and about the exact bytes the
+worker sends. The fake answers a terminal report 409, 500 or not at all for as many
+attempts as a test asks, hangs a registration, refuses a fault, switches its
+``Rc-Controller-Instance``, hands out exactly the assignment bodies a test writes (the
+reference controller's ``null`` maps, unknown fields, malformed answers), answers
+long polls at once or advances a test's fake clock while it "waits", and records
+every request in order, before any validation could change it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from resource_controller.clock import Clock
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import config as wc
 from resource_controller.worker import outbox
+from resource_controller.worker.timings import Timings
 
 
 class FakeController:
@@ -196,6 +206,7 @@ class Running:
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        timings: Timings = worker_helpers.FAST,
     ) -> None:
         self.ctl = ctl
         self.agent = agent_mod.Agent(
@@ -203,6 +214,7 @@ class Running:
             clock,
             transport=httpx.MockTransport(ctl.handle),
             rng=rng,
+            timings=timings,
         )
         self.stop = asyncio.Event()
         self._polls_before = len(ctl.poll_times)

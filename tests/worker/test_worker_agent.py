@@ -2,8 +2,9 @@
 
 The controller here is ``fake_controller.FakeController``, a small in-memory
 implementation of the worker routes of controller-api.md §6, reached through httpx's
-transport hook; the jobs it hands out are real processes. The last tests run ``main``
-as a real process against a loopback HTTP server to check exit statuses and signals.
+transport hook; the jobs it hands out are real processes. The last tests run ``rc
+worker`` as a real process against the real controller on loopback to check exit
+statuses and signals.
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 from fake_controller import FakeController, Running, job, make_config, outbox_files, until
-from loopback import LoopbackController, start_worker
-from worker_helpers import pids_with_job_prefix, run
+from live_controller import TERMINAL, LiveController, start_worker, submit, wait_state
+from worker_helpers import FAST, kill_test_processes, pids_with_job_prefix, run
 
 from resource_controller import wire
 from resource_controller.clock import FakeClock
 from resource_controller.worker import agent as agent_mod
-from resource_controller.worker import outbox, probes, procs
+from resource_controller.worker import channel, probes, process, procs
+from resource_controller.worker.timings import Timings
 
 # ---- registration --------------------------------------------------------------
 
@@ -85,6 +88,19 @@ def test_labels_are_an_explicit_null_when_nothing_was_found(
     raw = next(q for q in ctl.requests if q.url.path == "/v1/workers/register").content
     assert json.loads(raw)["labels"] is None
     assert b'"labels":null' in raw
+
+
+def test_settings_not_active_yet_are_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    ctl = FakeController()
+    config = make_config(verify_timeout=3.0)
+
+    async def go() -> None:
+        await (await Running(ctl, config).started()).finish()
+
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
+        run(go())
+    (warning,) = [r for r in caplog.records if "not active" in r.getMessage()]
+    assert "verify_timeout" in warning.getMessage()
 
 
 def test_poll_wait_is_rendered_as_duration_text() -> None:  # WRK-060
@@ -314,8 +330,7 @@ def test_terminal_report_is_retried_past_five_attempts(
     assert outbox_files() == []
 
 
-def test_terminal_report_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbox, "ATTEMPT_TIMEOUT", 0.1)
+def test_terminal_report_attempts_are_bounded() -> None:
     ctl = FakeController()
     original = ctl._route
     blackholed: list[float] = []
@@ -332,7 +347,7 @@ def test_terminal_report_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -
     ctl.hand_out(a)
 
     async def go() -> float:
-        r = await Running(ctl).started()
+        r = await Running(ctl, timings=replace(FAST, report_attempt_timeout=0.1)).started()
         await until(lambda: bool(blackholed))
         began = time.monotonic()
         await until(lambda: bool(ctl.terminal(a["job_id"])))
@@ -362,19 +377,18 @@ def test_poll_errors_back_off_and_retry() -> None:  # WRK-060, WRK-061
 
     run(go())
     gaps = [b - a for a, b in zip(ctl.poll_times, ctl.poll_times[1:5], strict=False)]
-    assert all(g >= 0.045 for g in gaps)  # POLL_ERROR_BACKOFF between error polls
+    assert all(g >= 0.045 for g in gaps)  # FAST.poll_error_backoff between error polls
     assert ctl.terminal(a["job_id"])[0]["state"] == "succeeded"
 
 
-def test_idle_polls_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:  # WRK-062, WRK-063
-    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", 0.1)
+def test_idle_polls_are_spaced() -> None:  # WRK-062, WRK-063
     ctl = FakeController()
     ctl.poll_hold = 0.0  # a controller that answers long-polls instantly
     ctl.hand_out(job(["true"]), job(["true"]))
     ctl.hand_out(job(["true"]))
 
     async def go() -> None:
-        r = await Running(ctl).started()
+        r = await Running(ctl, timings=replace(FAST, idle_poll_gap=0.1)).started()
         await asyncio.sleep(0.5)
         await r.finish()
 
@@ -387,26 +401,24 @@ def test_idle_polls_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:  # WRK-
 
 def test_idle_gap_only_after_a_quick_poll() -> None:  # EXT-FAST-4
     a = agent_mod.Agent(make_config(poll_wait=1.0))
-    assert a.idle_gap(0.0) == agent_mod.IDLE_POLL_GAP
-    assert a.idle_gap(0.49) == agent_mod.IDLE_POLL_GAP  # under half the wait asked for
+    assert a.idle_gap(0.0) == Timings().idle_poll_gap == 0.25
+    assert a.idle_gap(0.49) == 0.25  # under half the wait asked for
     assert a.idle_gap(0.5) == 0.0
     assert a.idle_gap(1.0) == 0.0  # waited out its term: poll again at once
     assert a.idle_gap(3.0) == 0.0
 
 
-def _idle_polls_taking(
-    monkeypatch: pytest.MonkeyPatch, took: float, gap: float, run_for: float
-) -> list[float]:
+def _idle_polls_taking(took: float, gap: float, run_for: float) -> list[float]:
     """Poll times (real) of an idle worker whose polls each "take" ``took`` seconds on
-    its clock (a fake one, advanced by the controller), with ``IDLE_POLL_GAP = gap``."""
-    monkeypatch.setattr(agent_mod, "IDLE_POLL_GAP", gap)
+    its clock (a fake one, advanced by the controller), with an idle gap of ``gap``."""
     clock = FakeClock()
     ctl = FakeController()
     ctl.poll_hold = 0.01
     ctl.on_idle_poll = lambda _wait: clock.advance(took)
 
     async def go() -> None:
-        r = await Running(ctl, make_config(poll_wait=1.0), clock=clock).started()
+        timings = replace(FAST, idle_poll_gap=gap)
+        r = await Running(ctl, make_config(poll_wait=1.0), clock=clock, timings=timings).started()
         await asyncio.sleep(run_for)
         await r.finish()
 
@@ -414,18 +426,14 @@ def _idle_polls_taking(
     return ctl.poll_times
 
 
-def test_a_poll_that_waited_out_its_term_is_reissued_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # EXT-FAST-4
+def test_a_poll_that_waited_out_its_term_is_reissued_at_once() -> None:  # EXT-FAST-4
     # A pause this long would allow one poll in the window; there is none.
-    times = _idle_polls_taking(monkeypatch, took=1.0, gap=30.0, run_for=0.4)
+    times = _idle_polls_taking(took=1.0, gap=30.0, run_for=0.4)
     assert len(times) >= 5, times
 
 
-def test_a_poll_that_came_back_early_still_pauses(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # EXT-FAST-4, WRK-062
-    times = _idle_polls_taking(monkeypatch, took=0.49, gap=0.15, run_for=0.5)
+def test_a_poll_that_came_back_early_still_pauses() -> None:  # EXT-FAST-4, WRK-062
+    times = _idle_polls_taking(took=0.49, gap=0.15, run_for=0.5)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps and all(g >= 0.145 for g in gaps), gaps
     assert len(times) <= 5
@@ -457,16 +465,15 @@ def test_shutdown_cancels_jobs_and_reports_them() -> None:  # WRK-130
 
 
 def test_shutdown_abandons_jobs_after_its_window(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:  # WRK-130 step 3
-    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.3)
-    monkeypatch.setattr("resource_controller.worker.runner.KILL_GRACE", 30.0)
     ctl = FakeController()
     a = job(["sh", "-c", "trap '' TERM; echo ready; sleep 30"])
     ctl.hand_out(a)
 
     async def go() -> None:
-        r = await Running(ctl).started()
+        timings = replace(FAST, shutdown_wait=0.3, kill_grace=30.0)
+        r = await Running(ctl, timings=timings).started()
         await until(lambda: bool(ctl.logs.get(a["job_id"])))
         await r.finish(10)
 
@@ -480,26 +487,25 @@ def test_shutdown_abandons_jobs_after_its_window(
 
 
 def test_parse_poll_body() -> None:  # WRK-060, WRK-064
-    assignments, kills = agent_mod.parse_poll_body(b'{"assignments": null}')
-    assert (assignments, kills) == ([], [])
-    assignments, kills = agent_mod.parse_poll_body(
+    assert channel.parse_poll_body(b'{"assignments": null}') == channel.PollAnswer([], [])
+    answer = channel.parse_poll_body(
         b'{"assignments": [{"job_id": "j", "device_id": "h:g", "command": ["x"],'
         b' "device_ids": ["h:g"], "new": 1}], "kills": ["k"]}'
     )
-    assert [a.job_id for a in assignments] == ["j"] and kills == ["k"]
+    assert [a.job_id for a in answer.assignments] == ["j"] and answer.kills == ["k"]
     for bad in (b"[]", b"{", b'{"kills": [1]}', b'{"assignments": [{"job_id": "j"}]}'):
         with pytest.raises(ValueError):
-            agent_mod.parse_poll_body(bad)
+            channel.parse_poll_body(bad)
 
 
 # ---- as a process --------------------------------------------------------------
 
 
 @pytest.fixture
-def loopback() -> Iterator[LoopbackController]:
-    ctl = LoopbackController()
+def live(tmp_path: Path) -> Iterator[LiveController]:
+    ctl = LiveController(tmp_path / "data")
     yield ctl
-    ctl.close()
+    ctl.stop()
 
 
 @pytest.fixture
@@ -534,7 +540,7 @@ def test_main_exits_1_when_registration_fails(
         f"controller_url: http://127.0.0.1:{free_port()}\ndevices: [gpu0]\n"
         f"state_dir: {tmp_path / 'state'}\n"
     )
-    assert agent_mod.main(str(cfg)) == 1
+    assert process.main(str(cfg)) == 1
     err = capsys.readouterr().err
     assert err.startswith("rc: register: ") and err.count("\n") == 1
 
@@ -543,47 +549,50 @@ def test_main_exits_1_on_a_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:  # WRK-002, WRK-018
     missing = tmp_path / "nope.yaml"
-    assert agent_mod.main(str(missing)) == 1
+    assert process.main(str(missing)) == 1
     assert capsys.readouterr().err == (
         f"rc: read worker config: open {missing}: no such file or directory\n"
     )
 
 
-def test_sigterm_shuts_down_and_exits_0(
-    loopback: LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
-) -> None:  # WRK-003, WRK-004, WRK-130
-    a = job(["sleep", "30"])
-    loopback.assignments.append(a)
-    p = worker_process(loopback.url)
-    assert loopback.registered.wait(10) and loopback.polled.wait(10)
-    deadline = time.monotonic() + 10
-    while not pids_with_job_prefix(a["job_id"]):
-        assert time.monotonic() < deadline and p.poll() is None
+def running_process(job_id: str) -> None:
+    """Wait until the job's process exists (the worker has started it)."""
+    deadline = time.monotonic() + 15
+    while not pids_with_job_prefix(job_id):
+        assert time.monotonic() < deadline
         time.sleep(0.02)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=20) == 0
-    assert {"state": "killed", "exit_code": 143, "worker_id": "w-1", "reason": "cancelled"} in (
-        loopback.statuses
-    )
+
+
+def test_sigterm_shuts_down_and_exits_0(
+    live: LiveController, worker_process: Callable[[str], subprocess.Popen[str]]
+) -> None:  # WRK-003, WRK-004, WRK-130
+    p = worker_process(live.url)
+    with live.client() as client:
+        job_id = submit(client, command=["sleep", "30"])
+        running_process(job_id)
+        assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+        job = wait_state(client, job_id, TERMINAL)
+    assert (job["state"], job["exit_code"], job["kill_reason"]) == ("killed", 143, "cancelled")
 
 
 def test_second_signal_takes_the_default_action(
-    loopback: LoopbackController, worker_process: Callable[[str], subprocess.Popen[str]]
+    live: LiveController, worker_process: Callable[[str], subprocess.Popen[str]]
 ) -> None:  # WRK-003
     # The job ignores SIGTERM, so the shutdown waits out the 10 s grace...
-    a = job(["sh", "-c", "trap '' TERM; sleep 30"])
-    loopback.assignments.append(a)
-    p = worker_process(loopback.url)
-    deadline = time.monotonic() + 10
-    while not pids_with_job_prefix(a["job_id"]):
-        assert time.monotonic() < deadline and p.poll() is None
-        time.sleep(0.02)
+    p = worker_process(live.url)
+    with live.client() as client:
+        job_id = submit(client, command=["sh", "-c", "trap '' TERM; sleep 30"])
+        running_process(job_id)
+    assert p.poll() is None
     p.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     assert p.poll() is None
     # ...and a second signal ends the worker at once, by the default action.
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=5) == -signal.SIGTERM
+    kill_test_processes(job_id)
 
 
 def test_environment_for_the_subprocess_tests_is_sane() -> None:

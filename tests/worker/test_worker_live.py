@@ -12,35 +12,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import worker_helpers
-from worker_helpers import SESSION_PREFIX, run
+from live_controller import HOST, LiveController
+from worker_helpers import FAST, SESSION_PREFIX, run
 
-from resource_controller.controller import deps, serve
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import config as wc
-from resource_controller.worker import reconnect
-from support.served import ServedController
-
-TOKENS = "wtok:worker,ctok:client"
-HOST = "livebox"
-
-
-class LiveController:
-    """``rc serve``'s server object serving a pre-bound loopback socket from a thread."""
-
-    def __init__(self, data: Path, port: int = 0) -> None:
-        self.svc = serve.open_services(data, TOKENS, deps.Settings())
-        self.served = ServedController(self.svc, port)  # a restart reuses the port
-        self.served.start()
-        self.url = self.served.url
-
-    def stop(self) -> None:
-        self.served.stop()
 
 
 @pytest.fixture
@@ -64,7 +47,7 @@ def live_config(url: str, **settings: Any) -> wc.WorkerConfig:
 
 async def with_worker(ctl: LiveController, scenario: Any) -> Any:
     """Run ``scenario(client)`` while a registered agent serves the controller."""
-    agent = agent_mod.Agent(live_config(ctl.url))
+    agent = agent_mod.Agent(live_config(ctl.url), timings=FAST)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     client = httpx.AsyncClient(
@@ -188,9 +171,9 @@ def terminal_report(request: httpx.Request) -> bool:
 
 
 def test_outcome_outlives_a_worker_restart(
-    controller: LiveController, monkeypatch: pytest.MonkeyPatch
+    controller: LiveController,
 ) -> None:  # EXT-OUTBOX-1, EXT-OUTBOX-3
-    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.5)
+    timings = replace(FAST, shutdown_wait=0.5)
 
     async def go() -> None:
         client = httpx.AsyncClient(
@@ -198,7 +181,7 @@ def test_outcome_outlives_a_worker_restart(
         )
         # The first worker runs the job but none of its terminal reports gets through.
         refusing = Recording(refuse=terminal_report)
-        first = agent_mod.Agent(live_config(controller.url), transport=refusing)
+        first = agent_mod.Agent(live_config(controller.url), transport=refusing, timings=timings)
         stop = asyncio.Event()
         task = asyncio.create_task(first.run(stop))
         await until_polling(refusing, task)
@@ -212,7 +195,7 @@ def test_outcome_outlives_a_worker_restart(
         assert (await until_state(client, job_id, {"running"}))["state"] == "running"
         # A new process on the same state directory: delivers, then registers.
         seen = Recording()
-        second = agent_mod.Agent(live_config(controller.url), transport=seen)
+        second = agent_mod.Agent(live_config(controller.url), transport=seen, timings=timings)
         stop = asyncio.Event()
         task = asyncio.create_task(second.run(stop))
         await until_polling(seen, task)
@@ -231,15 +214,15 @@ def test_outcome_outlives_a_worker_restart(
 
 
 def test_a_controller_restart_leads_to_a_reregistration(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:  # WRK-151 (instance changed), WRK-150
-    monkeypatch.setattr(reconnect, "REREGISTER_JITTER", 0.05)
     ctl = LiveController(tmp_path / "data")
 
     async def go() -> LiveController:
         nonlocal ctl
         seen = Recording()
-        agent = agent_mod.Agent(live_config(ctl.url, poll_wait=1), transport=seen)
+        timings = replace(FAST, reregister_jitter=0.05)
+        agent = agent_mod.Agent(live_config(ctl.url, poll_wait=1), transport=seen, timings=timings)
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
         try:

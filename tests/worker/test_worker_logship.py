@@ -43,15 +43,17 @@ class Receiver:
             self.in_flight -= 1
 
 
-@pytest.fixture(autouse=True)
-def fast_timer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logship, "FLUSH_AFTER", 0.2)
+def shipper(
+    rx: Receiver, label: str = "j", *, flush_after: float = 0.2, flush_bytes: int = 65_536
+) -> logship.LogShipper:
+    """A shipper with a short timer (the real one waits a second)."""
+    return logship.LogShipper(rx, label=label, flush_after=flush_after, flush_bytes=flush_bytes)
 
 
 def test_first_byte_arms_the_timer() -> None:  # WRK-083
     async def go() -> tuple[Receiver, float]:
         rx = Receiver()
-        ship = logship.LogShipper(rx, label="j")
+        ship = shipper(rx)
         began = time.monotonic()
         await ship.write(b"a")
         await asyncio.sleep(0.05)
@@ -67,12 +69,10 @@ def test_first_byte_arms_the_timer() -> None:  # WRK-083
     assert 0.18 <= rx.at[0] - began < 0.5  # one timer period after the first byte
 
 
-def test_size_threshold_flushes_from_the_writing_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logship, "FLUSH_BYTES", 10)
-
+def test_size_threshold_flushes_from_the_writing_path() -> None:
     async def go() -> Receiver:
         rx = Receiver()
-        ship = logship.LogShipper(rx, label="j")
+        ship = shipper(rx, flush_bytes=10)
         await ship.write(b"12345")
         await ship.write(b"6789012")  # reaches 12 >= 10: sent before write returns
         assert rx.chunks == [b"123456789012"]
@@ -87,13 +87,10 @@ def test_default_threshold_is_64_kib() -> None:
     assert logship.FLUSH_BYTES == 65_536
 
 
-def test_sends_are_serialised_and_ordered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logship, "FLUSH_BYTES", 64)
-    monkeypatch.setattr(logship, "FLUSH_AFTER", 0.01)
-
+def test_sends_are_serialised_and_ordered() -> None:
     async def go() -> tuple[Receiver, bytes]:
         rx = Receiver(delay=0.02)
-        ship = logship.LogShipper(rx, label="j")
+        ship = shipper(rx, flush_after=0.01, flush_bytes=64)
         sent = bytearray()
         for i in range(120):
             piece = f"<{i}:{'x' * (i % 50)}>".encode()
@@ -114,7 +111,7 @@ def test_output_is_accepted_while_a_send_is_in_flight() -> None:  # WRK-083
     async def go() -> Receiver:
         rx = Receiver()
         rx.gate = asyncio.Event()
-        ship = logship.LogShipper(rx, label="j")
+        ship = shipper(rx)
         await ship.write(b"first")
         await asyncio.sleep(0.3)  # the timer cut "first"; its send is blocked
         assert rx.calls == 1
@@ -127,14 +124,12 @@ def test_output_is_accepted_while_a_send_is_in_flight() -> None:  # WRK-083
 
 
 def test_a_failed_chunk_is_dropped_with_a_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:  # WRK-085
-    monkeypatch.setattr(logship, "FLUSH_BYTES", 4)
-
     async def go() -> tuple[Receiver, logship.LogShipper]:
         rx = Receiver()
         rx.fail_on = {2}
-        ship = logship.LogShipper(rx, label="job-7")
+        ship = shipper(rx, "job-7", flush_bytes=4)
         for piece in (b"aaaa", b"bbbb", b"cccc"):
             await ship.write(piece)
         await ship.close()
@@ -151,7 +146,7 @@ def test_a_failed_chunk_is_dropped_with_a_warning(
 def test_close_waits_for_every_send_and_is_idempotent() -> None:  # WRK-086
     async def go() -> Receiver:
         rx = Receiver(delay=0.1)
-        ship = logship.LogShipper(rx, label="j")
+        ship = shipper(rx)
         await ship.write(b"tail")
         await ship.close()
         assert rx.chunks == [b"tail"]
@@ -164,7 +159,7 @@ def test_close_waits_for_every_send_and_is_idempotent() -> None:  # WRK-086
 def test_close_with_nothing_written_sends_nothing() -> None:
     async def go() -> Receiver:
         rx = Receiver()
-        await logship.LogShipper(rx).close()
+        await shipper(rx, "").close()
         return rx
 
     assert run(go(), 5).calls == 0

@@ -14,9 +14,9 @@ import json
 import os
 import random
 import stat
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,31 @@ import httpx
 import pytest
 import worker_helpers
 from fake_controller import FakeController, Running, job, make_config, outbox_files, until
-from loopback import LoopbackController, start_worker
-from worker_helpers import run
+from live_controller import LiveController, start_worker, submit
+from worker_helpers import FAST, pids_with_job_prefix, run
 
 from resource_controller.clock import FakeClock
-from resource_controller.worker import agent as agent_mod
-from resource_controller.worker import outbox
+from resource_controller.worker import outbox, process
+from resource_controller.worker.timings import Timings
+
+#: A shutdown that gives up on its job tasks quickly.
+QUICK_SHUTDOWN = replace(FAST, shutdown_wait=0.3)
+
+
+class Routes:
+    """An ``outbox.Sender`` that hands each attempt to ``post(route, body, timeout)``."""
+
+    def __init__(self, post: Callable[[str, dict[str, Any], float], Awaitable[httpx.Response]]):
+        self.post = post
+
+    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> httpx.Response:
+        return await self.post(f"/v1/jobs/{job_id}/status", dict(body), timeout)
+
+    async def fault(
+        self, device_id: str, body: Mapping[str, Any], timeout: float
+    ) -> httpx.Response:
+        return await self.post(f"/v1/devices/{device_id}/fault", dict(body), timeout)
+
 
 # ---- the store -----------------------------------------------------------------
 
@@ -133,11 +152,8 @@ def test_judge(status: int, body: Any, verdict: outbox.Verdict) -> None:  # EXT-
     assert outbox.judge(resp) is verdict
 
 
-def test_backoff_doubles_to_its_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # EXT-OUTBOX-1
-    monkeypatch.setattr(outbox, "BACKOFF", 0.02)
-    monkeypatch.setattr(outbox, "BACKOFF_MAX", 0.08)
+def test_backoff_doubles_to_its_cap(tmp_path: Path) -> None:  # EXT-OUTBOX-1
+    timings = Timings(outbox_backoff=0.02, outbox_backoff_max=0.08)
     times: list[float] = []
 
     async def post(route: str, body: dict[str, Any], timeout: float) -> httpx.Response:
@@ -149,7 +165,7 @@ def test_backoff_doubles_to_its_cap(
         try:
             report = box.add_status("j", ["d"], {})
             await box.persist(report)
-            return await outbox.deliver(box, report, post)
+            return await outbox.deliver(box, report, Routes(post), timings)
         finally:
             box.close()
 
@@ -177,7 +193,9 @@ def test_a_fault_lands_before_the_terminal_report_of_its_device(tmp_path: Path) 
             fault = box.add_fault("h:gpu0", "verify failed: dirty", "j1")
             terminal = box.add_status("j1", ["h:gpu0"], {"state": "succeeded"})
             other = box.add_status("j2", ["h:gpu1"], {"state": "succeeded"})
-            await asyncio.gather(*(outbox.deliver(box, r, post) for r in (terminal, other, fault)))
+            await asyncio.gather(
+                *(outbox.deliver(box, r, Routes(post), FAST) for r in (terminal, other, fault))
+            )
             assert box.empty
         finally:
             box.close()
@@ -186,8 +204,8 @@ def test_a_fault_lands_before_the_terminal_report_of_its_device(tmp_path: Path) 
     assert order == ["/v1/jobs/j2/status", "/v1/devices/h:gpu0/fault", "/v1/jobs/j1/status"]
 
 
-def test_each_attempt_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbox, "ATTEMPT_TIMEOUT", 0.05)
+def test_each_attempt_is_bounded(tmp_path: Path) -> None:
+    timings = replace(FAST, report_attempt_timeout=0.05)
     calls: list[float] = []
 
     async def post(route: str, body: dict[str, Any], timeout: float) -> httpx.Response:
@@ -200,7 +218,8 @@ def test_each_attempt_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         box = outbox.Outbox.open(str(tmp_path))
         try:
             report = box.add_status("j", ["d"], {})
-            assert await outbox.deliver(box, report, post) is outbox.Verdict.DELIVERED
+            verdict = await outbox.deliver(box, report, Routes(post), timings)
+            assert verdict is outbox.Verdict.DELIVERED
         finally:
             box.close()
 
@@ -302,7 +321,7 @@ def test_fault_reports_share_the_outbox() -> None:  # WRK-114, EXT-OUTBOX-1
 
     async def go() -> None:
         r = await Running(ctl).started()
-        await r.agent.report_fault("box:gpu0", "verify failed: 10-x: exited 1", "j-before")
+        await r.agent.life.report_fault("box:gpu0", "verify failed: 10-x: exited 1", "j-before")
         assert [x["kind"] for x in records()] == ["fault"]
         ctl.hand_out(a)
         await until(lambda: bool(ctl.terminal(a["job_id"])) and r.agent.outbox is not None)
@@ -338,7 +357,7 @@ def stopped_with_a_report_on_disk(ctl: FakeController, a: dict[str, Any]) -> Non
 
     async def go() -> None:
         ctl.reports_unreachable = True
-        r = await Running(ctl).started()
+        r = await Running(ctl, timings=QUICK_SHUTDOWN).started()
         ctl.hand_out(a)
         await until(lambda: r.agent.pending_job_ids == [a["job_id"]])
         await r.finish(10)
@@ -347,9 +366,8 @@ def stopped_with_a_report_on_disk(ctl: FakeController, a: dict[str, Any]) -> Non
     assert [x["job_id"] for x in records()] == [a["job_id"]]
 
 
-def test_a_restart_resends_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_restart_resends_before_registering() -> None:
     # EXT-OUTBOX-3, §12 ("reports still in the outbox at exit stay on disk")
-    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.3)
     ctl = FakeController()
     a = job(["sh", "-c", "exit 4"], lease_epoch=2)
     stopped_with_a_report_on_disk(ctl, a)
@@ -359,7 +377,8 @@ def test_a_restart_resends_before_registering(monkeypatch: pytest.MonkeyPatch) -
     mark = len(ctl.events)
 
     async def go() -> None:
-        r = await Running(ctl, make_config(heartbeat_interval=0.01)).started()
+        config = make_config(heartbeat_interval=0.01)
+        r = await Running(ctl, config, timings=QUICK_SHUTDOWN).started()
         assert r.agent.outbox is not None and r.agent.outbox.empty
         ctl.hand_out(a)  # re-delivered: its outcome is known here, so it never runs again
         await until(lambda: not ctl.answers)
@@ -385,14 +404,13 @@ def test_a_restart_resends_before_registering(monkeypatch: pytest.MonkeyPatch) -
     assert outbox_files() == []
 
 
-def test_stop_while_resending_keeps_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "SHUTDOWN_WAIT", 0.3)
+def test_stop_while_resending_keeps_the_report() -> None:
     ctl = FakeController()
     a = job(["true"])
     stopped_with_a_report_on_disk(ctl, a)
 
     async def go() -> None:
-        r = Running(ctl)
+        r = Running(ctl, timings=QUICK_SHUTDOWN)
         await until(lambda: len(ctl.requests) > 0)
         await asyncio.sleep(0.1)
         await r.finish(5)
@@ -436,44 +454,37 @@ def test_main_fails_when_the_state_dir_cannot_be_made(
     state = tmp_path / "file" / "state"
     cfg = tmp_path / "worker.yaml"
     cfg.write_text(f"controller_url: http://127.0.0.1:9\ndevices: [gpu0]\nstate_dir: {state}\n")
-    assert agent_mod.main(str(cfg)) == 1
+    assert process.main(str(cfg)) == 1
     assert capsys.readouterr().err == f"rc: state_dir: mkdir {state}: not a directory\n"
 
 
-def test_a_killed_worker_process_leaves_its_report_for_the_next(
-    tmp_path: Path, worker_process: Callable[..., subprocess.Popen[str]]
-) -> None:  # EXT-OUTBOX-1: on disk, not in memory
+def test_a_killed_worker_process_leaves_its_report_for_the_next(tmp_path: Path) -> None:
+    # EXT-OUTBOX-1: on disk, not in memory
     state = tmp_path / "state"
-    a = job(["true"])
+    gate = tmp_path / "gate"
     env = {**os.environ, "RC_TEST_TIMINGS": "outbox_backoff_max=0.05"}
-    p = worker_process(state, env, [a], refuse_status=True)
-    deadline = time.monotonic() + 15
-    while not outbox_files(str(state)):
-        assert time.monotonic() < deadline and p.poll() is None
-        time.sleep(0.02)
-    p.kill()  # no shutdown at all: only the disk remembers
-    p.wait(timeout=10)
-    (record,) = [json.loads(f.read_text()) for f in outbox_files(str(state))]
-    assert record["job_id"] == a["job_id"] and record["body"]["state"] == "succeeded"
-
-
-@pytest.fixture
-def worker_process(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """A real ``rc worker`` process against a loopback controller."""
-    started: list[tuple[subprocess.Popen[str], LoopbackController]] = []
-
-    def start(
-        state: Path, env: dict[str, str], jobs: list[dict[str, Any]], *, refuse_status: bool
-    ) -> subprocess.Popen[str]:
-        ctl = LoopbackController(refuse_status=refuse_status)
-        ctl.assignments.extend(jobs)
-        p = start_worker(tmp_path, ctl.url, state, env=env)
-        started.append((p, ctl))
-        return p
-
-    yield start
-    for p, ctl in started:
+    ctl = LiveController(tmp_path / "data")
+    p = start_worker(tmp_path, ctl.url, state, env=env)
+    try:
+        with ctl.client() as client:
+            script = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+            job_id = submit(client, command=["sh", "-c", script])
+            deadline = time.monotonic() + 15
+            while not pids_with_job_prefix(job_id):
+                assert time.monotonic() < deadline and p.poll() is None
+                time.sleep(0.02)
+        ctl.stop()  # the controller goes away while the job runs...
+        gate.write_text("")  # ...so the job's outcome has nowhere to go but the disk
+        deadline = time.monotonic() + 15
+        while not outbox_files(str(state)):
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.02)
+        p.kill()  # no shutdown at all: only the disk remembers
+        p.wait(timeout=10)
+    finally:
         if p.poll() is None:
             p.kill()
-        p.wait(timeout=10)
-        ctl.close()
+            p.wait(timeout=10)
+        ctl.stop()
+    (record,) = [json.loads(f.read_text()) for f in outbox_files(str(state))]
+    assert record["job_id"] == job_id and record["body"]["state"] == "succeeded"

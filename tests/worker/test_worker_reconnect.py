@@ -16,6 +16,7 @@ from worker_helpers import run
 
 from resource_controller.clock import FakeClock
 from resource_controller.worker import reconnect
+from resource_controller.worker.timings import DEFAULT
 
 SEED = 7
 
@@ -25,7 +26,7 @@ def jitter(seed: int = SEED, draw: int = 1) -> float:
     rng = random.Random(seed)
     for _ in range(draw - 1):
         rng.random()
-    return rng.random() * reconnect.REREGISTER_JITTER
+    return rng.random() * DEFAULT.reregister_jitter
 
 
 def tracker() -> reconnect.Reconnect:
@@ -84,7 +85,7 @@ def test_attempt_and_settlement() -> None:  # WRK-153
     due = t.due_at
     assert due is not None and not t.due(due - 0.001) and t.due(due)
     t.attempting(31.0)
-    assert t.due_at == 31.0 + reconnect.REREGISTER_RETRY and not t.due(90.9) and t.due(91.0)
+    assert t.due_at == 31.0 + DEFAULT.reregister_retry and not t.due(90.9) and t.due(91.0)
     t.settled()
     assert not t.owed and not t.due(10_000.0)
 
@@ -129,7 +130,7 @@ def test_silence_reregisters() -> None:  # WRK-151: ≥ 5 minutes without contac
     async def go() -> None:
         r = await Running(ctl, clock=clock, rng=random.Random(SEED)).started()
         await polls_after(ctl)
-        clock.advance(reconnect.REREGISTER_AFTER)  # the next answer comes "5 min later"
+        clock.advance(DEFAULT.reregister_after)  # the next answer comes "5 min later"
         await until(lambda: r.agent.contact.owed)
         clock.advance(30)
         await until(lambda: len(ctl.registrations) == 2)
@@ -173,8 +174,8 @@ def test_failure_is_retried_a_minute_later(caplog: pytest.LogCaptureFixture) -> 
         clock.advance(30)
         await until(lambda: len(ctl.registrations) == 2)
         attempted_at = clock.monotonic()
-        assert r.agent.contact.due_at == attempted_at + reconnect.REREGISTER_RETRY
-        clock.advance(reconnect.REREGISTER_RETRY - 1)
+        assert r.agent.contact.due_at == attempted_at + DEFAULT.reregister_retry
+        clock.advance(DEFAULT.reregister_retry - 1)
         await polls_after(ctl)
         assert len(ctl.registrations) == 2
         ctl.register_status = 200

@@ -18,6 +18,7 @@ from resource_controller import wire
 from resource_controller.clock import Clock, FakeClock, SystemClock
 from resource_controller.core.states import JobState
 from resource_controller.worker import procs, runner
+from resource_controller.worker.timings import DEFAULT, Timings
 
 
 def assignment(command: list[str], **fields: Any) -> wire.Assignment:
@@ -39,13 +40,21 @@ class Collected:
 
 
 async def start(
-    a: wire.Assignment, clock: Clock | None = None, base_env: dict[str, str] | None = None
+    a: wire.Assignment,
+    clock: Clock | None = None,
+    base_env: dict[str, str] | None = None,
+    timings: Timings = DEFAULT,
 ) -> tuple[asyncio.Task[runner.Outcome], asyncio.Event, Collected]:
     out = Collected()
     cancel = asyncio.Event()
     task = asyncio.create_task(
         runner.run_job(
-            a, on_output=out, cancel=cancel, clock=clock or SystemClock(), base_env=base_env
+            a,
+            on_output=out,
+            cancel=cancel,
+            clock=clock or SystemClock(),
+            base_env=base_env,
+            timings=timings,
         )
     )
     return task, cancel, out
@@ -335,9 +344,11 @@ def test_hold_runs_the_sleeper_until_its_ttl() -> None:  # WRK-125, WRK-126
 # ---- cancellation --------------------------------------------------------------
 
 
-def cancel_after_start(a: wire.Assignment, settle: float = 0.2) -> tuple[runner.Outcome, bytes]:
+def cancel_after_start(
+    a: wire.Assignment, settle: float = 0.2, timings: Timings = DEFAULT
+) -> tuple[runner.Outcome, bytes]:
     async def go() -> tuple[runner.Outcome, bytes]:
-        task, cancel, out = await start(a)
+        task, cancel, out = await start(a, timings=timings)
         await wait_for_job_process(a.job_id)
         await asyncio.sleep(settle)  # let the shell install its trap
         cancel.set()
@@ -351,11 +362,12 @@ def test_cancel_an_ordinary_job() -> None:  # WRK-096
     assert outcome == runner.Outcome(JobState.KILLED, 143, "cancelled")
 
 
-def test_cancel_a_job_that_traps_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:  # WRK-096
-    monkeypatch.setattr(runner, "KILL_GRACE", 0.5)
+def test_cancel_a_job_that_traps_sigterm() -> None:  # WRK-096
     script = "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done"
     began = time.monotonic()
-    outcome, data = cancel_after_start(assignment(["sh", "-c", script]))
+    outcome, data = cancel_after_start(
+        assignment(["sh", "-c", script]), timings=Timings(kill_grace=0.5)
+    )
     assert outcome == runner.Outcome(JobState.KILLED, 137, "cancelled")
     assert b"got-term" in data
     assert 0.5 <= time.monotonic() - began < 5

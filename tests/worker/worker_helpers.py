@@ -15,7 +15,15 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from resource_controller.worker.timings import Timings
+
 T = TypeVar("T")
+
+#: What worker tests run with unless they say otherwise: short back-offs, so a retried
+#: report or poll costs milliseconds.
+FAST = Timings(
+    outbox_backoff=0.01, outbox_backoff_max=0.05, poll_error_backoff=0.05, idle_poll_gap=0.05
+)
 
 SESSION_PREFIX = f"wt{uuid.uuid4().hex[:10]}"
 _counter = itertools.count(1)
@@ -53,7 +61,7 @@ def pids_with_job_prefix(prefix: str) -> list[int]:
     return found
 
 
-def kill_test_processes() -> None:
-    for pid in pids_with_job_prefix(SESSION_PREFIX):
+def kill_test_processes(prefix: str = SESSION_PREFIX) -> None:
+    for pid in pids_with_job_prefix(prefix):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

@@ -49,9 +49,9 @@ def serve(
 @click.argument("stray", nargs=-1, required=False)
 def worker(config_path: str, stray: tuple[str, ...]) -> None:
     """Run the device-host agent."""
-    from resource_controller.worker import agent
+    from resource_controller.worker import process
 
-    sys.exit(agent.main(config_path))
+    sys.exit(process.main(config_path))
 
 
 @click.command()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
-#: A batch is sent this long after its first byte. *(test hook)*
+#: A batch is sent this long after its first byte (``Timings.log_flush_after``).
 FLUSH_AFTER = 1.0
 #: A batch this large is sent at once (WRK-083); far below the 1 MiB chunk limit.
 FLUSH_BYTES = 65_536
@@ -34,9 +34,18 @@ _Item = tuple[bytes, asyncio.Future[None] | None]
 class LogShipper:
     """Collects one job's output and ships it in ordered batches through ``send``."""
 
-    def __init__(self, send: Sender, *, label: str = "") -> None:
+    def __init__(
+        self,
+        send: Sender,
+        *,
+        label: str = "",
+        flush_after: float = FLUSH_AFTER,
+        flush_bytes: int = FLUSH_BYTES,
+    ) -> None:
         self._send = send
         self._label = label
+        self._flush_after = flush_after
+        self._flush_bytes = flush_bytes
         self._batch = bytearray()
         self._timer: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
@@ -54,7 +63,7 @@ class LogShipper:
             raise RuntimeError("write after close")
         was_empty = not self._batch
         self._batch += data
-        if len(self._batch) >= FLUSH_BYTES:
+        if len(self._batch) >= self._flush_bytes:
             done = self._cut(wait=True)
             if done is not None:
                 await asyncio.shield(done)
@@ -99,7 +108,7 @@ class LogShipper:
         return done
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(FLUSH_AFTER)
+        await asyncio.sleep(self._flush_after)
         self._cut(wait=False)
 
     async def _drain(self) -> None:

@@ -5,7 +5,7 @@ one out of the pool. The base design gave up on them after about 28 seconds (WRK
 so a controller down for longer lost the job's real outcome: the lease expired, the job
 was recorded ``lost`` and the device quarantined although nothing went wrong on the
 host. Here every such report is written to disk before its first attempt and retried,
-with backoff capped at ``BACKOFF_MAX``, until the controller answers 2xx or refuses it
+with backoff capped at ``Timings.outbox_backoff_max``, until the controller answers 2xx or refuses it
 for good (EXT-OUTBOX-1):
 
 - 404: the job or device is unknown (a controller whose database was replaced);
@@ -47,23 +47,18 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from resource_controller.clock import Clock, SystemClock
-from resource_controller.worker import answers, procs
+from resource_controller.worker import channel, procs
+from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: First wait after a failed attempt; doubles up to ``BACKOFF_MAX`` (EXT-OUTBOX-1).
-#: *(test hook)*
-BACKOFF = 0.2
-BACKOFF_MAX = 10.0
-#: Bound on one attempt (WRK-112). *(test hook)*
-ATTEMPT_TIMEOUT = 5.0
 #: Each of the first attempts' failures is a warning; at this one an error says the
 #: report is now waiting out an outage; after it only every ``QUIET_EVERY``-th failure
 #: is logged, because retrying never stops.
@@ -104,9 +99,16 @@ class Report:
 
     @property
     def route(self) -> str:
+        """The route its kind names (what ``send`` calls through the sender)."""
         if self.kind == FAULT:
             return f"/v1/devices/{self.device_id}/fault"
         return f"/v1/jobs/{self.job_id}/status"
+
+    async def send(self, sender: Sender, timeout: float) -> httpx.Response:
+        """One attempt, on the route its kind names."""
+        if self.kind == FAULT:
+            return await sender.fault(self.device_id, self.body, timeout)
+        return await sender.status(self.job_id, self.body, timeout)
 
     @property
     def label(self) -> str:
@@ -365,7 +367,7 @@ class Outbox:
 
     def add_fault(self, device_id: str, reason: str, job_id: str = "") -> Report:
         """Take a device fault report in (WRK-114)."""
-        return self._add(FAULT, job_id, device_id, (device_id,), {"reason": reason})
+        return self._add(FAULT, job_id, device_id, (device_id,), channel.fault_body(reason))
 
     def _add(
         self,
@@ -450,14 +452,25 @@ def judge(resp: httpx.Response) -> Verdict:
     if resp.status_code == 404:
         return Verdict.REFUSED
     if resp.status_code == 409:
-        code, message = answers.error_body(resp)
+        code, message = channel.error_body(resp)
         if code == "stale_lease" or "terminal" in f"{code} {message}".lower():
             return Verdict.REFUSED
     return Verdict.RETRY
 
 
-#: Sends one attempt: ``(route, body, timeout)`` → the answer, or a transport error.
-Post = Callable[[str, dict[str, Any], float], Awaitable[httpx.Response]]
+class Sender(Protocol):
+    """Sends one attempt of a report: the answer, or one of ``channel.TRANSPORT_ERRORS``.
+
+    ``channel.Channel`` is one.
+    """
+
+    async def status(
+        self, job_id: str, body: Mapping[str, Any], timeout: float
+    ) -> httpx.Response: ...
+
+    async def fault(
+        self, device_id: str, body: Mapping[str, Any], timeout: float
+    ) -> httpx.Response: ...
 
 
 def _log_failure(report: Report, problem: str) -> None:
@@ -476,23 +489,27 @@ def _log_failure(report: Report, problem: str) -> None:
         log.warning("%s attempt %d failed: %s", report.label, n, problem, extra=extra)
 
 
-async def deliver(box: Outbox, report: Report, post: Post) -> Verdict:
+async def deliver(
+    box: Outbox, report: Report, sender: Sender, timings: Timings = DEFAULT
+) -> Verdict:
     """Send ``report`` until the controller answers for good; never gives up on its own.
 
     Waits first for earlier faults about the same devices. Each attempt is bounded by
-    ``ATTEMPT_TIMEOUT``; waits between attempts double from ``BACKOFF`` up to
-    ``BACKOFF_MAX``. Cancelling it leaves the report in the outbox (and on disk).
+    ``report_attempt_timeout``; waits between attempts double from ``outbox_backoff``
+    up to ``outbox_backoff_max``. Cancelling it leaves the report in the outbox (and
+    on disk).
     """
     for earlier in box.predecessors(report):
         await earlier.gone.wait()
-    delay = BACKOFF
+    bound = timings.report_attempt_timeout
+    delay = timings.outbox_backoff
     while True:
         report.attempts += 1
         try:
-            async with asyncio.timeout(ATTEMPT_TIMEOUT):
-                resp = await post(report.route, report.body, ATTEMPT_TIMEOUT)
-        except answers.TRANSPORT_ERRORS as exc:
-            problem = answers.error_text(exc)
+            async with asyncio.timeout(bound):
+                resp = await report.send(sender, bound)
+        except channel.TRANSPORT_ERRORS as exc:
+            problem = channel.error_text(exc)
         else:
             verdict = judge(resp)
             if verdict is not Verdict.RETRY:
@@ -501,8 +518,8 @@ async def deliver(box: Outbox, report: Report, post: Post) -> Verdict:
                     log.warning(
                         "%s refused for good by the controller (%s: %s); dropped",
                         report.label,
-                        answers.status_line(resp),
-                        answers.error_body(resp)[1] or "no detail",
+                        channel.status_line(resp),
+                        channel.error_body(resp)[1] or "no detail",
                         extra={"action": "outbox_refused", "job_id": report.job_id},
                     )
                 elif report.attempts > 1:
@@ -513,7 +530,7 @@ async def deliver(box: Outbox, report: Report, post: Post) -> Verdict:
                         extra={"action": "outbox_delivered", "job_id": report.job_id},
                     )
                 return verdict
-            problem = f"controller returned {answers.status_line(resp)}"
+            problem = f"controller returned {channel.status_line(resp)}"
         _log_failure(report, problem)
         await asyncio.sleep(delay)
-        delay = min(delay * 2, BACKOFF_MAX)
+        delay = min(delay * 2, timings.outbox_backoff_max)

@@ -4,7 +4,7 @@ Everything the worker spawns leads its own process group (WRK-090), so "the job"
 group ID, not a PID: a training script's data loaders and a shell's background
 children live and die with it. This module answers the two questions supervision asks
 of a group (is anything in it still alive, and how to make it stop), and the one the
-sweep and the recovery proof ask of the whole table (who still carries an
+straggler pass and the recovery proof ask of the whole table (who still carries an
 ``RC_JOB_ID``, WRK-121, WRK-141). Deciding *when* to ask is the callers' business.
 
 "Alive" deliberately ignores zombies (WRK-092): an exited-but-unreaped member is not

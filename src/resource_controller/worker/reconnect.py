@@ -13,6 +13,10 @@ with its response time (monotonic, from the injected clock) and the instance hea
 Arming sets an appointment a random moment ahead (so a restarted controller is not hit
 by its whole fleet at once); a second reason never moves it. An attempt first pushes
 the appointment a retry interval ahead, so a failure is retried no sooner than that.
+
+The three thresholds are ``Timings.reregister_after`` (5 minutes: it mirrors the
+controller's horizon after which a silent worker's devices are quarantined),
+``reregister_jitter`` (30 s) and ``reregister_retry`` (1 minute).
 """
 
 from __future__ import annotations
@@ -21,25 +25,17 @@ import logging
 import random
 
 from resource_controller.core import durations
+from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
-
-#: Silence after which the next contact arms a re-registration (WRK-151). It mirrors the
-#: controller's horizon after which a silent worker's devices are quarantined.
-#: *(test hook)*
-REREGISTER_AFTER = 300.0
-#: Arming picks the appointment uniformly in ``[0, REREGISTER_JITTER)`` ahead (WRK-152).
-#: *(test hook)*
-REREGISTER_JITTER = 30.0
-#: An attempt moves the appointment this far ahead first (WRK-153). *(test hook)*
-REREGISTER_RETRY = 60.0
 
 
 class Reconnect:
     """Contact history and the re-registration debt (WRK-151..153)."""
 
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None, timings: Timings = DEFAULT) -> None:
         self._rng = rng or random.Random()
+        self.timings = timings
         #: Time of the latest response; only ever moves forward (responses finish out
         #: of order). ``None`` until the first contact.
         self.last_at: float | None = None
@@ -56,7 +52,7 @@ class Reconnect:
     def observe(self, at: float, instance: str) -> None:
         """Record one contact at ``at`` (WRK-151); arm when it proves we were forgotten."""
         reason = ""
-        if self.last_at is not None and at - self.last_at >= REREGISTER_AFTER:
+        if self.last_at is not None and at - self.last_at >= self.timings.reregister_after:
             reason = f"no contact for {durations.render_duration(at - self.last_at)}"
         if instance:
             if self.instance and instance != self.instance and not reason:
@@ -71,7 +67,7 @@ class Reconnect:
         """Owe a re-registration, due a random moment ahead, unless already owed (WRK-152)."""
         if self.due_at is not None:
             return  # a second reason never moves the appointment
-        delay = self._rng.random() * REREGISTER_JITTER
+        delay = self._rng.random() * self.timings.reregister_jitter
         self.due_at = now + delay
         log.info(
             "re-registration owed (%s); due in %s",
@@ -86,7 +82,7 @@ class Reconnect:
 
     def attempting(self, now: float) -> None:
         """An attempt starts: a failure is retried no sooner than the retry interval (WRK-153)."""
-        self.due_at = now + REREGISTER_RETRY
+        self.due_at = now + self.timings.reregister_retry
 
     def settled(self) -> None:
         """A registration succeeded: nothing is owed any more."""

@@ -1,17 +1,19 @@
-"""Running one job as a supervised process group, and saying how it ended.
+"""Starting one job as a process group, supervising it, and saying how it ended.
 
-A job runs directly (no shell), in a new session (so it leads its own process group),
-with ``/dev/null`` as stdin and stdout and stderr on one pipe, so the stored log is the
-interleaving the job actually produced (WRK-079, WRK-081). It is *complete* when the
-leader has exited **and** the pipe reached end of file: a background child still
-holding the pipe keeps the job running (WRK-082).
+Two steps, which the job's lifecycle takes in turn. ``start_job`` builds the
+environment and the command and spawns it: directly (no shell), in a new session (so
+it leads its own process group), with ``/dev/null`` as stdin and stdout and stderr on
+one pipe, so the stored log is the interleaving the job actually produced (WRK-075..081).
+``supervise_job`` watches it until it is *complete*: the leader has exited **and** the
+pipe reached end of file, so a background child still holding the pipe keeps the job
+running (WRK-082). ``run_job`` does both.
 
-While it runs, two watchdogs are checked every 100 ms on the injected clock (WRK-094).
-A kill flag, a shutdown and a watchdog trip all take the same cancellation path
-(WRK-096): TERM the group, give it ``KILL_GRACE``, KILL it, reap stragglers. A clean
-exit that leaves live members in the group is not a success either (WRK-099): they are
-killed and the job is reported killed, because a leader that exits 0 while its
-background child keeps the GPU is not an unremarkable success.
+While it runs, two watchdogs are checked every ``Timings.watchdog_period`` on the
+injected clock (WRK-094). A kill flag, a shutdown and a watchdog trip all take the same
+cancellation path (WRK-096): TERM the group, give it ``Timings.kill_grace``, KILL it,
+reap stragglers. A clean exit that leaves live members in the group is not a success
+either (WRK-099): they are killed and the job is reported killed, because a leader that
+exits 0 while its background child keeps the GPU is not an unremarkable success.
 """
 
 from __future__ import annotations
@@ -29,13 +31,10 @@ from resource_controller.clock import Clock
 from resource_controller.core import durations
 from resource_controller.core.states import JobState, Kind
 from resource_controller.worker import procs
+from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: SIGTERM → SIGKILL grace on the cancellation path (WRK-096). *(test hook)*
-KILL_GRACE = 10.0
-#: How often the watchdogs are checked (WRK-094). *(test hook)*
-WATCHDOG_PERIOD = 0.1
 #: Output is read in blocks of at most this many bytes (WRK-084).
 READ_BLOCK = 65_536
 #: What a hold runs, whatever the assignment says (WRK-125): 2³¹−1 seconds, which
@@ -256,21 +255,25 @@ async def _after_exit(pgid: int, returncode: int | None) -> Outcome:
     return outcome
 
 
-async def supervise(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: str | None,
-    on_output: OutputSink,
-    cancel: asyncio.Event,
-    clock: Clock,
-    max_runtime: float = 0.0,
-    idle_timeout: float = 0.0,
-) -> Outcome:
-    """Run ``argv`` under supervision until it is complete; never raises for the job's sake.
+@dataclass(eq=False)
+class Started:
+    """A job's process, spawned and not yet watched: the output is already flowing."""
 
-    ``cancel`` set at any time starts the cancellation path. ``max_runtime`` and
-    ``idle_timeout`` are in seconds; zero or less disables the watchdog.
+    pgid: int
+    transport: asyncio.SubprocessTransport
+    proto: _Protocol
+    #: ``clock.monotonic()`` at the spawn: where max runtime and idleness count from.
+    at: float
+
+
+async def start(
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, clock: Clock
+) -> Started | Outcome:
+    """Spawn ``argv`` in a new session with output on one pipe (WRK-079..081).
+
+    Returns the start error as an ``Outcome`` (WRK-100) when there is nothing to run,
+    the directory is unusable or the program cannot be executed. The caller must hand
+    a ``Started`` to ``supervise`` at once: only ``supervise`` ever ends the group.
     """
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
@@ -311,27 +314,52 @@ async def supervise(
         return Outcome(JobState.FAILED, -1, f"start: {text}")
     except (ValueError, subprocess.SubprocessError) as exc:
         return Outcome(JobState.FAILED, -1, f"start: {exc}")
+    return Started(transport.get_pid(), transport, proto, clock.monotonic())
 
-    pgid = transport.get_pid()
-    started = clock.monotonic()
-    activity = _Activity(started)
-    pump = asyncio.create_task(_pump(proto.output, on_output, activity, clock), name="pump")
+
+async def supervise(
+    proc: Started,
+    *,
+    on_output: OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    timings: Timings = DEFAULT,
+    max_runtime: float = 0.0,
+    idle_timeout: float = 0.0,
+) -> Outcome:
+    """Watch a started process until it is complete; never raises for the job's sake.
+
+    Output goes to ``on_output`` as it is read. ``cancel`` set at any time starts the
+    cancellation path (WRK-096); ``max_runtime`` and ``idle_timeout`` are in seconds,
+    zero or less disabling the watchdog (WRK-094). If this task is itself torn down,
+    the group is SIGKILLed on the way out.
+    """
+    activity = _Activity(proc.at)
+    pump = asyncio.create_task(_pump(proc.proto.output, on_output, activity, clock), name="pump")
     try:
         trip = await _watch(
-            pump, proto.exited, cancel, clock, started, activity, max_runtime, idle_timeout
+            pump,
+            proc.proto.exited,
+            cancel,
+            clock,
+            proc.at,
+            activity,
+            max_runtime,
+            idle_timeout,
+            timings.watchdog_period,
         )
         if trip is None:
-            return await _after_exit(pgid, transport.get_returncode())
-        return await _cancel(pgid, pump, proto.exited, transport, trip)
+            return await _after_exit(proc.pgid, proc.transport.get_returncode())
+        return await _cancel(proc, pump, trip, timings.kill_grace)
     except BaseException:
         # Our own task is being torn down (abandoned at shutdown): never leave the
         # group running unsupervised.
-        procs.kill_group_now(pgid)
+        procs.kill_group_now(proc.pgid)
         raise
     finally:
         if not pump.done():
             pump.cancel()
-        transport.close()
+        proc.transport.close()
 
 
 async def _watch(
@@ -343,6 +371,7 @@ async def _watch(
     activity: _Activity,
     max_runtime: float,
     idle_timeout: float,
+    period: float,
 ) -> str | None:
     """Wait for completion; return ``None`` then, else the reason supervision must step in."""
     cancelled = asyncio.create_task(cancel.wait(), name="cancel-wait")
@@ -359,26 +388,19 @@ async def _watch(
             if idle_timeout > 0 and now - activity.last > idle_timeout:
                 return f"idle: no output for {durations.render_duration(idle_timeout)}"
             waitables = [f for f in (pump, exited, cancelled) if not f.done()]
-            await asyncio.wait(
-                waitables, timeout=WATCHDOG_PERIOD, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait(waitables, timeout=period, return_when=asyncio.FIRST_COMPLETED)
     finally:
         cancelled.cancel()
 
 
-async def _cancel(
-    pgid: int,
-    pump: asyncio.Task[None],
-    exited: asyncio.Future[None],
-    transport: asyncio.SubprocessTransport,
-    trip: str,
-) -> Outcome:
+async def _cancel(proc: Started, pump: asyncio.Task[None], trip: str, grace: float) -> Outcome:
     """The cancellation path (WRK-096) for a process that is not complete yet."""
-    teardown = await procs.escalate(pgid, (pump, exited), exited, grace=KILL_GRACE)
+    exited = proc.proto.exited
+    teardown = await procs.escalate(proc.pgid, (pump, exited), exited, grace=grace)
     # Completion still needs the pipe's end: an escapee holding it keeps the job
     # running even now (WRK-123, base behaviour).
     await pump
-    returncode = transport.get_returncode()
+    returncode = proc.transport.get_returncode()
     if teardown.term_delivered or teardown.stragglers:
         reason = REASON_SURVIVORS if teardown.survivors else REASON_CANCELLED
         outcome = Outcome(JobState.KILLED, exit_code_of(returncode), reason)
@@ -397,8 +419,21 @@ async def run_job(
     cancel: asyncio.Event,
     clock: Clock,
     base_env: Mapping[str, str] | None = None,
+    timings: Timings = DEFAULT,
 ) -> Outcome:
-    """Run one assignment in logs mode (§7.4) and return its outcome.
+    """``start_job`` then ``supervise_job``: one assignment from spawn to outcome."""
+    started = await start_job(assignment, clock=clock, base_env=base_env)
+    if isinstance(started, Outcome):
+        return started
+    return await supervise_job(
+        assignment, started, on_output=on_output, cancel=cancel, clock=clock, timings=timings
+    )
+
+
+async def start_job(
+    assignment: wire.Assignment, *, clock: Clock, base_env: Mapping[str, str] | None = None
+) -> Started | Outcome:
+    """Start one assignment in logs mode (§7.4): its environment, its command, the spawn.
 
     Attached modes (``tty``, ``pipe``) need the relay streams, which this worker does
     not open yet; such a job fails the way an unopenable relay does (WTTY-001).
@@ -411,13 +446,25 @@ async def run_job(
             f"attach {stdio} stdio: open output stream: not supported by this worker",
         )
     env = build_env(assignment, os.environ if base_env is None else base_env)
+    return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
+
+
+async def supervise_job(
+    assignment: wire.Assignment,
+    started: Started,
+    *,
+    on_output: OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    timings: Timings = DEFAULT,
+) -> Outcome:
+    """Supervise a started assignment under its own watchdogs (WRK-094, WRK-126)."""
     return await supervise(
-        job_argv(assignment),
-        env=env,
-        cwd=assignment.cwd or None,
+        started,
         on_output=on_output,
         cancel=cancel,
         clock=clock,
+        timings=timings,
         max_runtime=float(assignment.max_runtime_seconds or 0),
         idle_timeout=float(assignment.idle_timeout_seconds or 0),
     )

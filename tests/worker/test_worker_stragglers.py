@@ -1,10 +1,10 @@
-"""The straggler sweep by ``RC_JOB_ID`` (WRK-120..123).
+"""Ending a finished job's stragglers by ``RC_JOB_ID`` (WRK-120..123).
 
 Real escapees: processes started with ``setsid`` so they leave every group and session
 the job had, found again by their environment. The few cases no real process can show
 (one that survives SIGKILL, an environment that cannot be read) use a ``/proc`` tree
 built in a temporary directory, with PIDs above the kernel's ``pid_max`` so that the
-signals the sweep really sends can reach nobody.
+signals the pass really sends can reach nobody.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 from fake_controller import FakeController, Running, job, until
 from worker_helpers import new_job_id, pids_with_job_prefix, run
 
-from resource_controller.worker import procs, sweep
+from resource_controller.worker import procs, stragglers
+from resource_controller.worker.timings import Timings
 
 #: A shell line that leaves one escapee behind: new session, no inherited pipe.
 ESCAPE = "setsid sleep 1000 </dev/null >/dev/null 2>&1 &"
@@ -67,10 +68,10 @@ def exactly(job_id: str) -> list[int]:
     ]
 
 
-def test_escaped_process_is_swept(spawned: list[subprocess.Popen[bytes]]) -> None:  # WRK-121
+def test_escaped_process_is_ended(spawned: list[subprocess.Popen[bytes]]) -> None:  # WRK-121
     job_id = new_job_id()
     pids = start_escapee(spawned, job_id)
-    report = run(sweep.sweep(job_id))
+    report = run(stragglers.clear(job_id))
     assert report.scanned and report.clean
     assert set(report.found) == set(pids) and report.remaining == ()
     assert exactly(job_id) == []
@@ -80,21 +81,20 @@ def test_match_is_exact(spawned: list[subprocess.Popen[bytes]]) -> None:  # WRK-
     job_id = new_job_id()
     longer = start_escapee(spawned, job_id + "0")  # shares the whole ID as a prefix
     target = start_escapee(spawned, job_id)
-    report = run(sweep.sweep(job_id))
+    report = run(stragglers.clear(job_id))
     assert set(report.found) == set(target)
     assert exactly(job_id + "0") == longer  # untouched
-    assert run(sweep.sweep(job_id + "0")).found == tuple(longer)
+    assert run(stragglers.clear(job_id + "0")).found == tuple(longer)
 
 
 def test_term_ignoring_escapee_gets_sigkill(
     spawned: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:  # WRK-121 steps 6-7
-    monkeypatch.setattr(sweep, "TERM_PHASE", 0.3)
     job_id = new_job_id()
     script = "setsid sh -c \"trap '' TERM; sleep 1000\" </dev/null >/dev/null 2>&1 &"
     pids = start_escapee(spawned, job_id, script, count=2)  # the shell and its sleep
     began = time.monotonic()
-    report = run(sweep.sweep(job_id))
+    report = run(stragglers.clear(job_id, Timings(straggler_term=0.3)))
     assert time.monotonic() - began >= 0.3  # the whole TERM phase was waited out
     assert set(pids) <= set(report.found) and report.remaining == ()
     assert exactly(job_id) == []
@@ -104,11 +104,11 @@ def test_the_worker_and_its_ancestors_are_protected(
     spawned: list[subprocess.Popen[bytes]],
 ) -> None:  # WRK-121 step 2
     # A worker started from inside a job inherits its RC_JOB_ID, and so does its
-    # parent: here a shell carrying the ID runs the sweeping process.
+    # parent: here a shell carrying the ID runs the clearing process.
     job_id = new_job_id()
     code = (
-        "import asyncio, json, os; from resource_controller.worker import sweep; "
-        f"r = asyncio.run(sweep.sweep({job_id!r})); "
+        "import asyncio, json, os; from resource_controller.worker import stragglers; "
+        f"r = asyncio.run(stragglers.clear({job_id!r})); "
         "print(json.dumps({'me': os.getpid(), 'parent': os.getppid(), "
         "'found': r.found, 'remaining': r.remaining}))"
     )
@@ -125,8 +125,8 @@ def test_the_worker_and_its_ancestors_are_protected(
     assert exactly(job_id) == []
 
 
-def test_empty_job_id_sweeps_nothing() -> None:  # WRK-121 step 1
-    report = run(sweep.sweep(""))
+def test_empty_job_id_clears_nothing() -> None:  # WRK-121 step 1
+    report = run(stragglers.clear(""))
     assert not report.scanned and not report.clean
 
 
@@ -157,8 +157,6 @@ def beyond_pid_max() -> int:
 def test_survivor_and_blindness_are_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beyond_pid_max: int
 ) -> None:  # WRK-121, WRK-122
-    monkeypatch.setattr(sweep, "TERM_PHASE", 0.05)
-    monkeypatch.setattr(sweep, "KILL_PHASE", 0.05)
     monkeypatch.setattr(procs, "PROC_ROOT", str(tmp_path))
     pid = beyond_pid_max
     fake_process(tmp_path, pid, b"A=1\0RC_JOB_ID=job-7\0")  # never dies: "remaining"
@@ -168,17 +166,17 @@ def test_survivor_and_blindness_are_reported(
     fake_process(tmp_path, pid + 4, b"RC_JOB_ID=job-77\0")  # not an exact match
     (tmp_path / str(pid + 5)).mkdir()  # vanished: no stat
     (tmp_path / "self").mkdir()
-    report = run(sweep.sweep("job-7"))
+    report = run(stragglers.clear("job-7", Timings(straggler_term=0.05, straggler_kill=0.05)))
     assert report.scanned and report.blind and not report.clean
     assert report.found == (pid, pid + 3)
     assert report.remaining == (pid, pid + 3)
 
 
-def test_unreadable_proc_is_not_a_clean_sweep(
+def test_unreadable_proc_is_not_a_clean_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # WRK-121 step 5
     monkeypatch.setattr(procs, "PROC_ROOT", str(tmp_path / "missing"))
-    report = run(sweep.sweep("job-7"))
+    report = run(stragglers.clear("job-7"))
     assert not report.scanned and not report.clean
 
 
@@ -191,10 +189,12 @@ def test_job_id_in_environ() -> None:  # WRK-121 step 3
 
 
 def test_report_logging(caplog: pytest.LogCaptureFixture) -> None:  # WRK-122
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.sweep"):
-        sweep.log_report("j1", sweep.SweepReport(scanned=True, found=(5, 6), remaining=(6,)))
-        sweep.log_report("j2", sweep.SweepReport(scanned=True, found=(7,)))
-        sweep.log_report("j3", sweep.SweepReport(scanned=True))
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.stragglers"):
+        stragglers.log_report(
+            "j1", stragglers.StragglerReport(scanned=True, found=(5, 6), remaining=(6,))
+        )
+        stragglers.log_report("j2", stragglers.StragglerReport(scanned=True, found=(7,)))
+        stragglers.log_report("j3", stragglers.StragglerReport(scanned=True))
     levels = {(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records}
     assert levels == {("ERROR", "job j1"), ("WARNING", "job j2")}
     assert "6" in caplog.records[0].getMessage() and "may still be occupied" in caplog.text
@@ -203,7 +203,7 @@ def test_report_logging(caplog: pytest.LogCaptureFixture) -> None:  # WRK-122
 # ---- inside the agent --------------------------------------------------------
 
 
-def test_agent_sweeps_after_a_clean_exit_without_changing_the_outcome(
+def test_agent_clears_stragglers_after_a_clean_exit_without_changing_the_outcome(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:  # WRK-072 step 7, WRK-120, WRK-122
     ctl = FakeController()
@@ -215,14 +215,14 @@ def test_agent_sweeps_after_a_clean_exit_without_changing_the_outcome(
         await until(lambda: bool(ctl.terminal(a["job_id"])))
         await r.finish()
 
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.sweep"):
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.stragglers"):
         run(go())
     assert ctl.terminal(a["job_id"]) == [{"state": "succeeded", "exit_code": 0, "worker_id": "w-1"}]
     assert exactly(a["job_id"]) == []
     assert f"job {a['job_id']}: swept 1 escaped process" in caplog.text
 
 
-def test_agent_sweeps_after_a_kill(tmp_path: Path) -> None:  # WRK-120: every path
+def test_agent_clears_stragglers_after_a_kill(tmp_path: Path) -> None:  # WRK-120: every path
     ctl = FakeController()
     a = job(["sh", "-c", f"{JOB_ESCAPE} exec sleep 30"], env={"LEFT": str(tmp_path / "x")})
     ctl.hand_out(a)

@@ -1,4 +1,4 @@
-"""The straggler sweep by ``RC_JOB_ID`` (WRK-120..123).
+"""Ending a finished job's stragglers by their ``RC_JOB_ID`` (WRK-120..123).
 
 A child that calls ``setsid`` (a daemon, tmux, ``nohup ... &`` under a new session)
 leaves the job's process group and session, so tearing the job's target down never
@@ -6,7 +6,8 @@ reaches it; but it keeps its environment. After every job's target is gone, on e
 path, the worker therefore looks for live processes whose ``RC_JOB_ID`` is exactly this
 job's ID and ends them: SIGTERM first, SIGKILL for whatever is left.
 
-The sweep only reports. It never changes the job's state, exit code or reason: a job
+This pass (the spec's "straggler sweep", not to be confused with the controller's
+reaper) only reports. It never changes the job's state, exit code or reason: a job
 that exited 0 and left a detached process is a successful job, and whether the device
 is still dirty is the verify pass's business (WRK-122). Hooks, probes and verify
 scripts are never swept (their ``RC_JOB_ID`` names the job they serve).
@@ -23,19 +24,14 @@ import signal
 from dataclasses import dataclass
 
 from resource_controller.worker import procs
+from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: How long the SIGTERM phase lasts, then the SIGKILL phase (WRK-121). *(test hook)*
-TERM_PHASE = 2.0
-KILL_PHASE = 2.0
-#: How often each phase re-scans ``/proc`` (WRK-121). *(test hook)*
-POLL = 0.02
-
 
 @dataclass(frozen=True)
-class SweepReport:
-    """What one sweep saw and did (WRK-122); nothing else comes out of a sweep."""
+class StragglerReport:
+    """What one pass saw and did (WRK-122); nothing else comes out of it."""
 
     #: ``/proc`` was read (false for an empty job ID or an unreadable ``/proc``).
     scanned: bool
@@ -71,10 +67,11 @@ async def _phase(
     protected: frozenset[int],
     signum: int,
     length: float,
+    poll: float,
     first: list[int],
     found: dict[int, None],
 ) -> tuple[list[int], bool]:
-    """Signal each matching PID once, re-scan every ``POLL``, for at most ``length``.
+    """Signal each matching PID once, re-scan every ``poll``, for at most ``length``.
 
     Returns what still matched at the last scan and whether any scan was blind.
     """
@@ -91,7 +88,7 @@ async def _phase(
                 procs.signal_pid(pid, signum)
         if loop.time() >= deadline:
             return current, blind
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(poll)
         latest, readable, was_blind = await _scan(job_id, protected)
         if not readable:
             return current, True  # lost sight of /proc: what we last saw still stands
@@ -101,23 +98,32 @@ async def _phase(
             return current, blind
 
 
-async def sweep(job_id: str) -> SweepReport:
-    """Find and end every live process carrying ``RC_JOB_ID=<job_id>`` (WRK-121)."""
+async def clear(job_id: str, timings: Timings = DEFAULT) -> StragglerReport:
+    """Find and end every live process carrying ``RC_JOB_ID=<job_id>`` (WRK-121).
+
+    SIGTERM for ``timings.straggler_term``, then SIGKILL for ``straggler_kill``,
+    re-scanning every ``straggler_poll``.
+    """
     if not job_id:
-        return SweepReport(scanned=False)
+        return StragglerReport(scanned=False)
     protected = procs.self_and_ancestors()
     matches, readable, blind = await _scan(job_id, protected)
     if not readable:
-        return SweepReport(scanned=False)
+        return StragglerReport(scanned=False)
     if not matches:
-        return SweepReport(scanned=True, blind=blind)
+        return StragglerReport(scanned=True, blind=blind)
     found: dict[int, None] = {}
-    left, term_blind = await _phase(job_id, protected, signal.SIGTERM, TERM_PHASE, matches, found)
+    poll = timings.straggler_poll
+    left, term_blind = await _phase(
+        job_id, protected, signal.SIGTERM, timings.straggler_term, poll, matches, found
+    )
     blind = blind or term_blind
     if left:
-        left, kill_blind = await _phase(job_id, protected, signal.SIGKILL, KILL_PHASE, left, found)
+        left, kill_blind = await _phase(
+            job_id, protected, signal.SIGKILL, timings.straggler_kill, poll, left, found
+        )
         blind = blind or kill_blind
-    return SweepReport(scanned=True, found=tuple(found), remaining=tuple(left), blind=blind)
+    return StragglerReport(scanned=True, found=tuple(found), remaining=tuple(left), blind=blind)
 
 
 def kill_now(job_id: str) -> None:
@@ -133,8 +139,8 @@ def kill_now(job_id: str) -> None:
         procs.signal_pid(pid, signal.SIGKILL)
 
 
-def log_report(job_id: str, report: SweepReport) -> None:
-    """Log what the sweep found (WRK-122): error when something survived SIGKILL."""
+def log_report(job_id: str, report: StragglerReport) -> None:
+    """Log what the pass found (WRK-122): error when something survived SIGKILL."""
     extra = {"action": "sweep", "job_id": job_id}
     pids = ", ".join(str(p) for p in report.remaining)
     if report.remaining:

@@ -1,0 +1,306 @@
+"""The worker's typed channel to the controller: one method per route it calls (WRK-031).
+
+Every request goes through one ``httpx.AsyncClient`` carrying the bearer token and
+``Content-Type: application/json`` (the log upload too, WRK-030), bounded to 2 minutes
+unless the caller bounds it tighter. Request bodies are built from the wire models
+(``resource_controller.wire``) and written with every field at its default left out,
+which is exactly the omission rule of each body (WRK-043, WRK-050, WRK-101, WRK-114):
+``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
+``max_runtime_seconds`` absent when 0, ``reason`` absent when there is none. The one
+field that must be written even at its default is the registration's ``labels``: an
+explicit ``null`` when the probe pass found nothing, since absent, null and ``{}`` mean
+different things to the controller.
+
+Every answer, whatever its status, is *contact* (WRK-032) and feeds the reconnection
+tracker with its time and its ``Rc-Controller-Instance``; a request that got no answer
+raises one of ``TRANSPORT_ERRORS`` and is not contact. The worker ID the worker-scoped
+routes use is the one the last registration returned (WRK-033).
+
+This module also says how a failure reads in the logs (``status_line``, ``error_text``,
+``error_body``), so that the agent, the job's lifecycle and the outbox name "no answer"
+and "refused" the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from resource_controller import wire
+from resource_controller.clock import Clock
+from resource_controller.worker import reconnect
+
+#: Overall bound on one non-streaming request (WRK-030).
+HTTP_TIMEOUT = 120.0
+INSTANCE_HEADER = "Rc-Controller-Instance"
+
+#: Everything that means "no HTTP answer came back".
+TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError)
+
+
+class StartupError(Exception):
+    """The worker cannot start; the message is the ``rc: <message>`` line (WRK-002)."""
+
+
+class RegisterError(StartupError):
+    """Registration failed; the message is the ``register: ...`` line of WRK-045."""
+
+
+class LogSendError(Exception):
+    """The controller refused a log chunk."""
+
+
+# ---- reading answers -----------------------------------------------------------
+
+
+def status_line(resp: httpx.Response) -> str:
+    """``404 Not Found``: how a refusal is named in messages (WRK-045)."""
+    return f"{resp.status_code} {resp.reason_phrase}".strip()
+
+
+def error_text(exc: BaseException) -> str:
+    """A transport error in one line; a bare timeout says so rather than nothing."""
+    if isinstance(exc, TimeoutError):
+        return "request timed out"
+    return str(exc) or type(exc).__name__
+
+
+def error_body(resp: httpx.Response) -> tuple[str, str]:
+    """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
+    try:
+        data = json.loads(resp.content)
+    except ValueError:
+        return "", ""
+    if not isinstance(data, dict):
+        return "", ""
+    code, message = data.get("error", ""), data.get("message", "")
+    return (code if isinstance(code, str) else ""), (message if isinstance(message, str) else "")
+
+
+class PollAnswer(NamedTuple):
+    """What one successful poll carried (WRK-060): 204 is both lists empty."""
+
+    assignments: list[wire.Assignment]
+    kills: list[str]
+
+
+def parse_poll_body(body: bytes) -> PollAnswer:
+    """Decode a 200 poll answer (WRK-060, WRK-064); raise ``ValueError`` if undecodable.
+
+    Either list may be absent or null, and so may any list or map inside an assignment
+    (``"env": null``, the reference controller's empty map: EXT-COMPAT-1). Unknown
+    assignment fields are ignored, so a newer controller's additions never stop an
+    older worker.
+    """
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("poll answer is not a JSON object")
+    raw_assignments = data.get("assignments") or []
+    raw_kills = data.get("kills") or []
+    if not isinstance(raw_assignments, list) or not isinstance(raw_kills, list):
+        raise ValueError("poll answer lists are not lists")
+    known = wire.Assignment.model_fields
+    assignments = []
+    for item in raw_assignments:
+        if not isinstance(item, dict):
+            raise ValueError("an assignment is not a JSON object")
+        fields = {
+            k: wire.null_means_empty(known[k].annotation, v) for k, v in item.items() if k in known
+        }
+        assignments.append(wire.Assignment.model_validate(fields))
+    if not all(isinstance(k, str) for k in raw_kills):
+        raise ValueError("a kill is not a job ID string")
+    return PollAnswer(assignments, list(raw_kills))
+
+
+# ---- writing bodies ------------------------------------------------------------
+
+
+def body_of(model: BaseModel, *, always: Sequence[str] = ()) -> dict[str, Any]:
+    """``model`` as a JSON body: fields at their default left out, except ``always``."""
+    trimmed = model.model_dump(mode="json", exclude_defaults=True)
+    if not always:
+        return trimmed
+    full = model.model_dump(mode="json")
+    return {k: full[k] if k in always else trimmed[k] for k in full if k in always or k in trimmed}
+
+
+def status_body(
+    worker_id: str,
+    state: str,
+    *,
+    exit_code: int | None = None,
+    reason: str = "",
+    lease_epoch: int | None = None,
+) -> dict[str, Any]:
+    """``POST /v1/jobs/{id}/status`` (WRK-101, WRK-110, EXT-EPOCH-3).
+
+    ``exit_code`` and ``reason`` only when given; the epoch only when the assignment
+    carried one. Returned as the dict the outbox keeps on disk and re-sends verbatim.
+    """
+    report = wire.StatusReport(
+        worker_id=worker_id,
+        state=state,
+        exit_code=exit_code,
+        reason=reason,
+        lease_epoch=lease_epoch or None,
+    )
+    return body_of(report, always=("worker_id", "state"))
+
+
+def fault_body(reason: str) -> dict[str, Any]:
+    """``POST /v1/devices/{id}/fault``: ``{"reason": ...}`` (WRK-114)."""
+    return body_of(wire.FaultReport(reason=reason), always=("reason",))
+
+
+def heartbeat_body(running: Sequence[str], pending: Sequence[str]) -> dict[str, Any]:
+    """Running and pending jobs, each list omitted when empty (WRK-050, EXT-OUTBOX-2)."""
+    request = wire.HeartbeatRequest(
+        running_job_ids=list(running) or None, pending_job_ids=list(pending) or None
+    )
+    return body_of(request)
+
+
+def registration_body(request: wire.RegisterRequest) -> dict[str, Any]:
+    """``POST /v1/workers/register`` (WRK-043): ``labels`` always, as ``null`` if empty."""
+    return body_of(request, always=("labels", "declared_labels"))
+
+
+def labels_body(request: wire.LabelsPush) -> dict[str, Any]:
+    """``POST /v1/workers/{id}/labels`` (PROBE-050): the registration's field rules."""
+    return body_of(request, always=("labels", "declared_labels"))
+
+
+# ---- the channel ---------------------------------------------------------------
+
+
+class Channel:
+    """The worker's requests to one controller, over one client opened by ``open``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        clock: Clock,
+        contact: reconnect.Reconnect,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        # EXT-PG-5 (several URLs, failover) is not implemented: the first one is used.
+        self._base = base_url.split(",")[0].strip()
+        self._token = token
+        self._clock = clock
+        self._contact = contact
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        #: Set by ``register`` (or from the outbox's records before it, EXT-OUTBOX-3).
+        #: Single-threaded asyncio: reads and writes never interleave mid-update,
+        #: which is all WRK-033 asks for.
+        self.worker_id = ""
+
+    def open(self) -> httpx.AsyncClient:
+        """The client; the caller closes it (``async with channel.open():``)."""
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=HTTP_TIMEOUT, transport=self._transport
+        )
+        return self._client
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """One request to ``controller_url + path``; any answer counts as contact (WRK-032)."""
+        assert self._client is not None, "the channel is not open"
+        async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
+            resp = await self._client.request(
+                method, self._base + path, json=body, content=content, params=params
+            )
+        self._contact.observe(self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
+        return resp
+
+    # ---- one method per route --------------------------------------------------
+
+    async def register(self, request: wire.RegisterRequest) -> str:
+        """Register; store and return the worker ID. ``RegisterError`` on any failure."""
+        try:
+            resp = await self._request(
+                "POST", "/v1/workers/register", body=registration_body(request)
+            )
+        except TRANSPORT_ERRORS as exc:
+            raise RegisterError(f"register: {error_text(exc)}") from exc
+        if resp.status_code != 200:
+            raise RegisterError(f"register: controller returned {status_line(resp)}")
+        try:
+            worker_id = wire.RegisterResponse.model_validate(resp.json()).worker_id
+        except ValueError as exc:
+            raise RegisterError(f"register: unreadable answer: {exc}") from exc
+        self.worker_id = worker_id
+        return worker_id
+
+    async def heartbeat(self, running: Sequence[str], pending: Sequence[str]) -> str:
+        """One heartbeat; ``""`` when accepted, else what went wrong (WRK-052)."""
+        body = heartbeat_body(running, pending)
+        try:
+            resp = await self._request("POST", f"/v1/workers/{self.worker_id}/heartbeat", body=body)
+        except TRANSPORT_ERRORS as exc:
+            return error_text(exc)
+        return "" if resp.is_success else f"controller returned {status_line(resp)}"
+
+    async def poll(self, wait: str) -> PollAnswer | str:
+        """One long poll (WRK-060): the answer, or what made it a poll error."""
+        path = f"/v1/workers/{self.worker_id}/assignments"
+        try:
+            resp = await self._request("GET", path, params={"wait": wait})
+        except TRANSPORT_ERRORS as exc:
+            return error_text(exc)
+        if resp.status_code == 204:
+            return PollAnswer([], [])
+        if resp.status_code != 200:
+            return f"controller returned {status_line(resp)}"
+        try:
+            return parse_poll_body(resp.content)
+        except (ValueError, ValidationError) as exc:
+            return f"undecodable answer: {exc}"
+
+    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> httpx.Response:
+        """``POST /v1/jobs/{id}/status`` with a body from ``status_body``."""
+        return await self._request(
+            "POST", f"/v1/jobs/{job_id}/status", body=dict(body), timeout=timeout
+        )
+
+    async def fault(
+        self, device_id: str, body: Mapping[str, Any], timeout: float
+    ) -> httpx.Response:
+        """``POST /v1/devices/{id}/fault`` with a body from ``fault_body``; the ID unescaped."""
+        return await self._request(
+            "POST", f"/v1/devices/{device_id}/fault", body=dict(body), timeout=timeout
+        )
+
+    async def append_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> None:
+        """Raw output bytes, epoch echoed (WRK-083, EXT-EPOCH-3a); ``LogSendError`` if refused."""
+        params = {"lease_epoch": str(lease_epoch)} if lease_epoch else None
+        resp = await self._request("POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params)
+        if not resp.is_success:
+            raise LogSendError(f"controller returned {status_line(resp)}")
+
+    async def push_labels(self, request: wire.LabelsPush) -> str:
+        """The interval labels push (PROBE-050); ``""`` when accepted, else the problem."""
+        try:
+            resp = await self._request(
+                "POST", f"/v1/workers/{self.worker_id}/labels", body=labels_body(request)
+            )
+        except TRANSPORT_ERRORS as exc:
+            return error_text(exc)
+        return "" if resp.is_success else f"controller returned {status_line(resp)}"

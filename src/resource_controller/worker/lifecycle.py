@@ -1,0 +1,290 @@
+"""One job's life on this worker, step by step (WRK-072).
+
+``Lifecycle.run`` is the whole story of a job, in order:
+
+1. **acquire** the device: the acquire hook (HOOK-010). Not active yet: a no-op step;
+2. **report running**: one attempt, in the background (WRK-113);
+3. **start**: the environment, the command, the spawn (``runner.start_job``);
+4. **supervise**: watchdogs, the cancellation path, output batched into log appends
+   (``runner.supervise_job``, ``logship``), then the final flush (WRK-086);
+5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
+   logged, never changing the outcome (WRK-120..122);
+6. **verify** the device (VERIFY-). Not active yet: a no-op step;
+7. **report** the outcome: queued in the outbox (the job is then *pending*, no longer
+   *running*, EXT-OUTBOX-2), made durable, delivered until the controller answers for
+   good (EXT-OUTBOX-1);
+8. **release** the device: the release hook and its linger (HOOK-020). Not active yet:
+   a no-op step;
+9. leave the supervised set.
+
+Only the job's cancellation scope (a kill flag, a watchdog, shutdown) interrupts steps
+3-4; steps 4-8 are never cut short by shutdown (WRK-073), which only *asks* a job to
+stop. A job task that is itself torn down (the shutdown window expired) kills its group
+and its stragglers on the way out.
+
+Reports outside a job's run live here too: the terminal report of a job killed before
+it started (WRK-066) and device fault reports (WRK-114), both through the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller import wire
+from resource_controller.clock import Clock
+from resource_controller.core.states import JobState
+from resource_controller.worker import channel, logship, outbox, runner, stragglers
+from resource_controller.worker.timings import Timings
+
+log = logging.getLogger(__name__)
+
+REASON_PREKILLED = "killed before this worker started it"
+
+#: Starts a job-side task and registers it with the shutdown tracker (WRK-067).
+Track = Callable[[Coroutine[Any, Any, None], str], None]
+
+
+@dataclass(eq=False)
+class Job:
+    """One job under supervision: its assignment and its cancellation scope."""
+
+    assignment: wire.Assignment
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def job_id(self) -> str:
+        return self.assignment.job_id
+
+    @property
+    def device_ids(self) -> tuple[str, ...]:
+        return (self.assignment.device_id,)
+
+
+class Lifecycle:
+    """Runs jobs from acquisition to release, and owns the set of supervised jobs."""
+
+    def __init__(
+        self,
+        *,
+        to_controller: channel.Channel,
+        box: outbox.Outbox,
+        clock: Clock,
+        timings: Timings,
+        track: Track,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.channel = to_controller
+        self.box = box
+        self.clock = clock
+        self.timings = timings
+        self._track = track
+        self._base_env = base_env
+        #: Jobs under supervision whose outcome is not queued yet, in start order
+        #: (WRK-051). A job enters before its acquire step and leaves the moment its
+        #: terminal report is queued.
+        self.jobs: dict[str, Job] = {}
+
+    def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> Job:
+        """Enter the supervised set (WRK-072 step 1); the caller starts ``run`` at once."""
+        job = Job(assignment)
+        if cancelled:
+            job.cancel.set()
+        self.jobs[assignment.job_id] = job
+        return job
+
+    # ---- the story of one job ------------------------------------------------------
+
+    async def run(self, job: Job) -> None:
+        """Every step of WRK-072 for one job, in order."""
+        log.info(
+            "job %s: starting on %s",
+            job.job_id,
+            job.assignment.device_id,
+            extra={"action": "job_start", "job_id": job.job_id},
+        )
+        try:
+            if not await self.acquire(job):
+                return
+            running = asyncio.create_task(self.report_running(job), name=f"running-{job.job_id}")
+            output = self.output_of(job)
+            try:
+                started = await self.start(job)
+                outcome = await self.supervise(job, started, output)
+            except asyncio.CancelledError:
+                await self.abandon(job, running, output)
+                raise
+            await output.close()  # WRK-086: output lands before the outcome
+            await self.clear_stragglers(job)
+            await running  # never let a late "running" trail the outcome
+            await self.verify(job, outcome)
+            await self.report(job, outcome)
+            await self.release(job)
+        finally:
+            self.jobs.pop(job.job_id, None)
+
+    async def acquire(self, job: Job) -> bool:
+        """Acquire the device before the job touches it (HOOK-010..013); not active yet.
+
+        The acquire hook arrives with §18 (lease lifecycle hooks): it will run
+        ``on_acquire`` inside the job's cancellation scope, and on failure report the
+        fault and the job and return ``False``. Until then every device counts as
+        acquired, and a configured ``on_acquire`` is named in the start-up warning.
+        """
+        return True
+
+    async def report_running(self, job: Job) -> None:
+        """Belt and braces: one attempt, failure only logged (WRK-113).
+
+        The controller marked the job running at hand-out, so this must not delay the
+        start: it runs in its own task.
+        """
+        a = job.assignment
+        body = channel.status_body(
+            self.channel.worker_id, JobState.RUNNING.value, lease_epoch=a.lease_epoch
+        )
+        try:
+            resp = await self.channel.status(a.job_id, body, self.timings.report_attempt_timeout)
+        except channel.TRANSPORT_ERRORS as exc:
+            problem = channel.error_text(exc)
+        else:
+            if resp.is_success:
+                return
+            problem = f"controller returned {channel.status_line(resp)}"
+        log.warning(
+            "job %s: running report failed: %s",
+            a.job_id,
+            problem,
+            extra={"action": "report_running", "job_id": a.job_id},
+        )
+
+    def output_of(self, job: Job) -> logship.LogShipper:
+        """The job's output, batched into log appends echoing its epoch (WRK-083)."""
+        a = job.assignment
+        return logship.LogShipper(
+            functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
+            label=a.job_id,
+            flush_after=self.timings.log_flush_after,
+        )
+
+    async def start(self, job: Job) -> runner.Started | runner.Outcome:
+        """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
+        return await runner.start_job(job.assignment, clock=self.clock, base_env=self._base_env)
+
+    async def supervise(
+        self,
+        job: Job,
+        started: runner.Started | runner.Outcome,
+        output: logship.LogShipper,
+    ) -> runner.Outcome:
+        """Watch the started process under its watchdogs until complete (§8, WRK-094).
+
+        A start error is already the outcome.
+        """
+        if isinstance(started, runner.Outcome):
+            return started
+        return await runner.supervise_job(
+            job.assignment,
+            started,
+            on_output=output.write,
+            cancel=job.cancel,
+            clock=self.clock,
+            timings=self.timings,
+        )
+
+    async def abandon(
+        self, job: Job, running: asyncio.Task[None], output: logship.LogShipper
+    ) -> None:
+        """The job task is torn down: the runner has SIGKILLed the group; escapees get
+        the same, at once, and the output still buffered is dropped."""
+        running.cancel()
+        stragglers.kill_now(job.job_id)
+        await output.abandon()
+
+    async def clear_stragglers(self, job: Job) -> None:
+        """End escapees carrying the job's ``RC_JOB_ID``; report, never change the outcome.
+
+        WRK-072 step 7, WRK-120..122.
+        """
+        stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
+
+    async def verify(self, job: Job, outcome: runner.Outcome) -> None:
+        """The verify pass for the job's device (VERIFY-001..009); not active yet.
+
+        Verify scripts arrive with §17: the pass will run the scripts in
+        ``verify_dir`` and, on failure, report the device fault (``report_fault``)
+        before the terminal report. Until then no script runs, and an existing
+        ``verify_dir`` is named in the start-up warning.
+        """
+
+    async def report(self, job: Job, outcome: runner.Outcome) -> None:
+        """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
+        a = job.assignment
+        log.info(
+            "job %s: %s (exit %d)%s",
+            a.job_id,
+            outcome.state.value,
+            outcome.exit_code,
+            f": {outcome.reason}" if outcome.reason else "",
+            extra={"action": "job_end", "job_id": a.job_id},
+        )
+        body = channel.status_body(
+            self.channel.worker_id,
+            outcome.state.value,
+            exit_code=outcome.exit_code,
+            reason=outcome.reason,
+            lease_epoch=a.lease_epoch,
+        )
+        report = self.box.add_status(a.job_id, job.device_ids, body)
+        # From here on the job is pending, no longer running (EXT-OUTBOX-2).
+        self.jobs.pop(a.job_id, None)
+        await self.submit(report)
+
+    async def release(self, job: Job) -> None:
+        """Schedule the device's release with this job's acquire epoch (HOOK-020); not
+        active yet.
+
+        The release hook and its linger arrive with §18: the release will be armed
+        here, after the terminal report. Until then nothing runs, and a configured
+        ``on_release`` is named in the start-up warning.
+        """
+
+    # ---- reports outside a job's run -----------------------------------------------
+
+    def report_prekilled(self, assignment: wire.Assignment) -> None:
+        """A kill arrived with the assignment: report it killed, nothing ran (WRK-066).
+
+        Queued here, synchronously, so the outbox is never empty while this report is
+        owed (a re-registration would reap the job as lost); delivered in a tracked
+        task.
+        """
+        body = channel.status_body(
+            self.channel.worker_id,
+            JobState.KILLED.value,
+            reason=REASON_PREKILLED,
+            lease_epoch=assignment.lease_epoch,
+        )
+        report = self.box.add_status(assignment.job_id, (assignment.device_id,), body)
+        self._track(self.submit(report), assignment.job_id)
+
+    async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
+        """Queue a device fault report (WRK-114) and deliver it in its own tracked task.
+
+        Returns once the report is durable, so a terminal report queued afterwards can
+        never reach the disk (or the controller) without it (VERIFY-008, HOOK-012).
+        """
+        report = self.box.add_fault(device_id, reason, job_id)
+        await self.box.persist(report)
+        self._track(self.deliver(report), job_id or device_id)
+
+    async def submit(self, report: outbox.Report) -> None:
+        """Make a queued report durable, then deliver it (EXT-OUTBOX-1)."""
+        await self.box.persist(report)
+        await self.deliver(report)
+
+    async def deliver(self, report: outbox.Report) -> None:
+        await outbox.deliver(self.box, report, self.channel, self.timings)

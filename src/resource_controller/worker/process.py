@@ -1,0 +1,103 @@
+"""``rc worker`` as a process: logging, the configuration, signals, the exit status.
+
+The first SIGINT or SIGTERM starts the graceful shutdown; the handlers go the moment it
+arrives, so a second one takes the default action (WRK-003). Exit status 1 when the
+configuration, the state directory or the first registration fails, with one ``rc: ``
+line on stderr (WRK-002); 0 after a signal-initiated shutdown, even one that had to
+abandon jobs (WRK-004).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from resource_controller.clock import Clock
+from resource_controller.worker import agent, testhooks
+from resource_controller.worker import config as worker_config
+from resource_controller.worker.timings import Timings
+
+#: The agent's logger: the process is the agent's outermost layer, and its lines keep
+#: the name they always had.
+log = logging.getLogger("resource_controller.worker.agent")
+
+#: Libraries that log every request at INFO; kept to their warnings (EXT-METRICS-2).
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
+async def _serve_until_signal(
+    config: worker_config.WorkerConfig, clock: Clock | None, timings: Timings
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    watched = (signal.SIGINT, signal.SIGTERM)
+
+    def first_signal(signum: int) -> None:
+        # WRK-003: the handlers go the moment the first signal arrives, so a second
+        # one takes the default action and ends the process at once.
+        for s in watched:
+            loop.remove_signal_handler(s)
+            signal.signal(s, signal.SIG_DFL)
+        log.info(
+            "%s received: shutting down",
+            signal.Signals(signum).name,
+            extra={"action": "signal"},
+        )
+        stop.set()
+
+    for s in watched:
+        loop.add_signal_handler(s, first_signal, s)
+    try:
+        await agent.Agent(config, clock, timings=timings).run(stop)
+    except agent.StartupError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for s in watched:
+            loop.remove_signal_handler(s)
+    return 0
+
+
+def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None) -> int:
+    """Run the worker in this process until a signal; the process exit status.
+
+    Only this process path reads the end-to-end test hooks (``testhooks``): inside
+    ``rc up`` the controller shares the process and owns ``RC_TEST_TIMINGS``.
+    """
+    try:
+        timings = testhooks.apply(os.environ)
+    except testhooks.TestHookError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return asyncio.run(_serve_until_signal(config, clock, timings))
+
+
+def _setup_logging() -> None:
+    """Readable text on stderr; at the default level, events only (EXT-METRICS-2).
+
+    Registration, a job starting and ending, warnings: not every poll, heartbeat and
+    report, so a quiet fleet writes almost nothing.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(config_path: str = worker_config.DEFAULT_PATH) -> int:
+    """``rc worker -c PATH``: load the configuration and run; the exit status."""
+    _setup_logging()
+    try:
+        cfg = worker_config.load_config(config_path)
+    except worker_config.ConfigError as exc:
+        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return run_worker(cfg)

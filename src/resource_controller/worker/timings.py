@@ -1,0 +1,111 @@
+"""The worker's clocks: every wait, bound and back-off a test may shorten, in one object.
+
+``Timings()`` carries the spec's values (worker.md §23, EXT-OUTBOX-1, EXT-FAST-4). The
+agent receives one and hands it to everything that waits: the job's lifecycle, the
+runner, the straggler pass, the outbox, the reconnection tracker, the log shipper.
+Tests build their own (``Timings(kill_grace=0.5)``) instead of patching modules; the
+values marked *(test hook)* in the spec are exactly these fields.
+
+End-to-end tests run ``rc worker`` as a real process and cannot pass an object, so
+``from_text`` reads ``RC_TEST_TIMINGS`` (``name=seconds`` pairs, the names being the
+field names). This is the only place that variable is parsed for the worker. An unknown
+name, a name given twice or a value that is not a finite number of seconds ≥ 0 is an
+error naming itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+TIMINGS_VAR = "RC_TEST_TIMINGS"
+
+
+class TimingsError(Exception):
+    """``RC_TEST_TIMINGS`` is malformed; the message names the variable and the entry."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds, every one of them; the defaults are the shipped values."""
+
+    # ---- the poll loop and shutdown (WRK-061, WRK-062, EXT-FAST-4, WRK-130) ----
+    #: Wait after a failed poll.
+    poll_error_backoff: float = 2.0
+    #: Minimum gap after a poll that started nothing and came back early.
+    idle_poll_gap: float = 0.25
+    #: How long shutdown waits for job tasks before abandoning them.
+    shutdown_wait: float = 45.0
+    #: After abandoning, how long to wait for the cancelled tasks to kill their groups.
+    abandon_wait: float = 5.0
+
+    # ---- supervision (WRK-094, WRK-096) ----
+    #: SIGTERM → SIGKILL grace on the cancellation path.
+    kill_grace: float = 10.0
+    #: How often the watchdogs are checked.
+    watchdog_period: float = 0.1
+
+    # ---- output (WRK-083) ----
+    #: A batch of output is sent this long after its first byte.
+    log_flush_after: float = 1.0
+
+    # ---- ending a job's stragglers by RC_JOB_ID (WRK-121) ----
+    #: Length of the SIGTERM phase, then of the SIGKILL phase.
+    straggler_term: float = 2.0
+    straggler_kill: float = 2.0
+    #: How often each phase re-scans ``/proc``.
+    straggler_poll: float = 0.02
+
+    # ---- reports through the outbox (WRK-112, EXT-OUTBOX-1) ----
+    #: First wait after a failed attempt; doubles up to ``outbox_backoff_max``.
+    outbox_backoff: float = 0.2
+    outbox_backoff_max: float = 10.0
+    #: Bound on one attempt of a report (and on the ``running`` report).
+    report_attempt_timeout: float = 5.0
+
+    # ---- re-registration (WRK-151..154) ----
+    #: Silence after which the next contact arms a re-registration.
+    reregister_after: float = 300.0
+    #: Arming picks the appointment uniformly in ``[0, reregister_jitter)`` ahead.
+    reregister_jitter: float = 30.0
+    #: An attempt moves the appointment this far ahead first.
+    reregister_retry: float = 60.0
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_text(cls, text: str, base: Timings | None = None) -> Timings:
+        """``base`` (the defaults) with the ``RC_TEST_TIMINGS`` text applied.
+
+        ``"kill_grace=1,straggler_term=0.5"``; blank text changes nothing. Raises
+        ``TimingsError``.
+        """
+        known = cls.names()
+        changes: dict[str, float] = {}
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, eq, value = (part.strip() for part in item.partition("="))
+            if not eq:
+                raise TimingsError(f"{TIMINGS_VAR}: {item!r} is not name=seconds")
+            if name not in known:
+                listed = ", ".join(sorted(known))
+                raise TimingsError(f"{TIMINGS_VAR}: unknown timing {name!r} (known: {listed})")
+            if name in changes:
+                raise TimingsError(f"{TIMINGS_VAR}: {name} given twice")
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = math.nan
+            if not math.isfinite(seconds) or seconds < 0:
+                raise TimingsError(f"{TIMINGS_VAR}: {name}={value!r} is not seconds >= 0")
+            changes[name] = seconds
+        return dataclasses.replace(base or cls(), **changes)
+
+
+#: The shipped values, for callers that were given none.
+DEFAULT = Timings()

@@ -1,0 +1,189 @@
+"""The worker's channel: bodies built from the wire models, and every route against the
+real controller served on loopback (WRK-030..033, WRK-043, WRK-050, WRK-101, WRK-114)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from live_controller import HOST, LiveController
+from worker_helpers import run
+
+from resource_controller import wire
+from resource_controller.clock import SystemClock
+from resource_controller.worker import channel, reconnect
+
+# ---- bodies --------------------------------------------------------------------
+
+
+def test_status_bodies_omit_what_is_not_there() -> None:  # WRK-101, WRK-113, EXT-EPOCH-3
+    assert channel.status_body("w", "running") == {"worker_id": "w", "state": "running"}
+    assert channel.status_body("w", "running", lease_epoch=3) == {
+        "worker_id": "w",
+        "state": "running",
+        "lease_epoch": 3,
+    }
+    # exit code 0 is an exit code; an epoch of 0 is no epoch; no reason, no key.
+    assert channel.status_body("w", "succeeded", exit_code=0, lease_epoch=0) == {
+        "worker_id": "w",
+        "state": "succeeded",
+        "exit_code": 0,
+    }
+    assert channel.status_body("w", "failed", exit_code=-1, reason="empty command") == {
+        "worker_id": "w",
+        "state": "failed",
+        "exit_code": -1,
+        "reason": "empty command",
+    }
+    assert channel.fault_body("") == {"reason": ""}
+
+
+def test_heartbeat_body_omits_empty_lists() -> None:  # WRK-050, EXT-OUTBOX-2
+    assert channel.heartbeat_body([], []) == {}
+    assert channel.heartbeat_body(["a"], ["b"]) == {
+        "running_job_ids": ["a"],
+        "pending_job_ids": ["b"],
+    }
+
+
+def test_registration_body_keeps_an_explicit_null() -> None:  # WRK-043, WRK-140
+    body = channel.registration_body(
+        wire.RegisterRequest(
+            host="h",
+            boot_id="",
+            recovery=None,
+            devices=[
+                wire.DeviceDecl(name="gpu0"),
+                wire.DeviceDecl(name="gpu1", max_runtime_seconds=60),
+            ],
+            labels=None,
+            declared_labels={"gpu0": {}, "gpu1": {}},
+        )
+    )
+    assert body == {
+        "host": "h",
+        "devices": [{"name": "gpu0"}, {"name": "gpu1", "max_runtime_seconds": 60}],
+        "labels": None,
+        "declared_labels": {"gpu0": {}, "gpu1": {}},
+    }
+    proof = wire.RecoveryProof(survivors_checked=True)
+    with_proof = channel.registration_body(wire.RegisterRequest(host="h", recovery=proof))
+    assert with_proof["recovery"] == {"survivors_checked": True}
+
+
+# ---- every route, against the real controller ------------------------------------
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveController]:
+    ctl = LiveController(tmp_path / "data")
+    yield ctl
+    ctl.stop()
+
+
+def test_every_route_against_the_real_controller(live: LiveController) -> None:
+    contact = reconnect.Reconnect()
+    to = channel.Channel(live.url, "wtok", SystemClock(), contact)
+    names = ["gpu0", "gpu1"]
+
+    async def go() -> None:
+        async with (
+            to.open(),
+            httpx.AsyncClient(
+                base_url=live.url, headers={"Authorization": "Bearer ctok"}, timeout=10
+            ) as client,
+        ):
+            worker_id = await to.register(
+                wire.RegisterRequest(
+                    host=HOST,
+                    devices=[wire.DeviceDecl(name=n) for n in names],
+                    labels={"": {"cpus": "2"}, "gpu0": {}, "gpu1": {}},
+                    declared_labels={n: {} for n in names},
+                )
+            )
+            assert worker_id and to.worker_id == worker_id
+            assert contact.instance == live.svc.instance  # WRK-032: every answer is contact
+            assert await to.heartbeat([], []) == ""
+            assert (
+                await to.push_labels(
+                    wire.LabelsPush(
+                        host=HOST,
+                        devices=names,
+                        labels={"": {"cpus": "4"}},
+                        declared_labels={n: {} for n in names},
+                    )
+                )
+                == ""
+            )
+            r = await client.post(
+                "/v1/jobs",
+                json={"device_id": f"{HOST}:gpu0", "command": ["true"], "submitter": "t"},
+            )
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            answer = await to.poll("5s")
+            assert isinstance(answer, channel.PollAnswer)
+            (a,) = answer.assignments
+            assert (a.job_id, a.device_id, a.command) == (job_id, f"{HOST}:gpu0", ["true"])
+            assert await to.heartbeat([job_id], []) == ""
+            running = channel.status_body(worker_id, "running", lease_epoch=a.lease_epoch)
+            assert (await to.status(job_id, running, 5)).status_code == 200
+            await to.append_log(job_id, b"hello\n", a.lease_epoch)
+            fault = await to.fault(f"{HOST}:gpu1", channel.fault_body("verify failed: x"), 5)
+            assert fault.status_code == 200, fault.text
+            unknown = await to.fault(f"{HOST}:gpu9", channel.fault_body("x"), 5)
+            assert unknown.status_code == 404
+            done = channel.status_body(
+                worker_id, "succeeded", exit_code=0, lease_epoch=a.lease_epoch
+            )
+            assert (await to.status(job_id, done, 5)).status_code == 200
+            job = (await client.get(f"/v1/jobs/{job_id}")).json()["job"]
+            assert (job["state"], job["exit_code"]) == ("succeeded", 0)
+            logs = await client.get(f"/v1/jobs/{job_id}/logs", params={"follow": "false"})
+            assert logs.text == "hello\n"
+            # A refused poll is an error, named.
+            refused = channel.Channel(live.url, "not-a-token", SystemClock(), contact)
+            refused.worker_id = worker_id
+            async with refused.open():
+                problem = await refused.poll("1s")
+            assert problem == "controller returned 401 Unauthorized"
+
+    run(go(), 30)
+
+
+def test_transport_errors_are_not_contact() -> None:  # WRK-032
+    contact = reconnect.Reconnect()
+    to = channel.Channel("http://127.0.0.1:9", "t", SystemClock(), contact)
+
+    async def go() -> None:
+        async with to.open():
+            with pytest.raises(channel.RegisterError, match=r"^register: "):
+                await to.register(wire.RegisterRequest(host="h"))
+            assert await to.heartbeat([], [])  # a problem, named
+            assert isinstance(await to.poll("1s"), str)
+
+    run(go(), 30)
+    assert contact.last_at is None
+
+
+def test_a_refused_log_chunk_raises() -> None:  # WRK-085
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(413, json={"error": "too_large", "message": "x"})
+
+    to = channel.Channel(
+        "http://c.test",
+        "t",
+        SystemClock(),
+        reconnect.Reconnect(),
+        transport=httpx.MockTransport(refuse),
+    )
+
+    async def go() -> None:
+        async with to.open():
+            with pytest.raises(channel.LogSendError, match="413"):
+                await to.append_log("j", b"x", None)
+
+    asyncio.run(go())
