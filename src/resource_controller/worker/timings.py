@@ -8,7 +8,7 @@ values marked *(test hook)* in the spec are exactly these fields.
 
 End-to-end tests run ``rc worker`` as a real process and cannot pass an object, so
 ``from_text`` reads ``RC_TEST_TIMINGS`` (``name=seconds`` pairs, the names being the
-field names). This is the only place that variable is parsed for the worker. An unknown
+field names), by the grammar ``core.testtimings`` gives both processes. An unknown
 name, a name given twice or a value that is not a finite number of seconds ≥ 0 is an
 error naming itself.
 """
@@ -16,10 +16,11 @@ error naming itself.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
-TIMINGS_VAR = "RC_TEST_TIMINGS"
+from resource_controller.core import testtimings
+
+TIMINGS_VAR = testtimings.VARIABLE
 
 
 class TimingsError(Exception):
@@ -83,27 +84,10 @@ class Timings:
         ``"kill_grace=1,straggler_term=0.5"``; blank text changes nothing. Raises
         ``TimingsError``.
         """
-        known = cls.names()
-        changes: dict[str, float] = {}
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            name, eq, value = (part.strip() for part in item.partition("="))
-            if not eq:
-                raise TimingsError(f"{TIMINGS_VAR}: {item!r} is not name=seconds")
-            if name not in known:
-                listed = ", ".join(sorted(known))
-                raise TimingsError(f"{TIMINGS_VAR}: unknown timing {name!r} (known: {listed})")
-            if name in changes:
-                raise TimingsError(f"{TIMINGS_VAR}: {name} given twice")
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = math.nan
-            if not math.isfinite(seconds) or seconds < 0:
-                raise TimingsError(f"{TIMINGS_VAR}: {name}={value!r} is not seconds >= 0")
-            changes[name] = seconds
+        try:
+            changes = testtimings.parse(text, cls.names())
+        except testtimings.TestTimingsError as exc:
+            raise TimingsError(str(exc)) from None
         return dataclasses.replace(base or cls(), **changes)
 
 
