@@ -92,7 +92,7 @@ def test_labels_are_an_explicit_null_when_nothing_was_found(
 
 def test_settings_not_active_yet_are_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
     ctl = FakeController()
-    config = make_config(verify_timeout=3.0)
+    config = make_config(probe_timeout=3.0)
 
     async def go() -> None:
         await (await Running(ctl, config).started()).finish()
@@ -100,7 +100,7 @@ def test_settings_not_active_yet_are_named_at_start(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
         run(go())
     (warning,) = [r for r in caplog.records if "not active" in r.getMessage()]
-    assert "verify_timeout" in warning.getMessage()
+    assert "probe_timeout" in warning.getMessage()
 
 
 def test_poll_wait_is_rendered_as_duration_text() -> None:  # WRK-060

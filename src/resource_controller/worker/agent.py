@@ -17,7 +17,9 @@ and the outbox is empty (WRK-150).
 
 The agent runs as its own process (``process``) or inside a loop that also serves a
 controller (``Agent(config).run(stop)``, for ``rc up``). Every wait it makes comes from
-one injected ``Timings``. Not here yet: hooks, verify, probes beyond the built-in
+one injected ``Timings``. Lease hooks and verify scripts belong to the ``lifecycle``;
+the agent runs their start-up release pass before the first poll and drains armed
+releases at shutdown (HOOK-025, HOOK-030). Not here yet: probes beyond the built-in
 facts, sheets, attached stdio (their configured keys are named in a warning at start).
 """
 
@@ -132,6 +134,7 @@ class Agent:
             timings=self.timings,
             track=self._tasks.track,
             base_env=self._base_env,
+            config=self.config,
         )
         # A job whose outcome the previous run left here must never run again.
         self._seen.update(box.pending_job_ids())
@@ -145,6 +148,7 @@ class Agent:
                     await self._serve(stop)
                 finally:
                     await self._tasks.abandon(self._tasks.live(), self.timings.abandon_wait)
+                    await self._life.hooks.close()
         finally:
             if not box.empty:
                 log.warning(
@@ -207,7 +211,7 @@ class Agent:
         heartbeat = asyncio.create_task(
             tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
         )
-        poll = asyncio.create_task(tasks.guard(self._poll_loop(), "poll"), name="poll")
+        poll = asyncio.create_task(tasks.guard(self._release_then_poll(), "poll"), name="poll")
         stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
             await asyncio.wait({stopping, poll, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
@@ -216,14 +220,27 @@ class Agent:
         finally:
             await self._shutdown(poll, heartbeat, stopping)
 
+    async def _release_then_poll(self) -> None:
+        """The start-up release pass, then the poll loop (WRK-040 steps 5-6, HOOK-030).
+
+        One task, so that shutdown cancels a pass still running (WRK-130 step 1).
+        """
+        await self._life.hooks.startup_pass()
+        await self._poll_loop()
+
     async def _shutdown(self, *loops: asyncio.Task[Any]) -> None:
-        """Stop polling and heartbeats, cancel every job, wait a bounded time (WRK-130)."""
+        """Stop polling and heartbeats, cancel every job, wait a bounded time, then fire
+        every armed release (WRK-130, HOOK-025)."""
         self._shutting_down = True
         for task in loops:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         for job in self._life.jobs.values():
             job.cancel.set()
+        await self._wait_for_jobs()
+        await self._life.hooks.drain()
+
+    async def _wait_for_jobs(self) -> None:
         jobs = self._tasks.live()
         if not jobs:
             return

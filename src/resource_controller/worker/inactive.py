@@ -1,7 +1,7 @@
 """Settings the worker accepts but does not act on yet.
 
-Hooks (§18), verify scripts (§17), drop-in and interval probes (§16) and usage sheets
-(§19) are not built yet. Their keys are valid, so a file written for them loads; but
+Drop-in and interval probes (§16) and usage sheets (§19) are not built yet (hooks,
+§18, and verify scripts, §17, are). Their keys are valid, so a file written for them loads; but
 none of them works, and a configuration that sets one must not look as if it did: the
 worker names them all in one warning at start. This module shrinks as those sections
 land.
@@ -21,41 +21,20 @@ def not_yet_active(config: worker_config.WorkerConfig) -> list[str]:
     """Those settings of ``config`` that are set, each named (with why, for a directory).
 
     A key counts as set when its value differs from the default, or, for a directory
-    whose mere existence turns its feature on (``verify_dir``, ``probe_dir``, the sheet
-    files under ``sheet_dir``), when it exists.
+    whose mere existence turns its feature on (``probe_dir``, the sheet files under
+    ``sheet_dir``), when it exists.
     """
     found: list[str] = []
-    for d in config.devices:
-        for key in ("on_acquire", "on_release"):
-            if getattr(d, key) is not None:
-                found.append(f"devices[{d.name}].{key}")
-        if d.timeout != config.hooks.timeout:
-            found.append(f"devices[{d.name}].timeout")
-        if d.release_linger != config.hooks.release_linger:
-            found.append(f"devices[{d.name}].release_linger")
     for key, default in (
-        ("hooks.timeout", worker_config.DEFAULT_HOOK_TIMEOUT),
-        ("hooks.release_linger", worker_config.DEFAULT_RELEASE_LINGER),
-    ):
-        if getattr(config.hooks, key.partition(".")[2]) != default:
-            found.append(key)
-    for key, default in (
-        ("verify_timeout", worker_config.DEFAULT_VERIFY_TIMEOUT),
-        ("verify_pass_budget", worker_config.DEFAULT_VERIFY_PASS_BUDGET),
         ("probe_interval", worker_config.DEFAULT_PROBE_INTERVAL),
         ("probe_timeout", worker_config.DEFAULT_PROBE_TIMEOUT),
     ):
         if getattr(config, key) != default:
             found.append(key)
-    for key, default_dir in (
-        ("verify_dir", worker_config.DEFAULT_VERIFY_DIR),
-        ("probe_dir", worker_config.DEFAULT_PROBE_DIR),
-    ):
-        path = getattr(config, key)
-        if path != default_dir:
-            found.append(f"{key} {path}")
-        elif os.path.isdir(path):
-            found.append(f"{key} {path} (exists)")
+    if config.probe_dir != worker_config.DEFAULT_PROBE_DIR:
+        found.append(f"probe_dir {config.probe_dir}")
+    elif os.path.isdir(config.probe_dir):
+        found.append(f"probe_dir {config.probe_dir} (exists)")
     sheets = (os.path.join(config.sheet_dir, "host.md"), os.path.join(config.sheet_dir, "host.d"))
     if config.sheet_dir != worker_config.DEFAULT_SHEET_DIR:
         found.append(f"sheet_dir {config.sheet_dir}")

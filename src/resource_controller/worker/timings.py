@@ -65,6 +65,15 @@ class Timings:
     #: Bound on one attempt of a report (and on the ``running`` report).
     report_attempt_timeout: float = 5.0
 
+    # ---- lease lifecycle hooks (HOOK-022, HOOK-025, HOOK-031) ----
+    #: How often an armed release linger looks at the clock (the linger itself is
+    #: configured per device; this only bounds how late it fires on a fake clock).
+    linger_check: float = 0.25
+    #: The shutdown drain of armed releases, for all devices together.
+    release_drain_budget: float = 20.0
+    #: The start-up release pass, for all devices together.
+    startup_release_budget: float = 120.0
+
     # ---- re-registration (WRK-151..154) ----
     #: Silence after which the next contact arms a re-registration.
     reregister_after: float = 300.0
