@@ -57,7 +57,9 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
     assert facts["cpus"].isdigit()
     assert {k: v for k, v in body["labels"].items() if k} == {"gpu0": {}, "gpu1": {}}
     assert body["declared_labels"] == {"gpu0": {}, "gpu1": {"rack": "r3"}}
-    assert "sheet" not in body
+    # SHEET-002/003: no sheet_dir on this host reads as empty sheets, which clear.
+    assert body.get("sheet", "") == ""
+    assert set(body.get("device_sheets", {}).values()) <= {""}
     # The proof depends on this host's process table (test_worker_recovery pins it
     # down); whatever it is, only true fields travel (WRK-140).
     assert all(v is True for v in body.get("recovery", {}).values())

@@ -451,7 +451,8 @@ def test_max_runtime_above_the_controller_range(tmp_path: Path) -> None:  # EXT-
 
 
 def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
-    # §17 verify, §18 hooks, §16 probes, §19 sheets: the keys load, nothing acts on them.
+    # §17 verify, §18 hooks: the keys load, nothing acts on them. §16 probes and §19
+    # sheets act, so their keys are never named.
     absent = str(tmp_path / "absent")
     bare = wc.make_config(
         "http://c",
@@ -462,11 +463,7 @@ def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
         probe_dir=absent,
         sheet_dir=absent,
     )
-    assert inactive.not_yet_active(bare) == [
-        f"verify_dir {absent}",
-        f"probe_dir {absent}",
-        f"sheet_dir {absent}",
-    ]
+    assert inactive.not_yet_active(bare) == [f"verify_dir {absent}"]
     verify = tmp_path / "verify.d"
     verify.mkdir()
     configured = wc.make_config(
@@ -489,22 +486,14 @@ def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
         "devices[gpu1].on_release",
         "hooks.timeout",
     ]
-    assert {"verify_timeout", "probe_interval", f"verify_dir {verify}"} <= set(named)
+    assert {"verify_timeout", f"verify_dir {verify}"} <= set(named)
+    assert not any(n.startswith(("probe_", "sheet_")) for n in named)
 
 
 def test_defaults_name_only_what_exists_on_this_host(tmp_path: Path) -> None:
     config = wc.make_config("http://c", ["gpu0"], host="h", state_dir=str(tmp_path))
-    expected = [
-        f"{key} {path} (exists)"
-        for key, path in (
-            ("verify_dir", wc.DEFAULT_VERIFY_DIR),
-            ("probe_dir", wc.DEFAULT_PROBE_DIR),
-        )
-        if Path(path).is_dir()
-    ]
-    sheets = Path(wc.DEFAULT_SHEET_DIR)
-    if (sheets / "host.md").exists() or (sheets / "host.d").exists():
-        expected.append(f"sheet_dir {sheets} (usage sheets exist)")
+    verify = Path(wc.DEFAULT_VERIFY_DIR)
+    expected = [f"verify_dir {verify} (exists)"] if verify.is_dir() else []
     assert inactive.not_yet_active(config) == expected
 
 

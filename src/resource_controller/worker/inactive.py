@@ -1,7 +1,6 @@
 """Settings the worker accepts but does not act on yet.
 
-Hooks (§18), verify scripts (§17), drop-in and interval probes (§16) and usage sheets
-(§19) are not built yet. Their keys are valid, so a file written for them loads; but
+Hooks (§18) and verify scripts (§17) are not built yet. Their keys are valid, so a file written for them loads; but
 none of them works, and a configuration that sets one must not look as if it did: the
 worker names them all in one warning at start. This module shrinks as those sections
 land.
@@ -21,8 +20,7 @@ def not_yet_active(config: worker_config.WorkerConfig) -> list[str]:
     """Those settings of ``config`` that are set, each named (with why, for a directory).
 
     A key counts as set when its value differs from the default, or, for a directory
-    whose mere existence turns its feature on (``verify_dir``, ``probe_dir``, the sheet
-    files under ``sheet_dir``), when it exists.
+    whose mere existence turns its feature on (``verify_dir``), when it exists.
     """
     found: list[str] = []
     for d in config.devices:
@@ -42,25 +40,14 @@ def not_yet_active(config: worker_config.WorkerConfig) -> list[str]:
     for key, default in (
         ("verify_timeout", worker_config.DEFAULT_VERIFY_TIMEOUT),
         ("verify_pass_budget", worker_config.DEFAULT_VERIFY_PASS_BUDGET),
-        ("probe_interval", worker_config.DEFAULT_PROBE_INTERVAL),
-        ("probe_timeout", worker_config.DEFAULT_PROBE_TIMEOUT),
     ):
         if getattr(config, key) != default:
             found.append(key)
-    for key, default_dir in (
-        ("verify_dir", worker_config.DEFAULT_VERIFY_DIR),
-        ("probe_dir", worker_config.DEFAULT_PROBE_DIR),
-    ):
-        path = getattr(config, key)
-        if path != default_dir:
-            found.append(f"{key} {path}")
-        elif os.path.isdir(path):
-            found.append(f"{key} {path} (exists)")
-    sheets = (os.path.join(config.sheet_dir, "host.md"), os.path.join(config.sheet_dir, "host.d"))
-    if config.sheet_dir != worker_config.DEFAULT_SHEET_DIR:
-        found.append(f"sheet_dir {config.sheet_dir}")
-    elif any(os.path.exists(p) for p in sheets):
-        found.append(f"sheet_dir {config.sheet_dir} (usage sheets exist)")
+    path = config.verify_dir
+    if path != worker_config.DEFAULT_VERIFY_DIR:
+        found.append(f"verify_dir {path}")
+    elif os.path.isdir(path):
+        found.append(f"verify_dir {path} (exists)")
     return found
 
 
