@@ -280,21 +280,16 @@ class Agent:
         return HostFacts(found.labels, read)
 
     def registration(
-        self, proof: recovery_proof.Claims | None = None, facts: HostFacts | None = None
+        self, facts: HostFacts, proof: recovery_proof.Claims | None = None
     ) -> wire.RegisterRequest:
         """What ``POST /v1/workers/register`` says (WRK-043).
 
         ``recovery`` only when the proof claims something (WRK-140); ``labels`` an
         explicit null when the pass found nothing; declared labels for every device,
         empty ones included, so removing a label clears it (WRK-044); the sheets that
-        could be read (SHEET-003, SHEET-004). Without ``facts``, only the built-in host
-        facts and no sheets.
+        could be read (SHEET-003, SHEET-004).
         """
         cfg = self.config
-        names = [d.name for d in cfg.devices]
-        if facts is None:
-            host = probes.builtin_facts()
-            facts = HostFacts(probes.labels_payload(host, {}, (), names), sheets.Sheets(None, None))
         return wire.RegisterRequest(
             host=cfg.host,
             boot_id=procs.boot_id(),
@@ -339,7 +334,7 @@ class Agent:
         """
         proof = await self._proof()
         async with self._facts_lock:
-            request = self.registration(proof, await self.gather_facts())
+            request = self.registration(await self.gather_facts(), proof)
             worker_id = await self.channel.register(request)
         self.contact.settled()
         log.info(
