@@ -82,6 +82,10 @@ class Timings:
     #: An attempt moves the appointment this far ahead first.
     reregister_retry: float = 60.0
 
+    # ---- capability probes (PROBE-003) ----
+    #: Bound on one whole probe pass; probes not reached in it are skipped.
+    probe_pass_budget: float = 30.0
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
