@@ -26,9 +26,11 @@ no-wait refusal use, so the controller and the client say the same thing.
 
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from resource_controller.core import durations, scheduling, selectors
 from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
@@ -171,6 +173,48 @@ def waiting_for_all(snap: Snapshot, key: QueueKey = queue_key) -> dict[str, list
     return {j.id: rules.for_job(j) for j in snap.queued}
 
 
+def _instant(value: Any) -> int | None:
+    """Unix seconds of an RFC 3339 ``...Z`` instant as the controller writes them (API-004)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+
+
+def from_wire(entry: Mapping[str, Any]) -> Blocker:
+    """A ``waiting_for`` entry as the controller sent it (EXT-WHY-1a), for the client's words.
+
+    Unreadable values read as absent: a client must still print its queued line.
+    """
+
+    def text(key: str) -> str:
+        value = entry.get(key)
+        return value if isinstance(value, str) else ""
+
+    return Blocker(
+        device_id=text("device_id"),
+        holder=text("holder"),
+        job_id=text("job_id"),
+        kind=text("kind"),
+        reason=text("reason"),
+        since=_instant(entry.get("since")),
+        until=_instant(entry.get("until")),
+        reserved_by=text("reserved_by"),
+        state=text("state"),
+        quarantine_reason=text("quarantine_reason"),
+        draining=entry.get("draining") is True,
+    )
+
+
+def blockers_from_wire(entries: Any) -> list[Blocker]:
+    """Every readable entry of a ``waiting_for`` list; anything not a list reads as none."""
+    if not isinstance(entries, list):
+        return []
+    return [from_wire(e) for e in entries if isinstance(e, dict)]
+
+
 # ---- words ------------------------------------------------------------------------------
 
 
@@ -242,7 +286,10 @@ def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
     def one(b: Blocker) -> str:
         bits: list[str] = []
         if b.held:
-            what = f'hold "{b.reason}"' if b.kind == Kind.HOLD and b.reason else b.kind or "job"
+            if b.kind == Kind.HOLD:
+                what = f'hold "{b.reason}"' if b.reason else "hold"
+            else:
+                what = f"job {short_id(b.job_id)}" if b.job_id else "no job"
             bits.append(f"{b.holder} ({what})")
         if b.reserved_by:
             bits.append(f"reserved by {short_id(b.reserved_by)}")
