@@ -22,7 +22,7 @@ from typing import Any
 from resource_controller import errors, wire
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
-from resource_controller.core import expiry, identity, selectors, states
+from resource_controller.core import expiry, identity, selectors, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import NewJob
@@ -120,13 +120,25 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     if not (req.no_wait and job.queued):
         return Done(job, wake)
     try:
+        why = await svc.db(_why_busy, svc, job)
         if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
             target = new.device_id or new.selector or "any device"
-            refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued")
+            refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued{why}")
             return Done(job, wake | Wake.jobs_ended([job.id]), error=refused)
         return Done(await svc.db(svc.store.job, job.id), wake)
     except errors.RcError as exc:  # the pass's assignments are committed: still wake them
         return Done(job, wake, error=exc)
+
+
+def _why_busy(svc: Services, job: JobRecord) -> str:
+    """``: <who holds what>`` for a no-wait refusal (EXT-WHY-2 extends CLI-104), read
+    before the cancel; best effort, so the refusal never depends on it."""
+    try:
+        waits = svc.store.waiting_for(job)
+    except Exception:
+        log.exception("reading what job %s waits for failed", job.id)
+        return ""
+    return f": {waiting.summary(waits, svc.store.now(), pinned=job.snap().pinned)}"
 
 
 async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
