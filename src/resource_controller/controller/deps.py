@@ -52,6 +52,8 @@ class Settings:
     unhealthy_after: float = expiry.UNHEALTHY_AFTER
     #: Start-up window without lease expiry or write-off: start + this (SRV-032).
     hold_off: float = expiry.HOLD_OFF
+    #: Where webhook events go (SRV-002); empty means no notifier at all (HOOKN-001).
+    webhook_url: str = ""
 
 
 @dataclass
@@ -70,6 +72,9 @@ class Services:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
     )
+
+    def __post_init__(self) -> None:
+        self.hub.events.clock = self.clock.now  # the event ``at`` is the controller's clock
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a store operation on the store thread."""

@@ -146,6 +146,24 @@ ROUTES: dict[tuple[str, str], Op] = {
     ("get", "/v1/whoami"): Op("client"),
     ("post", "/v1/devices/{device_id}/clear"): Op("admin", (409,), empty=_EMPTY_OK),
     ("delete", "/v1/devices/{device_id}"): Op("admin", (404, 409)),
+    ("get", "/v1/events"): Op(
+        "client",
+        (),
+        query=(
+            Query(
+                "token",
+                _STR,
+                "the client token, read only when the Authorization header carries none "
+                "(AUTH-004: for a browser EventSource)",
+            ),
+        ),
+        text={
+            "200": (
+                "text/event-stream",
+                "server-sent events: `data: {kind, at, payload?}` frames and keepalives (EVT-002)",
+            )
+        },
+    ),
     ("get", "/openapi.json"): Op("client"),
 }
 
