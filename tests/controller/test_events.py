@@ -521,3 +521,16 @@ def test_the_flag_wins_over_the_environment() -> None:  # SRV-002
 def test_kinds_seen_in_this_session() -> None:
     """Runs last in this module: prints what both channels carried (for the record)."""
     print(json.dumps({k: sorted(v) for k, v in SEEN.items()}))
+
+
+# ---- health --------------------------------------------------------------------------
+
+
+def test_healthz_needs_no_token_and_reports_the_store(rc: Harness) -> None:  # EXT-METRICS-3
+    r = rc.anon.get("/healthz")
+    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    assert r.headers["content-type"].startswith("application/json")
+    assert_error(rc.anon.get("/v1/state"), 401, "unauthorized")  # AUTH-031 still holds
+    rc.svc.store.close()
+    r = rc.anon.get("/healthz")
+    assert r.status_code == 503 and r.json()["status"] != "ok"

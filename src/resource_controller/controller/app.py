@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resource_controller import errors
 from resource_controller.controller import loops, openapi, render, webhooks
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
-from resource_controller.controller.routes import events, fleet, jobs, workers
+from resource_controller.controller.routes import events, fleet, jobs, ops, workers
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     )
     app.state.services = svc
     app.add_middleware(CatchAll)
-    for router in (workers.router, jobs.router, fleet.router, events.router):
+    for router in (workers.router, jobs.router, fleet.router, events.router, ops.router):
         app.include_router(router)
 
     published: list[str] = []

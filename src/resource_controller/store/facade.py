@@ -95,6 +95,11 @@ class Store:
         with self._tx() as c:
             return jobs.list_jobs(c, limit, device, submitter, state, id_prefix)
 
+    def ping(self) -> None:
+        """One cheap read; raises when the store cannot answer (EXT-METRICS-3)."""
+        with self._tx() as c:
+            c.execute(sa.text("SELECT 1")).scalar_one()
+
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.queued(c)
