@@ -206,7 +206,7 @@ def test_a_header_token_wins_over_the_query(rc: Harness) -> None:  # AUTH-004
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/state"), ("GET", "/v1/devices"), ("POST", "/v1/jobs")],
+    [("GET", "/v1/state"), ("GET", "/v1/devices"), ("POST", "/v1/jobs"), ("GET", "/metrics")],
 )
 def test_a_query_token_is_ignored_everywhere_else(rc: Harness, method: str, path: str) -> None:
     r = rc.anon.request(method, path, params={"token": CLIENT}, json={})
@@ -534,3 +534,70 @@ def test_healthz_needs_no_token_and_reports_the_store(rc: Harness) -> None:  # E
     rc.svc.store.close()
     r = rc.anon.get("/healthz")
     assert r.status_code == 503 and r.json()["status"] != "ok"
+
+
+# ---- metrics -------------------------------------------------------------------------
+
+
+def scrape(rc: Harness) -> dict[str, float]:
+    r = rc.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for line in r.text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_report_the_real_state(rc: Harness) -> None:  # EXT-METRICS-1
+    assert_error(rc.anon.get("/metrics"), 401, "unauthorized")
+    assert_error(rc.worker.get("/metrics"), 403, "forbidden")
+    wid = rc.register("gpubox", ("gpu0", "gpu1", "gpu2"))
+    rc.fault("gpubox:gpu2", "fan stopped")
+    a = rc.submit(device_id="gpubox:gpu0")["id"]
+    rc.submit(device_id="gpubox:gpu1")
+    rc.submit(device_id="gpubox:gpu0")
+    rc.clock.advance(7)
+    rc.take(wid)
+    assert_empty_ok(rc.report(a, wid, "succeeded", exit_code=0))
+    rc.job(a)
+    rc.clock.advance(2)
+    m = scrape(rc)
+    state = rc.client.get("/v1/state").json()
+    by_state: dict[str, int] = {}
+    for v in state["devices"]:
+        by_state[v["device"]["state"]] = by_state.get(v["device"]["state"], 0) + 1
+    for s in ("ready", "busy", "unknown", "unhealthy"):
+        assert m[f'rc_devices{{state="{s}"}}'] == by_state.get(s, 0), s
+    assert m['rc_devices{state="unhealthy"}'] == 1
+    # The third job took gpu0 once the first ended: one active, one running, none queued.
+    assert m["rc_queue_depth"] == len(state["queued"]) == 0
+    assert m['rc_jobs{state="succeeded"}'] == 1
+    assert m['rc_jobs{state="assigned"}'] + m['rc_jobs{state="running"}'] == len(state["jobs"])
+    assert m['rc_heartbeat_age_seconds{host="gpubox"}'] == 9
+    # Two hand-outs, each 7 s after its submit.
+    assert m["rc_submit_to_start_seconds_count"] == 2
+    assert m["rc_submit_to_start_seconds_sum"] == 14
+    assert m["rc_scheduling_pass_seconds_count"] >= 1
+    route = 'rc_http_request_duration_seconds_count{method="GET",route="/v1/jobs/{job_id}"}'
+    assert m[route] == 1
+    assert not any(a in k for k in m)  # the raw path never becomes a label
+    assert rc.anon.get("/no/such/path").status_code == 404
+    assert scrape(rc)['rc_http_request_duration_seconds_count{method="GET",route="unmatched"}'] == 1
+
+
+def test_webhook_deliveries_and_drops_are_counted(
+    tmp_path: Path, clock: FakeClock, recorder: Recorder
+) -> None:  # EXT-METRICS-1
+    rc = with_webhook(tmp_path, clock, recorder.url)
+    try:
+        rc.register()
+        rc.fault("gpubox:gpu0", "verify failed: x")
+        recorder.next()
+        deadline = time.monotonic() + 5
+        while scrape(rc).get('rc_webhook_deliveries_total{event="verify_failed"}') != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        rc.close()

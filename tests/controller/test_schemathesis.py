@@ -128,7 +128,13 @@ def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
                             )
                         )
 
-            fuzz()
+            try:
+                fuzz()
+            except hypothesis.errors.Unsatisfiable:
+                # A route with no input and no security (GET /healthz, EXT-METRICS-3)
+                # has nothing a schema-violating request could violate.
+                if mode is not GenerationMode.NEGATIVE:
+                    raise
 
 
 @pytest.mark.fuzz

@@ -23,7 +23,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller import loops, openapi, render, webhooks
+from resource_controller.controller import loops, metrics, openapi, render, webhooks
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
 from resource_controller.controller.routes import events, fleet, jobs, ops, workers
 
@@ -99,7 +99,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = []
         if svc.settings.webhook_url:  # HOOKN-001: no URL, no queue and no task
-            svc.hub.notifier = webhooks.Notifier(svc.settings.webhook_url)
+            svc.hub.notifier = webhooks.Notifier(svc.settings.webhook_url, svc.metrics)
             svc.hub.notifier.start()
         if run_loops:
             # SRV-020/SRV-032: the start instant and the hold-off, fixed once, before the loops.
@@ -133,6 +133,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     )
     app.state.services = svc
     app.add_middleware(CatchAll)
+    app.add_middleware(metrics.RequestTimer, metrics=svc.metrics)  # EXT-METRICS-1
     for router in (workers.router, jobs.router, fleet.router, events.router, ops.router):
         app.include_router(router)
 

@@ -22,6 +22,7 @@ from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
+from resource_controller.controller.metrics import Metrics
 from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
@@ -66,6 +67,7 @@ class Services:
     auth: Authenticator
     settings: Settings
     hub: Hub = field(default_factory=Hub)
+    metrics: Metrics = field(default_factory=Metrics)
     instance: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: One thread runs every store call: store operations are serialised (STORE-002)
     #: and the event loop never blocks on a database commit.

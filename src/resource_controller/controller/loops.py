@@ -35,7 +35,8 @@ async def scheduler(svc: Services) -> None:
             await asyncio.wait_for(kick.wait(), svc.settings.schedule_interval)
         kick.clear()
         try:
-            await perform(svc.hub, service.schedule_pass(svc))
+            with svc.metrics.schedule_pass.time():
+                await perform(svc.hub, service.schedule_pass(svc))
         except errors.RcError as exc:
             log.error("scheduling pass failed: %s", exc)
         except Exception:
@@ -78,7 +79,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
             stalled=not guard.may_judge,
         )
         try:
-            result = await perform(svc.hub, service.sweep(svc, rules))
+            with svc.metrics.sweep.time():
+                result = await perform(svc.hub, service.sweep(svc, rules))
         except errors.RcError as exc:
             log.error("sweep failed: %s", exc)
             continue

@@ -174,6 +174,10 @@ ROUTES: dict[tuple[str, str], Op] = {
             "503": ("the store did not answer a read", {"status": "unavailable"}),
         },
     ),
+    ("get", "/metrics"): Op(
+        "client",
+        text={"200": ("text/plain", "Prometheus text exposition format (EXT-METRICS-1)")},
+    ),
     ("get", "/openapi.json"): Op("client"),
 }
 

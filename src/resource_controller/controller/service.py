@@ -280,6 +280,9 @@ async def poll(
             return Done(([], []))
         handed, kills = await svc.db(svc.store.take_work, worker_id)
         if handed or kills:
+            now = svc.clock.now()
+            for j in handed:  # EXT-METRICS-1: submit to start is submit to hand-out
+                svc.metrics.submit_to_start.observe(max(0.0, now - j.submitted_at))
             return Done((handed, kills))
         remaining = deadline - loop.time()
         if remaining <= 0 or svc.hub.shutting_down.is_set():
