@@ -40,6 +40,10 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
 ]
+#: Routes that never end by design: an accepted request streams until the reader leaves
+#: (EVT-001), so a fuzzed call could only time out. tests/controller/test_events.py
+#: covers their authentication, headers and frames.
+STREAMS = {"/v1/events"}
 ROLES = {"worker": WORKER, "client": CLIENT, "admin": ADMIN, "none": None}
 
 
@@ -78,6 +82,8 @@ def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
     token = ROLES[role]
     for result in schema.get_all_operations():
         operation = result.ok()
+        if operation.path in STREAMS:
+            continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
             @hypothesis.seed(SEED)
@@ -122,7 +128,13 @@ def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
                             )
                         )
 
-            fuzz()
+            try:
+                fuzz()
+            except hypothesis.errors.Unsatisfiable:
+                # A route with no input and no security (GET /healthz, EXT-METRICS-3)
+                # has nothing a schema-violating request could violate.
+                if mode is not GenerationMode.NEGATIVE:
+                    raise
 
 
 @pytest.mark.fuzz

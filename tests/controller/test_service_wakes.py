@@ -127,7 +127,8 @@ def test_terminal_status_report_schedules(ops: Ops) -> None:  # EXT-FAST-1
     job = ops.submit().value
     assert ops.take(wid) == [job.id]
     running = ops.report(job.id, wid, JobState.RUNNING)
-    assert running.wake == Wake()  # nothing placeable changed
+    # Nothing placeable changed; only the stream hears of it (EVT-010).
+    assert running.wake == Wake.job(job.id, JobState.RUNNING)
     done = ops.report(job.id, wid, JobState.SUCCEEDED)
     assert done.wake.schedule and done.wake.ended == {job.id}  # EXT-FAST-2 too
 
@@ -165,7 +166,7 @@ def test_kill_handed_to_the_worker_wakes_only_the_worker(ops: Ops) -> None:  # A
     wid = ops.register().value.worker_id
     job = ops.submit().value
     done = ops.run(service.kill, CLIENT, job.id, wire.KillRequest(submitter="alice"))
-    assert done.wake == Wake(workers=frozenset({wid}))
+    assert done.wake == Wake(workers=frozenset({wid})) | Wake.job(job.id, "assigned")
 
 
 def test_clear_schedules(ops: Ops) -> None:  # EXT-FAST-1: a device cleared
@@ -198,7 +199,10 @@ def test_facts_and_faults_change_devices_only(ops: Ops) -> None:  # EVT-012's tr
     wid = ops.register().value.worker_id
     push = ops.run(service.push_labels, wid, wire.LabelsPush(host=HOST, devices=["gpu0"]))
     fault = ops.run(service.fault, DEV, wire.FaultReport(reason="fan"))
-    assert push.wake == fault.wake == Wake(devices=True)
+    assert push.wake == Wake(devices=True)
+    # The fault also raises its webhook event (HOOKN-012a), nothing else.
+    assert fault.wake == Wake(devices=True, notices=fault.wake.notices)
+    assert [n.event for n in fault.wake.notices] == ["device_unhealthy"]
 
 
 # ---- the only caller of the hub's wake methods is wake.apply ---------------------------

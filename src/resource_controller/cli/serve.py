@@ -26,7 +26,12 @@ import click
     is_flag=True,
     help="Keep active jobs while their worker is silent instead of marking them lost.",
 )
-@click.option("--webhook-url", default="", help="URL to POST operational events to.")
+@click.option(
+    "--webhook-url",
+    default="",
+    help="URL to POST operational events to (watchdog_trip, verify_failed, device_unhealthy, "
+    "worker_lost, device_recovered, job_lost, lease_expired); empty: RC_WEBHOOK_URL.",
+)
 @click.argument("stray", nargs=-1, required=False)
 def serve(
     addr: str, data: Path, retain_disconnected_jobs: bool, webhook_url: str, stray: tuple[str, ...]
@@ -34,7 +39,7 @@ def serve(
     """Run the controller."""
     from resource_controller.controller import serve as controller
 
-    sys.exit(controller.run(addr, data, retain_disconnected_jobs))
+    sys.exit(controller.run(addr, data, retain_disconnected_jobs, webhook_url))
 
 
 @click.command()

@@ -23,9 +23,9 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller import loops, openapi
+from resource_controller.controller import loops, metrics, openapi, render, webhooks
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
-from resource_controller.controller.routes import fleet, jobs, workers
+from resource_controller.controller.routes import events, fleet, jobs, ops, workers
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +85,22 @@ class CatchAll:
 def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     """Build the ASGI app around ``svc``; ``run_loops`` starts the reaper and scheduler loops."""
 
+    async def device_views() -> list[Any]:
+        """The list ``GET /v1/devices`` answers, for a "devices" event (EVT-012)."""
+        snaps = await svc.db(svc.store.device_snapshots)
+        now = svc.now()
+        return [
+            render.device_view(s, now).model_dump(mode="json", exclude_none=True) for s in snaps
+        ]
+
+    svc.hub.events.devices_source = device_views
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = []
+        if svc.settings.webhook_url:  # HOOKN-001: no URL, no queue and no task
+            svc.hub.notifier = webhooks.Notifier(svc.settings.webhook_url, svc.metrics)
+            svc.hub.notifier.start()
         if run_loops:
             # SRV-020/SRV-032: the start instant and the hold-off, fixed once, before the loops.
             started = svc.clock.now()
@@ -105,6 +118,9 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # SRV-050 step 3: after requests and loops stopped, before the store closes.
+            if svc.hub.notifier is not None:
+                await svc.hub.notifier.close()
 
     app = FastAPI(
         title="resource-controller",
@@ -117,7 +133,8 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     )
     app.state.services = svc
     app.add_middleware(CatchAll)
-    for router in (workers.router, jobs.router, fleet.router):
+    app.add_middleware(metrics.RequestTimer, metrics=svc.metrics)  # EXT-METRICS-1
+    for router in (workers.router, jobs.router, fleet.router, events.router, ops.router):
         app.include_router(router)
 
     published: list[str] = []

@@ -22,6 +22,7 @@ from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
+from resource_controller.controller.metrics import Metrics
 from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
@@ -52,6 +53,8 @@ class Settings:
     unhealthy_after: float = expiry.UNHEALTHY_AFTER
     #: Start-up window without lease expiry or write-off: start + this (SRV-032).
     hold_off: float = expiry.HOLD_OFF
+    #: Where webhook events go (SRV-002); empty means no notifier at all (HOOKN-001).
+    webhook_url: str = ""
 
 
 @dataclass
@@ -64,12 +67,16 @@ class Services:
     auth: Authenticator
     settings: Settings
     hub: Hub = field(default_factory=Hub)
+    metrics: Metrics = field(default_factory=Metrics)
     instance: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: One thread runs every store call: store operations are serialised (STORE-002)
     #: and the event loop never blocks on a database commit.
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
     )
+
+    def __post_init__(self) -> None:
+        self.hub.events.clock = self.clock.now  # the event ``at`` is the controller's clock
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a store operation on the store thread."""

@@ -12,7 +12,11 @@ implies them has committed; operations say what to wake as data (``wake.Wake``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
+
+from resource_controller.controller.events import Broadcaster
+from resource_controller.controller.webhooks import Notifier
 
 
 class Signals:
@@ -32,13 +36,17 @@ class Signals:
 
 
 class Hub:
-    """Wake-ups for worker long polls, log followers and the scheduler loop."""
+    """Wake-ups for worker long polls, log followers and the scheduler loop, and the two
+    outward channels: the event stream (EVT-*) and the webhook notifier (HOOKN-*)."""
 
     def __init__(self) -> None:
         self.workers = Signals()
         self.logs = Signals()
         self.schedule = asyncio.Event()
         self.shutting_down = asyncio.Event()
+        self.events = Broadcaster(time.time)
+        #: None unless a webhook URL is configured (HOOKN-001).
+        self.notifier: Notifier | None = None
 
     def kick_scheduler(self) -> None:
         """Ask for a scheduling pass soon (EXT-FAST-1); kicks close together coalesce."""

@@ -18,9 +18,9 @@ import contextlib
 import logging
 
 from resource_controller import errors
-from resource_controller.controller import service
+from resource_controller.controller import service, webhooks
 from resource_controller.controller.deps import Services
-from resource_controller.controller.wake import perform
+from resource_controller.controller.wake import Wake, apply, perform
 from resource_controller.core import expiry
 from resource_controller.store.records import SweepResult
 
@@ -35,7 +35,8 @@ async def scheduler(svc: Services) -> None:
             await asyncio.wait_for(kick.wait(), svc.settings.schedule_interval)
         kick.clear()
         try:
-            await perform(svc.hub, service.schedule_pass(svc))
+            with svc.metrics.schedule_pass.time():
+                await perform(svc.hub, service.schedule_pass(svc))
         except errors.RcError as exc:
             log.error("scheduling pass failed: %s", exc)
         except Exception:
@@ -78,7 +79,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
             stalled=not guard.may_judge,
         )
         try:
-            result = await perform(svc.hub, service.sweep(svc, rules))
+            with svc.metrics.sweep.time():
+                result = await perform(svc.hub, service.sweep(svc, rules))
         except errors.RcError as exc:
             log.error("sweep failed: %s", exc)
             continue
@@ -89,7 +91,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
 
 
 async def _after_sweep(svc: Services, result: SweepResult) -> None:
-    """Say what the sweep took out (its wake-ups were applied by ``perform``)."""
+    """Say what the sweep took out (its wake-ups were applied by ``perform``): log lines,
+    then the webhook events of HOOKN-020 from reads made after the commit (STORE-170..172)."""
     if result.devices_unknown:
         log.info("devices unknown (worker silent): %s", ", ".join(sorted(result.devices_unknown)))
     if not result.alarming:
@@ -100,14 +103,39 @@ async def _after_sweep(svc: Services, result: SweepResult) -> None:
         )
     if result.jobs_lost:
         log.warning("jobs lost, worker lost: %s", ", ".join(sorted(result.jobs_lost)))
+    where: dict[str, str] | None = {}
     if result.leases_expired:
         # A separate read after the sweep committed (STORE-171); failing, it only costs names.
         try:
             where = await svc.db(svc.store.lease_devices, result.leases_expired)
         except Exception:
             log.exception("reading the devices of expired leases failed")
-            where = {}
+            where = None
         log.warning(
             "leases expired, devices quarantined: %s",
-            ", ".join(f"{i} on {where.get(i) or '?'}" for i in sorted(result.leases_expired)),
+            ", ".join(
+                f"{i} on {(where or {}).get(i) or '?'}" for i in sorted(result.leases_expired)
+            ),
         )
+    if svc.hub.notifier is not None:
+        await _notify_sweep(svc, result, where)
+
+
+async def _notify_sweep(svc: Services, result: SweepResult, where: dict[str, str] | None) -> None:
+    """HOOKN-020: categories read now, after the commit; unreadable ones degrade the events."""
+    affected = sorted({*result.devices_unhealthy, *(where or {}).values()})
+    reasons: dict[str, str] | None
+    try:
+        reasons = await svc.db(svc.store.quarantine_reasons, affected) if affected else {}
+    except Exception:
+        log.exception("reading the quarantine categories after a sweep failed")
+        reasons = None
+    notices = webhooks.sweep_notices(
+        svc.clock.now(),
+        sorted(result.devices_unhealthy),
+        sorted(result.jobs_lost),
+        sorted(result.leases_expired),
+        reasons,
+        where,
+    )
+    apply(svc.hub, Wake(notices=tuple(notices)))

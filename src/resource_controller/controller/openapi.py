@@ -48,6 +48,9 @@ class Op:
     text: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Documented server-side failures the route can answer (the spec names them).
     failures: dict[str, str] = field(default_factory=dict)
+    #: Answers with a fixed small JSON object: status -> (description, example). A role
+    #: of "none" means no token at all (EXT-METRICS-3).
+    json: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
 
 
 _EMPTY_OK = {"200": "done; empty body (API-008)"}
@@ -146,6 +149,35 @@ ROUTES: dict[tuple[str, str], Op] = {
     ("get", "/v1/whoami"): Op("client"),
     ("post", "/v1/devices/{device_id}/clear"): Op("admin", (409,), empty=_EMPTY_OK),
     ("delete", "/v1/devices/{device_id}"): Op("admin", (404, 409)),
+    ("get", "/v1/events"): Op(
+        "client",
+        (),
+        query=(
+            Query(
+                "token",
+                _STR,
+                "the client token, read only when the Authorization header carries none "
+                "(AUTH-004: for a browser EventSource)",
+            ),
+        ),
+        text={
+            "200": (
+                "text/event-stream",
+                "server-sent events: `data: {kind, at, payload?}` frames and keepalives (EVT-002)",
+            )
+        },
+    ),
+    ("get", "/healthz"): Op(
+        "none",
+        json={
+            "200": ("the store answered a read", {"status": "ok"}),
+            "503": ("the store did not answer a read", {"status": "unavailable"}),
+        },
+    ),
+    ("get", "/metrics"): Op(
+        "client",
+        text={"200": ("text/plain", "Prometheus text exposition format (EXT-METRICS-1)")},
+    ),
     ("get", "/openapi.json"): Op("client"),
 }
 
@@ -153,6 +185,7 @@ _ROLE_NOTE = {
     "worker": "Role: worker (a worker or an admin token, AUTH-002).",
     "client": "Role: client (a client or an admin token, AUTH-002).",
     "admin": "Role: admin (an admin token only, AUTH-002).",
+    "none": "No token: like GET /, anyone may ask (EXT-METRICS-3).",
 }
 _ERROR_NOTE = {
     400: "bad_request, or the route's own 400 code (API-090)",
@@ -224,12 +257,30 @@ def document(app: FastAPI) -> dict[str, Any]:
 
 
 def _complete(op: dict[str, Any], spec: Op, schemas: dict[str, Any]) -> None:
-    op["security"] = [{"bearer": []}]
     op["description"] = "\n\n".join(
         part for part in (op.get("description", ""), _ROLE_NOTE[spec.role]) if part
     )
     responses: dict[str, Any] = op.setdefault("responses", {})
     responses.pop("422", None)
+    for status, (note, example) in spec.json.items():
+        responses[status] = {
+            "description": note,
+            "content": {
+                JSON: {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            k: {"type": "string", "enum": [v]} for k, v in example.items()
+                        },
+                        "required": sorted(example),
+                    }
+                }
+            },
+        }
+    if spec.role == "none":
+        op["security"] = []
+        return
+    op["security"] = [{"bearer": []}]
     for status, note in spec.empty.items():
         responses[status] = {"description": note}
     for status, (media, note) in spec.text.items():

@@ -142,7 +142,16 @@ def make_server(svc: Services) -> Server:
     return Server(config, svc)
 
 
-def run(addr: str, data: Path, retain: bool) -> int:
+WEBHOOK_ENV = "RC_WEBHOOK_URL"
+
+
+def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
+    """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier (SRV-002)."""
+    env = os.environ if environ is None else environ
+    return flag or env.get(WEBHOOK_ENV, "")
+
+
+def run(addr: str, data: Path, retain: bool, webhook: str = "") -> int:
     """The whole ``rc serve`` process; returns its exit status."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -154,7 +163,7 @@ def run(addr: str, data: Path, retain: bool) -> int:
         svc = open_services(
             data,
             os.environ.get("RC_TOKENS"),
-            Settings(retain_disconnected_jobs=retain),
+            Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook)),
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
         )
         host, port = parse_addr(addr)
@@ -166,6 +175,8 @@ def run(addr: str, data: Path, retain: bool) -> int:
     # signal-initiated shutdown, so a clean stop exits 0 rather than dying of the signal.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
+    if svc.settings.webhook_url:
+        log.info("event webhook configured url=%s", svc.settings.webhook_url)
     log.info("controller listening addr=%s data=%s", addr, data)
     server = make_server(svc)
     try:

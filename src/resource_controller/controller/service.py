@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from resource_controller import errors, wire
+from resource_controller.controller import webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
 from resource_controller.core import expiry, identity, selectors, states, waiting
@@ -118,14 +119,16 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     job, assigned = await svc.db(enqueue_and_schedule)
     wake = Wake(scheduled=True) | Wake.poll(a.worker_id for a in assigned)
     if not (req.no_wait and job.queued):
-        return Done(job, wake)
+        return Done(job, wake | Wake.job(job.id, job.state))  # EVT-010: after the pass
     try:
         why = await svc.db(_why_busy, svc, job)
         if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
             target = new.device_id or new.selector or "any device"
             refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued{why}")
-            return Done(job, wake | Wake.jobs_ended([job.id]), error=refused)
-        return Done(await svc.db(svc.store.job, job.id), wake)
+            ended = Wake.jobs_ended([job.id]) | Wake.job(job.id, JobState.KILLED)
+            return Done(job, wake | ended, error=refused)
+        raced = await svc.db(svc.store.job, job.id)
+        return Done(raced, wake | Wake.job(raced.id, raced.state))
     except errors.RcError as exc:  # the pass's assignments are committed: still wake them
         return Done(job, wake, error=exc)
 
@@ -153,7 +156,7 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     if job.state == JobState.QUEUED:
         if not await svc.db(svc.store.cancel_queued, job_id, reason):
             raise errors.NotCancellable(f"job {job_id} already started")
-        return Done(None, Wake.jobs_ended([job_id], schedule=True))
+        return Done(None, Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, "killed"))
     if job.state not in states.ACTIVE:
         raise errors.NotCancellable(f"job {job_id} already finished")
     outcome = await svc.db(
@@ -163,8 +166,10 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
         raise errors.NotCancellable(f"job {job_id} already finished")
     wake = Wake.poll([job.worker_id])
     if outcome == "finalized":  # the worker is gone: ended here, the device stays out
-        wake |= Wake.jobs_ended([job_id], schedule=True)
-    return Done(None, wake)
+        return Done(
+            None, wake | Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, "killed")
+        )
+    return Done(None, wake | Wake.job(job_id, job.state))  # handed to the worker (EVT-010)
 
 
 # ---- worker: registration and facts --------------------------------------------------
@@ -229,12 +234,12 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     log.info("worker %s registered: %d devices", req.host, len(names))
     for job_id in reg.reaped:
         log.warning("job %s lost: worker %s re-registered", job_id, req.host)
+    recovered: list[webhooks.Notice] = []
     for r in recovery.recovered:
-        log.info(
-            "device %s returned to the pool: was quarantined for %s; %s",
-            r.device_id,
-            r.reason,
-            proof.summary if proof else "",
+        why = f"was quarantined for {r.reason}; {proof.summary if proof else ''}"
+        log.info("device %s returned to the pool: %s", r.device_id, why)
+        recovered.append(
+            webhooks.Notice(webhooks.DEVICE_RECOVERED, svc.clock.now(), r.device_id, "", why)
         )
     for device_id in recovery.held_back:
         log.warning(
@@ -244,7 +249,8 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
             expiry.FLAP_LIMIT,
             expiry.FLAP_WINDOW,
         )
-    return Done(reg, Wake(schedule=True, ended=frozenset(reg.reaped), devices=True))
+    wake = Wake(schedule=True, ended=frozenset(reg.reaped), devices=True, notices=tuple(recovered))
+    return Done(reg, wake)
 
 
 async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Done[None]:
@@ -286,6 +292,9 @@ async def poll(
             return Done(([], []))
         handed, kills = await svc.db(svc.store.take_work, worker_id)
         if handed or kills:
+            now = svc.clock.now()
+            for j in handed:  # EXT-METRICS-1: submit to start is submit to hand-out
+                svc.metrics.submit_to_start.observe(max(0.0, now - j.submitted_at))
             return Done((handed, kills))
         remaining = deadline - loop.time()
         if remaining <= 0 or svc.hub.shutting_down.is_set():
@@ -327,7 +336,7 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
 async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> Done[None]:
     """A worker reports ``running`` or the outcome (API-037/038); terminal frees the lease."""
 
-    def record() -> str:
+    def record() -> tuple[str, JobRecord]:
         job = svc.store.job(job_id)
         if not req.worker_id or req.worker_id != job.worker_id:
             raise errors.NotJobOwner(f"job {job_id} is not assigned to worker {req.worker_id!r}")
@@ -338,16 +347,31 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
             )
         if req.state == JobState.RUNNING:
             svc.store.mark_running(job_id)
-            return ""
+            return "", job
         if req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
         svc.store.release(job_id, req.state, req.exit_code, req.reason)
-        return job.device_id
+        return job.device_id, job
 
     # The ownership checks and the change run in one hop to the store thread.
-    device_id = await svc.db(record)
+    device_id, before = await svc.db(record)
+    announce = Wake.job(job_id, req.state)  # EVT-010: repeats publish again
     if not device_id:
-        return Done(None)
+        return Done(None, announce)
+    # HOOKN-010: a first terminal report of a non-hold job whose reason is a watchdog's.
+    trip = (
+        before.state not in TERMINAL
+        and before.kind != Kind.HOLD
+        and webhooks.is_watchdog_trip(req.reason or "")
+    )
+    if trip:
+        announce |= Wake(
+            notices=(
+                webhooks.Notice(
+                    webhooks.WATCHDOG_TRIP, svc.clock.now(), device_id, job_id, req.reason or ""
+                ),
+            )
+        )
     # EXT-METRICS-2: a job ending is an event; its start is the worker's to log.
     log.info(
         "job %s %s on %s%s",
@@ -356,16 +380,26 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         device_id,
         f" (exit {req.exit_code})" if req.exit_code is not None else "",
     )
-    return Done(None, Wake.jobs_ended([job_id], schedule=True))
+    return Done(None, Wake.jobs_ended([job_id], schedule=True) | announce)
 
 
 async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[None]:
     """The host takes a device out itself (API-039); only an admin clears a fault."""
     if not req.reason:
         raise errors.BadRequest("reason must not be empty")
-    await svc.db(svc.store.set_device_state, device_id, DeviceState.UNHEALTHY, req.reason)
+
+    def quarantine() -> str:
+        svc.store.set_device_state(device_id, DeviceState.UNHEALTHY, req.reason)
+        try:  # a separate read after the commit: it only names the job (HOOKN-011)
+            return svc.store.active_job_on(device_id)
+        except Exception:
+            log.exception("reading the job on faulted device %s failed", device_id)
+            return ""
+
+    job_id = await svc.db(quarantine)
     log.warning("device %s quarantined by its host: %s", device_id, req.reason)
-    return Done(None, Wake(devices=True))
+    notice = webhooks.fault_notice(svc.clock.now(), device_id, job_id, req.reason)
+    return Done(None, Wake(devices=True, notices=(notice,)))
 
 
 # ---- admin: the fleet ----------------------------------------------------------------
@@ -394,7 +428,7 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
 async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
     """One scheduling pass (SRV-030): wake the long poll of every worker it assigned to."""
     assigned = await svc.db(svc.store.schedule)
-    return Done(assigned, Wake.poll(a.worker_id for a in assigned))
+    return Done(assigned, Wake.poll(a.worker_id for a in assigned) | Wake(assigned=bool(assigned)))
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
@@ -410,6 +444,6 @@ async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
         Wake(
             schedule=took_out,
             ended=frozenset([*result.jobs_lost, *result.leases_expired]),
-            devices=result.alarming,
+            swept=result.alarming,
         ),
     )

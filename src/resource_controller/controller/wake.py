@@ -4,7 +4,8 @@ Every controller operation (``controller/service.py``) and background loop retur
 ``Done``: its outcome plus a ``Wake`` naming the wake-ups the committed change implies.
 ``perform`` awaits the operation, then ``apply`` turns the ``Wake`` into hub calls, so
 nothing is ever woken from inside a transaction and no route calls the hub by hand.
-A future publisher of "jobs"/"devices" events (EVT-010..013) hooks into ``apply`` too.
+``apply`` is also the one publisher of event-stream messages (EVT-010..013) and the one
+place webhook events are queued (HOOKN-003), so both only ever follow a commit.
 
 A forgotten ``perform`` is a type error: a route gets a ``Done``, not the value it renders.
 """
@@ -17,6 +18,7 @@ from typing import Generic, TypeVar
 
 from resource_controller import errors
 from resource_controller.controller.hub import Hub
+from resource_controller.controller.webhooks import Notice
 
 T = TypeVar("T")
 
@@ -42,6 +44,15 @@ class Wake:
     #: The device table changed (registration, labels, fault, clear, retire, a sweep
     #: that took devices out): what a "devices" event will announce (EVT-012, EVT-013).
     devices: bool = False
+    #: Job states to announce on the event stream, in order: (job ID, state) (EVT-010).
+    jobs: tuple[tuple[str, str], ...] = ()
+    #: A scheduler-loop pass assigned at least one job: a bare "jobs" event (EVT-011).
+    assigned: bool = False
+    #: A sweep marked a device unhealthy, lost a job or expired a lease: a bare
+    #: "devices" event (EVT-013), never the full list.
+    swept: bool = False
+    #: Webhook events raised by the change, stamped when raised (HOOKN-010..016).
+    notices: tuple[Notice, ...] = ()
 
     def __or__(self, other: Wake) -> Wake:
         return Wake(
@@ -51,6 +62,10 @@ class Wake:
             workers=self.workers | other.workers,
             output=self.output | other.output,
             devices=self.devices or other.devices,
+            jobs=self.jobs + other.jobs,
+            assigned=self.assigned or other.assigned,
+            swept=self.swept or other.swept,
+            notices=self.notices + other.notices,
         )
 
     @property
@@ -61,6 +76,10 @@ class Wake:
     @staticmethod
     def jobs_ended(ids: Iterable[str], *, schedule: bool = False) -> Wake:
         return Wake(schedule=schedule, ended=frozenset(ids))
+
+    @staticmethod
+    def job(job_id: str, state: str) -> Wake:
+        return Wake(jobs=((job_id, str(state)),))
 
     @staticmethod
     def poll(worker_ids: Iterable[str]) -> Wake:
@@ -94,7 +113,22 @@ def apply(hub: Hub, wake: Wake) -> None:
         hub.logs.wake(job_id)
     if wake.schedule:
         hub.kick_scheduler()
-    # ``devices`` (and ``ended``, as "jobs") are for the event stream; nothing reads them yet.
+    publish(hub, wake)
+
+
+def publish(hub: Hub, wake: Wake) -> None:
+    """The event-stream messages and webhook events of a committed change (EVT-*, HOOKN-*)."""
+    for job_id, state in wake.jobs:
+        hub.events.job(job_id, state)
+    if wake.assigned:
+        hub.events.jobs_nudge()
+    if wake.devices:
+        hub.events.devices_changed()
+    if wake.swept:
+        hub.events.devices_nudge()
+    if hub.notifier is not None:
+        for notice in wake.notices:
+            hub.notifier.emit(notice)
 
 
 async def perform(hub: Hub, op: Awaitable[Done[T]]) -> T:

@@ -110,6 +110,26 @@ class Store:
         with self._tx() as c:
             return jobs.list_jobs(c, limit, device, submitter, state, id_prefix)
 
+    def ping(self) -> None:
+        """One cheap read; raises when the store cannot answer (EXT-METRICS-3)."""
+        with self._tx() as c:
+            c.execute(sa.text("SELECT 1")).scalar_one()
+
+    def metric_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """Devices by state, jobs by state, each worker host's last heartbeat (EXT-METRICS-1)."""
+        d, j, w = schema.devices, schema.jobs, schema.workers
+        with self._tx() as c:
+            devs = c.execute(sa.select(d.c.state, sa.func.count()).group_by(d.c.state)).all()
+            jbs = c.execute(sa.select(j.c.state, sa.func.count()).group_by(j.c.state)).all()
+            beats = c.execute(
+                sa.select(w.c.host, sa.func.max(w.c.last_heartbeat_at)).group_by(w.c.host)
+            ).all()
+        return (
+            {str(s): int(n) for s, n in devs},
+            {str(s): int(n) for s, n in jbs},
+            {str(h): int(t) for h, t in beats},
+        )
+
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.queued(c)

@@ -1,0 +1,132 @@
+"""Prometheus metrics for ``GET /metrics`` (EXT-METRICS-1).
+
+Each controller has its own registry. Counters and histograms are observed where
+things happen (a hand-out, a scheduling pass, a sweep, a webhook delivery, a request);
+the state gauges (devices and jobs by state, queue depth, heartbeat age) are read from
+the store at scrape time, in one cheap grouped read on the store thread, so they are
+the real state and never a running tally that could drift.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from resource_controller.core.states import DeviceState, JobState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
+_PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+Counts = tuple[dict[str, int], dict[str, int], dict[str, int]]
+
+
+class _State(Collector):
+    """Yields the gauges of the last store read (set just before each scrape renders)."""
+
+    def __init__(self) -> None:
+        self.counts: Counts = ({}, {}, {})
+        self.now = 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        devices, jobs, beats = self.counts
+        d = GaugeMetricFamily("rc_devices", "Devices by state.", labels=["state"])
+        for state in DeviceState:
+            d.add_metric([state.value], devices.get(state.value, 0))
+        yield d
+        j = GaugeMetricFamily("rc_jobs", "Jobs in the store by state.", labels=["state"])
+        for js in JobState:
+            j.add_metric([js.value], jobs.get(js.value, 0))
+        yield j
+        yield GaugeMetricFamily(
+            "rc_queue_depth", "Jobs waiting in the queue.", value=jobs.get(JobState.QUEUED, 0)
+        )
+        h = GaugeMetricFamily(
+            "rc_heartbeat_age_seconds",
+            "Seconds since each worker host was last heard from.",
+            labels=["host"],
+        )
+        for host, at in sorted(beats.items()):
+            h.add_metric([host], self.now - at)
+        yield h
+
+
+class Metrics:
+    """One controller's metrics and its registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.state = _State()
+        r.register(self.state)
+        self.submit_to_start = Histogram(
+            "rc_submit_to_start_seconds",
+            "From submit to the job's hand-out to its worker.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.schedule_pass = Histogram(
+            "rc_scheduling_pass_seconds", "One scheduling pass.", buckets=_PASS_BUCKETS, registry=r
+        )
+        self.sweep = Histogram(
+            "rc_sweep_seconds", "One reaper sweep.", buckets=_PASS_BUCKETS, registry=r
+        )
+        self.webhook_delivered = Counter(
+            "rc_webhook_deliveries", "Webhook events delivered.", ["event"], registry=r
+        )
+        self.webhook_dropped = Counter(
+            "rc_webhook_drops",
+            "Webhook events dropped (queue_full, failed, shutdown).",
+            ["event", "reason"],
+            registry=r,
+        )
+        self.http = Histogram(
+            "rc_http_request_duration_seconds",
+            "HTTP request durations by route template.",
+            ["method", "route"],
+            registry=r,
+        )
+
+    # The webhook notifier's counters (webhooks.Counters).
+    def delivered(self, event: str) -> None:
+        self.webhook_delivered.labels(event).inc()
+
+    def dropped(self, event: str, why: str) -> None:
+        self.webhook_dropped.labels(event, why).inc()
+
+    def render(self, counts: Counts, now: float) -> bytes:
+        self.state.counts = counts
+        self.state.now = now
+        return generate_latest(self.registry)
+
+
+class RequestTimer:
+    """Times every HTTP request, labelled by its route template (never the raw path).
+
+    Requests that match no route are counted under ``route="unmatched"``, so a scan of
+    random paths cannot grow the label set. Streams are timed until they end.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.http.labels(scope.get("method", ""), template).observe(
+                time.perf_counter() - started
+            )

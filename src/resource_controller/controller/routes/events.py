@@ -1,0 +1,124 @@
+"""``GET /v1/events``: the server-sent event stream (EVT-001..006, AUTH-004).
+
+The one route that also takes its token as ``?token=``, for a browser ``EventSource``
+that cannot set headers; the query is read only when the header carries no token.
+Frames come from the in-process broadcaster (``controller/events.py``); every write
+has a 10 s deadline and a reader that misses it is cut and unsubscribed (EVT-005).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import APIRouter, Request, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from resource_controller.controller import events
+from resource_controller.controller.auth import satisfies
+from resource_controller.controller.deps import Forbidden, Services, Unauthorized
+from resource_controller.core.states import Role
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def authenticate(request: Request, svc: Services) -> None:
+    """AUTH-004: the header's token if it has one, else ``?token=``; role client."""
+    token = svc.auth.bearer(request.headers.get("authorization"))
+    if not token:
+        token = request.query_params.get("token", "")
+    caller = svc.auth.caller_of(token) if token else None
+    if caller is None:
+        raise Unauthorized()
+    if not satisfies(caller.role, Role.CLIENT):
+        raise Forbidden(caller.role, Role.CLIENT)
+
+
+class EventStream(Response):
+    """Headers at once, then frames and keepalives until the reader leaves or is cut."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, svc: Services) -> None:
+        # No Content-Length: the body is open-ended (Response would declare 0).
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            *((k.lower().encode(), v.encode()) for k, v in HEADERS.items()),
+        ]
+        self.svc = svc
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub = self.svc.hub
+        sub = hub.events.subscribe()
+        try:
+            await self._send(
+                send,
+                {"type": "http.response.start", "status": 200, "headers": self.raw_headers},
+            )
+            await self._send(send, {"type": "http.response.body", "body": b"", "more_body": True})
+            await self._pump(sub, receive, send)
+        except TimeoutError:
+            log.info(
+                "event stream reader cut: a frame was not accepted within %g s",
+                events.WRITE_DEADLINE,
+            )
+        except OSError:
+            pass
+        finally:
+            hub.events.unsubscribe(sub)
+
+    @staticmethod
+    async def _send(send: Send, message: Message) -> None:
+        async with asyncio.timeout(events.WRITE_DEADLINE):
+            await send(message)
+
+    async def _pump(self, sub: events.Subscription, receive: Receive, send: Send) -> None:
+        hub = self.svc.hub
+        loop = asyncio.get_running_loop()
+        gone = loop.create_task(_disconnected(receive))
+        stop = loop.create_task(hub.shutting_down.wait())
+        try:
+            while not gone.done() and not stop.done():
+                nxt = loop.create_task(sub.queue.get())
+                done, _ = await asyncio.wait(
+                    {nxt, gone, stop}, timeout=events.KEEPALIVE, return_when=asyncio.FIRST_COMPLETED
+                )
+                if nxt in done:
+                    body = nxt.result()
+                else:
+                    nxt.cancel()
+                    if gone in done or stop in done:
+                        break
+                    body = events.KEEPALIVE_FRAME
+                await self._send(
+                    send, {"type": "http.response.body", "body": body, "more_body": True}
+                )
+            if not gone.done():
+                with contextlib.suppress(Exception):
+                    await self._send(send, {"type": "http.response.body", "body": b""})
+        finally:
+            gone.cancel()
+            stop.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+@router.get("/v1/events", response_class=Response)
+async def stream(request: Request) -> Response:
+    svc: Services = request.app.state.services
+    authenticate(request, svc)
+    return EventStream(svc)

@@ -1,0 +1,43 @@
+"""Operational routes beside the API: ``GET /healthz`` (EXT-METRICS-3) and ``GET /metrics``
+(EXT-METRICS-1)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from resource_controller.controller import deps, metrics
+from resource_controller.controller.deps import Services
+from resource_controller.core.states import Role
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+#: Seconds the store gets to answer a health read before the answer is 503.
+HEALTH_BOUND = 5.0
+
+
+@router.get("/healthz", response_class=JSONResponse)
+async def healthz(request: Request) -> JSONResponse:
+    """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise."""
+    svc: Services = request.app.state.services
+    try:
+        async with asyncio.timeout(HEALTH_BOUND):
+            await svc.db(svc.store.ping)
+    except Exception:
+        log.warning("health check: the store did not answer a read", exc_info=True)
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/metrics", dependencies=[Depends(deps.require(Role.CLIENT))])
+async def scrape(request: Request) -> Response:
+    """Prometheus text; the state gauges from one grouped read, now (EXT-METRICS-1)."""
+    svc: Services = request.app.state.services
+    counts = await svc.db(svc.store.metric_counts)
+    body = svc.metrics.render(counts, svc.clock.now())
+    return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -1,0 +1,237 @@
+"""Webhook notifications (HOOKN-001..040): seven kinds, a bounded queue, best effort.
+
+Raising an event never blocks and never fails its caller (HOOKN-003): it goes into a
+FIFO of ``QUEUE`` entries or is dropped and counted. One task delivers events one at
+a time, in order, with ``ATTEMPTS`` tries, backoff 1 s then 2 s, each POST bounded by
+``POST_TIMEOUT`` (HOOKN-004). No signature or secret is sent (HOOKN-005). On shutdown
+the queue closes and what it holds is delivered for at most ``DRAIN`` seconds, then
+the rest is abandoned with a log line (HOOKN-040).
+
+With no URL configured there is no notifier at all (HOOKN-001): ``Hub.notifier`` is
+``None`` and ``wake.apply`` drops the notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from resource_controller.controller.events import stamp
+
+log = logging.getLogger(__name__)
+
+QUEUE = 256
+ATTEMPTS = 3
+FIRST_BACKOFF = 1.0
+POST_TIMEOUT = 10.0
+DRAIN = 5.0
+RESPONSE_DRAIN = 64 * 1024
+
+WATCHDOG_TRIP = "watchdog_trip"
+VERIFY_FAILED = "verify_failed"
+DEVICE_UNHEALTHY = "device_unhealthy"
+WORKER_LOST = "worker_lost"
+DEVICE_RECOVERED = "device_recovered"
+JOB_LOST = "job_lost"
+LEASE_EXPIRED = "lease_expired"
+#: The seven kinds, and no others (HOOKN-010..016, API-104).
+KINDS = (
+    WATCHDOG_TRIP,
+    VERIFY_FAILED,
+    DEVICE_UNHEALTHY,
+    WORKER_LOST,
+    DEVICE_RECOVERED,
+    JOB_LOST,
+    LEASE_EXPIRED,
+)
+
+#: A terminal reason that is a watchdog trip starts with one of these (HOOKN-010).
+WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
+VERIFY_PREFIX = "verify failed: "
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One webhook event, stamped when raised (HOOKN-002)."""
+
+    event: str
+    at: float
+    device: str = ""
+    job: str = ""
+    reason: str = ""
+
+    def body(self) -> dict[str, str]:
+        return {
+            "event": self.event,
+            "device": self.device,
+            "job": self.job,
+            "reason": self.reason,
+            "at": stamp(self.at),
+        }
+
+
+def is_watchdog_trip(reason: str) -> bool:
+    return reason.startswith(WATCHDOG_PREFIXES)
+
+
+def fault_notice(at: float, device: str, job: str, reason: str) -> Notice:
+    """A fault report: ``verify_failed`` by its prefix, else ``device_unhealthy`` (HOOKN-011/012a)."""
+    kind = VERIFY_FAILED if reason.startswith(VERIFY_PREFIX) else DEVICE_UNHEALTHY
+    return Notice(kind, at, device=device, job=job, reason=reason)
+
+
+def sweep_notices(
+    at: float,
+    devices_unhealthy: Iterable[str],
+    jobs_lost: Iterable[str],
+    leases_expired: Iterable[str],
+    reasons: dict[str, str] | None,
+    lease_devices: dict[str, str] | None,
+) -> list[Notice]:
+    """The events of one committed sweep, in HOOKN-020's order (STORE-172).
+
+    ``reasons`` are the current quarantine categories and ``lease_devices`` the devices
+    behind expired leases, both read after the sweep; ``None`` when that read failed,
+    which degrades the events as HOOKN-020 says.
+    """
+    out: list[Notice] = []
+    announced: set[str] = set()
+    for device in devices_unhealthy:
+        if device in announced:
+            continue
+        announced.add(device)
+        if reasons is None:
+            out.append(Notice(DEVICE_UNHEALTHY, at, device=device))
+            continue
+        category = reasons.get(device, "")
+        if category == "worker_lost":
+            out.append(Notice(WORKER_LOST, at, device=device, reason="worker_lost"))
+        else:
+            out.append(Notice(DEVICE_UNHEALTHY, at, device=device, reason=category))
+    for job in jobs_lost:
+        out.append(Notice(JOB_LOST, at, job=job, reason="worker lost"))
+    for lease in leases_expired:
+        device = (lease_devices or {}).get(lease, "")
+        out.append(Notice(LEASE_EXPIRED, at, device=device, job=lease, reason="lease expired"))
+        if (
+            device
+            and reasons is not None
+            and lease_devices is not None
+            and device not in announced
+            and reasons.get(device) == "lease_expired"
+        ):
+            announced.add(device)
+            out.append(Notice(DEVICE_UNHEALTHY, at, device=device, reason="lease_expired"))
+    return out
+
+
+class Counters(Protocol):
+    def delivered(self, event: str) -> None: ...
+    def dropped(self, event: str, why: str) -> None: ...
+
+
+class _NoCounters:
+    def delivered(self, event: str) -> None:
+        pass
+
+    def dropped(self, event: str, why: str) -> None:
+        pass
+
+
+class Notifier:
+    """The bounded queue and its one delivery task (HOOKN-003, HOOKN-004)."""
+
+    def __init__(
+        self,
+        url: str,
+        counters: Counters | None = None,
+        *,
+        backoff: float = FIRST_BACKOFF,
+        post_timeout: float = POST_TIMEOUT,
+    ) -> None:
+        self.url = url
+        self.counters: Counters = counters or _NoCounters()
+        self.backoff = backoff
+        self.post_timeout = post_timeout
+        self._queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=QUEUE)
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0
+        self.delivered = 0
+
+    def emit(self, notice: Notice) -> None:
+        """Queue one event; never blocks, never raises (HOOKN-003)."""
+        if self._closed:
+            self.dropped += 1
+            self.counters.dropped(notice.event, "shutdown")
+            return
+        try:
+            self._queue.put_nowait(notice)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            self.counters.dropped(notice.event, "queue_full")
+            log.warning(
+                "webhook queue full: dropped %s event device=%s", notice.event, notice.device
+            )
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=self.post_timeout, verify=True) as client:
+            while True:
+                notice = await self._queue.get()
+                try:
+                    await self._deliver(client, notice)
+                finally:
+                    self._queue.task_done()
+
+    async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
+        wait = self.backoff
+        for attempt in range(1, ATTEMPTS + 1):
+            if attempt > 1:
+                await asyncio.sleep(wait)
+                wait *= 2
+            try:
+                async with asyncio.timeout(self.post_timeout):
+                    async with client.stream("POST", self.url, json=notice.body()) as r:
+                        size = 0
+                        async for part in r.aiter_raw():
+                            size += len(part)
+                            if size >= RESPONSE_DRAIN:
+                                break
+                    if 200 <= r.status_code < 300:
+                        self.delivered += 1
+                        self.counters.delivered(notice.event)
+                        return
+                    problem = f"status {r.status_code}"
+            except (httpx.HTTPError, TimeoutError, OSError) as exc:
+                problem = type(exc).__name__
+            log.debug("webhook %s attempt %d failed: %s", notice.event, attempt, problem)
+        self.dropped += 1
+        self.counters.dropped(notice.event, "failed")
+        log.warning(
+            "webhook %s event dropped after %d attempts: %s", notice.event, ATTEMPTS, problem
+        )
+
+    async def close(self, bound: float = DRAIN) -> None:
+        """Stop accepting events, deliver what is queued within ``bound`` s (HOOKN-040)."""
+        self._closed = True
+        task = self._task
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(bound):
+                await self._queue.join()
+        except TimeoutError:
+            left = self._queue.qsize() + 1
+            log.warning("webhook drain gave up after %g s: %d event(s) abandoned", bound, left)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
