@@ -155,7 +155,13 @@ def big_submits(url: str) -> Counter[int]:
         return Counter(pool.map(send, range(16)))
 
 
-def poison_then_job(url: str) -> dict[str, Any]:
+def beat(url: str, worker_id: str) -> None:
+    """A heartbeat, so the long fuzzing phase does not make the devices ``unknown``."""
+    httpx.post(f"{url}/v1/workers/{worker_id}/heartbeat", json={}, headers=headers("worker"))
+
+
+def poison_then_job(url: str, worker_id: str) -> dict[str, Any]:
+    beat(url, worker_id)
     c = httpx.Client(base_url=url, headers=headers("client"), timeout=10)
     overflow = c.post(
         "/v1/jobs",
@@ -192,6 +198,7 @@ def long_selector(url: str) -> dict[str, Any]:
 
 
 def big_log(url: str, worker_id: str) -> dict[str, Any]:
+    beat(url, worker_id)
     c = httpx.Client(base_url=url, timeout=30)
     job = c.post(
         "/v1/jobs",
@@ -278,7 +285,7 @@ def main() -> None:
             report["fuzz"] = fuzz(url, args.fuzz, args.seed)
             report["rss_after_fuzz_mib"] = round(peak.rss() / MIB, 1)
             report["big_submits"] = dict(big_submits(url))
-            report["poison"] = poison_then_job(url)
+            report["poison"] = poison_then_job(url, worker)
             report["long_selector"] = long_selector(url)
             report["big_log"] = big_log(url, worker)
             peak.done.set()

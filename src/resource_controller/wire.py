@@ -221,9 +221,33 @@ class Job(_Response):
     lease_epoch: int | None = None
 
 
+class WaitingFor(_Response):
+    """What keeps a queued job from one device it could run on (EXT-WHY-1a)."""
+
+    device_id: str
+    #: A held device: the lease's holder, job, kind and grant time.
+    holder: str | None = None
+    job_id: str | None = None
+    kind: str | None = None
+    #: The hold's reason, beside the spec's fields, so a client can name it (EXT-WHY-2).
+    reason: str | None = None
+    since: str | None = None
+    #: The latest time the holder can keep it; omitted when it has no limit.
+    until: str | None = None
+    #: A queued job ahead of this one that has the device reserved.
+    reserved_by: str | None = None
+    #: A device out of the pool (``unknown``, ``unhealthy``).
+    state: str | None = None
+    quarantine_reason: str | None = None
+    #: EXT-DRAIN-2; ``true`` or omitted.
+    draining: bool | None = None
+
+
 class JobView(_Response):
     job: Job
     queue_position: int | None = None
+    #: EXT-WHY-1a: one entry per candidate device, by device ID; omitted when not queued.
+    waiting_for: list[WaitingFor] | None = None
 
 
 class JobList(_Response):
@@ -266,6 +290,8 @@ class State(_Response):
     jobs: list[Job]
     queued: list[Job]
     queued_waiting_seconds: dict[str, int] | None = None
+    #: EXT-WHY-1a: queued job ID -> its ``waiting_for``; omitted when nothing is queued.
+    queued_waiting_for: dict[str, list[WaitingFor]] | None = None
 
 
 class Recovery(_Response):

@@ -281,7 +281,8 @@ def test_queued_hold_is_granted_when_the_device_frees(
     result = result_of(15)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0] == "rc: queued at position 1 for box:gpu0"  # CLI-122 = CLI-106
+    # CLI-122 = CLI-106, with what it waits for appended (EXT-WHY-2)
+    assert lines[0].startswith("rc: queued at position 1 for box:gpu0 — held by tester (job ")
     assert GRANTED.fullmatch(lines[1]) and "max_runtime exceeded" in lines[-1]
 
 

@@ -248,13 +248,18 @@ def test_config_run_here_is_the_default(
 def test_run_queues_then_gives_up_and_cancels(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
 ) -> None:
-    occupy(client, worker)
+    blocker = occupy(client, worker)
     start = time.monotonic()
     result = run_rc("run", "-d", "box:gpu0", "--timeout", "1s", "--", "true", env=env)
     assert 0.9 < time.monotonic() - start < 5
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
-    assert lines[0] == "rc: queued at position 1 for box:gpu0"
+    # CLI-106, with what it waits for appended (EXT-WHY-2)
+    assert re.fullmatch(
+        rf"rc: queued at position 1 for box:gpu0 — held by tester \(job {blocker[:8]}…\)"
+        r" for \d+s",
+        lines[0],
+    ), lines
     m = re.fullmatch(r"rc: cancelled queued job (\S+)", lines[1])
     assert m, lines
     assert "gave up waiting for box:gpu0" in lines[2] and "deadline exceeded" in lines[2]
@@ -284,20 +289,26 @@ def test_run_reports_position_changes(
     result = out["result"]
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[:2] == [
+    assert [line.split(" — ")[0] for line in lines[:2]] == [
         "rc: queued at position 2 for box:gpu0",
         "rc: queued at position 1 for box:gpu0",
     ]
+    assert all(f"held by tester (job {blocker[:8]}…)" in line for line in lines[:2])
     assert lines[2].startswith("rc: job ") and result.stdout == "mine\n"
 
 
 def test_run_no_wait_busy(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
 ) -> None:
-    occupy(client, worker)
+    blocker = occupy(client, worker, who="alice")
     result = run_rc("run", "-d", "box:gpu0", "--no-wait", "--", "true", env=env)
     assert result.exit_code == 1
-    assert result.stderr == "rc: box:gpu0 is busy and could not be queued\n"
+    # CLI-104, naming the holder (EXT-WHY-2)
+    assert re.fullmatch(
+        rf"rc: box:gpu0 is busy and could not be queued: held by alice \(job {blocker[:8]}…\)"
+        r" for \d+s\n",
+        result.stderr,
+    ), result.stderr
 
 
 def test_run_never_started(
@@ -543,7 +554,8 @@ def test_ps_devices_describe(
     running = occupy(client, worker, who="alice")
     queued = client.submit(["python", "train.py"], device="box:gpu0")
     ps = run_rc("ps", env=env).stdout.splitlines()
-    assert ps[0].split() == ["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND"]
+    # CLI-146, with the WAITING FOR column of EXT-WHY-2 last
+    assert ps[0].split() == ["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND", "WAITING", "FOR"]
     assert ps[1].split() == [running, "box:gpu0", "running", "alice", "block"]
     assert ps[2].split() == [
         queued["id"],
@@ -553,7 +565,11 @@ def test_ps_devices_describe(
         "tester",
         "python",
         "train.py",
+        "alice",
+        "(job",
+        f"{running[:8]}…)",
     ]
+    assert ps[2].index("alice (job") == ps[0].index("WAITING FOR")
 
     devices = run_rc("devices", env=env).stdout.splitlines()
     row = devices[1].split()

@@ -103,7 +103,7 @@ def test_interrupt_while_queued_cancels_and_exits_130(
     occupy(client, worker)
     proc = Proc(["run", "-d", "box:gpu0", "--", "true"], env)
     procs.append(proc)
-    proc.wait_line(r"^rc: queued at position 1 for box:gpu0$")
+    proc.wait_line(r"^rc: queued at position 1 for box:gpu0 — held by ")  # EXT-WHY-2
     proc.p.send_signal(sig)
     assert proc.finish() == 130
     m = proc.wait_line(r"^rc: cancelled queued job (\S+)$")

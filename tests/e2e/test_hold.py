@@ -77,7 +77,7 @@ def test_ctrl_c_while_queued_cancels_the_hold(cluster: Cluster) -> None:
     blocker_id = blocker["id"]
     cluster.wait_job(blocker_id, lambda j: j["state"] == "running")
     hold = Lines(cluster.popen_rc("hold", "box:gpu0", "--ttl", "30m", "--reason", "profiling"))
-    hold.wait(r"^rc: queued at position 1 for box:gpu0$")
+    hold.wait(r"^rc: queued at position 1 for box:gpu0 — held by alice \(job ")  # EXT-WHY-2
     hold.proc.send_signal(signal.SIGINT)
     assert hold.finish() == 130, hold.lines
     hold_id = hold.wait(r"^rc: cancelled queued job (\S+)$").group(1)

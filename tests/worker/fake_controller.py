@@ -45,6 +45,8 @@ class FakeController:
         self.registrations: list[dict[str, Any]] = []
         self.heartbeats: list[dict[str, Any]] = []
         self.heartbeat_paths: list[str] = []
+        #: Bodies of ``POST /v1/workers/{id}/labels`` (PROBE-050), in order.
+        self.label_pushes: list[dict[str, Any]] = []
         self.statuses: list[tuple[str, dict[str, Any]]] = []
         self.faults: list[tuple[str, dict[str, Any]]] = []
         self.logs: dict[str, bytearray] = {}
@@ -118,6 +120,11 @@ class FakeController:
             self.heartbeats.append(body)
             self.heartbeat_paths.append(path)
             self.events.append(("heartbeat", "", body))
+            return httpx.Response(200)
+        if parts[:2] == ["v1", "workers"] and parts[3] == "labels":
+            body = json.loads(request.content)
+            self.label_pushes.append(body)
+            self.events.append(("labels", "", body))
             return httpx.Response(200)
         if parts[:2] == ["v1", "workers"] and parts[3] == "assignments":
             self.poll_times.append(time.monotonic())

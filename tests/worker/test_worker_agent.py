@@ -57,7 +57,9 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
     assert facts["cpus"].isdigit()
     assert {k: v for k, v in body["labels"].items() if k} == {"gpu0": {}, "gpu1": {}}
     assert body["declared_labels"] == {"gpu0": {}, "gpu1": {"rack": "r3"}}
-    assert "sheet" not in body
+    # SHEET-002/003: no sheet_dir on this host reads as empty sheets, which clear.
+    assert body.get("sheet", "") == ""
+    assert set(body.get("device_sheets", {}).values()) <= {""}
     # The proof depends on this host's process table (test_worker_recovery pins it
     # down); whatever it is, only true fields travel (WRK-140).
     assert all(v is True for v in body.get("recovery", {}).values())
@@ -90,17 +92,20 @@ def test_labels_are_an_explicit_null_when_nothing_was_found(
     assert b'"labels":null' in raw
 
 
-def test_settings_not_active_yet_are_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_configured_feature_is_announced_as_inactive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every worker.yaml key now does what it says (probes, sheets, hooks, verify): a
+    # configuration that sets them starts without any "not active" warning.
     ctl = FakeController()
-    config = make_config(verify_timeout=3.0)
+    config = make_config(probe_timeout=3.0, probe_interval=60.0)
 
     async def go() -> None:
         await (await Running(ctl, config).started()).finish()
 
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
+    with caplog.at_level(logging.WARNING):
         run(go())
-    (warning,) = [r for r in caplog.records if "not active" in r.getMessage()]
-    assert "verify_timeout" in warning.getMessage()
+    assert not [r for r in caplog.records if "not active" in r.getMessage()]
 
 
 def test_poll_wait_is_rendered_as_duration_text() -> None:  # WRK-060

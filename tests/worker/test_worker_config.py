@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from resource_controller.worker import config as wc
-from resource_controller.worker import inactive
 
 BASE = "controller_url: http://ctl:8080\ndevices: [gpu0]\n"
 
@@ -448,77 +447,3 @@ def test_max_runtime_above_the_controller_range(tmp_path: Path) -> None:  # EXT-
 
 
 # ---- accepted, not active yet ----------------------------------------------------
-
-
-def test_settings_for_features_not_built_yet_are_named(tmp_path: Path) -> None:
-    # §17 verify, §18 hooks, §16 probes, §19 sheets: the keys load, nothing acts on them.
-    absent = str(tmp_path / "absent")
-    bare = wc.make_config(
-        "http://c",
-        ["gpu0"],
-        host="h",
-        state_dir=str(tmp_path),
-        verify_dir=absent,
-        probe_dir=absent,
-        sheet_dir=absent,
-    )
-    assert inactive.not_yet_active(bare) == [
-        f"verify_dir {absent}",
-        f"probe_dir {absent}",
-        f"sheet_dir {absent}",
-    ]
-    verify = tmp_path / "verify.d"
-    verify.mkdir()
-    configured = wc.make_config(
-        "http://c",
-        [
-            wc.DeviceConfig(name="gpu0", on_acquire="/bin/true", release_linger=5),
-            wc.DeviceConfig(name="gpu1", on_release="/bin/true"),
-        ],
-        host="h",
-        state_dir=str(tmp_path),
-        hooks=wc.HooksConfig(timeout=10),
-        verify_dir=str(verify),
-        verify_timeout=3,
-        probe_interval=60,
-    )
-    named = inactive.not_yet_active(configured)
-    assert named[:4] == [
-        "devices[gpu0].on_acquire",
-        "devices[gpu0].release_linger",
-        "devices[gpu1].on_release",
-        "hooks.timeout",
-    ]
-    assert {"verify_timeout", "probe_interval", f"verify_dir {verify}"} <= set(named)
-
-
-def test_defaults_name_only_what_exists_on_this_host(tmp_path: Path) -> None:
-    config = wc.make_config("http://c", ["gpu0"], host="h", state_dir=str(tmp_path))
-    expected = [
-        f"{key} {path} (exists)"
-        for key, path in (
-            ("verify_dir", wc.DEFAULT_VERIFY_DIR),
-            ("probe_dir", wc.DEFAULT_PROBE_DIR),
-        )
-        if Path(path).is_dir()
-    ]
-    sheets = Path(wc.DEFAULT_SHEET_DIR)
-    if (sheets / "host.md").exists() or (sheets / "host.d").exists():
-        expected.append(f"sheet_dir {sheets} (usage sheets exist)")
-    assert inactive.not_yet_active(config) == expected
-
-
-def test_one_warning_at_start_names_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    config = wc.make_config(
-        "http://c",
-        [wc.DeviceConfig(name="gpu0", on_acquire="/bin/true")],
-        host="h",
-        state_dir=str(tmp_path),
-        verify_timeout=3,
-    )
-    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.inactive"):
-        inactive.warn_not_yet_active(config)
-    (record,) = caplog.records
-    assert "not active" in record.getMessage()
-    assert "devices[gpu0].on_acquire" in record.getMessage()
-    assert "verify_timeout" in record.getMessage()

@@ -280,24 +280,41 @@ def _state_cell(job: api.Json) -> str:
     context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
 )
 def ps() -> None:
-    """Active jobs, then the queue with per-device positions."""
+    """Active jobs, then the queue with per-device positions and what each waits for."""
     state = _client().state()
-    rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND"]]
+    # EXT-WHY-2: a last column says what each queued job waits for, when the controller
+    # tells (``queued_waiting_for``, EXT-WHY-1a); without it the base table (CLI-146).
+    waits = state.get("queued_waiting_for")
+    why = isinstance(waits, dict) and bool(waits)
+    rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND", *(["WAITING FOR"] if why else [])]]
     for job in state.get("jobs") or []:
-        rows.append(_ps_row(job, str(job.get("state") or "")))
+        rows.append(_ps_row(job, str(job.get("state") or ""), *([""] if why else [])))
     counters: dict[str, int] = {}
     for job in state.get("queued") or []:
         device = str(job.get("device_id") or "")
         counters[device] = counters.get(device, 0) + 1
-        rows.append(_ps_row(job, f"queued (#{counters[device]})"))
+        extra = [_waiting_cell(job, waits)] if why else []
+        rows.append(_ps_row(job, f"queued (#{counters[device]})", *extra))
     render.out(render.table(rows))
 
 
-def _ps_row(job: api.Json, state: str) -> list[str]:
+def _waiting_cell(job: api.Json, waits: Any) -> str:
+    """What a queued job waits for, short (EXT-WHY-2); empty when the controller said nothing."""
+    from resource_controller.core import waiting
+
+    entries = waits.get(str(job.get("id") or "")) if isinstance(waits, dict) else None
+    if not isinstance(entries, list):
+        return ""
+    pinned = not job.get("selector") and bool(job.get("device_id"))
+    return waiting.cell(waiting.blockers_from_wire(entries), pinned=pinned)
+
+
+def _ps_row(job: api.Json, state: str, *extra: str) -> list[str]:
     return [
         str(job.get("id") or ""),
         str(job.get("device_id") or ""),
         state,
         str(job.get("submitter") or ""),
         render.command_text(job.get("command")),
+        *extra,
     ]

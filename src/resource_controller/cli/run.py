@@ -20,7 +20,7 @@ Ctrl-C during the cancel request kills ``rc`` at once (CLI-055, CLI-057).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resource_controller import errors
@@ -33,6 +33,8 @@ FINAL_WAIT = 300.0
 CANCEL_BOUND = 10.0
 #: CLI-197: exit code on interrupt.
 EXIT_INTERRUPTED = 130
+#: Where the controller's no-wait refusal goes on to say who holds the device (EXT-WHY-2).
+NOT_QUEUED = "the job was not queued: "
 #: What ``rc`` says when the controller gave no reason.
 NO_DETAIL = "no further detail"
 
@@ -111,7 +113,10 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
             no_wait=req.no_wait,
         )
     except errors.NoDeviceError as e:
-        raise common.Failure(f"{req.target} is busy and could not be queued") from e
+        # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
+        _, named, why = e.message.partition(NOT_QUEUED)
+        detail = f": {why}" if named and why else ""
+        raise common.Failure(f"{req.target} is busy and could not be queued{detail}") from e
     progress.job_id = job_id = str(job.get("id", ""))
     if job.get("state") == "queued":
         progress.phase = "queue"
@@ -143,12 +148,9 @@ def wait_queue(
     the job. Shared by ``rc run`` and ``rc hold`` (``kind`` names it in messages).
     """
     deadline = time.monotonic() + timeout if timeout > 0 else None
-
-    def report(position: int) -> None:
-        render.say(f"queued at position {position} for {target}")
-
+    report = QueueReport(target)
     try:
-        return client.wait_until_scheduled(job_id, on_position=report, deadline=deadline)
+        return client.wait_until_scheduled(job_id, on_view=report, deadline=deadline)
     except errors.ClientError as e:
         # Decide "my own --timeout passed" from the clock, never from the error: a
         # per-poll timeout against a wedged controller looks the same (CLI-079).
@@ -161,6 +163,39 @@ def wait_queue(
             f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
             f" or already {after}: check rc ps"
         ) from e
+
+
+class QueueReport:
+    """The queued line (CLI-106): printed for each new position and, with what the job
+    waits for appended (EXT-WHY-2), again whenever that changes.
+
+    ``rc: queued at position 1 for box:gpu0 — held by alice (job 1b2c3d4e…, hold
+    "profiling") for 12m0s, at most until 2026-08-13T14:30:00Z``. The "for" duration is
+    measured on the local clock from the controller's ``since`` (CLI-060); a change of
+    that duration alone is not a change. A controller that sends no ``waiting_for``
+    gets the base line.
+    """
+
+    def __init__(self, target: str, clock: Callable[[], float] = time.time) -> None:
+        self.target = target
+        self.clock = clock
+        self.last: tuple[int, tuple[object, ...]] | None = None
+
+    def __call__(self, view: api.JobView) -> None:
+        from resource_controller.core import waiting  # only a queued run pays for it
+
+        blockers = waiting.blockers_from_wire(view.waiting_for)
+        seen = (view.queue_position, tuple(blockers))
+        if seen == self.last:
+            return
+        self.last = seen
+        line = f"queued at position {view.queue_position} for {self.target}"
+        if blockers:
+            job = view.job
+            pinned = not job.get("selector") and bool(job.get("device_id"))
+            now = int(self.clock())
+            line += " — " + waiting.summary(blockers, now, pinned=pinned)
+        render.say(line)
 
 
 def cancel(client: api.Client, job_id: str) -> None:

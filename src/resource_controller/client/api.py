@@ -17,7 +17,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from resource_controller import errors
@@ -72,6 +72,8 @@ class JobView:
     job: Json
     #: 0 when the job is not queued (the controller omits the key then).
     queue_position: int = 0
+    #: What the queued job waits for, one entry per device (EXT-WHY-1a); empty otherwise.
+    waiting_for: list[Json] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -262,7 +264,12 @@ class Client:
         if not isinstance(job, dict):
             raise errors.TransportError(f"{resp.request}: controller sent no job object")
         position = data.get("queue_position") or 0
-        return JobView(job, position if isinstance(position, int) else 0)
+        waits = data.get("waiting_for")
+        return JobView(
+            job,
+            position if isinstance(position, int) else 0,
+            [w for w in waits if isinstance(w, dict)] if isinstance(waits, list) else [],
+        )
 
     def kill(
         self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
@@ -425,10 +432,13 @@ class Client:
         *,
         on_position: Callable[[int], None] | None = None,
         deadline: float | None = None,
+        on_view: Callable[[JobView], None] | None = None,
     ) -> Json:
         """Poll until the job leaves the queue and return it (CLI-077).
 
-        ``on_position`` hears each new queue position while the job is queued.
+        ``on_position`` hears each new queue position while the job is queued;
+        ``on_view`` hears every view polled while it is queued (what it waits for,
+        EXT-WHY-2, can change while the position does not).
         ``deadline`` is a ``monotonic`` instant; passing it raises ``WaitTimeout``
         at once. Seventeen consecutive failed polls raise ``PollGiveUp``, which says
         nothing about the deadline (CLI-079). A returned job may be terminal without
@@ -460,6 +470,8 @@ class Client:
                     last_position = view.queue_position
                     if on_position is not None:
                         on_position(view.queue_position)
+                if on_view is not None:
+                    on_view(view)
             pause = POLL_INTERVAL
             if deadline is not None:
                 pause = max(0.0, min(pause, deadline - self._monotonic()))

@@ -72,7 +72,9 @@ def normalise(value: Any, shape: Shape | None) -> Any:
 
 LABEL = Obj()
 JOB = Obj({"command": List(), "env": Map()}, keep=frozenset({"command"}))
-JOB_VIEW = Obj({"job": JOB})
+#: EXT-WHY-1a: a queued job's ``waiting_for`` entries hold no lists or maps.
+WAITING_FOR = List()
+JOB_VIEW = Obj({"job": JOB, "waiting_for": WAITING_FOR})
 JOB_LIST = Obj({"jobs": List(JOB)}, keep=frozenset({"jobs"}))
 DEVICE = Obj({"labels": List(LABEL)})
 DEVICE_VIEW = Obj({"device": DEVICE, "command": List()})
@@ -83,6 +85,7 @@ STATE = Obj(
         "jobs": List(JOB),
         "queued": List(JOB),
         "queued_waiting_seconds": Map(),
+        "queued_waiting_for": Map(WAITING_FOR),
     },
     keep=frozenset({"devices", "jobs", "queued"}),
 )

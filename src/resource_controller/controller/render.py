@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from resource_controller import wire
 from resource_controller.core.states import DeviceState
+from resource_controller.core.waiting import Blocker
 from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobRecord, LabelRecord
 
 ZERO_INSTANT = "0001-01-01T00:00:00Z"
@@ -93,3 +94,23 @@ def device_view(s: DeviceSnapshot, now: int) -> wire.DeviceView:
         ),
         quarantine_reason=quarantine_text(s.device),
     )
+
+
+def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
+    """A queued job's ``waiting_for`` (EXT-WHY-1a): empty and absent facts are omitted."""
+    return [
+        wire.WaitingFor(
+            device_id=b.device_id,
+            holder=b.holder or None,
+            job_id=b.job_id or None,
+            kind=b.kind or None,
+            reason=b.reason or None,
+            since=ts(b.since),
+            until=ts(b.until),
+            reserved_by=b.reserved_by or None,
+            state=b.state or None,
+            quarantine_reason=b.quarantine_reason or None,
+            draining=b.draining or None,
+        )
+        for b in blockers
+    ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 import os
 import signal
 import socket
@@ -35,6 +34,7 @@ from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
+from resource_controller.core import testtimings
 from resource_controller.store.facade import Store
 from resource_controller.store.logs import LogStore
 
@@ -47,7 +47,7 @@ class StartupError(Exception):
     """The controller cannot start; the message is the one line printed."""
 
 
-TEST_TIMINGS_ENV = "RC_TEST_TIMINGS"
+TEST_TIMINGS_ENV = testtimings.VARIABLE
 #: Names ``RC_TEST_TIMINGS`` may set, each a ``Settings`` field of the same name.
 TEST_TIMINGS = ("sweep_interval", "grace", "unhealthy_after", "hold_off", "schedule_interval")
 _INTERVALS = ("sweep_interval", "schedule_interval")  # zero would make a loop spin
@@ -55,27 +55,10 @@ _INTERVALS = ("sweep_interval", "schedule_interval")  # zero would make a loop s
 
 def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
     """``settings`` with the ``RC_TEST_TIMINGS`` overrides applied (a test hook only)."""
-    if raw is None or not raw.strip():
-        return settings
-    changes: dict[str, Any] = {}
-    for entry in raw.split(","):
-        name, sep, value = (part.strip() for part in entry.partition("="))
-        if not sep or not name:
-            raise StartupError(f"{TEST_TIMINGS_ENV}: malformed entry {entry.strip()!r}")
-        if name not in TEST_TIMINGS:
-            raise StartupError(
-                f"{TEST_TIMINGS_ENV}: unknown timing {name!r} (known: {', '.join(TEST_TIMINGS)})"
-            )
-        if name in changes:
-            raise StartupError(f"{TEST_TIMINGS_ENV}: {name} given twice")
-        try:
-            seconds = float(value)
-        except ValueError:
-            raise StartupError(f"{TEST_TIMINGS_ENV}: {name}={value!r} is not a number") from None
-        if not math.isfinite(seconds) or seconds < 0 or (name in _INTERVALS and seconds == 0):
-            least = "positive" if name in _INTERVALS else "non-negative"
-            raise StartupError(f"{TEST_TIMINGS_ENV}: {name} must be a finite {least} number")
-        changes[name] = seconds
+    try:
+        changes: dict[str, Any] = testtimings.parse(raw, TEST_TIMINGS, positive=_INTERVALS)
+    except testtimings.TestTimingsError as exc:
+        raise StartupError(str(exc)) from None
     return dataclasses.replace(settings, **changes)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from resource_controller import errors, wire
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
-from resource_controller.core import expiry, identity, selectors, states
+from resource_controller.core import expiry, identity, selectors, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import NewJob
@@ -120,13 +120,25 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     if not (req.no_wait and job.queued):
         return Done(job, wake)
     try:
+        why = await svc.db(_why_busy, svc, job)
         if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
             target = new.device_id or new.selector or "any device"
-            refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued")
+            refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued{why}")
             return Done(job, wake | Wake.jobs_ended([job.id]), error=refused)
         return Done(await svc.db(svc.store.job, job.id), wake)
     except errors.RcError as exc:  # the pass's assignments are committed: still wake them
         return Done(job, wake, error=exc)
+
+
+def _why_busy(svc: Services, job: JobRecord) -> str:
+    """``: <who holds what>`` for a no-wait refusal (EXT-WHY-2 extends CLI-104), read
+    before the cancel; best effort, so the refusal never depends on it."""
+    try:
+        waits = svc.store.waiting_for(job)
+    except Exception:
+        log.exception("reading what job %s waits for failed", job.id)
+        return ""
+    return f": {waiting.summary(waits, svc.store.now(), pinned=job.snap().pinned)}"
 
 
 async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
@@ -213,6 +225,8 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
         return reg, recovery
 
     reg, recovery = await svc.db(apply)
+    # EXT-METRICS-2: a registration is one of the events a quiet controller still logs.
+    log.info("worker %s registered: %d devices", req.host, len(names))
     for job_id in reg.reaped:
         log.warning("job %s lost: worker %s re-registered", job_id, req.host)
     for r in recovery.recovered:
@@ -313,7 +327,7 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
 async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> Done[None]:
     """A worker reports ``running`` or the outcome (API-037/038); terminal frees the lease."""
 
-    def record() -> bool:
+    def record() -> str:
         job = svc.store.job(job_id)
         if not req.worker_id or req.worker_id != job.worker_id:
             raise errors.NotJobOwner(f"job {job_id} is not assigned to worker {req.worker_id!r}")
@@ -324,15 +338,24 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
             )
         if req.state == JobState.RUNNING:
             svc.store.mark_running(job_id)
-            return False
+            return ""
         if req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
         svc.store.release(job_id, req.state, req.exit_code, req.reason)
-        return True
+        return job.device_id
 
     # The ownership checks and the change run in one hop to the store thread.
-    if not await svc.db(record):
+    device_id = await svc.db(record)
+    if not device_id:
         return Done(None)
+    # EXT-METRICS-2: a job ending is an event; its start is the worker's to log.
+    log.info(
+        "job %s %s on %s%s",
+        job_id,
+        req.state,
+        device_id,
+        f" (exit {req.exit_code})" if req.exit_code is not None else "",
+    )
     return Done(None, Wake.jobs_ended([job_id], schedule=True))
 
 
@@ -354,12 +377,14 @@ async def clear(svc: Services, device_id: str) -> Done[None]:
         raise errors.DeviceNotCleared(
             f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
         )
+    log.info("device %s cleared by an operator", device_id)
     return Done(None, Wake(schedule=True, devices=True))
 
 
 async def retire(svc: Services, device_id: str) -> Done[None]:
     """Delete a lease-free device (API-081); an unknown one is ``404 device_not_found``."""
     await svc.db(svc.store.retire_device, device_id)
+    log.info("device %s retired", device_id)
     return Done(None, Wake(devices=True))
 
 

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.core import expiry
+from resource_controller.core.waiting import Blocker
 from resource_controller.store import devices, engine, jobs, leases, queries, schema, sweep, views
 from resource_controller.store.records import (
     Assigned,
@@ -83,6 +84,20 @@ class Store:
         with self._tx() as c:
             job = queries.job(c, job_id)
             return job, jobs.queue_position(c, job)
+
+    def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
+        """The job, its queue position and what it waits for, in one transaction
+        (API-045, EXT-WHY-1a); ``None`` for a job that is not queued."""
+        with self._tx() as c:
+            job = queries.job(c, job_id)
+            if not job.queued:
+                return job, 0, None
+            return job, jobs.queue_position(c, job), views.waiting_for(c, job)
+
+    def waiting_for(self, job: JobRecord) -> list[Blocker]:
+        """What a queued job waits for now (EXT-WHY-1); ``[]`` once it left the queue."""
+        with self._tx() as c:
+            return views.waiting_for(c, job)
 
     def list_jobs(
         self,
@@ -243,6 +258,16 @@ class Store:
         """Devices, active jobs and the queue, read in one transaction (API-052)."""
         with self._tx() as c:
             return views.devices(c), jobs.active(c), jobs.queued(c)
+
+    def state_view(
+        self,
+    ) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[Blocker]]]:
+        """``state_snapshot`` and what each queued job waits for, in one transaction
+        (API-052, EXT-WHY-1a): one gathering for the whole queue, not a read per job."""
+        with self._tx() as c:
+            queued = jobs.queued(c)
+            waits = views.waiting_for_all(c, queued)
+            return views.devices(c), jobs.active(c), queued, waits
 
     # ---- test fixture only --------------------------------------------------------
 

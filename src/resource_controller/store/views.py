@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from resource_controller.core import scheduling, selectors
-from resource_controller.core.states import JobState
+from resource_controller.core import scheduling, selectors, waiting
+from resource_controller.core.scheduling import JobSnap
+from resource_controller.core.states import DeviceState, JobState
 from resource_controller.store import jobs, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
@@ -123,6 +124,70 @@ def explain(conn: sa.Connection, text: str) -> Explanation:
         free=[d.id for d in matching if d.schedulable],
         queue_depth=depth,
     )
+
+
+def wait_snapshot(conn: sa.Connection, queued: list[JobSnap]) -> waiting.Snapshot:
+    """What the why-rules read (EXT-WHY-1), in four queries however long the queue.
+
+    Devices with their effective labels, every live lease with its job's effective
+    runtime (``None`` for a lease no job row backs), the reservation rows of the last
+    pass, and the quarantine text of unhealthy devices as the device view shows it
+    (API-023: the detail when there is one, else the category).
+    """
+    rows = queries.all_devices(conn)
+    fleet = queries.device_snaps(rows, queries.effective_labels(conn))
+    lc, jc = t.leases.c, t.jobs.c
+    held = conn.execute(
+        sa.select(
+            lc.device_id,
+            lc.holder,
+            lc.job_id,
+            lc.kind,
+            lc.reason,
+            lc.acquired_at,
+            lc.expires_at,
+            jc.max_runtime,
+        )
+        .select_from(t.leases.outerjoin(t.jobs, jc.id == lc.job_id))
+        .where(lc.released_at.is_(None))
+    )
+    leases = [
+        waiting.Holding(
+            device_id=r.device_id,
+            holder=r.holder,
+            job_id=r.job_id,
+            kind=r.kind,
+            reason=r.reason,
+            acquired_at=r.acquired_at,
+            expires_at=r.expires_at,
+            runtime=r.max_runtime if r.job_id and r.max_runtime is not None else None,
+        )
+        for r in held
+    ]
+    rc = t.reservations.c
+    reservations = {r.device_id: r.job_id for r in conn.execute(sa.select(rc.device_id, rc.job_id))}
+    quarantine = {
+        d.id: d.quarantine_detail or d.quarantine_reason
+        for d in rows
+        if d.state == DeviceState.UNHEALTHY
+    }
+    return waiting.Snapshot(fleet, queued, leases, reservations, quarantine)
+
+
+def waiting_for(conn: sa.Connection, job: JobRecord) -> list[waiting.Blocker]:
+    """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued."""
+    if not job.queued:
+        return []
+    return waiting.waiting_for(job.snap(), wait_snapshot(conn, queries.queued_snaps(conn)))
+
+
+def waiting_for_all(
+    conn: sa.Connection, queued: list[JobRecord]
+) -> dict[str, list[waiting.Blocker]]:
+    """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
+    if not queued:
+        return {}
+    return waiting.waiting_for_all(wait_snapshot(conn, [j.snap() for j in queued]))
 
 
 def active_job_on(conn: sa.Connection, device_id: str) -> str:

@@ -17,8 +17,12 @@ and the outbox is empty (WRK-150).
 
 The agent runs as its own process (``process``) or inside a loop that also serves a
 controller (``Agent(config).run(stop)``, for ``rc up``). Every wait it makes comes from
-one injected ``Timings``. Not here yet: hooks, verify, probes beyond the built-in
-facts, sheets, attached stdio (their configured keys are named in a warning at start).
+one injected ``Timings``. Every registration runs a probe pass and reads the usage
+sheets (``probes``, ``sheets``); a third loop repeats that every ``probe_interval`` and
+pushes the result on the labels route (PROBE-050), under the same lock as registration
+(WRK-042). Lease hooks and verify scripts belong to the ``lifecycle``; the agent runs
+their start-up release pass before the first poll and drains armed releases at
+shutdown (HOOK-025, HOOK-030).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -36,12 +40,12 @@ from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations
 from resource_controller.worker import (
     channel,
-    inactive,
     lifecycle,
     outbox,
     probes,
     procs,
     reconnect,
+    sheets,
     tasks,
 )
 from resource_controller.worker import config as worker_config
@@ -52,6 +56,13 @@ from resource_controller.worker.timings import DEFAULT, Timings
 __all__ = ["Agent", "RegisterError", "StartupError"]
 
 log = logging.getLogger(__name__)
+
+
+class HostFacts(NamedTuple):
+    """What a registration or a push reports beyond the configuration: one pass, one read."""
+
+    labels: probes.LabelsPayload
+    sheets: sheets.Sheets
 
 
 class Agent:
@@ -85,6 +96,17 @@ class Agent:
         #: Tasks the shutdown must wait for (WRK-067).
         self._tasks = tasks.Tracker()
         self._shutting_down = False
+        #: Probe passes and their memory across passes (§16).
+        self.prober = probes.Prober(
+            [d.name for d in config.devices],
+            config.probe_dir,
+            config.probe_timeout,
+            clock=self.clock,
+            timings=timings,
+        )
+        #: Held around a pass and the request built from it, so registrations and
+        #: interval pushes never overlap (WRK-042).
+        self._facts_lock = asyncio.Lock()
 
     # ---- state read by tests and by the heartbeat ---------------------------------
 
@@ -119,7 +141,6 @@ class Agent:
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
-        inactive.warn_not_yet_active(self.config)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
         except outbox.OutboxError as exc:
@@ -132,6 +153,7 @@ class Agent:
             timings=self.timings,
             track=self._tasks.track,
             base_env=self._base_env,
+            config=self.config,
         )
         # A job whose outcome the previous run left here must never run again.
         self._seen.update(box.pending_job_ids())
@@ -145,6 +167,7 @@ class Agent:
                     await self._serve(stop)
                 finally:
                     await self._tasks.abandon(self._tasks.live(), self.timings.abandon_wait)
+                    await self._life.hooks.close()
         finally:
             if not box.empty:
                 log.warning(
@@ -207,23 +230,39 @@ class Agent:
         heartbeat = asyncio.create_task(
             tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
         )
-        poll = asyncio.create_task(tasks.guard(self._poll_loop(), "poll"), name="poll")
+        probing = asyncio.create_task(tasks.guard(self._probe_loop(), "probe"), name="probe")
+        poll = asyncio.create_task(tasks.guard(self._release_then_poll(), "poll"), name="poll")
         stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
-            await asyncio.wait({stopping, poll, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {stopping, poll, heartbeat, probing}, return_when=asyncio.FIRST_COMPLETED
+            )
             if not stop.is_set():
                 log.error("a worker loop ended on its own; shutting down")
         finally:
-            await self._shutdown(poll, heartbeat, stopping)
+            await self._shutdown(poll, heartbeat, probing, stopping)
+
+    async def _release_then_poll(self) -> None:
+        """The start-up release pass, then the poll loop (WRK-040 steps 5-6, HOOK-030).
+
+        One task, so that shutdown cancels a pass still running (WRK-130 step 1).
+        """
+        await self._life.hooks.startup_pass()
+        await self._poll_loop()
 
     async def _shutdown(self, *loops: asyncio.Task[Any]) -> None:
-        """Stop polling and heartbeats, cancel every job, wait a bounded time (WRK-130)."""
+        """Stop polling and heartbeats, cancel every job, wait a bounded time, then fire
+        every armed release (WRK-130, HOOK-025)."""
         self._shutting_down = True
         for task in loops:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         for job in self._life.jobs.values():
             job.cancel.set()
+        await self._wait_for_jobs()
+        await self._life.hooks.drain()
+
+    async def _wait_for_jobs(self) -> None:
         jobs = self._tasks.live()
         if not jobs:
             return
@@ -243,12 +282,26 @@ class Agent:
 
     # ---- registration ------------------------------------------------------------
 
-    def registration(self, proof: recovery_proof.Claims | None = None) -> wire.RegisterRequest:
+    async def gather_facts(self) -> HostFacts:
+        """One probe pass and a fresh read of the usage sheets (PROBE-002, SHEET-001).
+
+        The caller holds ``_facts_lock``. Probes run as processes awaited on the loop;
+        the sheets are read in a thread; neither holds up the heartbeat or the poll loop.
+        """
+        names = [d.name for d in self.config.devices]
+        found = await self.prober.run_pass()
+        read = await asyncio.to_thread(sheets.read_sheets, self.config.sheet_dir, names)
+        return HostFacts(found.labels, read)
+
+    def registration(
+        self, facts: HostFacts, proof: recovery_proof.Claims | None = None
+    ) -> wire.RegisterRequest:
         """What ``POST /v1/workers/register`` says (WRK-043).
 
         ``recovery`` only when the proof claims something (WRK-140); ``labels`` an
         explicit null when the pass found nothing; declared labels for every device,
-        empty ones included, so removing a label clears it (WRK-044).
+        empty ones included, so removing a label clears it (WRK-044); the sheets that
+        could be read (SHEET-003, SHEET-004).
         """
         cfg = self.config
         return wire.RegisterRequest(
@@ -259,8 +312,22 @@ class Agent:
                 wire.DeviceDecl(name=d.name, max_runtime_seconds=d.max_runtime_seconds or None)
                 for d in cfg.devices
             ],
-            labels=probes.labels_payload(probes.builtin_facts(), (d.name for d in cfg.devices)),
+            labels=facts.labels,
             declared_labels={d.name: dict(d.labels) for d in cfg.devices},
+            sheet=facts.sheets.sheet,
+            device_sheets=facts.sheets.device_sheets,
+        )
+
+    def labels_push(self, facts: HostFacts) -> wire.LabelsPush:
+        """What ``POST /v1/workers/{id}/labels`` says: the registration's fields (PROBE-050)."""
+        cfg = self.config
+        return wire.LabelsPush(
+            host=cfg.host,
+            devices=[d.name for d in cfg.devices],
+            labels=facts.labels,
+            declared_labels={d.name: dict(d.labels) for d in cfg.devices},
+            sheet=facts.sheets.sheet,
+            device_sheets=facts.sheets.device_sheets,
         )
 
     async def _proof(self) -> recovery_proof.Claims:
@@ -279,7 +346,10 @@ class Agent:
         Success settles any re-registration debt (WRK-153): a fresh registration is
         exactly what the debt asked for.
         """
-        worker_id = await self.channel.register(self.registration(await self._proof()))
+        proof = await self._proof()
+        async with self._facts_lock:
+            request = self.registration(await self.gather_facts(), proof)
+            worker_id = await self.channel.register(request)
         self.contact.settled()
         log.info(
             "registered as worker %s (host %s, %d device(s))",
@@ -289,6 +359,30 @@ class Agent:
             extra={"action": "registered"},
         )
         return worker_id
+
+    # ---- probes and sheets -------------------------------------------------------
+
+    async def _probe_loop(self) -> None:
+        """Every ``probe_interval`` after registration, a pass and its push (PROBE-002).
+
+        The interval runs from the end of one push to the start of the next pass, so a
+        pass that overruns it delays the next one and passes never pile up.
+        """
+        while True:
+            await asyncio.sleep(self.config.probe_interval)
+            await self.push_facts()
+
+    async def push_facts(self) -> bool:
+        """One pass pushed on the labels route; a failure is a warning (PROBE-050).
+
+        Never the registration route: registering a live worker reaps its own jobs.
+        """
+        async with self._facts_lock:
+            request = self.labels_push(await self.gather_facts())
+            problem = await self.channel.push_labels(request)
+        if problem:
+            log.warning("labels push failed: %s", problem, extra={"action": "labels_push"})
+        return not problem
 
     # ---- heartbeat ---------------------------------------------------------------
 

@@ -2,25 +2,31 @@
 
 ``Lifecycle.run`` is the whole story of a job, in order:
 
-1. **acquire** the device: the acquire hook (HOOK-010). Not active yet: a no-op step;
+1. **acquire** the device: the acquire hook, inside the job's cancellation scope
+   (HOOK-010, HOOK-011). On failure the job never runs: the fault is reported, then
+   the job ``failed`` with ``acquire hook failed: ...`` (HOOK-012); interrupted by its
+   own cancellation, the job is ``killed`` and nothing is faulted (HOOK-013);
 2. **report running**: one attempt, in the background (WRK-113);
 3. **start**: the environment, the command, the spawn (``runner.start_job``);
 4. **supervise**: watchdogs, the cancellation path, output batched into log appends
    (``runner.supervise_job``, ``logship``), then the final flush (WRK-086);
 5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
    logged, never changing the outcome (WRK-120..122);
-6. **verify** the device (VERIFY-). Not active yet: a no-op step;
+6. **verify** the device (``verify``, VERIFY-): on failure the device fault is reported
+   (durable, and ordered before the terminal report by the outbox) so that the
+   controller takes the device out of the pool before it frees it; the job's own
+   outcome is unchanged (VERIFY-008, WRK-074);
 7. **report** the outcome: queued in the outbox (the job is then *pending*, no longer
    *running*, EXT-OUTBOX-2), made durable, delivered until the controller answers for
    good (EXT-OUTBOX-1);
-8. **release** the device: the release hook and its linger (HOOK-020). Not active yet:
-   a no-op step;
+8. **release** the device: the release is armed with this job's acquire epoch and
+   runs after the device's linger (``hooks``, HOOK-020..023);
 9. leave the supervised set.
 
-Only the job's cancellation scope (a kill flag, a watchdog, shutdown) interrupts steps
-3-4; steps 4-8 are never cut short by shutdown (WRK-073), which only *asks* a job to
-stop. A job task that is itself torn down (the shutdown window expired) kills its group
-and its stragglers on the way out.
+Holds take exactly the same steps (WRK-127). Only the job's cancellation scope (a kill
+flag, a watchdog, shutdown) interrupts steps 1 and 3-4; steps 4-8 are never cut short
+by shutdown (WRK-073), which only *asks* a job to stop. A job task that is itself torn
+down (the shutdown window expired) kills its group and its stragglers on the way out.
 
 Reports outside a job's run live here too: the terminal report of a job killed before
 it started (WRK-066) and device fault reports (WRK-114), both through the outbox.
@@ -38,10 +44,15 @@ from typing import Any
 from resource_controller import wire
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
-from resource_controller.worker import channel, logship, outbox, runner, stragglers
+from resource_controller.worker import channel, hooks, logship, outbox, runner, stragglers
+from resource_controller.worker import config as worker_config
+from resource_controller.worker import verify as verify_pass
 from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
+
+#: A configuration with no device hooks, for a lifecycle built without one.
+_NO_DEVICES = worker_config.WorkerConfig(controller_url="")
 
 REASON_PREKILLED = "killed before this worker started it"
 
@@ -55,6 +66,8 @@ class Job:
 
     assignment: wire.Assignment
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
+    epoch: int = 0
 
     @property
     def job_id(self) -> str:
@@ -63,6 +76,10 @@ class Job:
     @property
     def device_ids(self) -> tuple[str, ...]:
         return (self.assignment.device_id,)
+
+    @property
+    def submitter(self) -> str:
+        return self.assignment.submitter or ""
 
 
 class Lifecycle:
@@ -77,6 +94,7 @@ class Lifecycle:
         timings: Timings,
         track: Track,
         base_env: Mapping[str, str] | None = None,
+        config: worker_config.WorkerConfig | None = None,
     ) -> None:
         self.channel = to_controller
         self.box = box
@@ -84,6 +102,15 @@ class Lifecycle:
         self.timings = timings
         self._track = track
         self._base_env = base_env
+        #: Where the verify pass looks, and its bounds (VERIFY-001, VERIFY-004, VERIFY-007);
+        #: ``None`` turns the pass off (a lifecycle built without a configuration).
+        self.verify_dir = config.verify_dir if config is not None else None
+        self.verify_timeout = config.verify_timeout if config is not None else 0.0
+        self.verify_budget = config.verify_pass_budget if config is not None else 0.0
+        #: Every device's hooks and held state (§18); empty without a configuration.
+        self.hooks = hooks.Hooks(
+            config or _NO_DEVICES, clock=clock, timings=timings, base_env=base_env
+        )
         #: Jobs under supervision whose outcome is not queued yet, in start order
         #: (WRK-051). A job enters before its acquire step and leaves the moment its
         #: terminal report is queued.
@@ -128,14 +155,37 @@ class Lifecycle:
             self.jobs.pop(job.job_id, None)
 
     async def acquire(self, job: Job) -> bool:
-        """Acquire the device before the job touches it (HOOK-010..013); not active yet.
+        """Acquire the device before the job touches it (HOOK-010..013).
 
-        The acquire hook arrives with §18 (lease lifecycle hooks): it will run
-        ``on_acquire`` inside the job's cancellation scope, and on failure report the
-        fault and the job and return ``False``. Until then every device counts as
-        acquired, and a configured ``on_acquire`` is named in the start-up warning.
+        ``False`` when the job must not run; its reports are then already queued: for
+        a failed hook the fault first, then the job ``failed`` without an exit code
+        (HOOK-012); for a hook our own cancellation interrupted, the job ``killed`` and
+        no fault (HOOK-013). Neither schedules a release: nothing is held.
         """
-        return True
+        a = job.assignment
+        got = await self.hooks.acquire(a.device_id, a.job_id, job.submitter, job.cancel)
+        if not isinstance(got, hooks.AcquireFailed):
+            job.epoch = got
+            return True
+        reason = got.reason
+        if got.cancelled:
+            state = JobState.KILLED
+        else:
+            state = JobState.FAILED
+            log.error(
+                "job %s: %s",
+                a.job_id,
+                reason,
+                extra={"action": "acquire_failed", "job_id": a.job_id},
+            )
+            await self.report_fault(a.device_id, reason, a.job_id)
+        body = channel.status_body(
+            self.channel.worker_id, state.value, reason=reason, lease_epoch=a.lease_epoch
+        )
+        report = self.box.add_status(a.job_id, job.device_ids, body)
+        self.jobs.pop(a.job_id, None)
+        await self.submit(report)
+        return False
 
     async def report_running(self, job: Job) -> None:
         """Belt and braces: one attempt, failure only logged (WRK-113).
@@ -213,13 +263,37 @@ class Lifecycle:
         stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
 
     async def verify(self, job: Job, outcome: runner.Outcome) -> None:
-        """The verify pass for the job's device (VERIFY-001..009); not active yet.
+        """The verify pass for the job's device (VERIFY-001..009), before its report.
 
-        Verify scripts arrive with §17: the pass will run the scripts in
-        ``verify_dir`` and, on failure, report the device fault (``report_fault``)
-        before the terminal report. Until then no script runs, and an existing
-        ``verify_dir`` is named in the start-up warning.
+        On failure the fault is reported and made durable here, so the terminal report
+        queued next can never reach the controller first (VERIFY-008): the controller
+        frees the device the instant that report lands. ``outcome`` stays as it is: a
+        dirty device says nothing about the run.
         """
+        if self.verify_dir is None:
+            return
+        a = job.assignment
+        result = await verify_pass.verify_pass(
+            self.verify_dir,
+            device_id=a.device_id,
+            job_id=a.job_id,
+            submitter=job.submitter,
+            timeout=self.verify_timeout,
+            budget=self.verify_budget,
+            clock=self.clock,
+            timings=self.timings,
+            base_env=self._base_env,
+        )
+        if result.clean:
+            return
+        log.error(
+            "device %s: job %s: %s",
+            a.device_id,
+            a.job_id,
+            result.reason,
+            extra={"action": "verify_failed", "job_id": a.job_id},
+        )
+        await self.report_fault(a.device_id, result.reason, a.job_id)
 
     async def report(self, job: Job, outcome: runner.Outcome) -> None:
         """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
@@ -245,13 +319,13 @@ class Lifecycle:
         await self.submit(report)
 
     async def release(self, job: Job) -> None:
-        """Schedule the device's release with this job's acquire epoch (HOOK-020); not
-        active yet.
+        """Arm the device's release with this job's acquire epoch (HOOK-020).
 
-        The release hook and its linger arrive with §18: the release will be armed
-        here, after the terminal report. Until then nothing runs, and a configured
-        ``on_release`` is named in the start-up warning.
+        The release hook runs once the device has been idle for its linger; a later
+        job that acquired meanwhile keeps it (HOOK-021, HOOK-023).
         """
+        a = job.assignment
+        await self.hooks.release(a.device_id, job.epoch, a.job_id, job.submitter)
 
     # ---- reports outside a job's run -----------------------------------------------
 

@@ -1,17 +1,43 @@
-"""Facts about the host, turned into the ``labels`` payload of a registration.
+"""Capability probes: the facts a host and its devices report as detected labels (§16).
 
-For now only the built-in host facts of PROBE-004 are gathered (no nvidia-smi, no
-drop-in probes, so no device is ever "unconfirmed"). The payload shape already follows
-PROBE-040, because the controller reads absence, ``null`` and ``{}`` differently: a
-device missing from the object keeps its stored labels, so every configured device is
-named (as ``{}``) for the host facts to reach it.
+A *pass* gathers, in order, the built-in host facts (PROBE-004), what ``nvidia-smi``
+says about each GPU (PROBE-010..014) and what every executable drop-in in
+``probe_dir`` prints (PROBE-020..024); later sources overwrite earlier ones key by key.
+Its result is the ``labels`` field of a registration or a labels push (PROBE-040).
+
+The controller reads absence, ``null`` and ``{}`` differently (API-032), and the pass
+uses that to keep a broken probe from wiping what an earlier run detected: every
+source remembers which devices it named on its last success (PROBE-030); when it fails,
+those devices are *unconfirmed* and, unless something else still reports a fact for
+them, left out of the payload so the controller keeps their stored labels (PROBE-031,
+PROBE-032, PROBE-040). A source that is gone (deleted, no longer executable, the
+directory removed) is simply forgotten, so its facts clear.
+
+Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``, ``classify``,
+``labels_payload``), running one probe as its own process group with a timeout and
+capped output (``run_probe``), and the pass with its memory (``Prober``), which gets
+its clock, its process runner and its ``PATH`` lookup injected so tests can drive it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
-from collections.abc import Iterable
+import re
+import shutil
+import signal
+import stat
+import subprocess
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller.clock import Clock, SystemClock
+from resource_controller.core import durations
+from resource_controller.worker import procs
+from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +46,27 @@ MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
+#: PROBE-010: exactly this query, so the four fields arrive in this order.
+NVIDIA_SMI = "nvidia-smi"
+NVIDIA_SMI_ARGS = (
+    "--query-gpu=name,memory.total,memory.free,driver_version",
+    "--format=csv,noheader,nounits",
+)
+#: Each captured stream of a probe is kept up to this many bytes (PROBE-010, PROBE-021).
+CAPTURE_CAP = 65_536
+#: A failing drop-in's stderr is quoted in the log up to this many characters (PROBE-022).
+STDERR_NOTE = 200
+#: Source names of PROBE-030 other than a drop-in's path.
+BUILTIN = "builtin"
+NVIDIA = "nvidia-smi"
+
 Facts = dict[str, str]
 LabelsPayload = dict[str, Facts] | None
+
+_GPU_NAME = re.compile(r"gpu[0-9]+")
+
+
+# ---- built-in facts (PROBE-004) -----------------------------------------------
 
 
 def _cpus() -> str | None:
@@ -73,16 +118,465 @@ def builtin_facts() -> Facts:
     return facts
 
 
-def labels_payload(host_facts: Facts, device_names: Iterable[str]) -> LabelsPayload:
-    """The ``labels`` field of PROBE-040 for a pass with host facts only.
+# ---- parsing -------------------------------------------------------------------
 
-    ``None`` (sent as JSON ``null``: "say nothing") when the pass found nothing at all;
-    otherwise host facts under ``""`` and every device as an explicit ``{}``.
+
+def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
+    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012, PROBE-013).
+
+    Line *i* of the trimmed output is GPU *i*; a blank line is skipped and a line
+    without exactly four fields is skipped with a warning, each still consuming its
+    index. Memory gets an ``M`` suffix (the query asks for MiB without units), which
+    the selector reads as a quantity: ``81920`` → ``81920M``; ``[N/A]`` → ``[N/A]M``.
     """
-    if not host_facts:
-        log.error("probe pass produced no facts at all", extra={"action": "probe_empty"})
+    facts: Facts = {}
+    warnings: list[str] = []
+    for i, raw in enumerate(text.strip().splitlines()):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4:
+            warnings.append(f"nvidia-smi line {i} has {len(fields)} fields, not 4: {line[:200]!r}")
+            continue
+        name, total, free, driver = fields
+        facts[f"gpu{i}.vendor"] = "nvidia"
+        facts[f"gpu{i}.model"] = name
+        facts[f"gpu{i}.vram"] = total + "M"
+        facts[f"gpu{i}.vram_free"] = free + "M"
+        facts[f"gpu{i}.driver"] = driver
+    return facts, warnings
+
+
+class DropinError(ValueError):
+    """A drop-in's stdout is not one JSON object (PROBE-022)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise DropinError(f"not valid JSON: {name}")
+
+
+def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
+    """A drop-in's stdout as facts, and warnings; ``DropinError`` if it is not usable.
+
+    Exactly one JSON object, whitespace around it allowed (PROBE-022). Values
+    (PROBE-023): a string as is; a number as its literal text (``1.50`` stays ``1.50``);
+    ``true``/``false`` as words; ``null`` drops the key silently; an object or an array
+    drops it with a warning. ``NaN`` and ``Infinity`` are not JSON. The last of
+    duplicate keys wins. A bare top-level ``null`` is a success reporting nothing.
+    """
+    try:
+        text = stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DropinError(f"output is not UTF-8: {exc}") from exc
+    try:
+        data = json.loads(text, parse_int=str, parse_float=str, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise DropinError(f"output is not one JSON object: {exc}") from exc
+    except RecursionError as exc:
+        raise DropinError("output is nested too deeply") from exc
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        raise DropinError(f"output is a JSON {type(data).__name__}, not an object")
+    facts: Facts = {}
+    warnings: list[str] = []
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            facts[key] = "true" if value else "false"
+        elif isinstance(value, str):
+            facts[key] = value  # strings, and numbers kept as their literal text
+        else:
+            warnings.append(f"key {key!r} has a nested {type(value).__name__}; dropped")
+    return facts, warnings
+
+
+@dataclass
+class Classified:
+    """One source's facts sorted into host-wide and per-device ones (PROBE-024)."""
+
+    host: Facts = field(default_factory=dict)
+    devices: dict[str, Facts] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def named(self) -> frozenset[str]:
+        """The devices this source named (device-scoped keys accepted), PROBE-030."""
+        return frozenset(name for name, facts in self.devices.items() if facts)
+
+
+def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classified:
+    """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device (PROBE-024).
+
+    An empty key, one that starts or ends with ``.``, or one whose prefix before the
+    first ``.`` is not a configured device is dropped with a warning, never promoted to
+    a host fact: ``gpu0.model`` on a host whose devices are named otherwise would stamp
+    one model on every device.
+    """
+    out = Classified()
+    for key, value in facts.items():
+        if not key:
+            out.warnings.append("empty key dropped")
+        elif "." not in key:
+            out.host[key] = value
+        elif key.startswith(".") or key.endswith("."):
+            out.warnings.append(f"key {key!r} starts or ends with '.'; dropped")
+        else:
+            prefix, _, suffix = key.partition(".")
+            if prefix in device_names:
+                out.devices.setdefault(prefix, {})[suffix] = value
+            else:
+                out.warnings.append(f"key {key!r} names no configured device; dropped")
+    return out
+
+
+def labels_payload(
+    host: Mapping[str, str],
+    devices: Mapping[str, Mapping[str, str]],
+    unconfirmed: Collection[str],
+    device_names: Iterable[str],
+) -> LabelsPayload:
+    """The ``labels`` field of PROBE-040.
+
+    ``None`` (JSON ``null``: say nothing) when the pass found no fact anywhere.
+    Otherwise host facts under ``""`` (when there are any) and, for every configured
+    device: its facts when it has some; ``{}`` (a trustworthy clear) when it has none
+    and nothing failed on it; nothing at all when it has none and a failing source
+    used to name it, so the controller keeps what it stored.
+    """
+    names = list(device_names)
+    if not host and not any(devices.get(n) for n in names):
         return None
-    payload: dict[str, Facts] = {"": dict(host_facts)}
-    for name in device_names:
-        payload[name] = {}
+    payload: dict[str, Facts] = {}
+    if host:
+        payload[""] = dict(host)
+    for name in names:
+        facts = devices.get(name) or {}
+        if facts or name not in unconfirmed:
+            payload[name] = dict(facts)
     return payload
+
+
+# ---- running one probe -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """How one probe process went (PROBE-011, PROBE-022)."""
+
+    #: Started, exited 0, not killed, stdout within the cap.
+    ok: bool
+    stdout: bytes = b""
+    stderr: bytes = b""
+    #: ``""`` when ``ok``; otherwise what went wrong, in one line.
+    problem: str = ""
+
+
+RunProbe = Callable[[Sequence[str], float], Awaitable[Run]]
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, cap: int) -> tuple[bytes, bool]:
+    """Everything up to ``cap`` bytes, and whether there was more (read and discarded)."""
+    if stream is None:
+        return b"", False
+    kept = bytearray()
+    over = False
+    while True:
+        block = await stream.read(65_536)
+        if not block:
+            return bytes(kept), over
+        room = cap - len(kept)
+        if len(block) > room:
+            over = True
+            kept += block[: max(room, 0)]
+        else:
+            kept += block
+
+
+async def run_probe(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    grace: float = DEFAULT.kill_grace,
+    cap: int = CAPTURE_CAP,
+) -> Run:
+    """Run one probe directly, as its own process group, bounded by ``timeout``.
+
+    No arguments beyond ``argv``, the worker's own environment, stdin ``/dev/null``,
+    stdout and stderr captured separately up to ``cap`` each (PROBE-021). Over time it
+    is stopped the way a cancelled job is (TERM the group, ``grace``, KILL, PROBE-003);
+    a task cancelled meanwhile kills the group on its way out.
+    """
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Run(False, problem="start: " + procs.os_error_text("fork/exec", argv[0], exc))
+    pgid = proc.pid
+    out = asyncio.ensure_future(_read_capped(proc.stdout, cap))
+    err = asyncio.ensure_future(_read_capped(proc.stderr, cap))
+    exited = asyncio.ensure_future(proc.wait())
+    timed_out = False
+    try:
+        _, pending = await asyncio.wait({out, err, exited}, timeout=max(timeout, 0.0))
+        if pending:
+            timed_out = True
+            await procs.escalate(pgid, [exited], exited, grace=grace)
+            # The group is dead; a pipe still open belongs to something that escaped it.
+            await asyncio.wait({out, err}, timeout=1.0)
+        elif procs.group_alive(pgid):
+            procs.signal_group(pgid, signal.SIGKILL)  # a background child left behind
+    except BaseException:
+        procs.kill_group_now(pgid)
+        raise
+    finally:
+        for task in (out, err, exited):
+            if not task.done():
+                task.cancel()
+    stdout, stdout_over = out.result() if out.done() and not out.cancelled() else (b"", False)
+    stderr, _ = err.result() if err.done() and not err.cancelled() else (b"", False)
+    code = proc.returncode
+    if timed_out:
+        return Run(False, stdout, stderr, f"killed after {durations.render_duration(timeout)}")
+    if code is not None and code < 0:
+        return Run(False, stdout, stderr, f"signal: {procs.signal_word(-code)}")
+    if code != 0:
+        return Run(False, stdout, stderr, f"exit status {code}")
+    if stdout_over:
+        return Run(False, stdout, stderr, f"stdout exceeds {cap} bytes")
+    return Run(True, stdout, stderr)
+
+
+# ---- the pass -----------------------------------------------------------------
+
+
+@dataclass
+class Pass:
+    """What one pass found: host facts, per-device facts, the unconfirmed devices."""
+
+    host: Facts
+    devices: dict[str, Facts]
+    unconfirmed: frozenset[str]
+    labels: LabelsPayload
+
+
+class Prober:
+    """Runs passes over one worker's configuration and remembers across them (§16.4).
+
+    ``run`` starts one probe (``run_probe`` by default), ``which`` finds nvidia-smi on
+    ``PATH`` and ``clock`` measures the pass budget (``Timings.probe_pass_budget``).
+    Passes must not overlap; the agent holds a lock around each.
+    """
+
+    def __init__(
+        self,
+        device_names: Sequence[str],
+        probe_dir: str,
+        probe_timeout: float,
+        *,
+        clock: Clock | None = None,
+        timings: Timings = DEFAULT,
+        run: RunProbe | None = None,
+        which: Callable[[str], str | None] = shutil.which,
+    ) -> None:
+        self.device_names = list(device_names)
+        self.probe_dir = probe_dir
+        self.probe_timeout = probe_timeout
+        self.clock: Clock = clock or SystemClock()
+        self.timings = timings
+        self._run: RunProbe = run or (
+            lambda argv, timeout: run_probe(argv, timeout, grace=timings.kill_grace)
+        )
+        self._which = which
+        #: Source → devices it named on its last success in this process (PROBE-030).
+        self.memory: dict[str, frozenset[str]] = {}
+        #: Whether nvidia-smi was on ``PATH`` at the first pass; never updated (PROBE-014).
+        self.nvidia_at_start: bool | None = None
+        #: Sources already warned, this failure episode, that their facts will clear.
+        self._clear_warned: set[str] = set()
+        #: Devices already warned, this episode, that they were left out (PROBE-041).
+        self._omit_warned: set[str] = set()
+
+    async def run_pass(self) -> Pass:
+        """One pass (PROBE-001..003): never raises for a probe's failure."""
+        return await _PassRun(self).go()
+
+    def _gpu_devices(self) -> frozenset[str]:
+        return frozenset(n for n in self.device_names if _GPU_NAME.fullmatch(n))
+
+
+class _PassRun:
+    """The state of one pass while it runs."""
+
+    def __init__(self, prober: Prober) -> None:
+        self.p = prober
+        self.deadline = prober.clock.monotonic() + prober.timings.probe_pass_budget
+        self.host: Facts = {}
+        self.devices: dict[str, Facts] = {n: {} for n in prober.device_names}
+        self.unconfirmed: set[str] = set()
+        self.memory: dict[str, frozenset[str]] = {}
+        #: Sources present this pass (succeeded or failed); the others are forgotten.
+        self.present: set[str] = set()
+
+    def remaining(self) -> float:
+        return self.deadline - self.p.clock.monotonic()
+
+    def timeout(self) -> float:
+        return min(self.p.probe_timeout, self.remaining())
+
+    def absorb(self, source: str, facts: Mapping[str, str]) -> None:
+        """A source succeeded: merge its facts over the earlier ones and remember it."""
+        sorted_facts = classify(facts, self.p.device_names)
+        for warning in sorted_facts.warnings:
+            log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+        self.host.update(sorted_facts.host)
+        for name, device_facts in sorted_facts.devices.items():
+            self.devices[name].update(device_facts)
+        self.present.add(source)
+        self.memory[source] = sorted_facts.named
+        self.p._clear_warned.discard(source)
+
+    def fail(self, source: str) -> None:
+        """A source failed: its remembered devices become unconfirmed (PROBE-031, -032)."""
+        self.present.add(source)
+        previous = self.p.memory.get(source)
+        if previous is not None:
+            self.memory[source] = previous
+        if source == NVIDIA:
+            self.unconfirmed |= previous or self.p._gpu_devices()
+            return
+        if previous:
+            self.unconfirmed |= previous
+        elif source not in self.p._clear_warned:
+            self.p._clear_warned.add(source)
+            log.warning(
+                "probe %s failed and has not named a device in this process: whatever it "
+                "used to report will be cleared rather than preserved",
+                source,
+                extra={"action": "probe_clear"},
+            )
+
+    async def go(self) -> Pass:
+        self.absorb(BUILTIN, builtin_facts())
+        await self.nvidia()
+        await self.dropins()
+        p = self.p
+        p.memory = self.memory
+        p._clear_warned &= self.present
+        labels = labels_payload(self.host, self.devices, self.unconfirmed, p.device_names)
+        if labels is None:
+            log.error("probe pass produced no facts at all", extra={"action": "probe_empty"})
+        for name in p.device_names:
+            if labels is not None and name in labels:
+                p._omit_warned.discard(name)
+            elif labels is not None and name not in p._omit_warned:
+                p._omit_warned.add(name)
+                log.warning(
+                    "device %s: a probe that reported it failed and nothing else did; its "
+                    "stored labels are kept as they are",
+                    name,
+                    extra={"action": "probe_omit"},
+                )
+        return Pass(self.host, self.devices, frozenset(self.unconfirmed), labels)
+
+    async def nvidia(self) -> None:
+        p = self.p
+        path = p._which(NVIDIA_SMI)
+        if p.nvidia_at_start is None:
+            p.nvidia_at_start = path is not None
+        if path is None:
+            log.debug("nvidia-smi not found on PATH", extra={"action": "probe_nvidia"})
+            if p.nvidia_at_start:
+                log.warning(
+                    "nvidia-smi was on PATH at start-up and is not any more",
+                    extra={"action": "probe_failed"},
+                )
+                self.fail(NVIDIA)
+            return
+        if self.remaining() <= 0:
+            self.fail(NVIDIA)
+            return
+        run = await p._run([path, *NVIDIA_SMI_ARGS], self.timeout())
+        if not run.ok:
+            _warn_failed(NVIDIA, run)
+            self.fail(NVIDIA)
+            return
+        facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
+        for warning in warnings:
+            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
+        self.absorb(NVIDIA, facts)
+
+    def remembered_dropins(self) -> list[str]:
+        return [s for s in self.p.memory if s not in (BUILTIN, NVIDIA) and s not in self.present]
+
+    async def dropins(self) -> None:
+        directory = self.p.probe_dir
+        try:
+            names = sorted(os.listdir(directory), key=os.fsencode)
+        except FileNotFoundError:
+            return  # PROBE-033: no directory, no drop-ins; their memories are forgotten
+        except OSError as exc:
+            log.warning(
+                "probe_dir unreadable, keeping what its probes reported: %s",
+                procs.os_error_text("open", directory, exc),
+                extra={"action": "probe_dir"},
+            )
+            for source in self.remembered_dropins():
+                self.fail(source)
+            return
+        for name in names:
+            source = os.path.join(directory, name)
+            try:
+                st = os.stat(source)
+            except OSError as exc:
+                log.warning(
+                    "probe %s failed: %s",
+                    source,
+                    procs.os_error_text("stat", source, exc),
+                    extra={"action": "probe_failed"},
+                )
+                self.fail(source)
+                continue
+            if stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o111:
+                continue  # not a source this pass (PROBE-020)
+            if self.remaining() <= 0:
+                log.warning(
+                    "probe %s skipped: the pass exceeded its %s budget",
+                    source,
+                    durations.render_duration(self.p.timings.probe_pass_budget),
+                    extra={"action": "probe_failed"},
+                )
+                self.fail(source)
+                continue
+            run = await self.p._run([source], self.timeout())
+            if not run.ok:
+                _warn_failed(source, run)
+                self.fail(source)
+                continue
+            try:
+                facts, warnings = parse_dropin(run.stdout)
+            except DropinError as exc:
+                _warn_failed(source, Run(False, run.stdout, run.stderr, str(exc)))
+                self.fail(source)
+                continue
+            for warning in warnings:
+                log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+            self.absorb(source, facts)
+
+
+def _warn_failed(source: str, run: Run) -> None:
+    note = run.stderr.decode("utf-8", "replace")[:STDERR_NOTE].strip()
+    log.warning(
+        "probe %s failed: %s%s",
+        source,
+        run.problem,
+        f"; stderr: {note}" if note else "",
+        extra={"action": "probe_failed"},
+    )

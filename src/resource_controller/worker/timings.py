@@ -8,7 +8,7 @@ values marked *(test hook)* in the spec are exactly these fields.
 
 End-to-end tests run ``rc worker`` as a real process and cannot pass an object, so
 ``from_text`` reads ``RC_TEST_TIMINGS`` (``name=seconds`` pairs, the names being the
-field names). This is the only place that variable is parsed for the worker. An unknown
+field names), by the grammar ``core.testtimings`` gives both processes. An unknown
 name, a name given twice or a value that is not a finite number of seconds ≥ 0 is an
 error naming itself.
 """
@@ -16,10 +16,11 @@ error naming itself.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
-TIMINGS_VAR = "RC_TEST_TIMINGS"
+from resource_controller.core import testtimings
+
+TIMINGS_VAR = testtimings.VARIABLE
 
 
 class TimingsError(Exception):
@@ -64,6 +65,15 @@ class Timings:
     #: Bound on one attempt of a report (and on the ``running`` report).
     report_attempt_timeout: float = 5.0
 
+    # ---- lease lifecycle hooks (HOOK-022, HOOK-025, HOOK-031) ----
+    #: How often an armed release linger looks at the clock (the linger itself is
+    #: configured per device; this only bounds how late it fires on a fake clock).
+    linger_check: float = 0.25
+    #: The shutdown drain of armed releases, for all devices together.
+    release_drain_budget: float = 20.0
+    #: The start-up release pass, for all devices together.
+    startup_release_budget: float = 120.0
+
     # ---- re-registration (WRK-151..154) ----
     #: Silence after which the next contact arms a re-registration.
     reregister_after: float = 300.0
@@ -71,6 +81,10 @@ class Timings:
     reregister_jitter: float = 30.0
     #: An attempt moves the appointment this far ahead first.
     reregister_retry: float = 60.0
+
+    # ---- capability probes (PROBE-003) ----
+    #: Bound on one whole probe pass; probes not reached in it are skipped.
+    probe_pass_budget: float = 30.0
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -83,27 +97,10 @@ class Timings:
         ``"kill_grace=1,straggler_term=0.5"``; blank text changes nothing. Raises
         ``TimingsError``.
         """
-        known = cls.names()
-        changes: dict[str, float] = {}
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            name, eq, value = (part.strip() for part in item.partition("="))
-            if not eq:
-                raise TimingsError(f"{TIMINGS_VAR}: {item!r} is not name=seconds")
-            if name not in known:
-                listed = ", ".join(sorted(known))
-                raise TimingsError(f"{TIMINGS_VAR}: unknown timing {name!r} (known: {listed})")
-            if name in changes:
-                raise TimingsError(f"{TIMINGS_VAR}: {name} given twice")
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = math.nan
-            if not math.isfinite(seconds) or seconds < 0:
-                raise TimingsError(f"{TIMINGS_VAR}: {name}={value!r} is not seconds >= 0")
-            changes[name] = seconds
+        try:
+            changes = testtimings.parse(text, cls.names())
+        except testtimings.TestTimingsError as exc:
+            raise TimingsError(str(exc)) from None
         return dataclasses.replace(base or cls(), **changes)
 
 

@@ -40,7 +40,7 @@ async def devices(svc: Svc) -> Response:
 
 @router.get("/v1/state", dependencies=[Client], response_model=wire.State)
 async def state(svc: Svc) -> Response:
-    snaps, active, queued = await svc.db(svc.store.state_snapshot)
+    snaps, active, queued, waits = await svc.db(svc.store.state_view)
     now = svc.now()
     out = wire.State(
         devices=[render.device_view(s, now) for s in snaps],
@@ -48,6 +48,8 @@ async def state(svc: Svc) -> Response:
         queued=[render.job(j) for j in queued],
         queued_waiting_seconds={j.id: now - (j.queued_at or j.submitted_at) for j in queued}
         or None,
+        queued_waiting_for={j.id: render.waiting_for(waits.get(j.id, [])) for j in queued}
+        or None,  # EXT-WHY-1a
     )
     return _json(out)
 

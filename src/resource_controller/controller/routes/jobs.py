@@ -76,8 +76,12 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
 
 @router.get("/v1/jobs/{job_id}", dependencies=[Client], response_model=wire.JobView)
 async def get_job(job_id: str, svc: Svc) -> Response:
-    job, position = await svc.db(svc.store.job_with_position, job_id)
-    out = wire.JobView(job=render.job(job), queue_position=position or None)
+    job, position, waits = await svc.db(svc.store.job_view, job_id)
+    out = wire.JobView(
+        job=render.job(job),
+        queue_position=position or None,
+        waiting_for=None if waits is None else render.waiting_for(waits),  # EXT-WHY-1a
+    )
     return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
 
 

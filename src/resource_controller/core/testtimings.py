@@ -1,0 +1,64 @@
+"""``RC_TEST_TIMINGS``: the one rule both processes read their test-only clocks by.
+
+End-to-end tests run ``rc serve`` and ``rc worker`` as real processes and shorten
+their waits with ``name=seconds`` pairs, comma-separated. Each process knows its own
+names; the grammar and its refusals are the same for both, so a mistyped entry reads
+the same error whichever process reads it. Production never sets the variable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+VARIABLE = "RC_TEST_TIMINGS"
+
+
+class TestTimingsError(ValueError):
+    """The variable is malformed; the message names it and the entry at fault."""
+
+    __test__ = False  # not a test class, whatever pytest's name rule says
+
+
+def parse(
+    text: str | None, known: Collection[str], positive: Collection[str] = ()
+) -> dict[str, float]:
+    """The overrides in ``text``; blank text overrides nothing.
+
+    Every entry is ``name=seconds`` with a known name, given once, and a finite number
+    of seconds, at least 0, or more than 0 for the names in ``positive`` (intervals, for
+    which zero would make a loop spin). A trailing comma is allowed (lists built by
+    appending leave one); an empty entry between two others is malformed, being more
+    likely a lost name than a wish.
+    """
+    if text is None or not text.strip():
+        return {}
+    entries = text.split(",")
+    if len(entries) > 1 and not entries[-1].strip():
+        entries.pop()
+    found: dict[str, float] = {}
+    for entry in entries:
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep or not name:
+            raise TestTimingsError(
+                f"{VARIABLE}: malformed entry {entry.strip()!r}: it is not name=seconds"
+            )
+        if name not in known:
+            listed = ", ".join(known)
+            raise TestTimingsError(f"{VARIABLE}: unknown timing {name!r} (known: {listed})")
+        if name in found:
+            raise TestTimingsError(f"{VARIABLE}: {name} given twice")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise TestTimingsError(
+                f"{VARIABLE}: {name}={value!r} is not a number: it is not seconds >= 0"
+            ) from None
+        if not math.isfinite(seconds) or seconds < 0 or (name in positive and seconds == 0):
+            least = "positive" if name in positive else "non-negative"
+            raise TestTimingsError(
+                f"{VARIABLE}: {name} must be a finite {least} number: "
+                f"{name}={value!r} is not seconds {'> 0' if name in positive else '>= 0'}"
+            )
+        found[name] = seconds
+    return found

@@ -1,0 +1,309 @@
+"""Why a queued job waits (EXT-WHY-1, EXT-WHY-1a, EXT-WHY-2): pure functions over a snapshot.
+
+For each device a queued job could run on (its candidates, ``scheduling.candidates``,
+sorted by device ID) one ``Blocker`` says what stands between the job and the device:
+
+- a live lease: who holds it (submitter, job ID, kind, the hold's reason), since when,
+  and the latest time the holder can keep it (``Holding.until``);
+- a reservation by a queued job AHEAD of this one (STORE-062): that job's ID. The
+  job's own reservation is no blocker, and a stale row naming a job that has left the
+  queue or now sorts behind is ignored (the next pass rebuilds the rows, STORE-061);
+- the device out of the pool (``unknown``, ``unhealthy``): its state and, when
+  unhealthy, the quarantine text as the device view shows it (API-023);
+- draining (EXT-DRAIN-2): still a candidate, never assigned or reserved.
+
+Facts combine: a held device that a job ahead also reserved carries both. A
+``Blocker`` with nothing but ``device_id`` is a device nothing keeps from the job right
+now (the next scheduling pass places it), or a pinned device that no longer exists.
+
+The snapshot is what the store already reads for a pass (devices with labels, queued
+jobs, live leases, reservation rows), so the rules are testable without a database;
+``waiting_for_all`` answers for every queued job from one snapshot (``/v1/state``).
+
+``phrase`` and ``summary`` turn blockers into the words ``rc run``, ``rc ps`` and the
+no-wait refusal use, so the controller and the client say the same thing.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from resource_controller.core import durations, scheduling, selectors
+from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
+from resource_controller.core.states import DeviceState, Kind
+
+#: Device states that are out of the pool (STORE-020): only a proof or a person returns them.
+OUT_OF_POOL = frozenset({DeviceState.UNKNOWN, DeviceState.UNHEALTHY})
+
+#: How many devices a one-line summary names before "and N more".
+SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A live lease as the why-rules read it, with what the store knows of its job."""
+
+    device_id: str
+    holder: str
+    job_id: str = ""  #: '' for a job-less lease
+    kind: str = Kind.JOB
+    reason: str = ""  #: the hold's reason (copied to the lease at grant, STORE-050)
+    acquired_at: int = 0
+    expires_at: int = 0
+    #: The holding job's effective ``max_runtime`` (after ceiling inheritance, STORE-065
+    #: step 3; a hold's TTL); 0 = none. ``None`` when no job row backs the lease.
+    runtime: int | None = 0
+
+    @property
+    def until(self) -> int | None:
+        """The latest time the holder can keep the device, or None when it has no limit.
+
+        EXT-WHY-1 names it: the holder's runtime ceiling or hold TTL. The controller
+        writes the effective runtime into the job at grant (STORE-065 step 3), and the
+        grant instant is the lease's ``acquired_at``, so the limit is ``acquired_at +
+        runtime``. The worker's watchdog counts from the process start, a poll later,
+        so the holder ends within moments of this instant. The lease's ``expires_at`` is
+        not used: it adds the 10 min backstop margin and every heartbeat renews it
+        (STORE-052), so it bounds nothing while the worker reports. A job with no
+        runtime has no limit (None). A lease with no job behind it is renewed by no
+        heartbeat (they name jobs, STORE-096), so its ``expires_at`` is its end.
+        """
+        if self.runtime is None:
+            return self.expires_at
+        return self.acquired_at + self.runtime if self.runtime > 0 else None
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One entry of ``waiting_for`` (EXT-WHY-1a); empty or None fields are omitted."""
+
+    device_id: str
+    holder: str = ""
+    job_id: str = ""
+    kind: str = ""
+    reason: str = ""
+    since: int | None = None
+    until: int | None = None
+    reserved_by: str = ""
+    state: str = ""
+    quarantine_reason: str = ""
+    draining: bool = False
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holder) or self.since is not None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the why-rules read, gathered once (one store transaction)."""
+
+    devices: Sequence[DeviceSnap]
+    queued: Sequence[JobSnap]
+    leases: Sequence[Holding] = ()
+    #: Device -> the job whose reservation row claims it (the last pass's, STORE-061).
+    reservations: Mapping[str, str] = field(default_factory=dict)
+    #: Device -> quarantine text (the detail, else the category), for unhealthy devices.
+    quarantine: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Rules:
+    """The snapshot indexed once, so answering for every queued job stays linear."""
+
+    def __init__(self, snap: Snapshot, key: QueueKey) -> None:
+        self.snap = snap
+        self.key = key
+        self.devices = {d.id: d for d in snap.devices}
+        self.leases = {h.device_id: h for h in snap.leases}
+        self.order = {j.id: key(j) for j in snap.queued}
+
+    def candidates(self, job: JobSnap) -> list[str]:
+        try:
+            return sorted(scheduling.candidates(job, self.snap.devices))
+        except selectors.SelectorError:
+            return []  # a stored selector that no longer parses waits for nothing
+
+    def ahead(self, other: str, job: JobSnap) -> bool:
+        mine = self.key(job)
+        theirs = self.order.get(other)
+        return other != job.id and theirs is not None and theirs < mine
+
+    def blocker(self, job: JobSnap, device_id: str) -> Blocker:
+        b = Blocker(device_id)
+        lease = self.leases.get(device_id)
+        if lease is not None:
+            b = replace(
+                b,
+                holder=lease.holder,
+                job_id=lease.job_id,
+                kind=lease.kind,
+                reason=lease.reason,
+                since=lease.acquired_at,
+                until=lease.until,
+            )
+        reserver = self.snap.reservations.get(device_id, "")
+        if reserver and self.ahead(reserver, job):
+            b = replace(b, reserved_by=reserver)
+        device = self.devices.get(device_id)
+        if device is not None and device.state in OUT_OF_POOL:
+            reason = ""
+            if device.state == DeviceState.UNHEALTHY:
+                reason = self.snap.quarantine.get(device_id, "")
+            b = replace(b, state=device.state, quarantine_reason=reason)
+        if device is not None and device.draining:
+            b = replace(b, draining=True)
+        return b
+
+    def for_job(self, job: JobSnap) -> list[Blocker]:
+        return [self.blocker(job, d) for d in self.candidates(job)]
+
+
+def waiting_for(job: JobSnap, snap: Snapshot, key: QueueKey = queue_key) -> list[Blocker]:
+    """What queued ``job`` waits for, one entry per candidate device, by device ID."""
+    return _Rules(snap, key).for_job(job)
+
+
+def waiting_for_all(snap: Snapshot, key: QueueKey = queue_key) -> dict[str, list[Blocker]]:
+    """``waiting_for`` of every queued job in the snapshot, from one indexing of it."""
+    rules = _Rules(snap, key)
+    return {j.id: rules.for_job(j) for j in snap.queued}
+
+
+def _instant(value: Any) -> int | None:
+    """Unix seconds of an RFC 3339 ``...Z`` instant as the controller writes them (API-004)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+
+
+def from_wire(entry: Mapping[str, Any]) -> Blocker:
+    """A ``waiting_for`` entry as the controller sent it (EXT-WHY-1a), for the client's words.
+
+    Unreadable values read as absent: a client must still print its queued line.
+    """
+
+    def text(key: str) -> str:
+        value = entry.get(key)
+        return value if isinstance(value, str) else ""
+
+    return Blocker(
+        device_id=text("device_id"),
+        holder=text("holder"),
+        job_id=text("job_id"),
+        kind=text("kind"),
+        reason=text("reason"),
+        since=_instant(entry.get("since")),
+        until=_instant(entry.get("until")),
+        reserved_by=text("reserved_by"),
+        state=text("state"),
+        quarantine_reason=text("quarantine_reason"),
+        draining=entry.get("draining") is True,
+    )
+
+
+def blockers_from_wire(entries: Any) -> list[Blocker]:
+    """Every readable entry of a ``waiting_for`` list; anything not a list reads as none."""
+    if not isinstance(entries, list):
+        return []
+    return [from_wire(e) for e in entries if isinstance(e, dict)]
+
+
+# ---- words ------------------------------------------------------------------------------
+
+
+def short_id(job_id: str) -> str:
+    """A job ID cut to 8 characters and an ellipsis: enough for ``rc kill`` (EXT-CLI-7)."""
+    return job_id if len(job_id) <= 8 else job_id[:8] + "…"
+
+
+def rfc3339(seconds: int) -> str:
+    """CLI-063 without importing ``datetime``: UTC, second precision, ``Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _holder_text(b: Blocker, now: int) -> str:
+    ref = f"job {short_id(b.job_id)}" if b.job_id else "no job"
+    if b.kind == Kind.HOLD:
+        ref += f', hold "{b.reason}"' if b.reason else ", hold"
+    text = f"held by {b.holder} ({ref})"
+    if b.since is not None:
+        text += f" for {durations.compact(now - b.since)}"
+    if b.until is not None:
+        text += f", at most until {rfc3339(b.until)}"
+    return text
+
+
+def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
+    """One blocker in words, e.g. ``held by alice (job 1b2c3d4e…, hold "profiling") for
+    12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063)."""
+    parts: list[str] = []
+    if b.held:
+        parts.append(_holder_text(b, now))
+    if b.reserved_by:
+        lead = "then next in line is" if parts else "reserved by"
+        parts.append(f"{lead} job {short_id(b.reserved_by)}, queued ahead")
+    if b.state == DeviceState.UNHEALTHY:
+        why = f" ({b.quarantine_reason})" if b.quarantine_reason else ""
+        parts.append(
+            f"out of the pool: unhealthy{why} — an operator must clear it (rc clear {b.device_id})"
+        )
+    elif b.state:
+        parts.append(
+            f"out of the pool: {b.state} (its worker went silent; it returns when the worker"
+            " reports again)"
+        )
+    if b.draining:
+        parts.append("draining (it takes no new work)")
+    if not parts:
+        parts.append("free (the next scheduling pass places the job)")
+    text = ", ".join(parts)
+    return f"{b.device_id} {text}" if with_device else text
+
+
+def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
+    """All blockers in one line, devices separated by ``; ``; a pinned job's single
+    device is not repeated. At most ``SHOWN`` devices are named, then how many more."""
+    if not blockers:
+        return "no device it could run on exists"
+    if pinned and len(blockers) == 1:
+        return phrase(blockers[0], now, with_device=False)
+    shown = [phrase(b, now) for b in blockers[:SHOWN]]
+    if len(blockers) > SHOWN:
+        shown.append(f"and {len(blockers) - SHOWN} more")
+    return "; ".join(shown)
+
+
+def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
+    """A short ``rc ps`` cell: who or what keeps each device (EXT-WHY-2, CLI-146)."""
+
+    def one(b: Blocker) -> str:
+        bits: list[str] = []
+        if b.held:
+            if b.kind == Kind.HOLD:
+                what = f'hold "{b.reason}"' if b.reason else "hold"
+            else:
+                what = f"job {short_id(b.job_id)}" if b.job_id else "no job"
+            bits.append(f"{b.holder} ({what})")
+        if b.reserved_by:
+            bits.append(f"reserved by {short_id(b.reserved_by)}")
+        if b.state:
+            bits.append(f"{b.state}: {b.quarantine_reason}" if b.quarantine_reason else b.state)
+        if b.draining:
+            bits.append("draining")
+        return ", ".join(bits) or "free"
+
+    if not blockers:
+        return "no device"
+    if pinned and len(blockers) == 1:
+        return one(blockers[0])
+    shown = [f"{b.device_id} {one(b)}" for b in blockers[:2]]
+    if len(blockers) > 2:
+        shown.append(f"+{len(blockers) - 2} more")
+    return "; ".join(shown)
