@@ -30,6 +30,9 @@ lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
+	$(BIN)/mypy --warn-unused-ignores tests bench --exclude '^tests/(controller|worker)/'
+	$(BIN)/mypy --warn-unused-ignores tests/controller
+	$(BIN)/mypy --warn-unused-ignores tests/worker
 	$(BIN)/lint-imports
 
 bench: install

@@ -30,7 +30,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -107,7 +109,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _get(url: str, path: str) -> object:
+def _get(url: str, path: str) -> Any:
     try:
         r = httpx.get(url + path, headers=HEADERS, timeout=5)
         return r.json() if r.status_code == 200 else None
@@ -115,10 +117,10 @@ def _get(url: str, path: str) -> object:
         return None
 
 
-def _wait(ok: object, timeout: float, what: str) -> None:
+def _wait(ok: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if ok():  # type: ignore[operator]
+        if ok():
             return
         time.sleep(0.1)
     raise SystemExit(f"{what} did not come up")
@@ -145,7 +147,8 @@ async def _final(
         try:
             r = await client.get(f"/v1/jobs/{job_id}")
             if r.status_code == 200 and r.json()["job"]["state"] in TERMINAL:
-                return r.json()["job"]  # type: ignore[no-any-return]
+                job: dict[str, object] = r.json()["job"]
+                return job
         except httpx.HTTPError:
             pass
         await asyncio.sleep(0.3)
@@ -226,7 +229,7 @@ def _quarantined(fleet: Fleet) -> dict[str, str]:
     views = _get(fleet.url, "/v1/devices") or []
     return {
         v["device"]["id"]: v.get("quarantine_reason", "")
-        for v in views  # type: ignore[union-attr]
+        for v in views
         if v["device"]["state"] == "unhealthy"
     }
 

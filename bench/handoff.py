@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from latency import HOST, Fleet, ms, summary, timed
@@ -59,7 +60,7 @@ async def _measure(fleet: Fleet, seconds: float, repeats: int) -> list[float]:
         return [await _handoff(c, f"{HOST}:slot0", seconds) for _ in range(repeats)]
 
 
-def bench(poll_wait: str, seconds: float, repeats: int, worker_src: str) -> dict[str, object]:
+def bench(poll_wait: str, seconds: float, repeats: int, worker_src: str) -> dict[str, Any]:
     env = None
     if worker_src:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(worker_src))
@@ -86,7 +87,7 @@ def main() -> None:
     machine = f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
     print(f"machine: {machine}; {started}; worker from {args.worker_src or 'this tree'}")
     for row in rows:
-        print(f"handoff after a {args.seconds:g} s job, poll_wait {row['poll_wait']:>4}: {ms(row)}")  # type: ignore[arg-type]
+        print(f"handoff after a {args.seconds:g} s job, poll_wait {row['poll_wait']:>4}: {ms(row)}")
     print(f"python3 -c pass                          {ms(summary(py))}")
     if args.json:
         out = {"machine": machine, "rows": rows, "python_pass": summary(py)}

@@ -72,6 +72,7 @@ def fuzz(url: str, examples: int, seed: int) -> dict[str, Any]:
     """Schemathesis with every role and none; counts requests, 5xx and failed checks."""
     import schemathesis
     from schemathesis import GenerationMode
+    from schemathesis.core.result import Err
 
     doc = httpx.get(f"{url}/openapi.json", headers=headers("client")).json()
     schema = schemathesis.openapi.from_dict(doc)
@@ -80,6 +81,8 @@ def fuzz(url: str, examples: int, seed: int) -> dict[str, Any]:
     failures: Counter[str] = Counter()
     for role in (*TOKENS, None):
         for result in schema.get_all_operations():
+            if isinstance(result, Err):
+                raise result.err()
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                 _fuzz_one(
                     result.ok(), mode, role, url, examples, seed, (requests, errors, failures)

@@ -32,6 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -115,7 +116,7 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    def get(self, path: str) -> object:
+    def get(self, path: str) -> Any:
         req = urllib.request.Request(self.url + path, headers={"Authorization": "Bearer ctok"})
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
@@ -141,7 +142,7 @@ class Fleet:
         )
 
 
-def bench_cli(fleet: Fleet, repeats: int) -> dict[str, object]:
+def bench_cli(fleet: Fleet, repeats: int) -> dict[str, Any]:
     lock = fleet.tmp / "x"
     flock = [timed(["flock", str(lock), "true"]) for _ in range(repeats)]
     env = fleet.env()
@@ -231,7 +232,7 @@ async def _api_throughput(fleet: Fleet, n: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-async def bench_api(fleet: Fleet, repeats: int) -> dict[str, object]:
+async def bench_api(fleet: Fleet, repeats: int) -> dict[str, Any]:
     async with httpx.AsyncClient(
         base_url=fleet.url, headers={"Authorization": "Bearer ctok"}, timeout=30
     ) as c:
@@ -246,7 +247,7 @@ async def bench_api(fleet: Fleet, repeats: int) -> dict[str, object]:
     }
 
 
-def bench_throughput(fleet: Fleet, n: int = 200, clients: int = 8) -> dict[str, object]:
+def bench_throughput(fleet: Fleet, n: int = 200, clients: int = 8) -> dict[str, Any]:
     env = fleet.env()
 
     def client(k: int) -> None:
@@ -267,7 +268,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
-        results: dict[str, object] = {
+        results: dict[str, Any] = {
             "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
         }
         results |= bench_cli(fleet, args.repeats)
@@ -275,22 +276,22 @@ def main() -> None:
         results |= bench_throughput(fleet)
     r = results
     print(f"machine: {r['machine']}")
-    print(f"rc run -- true        {ms(r['rc_run_true'])}")  # type: ignore[arg-type]
+    print(f"rc run -- true        {ms(r['rc_run_true'])}")
     print(
         f"flock x true          {ms(r['flock_true'])}   ratio rc/flock {r['rc_run_over_flock']:.1f}x"
-    )  # type: ignore[arg-type]
-    print(f"API submit-to-running {ms(r['submit_to_running'])}")  # type: ignore[arg-type]
-    print(f"API submit-to-start   {ms(r['submit_to_process_start'])}")  # type: ignore[arg-type]
-    print(f"handoff A exit->B     {ms(r['handoff'])}")  # type: ignore[arg-type]
+    )
+    print(f"API submit-to-running {ms(r['submit_to_running'])}")
+    print(f"API submit-to-start   {ms(r['submit_to_process_start'])}")
+    print(f"handoff A exit->B     {ms(r['handoff'])}")
     print(
         f"throughput rc run     {r['cli_jobs_per_s']:.1f} jobs/s (8 clients, 4 devices, 200 jobs)"
     )
     api = r["api_jobs_per_s"]
     print(
         f"throughput API        median {api['median']:.1f} jobs/s (min {api['min']:.1f}, max {api['max']:.1f})"
-    )  # type: ignore[index]
-    print(f"rc --help             {ms(r['rc_help'])}")  # type: ignore[arg-type]
-    print(f"python3 -c pass       {ms(r['python_pass'])}   ratio {r['rc_help_over_python']:.1f}x")  # type: ignore[arg-type]
+    )
+    print(f"rc --help             {ms(r['rc_help'])}")
+    print(f"python3 -c pass       {ms(r['python_pass'])}   ratio {r['rc_help_over_python']:.1f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -47,7 +47,7 @@ def wait_state(
 def occupy(client: api.Client, worker: FakeWorker, device: str = "box:gpu0", who: str = "") -> str:
     """Put a job that runs until killed on ``device``; returns its ID once it is running."""
     worker.behaviour = until_killed
-    other = api.Client(client._http.base_url, CLIENT, submitter=who or "tester")  # type: ignore[attr-defined]
+    other = api.Client(client._http.base_url, CLIENT, submitter=who or "tester")
     job = other.submit(["block"], device=device)
     wait_state(client, job["id"], "running")
     deadline = time.monotonic() + 5
@@ -327,7 +327,7 @@ def test_run_never_started(
     while not client.state()["queued"]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    admin = api.Client(client._http.base_url, ADMIN, submitter="root")  # type: ignore[attr-defined]
+    admin = api.Client(client._http.base_url, ADMIN, submitter="root")
     admin.kill(client.state()["queued"][0]["id"])
     assert done.wait(10)
     result = out["result"]

@@ -48,7 +48,7 @@ def in_background(fn: Any) -> Any:
 def hold_for(client: api.Client, worker: FakeWorker, who: str, ttl: int = 1800) -> str:
     """A hold by ``who`` with reason "profiling", granted on box:gpu0."""
     worker.behaviour = play_hold
-    other = api.Client(client._http.base_url, CLIENT, submitter=who)  # type: ignore[attr-defined]
+    other = api.Client(client._http.base_url, CLIENT, submitter=who)
     h = other.hold(device="box:gpu0", ttl_seconds=ttl, reason="profiling")
     wait_state(client, h["id"], "running")
     return str(h["id"])
@@ -110,7 +110,7 @@ def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
     wait_for_queue(client)
     time.sleep(0.8)
     ps = run_rc("ps", env=env).stdout.splitlines()
-    api.Client(client._http.base_url, CLIENT, submitter="alice").kill(first)  # type: ignore[attr-defined]
+    api.Client(client._http.base_url, CLIENT, submitter="alice").kill(first)
     result = result_of(15)
     line = result.stderr.splitlines()[0]
     assert re.fullmatch(

@@ -327,5 +327,5 @@ def test_client_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RC_TOKEN", "tok")
     monkeypatch.setenv("RC_SUBMITTER", "  me ")
     client = api.Client()
-    assert client._http.base_url == "http://ctl.example:9"  # type: ignore[attr-defined]
+    assert client._http.base_url == "http://ctl.example:9"
     assert client.submitter == "me"

@@ -123,7 +123,7 @@ class Harness:
 
     def poll(self, worker_id: str, wait: str | None = "100ms", **kw: Any) -> httpx.Response:
         params = {"wait": wait} if wait is not None else {}
-        client = kw.pop("client", self.worker)
+        client: httpx.Client = kw.pop("client", self.worker)
         return client.get(f"/v1/workers/{worker_id}/assignments", params=params, **kw)
 
     def take(self, worker_id: str) -> list[dict[str, Any]]:

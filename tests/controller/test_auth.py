@@ -163,7 +163,7 @@ def test_oversized_bodies_are_still_401_without_a_token(rc: Harness) -> None:
 
 
 def instance(r: httpx.Response) -> str:
-    value = r.headers.get("Rc-Controller-Instance")
+    value: str | None = r.headers.get("Rc-Controller-Instance")
     assert value, (r.status_code, dict(r.headers))
     return value
 

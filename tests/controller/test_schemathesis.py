@@ -29,6 +29,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.result import Err
 
 #: Examples per operation, per generation mode, per role: about a minute in all.
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
@@ -81,6 +82,8 @@ def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
     schema = schemathesis.openapi.from_dict(doc)
     token = ROLES[role]
     for result in schema.get_all_operations():
+        if isinstance(result, Err):
+            raise result.err()
         operation = result.ok()
         if operation.path in STREAMS:
             continue

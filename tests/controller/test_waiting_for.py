@@ -152,7 +152,12 @@ def test_state_answers_for_a_long_queue_in_one_gathering(rc: Harness, monkeypatc
         rc.submit(device_id="gpubox:gpu0")
     calls: list[int] = []
     real = views.wait_snapshot
-    monkeypatch.setattr(views, "wait_snapshot", lambda c, q: calls.append(1) or real(c, q))
+
+    def counted(conn: Any, queued: Any) -> Any:
+        calls.append(1)
+        return real(conn, queued)
+
+    monkeypatch.setattr(views, "wait_snapshot", counted)
     state = rc.client.get("/v1/state").json()
     assert len(state["queued_waiting_for"]) == 20 and calls == [1]
 

@@ -18,9 +18,18 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 RC = str(Path(sys.executable).parent / "rc")
 TOKENS = {"worker": "wtok", "client": "ctok", "admin": "atok"}
+
+#: A process started here: the controller and workers write bytes, ``popen_rc`` text.
+Proc = subprocess.Popen[bytes] | subprocess.Popen[str]
+
+#: A decoded JSON body. Its shape is what the test asserts, so it stays dynamic.
+Json = Any
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -30,8 +39,8 @@ def free_port() -> int:
 
 
 def wait_for(
-    predicate: Callable[[], object], timeout: float, what: str, every: float = 0.05
-) -> object:
+    predicate: Callable[[], T | None], timeout: float, what: str, every: float = 0.05
+) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -41,7 +50,7 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+def stop(proc: Proc, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
     """Stop a process we started, by PID; SIGKILL if it ignores ``sig`` for ``timeout``."""
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -59,7 +68,7 @@ class Cluster:
 
     tmp: Path
     port: int
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
     controller: subprocess.Popen[bytes] | None = None
 
     @property
@@ -79,7 +88,7 @@ class Cluster:
 
     def api(
         self, method: str, path: str, body: object = None, token: str = "ctok"
-    ) -> tuple[int, object]:
+    ) -> tuple[int, Json]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.url + path,
@@ -162,7 +171,7 @@ class Cluster:
 
         def registered() -> bool:
             status, views = self.api("GET", "/v1/devices")
-            ids = {v["device"]["id"] for v in views} if status == 200 else set()  # type: ignore[union-attr]
+            ids = {v["device"]["id"] for v in views} if status == 200 else set()
             return all(f"{host}:{d}" in ids for d in devices)
 
         wait_for(registered, 15, f"worker {host} to register")
@@ -183,20 +192,21 @@ class Cluster:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.procs.append(proc)  # type: ignore[arg-type]
+        self.procs.append(proc)
         return proc
 
-    def job(self, job_id: str) -> dict[str, object]:
+    def job(self, job_id: str) -> dict[str, Json]:
         status, view = self.api("GET", f"/v1/jobs/{job_id}")
         assert status == 200, view
-        return view["job"]  # type: ignore[index,no-any-return]
+        job: dict[str, Json] = view["job"]
+        return job
 
     def wait_job(
-        self, job_id: str, pred: Callable[[dict[str, object]], bool], timeout: float = 20
-    ) -> dict[str, object]:
+        self, job_id: str, pred: Callable[[dict[str, Json]], bool], timeout: float = 20
+    ) -> dict[str, Json]:
         return wait_for(
             lambda: (lambda j: j if pred(j) else None)(self.job(job_id)), timeout, f"job {job_id}"
-        )  # type: ignore[return-value]
+        )
 
     def logs(self) -> str:
         return "\n".join(

@@ -17,4 +17,4 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         for proc in reversed(c.procs):
-            stop(proc)  # type: ignore[arg-type]
+            stop(proc)

@@ -51,7 +51,7 @@ def test_reference_registration_with_null_declared_labels_runs_a_job(cluster: Cl
 
     def devices_ready() -> bool:
         _, views = cluster.api("GET", "/v1/devices")
-        return [v["device"]["state"] for v in views] == ["ready", "ready"]  # type: ignore[union-attr]
+        return [v["device"]["state"] for v in views] == ["ready", "ready"]
 
     wait_for(devices_ready, 10, "both devices ready")
 
@@ -66,8 +66,8 @@ def test_reference_registration_with_null_declared_labels_runs_a_job(cluster: Cl
             return found[0] if found else None
 
         a = wait_for(assignment, 20, "the job's assignment")
-        assert a["command"] == ["echo", "hi"] and a["device_id"] == "box-a:gpu0", a  # type: ignore[index]
-        job = str(a["job_id"])  # type: ignore[index]
+        assert a["command"] == ["echo", "hi"] and a["device_id"] == "box-a:gpu0", a
+        job = str(a["job_id"])
         report = {"state": "running", "worker_id": wid}
         assert raw(cluster, "POST", f"/v1/jobs/{job}/status", json.dumps(report).encode())[0] == 200
         beat = json.dumps({"running_job_ids": [job], "pending_job_ids": None}).encode()

@@ -74,7 +74,7 @@ def test_ctrl_c_while_queued_cancels_the_hold(cluster: Cluster) -> None:
         {"device_id": "box:gpu0", "command": ["sleep", "60"], "submitter": "alice"},
     )
     assert status == 201, blocker
-    blocker_id = blocker["id"]  # type: ignore[index]
+    blocker_id = blocker["id"]
     cluster.wait_job(blocker_id, lambda j: j["state"] == "running")
     hold = Lines(cluster.popen_rc("hold", "box:gpu0", "--ttl", "30m", "--reason", "profiling"))
     hold.wait(r"^rc: queued at position 1 for box:gpu0 — held by alice \(job ")  # EXT-WHY-2
@@ -100,7 +100,7 @@ def test_ttl_ends_the_hold_and_exits_0(cluster: Cluster) -> None:
     assert len(lines) == 3 and m.group(1) in lines[2]
     assert "max_runtime exceeded (1s)" in lines[2]
     wait_for(
-        lambda: cluster.api("GET", "/v1/state")[1]["jobs"] == [],  # type: ignore[index]
+        lambda: cluster.api("GET", "/v1/state")[1]["jobs"] == [],
         10,
         "the device to be free",
     )

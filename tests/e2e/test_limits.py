@@ -48,7 +48,7 @@ def test_one_poisoned_job_does_not_stop_scheduling(cluster: Cluster) -> None:
         },
     )
     assert status == 400, err
-    assert err["error"] == "bad_request" and "max_runtime_seconds" in err["message"]  # type: ignore[index]
+    assert err["error"] == "bad_request" and "max_runtime_seconds" in err["message"]
 
     # A job behind it (lower priority, another device, and one on the poisoned job's own
     # device) is still scheduled and runs to completion.

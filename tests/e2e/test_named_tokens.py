@@ -21,7 +21,7 @@ def test_kill_under_another_users_named_token_is_refused(cluster: Cluster) -> No
         token="alicetok",
     )
     assert status == 201, job
-    job_id = job["id"]  # type: ignore[index]
+    job_id = job["id"]
     cluster.wait_job(job_id, lambda j: j["state"] == "running")
 
     # Bob's token cannot borrow alice's name (EXT-WHO-2): 403 not_job_owner, exit 1

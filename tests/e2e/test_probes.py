@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cluster import Cluster, wait_for
+from .cluster import Cluster, Json, wait_for
 
 HOST = "probebox"
 QUERY = "--query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader,nounits"
@@ -56,20 +56,21 @@ def start(
 
     def registered() -> bool:
         status, views = cluster.api("GET", "/v1/devices")
-        return status == 200 and len(views) == len(devices)  # type: ignore[arg-type]
+        return status == 200 and len(views) == len(devices)
 
     wait_for(registered, 20, "the worker to register")
 
 
-def describe(cluster: Cluster, name: str) -> dict[str, object]:
+def describe(cluster: Cluster, name: str) -> dict[str, Json]:
     status, body = cluster.api("GET", f"/v1/devices/{HOST}:{name}/describe")
     assert status == 200, body
-    return body  # type: ignore[return-value]
+    view: dict[str, Json] = body
+    return view
 
 
 def labels(cluster: Cluster, name: str, source: str = "detected") -> dict[str, str]:
     rows = describe(cluster, name).get("labels") or []
-    return {r["key"]: r["value"] for r in rows if r["source"] == source}  # type: ignore[index,union-attr]
+    return {r["key"]: r["value"] for r in rows if r["source"] == source}
 
 
 def until_labels(cluster: Cluster, name: str, want: dict[str, str | None], what: str) -> None:

@@ -10,17 +10,18 @@ import signal
 import time
 from pathlib import Path
 
-from .cluster import Cluster, kill_job_processes, pids_with_job, stop, wait_for
+from .cluster import Cluster, Json, kill_job_processes, pids_with_job, stop, wait_for
 
 FAST_CONTROLLER = {"RC_TEST_TIMINGS": "sweep_interval=0.5,grace=2,unhealthy_after=6,hold_off=2"}
 FAST_WORKER = {"RC_TEST_TIMINGS": "reregister_after=4,reregister_jitter=0.2,reregister_retry=1"}
 
 
-def device(cluster: Cluster, device_id: str) -> dict[str, object]:
+def device(cluster: Cluster, device_id: str) -> dict[str, Json]:
     _, views = cluster.api("GET", "/v1/devices")
-    for view in views:  # type: ignore[union-attr]
+    view: dict[str, Json]
+    for view in views:
         if view["device"]["id"] == device_id:
-            return view  # type: ignore[no-any-return]
+            return view
     raise AssertionError(f"no device {device_id}")
 
 
@@ -29,7 +30,7 @@ def submit(cluster: Cluster, device_id: str, *command: str) -> str:
         "POST", "/v1/jobs", {"device_id": device_id, "command": list(command), "submitter": "t"}
     )
     assert status == 201, job
-    return job["id"]  # type: ignore[index,no-any-return]
+    return str(job["id"])
 
 
 def running(cluster: Cluster, job_id: str) -> None:
@@ -53,14 +54,14 @@ def test_worker_killed_mid_job_leaves_the_device_out_until_an_admin_clears_it(
         assert final["kill_reason"] == "worker re-registered"
         # A survivor with the job's RC_JOB_ID is still there: no proof, no recovery.
         view = device(cluster, "box:gpu0")
-        assert view["device"]["state"] == "unhealthy"  # type: ignore[index]
+        assert view["device"]["state"] == "unhealthy"
         assert view["quarantine_reason"] == "registration"
         r = cluster.rc("clear", "box:gpu0", token="ctok")
         assert r.returncode == 1 and "forbidden" in r.stderr, r.stderr
         kill_job_processes(job)
         r = cluster.rc("clear", "box:gpu0", token="atok")
         assert r.returncode == 0 and r.stdout.strip() == "cleared box:gpu0", r.stderr
-        assert device(cluster, "box:gpu0")["device"]["state"] == "ready"  # type: ignore[index]
+        assert device(cluster, "box:gpu0")["device"]["state"] == "ready"
     finally:
         kill_job_processes(job)
 
@@ -81,7 +82,7 @@ def test_a_reboot_proves_the_device_free(cluster: Cluster, tmp_path: Path) -> No
         cluster.start_worker("box", ["gpu0"], env=env)
         final = cluster.wait_job(job, lambda j: j["state"] == "lost")
         assert final["kill_reason"] == "host rebooted"
-        assert device(cluster, "box:gpu0")["device"]["state"] == "ready"  # type: ignore[index]
+        assert device(cluster, "box:gpu0")["device"]["state"] == "ready"
     finally:
         kill_job_processes(job)
 
@@ -97,9 +98,9 @@ def test_controller_restart_does_not_cost_a_running_job(cluster: Cluster) -> Non
     final = cluster.wait_job(job, lambda j: j["state"] not in ("assigned", "running"), timeout=30)
     assert final["state"] == "failed" and final["exit_code"] == 7, final
     view = device(cluster, "box:gpu0")
-    assert view["device"]["state"] == "ready", view  # type: ignore[index]
+    assert view["device"]["state"] == "ready", view
     _, listing = cluster.api("GET", "/v1/jobs?state=lost")
-    assert listing["jobs"] == []  # type: ignore[index]
+    assert listing["jobs"] == []
 
 
 def test_a_stopped_worker_goes_unknown_and_comes_back(cluster: Cluster) -> None:
@@ -108,14 +109,14 @@ def test_a_stopped_worker_goes_unknown_and_comes_back(cluster: Cluster) -> None:
     worker.send_signal(signal.SIGSTOP)
     try:
         wait_for(
-            lambda: device(cluster, "box:gpu0")["device"]["state"] == "unknown",  # type: ignore[index]
+            lambda: device(cluster, "box:gpu0")["device"]["state"] == "unknown",
             10,
             "the device to go unknown",
         )
     finally:
         worker.send_signal(signal.SIGCONT)
     wait_for(
-        lambda: device(cluster, "box:gpu0")["device"]["state"] == "ready",  # type: ignore[index]
+        lambda: device(cluster, "box:gpu0")["device"]["state"] == "ready",
         10,
         "the device to come back",
     )
@@ -160,4 +161,4 @@ def test_outcomes_survive_a_controller_outage(cluster: Cluster) -> None:
         assert final["state"] == "failed" and final["exit_code"] == i + 3, final
     time.sleep(3)  # a few sweeps after the hold-off
     for i in range(2):
-        assert device(cluster, f"box:gpu{i}")["device"]["state"] == "ready"  # type: ignore[index]
+        assert device(cluster, f"box:gpu{i}")["device"]["state"] == "ready"

@@ -50,7 +50,7 @@ def test_queue_position_no_wait_and_timeout(cluster: Cluster) -> None:
     cluster.start_controller()
     cluster.start_worker("box", ["gpu0"])
     holder = cluster.popen_rc("run", "-d", "box:gpu0", "--", "sleep", "30")
-    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["jobs"], 10, "the first job to run")  # type: ignore[index]
+    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["jobs"], 10, "the first job to run")
 
     # --no-wait is refused at once (CLI-104) and recorded as killed (API-042 step 4).
     t0 = time.monotonic()
@@ -58,7 +58,7 @@ def test_queue_position_no_wait_and_timeout(cluster: Cluster) -> None:
     assert r.returncode == 1 and "busy" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 5
     _, listing = cluster.api("GET", "/v1/jobs?state=killed")
-    assert any(j["kill_reason"] == "no-wait: device busy" for j in listing["jobs"])  # type: ignore[index]
+    assert any(j["kill_reason"] == "no-wait: device busy" for j in listing["jobs"])
 
     # --timeout gives up waiting in the queue and cancels the job (CLI-107).
     r = cluster.rc("run", "-d", "box:gpu0", "--timeout", "1500ms", "--", "true")
@@ -82,40 +82,40 @@ def test_kill_running_and_queued_with_ownership(cluster: Cluster) -> None:
     queued = cluster.api(
         "POST", "/v1/jobs", {"device_id": "box:gpu0", "command": ["true"], "submitter": "alice"}
     )[1]
-    cluster.wait_job(running["id"], lambda j: j["state"] == "running")  # type: ignore[index]
-    assert cluster.job(queued["id"])["state"] == "queued"  # type: ignore[index]
+    cluster.wait_job(running["id"], lambda j: j["state"] == "running")
+    assert cluster.job(queued["id"])["state"] == "queued"
 
     # Another submitter is refused (API-046), an admin is not.
-    r = cluster.rc("kill", queued["id"], "--as", "bob")  # type: ignore[index]
+    r = cluster.rc("kill", queued["id"], "--as", "bob")
     assert r.returncode == 1 and "not_job_owner" in r.stderr, r.stderr
-    r = cluster.rc("kill", queued["id"], "--as", "bob", token="atok")  # type: ignore[index]
+    r = cluster.rc("kill", queued["id"], "--as", "bob", token="atok")
     assert r.returncode == 0, r.stderr
-    job = cluster.job(queued["id"])  # type: ignore[index]
+    job = cluster.job(queued["id"])
     assert job["state"] == "killed" and job["kill_reason"] == "killed by admin override (as bob)"
 
     # The owner kills the running job: the worker terminates it and reports `killed`.
-    r = cluster.rc("kill", running["id"], "--as", "alice")  # type: ignore[index]
+    r = cluster.rc("kill", running["id"], "--as", "alice")
     assert r.returncode == 0, r.stderr
-    job = cluster.wait_job(running["id"], lambda j: j["state"] not in ("assigned", "running"))  # type: ignore[index]
+    job = cluster.wait_job(running["id"], lambda j: j["state"] not in ("assigned", "running"))
     assert job["state"] == "killed" and job["kill_reason"] == "cancelled", job
     # The device returns to the pool.
     wait_for(
         lambda: cluster.api("GET", "/v1/devices")[1][0]["device"]["state"] == "ready",
         10,
         "device ready",
-    )  # type: ignore[index]
+    )
 
 
 def test_ctrl_c_cancels_while_queued_and_detaches_while_running(cluster: Cluster) -> None:
     cluster.start_controller()
     cluster.start_worker("box", ["gpu0"])
     first = cluster.popen_rc("run", "-d", "box:gpu0", "--", "sleep", "30")
-    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["jobs"], 10, "the first job to run")  # type: ignore[index]
-    job_id = cluster.api("GET", "/v1/state")[1]["jobs"][0]["id"]  # type: ignore[index]
+    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["jobs"], 10, "the first job to run")
+    job_id = cluster.api("GET", "/v1/state")[1]["jobs"][0]["id"]
 
     second = cluster.popen_rc("run", "-d", "box:gpu0", "--", "true")
-    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["queued"], 10, "the second job to queue")  # type: ignore[index]
-    queued_id = cluster.api("GET", "/v1/state")[1]["queued"][0]["id"]  # type: ignore[index]
+    wait_for(lambda: cluster.api("GET", "/v1/state")[1]["queued"], 10, "the second job to queue")
+    queued_id = cluster.api("GET", "/v1/state")[1]["queued"][0]["id"]
     time.sleep(0.3)
     second.send_signal(signal.SIGINT)
     _, err = second.communicate(timeout=15)
@@ -136,10 +136,10 @@ def test_worker_sigterm_kills_its_job_and_reports_it(cluster: Cluster) -> None:
     job = cluster.api(
         "POST", "/v1/jobs", {"device_id": "box:gpu0", "command": ["sleep", "60"], "submitter": "t"}
     )[1]
-    cluster.wait_job(job["id"], lambda j: j["state"] == "running")  # type: ignore[index]
+    cluster.wait_job(job["id"], lambda j: j["state"] == "running")
     time.sleep(0.3)
     assert stop(worker, signal.SIGTERM, timeout=30) == 0
-    final = cluster.job(job["id"])  # type: ignore[index]
+    final = cluster.job(job["id"])
     assert final["state"] == "killed" and final["kill_reason"] == "cancelled", final
 
 
@@ -181,7 +181,7 @@ def test_rc_up_serves_rc_run_from_another_process(tmp_path: Path) -> None:
             return r if r.returncode == 0 else None
 
         r = wait_for(ran, 20, "rc run through rc up", every=0.3)
-        assert r.stdout == "hi\n"  # type: ignore[union-attr]
+        assert r.stdout == "hi\n"
         assert (cfg.stat().st_mode & 0o777) == 0o600
     finally:
         assert stop(up, signal.SIGINT, timeout=30) == 0

@@ -44,4 +44,4 @@ def test_a_job_queued_behind_a_hold_names_the_holder_and_reason(cluster: Cluster
     assert hold.finish() == 130, hold.lines
     assert run.finish() == 0, (run.lines, cluster.logs())
     assert run.proc.stdout is not None and run.proc.stdout.read() == "mine\n"
-    wait_for(lambda: not cluster.api("GET", "/v1/state")[1]["queued"], 10, "an empty queue")  # type: ignore[index]
+    wait_for(lambda: not cluster.api("GET", "/v1/state")[1]["queued"], 10, "an empty queue")

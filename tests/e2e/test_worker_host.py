@@ -79,7 +79,7 @@ def _start_worker(
 
 def _registered(cluster: Cluster, device_ids: list[str]) -> bool:
     status, views = cluster.api("GET", "/v1/devices")
-    ids = {v["device"]["id"] for v in views} if status == 200 else set()  # type: ignore[union-attr]
+    ids = {v["device"]["id"] for v in views} if status == 200 else set()
     return all(d in ids for d in device_ids)
 
 
@@ -154,7 +154,7 @@ def _handoff_once(cluster: Cluster, device: str, seconds: float) -> float:
     ends = ("succeeded", "failed", "killed", "lost")
     stamps = []
     for job in (a, b):
-        job_id = str(job["id"])  # type: ignore[index]
+        job_id = str(job["id"])
         done = cluster.wait_job(job_id, lambda j: j["state"] in ends, timeout=30)
         assert done["state"] == "succeeded", done
         req = urllib.request.Request(

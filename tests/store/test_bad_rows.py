@@ -7,7 +7,8 @@ controller or a hand edit could have left them, and every pass must go on withou
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import sqlite3
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -61,7 +62,8 @@ def test_a_database_outage_still_fails_the_pass(
     make.submit(device="box:gpu0")
 
     def down(*_: object) -> str:
-        raise errors.StoreError("database error") from sa.exc.OperationalError("x", {}, None)
+        dbapi_error = sqlite3.OperationalError("disk I/O error")
+        raise errors.StoreError("database error") from sa.exc.OperationalError("x", {}, dbapi_error)
 
     monkeypatch.setattr(leases, "assign", down)
     with pytest.raises(errors.StoreError):
@@ -86,4 +88,5 @@ def test_a_stored_negative_runtime_inherits_the_ceiling(
 def test_enqueue_refuses_out_of_range_durations(make: Factory, field: str, value: int) -> None:
     make.worker(devices=1)
     with pytest.raises(errors.BadRequest, match=field):
-        make.submit(device="box:gpu0", **{field: value})
+        out_of_range: dict[str, Any] = {field: value}
+        make.submit(device="box:gpu0", **out_of_range)

@@ -533,20 +533,20 @@ class StoreMachine(RuleBasedStateMachine):
         event(f"sweep: judging={judging} lost={len(lost)} expired={len(expired)}")
         after = {d.id: d for d in self.store.devices()}
         assert after.keys() == before.keys()
-        for d, was in before.items():
-            now_is = after[d]
+        for device_id, was in before.items():
+            now_is = after[device_id]
             # STORE-183: no sweep moves a device to ready.
-            assert now_is.state != "ready" or was.state == "ready", (d, was.state)
+            assert now_is.state != "ready" or was.state == "ready", (device_id, was.state)
             want = (was.state, was.quarantine_reason, was.quarantine_detail)
-            if d in unknown:
+            if device_id in unknown:
                 want = ("unknown", "", "")
-            if d in unhealthy:
+            if device_id in unhealthy:
                 want = ("unhealthy", "worker_lost", "")
-            if d in expired.values() and want[0] != "unhealthy":
+            if device_id in expired.values() and want[0] != "unhealthy":
                 want = ("unhealthy", "lease_expired", "")
             # STORE-031: an unhealthy device keeps its reason and detail through any sweep.
             got = (now_is.state, now_is.quarantine_reason, now_is.quarantine_detail)
-            assert got == want, (d, got, want)
+            assert got == want, (device_id, got, want)
 
     @rule(data=st.data())
     def retire(self, data: st.DataObject) -> None:

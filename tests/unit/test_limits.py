@@ -139,8 +139,8 @@ def test_env_count_and_total_bytes(data: st.DataObject) -> None:
 
 NAME_ALPHABET = st.sampled_from("ABCXYZabcxyz0189._-")
 OUTSIDE = st.characters(
-    blacklist_categories=("Cs",),
-    blacklist_characters="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-",
+    exclude_categories=["Cs"],
+    exclude_characters="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-",
 )
 NAME_SHAPES: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
     ("host", lambda n: {"host": n}),

@@ -26,7 +26,7 @@ def test_version_comes_from_the_installed_metadata() -> None:
 
 def test_unknown_attributes_are_refused() -> None:
     try:
-        resource_controller.Nope  # type: ignore[attr-defined]  # noqa: B018
+        resource_controller.Nope  # noqa: B018
     except AttributeError as e:
         assert "Nope" in str(e)
     else:

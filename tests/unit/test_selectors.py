@@ -329,7 +329,7 @@ def test_sel_008_not_equal_does_not_match_a_device_without_the_key() -> None:
 # ---- properties -------------------------------------------------------------------------------
 
 _plain = st.text(
-    alphabet=st.characters(blacklist_characters=",=!<>", blacklist_categories=("Cs",)),
+    alphabet=st.characters(exclude_characters=",=!<>", exclude_categories=["Cs"]),
     min_size=1,
     max_size=8,
 ).filter(lambda s: s.strip() != "")

@@ -73,10 +73,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     if draw(st.booleans()):
         reservations = plan(queued, fleet).reservations
     else:
-        names = [j.id for j in queued] + ["left-the-queue"]
-        reservations = {
-            d.id: draw(st.sampled_from(names)) for d in fleet if names and draw(st.booleans())
-        }
+        names = [j.id for j in queued] + ["left-the-queue"]  # never empty
+        reservations = {d.id: draw(st.sampled_from(names)) for d in fleet if draw(st.booleans())}
     quarantine = {d.id: f"why {d.id}" for d in fleet if d.state == "unhealthy"}
     return Snapshot(fleet, queued, leases, reservations, quarantine)
 

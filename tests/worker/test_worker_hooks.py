@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worker_helpers import FAST, run
@@ -46,8 +47,15 @@ def runs(tmp: Path) -> list[list[str]]:
     return [line.split("|") for line in log.read_text().splitlines()]
 
 
-def make(tmp: Path, *devices: wc.DeviceConfig, **settings: object) -> wc.WorkerConfig:
+def make(tmp: Path, *devices: wc.DeviceConfig, **settings: Any) -> wc.WorkerConfig:
     return wc.make_config("http://c", list(devices), host="box", state_dir=str(tmp), **settings)
+
+
+async def acquired(h: hooks.Hooks, device_id: str, job_id: str, submitter: str) -> int:
+    """Acquire for a job whose acquire hook succeeds: the epoch to release with."""
+    epoch = await h.acquire(device_id, job_id, submitter, asyncio.Event())
+    assert isinstance(epoch, int), epoch
+    return epoch
 
 
 async def until(pred: object, timeout: float = 5.0) -> None:
@@ -69,7 +77,7 @@ def test_burst_runs_one_acquire_and_one_release(tmp_path: Path) -> None:  # HOOK
     async def go() -> None:
         h = hooks.Hooks(config, clock=clock, timings=T, base_env={"PATH": os.defpath})
         for i in range(6):
-            epoch = await h.acquire("box:gpu3", f"job{i}", f"sub{i}", asyncio.Event())
+            epoch = await acquired(h, "box:gpu3", f"job{i}", f"sub{i}")
             assert epoch == i + 1
             clock.advance(10)  # each job runs 10 s; the device is never idle for 30 s
             await h.release("box:gpu3", epoch, f"job{i}", f"sub{i}")
@@ -107,7 +115,7 @@ def test_reacquire_after_linger_runs_the_acquire_hook_again(tmp_path: Path) -> N
     async def go() -> None:
         h = hooks.Hooks(config, clock=clock, timings=T, base_env={"PATH": os.defpath})
         for job in ("a", "b"):
-            epoch = await h.acquire("box:dev", job, "", asyncio.Event())
+            epoch = await acquired(h, "box:dev", job, "")
             await h.release("box:dev", epoch, job, "")
             clock.advance(3)
             await until(lambda: not h.devices["box:dev"].held)
@@ -133,8 +141,8 @@ def test_a_stale_epoch_never_arms_a_release(
 
     async def go() -> None:
         h = hooks.Hooks(config, clock=clock, timings=T, base_env={})
-        first = await h.acquire("box:gpu0", "first", "", asyncio.Event())
-        second = await h.acquire("box:gpu0", "second", "", asyncio.Event())
+        first = await acquired(h, "box:gpu0", "first", "")
+        second = await acquired(h, "box:gpu0", "second", "")
         assert (first, second) == (1, 2)
         with caplog.at_level(logging.INFO, logger="resource_controller.worker.hooks"):
             await h.release("box:gpu0", first, "first", "")  # its report came back late
@@ -284,7 +292,7 @@ def test_one_devices_hooks_are_serialised(tmp_path: Path) -> None:  # HOOK-007
 
     async def go() -> None:
         h = hooks.Hooks(config, clock=clock, timings=T, base_env={})
-        epoch = await h.acquire("box:gpu0", "a", "", asyncio.Event())
+        epoch = await acquired(h, "box:gpu0", "a", "")
         await h.release("box:gpu0", epoch, "a", "")
         clock.advance(2)
         await until(lambda: len(runs(tmp_path)) == 2)  # the release hook has started
@@ -355,7 +363,7 @@ def test_shutdown_drain_fires_armed_releases_now(tmp_path: Path) -> None:  # HOO
 
     async def go() -> None:
         h = hooks.Hooks(config, clock=FakeClock(), timings=T, base_env={})
-        epoch = await h.acquire("box:gpu0", "a", "alice", asyncio.Event())
+        epoch = await acquired(h, "box:gpu0", "a", "alice")
         await h.release("box:gpu0", epoch, "a", "alice")
         await h.acquire("box:gpu1", "b", "", asyncio.Event())  # held, nothing armed
         assert h.armed == ["box:gpu0"]
@@ -375,7 +383,7 @@ def test_failed_release_only_logs(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 
     async def go() -> None:
         h = hooks.Hooks(config, clock=clock, timings=FAST, base_env={})
-        epoch = await h.acquire("box:gpu0", "a", "", asyncio.Event())
+        epoch = await acquired(h, "box:gpu0", "a", "")
         with caplog.at_level(logging.ERROR, logger="resource_controller.worker.hooks"):
             await h.release("box:gpu0", epoch, "a", "")
             await h.drain()

@@ -321,6 +321,7 @@ def test_fault_reports_share_the_outbox() -> None:  # WRK-114, EXT-OUTBOX-1
 
     async def go() -> None:
         r = await Running(ctl).started()
+        assert r.agent.life is not None
         await r.agent.life.report_fault("box:gpu0", "verify failed: 10-x: exited 1", "j-before")
         assert [x["kind"] for x in records()] == ["fault"]
         ctl.hand_out(a)

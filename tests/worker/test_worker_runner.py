@@ -233,7 +233,7 @@ def test_check_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # 
     assert runner.check_cwd(str(tmp_path / "no")) == f"cwd {tmp_path / 'no'}: no such directory"
     # Not searchable by this user (root passes every access check, so it is simulated).
     with monkeypatch.context() as m:
-        m.setattr(runner.os, "access", lambda *_: False)
+        m.setattr("resource_controller.worker.runner.os.access", lambda *_: False)
         denied = runner.check_cwd(str(tmp_path))
     assert denied == f"cwd {tmp_path}: permission denied"
 
@@ -241,7 +241,7 @@ def test_check_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # 
         raise PermissionError(13, "Permission denied", path)
 
     with monkeypatch.context() as m:
-        m.setattr(runner.os, "stat", refuse)
+        m.setattr("resource_controller.worker.runner.os.stat", refuse)
         locked = runner.check_cwd("/locked/x")
     assert locked == "cwd /locked/x: permission denied"
 
