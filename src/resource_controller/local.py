@@ -124,11 +124,13 @@ def lock_data_dir(data: Path) -> int:
     return fd
 
 
-def run(data: Path | None, addr: str, devices: int, force: bool) -> int:
+def run(data: Path | None, addr: str, devices: int, force: bool, log_format: str = "text") -> int:
     """The whole ``rc up`` process; returns its exit status."""
     import logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from resource_controller import logfmt
+
+    logfmt.configure(log_format, logging.WARNING, "%(levelname)s %(name)s: %(message)s")
     data = data or default_data_dir()
     try:
         lock_fd = lock_data_dir(data)

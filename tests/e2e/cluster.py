@@ -146,11 +146,13 @@ class Cluster:
         env: dict[str, str] | None = None,
         heartbeat: str = "1s",
         wait: bool = True,
+        token: str = "wtok",
+        args: tuple[str, ...] = (),
     ) -> subprocess.Popen[bytes]:
         cfg = self.tmp / f"worker-{host}.yaml"
         lines = [
             f"controller_url: {self.url}",
-            "token: wtok",
+            f"token: {token}",
             f"host: {host}",
             f"heartbeat_interval: {heartbeat}",
             f"state_dir: {self.tmp / ('state-' + host)}",
@@ -160,7 +162,7 @@ class Cluster:
         cfg.write_text("\n".join(lines) + "\n" + extra)
         log = open(self.tmp / f"worker-{host}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [RC, "worker", "-c", str(cfg)],
+            [RC, "worker", "-c", str(cfg), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, **(env or {})),

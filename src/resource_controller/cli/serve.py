@@ -11,6 +11,15 @@ from pathlib import Path
 
 import click
 
+#: ``--log-format`` (EXT-METRICS-2); the same names as ``resource_controller.logfmt.FORMATS``.
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as readable text or as one JSON object per line.",
+)
+
 
 @click.command()
 @click.option("--addr", default=":8080", show_default=True, help="Listen address host:port.")
@@ -32,14 +41,20 @@ import click
     help="URL to POST operational events to (watchdog_trip, verify_failed, device_unhealthy, "
     "worker_lost, device_recovered, job_lost, lease_expired); empty: RC_WEBHOOK_URL.",
 )
+@log_format_option
 @click.argument("stray", nargs=-1, required=False)
 def serve(
-    addr: str, data: Path, retain_disconnected_jobs: bool, webhook_url: str, stray: tuple[str, ...]
+    addr: str,
+    data: Path,
+    retain_disconnected_jobs: bool,
+    webhook_url: str,
+    log_format: str,
+    stray: tuple[str, ...],
 ) -> None:
     """Run the controller."""
     from resource_controller.controller import serve as controller
 
-    sys.exit(controller.run(addr, data, retain_disconnected_jobs, webhook_url))
+    sys.exit(controller.run(addr, data, retain_disconnected_jobs, webhook_url, log_format))
 
 
 @click.command()
@@ -51,12 +66,13 @@ def serve(
     show_default=True,
     help="Worker config file.",
 )
+@log_format_option
 @click.argument("stray", nargs=-1, required=False)
-def worker(config_path: str, stray: tuple[str, ...]) -> None:
+def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
     """Run the device-host agent."""
     from resource_controller.worker import process
 
-    sys.exit(process.main(config_path))
+    sys.exit(process.main(config_path, log_format))
 
 
 @click.command()
@@ -75,8 +91,9 @@ def worker(config_path: str, stray: tuple[str, ...]) -> None:
     help="How many generic devices (slot0..) when nvidia-smi lists no GPU.",
 )
 @click.option("--force", is_flag=True, help="Overwrite controller/token in the user config file.")
-def up(data: Path | None, addr: str, devices: int, force: bool) -> None:
+@log_format_option
+def up(data: Path | None, addr: str, devices: int, force: bool, log_format: str) -> None:
     """Run a controller and a worker for this machine, with nothing to configure."""
     from resource_controller import local
 
-    sys.exit(local.run(data, addr, devices, force))
+    sys.exit(local.run(data, addr, devices, force, log_format))

@@ -30,6 +30,7 @@ from typing import Any
 
 import uvicorn
 
+from resource_controller import logfmt
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
@@ -132,6 +133,8 @@ def make_server(svc: Services) -> Server:
     config = uvicorn.Config(
         app_module.wrap(app, svc),
         log_level="warning",
+        # uvicorn's own messages go through the root handler, in the chosen format.
+        log_config=None,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN),
@@ -151,11 +154,9 @@ def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
     return flag or env.get(WEBHOOK_ENV, "")
 
 
-def run(addr: str, data: Path, retain: bool, webhook: str = "") -> int:
+def run(addr: str, data: Path, retain: bool, webhook: str = "", log_format: str = "text") -> int:
     """The whole ``rc serve`` process; returns its exit status."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logfmt.configure(log_format, logging.INFO)
     # EXT-METRICS-2: events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)

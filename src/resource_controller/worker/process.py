@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from resource_controller import logfmt
 from resource_controller.clock import Clock
 from resource_controller.worker import agent, testhooks
 from resource_controller.worker import config as worker_config
@@ -75,26 +76,20 @@ def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None
     return asyncio.run(_serve_until_signal(config, clock, timings))
 
 
-def _setup_logging() -> None:
+def _setup_logging(log_format: str = "text") -> None:
     """Readable text on stderr; at the default level, events only (EXT-METRICS-2).
 
     Registration, a job starting and ending, warnings: not every poll, heartbeat and
     report, so a quiet fleet writes almost nothing.
     """
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+    logfmt.configure(log_format, logging.INFO, stream=sys.stderr)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def main(config_path: str = worker_config.DEFAULT_PATH) -> int:
+def main(config_path: str = worker_config.DEFAULT_PATH, log_format: str = "text") -> int:
     """``rc worker -c PATH``: load the configuration and run; the exit status."""
-    _setup_logging()
+    _setup_logging(log_format)
     try:
         cfg = worker_config.load_config(config_path)
     except worker_config.ConfigError as exc:

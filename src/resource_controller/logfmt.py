@@ -1,0 +1,73 @@
+"""How the long-running processes write their logs: readable text or JSON lines.
+
+``rc serve``, ``rc worker`` and ``rc up`` take ``--log-format text|json`` (EXT-METRICS-2).
+JSON is one object per line: ``time`` (RFC 3339, UTC), ``level``, ``logger``,
+``message``, every ``extra`` field the record carries, and ``exc_info`` as a string.
+
+Top-level so both the controller and the worker can use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: The attributes every ``LogRecord`` has; anything else came from ``extra=``.
+_RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRS and key not in out:
+                out[key] = value
+        if record.exc_info:
+            out["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exc_info"] = record.exc_text
+        if record.stack_info:
+            out["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def formatter(fmt: str, text_format: str = TEXT_FORMAT) -> logging.Formatter:
+    """The formatter for ``--log-format fmt``; ``ValueError`` for an unknown one."""
+    if fmt == "json":
+        return JsonFormatter()
+    if fmt == "text":
+        return logging.Formatter(text_format)
+    raise ValueError(f"unknown log format {fmt!r} (expected one of {', '.join(FORMATS)})")
+
+
+def configure(
+    fmt: str, level: int, text_format: str = TEXT_FORMAT, stream: TextIO | None = None
+) -> None:
+    """Like ``logging.basicConfig``: a stderr handler on the root logger, unless it has one."""
+    handler_formatter = formatter(fmt, text_format)
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(handler_formatter)
+    root.addHandler(handler)
+    root.setLevel(level)
