@@ -228,19 +228,22 @@
     $("work").hidden = !running.length && !state.queued.length;
     for (const v of running) {
       const job = knownJobs.get(v.job_id) || { id: v.job_id, submitter: v.holder, kind: v.kind, state: "running", command: v.command || [] };
-      list.append(el("li", null, el("span", { class: "pill busy" }, v.kind === "hold" ? "held" : "running"), " ",
+      const row = el("li", { class: "device" }, el("span", { class: "pill busy" }, v.kind === "hold" ? "held" : "running"), " ",
         v.holder + " on " + v.device.id + " for " + age(v.elapsed_seconds) + " ",
-        v.kind === "hold" ? null : el("div", { class: "cmd" }, clip(cmdText(v.command), 200)), killButton(job)));
+        v.kind === "hold" ? null : el("div", { class: "cmd" }, clip(cmdText(v.command), 200)), killButton(job));
+      row.addEventListener("click", () => openJob(v.job_id, false));
+      list.append(row);
     }
     const w = waits(state), why = state.queued_waiting_for || {};
     for (const j of state.queued) {
       const s = w[j.id] || 0;
-      const li = el("li", null, el("span", { class: "pill" }, "queued"), " ", j.submitter + " — " +
+      const li = el("li", { class: "device" }, el("span", { class: "pill" }, "queued"), " ", j.submitter + " — " +
         (j.device_id ? j.device_id : "any device matching " + j.selector) + " — waiting ",
         el("span", { class: s >= LONG_WAIT ? "long" : "" }, age(s)), " ");
       if (j.kind !== "hold") li.append(el("div", { class: "cmd" }, clip(cmdText(j.command), 200)));
       for (const b of why[j.id] || []) li.append(el("div", { class: "dim" }, blocker(b)));
       const k = killButton(j); if (k) li.append(k);
+      li.addEventListener("click", () => openJob(j.id, false));
       list.append(li);
     }
   }
@@ -263,7 +266,7 @@
   async function jobEvent(p) {
     let job = knownJobs.get(p.job_id);
     if (!job) {
-      try { const r = await api("/v1/jobs/" + encodeURIComponent(p.job_id)); if (r.ok) { job = await r.json(); knownJobs.set(p.job_id, job); } } catch (_) { /* name it by ID */ }
+      try { const r = await api("/v1/jobs/" + encodeURIComponent(p.job_id)); if (r.ok) { job = (await r.json()).job; knownJobs.set(p.job_id, job); } } catch (_) { /* name it by ID */ }
     }
     const who = job ? job.submitter + "'s " + (job.kind === "hold" ? "hold" : "job") : "job " + p.job_id;
     const where = job && job.device_id ? " on " + job.device_id : "";
@@ -271,9 +274,13 @@
   }
   function diffFeed(prev, next) {
     if (!prev) {
-      const w = waits(next);
-      for (const v of next.devices) if (v.holder !== undefined) feed(v.holder + " took " + v.device.id, v.elapsed_seconds);
-      for (const j of next.queued) feed(j.submitter + " started waiting" + (j.device_id ? " for " + j.device_id : ""), w[j.id] || 0);
+      // The first snapshot seeds the feed, backdated by server ages, oldest first so the
+      // newest ends on top.
+      const w = waits(next), seeds = [];
+      for (const v of next.devices) if (v.holder !== undefined) seeds.push([v.holder + " took " + v.device.id, v.elapsed_seconds]);
+      for (const j of next.queued) seeds.push([j.submitter + " started waiting" + (j.device_id ? " for " + j.device_id : ""), w[j.id] || 0]);
+      seeds.sort((a, b) => b[1] - a[1]);
+      for (const [text, ago] of seeds) feed(text, ago);
       const out = next.devices.filter((v) => v.device.state === "unhealthy").length;
       if (out) feed(out + (out === 1 ? " device was" : " devices were") + " already out of the pool");
       return;
@@ -341,20 +348,26 @@
     describeCache.set(id, { at: Date.now(), body: body });
     return body;
   }
-  function openDevice(id, stack) {
-    if (stack && panelStack.length) panelStack = [panelStack[panelStack.length - 1], id]; else panelStack = [id];
+  function openPanel(subject, stack) {
+    // Panels stack one level (DASH-028): the current one and the one it was opened from.
+    if (stack && panelStack.length) panelStack = [panelStack[panelStack.length - 1], subject]; else panelStack = [subject];
     $("panel").hidden = false; $("backdrop").hidden = false;
     rerenderPanel();
   }
-  function closePanel() { panelStack = []; $("panel").hidden = true; $("backdrop").hidden = true; }
+  const openDevice = (id, stack) => openPanel({ type: "device", id: id }, stack);
+  const openJob = (id, stack) => openPanel({ type: "job", id: id }, stack);
+  function closePanel() { panelStack = []; stopOutput(); $("panel").hidden = true; $("backdrop").hidden = true; }
   async function rerenderPanel() {
     if (!panelStack.length) return;
-    const id = panelStack[panelStack.length - 1];
+    const top = panelStack[panelStack.length - 1];
     $("back").hidden = panelStack.length < 2;
+    if (top.type === "job") return renderJobPanel(top);
+    stopOutput();
+    const id = top.id;
     const body = $("panel-body");
     let info;
     try { info = await describe(id); } catch (e) { body.replaceChildren(el("h2", null, id), el("p", { class: "error" }, String(e.message))); return; }
-    if (panelStack[panelStack.length - 1] !== id) return;
+    if (panelStack[panelStack.length - 1] !== top) return;
     const scroll = $("panel").scrollTop;
     const d = info.device, view = (state.devices.find((v) => v.device.id === id)) || {};
     const out = [el("h2", null, d.id), el("p", null, pill(d.state))];
@@ -392,11 +405,99 @@
     const recent = (info.recent_jobs || []).filter((j) => j.id !== info.job_id);
     if (recent.length) {
       const ul = el("ul", { class: "rows" });
-      for (const j of recent) ul.append(el("li", null, (JOB_WORDS[j.state] || "unknown") + " — " + j.submitter + " — ", el("span", { class: "cmd" }, clip(cmdText(j.command), 200))));
+      for (const j of recent) {
+        const li = el("li", { class: "device" }, (JOB_WORDS[j.state] || "unknown") + " — " + j.submitter + " — ", el("span", { class: "cmd" }, clip(cmdText(j.command), 200)));
+        li.addEventListener("click", () => openJob(j.id, true));
+        ul.append(li);
+      }
       out.push(el("h3", null, "Recent jobs"), ul);
     }
+    if (info.job_id) { const b = el("button", null, "Open the current work"); b.addEventListener("click", () => openJob(info.job_id, true)); out.push(el("p", null, b)); }
     body.replaceChildren(...out);
     $("panel").scrollTop = scroll;
+  }
+
+  // ---- job panel and live output (DASH-026, DASH-027) ----------------------------------
+  const LOG_CAP = 400000;
+  let output = null; // {jobId, abort, box}
+  function stopOutput() { if (output) { output.abort.abort(); output = null; } }
+  async function renderJobPanel(top) {
+    const r = await api("/v1/jobs/" + encodeURIComponent(top.id));
+    if (panelStack[panelStack.length - 1] !== top) return;
+    const body = $("panel-body");
+    if (!r.ok) { body.replaceChildren(el("h2", null, "Job " + top.id), el("p", { class: "error" }, await errorText(r))); return; }
+    const view = await r.json(), j = view.job;
+    knownJobs.set(j.id, j);
+    const scroll = $("panel").scrollTop;
+    const out = [el("h2", null, (j.kind === "hold" ? "Hold by " : "Job by ") + j.submitter), el("p", null, el("span", { class: "pill" }, JOB_WORDS[j.state] || "unknown"))];
+    if (j.device_id) { const b = el("button", null, j.device_id); b.addEventListener("click", () => openDevice(j.device_id, true)); out.push(el("p", null, "Device: ", b)); }
+    else out.push(el("p", null, "Any device matching " + j.selector));
+    if (j.state === "queued") {
+      const wait = waits(state)[j.id];
+      const pos = view.queue_position;
+      out.push(el("p", null, "Waiting " + age(wait) + (typeof pos === "number" ? (pos === 1 ? "; next in line" : "; " + (pos - 1) + (pos === 2 ? " job" : " jobs") + " ahead") : "")));
+      for (const b of view.waiting_for || []) out.push(el("p", { class: "dim" }, blocker(b)));
+    } else if (!TERMINAL.has(j.state)) {
+      const v = state.devices.find((d) => d.job_id === j.id);
+      if (v) out.push(el("p", null, "Running for " + age(v.elapsed_seconds)));
+    }
+    if (j.kill_reason) out.push(el("p", null, "Why it stopped: " + j.kill_reason));
+    const facts = el("table", { class: "labels" });
+    const fact = (k, v) => { if (v !== undefined && v !== "") facts.append(el("tr", null, el("td", null, k), el("td", null, String(v)))); };
+    const when = (t) => (t ? new Date(t).toLocaleString() : undefined);
+    fact("job ID", j.id); fact("submitted", when(j.submitted_at)); fact("started", when(j.started_at)); fact("finished", when(j.finished_at));
+    fact("exit code", j.exit_code); fact("priority", j.priority); fact("time limit", j.max_runtime_seconds ? age(j.max_runtime_seconds) : undefined);
+    fact("working directory", j.cwd);
+    if (j.kind === "hold") fact("note", "a hold reserves the device and runs nothing" + (j.reason ? ": " + j.reason : ""));
+    if (j.stdio) fact("note", "attached job (" + j.stdio + "): its output went to whoever attached");
+    out.push(facts);
+    const cmd = cmdText(j.command);
+    const copy = el("button", null, "Copy");
+    copy.addEventListener("click", () => { if (navigator.clipboard) navigator.clipboard.writeText(cmd).then(() => showResult("Command copied.", false), () => showResult("Copy failed.", true)); });
+    out.push(el("h3", null, "Command" + (cmd.length > 400 ? " (" + cmd.length + " characters)" : "")), el("pre", null, cmd), copy);
+    const k = killButton(j); if (k) out.push(" ", k);
+    out.push(el("h3", null, "Output"));
+    let box = output && output.jobId === j.id ? output.box : null;
+    if (!box) {
+      stopOutput();
+      box = el("pre", { class: "output" });
+      if (j.kind === "hold") box.append("A hold produces no output.");
+      else if (j.stdio) box.append("This job's output went to whoever attached to it.");
+      else if (j.state === "queued") box.append("Nothing has run yet.");
+      else followOutput(j.id, box);
+    }
+    out.push(box);
+    body.replaceChildren(...out);
+    $("panel").scrollTop = scroll;
+  }
+  async function followOutput(jobId, box) {
+    const abort = new AbortController();
+    output = { jobId: jobId, abort: abort, box: box };
+    let size = 0, any = false;
+    try {
+      const r = await fetch("/v1/jobs/" + encodeURIComponent(jobId) + "/logs", { headers: { Authorization: "Bearer " + token() }, signal: abort.signal, cache: "no-store" });
+      if (!r.ok) { box.append(await errorText(r)); return; }
+      const reader = r.body.getReader(), dec = new TextDecoder();
+      for (;;) {
+        const { done, value } = await reader.read();
+        const text = done ? dec.decode() : dec.decode(value, { stream: true });
+        if (text) {
+          any = true;
+          const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+          box.append(document.createTextNode(text)); size += text.length;
+          while (size > LOG_CAP && box.firstChild) {
+            const first = box.firstChild, over = size - LOG_CAP;
+            if (first.data.length <= over) { size -= first.data.length; first.remove(); }
+            else { first.data = first.data.slice(over); size -= over; }
+          }
+          if (atBottom) box.scrollTop = box.scrollHeight;
+        }
+        if (done) break;
+      }
+      box.append(el("div", { class: "dim" }, any ? "— output ended —" : "There was no output."));
+    } catch (e) {
+      if (!abort.signal.aborted) box.append(el("div", { class: "error" }, "output stream broke off"));
+    }
   }
 
   // ---- usage-sheet Markdown, DOM nodes only (DASH-060, DASH-061) ------------------------
