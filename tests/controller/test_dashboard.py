@@ -124,3 +124,12 @@ def test_the_page_uses_the_spec_vocabulary() -> None:
         'killed: "stopped"',
     ):
         assert words in script, words
+
+
+def test_the_page_is_published_as_a_route_without_a_token(rc: Harness) -> None:
+    # API-010 route 25: GET / in the OpenAPI document, no security, an HTML answer.
+    doc = rc.client.get("/openapi.json").json()
+    op = doc["paths"]["/"]["get"]
+    assert op["security"] == []
+    assert "text/html" in op["responses"]["200"]["content"]
+    assert "401" not in op["responses"]
