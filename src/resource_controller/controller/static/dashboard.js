@@ -58,6 +58,8 @@
   function gate(message) {
     sessionStorage.removeItem(KEY);
     stopLive();
+    closePanel();
+    state = null; lastOk = 0; isAdmin = false; $("badge").hidden = true;
     $("main").hidden = true; $("gate").hidden = false;
     $("gate-error").textContent = message || "";
     $("gate-token").focus();
