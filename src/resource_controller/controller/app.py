@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resource_controller import errors
 from resource_controller.controller import loops, metrics, openapi, render, webhooks
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
-from resource_controller.controller.routes import events, fleet, jobs, ops, workers
+from resource_controller.controller.routes import dashboard, events, fleet, jobs, ops, workers
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,14 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     app.state.services = svc
     app.add_middleware(CatchAll)
     app.add_middleware(metrics.RequestTimer, metrics=svc.metrics)  # EXT-METRICS-1
-    for router in (workers.router, jobs.router, fleet.router, events.router, ops.router):
+    for router in (
+        workers.router,
+        jobs.router,
+        fleet.router,
+        events.router,
+        ops.router,
+        dashboard.router,
+    ):
         app.include_router(router)
 
     published: list[str] = []

@@ -179,13 +179,17 @@ ROUTES: dict[tuple[str, str], Op] = {
         text={"200": ("text/plain", "Prometheus text exposition format (EXT-METRICS-1)")},
     ),
     ("get", "/openapi.json"): Op("client"),
+    ("get", "/"): Op(
+        "none",
+        text={"200": ("text/html", "the dashboard page, script and style inline (DASH-001)")},
+    ),
 }
 
 _ROLE_NOTE = {
     "worker": "Role: worker (a worker or an admin token, AUTH-002).",
     "client": "Role: client (a client or an admin token, AUTH-002).",
     "admin": "Role: admin (an admin token only, AUTH-002).",
-    "none": "No token: like GET /, anyone may ask (EXT-METRICS-3).",
+    "none": "No token: anyone may ask (AUTH-001, EXT-METRICS-3).",
 }
 _ERROR_NOTE = {
     400: "bad_request, or the route's own 400 code (API-090)",
@@ -278,6 +282,8 @@ def _complete(op: dict[str, Any], spec: Op, schemas: dict[str, Any]) -> None:
             },
         }
     if spec.role == "none":
+        for status, (media, note) in spec.text.items():
+            responses[status] = {"description": note, "content": {media: {"schema": _STR}}}
         op["security"] = []
         return
     op["security"] = [{"bearer": []}]
