@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from resource_controller.clock import Clock
 from resource_controller.core import durations
-from resource_controller.worker import procs, runner
+from resource_controller.worker import hooks, procs, runner
 from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
@@ -87,16 +87,9 @@ def failure_reason(name: str, run: ScriptRun) -> str:
 def verify_env(
     base_env: Mapping[str, str], device_id: str, job_id: str, submitter: str
 ) -> dict[str, str]:
-    """The worker's environment plus the verify variables (VERIFY-004)."""
-    env = dict(base_env)
-    env["RC_EVENT"] = "verify"
-    env["RC_DEVICE"] = device_id
-    env["RC_JOB_ID"] = job_id
-    env["RC_SUBMITTER"] = submitter
-    index = runner.device_index(device_id)
-    if index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = index
-    return env
+    """The worker's environment plus the verify variables (VERIFY-004): a hook's, with
+    ``RC_EVENT=verify``."""
+    return hooks.hook_env(base_env, "verify", device_id, job_id, submitter)
 
 
 class _Capture(asyncio.SubprocessProtocol):
