@@ -9,15 +9,26 @@ process at once, even while ``rc`` is cancelling a queued job (CLI-057).
 
 Each command decides what an interrupt means for it (cancel, detach, or an ordinary
 failure, CLI-056); ``main`` turns an unhandled one into exit 1.
+
+A signal can land while Python runs a finaliser (an ``__del__`` reached by the garbage
+collector, a weakref callback): an exception raised there is reported as "ignored" and
+dropped, and ``rc logs -f`` would follow on forever with the defaults already restored.
+``install`` therefore also hooks ``sys.unraisablehook``: a dropped ``Interrupted`` is
+raised again moments later, from a one-shot ``SIGALRM``, in ordinary code.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
+import threading
 from types import FrameType
+from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_REDELIVERY_DELAY = 0.01  # seconds: long enough to be out of the finaliser
 _installed = False
+_hooked = False
 
 
 class Interrupted(BaseException):
@@ -38,15 +49,40 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def _redeliver(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    raise Interrupted(_dropped.pop() if _dropped else signal.SIGINT)
+
+
+_dropped: list[int] = []
+
+
+def _on_unraisable(unraisable: Any) -> None:
+    """Raise a dropped ``Interrupted`` again; hand anything else to the previous hook."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Interrupted) and threading.current_thread() is threading.main_thread():
+        _dropped[:] = [exc.signum]
+        signal.signal(signal.SIGALRM, _redeliver)
+        signal.setitimer(signal.ITIMER_REAL, _REDELIVERY_DELAY)
+        return
+    _previous_hook(unraisable)
+
+
+_previous_hook = sys.unraisablehook
+
+
 def install() -> None:
     """Intercept the first SIGINT/SIGTERM of this process (call from the main thread)."""
-    global _installed
+    global _installed, _hooked
     try:
         for sig in _SIGNALS:
             signal.signal(sig, _handler)
     except ValueError:  # not the main thread: leave signals alone
         return
     _installed = True
+    if not _hooked:
+        sys.unraisablehook = _on_unraisable
+        _hooked = True
 
 
 def restore_defaults() -> None:
