@@ -422,6 +422,24 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
     return Done(None, Wake(devices=True))
 
 
+async def drain(
+    svc: Services, caller: Caller, device_id: str, req: wire.DrainRequest
+) -> Done[None]:
+    """Flag a device draining (EXT-DRAIN-3a); a pass follows, as the device's
+    reservations are gone and the jobs waiting for it now wait for others."""
+    by = identity.recorded_submitter(caller, req.submitter)
+    await svc.db(svc.store.drain_device, device_id, by, req.reason)
+    log.info("device %s draining, by %s%s", device_id, by, f": {req.reason}" if req.reason else "")
+    return Done(None, Wake(schedule=True, devices=True))
+
+
+async def undrain(svc: Services, device_id: str) -> Done[None]:
+    """Clear the drain flag (EXT-DRAIN-3a): the device takes work again, so a pass follows."""
+    await svc.db(svc.store.undrain_device, device_id)
+    log.info("device %s undrained", device_id)
+    return Done(None, Wake(schedule=True, devices=True))
+
+
 # ---- the background loops ------------------------------------------------------------
 
 

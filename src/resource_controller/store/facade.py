@@ -249,6 +249,15 @@ class Store:
         with self._tx() as c:
             devices.set_state(c, self.now(), device_id, state, detail)
 
+    def drain_device(self, device_id: str, by: str, reason: str) -> None:
+        """EXT-DRAIN-2; ``DeviceNotFound`` for an unknown device."""
+        with self._tx() as c:
+            devices.drain(c, self.now(), device_id, by, reason)
+
+    def undrain_device(self, device_id: str) -> None:
+        with self._tx() as c:
+            devices.undrain(c, device_id)
+
     def retire_device(self, device_id: str) -> None:
         with self._tx() as c:
             devices.retire(c, device_id)
