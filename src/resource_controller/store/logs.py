@@ -16,7 +16,9 @@ with a marker between, without ever holding the log in memory:
 What a reader gets is that view, built from both files (``Snapshot``). A log under the
 cap reads exactly as written. A follower of a running job reads only ``<id>.log``,
 which never changes under it; the rest (the whole remainder, or the marker and the
-tail) reaches it once the job is terminal, when the ring no longer moves.
+tail) reaches it once the job is terminal, when the ring no longer moves. A one-off
+snapshot of a running job's capped log is the view as it stands; bytes the job writes
+while it is read may overwrite ring bytes not yet sent.
 
 Reads never hold a whole log in memory (EXT-LIMITS-4): a snapshot is read chunk by
 chunk with ``pread``, and an offset past the end reads nothing, however large.
