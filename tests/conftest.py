@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import JobRecord
+
+# A suite run inside an rc job (``rc run -- make test``) must not see that job: every
+# ``rc run`` the tests start would otherwise run under its lease (EXT-NEST-1).
+for _name in ("RC_JOB_ID", "RC_DEVICE", "RC_DEVICES", "RC_LEASE_EPOCH"):
+    os.environ.pop(_name, None)
 
 #: Fixtures that start real ``rc`` processes: a test using one is end to end.
 PROCESS_FIXTURES = frozenset({"cluster", "worker_process"})

@@ -194,6 +194,13 @@ class KillRequest(_Request):
     submitter: b.Submitter = ""
 
 
+class DrainRequest(_Request):
+    """``POST /v1/devices/{id}/drain`` (EXT-DRAIN-3a): who asks, and why."""
+
+    submitter: b.Submitter = ""
+    reason: b.Reason = ""
+
+
 class Job(_Response):
     id: str
     selector: str
@@ -270,6 +277,11 @@ class Device(_Response):
     last_heartbeat_at: str
     labels: list[Label] | None = None
     max_runtime_seconds: int | None = None
+    #: EXT-DRAIN-3a: ``true`` or omitted; who, when and why only while draining.
+    draining: bool | None = None
+    drained_by: str | None = None
+    drained_at: str | None = None
+    drain_reason: str | None = None
 
 
 class DeviceView(_Response):

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
-from resource_controller.core.scheduling import queue_key, queue_position
+from resource_controller.core.scheduling import aged_queue_key, queue_key, queue_position
 from resource_controller.store import leases
 from resource_controller.store.facade import Store
+from resource_controller.store.jobs import NewJob
 
 if TYPE_CHECKING:
     from conftest import Factory
@@ -54,3 +55,53 @@ def test_sql_order_paging_and_positions_follow_the_key(
         assert store.job_with_position(j.id)[1] == queue_position(j.snap(), snaps)
     for j in queued:
         store.cancel_queued(j.id, "done")
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    jobs=st.lists(
+        st.tuples(st.integers(-10, 10), st.sampled_from([0, 0, 1, 7, 40]), st.booleans()),
+        min_size=1,
+        max_size=9,
+    ),
+    aging=st.sampled_from([1, 5, 30]),
+    later=st.integers(0, 400),
+)
+def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: list[tuple[int, int, bool]],
+    aging: int,
+    later: int,
+) -> None:
+    # EXT-FAIR-1: queued lists, the pass's paged walk and queue positions all use the
+    # effective priority at the store's now, and agree with ``aged_queue_key``.
+    clock = FakeClock()
+    store = Store(tmp_path_factory.mktemp("aged") / "rc.db", clock, priority_aging=aging)
+    try:
+        store.register("box", "b", [("gpu0", 0)])
+        for priority, wait, pinned in jobs:
+            clock.advance(wait)
+            store.enqueue(
+                NewJob(
+                    command=["x"],
+                    submitter="a",
+                    device_id="box:gpu0" if pinned else "",
+                    priority=priority,
+                )
+            )
+        clock.advance(later)
+        now = store.now()
+        key = aged_queue_key(now, aging)
+        queued = store.queued_jobs()
+        assert [j.id for j in queued] == [j.id for j in sorted(queued, key=lambda j: key(j.snap()))]
+        monkeypatch.setattr(leases, "QUEUE_PAGE", 2)
+        walked = leases._queued_in_order(store._tx, now, aging)
+        assert [j.id for j in walked] == [j.id for j in queued]
+        snaps = [j.snap() for j in queued]
+        for j in queued:
+            assert store.job_with_position(j.id)[1] == queue_position(j.snap(), snaps, key)
+    finally:
+        store.close()

@@ -140,8 +140,25 @@ class IntType(_IntBase):
         return sign * int(digits, 10)
 
 
+class SizeType(_IntBase):
+    """A byte-size flag (``--max-log-bytes``): ``1048576``, ``64KiB``, ``256MiB``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from resource_controller.core import sizes
+
+        try:
+            return sizes.parse_size(str(value))
+        except sizes.SizeError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 DURATION = DurationType()
 INT = IntType()
+SIZE = SizeType()
 
 
 def output_format(value: str) -> str:

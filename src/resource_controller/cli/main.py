@@ -44,6 +44,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("resource_controller.cli.devices:describe", "Everything about one device."),
     "clear": ("resource_controller.cli.devices:clear", "(admin) Return a quarantined device."),
     "retire": ("resource_controller.cli.devices:retire", "(admin) Remove a device; needs --yes."),
+    "drain": (
+        "resource_controller.cli.drain:drain",
+        "(admin) Let devices finish their work, then take nothing new.",
+    ),
+    "undrain": ("resource_controller.cli.drain:undrain", "(admin) Let drained devices work again."),
     "serve": ("resource_controller.cli.serve:serve", "Run the controller."),
     "worker": ("resource_controller.cli.serve:worker", "Run the device-host agent."),
     "up": ("resource_controller.cli.serve:up", "Run a controller and a worker on this machine."),

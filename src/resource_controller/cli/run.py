@@ -19,6 +19,7 @@ Ctrl-C during the cancel request kills ``rc`` at once (CLI-055, CLI-057).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class _Progress:
 
 def run(client: api.Client, req: RunRequest) -> int:
     """Carry out ``rc run`` and return its exit code; failures raise ``common.Failure``."""
+    _run_nested_if_held(client, req)
     progress = _Progress()
     try:
         return _run(client, req, progress)
@@ -97,6 +99,23 @@ def run(client: api.Client, req: RunRequest) -> int:
             )
             return EXIT_INTERRUPTED
         raise
+
+
+def _run_nested_if_held(client: api.Client, req: RunRequest) -> None:
+    """EXT-NEST-1: inside a job, a request the job's own lease answers runs under it
+    (``cli/nest.py``); this returns only when a new lease is needed."""
+    from resource_controller.cli import nest
+
+    lease = nest.current_lease(os.environ)
+    if lease is None:
+        return
+    device = nest.chosen_device(
+        lease, req.device, req.selector, lambda s: client.explain(s).get("matching") or []
+    )
+    if device is None:
+        return
+    nest.refuse_limits(lease, req.max_runtime_seconds, req.idle_timeout_seconds)
+    nest.exec_command(lease, device, req.command, req.cwd, req.env)
 
 
 def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from resource_controller.cli import common
+
 #: ``--log-format`` (EXT-METRICS-2); the same names as ``resource_controller.logfmt.FORMATS``.
 log_format_option = click.option(
     "--log-format",
@@ -41,6 +43,33 @@ log_format_option = click.option(
     help="URL to POST operational events to (watchdog_trip, verify_failed, device_unhealthy, "
     "worker_lost, device_recovered, job_lost, lease_expired); empty: RC_WEBHOOK_URL.",
 )
+@click.option(
+    "--priority-aging",
+    type=common.DurationType("0, the default, means no aging"),
+    default=0.0,
+    metavar="DURATION",
+    help="Raise a queued job's priority by one per DURATION waited, up to the top of the"
+    " range (10), so low priorities are not starved. Default: off.",
+)
+@click.option(
+    "--log-retention",
+    type=common.DurationType("0, the default, keeps output for ever"),
+    default=0.0,
+    metavar="DURATION",
+    help="Delete the stored output of jobs that ended longer ago than DURATION (the jobs"
+    " themselves stay in the history). Default: kept.",
+)
+@click.option(
+    "--max-log-bytes",
+    type=common.SIZE,
+    default="256MiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Cap on one job's stored output (bytes, or KiB/MiB/GiB; 0: no cap). Past it the"
+    " first half of the cap and the last bytes are kept, with a line saying how many bytes"
+    " were dropped between them; followers get the part past the first half when the job"
+    " ends. At least 4KiB.",
+)
 @log_format_option
 @click.argument("stray", nargs=-1, required=False)
 def serve(
@@ -48,13 +77,22 @@ def serve(
     data: Path,
     retain_disconnected_jobs: bool,
     webhook_url: str,
+    priority_aging: float,
+    log_retention: float,
+    max_log_bytes: int,
     log_format: str,
     stray: tuple[str, ...],
 ) -> None:
     """Run the controller."""
     from resource_controller.controller import serve as controller
 
-    sys.exit(controller.run(addr, data, retain_disconnected_jobs, webhook_url, log_format))
+    try:
+        policy = controller.policy(priority_aging, log_retention, max_log_bytes)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    sys.exit(
+        controller.run(addr, data, retain_disconnected_jobs, webhook_url, log_format, **policy)
+    )
 
 
 @click.command()

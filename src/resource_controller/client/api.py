@@ -120,6 +120,16 @@ def _controller_message(e: errors.ApiError) -> str:
     return "" if e.message == default else e.message
 
 
+def _view_id(view: Json) -> str:
+    device = view.get("device")
+    return str(device.get("id") or "") if isinstance(device, dict) else ""
+
+
+def _leased(view: Json) -> bool:
+    """A device view with a live lease: the view names its holder or job (API-023)."""
+    return bool(view.get("holder") or view.get("job_id"))
+
+
 class Client:
     """Talk to one controller with one token, as the current user.
 
@@ -423,6 +433,56 @@ class Client:
             "DELETE", device_path(device_id, segment=True), timeout=timeout
         ).json()
         return data
+
+    def drain(self, device_id: str, reason: str = "", *, timeout: float | None = None) -> None:
+        """(admin) Let a device finish what it runs and take nothing new (EXT-DRAIN-3a)."""
+        self._http.request(
+            "POST",
+            device_path(device_id, segment=True) + "/drain",
+            body={"submitter": self.submitter, "reason": reason},
+            timeout=timeout,
+        )
+
+    def undrain(self, device_id: str, *, timeout: float | None = None) -> None:
+        """(admin) Let a draining device take work again (EXT-DRAIN-3a)."""
+        self._http.request(
+            "POST", device_path(device_id, segment=True) + "/undrain", timeout=timeout
+        )
+
+    def wait_idle(
+        self,
+        device_ids: Sequence[str],
+        *,
+        on_wait: Callable[[list[Json]], None] | None = None,
+    ) -> None:
+        """Return once none of ``device_ids`` has a live lease (``rc drain --wait``).
+
+        Polls ``/v1/state`` every ``POLL_INTERVAL``; there is no deadline of its own (the
+        caller's Ctrl-C is one). ``on_wait`` hears the views still held whenever that set
+        changes. A device that disappears (retired) counts as idle. ``SCHEDULED_GIVE_UP``
+        consecutive failed polls give up with ``PollGiveUp``.
+        """
+        wanted = set(device_ids)
+        failures = 0
+        last: set[tuple[str, str]] | None = None
+        while True:
+            try:
+                views = self.state(timeout=SCHEDULED_POLL_TIMEOUT).get("devices") or []
+                failures = 0
+            except errors.TransportError as e:  # a refusal (ApiError) is final at once
+                failures += 1
+                if failures >= SCHEDULED_GIVE_UP:
+                    raise PollGiveUp(f"gave up waiting for devices to go idle: {e}") from e
+                self._sleep(POLL_INTERVAL)
+                continue
+            held = [v for v in views if _view_id(v) in wanted and _leased(v)]
+            if not held:
+                return
+            now = {(_view_id(v), str(v.get("job_id") or v.get("holder") or "")) for v in held}
+            if now != last and on_wait is not None:
+                on_wait(held)
+            last = now
+            self._sleep(POLL_INTERVAL)
 
     # ---- polling loops ---------------------------------------------------------
 

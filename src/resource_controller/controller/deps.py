@@ -27,7 +27,7 @@ from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
-from resource_controller.store.logs import LogStore
+from resource_controller.store.logs import DEFAULT_MAX_BYTES, LogStore
 
 T = TypeVar("T")
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -55,6 +55,14 @@ class Settings:
     hold_off: float = expiry.HOLD_OFF
     #: Where webhook events go (SRV-002); empty means no notifier at all (HOOKN-001).
     webhook_url: str = ""
+    #: ``--priority-aging``: seconds of waiting per step of effective priority; 0 = off
+    #: (EXT-FAIR-1).
+    priority_aging: int = 0
+    #: ``--log-retention``: stored output of jobs ended longer ago is deleted; 0 = kept
+    #: (EXT-KEEP-1).
+    log_retention: int = 0
+    #: ``--max-log-bytes``: the cap on one job's stored output; 0 = none (EXT-KEEP-1).
+    max_log_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass

@@ -8,7 +8,8 @@ Reaper (SRV-031): every sweep interval, first one interval after start, one swee
 judged by ``core.expiry``: worker silence demotes devices, and once the start-up
 hold-off (SRV-032) has passed and the stall guard allows it, written-off workers'
 jobs are lost and lapsed leases expire. A sweep never frees a device. Errors are
-logged and the loop carries on at the next tick.
+logged and the loop carries on at the next tick. The same tick runs one bounded log
+retention pass when ``--log-retention`` is set (EXT-KEEP-1).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
                 s.sweep_interval,
                 expiry.RESUME_PASSES,
             )
+        await _prune_logs(svc)
         rules = expiry.SweepRules(
             grace=s.grace,
             unhealthy_after=s.unhealthy_after,
@@ -88,6 +90,18 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
             log.exception("sweep failed")
             continue
         await _after_sweep(svc, result)
+
+
+async def _prune_logs(svc: Services) -> None:
+    """One bounded retention pass on the reaper's tick (EXT-KEEP-1); errors are logged."""
+    if svc.settings.log_retention <= 0:
+        return
+    try:
+        await perform(svc.hub, service.prune_logs(svc))
+    except errors.RcError as exc:
+        log.error("log retention pass failed: %s", exc)
+    except Exception:
+        log.exception("log retention pass failed")
 
 
 async def _after_sweep(svc: Services, result: SweepResult) -> None:

@@ -148,6 +148,10 @@ ROUTES: dict[tuple[str, str], Op] = {
     ),
     ("get", "/v1/whoami"): Op("client"),
     ("post", "/v1/devices/{device_id}/clear"): Op("admin", (409,), empty=_EMPTY_OK),
+    ("post", "/v1/devices/{device_id}/drain"): Op(
+        "admin", (400, 404, 413), body=wire.DrainRequest, empty=_EMPTY_OK
+    ),
+    ("post", "/v1/devices/{device_id}/undrain"): Op("admin", (404,), empty=_EMPTY_OK),
     ("delete", "/v1/devices/{device_id}"): Op("admin", (404, 409)),
     ("get", "/v1/events"): Op(
         "client",

@@ -6,6 +6,7 @@ Every age is measured here, on the controller's clock.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from resource_controller import wire
 from resource_controller.core.states import DeviceState
@@ -67,7 +68,21 @@ def device(d: DeviceRecord, labels: list[LabelRecord]) -> wire.Device:
         last_heartbeat_at=ts(d.last_heartbeat_at) or "",
         labels=[label(lb) for lb in labels] or None,
         max_runtime_seconds=d.max_runtime,  # EXT-CLI-6: the ceiling is visible, 0 when none
+        **drain_fields(d),
     )
+
+
+def drain_fields(d: DeviceRecord) -> dict[str, Any]:
+    """EXT-DRAIN-3a: ``draining`` only when true; who, when and why only while draining
+    and non-empty."""
+    if not d.draining:
+        return {}
+    return {
+        "draining": True,
+        "drained_by": d.drained_by or None,
+        "drained_at": ts(d.drained_at) if d.drained_at else None,
+        "drain_reason": d.drain_reason or None,
+    }
 
 
 def quarantine_text(d: DeviceRecord) -> str | None:

@@ -37,7 +37,7 @@ from resource_controller.controller.auth import Authenticator, TokenError, parse
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
 from resource_controller.store.facade import Store
-from resource_controller.store.logs import LogStore
+from resource_controller.store.logs import MIN_MAX_BYTES, LogStore
 
 log = logging.getLogger("rc.controller")
 
@@ -103,8 +103,8 @@ def open_services(
     clock = clock or SystemClock()
     try:
         data.mkdir(mode=0o755, parents=True, exist_ok=True)
-        store = Store(data / "rc.db", clock)
-        logs = LogStore(data / "logs")
+        store = Store(data / "rc.db", clock, priority_aging=settings.priority_aging)
+        logs = LogStore(data / "logs", settings.max_log_bytes)
     except Exception as exc:
         raise StartupError(f"open data directory {data}: {exc}") from exc
     return Services(
@@ -145,6 +145,28 @@ def make_server(svc: Services) -> Server:
     return Server(config, svc)
 
 
+def policy(priority_aging: float, log_retention: float, max_log_bytes: int) -> dict[str, int]:
+    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
+
+    Stored instants are whole seconds (STORE-004), so a positive duration under one
+    second could only be rounded into something else: it is refused, as is a cap too
+    small to hold a head, the marker and a tail (EXT-FAIR-1, EXT-KEEP-1).
+    """
+    for flag, seconds in (("--priority-aging", priority_aging), ("--log-retention", log_retention)):
+        if 0 < seconds < 1:
+            raise ValueError(f"{flag} must be 0 (off) or at least 1s, got {seconds:g}s")
+    if 0 < max_log_bytes < MIN_MAX_BYTES or max_log_bytes < 0:
+        raise ValueError(
+            f"--max-log-bytes must be 0 (no cap) or at least {MIN_MAX_BYTES} bytes (4KiB),"
+            f" got {max_log_bytes}"
+        )
+    return {
+        "priority_aging": int(priority_aging),
+        "log_retention": int(log_retention),
+        "max_log_bytes": max_log_bytes,
+    }
+
+
 WEBHOOK_ENV = "RC_WEBHOOK_URL"
 
 
@@ -154,8 +176,19 @@ def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
     return flag or env.get(WEBHOOK_ENV, "")
 
 
-def run(addr: str, data: Path, retain: bool, webhook: str = "", log_format: str = "text") -> int:
-    """The whole ``rc serve`` process; returns its exit status."""
+def run(
+    addr: str,
+    data: Path,
+    retain: bool,
+    webhook: str = "",
+    log_format: str = "text",
+    **policy: int,
+) -> int:
+    """The whole ``rc serve`` process; returns its exit status.
+
+    ``policy`` holds the ``Settings`` fields ``rc serve``'s flags set: ``priority_aging``,
+    ``log_retention`` and ``max_log_bytes``, already validated.
+    """
     logfmt.configure(log_format, logging.INFO)
     # EXT-METRICS-2: events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access", "httpx", "httpcore"):
@@ -164,7 +197,7 @@ def run(addr: str, data: Path, retain: bool, webhook: str = "", log_format: str 
         svc = open_services(
             data,
             os.environ.get("RC_TOKENS"),
-            Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook)),
+            Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook), **policy),
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
         )
         host, port = parse_addr(addr)

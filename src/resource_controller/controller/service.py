@@ -23,7 +23,7 @@ from resource_controller import errors, wire
 from resource_controller.controller import webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
-from resource_controller.core import expiry, identity, selectors, states, waiting
+from resource_controller.core import expiry, identity, scheduling, selectors, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import NewJob
@@ -69,8 +69,9 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         raise errors.BadRequest("give device_id or selector, not both")
     if not req.submitter:
         raise errors.BadRequest("submitter must not be empty")
-    if not -10 <= req.priority <= 10:
-        raise errors.PriorityOutOfRange(f"priority {req.priority} is outside -10..10")
+    low, top = scheduling.PRIORITY_MIN, scheduling.PRIORITY_MAX
+    if not low <= req.priority <= top:
+        raise errors.PriorityOutOfRange(f"priority {req.priority} is outside {low}..{top}")
     if req.selector:
         try:
             selectors.parse(req.selector)
@@ -422,6 +423,24 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
     return Done(None, Wake(devices=True))
 
 
+async def drain(
+    svc: Services, caller: Caller, device_id: str, req: wire.DrainRequest
+) -> Done[None]:
+    """Flag a device draining (EXT-DRAIN-3a); a pass follows, as the device's
+    reservations are gone and the jobs waiting for it now wait for others."""
+    by = identity.recorded_submitter(caller, req.submitter)
+    await svc.db(svc.store.drain_device, device_id, by, req.reason)
+    log.info("device %s draining, by %s%s", device_id, by, f": {req.reason}" if req.reason else "")
+    return Done(None, Wake(schedule=True, devices=True))
+
+
+async def undrain(svc: Services, device_id: str) -> Done[None]:
+    """Clear the drain flag (EXT-DRAIN-3a): the device takes work again, so a pass follows."""
+    await svc.db(svc.store.undrain_device, device_id)
+    log.info("device %s undrained", device_id)
+    return Done(None, Wake(schedule=True, devices=True))
+
+
 # ---- the background loops ------------------------------------------------------------
 
 
@@ -447,3 +466,29 @@ async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
             swept=result.alarming,
         ),
     )
+
+
+#: Jobs whose stored output one retention pass deletes at most (EXT-KEEP-1): a long
+#: backlog is worked off over several passes instead of holding the store thread.
+RETENTION_BATCH = 200
+
+
+async def prune_logs(svc: Services) -> Done[list[str]]:
+    """Delete the stored output of jobs that ended longer ago than ``--log-retention``
+    (EXT-KEEP-1); the job rows stay. Files go first, then the mark, so a pass cut short
+    only leaves a job to be looked at again."""
+    retention = svc.settings.log_retention
+    if retention <= 0:
+        return Done([])
+    ids = await svc.db(svc.store.logs_to_prune, retention, RETENTION_BATCH)
+    if not ids:
+        return Done([])
+
+    def delete() -> None:
+        for job_id in ids:
+            svc.logs.delete(job_id)
+
+    await asyncio.to_thread(delete)
+    await svc.db(svc.store.mark_logs_pruned, ids)
+    log.info("deleted the stored output of %d job(s) ended over %ds ago", len(ids), retention)
+    return Done(ids)

@@ -68,10 +68,44 @@ class JobSnap:
 #: A queue order: sorts jobs ascending, first = next to schedule.
 QueueKey = Callable[[JobSnap], Any]
 
+#: The priorities a submit may ask for (API-041); aging never lifts a job past the top.
+PRIORITY_MIN = -10
+PRIORITY_MAX = 10
+
 
 def queue_key(job: JobSnap) -> tuple[int, int, int]:
     """Priority descending, then ``queued_at``, then ``seq`` (STORE-060)."""
     return (-job.priority, job.queued_at, job.seq)
+
+
+def effective_priority(priority: int, queued_at: int, now: int, aging: int) -> int:
+    """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited since
+    ``queued_at``, capped at ``PRIORITY_MAX``; ``aging`` <= 0 is no aging.
+
+    A priority already at or above the top is left as it is (aging only ever raises),
+    and a clock behind ``queued_at`` ages nothing. ``queries.effective_priority_sql``
+    is this rule in SQL; a test holds the two together.
+    """
+    if aging <= 0 or priority >= PRIORITY_MAX:
+        return priority
+    steps = max(0, now - queued_at) // aging
+    return min(PRIORITY_MAX, priority + steps)
+
+
+def aged_queue_key(now: int, aging: int) -> QueueKey:
+    """The queue order with priority aging at ``now`` (EXT-FAIR-1): effective priority
+    descending, then ``queued_at``, then ``seq``; ``queue_key`` itself when aging is off."""
+    if aging <= 0:
+        return queue_key
+
+    def key(job: JobSnap) -> tuple[int, int, int]:
+        return (
+            -effective_priority(job.priority, job.queued_at, now, aging),
+            job.queued_at,
+            job.seq,
+        )
+
+    return key
 
 
 def tolerates(device: DeviceSnap, runtime: int) -> bool:

@@ -362,6 +362,35 @@ def retire(conn: sa.Connection, device_id: str) -> None:
     moves.remove(conn, DEVICE, Op.RETIRE, t.devices.c.id == device_id)
 
 
+def drain(conn: sa.Connection, now: int, device_id: str, by: str, reason: str) -> None:
+    """Flag a device draining (EXT-DRAIN-2): what it runs finishes, nothing new is placed.
+
+    Not a state: the device keeps its state, its lease and its place for selectors and
+    pinned submits. Draining again replaces who, when and why. ``DeviceNotFound`` for
+    an unknown device.
+    """
+    done = conn.execute(
+        sa.update(t.devices)
+        .where(t.devices.c.id == device_id)
+        .values(draining=1, drained_by=by, drained_at=now, drain_reason=reason)
+    ).rowcount
+    if done == 0:
+        raise errors.DeviceNotFound(f"no such device: {device_id}")
+    # A reservation is a claim to be placed next; a draining device is never reserved.
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
+
+
+def undrain(conn: sa.Connection, device_id: str) -> None:
+    """Clear the drain flag and its who/when/why; a device not draining is left as it is."""
+    if queries.device(conn, device_id) is None:
+        raise errors.DeviceNotFound(f"no such device: {device_id}")
+    conn.execute(
+        sa.update(t.devices)
+        .where(t.devices.c.id == device_id, t.devices.c.draining != 0)
+        .values(draining=0, drained_by="", drained_at=0, drain_reason="")
+    )
+
+
 def auto_recover(
     conn: sa.Connection, now: int, worker_id: str, proof: expiry.Proof | None
 ) -> AutoRecovery:

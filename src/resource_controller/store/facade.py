@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.clock import Clock
-from resource_controller.core import expiry
+from resource_controller.core import expiry, scheduling
 from resource_controller.core.waiting import Blocker
 from resource_controller.store import devices, engine, jobs, leases, queries, schema, sweep, views
 from resource_controller.store.records import (
@@ -38,12 +38,18 @@ from resource_controller.store.records import (
 class Store:
     """The controller's state, behind serialised transactions."""
 
-    def __init__(self, path: Path, clock: Clock) -> None:
+    def __init__(self, path: Path, clock: Clock, priority_aging: int = 0) -> None:
         self.clock = clock
+        #: Seconds of waiting per step of effective priority; 0 = off (EXT-FAIR-1).
+        self.aging = max(0, int(priority_aging))
         self._engine = engine.create_engine(path)
         engine.migrate(self._engine)
         self._conn = self._engine.connect()
         self._lock = threading.RLock()
+
+    def _key(self, now: int) -> scheduling.QueueKey:
+        """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
+        return scheduling.aged_queue_key(now, self.aging)
 
     def close(self) -> None:
         with self._lock:
@@ -74,7 +80,7 @@ class Store:
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""
         with self._lock:
-            return leases.schedule_pass(self._conn, self.now(), self._tx)
+            return leases.schedule_pass(self._conn, self.now(), self._tx, self.aging)
 
     def job(self, job_id: str) -> JobRecord:
         with self._tx() as c:
@@ -83,7 +89,7 @@ class Store:
     def job_with_position(self, job_id: str) -> tuple[JobRecord, int]:
         with self._tx() as c:
             job = queries.job(c, job_id)
-            return job, jobs.queue_position(c, job)
+            return job, jobs.queue_position(c, job, self.now(), self.aging)
 
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
@@ -92,12 +98,17 @@ class Store:
             job = queries.job(c, job_id)
             if not job.queued:
                 return job, 0, None
-            return job, jobs.queue_position(c, job), views.waiting_for(c, job)
+            now = self.now()
+            return (
+                job,
+                jobs.queue_position(c, job, now, self.aging),
+                views.waiting_for(c, job, self._key(now)),
+            )
 
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
         """What a queued job waits for now (EXT-WHY-1); ``[]`` once it left the queue."""
         with self._tx() as c:
-            return views.waiting_for(c, job)
+            return views.waiting_for(c, job, self._key(self.now()))
 
     def list_jobs(
         self,
@@ -132,7 +143,7 @@ class Store:
 
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
-            return jobs.queued(c)
+            return jobs.queued(c, self.now(), self.aging)
 
     def active_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
@@ -159,6 +170,15 @@ class Store:
     ) -> Release:
         with self._tx() as c:
             return jobs.release(c, self.now(), job_id, state, exit_code, reason)
+
+    def logs_to_prune(self, retention: int, limit: int) -> list[str]:
+        """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""
+        with self._tx() as c:
+            return jobs.logs_to_prune(c, self.now() - retention, limit)
+
+    def mark_logs_pruned(self, job_ids: list[str]) -> None:
+        with self._tx() as c:
+            jobs.mark_logs_pruned(c, job_ids)
 
     # ---- workers and devices ----------------------------------------------------
 
@@ -249,6 +269,15 @@ class Store:
         with self._tx() as c:
             devices.set_state(c, self.now(), device_id, state, detail)
 
+    def drain_device(self, device_id: str, by: str, reason: str) -> None:
+        """EXT-DRAIN-2; ``DeviceNotFound`` for an unknown device."""
+        with self._tx() as c:
+            devices.drain(c, self.now(), device_id, by, reason)
+
+    def undrain_device(self, device_id: str) -> None:
+        with self._tx() as c:
+            devices.undrain(c, device_id)
+
     def retire_device(self, device_id: str) -> None:
         with self._tx() as c:
             devices.retire(c, device_id)
@@ -277,7 +306,7 @@ class Store:
     def state_snapshot(self) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord]]:
         """Devices, active jobs and the queue, read in one transaction (API-052)."""
         with self._tx() as c:
-            return views.devices(c), jobs.active(c), jobs.queued(c)
+            return views.devices(c), jobs.active(c), jobs.queued(c, self.now(), self.aging)
 
     def state_view(
         self,
@@ -285,8 +314,9 @@ class Store:
         """``state_snapshot`` and what each queued job waits for, in one transaction
         (API-052, EXT-WHY-1a): one gathering for the whole queue, not a read per job."""
         with self._tx() as c:
-            queued = jobs.queued(c)
-            waits = views.waiting_for_all(c, queued)
+            now = self.now()
+            queued = jobs.queued(c, now, self.aging)
+            waits = views.waiting_for_all(c, queued, self._key(now))
             return views.devices(c), jobs.active(c), queued, waits
 
     # ---- test fixture only --------------------------------------------------------

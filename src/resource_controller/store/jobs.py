@@ -135,11 +135,14 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
     return job
 
 
-def queue_position(conn: sa.Connection, job: JobRecord) -> int:
-    """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070)."""
+def queue_position(conn: sa.Connection, job: JobRecord, now: int = 0, aging: int = 0) -> int:
+    """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070).
+
+    With aging on, "ahead" is by effective priority at ``now`` (EXT-FAIR-1)."""
     if not job.queued:
         return 0
-    return scheduling.queue_position(job.snap(), queries.queued_snaps(conn))
+    key = scheduling.aged_queue_key(now, aging)
+    return scheduling.queue_position(job.snap(), queries.queued_snaps(conn), key)
 
 
 def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:
@@ -311,9 +314,11 @@ def list_jobs(
     return queries.with_epochs(conn, found)
 
 
-def queued(conn: sa.Connection) -> list[JobRecord]:
-    """Queued jobs in scheduling order (STORE-071)."""
-    return queries.jobs_where(conn, t.jobs.c.state == JobState.QUEUED, order=queries.QUEUE_ORDER)
+def queued(conn: sa.Connection, now: int = 0, aging: int = 0) -> list[JobRecord]:
+    """Queued jobs in scheduling order (STORE-071), aged at ``now`` when on (EXT-FAIR-1)."""
+    return queries.jobs_where(
+        conn, t.jobs.c.state == JobState.QUEUED, order=queries.queue_order(now, aging)
+    )
 
 
 def active(conn: sa.Connection) -> list[JobRecord]:
@@ -322,3 +327,22 @@ def active(conn: sa.Connection) -> list[JobRecord]:
     return queries.jobs_where(
         conn, j.state.in_(_ACTIVE), order=(j.submitted_at.desc(), j.seq.desc())
     )
+
+
+def logs_to_prune(conn: sa.Connection, cutoff: int, limit: int) -> list[str]:
+    """Jobs that ended before ``cutoff`` whose stored output is not yet deleted, oldest
+    end first, at most ``limit`` (EXT-KEEP-1); found through ``jobs_log_retention``."""
+    j = t.jobs.c
+    rows = conn.execute(
+        sa.select(j.id)
+        .where(j.logs_pruned == 0, j.finished_at.is_not(None), j.finished_at < cutoff)
+        .order_by(j.finished_at, j.id)
+        .limit(limit)
+    )
+    return [r.id for r in rows]
+
+
+def mark_logs_pruned(conn: sa.Connection, job_ids: list[str]) -> None:
+    """Record that these jobs' stored output is gone; the job rows stay (EXT-KEEP-1)."""
+    if job_ids:
+        conn.execute(sa.update(t.jobs).where(t.jobs.c.id.in_(job_ids)).values(logs_pruned=1))

@@ -146,8 +146,11 @@ QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the firs
 
 def _queued_in_order(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    now: int = 0,
+    aging: int = 0,
 ) -> Iterator[JobRecord]:
-    """Queued jobs in scheduling order, read a page at a time (keyset on the order).
+    """Queued jobs in scheduling order (aged at ``now`` when ``aging`` is on, EXT-FAIR-1),
+    read a page at a time (keyset on the order).
 
     A pass usually stops early (every device claimed), so reading the whole queue on
     every pass would make each submit cost O(queue length). A row that cannot be read
@@ -158,9 +161,9 @@ def _queued_in_order(
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
-            where.append(queries.behind(after))
+            where.append(queries.behind(after, now, aging))
         with transaction() as tx:
-            q_page = sa.select(t.jobs).where(*where).order_by(*queries.QUEUE_ORDER)
+            q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
             rows = tx.execute(q_page.limit(QUEUE_PAGE)).all()
         for row in rows:
             job = _decode(row)
@@ -206,6 +209,7 @@ def _reserve_vanished(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     by_id: dict[str, DeviceRecord],
     planner: scheduling.Planner,
+    order: tuple[sa.UnaryExpression[Any], ...] = queries.QUEUE_ORDER,
 ) -> None:
     """Reserve, for the first queued job pinned to it, each device that has no row."""
     j = t.jobs.c
@@ -215,7 +219,7 @@ def _reserve_vanished(
             j.state == JobState.QUEUED,
             j.device_id != "",
             j.device_id.not_in(list(by_id)),
-            order=queries.QUEUE_ORDER,
+            order=order,
         )
     for job in waiting:
         if job.snap().pinned:
@@ -258,8 +262,11 @@ def schedule_pass(
     conn: sa.Connection,
     now: int,
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    aging: int = 0,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
+
+    ``aging`` > 0 orders by effective priority at ``now`` instead (EXT-FAIR-1).
 
     The decisions (candidates, what to try, what to claim) are ``core.scheduling``'s
     ``Planner``; this function only reads the snapshot and applies them. Runs with the
@@ -271,7 +278,7 @@ def schedule_pass(
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
         devices = queries.all_devices(tx)
         labels = queries.effective_labels(tx)
-    queue = _queued_in_order(transaction)
+    queue = _queued_in_order(transaction, now, aging)
     by_id = {d.id: d for d in devices}
     planner = scheduling.Planner(queries.device_snaps(devices, labels))
     assigned: list[Assigned] = []
@@ -280,7 +287,7 @@ def schedule_pass(
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
-            _reserve_vanished(transaction, by_id, planner)
+            _reserve_vanished(transaction, by_id, planner, queries.queue_order(now, aging))
             break
         try:
             _turn(transaction, now, job, by_id, planner, assigned)

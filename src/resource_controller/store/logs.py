@@ -1,16 +1,36 @@
-"""Job output: one append-only file per job under ``<data>/logs`` (LOG-001, LOG-002).
+"""Job output: one append-only file per job under ``<data>/logs`` (LOG-001), capped (EXT-KEEP-1).
 
-Chunks are appended verbatim in arrival order and never rewritten. A job ID that is
-not a safe file name is refused, so no request can write outside the log directory.
+Chunks are appended verbatim in arrival order. A job ID that is not a safe file name is
+refused, so no request can write outside the log directory.
+
+The cap (``--max-log-bytes``, default 256 MiB, EXT-KEEP-1) keeps a job's head and tail
+with a marker between, without ever holding the log in memory:
+
+- ``<id>.log`` takes the first half of the cap, and only ever grows, so a byte offset a
+  follower has reached always names the same byte;
+- whatever comes after goes to ``<id>.tail``, a ring of the rest of the cap (less room
+  for the marker): a 16-byte header (bytes ever written to it, ring size) and the ring.
+  While it has not wrapped it is the output as written; once it wraps, the oldest bytes
+  are overwritten and the stored log reads ``head + marker + last bytes``.
+
+What a reader gets is that view, built from both files (``Snapshot``). A log under the
+cap reads exactly as written. A follower of a running job reads only ``<id>.log``,
+which never changes under it; the rest (the whole remainder, or the marker and the
+tail) reaches it once the job is terminal, when the ring no longer moves. A one-off
+snapshot of a running job's capped log is the view as it stands; bytes the job writes
+while it is read may overwrite ring bytes not yet sent.
 
 Reads never hold a whole log in memory (EXT-LIMITS-4): a snapshot is read chunk by
-chunk from one open file, and an offset past the end reads nothing, however large.
+chunk with ``pread``, and an offset past the end reads nothing, however large.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import struct
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from resource_controller import errors
@@ -19,41 +39,97 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 READ_CHUNK = 32 * 1024
 #: Largest log offset a reader may ask for (EXT-LIMITS-1).
 MAX_OFFSET = 2**63 - 1
+#: EXT-KEEP-1's default cap on one job's stored output.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: The smallest cap ``--max-log-bytes`` accepts: room for a head, the marker and a tail.
+MIN_MAX_BYTES = 4 * 1024
+#: Room kept for the marker inside the cap; the marker is always shorter.
+MARKER_ROOM = 256
+_HEADER = struct.Struct(">QQ")  #: the ring file's header: bytes written, ring size
+
+
+def marker(dropped: int) -> bytes:
+    """The line that stands where output was dropped (EXT-KEEP-1)."""
+    return (
+        f"\n[rc: {dropped} bytes of output dropped here: the log is capped by"
+        " --max-log-bytes, which keeps its head and its tail]\n"
+    ).encode()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a capped log's budget splits: the head file's share and the ring's size."""
+
+    head: int
+    ring: int
+
+    @classmethod
+    def for_cap(cls, max_bytes: int) -> Layout | None:
+        """Half the cap for the head, the rest less the marker's room for the tail; None = no cap."""
+        if max_bytes <= 0:
+            return None
+        head = max_bytes // 2
+        return cls(head, max_bytes - head - MARKER_ROOM)
+
+
+#: One piece of a log's view: bytes from a file descriptor at a position, or literal bytes.
+_Piece = tuple[int | bytes, int, int]
 
 
 class Snapshot:
     """The bytes of one log from an offset up to its size when opened (EXT-LIMITS-4).
 
-    Each ``read`` is one bounded ``pread``; the file stays open until ``close``. The
-    calls block on the disk, so the controller makes them off its event loop.
+    The view is a list of pieces (the head file, the marker, the ring in order); each
+    ``read`` is one bounded ``pread`` of one piece, and the files stay open until
+    ``close``. The calls block on the disk, so the controller makes them off its event
+    loop.
     """
 
-    def __init__(self, fd: int | None, offset: int, end: int) -> None:
-        self._fd = fd
+    def __init__(self, pieces: list[_Piece], offset: int, fds: list[int] | None = None) -> None:
+        self._pieces = pieces
+        self._fds = fds or []
         self.offset = offset
-        self.end = end
+        self.end = max(offset, sum(n for _, _, n in pieces))
 
     def read(self, limit: int = READ_CHUNK) -> bytes:
         """The next ``limit`` bytes at most; empty once the snapshot is complete."""
-        if self._fd is None or self.offset >= self.end:
+        if self.offset >= self.end:
             return b""
-        chunk = os.pread(self._fd, min(limit, self.end - self.offset), self.offset)
-        self.offset += len(chunk)
-        if not chunk:
-            self.end = self.offset  # shorter than it was: nothing more to send
-        return chunk
+        start = 0
+        for source, at, length in self._pieces:
+            if self.offset < start + length:
+                skip = self.offset - start
+                n = min(limit, length - skip)
+                if isinstance(source, bytes):
+                    chunk = source[skip : skip + n]
+                else:
+                    chunk = os.pread(source, n, at + skip)
+                self.offset += len(chunk)
+                if not chunk:
+                    self.end = self.offset  # shorter than it was: nothing more to send
+                return chunk
+            start += length
+        self.end = self.offset
+        return b""
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 class LogStore:
-    """Append and read job logs; files are created on first append, mode 0644."""
+    """Append and read job logs; files are created on first append, mode 0644.
 
-    def __init__(self, directory: Path) -> None:
+    ``max_bytes`` caps each job's stored output (EXT-KEEP-1); 0 stores everything.
+    """
+
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = directory
+        self.layout = Layout.for_cap(max_bytes)
+        #: Appends and the reading of a log's shape are serialised, so a reader never
+        #: sees a ring header that its bytes have not caught up with.
+        self._lock = threading.Lock()
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def path(self, job_id: str) -> Path:
@@ -61,18 +137,35 @@ class LogStore:
             raise errors.LogError(f"job id {job_id!r} cannot name a log file")
         return self.directory / f"{job_id}.log"
 
+    def tail_path(self, job_id: str) -> Path:
+        """The ring of a log past its head (EXT-KEEP-1)."""
+        return self.path(job_id).with_suffix(".tail")
+
     def append(self, job_id: str, chunk: bytes) -> None:
         path = self.path(job_id)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+            with self._lock:
+                self._append(job_id, path, chunk)
         except OSError as exc:
             raise errors.LogError(f"append to log of {job_id} failed: {exc.strerror}") from exc
+
+    def _append(self, job_id: str, path: Path, chunk: bytes) -> None:
+        ring = self.tail_path(job_id)
+        if self.layout is None or (not chunk and not ring.exists()):
+            _append_file(path, chunk)
+            return
+        view = memoryview(chunk)
+        if not ring.exists():
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            room = max(0, self.layout.head - size)
+            _append_file(path, view[:room])
+            view = view[room:]
+            if not view:
+                return
+        _ring_write(ring, view, self.layout.ring)
 
     def touch(self, job_id: str) -> None:
         """Create an empty log so a follower may attach before the first byte (LOG-003)."""
@@ -86,17 +179,112 @@ class LogStore:
         finally:
             snap.close()
 
-    def snapshot(self, job_id: str, offset: int = 0) -> Snapshot:
-        """A reader of the bytes stored from ``offset`` on; empty past the end or for no file."""
+    def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
+        """A reader of the stored view from ``offset`` on; empty past the end or for no file.
+
+        ``settled=False`` (a follower of a job still running) reads only the head file,
+        whose bytes never move; ``True`` reads the whole view, head, marker and tail.
+        """
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
+        fds: list[int] = []
+        try:
+            with self._lock:
+                pieces = self._pieces(job_id, fds, settled)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return Snapshot(pieces, offset, fds)
+
+    def _pieces(self, job_id: str, fds: list[int], settled: bool) -> list[_Piece]:
         try:
             fd = os.open(self.path(job_id), os.O_RDONLY)
         except FileNotFoundError:
-            return Snapshot(None, offset, offset)
+            return []
+        fds.append(fd)
+        pieces: list[_Piece] = [(fd, 0, os.fstat(fd).st_size)]
+        if not settled:
+            return pieces
         try:
-            size = os.fstat(fd).st_size
-        except OSError:
-            os.close(fd)
-            raise
-        return Snapshot(fd, offset, max(offset, size))
+            rfd = os.open(self.tail_path(job_id), os.O_RDONLY)
+        except FileNotFoundError:
+            return pieces
+        fds.append(rfd)
+        written, size = _header(rfd)
+        if written <= size:
+            return [*pieces, (rfd, _HEADER.size, written)]
+        start = written % size
+        return [
+            *pieces,
+            (marker(written - size), 0, len(marker(written - size))),
+            (rfd, _HEADER.size + start, size - start),
+            (rfd, _HEADER.size, start),
+        ]
+
+    def stored_bytes(self, job_id: str) -> int:
+        """The length of the stored view (head, marker and tail) of a job's log."""
+        snap = self.snapshot(job_id)
+        try:
+            return snap.end
+        finally:
+            snap.close()
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
+        found = False
+        with self._lock:
+            for p in (self.path(job_id), self.tail_path(job_id)):
+                try:
+                    p.unlink()
+                    found = True
+                except FileNotFoundError:
+                    pass
+        return found
+
+
+def _append_file(path: Path, data: bytes | memoryview) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _header(fd: int) -> tuple[int, int]:
+    raw = os.pread(fd, _HEADER.size, 0)
+    if len(raw) < _HEADER.size:
+        return 0, 1
+    written, size = _HEADER.unpack(raw)
+    return int(written), max(1, int(size))
+
+
+def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, at)
+        data, at = data[n:], at + n
+
+
+def _ring_write(path: Path, data: memoryview, ring_size: int) -> None:
+    """Write ``data`` into the ring after what it holds; only its last ``size`` bytes matter.
+
+    A ring keeps the size it was created with, so a controller restarted with another
+    cap goes on with the rings it left. The header is written after the bytes it counts.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        written, size = _header(fd)
+        if written == 0:
+            size = max(1, ring_size)
+        total = written + len(data)
+        if len(data) > size:
+            data = data[len(data) - size :]
+        pos = (total - len(data)) % size
+        first = min(len(data), size - pos)
+        _pwrite_all(fd, data[:first], _HEADER.size + pos)
+        _pwrite_all(fd, data[first:], _HEADER.size)
+        os.pwrite(fd, _HEADER.pack(total, size), 0)
+    finally:
+        os.close(fd)

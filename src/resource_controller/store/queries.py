@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from resource_controller import errors
+from resource_controller.core import scheduling
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import JobState
 from resource_controller.store import schema as t
@@ -17,15 +18,41 @@ from resource_controller.store.records import DeviceRecord, JobRecord
 QUEUE_ORDER = (t.jobs.c.priority.desc(), t.jobs.c.queued_at.asc(), t.jobs.c.seq.asc())
 
 
-def behind(job: JobRecord | sa.Row[Any]) -> sa.ColumnElement[bool]:
-    """Jobs after ``job`` (a record or a raw row) in ``QUEUE_ORDER``: the keyset for
-    reading the queue a page at a time."""
+def effective_priority_sql(now: int, aging: int) -> sa.ColumnElement[int]:
+    """``core.scheduling.effective_priority`` as SQL (EXT-FAIR-1); the plain priority when
+    aging is off. Integer division of a non-negative wait is the rule's floor."""
     j = t.jobs.c
-    p, q, n = job.priority, job.queued_at, job.seq
+    if aging <= 0:
+        return j.priority
+    waited = sa.literal(now, sa.BigInteger) - j.queued_at
+    steps = sa.case((waited > 0, waited // sa.literal(aging, sa.BigInteger)), else_=0)
+    top = scheduling.PRIORITY_MAX
+    return sa.case(
+        (j.priority >= top, j.priority),
+        (j.priority + steps >= top, top),
+        else_=j.priority + steps,
+    )
+
+
+def queue_order(now: int = 0, aging: int = 0) -> tuple[sa.UnaryExpression[Any], ...]:
+    """``core.scheduling.aged_queue_key`` as SQL; ``QUEUE_ORDER`` when aging is off."""
+    if aging <= 0:
+        return QUEUE_ORDER
+    j = t.jobs.c
+    return (effective_priority_sql(now, aging).desc(), j.queued_at.asc(), j.seq.asc())
+
+
+def behind(job: JobRecord | sa.Row[Any], now: int = 0, aging: int = 0) -> sa.ColumnElement[bool]:
+    """Jobs after ``job`` (a record or a raw row) in ``queue_order(now, aging)``: the
+    keyset for reading the queue a page at a time."""
+    j = t.jobs.c
+    prio = effective_priority_sql(now, aging)
+    p = scheduling.effective_priority(job.priority, job.queued_at, now, aging)
+    q, n = job.queued_at, job.seq
     return sa.or_(
-        j.priority < p,
-        sa.and_(j.priority == p, j.queued_at > q),
-        sa.and_(j.priority == p, j.queued_at == q, j.seq > n),
+        prio < p,
+        sa.and_(prio == p, j.queued_at > q),
+        sa.and_(prio == p, j.queued_at == q, j.seq > n),
     )
 
 

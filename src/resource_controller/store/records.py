@@ -38,6 +38,8 @@ class JobRecord:
     reason: str
     stdio: str
     device_count: int = 1
+    #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
+    logs_pruned: int = 0
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -96,6 +98,11 @@ class DeviceRecord:
     max_runtime: int
     quarantine_reason: str
     quarantine_detail: str
+    #: EXT-DRAIN-2: finishes what it runs, takes nothing new; who, when (0: never) and why.
+    draining: int = 0
+    drained_by: str = ""
+    drained_at: int = 0
+    drain_reason: str = ""
 
     @classmethod
     def from_row(cls, row: Any) -> DeviceRecord:
@@ -109,6 +116,7 @@ class DeviceRecord:
             state=self.state,
             max_runtime=self.max_runtime,
             labels=labels or {},
+            draining=bool(self.draining),
         )
 
 

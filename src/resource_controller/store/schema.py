@@ -33,6 +33,12 @@ devices = sa.Table(
     sa.Column("max_runtime", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("quarantine_reason", sa.Text, nullable=False, server_default=""),
     sa.Column("quarantine_detail", sa.Text, nullable=False, server_default=""),
+    #: EXT-DRAIN-2: a flag beside the state (finish what runs, take nothing new), with
+    #: who set it, when and why; cleared by undrain.
+    sa.Column("draining", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("drained_by", sa.Text, nullable=False, server_default=""),
+    sa.Column("drained_at", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("drain_reason", sa.Text, nullable=False, server_default=""),
 )
 
 jobs = sa.Table(
@@ -65,6 +71,8 @@ jobs = sa.Table(
     sa.Column("stdio", sa.Text, nullable=False, server_default=""),
     #: How many devices the job needs (EXT-GANG); 1 for every job today.
     sa.Column("device_count", sa.Integer, nullable=False, server_default="1"),
+    #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
+    sa.Column("logs_pruned", sa.Integer, nullable=False, server_default="0"),
 )
 
 leases = sa.Table(
@@ -145,5 +153,6 @@ sa.Index("jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.queued_at)
 sa.Index("jobs_worker_state", jobs.c.worker_id, jobs.c.state)
 sa.Index("jobs_device", jobs.c.device_id, jobs.c.submitted_at)
 sa.Index("leases_job", leases.c.job_id)
+sa.Index("jobs_log_retention", jobs.c.logs_pruned, jobs.c.finished_at)
 sa.Index("device_labels_device", device_labels.c.device_id)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)

@@ -174,20 +174,26 @@ def wait_snapshot(conn: sa.Connection, queued: list[JobSnap]) -> waiting.Snapsho
     return waiting.Snapshot(fleet, queued, leases, reservations, quarantine)
 
 
-def waiting_for(conn: sa.Connection, job: JobRecord) -> list[waiting.Blocker]:
-    """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued."""
+def waiting_for(
+    conn: sa.Connection, job: JobRecord, key: scheduling.QueueKey = scheduling.queue_key
+) -> list[waiting.Blocker]:
+    """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued. ``key`` is
+    the queue order that decides who is ahead (aged, EXT-FAIR-1)."""
     if not job.queued:
         return []
-    return waiting.waiting_for(job.snap(), wait_snapshot(conn, queries.queued_snaps(conn)))
+    snap = wait_snapshot(conn, queries.queued_snaps(conn))
+    return waiting.waiting_for(job.snap(), snap, key)
 
 
 def waiting_for_all(
-    conn: sa.Connection, queued: list[JobRecord]
+    conn: sa.Connection,
+    queued: list[JobRecord],
+    key: scheduling.QueueKey = scheduling.queue_key,
 ) -> dict[str, list[waiting.Blocker]]:
     """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
     if not queued:
         return {}
-    return waiting.waiting_for_all(wait_snapshot(conn, [j.snap() for j in queued]))
+    return waiting.waiting_for_all(wait_snapshot(conn, [j.snap() for j in queued]), key)
 
 
 def active_job_on(conn: sa.Connection, device_id: str) -> str:

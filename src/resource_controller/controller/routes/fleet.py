@@ -123,6 +123,24 @@ async def clear(device_id: str, svc: Svc) -> Response:
     return Response(status_code=200)
 
 
+AdminCaller = Annotated[Caller, Depends(deps.require(Role.ADMIN))]
+
+
+@router.post("/v1/devices/{device_id}/drain")
+async def drain(device_id: str, request: Request, caller: AdminCaller, svc: Svc) -> Response:
+    """EXT-DRAIN-3a: 200 with an empty body; draining again replaces who, when and why."""
+    req = await deps.body(request, wire.DrainRequest)
+    await perform(svc.hub, service.drain(svc, caller, device_id, req))
+    return Response(status_code=200)
+
+
+@router.post("/v1/devices/{device_id}/undrain", dependencies=[Admin])
+async def undrain(device_id: str, svc: Svc) -> Response:
+    """EXT-DRAIN-3a: no body; a device that is not draining is left as it is."""
+    await perform(svc.hub, service.undrain(svc, device_id))
+    return Response(status_code=200)
+
+
 @router.delete("/v1/devices/{device_id}", dependencies=[Admin], response_model=wire.Retired)
 async def retire(device_id: str, svc: Svc) -> Response:
     await perform(svc.hub, service.retire(svc, device_id))

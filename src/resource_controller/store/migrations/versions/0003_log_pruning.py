@@ -1,0 +1,23 @@
+"""mark jobs whose stored output the retention pass deleted (EXT-KEEP-1)
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+
+
+def upgrade() -> None:
+    # The retention pass finds what is left to delete through this index, not by
+    # walking every finished job on each pass.
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("logs_pruned", sa.Integer(), server_default="0", nullable=False)
+        )
+        batch_op.create_index("jobs_log_retention", ["logs_pruned", "finished_at"], unique=False)
