@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Generator
 from pathlib import Path
 
+from resource_controller import logfmt
 from resource_controller.client import config as client_config
 from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
@@ -89,6 +90,24 @@ def _no_uvicorn_signals() -> Generator[None, None, None]:
     yield
 
 
+def say(log_format: str, message: str, level: str = "INFO") -> None:
+    """One line for the person at the terminal: ``rc: <message>``.
+
+    Under ``--log-format json`` it is a JSON record like the log lines around it, so a
+    collector reading stderr gets only JSON (EXT-METRICS-2). It is written whatever the
+    log level: the banner is what ``rc up`` has to say, not a log message.
+    """
+    if log_format != "json":
+        print(f"rc: {message}", file=sys.stderr, flush=True)
+        return
+    import logging
+
+    record = logging.makeLogRecord(
+        {"name": "rc.up", "msg": message, "levelname": level, "levelno": logging.INFO}
+    )
+    print(logfmt.JsonFormatter().format(record), file=sys.stderr, flush=True)
+
+
 #: EXT-HERE-5: how long ``rc up`` waits for its worker to register before giving up.
 READY_TIMEOUT = 60.0
 LOCK_FILE = "up.lock"
@@ -128,22 +147,20 @@ def run(data: Path | None, addr: str, devices: int, force: bool, log_format: str
     """The whole ``rc up`` process; returns its exit status."""
     import logging
 
-    from resource_controller import logfmt
-
     logfmt.configure(log_format, logging.WARNING, "%(levelname)s %(name)s: %(message)s")
     data = data or default_data_dir()
     try:
         lock_fd = lock_data_dir(data)
     except (NotReady, OSError) as exc:
-        print(f"rc: {exc}", file=sys.stderr)
+        say(log_format, str(exc), "ERROR")
         return 1
     try:
-        return _run_locked(data, addr, devices, force)
+        return _run_locked(data, addr, devices, force, log_format)
     finally:
         os.close(lock_fd)
 
 
-def _run_locked(data: Path, addr: str, devices: int, force: bool) -> int:
+def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: str) -> int:
     try:
         tokens, fresh = load_or_create_tokens(data)
         env = tokens_env(tokens)
@@ -151,7 +168,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool) -> int:
         host, port = controller.parse_addr(addr)
         sock = controller.bind(host, port)
     except (controller.StartupError, OSError) as exc:
-        print(f"rc: {exc}", file=sys.stderr)
+        say(log_format, str(exc), "ERROR")
         return 1
     url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{sock.getsockname()[1]}"
     names = gpu_names() or [f"slot{i}" for i in range(devices)]
@@ -160,29 +177,26 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool) -> int:
     def ready() -> None:
         """Both halves are up: now the client settings and the banner (EXT-HERE-5)."""
         update = client_config.update_client_config(url, tokens["client"], force)
-        print(
-            f"rc: controller on {url} (data {data}); devices: "
+        say(
+            log_format,
+            f"controller on {url} (data {data}); devices: "
             + ", ".join(f"{hostname}:{n}" for n in names),
-            file=sys.stderr,
         )
         for line in settings_report(update, url):
-            print(f"rc: {line}", file=sys.stderr)
-        if fresh:
-            print(
-                f"rc: admin token (also in {data / TOKENS_FILE}): {tokens['admin']}",
-                file=sys.stderr,
-            )
-        print(
-            "rc: try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)",
-            file=sys.stderr,
-        )
+            say(log_format, line)
+        if fresh and log_format == "json":
+            # Logs never carry a token (EXT-METRICS-2): under JSON the file is named instead.
+            say(log_format, f"admin token written to {data / TOKENS_FILE} (mode 0600)")
+        elif fresh:
+            say(log_format, f"admin token (also in {data / TOKENS_FILE}): {tokens['admin']}")
+        say(log_format, "try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)")
 
     try:
         controller._run_loop(
             _main(svc, sock, url, tokens["worker"], hostname, names, data / "worker", ready)
         )
     except (NotReady, client_config.ConfigError) as exc:
-        print(f"rc: {exc}", file=sys.stderr)
+        say(log_format, str(exc), "ERROR")
         return 1
     finally:
         svc.executor.shutdown(wait=True)

@@ -1,12 +1,15 @@
-"""Structured logs that never carry a token: rc serve and rc worker as real processes
-with ``--log-format json`` (EXT-METRICS-2)."""
+"""Structured logs that never carry a token: rc serve, rc worker and rc up as real
+processes with ``--log-format json`` (EXT-METRICS-2)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
-from .cluster import Cluster, stop
+from .cluster import RC, Cluster, free_port, stop, wait_for
+from .test_here import _up_env
 
 WORKER_TOKEN = "wtok-7c1f9a3e5d2b8046"
 CLIENT_TOKEN = "ctok-4e8a2d6b0f9c1357"
@@ -60,4 +63,60 @@ def test_json_logs_parse_and_carry_no_token(cluster: Cluster) -> None:
 
     for text in outputs:
         for token in ALL_TOKENS:
+            assert token not in text, text
+
+
+def test_rc_up_json_lines_only_and_no_token(tmp_path: Path) -> None:
+    # EXT-METRICS-2 for rc up: controller and worker share one stderr, and with
+    # --log-format json every line of it is a JSON object, the ready banner included;
+    # the generated tokens appear nowhere, though the admin token's file is named.
+    env = _up_env(tmp_path)
+    data = tmp_path / "data"
+    err_path, out_path = tmp_path / "up.err", tmp_path / "up.out"
+    with open(err_path, "wb") as err, open(out_path, "wb") as out:
+        up = subprocess.Popen(
+            [
+                RC,
+                "up",
+                "--data",
+                str(data),
+                "--addr",
+                f"127.0.0.1:{free_port()}",
+                "--log-format",
+                "json",
+            ],
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+    outputs: list[str] = []
+    try:
+        wait_for(lambda: "try:" in err_path.read_text(), 30, "rc up's ready banner")
+        tokens = dict(line.split("=", 1) for line in (data / "up-tokens").read_text().splitlines())
+        assert set(tokens) == {"worker", "client", "admin"}
+
+        def rc(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [RC, *args], env=dict(env, **extra), capture_output=True, text=True, timeout=60
+            )
+
+        ok = rc("run", "--", "sh", "-c", "echo hello")
+        assert ok.returncode == 0 and ok.stdout == "hello\n", ok.stderr + err_path.read_text()
+        failed = rc("run", "--", "sh", "-c", "exit 3")
+        assert failed.returncode == 3, failed.stderr
+        refused = rc("run", "--", "true", RC_TOKEN=WRONG_TOKEN)
+        assert refused.returncode != 0
+        for r in (ok, failed, refused):
+            outputs += [r.stdout, r.stderr]
+    finally:
+        assert stop(up, signal.SIGINT, timeout=30) == 0
+
+    records = json_lines(err_path)
+    messages = [str(r["message"]) for r in records]
+    assert any(m.startswith("controller on http://127.0.0.1:") for m in messages), messages
+    assert any(str(data / "up-tokens") in m for m in messages), messages
+    assert out_path.read_text() == ""
+    outputs.append(err_path.read_text())
+    for text in outputs:
+        for token in (*tokens.values(), WRONG_TOKEN):
             assert token not in text, text

@@ -43,6 +43,21 @@
     while (n >= 1024 && u < units.length - 1) { n /= 1024; u++; }
     return u === 0 ? v + " B" : n.toFixed(1) + " " + units[u];
   }
+  // A memory size as probes write it: nvidia-smi's MiB count with an "M" suffix
+  // ("81559M", worker PROBE-012), or a drop-in's "80G", "81559MiB" or plain bytes. The
+  // suffixes are binary, as the selector reads them. null when it is no quantity
+  // ("[N/A]M" on a card that does not say).
+  const SIZE_SUFFIX = { "": 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 };
+  function size(v) {
+    const m = /^(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:i?B)?|B)?$/i.exec(String(v || "").trim());
+    return m ? bytes(String(Math.round(Number(m[1]) * SIZE_SUFFIX[(m[2] || "").toUpperCase()]))) : null;
+  }
+  // How a label's value is shown: byte counts and memory sizes in binary units, the rest as written.
+  function labelText(key, value) {
+    if (/_bytes$/.test(key)) return bytes(value);
+    if (key === "vram" || key === "vram_free") return size(value) || value;
+    return value;
+  }
   const showResult = (text, bad) => { const r = $("result"); r.textContent = text; r.className = bad ? "result error" : "result"; };
 
   // ---- credentials (DASH-010..015) ------------------------------------------------------
@@ -141,10 +156,21 @@
     const dec = ls.find((l) => l.key === key && l.source === "declared");
     return det ? det.value : dec ? dec.value : "";
   }
+  // The one-line hardware summary (DASH-022) from the keys the worker's probes publish on
+  // a gpu<N> device (worker PROBE-012): model (or else vendor) and total VRAM.
   function hardware(d) {
-    const model = labelValue(d, "gpu.model") || labelValue(d, "gpu.vendor") || labelValue(d, "model") || labelValue(d, "vendor");
-    const vram = labelValue(d, "gpu.memory") || labelValue(d, "vram") || labelValue(d, "gpu.vram");
-    return [model, vram ? bytes(vram) : ""].filter(Boolean).join(", ");
+    const vram = size(labelValue(d, "vram"));
+    return [labelValue(d, "model") || labelValue(d, "vendor"), vram ? vram + " VRAM" : ""].filter(Boolean).join(", ");
+  }
+  // The panel's portrait adds what the summary leaves out.
+  function portrait(d) {
+    const free = size(labelValue(d, "vram_free")), driver = labelValue(d, "driver"), vendor = labelValue(d, "vendor");
+    return [hardware(d), vendor && labelValue(d, "model") ? "vendor " + vendor : "",
+      free ? free + " free at the last probe" : "", driver ? "driver " + driver : ""].filter(Boolean).join("; ");
+  }
+  // EXT-DRAIN-3a: a flag beside the state, with who and why; words only.
+  function drainText(d) {
+    return "draining — " + (d.drain_reason ? d.drain_reason + ", " : "") + "by " + (d.drained_by || "someone");
   }
   function waits(next) { return (next && next.queued_waiting_seconds) || {}; }
 
@@ -155,7 +181,9 @@
     if (!devs.length) sum.append("No devices yet.");
     else {
       sum.append(count("ready") + " free, " + count("busy") + " in use, " + count("unknown") + " not reporting, ");
-      sum.append(el("em", { class: count("unhealthy") ? "out" : "" }, count("unhealthy") + " out of the pool"), ".");
+      sum.append(el("em", { class: count("unhealthy") ? "out" : "" }, count("unhealthy") + " out of the pool"));
+      const draining = devs.filter((v) => v.device.draining).length;
+      sum.append(draining ? "; " + draining + " draining." : ".");
     }
     const qs = $("queue-summary"); qs.replaceChildren();
     if (!queued.length) qs.append("Nothing waiting.");
@@ -175,8 +203,9 @@
     for (const host of [...hosts.keys()].sort()) {
       const rows = hosts.get(host).sort((a, b) => (a.device.id < b.device.id ? -1 : 1));
       const first = rows[0].device;
-      const facts = [labelValue(first, "host.disk_free") ? "free disk " + bytes(labelValue(first, "host.disk_free")) : "",
-        labelValue(first, "host.cpus") ? labelValue(first, "host.cpus") + " CPUs" : ""].filter(Boolean).join(", ");
+      // Host-wide probe facts reach every device of the host (worker PROBE-004, API-032).
+      const disk = labelValue(first, "disk_free_bytes"), cpus = labelValue(first, "cpus"), mem = labelValue(first, "mem_total_bytes");
+      const facts = [disk ? "free disk " + bytes(disk) : "", cpus ? cpus + " CPUs" : "", mem ? bytes(mem) + " memory" : ""].filter(Boolean).join(", ");
       fleet.append(el("h3", null, host + " — " + rows.length + (rows.length === 1 ? " device" : " devices") + (facts ? " — " + facts : "")));
       const ul = el("ul", { class: "rows" });
       for (const v of rows) ul.append(deviceRow(v));
@@ -191,7 +220,9 @@
     const li = el("li", { class: "device", tabindex: "0" });
     li.append($("glyph").content.cloneNode(true));
     li.append(" ", el("strong", { title: d.id }, d.name), " ", pill(d.state));
+    if (d.draining) li.append(" ", el("span", { class: "pill draining" }, "draining"));
     const hw = hardware(d); if (hw) li.append(" ", el("span", { class: "dim" }, hw));
+    if (d.draining) li.append(el("div", { class: "drain" }, drainText(d) + "; it finishes what it runs and takes nothing new."));
     if (v.holder !== undefined) {
       li.append(el("div", null, (v.kind === "hold" ? "held by " : "used by ") + v.holder + " for " + age(v.elapsed_seconds) +
         (v.kind === "hold" && v.reason ? " — " + clip(v.reason, 60) : "")));
@@ -298,6 +329,8 @@
         else if (b === "unknown") feed(id + " stopped reporting");
         else if (a === "unknown") feed(id + " is reporting again");
       }
+      if (!old.device.draining && v.device.draining) feed(id + " started " + drainText(v.device));
+      if (old.device.draining && !v.device.draining) feed(id + " is no longer draining");
       if (old.kind !== "hold" && v.kind === "hold") feed(v.holder + " took a hold on " + id);
       if (old.kind === "hold" && v.kind !== "hold") feed(old.holder + " released the hold on " + id);
     }
@@ -372,7 +405,11 @@
     if (panelStack[panelStack.length - 1] !== top) return;
     const scroll = $("panel").scrollTop;
     const d = info.device, view = (state.devices.find((v) => v.device.id === id)) || {};
-    const out = [el("h2", null, d.id), el("p", null, pill(d.state))];
+    const out = [el("h2", null, d.id), el("p", null, pill(d.state), d.draining ? " " : null, d.draining ? el("span", { class: "pill draining" }, "draining") : null)];
+    if (d.draining) {
+      out.push(el("p", { class: "drain" }, drainText(d) + (d.drained_at ? " (since " + new Date(d.drained_at).toLocaleString() + ")" : "") + "."),
+        el("p", null, "It finishes the work it has and is given nothing new; jobs may still queue for it. An admin ends this with rc undrain."));
+    }
     if (info.holder !== undefined) out.push(el("p", null, "Used by " + info.holder + " for " + age(info.elapsed_seconds) + "."));
     else if (d.state === "unknown") out.push(el("p", null, "The host has been silent for " + age(info.heartbeat_age_seconds) + "."));
     else out.push(el("p", null, "Nothing is using it."));
@@ -386,14 +423,14 @@
     }
     if (info.holder === undefined) { const b = el("button", null, "Retire"); b.addEventListener("click", () => retireDevice(d.id)); out.push(" ", b); }
     const claim = el("progress", { max: "1", value: info.holder !== undefined ? "1" : "0", "aria-label": "claim" });
-    out.push(el("h3", null, "Hardware"), el("p", null, hardware(d) || "no hardware summary in its labels", " ", claim));
+    out.push(el("h3", null, "Hardware"), el("p", null, portrait(d) || "no hardware summary in its labels", " ", claim));
     const labels = info.labels || [];
     if (labels.length) {
       const t = el("table", { class: "labels" });
       const ages = info.label_age_seconds || {};
       for (const l of labels) {
         const a = ages[l.key + "/" + l.source];
-        t.append(el("tr", null, el("td", null, l.key), el("td", null, bytes(l.value)),
+        t.append(el("tr", null, el("td", null, l.key), el("td", null, labelText(l.key, l.value)),
           el("td", { class: "dim" }, l.source === "declared" ? "written by hand" : "detected"),
           el("td", { class: "dim" }, a === undefined ? "age unknown" : "seen " + age(a) + " ago")));
       }

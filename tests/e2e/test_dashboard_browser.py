@@ -1,0 +1,369 @@
+"""The dashboard in a real browser (controller-api.md §13): headless Chromium against a
+real ``rc serve`` and ``rc worker``.
+
+What only a browser can show: the page signs in with the client token the way DASH-010
+says, follows the event stream closely enough that a job's device reads "in use" within
+a second of the job starting, ends a job from its Kill button, and shows a hostile
+command as the literal text it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .browser import Browser, browser, require_browser
+from .cluster import Cluster, Json, kill_job_processes, wait_for
+
+pytestmark = pytest.mark.browser
+
+log = logging.getLogger(__name__)
+
+#: The issue's bound from a job starting to its device reading "in use" on the page.
+BUSY_WITHIN = 1.0
+
+#: A drop-in probe publishing what nvidia-smi would for one H100 (worker PROBE-012).
+PROBE = {
+    "gpu0.vendor": "nvidia",
+    "gpu0.model": "NVIDIA H100 80GB HBM3",
+    "gpu0.vram": "81559M",
+    "gpu0.vram_free": "80991M",
+    "gpu0.driver": "550.54.15",
+}
+
+#: The row of a device in the fleet board, found by the full ID in its name's title.
+ROW_JS = """
+window.__row = (id) => {
+  for (const li of document.querySelectorAll('#fleet li.device')) {
+    const s = li.querySelector('strong');
+    if (s && s.title === id) return li;
+  }
+  return null;
+};
+"""
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Browser]:
+    require_browser()
+    with browser(tmp_path / "chromedriver.log") as b:
+        yield b
+
+
+def probe_dir(tmp: Path, facts: dict[str, str]) -> Path:
+    d = tmp / "probe.d"
+    d.mkdir()
+    script = d / "10-gpu"
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(facts)}\nEOF\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return d
+
+
+def submit(cluster: Cluster, device: str, command: list[str], submitter: str = "tester") -> Json:
+    status, job = cluster.api(
+        "POST", "/v1/jobs", {"device_id": device, "command": command, "submitter": submitter}
+    )
+    assert status == 201, job
+    return job
+
+
+def sign_in(b: Browser, url: str, token: str = "ctok", identity: str = "") -> None:
+    """Open the page, pass the token gate (DASH-010) and wait for the first snapshot."""
+    from selenium.webdriver.common.by import By
+
+    b.driver.get(url + "/")
+    b.wait(lambda: b.js("return !document.getElementById('gate').hidden"), 10, "the token gate")
+    assert b.js("return document.getElementById('main').hidden") is True
+    field = b.driver.find_element(By.ID, "gate-token")
+    field.send_keys(token)
+    b.driver.find_element(By.CSS_SELECTOR, "#gate-form button").click()
+    b.wait(lambda: b.text("#fresh") == "live", 10, "the first state fetch")
+    b.js(ROW_JS)
+    if identity:
+        b.driver.find_element(By.ID, "identity").send_keys(identity)
+
+
+def pill(b: Browser, device: str) -> str:
+    return str(
+        b.js(
+            "const r = __row(arguments[0]); return r ? r.querySelector('.pill').textContent : '';",
+            device,
+        )
+    )
+
+
+def test_sign_in_busy_within_a_second_and_kill_from_the_page(
+    cluster: Cluster, page: Browser, tmp_path: Path
+) -> None:
+    cluster.start_controller()
+    probes = probe_dir(tmp_path, PROBE)
+    cluster.start_worker("box", ["gpu0", "gpu1"], extra=f"probe_dir: {probes}\n")
+    b = page
+
+    sign_in(b, cluster.url, identity="mallory")
+    # DASH-010: the token sits in sessionStorage under rc_token only, and nowhere in the page.
+    storage = b.js("return Object.keys(sessionStorage)")
+    assert storage == ["rc_token"], storage
+    assert b.js("return localStorage.length") == 0
+    assert "ctok" not in b.driver.page_source
+    b.wait(lambda: pill(b, "box:gpu0") == "free", 5, "gpu0 shown free")
+    # The hardware line comes from the keys the probes publish (PROBE-012), VRAM in binary units.
+    hw = b.js("return __row('box:gpu0').querySelector('.dim').textContent")
+    assert hw == "NVIDIA H100 80GB HBM3, 79.6 GiB VRAM", hw
+    # Host-wide facts (PROBE-004) head the host's group.
+    heading = b.text("#fleet h3")
+    assert f"{len(os.sched_getaffinity(0))} CPUs" in heading and "free disk" in heading, heading
+
+    # Stamp the instant the row turns "in use", from inside the page, as it happens.
+    b.js(
+        """
+        window.__busyAt = 0;
+        new MutationObserver(() => {
+          const r = __row('box:gpu0');
+          if (!window.__busyAt && r && r.querySelector('.pill').textContent === 'in use')
+            window.__busyAt = Date.now();
+        }).observe(document.getElementById('fleet'), {childList: true, subtree: true});
+        """
+    )
+    # The job stamps its own start (API timestamps are whole seconds: too coarse here).
+    stamp = tmp_path / "started"
+    submitted = time.time()
+    job = submit(cluster, "box:gpu0", ["sh", "-c", f"date +%s.%N > {stamp}; exec sleep 120"])
+    try:
+        # A bounded poll well past the 5 s state poll: a miss shows as a number, not a hang.
+        b.wait(lambda: b.js("return window.__busyAt"), 10, "gpu0 shown in use")
+        started = wait_for(
+            lambda: stamp.read_text().strip() if stamp.exists() else None, 10, "the stamp"
+        )
+        shown = b.js("return window.__busyAt") / 1000
+        delay = shown - float(started)
+        log.warning(
+            "device shown in use %.3f s after the job started (%.3f s after the submit)",
+            delay,
+            shown - submitted,
+        )
+        assert delay < BUSY_WITHIN, f"gpu0 read 'in use' {delay:.3f} s after the job started"
+        assert cluster.job(job["id"])["state"] == "running"
+
+        # The work list shows it; someone else's job gets an outlined Kill that the
+        # controller refuses, with its own error text (DASH-023, DASH-051).
+        b.wait(lambda: b.text("#work-list").count("Kill") == 1, 5, "a Kill control")
+        assert b.js("return document.querySelector('#work-list button').className") == "outline"
+        b.js("document.querySelector('#work-list button').click()")
+        confirm = b.wait(b.alert_text, 5, "the kill confirmation")
+        assert "not yours" in confirm, confirm
+        b.driver.switch_to.alert.accept()
+        b.wait(lambda: "not_job_owner" in b.text("#result"), 10, "the refusal shown")
+        assert cluster.job(job["id"])["state"] == "running"
+
+        # With the submitter's own name the same button ends the job.
+        b.js(
+            "const i = document.getElementById('identity'); i.value = 'tester';"
+            "i.dispatchEvent(new Event('input'));"
+        )
+        b.wait(
+            lambda: b.js(
+                "const x = document.querySelector('#work-list button'); return x && x.className === ''"
+            ),
+            5,
+            "a solid Kill control",
+        )
+        b.js("document.querySelector('#work-list button').click()")
+        confirm = b.wait(b.alert_text, 5, "the kill confirmation")
+        assert "not yours" not in confirm, confirm
+        b.driver.switch_to.alert.accept()
+        ended = cluster.wait_job(job["id"], lambda j: j["state"] in ("killed", "failed"), 30)
+        assert ended["state"] == "killed", ended
+        b.wait(lambda: pill(b, "box:gpu0") == "free", 10, "gpu0 shown free again")
+        assert b.text("#result") == "Kill sent."
+    finally:
+        kill_job_processes(job["id"])
+
+
+XSS_ALERT = "<img src=x onerror=alert(1)>"
+XSS_FLAG = "<img src=x onerror=window.__xss=1>"
+
+
+def test_a_hostile_command_is_shown_as_text_and_runs_nothing(
+    cluster: Cluster, page: Browser
+) -> None:
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    b = page
+    sign_in(b, cluster.url, identity="tester")
+    script = f'echo "{XSS_ALERT}"; echo "{XSS_FLAG}"; exec sleep 120'
+    running = submit(cluster, "box:gpu0", ["sh", "-c", script])
+    queued = submit(cluster, "box:gpu0", [XSS_FLAG, XSS_ALERT])
+    try:
+        cluster.wait_job(running["id"], lambda j: j["state"] == "running")
+        b.wait(
+            lambda: XSS_FLAG in b.text("#work-list") and "queued" in b.text("#work-list"),
+            10,
+            "both jobs listed",
+        )
+        # The command reads as the literal string on the fleet board and in the work list.
+        for css in ("#fleet", "#work-list"):
+            assert XSS_ALERT in b.text(css) and XSS_FLAG in b.text(css), b.text(css)
+        # The job panel: the full command and the live output (which echoes the same text).
+        b.js("document.querySelector('#work-list li').click()")
+        b.wait(lambda: XSS_FLAG in b.text("#panel pre.output"), 15, "the output in the panel")
+        assert XSS_ALERT in b.text("#panel pre") and XSS_ALERT in b.text("#panel pre.output")
+        check = b.js(
+            "return {imgs: document.querySelectorAll('img').length,"
+            " inJobs: document.querySelectorAll('#main img, #panel img').length,"
+            " xss: window.__xss === undefined ? null : window.__xss}"
+        )
+        # No element was made from the text, so nothing could run. (The CSP would also
+        # stop an inline handler; the count of <img> is what proves text rendering.)
+        assert check == {"imgs": 0, "inJobs": 0, "xss": None}, check
+        assert b.alert_text() is None
+        # And no dialog opened at any point, on reload either.
+        b.driver.refresh()
+        b.wait(lambda: XSS_FLAG in b.text("#work-list"), 10, "the page after a reload")
+        time.sleep(0.5)
+        assert b.alert_text() is None
+        assert b.js("return document.querySelectorAll('img').length") == 0
+        assert b.js("return window.__xss === undefined") is True
+    finally:
+        for j in (queued, running):
+            cluster.api("POST", f"/v1/jobs/{j['id']}/kill", {"submitter": "tester"})
+        for j in (running, queued):
+            kill_job_processes(j["id"])
+        wait_for(
+            lambda: all(
+                cluster.job(j["id"])["state"] in ("killed", "failed") for j in (running, queued)
+            ),
+            30,
+            "both jobs ended",
+        )
+
+
+class DrainingProxy:
+    """The real controller behind a loopback proxy that marks one device draining.
+
+    The drain routes (EXT-DRAIN-3a) are not in this controller yet; what the page must do
+    with the fields is testable now by adding them to the real answers on their way to
+    the browser. Everything else passes through untouched, except the event stream,
+    which answers 503 so the page polls (DASH-020) and each snapshot is one of ours.
+    """
+
+    def __init__(self, upstream: str, device: str, fields: dict[str, Any]) -> None:
+        self.upstream, self.device, self.fields = upstream, device, fields
+        self.draining = True
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.forward(self)
+
+            def do_POST(self) -> None:
+                outer.forward(self)
+
+            def do_DELETE(self) -> None:
+                outer.forward(self)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def mark(self, device: dict[str, Any]) -> None:
+        if self.draining and device.get("id") == self.device:
+            device.update(self.fields)
+
+    def forward(self, h: BaseHTTPRequestHandler) -> None:
+        if h.path.startswith("/v1/events"):
+            h.send_response(503)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0)) or None
+        headers = {
+            k: v for k, v in h.headers.items() if k.lower() in ("authorization", "content-type")
+        }
+        req = urllib.request.Request(
+            self.upstream + h.path, data=body, method=h.command, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status, raw, got = resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as exc:
+            status, raw, got = exc.code, exc.read(), exc.headers
+        path = h.path.split("?")[0]
+        if status == 200 and (path == "/v1/state" or path.endswith("/describe")):
+            doc = json.loads(raw)
+            if path == "/v1/state":
+                for view in doc["devices"]:
+                    self.mark(view["device"])
+            else:
+                self.mark(doc["device"])
+            raw = json.dumps(doc).encode()
+        h.send_response(status)
+        for k, v in got.items():
+            if k.lower() not in (
+                "content-length",
+                "transfer-encoding",
+                "connection",
+                "date",
+                "server",
+            ):
+                h.send_header(k, v)
+        h.send_header("Content-Length", str(len(raw)))
+        h.end_headers()
+        h.wfile.write(raw)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_draining_device_says_so_in_words(cluster: Cluster, page: Browser) -> None:
+    # EXT-DRAIN-3: the flag beside the state, with who and why, as text.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0", "gpu1"])
+    reason = "<b>kernel upgrade</b>"
+    fields = {
+        "draining": True,
+        "drained_by": "alice",
+        "drained_at": "2026-12-01T09:30:00.5Z",
+        "drain_reason": reason,
+    }
+    proxy = DrainingProxy(cluster.url, "box:gpu1", fields)
+    try:
+        b = page
+        sign_in(b, proxy.url)
+        b.wait(lambda: "draining" in b.text("#summary"), 10, "the summary counting it")
+        assert "1 draining" in b.text("#summary"), b.text("#summary")
+        row = b.js("return __row('box:gpu1').innerText")
+        assert "free" in row and f"draining — {reason}, by alice" in row, row
+        assert "draining" not in b.js("return __row('box:gpu0').innerText")
+        assert b.js("return document.querySelectorAll('#main b, #panel b').length") == 0
+
+        b.js("__row('box:gpu1').click()")
+        b.wait(lambda: f"draining — {reason}, by alice" in b.text("#panel-body"), 10, "the panel")
+        panel = b.text("#panel-body")
+        assert "takes nothing new" in panel or "given nothing new" in panel, panel
+        b.js("document.getElementById('close').click()")
+
+        # Undrained: the next snapshot drops the words and the feed says so (DASH-024).
+        proxy.draining = False
+        b.wait(lambda: "no longer draining" in b.text("#feed"), 15, "the feed entry")
+        assert "draining" not in b.js("return __row('box:gpu1').innerText")
+        assert "draining" not in b.text("#summary")
+    finally:
+        proxy.close()
