@@ -239,8 +239,10 @@ def _reserve_vanished(
             order=queries.QUEUE_ORDER,
         )
     for job in waiting:
-        if job.snap().pinned:
-            planner.reserve(job.device_id, job.id)
+        snap = job.snap()
+        if snap.pinned:
+            for device_id in snap.pins:  # a pinned list claims all of it (EXT-GANG-3)
+                planner.reserve(device_id, job.id)
 
 
 def _turn(
