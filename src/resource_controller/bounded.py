@@ -95,6 +95,15 @@ ExitCode = Annotated[
     AfterValidator(_in_range(limits.EXIT_CODE)),
     _schema(minimum=limits.EXIT_CODE.low, maximum=limits.EXIT_CODE.high),
 ]
+DeviceCount = Annotated[
+    StrictInt,
+    AfterValidator(_in_range(limits.DEVICE_COUNT)),
+    _schema(minimum=limits.DEVICE_COUNT.low, maximum=limits.DEVICE_COUNT.high),
+]
+DeviceIds = Annotated[
+    list[StrictStr],
+    Field(max_length=limits.DEVICE_COUNT.high),
+]
 Command = Annotated[
     list[StrictStr],
     AfterValidator(_argv(limits.COMMAND)),

@@ -151,6 +151,8 @@ class Assignment(_Response):
     stdio: str | None = None
     #: Fencing token of the lease (EXT-EPOCH-3a); omitted for epoch 0.
     lease_epoch: int | None = None
+    #: Every device of the job, ascending; ``device_id`` is the first (EXT-GANG-6).
+    device_ids: list[str] | None = None
 
 
 class AssignmentsResponse(_Response):
@@ -188,6 +190,10 @@ class SubmitRequest(_Request):
     kind: StrictStr = ""
     reason: b.Reason = ""
     stdio: StrictStr = ""
+    #: Devices wanted on one host (EXT-GANG-1); ``device_ids`` pins to a list of them
+    #: in place of ``device_id`` (EXT-GANG-6).
+    count: b.DeviceCount = 1
+    device_ids: b.DeviceIds | None = None
 
 
 class KillRequest(_Request):
@@ -226,6 +232,9 @@ class Job(_Response):
     finished_at: str | None = None
     #: Fencing epoch of the job's latest lease (EXT-EPOCH-2); omitted when none.
     lease_epoch: int | None = None
+    #: Every device of the job, ascending, beside ``device_id`` (the first) (EXT-GANG-6);
+    #: omitted while it has none.
+    device_ids: list[str] | None = None
 
 
 class WaitingFor(_Response):

@@ -116,6 +116,7 @@ def test_submit_answers_the_bare_job(rc: Harness) -> None:
         "worker_id": wid,
         "submitted_at": T0,
         "lease_epoch": job["lease_epoch"],  # EXT-EPOCH-2
+        "device_ids": ["gpubox:gpu0"],  # EXT-GANG-6: beside device_id, its first
     }
 
 

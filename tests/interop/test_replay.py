@@ -16,8 +16,8 @@ it. Justified differences, and only these:
 - a poll the capture answered 204 is replayed with ``wait=20ms`` instead of ``1s``: it
   must time out the same way, and nothing is gained by waiting a second for each;
 - an assignment may carry fields the reference does not send (``lease_epoch``,
-  EXT-EPOCH-3a): additions, never renames (EXT-COMPAT-2). Every captured field must be
-  there with the same value (job IDs mapped).
+  EXT-EPOCH-3a; ``device_ids``, EXT-GANG-6): additions, never renames (EXT-COMPAT-2).
+  Every captured field must be there with the same value (job IDs mapped).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from support.served import ServedController
 TOKENS = "wtok:worker,ctok:client,atok:admin"
 #: No periodic pass during the replay: what happens, happens because a request caused it.
 QUIET = Settings(schedule_interval=30.0, sweep_interval=3600.0)
-#: Assignment fields this project adds to the reference's (EXT-EPOCH-3a).
-ADDED_ASSIGNMENT_FIELDS = {"lease_epoch"}
+#: Assignment fields this project adds to the reference's (EXT-EPOCH-3a, EXT-GANG-6).
+ADDED_ASSIGNMENT_FIELDS = {"lease_epoch", "device_ids"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 

@@ -115,18 +115,26 @@ def invariant_violations(raw: Raw) -> list[str]:
             " GROUP BY device_id HAVING COUNT(*) > 1"
         ):
             bad.append(f"STORE-180: device {r['device_id']} has {r['n']} live leases")
-        for r in q(
-            "SELECT j.id, j.state, j.device_id,"
-            " (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.id AND l.released_at IS NULL)"
-            "   AS live,"
-            " (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.id AND l.released_at IS NULL"
-            "   AND l.device_id = j.device_id) AS on_own_device"
-            " FROM jobs j"
-        ):
+        live_by_job: dict[str, set[str]] = {}
+        for r in q("SELECT job_id, device_id FROM leases WHERE released_at IS NULL"):
+            live_by_job.setdefault(r["job_id"], set()).add(r["device_id"])
+        hosts = {r["id"]: r["host"] for r in q("SELECT id, host FROM devices")}
+        for r in q("SELECT id, state, device_id, device_count, device_ids FROM jobs"):
             active = r["state"] in ("assigned", "running")
-            if active and (r["live"] != 1 or r["on_own_device"] != 1):
-                bad.append(f"STORE-181: {r['state']} job {r['id']} has {r['live']} live leases")
-            if not active and r["live"]:
+            live = live_by_job.get(r["id"], set())
+            # The job's own devices: its list (EXT-GANG-1) or its one device.
+            own = {d for d in r["device_ids"].split(",") if d} or {r["device_id"]}
+            if active and (live != own or len(live) != r["device_count"]):
+                # EXT-GANG-2: all N leases or none, each on one of its own devices.
+                bad.append(
+                    f"STORE-181: {r['state']} job {r['id']} wants {r['device_count']} "
+                    f"devices {sorted(own)} and has live leases on {sorted(live)}"
+                )
+            if active and len({hosts.get(d, "?") for d in live}) > 1:
+                bad.append(f"EXT-GANG-1: job {r['id']} holds devices of several hosts")
+            if active and r["device_id"] != min(own):
+                bad.append(f"EXT-GANG-6: job {r['id']}'s device_id is not its first device")
+            if not active and live:
                 bad.append(f"STORE-181: {r['state']} job {r['id']} still has a live lease")
         for r in q(
             "SELECT d.id, d.state,"

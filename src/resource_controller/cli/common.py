@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -191,6 +192,57 @@ def check_ceiling(flag: str, seconds: float) -> None:
             f"{flag} must be at least 1s: ceilings work at one-second granularity"
             " (a shorter one would be sent as 0, meaning no ceiling)"
         )
+
+
+@dataclass(frozen=True)
+class Gang:
+    """The devices a ``-d``/DEVICE and ``--count`` ask for (EXT-GANG-1)."""
+
+    device: str = ""  #: one exact device
+    device_ids: tuple[str, ...] = ()  #: several exact devices on one host, ascending
+    count: int = 1  #: devices wanted on one host
+
+    @property
+    def target(self) -> str:
+        return ",".join(self.device_ids) or self.device
+
+
+def gang(device: str, count: int, flag: str) -> Gang:
+    """Check ``--count`` against a device or comma-separated list, before any request.
+
+    A list is devices on one host (the part of an ID before its first ``:``), and
+    implies the count: a ``--count`` other than its length is refused, as is a count
+    above 1 with one named device or a count below 1.
+    """
+    if count < 1:
+        raise click.UsageError(f"--count must be at least 1, got {count}")
+    if "," not in device:
+        if device and count != 1:
+            raise click.UsageError(
+                f"--count {count} with one device: name all {count} as a comma list in {flag}"
+            )
+        return Gang(device=device, count=count)
+    ids = [d.strip() for d in device.split(",")]
+    if any(not d for d in ids):
+        raise click.UsageError(f"{flag} {device!r}: an empty device ID in the list")
+    if len(set(ids)) != len(ids):
+        raise click.UsageError(f"{flag} {device!r} names a device more than once")
+    hosts = sorted({d.split(":", 1)[0] for d in ids})
+    if len(hosts) > 1:
+        raise click.UsageError(
+            f"{flag} {device!r}: the devices must be on one host, not on {', '.join(hosts)}"
+        )
+    if count not in (1, len(ids)):
+        raise click.UsageError(f"--count {count} does not match the {len(ids)} devices in {flag}")
+    return Gang(device_ids=tuple(sorted(ids)), count=len(ids))
+
+
+def devices_text(job: Any) -> str:
+    """A job's devices for a message or a column: ``a,b`` for several, else its device."""
+    ids = job.get("device_ids") if isinstance(job, dict) else None
+    if isinstance(ids, list) and len(ids) > 1:
+        return ",".join(str(i) for i in ids)
+    return str(job.get("device_id") or "") if isinstance(job, dict) else ""
 
 
 def as_option() -> Callable[[_F], _F]:

@@ -118,7 +118,7 @@ def _header_block(data: api.Json) -> list[list[str]]:
         rows.append(
             [
                 f"  held by {data.get('holder') or ''}",
-                f"job {data.get('job_id')}, running {running}",
+                f"job {data.get('job_id')}{_with_devices(data)}, running {running}",
             ]
         )
     else:
@@ -128,6 +128,17 @@ def _header_block(data: api.Json) -> list[list[str]]:
         rows.append(["  out of the pool", str(data["quarantine_reason"])])
     rows.extend(_recoveries_rows(data.get("recoveries")))
     return rows
+
+
+def _with_devices(data: api.Json) -> str:
+    """`` on a,b`` when the holding job has several devices (EXT-GANG-6); else nothing,
+    so a one-device job keeps the base line (CLI-154)."""
+    for job in data.get("recent_jobs") or []:
+        if isinstance(job, dict) and job.get("id") == data.get("job_id"):
+            ids = job.get("device_ids")
+            if isinstance(ids, list) and len(ids) > 1:
+                return " on " + ",".join(str(i) for i in ids)
+    return ""
 
 
 def _recoveries_rows(history: Any) -> list[list[str]]:

@@ -37,11 +37,14 @@ class HoldRequest:
     reason: str
     device: str = ""
     selector: str = ""
+    #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
         """What the user gave to pick a device, verbatim (``<target>``)."""
-        return self.device or self.selector or "any device"
+        return ",".join(self.device_ids) or self.device or self.selector or "any device"
 
 
 @dataclass
@@ -87,6 +90,8 @@ def _hold(client: api.Client, req: HoldRequest, progress: _Progress) -> int:
         reason=req.reason,
         device=req.device,
         selector=req.selector,
+        count=req.count,
+        device_ids=req.device_ids,
     )
     progress.hold_id = hold_id = str(job.get("id", ""))
     if job.get("state") == "queued":
@@ -96,11 +101,11 @@ def _hold(client: api.Client, req: HoldRequest, progress: _Progress) -> int:
     if state in api.TERMINAL_STATES:
         reason = job.get("kill_reason") or run.NO_DETAIL
         if not job.get("started_at"):
-            device = job.get("device_id") or req.target
+            device = common.devices_text(job) or req.target
             raise common.Failure(f"hold {hold_id} {state}, never granted on {device}: {reason}")
         raise common.Failure(f"hold {hold_id} is already {state}: {reason}")
     progress.phase = "granted"
-    device = job.get("device_id", "")
+    device = common.devices_text(job)
     render.say(
         f"hold {hold_id} granted on {device}, expires around {expires_around(job, req.ttl_seconds)}"
     )
@@ -144,6 +149,13 @@ def release(client: api.Client, hold_id: str) -> None:
     "--select", "selector", default="", metavar="SELECTOR", help="Label selector (not with DEVICE)."
 )
 @click.option(
+    "--count",
+    type=common.INT,
+    default=1,
+    metavar="N",
+    help="Devices wanted on one host, all at once (every one must match --select).",
+)
+@click.option(
     "--ttl",
     type=TTL,
     default=0.0,
@@ -157,11 +169,14 @@ def release(client: api.Client, hold_id: str) -> None:
     help="Required: why; shown by rc devices and the dashboard.",
 )
 @common.as_option()
-def hold(devices: tuple[str, ...], selector: str, ttl: float, reason: str, as_: str) -> None:
+def hold(
+    devices: tuple[str, ...], selector: str, count: int, ttl: float, reason: str, as_: str
+) -> None:
     """Lease a device for a person, with no command, until the TTL, rc release, or Ctrl-C.
 
-    DEVICE is an exact device ID (host:name); --select picks one by labels; with
-    neither, any device will do. rc hold waits in the queue while the device is busy,
+    DEVICE is an exact device ID (host:name), or a comma list of IDs on one host;
+    --select picks one by labels; with neither, any device will do. --count N holds N
+    devices of one host at once. rc hold waits in the queue while the device is busy,
     then prints the hold's ID, the device and when the hold expires, and keeps the
     device until the TTL passes or the hold is released.
 
@@ -181,6 +196,7 @@ def hold(devices: tuple[str, ...], selector: str, ttl: float, reason: str, as_: 
     device = devices[0] if devices else ""
     if device and selector:
         raise click.UsageError("a DEVICE and --select cannot be used together")
+    wanted = common.gang(device, count, "DEVICE")
     # Neither: any device (EXT-CLI-1).
     if not reason.strip():
         raise click.UsageError("--reason is required: say why you hold the device")
@@ -188,7 +204,12 @@ def hold(devices: tuple[str, ...], selector: str, ttl: float, reason: str, as_: 
         raise click.UsageError("--ttl is required: how long to hold the device (e.g. --ttl 30m)")
     common.check_ceiling("--ttl", ttl)  # CLI-073
     req = HoldRequest(
-        ttl_seconds=common.whole_seconds(ttl), reason=reason, device=device, selector=selector
+        ttl_seconds=common.whole_seconds(ttl),
+        reason=reason,
+        device=wanted.device,
+        selector=selector,
+        count=wanted.count,
+        device_ids=wanted.device_ids,
     )
     client = api.Client(submitter=as_ or None)  # resolved once, on first use (CLI-031)
     if as_:

@@ -61,8 +61,21 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     context_settings=CONTEXT_SETTINGS,
     short_help="Lease a device, run a command on it, stream output.",
 )
-@click.option("-d", "--device", default="", metavar="DEVICE", help="Exact device ID (host:name).")
+@click.option(
+    "-d",
+    "--device",
+    default="",
+    metavar="DEVICE",
+    help="Exact device ID (host:name), or a comma list of IDs on one host.",
+)
 @click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
+@click.option(
+    "--count",
+    type=common.INT,
+    default=1,
+    metavar="N",
+    help="Devices wanted on one host, all at once (every one must match --select).",
+)
 @click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
 @click.option(
@@ -82,6 +95,7 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 def run(
     device: str,
     selector: str,
+    count: int,
     explain: bool,
     cwd: str,
     here: bool | None,
@@ -104,6 +118,7 @@ def run(
         raise click.UsageError("rc run needs a command (put it after --)")
     if device and selector:
         raise click.UsageError("-d/--device and --select cannot be used together")
+    wanted = common.gang(device, count, "-d/--device")
     if explain:
         if not selector:
             raise click.UsageError("--explain needs --select")
@@ -126,7 +141,9 @@ def run(
 
     req = run_machine.RunRequest(
         command=list(command),
-        device=device,
+        device=wanted.device,
+        device_ids=wanted.device_ids,
+        count=wanted.count,
         selector=selector,
         cwd=cwd,
         env=env,
@@ -257,7 +274,7 @@ def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> No
             duration = timefmt.compact_between(started, finished or now)
         cells = [
             job.get("id") or "",
-            job.get("device_id") or "",
+            common.devices_text(job),
             _state_cell(job),
             job.get("submitter") or "",
             timefmt.rfc3339(started) if started is not None else "",
@@ -291,7 +308,7 @@ def ps() -> None:
         rows.append(_ps_row(job, str(job.get("state") or ""), *([""] if why else [])))
     counters: dict[str, int] = {}
     for job in state.get("queued") or []:
-        device = str(job.get("device_id") or "")
+        device = common.devices_text(job)
         counters[device] = counters.get(device, 0) + 1
         extra = [_waiting_cell(job, waits)] if why else []
         rows.append(_ps_row(job, f"queued (#{counters[device]})", *extra))
@@ -312,7 +329,7 @@ def _waiting_cell(job: api.Json, waits: Any) -> str:
 def _ps_row(job: api.Json, state: str, *extra: str) -> list[str]:
     return [
         str(job.get("id") or ""),
-        str(job.get("device_id") or ""),
+        common.devices_text(job),
         state,
         str(job.get("submitter") or ""),
         render.command_text(job.get("command")),

@@ -47,6 +47,9 @@ class RunRequest:
     command: Sequence[str]
     device: str = ""
     selector: str = ""
+    #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+    count: int = 1
+    device_ids: Sequence[str] = ()
     cwd: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     priority: int = 0
@@ -59,7 +62,7 @@ class RunRequest:
     @property
     def target(self) -> str:
         """What the user gave to pick a device, verbatim (``<target>``)."""
-        return self.device or self.selector or "any device"
+        return ",".join(self.device_ids) or self.device or self.selector or "any device"
 
 
 def exit_status(code: int) -> int:
@@ -124,6 +127,8 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
             req.command,
             device=req.device,
             selector=req.selector,
+            count=req.count,
+            device_ids=req.device_ids,
             cwd=req.cwd,
             env=req.env,
             priority=req.priority,
@@ -141,12 +146,12 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
         progress.phase = "queue"
         job = wait_queue(client, job_id, req.target, timeout=req.timeout)
         if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
-            device = job.get("device_id") or req.target
+            device = common.devices_text(job) or req.target
             raise common.Failure(
                 f"job {job_id} {job.get('state')}, never started on {device}:"
                 f" {job.get('kill_reason') or NO_DETAIL}"
             )
-    progress.device = str(job.get("device_id", ""))
+    progress.device = common.devices_text(job)
     progress.phase = "attached"
     render.say(f"job {job_id} on {progress.device}")
     _stream(client, job_id)

@@ -186,6 +186,8 @@ class Client:
         *,
         device: str = "",
         selector: str = "",
+        count: int = 1,
+        device_ids: Sequence[str] = (),
         cwd: str = "",
         env: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
@@ -200,8 +202,10 @@ class Client:
     ) -> Json:
         """Submit a job or hold (CLI-072) and return the created job.
 
-        Neither ``device`` nor ``selector`` means any device (EXT-CLI-1). A fresh
-        idempotency key is generated unless one is given (``""`` sends none).
+        Neither ``device`` nor ``selector`` means any device (EXT-CLI-1). ``count`` asks
+        for that many devices on one host and ``device_ids`` pins to a list of them in
+        place of ``device``, implying the count (EXT-GANG-1). A fresh idempotency key is
+        generated unless one is given (``""`` sends none).
         Raises ``NoDeviceError`` on 409, whatever the body (CLI-075).
         """
         body: dict[str, Any] = {"submitter": self.submitter}
@@ -210,7 +214,10 @@ class Client:
         key = new_idempotency_key() if idempotency_key is None else idempotency_key
         optional: dict[str, Any] = {
             "device_id": device,
+            "device_ids": list(device_ids) or None,
             "selector": selector,
+            # Sent only when it says something: with a list, the list's length is it.
+            "count": count if count != 1 and not device_ids else 0,
             "cwd": cwd,
             "env": dict(env) if env else None,
             "idempotency_key": key,
@@ -239,6 +246,8 @@ class Client:
         reason: str,
         device: str = "",
         selector: str = "",
+        count: int = 1,
+        device_ids: Sequence[str] = (),
         idempotency_key: str | None = None,
         timeout: float | None = None,
     ) -> Json:
@@ -259,6 +268,8 @@ class Client:
             None,
             device=device,
             selector=selector,
+            count=count,
+            device_ids=device_ids,
             idempotency_key=idempotency_key,
             max_runtime_seconds=ttl_seconds,
             kind="hold",

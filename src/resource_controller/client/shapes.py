@@ -71,7 +71,10 @@ def normalise(value: Any, shape: Shape | None) -> Any:
 
 
 LABEL = Obj()
-JOB = Obj({"command": List(), "env": Map()}, keep=frozenset({"command"}))
+JOB = Obj(
+    {"command": List(), "env": Map(), "device_ids": List()},  # device_ids: EXT-GANG-6
+    keep=frozenset({"command"}),
+)
 #: EXT-WHY-1a: a queued job's ``waiting_for`` entries hold no lists or maps.
 WAITING_FOR = List()
 JOB_VIEW = Obj({"job": JOB, "waiting_for": WAITING_FOR})

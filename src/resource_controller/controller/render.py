@@ -49,6 +49,7 @@ def job(j: JobRecord) -> wire.Job:
         started_at=ts(j.started_at),
         finished_at=ts(j.finished_at),
         lease_epoch=j.lease_epoch or None,
+        device_ids=list(j.devices) or None,
     )
 
 

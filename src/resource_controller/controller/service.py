@@ -67,6 +67,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         raise errors.BadRequest(f'unknown stdio {req.stdio!r} ("", tty or pipe)')
     if req.device_id and req.selector:
         raise errors.BadRequest("give device_id or selector, not both")
+    count, device_ids = _gang(req)
     if not req.submitter:
         raise errors.BadRequest("submitter must not be empty")
     low, top = scheduling.PRIORITY_MIN, scheduling.PRIORITY_MAX
@@ -91,7 +92,42 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         kind=kind,
         reason=req.reason,
         stdio=req.stdio,
+        count=count,
+        device_ids=device_ids,
     )
+
+
+def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
+    """``count`` and ``device_ids`` checked against each other (EXT-GANG-6).
+
+    ``device_ids`` takes the place of ``device_id`` and ``selector``; its length is the
+    count (a ``count`` other than that is refused, not overridden), its devices are
+    distinct and on one host (the part of each ID before its first ``:``). A pinned
+    ``device_id`` is one device, so a count above 1 with it is refused too.
+    """
+    ids = list(req.device_ids or [])
+    if not ids:
+        if req.device_id and req.count != 1:
+            raise errors.BadRequest(
+                f"count {req.count} with device_id: a device_id is one device; "
+                "give device_ids to pin several"
+            )
+        return req.count, ()
+    if req.device_id or req.selector:
+        given = "device_id" if req.device_id else "selector"
+        raise errors.BadRequest(f"give device_ids or {given}, not both")
+    if "count" in req.model_fields_set and req.count != len(ids):
+        raise errors.BadRequest(
+            f"count {req.count} does not match the {len(ids)} device(s) in device_ids"
+        )
+    if any(not d for d in ids):
+        raise errors.BadRequest("device_ids must not contain an empty device ID")
+    if len(set(ids)) != len(ids):
+        raise errors.BadRequest("device_ids names a device more than once")
+    hosts = sorted({d.split(":", 1)[0] for d in ids})
+    if len(hosts) > 1:
+        raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
+    return len(ids), tuple(sorted(ids))
 
 
 async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
@@ -124,7 +160,7 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     try:
         why = await svc.db(_why_busy, svc, job)
         if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
-            target = new.device_id or new.selector or "any device"
+            target = ",".join(new.device_ids) or new.device_id or new.selector or "any device"
             refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued{why}")
             ended = Wake.jobs_ended([job.id]) | Wake.job(job.id, JobState.KILLED)
             return Done(job, wake | ended, error=refused)

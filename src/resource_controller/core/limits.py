@@ -49,6 +49,11 @@ SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any
 #: Why: the column is a plain integer; nothing outside 32 bits is a real exit status.
 EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column is an integer")
 
+#: Devices one job may ask for on one host (EXT-GANG-1, EXT-GANG-6).
+#: Why a ceiling: a count no host could hold is refused at submit anyway; the bound
+#: keeps a ``device_ids`` list, and the work done per job in a pass, small.
+DEVICE_COUNT = IntRange(1, 1024, "more devices than any one host carries")
+
 #: Submit's strings and collections (EXT-LIMITS-2).
 COMMAND = Size(256 * KIB, "an argv the kernel would run", count=4096, unit="arguments")
 ENV = Size(256 * KIB, "an environment the kernel would accept", count=1024, unit="entries")

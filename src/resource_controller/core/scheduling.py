@@ -13,10 +13,23 @@ scheduling pass, explain and queue positions:
   be had. The store's pass feeds it the real outcome of each assignment transaction;
   ``plan`` runs it on a snapshot alone, assuming every assignment it tries succeeds.
 
-Room for what comes next: a job carries a device ``count`` (EXT-GANG-1, a job asking
-for N devices on one host: a choice is then N devices of one host) and a device a
-``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never assigned or
-reserved). Today every count is 1 and no device is draining.
+Several devices per job (EXT-GANG-1..3): a job carries a device ``count`` (N devices
+on ONE host) and, when pinned to a list, its ``device_ids``. A choice is then N devices
+of one host, and a blocked N-device job claims devices on one host only (``Offer.claim``):
+
+- placing: hosts with at least N free candidates are tried best fit first (fewest free
+  candidates, then host name), each with its N lowest-ID free devices, so a small job
+  leaves the hosts with the most room to the bigger ones;
+- waiting: the host is the one where the job is closest to starting: the most free
+  (``ready``) unclaimed candidates, then the most unclaimed candidates, then host name;
+  only hosts with at least N unclaimed candidates count (none: it claims nothing). On it
+  the job claims N devices: its free ones first, then by ID. Reservations are rebuilt
+  every pass with the head job first, so each device that frees on that host goes to
+  it until it has N, and a stream of 1-device jobs behind it cannot starve it; the
+  other hosts, and the devices it does not need, stay open to the jobs behind.
+
+A device carries a ``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never
+assigned or reserved).
 """
 
 from __future__ import annotations
@@ -58,11 +71,18 @@ class JobSnap:
     device_id: str = ""  #: the pinned device; '' until assigned otherwise
     max_runtime: int = 0
     count: int = 1  #: devices wanted on one host (EXT-GANG-1)
+    #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
+    device_ids: tuple[str, ...] = ()
 
     @property
     def pinned(self) -> bool:
         """Pinned to ``device_id`` (STORE-056 step 4); a job with neither is "any device"."""
         return self.selector == "" and self.device_id != ""
+
+    @property
+    def pins(self) -> list[str]:
+        """The devices a pinned job is pinned to (its list, or its one device)."""
+        return list(self.device_ids) if self.device_ids else [self.device_id]
 
 
 #: A queue order: sorts jobs ascending, first = next to schedule.
@@ -140,7 +160,7 @@ def eligible(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
     Raises ``SelectorError`` for a stored selector that no longer parses.
     """
     if job.pinned:
-        return [job.device_id]
+        return job.pins
     return [d.id for d in matching(_parsed(job), devices)]
 
 
@@ -152,8 +172,26 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
     job's runtime, the same rule enqueue used. Raises ``SelectorError``.
     """
     if job.pinned:
-        return [job.device_id]
+        return job.pins
     return [d.id for d in matching(_parsed(job), devices) if tolerates(d, job.max_runtime)]
+
+
+def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
+    """The runtime of a job on several devices: the smallest declared ceiling wins (EXT-GANG-5).
+
+    A job that asked for none inherits the smallest positive ceiling among them (0 when
+    none has one), as a one-device job inherits its device's (STORE-065 step 3).
+    """
+    declared = [c for c in ceilings if c > 0]
+    return effective_runtime(requested, min(declared) if declared else 0)
+
+
+def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
+    """Some single host has at least ``count`` of ``devices`` (EXT-GANG-2's submit check)."""
+    per_host: dict[str, int] = {}
+    for d in devices:
+        per_host[d.host] = per_host.get(d.host, 0) + 1
+    return any(n >= count for n in per_host.values())
 
 
 def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
@@ -176,7 +214,8 @@ def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queu
     mine = key(job)
     ahead = (o for o in queued if o.id != job.id and key(o) < mine)
     if job.pinned:
-        ahead = (o for o in ahead if o.pinned and o.device_id == job.device_id)
+        pins = set(job.pins)
+        ahead = (o for o in ahead if o.pinned and not pins.isdisjoint(o.pins))
     return 1 + sum(1 for _ in ahead)
 
 
@@ -187,6 +226,9 @@ class Offer:
     candidates: list[str]  #: every device it may use
     available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
     choices: list[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
+    #: What it claims if none of its choices can be had: every available candidate for a
+    #: one-device job; N devices of one host for an N-device job (EXT-GANG-3).
+    claim: list[str] = field(default_factory=list)
 
 
 class Planner:
@@ -218,13 +260,21 @@ class Planner:
         cands = candidates(job, self.devices)
         available = [d for d in cands if d not in self.reserved and not self._draining(d)]
         free = [d for d in available if d not in self.taken and self._ready(d)]
-        return Offer(cands, available, self._choices(free, max(1, job.count)))
+        count = max(1, job.count)
+        if count == 1 or job.pinned:
+            # A pinned list is one choice (all of it) and claims all of it, as a pin does.
+            want = len(cands) if job.pinned else 1
+            if want == 1:
+                return Offer(cands, available, [(d,) for d in free], available)
+            whole = [tuple(cands)] if len(free) == len(cands) else []
+            return Offer(cands, available, whole, available)
+        return Offer(cands, available, self._choices(free, count), self._claim(available, count))
 
     def placed(self, job: JobSnap, devices: Iterable[str]) -> None:
         self.taken.update(devices)
 
     def blocked(self, job: JobSnap, offer: Offer) -> None:
-        for d in offer.available:
+        for d in offer.claim:
             self.reserved[d] = job.id
 
     def reserve(self, device_id: str, job_id: str) -> None:
@@ -240,13 +290,34 @@ class Planner:
         d = self.by_id.get(device_id)
         return d is not None and d.draining
 
+    def _host(self, device_id: str) -> str:
+        d = self.by_id.get(device_id)
+        return d.host if d is not None else ""
+
+    def _by_host(self, ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for d in ids:
+            out.setdefault(self._host(d), []).append(d)
+        return out
+
     def _choices(self, free: list[str], count: int) -> list[tuple[str, ...]]:
-        if count == 1:
-            return [(d,) for d in free]
-        by_host: dict[str, list[str]] = {}
-        for d in free:
-            by_host.setdefault(self.by_id[d].host, []).append(d)
-        return [tuple(ids[:count]) for ids in by_host.values() if len(ids) >= count]
+        """N free devices of one host per choice: best fit first, then host name."""
+        hosts = [(len(ids), h, ids) for h, ids in self._by_host(free).items() if len(ids) >= count]
+        return [tuple(ids[:count]) for _, _, ids in sorted(hosts)]
+
+    def _claim(self, available: list[str], count: int) -> list[str]:
+        """The N devices an N-device job waits for, on the host closest to taking it."""
+        hosts = []
+        for h, ids in self._by_host(available).items():
+            if len(ids) < count:
+                continue
+            ready = [d for d in ids if self._ready(d) and d not in self.taken]
+            hosts.append((-len(ready), -len(ids), h, ready, ids))
+        if not hosts:
+            return []
+        _, _, _, ready, ids = min(hosts)
+        rest = [d for d in ids if d not in ready]
+        return sorted((ready + rest)[:count])
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
             kill_reason=reason,
             finished_at=now,
         )
-        devices = set(leases.release_for_job(conn, now, job.id)) | {job.device_id}
+        devices = set(leases.release_for_job(conn, now, job.id)) | set(job.devices)
         for device_id in sorted(devices):
             if reboot:
                 moves.move(
@@ -211,7 +211,7 @@ def heartbeat(
             conn, j.id.in_(named), j.worker_id == worker_id, j.state.in_(_ACTIVE)
         )
     mine_ids = [job.id for job in mine]
-    mine_devices = sorted({job.device_id for job in mine})
+    mine_devices = sorted({d for job in mine for d in job.devices})
     if mine_ids:
         conn.execute(
             sa.update(t.leases)
@@ -246,11 +246,12 @@ def heartbeat(
         unknown_to_busy.append(d.id.in_(mine_devices))
     if not retain or mine_devices:
         moves.move(conn, DEVICE, Op.HEARTBEAT_BUSY, *unknown_to_busy, state=DeviceState.BUSY)
-    flagged_killed = sa.exists().where(
-        j.device_id == d.id,
-        j.worker_id == worker_id,
-        j.state == JobState.KILLED,
-        j.kill_requested == 1,
+    flagged = (j.worker_id == worker_id, j.state == JobState.KILLED, j.kill_requested == 1)
+    lc = t.leases.c
+    flagged_killed = sa.or_(
+        sa.exists().where(j.device_id == d.id, *flagged),
+        # Any device a several-device job held, by its leases (EXT-GANG-5).
+        sa.exists().where(lc.device_id == d.id, lc.job_id == j.id, *flagged),
     )
     moves.move(
         conn,

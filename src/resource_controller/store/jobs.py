@@ -53,6 +53,9 @@ class NewJob:
     kind: str = Kind.JOB
     reason: str = ""
     stdio: str = ""
+    #: Devices wanted on one host (EXT-GANG-1); ``device_ids`` pins to a list of them.
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
 
 
 def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
@@ -63,6 +66,15 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         raise errors.BadRequest("submitter must not be empty")
     if req.device_id and req.selector:
         raise errors.BadRequest("give device_id or selector, not both")
+    pins = tuple(sorted(req.device_ids))
+    if pins and (req.device_id or req.selector):
+        raise errors.BadRequest("device_ids takes the place of device_id and selector")
+    count = len(pins) if pins else req.count
+    if count < 1 or (pins and req.count not in (1, len(pins))) or (req.device_id and count != 1):
+        raise errors.BadRequest(f"count {req.count} does not fit the devices asked for")
+    if len(pins) == 1:  # a list of one is an ordinary pin
+        req = dataclasses.replace(req, device_id=pins[0], device_ids=())
+        pins = ()
     runtime = int(req.max_runtime)
     for name, value in (("max_runtime", runtime), ("idle_timeout", int(req.idle_timeout))):
         if not limits.SECONDS.low <= value <= limits.SECONDS.high:
@@ -70,7 +82,7 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
             # escapes a ceiling (negative) or overflows a lease deadline (huge).
             raise errors.BadRequest(f"{name} must be in {limits.SECONDS.text()} seconds")
     selector_text = ""
-    if not req.device_id:
+    if not req.device_id and not pins:
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
@@ -82,11 +94,17 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
             raise errors.NoMatchingDevice(
                 f"no device matches {what}" if parsed else "no devices are registered"
             )
-        if not any(scheduling.tolerates(d, runtime) for d in matches):
+        if not scheduling.could_ever_fit(count, matches):
+            # EXT-GANG-2: no single host has enough of them, now or ever.
+            raise errors.NoMatchingDevice(f"no host has {count} devices matching {what}")
+        if not scheduling.could_ever_fit(
+            count, (d for d in matches if scheduling.tolerates(d, runtime))
+        ):
             highest = max(d.max_runtime for d in matches)
             raise errors.RuntimeAboveCeiling(
                 f"{what}: requested runtime {runtime}s is above every matching device's "
                 f"ceiling (highest {highest}s)"
+                + (f" on every host with {count} of them" if count > 1 else "")
             )
     if req.idempotency_key:
         row = conn.execute(
@@ -103,6 +121,8 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
                 f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
             )
         runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
+    if pins:
+        runtime = _pinned_gang_runtime(conn, pins, runtime)
     seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
     job = JobRecord(
         id=str(uuid.uuid4()),
@@ -130,9 +150,31 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         kind=req.kind or Kind.JOB,
         reason=req.reason,
         stdio=req.stdio,
+        device_count=count,
+        device_ids=pins,
     )
+    if pins:
+        job = dataclasses.replace(job, device_id=pins[0])
     moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job
+
+
+def _pinned_gang_runtime(conn: sa.Connection, pins: tuple[str, ...], runtime: int) -> int:
+    """STORE-056 step 4 for each device of a pinned list: all exist, on one host, each
+    ceiling admits the request; a job asking for none gets the smallest (EXT-GANG-5)."""
+    rows = {d.id: d for d in queries.all_devices(conn) if d.id in pins}
+    for device_id in pins:
+        dev = rows.get(device_id)
+        if dev is None:
+            raise errors.UnknownDevice(f"unknown device {device_id!r}: no worker registered it")
+        if not scheduling.tolerates(dev.snap(), runtime):
+            raise errors.RuntimeAboveCeiling(
+                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+            )
+    hosts = sorted({rows[d].host for d in pins})
+    if len(hosts) > 1:
+        raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
+    return scheduling.gang_runtime(runtime, (rows[d].max_runtime for d in pins))
 
 
 def queue_position(conn: sa.Connection, job: JobRecord, now: int = 0, aging: int = 0) -> int:
@@ -172,10 +214,19 @@ def request_kill(
     job = queries.job(conn, job_id)
     if not job.active:
         return "not_cancellable"
-    dev = queries.device(conn, job.device_id)
-    disconnected = dev is not None and (
-        dev.state == DeviceState.UNKNOWN
-        or (dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST)
+    # A several-device job's devices share one worker, so they go quiet together; any
+    # one of them proving the worker gone is enough (EXT-GANG-5).
+    devs = [queries.device(conn, d) for d in job.devices]
+    disconnected = any(
+        dev is not None
+        and (
+            dev.state == DeviceState.UNKNOWN
+            or (
+                dev.state == DeviceState.UNHEALTHY
+                and dev.quarantine_reason == Quarantine.WORKER_LOST
+            )
+        )
+        for dev in devs
     )
     if finalize_disconnected and disconnected:
         moves.move(
@@ -301,7 +352,7 @@ def list_jobs(
     j = t.jobs.c
     where = []
     if device:
-        where.append(j.device_id == device)
+        where.append(queries.on_device(device))
     if submitter:
         where.append(j.submitter == submitter)
     if state:

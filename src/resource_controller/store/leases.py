@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -25,7 +25,13 @@ from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import moves, queries
 from resource_controller.store import schema as t
-from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, LeaseRecord
+from resource_controller.store.records import (
+    Assigned,
+    DeviceRecord,
+    JobRecord,
+    LeaseRecord,
+    join_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,34 +103,47 @@ class _NotQueued(Exception):
     """Rolls back an assignment whose job left the queue after its device was flipped."""
 
 
-def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) -> str:
-    """Give ``device`` to queued ``job`` (STORE-065); returns assigned / not_ready / not_queued.
+class _NotReady(Exception):
+    """Rolls back a several-device assignment when one of its devices was not ``ready``."""
 
-    ``job`` and ``device`` come from the pass's snapshot. The conditional updates
-    re-check both inside this transaction, device first (STORE-063), so a stale
+
+def assign(
+    conn: sa.Connection, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
+) -> str:
+    """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); assigned / not_ready / not_queued.
+
+    ``job`` and the devices come from the pass's snapshot. The conditional updates
+    re-check both inside this transaction, devices first (STORE-063), so a stale
     snapshot can never hand out a device that is not ``ready``; the unique index
-    still referees the lease insert.
+    still referees each lease insert. Several devices are all or nothing: every one
+    flips and gets its lease in this one transaction, or the transaction rolls back.
+    Their leases are granted in ascending ID order, so their epochs are consecutive
+    and the job's ``lease_epoch`` (the largest) is the last device's (EXT-EPOCH-3a).
     """
-    flipped = moves.move(
-        conn, DEVICE, Op.ASSIGN, t.devices.c.id == device.id, state=DeviceState.BUSY
-    )
-    if flipped != 1:
-        return "not_ready"
-    runtime = scheduling.effective_runtime(job.max_runtime, device.max_runtime)
+    group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
+    ids = [d.id for d in group]
+    flipped = moves.move(conn, DEVICE, Op.ASSIGN, t.devices.c.id.in_(ids), state=DeviceState.BUSY)
+    if flipped != len(ids):
+        if flipped == 0:
+            return "not_ready"  # nothing written
+        raise _NotReady(job.id)  # rolls the partial flip back with the transaction
+    runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
     moved = moves.move(
         conn,
         JOB,
         Op.ASSIGN,
         t.jobs.c.id == job.id,
         state=JobState.ASSIGNED,
-        device_id=device.id,
-        worker_id=device.worker_id,
+        device_id=ids[0],
+        device_ids=join_ids(ids) if len(ids) > 1 else "",
+        worker_id=group[0].worker_id,
         max_runtime=runtime,
     )
     if moved != 1:
-        raise _NotQueued(job.id)  # rolls the device flip back with the transaction
-    grant(conn, now, job, device.id, runtime)
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device.id))
+        raise _NotQueued(job.id)  # rolls the device flips back with the transaction
+    for device_id in ids:
+        grant(conn, now, job, device_id, runtime)
+    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id.in_(ids)))
     return "assigned"
 
 
@@ -132,13 +151,15 @@ def _try_assign(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     now: int,
     job: JobRecord,
-    device: DeviceRecord,
+    devices: DeviceRecord | Sequence[DeviceRecord],
 ) -> str:
     try:
         with transaction() as tx:
-            return assign(tx, now, job, device)
+            return assign(tx, now, job, devices)
     except _NotQueued:
         return "not_queued"
+    except _NotReady:
+        return "not_ready"
 
 
 QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
@@ -222,8 +243,10 @@ def _reserve_vanished(
             order=order,
         )
     for job in waiting:
-        if job.snap().pinned:
-            planner.reserve(job.device_id, job.id)
+        snap = job.snap()
+        if snap.pinned:
+            for device_id in snap.pins:  # a pinned list claims all of it (EXT-GANG-3)
+                planner.reserve(device_id, job.id)
 
 
 def _turn(
@@ -246,12 +269,12 @@ def _turn(
         return
     # Choices are ready devices from the snapshot: nothing readies a device while the
     # pass holds the lock, and each assignment re-checks inside its transaction.
-    for (device_id,) in offer.choices:
-        device = by_id[device_id]
-        outcome = _try_assign(transaction, now, job, device)
+    for choice in offer.choices:
+        group = [by_id[d] for d in choice]
+        outcome = _try_assign(transaction, now, job, group)
         if outcome == "assigned":
-            planner.placed(snap, [device_id])
-            assigned.append(Assigned(job.id, device.worker_id))
+            planner.placed(snap, choice)
+            assigned.append(Assigned(job.id, group[0].worker_id))
             return
         if outcome == "not_queued":
             return  # cancelled since the snapshot: reserve nothing (STORE-063)

@@ -12,7 +12,7 @@ from resource_controller.core import scheduling
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import JobState
 from resource_controller.store import schema as t
-from resource_controller.store.records import DeviceRecord, JobRecord
+from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 
 #: ``core.scheduling.queue_key`` as SQL (STORE-060), for reading the queue in order.
 QUEUE_ORDER = (t.jobs.c.priority.desc(), t.jobs.c.queued_at.asc(), t.jobs.c.seq.asc())
@@ -131,10 +131,29 @@ def queued_snaps(conn: sa.Connection) -> list[JobSnap]:
     j = t.jobs.c
     rows = conn.execute(
         sa.select(
-            j.id, j.seq, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime
+            j.id,
+            j.seq,
+            j.priority,
+            j.queued_at,
+            j.selector,
+            j.device_id,
+            j.max_runtime,
+            j.device_count.label("count"),
+            j.device_ids,
         ).where(j.state == JobState.QUEUED)
     ).all()
-    return [JobSnap(**r._mapping) for r in rows]
+    return [JobSnap(**{**r._mapping, "device_ids": split_ids(r.device_ids or "")}) for r in rows]
+
+
+def on_device(device_id: str) -> sa.ColumnElement[bool]:
+    """Jobs on ``device_id``: their one device, or one of a several-device job's (EXT-GANG-1).
+
+    Matched as a whole comma-delimited item with wildcards escaped, so ``h:g1`` never
+    matches ``h:g10`` and ``_`` is never a wildcard; portable to PostgreSQL.
+    """
+    j = t.jobs.c
+    listed = sa.literal(",").concat(j.device_ids).concat(",")
+    return sa.or_(j.device_id == device_id, listed.contains(f",{device_id},", autoescape=True))
 
 
 def next_counter(conn: sa.Connection, name: str) -> int:

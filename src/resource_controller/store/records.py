@@ -40,6 +40,8 @@ class JobRecord:
     device_count: int = 1
     #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
     logs_pruned: int = 0
+    #: A several-device job's devices by ID (EXT-GANG-1); () for a one-device job.
+    device_ids: tuple[str, ...] = ()
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -55,12 +57,15 @@ class JobRecord:
     def queued(self) -> bool:
         return self.state == JobState.QUEUED
 
-    def snap(self) -> JobSnap:
-        """What the scheduling rules read of this job (``core.scheduling``).
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Every device the job is pinned to or was given, ascending; () when none yet."""
+        if self.device_ids:
+            return self.device_ids
+        return (self.device_id,) if self.device_id else ()
 
-        ``count`` is 1: placing several devices in one assignment (EXT-GANG-2) is not
-        built yet, so every job is scheduled for one device.
-        """
+    def snap(self) -> JobSnap:
+        """What the scheduling rules read of this job (``core.scheduling``)."""
         return JobSnap(
             id=self.id,
             seq=self.seq,
@@ -69,6 +74,8 @@ class JobRecord:
             selector=self.selector,
             device_id=self.device_id,
             max_runtime=self.max_runtime,
+            count=max(1, self.device_count),
+            device_ids=self.device_ids if self.queued else (),
         )
 
     def columns(self) -> dict[str, Any]:
@@ -76,6 +83,7 @@ class JobRecord:
         m = {k: v for k, v in self.__dict__.items() if k != "lease_epoch"}
         m["command"] = json.dumps(self.command)
         m["env"] = json.dumps(self.env) if self.env else None
+        m["device_ids"] = join_ids(self.device_ids)
         return m
 
     @classmethod
@@ -83,8 +91,18 @@ class JobRecord:
         m = dict(row._mapping)
         m["command"] = json.loads(m["command"])
         m["env"] = json.loads(m["env"]) if m["env"] else {}
+        m["device_ids"] = split_ids(m.get("device_ids") or "")
         m.setdefault("lease_epoch", lease_epoch)
         return cls(**m)
+
+
+def join_ids(ids: tuple[str, ...] | list[str]) -> str:
+    """The stored form of a device list (``jobs.device_ids``): comma-separated, '' for ()."""
+    return ",".join(ids)
+
+
+def split_ids(text: str) -> tuple[str, ...]:
+    return tuple(i for i in text.split(",") if i)
 
 
 @dataclass(frozen=True)

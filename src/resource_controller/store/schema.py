@@ -69,10 +69,14 @@ jobs = sa.Table(
     sa.Column("kind", sa.Text, nullable=False, server_default="job"),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("stdio", sa.Text, nullable=False, server_default=""),
-    #: How many devices the job needs (EXT-GANG); 1 for every job today.
+    #: How many devices the job needs on one host (EXT-GANG-1).
     sa.Column("device_count", sa.Integer, nullable=False, server_default="1"),
     #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
     sa.Column("logs_pruned", sa.Integer, nullable=False, server_default="0"),
+    #: A several-device job's devices, comma-separated by ID (a device ID holds no comma,
+    #: EXT-LIMITS-2): the pinned list from enqueue, or what the assignment gave it.
+    #: ``''`` for a one-device job, whose ``device_id`` says it all.
+    sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
 )
 
 leases = sa.Table(

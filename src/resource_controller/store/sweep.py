@@ -100,11 +100,15 @@ def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
     """Every active job on a written-off device -> ``lost``, whatever its worker (STORE-102)."""
     if not reap:
         return []
-    j = t.jobs.c
+    j, lc = t.jobs.c, t.leases.c
+    # A several-device job is on a device by any of its live leases (EXT-GANG-5).
+    leased = sa.select(lc.job_id).where(lc.device_id.in_(reap), lc.released_at.is_(None))
     victims = [
         r.id
         for r in conn.execute(
-            sa.select(j.id).where(j.device_id.in_(reap), j.state.in_(_ACTIVE)).order_by(j.seq)
+            sa.select(j.id)
+            .where(sa.or_(j.device_id.in_(reap), j.id.in_(leased)), j.state.in_(_ACTIVE))
+            .order_by(j.seq)
         )
     ]
     lost: list[str] = []
@@ -140,16 +144,21 @@ def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str
         if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
             continue
         # By the lease's own ID: job_id may be '' (STORE-054).
-        conn.execute(
+        ended = conn.execute(
             sa.update(t.leases)
             .where(lc.id == lease_id, lc.released_at.is_(None))
             .values(released_at=now)
-        )
+        ).rowcount
+        if not ended:
+            continue  # a sibling of a several-device job whose lease expired first
+        # Expiry ends all of a job's leases together, and none of its devices is
+        # proven empty (EXT-GANG-5): each sibling's device is quarantined too.
+        siblings = leases.release_for_job(conn, now, job_id)
         moves.move(
             conn,
             DEVICE,
             Op.EXPIRE,
-            d.id == device_id,
+            d.id.in_([device_id, *siblings]),
             state=DeviceState.UNHEALTHY,
             quarantine_reason=Quarantine.LEASE_EXPIRED,
             quarantine_detail="",

@@ -201,7 +201,7 @@ def active_job_on(conn: sa.Connection, device_id: str) -> str:
     j = t.jobs.c
     row = conn.execute(
         sa.select(j.id)
-        .where(j.device_id == device_id, j.state.in_([JobState.ASSIGNED, JobState.RUNNING]))
+        .where(queries.on_device(device_id), j.state.in_([JobState.ASSIGNED, JobState.RUNNING]))
         .order_by(j.submitted_at.desc(), j.seq.desc())
         .limit(1)
     ).first()

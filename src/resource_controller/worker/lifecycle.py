@@ -23,6 +23,11 @@
    runs after the device's linger (``hooks``, HOOK-020..023);
 9. leave the supervised set.
 
+A job on several devices (EXT-GANG-5) takes the per-device steps for each of its
+devices, in ascending ID order: every acquire hook (a failure faults that device, the
+ones already acquired are released, and the job fails), every verify pass (a failure
+quarantines that device alone) and every release.
+
 Holds take exactly the same steps (WRK-127). Only the job's cancellation scope (a kill
 flag, a watchdog, shutdown) interrupts steps 1 and 3-4; steps 4-8 are never cut short
 by shutdown (WRK-073), which only *asks* a job to stop. A job task that is itself torn
@@ -66,8 +71,8 @@ class Job:
 
     assignment: wire.Assignment
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
-    epoch: int = 0
+    #: Each device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
+    epochs: dict[str, int] = field(default_factory=dict)
 
     @property
     def job_id(self) -> str:
@@ -75,11 +80,17 @@ class Job:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        return (self.assignment.device_id,)
+        """Every device of the job (EXT-GANG-6); a controller that sends no list means one."""
+        return device_ids_of(self.assignment)
 
     @property
     def submitter(self) -> str:
         return self.assignment.submitter or ""
+
+
+def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
+    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
+    return tuple(assignment.device_ids or [assignment.device_id])
 
 
 class Lifecycle:
@@ -131,7 +142,7 @@ class Lifecycle:
         log.info(
             "job %s: starting on %s",
             job.job_id,
-            job.assignment.device_id,
+            ",".join(job.device_ids),
             extra={"action": "job_start", "job_id": job.job_id},
         )
         try:
@@ -163,10 +174,18 @@ class Lifecycle:
         no fault (HOOK-013). Neither schedules a release: nothing is held.
         """
         a = job.assignment
-        got = await self.hooks.acquire(a.device_id, a.job_id, job.submitter, job.cancel)
-        if not isinstance(got, hooks.AcquireFailed):
-            job.epoch = got
+        failed: tuple[str, hooks.AcquireFailed] | None = None
+        for device_id in job.device_ids:
+            got = await self.hooks.acquire(device_id, a.job_id, job.submitter, job.cancel)
+            if isinstance(got, hooks.AcquireFailed):
+                failed = (device_id, got)
+                break
+            job.epochs[device_id] = got
+        if failed is None:
             return True
+        # The devices acquired before the failure are given back (HOOK-020).
+        await self.release(job)
+        device_id, got = failed
         reason = got.reason
         if got.cancelled:
             state = JobState.KILLED
@@ -178,7 +197,7 @@ class Lifecycle:
                 reason,
                 extra={"action": "acquire_failed", "job_id": a.job_id},
             )
-            await self.report_fault(a.device_id, reason, a.job_id)
+            await self.report_fault(device_id, reason, a.job_id)
         body = channel.status_body(
             self.channel.worker_id, state.value, reason=reason, lease_epoch=a.lease_epoch
         )
@@ -263,19 +282,24 @@ class Lifecycle:
         stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
 
     async def verify(self, job: Job, outcome: runner.Outcome) -> None:
-        """The verify pass for the job's device (VERIFY-001..009), before its report.
+        """The verify pass for each of the job's devices (VERIFY-001..009), before its report.
 
         On failure the fault is reported and made durable here, so the terminal report
         queued next can never reach the controller first (VERIFY-008): the controller
-        frees the device the instant that report lands. ``outcome`` stays as it is: a
-        dirty device says nothing about the run.
+        frees the device the instant that report lands. A failure quarantines that
+        device alone (EXT-GANG-5). ``outcome`` stays as it is: a dirty device says
+        nothing about the run.
         """
+        for device_id in job.device_ids:
+            await self._verify_one(job, device_id)
+
+    async def _verify_one(self, job: Job, device_id: str) -> None:
         if self.verify_dir is None:
             return
         a = job.assignment
         result = await verify_pass.verify_pass(
             self.verify_dir,
-            device_id=a.device_id,
+            device_id=device_id,
             job_id=a.job_id,
             submitter=job.submitter,
             timeout=self.verify_timeout,
@@ -288,12 +312,12 @@ class Lifecycle:
             return
         log.error(
             "device %s: job %s: %s",
-            a.device_id,
+            device_id,
             a.job_id,
             result.reason,
             extra={"action": "verify_failed", "job_id": a.job_id},
         )
-        await self.report_fault(a.device_id, result.reason, a.job_id)
+        await self.report_fault(device_id, result.reason, a.job_id)
 
     async def report(self, job: Job, outcome: runner.Outcome) -> None:
         """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
@@ -319,13 +343,14 @@ class Lifecycle:
         await self.submit(report)
 
     async def release(self, job: Job) -> None:
-        """Arm the device's release with this job's acquire epoch (HOOK-020).
+        """Arm each acquired device's release with this job's acquire epoch (HOOK-020).
 
         The release hook runs once the device has been idle for its linger; a later
         job that acquired meanwhile keeps it (HOOK-021, HOOK-023).
         """
         a = job.assignment
-        await self.hooks.release(a.device_id, job.epoch, a.job_id, job.submitter)
+        for device_id, epoch in job.epochs.items():
+            await self.hooks.release(device_id, epoch, a.job_id, job.submitter)
 
     # ---- reports outside a job's run -----------------------------------------------
 
@@ -342,7 +367,7 @@ class Lifecycle:
             reason=REASON_PREKILLED,
             lease_epoch=assignment.lease_epoch,
         )
-        report = self.box.add_status(assignment.job_id, (assignment.device_id,), body)
+        report = self.box.add_status(assignment.job_id, device_ids_of(assignment), body)
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:

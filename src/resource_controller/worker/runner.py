@@ -103,7 +103,8 @@ def build_env(assignment: wire.Assignment, base_env: Mapping[str, str]) -> dict[
     unless the job set it; and the ``RC_*`` identity variables, which always win.
     """
     job_env = assignment.env or {}
-    device_ids = [assignment.device_id]
+    # EXT-GANG-4: every device, ascending; a controller that sends no list means one.
+    device_ids = list(assignment.device_ids or [assignment.device_id])
     env = dict(base_env)
     # A worker started inside a job inherits that job's fencing token and device
     # list; neither describes this job.

@@ -65,6 +65,7 @@ def _assignment(job: JobRecord) -> wire.Assignment:
         kind=job.kind or None,
         stdio=job.stdio or None,
         lease_epoch=job.lease_epoch or None,
+        device_ids=list(job.devices),
     )
 
 
