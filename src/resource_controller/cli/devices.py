@@ -37,7 +37,12 @@ NO_CONTACT_AFTER = 30
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as -o json.")
 def devices(selector: str, output: str, as_json: bool) -> None:
-    """The fleet: each device's state, holder, lease age and command."""
+    """The fleet: each device's state, holder, lease age and command.
+
+    --select keeps the devices the selector matches, as the controller matches them
+    for a submit. States: ready, busy, unknown (no contact for 30 s), unhealthy (out
+    of the pool until proven clean or cleared by an admin).
+    """
     # EXT-CLI-3: -o takes a value; a bare -o (the base switch, CLI-148) and --json mean json.
     fmt = common.output_format(output)
     if as_json:
@@ -87,7 +92,11 @@ def _device_row(view: api.Json) -> list[str]:
 @click.argument("device_id")
 @click.option("-o", "--output", default="text", help="text or json.")
 def describe(device_id: str, output: str) -> None:
-    """Everything about one device: holder, labels with their ages, usage sheet, recent jobs."""
+    """Everything about one device: holder, labels with their ages, usage sheet, recent jobs.
+
+    For a device out of the pool it says why first, and lists its recent automatic
+    recoveries.
+    """
     fmt = common.output_format(output)
     data = api.Client().describe(device_id)
     if fmt == "json":
@@ -220,7 +229,12 @@ def _recent_block(data: api.Json, timefmt: Any) -> list[list[str]]:
 @click.command("clear", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("device_id")
 def clear(device_id: str) -> None:
-    """(admin) Return a quarantined device to the pool; asserts its hardware is healthy."""
+    """(admin) Return a quarantined device to the pool; asserts its hardware is healthy.
+
+    Needs an admin token. Only an unhealthy device with no live lease can be
+    cleared; anything else is device_not_cleared (exit 1). rc describe DEVICE_ID says
+    why it was taken out.
+    """
     api.Client().clear(device_id)
     render.out(f"cleared {device_id}\n")
 
@@ -229,7 +243,12 @@ def clear(device_id: str) -> None:
 @click.argument("device_id")
 @click.option("--yes", is_flag=True, help="Confirm the removal.")
 def retire(device_id: str, yes: bool) -> None:
-    """(admin) Remove a device from the fleet; its job history is kept."""
+    """(admin) Remove a device from the fleet; its job history is kept.
+
+    Needs an admin token and --yes. A device something holds is device_busy: kill or
+    release it first. A worker that still declares the device recreates it when it
+    next registers.
+    """
     if not yes:
         render.say(f"this removes {device_id} from the fleet; re-run with --yes to confirm")
         raise common.Failure("not confirmed")

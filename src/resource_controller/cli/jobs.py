@@ -110,8 +110,26 @@ def run(
 ) -> None:
     """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
 
-    Queues while the device is busy. Exits with the job's exit code. Neither -d nor
-    --select takes any device.
+    With neither -d nor --select any device will do. rc run waits in the queue while
+    nothing suitable is free (saying its position and what it waits for), prints
+    "rc: job ID on DEVICE" on stderr once the job starts, streams its output to stdout
+    and exits with the job's exit code. --timeout bounds only the wait in the queue;
+    --no-wait refuses at once instead of queueing.
+
+    Ctrl-C while queued cancels the job; Ctrl-C once it runs only detaches: the job
+    keeps running and keeps its device (watch it with rc ps). Both exit 130.
+
+    
+    Examples:
+      rc run -- python train.py                      (any device)
+      rc run --select 'vram>=40G' -- python train.py
+      rc run -d box:gpu1 --timeout 10m -- ./bench
+      rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
+
+    
+    Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
+    0 when it succeeded; 130 on Ctrl-C or SIGTERM; 1 for every failure of rc itself
+    (usage, controller or network errors, a --no-wait refusal, --timeout).
     """
     # CLI-101, in order, with no request before a failing check.
     if not explain and not command:
@@ -198,7 +216,10 @@ def _kill(given: str, as_: str, verb: str) -> None:
 def kill(job_id: str, as_: str) -> None:
     """Cancel a queued job, or have its worker stop a running one (owner or admin).
 
-    JOB_ID may be a unique prefix of at least 6 characters.
+    JOB_ID may be a unique prefix of at least 6 characters. Only the job's submitter
+    (the same --as, RC_SUBMITTER or derived identity) or an admin token may kill it;
+    anyone else gets not_job_owner. A running job is stopped by its worker shortly
+    after this returns. A job that already finished is not_cancellable (exit 1).
     """
     _kill(job_id, as_, "kill")
 
@@ -207,7 +228,11 @@ def kill(job_id: str, as_: str) -> None:
 @click.argument("job_id")
 @common.as_option()
 def release(job_id: str, as_: str) -> None:
-    """End a hold (or any job) early; the same operation as kill."""
+    """End a hold (or any job) early; the same operation as kill.
+
+    JOB_ID may be a unique prefix of at least 6 characters; the hold's ID is printed
+    when it is granted. The same ownership rule as rc kill applies.
+    """
     _kill(job_id, as_, "release")
 
 
@@ -221,7 +246,12 @@ def _copy_stream(chunks: Any) -> None:
 @click.command("attach", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("job_id")
 def attach(job_id: str) -> None:
-    """Re-stream a job's output from the start, following it until the job ends."""
+    """Re-stream a job's output from the start, following it until the job ends.
+
+    Read-only: it holds nothing and never affects the job. Exits 0 when the stream
+    ends, whatever the job's outcome (use rc jobs for that); Ctrl-C exits 130.
+    JOB_ID may be a unique prefix of at least 6 characters.
+    """
     client = _client()
     try:
         _copy_stream(client.follow_logs(client.resolve_job_id(job_id)))  # EXT-CLI-7
@@ -233,7 +263,12 @@ def attach(job_id: str) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Replay, then follow until the job ends.")
 @click.argument("job_id")
 def logs(follow: bool, job_id: str) -> None:
-    """Print a job's stored output (exactly the stored bytes)."""
+    """Print a job's stored output (exactly the stored bytes).
+
+    Without -f, the bytes stored so far, at once; with -f, all of them and then new
+    output until the job ends. JOB_ID may be a unique prefix of at least 6
+    characters.
+    """
     client = _client()
     try:
         job_id = client.resolve_job_id(job_id)  # EXT-CLI-7
@@ -251,10 +286,16 @@ def logs(follow: bool, job_id: str) -> None:
 @click.option("-n", "--limit", type=common.INT, default=20, help="Max jobs (0: server default).")
 @click.option("--device", default="", help="Exact device ID.")
 @click.option("--submitter", default="", help="Exact submitter.")
-@click.option("--state", default="", help="Exact state.")
-@click.option("-o", "--output", default="text", help="text or json.")
+@click.option("--state", default="", help="Exact state (queued, running, failed, ...).")
+@click.option("-o", "--output", default="text", help="text or json (one line).")
 def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> None:
-    """Search job history fleet-wide, newest first, finished jobs included."""
+    """Search job history fleet-wide, newest first, finished jobs included.
+
+    Filters combine: --device and --submitter match exactly; --state is one of
+    queued, assigned, running, succeeded, failed, killed, lost. -n takes 1..200
+    (0: the controller's default, 20).
+    -o json prints the controller's job objects on one line.
+    """
     fmt = common.output_format(output)
     if state:
         common.check_job_state(state)
@@ -297,7 +338,10 @@ def _state_cell(job: api.Json) -> str:
     context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
 )
 def ps() -> None:
-    """Active jobs, then the queue with per-device positions and what each waits for."""
+    """Active jobs, then the queue with per-device positions and what each waits for.
+
+    The queue is how to find a waiting job's ID, to rc kill it.
+    """
     state = _client().state()
     # EXT-WHY-2: a last column says what each queued job waits for, when the controller
     # tells (``queued_waiting_for``, EXT-WHY-1a); without it the base table (CLI-146).

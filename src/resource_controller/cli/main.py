@@ -156,6 +156,28 @@ def _exit(code: int) -> NoReturn:
     sys.exit(code)
 
 
+#: The end of ``rc help``: what every command shares (CLI §2), kept short.
+EPILOG = """\b
+Start with: rc run -- CMD (any free device), rc ps, rc devices, rc help run.
+
+\b
+Environment:
+  RC_CONTROLLER  controller URL (else config, else http://localhost:8080)
+  RC_TOKEN       bearer token (else config)
+  RC_SUBMITTER   who you are to the queue (else config, else USER@host)
+  RC_CONFIG      user config file (default ~/.config/rc/config.yaml)
+
+\b
+Exit status: 0 on success; rc run exits with the job's own code;
+130 when interrupted (SIGINT or SIGTERM) where the command says so;
+1 for any other failure, after one "rc: ..." line on stderr.
+
+\b
+Shell completion, e.g. in ~/.bashrc (zsh_source, fish_source alike):
+  eval "$(_RC_COMPLETE=bash_source rc)"
+"""
+
+
 def installed_version() -> str:
     """The installed package's version, from its metadata (EXT-CLI-8)."""
     from importlib import metadata
@@ -177,6 +199,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     context_settings=CONTEXT_SETTINGS,
     no_args_is_help=False,
     help="Exclusive leases on shared hardware: run commands on devices, see the fleet.",
+    epilog=EPILOG,
 )
 @click.option(
     "--version",
@@ -192,7 +215,10 @@ def rc() -> None:
 
 @rc.command("version", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
 def version_command() -> None:
-    """Print the installed version."""
+    """Print the installed version.
+
+    rc --version prints the same.
+    """
     render.out(f"rc {installed_version()}\n")
 
 
@@ -200,7 +226,10 @@ def version_command() -> None:
 @click.argument("command", required=False)
 @click.pass_context
 def help_command(ctx: click.Context, command: str | None) -> None:
-    """Show help for rc or one of its commands."""
+    """Show help for rc or one of its commands.
+
+    The same page as rc COMMAND --help (or -h), on stdout.
+    """
     group = ctx.parent.command if ctx.parent is not None else rc
     parent = ctx.parent or ctx
     if command is None:

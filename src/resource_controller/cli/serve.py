@@ -23,7 +23,7 @@ log_format_option = click.option(
 )
 
 
-@click.command()
+@click.command(cls=common.RcCommand)
 @click.option("--addr", default=":8080", show_default=True, help="Listen address host:port.")
 @click.option(
     "--data",
@@ -83,7 +83,17 @@ def serve(
     log_format: str,
     stray: tuple[str, ...],
 ) -> None:
-    """Run the controller."""
+    """Run the controller.
+
+    RC_TOKENS (required) lists the tokens it accepts, comma-separated, each
+    token:role or token:role:name, the role being worker, client or admin; a bad
+    entry stops it before it binds (exit 1). RC_WEBHOOK_URL is used when
+    --webhook-url is empty. Everything it keeps is under --data: the SQLite database
+    rc.db and one log file per job in logs/.
+
+    It speaks plain HTTP: put TLS in front of it (a reverse proxy). GET /healthz
+    answers without a token. SIGINT or SIGTERM stops it gracefully (exit 0).
+    """
     from resource_controller.controller import serve as controller
 
     try:
@@ -95,7 +105,7 @@ def serve(
     )
 
 
-@click.command()
+@click.command(cls=common.RcCommand)
 @click.option(
     "-c",
     "--config",
@@ -107,13 +117,23 @@ def serve(
 @log_format_option
 @click.argument("stray", nargs=-1, required=False)
 def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
-    """Run the device-host agent."""
+    """Run the device-host agent.
+
+    The config file (YAML) names the controller, the token and the devices; an
+    unknown key or a bad value is an error naming it (exit 1). RC_TOKEN supplies the
+    worker token when the file has none; RC_REQUIRE_MANUAL_CLEAR can only switch
+    require_manual_clear on. The worker only dials out to the controller.
+
+    SIGINT or SIGTERM stops it gracefully: it stops its jobs (SIGTERM, then SIGKILL
+    after 10 s), waits up to 45 s for their reports and runs pending release hooks,
+    then exits 0. A second signal ends it at once.
+    """
     from resource_controller.worker import process
 
     sys.exit(process.main(config_path, log_format))
 
 
-@click.command()
+@click.command(cls=common.RcCommand)
 @click.option(
     "--data",
     type=click.Path(path_type=Path),
@@ -131,7 +151,13 @@ def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
 @click.option("--force", is_flag=True, help="Overwrite controller/token in the user config file.")
 @log_format_option
 def up(data: Path | None, addr: str, devices: int, force: bool, log_format: str) -> None:
-    """Run a controller and a worker for this machine, with nothing to configure."""
+    """Run a controller and a worker for this machine, with nothing to configure.
+
+    On first start it generates the tokens and writes the controller URL and a
+    client token to the user config file (~/.config/rc/config.yaml, or RC_CONFIG),
+    so that rc run -- CMD works from another shell. The admin token is printed once
+    and kept in the data directory. Ctrl-C stops the worker, then the controller.
+    """
     from resource_controller import local
 
     sys.exit(local.run(data, addr, devices, force, log_format))

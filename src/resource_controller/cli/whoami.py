@@ -14,7 +14,10 @@ from resource_controller.core.states import Role
 
 @click.command("whoami", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
 def whoami() -> None:
-    """Show the role of this token, and its name when it has one."""
+    """Show the role of this token, and its name when it has one.
+
+    A named client token records its jobs under its name and may end only those.
+    """
     data = api.Client().whoami()
     lines = [f"role: {data.get('role', '')}\n"]
     if data.get("name"):
