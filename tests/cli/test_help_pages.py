@@ -95,7 +95,7 @@ def test_completion_scripts_are_printed(shell: str, marker: str) -> None:
     ("words", "expected"),
     [
         ("rc ru", {"run"}),
-        ("rc d", {"describe", "devices"}),
+        ("rc de", {"describe", "devices"}),
         ("rc run --sel", {"--select"}),
         ("rc logs --fo", {"--follow"}),
     ],
