@@ -116,7 +116,7 @@ def _seconds_text(seconds: float) -> str:
 
 def _controller_message(e: errors.ApiError) -> str:
     """The message the controller sent, or ``""`` when it sent none (not the class default)."""
-    default = (errors.ApiError.__doc__ or "").strip()
+    default = (type(e).__doc__ or "").strip()
     return "" if e.message == default else e.message
 
 
@@ -325,7 +325,7 @@ class Client:
         if given in found or len(found) == 1:
             return given if given in found else found[0]
         if not found:
-            raise errors.ApiError("not_found", f"no job ID starts with {given!r}", 404)
+            raise errors.api_error("not_found", f"no job ID starts with {given!r}", 404)
         shown = ", ".join(found[:AMBIGUOUS_SHOWN])
         more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
         raise JobIdError(
