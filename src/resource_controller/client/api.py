@@ -81,6 +81,16 @@ class JobView:
         return str(self.job.get("state", ""))
 
 
+def exit_status(code: int) -> int:
+    """The process exit status for a job's non-zero code (CLI-050).
+
+    As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
+    256 becomes 1: a failed job must never read as success.
+    """
+    status = code % 256
+    return status if status else 1
+
+
 def new_idempotency_key() -> str:
     """A fresh random UUID4 (CLI-074), without paying for the ``uuid`` module's import."""
     b = bytearray(os.urandom(16))
