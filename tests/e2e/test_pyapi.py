@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from resource_controller import AsyncClient, Client, JobFailed, errors
+from resource_controller import AsyncClient, Client, CountNotHonoured, JobFailed, errors
 from resource_controller.client.api import WaitTimeout
 
 from .cluster import Cluster, free_port, stop, wait_for
@@ -302,3 +302,18 @@ def test_client_reads_the_cli_environment(fleet: Cluster, tmp_path: Path) -> Non
     )
     assert out.stdout.split() == ["from-env", "7", "from-env"], out.stderr
     assert os.environ.get("RC_SUBMITTER") != "from-env"
+
+
+def test_count_is_honoured_or_refused_never_ignored(fleet: Cluster, client: Client) -> None:
+    # A controller without EXT-GANG ignores ``count``; the client then kills the job and
+    # raises instead of running it on one device. With EXT-GANG it gets both devices.
+    try:
+        result = client.run(["sh", "-c", "sleep 5; echo $RC_DEVICES"], count=2, capture=True)
+    except CountNotHonoured as e:
+        assert "does not support count" in str(e)
+        last = client.jobs(limit=1)[0]
+        wait_for(lambda: last.refresh().terminal, 20, "the one-device job to be killed")
+        assert last.state == "killed"
+    else:
+        assert result.exit_code == 0 and sorted(result.job.device_ids) == list(DEVICES)
+        assert result.text == ",".join(DEVICES) + "\n"
