@@ -178,11 +178,14 @@ def test_lease_yields_the_devices_and_releases_when_the_block_raises(
 
 def test_lease_timeout_while_queued_cancels_the_hold(fleet: Cluster, client: Client) -> None:
     with client.lease(device="box:gpu0", ttl="10m") as first:
+        before = {j.id for j in client.jobs(limit=200)}
         with pytest.raises(WaitTimeout), client.lease(device="box:gpu0", ttl="10m", timeout=1):
             raise AssertionError("a second lease of a held device cannot be granted")
-        holds = client.jobs(device="box:gpu0", limit=2)
-        assert holds[0].id != first.id and holds[0].state == "killed"
-        assert "tester" in holds[0].reason or holds[0].reason  # the default reason names us
+        # Found by ID: jobs submitted in one second have no reliable list order.
+        (second,) = [j for j in client.jobs(limit=200) if j.id not in before]
+        assert second.kind == "hold" and second.state == "killed"
+        assert second.kill_reason == "killed by tester" and second.started_at is None
+        assert "pid" in second.reason  # the default reason names this process
         assert held(fleet) == {"box:gpu0": first.id}
 
 
@@ -220,6 +223,7 @@ def test_keyboard_interrupt_releases_the_lease_and_cancels_a_queued_one(
     assert line[0] == "granted", line
     hold_id = line[1]
     assert held(fleet) == {"box:gpu0": hold_id}
+    before = {j.id for j in client.jobs(limit=200)}
     queued = start()
     wait_for(
         lambda: [j for j in client.jobs(state="queued") if j.kind == "hold"], 20, "a queued hold"
@@ -227,7 +231,7 @@ def test_keyboard_interrupt_releases_the_lease_and_cancels_a_queued_one(
     queued.send_signal(signal.SIGINT)
     queued.wait(20)
     assert "KeyboardInterrupt" in (queued.stderr.read() if queued.stderr else "")
-    cancelled = client.jobs(device="box:gpu0", limit=1)[0]
+    (cancelled,) = [j for j in client.jobs(limit=200) if j.id not in before]
     assert cancelled.state == "killed" and cancelled.kill_reason == "killed by tester"
     granted.send_signal(signal.SIGINT)
     granted.wait(20)
@@ -313,7 +317,8 @@ def test_count_is_honoured_or_refused_never_ignored(fleet: Cluster, client: Clie
         assert "does not support count" in str(e)
         last = client.jobs(limit=1)[0]
         wait_for(lambda: last.refresh().terminal, 20, "the one-device job to be killed")
-        assert last.state == "killed"
+        # Killed before its five seconds were up, whatever state the worker reported.
+        assert last.state != "succeeded" and last.output() == b"", last
     else:
         assert result.exit_code == 0 and sorted(result.job.device_ids) == list(DEVICES)
         assert result.text == ",".join(DEVICES) + "\n"
