@@ -1,9 +1,13 @@
 """resource-controller: exclusive leases on shared hardware, GPUs first.
 
-``from resource_controller import Client`` is the Python way in (EXT-PYAPI-1); the
-error types are here too, so that callers can catch the project's own exceptions
-without knowing its module layout. The client is imported on first use: ``rc`` itself
-imports this package on every start, and the CLI's hot path must not pay for it.
+``from resource_controller import Client`` is the Python way in (EXT-PYAPI-1):
+``Client`` and its asyncio twin ``AsyncClient`` (EXT-PYAPI-4) return typed views
+(``Job``, ``Device``, ``Lease``, ``RunResult``, ...). The error types are here too, so
+that callers catch the project's own exceptions without knowing its module layout;
+``resource_controller.errors`` has one class per wire error code (``API_CODES``).
+
+Everything but the error types is imported on first use: ``rc`` itself imports this
+package on every start, and the CLI's hot path must not pay for the typed layer.
 """
 
 from __future__ import annotations
@@ -20,26 +24,78 @@ from resource_controller.errors import (
 )
 
 if TYPE_CHECKING:
-    from resource_controller.client.api import Client
+    from resource_controller.client.aio import AsyncClient, AsyncJob, AsyncLease
+    from resource_controller.client.api import PollGiveUp, WaitTimeout
+    from resource_controller.client.models import (
+        Device,
+        DeviceDetails,
+        Explanation,
+        JobInfo,
+        Label,
+        LeaseInfo,
+        RunResult,
+    )
+    from resource_controller.client.options import CountNotHonoured
+    from resource_controller.client.sync import Client, Job, JobFailed, Lease, NotGranted
+
+#: Public name -> the module that defines it, loaded on first access (PEP 562).
+_LAZY = {
+    "Client": "resource_controller.client.sync",
+    "Job": "resource_controller.client.sync",
+    "Lease": "resource_controller.client.sync",
+    "JobFailed": "resource_controller.client.sync",
+    "NotGranted": "resource_controller.client.sync",
+    "AsyncClient": "resource_controller.client.aio",
+    "AsyncJob": "resource_controller.client.aio",
+    "AsyncLease": "resource_controller.client.aio",
+    "Device": "resource_controller.client.models",
+    "DeviceDetails": "resource_controller.client.models",
+    "Explanation": "resource_controller.client.models",
+    "JobInfo": "resource_controller.client.models",
+    "Label": "resource_controller.client.models",
+    "LeaseInfo": "resource_controller.client.models",
+    "RunResult": "resource_controller.client.models",
+    "CountNotHonoured": "resource_controller.client.options",
+    "PollGiveUp": "resource_controller.client.api",
+    "WaitTimeout": "resource_controller.client.api",
+}
 
 __all__ = [
     "ApiError",
+    "AsyncClient",
+    "AsyncJob",
+    "AsyncLease",
     "Client",
     "ClientError",
+    "CountNotHonoured",
+    "Device",
+    "DeviceDetails",
+    "Explanation",
+    "Job",
+    "JobFailed",
+    "JobInfo",
+    "Label",
+    "Lease",
+    "LeaseInfo",
     "NoDeviceError",
     "NotCancellableError",
+    "NotGranted",
+    "PollGiveUp",
     "RcError",
+    "RunResult",
     "TransportError",
+    "WaitTimeout",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Load ``Client`` and ``__version__`` lazily (PEP 562)."""
-    if name == "Client":
-        from resource_controller.client.api import Client
+    """Load the client side and ``__version__`` lazily (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
 
-        return Client
+        return getattr(importlib.import_module(module), name)
     if name == "__version__":
         from importlib import metadata
 

@@ -14,25 +14,35 @@
     ├── NoMatchingDevice         400 no_matching_device: a selector matching no device at all
     ├── RuntimeAboveCeiling      400 runtime_above_ceiling
     ├── LogsNotStored            400 logs_not_stored
+    ├── Unauthorized             401 unauthorized: missing, malformed or unknown token
     ├── NotJobOwner              403 not_job_owner
-    ├── NotThisHost              403 forbidden: a named worker token, another host (EXT-WHO-3)
+    ├── Forbidden                403 forbidden: the token's role is not enough
+    │   └── NotThisHost          a named worker token, another host (EXT-WHO-3)
     ├── NoDeviceAvailable        409 no_device_available: nothing matching is free (a
     │                            ``no_wait`` submit; the store's direct-allocation fixture)
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
+    ├── Conflict                 409 conflict: that relay half is already connected
     ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
     ├── LogError                 500 log_error
     ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
-    │                            a heartbeat over 64 KiB) / chunk_too_large / sheet_too_large
+    │   │                        a heartbeat over 64 KiB)
+    │   ├── ChunkTooLarge        413 chunk_too_large
+    │   └── SheetTooLarge        413 sheet_too_large
+    ├── Unsupported              500 unsupported: the server cannot stream on this connection
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library
-        ├── ApiError             the controller answered with an error body
+        ├── ApiError             the controller answered with an error body; for every
+        │                        code of ``API_CODES`` it is also an instance of that
+        │                        code's class above (``except NotJobOwner`` works)
         ├── TransportError       no answer (refused, reset, timed out)
         ├── NoDeviceError        the client's side of ``NoDeviceAvailable`` (CLI-075)
         └── NotCancellableError  kill refused with 409
 
 The class docstring is the default message, so each error is two lines.
+``API_CODES`` maps every machine code of the wire (API-090, EXT-EPOCH-3) to its class,
+and ``api_error`` builds what the client raises for an error answer.
 """
 
 from __future__ import annotations
@@ -75,6 +85,15 @@ class DeviceNotFound(NotFound):
     def __init__(self, message: str | None = None, code: str = "not_found") -> None:
         super().__init__(message)
         self.code = code
+
+
+class RetiredDeviceNotFound(DeviceNotFound):
+    """No such device (retire, API-081)."""
+
+    code = "device_not_found"
+
+    def __init__(self, message: str | None = None, code: str = "device_not_found") -> None:
+        super().__init__(message, code)
 
 
 class WorkerNotFound(NotFound):
@@ -141,11 +160,22 @@ class NotJobOwner(RcError):
     status = 403
 
 
-class NotThisHost(RcError):
-    """A named worker token speaks only for the host of its name."""
+class Unauthorized(RcError):
+    """The token is missing, malformed or unknown."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(RcError):
+    """The token's role may not do that."""
 
     code = "forbidden"
     status = 403
+
+
+class NotThisHost(Forbidden):
+    """A named worker token speaks only for the host of its name."""
 
 
 class NoDeviceAvailable(RcError):
@@ -176,6 +206,20 @@ class DeviceBusy(RcError):
     status = 409
 
 
+class Conflict(RcError):
+    """That half of the relay session already has a client."""
+
+    code = "conflict"
+    status = 409
+
+
+class Unsupported(RcError):
+    """The server cannot stream (or cannot stream full-duplex) on this connection."""
+
+    code = "unsupported"
+    status = 500
+
+
 class LiveLeaseConflict(RcError):
     """The one-live-lease-per-device index refused a second lease."""
 
@@ -200,11 +244,11 @@ class TransportError(ClientError):
     """The controller could not be reached."""
 
 
-class NoDeviceError(ClientError):
+class NoDeviceError(ClientError, NoDeviceAvailable):
     """Submit refused with 409: nothing matching is free (``no_device_available``)."""
 
 
-class NotCancellableError(ClientError):
+class NotCancellableError(ClientError, NotCancellable):
     """Job not cancellable."""
 
 
@@ -228,6 +272,73 @@ class TooLarge(RcError):
     code = "body_too_large"
     status = 413
 
-    def __init__(self, message: str | None = None, code: str = "body_too_large") -> None:
+    def __init__(self, message: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = code or type(self).code
+
+
+class ChunkTooLarge(TooLarge):
+    """The log chunk is too large."""
+
+    code = "chunk_too_large"
+
+
+class SheetTooLarge(TooLarge):
+    """The usage sheet is too large."""
+
+    code = "sheet_too_large"
+
+
+#: Every machine code the controller sends (API-090, with EXT-EPOCH-3's ``stale_lease``)
+#: and the class that stands for it, so a caller catches a code by type.
+API_CODES: dict[str, type[RcError]] = {
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "bad_request": BadRequest,
+    "priority_out_of_range": PriorityOutOfRange,
+    "bad_selector": BadSelector,
+    "runtime_above_ceiling": RuntimeAboveCeiling,
+    "unknown_device": UnknownDevice,
+    "no_matching_device": NoMatchingDevice,
+    "logs_not_stored": LogsNotStored,
+    "not_job_owner": NotJobOwner,
+    "not_found": NotFound,
+    "device_not_found": RetiredDeviceNotFound,
+    "no_device_available": NoDeviceAvailable,
+    "not_cancellable": NotCancellable,
+    "device_not_cleared": DeviceNotCleared,
+    "device_busy": DeviceBusy,
+    "conflict": Conflict,
+    "stale_lease": StaleLease,
+    "sheet_too_large": SheetTooLarge,
+    "body_too_large": TooLarge,
+    "chunk_too_large": ChunkTooLarge,
+    "store_error": StoreError,
+    "log_error": LogError,
+    "unsupported": Unsupported,
+}
+
+_API_CLASSES: dict[str, type[ApiError]] = {}
+
+
+def api_error_class(code: str) -> type[ApiError]:
+    """The client-side class for ``code``: an ``ApiError`` that is also the code's class.
+
+    Made once per code, so ``except errors.NotJobOwner`` and ``except errors.ApiError``
+    both catch what the client raises for ``not_job_owner``; an unknown code is a plain
+    ``ApiError`` (a newer controller may send codes this client does not know).
+    """
+    cls = _API_CLASSES.get(code)
+    if cls is None:
+        base = API_CODES.get(code)
+        if base is None:
+            return ApiError
+        cls = type(f"{base.__name__}Error", (ApiError, base), {"__doc__": base.__doc__})
+        cls.__module__ = __name__
+        _API_CLASSES[code] = cls
+    return cls
+
+
+def api_error(code: str, message: str, status: int) -> ApiError:
+    """What the client raises for an error answer ``{"error": code, "message": ...}``."""
+    return api_error_class(code)(code, message, status)

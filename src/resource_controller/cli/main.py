@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("resource_controller.cli.serve:worker", "Run the device-host agent."),
     "up": ("resource_controller.cli.serve:up", "Run a controller and a worker on this machine."),
     "whoami": ("resource_controller.cli.whoami:whoami", "Show this token's role and name."),
+    "mcp": (
+        "resource_controller.cli.mcp:mcp",
+        "Serve the rc tools to an AI agent over MCP (stdio).",
+    ),
 }
 
 CONTEXT_SETTINGS = common.CONTEXT_SETTINGS

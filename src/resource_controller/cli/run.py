@@ -65,14 +65,8 @@ class RunRequest:
         return ",".join(self.device_ids) or self.device or self.selector or "any device"
 
 
-def exit_status(code: int) -> int:
-    """The process exit status for a job's non-zero code (CLI-050).
-
-    As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
-    256 becomes 1: a failed job must never read as success.
-    """
-    status = code % 256
-    return status if status else 1
+#: CLI-050's mapping of a job's code, shared with the Python API's ``run()``.
+exit_status = api.exit_status
 
 
 @dataclass

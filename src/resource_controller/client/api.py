@@ -81,6 +81,16 @@ class JobView:
         return str(self.job.get("state", ""))
 
 
+def exit_status(code: int) -> int:
+    """The process exit status for a job's non-zero code (CLI-050).
+
+    As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
+    256 becomes 1: a failed job must never read as success.
+    """
+    status = code % 256
+    return status if status else 1
+
+
 def new_idempotency_key() -> str:
     """A fresh random UUID4 (CLI-074), without paying for the ``uuid`` module's import."""
     b = bytearray(os.urandom(16))
@@ -116,7 +126,7 @@ def _seconds_text(seconds: float) -> str:
 
 def _controller_message(e: errors.ApiError) -> str:
     """The message the controller sent, or ``""`` when it sent none (not the class default)."""
-    default = (errors.ApiError.__doc__ or "").strip()
+    default = (type(e).__doc__ or "").strip()
     return "" if e.message == default else e.message
 
 
@@ -128,6 +138,123 @@ def _view_id(view: Json) -> str:
 def _leased(view: Json) -> bool:
     """A device view with a live lease: the view names its holder or job (API-023)."""
     return bool(view.get("holder") or view.get("job_id"))
+
+
+def submit_body(
+    submitter: str,
+    command: Sequence[str] | None,
+    *,
+    device: str = "",
+    selector: str = "",
+    cwd: str = "",
+    env: Mapping[str, str] | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
+    max_runtime_seconds: int = 0,
+    idle_timeout_seconds: int = 0,
+    no_wait: bool = False,
+    kind: str = "",
+    reason: str = "",
+    stdio: str = "",
+    count: int = 1,
+    device_ids: Sequence[str] = (),
+) -> Json:
+    """The submit body (CLI-072): zero and empty values left out, ``command`` and
+    ``submitter`` always sent; ``count`` only when it is not 1 and no ``device_ids``
+    list implies it (EXT-GANG-6)."""
+    body: dict[str, Any] = {"submitter": submitter}
+    if command is not None:
+        body["command"] = list(command)
+    key = new_idempotency_key() if idempotency_key is None else idempotency_key
+    optional: dict[str, Any] = {
+        "device_id": device,
+        "device_ids": list(device_ids) or None,
+        "selector": selector,
+        "cwd": cwd,
+        "env": dict(env) if env else None,
+        "idempotency_key": key,
+        "priority": priority,
+        "max_runtime_seconds": max_runtime_seconds,
+        "idle_timeout_seconds": idle_timeout_seconds,
+        "no_wait": no_wait,
+        "kind": kind,
+        "reason": reason,
+        "stdio": stdio,
+    }
+    body.update({k: v for k, v in optional.items() if v})
+    if count != 1 and not device_ids:
+        body["count"] = count
+    return body
+
+
+def check_hold(ttl_seconds: int, reason: str) -> None:
+    """A hold's own rules, checked before any request (CLI-120): a positive TTL and a reason."""
+    if ttl_seconds <= 0:
+        raise ValueError(f"a hold needs a positive TTL (got {ttl_seconds}s)")
+    if not reason.strip():
+        raise ValueError("a hold needs a reason")
+
+
+def submit_refusal(e: errors.ApiError) -> errors.ClientError:
+    """A submit's error as raised: any 409 is ``NoDeviceError`` (CLI-075)."""
+    if e.status == 409:
+        return errors.NoDeviceError(_controller_message(e) or None)
+    return e
+
+
+def kill_refusal(e: errors.ApiError) -> errors.ClientError:
+    """A kill's error as raised: a 409 is ``NotCancellableError`` with the message (CLI-075)."""
+    if e.status == 409:
+        return errors.NotCancellableError(_controller_message(e) or "job not cancellable")
+    return e
+
+
+def parse_job_view(data: Any, request: str) -> JobView:
+    """``GET /v1/jobs/{id}``'s body as a ``JobView``; no job object is a protocol failure."""
+    data = shapes.normalise(data, shapes.JOB_VIEW)
+    job = data.get("job") if isinstance(data, dict) else None
+    if not isinstance(job, dict):
+        raise errors.TransportError(f"{request}: controller sent no job object")
+    position = data.get("queue_position") or 0
+    waits = data.get("waiting_for")
+    return JobView(
+        job,
+        position if isinstance(position, int) else 0,
+        [w for w in waits if isinstance(w, dict)] if isinstance(waits, list) else [],
+    )
+
+
+def prefix_query(given: str) -> dict[str, str] | None:
+    """The lookup that resolves a job ID prefix (EXT-CLI-7); ``None`` for a complete ID.
+
+    Raises ``JobIdError`` for a prefix shorter than ``MIN_ID_PREFIX``.
+    """
+    if _FULL_JOB_ID.fullmatch(given):
+        return None
+    if len(given) < MIN_ID_PREFIX:
+        raise JobIdError(
+            f"job ID {given!r} is too short: give the full ID or a prefix of at least"
+            f" {MIN_ID_PREFIX} characters"
+        )
+    return {"id_prefix": given, "limit": str(AMBIGUOUS_SHOWN + 1)}
+
+
+def pick_prefix_match(given: str, data: Any) -> str:
+    """The one job ``prefix_query``'s answer names: ``not_found`` for none, ``JobIdError``
+    naming up to five for several."""
+    # Filtered here too, so a controller that ignores the filter cannot pick a wrong job.
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    found = [str(j.get("id") or "") for j in jobs or [] if isinstance(j, dict)]
+    found = [i for i in found if i.startswith(given)]
+    if given in found or len(found) == 1:
+        return given if given in found else found[0]
+    if not found:
+        raise errors.api_error("not_found", f"no job ID starts with {given!r}", 404)
+    shown = ", ".join(found[:AMBIGUOUS_SHOWN])
+    more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+    raise JobIdError(
+        f"job ID prefix {given!r} is ambiguous: it matches {shown}{more} (give more characters)"
+    )
 
 
 class Client:
@@ -208,34 +335,28 @@ class Client:
         generated unless one is given (``""`` sends none).
         Raises ``NoDeviceError`` on 409, whatever the body (CLI-075).
         """
-        body: dict[str, Any] = {"submitter": self.submitter}
-        if command is not None:
-            body["command"] = list(command)
-        key = new_idempotency_key() if idempotency_key is None else idempotency_key
-        optional: dict[str, Any] = {
-            "device_id": device,
-            "device_ids": list(device_ids) or None,
-            "selector": selector,
-            # Sent only when it says something: with a list, the list's length is it.
-            "count": count if count != 1 and not device_ids else 0,
-            "cwd": cwd,
-            "env": dict(env) if env else None,
-            "idempotency_key": key,
-            "priority": priority,
-            "max_runtime_seconds": max_runtime_seconds,
-            "idle_timeout_seconds": idle_timeout_seconds,
-            "no_wait": no_wait,
-            "kind": kind,
-            "reason": reason,
-            "stdio": stdio,
-        }
-        body.update({k: v for k, v in optional.items() if v})
+        body = submit_body(
+            self.submitter,
+            command,
+            device=device,
+            selector=selector,
+            cwd=cwd,
+            env=env,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            max_runtime_seconds=max_runtime_seconds,
+            idle_timeout_seconds=idle_timeout_seconds,
+            no_wait=no_wait,
+            kind=kind,
+            reason=reason,
+            stdio=stdio,
+            count=count,
+            device_ids=device_ids,
+        )
         try:
             resp = self._http.request("POST", "/v1/jobs", body=body, timeout=timeout)
         except errors.ApiError as e:
-            if e.status == 409:
-                raise errors.NoDeviceError(_controller_message(e) or None) from e
-            raise
+            raise submit_refusal(e) from e
         job: Json = shapes.normalise(resp.json(), shapes.JOB)
         return job
 
@@ -260,10 +381,7 @@ class Client:
         unless one is given (EXT-CLI-4). Raises ``NoDeviceError`` on 409. End the hold
         early with ``kill``.
         """
-        if ttl_seconds <= 0:
-            raise ValueError(f"a hold needs a positive TTL (got {ttl_seconds}s)")
-        if not reason.strip():
-            raise ValueError("a hold needs a reason")
+        check_hold(ttl_seconds, reason)
         return self.submit(
             None,
             device=device,
@@ -280,17 +398,7 @@ class Client:
     def get_job(self, job_id: str, *, timeout: float | None = None) -> JobView:
         """One job with its queue position (CLI-071)."""
         resp = self._http.request("GET", job_path(job_id), timeout=timeout)
-        data = shapes.normalise(resp.json(), shapes.JOB_VIEW)
-        job = data.get("job") if isinstance(data, dict) else None
-        if not isinstance(job, dict):
-            raise errors.TransportError(f"{resp.request}: controller sent no job object")
-        position = data.get("queue_position") or 0
-        waits = data.get("waiting_for")
-        return JobView(
-            job,
-            position if isinstance(position, int) else 0,
-            [w for w in waits if isinstance(w, dict)] if isinstance(waits, list) else [],
-        )
+        return parse_job_view(resp.json(), resp.request)
 
     def kill(
         self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
@@ -300,10 +408,7 @@ class Client:
         try:
             self._http.request("POST", job_path(job_id) + "/kill", body=body, timeout=timeout)
         except errors.ApiError as e:
-            if e.status == 409:
-                message = _controller_message(e) or "job not cancellable"
-                raise errors.NotCancellableError(message) from e
-            raise
+            raise kill_refusal(e) from e
 
     def jobs(
         self,
@@ -331,27 +436,11 @@ class Client:
         least ``MIN_ID_PREFIX`` characters and is looked up with ``id_prefix``: no match
         is ``not_found``; several raise ``JobIdError`` naming up to five of them.
         """
-        if _FULL_JOB_ID.fullmatch(given):
+        query = prefix_query(given)
+        if query is None:
             return given
-        if len(given) < MIN_ID_PREFIX:
-            raise JobIdError(
-                f"job ID {given!r} is too short: give the full ID or a prefix of at least"
-                f" {MIN_ID_PREFIX} characters"
-            )
-        query = {"id_prefix": given, "limit": str(AMBIGUOUS_SHOWN + 1)}
         data = self._http.request("GET", "/v1/jobs", query=query, timeout=timeout).json()
-        # Filtered here too, so a controller that ignores the filter cannot pick a wrong job.
-        found = [str(j.get("id") or "") for j in data.get("jobs") or []]
-        found = [i for i in found if i.startswith(given)]
-        if given in found or len(found) == 1:
-            return given if given in found else found[0]
-        if not found:
-            raise errors.ApiError("not_found", f"no job ID starts with {given!r}", 404)
-        shown = ", ".join(found[:AMBIGUOUS_SHOWN])
-        more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
-        raise JobIdError(
-            f"job ID prefix {given!r} is ambiguous: it matches {shown}{more} (give more characters)"
-        )
+        return pick_prefix_match(given, data)
 
     def follow_logs(
         self, job_id: str, *, follow: bool | None = None, offset: int = 0

@@ -10,7 +10,7 @@ timeout; the polling loops bound each poll themselves).
 Every failure leaves here as one of two errors from ``errors``:
 
 - ``ApiError``: the controller answered non-2xx. Its ``{"error", "message"}`` body
-  becomes ``<code>: <message>``; anything else becomes "controller returned
+  becomes ``<code>: <message>``, raised as that code's class (``errors.API_CODES``); anything else becomes "controller returned
   <status> <reason>" (CLI-042).
 - ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
   request and the cause (CLI-043).
@@ -114,7 +114,8 @@ def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
         message = data.get("message")
-        return errors.ApiError(data["error"], message if isinstance(message, str) else "", status)
+        text = message if isinstance(message, str) else ""
+        return errors.api_error(data["error"], text, status)
     if not reason:
         try:
             reason = http.HTTPStatus(status).phrase

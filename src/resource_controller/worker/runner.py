@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from resource_controller import wire
 from resource_controller.clock import Clock
 from resource_controller.core import durations
+from resource_controller.core.cuda import cuda_visible_devices as cuda_visible_devices
+from resource_controller.core.cuda import device_index as device_index
 from resource_controller.core.states import JobState, Kind
 from resource_controller.worker import procs
 from resource_controller.worker.timings import DEFAULT, Timings
@@ -47,8 +49,6 @@ REASON_STRAGGLERS_REAPED = "stragglers reaped after exit"
 REASON_STRAGGLERS_REMAINED = "stragglers remained after exit"
 REASON_EMPTY_COMMAND = "empty command"
 
-_INT64_MAX = 2**63 - 1
-_ASCII_DIGITS = frozenset("0123456789")
 
 #: Receives each block of output as it is read; awaiting it applies back-pressure.
 OutputSink = Callable[[bytes], Awaitable[None]]
@@ -66,33 +66,6 @@ class Outcome:
 
 
 # ---- environment and command ---------------------------------------------------
-
-
-def device_index(device_id: str) -> str | None:
-    """The trailing index of a device ID's name, verbatim (WRK-077), or ``None``.
-
-    ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
-    digits count, and a run that does not fit a signed 64-bit integer is no index:
-    setting a wrong index would let a job touch a GPU it was never leased.
-    """
-    _, colon, name = device_id.partition(":")
-    if not colon or not name:
-        return None
-    start = len(name)
-    while start > 0 and name[start - 1] in _ASCII_DIGITS:
-        start -= 1
-    digits = name[start:]
-    if not digits or int(digits) > _INT64_MAX:
-        return None
-    return digits
-
-
-def cuda_visible_devices(device_ids: Sequence[str]) -> str | None:
-    """Comma-joined indices of every device, or ``None`` if any has none (EXT-GANG-4)."""
-    indices = [device_index(d) for d in device_ids]
-    if not indices or any(i is None for i in indices):
-        return None
-    return ",".join(i for i in indices if i is not None)
 
 
 def build_env(assignment: wire.Assignment, base_env: Mapping[str, str]) -> dict[str, str]:

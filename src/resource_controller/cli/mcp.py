@@ -1,0 +1,345 @@
+"""``rc mcp``: a Model Context Protocol server on stdio, for AI agents (EXT-MCP-1).
+
+Each tool is one call of the Python API (``Client``), so an agent gets exactly what
+``rc`` does: the same environment and config file (CLI-010..031), the same submitter
+identity and therefore the same ownership rule (an agent can end only its own jobs
+unless its token is admin, CLI-131), the same error codes. Results are JSON objects;
+a refusal is a tool error whose text carries the wire code
+(``not_job_owner: ...``), so an agent can act on it.
+
+The SDK is an optional extra (``resource-controller[mcp]``) imported only when the
+server starts; without it ``rc mcp`` says how to install it and exits 2. Tools run
+in the SDK's worker threads, one ``Client`` per call, so a long ``run`` does not
+stop the server from answering.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import click
+
+from resource_controller import errors
+from resource_controller.cli import common, render
+from resource_controller.cli.common import CONTEXT_SETTINGS
+
+#: Exit code when the SDK is missing: a usage problem of the installation, not of a job.
+EXIT_NO_SDK = 2
+NO_SDK = (
+    "rc mcp needs the MCP SDK, which is an optional extra: pip install 'resource-controller[mcp]'"
+)
+#: Bytes of output a ``run`` or ``logs`` answer carries by default: the tail.
+TAIL_BYTES = 8000
+#: How long ``hold`` waits for a busy device by default before giving up.
+HOLD_WAIT = 300.0
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The identity for this server's submits and kills (``--as``), set once at start.
+_submitter: str | None = None
+
+
+def _client() -> Any:
+    from resource_controller.client.sync import Client
+
+    return Client(submitter=_submitter)
+
+
+def _tail(data: bytes, limit: int) -> dict[str, Any]:
+    limit = max(0, limit)
+    cut = data[-limit:] if limit else b""
+    return {
+        "output": cut.decode("utf-8", "replace"),
+        "output_bytes": len(data),
+        "truncated": len(cut) < len(data),
+    }
+
+
+def _job(job: Any) -> dict[str, Any]:
+    """The fields an agent acts on, from a ``JobInfo``."""
+    out: dict[str, Any] = {
+        "job_id": job.id,
+        "state": job.state,
+        "kind": job.kind,
+        "device_id": job.device_id,
+        "device_ids": list(job.device_ids),
+        "submitter": job.submitter,
+    }
+    if job.exit_code is not None:
+        out["exit_code"] = job.exit_code
+    if job.kill_reason:
+        out["kill_reason"] = job.kill_reason
+    if job.reason:
+        out["reason"] = job.reason
+    if job.lease_epoch:
+        out["lease_epoch"] = job.lease_epoch
+    if job.queue_position:
+        out["queue_position"] = job.queue_position
+    if job.waiting_for:
+        out["waiting_for"] = job.waiting_for
+    return out
+
+
+def _device(d: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": d.id, "state": d.state, "free": d.free, "labels": d.label_map}
+    for key in ("holder", "job_id", "kind", "reason", "quarantine_reason"):
+        if getattr(d, key):
+            out[key] = getattr(d, key)
+    if d.draining:
+        out["draining"] = True
+    if d.max_runtime_seconds:
+        out["max_runtime_seconds"] = d.max_runtime_seconds
+    return out
+
+
+# ---- the tools (EXT-MCP-1) ------------------------------------------------------
+
+
+def devices() -> list[dict[str, Any]]:
+    """List every device: id, state, whether it is free, its labels, and who holds it."""
+    with _client() as c:
+        return [_device(d) for d in c.devices()]
+
+
+def describe(device_id: str) -> dict[str, Any]:
+    """Everything about one device (host:name): labels, holder, usage sheet, recent jobs."""
+    with _client() as c:
+        d = c.describe(device_id)
+    out = _device(d.device)
+    out["heartbeat_age_seconds"] = d.device.heartbeat_age_seconds
+    if d.sheet:
+        out["sheet"] = d.sheet
+    out["recent_jobs"] = [_job(j) for j in d.recent_jobs]
+    return out
+
+
+def explain(selector: str) -> dict[str, Any]:
+    """Which devices a label selector (e.g. 'vram>=40G') matches now, which are free, and
+    how many queued jobs compete for them. Submits nothing."""
+    with _client() as c:
+        e = c.explain(selector)
+    return {
+        "selector": e.selector,
+        "matching": e.matching,
+        "free": e.free,
+        "queue_depth": e.queue_depth,
+    }
+
+
+def run(
+    argv: list[str],
+    select: str = "",
+    device: str = "",
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    cwd: str = "",
+    timeout_seconds: float = 0,
+    max_runtime_seconds: int = 0,
+    tail_bytes: int = TAIL_BYTES,
+) -> dict[str, Any]:
+    """Run a command on a device and wait for it to finish, like `rc run`. With neither
+    device nor select, any device will do. Waits in the queue while devices are busy;
+    timeout_seconds > 0 gives up queueing after that long (the job is cancelled).
+    max_runtime_seconds caps the run itself. Returns exit_code (what `rc run` exits with:
+    0 success, the job's code, 1 for a job that ended without one) and the output's tail."""
+    sink = bytearray()
+    limit = max(0, tail_bytes)
+    total = 0
+
+    def keep(chunk: bytes) -> None:
+        nonlocal total
+        total += len(chunk)
+        sink.extend(chunk)
+        if len(sink) > limit:
+            del sink[: len(sink) - limit]
+
+    with _client() as c:
+        result = c.run(
+            argv,
+            select=select,
+            device=device,
+            count=count,
+            env=env,
+            cwd=cwd,
+            timeout=timeout_seconds or None,
+            max_runtime=max_runtime_seconds or None,
+            on_output=keep,
+        )
+    out = {"exit_code": result.exit_code, **_job(result.job)}
+    out["exit_code"] = result.exit_code
+    out["job_exit_code"] = result.job.exit_code
+    out.update(_tail(bytes(sink), limit))
+    out["output_bytes"] = total
+    out["truncated"] = total > len(sink)
+    return out
+
+
+def submit(
+    argv: list[str],
+    select: str = "",
+    device: str = "",
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    cwd: str = "",
+    max_runtime_seconds: int = 0,
+) -> dict[str, Any]:
+    """Start a command on a device without waiting for it; returns its job_id and state
+    (queued while devices are busy). Read its output with logs, stop it with kill."""
+    with _client() as c:
+        job = c.submit(
+            argv,
+            select=select,
+            device=device,
+            count=count,
+            env=env,
+            cwd=cwd,
+            max_runtime=max_runtime_seconds or None,
+        )
+    return _job(job)
+
+
+def logs(job_id: str, wait_seconds: float = 0, tail_bytes: int = TAIL_BYTES) -> dict[str, Any]:
+    """A job's state and the tail of its stored output. wait_seconds > 0 first waits up
+    to that long for the job to finish (done tells whether it did)."""
+    with _client() as c:
+        job = c.job(job_id)
+        if wait_seconds > 0 and not job.terminal:
+            try:
+                job.wait(timeout=wait_seconds)
+            except errors.ClientError:
+                job.refresh()
+        data = job.output()
+    return {**_job(job), "done": job.terminal, **_tail(data, tail_bytes)}
+
+
+def kill(job_id: str) -> dict[str, Any]:
+    """Cancel a queued job or stop a running one (only your own, unless the token is
+    admin). A running job ends shortly after, not at once."""
+    with _client() as c:
+        c.kill(job_id)
+        return {**_job(c.job(job_id)), "kill_requested": True}
+
+
+def hold(
+    ttl_seconds: int,
+    reason: str,
+    select: str = "",
+    device: str = "",
+    count: int = 1,
+    timeout_seconds: float = HOLD_WAIT,
+) -> dict[str, Any]:
+    """Hold a device for yourself with no command (like `rc hold`) until ttl_seconds pass
+    or you release it. Waits up to timeout_seconds while devices are busy (then gives up
+    and cancels). Returns the hold's job_id, device_ids, cuda_visible_devices and the
+    lease epoch. Always release it when done."""
+    with _client() as c:
+        job = c.hold(
+            ttl=ttl_seconds,
+            reason=reason,
+            select=select,
+            device=device,
+            count=count,
+            timeout=timeout_seconds or None,
+        )
+    from resource_controller.client.models import LeaseInfo
+
+    lease = LeaseInfo.from_job(job)
+    return {
+        **_job(job),
+        "cuda_visible_devices": lease.cuda_visible_devices,
+        "epoch": lease.epoch,
+        "ttl_seconds": lease.ttl_seconds,
+    }
+
+
+def release(job_id: str) -> dict[str, Any]:
+    """End a hold (or any job of yours) early and give the device back."""
+    with _client() as c:
+        c.release(job_id)
+        return {**_job(c.job(job_id)), "released": True}
+
+
+#: Tool name -> function, in the order they are listed.
+TOOLS: Mapping[str, Callable[..., Any]] = {
+    "devices": devices,
+    "describe": describe,
+    "explain": explain,
+    "run": run,
+    "submit": submit,
+    "logs": logs,
+    "kill": kill,
+    "hold": hold,
+    "release": release,
+}
+
+
+def _as_tool_error(fn: _F, tool_error: type[Exception]) -> _F:
+    """Turn the project's errors into tool errors the agent reads (code first)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (errors.RcError, ValueError, TypeError) as e:
+            raise tool_error(str(e)) from e
+
+    return call  # type: ignore[return-value]
+
+
+def build_server() -> Any:
+    """The MCP server with every tool registered; imports the SDK (``ImportError`` without)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from resource_controller.cli.main import installed_version
+
+    server = MCPServer(
+        name="resource-controller",
+        version=installed_version(),
+        instructions=(
+            "Exclusive leases on shared devices (GPUs). Use run to execute a command on a"
+            " device and get its exit code and output; submit+logs for long jobs; hold and"
+            " release to keep a device for yourself. Give back what you take."
+        ),
+        log_level="WARNING",
+    )
+    for name, fn in TOOLS.items():
+        server.add_tool(_as_tool_error(fn, ToolError), name=name)
+    return server
+
+
+@click.command(
+    "mcp",
+    cls=common.RcCommand,
+    context_settings=CONTEXT_SETTINGS,
+    short_help="Serve the rc tools to an AI agent over MCP (stdio).",
+)
+@common.as_option()
+def mcp(as_: str) -> None:
+    """Run a Model Context Protocol server on stdin/stdout for an AI agent.
+
+    Tools: devices, describe, explain, run, submit, logs, kill, hold, release. They use
+    the same controller, token and submitter as rc (RC_CONTROLLER, RC_TOKEN,
+    RC_SUBMITTER, the config file), so the agent can end only its own jobs unless the
+    token is admin. Needs the optional extra: pip install 'resource-controller[mcp]'.
+
+    \b
+    Example client configuration:
+      {"command": "rc", "args": ["mcp"]}
+    """
+    global _submitter
+    _submitter = as_ or None
+    try:
+        server = build_server()
+    except ImportError as e:
+        render.say(f"{NO_SDK} ({e})")
+        raise SystemExit(EXIT_NO_SDK) from e
+    from resource_controller.cli import signals
+
+    signals.restore_defaults()  # the SDK's own loop handles an interrupt (EOF or ^C)
+    try:
+        server.run("stdio")
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None

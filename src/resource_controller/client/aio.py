@@ -1,0 +1,621 @@
+"""The asyncio twin of ``Client`` (EXT-PYAPI-4): the same methods, awaited.
+
+Built on ``httpx.AsyncClient`` (already a dependency of the worker), with the
+requests, bodies, error mapping and polling budgets of ``api`` (CLI-070..079): the
+two clients can differ only in how they wait, never in what they send. A log follow
+is an async iterator; ``lease()`` is an async context manager.
+
+Cancelling a task behaves like an interrupt of ``rc run``/``rc hold``: while queued
+the job is cancelled, a ``run()`` job that started is left running, a lease is
+released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from resource_controller import errors
+from resource_controller.client import api, config, options, shapes, transport
+from resource_controller.client.models import (
+    Device,
+    DeviceDetails,
+    Explanation,
+    JobInfo,
+    LeaseInfo,
+    RunResult,
+    run_exit_code,
+)
+from resource_controller.client.options import Duration
+from resource_controller.client.sync import (
+    CANCEL_BOUND,
+    FINAL_WAIT,
+    JobFailed,
+    NotGranted,
+    write_stdout,
+)
+
+
+def _cause(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    inner = exc.__cause__ or exc.__context__
+    if isinstance(inner, OSError):
+        return transport.describe_cause(inner)
+    return str(exc) or type(exc).__name__
+
+
+class AsyncTransport:
+    """Requests to one controller (or a fail-over list, EXT-PG-5) with a bearer token."""
+
+    def __init__(self, base_url: str, token: str, *, origin: str = "") -> None:
+        urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()] or [base_url]
+        for url in urls:
+            transport._parse_base(url)  # the same refusal of a non-http URL as ``rc``
+        self._urls = urls
+        self._current = 0
+        self._origin = origin
+        # CLI-070: both headers always, even with an empty token.
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._http = httpx.AsyncClient(headers=headers, timeout=None, trust_env=False)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _unreachable(self, request: str, exc: httpx.HTTPError) -> errors.TransportError:
+        message = f"{request}: {_cause(exc)}"
+        if self._origin:
+            plural = "s" if len(self._urls) > 1 else ""
+            message += f" (controller{plural} {', '.join(self._urls)} {self._origin})"
+        return errors.TransportError(message)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        timeout: float | None,
+        stream: bool,
+    ) -> tuple[httpx.Response, str]:
+        """Send, failing over to the next base URL only when connecting fails."""
+        content = None if body is None else json.dumps(body).encode()
+        suffix = "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
+        last: httpx.HTTPError | None = None
+        for step in range(len(self._urls)):
+            index = (self._current + step) % len(self._urls)
+            url = self._urls[index] + path + suffix
+            request = f"{method} {url}"
+            req = self._http.build_request(
+                method, url, content=content, timeout=httpx.Timeout(timeout)
+            )
+            try:
+                resp = await self._http.send(req, stream=stream)
+            except httpx.ConnectError as e:
+                last = e
+                continue
+            except httpx.HTTPError as e:
+                raise errors.TransportError(f"{request}: {_cause(e)}") from e
+            self._current = index
+            return resp, request
+        assert last is not None
+        raise self._unreachable(f"{method} {self._urls[self._current]}{path}", last) from last
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One request, the whole answer read; the JSON body (``None`` when empty)."""
+        resp, request = await self._send(method, path, query, body, timeout, stream=False)
+        if not 200 <= resp.status_code < 300:
+            raise transport.api_error(resp.status_code, resp.reason_phrase, resp.content)
+        if not resp.content:
+            return None
+        try:
+            return json.loads(resp.content)
+        except ValueError as e:
+            raise errors.TransportError(
+                f"{request}: controller sent a malformed JSON body ({e})"
+            ) from e
+
+    async def stream(
+        self, method: str, path: str, *, query: Mapping[str, str] | None = None
+    ) -> AsyncIterator[bytes]:
+        """A long-lived answer chunk by chunk; a refusal raises before the first chunk."""
+        resp, request = await self._send(method, path, query, None, None, stream=True)
+        try:
+            if not 200 <= resp.status_code < 300:
+                await resp.aread()
+                raise transport.api_error(resp.status_code, resp.reason_phrase, resp.content)
+            try:
+                async for chunk in resp.aiter_raw():
+                    if chunk:
+                        yield chunk
+            except httpx.HTTPError as e:
+                raise errors.TransportError(f"{request}: {_cause(e)}") from e
+        finally:
+            await resp.aclose()
+
+
+class AsyncJob(JobInfo):
+    """``Job`` for ``AsyncClient``: the same fields, its calls awaited."""
+
+    _client: AsyncClient
+
+    @classmethod
+    def bind(
+        cls, client: AsyncClient, data: api.Json, position: int = 0, waits: Any = None
+    ) -> AsyncJob:
+        job = cls(id=str(data.get("id") or ""))
+        job._client = client
+        job._load(data, position, waits)
+        return job
+
+    async def refresh(self) -> AsyncJob:
+        """Read the job again; returns itself."""
+        view = await self._client._get_job(self.id)
+        self._load(view.job, view.queue_position, view.waiting_for)
+        return self
+
+    async def wait(self, timeout: Duration | None = None) -> AsyncJob:
+        """Until the job ends (CLI-078); ``timeout`` raises ``WaitTimeout``."""
+        bound = options.seconds(timeout, "timeout") or None
+        self._load(await self._client._wait_terminal(self.id, bound))
+        return self
+
+    async def wait_started(self, timeout: Duration | None = None) -> AsyncJob:
+        """Until the job leaves the queue (CLI-077); ``timeout`` raises ``WaitTimeout``."""
+        limit = options.seconds(timeout, "timeout")
+        self._load(await self._client._wait_scheduled(self.id, limit or None))
+        return self
+
+    async def logs(self, follow: bool = False, *, text: bool = False) -> AsyncIterator[Any]:
+        """The stored output, or with ``follow=True`` all of it until the job ends."""
+        chunks = (
+            self._client._output(self.id)
+            if follow
+            else self._client._http.stream(
+                "GET", api.job_path(self.id) + "/logs", query={"follow": "false"}
+            )
+        )
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        async for chunk in chunks:
+            if not text:
+                yield chunk
+            elif piece := decoder.decode(chunk):
+                yield piece
+        if text and (tail := decoder.decode(b"", final=True)):
+            yield tail
+
+    async def output(self) -> bytes:
+        """Everything stored so far."""
+        return b"".join([c async for c in self.logs()])
+
+    async def kill(self) -> None:
+        """Cancel or stop the job (CLI-130); ownership as for ``Client``."""
+        await self._client.kill(self.id)
+
+    release = kill
+
+
+class AsyncLease(LeaseInfo):
+    """``Lease`` for ``AsyncClient``."""
+
+    _job: AsyncJob
+
+    @property
+    def job(self) -> AsyncJob:
+        return self._job
+
+    async def release(self) -> None:
+        """End the hold now; an already ended hold is not an error."""
+        with contextlib.suppress(errors.NotCancellableError):
+            await self._job._client.kill(self.id, timeout=CANCEL_BOUND)
+
+    @classmethod
+    def of(cls, job: AsyncJob) -> AsyncLease:
+        info = LeaseInfo.from_job(job)
+        lease = cls(**{f: getattr(info, f) for f in info.__dataclass_fields__})
+        object.__setattr__(lease, "_job", job)
+        return lease
+
+
+class AsyncLeaseContext:
+    """``async with client.lease(...) as lease:``: hold on entry, release on every exit."""
+
+    def __init__(self, hold: Callable[[], Any]) -> None:
+        self._hold = hold
+        self._lease: AsyncLease | None = None
+
+    async def __aenter__(self) -> AsyncLease:
+        self._lease = AsyncLease.of(await self._hold())
+        return self._lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        try:
+            # Shielded: a cancelled task must still give the devices back.
+            await asyncio.shield(lease.release())
+        except errors.ClientError as e:
+            if exc is None:
+                raise
+            exc.add_note(f"and the lease {lease.id} could not be released: {e}")
+
+
+class AsyncClient:
+    """``Client`` for asyncio programs (EXT-PYAPI-4): same configuration, same methods.
+
+    Use ``async with AsyncClient() as client:`` or ``await client.aclose()``.
+    """
+
+    def __init__(
+        self,
+        controller: str | None = None,
+        token: str | None = None,
+        *,
+        submitter: str | None = None,
+    ) -> None:
+        self._settings = config.settings()
+        if controller:
+            url, origin = controller, "given to the client"
+        else:
+            url, origin = self._settings.controller(), self._settings.controller_origin()
+        tok = token if token is not None else self._settings.token()
+        self._http = AsyncTransport(url, tok, origin=origin)
+        self._submitter = submitter
+
+    @property
+    def submitter(self) -> str:
+        """The identity sent with submits and kills (CLI-030), resolved once."""
+        if self._submitter is None:
+            self._submitter = self._settings.submitter()
+        return self._submitter
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---- the requests (CLI-071) ---------------------------------------------
+
+    async def _get_job(self, job_id: str, timeout: float | None = None) -> api.JobView:
+        path = api.job_path(job_id)
+        data = await self._http.request("GET", path, timeout=timeout)
+        return api.parse_job_view(data, f"GET {path}")
+
+    async def _resolve(self, given: str) -> str:
+        query = api.prefix_query(given)
+        if query is None:
+            return given
+        return api.pick_prefix_match(
+            given, await self._http.request("GET", "/v1/jobs", query=query)
+        )
+
+    async def _state(self) -> api.Json:
+        data: api.Json = shapes.normalise(
+            await self._http.request("GET", "/v1/state"), shapes.STATE
+        )
+        return data
+
+    async def _submit(self, command: Sequence[str] | None, **kw: Any) -> api.Json:
+        body = api.submit_body(self.submitter, command, **kw)
+        try:
+            data = await self._http.request("POST", "/v1/jobs", body=body)
+        except errors.ApiError as e:
+            raise api.submit_refusal(e) from e
+        job: api.Json = shapes.normalise(data, shapes.JOB)
+        return job
+
+    # ---- polling loops (CLI-077, CLI-078), as api.Client's ------------------
+
+    async def _wait_scheduled(self, job_id: str, limit: float | None) -> api.Json:
+        deadline = None if limit is None else time.monotonic() + limit
+        failures = 0
+        while True:
+            poll = api.SCHEDULED_POLL_TIMEOUT
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise api.WaitTimeout("deadline exceeded")
+                poll = min(poll, remaining)
+            try:
+                view = await self._get_job(job_id, poll)
+            except errors.ClientError as e:
+                failures += 1
+                if failures >= api.SCHEDULED_GIVE_UP:
+                    raise api.PollGiveUp(
+                        f"gave up polling job {job_id} after {failures} consecutive failures"
+                        f" (last: {e})"
+                    ) from e
+            else:
+                failures = 0
+                if view.state != "queued":
+                    return view.job
+            pause = api.POLL_INTERVAL
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - time.monotonic()))
+            await asyncio.sleep(pause)
+
+    async def _wait_terminal(self, job_id: str, bound: float | None) -> api.Json:
+        end = None if bound is None else time.monotonic() + bound
+        failures = 0
+        last_state = "unknown"
+        while True:
+            poll = api.TERMINAL_POLL_TIMEOUT
+            if end is not None:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise api.WaitTimeout(
+                        f"job {job_id} did not finish within {bound:g}s"
+                        f" (last known state: {last_state})"
+                    )
+                poll = min(poll, remaining)
+            try:
+                view = await self._get_job(job_id, poll)
+            except errors.ClientError as e:
+                failures += 1
+                if failures >= api.TERMINAL_GIVE_UP:
+                    raise api.PollGiveUp(
+                        f"gave up waiting for job {job_id} after {failures} consecutive failed"
+                        f" polls (last known state: {last_state}; last error: {e})"
+                    ) from e
+            else:
+                failures = 0
+                last_state = view.state or last_state
+                if view.state in api.TERMINAL_STATES:
+                    return view.job
+            pause = api.POLL_INTERVAL
+            if end is not None:
+                pause = max(0.0, min(pause, end - time.monotonic()))
+            await asyncio.sleep(pause)
+
+    async def _output(self, job_id: str) -> AsyncIterator[bytes]:
+        """Follow to the end, resuming a broken stream at the offset reached (EXT-CLI-5)."""
+        offset = 0
+        failures = 0
+        path = api.job_path(job_id) + "/logs"
+        while True:
+            try:
+                query = {"offset": str(offset)} if offset else None
+                async for chunk in self._http.stream("GET", path, query=query):
+                    offset += len(chunk)
+                    failures = 0
+                    yield chunk
+                return
+            except errors.TransportError:
+                failures += 1
+                if failures >= api.STREAM_GIVE_UP:
+                    raise
+                await asyncio.sleep(api.POLL_INTERVAL)
+
+    # ---- the fleet ------------------------------------------------------------
+
+    async def devices(self) -> list[Device]:
+        """Every device with its state and holder, by ID (API-051)."""
+        return [Device.from_view(v) for v in (await self._state()).get("devices") or []]
+
+    async def describe(self, device_id: str) -> DeviceDetails:
+        """Everything about one device (API-060)."""
+        data = await self._http.request("GET", api.device_path(device_id) + "/describe")
+        return DeviceDetails.from_json(shapes.normalise(data, shapes.DESCRIBE))
+
+    async def explain(self, selector: str) -> Explanation:
+        """What ``selector`` matches now (API-064); submits nothing."""
+        data = await self._http.request("GET", "/v1/explain", query={"selector": selector})
+        return Explanation.from_json(shapes.normalise(data, shapes.EXPLAIN), selector)
+
+    async def whoami(self) -> dict[str, str]:
+        """This token's role, and its name when it has one (API-070)."""
+        data = await self._http.request("GET", "/v1/whoami")
+        return {str(k): str(v) for k, v in (data or {}).items()}
+
+    # ---- jobs -----------------------------------------------------------------
+
+    async def job(self, job_id: str) -> AsyncJob:
+        """A handle for an existing job, by ID or unique prefix (EXT-CLI-7)."""
+        view = await self._get_job(await self._resolve(job_id))
+        return AsyncJob.bind(self, view.job, view.queue_position, view.waiting_for)
+
+    async def jobs(
+        self, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
+    ) -> list[AsyncJob]:
+        """Job history, newest first (API-043)."""
+        query = {"device": device, "state": state, "submitter": submitter}
+        query["limit"] = str(limit) if limit else ""
+        data = await self._http.request(
+            "GET", "/v1/jobs", query={k: v for k, v in query.items() if v}
+        )
+        data = shapes.normalise(data, shapes.JOB_LIST)
+        return [AsyncJob.bind(self, j) for j in data.get("jobs") or []]
+
+    async def submit(
+        self,
+        argv: Sequence[str],
+        *,
+        select: str = "",
+        device: str = "",
+        count: int = 1,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+        priority: int = 0,
+        max_runtime: Duration | None = None,
+        idle_timeout: Duration | None = None,
+        no_wait: bool = False,
+    ) -> AsyncJob:
+        """Queue ``argv`` and return its handle at once; see ``Client.submit``."""
+        command = options.check_argv(argv)
+        options.check_target(device, select, count)
+        job = await self._submit(
+            command,
+            device=device,
+            selector=select,
+            cwd=cwd,
+            env=env,
+            priority=priority,
+            max_runtime_seconds=options.ceiling(max_runtime, "max_runtime"),
+            idle_timeout_seconds=options.ceiling(idle_timeout, "idle_timeout"),
+            no_wait=no_wait,
+            count=count,
+        )
+        return AsyncJob.bind(self, job)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        select: str = "",
+        device: str = "",
+        count: int = 1,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+        priority: int = 0,
+        max_runtime: Duration | None = None,
+        idle_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        no_wait: bool = False,
+        capture: bool = False,
+        check: bool = False,
+        on_output: Callable[[bytes], object] | None = None,
+    ) -> RunResult:
+        """Run ``argv`` and wait for it, like ``rc run``; see ``Client.run``."""
+        job = await self.submit(
+            argv,
+            select=select,
+            device=device,
+            count=count,
+            env=env,
+            cwd=cwd,
+            priority=priority,
+            max_runtime=max_runtime,
+            idle_timeout=idle_timeout,
+            no_wait=no_wait,
+        )
+        await self._leave_queue(job, timeout, count)
+        captured: list[bytes] | None = [] if capture else None
+        if job.started_at is not None or not job.terminal:
+            sink: Callable[[bytes], object] = write_stdout
+            if captured is not None:
+                sink = captured.append
+            elif on_output is not None:
+                sink = on_output
+            async for chunk in self._output(job.id):
+                sink(chunk)
+            await job.wait(FINAL_WAIT)
+        output = b"".join(captured) if captured is not None else None
+        result = RunResult(run_exit_code(job), job, output)
+        if check and not result.ok:
+            raise JobFailed(result)
+        return result
+
+    async def _leave_queue(self, job: AsyncJob, timeout: Duration | None, count: int) -> None:
+        limit = options.seconds(timeout, "timeout")
+        if job.state == "queued":
+            try:
+                await job.wait_started(limit or None)
+            except BaseException:
+                await asyncio.shield(self._cancel(job.id))
+                raise
+        shortfall = options.count_shortfall(job.raw, count)
+        if shortfall:
+            await self._cancel(job.id)
+            raise options.CountNotHonoured(shortfall)
+
+    async def _cancel(self, job_id: str) -> None:
+        with contextlib.suppress(errors.ClientError):
+            await self.kill(job_id, timeout=CANCEL_BOUND)
+
+    async def kill(self, job_id: str, *, timeout: float | None = None) -> None:
+        """Cancel a queued job or stop a running one (CLI-130, CLI-131)."""
+        path = api.job_path(await self._resolve(job_id)) + "/kill"
+        try:
+            await self._http.request(
+                "POST", path, body={"submitter": self.submitter}, timeout=timeout
+            )
+        except errors.ApiError as e:
+            raise api.kill_refusal(e) from e
+
+    async def release(self, job_id: str) -> None:
+        """End a hold (or any job) early (CLI-130)."""
+        await self.kill(job_id)
+
+    # ---- holds ----------------------------------------------------------------
+
+    async def hold(
+        self,
+        *,
+        ttl: Duration,
+        reason: str | None = None,
+        select: str = "",
+        device: str = "",
+        count: int = 1,
+        timeout: Duration | None = None,
+        wait: bool = True,
+    ) -> AsyncJob:
+        """Take a hold and return it once granted; see ``Client.hold``."""
+        options.check_target(device, select, count)
+        ttl_seconds = options.ceiling(ttl, "ttl")
+        why = options.default_reason() if reason is None else reason
+        api.check_hold(ttl_seconds, why)
+        job = AsyncJob.bind(
+            self,
+            await self._submit(
+                None,
+                device=device,
+                selector=select,
+                max_runtime_seconds=ttl_seconds,
+                kind="hold",
+                reason=why,
+                count=count,
+            ),
+        )
+        if not wait:
+            return job
+        await self._leave_queue(job, timeout, count)
+        if job.terminal and job.started_at is None:
+            raise NotGranted(job)
+        return job
+
+    def lease(
+        self,
+        *,
+        ttl: Duration,
+        reason: str | None = None,
+        select: str = "",
+        device: str = "",
+        count: int = 1,
+        timeout: Duration | None = None,
+    ) -> AsyncLeaseContext:
+        """``async with client.lease(ttl="30m") as lease:``; see ``Client.lease``."""
+        options.check_target(device, select, count)
+        options.ceiling(ttl, "ttl")
+        return AsyncLeaseContext(
+            lambda: self.hold(
+                ttl=ttl, reason=reason, select=select, device=device, count=count, timeout=timeout
+            )
+        )

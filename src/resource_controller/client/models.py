@@ -1,0 +1,376 @@
+"""Typed views of the controller's objects for the Python API (EXT-PYAPI-1).
+
+Plain dataclasses built from the JSON the controller sends (controller-api.md §5),
+so that ``job.exit_code`` is an ``int | None`` rather than a dict lookup, and a field
+the controller omits has one documented empty value. Each keeps the object it was
+made from in ``raw``, so a field this client does not know yet (a newer controller's)
+is still there. Parsing never fails on an unknown or missing key: a view is a reading
+aid, the controller is the authority.
+
+No pydantic here: ``import resource_controller`` followed by ``Client()`` should cost
+little more than the CLI's own start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from resource_controller.client.api import TERMINAL_STATES, exit_status
+from resource_controller.core.cuda import cuda_visible_devices
+
+Json = dict[str, Any]
+
+
+def _str(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _strs(data: Mapping[str, Any], key: str) -> list[str]:
+    value = data.get(key)
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as an aware ``datetime``; ``None`` when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass
+class JobInfo:
+    """A job or hold as the controller last described it (API-020, EXT-EPOCH-2, EXT-GANG-6).
+
+    Omitted fields read as their empty value: ``""``, ``0``, ``[]``, ``{}`` or ``None``
+    (``exit_code`` stays ``None`` until the job reports one, so that "no code yet" and
+    "exit 0" differ). ``queue_position`` and ``waiting_for`` are filled only from a
+    job view (``refresh``) while the job is queued.
+    """
+
+    id: str
+    state: str = ""
+    kind: str = "job"
+    command: list[str] = field(default_factory=list)
+    selector: str = ""
+    #: The device, ``""`` until a selector or any-device job is placed.
+    device_id: str = ""
+    #: Every device the job holds (EXT-GANG-6); ``[device_id]`` from a controller that
+    #: sends no list, ``[]`` while unplaced.
+    device_ids: list[str] = field(default_factory=list)
+    worker_id: str = ""
+    submitter: str = ""
+    priority: int = 0
+    cwd: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    max_runtime_seconds: int = 0
+    idle_timeout_seconds: int = 0
+    exit_code: int | None = None
+    #: Why it ended when it did not simply exit (``cancelled``, ``lease expired``, ...).
+    kill_reason: str = ""
+    #: The reason given at submit (a hold's stated reason).
+    reason: str = ""
+    stdio: str = ""
+    #: The fencing epoch of its latest lease (EXT-EPOCH-2); 0 when it never had one.
+    lease_epoch: int = 0
+    submitted_at: datetime | None = None
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    #: 1-based place in the queue while queued, else 0 (API-045).
+    queue_position: int = 0
+    #: What a queued job waits for, one entry per device (EXT-WHY-1a), as sent.
+    waiting_for: list[Json] = field(default_factory=list)
+    #: The job object exactly as the controller sent it.
+    raw: Json = field(default_factory=dict, repr=False)
+
+    @property
+    def terminal(self) -> bool:
+        """The job has ended (``succeeded``, ``failed``, ``killed`` or ``lost``)."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        """The job ended ``succeeded``."""
+        return self.state == "succeeded"
+
+    def _load(self, data: Mapping[str, Any], position: int = 0, waits: Any = None) -> None:
+        """Take every field from a job object (and, from a view, its queue facts)."""
+        self.id = _str(data, "id") or self.id
+        self.state = _str(data, "state")
+        self.kind = _str(data, "kind") or "job"
+        self.command = _strs(data, "command")
+        self.selector = _str(data, "selector")
+        self.device_id = _str(data, "device_id")
+        ids = _strs(data, "device_ids")
+        self.device_ids = ids or ([self.device_id] if self.device_id else [])
+        self.worker_id = _str(data, "worker_id")
+        self.submitter = _str(data, "submitter")
+        self.priority = _int(data, "priority")
+        self.cwd = _str(data, "cwd")
+        env = data.get("env")
+        self.env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+        self.max_runtime_seconds = _int(data, "max_runtime_seconds")
+        self.idle_timeout_seconds = _int(data, "idle_timeout_seconds")
+        self.exit_code = _opt_int(data, "exit_code")
+        self.kill_reason = _str(data, "kill_reason")
+        self.reason = _str(data, "reason")
+        self.stdio = _str(data, "stdio")
+        self.lease_epoch = _int(data, "lease_epoch")
+        self.submitted_at = timestamp(data.get("submitted_at"))
+        self.queued_at = timestamp(data.get("queued_at"))
+        self.started_at = timestamp(data.get("started_at"))
+        self.finished_at = timestamp(data.get("finished_at"))
+        self.queue_position = position if self.state == "queued" else 0
+        entries = waits if isinstance(waits, list) and self.state == "queued" else []
+        self.waiting_for = [dict(w) for w in entries if isinstance(w, dict)]
+        self.raw = dict(data)
+
+
+@dataclass(frozen=True)
+class Label:
+    """One label row of a device (API-022): a probe's (``detected``) or the config's."""
+
+    key: str
+    value: str
+    source: str
+    updated_at: datetime | None = None
+
+
+def _labels(data: Mapping[str, Any], key: str = "labels") -> list[Label]:
+    rows = data.get(key)
+    out = []
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict):
+            out.append(
+                Label(
+                    _str(row, "key"),
+                    _str(row, "value"),
+                    _str(row, "source"),
+                    timestamp(row.get("updated_at")),
+                )
+            )
+    return out
+
+
+def effective_labels(labels: list[Label]) -> dict[str, str]:
+    """Key to value with a detected value winning over a declared one, as selectors see them."""
+    out: dict[str, str] = {}
+    for label in labels:
+        if label.source == "detected" or label.key not in out:
+            out[label.key] = label.value
+    return out
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device and who holds it (API-021, API-023; EXT-CLI-6, EXT-DRAIN-3a).
+
+    From ``devices()`` every field is filled; from ``describe()`` the holder's
+    ``kind``, ``reason`` and ``command`` are not part of the answer and stay empty.
+    """
+
+    id: str
+    host: str = ""
+    name: str = ""
+    worker_id: str = ""
+    #: ``ready``, ``busy``, ``unknown`` or ``unhealthy``.
+    state: str = ""
+    last_heartbeat_at: datetime | None = None
+    labels: list[Label] = field(default_factory=list)
+    #: The device's runtime ceiling in seconds (EXT-CLI-6); 0 when it has none.
+    max_runtime_seconds: int = 0
+    draining: bool = False
+    #: The live lease's holder (its job's submitter), job and kind; ``""`` when free.
+    holder: str = ""
+    job_id: str = ""
+    kind: str = ""
+    reason: str = ""
+    command: list[str] = field(default_factory=list)
+    elapsed_seconds: int = 0
+    heartbeat_age_seconds: int = 0
+    quarantine_reason: str = ""
+    raw: Json = field(default_factory=dict, repr=False)
+
+    @property
+    def free(self) -> bool:
+        """Ready, held by nobody and not draining: a submit for it would start now."""
+        return self.state == "ready" and not self.job_id and not self.draining
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        """Labels as selectors see them: a detected value wins over a declared one."""
+        return effective_labels(self.labels)
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any]) -> Device:
+        """A device view (API-023) or a describe answer (API-060)."""
+        dev = view.get("device")
+        d: Mapping[str, Any] = dev if isinstance(dev, dict) else {}
+        return cls(
+            id=_str(d, "id"),
+            host=_str(d, "host"),
+            name=_str(d, "name"),
+            worker_id=_str(d, "worker_id"),
+            state=_str(d, "state"),
+            last_heartbeat_at=timestamp(d.get("last_heartbeat_at")),
+            labels=_labels(d),
+            max_runtime_seconds=_int(d, "max_runtime_seconds"),
+            draining=d.get("draining") is True,
+            holder=_str(view, "holder"),
+            job_id=_str(view, "job_id"),
+            kind=_str(view, "kind"),
+            reason=_str(view, "reason"),
+            command=_strs(view, "command"),
+            elapsed_seconds=_int(view, "elapsed_seconds"),
+            heartbeat_age_seconds=_int(view, "heartbeat_age_seconds"),
+            quarantine_reason=_str(view, "quarantine_reason"),
+            raw=dict(view),
+        )
+
+
+@dataclass(frozen=True)
+class DeviceDetails:
+    """Everything about one device (API-060): the device, its usage sheet, recent jobs."""
+
+    device: Device
+    #: The usage sheet shown (the host-wide one when ``sheet_is_host_wide``), ``""`` if none.
+    sheet: str = ""
+    sheet_is_host_wide: bool = False
+    sheet_updated_at: datetime | None = None
+    #: ``"<label key>/<source>"`` to seconds since that label was confirmed (API-061).
+    label_age_seconds: dict[str, int] = field(default_factory=dict)
+    #: Up to five jobs on this device, newest submission first.
+    recent_jobs: list[JobInfo] = field(default_factory=list)
+    raw: Json = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DeviceDetails:
+        ages = data.get("label_age_seconds")
+        jobs = data.get("recent_jobs")
+        recent = []
+        for j in jobs if isinstance(jobs, list) else []:
+            if isinstance(j, dict):
+                info = JobInfo(_str(j, "id"))
+                info._load(j)
+                recent.append(info)
+        return cls(
+            device=Device.from_view(data),
+            sheet=_str(data, "sheet"),
+            sheet_is_host_wide=data.get("sheet_is_host_wide") is True,
+            sheet_updated_at=timestamp(data.get("sheet_updated_at")),
+            label_age_seconds=(
+                {str(k): v for k, v in ages.items() if isinstance(v, int)}
+                if isinstance(ages, dict)
+                else {}
+            ),
+            recent_jobs=recent,
+            raw=dict(data),
+        )
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a selector matches right now (API-064); nothing was submitted."""
+
+    selector: str
+    #: Every matching device ID, sorted.
+    matching: list[str] = field(default_factory=list)
+    #: The matching devices that are free now.
+    free: list[str] = field(default_factory=list)
+    #: Queued jobs competing for these devices.
+    queue_depth: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], selector: str) -> Explanation:
+        return cls(
+            selector=_str(data, "selector") or selector,
+            matching=_strs(data, "matching"),
+            free=_strs(data, "free"),
+            queue_depth=_int(data, "queue_depth"),
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How ``run()`` ended: the exit code ``rc run`` would exit with, and the job."""
+
+    #: 0 for ``succeeded``; the job's non-zero code as the OS presents it (CLI-050);
+    #: 1 for a job that ended otherwise with no code (killed while queued, lost, ...).
+    exit_code: int
+    job: JobInfo
+    #: The job's output when ``capture=True``, else ``None``.
+    output: bytes | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The job succeeded (exit code 0)."""
+        return self.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        """The captured output decoded as UTF-8 (undecodable bytes replaced); ``""`` if none."""
+        return (self.output or b"").decode("utf-8", "replace")
+
+
+def run_exit_code(job: JobInfo) -> int:
+    """``rc run``'s exit code for a finished job (CLI-050, CLI-114)."""
+    if job.exit_code:
+        return exit_status(job.exit_code)
+    return 0 if job.succeeded else 1
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """A granted hold (EXT-PYAPI-3): what code on the device host needs to use it."""
+
+    #: The hold's job ID; ``release()`` (or leaving the ``with`` block) ends it.
+    id: str
+    #: The first device, and every device when several were asked for (EXT-GANG-6).
+    device_id: str
+    device_ids: list[str]
+    #: The fencing epoch (EXT-EPOCH-2), for stamping writes to shared storage; 0 if none.
+    epoch: int
+    #: What to put in ``CUDA_VISIBLE_DEVICES``: the devices' trailing indices (WRK-077),
+    #: or ``None`` when a device name has no index (as the worker leaves it unset).
+    cuda_visible_devices: str | None
+    #: The hold's TTL in seconds: the controller ends it then, whatever happens here.
+    ttl_seconds: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables a job on these devices would get (WRK-076, EXT-GANG-4, EXT-EPOCH-2)."""
+        env = {"RC_DEVICE": self.device_id, "RC_DEVICES": ",".join(self.device_ids)}
+        if self.cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
+        if self.epoch:
+            env["RC_LEASE_EPOCH"] = str(self.epoch)
+        return env
+
+    @classmethod
+    def from_job(cls, job: JobInfo) -> LeaseInfo:
+        ids = sorted(job.device_ids) if len(job.device_ids) > 1 else list(job.device_ids)
+        return cls(
+            id=job.id,
+            device_id=job.device_id or (ids[0] if ids else ""),
+            device_ids=ids,
+            epoch=job.lease_epoch,
+            cuda_visible_devices=cuda_visible_devices(ids),
+            ttl_seconds=job.max_runtime_seconds,
+        )

@@ -1,0 +1,103 @@
+"""Argument checks shared by ``Client`` and ``AsyncClient`` (EXT-PYAPI-1..4).
+
+Both clients take durations as seconds or as the CLI's duration text (``"30m"``,
+CLI-005) and refuse what ``rc`` refuses, before any request, with a message that
+names the argument: a flag either works or is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+from resource_controller import errors
+from resource_controller.client import api
+from resource_controller.core import durations
+
+#: A duration argument: seconds, or text such as ``"90s"``, ``"1h30m"``.
+Duration = float | int | str
+
+
+class CountNotHonoured(errors.ClientError):
+    """The controller placed a multi-device job on fewer devices than asked for."""
+
+
+def seconds(value: Duration | None, what: str) -> float:
+    """``value`` in seconds; ``None`` is 0 (none). Negative is refused (EXT-CLI-8)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be seconds or a duration such as '30m', not a bool")
+    if isinstance(value, str):
+        try:
+            out = durations.parse_duration(value.strip())
+        except durations.DurationError:
+            raise ValueError(
+                f"invalid {what} {value!r} (examples: 90s, 30m, 1h30m, or a number of seconds)"
+            ) from None
+    elif isinstance(value, int | float):
+        out = float(value)
+    else:
+        raise TypeError(f"{what} must be seconds or a duration such as '30m'")
+    if out < 0:
+        raise ValueError(f"{what} is negative ({value!r}); 0 means none")
+    return out
+
+
+def ceiling(value: Duration | None, what: str) -> int:
+    """A runtime ceiling in whole seconds (CLI-073): under one second but positive is refused."""
+    out = seconds(value, what)
+    if 0 < out < 1:
+        raise ValueError(
+            f"{what} must be at least 1s: ceilings work at one-second granularity"
+            " (a shorter one would be sent as 0, meaning no ceiling)"
+        )
+    return int(out)
+
+
+def check_target(device: str, select: str, count: int) -> None:
+    """``device`` and ``select`` are exclusive (CLI-101); ``count`` is at least 1."""
+    if device and select:
+        raise ValueError("give device or select, not both")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer (got {count!r})")
+
+
+def check_argv(argv: Sequence[str]) -> list[str]:
+    """A command as a list of strings; a bare string is refused (it would be split wrongly)."""
+    if isinstance(argv, str | bytes):
+        raise TypeError("argv is a list of strings, e.g. ['python', 'train.py']")
+    out = list(argv)
+    if not out or not all(isinstance(a, str) for a in out):
+        raise ValueError("argv must be a non-empty list of strings")
+    return out
+
+
+def default_reason() -> str:
+    """A lease's reason when the caller gave none: which program on which host holds it.
+
+    A hold without a reason cannot be told from a leak (CLI-120); this one names the
+    process, which is what a person looking at ``rc devices`` needs to find it.
+    """
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    return f"{prog} (pid {os.getpid()} on {socket.gethostname()})"
+
+
+def count_shortfall(job: api.Json, count: int) -> str:
+    """Why a placed job does not hold the ``count`` devices asked for, or ``""``.
+
+    A controller without EXT-GANG ignores ``count``; running such a job on one device
+    would be a flag accepted and ignored, so the caller kills it and raises.
+    """
+    if count <= 1 or job.get("state") == "queued":
+        return ""
+    ids = job.get("device_ids")
+    held = len(ids) if isinstance(ids, list) and ids else (1 if job.get("device_id") else 0)
+    if held >= count or (job.get("state") in api.TERMINAL_STATES and not job.get("started_at")):
+        return ""
+    return (
+        f"asked for {count} devices but the controller placed job {job.get('id')} on {held}:"
+        " it does not support count (EXT-GANG); the job was killed"
+    )
