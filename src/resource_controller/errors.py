@@ -21,7 +21,9 @@
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
+    ├── RelayConflict            409 conflict: that relay half is already connected (TTY-004)
     ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
+    ├── Unsupported              500 unsupported: no full-duplex stream here (TTY-012)
     ├── LogError                 500 log_error
     ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
     │                            a heartbeat over 64 KiB) / chunk_too_large / sheet_too_large
@@ -30,7 +32,8 @@
         ├── ApiError             the controller answered with an error body
         ├── TransportError       no answer (refused, reset, timed out)
         ├── NoDeviceError        the client's side of ``NoDeviceAvailable`` (CLI-075)
-        └── NotCancellableError  kill refused with 409
+        ├── NotCancellableError  kill refused with 409
+        └── DeviceHeldByAnother  ``rc cp``: someone holds the device (CLI-162, CLI-163)
 
 The class docstring is the default message, so each error is two lines.
 """
@@ -206,6 +209,24 @@ class NoDeviceError(ClientError):
 
 class NotCancellableError(ClientError):
     """Job not cancellable."""
+
+
+class RelayConflict(RcError):
+    """That half of the relay session is already connected."""
+
+    code = "conflict"
+    status = 409
+
+
+class Unsupported(RcError):
+    """The server cannot stream full duplex on this connection."""
+
+    code = "unsupported"
+    status = 500
+
+
+class DeviceHeldByAnother(ClientError):
+    """``rc cp``: the device is held, or was taken before the copy job could start."""
 
 
 class StaleLease(RcError):
