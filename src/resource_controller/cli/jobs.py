@@ -64,6 +64,12 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 @click.option("-d", "--device", default="", metavar="DEVICE", help="Exact device ID (host:name).")
 @click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
 @click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
+@click.option(
+    "--tty",
+    "tty",
+    is_flag=True,
+    help="Run under a pseudo-terminal and attach this terminal (no command: a shell).",
+)
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
 @click.option(
     "--here/--no-here",
@@ -93,6 +99,7 @@ def run(
     no_wait: bool,
     env_pairs: tuple[str, ...],
     command: tuple[str, ...],
+    tty: bool,
 ) -> None:
     """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
 
@@ -100,7 +107,7 @@ def run(
     --select takes any device.
     """
     # CLI-101, in order, with no request before a failing check.
-    if not explain and not command:
+    if not explain and not tty and not command:
         raise click.UsageError("rc run needs a command (put it after --)")
     if device and selector:
         raise click.UsageError("-d/--device and --select cannot be used together")
@@ -124,6 +131,10 @@ def run(
     common.check_ceiling("--idle-timeout", idle_timeout)
     from resource_controller.cli import run as run_machine
 
+    if tty and not command:
+        from resource_controller.cli.tty import DEFAULT_SHELL
+
+        command = tuple(DEFAULT_SHELL)  # CLI-103: the job row always shows a command
     req = run_machine.RunRequest(
         command=list(command),
         device=device,
@@ -135,6 +146,7 @@ def run(
         idle_timeout_seconds=common.whole_seconds(idle_timeout),
         timeout=timeout,
         no_wait=no_wait,
+        tty=tty,
     )
     client = _client(as_)
     if as_:
