@@ -215,3 +215,53 @@ def test_a_relay_that_cannot_be_opened_fails_the_job_and_names_the_stream(
     assert job["kill_reason"] == (
         "attach tty stdio: open output stream: controller returned 409 Conflict"
     ), job
+
+
+def test_pipe_mode_is_byte_exact_and_keeps_stderr_out_of_the_payload(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # CP-001: raw stdin and stdout through the relay; stderr to the log batching.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    job_id = submit(cluster, ["sh", "-c", "echo diagnostics >&2; cat"], stdio="pipe")
+    payload = bytes(range(256)) * 4096 + b"\r\n\x03\x04"
+    seen = bytearray()
+
+    async def scenario() -> None:
+        out, inp = await attach(cluster, job_id)
+
+        async def send() -> None:
+            for i in range(0, len(payload), 65536):
+                await inp.write(payload[i : i + 65536])
+            await inp.finish()  # stdin EOF: cat ends
+
+        sender = asyncio.create_task(send())
+        await read_all(out, seen)
+        await sender
+        out.close()
+        inp.close()
+
+    run(scenario)
+    assert bytes(seen) == payload
+    job = finished(cluster, job_id)
+    assert job["state"] == "succeeded", job
+    log = (cluster.tmp / "data" / "logs" / f"{job_id}.log").read_bytes()
+    assert log == b"diagnostics\n"
+
+
+def test_pipe_mode_never_waits_for_stdin_a_process_does_not_read(cluster: Cluster) -> None:
+    # CP-002: ``tar -cf -`` exits at once while the input stream stays open.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    job_id = submit(cluster, ["sh", "-c", "echo archive"], stdio="pipe")
+    seen = bytearray()
+
+    async def scenario() -> None:
+        out, inp = await attach(cluster, job_id)
+        await read_all(out, seen)  # input never closed
+        out.close()
+        inp.close()
+
+    run(scenario)
+    assert bytes(seen) == b"archive\n"
+    assert finished(cluster, job_id)["state"] == "succeeded"

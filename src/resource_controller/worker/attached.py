@@ -93,8 +93,19 @@ async def run(
         argv = runner.job_argv(assignment)
         if mode == Stdio.TTY.value:
             return await _run_tty(assignment, argv, env, output, inp, cancel, clock, timings)
-        return runner.Outcome(
-            JobState.FAILED, -1, f"attach {mode} stdio: open output stream: not supported yet"
+        from resource_controller.worker import pipe
+
+        return await pipe.run(
+            assignment,
+            argv,
+            env,
+            output=output,
+            inp=inp,
+            sink=RelaySink(output, job_id).write,
+            on_log=on_log,
+            cancel=cancel,
+            clock=clock,
+            timings=timings,
         )
     finally:
         with contextlib.suppress(duplex.StreamError):

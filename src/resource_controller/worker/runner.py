@@ -182,6 +182,17 @@ class _Protocol(asyncio.SubprocessProtocol):
         #: The stderr pipe's reader, when stderr has a pipe of its own (pipe mode, CP-001).
         self.errors = asyncio.StreamReader(limit=READ_BLOCK) if separate_stderr else None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Clear while the stdin pipe's buffer is full (pipe mode feeds it, CP-002).
+        self.writable = asyncio.Event()
+        self.writable.set()
+        #: Set once the process closed its stdin (or it was never a pipe).
+        self.stdin_closed = asyncio.Event()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Duck-typed: uvloop's subprocess transport does not subclass asyncio's.
@@ -200,7 +211,10 @@ class _Protocol(asyncio.SubprocessProtocol):
         self._reader(fd).feed_data(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd != 0:
+        if fd == 0:
+            self.stdin_closed.set()
+            self.writable.set()  # nobody waits for room in a pipe that is gone
+        else:
             self._reader(fd).feed_eof()
 
     def process_exited(self) -> None:
@@ -233,6 +247,10 @@ async def _pump(
             # The sink never fails the job; and reading must go on, or the pipe fills
             # and the job blocks on its next write.
             log.exception("output sink failed", extra={"action": "output_sink_failed"})
+
+
+#: The output copy, for a job's second output stream (pipe mode's stderr, CP-001).
+copy_output = _pump
 
 
 def exit_code_of(returncode: int | None) -> int:
