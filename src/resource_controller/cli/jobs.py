@@ -70,6 +70,13 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     is_flag=True,
     help="Run under a pseudo-terminal and attach this terminal (no command: a shell).",
 )
+@click.option(
+    "-i",
+    "--interactive",
+    is_flag=True,
+    help="Forward stdin to the job (stdout comes back raw; the job's stderr is kept, not"
+    " shown). Without -i (or --tty) stdin is not read: the job's stdin is /dev/null.",
+)
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
 @click.option(
     "--here/--no-here",
@@ -100,17 +107,20 @@ def run(
     env_pairs: tuple[str, ...],
     command: tuple[str, ...],
     tty: bool,
+    interactive: bool,
 ) -> None:
     """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
 
     Queues while the device is busy. Exits with the job's exit code. Neither -d nor
-    --select takes any device.
+    --select takes any device. Stdin is not read unless -i is given (or --tty).
     """
     # CLI-101, in order, with no request before a failing check.
     if not explain and not tty and not command:
         raise click.UsageError("rc run needs a command (put it after --)")
     if device and selector:
         raise click.UsageError("-d/--device and --select cannot be used together")
+    if tty and interactive:
+        raise click.UsageError("-i and --tty cannot be used together (--tty forwards stdin)")
     if explain:
         if not selector:
             raise click.UsageError("--explain needs --select")
@@ -147,6 +157,7 @@ def run(
         timeout=timeout,
         no_wait=no_wait,
         tty=tty,
+        interactive=interactive,
     )
     client = _client(as_)
     if as_:

@@ -56,6 +56,8 @@ class RunRequest:
     no_wait: bool = False
     #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
     tty: bool = False
+    #: ``-i``: forward this process's stdin to the job, over pipe mode.
+    interactive: bool = False
 
     @property
     def target(self) -> str:
@@ -135,6 +137,10 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     render.say(f"job {job_id} on {progress.device}")
     if req.tty:
         _attach_terminal(client, job_id)
+    elif req.interactive:
+        from resource_controller.cli import stdin
+
+        stdin.forward(client, job_id)
     else:
         _stream(client, job_id)
     try:
@@ -248,8 +254,8 @@ def cancel(client: api.Client, job_id: str) -> None:
 
 
 def _stdio(req: RunRequest) -> str:
-    """The submit's ``stdio`` (CLI-103): ``tty`` only with ``--tty``."""
-    return "tty" if req.tty else ""
+    """The submit's ``stdio`` (CLI-103): ``tty`` only with ``--tty``; ``pipe`` for ``-i``."""
+    return "tty" if req.tty else "pipe" if req.interactive else ""
 
 
 def _attach_terminal(client: api.Client, job_id: str) -> None:

@@ -126,12 +126,12 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
         loop.add_signal_handler(sig, _on_signal, state, sig)
     path = f"/v1/jobs/{job_id}/tty"
     try:
-        out = await _open(base, "GET", f"{path}/out", token, "output")
+        out = await open_half(base, "GET", f"{path}/out", token, "output")
     except SessionError as exc:
         state.error = str(exc)
         return state
     try:
-        inp = await _open(base, "POST", f"{path}/in", token, "input")
+        inp = await open_half(base, "POST", f"{path}/in", token, "input")
     except SessionError as exc:
         out.close()
         state.error = str(exc)
@@ -165,7 +165,9 @@ def _on_signal(state: _State, signum: int) -> None:
     state.stop.set()
 
 
-async def _open(base: str, method: str, path: str, token: str, half: str) -> duplex.Stream:
+async def open_half(
+    base: str, method: str, path: str, token: str, half: str, what: str = "terminal"
+) -> duplex.Stream:
     try:
         return await duplex.open_stream(base, method, path, token)
     except duplex.Refused as exc:
@@ -173,7 +175,7 @@ async def _open(base: str, method: str, path: str, token: str, half: str) -> dup
             f"cannot open the {half} half of the terminal: {exc.describe()}"
         ) from None
     except duplex.StreamError as exc:
-        raise SessionError(f"cannot open the {half} half of the terminal: {exc}") from None
+        raise SessionError(f"cannot open the {half} half of the {what}: {exc}") from None
 
 
 async def _copy_output(out: duplex.Stream, fd: int, state: _State) -> None:
@@ -191,7 +193,7 @@ async def _copy_output(out: duplex.Stream, fd: int, state: _State) -> None:
         state.stop.set()
 
 
-async def _readable(fd: int) -> None:
+async def readable(fd: int) -> None:
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
 
@@ -210,7 +212,7 @@ async def _send_keys(inp: duplex.Stream, fd: int, state: _State) -> None:
     """One data frame per read of stdin; stdin's end closes the input half only."""
     try:
         while True:
-            await _readable(fd)
+            await readable(fd)
             try:
                 data = os.read(fd, FRAME_BYTES)
             except BlockingIOError:
