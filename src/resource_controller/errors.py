@@ -23,14 +23,14 @@
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
-    ├── Conflict                 409 conflict: that relay half is already connected
+    ├── Conflict                 409 conflict: that relay half is already connected (TTY-004)
     ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
     ├── LogError                 500 log_error
     ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
     │   │                        a heartbeat over 64 KiB)
     │   ├── ChunkTooLarge        413 chunk_too_large
     │   └── SheetTooLarge        413 sheet_too_large
-    ├── Unsupported              500 unsupported: the server cannot stream on this connection
+    ├── Unsupported              500 unsupported: no full-duplex stream here (TTY-012)
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library
         ├── ApiError             the controller answered with an error body; for every
@@ -38,7 +38,8 @@
         │                        code's class above (``except NotJobOwner`` works)
         ├── TransportError       no answer (refused, reset, timed out)
         ├── NoDeviceError        the client's side of ``NoDeviceAvailable`` (CLI-075)
-        └── NotCancellableError  kill refused with 409
+        ├── NotCancellableError  kill refused with 409
+        └── DeviceHeldByAnother  ``rc cp``: someone holds the device (CLI-162, CLI-163)
 
 The class docstring is the default message, so each error is two lines.
 ``API_CODES`` maps every machine code of the wire (API-090, EXT-EPOCH-3) to its class,
@@ -250,6 +251,10 @@ class NoDeviceError(ClientError, NoDeviceAvailable):
 
 class NotCancellableError(ClientError, NotCancellable):
     """Job not cancellable."""
+
+
+class DeviceHeldByAnother(ClientError):
+    """``rc cp``: the device is held, or was taken before the copy job could start."""
 
 
 class StaleLease(RcError):

@@ -43,8 +43,9 @@ CHECKS = [
 ]
 #: Routes that never end by design: an accepted request streams until the reader leaves
 #: (EVT-001), so a fuzzed call could only time out. tests/controller/test_events.py
-#: covers their authentication, headers and frames.
-STREAMS = {"/v1/events"}
+#: covers their authentication, headers and frames; the relay halves (TTY-001) wait for
+#: their peer, and tests/controller/test_relay_routes.py covers them.
+STREAMS = {"/v1/events", "/v1/jobs/{job_id}/tty/out", "/v1/jobs/{job_id}/tty/in"}
 ROLES = {"worker": WORKER, "client": CLIENT, "admin": ADMIN, "none": None}
 
 

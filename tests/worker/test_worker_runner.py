@@ -246,12 +246,6 @@ def test_check_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # 
     assert locked == "cwd /locked/x: permission denied"
 
 
-def test_attached_modes_fail_until_the_relay_exists() -> None:  # WTTY-001 shape
-    outcome, _, _ = run_job(assignment(["true"], stdio="tty"))
-    assert outcome.state == JobState.FAILED and outcome.exit_code == -1
-    assert outcome.reason.startswith("attach tty stdio: open output stream: ")
-
-
 def test_background_child_holding_the_pipe_keeps_the_job_running() -> None:  # WRK-082
     outcome, data, took = run_job(assignment(["sh", "-c", "(sleep 0.6; echo late) & echo early"]))
     assert outcome == runner.Outcome(JobState.SUCCEEDED, 0)

@@ -77,6 +77,19 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     help="Devices wanted on one host, all at once (every one must match --select).",
 )
 @click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
+@click.option(
+    "--tty",
+    "tty",
+    is_flag=True,
+    help="Run under a pseudo-terminal and attach this terminal (no command: a shell).",
+)
+@click.option(
+    "-i",
+    "--interactive",
+    is_flag=True,
+    help="Forward stdin to the job (stdout comes back raw; the job's stderr is kept, not"
+    " shown). Without -i (or --tty) stdin is not read: the job's stdin is /dev/null.",
+)
 @click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
 @click.option(
     "--here/--no-here",
@@ -107,6 +120,8 @@ def run(
     no_wait: bool,
     env_pairs: tuple[str, ...],
     command: tuple[str, ...],
+    tty: bool,
+    interactive: bool,
 ) -> None:
     """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
 
@@ -114,7 +129,8 @@ def run(
     nothing suitable is free (saying its position and what it waits for), prints
     "rc: job ID on DEVICE" on stderr once the job starts, streams its output to stdout
     and exits with the job's exit code. --timeout bounds only the wait in the queue;
-    --no-wait refuses at once instead of queueing.
+    --no-wait refuses at once instead of queueing. Stdin is not read unless -i is
+    given; --tty attaches this terminal to the job (a shell when no command is given).
 
     Ctrl-C while queued cancels the job; Ctrl-C once it runs only detaches: the job
     keeps running and keeps its device (watch it with rc ps). Both exit 130.
@@ -125,6 +141,8 @@ def run(
       rc run --select 'vram>=40G' -- python train.py
       rc run -d box:gpu1 --timeout 10m -- ./bench
       rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
+      rc run --tty -d box:gpu0                       (a shell on that device)
+      echo data | rc run -i -- cat                   (stdin forwarded)
 
     
     Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
@@ -132,11 +150,13 @@ def run(
     (usage, controller or network errors, a --no-wait refusal, --timeout).
     """
     # CLI-101, in order, with no request before a failing check.
-    if not explain and not command:
+    if not explain and not tty and not command:
         raise click.UsageError("rc run needs a command (put it after --)")
     if device and selector:
         raise click.UsageError("-d/--device and --select cannot be used together")
     wanted = common.gang(device, count, "-d/--device")
+    if tty and interactive:
+        raise click.UsageError("-i and --tty cannot be used together (--tty forwards stdin)")
     if explain:
         if not selector:
             raise click.UsageError("--explain needs --select")
@@ -157,6 +177,10 @@ def run(
     common.check_ceiling("--idle-timeout", idle_timeout)
     from resource_controller.cli import run as run_machine
 
+    if tty and not command:
+        from resource_controller.cli.tty import DEFAULT_SHELL
+
+        command = tuple(DEFAULT_SHELL)  # CLI-103: the job row always shows a command
     req = run_machine.RunRequest(
         command=list(command),
         device=wanted.device,
@@ -170,6 +194,8 @@ def run(
         idle_timeout_seconds=common.whole_seconds(idle_timeout),
         timeout=timeout,
         no_wait=no_wait,
+        tty=tty,
+        interactive=interactive,
     )
     client = _client(as_)
     if as_:

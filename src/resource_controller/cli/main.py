@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ps": ("resource_controller.cli.jobs:ps", "Active jobs, then the queue."),
     "devices": ("resource_controller.cli.devices:devices", "The fleet: state, holder, command."),
     "describe": ("resource_controller.cli.devices:describe", "Everything about one device."),
+    "cp": ("resource_controller.cli.cp:cp", "Copy a file or tree to or from a device."),
     "clear": ("resource_controller.cli.devices:clear", "(admin) Return a quarantined device."),
     "retire": ("resource_controller.cli.devices:retire", "(admin) Remove a device; needs --yes."),
     "drain": (

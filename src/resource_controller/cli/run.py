@@ -58,6 +58,10 @@ class RunRequest:
     #: Seconds to wait in the queue before giving up; <= 0 waits forever.
     timeout: float = 0.0
     no_wait: bool = False
+    #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
+    tty: bool = False
+    #: ``-i``: forward this process's stdin to the job, over pipe mode.
+    interactive: bool = False
 
     @property
     def target(self) -> str:
@@ -129,6 +133,7 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
             max_runtime_seconds=req.max_runtime_seconds,
             idle_timeout_seconds=req.idle_timeout_seconds,
             no_wait=req.no_wait,
+            stdio=_stdio(req),
         )
     except errors.NoDeviceError as e:
         # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
@@ -148,7 +153,14 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     progress.device = common.devices_text(job)
     progress.phase = "attached"
     render.say(f"job {job_id} on {progress.device}")
-    _stream(client, job_id)
+    if req.tty:
+        _attach_terminal(client, job_id)
+    elif req.interactive:
+        from resource_controller.cli import stdin
+
+        stdin.forward(client, job_id)
+    else:
+        _stream(client, job_id)
     try:
         final = client.wait_until_terminal(job_id, bound=FINAL_WAIT)
     except errors.ClientError as e:
@@ -257,6 +269,27 @@ def cancel(client: api.Client, job_id: str) -> None:
         )
     else:
         render.say(f"job {job_id} finished before it could be cancelled")
+
+
+def _stdio(req: RunRequest) -> str:
+    """The submit's ``stdio`` (CLI-103): ``tty`` only with ``--tty``; ``pipe`` for ``-i``."""
+    return "tty" if req.tty else "pipe" if req.interactive else ""
+
+
+def _attach_terminal(client: api.Client, job_id: str) -> None:
+    """TTY (CLI-116, CLI-117): the session; then WAIT_TERMINAL as after a stream."""
+    from resource_controller.cli import tty
+
+    try:
+        tty.attach(client, job_id)
+    except tty.NotATerminal as e:
+        # CLI-116: found only after the submit; nobody will ever type into this shell,
+        # so it is killed rather than left holding the device (allowed by the spec).
+        render.say(f"log stream ended: {e}")
+        try:
+            client.kill(job_id, timeout=CANCEL_BOUND)
+        except errors.ClientError as kill_error:
+            render.say(f"could not kill job {job_id}: {kill_error}")
 
 
 def _stream(client: api.Client, job_id: str) -> None:

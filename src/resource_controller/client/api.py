@@ -299,6 +299,10 @@ class Client:
         """Close kept-alive connections."""
         self._http.close()
 
+    def relay_target(self) -> tuple[str, str]:
+        """(base URL, token) for the relay's full-duplex streams (CLI-085, CLI-086)."""
+        return self._http.base_url, self._http.token
+
     def __enter__(self) -> Client:
         return self
 

@@ -187,6 +187,11 @@ class Transport:
         """The base URL requests currently go to."""
         return self._bases[self._current].url
 
+    @property
+    def token(self) -> str:
+        """The bearer token (for streams this transport does not carry, the relay)."""
+        return self._token
+
     def _headers(self) -> dict[str, str]:
         # CLI-070: both headers on every request, even with an empty token, so the
         # controller answers "unauthorized" instead of the client guessing.

@@ -25,7 +25,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resource_controller import errors
 from resource_controller.controller import loops, metrics, openapi, render, webhooks
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
-from resource_controller.controller.routes import dashboard, events, fleet, jobs, ops, workers
+from resource_controller.controller.routes import (
+    dashboard,
+    events,
+    fleet,
+    jobs,
+    ops,
+    tty,
+    workers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +117,14 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
                 asyncio.create_task(loops.reaper(svc, started, hold_off_until), name="reaper"),
                 asyncio.create_task(loops.scheduler(svc), name="scheduler"),
             ]
+        # A stop signal ends every relay stream at once, so none holds the graceful
+        # shutdown window open (TTY-002: sessions do not outlive the process).
+        tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
         try:
             yield
         finally:
             svc.hub.shutting_down.set()
+            svc.hub.relay.close_all()
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -140,6 +152,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         fleet.router,
         events.router,
         ops.router,
+        tty.router,
         dashboard.router,
     ):
         app.include_router(router)
@@ -188,6 +201,11 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         return error_response("store_error", "internal error", 500)
 
     return app
+
+
+async def _end_relay_at_shutdown(svc: Services) -> None:
+    await svc.hub.shutting_down.wait()
+    svc.hub.relay.close_all()
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")

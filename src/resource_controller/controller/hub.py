@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 
 from resource_controller.controller.events import Broadcaster
+from resource_controller.controller.relay import Relay
 from resource_controller.controller.webhooks import Notifier
 
 
@@ -47,6 +48,8 @@ class Hub:
         self.events = Broadcaster(time.time)
         #: None unless a webhook URL is configured (HOOKN-001).
         self.notifier: Notifier | None = None
+        #: The interactive relay's sessions, in memory only (TTY-002).
+        self.relay = Relay()
 
     def kick_scheduler(self) -> None:
         """Ask for a scheduling pass soon (EXT-FAST-1); kicks close together coalesce."""

@@ -41,6 +41,8 @@ class Op:
     body: type[pydantic.BaseModel] | None = None
     body_required: bool = False
     raw_body: bool = False
+    #: What the raw body carries, when ``raw_body``.
+    raw_note: str = "a raw chunk of the job's output, at most 1 MiB (API-036)"
     query: tuple[Query, ...] = ()
     #: Success answers with no body: status -> description (replaces the framework's).
     empty: dict[str, str] = field(default_factory=dict)
@@ -137,6 +139,34 @@ ROUTES: dict[tuple[str, str], Op] = {
             ),
         ),
         text={"200": ("text/plain", "the stored output, raw bytes (API-049, LOG-003)")},
+    ),
+    ("get", "/v1/jobs/{job_id}/tty/out"): Op(
+        "client",
+        (404, 409),
+        text={"200": ("application/octet-stream", "the job's output, streamed raw (TTY-001)")},
+        failures={"500": "store_error: the job could not be looked up (TTY-003)"},
+    ),
+    ("post", "/v1/jobs/{job_id}/tty/in"): Op(
+        "client",
+        (404, 409),
+        raw_body=True,
+        raw_note="operator input, streamed for the session's life (TTY-012, TTY-031)",
+        text={"200": ("text/plain", "connected; the body carries nothing (TTY-011)")},
+        failures={"500": "store_error, or unsupported: no full-duplex stream (TTY-012)"},
+    ),
+    ("post", "/v1/jobs/{job_id}/tty/out"): Op(
+        "worker",
+        (404, 409),
+        raw_body=True,
+        raw_note="the job's output, streamed for its life (TTY-012, TTY-032)",
+        text={"200": ("text/plain", "connected; the body carries nothing (TTY-011)")},
+        failures={"500": "store_error, or unsupported: no full-duplex stream (TTY-012)"},
+    ),
+    ("get", "/v1/jobs/{job_id}/tty/in"): Op(
+        "worker",
+        (404, 409),
+        text={"200": ("application/x-ndjson", "operator input, streamed (TTY-001, TTY-031)")},
+        failures={"500": "store_error: the job could not be looked up (TTY-003)"},
     ),
     ("get", "/v1/devices"): Op("client"),
     ("get", "/v1/state"): Op("client"),
@@ -324,7 +354,7 @@ def _complete(op: dict[str, Any], spec: Op, schemas: dict[str, Any]) -> None:
     elif spec.raw_body:
         op["requestBody"] = {
             "required": False,
-            "description": "a raw chunk of the job's output, at most 1 MiB (API-036)",
+            "description": spec.raw_note,
             "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             },

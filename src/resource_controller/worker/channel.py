@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from resource_controller import wire
+from resource_controller import duplex, wire
 from resource_controller.clock import Clock
 from resource_controller.worker import reconnect
 
@@ -294,6 +294,32 @@ class Channel:
         resp = await self._request("POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params)
         if not resp.is_success:
             raise LogSendError(f"controller returned {status_line(resp)}")
+
+    async def relay_output(self, job_id: str) -> duplex.Stream:
+        """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open (WTTY-001 step 1).
+
+        Returns once the ``200`` arrived; ``duplex.Refused`` names any other status and
+        ``duplex.StreamError`` a stream that could not be opened.
+        """
+        return await self._relay("POST", job_id, "out", "application/octet-stream")
+
+    async def relay_input(self, job_id: str) -> duplex.Stream:
+        """Open ``GET /v1/jobs/{id}/tty/in``, the input stream (WTTY-001 step 2)."""
+        return await self._relay("GET", job_id, "in", "application/json")
+
+    async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> duplex.Stream:
+        stream = await duplex.open_stream(
+            self._base,
+            method,
+            f"/v1/jobs/{job_id}/tty/{half}",
+            self._token,
+            content_type=content_type,
+            connect_timeout=HTTP_TIMEOUT,
+        )
+        self._contact.observe(
+            self._clock.monotonic(), stream.headers.get("rc-controller-instance", "")
+        )
+        return stream
 
     async def push_labels(self, request: wire.LabelsPush) -> str:
         """The interval labels push (PROBE-050); ``""`` when accepted, else the problem."""

@@ -7,7 +7,8 @@
    the job ``failed`` with ``acquire hook failed: ...`` (HOOK-012); interrupted by its
    own cancellation, the job is ``killed`` and nothing is faulted (HOOK-013);
 2. **report running**: one attempt, in the background (WRK-113);
-3. **start**: the environment, the command, the spawn (``runner.start_job``);
+3. **start**: the environment, the command, the spawn (``runner.start_job``); an
+   attached job (``tty``, ``pipe``) first opens its relay streams (``attached``);
 4. **supervise**: watchdogs, the cancellation path, output batched into log appends
    (``runner.supervise_job``, ``logship``), then the final flush (WRK-086);
 5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +51,7 @@ from typing import Any
 from resource_controller import wire
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
-from resource_controller.worker import channel, hooks, logship, outbox, runner, stragglers
+from resource_controller.worker import attached, channel, hooks, logship, outbox, runner, stragglers
 from resource_controller.worker import config as worker_config
 from resource_controller.worker import verify as verify_pass
 from resource_controller.worker.timings import Timings
@@ -151,8 +153,11 @@ class Lifecycle:
             running = asyncio.create_task(self.report_running(job), name=f"running-{job.job_id}")
             output = self.output_of(job)
             try:
-                started = await self.start(job)
-                outcome = await self.supervise(job, started, output)
+                if attached.is_attached(job.assignment):
+                    outcome = await self.run_attached(job, output)
+                else:
+                    started = await self.start(job)
+                    outcome = await self.supervise(job, started, output)
             except asyncio.CancelledError:
                 await self.abandon(job, running, output)
                 raise
@@ -263,6 +268,19 @@ class Lifecycle:
             cancel=job.cancel,
             clock=self.clock,
             timings=self.timings,
+        )
+
+    async def run_attached(self, job: Job, output: logship.LogShipper) -> runner.Outcome:
+        """Steps 3-4 for a ``tty`` or ``pipe`` job: relay streams, spawn, supervise
+        (WTTY-001..008, CP-001); only the job's stdio differs (WTTY-008)."""
+        return await attached.run(
+            job.assignment,
+            to_controller=self.channel,
+            on_log=output.write,
+            cancel=job.cancel,
+            clock=self.clock,
+            timings=self.timings,
+            base_env=os.environ if self._base_env is None else self._base_env,
         )
 
     async def abandon(

@@ -143,6 +143,70 @@ def _live_members(pgid: int) -> list[ProcStat] | None:
     return members
 
 
+@dataclass(frozen=True)
+class SessionOf:
+    """Every process whose session ID is ``sid``: an interactive job's target (WTTY-006).
+
+    A shell under a terminal moves its pipelines into process groups of their own (job
+    control), so for a ``tty`` job "the job" is the session the shell leads, not one
+    group. Processes that called ``setsid`` themselves leave it (and are left to the
+    ``RC_JOB_ID`` sweep).
+    """
+
+    sid: int
+
+
+#: What supervision signals and watches: a process group ID, or a whole session.
+Target = int | SessionOf
+
+
+def _session_members(sid: int) -> tuple[list[ProcStat], set[int]] | None:
+    """Non-zombie members of session ``sid`` and every group in it, zombie-only ones too."""
+    try:
+        entries = os.listdir(PROC_ROOT)
+    except OSError:
+        return None
+    live: list[ProcStat] = []
+    groups: set[int] = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        st = read_stat(int(entry))
+        if st is None or st.session != sid:
+            continue
+        groups.add(st.pgrp)
+        if st.state != "Z":
+            live.append(st)
+    return live, groups
+
+
+def _live_of(target: Target) -> list[ProcStat] | None:
+    if isinstance(target, SessionOf):
+        found = _session_members(target.sid)
+        return None if found is None else found[0]
+    return _live_members(target)
+
+
+def target_alive(target: Target) -> bool:
+    """``group_alive`` for a group; for a session, any non-zombie member (WTTY-006)."""
+    if isinstance(target, SessionOf):
+        members = _live_of(target)
+        return members is None or bool(members)
+    return group_alive(target)
+
+
+def signal_target(target: Target, signum: int) -> bool:
+    """Signal a group, or every distinct group of a session (zombie-only groups too)."""
+    if not isinstance(target, SessionOf):
+        return signal_group(target, signum)
+    found = _session_members(target.sid)
+    groups = {target.sid} if found is None else found[1]
+    delivered = False
+    for pgid in sorted(groups):
+        delivered = signal_group(pgid, signum) or delivered
+    return delivered
+
+
 def _group_has_live_member(pgid: int) -> bool:
     members = _live_members(pgid)
     # Blind is not empty: a group we cannot see is treated as alive (WRK-092).
@@ -282,7 +346,7 @@ def signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-async def settle_group(pgid: int) -> None:
+async def settle_group(pgid: Target) -> None:
     """Let members that are already exiting finish, for at most ``EXIT_SETTLE``.
 
     A process closes its files (so the job's pipe reaches end of file) a moment before
@@ -291,35 +355,36 @@ async def settle_group(pgid: int) -> None:
     exists to prevent. Only members flagged as exiting are waited for; anything else
     ends the settling at once.
     """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return  # the group is gone entirely: nothing to settle, no /proc scan
-    except PermissionError:
-        pass
+    if not isinstance(pgid, SessionOf):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return  # the group is gone entirely: nothing to settle, no /proc scan
+        except PermissionError:
+            pass
     loop = asyncio.get_running_loop()
     deadline = loop.time() + EXIT_SETTLE
     while loop.time() < deadline:
-        members = _live_members(pgid)
+        members = _live_of(pgid)
         if not members or not all(m.exiting for m in members):
             return
         await asyncio.sleep(0.005)
 
 
-async def reap_group(pgid: int) -> bool:
-    """SIGKILL whatever is left in group ``pgid`` and wait for it to empty.
+async def reap_group(pgid: Target) -> bool:
+    """SIGKILL whatever is left in group (or session) ``pgid`` and wait for it to empty.
 
     Polls every ``STRAGGLER_POLL`` for at most ``STRAGGLER_BOUND`` seconds and returns
     whether the group emptied (WRK-096 step 4, WRK-099).
     """
-    signal_group(pgid, signal.SIGKILL)
+    signal_target(pgid, signal.SIGKILL)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + STRAGGLER_BOUND
-    while group_alive(pgid):
+    while target_alive(pgid):
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(STRAGGLER_POLL)
-        signal_group(pgid, signal.SIGKILL)  # a member may have forked meanwhile
+        signal_target(pgid, signal.SIGKILL)  # a member may have forked meanwhile
     return True
 
 
@@ -336,7 +401,7 @@ class Teardown:
 
 
 async def escalate(
-    pgid: int,
+    pgid: Target,
     finished: Collection[asyncio.Future[Any]],
     leader: asyncio.Future[Any],
     *,
@@ -348,24 +413,27 @@ async def escalate(
     exited and its output drained); ``leader`` completes when the leader has exited and
     been reaped. Neither is cancelled here: the caller owns them.
     """
-    delivered = signal_group(pgid, signal.SIGTERM)
+    delivered = signal_target(pgid, signal.SIGTERM)
     pending: Collection[asyncio.Future[Any]] = [f for f in finished if not f.done()]
     if pending:
         _, still = await asyncio.wait(pending, timeout=grace)
         if still:
-            signal_group(pgid, signal.SIGKILL)
+            signal_target(pgid, signal.SIGKILL)
             await asyncio.wait([leader])
     stragglers = False
     survivors = False
     await settle_group(pgid)
-    if group_alive(pgid):
+    if target_alive(pgid):
         stragglers = True
         survivors = not await reap_group(pgid)
     return Teardown(delivered, stragglers, survivors)
 
 
-def kill_group_now(pgid: int) -> None:
+def kill_group_now(pgid: Target) -> None:
     """Best-effort SIGKILL, for teardown paths that cannot wait (task cancellation)."""
+    if isinstance(pgid, SessionOf):
+        signal_target(pgid, signal.SIGKILL)
+        return
     with contextlib.suppress(OSError):
         if pgid > 1:
             os.killpg(pgid, signal.SIGKILL)

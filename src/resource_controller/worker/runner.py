@@ -25,6 +25,7 @@ import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from resource_controller import wire
 from resource_controller.clock import Clock
@@ -150,21 +151,45 @@ class _Protocol(asyncio.SubprocessProtocol):
     cancellation path must tell "leader reaped" from "output drained" (WRK-096 step 3).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, separate_stderr: bool = False) -> None:
         self.output = asyncio.StreamReader(limit=READ_BLOCK)
+        #: The stderr pipe's reader, when stderr has a pipe of its own (pipe mode, CP-001).
+        self.errors = asyncio.StreamReader(limit=READ_BLOCK) if separate_stderr else None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Clear while the stdin pipe's buffer is full (pipe mode feeds it, CP-002).
+        self.writable = asyncio.Event()
+        self.writable.set()
+        #: Set once the process closed its stdin (or it was never a pipe).
+        self.stdin_closed = asyncio.Event()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Duck-typed: uvloop's subprocess transport does not subclass asyncio's.
-        pipe = getattr(transport, "get_pipe_transport", lambda _fd: None)(1)
+        get_pipe = getattr(transport, "get_pipe_transport", lambda _fd: None)
+        pipe = get_pipe(1)
         if isinstance(pipe, asyncio.ReadTransport):
             self.output.set_transport(pipe)  # lets the reader pause the pipe when full
+        err = get_pipe(2)
+        if self.errors is not None and isinstance(err, asyncio.ReadTransport):
+            self.errors.set_transport(err)
+
+    def _reader(self, fd: int) -> asyncio.StreamReader:
+        return self.errors if fd == 2 and self.errors is not None else self.output
 
     def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
-        self.output.feed_data(data)
+        self._reader(fd).feed_data(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self.output.feed_eof()
+        if fd == 0:
+            self.stdin_closed.set()
+            self.writable.set()  # nobody waits for room in a pipe that is gone
+        else:
+            self._reader(fd).feed_eof()
 
     def process_exited(self) -> None:
         if not self.exited.done():
@@ -181,6 +206,7 @@ class _Activity:
 async def _pump(
     reader: asyncio.StreamReader, sink: OutputSink, activity: _Activity, clock: Clock
 ) -> None:
+    """Copy ``reader`` into ``sink`` until its end, noting activity for the idle watchdog."""
     while True:
         try:
             chunk = await reader.read(READ_BLOCK)
@@ -195,6 +221,10 @@ async def _pump(
             # The sink never fails the job; and reading must go on, or the pipe fills
             # and the job blocks on its next write.
             log.exception("output sink failed", extra={"action": "output_sink_failed"})
+
+
+#: The output copy, for a job's second output stream (pipe mode's stderr, CP-001).
+copy_output = _pump
 
 
 def exit_code_of(returncode: int | None) -> int:
@@ -212,15 +242,15 @@ def _plain_outcome(returncode: int | None) -> Outcome:
     return Outcome(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
 
 
-async def _after_exit(pgid: int, returncode: int | None) -> Outcome:
+async def _after_exit(pgid: procs.Target, returncode: int | None) -> Outcome:
     """A finished process's outcome, after reaping what it left in its group (WRK-099)."""
     outcome = _plain_outcome(returncode)
     await procs.settle_group(pgid)
-    if procs.group_alive(pgid):
+    if procs.target_alive(pgid):
         emptied = await procs.reap_group(pgid)
         reason = REASON_STRAGGLERS_REAPED if emptied else REASON_STRAGGLERS_REMAINED
         log.warning(
-            "process group %d had live members after the leader exited: %s",
+            "process group %s had live members after the leader exited: %s",
             pgid,
             reason,
             extra={"action": "stragglers"},
@@ -238,16 +268,36 @@ class Started:
     proto: _Protocol
     #: ``clock.monotonic()`` at the spawn: where max runtime and idleness count from.
     at: float
+    #: What supervision signals: the group (``pgid``), or a ``tty`` job's session.
+    target: procs.Target = 0
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            self.target = self.pgid
+        #: When output was last seen (every output stream of the job feeds it).
+        self.activity = _Activity(self.at)
+
+
+#: The logs-mode standard streams: no input, stdout and stderr on one pipe (WRK-081).
+LOGS_STDIO: tuple[Any, Any, Any] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
 
 async def start(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, clock: Clock
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    clock: Clock,
+    stdio: tuple[Any, Any, Any] = LOGS_STDIO,
+    preexec: Callable[[], None] | None = None,
 ) -> Started | Outcome:
     """Spawn ``argv`` in a new session with output on one pipe (WRK-079..081).
 
     Returns the start error as an ``Outcome`` (WRK-100) when there is nothing to run,
     the directory is unusable or the program cannot be executed. The caller must hand
     a ``Started`` to ``supervise`` at once: only ``supervise`` ever ends the group.
+    Attached jobs pass their own ``stdio`` (a terminal, or three pipes) and, for a
+    terminal, the ``preexec`` step that makes it the controlling one.
     """
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
@@ -261,18 +311,19 @@ async def start(
         return Outcome(JobState.FAILED, -1, f"start: {exc}")
 
     loop = asyncio.get_running_loop()
-    proto = _Protocol()
+    proto = _Protocol(separate_stderr=stdio[2] is subprocess.PIPE)
     try:
         transport, _ = await loop.subprocess_exec(
             lambda: proto,
             *argv,
             executable=executable,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
             env=dict(env),
             cwd=cwd or None,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except OSError as exc:
         # Python names the directory when chdir failed and the program otherwise (but
@@ -300,6 +351,7 @@ async def supervise(
     timings: Timings = DEFAULT,
     max_runtime: float = 0.0,
     idle_timeout: float = 0.0,
+    output_grace: float | None = None,
 ) -> Outcome:
     """Watch a started process until it is complete; never raises for the job's sake.
 
@@ -307,12 +359,17 @@ async def supervise(
     cancellation path (WRK-096); ``max_runtime`` and ``idle_timeout`` are in seconds,
     zero or less disabling the watchdog (WRK-094). If this task is itself torn down,
     the group is SIGKILLed on the way out.
+
+    ``output_grace`` is for a terminal (WTTY-006, WTTY-007): the job is complete when
+    its leader exited, whoever still holds the terminal, and the output then gets at
+    most that long to drain. Without it, complete means exited *and* output at its end.
     """
-    activity = _Activity(proc.at)
+    activity = proc.activity
     pump = asyncio.create_task(_pump(proc.proto.output, on_output, activity, clock), name="pump")
+    on_exit = output_grace is not None
     try:
         trip = await _watch(
-            pump,
+            None if on_exit else pump,
             proc.proto.exited,
             cancel,
             clock,
@@ -323,12 +380,16 @@ async def supervise(
             timings.watchdog_period,
         )
         if trip is None:
-            return await _after_exit(proc.pgid, proc.transport.get_returncode())
-        return await _cancel(proc, pump, trip, timings.kill_grace)
+            outcome = await _after_exit(proc.target, proc.transport.get_returncode())
+        else:
+            outcome = await _cancel(proc, None if on_exit else pump, trip, timings.kill_grace)
+        if output_grace is not None and not pump.done():
+            await asyncio.wait([pump], timeout=output_grace)  # WTTY-007: the last screen
+        return outcome
     except BaseException:
         # Our own task is being torn down (abandoned at shutdown): never leave the
         # group running unsupervised.
-        procs.kill_group_now(proc.pgid)
+        procs.kill_group_now(proc.target)
         raise
     finally:
         if not pump.done():
@@ -337,7 +398,7 @@ async def supervise(
 
 
 async def _watch(
-    pump: asyncio.Task[None],
+    pump: asyncio.Task[None] | None,
     exited: asyncio.Future[None],
     cancel: asyncio.Event,
     clock: Clock,
@@ -351,7 +412,7 @@ async def _watch(
     cancelled = asyncio.create_task(cancel.wait(), name="cancel-wait")
     try:
         while True:
-            if pump.done() and exited.done():
+            if (pump is None or pump.done()) and exited.done():
                 return None
             if cancel.is_set():
                 return REASON_CANCELLED
@@ -361,19 +422,26 @@ async def _watch(
                 return f"max_runtime exceeded ({durations.render_duration(max_runtime)})"
             if idle_timeout > 0 and now - activity.last > idle_timeout:
                 return f"idle: no output for {durations.render_duration(idle_timeout)}"
-            waitables = [f for f in (pump, exited, cancelled) if not f.done()]
+            waitables = [f for f in (pump, exited, cancelled) if f is not None and not f.done()]
             await asyncio.wait(waitables, timeout=period, return_when=asyncio.FIRST_COMPLETED)
     finally:
         cancelled.cancel()
 
 
-async def _cancel(proc: Started, pump: asyncio.Task[None], trip: str, grace: float) -> Outcome:
-    """The cancellation path (WRK-096) for a process that is not complete yet."""
+async def _cancel(
+    proc: Started, pump: asyncio.Task[None] | None, trip: str, grace: float
+) -> Outcome:
+    """The cancellation path (WRK-096) for a process that is not complete yet.
+
+    ``pump`` is ``None`` when completion does not wait for the output (a terminal).
+    """
     exited = proc.proto.exited
-    teardown = await procs.escalate(proc.pgid, (pump, exited), exited, grace=grace)
+    finished = (exited,) if pump is None else (pump, exited)
+    teardown = await procs.escalate(proc.target, finished, exited, grace=grace)
     # Completion still needs the pipe's end: an escapee holding it keeps the job
     # running even now (WRK-123, base behaviour).
-    await pump
+    if pump is not None:
+        await pump
     returncode = proc.transport.get_returncode()
     if teardown.term_delivered or teardown.stragglers:
         reason = REASON_SURVIVORS if teardown.survivors else REASON_CANCELLED
@@ -409,16 +477,9 @@ async def start_job(
 ) -> Started | Outcome:
     """Start one assignment in logs mode (§7.4): its environment, its command, the spawn.
 
-    Attached modes (``tty``, ``pipe``) need the relay streams, which this worker does
-    not open yet; such a job fails the way an unopenable relay does (WTTY-001).
+    Attached modes (``tty``, ``pipe``) go through ``attached`` instead, which opens the
+    relay streams first (WTTY-001).
     """
-    stdio = assignment.stdio or ""
-    if stdio in ("tty", "pipe"):
-        return Outcome(
-            JobState.FAILED,
-            -1,
-            f"attach {stdio} stdio: open output stream: not supported by this worker",
-        )
     env = build_env(assignment, os.environ if base_env is None else base_env)
     return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
 

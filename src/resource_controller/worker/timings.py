@@ -50,6 +50,9 @@ class Timings:
     # ---- output (WRK-083) ----
     #: A batch of output is sent this long after its first byte.
     log_flush_after: float = 1.0
+    #: After a terminal job ends, how long its last output gets to reach the relay
+    #: before the PTY master is closed (WTTY-007).
+    pty_drain: float = 2.0
 
     # ---- ending a job's stragglers by RC_JOB_ID (WRK-121) ----
     #: Length of the SIGTERM phase, then of the SIGKILL phase.

@@ -1,0 +1,263 @@
+"""``rc run --tty``: this terminal, attached to the job's terminal (CLI-115..119).
+
+The local terminal goes into raw mode for the session, and comes back on every way
+out: the session ending, an error, an exception, a signal. It is restored *before*
+anything else is printed (CLI-117); if restoring fails, the user is told (with
+``\\r\\n`` line ends, the terminal being raw) to run ``reset``.
+
+In raw mode Ctrl-C is a byte like any other and goes to the job (CLI-118). A signal
+that still reaches ``rc`` (SIGTERM, SIGHUP, a SIGINT from ``kill``) ends the session
+and surfaces as ``signals.Interrupted`` once the terminal is back, so ``rc run``
+detaches exactly as it would from a log stream (CLI-113).
+
+The session is two relay halves (CLI-085): output opened first, then input, which
+carries newline-delimited JSON frames: the window size first and after every
+SIGWINCH, then one data frame per read of stdin, at most 4096 bytes (CLI-088).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import struct
+import sys
+import termios
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller import duplex
+from resource_controller.cli import common, signals
+from resource_controller.client import api
+
+#: CLI-199: most bytes of one data frame.
+FRAME_BYTES = 4096
+#: CLI-103: what ``--tty`` without a command runs: the box's bash, else its sh.
+DEFAULT_SHELL = ["/bin/sh", "-c", "exec $(command -v bash || command -v sh) -i"]
+#: Signals that end the session and detach (the terminal being raw, Ctrl-C is not one).
+DETACHING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+NOT_A_TERMINAL = "--tty needs a terminal on stdin: run rc from a shell, or drop --tty"
+
+
+class NotATerminal(common.Failure):
+    """Stdin is not a terminal (CLI-116)."""
+
+
+class SessionError(Exception):
+    """The relay failed; the message names the half and the cause (CLI-085)."""
+
+
+def window_size(fd: int) -> tuple[int, int]:
+    """(rows, cols) of the terminal on ``fd``; zeros when unknown."""
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        return 0, 0
+    return rows, cols
+
+
+def data_frame(data: bytes) -> bytes:
+    """TTY-031 data frame, one line."""
+    return b'{"t":"d","b":"' + base64.b64encode(data) + b'"}\n'
+
+
+def resize_frame(rows: int, cols: int) -> bytes:
+    """TTY-031 resize frame, one line."""
+    return json.dumps({"t": "r", "rows": rows, "cols": cols}, separators=(",", ":")).encode() + (
+        b"\n"
+    )
+
+
+@dataclass
+class _State:
+    """What happened during the session, read once the terminal is restored."""
+
+    signum: int = 0
+    error: str = ""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def attach(client: api.Client, job_id: str) -> None:
+    """TTY (CLI-117): raw mode, the relay, until the output half ends.
+
+    Raises ``NotATerminal`` before touching anything when stdin is not a terminal,
+    ``common.Failure`` when the relay fails, ``signals.Interrupted`` for a signal.
+    """
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    if not os.isatty(in_fd):
+        raise NotATerminal(NOT_A_TERMINAL)
+    base, token = client.relay_target()
+    sys.stdout.flush()
+    saved = termios.tcgetattr(in_fd)
+    try:
+        import tty
+
+        tty.setraw(in_fd, termios.TCSANOW)
+        state = asyncio.run(_session(base, token, job_id, in_fd, out_fd))
+    finally:
+        # First thing on every way out, before any other line (CLI-117).
+        if not _restore(in_fd, saved):
+            sys.stderr.write("\r\nrc: the terminal could not be restored: run reset\r\n")
+            sys.stderr.flush()
+    if state.signum:
+        signals.restore_defaults()
+        raise signals.Interrupted(state.signum)
+    signals.install()  # the wait that follows detaches on a signal again (CLI-113)
+    if state.error:
+        raise common.Failure(state.error)
+
+
+def _restore(fd: int, saved: list[Any]) -> bool:
+    try:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    except (OSError, termios.error):
+        return False
+    return True
+
+
+async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> _State:
+    state = _State()
+    loop = asyncio.get_running_loop()
+    for sig in DETACHING:
+        loop.add_signal_handler(sig, _on_signal, state, sig)
+    path = f"/v1/jobs/{job_id}/tty"
+    try:
+        out = await open_half(base, "GET", f"{path}/out", token, "output")
+    except SessionError as exc:
+        state.error = str(exc)
+        return state
+    try:
+        inp = await open_half(base, "POST", f"{path}/in", token, "input")
+    except SessionError as exc:
+        out.close()
+        state.error = str(exc)
+        return state
+    tasks = [
+        asyncio.create_task(_copy_output(out, out_fd, state), name="tty-out"),
+        asyncio.create_task(_send_keys(inp, in_fd, state), name="tty-in"),
+    ]
+    winch = _Resizer(inp, in_fd, state)
+    loop.add_signal_handler(signal.SIGWINCH, winch.changed)
+    try:
+        await winch.send_now()  # the first frame: the size, when known (CLI-088)
+        await state.stop.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGWINCH)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        winch.cancel()
+        with contextlib.suppress(duplex.StreamError):
+            await asyncio.wait_for(inp.finish(), 1.0)
+        out.close()
+        inp.close()
+    return state
+
+
+def _on_signal(state: _State, signum: int) -> None:
+    state.signum = state.signum or signum
+    state.stop.set()
+
+
+async def open_half(
+    base: str, method: str, path: str, token: str, half: str, what: str = "terminal"
+) -> duplex.Stream:
+    try:
+        return await duplex.open_stream(base, method, path, token)
+    except duplex.Refused as exc:
+        raise SessionError(
+            f"cannot open the {half} half of the terminal: {exc.describe()}"
+        ) from None
+    except duplex.StreamError as exc:
+        raise SessionError(f"cannot open the {half} half of the {what}: {exc}") from None
+
+
+async def _copy_output(out: duplex.Stream, fd: int, state: _State) -> None:
+    """The job's bytes to stdout as they come; EOF ends the session (CLI-087)."""
+    try:
+        while data := await out.read():
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+    except duplex.StreamError as exc:
+        state.error = state.error or f"terminal output ended: {exc}"
+    except OSError as exc:
+        state.error = state.error or f"cannot write output: {exc.strerror or exc}"
+    finally:
+        state.stop.set()
+
+
+async def readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _send_keys(inp: duplex.Stream, fd: int, state: _State) -> None:
+    """One data frame per read of stdin; stdin's end closes the input half only."""
+    try:
+        while True:
+            await readable(fd)
+            try:
+                data = os.read(fd, FRAME_BYTES)
+            except BlockingIOError:
+                continue
+            if not data:
+                await inp.finish()  # stdin EOF: the job's input ends, the job goes on
+                return
+            await inp.write(data_frame(data))
+    except duplex.StreamError:
+        return  # input refused or broken: output still decides the session's end
+    except OSError as exc:
+        state.error = state.error or f"cannot read the terminal: {exc.strerror or exc}"
+        state.stop.set()
+
+
+class _Resizer:
+    """Window changes, coalesced: at most one resize frame in flight (CLI-088)."""
+
+    def __init__(self, inp: duplex.Stream, fd: int, state: _State) -> None:
+        self.inp = inp
+        self.fd = fd
+        self.state = state
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def changed(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.again = True
+            return
+        self.task = asyncio.create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        while True:
+            self.again = False
+            await self.send_now()
+            if not self.again:
+                return
+
+    async def send_now(self) -> None:
+        rows, cols = window_size(self.fd)
+        if rows <= 0 or cols <= 0:
+            return  # zero dimensions are never sent
+        with contextlib.suppress(duplex.StreamError):
+            await self.inp.write(resize_frame(rows, cols))
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()

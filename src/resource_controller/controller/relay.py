@@ -1,0 +1,209 @@
+"""The interactive relay (controller-api.md §11): sessions pairing a job's four halves.
+
+A session is keyed by job ID and lives only in memory (TTY-002): two *directions*
+(output, worker to client; input, client to worker), each an unbuffered hand-off
+between one writing half and one reading half. A writer's bytes are acknowledged only
+once the reader has taken them (TTY-010), so a writer whose peer has not dialled in
+yet simply waits, and the relay never holds more than one chunk per direction: the
+HTTP server's own flow control pushes back on the sender from there (backpressure,
+never an unbounded buffer).
+
+Ending rules (TTY-020..022): an output half ending discards the whole session; an
+input half ending closes only the input direction, and a fresh input direction is
+created when input halves attach again; the last half leaving forgets the session,
+and a late unwind never touches a newer session for the same job.
+
+Nothing here touches the store or parses a byte (TTY-003, TTY-030).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: The largest chunk handed over in one piece (the spec's relay frame line limit,
+#: TTY-031): a bigger write is handed over in pieces of at most this size.
+FRAME_MAX = 1_048_576
+#: Every write to a GET half's socket must finish within this (TTY-013).
+WRITE_DEADLINE = 10.0
+#: A POST half blocked this long while it is alone in its session gives up (TTY-014).
+HANDOFF_GUARD = 60.0
+
+
+class Half(enum.Enum):
+    """The four streams of a session (TTY-001)."""
+
+    CLIENT_OUT = "client-out"
+    WORKER_OUT = "worker-out"
+    CLIENT_IN = "client-in"
+    WORKER_IN = "worker-in"
+
+    @property
+    def is_output(self) -> bool:
+        return self in (Half.CLIENT_OUT, Half.WORKER_OUT)
+
+
+class Conflict(Exception):
+    """That half of the session already has a connection (TTY-004)."""
+
+
+class Pipe:
+    """One direction: at most one chunk in flight, handed from a writer to a reader.
+
+    Single-threaded asyncio, so plain attributes and a replaced event suffice: every
+    change sets the current event and installs a fresh one.
+    """
+
+    def __init__(self) -> None:
+        self._slot: bytes | None = None
+        self._offered = 0
+        self._taken = 0
+        self._closed = False
+        self._eof = False
+        self._changed = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        """Closed or at end of stream: nothing more will pass."""
+        return self._closed or self._eof
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await self._changed.wait()
+
+    def offer(self, data: bytes) -> int:
+        """Put one chunk in the slot (the writer's previous one was taken); its ticket."""
+        if self.closed:
+            return 0
+        assert self._slot is None, "one writer per direction, one chunk at a time"
+        self._slot = data
+        self._offered += 1
+        self._notify()
+        return self._offered
+
+    async def taken(self, ticket: int) -> bool:
+        """Wait until the reader took chunk ``ticket``; ``False`` if the pipe closed first.
+
+        Safe to cancel and await again (the hand-off guard re-arms this way).
+        """
+        if ticket == 0:
+            return False
+        await self._until(lambda: self._taken >= ticket or self._closed)
+        return self._taken >= ticket
+
+    async def send(self, data: bytes) -> bool:
+        """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed."""
+        for start in range(0, len(data), FRAME_MAX):
+            if not await self.taken(self.offer(data[start : start + FRAME_MAX])):
+                return False
+        return True
+
+    async def recv(self) -> bytes | None:
+        """The next chunk; ``None`` at end of stream or once closed."""
+        await self._until(lambda: self._slot is not None or self.closed)
+        if self._slot is None or self._closed:
+            return None
+        data, self._slot = self._slot, None
+        self._taken = self._offered
+        self._notify()
+        return data
+
+    def end(self) -> None:
+        """The writer finished: the reader sees end of stream (nothing is pending then)."""
+        self._eof = True
+        self._notify()
+
+    def close(self) -> None:
+        """Drop the direction: a pending chunk is discarded, both sides wake."""
+        self._closed = True
+        self._slot = None
+        self._notify()
+
+
+@dataclass(eq=False)
+class Session:
+    """One job's relay: its two directions and the halves attached to it."""
+
+    job_id: str
+    output: Pipe = field(default_factory=Pipe)
+    input: Pipe = field(default_factory=Pipe)
+    halves: set[Half] = field(default_factory=set)
+    #: Set once the output ended: the session is over for every half (TTY-020).
+    discarded: bool = False
+
+    def alone(self, half: Half) -> bool:
+        """Whether ``half`` is the only one attached (the hand-off guard's condition)."""
+        return self.halves == {half}
+
+    def pipe_of(self, half: Half) -> Pipe:
+        return self.output if half.is_output else self.input
+
+
+class Relay:
+    """Every live session, by job ID; the only owner of session life and death."""
+
+    def __init__(
+        self, *, write_deadline: float = WRITE_DEADLINE, handoff_guard: float = HANDOFF_GUARD
+    ) -> None:
+        self.sessions: dict[str, Session] = {}
+        #: Set at shutdown: POST halves stop waiting for their bodies.
+        self.stopping = asyncio.Event()
+        self.write_deadline = write_deadline
+        self.handoff_guard = handoff_guard
+
+    def attach(self, job_id: str, half: Half) -> Session:
+        """Join (or create) the job's session as ``half``; ``Conflict`` if it is taken."""
+        session = self.sessions.get(job_id)
+        if session is None:
+            session = self.sessions[job_id] = Session(job_id)
+        if half in session.halves:
+            raise Conflict(f"the {half.value} half of job {job_id}'s session is already connected")
+        if not half.is_output and session.input.closed:
+            # TTY-021: input halves dialling again get a fresh input direction, once the
+            # other input half of the old one has let go of it.
+            other = Half.WORKER_IN if half is Half.CLIENT_IN else Half.CLIENT_IN
+            if other not in session.halves:
+                session.input = Pipe()
+        session.halves.add(half)
+        return session
+
+    def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
+        """``half`` is over (``pipe`` being the direction it joined): apply its rule.
+
+        A writer ending is end of stream for its reader; a reader ending closes the
+        direction, so a writer blocked on it wakes. An output half ending discards the
+        whole session (TTY-020); an input half closes only its input direction
+        (TTY-021). The last half out forgets the session (TTY-022).
+        """
+        if half in (Half.WORKER_OUT, Half.CLIENT_IN):
+            pipe.end()
+        else:
+            pipe.close()
+        if half.is_output:
+            session.discarded = True
+            session.input.close()
+            self._forget(session)
+        session.halves.discard(half)
+        if not session.halves:
+            session.output.close()
+            session.input.close()
+            self._forget(session)
+
+    def close_all(self) -> None:
+        """Shutdown: every direction closes and every POST half stops reading."""
+        self.stopping.set()
+        for session in list(self.sessions.values()):
+            session.discarded = True
+            session.output.close()
+            session.input.close()
+        self.sessions.clear()
+
+    def _forget(self, session: Session) -> None:
+        if self.sessions.get(session.job_id) is session:
+            del self.sessions[session.job_id]

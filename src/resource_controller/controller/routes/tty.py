@@ -1,0 +1,187 @@
+"""The four relay routes (controller-api.md §11, TTY-001..022).
+
+Each route authenticates (its role: worker halves are worker routes, client halves
+client routes, TTY-001), looks the job up once (TTY-003), joins the session (``409
+conflict`` if that half is taken, TTY-004) and answers ``200`` at once, headers
+flushed before any payload (TTY-011). The stream itself runs in the response object,
+which gets the raw ASGI channels: a POST half keeps reading its request body after
+the ``200`` went out (TTY-012), a GET half writes under a per-write deadline
+(TTY-013) while it watches for its client going away (TTY-015).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from resource_controller import errors
+from resource_controller.controller import deps
+from resource_controller.controller.deps import Services
+from resource_controller.controller.relay import FRAME_MAX, Conflict, Half, Pipe, Relay, Session
+from resource_controller.core.states import Role
+
+router = APIRouter()
+Svc = Annotated[Services, Depends(deps.services)]
+ClientRole = Depends(deps.require(Role.CLIENT))
+WorkerRole = Depends(deps.require(Role.WORKER))
+
+#: Response content types per half (TTY-011).
+OCTETS = "application/octet-stream"
+NDJSON = "application/x-ndjson"
+TEXT = "text/plain; charset=utf-8"
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
+
+
+#: The halves whose payload is their request body (the POST halves).
+_SENDERS = frozenset({Half.WORKER_OUT, Half.CLIENT_IN})
+
+
+async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Session:
+    """The one store read (TTY-003), then the session slot (TTY-004)."""
+    await svc.db(svc.store.job, job_id)  # unknown: 404 not_found; failure: 500
+    if half in _SENDERS and http_version != "1.1":
+        # TTY-012: a POST half needs its body to keep streaming after the 200, which
+        # this server does on HTTP/1.1 only.
+        raise errors.Unsupported(
+            f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
+        )
+    try:
+        return svc.hub.relay.attach(job_id, half)
+    except Conflict as exc:
+        raise errors.Conflict(str(exc)) from None
+
+
+class _Relayed(Response):
+    """A response that runs one half of a session with the raw ASGI channels."""
+
+    def __init__(self, relay: Relay, session: Session, half: Half, media_type: str) -> None:
+        super().__init__(status_code=200, media_type=media_type)
+        self.relay = relay
+        self.session = session
+        self.half = half
+        #: This half's direction, fixed at connect (a later input direction is not ours).
+        self.pipe = session.pipe_of(half)
+        # A stream has no length: without one the server sends it chunked.
+        self.raw_headers = [h for h in self.raw_headers if h[0] != b"content-length"]
+        self.raw_headers.append(_NOSNIFF)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            if self.half in _SENDERS:
+                await self._pump_body(receive)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            elif await self._feed_socket(receive, send):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.relay.half_ended(self.session, self.half, self.pipe)
+
+    async def _pump_body(self, receive: Receive) -> None:
+        """A POST half: hand each piece of the request body to the peer (TTY-010, TTY-014)."""
+        stopping = asyncio.create_task(self.relay.stopping.wait())
+        try:
+            while True:
+                message = asyncio.create_task(_next(receive))
+                await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not message.done():
+                    message.cancel()
+                    return  # the controller is shutting down
+                got = message.result()
+                if got["type"] != "http.request":
+                    return  # the sender went away
+                data: bytes = got.get("body", b"")
+                if data and not await self._hand_over(self.pipe, data):
+                    return  # the direction closed: refuse what follows (TTY-020)
+                if not got.get("more_body", False):
+                    return  # end of stream: the process exited, or stdin EOF
+        finally:
+            stopping.cancel()
+
+    async def _hand_over(self, pipe: Pipe, data: bytes) -> bool:
+        guard = self.relay.handoff_guard
+        for start in range(0, len(data), FRAME_MAX):
+            ticket = pipe.offer(data[start : start + FRAME_MAX])
+            while True:
+                try:
+                    async with asyncio.timeout(guard):
+                        ok = await pipe.taken(ticket)
+                    break
+                except TimeoutError:
+                    # TTY-014: give up only when blocked that long AND alone in the
+                    # session; a peer that is attached (or still coming) re-arms it.
+                    if self.session.alone(self.half):
+                        pipe.close()
+                        return False
+            if not ok:
+                return False
+        return True
+
+    async def _feed_socket(self, receive: Receive, send: Send) -> bool:
+        """A GET half: copy the peer's bytes to the socket; ``True`` on a clean end."""
+        pipe = self.pipe
+        gone = asyncio.create_task(_disconnected(receive), name=f"relay-{self.half.value}-gone")
+        try:
+            while True:
+                chunk = asyncio.create_task(pipe.recv())
+                await asyncio.wait({chunk, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not chunk.done():
+                    chunk.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await chunk
+                    return False  # TTY-015: noticed even while idle
+                data = chunk.result()
+                if data is None:
+                    return True
+                try:
+                    async with asyncio.timeout(self.relay.write_deadline):
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                except TimeoutError:
+                    return False  # TTY-013: a peer that accepts nothing is dropped
+        finally:
+            gone.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gone
+
+
+async def _next(receive: Receive) -> Message:
+    return await receive()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the client closed the connection."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _open(svc: Services, job_id: str, half: Half, media: str, version: str) -> Response:
+    session = await _join(svc, job_id, half, version)
+    return _Relayed(svc.hub.relay, session, half, media)
+
+
+@router.get("/v1/jobs/{job_id}/tty/out", dependencies=[ClientRole])
+async def client_out(job_id: str, svc: Svc, request: Request) -> Response:
+    """The job's output, to the operator (TTY-001 client-out)."""
+    return await _open(svc, job_id, Half.CLIENT_OUT, OCTETS, request.scope["http_version"])
+
+
+@router.post("/v1/jobs/{job_id}/tty/in", dependencies=[ClientRole])
+async def client_in(job_id: str, svc: Svc, request: Request) -> Response:
+    """Operator input, from the request body (TTY-001 client-in)."""
+    return await _open(svc, job_id, Half.CLIENT_IN, TEXT, request.scope["http_version"])
+
+
+@router.post("/v1/jobs/{job_id}/tty/out", dependencies=[WorkerRole])
+async def worker_out(job_id: str, svc: Svc, request: Request) -> Response:
+    """The job's output, from the box (TTY-001 worker-out)."""
+    return await _open(svc, job_id, Half.WORKER_OUT, TEXT, request.scope["http_version"])
+
+
+@router.get("/v1/jobs/{job_id}/tty/in", dependencies=[WorkerRole])
+async def worker_in(job_id: str, svc: Svc, request: Request) -> Response:
+    """Operator input, to the box (TTY-001 worker-in)."""
+    return await _open(svc, job_id, Half.WORKER_IN, NDJSON, request.scope["http_version"])

@@ -1,0 +1,103 @@
+"""Pipe mode: raw stdin and stdout through the relay, no terminal (CP-001, CP-002).
+
+Byte-exact both ways (a PTY's line discipline would rewrite a tar stream): the input
+stream's bytes feed the process's stdin, its stdout goes raw up the output stream,
+its stderr to the job's log batching (stored, never served: LOG-005). Both output
+streams count for the idle watchdog. Stdin is fed by a task of its own, which ends
+when the input stream ends (closing stdin) or the process closes its stdin; the job's
+completion never waits for it (``tar -cf -`` never reads stdin and exits at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+
+from resource_controller import duplex, wire
+from resource_controller.clock import Clock
+from resource_controller.worker import runner
+from resource_controller.worker.timings import Timings
+
+log = logging.getLogger(__name__)
+
+PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
+
+
+async def feed_stdin(inp: duplex.Stream, started: runner.Started) -> None:
+    """Copy the input stream into the process's stdin; its end closes stdin (CP-001).
+
+    A write error to stdin is not reported (CP-002): the process chose not to read.
+    """
+    proto = started.proto
+    stdin = started.transport.get_pipe_transport(0)
+    if not isinstance(stdin, asyncio.WriteTransport):
+        return
+    try:
+        while not proto.stdin_closed.is_set():
+            read = asyncio.create_task(inp.read())
+            closed = asyncio.create_task(proto.stdin_closed.wait())
+            await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+            closed.cancel()
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, duplex.StreamError):
+                    await read
+                return
+            data = read.result()
+            if not data:
+                return  # the client closed its input: stdin EOF
+            stdin.write(data)
+            await proto.writable.wait()
+    except (duplex.StreamError, OSError, RuntimeError):
+        return
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            stdin.close()
+
+
+async def run(
+    assignment: wire.Assignment,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    output: duplex.Stream,
+    inp: duplex.Stream,
+    sink: runner.OutputSink,
+    on_log: runner.OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    timings: Timings,
+) -> runner.Outcome:
+    """Spawn with three pipes, feed and drain them, supervise as any job (§8)."""
+    started = await runner.start(
+        argv, env=env, cwd=assignment.cwd or None, clock=clock, stdio=PIPES
+    )
+    if isinstance(started, runner.Outcome):
+        return started
+    feeder = asyncio.create_task(feed_stdin(inp, started), name=f"stdin-{assignment.job_id}")
+    errors = started.proto.errors
+    assert errors is not None
+    stderr = asyncio.create_task(
+        runner.copy_output(errors, on_log, started.activity, clock),
+        name=f"stderr-{assignment.job_id}",
+    )
+    try:
+        outcome = await runner.supervise(
+            started,
+            on_output=sink,
+            cancel=cancel,
+            clock=clock,
+            timings=timings,
+            max_runtime=float(assignment.max_runtime_seconds or 0),
+            idle_timeout=float(assignment.idle_timeout_seconds or 0),
+        )
+        # The process is gone: its stderr ends now, unless an escapee still holds it.
+        await asyncio.wait([stderr], timeout=timings.pty_drain)
+        return outcome
+    finally:
+        for task in (feeder, stderr):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,161 @@
+"""``rc cp`` end to end: real controller, real worker, the box's own ``tar`` (CLI-160..171).
+
+The "box" is this machine, so remote paths are temporary directories here; every byte
+still crosses the controller's relay twice.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from .cluster import Cluster
+
+DEV = "box:gpu0"
+
+
+@pytest.fixture
+def box(cluster: Cluster) -> Cluster:
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    return cluster
+
+
+def copy(c: Cluster, src: str, dst: str, **env: str) -> tuple[int, str]:
+    r = c.rc("cp", src, dst, timeout=180, **env)
+    return r.returncode, r.stderr
+
+
+def job_count(c: Cluster) -> int:
+    status, body = c.api("GET", "/v1/jobs?limit=200")
+    assert status == 200
+    return len(body["jobs"])
+
+
+def test_binary_content_round_trips_byte_for_byte(box: Cluster, tmp_path: Path) -> None:
+    # CP-001: every byte value, including the ones a terminal would eat.
+    src = tmp_path / "all.bin"
+    src.write_bytes(bytes(range(256)) * 1000 + b"\r\n\x03\x04\x1a")
+    remote = tmp_path / "remote"
+    code, err = copy(box, str(src), f"{DEV}:{remote}/")
+    assert code == 0, err
+    assert f"copying {src} to {DEV}:{remote}/" in err
+    assert (remote / "all.bin").read_bytes() == src.read_bytes()
+    back = tmp_path / "back.bin"
+    code, err = copy(box, f"{DEV}:{remote}/all.bin", str(back))  # renamed on the way
+    assert code == 0, err
+    assert back.read_bytes() == src.read_bytes()
+
+
+def test_a_large_file_round_trips(box: Cluster, tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    block = os.urandom(1 << 20)
+    with open(src, "wb") as f:
+        for i in range(50):
+            f.write(block[i:] + block[:i])
+    remote = tmp_path / "remote"
+    code, err = copy(box, str(src), f"{DEV}:{remote}/big.bin")
+    assert code == 0, err
+    assert (remote / "big.bin").stat().st_size == 50 << 20
+    down = tmp_path / "down"
+    down.mkdir()
+    code, err = copy(box, f"{DEV}:{remote}/big.bin", str(down))  # into an existing directory
+    assert code == 0, err
+    assert (down / "big.bin").read_bytes() == src.read_bytes()
+
+
+def test_a_tree_keeps_modes_the_exec_bit_and_symlinks(box: Cluster, tmp_path: Path) -> None:
+    # CP-004, CLI-166: permission bits travel and are re-applied; links stay links.
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "sub" / "data").write_text("x")
+    (tree / "sub" / "data").chmod(0o640)
+    os.symlink("run.sh", tree / "link")
+    remote = tmp_path / "remote"
+    code, err = copy(box, str(tree), f"{DEV}:{remote}/")
+    assert code == 0, err
+    assert stat.S_IMODE((remote / "tree" / "run.sh").stat().st_mode) == 0o755
+    code, err = copy(box, f"{DEV}:{remote}/tree", str(tmp_path / "again"), RC_SUBMITTER="x")
+    assert code == 0, err
+    again = tmp_path / "again"
+    assert stat.S_IMODE((again / "run.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((again / "sub" / "data").stat().st_mode) == 0o640
+    assert os.readlink(again / "link") == "run.sh"
+    assert (again / "sub" / "data").read_text() == "x"
+
+
+def test_a_device_held_by_someone_else_is_refused_and_nothing_is_submitted(
+    box: Cluster, tmp_path: Path
+) -> None:
+    # CLI-162: the lease check comes first; a copy never queues.
+    status, hold = box.api(
+        "POST",
+        "/v1/jobs",
+        {
+            "device_id": DEV,
+            "submitter": "alice",
+            "kind": "hold",
+            "max_runtime_seconds": 120,
+            "reason": "profiling",
+        },
+    )
+    assert status == 201, hold
+    (tmp_path / "f").write_text("x")
+    before = job_count(box)
+    code, err = copy(box, str(tmp_path / "f"), f"{DEV}:{tmp_path}/remote/")
+    assert code == 1
+    assert "alice" in err and "(a hold)" in err, err
+    code, err = copy(box, f"{DEV}:{tmp_path}/f", str(tmp_path / "g"), RC_SUBMITTER="alice")
+    assert code == 1 and "already hold" in err and hold["id"] in err, err
+    code, err = copy(box, str(tmp_path / "f"), "ghost:gpu9:/tmp/x")
+    assert code == 1 and "no such device" in err, err
+    assert job_count(box) == before
+    assert not (tmp_path / "remote").exists()
+
+
+def test_a_far_side_failure_fails_the_copy(box: Cluster, tmp_path: Path) -> None:
+    # CLI-169: the box's tar finds nothing to send.
+    code, err = copy(box, f"{DEV}:{tmp_path}/missing", str(tmp_path / "x"))
+    assert code == 1
+    assert "copy job" in err and "failed" in err, err
+
+
+def test_argument_errors(box: Cluster, tmp_path: Path) -> None:
+    # CLI-160
+    code, err = copy(box, f"{DEV}:/a", f"{DEV}:/b")
+    assert code == 1 and "both remote" in err
+    code, err = copy(box, "a", "b")
+    assert code == 1 and "host:name:path" in err
+    code, err = copy(box, str(tmp_path / "nope"), f"{DEV}:/tmp/")
+    assert code == 1 and "nope" in err
+
+
+def test_an_archive_escaping_the_destination_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    # CLI-168 against a hostile box: its "tar" sends entries that climb out.
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as tar:
+        for name in ("x/ok", "x/../../escaped"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    fake = fakebin / "tar"
+    fake.write_text(f"#!/bin/sh\ncat {evil}\n")
+    fake.chmod(0o755)
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"], env={"PATH": f"{fakebin}:{os.environ.get('PATH', '')}"})
+    dest = tmp_path / "work" / "dest"
+    dest.mkdir(parents=True)
+    code, err = copy(cluster, f"{DEV}:/anything/x", str(dest))
+    assert code == 1
+    assert "x/../../escaped" in err and "escapes" in err, err
+    assert (dest / "x" / "ok").read_bytes() == b"hi"
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "work" / "escaped").exists()
