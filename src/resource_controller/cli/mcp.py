@@ -8,7 +8,7 @@ a refusal is a tool error whose text carries the wire code
 (``not_job_owner: ...``), so an agent can act on it.
 
 The SDK is an optional extra (``resource-controller[mcp]``) imported only when the
-server starts; without it ``rc mcp`` says how to install it and exits 2. Tools run
+server starts; without it ``rc mcp`` says how to install it and exits 1 (CLI-050: every failure of rc itself). Tools run
 in the SDK's worker threads, one ``Client`` per call, so a long ``run`` does not
 stop the server from answering.
 """
@@ -26,7 +26,7 @@ from resource_controller.cli import common, render
 from resource_controller.cli.common import CONTEXT_SETTINGS
 
 #: Exit code when the SDK is missing: a usage problem of the installation, not of a job.
-EXIT_NO_SDK = 2
+EXIT_NO_SDK = 1
 NO_SDK = (
     "rc mcp needs the MCP SDK, which is an optional extra: pip install 'resource-controller[mcp]'"
 )
