@@ -8,9 +8,9 @@ a refusal is a tool error whose text carries the wire code
 (``not_job_owner: ...``), so an agent can act on it.
 
 The SDK is an optional extra (``resource-controller[mcp]``) imported only when the
-server starts; without it ``rc mcp`` says how to install it and exits 1 (CLI-050: every failure of rc itself). Tools run
-in the SDK's worker threads, one ``Client`` per call, so a long ``run`` does not
-stop the server from answering.
+server starts; without it ``rc mcp`` says how to install it and exits 1, like every
+failure of rc itself. Tools run in the SDK's worker threads, one ``Client`` per call,
+so a long ``run`` does not stop the server from answering.
 """
 
 from __future__ import annotations
