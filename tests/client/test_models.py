@@ -113,9 +113,17 @@ def test_bad_durations_name_the_argument(value: options.Duration, message: str) 
 
 def test_target_and_argv_checks() -> None:
     with pytest.raises(ValueError, match="not both"):
-        options.check_target("b:gpu0", "vram>=8G", 1)
+        options.target("b:gpu0", "vram>=8G", 1)
     with pytest.raises(ValueError, match="count"):
-        options.check_target("", "", 0)
+        options.target("", "", 0)
+    with pytest.raises(ValueError, match="one device"):
+        options.target("b:gpu0", "", 2)
+    with pytest.raises(ValueError, match="does not match"):
+        options.target(["b:gpu0", "b:gpu1"], "", 3)
+    with pytest.raises(ValueError, match="more than once"):
+        options.target(["b:gpu0", "b:gpu0"], "", 1)
+    with pytest.raises(ValueError, match="not both"):
+        options.target(["b:gpu0", "b:gpu1"], "vram>=8G", 1)
     with pytest.raises(TypeError, match="list of strings"):
         options.check_argv("python train.py")
     with pytest.raises(ValueError, match="non-empty"):
@@ -133,3 +141,20 @@ def test_a_count_the_controller_ignored_is_caught() -> None:
 def test_count_is_sent_only_when_not_one() -> None:  # EXT-GANG-6
     assert "count" not in api.submit_body("me", ["x"], count=1)
     assert api.submit_body("me", ["x"], count=2)["count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("device", "count", "expected"),
+    [
+        ("", 1, options.Target("", (), 1)),
+        ("", 3, options.Target("", (), 3)),
+        ("b:gpu0", 1, options.Target("b:gpu0", (), 1)),
+        (["b:gpu0"], 1, options.Target("b:gpu0", (), 1)),
+        (["b:gpu1", "b:gpu0"], 1, options.Target("", ("b:gpu0", "b:gpu1"), 2)),
+        ("b:gpu1,b:gpu0", 2, options.Target("", ("b:gpu0", "b:gpu1"), 2)),
+    ],
+)
+def test_a_device_list_implies_its_count(
+    device: str | list[str], count: int, expected: options.Target
+) -> None:
+    assert options.target(device, "", count) == expected

@@ -176,6 +176,18 @@ def test_lease_yields_the_devices_and_releases_when_the_block_raises(
     assert job["kind"] == "hold" and job["state"] == "killed", job
 
 
+def test_a_lease_on_a_device_list_takes_both_at_once(
+    fleet: Cluster, client: Client
+) -> None:  # EXT-GANG-1 through the Python API
+    with client.lease(device=["box:gpu1", "box:gpu0"], ttl="10m", reason="two") as lease:
+        assert lease.device_ids == ["box:gpu0", "box:gpu1"]
+        assert lease.cuda_visible_devices == "0,1"
+        assert held(fleet) == {"box:gpu0": lease.id, "box:gpu1": lease.id}
+    wait_for(lambda: not held(fleet), 20, "both leases to be released")
+    result = client.run(["sh", "-c", "echo $RC_DEVICES"], device="box:gpu0,box:gpu1", capture=True)
+    assert result.exit_code == 0 and result.text == "box:gpu0,box:gpu1\n", result
+
+
 def test_lease_timeout_while_queued_cancels_the_hold(fleet: Cluster, client: Client) -> None:
     with client.lease(device="box:gpu0", ttl="10m") as first:
         before = {j.id for j in client.jobs(limit=200)}

@@ -459,7 +459,7 @@ class AsyncClient:
         argv: Sequence[str],
         *,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         env: Mapping[str, str] | None = None,
         cwd: str = "",
@@ -470,10 +470,11 @@ class AsyncClient:
     ) -> AsyncJob:
         """Queue ``argv`` and return its handle at once; see ``Client.submit``."""
         command = options.check_argv(argv)
-        options.check_target(device, select, count)
+        want = options.target(device, select, count)
         job = await self._submit(
             command,
-            device=device,
+            device=want.device,
+            device_ids=want.device_ids,
             selector=select,
             cwd=cwd,
             env=env,
@@ -481,7 +482,7 @@ class AsyncClient:
             max_runtime_seconds=options.ceiling(max_runtime, "max_runtime"),
             idle_timeout_seconds=options.ceiling(idle_timeout, "idle_timeout"),
             no_wait=no_wait,
-            count=count,
+            count=want.count,
         )
         return AsyncJob.bind(self, job)
 
@@ -490,7 +491,7 @@ class AsyncClient:
         argv: Sequence[str],
         *,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         env: Mapping[str, str] | None = None,
         cwd: str = "",
@@ -504,6 +505,7 @@ class AsyncClient:
         on_output: Callable[[bytes], object] | None = None,
     ) -> RunResult:
         """Run ``argv`` and wait for it, like ``rc run``; see ``Client.run``."""
+        want = options.target(device, select, count)
         job = await self.submit(
             argv,
             select=select,
@@ -516,7 +518,7 @@ class AsyncClient:
             idle_timeout=idle_timeout,
             no_wait=no_wait,
         )
-        await self._leave_queue(job, timeout, count)
+        await self._leave_queue(job, timeout, want.count)
         captured: list[bytes] | None = [] if capture else None
         if job.started_at is not None or not job.terminal:
             sink: Callable[[bytes], object] = write_stdout
@@ -572,13 +574,13 @@ class AsyncClient:
         ttl: Duration,
         reason: str | None = None,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         timeout: Duration | None = None,
         wait: bool = True,
     ) -> AsyncJob:
         """Take a hold and return it once granted; see ``Client.hold``."""
-        options.check_target(device, select, count)
+        want = options.target(device, select, count)
         ttl_seconds = options.ceiling(ttl, "ttl")
         why = options.default_reason() if reason is None else reason
         api.check_hold(ttl_seconds, why)
@@ -586,17 +588,18 @@ class AsyncClient:
             self,
             await self._submit(
                 None,
-                device=device,
+                device=want.device,
+                device_ids=want.device_ids,
                 selector=select,
                 max_runtime_seconds=ttl_seconds,
                 kind="hold",
                 reason=why,
-                count=count,
+                count=want.count,
             ),
         )
         if not wait:
             return job
-        await self._leave_queue(job, timeout, count)
+        await self._leave_queue(job, timeout, want.count)
         if job.terminal and job.started_at is None:
             raise NotGranted(job)
         return job
@@ -607,15 +610,20 @@ class AsyncClient:
         ttl: Duration,
         reason: str | None = None,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         timeout: Duration | None = None,
     ) -> AsyncLeaseContext:
         """``async with client.lease(ttl="30m") as lease:``; see ``Client.lease``."""
-        options.check_target(device, select, count)
+        options.target(device, select, count)  # refused before any request
         options.ceiling(ttl, "ttl")
         return AsyncLeaseContext(
             lambda: self.hold(
-                ttl=ttl, reason=reason, select=select, device=device, count=count, timeout=timeout
+                ttl=ttl,
+                reason=reason,
+                select=select,
+                device=device,
+                count=count,
+                timeout=timeout,
             )
         )

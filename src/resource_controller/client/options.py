@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from resource_controller import errors
 from resource_controller.client import api
@@ -57,12 +58,39 @@ def ceiling(value: Duration | None, what: str) -> int:
     return int(out)
 
 
-def check_target(device: str, select: str, count: int) -> None:
-    """``device`` and ``select`` are exclusive (CLI-101); ``count`` is at least 1."""
-    if device and select:
-        raise ValueError("give device or select, not both")
+@dataclass(frozen=True)
+class Target:
+    """Where a job goes: one device, a list of devices on one host, or ``count`` of any."""
+
+    device: str
+    device_ids: tuple[str, ...]
+    count: int
+
+
+def target(device: str | Sequence[str], select: str, count: int) -> Target:
+    """Check a request's devices before any request (CLI-101, EXT-GANG-1).
+
+    ``device`` is one ID, or several on one host as a list (or a comma-separated
+    string, as ``-d`` takes them), which implies the count; ``device`` and ``select``
+    are exclusive and ``count`` is at least 1.
+    """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive integer (got {count!r})")
+    ids = [d.strip() for d in device.split(",")] if isinstance(device, str) else list(device)
+    ids = [] if ids == [""] else ids
+    if not all(isinstance(d, str) and d for d in ids):
+        raise ValueError(f"device must name devices by ID, got {device!r}")
+    if ids and select:
+        raise ValueError("give device or select, not both")
+    if len(ids) <= 1:
+        if ids and count != 1:
+            raise ValueError(f"count={count} with one device: name all {count} devices")
+        return Target(ids[0] if ids else "", (), count)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"device names a device more than once: {device!r}")
+    if count not in (1, len(ids)):
+        raise ValueError(f"count={count} does not match the {len(ids)} devices named")
+    return Target("", tuple(sorted(ids)), len(ids))
 
 
 def check_argv(argv: Sequence[str]) -> list[str]:

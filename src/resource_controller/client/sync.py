@@ -291,7 +291,7 @@ class Client:
         argv: Sequence[str],
         *,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         env: Mapping[str, str] | None = None,
         cwd: str = "",
@@ -302,15 +302,17 @@ class Client:
     ) -> Job:
         """Queue ``argv`` for a device and return its ``Job`` at once (EXT-PYAPI-2).
 
-        ``device`` is an exact ID (``host:gpu0``), ``select`` a label selector; with
-        neither, any device (EXT-CLI-1). ``count`` asks for several devices on one host
-        (EXT-GANG). ``no_wait`` refuses with ``NoDeviceError`` instead of queueing.
+        ``device`` is an exact ID (``host:gpu0``), or several on one host as a list
+        (all at once, EXT-GANG-1), ``select`` a label selector; with neither, any
+        device (EXT-CLI-1). ``count`` asks for several devices on one host (EXT-GANG).
+        ``no_wait`` refuses with ``NoDeviceError`` instead of queueing.
         """
         command = options.check_argv(argv)
-        options.check_target(device, select, count)
+        want = options.target(device, select, count)
         job = self.low.submit(
             command,
-            device=device,
+            device=want.device,
+            device_ids=want.device_ids,
             selector=select,
             cwd=cwd,
             env=env,
@@ -318,7 +320,7 @@ class Client:
             max_runtime_seconds=options.ceiling(max_runtime, "max_runtime"),
             idle_timeout_seconds=options.ceiling(idle_timeout, "idle_timeout"),
             no_wait=no_wait,
-            count=count,
+            count=want.count,
         )
         return Job.bind(self, job)
 
@@ -327,7 +329,7 @@ class Client:
         argv: Sequence[str],
         *,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         env: Mapping[str, str] | None = None,
         cwd: str = "",
@@ -350,6 +352,7 @@ class Client:
         non-zero one. A job that never started (killed while queued) ends with exit
         code 1 and its ``kill_reason``.
         """
+        want = options.target(device, select, count)
         job = self.submit(
             argv,
             select=select,
@@ -362,7 +365,7 @@ class Client:
             idle_timeout=idle_timeout,
             no_wait=no_wait,
         )
-        self._leave_queue(job, timeout, count)
+        self._leave_queue(job, timeout, want.count)
         captured: list[bytes] | None = [] if capture else None
         if job.started_at is not None or not job.terminal:
             sink: Callable[[bytes], object] = write_stdout
@@ -414,7 +417,7 @@ class Client:
         ttl: Duration,
         reason: str | None = None,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         timeout: Duration | None = None,
         wait: bool = True,
@@ -428,21 +431,22 @@ class Client:
         still queued. A hold that ends without being granted raises ``NotGranted``.
         End it with ``release``.
         """
-        options.check_target(device, select, count)
+        want = options.target(device, select, count)
         ttl_seconds = options.ceiling(ttl, "ttl")
         job = Job.bind(
             self,
             self.low.hold(
                 ttl_seconds=ttl_seconds,
                 reason=options.default_reason() if reason is None else reason,
-                device=device,
+                device=want.device,
+                device_ids=want.device_ids,
                 selector=select,
-                count=count,
+                count=want.count,
             ),
         )
         if not wait:
             return job
-        self._leave_queue(job, timeout, count)
+        self._leave_queue(job, timeout, want.count)
         if job.terminal and job.started_at is None:
             raise NotGranted(job)
         return job
@@ -453,7 +457,7 @@ class Client:
         ttl: Duration,
         reason: str | None = None,
         select: str = "",
-        device: str = "",
+        device: str | Sequence[str] = "",
         count: int = 1,
         timeout: Duration | None = None,
     ) -> LeaseContext:
@@ -464,12 +468,17 @@ class Client:
         releases it, also on an exception or ``KeyboardInterrupt``. The in-process
         replacement of ``with flock(...)`` on the device host.
         """
-        options.check_target(device, select, count)
+        options.target(device, select, count)  # refused before any request
         options.ceiling(ttl, "ttl")
 
         def take() -> Job:
             return self.hold(
-                ttl=ttl, reason=reason, select=select, device=device, count=count, timeout=timeout
+                ttl=ttl,
+                reason=reason,
+                select=select,
+                device=device,
+                count=count,
+                timeout=timeout,
             )
 
         return LeaseContext(self, take)
