@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from resource_controller import errors
+from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
@@ -125,6 +125,7 @@ def assign(conn: sa.Connection, now: int, job: JobRecord, device: DeviceRecord) 
         raise _NotQueued(job.id)  # rolls the device flip back with the transaction
     grant(conn, now, job, device.id, runtime)
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device.id))
+    crashpoints.hit("grant", ".before_commit")
     return "assigned"
 
 
@@ -246,6 +247,7 @@ def _turn(
         device = by_id[device_id]
         outcome = _try_assign(transaction, now, job, device)
         if outcome == "assigned":
+            crashpoints.hit("grant", ".after_commit")
             planner.placed(snap, [device_id])
             assigned.append(Assigned(job.id, device.worker_id))
             return

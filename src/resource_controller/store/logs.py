@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from resource_controller import errors
+from resource_controller import crashpoints, errors
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 READ_CHUNK = 32 * 1024
@@ -66,9 +66,11 @@ class LogStore:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
+                crashpoints.hit("log_append", ".before_write")
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(fd, view) :]
+                crashpoints.hit("log_append", ".after_write")
             finally:
                 os.close(fd)
         except OSError as exc:
