@@ -124,9 +124,10 @@ class Controller:
         except subprocess.TimeoutExpired:
             return None
 
-    def stop(self) -> None:
+    def stop(self, hard: bool = False) -> None:
+        """SIGTERM and wait, or with ``hard`` SIGKILL (once every check has been made)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -411,7 +412,7 @@ def trial(point: str, n: int, tmp: Path, tag: str = "t", max_rounds: int = 20) -
         finally:
             d2.close()
     finally:
-        ctl.stop()
+        ctl.stop(hard=not problems)
     problems += lost + bad
     return Outcome(
         point, n, crashed, checked, acked_count(acked), lost, bad, problems, time.monotonic() - t0
