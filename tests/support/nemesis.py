@@ -67,8 +67,11 @@ class FaultProxy:
         #: Connections accepted, and those closed or reset at once by ``drop``/``reset``.
         self.accepted = 0
         self.refused = 0
+        #: Wall-clock time bytes last went each way (the peers' last contact).
+        self.last_forwarded: dict[Direction, float] = {"up": 0.0, "down": 0.0}
         self._loop = asyncio.new_event_loop()
         self._changed: asyncio.Event | None = None
+        self._closing = False
         self._server: asyncio.Server | None = None
         self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()
         self._thread = threading.Thread(
@@ -98,6 +101,7 @@ class FaultProxy:
         self._loop.close()
 
     async def _close(self) -> None:
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for down, up in list(self._conns):
@@ -105,10 +109,14 @@ class FaultProxy:
             if up is not None:
                 up.transport.abort()
         self._conns.clear()
+        assert self._changed is not None
+        self._changed.set()  # held pumps wake, see the closing flag and end
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=2)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -145,9 +153,11 @@ class FaultProxy:
 
     async def _permit(self, direction: Direction) -> None:
         """Return once bytes may flow ``direction``; hold them while the mode says so."""
-        while direction in _HOLDS.get(self.mode, frozenset()):
+        while direction in _HOLDS.get(self.mode, frozenset()) and not self._closing:
             assert self._changed is not None
             await self._changed.wait()
+        if self._closing:
+            raise ConnectionAbortedError("the proxy is closing")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -165,7 +175,7 @@ class FaultProxy:
             # A black hole answers nothing: the server is not even dialled until it heals.
             await self._permit("up")
             up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
+        except OSError:  # ConnectionAbortedError too: the proxy closed meanwhile
             self._conns.discard(pair)
             writer.transport.abort()
             return
@@ -204,6 +214,7 @@ class FaultProxy:
                     await asyncio.sleep(self.delay)
                 await self._permit(direction)
                 writer.write(chunk)
+                self.last_forwarded[direction] = time.time()
                 await writer.drain()
             await self._permit(direction)
             if writer.can_write_eof() and not writer.transport.is_closing():
