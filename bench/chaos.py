@@ -11,8 +11,14 @@ Phase 2 (EXT-OUTBOX-4): 50 jobs running on 4 workers, the controller down for 60
 while they finish; every outcome must land with its real exit code and no device may
 be quarantined.
 
+Each job stamps its hold of the device through ``support.history.FlockRecorder`` and
+the run is judged by ``support.history.check`` (overlapping holds, lock refusals, jobs
+without exactly one terminal state, duplicate jobs per idempotency key); processes are
+killed through ``support.nemesis``.
+
 Reports: jobs submitted, jobs per final state, exclusivity violations, exit-code
-mismatches, jobs with no terminal state at the end, quarantined devices and reasons.
+mismatches, jobs with no terminal state at the end, duplicate jobs, quarantined devices
+and reasons.
 Usage: ``python bench/chaos.py [--seconds 120] [--outage 60] [--json out.json]``.
 """
 
@@ -36,9 +42,14 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support import history as hist
+from support.nemesis import kill_hard
+
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
-TERMINAL = {"succeeded", "failed", "killed", "lost"}
+TERMINAL = hist.TERMINAL
 HEADERS = {"Authorization": "Bearer ctok"}
 
 
@@ -67,7 +78,7 @@ class Fleet:
 
     def kill_controller(self) -> None:
         if self.controller is not None:
-            self.controller.kill()
+            kill_hard(self.controller.pid)
             self.controller.wait(10)
 
     def start_worker(self, host: str) -> None:
@@ -86,7 +97,7 @@ class Fleet:
     def kill_worker(self, host: str) -> None:
         proc = self.workers[host]
         if proc is not None:
-            proc.kill()
+            kill_hard(proc.pid)
             proc.wait(10)
 
     def stop(self) -> None:
@@ -126,14 +137,18 @@ def _wait(ok: Callable[[], object], timeout: float, what: str) -> None:
     raise SystemExit(f"{what} did not come up")
 
 
-async def _submit(client: httpx.AsyncClient, body: dict[str, object], stop_at: float) -> str | None:
-    """Submit with an idempotency key, retrying through outages; None if time ran out."""
-    body = {**body, "idempotency_key": str(uuid.uuid4())}
+async def _submit(
+    client: httpx.AsyncClient, body: dict[str, object], stop_at: float
+) -> tuple[str, str] | None:
+    """Submit with an idempotency key, retrying through outages; (key, job ID), or None
+    if time ran out."""
+    key = str(uuid.uuid4())
+    body = {**body, "idempotency_key": key}
     while time.monotonic() < stop_at:
         try:
             r = await client.post("/v1/jobs", json=body)
             if r.status_code == 201:
-                return str(r.json()["id"])
+                return key, str(r.json()["id"])
         except httpx.HTTPError:
             pass
         await asyncio.sleep(0.5)
@@ -156,9 +171,9 @@ async def _final(
 
 
 async def phase_one(fleet: Fleet, seconds: float, drain: float) -> dict[str, object]:
-    locks = fleet.tmp / "locks"
-    locks.mkdir()
-    submitted: list[tuple[str, int]] = []
+    rec = hist.FlockRecorder(fleet.tmp / "locks")
+    history = hist.History()
+    expected: dict[str, int] = {}
     load_until = time.monotonic() + seconds
     rng = random.Random(7)
 
@@ -166,17 +181,13 @@ async def phase_one(fleet: Fleet, seconds: float, drain: float) -> dict[str, obj
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while time.monotonic() < load_until:
                 code = rng.randrange(0, 6)
-                script = (
-                    f'flock -n -E 99 "{locks}/$RC_DEVICE" sh -c "sleep 0.$(( $$ % 5 ))"; '
-                    f'rc=$?; [ "$rc" = 99 ] && echo VIOLATION && exit 99; exit {code}'
-                )
-                job = await _submit(
-                    c, {"command": ["sh", "-c", script], "submitter": f"chaos-{k}"}, load_until
-                )
-                if job is None:
+                command = rec.command('sleep "0.$(( $$ % 5 ))"', exit_code=code)
+                got = await _submit(c, {"command": command, "submitter": f"chaos-{k}"}, load_until)
+                if got is None:
                     return
-                submitted.append((job, code))
-                await _final(c, job, load_until)
+                history.submitted.append(hist.Submission(*got))
+                expected[got[1]] = code
+                await _final(c, got[1], load_until)
 
     async def chaos_monkey() -> None:
         start = time.monotonic()
@@ -200,27 +211,31 @@ async def phase_one(fleet: Fleet, seconds: float, drain: float) -> dict[str, obj
     finals: dict[str, dict[str, object] | None] = {}
     async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
         drain_until = time.monotonic() + drain
-        for job_id, _code in submitted:
-            finals[job_id] = await _final(c, job_id, drain_until)
+        for sub in history.submitted:
+            finals[sub.job_id] = await _final(c, sub.job_id, drain_until)
+    hist.add_controller_jobs(history, [f for f in finals.values() if f], at=time.time())
+    history.intervals += rec.read()[0]
+    history.refusals += rec.read()[1]
+    verdict = hist.check(history, leases=True)
     states = collections.Counter(
         (f or {}).get("state", "no terminal state") for f in finals.values()
     )
-    violations, mismatched = 0, 0
-    async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
-        for job_id, code in submitted:
-            f = finals[job_id]
-            if f is None:
-                continue
-            if f.get("exit_code") == 99:
-                violations += 1
-            elif f["state"] in ("succeeded", "failed") and f.get("exit_code") != code:
-                mismatched += 1
+    mismatched = sum(
+        1
+        for job_id, f in finals.items()
+        if f
+        and f["state"] in ("succeeded", "failed")
+        and f.get("exit_code") not in (expected[job_id], hist.REFUSED_EXIT)
+    )
+    figures = verdict.figures()
     return {
-        "submitted": len(submitted),
+        "submitted": len(history.submitted),
         "states": dict(states),
-        "violations": violations,
+        "violations": figures["exclusivity_violations"],
         "exit_code_mismatches": mismatched,
-        "without_terminal_state": states.get("no terminal state", 0),
+        "without_terminal_state": figures["without_terminal_state"],
+        "duplicate_jobs": figures["duplicate_jobs"],
+        "checker": figures,
         "quarantined": _quarantined(fleet),
     }
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import uvicorn
 
-from resource_controller import logfmt
+from resource_controller import crashpoints, logfmt
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
@@ -61,6 +61,14 @@ def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
     except testtimings.TestTimingsError as exc:
         raise StartupError(str(exc)) from None
     return dataclasses.replace(settings, **changes)
+
+
+def arm_crash_point(raw: str | None) -> None:
+    """``RC_TEST_CRASH_AT``, read once at start (a test hook only, see ``crashpoints``)."""
+    try:
+        crashpoints.arm(raw)
+    except crashpoints.CrashPointError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -200,6 +208,7 @@ def run(
             Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook), **policy),
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
         )
+        arm_crash_point(os.environ.get(crashpoints.VARIABLE))
         host, port = parse_addr(addr)
         sock = bind(host, port)
     except StartupError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from resource_controller import errors
+from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
 from resource_controller.core import expiry, scheduling
 from resource_controller.core.waiting import Blocker
@@ -61,11 +61,14 @@ class Store:
         return int(self.clock.now())
 
     @contextmanager
-    def _tx(self) -> Iterator[sa.Connection]:
+    def _tx(self, point: str = "") -> Iterator[sa.Connection]:
+        """One transaction under the lock; ``point`` names its crash point (a test hook)."""
         with self._lock:
             try:
                 with self._conn.begin():
                     yield self._conn
+                    crashpoints.hit(point, ".before_commit")
+                crashpoints.hit(point, ".after_commit")
             except errors.RcError:
                 raise
             except sa.exc.SQLAlchemyError as exc:
@@ -74,7 +77,7 @@ class Store:
     # ---- queue ----------------------------------------------------------------
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
-        with self._tx() as c:
+        with self._tx("submit") as c:
             return jobs.enqueue(c, self.now(), req)
 
     def schedule(self) -> list[Assigned]:
@@ -154,21 +157,21 @@ class Store:
             return jobs.cancel_queued(c, self.now(), job_id, reason)
 
     def request_kill(self, job_id: str, reason: str, finalize_disconnected: bool = False) -> str:
-        with self._tx() as c:
+        with self._tx("kill") as c:
             return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
 
     def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
-        with self._tx() as c:
+        with self._tx("handout") as c:
             return jobs.take_work(c, self.now(), worker_id)
 
     def mark_running(self, job_id: str) -> None:
-        with self._tx() as c:
+        with self._tx("running") as c:
             jobs.mark_running(c, self.now(), job_id)
 
     def release(
         self, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
     ) -> Release:
-        with self._tx() as c:
+        with self._tx("finish") as c:
             return jobs.release(c, self.now(), job_id, state, exit_code, reason)
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
@@ -183,7 +186,7 @@ class Store:
     # ---- workers and devices ----------------------------------------------------
 
     def register(self, host: str, boot_id: str, declared: list[tuple[str, int]]) -> Registration:
-        with self._tx() as c:
+        with self._tx("register") as c:
             return devices.register(c, self.now(), host, boot_id, declared)
 
     def heartbeat(
@@ -194,7 +197,7 @@ class Store:
         pending: list[str] | None = None,
     ) -> None:
         """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step."""
-        with self._tx() as c:
+        with self._tx("heartbeat") as c:
             devices.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
@@ -211,7 +214,7 @@ class Store:
 
     def sweep(self, rules: expiry.SweepRules) -> SweepResult:
         """One sweep (STORE-100..105): demote the silent, reap, expire; never frees a device."""
-        with self._tx() as c:
+        with self._tx("sweep") as c:
             return sweep.sweep(c, self.now(), rules)
 
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:

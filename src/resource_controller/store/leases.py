@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from resource_controller import errors
+from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
@@ -144,6 +144,7 @@ def assign(
     for device_id in ids:
         grant(conn, now, job, device_id, runtime)
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id.in_(ids)))
+    crashpoints.hit("grant", ".before_commit")
     return "assigned"
 
 
@@ -273,6 +274,7 @@ def _turn(
         group = [by_id[d] for d in choice]
         outcome = _try_assign(transaction, now, job, group)
         if outcome == "assigned":
+            crashpoints.hit("grant", ".after_commit")
             planner.placed(snap, choice)
             assigned.append(Assigned(job.id, group[0].worker_id))
             return

@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from resource_controller import errors
+from resource_controller import crashpoints, errors
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 READ_CHUNK = 32 * 1024
@@ -145,7 +145,9 @@ class LogStore:
         path = self.path(job_id)
         try:
             with self._lock:
+                crashpoints.hit("log_append", ".before_write")
                 self._append(job_id, path, chunk)
+                crashpoints.hit("log_append", ".after_write")
         except OSError as exc:
             raise errors.LogError(f"append to log of {job_id} failed: {exc.strerror}") from exc
 

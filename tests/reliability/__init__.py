@@ -1,0 +1,1 @@
+"""The reliability harness: histories and their checks, nemeses, crash points, partitions."""
