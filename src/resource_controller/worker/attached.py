@@ -108,8 +108,10 @@ async def run(
             timings=timings,
         )
     finally:
+        # The relay answers the output half once it handed on every byte; hanging up
+        # before that answer could drop the last chunks at the controller.
         with contextlib.suppress(duplex.StreamError):
-            await output.finish()
+            await output.finish_and_await_answer()
         output.close()
         inp.close()
 
