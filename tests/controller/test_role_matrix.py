@@ -269,3 +269,39 @@ def test_a_query_token_authenticates_only_the_event_stream(rc: Harness) -> None:
     # A header with a non-empty token always wins over the query (AUTH-004).
     status, _ = call(rc, "GET", "/v1/events", BAD, {"params": {"token": CLIENT}})
     assert status == 401
+
+
+#: Authorization headers that carry a valid token but not as ``Bearer <token>`` (AUTH-001).
+MALFORMED = (
+    ADMIN,
+    f"bearer {ADMIN}",
+    f"BEARER {ADMIN}",
+    f"Basic {ADMIN}",
+    f"Bearer  {ADMIN}",
+    f"Bearer {ADMIN}x",  # a listed token plus more
+    f"Bearer {ADMIN[:-1]}",  # a prefix of a listed token
+    f"Bearer {ADMIN},{CLIENT}",
+    f"Bearer {ADMIN}:admin",
+    "Bearer",  # (a trailing space is not a legal header ending: httpx refuses to send it)
+)
+
+
+def test_a_valid_token_in_a_malformed_header_is_401_everywhere(rc: Harness) -> None:
+    """AUTH-001: exactly ``Bearer `` and a listed token; an admin token any other way is 401."""
+    wid = rc.register("gpubox", ("gpu0", "gpu1"))
+    job_id, _ = rc.running_job("gpubox:gpu0")
+    ids = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1"}
+    problems = []
+    for route, role in sorted(EXPECTED.items()):
+        if role == "none":
+            continue
+        method, template = route
+        url = fill(template, ids)
+        for header in MALFORMED:
+            with httpx.Client(base_url=rc.url, timeout=10, verify=False) as c:
+                r = c.request(
+                    method, url, headers={"Authorization": header}, **REQUESTS.get(route, {})
+                )
+            if r.status_code != 401 or r.json().get("error") != "unauthorized":
+                problems.append(f"{method} {url} with {header!r}: {r.status_code} {r.text[:120]}")
+    assert not problems, "\n".join(problems)
