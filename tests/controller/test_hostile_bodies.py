@@ -180,3 +180,18 @@ def test_malformed_json_is_400_naming_the_field(
         r.status_code,
         r.text,
     )
+
+
+@pytest.mark.parametrize("route", sorted(CASES), ids=lambda r: f"{r[0].upper()} {r[1]}")
+def test_chunked_body_over_the_cap_is_413(rc: Harness, ids: dict[str, str], route: Any) -> None:
+    """No Content-Length to trust: the cap holds while the body streams (EXT-LIMITS-2)."""
+    op = openapi.ROUTES[route]
+    case = CASES[route]
+    cap = case.get("cap", limits.BODY_BYTES)
+    code = "chunk_too_large" if case.get("raw") else "body_too_large"
+    piece = b" " * 65536
+    count = cap // len(piece) + 2  # past the cap, and never terminated
+    head = _head(fill(route[1], ids), token_for(op.role), "Transfer-Encoding: chunked\r\n")
+    status, err = _raw_request(rc, head, [b"%x\r\n%s\r\n" % (len(piece), piece)] * count)
+    assert status == 413 and err["error"] == code, (status, err)
+    assert rc.anon.get("/healthz").status_code == 200
