@@ -1,10 +1,13 @@
 """Schemathesis over the published document, against a real loopback controller (EXT-LIMITS-5).
 
-For each role's token, and for none, every operation gets a bounded number of
-generated requests, schema-conforming and schema-violating, from a fixed seed. The
-run fails on any 5xx (except the one the spec names: ``log_error`` for a log append
-whose job ID cannot name a file, LOG-001) and on any answer the document does not
-describe: its status, content type, headers or body.
+For each role's token, an unknown token, and none, every operation gets a bounded
+number of generated requests, schema-conforming and schema-violating, from a fixed
+seed. The run fails on any 5xx (except the one the spec names: ``log_error`` for a log
+append whose job ID cannot name a file, LOG-001), on any answer the document does not
+describe (its status, content type, headers or body), and on any auth bypass: a
+protected route answered without ``401`` to a caller with no valid token, or without
+``403`` to a token whose role does not satisfy it (AUTH-002, AUTH-003), whatever else
+the generated request got wrong.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from schemathesis.checks import (
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.core.result import Err
 
+from resource_controller.controller import openapi
+
 #: Examples per operation, per generation mode, per role: about a minute in all.
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
 SEED = int(os.environ.get("RC_FUZZ_SEED", "20270115"))
@@ -46,7 +51,15 @@ CHECKS = [
 #: covers their authentication, headers and frames; the relay halves (TTY-001) wait for
 #: their peer, and tests/controller/test_relay_routes.py covers them.
 STREAMS = {"/v1/events", "/v1/jobs/{job_id}/tty/out", "/v1/jobs/{job_id}/tty/in"}
-ROLES = {"worker": WORKER, "client": CLIENT, "admin": ADMIN, "none": None}
+ROLES = {"worker": WORKER, "client": CLIENT, "admin": ADMIN, "bad": "nope-unknown", "none": None}
+#: The roles each caller satisfies (AUTH-002: admin implies every role).
+SATISFIES = {
+    "worker": {"worker"},
+    "client": {"client"},
+    "admin": {"worker", "client", "admin"},
+    "bad": set(),
+    "none": set(),
+}
 
 
 @dataclass
@@ -67,6 +80,17 @@ class Tally:
     requests: Counter[str] = field(default_factory=Counter)
     server_errors: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
+    bypasses: list[Finding] = field(default_factory=list)
+
+
+def _auth_answer(role: str, method: str, path: str) -> int | None:
+    """The status a caller must get on a route it may not use; ``None`` when it may."""
+    needed = openapi.ROUTES[(method.lower(), path)].role
+    if needed == "none":
+        return None
+    if not SATISFIES[role]:
+        return 401
+    return None if needed in SATISFIES[role] else 403
 
 
 def _documented_failure(case: Any, response: Any) -> bool:
@@ -111,6 +135,18 @@ def _run(url: str, doc: dict[str, Any], role: str, tally: Tally) -> None:
                     case.query = {**(case.query or {}), "wait": "10ms"}
                 response = case.call(base_url=url, timeout=10)
                 tally.requests[role] += 1
+                refusal = _auth_answer(role, case.method, case.path)
+                if refusal is not None and response.status_code != refusal:
+                    tally.bypasses.append(
+                        Finding(
+                            role,
+                            case.method,
+                            case.path,
+                            response.status_code,
+                            f"auth bypass: expected {refusal}",
+                            case.as_curl_command()[:600],
+                        )
+                    )
                 if _documented_failure(case, response):
                     return
                 if response.status_code >= 500:
@@ -154,8 +190,11 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(rc: Harne
         "requests": dict(tally.requests),
         "server_errors": dict(tally.server_errors),
         "failures": dict(Counter(f.role for f in tally.findings)),
+        "bypasses": len(tally.bypasses),
     }
     print(json.dumps(report))
     for f in tally.findings:
         print(f)
+    assert not tally.bypasses, f"{report}\n" + "\n".join(str(f) for f in tally.bypasses[:20])
     assert not tally.findings, f"{report}\n" + "\n".join(str(f) for f in tally.findings[:20])
+    assert not tally.server_errors, report
