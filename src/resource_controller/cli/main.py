@@ -184,13 +184,10 @@ Shell completion, e.g. in ~/.bashrc (zsh_source, fish_source alike):
 
 
 def installed_version() -> str:
-    """The installed package's version, from its metadata (EXT-CLI-8)."""
-    from importlib import metadata
+    """The installed package's version (EXT-CLI-8), cheaply: see ``version``."""
+    from resource_controller import version
 
-    try:
-        return metadata.version("resource-controller")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed as a package)"
+    return version.installed_version()
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
