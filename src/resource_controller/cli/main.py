@@ -24,7 +24,8 @@ from resource_controller import errors
 from resource_controller.cli import common, render, signals
 
 #: name -> ("module:function", one-line help). The help lives here so that listing
-#: commands imports nothing.
+#: commands imports nothing; loading a command makes this its ``short_help``
+#: (``tests/cli/test_help_pages.py`` checks each entry against the real command).
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "resource_controller.cli.jobs:run",
@@ -83,6 +84,9 @@ class LazyGroup(click.Group):
         command = getattr(module, attr)
         if not isinstance(command, click.Command):
             raise common.Failure(f"rc {cmd_name} is not available")
+        # The table's summary is the command's short help everywhere (rc help, and the
+        # descriptions zsh and fish completion show), so the two cannot disagree.
+        command.short_help = target[1]
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
