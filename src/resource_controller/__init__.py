@@ -97,10 +97,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(module), name)
     if name == "__version__":
-        from importlib import metadata
+        from resource_controller import version
 
-        try:
-            return metadata.version("resource-controller")
-        except metadata.PackageNotFoundError:
-            return "0+unknown"
+        return version.installed_version(default="0+unknown")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,6 +40,33 @@ def test_the_walk_sees_every_command() -> None:
     assert {"help", "version", "run", "hold", "serve", "worker"} <= names
 
 
+@pytest.mark.parametrize("name", sorted(main.COMMANDS))
+def test_the_static_table_matches_the_command_it_loads(name: str) -> None:
+    # rc help lists summaries from main.COMMANDS without importing the commands; the
+    # entry must name a command of that name, and its summary is that command's own.
+    command = _command(name)
+    assert command.name == name
+    summary = main.COMMANDS[name][1]
+    assert summary.strip() and "\n" not in summary and len(summary) <= 70, summary
+    assert command.get_short_help_str(limit=200) == summary
+
+
+def test_the_overview_imports_no_command_module() -> None:
+    code = (
+        "import sys\n"
+        "from resource_controller.cli import main\n"
+        "try:\n"
+        "    main.rc.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "mods = {t.partition(':')[0] for t, _ in main.COMMANDS.values()}\n"
+        "print(sorted(m for m in mods if m in sys.modules), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Commands:" in out.stdout
+    assert out.stderr.strip() == "[]"
+
+
 @pytest.mark.parametrize("name", _all_commands())
 def test_each_command_has_a_complete_help_page(run_rc: Rc, name: str) -> None:
     result = run_rc("help", name)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
-from resource_controller.client import api
+
+if TYPE_CHECKING:
+    # Loaded by _client: ``rc run --help`` and the other help pages make no request.
+    from resource_controller.client import api
 
 #: CLI-197: exit code on interrupt.
 EXIT_INTERRUPTED = 130
@@ -23,6 +26,8 @@ EXIT_INTERRUPTED = 130
 
 def _client(as_flag: str = "") -> api.Client:
     """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
+    from resource_controller.client import api
+
     return api.Client(submitter=as_flag or None)
 
 

@@ -24,7 +24,8 @@ from resource_controller import errors
 from resource_controller.cli import common, render, signals
 
 #: name -> ("module:function", one-line help). The help lives here so that listing
-#: commands imports nothing.
+#: commands imports nothing; loading a command makes this its ``short_help``
+#: (``tests/cli/test_help_pages.py`` checks each entry against the real command).
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "resource_controller.cli.jobs:run",
@@ -83,6 +84,9 @@ class LazyGroup(click.Group):
         command = getattr(module, attr)
         if not isinstance(command, click.Command):
             raise common.Failure(f"rc {cmd_name} is not available")
+        # The table's summary is the command's short help everywhere (rc help, and the
+        # descriptions zsh and fish completion show), so the two cannot disagree.
+        command.short_help = target[1]
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -184,13 +188,10 @@ Shell completion, e.g. in ~/.bashrc (zsh_source, fish_source alike):
 
 
 def installed_version() -> str:
-    """The installed package's version, from its metadata (EXT-CLI-8)."""
-    from importlib import metadata
+    """The installed package's version (EXT-CLI-8), cheaply: see ``version``."""
+    from resource_controller import version
 
-    try:
-        return metadata.version("resource-controller")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed as a package)"
+    return version.installed_version()
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -10,7 +10,6 @@ surfaces as an exception and a non-zero exit instead of a silently lost table
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -60,11 +59,15 @@ def command_text(command: Any) -> str:
 
 def json_compact(value: Any) -> str:
     """One line of JSON, newline-terminated (``rc jobs -o json``, CLI-143)."""
+    import json  # not at the top: every rc start imports this module, few print JSON
+
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
 def json_indented(value: Any) -> str:
     """JSON indented two spaces, newline-terminated (``rc devices``/``describe``)."""
+    import json
+
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 

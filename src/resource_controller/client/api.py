@@ -18,10 +18,15 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resource_controller import errors
-from resource_controller.client import config, shapes, transport
+from resource_controller.client import config, shapes
+
+if TYPE_CHECKING:
+    # Imported when a Client first needs it: http.client pulls in email and ssl, and
+    # every command's --help (and the Python API's views) would pay for it otherwise.
+    from resource_controller.client import transport
 
 #: A job, device view or other controller object, exactly as the controller sent it.
 Json = dict[str, Any]
@@ -282,6 +287,8 @@ class Client:
             else:
                 url, origin = self._settings.controller(), self._settings.controller_origin()
             tok = token if token is not None else self._settings.token()
+            from resource_controller.client import transport
+
             http = transport.Transport(url, tok, origin=origin)
         self._http = http
         self._submitter = submitter
