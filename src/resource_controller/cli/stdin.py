@@ -16,23 +16,22 @@ import contextlib
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
 
 from resource_controller import duplex
 from resource_controller.cli import common, signals
-from resource_controller.cli.tty import SessionError, open_half, readable
+from resource_controller.cli.tty import (
+    SessionError,
+    SessionState,
+    copy_output,
+    on_signal,
+    open_half,
+    readable,
+)
 from resource_controller.client import api
 
 #: Bytes per read of stdin.
 BLOCK = 65_536
 DETACHING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@dataclass
-class _State:
-    signum: int = 0
-    error: str = ""
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def forward(client: api.Client, job_id: str) -> None:
@@ -48,11 +47,11 @@ def forward(client: api.Client, job_id: str) -> None:
         raise common.Failure(state.error)
 
 
-async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> _State:
-    state = _State()
+async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> SessionState:
+    state = SessionState()
     loop = asyncio.get_running_loop()
     for sig in DETACHING:
-        loop.add_signal_handler(sig, _on_signal, state, sig)
+        loop.add_signal_handler(sig, on_signal, state, sig)
     path = f"/v1/jobs/{job_id}/tty"
     try:
         out = await open_half(base, "GET", f"{path}/out", token, "output", "job's stdio")
@@ -65,7 +64,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
         state.error = str(exc)
         return state
     tasks = [
-        asyncio.create_task(_copy_out(out, out_fd, state)),
+        asyncio.create_task(copy_output(out, out_fd, state, "the job's output")),
         asyncio.create_task(_copy_in(inp, in_fd)),
     ]
     try:
@@ -79,25 +78,6 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
         out.close()
         inp.close()
     return state
-
-
-def _on_signal(state: _State, signum: int) -> None:
-    state.signum = state.signum or signum
-    state.stop.set()
-
-
-async def _copy_out(out: duplex.Stream, fd: int, state: _State) -> None:
-    try:
-        while data := await out.read():
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-    except duplex.StreamError as exc:
-        state.error = f"the job's output ended: {exc}"
-    except OSError as exc:
-        state.error = f"cannot write output: {exc.strerror or exc}"
-    finally:
-        state.stop.set()
 
 
 async def _read(fd: int, pollable: bool) -> bytes:

@@ -73,7 +73,7 @@ def resize_frame(rows: int, cols: int) -> bytes:
 
 
 @dataclass
-class _State:
+class SessionState:
     """What happened during the session, read once the terminal is restored."""
 
     signum: int = 0
@@ -119,11 +119,11 @@ def _restore(fd: int, saved: list[Any]) -> bool:
     return True
 
 
-async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> _State:
-    state = _State()
+async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> SessionState:
+    state = SessionState()
     loop = asyncio.get_running_loop()
     for sig in DETACHING:
-        loop.add_signal_handler(sig, _on_signal, state, sig)
+        loop.add_signal_handler(sig, on_signal, state, sig)
     path = f"/v1/jobs/{job_id}/tty"
     try:
         out = await open_half(base, "GET", f"{path}/out", token, "output")
@@ -137,7 +137,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
         state.error = str(exc)
         return state
     tasks = [
-        asyncio.create_task(_copy_output(out, out_fd, state), name="tty-out"),
+        asyncio.create_task(copy_output(out, out_fd, state), name="tty-out"),
         asyncio.create_task(_send_keys(inp, in_fd, state), name="tty-in"),
     ]
     winch = _Resizer(inp, in_fd, state)
@@ -160,7 +160,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
     return state
 
 
-def _on_signal(state: _State, signum: int) -> None:
+def on_signal(state: SessionState, signum: int) -> None:
     state.signum = state.signum or signum
     state.stop.set()
 
@@ -178,15 +178,17 @@ async def open_half(
         raise SessionError(f"cannot open the {half} half of the {what}: {exc}") from None
 
 
-async def _copy_output(out: duplex.Stream, fd: int, state: _State) -> None:
-    """The job's bytes to stdout as they come; EOF ends the session (CLI-087)."""
+async def copy_output(
+    out: duplex.Stream, fd: int, state: SessionState, what: str = "terminal output"
+) -> None:
+    """The job's bytes to ``fd`` as they come; EOF ends the session (CLI-087)."""
     try:
         while data := await out.read():
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
     except duplex.StreamError as exc:
-        state.error = state.error or f"terminal output ended: {exc}"
+        state.error = state.error or f"{what} ended: {exc}"
     except OSError as exc:
         state.error = state.error or f"cannot write output: {exc.strerror or exc}"
     finally:
@@ -208,7 +210,7 @@ async def readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
-async def _send_keys(inp: duplex.Stream, fd: int, state: _State) -> None:
+async def _send_keys(inp: duplex.Stream, fd: int, state: SessionState) -> None:
     """One data frame per read of stdin; stdin's end closes the input half only."""
     try:
         while True:
@@ -231,7 +233,7 @@ async def _send_keys(inp: duplex.Stream, fd: int, state: _State) -> None:
 class _Resizer:
     """Window changes, coalesced: at most one resize frame in flight (CLI-088)."""
 
-    def __init__(self, inp: duplex.Stream, fd: int, state: _State) -> None:
+    def __init__(self, inp: duplex.Stream, fd: int, state: SessionState) -> None:
         self.inp = inp
         self.fd = fd
         self.state = state
