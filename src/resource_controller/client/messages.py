@@ -1,0 +1,208 @@
+"""What the client puts on the wire and how it reads the answers (CLI-072..075, EXT-CLI-7).
+
+Pure pieces with no connection: request paths, the submit body, the refusals a status
+maps to, the job view, and the job-ID prefix lookup. ``api.Client`` and the asyncio
+client both build on them, so the two cannot disagree about a body or an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from resource_controller import errors
+from resource_controller.client import shapes
+
+#: A job, device view or other controller object, exactly as the controller sent it.
+Json = dict[str, Any]
+
+#: EXT-CLI-7: the shortest job ID prefix the client resolves, and how many of the jobs
+#: an ambiguous one matches are named.
+MIN_ID_PREFIX = 6
+
+
+AMBIGUOUS_SHOWN = 5
+
+
+#: A complete job ID as this controller makes them (a UUID), used as given.
+_FULL_JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class JobIdError(errors.ClientError):
+    """A job ID prefix that is too short or matches several jobs (EXT-CLI-7)."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """``GET /v1/jobs/{id}``: the job and, while it is queued, its 1-based position."""
+
+    job: Json
+    #: 0 when the job is not queued (the controller omits the key then).
+    queue_position: int = 0
+    #: What the queued job waits for, one entry per device (EXT-WHY-1a); empty otherwise.
+    waiting_for: list[Json] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        """The job's state word."""
+        return str(self.job.get("state", ""))
+
+
+def exit_status(code: int) -> int:
+    """The process exit status for a job's non-zero code (CLI-050).
+
+    As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
+    256 becomes 1: a failed job must never read as success.
+    """
+    status = code % 256
+    return status if status else 1
+
+
+def new_idempotency_key() -> str:
+    """A fresh random UUID4 (CLI-074), without paying for the ``uuid`` module's import."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def job_path(job_id: str) -> str:
+    """``/v1/jobs/{id}`` with the ID inserted as typed (CLI-071); only what HTTP forbids is escaped."""
+    return "/v1/jobs/" + urllib.parse.quote(job_id, safe="/:@!$&'()*+,;=")
+
+
+def device_path(device_id: str, *, segment: bool = False) -> str:
+    """``/v1/devices/{id}``; the ``:`` of a device ID is never percent-encoded (CLI-071).
+
+    ``segment`` encodes every other reserved character, as ``clear`` and ``retire`` do.
+    """
+    safe = "$&+=:@" if segment else "/:@!$&'()*+,;="
+    return "/v1/devices/" + urllib.parse.quote(device_id, safe=safe)
+
+
+def _controller_message(e: errors.ApiError) -> str:
+    """The message the controller sent, or ``""`` when it sent none (not the class default)."""
+    default = (type(e).__doc__ or "").strip()
+    return "" if e.message == default else e.message
+
+
+def submit_body(
+    submitter: str,
+    command: Sequence[str] | None,
+    *,
+    device: str = "",
+    selector: str = "",
+    cwd: str = "",
+    env: Mapping[str, str] | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
+    max_runtime_seconds: int = 0,
+    idle_timeout_seconds: int = 0,
+    no_wait: bool = False,
+    kind: str = "",
+    reason: str = "",
+    stdio: str = "",
+    count: int = 1,
+    device_ids: Sequence[str] = (),
+) -> Json:
+    """The submit body (CLI-072): zero and empty values left out, ``command`` and
+    ``submitter`` always sent; ``count`` only when it is not 1 and no ``device_ids``
+    list implies it (EXT-GANG-6)."""
+    body: dict[str, Any] = {"submitter": submitter}
+    if command is not None:
+        body["command"] = list(command)
+    key = new_idempotency_key() if idempotency_key is None else idempotency_key
+    optional: dict[str, Any] = {
+        "device_id": device,
+        "device_ids": list(device_ids) or None,
+        "selector": selector,
+        "cwd": cwd,
+        "env": dict(env) if env else None,
+        "idempotency_key": key,
+        "priority": priority,
+        "max_runtime_seconds": max_runtime_seconds,
+        "idle_timeout_seconds": idle_timeout_seconds,
+        "no_wait": no_wait,
+        "kind": kind,
+        "reason": reason,
+        "stdio": stdio,
+    }
+    body.update({k: v for k, v in optional.items() if v})
+    if count != 1 and not device_ids:
+        body["count"] = count
+    return body
+
+
+def check_hold(ttl_seconds: int, reason: str) -> None:
+    """A hold's own rules, checked before any request (CLI-120): a positive TTL and a reason."""
+    if ttl_seconds <= 0:
+        raise ValueError(f"a hold needs a positive TTL (got {ttl_seconds}s)")
+    if not reason.strip():
+        raise ValueError("a hold needs a reason")
+
+
+def submit_refusal(e: errors.ApiError) -> errors.ClientError:
+    """A submit's error as raised: any 409 is ``NoDeviceError`` (CLI-075)."""
+    if e.status == 409:
+        return errors.NoDeviceError(_controller_message(e) or None)
+    return e
+
+
+def kill_refusal(e: errors.ApiError) -> errors.ClientError:
+    """A kill's error as raised: a 409 is ``NotCancellableError`` with the message (CLI-075)."""
+    if e.status == 409:
+        return errors.NotCancellableError(_controller_message(e) or "job not cancellable")
+    return e
+
+
+def parse_job_view(data: Any, request: str) -> JobView:
+    """``GET /v1/jobs/{id}``'s body as a ``JobView``; no job object is a protocol failure."""
+    data = shapes.normalise(data, shapes.JOB_VIEW)
+    job = data.get("job") if isinstance(data, dict) else None
+    if not isinstance(job, dict):
+        raise errors.TransportError(f"{request}: controller sent no job object")
+    position = data.get("queue_position") or 0
+    waits = data.get("waiting_for")
+    return JobView(
+        job,
+        position if isinstance(position, int) else 0,
+        [w for w in waits if isinstance(w, dict)] if isinstance(waits, list) else [],
+    )
+
+
+def prefix_query(given: str) -> dict[str, str] | None:
+    """The lookup that resolves a job ID prefix (EXT-CLI-7); ``None`` for a complete ID.
+
+    Raises ``JobIdError`` for a prefix shorter than ``MIN_ID_PREFIX``.
+    """
+    if _FULL_JOB_ID.fullmatch(given):
+        return None
+    if len(given) < MIN_ID_PREFIX:
+        raise JobIdError(
+            f"job ID {given!r} is too short: give the full ID or a prefix of at least"
+            f" {MIN_ID_PREFIX} characters"
+        )
+    return {"id_prefix": given, "limit": str(AMBIGUOUS_SHOWN + 1)}
+
+
+def pick_prefix_match(given: str, data: Any) -> str:
+    """The one job ``prefix_query``'s answer names: ``not_found`` for none, ``JobIdError``
+    naming up to five for several."""
+    # Filtered here too, so a controller that ignores the filter cannot pick a wrong job.
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    found = [str(j.get("id") or "") for j in jobs or [] if isinstance(j, dict)]
+    found = [i for i in found if i.startswith(given)]
+    if given in found or len(found) == 1:
+        return given if given in found else found[0]
+    if not found:
+        raise errors.api_error("not_found", f"no job ID starts with {given!r}", 404)
+    shown = ", ".join(found[:AMBIGUOUS_SHOWN])
+    more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+    raise JobIdError(
+        f"job ID prefix {given!r} is ambiguous: it matches {shown}{more} (give more characters)"
+    )
