@@ -70,6 +70,31 @@ def run_job(a: wire.Assignment, timeout: float = 20.0) -> tuple[runner.Outcome, 
     return run(go(), timeout)
 
 
+class WatchedClock(FakeClock):
+    """A fake clock that counts its monotonic readings.
+
+    The runner reads the spawn instant (where max runtime and idleness count from)
+    only once the spawn has completed, which can be well after the process shows in
+    ``/proc`` on a loaded machine; a test that moves the clock before that reading
+    moves the start along with it. Two readings mean the spawn instant is taken and
+    the watchdog loop is running.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        return super().monotonic()
+
+    async def supervised(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.readings < 2:
+            assert time.monotonic() < deadline, "supervision never started"
+            await asyncio.sleep(0.01)
+
+
 async def wait_for_job_process(job_id: str, timeout: float = 5.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while not (pids := pids_with_job_prefix(job_id)):
@@ -287,12 +312,12 @@ def test_output_resets_the_idle_clock() -> None:  # WRK-094
 
 
 def test_watchdogs_read_the_injected_clock() -> None:  # WRK-094: decided on the clock
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["sleep", "30"], max_runtime_seconds=3600, idle_timeout_seconds=600)
         task, _, _ = await start(a, clock)
-        await wait_for_job_process(a.job_id)
+        await clock.supervised()
         await asyncio.sleep(0.3)
         assert not task.done()  # no real time would trip either limit
         clock.advance(3601)  # both are due: max runtime wins
@@ -303,12 +328,12 @@ def test_watchdogs_read_the_injected_clock() -> None:  # WRK-094: decided on the
 
 
 def test_idle_trips_alone_on_the_clock() -> None:
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["sleep", "30"], max_runtime_seconds=3600, idle_timeout_seconds=300)
         task, _, _ = await start(a, clock)
-        await wait_for_job_process(a.job_id)
+        await clock.supervised()
         clock.advance(300)  # not strictly longer yet
         await asyncio.sleep(0.3)
         assert not task.done()
@@ -320,11 +345,12 @@ def test_idle_trips_alone_on_the_clock() -> None:
 
 
 def test_hold_runs_the_sleeper_until_its_ttl() -> None:  # WRK-125, WRK-126
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["false"], kind="hold", max_runtime_seconds=60)
         task, _, _ = await start(a, clock)
+        await clock.supervised()
         (pid,) = await wait_for_job_process(a.job_id)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             assert f.read() == b"sleep\x002147483647\x00"
