@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +421,37 @@ def test_cancelling_the_task_kills_the_group() -> None:
     deadline = time.monotonic() + 3
     while pids_with_job_prefix(a.job_id):
         assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_cancelled_in_the_middle_of_the_spawn_the_whole_group_dies() -> None:
+    # The task torn down after the fork but before asyncio has connected the pipes:
+    # asyncio's own clean-up kills only the leader, so the shell's child lived on
+    # unsupervised until it ended by itself (here 30 s).
+    a = assignment(["sh", "-c", "trap '' TERM; sleep 30"])
+    landed: list[str] = []
+
+    async def go() -> None:
+        task, _, _ = await start(a)
+        # Each turn of the loop runs one step: the job's, then the spawn's (fork and
+        # exec done, the pipes' connection only scheduled), then ours.
+        while not pids_with_job_prefix(a.job_id):
+            await asyncio.sleep(0)
+        # Hold the loop (so the spawn cannot complete) until the shell has its child.
+        deadline = time.monotonic() + 10
+        while len(pids_with_job_prefix(a.job_id)) < 2:
+            assert time.monotonic() < deadline, "the shell never started its child"
+            time.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as caught:
+            await task
+        landed.extend(f.name for f in traceback.extract_tb(caught.value.__traceback__))
+
+    run(go(), 20)
+    assert "start" in landed and "supervise" not in landed  # the spawn was in progress
+    deadline = time.monotonic() + 10
+    while pids_with_job_prefix(a.job_id):
+        assert time.monotonic() < deadline, "the group outlived its cancelled spawn"
         time.sleep(0.02)
 
 
