@@ -219,7 +219,7 @@ def test_a_full_data_disk_refuses_writes_cleanly_keeps_reads_and_recovers(
 
 
 @needs_mount
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_rc_serve_refuses_to_start_on_a_read_only_data_directory(
     cluster: Cluster, data_disk: diskfaults.SmallDisk
 ) -> None:
@@ -238,7 +238,7 @@ def test_rc_serve_refuses_to_start_on_a_read_only_data_directory(
         env=dict(cluster.env(), RC_TOKENS="wtok:worker,ctok:client,atok:admin"),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("rc: "), proc.stderr[-2000:]
