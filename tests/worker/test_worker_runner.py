@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,31 @@ def run_job(a: wire.Assignment, timeout: float = 20.0) -> tuple[runner.Outcome, 
         return outcome, bytes(out.data), time.monotonic() - began
 
     return run(go(), timeout)
+
+
+class WatchedClock(FakeClock):
+    """A fake clock that counts its monotonic readings.
+
+    The runner reads the spawn instant (where max runtime and idleness count from)
+    only once the spawn has completed, which can be well after the process shows in
+    ``/proc`` on a loaded machine; a test that moves the clock before that reading
+    moves the start along with it. Two readings mean the spawn instant is taken and
+    the watchdog loop is running.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        return super().monotonic()
+
+    async def supervised(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.readings < 2:
+            assert time.monotonic() < deadline, "supervision never started"
+            await asyncio.sleep(0.01)
 
 
 async def wait_for_job_process(job_id: str, timeout: float = 5.0) -> list[int]:
@@ -287,12 +313,12 @@ def test_output_resets_the_idle_clock() -> None:  # WRK-094
 
 
 def test_watchdogs_read_the_injected_clock() -> None:  # WRK-094: decided on the clock
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["sleep", "30"], max_runtime_seconds=3600, idle_timeout_seconds=600)
         task, _, _ = await start(a, clock)
-        await wait_for_job_process(a.job_id)
+        await clock.supervised()
         await asyncio.sleep(0.3)
         assert not task.done()  # no real time would trip either limit
         clock.advance(3601)  # both are due: max runtime wins
@@ -303,12 +329,12 @@ def test_watchdogs_read_the_injected_clock() -> None:  # WRK-094: decided on the
 
 
 def test_idle_trips_alone_on_the_clock() -> None:
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["sleep", "30"], max_runtime_seconds=3600, idle_timeout_seconds=300)
         task, _, _ = await start(a, clock)
-        await wait_for_job_process(a.job_id)
+        await clock.supervised()
         clock.advance(300)  # not strictly longer yet
         await asyncio.sleep(0.3)
         assert not task.done()
@@ -320,11 +346,12 @@ def test_idle_trips_alone_on_the_clock() -> None:
 
 
 def test_hold_runs_the_sleeper_until_its_ttl() -> None:  # WRK-125, WRK-126
-    clock = FakeClock()
+    clock = WatchedClock()
 
     async def go() -> runner.Outcome:
         a = assignment(["false"], kind="hold", max_runtime_seconds=60)
         task, _, _ = await start(a, clock)
+        await clock.supervised()
         (pid,) = await wait_for_job_process(a.job_id)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             assert f.read() == b"sleep\x002147483647\x00"
@@ -394,6 +421,37 @@ def test_cancelling_the_task_kills_the_group() -> None:
     deadline = time.monotonic() + 3
     while pids_with_job_prefix(a.job_id):
         assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_cancelled_in_the_middle_of_the_spawn_the_whole_group_dies() -> None:
+    # The task torn down after the fork but before asyncio has connected the pipes:
+    # asyncio's own clean-up kills only the leader, so the shell's child lived on
+    # unsupervised until it ended by itself (here 30 s).
+    a = assignment(["sh", "-c", "trap '' TERM; sleep 30"])
+    landed: list[str] = []
+
+    async def go() -> None:
+        task, _, _ = await start(a)
+        # Each turn of the loop runs one step: the job's, then the spawn's (fork and
+        # exec done, the pipes' connection only scheduled), then ours.
+        while not pids_with_job_prefix(a.job_id):
+            await asyncio.sleep(0)
+        # Hold the loop (so the spawn cannot complete) until the shell has its child.
+        deadline = time.monotonic() + 10
+        while len(pids_with_job_prefix(a.job_id)) < 2:
+            assert time.monotonic() < deadline, "the shell never started its child"
+            time.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as caught:
+            await task
+        landed.extend(f.name for f in traceback.extract_tb(caught.value.__traceback__))
+
+    run(go(), 20)
+    assert "start" in landed and "supervise" not in landed  # the spawn was in progress
+    deadline = time.monotonic() + 10
+    while pids_with_job_prefix(a.job_id):
+        assert time.monotonic() < deadline, "the group outlived its cancelled spawn"
         time.sleep(0.02)
 
 

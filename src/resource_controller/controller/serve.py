@@ -114,7 +114,10 @@ def open_services(
         store = Store(data / "rc.db", clock, priority_aging=settings.priority_aging)
         logs = LogStore(data / "logs", settings.max_log_bytes)
     except Exception as exc:
-        raise StartupError(f"open data directory {data}: {exc}") from exc
+        # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
+        # SRV-011's message is the one line ``rc: <error>``.
+        why = getattr(exc, "orig", None) or exc
+        raise StartupError(f"open data directory {data}: {why}") from exc
     return Services(
         store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
     )

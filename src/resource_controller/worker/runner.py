@@ -19,6 +19,7 @@ exits 0 while its background child keeps the GPU is not an unremarkable success.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -312,8 +313,8 @@ async def start(
 
     loop = asyncio.get_running_loop()
     proto = _Protocol(separate_stderr=stdio[2] is subprocess.PIPE)
-    try:
-        transport, _ = await loop.subprocess_exec(
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
             lambda: proto,
             *argv,
             executable=executable,
@@ -325,6 +326,18 @@ async def start(
             start_new_session=True,
             preexec_fn=preexec,
         )
+    )
+    try:
+        transport, _ = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Torn down mid-spawn: the process exists once the fork is done, and asyncio's
+        # own clean-up would kill only the leader, leaving its children unsupervised.
+        with contextlib.suppress(Exception):
+            transport, _ = await asyncio.shield(spawn)
+            procs.kill_group_now(transport.get_pid())
+            await asyncio.wait([proto.exited], timeout=1.0)  # the leader reaped here
+            transport.close()
+        raise
     except OSError as exc:
         # Python names the directory when chdir failed and the program otherwise (but
         # not every event loop says which): a directory that fails the check now was
