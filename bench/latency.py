@@ -338,7 +338,9 @@ def main() -> None:
         )
         print_cost(cost)
         if args.json:
-            args.json.write_text(json.dumps({"machine": machine, "api_jobs_per_s": api} | cost, indent=2))
+            args.json.write_text(
+                json.dumps({"machine": machine, "api_jobs_per_s": api} | cost, indent=2)
+            )
         return
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
         results: dict[str, Any] = {"machine": machine}
