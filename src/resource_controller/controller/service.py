@@ -384,8 +384,21 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         if req.state != JobState.RUNNING and req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
 
-    # The ownership checks and the change are one transaction on the store thread.
-    before = await svc.db(svc.store.report, job_id, check, req.state, req.exit_code, req.reason)
+    def record() -> tuple[JobRecord, list[Assigned] | None]:
+        # The ownership checks and the change are one transaction on the store thread.
+        before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason)
+        if req.state == JobState.RUNNING or not before.device_id:
+            return before, None
+        # EXT-FAST-1: the pass a release calls for runs here, in the same hop to the
+        # store thread, so the freed device is handed on without a round through the
+        # scheduler loop. Failing, it is left to that loop (kicked below).
+        try:
+            return before, svc.store.schedule()
+        except Exception:
+            log.exception("scheduling pass after the report of job %s failed", job_id)
+            return before, None
+
+    before, assigned = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id
     announce = Wake.job(job_id, req.state)  # EVT-010: repeats publish again
     if not device_id:
@@ -412,7 +425,13 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         device_id,
         f" (exit {req.exit_code})" if req.exit_code is not None else "",
     )
-    return Done(None, Wake.jobs_ended([job_id], schedule=True) | announce)
+    if assigned is None:
+        passed = Wake(schedule=True)
+    else:  # EVT-011: a pass that assigned is announced, as the scheduler loop does
+        passed = Wake(scheduled=True, assigned=bool(assigned)) | Wake.poll(
+            a.worker_id for a in assigned
+        )
+    return Done(None, Wake.jobs_ended([job_id]) | passed | announce)
 
 
 async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[None]:
