@@ -10,8 +10,11 @@ Starts a real ``rc serve`` and one ``rc worker`` with four generic devices, then
 * ``rc --help`` start-up next to ``python3 -c pass``.
 
 Figures are min/median/max over repeats; ratios are against the baseline measured in
-this same run, because these machines are noisy. Usage: ``python bench/latency.py
-[--repeats 30] [--json results.json]``.
+this same run, because these machines are noisy. Beside the API throughput it prints
+the CPU each process spent per job (``/proc/<pid>/stat`` utime + stime over one 200-job
+run, divided by the jobs) and each process's resident memory at rest and after.
+Usage: ``python bench/latency.py [--repeats 30] [--only api] [--json results.json]``;
+``--only api`` runs the API throughput and the per-job costs alone (for profiling).
 """
 
 from __future__ import annotations
@@ -39,6 +42,22 @@ import httpx
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
 HOST = "benchbox"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` itself (not its children), from ``/proc/<pid>/stat``."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # After the command name: state is field 3, utime 14 and stime 15 (proc(5)).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (``VmRSS`` in ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def free_port() -> int:
@@ -131,6 +150,14 @@ class Fleet:
                 return
             time.sleep(0.05)
         raise SystemExit(f"{what} did not come up; see {self.tmp}")
+
+    @property
+    def controller_pid(self) -> int:
+        return self.procs[0].pid
+
+    @property
+    def worker_pid(self) -> int:
+        return self.procs[1].pid
 
     def env(self) -> dict[str, str]:
         return dict(
@@ -232,6 +259,33 @@ async def _api_throughput(fleet: Fleet, n: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
+def bench_cost(fleet: Fleet, n: int = 200) -> dict[str, Any]:
+    """CPU per job of the controller and the worker over one API run of ``n`` jobs, and
+    each process's resident memory before (at rest) and after."""
+    pids = {"controller": fleet.controller_pid, "worker": fleet.worker_pid}
+    time.sleep(0.5)  # let the start-up or the previous run settle
+    rest = {k: rss_mib(p) for k, p in pids.items()}
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
+    rate = asyncio.run(_api_throughput(fleet, n))
+    time.sleep(0.2)  # the last reports land
+    after = {k: cpu_seconds(p) for k, p in pids.items()}
+    out: dict[str, Any] = {"cost_jobs": n, "cost_rate": rate}
+    for k, p in pids.items():
+        out[f"{k}_cpu_ms_per_job"] = (after[k] - before[k]) * 1e3 / n
+        out[f"{k}_rss_rest_mib"] = rest[k]
+        out[f"{k}_rss_after_mib"] = rss_mib(p)
+    return out
+
+
+def print_cost(r: dict[str, Any]) -> None:
+    for k in ("controller", "worker"):
+        print(
+            f"{k + ' CPU/job':<22}{r[f'{k}_cpu_ms_per_job']:.2f} ms "
+            f"({r['cost_jobs']} API jobs at {r['cost_rate']:.0f} jobs/s); RSS "
+            f"{r[f'{k}_rss_rest_mib']:.1f} MiB at rest -> {r[f'{k}_rss_after_mib']:.1f} MiB"
+        )
+
+
 async def bench_api(fleet: Fleet, repeats: int) -> dict[str, Any]:
     async with httpx.AsyncClient(
         base_url=fleet.url, headers={"Authorization": "Bearer ctok"}, timeout=30
@@ -266,11 +320,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--only",
+        choices=["api"],
+        help="api: only the API throughput (--repeats runs) and the per-job CPU and memory",
+    )
     args = ap.parse_args()
+    machine = f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+    if args.only == "api":
+        with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
+            cost = bench_cost(fleet)
+            rates = [asyncio.run(_api_throughput(fleet, 200)) for _ in range(args.repeats)]
+        api = summary(rates)
+        print(f"machine: {machine}")
+        print(
+            f"throughput API        median {api['median']:.1f} jobs/s (min {api['min']:.1f}, max {api['max']:.1f}, n={int(api['n'])})"
+        )
+        print_cost(cost)
+        if args.json:
+            args.json.write_text(
+                json.dumps({"machine": machine, "api_jobs_per_s": api} | cost, indent=2)
+            )
+        return
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
-        results: dict[str, Any] = {
-            "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
-        }
+        results: dict[str, Any] = {"machine": machine}
+        results |= bench_cost(fleet)
         results |= bench_cli(fleet, args.repeats)
         results |= asyncio.run(bench_api(fleet, args.repeats))
         results |= bench_throughput(fleet)
@@ -292,6 +366,7 @@ def main() -> None:
     )
     print(f"rc --help             {ms(r['rc_help'])}")
     print(f"python3 -c pass       {ms(r['python_pass'])}   ratio {r['rc_help_over_python']:.1f}x")
+    print_cost(r)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

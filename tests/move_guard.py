@@ -1,6 +1,7 @@
 """A watch on every SQL statement: a state write that bypasses ``store.moves`` is recorded.
 
-Listens on the ``Engine`` class, so it sees every store opened while a test runs. An
+Listens on the ``Engine`` class, so it sees every store opened while a test runs (and
+``moves.watchers`` for the moves ``moves`` runs as prebuilt SQL on the driver). An
 INSERT or UPDATE of ``jobs`` or ``devices`` that sets ``state``, or a DELETE of either,
 must carry the ``rc_move`` execution option that only ``store.moves`` sets (STORE-021,
 STORE-041: every state change is a move from the transition table).
@@ -13,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql import dml
 
+from resource_controller.store import moves
 from resource_controller.store.moves import MOVE_OPTION
 
 GUARDED = ("jobs", "devices")
@@ -53,3 +55,7 @@ def _before_execute(
 def install() -> None:
     if not sa.event.contains(sa.engine.Engine, "before_execute", _before_execute):
         sa.event.listen(sa.engine.Engine, "before_execute", _before_execute)
+    # The hot path's prebuilt moves run on the driver's connection, past the engine's
+    # events; ``moves`` reports each of them to its watchers.
+    if moved.append not in moves.watchers:
+        moves.watchers.append(moved.append)

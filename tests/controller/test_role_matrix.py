@@ -25,7 +25,7 @@ from fastapi import FastAPI
 
 from resource_controller.clock import FakeClock
 from resource_controller.controller import app as app_module
-from resource_controller.controller import openapi, serve
+from resource_controller.controller import hot, openapi, serve
 from support.served import ServedController
 
 #: A worker token that may speak only for the host "otherhost" (EXT-WHO-3).
@@ -136,6 +136,8 @@ def app_routes(rc: Harness) -> set[tuple[str, str]]:
     wrapped = rc.server.server.config.app
     assert isinstance(wrapped, app_module.InstanceHeader), wrapped
     app = wrapped.app
+    if isinstance(app, hot.HotRoutes):  # the per-job routes served in front of the app
+        app = app.app
     assert isinstance(app, FastAPI), app
     found = set()
     for route in app.routes:

@@ -130,7 +130,21 @@ def test_terminal_status_report_schedules(ops: Ops) -> None:  # EXT-FAST-1
     # Nothing placeable changed; only the stream hears of it (EVT-010).
     assert running.wake == Wake.job(job.id, JobState.RUNNING)
     done = ops.report(job.id, wid, JobState.SUCCEEDED)
-    assert done.wake.schedule and done.wake.ended == {job.id}  # EXT-FAST-2 too
+    # The pass runs inside the report; nothing else is kicked.
+    assert done.wake.passes and done.wake.scheduled and not done.wake.schedule
+    assert done.wake.ended == {job.id}  # EXT-FAST-2 too
+
+
+def test_the_report_s_pass_hands_the_device_on_and_wakes_its_worker(ops: Ops) -> None:
+    # EXT-FAST-1, SRV-030: the release's pass assigned the queued job, so its worker's
+    # long poll is woken and the stream hears of the pass (EVT-011).
+    wid = ops.register().value.worker_id
+    first = ops.submit().value
+    second = ops.submit().value
+    assert ops.take(wid) == [first.id]
+    done = ops.report(first.id, wid, JobState.SUCCEEDED)
+    assert done.wake.workers == {wid} and done.wake.assigned
+    assert ops.take(wid) == [second.id]
 
 
 def test_release_of_a_hold_schedules(ops: Ops) -> None:  # EXT-FAST-1: a release of a hold
@@ -140,7 +154,7 @@ def test_release_of_a_hold_schedules(ops: Ops) -> None:  # EXT-FAST-1: a release
     kill = ops.run(service.kill, CLIENT, hold.id, wire.KillRequest(submitter="alice"))
     assert kill.wake.workers == {wid}  # the release is handed to the worker ...
     done = ops.report(hold.id, wid, JobState.KILLED)  # ... which ends the hold
-    assert done.wake.schedule and done.wake.ended == {hold.id}
+    assert done.wake.passes and done.wake.ended == {hold.id}
 
 
 def test_cancel_of_a_queued_job_schedules(ops: Ops) -> None:  # EXT-FAST-1: a cancel

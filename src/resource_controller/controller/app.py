@@ -23,7 +23,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller import loops, metrics, openapi, render, webhooks
+from resource_controller.controller import answers, hot, loops, metrics, openapi, render, webhooks
+from resource_controller.controller.answers import error_response
 from resource_controller.controller.deps import Forbidden, Services, Unauthorized
 from resource_controller.controller.routes import (
     dashboard,
@@ -36,10 +37,6 @@ from resource_controller.controller.routes import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def error_response(code: str, message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message}, status_code=status)
 
 
 class InstanceHeader:
@@ -179,17 +176,15 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
 
     @app.exception_handler(errors.RcError)
     async def rc_error(_: Request, exc: errors.RcError) -> JSONResponse:
-        if exc.status >= 500:
-            log.error("request failed: %s", exc.message)
-        return error_response(exc.code, exc.message, exc.status)
+        return answers.rc_error(exc)
 
     @app.exception_handler(Unauthorized)
     async def unauthorized(_: Request, __: Unauthorized) -> JSONResponse:
-        return error_response("unauthorized", "a valid bearer token is required", 401)
+        return answers.unauthorized()
 
     @app.exception_handler(Forbidden)
     async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
-        return error_response("forbidden", str(exc), 403)
+        return answers.forbidden(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -197,8 +192,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error in a route")
-        return error_response("store_error", "internal error", 500)
+        return answers.unexpected()
 
     return app
 
@@ -227,5 +221,6 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
 
 
 def wrap(app: FastAPI, svc: Services) -> Any:
-    """The ASGI callable to serve: the app behind the instance-header stamp."""
-    return InstanceHeader(app, svc.instance)
+    """The ASGI callable to serve: the hot routes in front of the app (``hot.py``), both
+    behind the instance-header stamp."""
+    return InstanceHeader(hot.HotRoutes(app, svc), svc.instance)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -120,15 +120,21 @@ def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
 
     async def check(request: Request) -> Caller:
         svc: Services = request.app.state.services
-        token = svc.auth.bearer(request.headers.get("authorization"))
-        caller = svc.auth.caller_of(token) if token else None
-        if caller is None:
-            raise Unauthorized()
-        if not satisfies(caller.role, required):
-            raise Forbidden(caller.role, required)
-        return caller
+        return authorize(svc, request.headers.get("authorization"), required)
 
     return check
+
+
+def authorize(svc: Services, header: str | None, required: Role) -> Caller:
+    """The caller of an ``Authorization`` header, refused unless its role satisfies
+    ``required`` (AUTH-001..003)."""
+    token = svc.auth.bearer(header)
+    caller = svc.auth.caller_of(token) if token else None
+    if caller is None:
+        raise Unauthorized()
+    if not satisfies(caller.role, required):
+        raise Forbidden(caller.role, required)
+    return caller
 
 
 def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
@@ -167,11 +173,18 @@ async def read_capped(
     read or kept, so an oversized request costs at most ``cap`` bytes of memory.
     """
     declared = request.headers.get("content-length", "")
+    return await read_stream(request.stream(), declared, cap, what, code)
+
+
+async def read_stream(
+    stream: AsyncIterator[bytes], declared: str, cap: int, what: str, code: str
+) -> bytes:
+    """``read_capped`` over a body's chunks and its declared ``Content-Length`` text."""
     if declared.isascii() and declared.isdigit() and len(declared) <= 20 and int(declared) > cap:
         raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
+    async for part in stream:
         size += len(part)
         if size > cap:
             raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)

@@ -141,7 +141,7 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
         # API-042: whatever fails after the enqueue (a database error or anything
         # unexpected) cancels the just-queued job, so it never lingers half-submitted.
         try:
-            assigned = svc.store.schedule()
+            assigned = svc.store.schedule_after(job)
         except Exception:
             log.exception("scheduling pass after submit of job %s failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
@@ -373,8 +373,7 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
 async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> Done[None]:
     """A worker reports ``running`` or the outcome (API-037/038); terminal frees the lease."""
 
-    def record() -> tuple[str, JobRecord]:
-        job = svc.store.job(job_id)
+    def check(job: JobRecord) -> None:
         if not req.worker_id or req.worker_id != job.worker_id:
             raise errors.NotJobOwner(f"job {job_id} is not assigned to worker {req.worker_id!r}")
         if req.lease_epoch is not None and req.lease_epoch != job.lease_epoch:
@@ -382,16 +381,25 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
                 f"lease epoch {req.lease_epoch} is not job {job_id}'s current lease "
                 f"({job.lease_epoch})"
             )
-        if req.state == JobState.RUNNING:
-            svc.store.mark_running(job_id)
-            return "", job
-        if req.state not in TERMINAL:
+        if req.state != JobState.RUNNING and req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
-        svc.store.release(job_id, req.state, req.exit_code, req.reason)
-        return job.device_id, job
 
-    # The ownership checks and the change run in one hop to the store thread.
-    device_id, before = await svc.db(record)
+    def record() -> tuple[JobRecord, list[Assigned] | None]:
+        # The ownership checks and the change are one transaction on the store thread.
+        before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason)
+        if req.state == JobState.RUNNING or not before.device_id:
+            return before, None
+        # EXT-FAST-1: the pass a release calls for runs here, in the same hop to the
+        # store thread, so the freed device is handed on without a round through the
+        # scheduler loop. Failing, it is left to that loop (kicked below).
+        try:
+            return before, svc.store.schedule()
+        except Exception:
+            log.exception("scheduling pass after the report of job %s failed", job_id)
+            return before, None
+
+    before, assigned = await svc.db(record)
+    device_id = "" if req.state == JobState.RUNNING else before.device_id
     announce = Wake.job(job_id, req.state)  # EVT-010: repeats publish again
     if not device_id:
         return Done(None, announce)
@@ -417,7 +425,13 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         device_id,
         f" (exit {req.exit_code})" if req.exit_code is not None else "",
     )
-    return Done(None, Wake.jobs_ended([job_id], schedule=True) | announce)
+    if assigned is None:
+        passed = Wake(schedule=True)
+    else:  # EVT-011: a pass that assigned is announced, as the scheduler loop does
+        passed = Wake(scheduled=True, assigned=bool(assigned)) | Wake.poll(
+            a.worker_id for a in assigned
+        )
+    return Done(None, Wake.jobs_ended([job_id]) | passed | announce)
 
 
 async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[None]:

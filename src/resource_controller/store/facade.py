@@ -9,8 +9,9 @@ clock exactly once (STORE-005). The domain modules (``jobs``, ``leases``, ``devi
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,8 +20,19 @@ import sqlalchemy as sa
 from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
 from resource_controller.core import expiry, scheduling
+from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.waiting import Blocker
-from resource_controller.store import devices, engine, jobs, leases, queries, schema, sweep, views
+from resource_controller.store import (
+    devices,
+    engine,
+    fast,
+    jobs,
+    leases,
+    queries,
+    schema,
+    sweep,
+    views,
+)
 from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
@@ -45,7 +57,14 @@ class Store:
         self._engine = engine.create_engine(path)
         engine.migrate(self._engine)
         self._conn = self._engine.connect()
+        #: The driver's connection under ``_conn``, for the prebuilt statements.
+        self._db = fast.raw(self._conn)
         self._lock = threading.RLock()
+        #: Transactions this store has run (each may have written), for ``schedule_after``.
+        self._gen = 0
+        #: (``_gen``, SQLite's ``data_version``, how it ended) of the last pass that
+        #: placed nothing and ended with every device claimed; None otherwise.
+        self._settled: tuple[int, int, leases.PassEnd] | None = None
 
     def _key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
@@ -64,6 +83,7 @@ class Store:
     def _tx(self, point: str = "") -> Iterator[sa.Connection]:
         """One transaction under the lock; ``point`` names its crash point (a test hook)."""
         with self._lock:
+            self._gen += 1
             try:
                 with self._conn.begin():
                     yield self._conn
@@ -71,34 +91,102 @@ class Store:
                 crashpoints.hit(point, ".after_commit")
             except errors.RcError:
                 raise
-            except sa.exc.SQLAlchemyError as exc:
+            except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+                # The hot path's prebuilt statements raise the driver's own errors.
+                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
+
+    @contextmanager
+    def _fast_tx(self, point: str = "") -> Iterator[sqlite3.Connection]:
+        """``_tx`` on the driver's connection, for the hot path's prebuilt statements:
+        the same ``BEGIN IMMEDIATE``, lock, crash points and error mapping, without
+        SQLAlchemy's transaction bookkeeping (``store/fast.py``)."""
+        with self._lock:
+            self._gen += 1
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    crashpoints.hit(point, ".before_commit")
+                    db.commit()
+                except BaseException:
+                    if db.in_transaction:
+                        db.rollback()
+                    raise
+                crashpoints.hit(point, ".after_commit")
+            except errors.RcError:
+                raise
+            except sqlite3.Error as exc:
+                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """Reads on the driver's connection under the lock, outside any transaction: each
+        statement sees the last commit, and the lock keeps every writer out meanwhile."""
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
                 raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
 
     # ---- queue ----------------------------------------------------------------
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
-        with self._tx("submit") as c:
+        with self._fast_tx("submit") as c:
             return jobs.enqueue(c, self.now(), req)
 
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""
         with self._lock:
-            return leases.schedule_pass(self._conn, self.now(), self._tx, self.aging)
+            end = leases.PassEnd()
+            assigned = leases.schedule_pass(self.now(), self._fast_tx, self.aging, self._read, end)
+            settled = self.aging <= 0 and end.saturated and not assigned
+            self._settled = (self._gen, self._data_version(), end) if settled else None
+            return assigned
+
+    def schedule_after(self, job: JobRecord) -> list[Assigned]:
+        """The pass right after ``job``'s enqueue (API-042), skipped when it cannot change
+        anything: the last pass placed nothing and ended with every device claimed, the
+        enqueue is the only transaction since (SQLite's ``data_version`` rules out another
+        process), and the job queues behind where that walk ended, pinned to no device
+        it did not see. Such a job can neither be placed nor reserve (STORE-062), so the
+        pass would write exactly what is there. Not with aging on: ``now`` moves the
+        order (EXT-FAIR-1)."""
+        with self._lock:
+            s = self._settled
+            if s is not None and self._gen == s[0] + 1 and self._behind(job, s[2]):
+                version = self._data_version()
+                if version == s[1]:
+                    self._settled = (self._gen, version, s[2])
+                    return []
+            return self.schedule()
+
+    @staticmethod
+    def _behind(job: JobRecord, end: leases.PassEnd) -> bool:
+        if not job.queued or end.last is None:
+            return False
+        snap = job.snap()
+        known = not snap.pinned or all(d in end.devices for d in snap.pins)
+        return known and scheduling.queue_key(snap) > end.last
+
+    def _data_version(self) -> int:
+        """Changes whenever another connection commits to the file (SQLite's pragma)."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     def job(self, job_id: str) -> JobRecord:
-        with self._tx() as c:
-            return queries.job(c, job_id)
+        with self._read() as c:
+            return fast.job(c, job_id)
 
     def job_with_position(self, job_id: str) -> tuple[JobRecord, int]:
         with self._tx() as c:
-            job = queries.job(c, job_id)
+            job = fast.job(c, job_id)
             return job, jobs.queue_position(c, job, self.now(), self.aging)
 
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
         (API-045, EXT-WHY-1a); ``None`` for a job that is not queued."""
         with self._tx() as c:
-            job = queries.job(c, job_id)
+            job = fast.job(c, job_id)
             if not job.queued:
                 return job, 0, None
             now = self.now()
@@ -121,6 +209,9 @@ class Store:
         state: str = "",
         id_prefix: str = "",
     ) -> list[JobRecord]:
+        if not device:
+            with self._read() as db:
+                return jobs.list_jobs(db, limit, device, submitter, state, id_prefix)
         with self._tx() as c:
             return jobs.list_jobs(c, limit, device, submitter, state, id_prefix)
 
@@ -153,7 +244,7 @@ class Store:
             return jobs.active(c)
 
     def cancel_queued(self, job_id: str, reason: str) -> bool:
-        with self._tx() as c:
+        with self._fast_tx() as c:
             return jobs.cancel_queued(c, self.now(), job_id, reason)
 
     def request_kill(self, job_id: str, reason: str, finalize_disconnected: bool = False) -> str:
@@ -161,18 +252,41 @@ class Store:
             return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
 
     def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
-        with self._tx("handout") as c:
+        with self._fast_tx("handout") as c:
             return jobs.take_work(c, self.now(), worker_id)
 
     def mark_running(self, job_id: str) -> None:
-        with self._tx("running") as c:
+        with self._fast_tx("running") as c:
             jobs.mark_running(c, self.now(), job_id)
 
     def release(
         self, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
     ) -> Release:
-        with self._tx("finish") as c:
+        with self._fast_tx("finish") as c:
             return jobs.release(c, self.now(), job_id, state, exit_code, reason)
+
+    def report(
+        self,
+        job_id: str,
+        check: Callable[[JobRecord], None],
+        state: str,
+        exit_code: int | None = None,
+        reason: str = "",
+    ) -> JobRecord:
+        """A worker's status report in one transaction: read the job, let ``check`` refuse
+        it (raising writes nothing), then ``running`` (STORE-080) or the release
+        (STORE-082). Returns the job as it was before the report."""
+        with self._fast_tx("running" if state == JobState.RUNNING else "finish") as c:
+            now = self.now()
+            job = fast.job(c, job_id)
+            check(job)
+            if state == JobState.RUNNING:
+                jobs.mark_running(c, now, job_id)
+            elif state in TERMINAL:
+                jobs.release_job(c, now, job, state, exit_code, reason)
+            else:
+                raise errors.InvalidTransition(f"state {state!r} is not terminal")
+            return job
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
         """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""

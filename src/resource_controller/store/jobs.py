@@ -27,7 +27,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import leases, moves, queries
+from resource_controller.store import fast, leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
@@ -58,7 +58,7 @@ class NewJob:
     device_ids: tuple[str, ...] = ()
 
 
-def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
+def enqueue(conn: fast.Conn, now: int, req: NewJob) -> JobRecord:
     """Record a job in state ``queued`` (STORE-056), or return the job that has its key."""
     if not req.command:
         raise errors.BadRequest("command must not be empty")
@@ -86,8 +86,8 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
-        labels = queries.effective_labels(conn) if parsed else {}
-        fleet = queries.device_snaps(queries.all_devices(conn), labels)
+        labels = fast.effective_labels(conn) if parsed else {}
+        fleet = queries.device_snaps(fast.all_devices(conn), labels)
         matches = scheduling.matching(parsed, fleet)
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
@@ -107,13 +107,11 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
                 + (f" on every host with {count} of them" if count > 1 else "")
             )
     if req.idempotency_key:
-        row = conn.execute(
-            sa.select(t.jobs.c.id).where(t.jobs.c.idempotency_key == req.idempotency_key)
-        ).first()
-        if row is not None:
-            return queries.job(conn, row.id)
+        existing = fast.job_id_with_key(conn, req.idempotency_key)
+        if existing is not None:
+            return fast.job(conn, existing)
     if req.device_id:
-        dev = queries.device(conn, req.device_id)
+        dev = fast.device(conn, req.device_id)
         if dev is None:
             raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
         if not scheduling.tolerates(dev.snap(), runtime):
@@ -123,7 +121,7 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
         runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
     if pins:
         runtime = _pinned_gang_runtime(conn, pins, runtime)
-    seq = (conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar() or 0) + 1
+    seq = fast.next_seq(conn)
     job = JobRecord(
         id=str(uuid.uuid4()),
         seq=seq,
@@ -155,14 +153,14 @@ def enqueue(conn: sa.Connection, now: int, req: NewJob) -> JobRecord:
     )
     if pins:
         job = dataclasses.replace(job, device_id=pins[0])
-    moves.create(conn, JOB, Op.ENQUEUE, job.columns())
+    moves.create_fast(fast.raw(conn), JOB, Op.ENQUEUE, job.columns())
     return job
 
 
-def _pinned_gang_runtime(conn: sa.Connection, pins: tuple[str, ...], runtime: int) -> int:
+def _pinned_gang_runtime(conn: fast.Conn, pins: tuple[str, ...], runtime: int) -> int:
     """STORE-056 step 4 for each device of a pinned list: all exist, on one host, each
     ceiling admits the request; a job asking for none gets the smallest (EXT-GANG-5)."""
-    rows = {d.id: d for d in queries.all_devices(conn) if d.id in pins}
+    rows = {d.id: d for d in fast.all_devices(conn) if d.id in pins}
     for device_id in pins:
         dev = rows.get(device_id)
         if dev is None:
@@ -187,20 +185,22 @@ def queue_position(conn: sa.Connection, job: JobRecord, now: int = 0, aging: int
     return scheduling.queue_position(job.snap(), queries.queued_snaps(conn), key)
 
 
-def cancel_queued(conn: sa.Connection, now: int, job_id: str, reason: str) -> bool:
+def cancel_queued(conn: fast.Conn, now: int, job_id: str, reason: str) -> bool:
     """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
-    done = moves.move(
-        conn,
+    db = fast.raw(conn)
+    done = moves.move_fast(
+        db,
         JOB,
         Op.CANCEL_QUEUED,
-        t.jobs.c.id == job_id,
+        "id = ?",
+        (job_id,),
         state=JobState.KILLED,
         kill_reason=reason,
         finished_at=now,
     )
     if done != 1:
         return False
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.job_id == job_id))
+    db.execute("DELETE FROM reservations WHERE job_id = ?", (job_id,))
     return True
 
 
@@ -249,7 +249,7 @@ def request_kill(
     return "requested"
 
 
-def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
+def take_work(conn: fast.Conn, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
     """Hand out this worker's assigned jobs and its due kill flags, in one transaction.
 
     Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
@@ -257,77 +257,86 @@ def take_work(conn: sa.Connection, now: int, worker_id: str) -> tuple[list[JobRe
     a retried or concurrent poll never starts a job twice. Kill flags are a take: each
     is stamped delivered and not offered again for 30 s (STORE-094).
     """
-    j = t.jobs.c
-    rows = moves.move_returning(
-        conn, JOB, Op.MARK_RUNNING, j.worker_id == worker_id, state=JobState.RUNNING, started_at=now
+    db = fast.raw(conn)
+    rows = moves.move_fast_returning(
+        db,
+        JOB,
+        Op.MARK_RUNNING,
+        "worker_id = ?",
+        (worker_id,),
+        _RETURNING,
+        state=JobState.RUNNING,
+        started_at=now,
     )
     handed: list[JobRecord] = []
     if rows:
-        live = t.leases.c
-        epochs = dict(
-            conn.execute(
-                sa.select(live.job_id, sa.func.max(live.epoch))
-                .where(live.job_id.in_([r.id for r in rows]))
-                .group_by(live.job_id)
-            ).all()
-        )
+        epochs = fast.epochs(db, [r[0] for r in rows])
         handed = sorted(
-            (JobRecord.from_row(r, lease_epoch=epochs.get(r.id, 0)) for r in rows),
+            (fast.job_record(r, epochs.get(r[0], 0)) for r in rows),
             key=lambda job: (job.submitted_at, job.seq),
         )
-    due = [
-        row.id
-        for row in conn.execute(
-            sa.select(j.id).where(
-                j.worker_id == worker_id,
-                j.kill_requested == 1,
-                j.state.in_([*_ACTIVE, JobState.KILLED]),
-                j.kill_delivered_at <= now - KILL_REDELIVERY,
-            )
-        )
-    ]
+    due = fast.due_kills(db, worker_id, now - KILL_REDELIVERY, [*_ACTIVE, JobState.KILLED])
     if due:
-        conn.execute(sa.update(t.jobs).where(j.id.in_(due)).values(kill_delivered_at=now))
+        fast.mark_kills_delivered(db, due, now)
     return handed, due
 
 
-def mark_running(conn: sa.Connection, now: int, job_id: str) -> None:
+_RETURNING = ", ".join(fast.JOB_COLS)
+
+
+def mark_running(conn: fast.Conn, now: int, job_id: str) -> None:
     """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
-    moves.move(
-        conn, JOB, Op.MARK_RUNNING, t.jobs.c.id == job_id, state=JobState.RUNNING, started_at=now
+    moves.move_fast(
+        fast.raw(conn),
+        JOB,
+        Op.MARK_RUNNING,
+        "id = ?",
+        (job_id,),
+        state=JobState.RUNNING,
+        started_at=now,
     )
 
 
 def release(
-    conn: sa.Connection, now: int, job_id: str, state: str, exit_code: int | None, reason: str
+    conn: fast.Conn, now: int, job_id: str, state: str, exit_code: int | None, reason: str
 ) -> Release:
     """The worker's terminal report: end the job, release its leases, free a busy device (STORE-082)."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
-    job = queries.job(conn, job_id)
+    return release_job(conn, now, fast.job(conn, job_id), state, exit_code, reason)
+
+
+def release_job(
+    conn: fast.Conn, now: int, job: JobRecord, state: str, exit_code: int | None, reason: str
+) -> Release:
+    """``release`` of a job already read in this transaction."""
     if job.terminal:
         return Release(job=job, was_terminal=True)
     if not job.active:
         raise errors.InvalidTransition(
-            f"job {job_id} is {job.state}; only an active job can be released"
+            f"job {job.id} is {job.state}; only an active job can be released"
         )
-    done = moves.move(
-        conn,
+    db = fast.raw(conn)
+    done = moves.move_fast(
+        db,
         JOB,
         Op.RELEASE,
-        t.jobs.c.id == job_id,
+        "id = ?",
+        (job.id,),
         state=state,
         exit_code=exit_code,
         kill_reason=reason,
         finished_at=now,
     )
     if done != 1:
-        raise errors.StoreError(f"job {job_id} changed state under a serialised release")
-    freed = leases.release_for_job(conn, now, job_id)
+        raise errors.StoreError(f"job {job.id} changed state under a serialised release")
+    freed = leases.release_for_job(db, now, job.id)
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
-        moves.move(conn, DEVICE, Op.RELEASE, t.devices.c.id.in_(freed), state=DeviceState.READY)
+        moves.move_fast(
+            db, DEVICE, Op.RELEASE, fast.id_in(len(freed)), freed, state=DeviceState.READY
+        )
     ended = dataclasses.replace(
         job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
     )
@@ -335,7 +344,7 @@ def release(
 
 
 def list_jobs(
-    conn: sa.Connection,
+    conn: fast.Conn,
     limit: int,
     device: str = "",
     submitter: str = "",
@@ -349,10 +358,11 @@ def list_jobs(
     """
     if not 1 <= limit <= 200:
         raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
+    if not device:  # the common reads, as prebuilt SQL (``store/fast.py``)
+        return fast.list_jobs(conn, limit, submitter, state, id_prefix)
+    assert isinstance(conn, sa.Connection), "a device filter reads through SQLAlchemy"
     j = t.jobs.c
-    where = []
-    if device:
-        where.append(queries.on_device(device))
+    where = [queries.on_device(device)]
     if submitter:
         where.append(j.submitter == submitter)
     if state:

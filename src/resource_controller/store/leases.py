@@ -11,7 +11,10 @@ after retire deletes lease rows.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import sqlite3
+import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -23,7 +26,7 @@ from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import moves, queries
+from resource_controller.store import fast, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
     Assigned,
@@ -47,9 +50,7 @@ def deadline(now: int, runtime: int) -> int:
     return now + (runtime + RUNTIME_MARGIN if runtime > 0 else NO_RUNTIME_TTL)
 
 
-def grant(
-    conn: sa.Connection, now: int, job: JobRecord, device_id: str, runtime: int
-) -> LeaseRecord:
+def grant(conn: fast.Conn, now: int, job: JobRecord, device_id: str, runtime: int) -> LeaseRecord:
     """Insert the live lease for ``job`` on ``device_id``; the unique index is the referee."""
     lease = LeaseRecord(
         id=str(uuid.uuid4()),
@@ -61,36 +62,22 @@ def grant(
         released_at=None,
         kind=job.kind,
         reason=job.reason,
-        epoch=queries.next_counter(conn, EPOCH_COUNTER),
+        epoch=fast.next_counter(conn, EPOCH_COUNTER),
     )
     try:
-        conn.execute(sa.insert(t.leases).values(**lease.__dict__))
-    except sa.exc.IntegrityError as exc:
+        fast.insert_lease(conn, lease.__dict__)
+    except sqlite3.IntegrityError as exc:
         raise errors.LiveLeaseConflict(
             f"device {device_id} already has a live lease; refusing a second one"
         ) from exc
     return lease
 
 
-def release_for_job(conn: sa.Connection, now: int, job_id: str) -> list[str]:
+def release_for_job(conn: fast.Conn, now: int, job_id: str) -> list[str]:
     """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054)."""
     if not job_id:
         return []
-    live = [
-        r.device_id
-        for r in conn.execute(
-            sa.select(t.leases.c.device_id).where(
-                t.leases.c.job_id == job_id, t.leases.c.released_at.is_(None)
-            )
-        )
-    ]
-    if live:
-        conn.execute(
-            sa.update(t.leases)
-            .where(t.leases.c.job_id == job_id, t.leases.c.released_at.is_(None))
-            .values(released_at=now)
-        )
-    return live
+    return fast.release_leases(conn, now, job_id)
 
 
 def live(conn: sa.Connection) -> list[LeaseRecord]:
@@ -108,7 +95,7 @@ class _NotReady(Exception):
 
 
 def assign(
-    conn: sa.Connection, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
+    conn: fast.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
 ) -> str:
     """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); assigned / not_ready / not_queued.
 
@@ -122,17 +109,21 @@ def assign(
     """
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
-    flipped = moves.move(conn, DEVICE, Op.ASSIGN, t.devices.c.id.in_(ids), state=DeviceState.BUSY)
+    db = fast.raw(conn)
+    flipped = moves.move_fast(
+        db, DEVICE, Op.ASSIGN, fast.id_in(len(ids)), ids, state=DeviceState.BUSY
+    )
     if flipped != len(ids):
         if flipped == 0:
             return "not_ready"  # nothing written
         raise _NotReady(job.id)  # rolls the partial flip back with the transaction
     runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
-    moved = moves.move(
-        conn,
+    moved = moves.move_fast(
+        db,
         JOB,
         Op.ASSIGN,
-        t.jobs.c.id == job.id,
+        "id = ?",
+        (job.id,),
         state=JobState.ASSIGNED,
         device_id=ids[0],
         device_ids=join_ids(ids) if len(ids) > 1 else "",
@@ -142,8 +133,8 @@ def assign(
     if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction
     for device_id in ids:
-        grant(conn, now, job, device_id, runtime)
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id.in_(ids)))
+        grant(db, now, job, device_id, runtime)
+    fast.delete_reservations_of_devices(db, ids)
     crashpoints.hit("grant", ".before_commit")
     return "assigned"
 
@@ -163,46 +154,80 @@ def _try_assign(
         return "not_ready"
 
 
-QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
+QUEUE_PAGE = 32  #: queued jobs read per query at most; most passes stop within the first page
+FIRST_PAGE = 4  #: the first page is smaller: a pass over a busy fleet stops at the head
 
 
 def _queued_in_order(
-    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    transaction: Callable[[], AbstractContextManager[Any]],
     now: int = 0,
     aging: int = 0,
 ) -> Iterator[JobRecord]:
     """Queued jobs in scheduling order (aged at ``now`` when ``aging`` is on, EXT-FAIR-1),
-    read a page at a time (keyset on the order).
+    read a page at a time (keyset on the order), the first page small.
 
     A pass usually stops early (every device claimed), so reading the whole queue on
     every pass would make each submit cost O(queue length). A row that cannot be read
     is skipped and logged, never the end of the pass (EXT-LIMITS-3).
     """
+    if aging > 0:
+        yield from _aged_in_order(transaction, now, aging)
+        return
+    after: tuple[int, int, int] | None = None
+    size = min(FIRST_PAGE, QUEUE_PAGE)
+    while True:
+        with transaction() as tx:
+            rows = fast.queue_page(tx, after, size)
+        for row in rows:
+            job = _decode_raw(row)
+            if job is not None:
+                yield job
+        if len(rows) < size:
+            return
+        after = _keyset(rows[-1])
+        size = QUEUE_PAGE
+
+
+def _keyset(row: Any) -> tuple[int, int, int]:
+    """The ordering columns of a raw row, for ``fast.queue_page`` to seek past (read even
+    when the rest of the row cannot be decoded)."""
+    return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
+
+
+_I_PRIORITY = fast.JOB_COLS.index("priority")
+_I_QUEUED_AT = fast.JOB_COLS.index("queued_at")
+_I_SEQ = fast.JOB_COLS.index("seq")
+
+
+def _decode_raw(row: Any) -> JobRecord | None:
+    try:
+        return fast.job_record(row)
+    except Exception:
+        _report_skip(str(row[0]), "its row cannot be read")
+        return None
+
+
+def _aged_in_order(
+    transaction: Callable[[], AbstractContextManager[Any]], now: int, aging: int
+) -> Iterator[JobRecord]:
+    """The aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key."""
     j = t.jobs.c
-    after: sa.Row[Any] | None = None
+    after: Any = None
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
             where.append(queries.behind(after, now, aging))
+        q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
         with transaction() as tx:
-            q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
-            rows = tx.execute(q_page.limit(QUEUE_PAGE)).all()
+            rows = fast.run_select(tx, q_page.limit(QUEUE_PAGE))
         for row in rows:
-            job = _decode(row)
+            job = _decode_raw(row)
             if job is not None:
                 yield job
         if len(rows) < QUEUE_PAGE:
             return
-        after = rows[-1]
-
-
-def _decode(row: sa.Row[Any]) -> JobRecord | None:
-    """The row as a record; None (logged) when it cannot be read, so the pass goes on."""
-    try:
-        return JobRecord.from_row(row)
-    except Exception:
-        _report_skip(str(row.id), "its row cannot be read")
-        return None
+        priority, queued_at, seq = _keyset(rows[-1])
+        after = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
 
 
 #: Jobs already reported as skipped; a pass runs every second, the log says it once.
@@ -223,26 +248,37 @@ def _report_skip(job_id: str, why: str) -> None:
 def _row_fault(exc: Exception) -> bool:
     """True when ``exc`` comes from one job's own data rather than from a database outage."""
     if isinstance(exc, errors.StoreError):
-        return isinstance(exc.__cause__, (sa.exc.DataError, sa.exc.IntegrityError))
-    return True
+        return isinstance(exc.__cause__, _ROW_ERRORS)
+    return not isinstance(exc, sqlite3.Error) or isinstance(exc, _ROW_ERRORS)
+
+
+_ROW_ERRORS = (sa.exc.DataError, sa.exc.IntegrityError, sqlite3.DataError, sqlite3.IntegrityError)
 
 
 def _reserve_vanished(
-    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    transaction: Callable[[], AbstractContextManager[Any]],
     by_id: dict[str, DeviceRecord],
     planner: scheduling.Planner,
-    order: tuple[sa.UnaryExpression[Any], ...] = queries.QUEUE_ORDER,
+    now: int = 0,
+    aging: int = 0,
 ) -> None:
     """Reserve, for the first queued job pinned to it, each device that has no row."""
     j = t.jobs.c
     with transaction() as tx:
-        waiting = queries.jobs_where(
-            tx,
-            j.state == JobState.QUEUED,
-            j.device_id != "",
-            j.device_id.not_in(list(by_id)),
-            order=order,
-        )
+        if aging > 0:
+            q = (
+                sa.select(t.jobs)
+                .where(
+                    j.state == JobState.QUEUED,
+                    j.device_id != "",
+                    j.device_id.not_in(list(by_id)),
+                )
+                .order_by(*queries.queue_order(now, aging))
+            )
+            rows = fast.run_select(tx, q)
+        else:
+            rows = fast.pinned_elsewhere(tx, list(by_id))
+    waiting = [job for job in map(_decode_raw, rows) if job]
     for job in waiting:
         snap = job.snap()
         if snap.pinned:
@@ -283,11 +319,25 @@ def _turn(
     planner.blocked(snap, offer)
 
 
+@dataclasses.dataclass
+class PassEnd:
+    """How a pass ended, so the store can tell when a pass right after it would change
+    nothing (``Store.schedule_after``)."""
+
+    #: Every reservable device was claimed when the walk ended.
+    saturated: bool = False
+    #: ``queue_key`` of the last job the walk handled: every job behind it was unplaceable.
+    last: tuple[int, int, int] | None = None
+    #: The devices the pass saw (a pin to any other is a vanished device's, STORE-062).
+    devices: frozenset[str] = frozenset()
+
+
 def schedule_pass(
-    conn: sa.Connection,
     now: int,
-    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    transaction: Callable[[], AbstractContextManager[Any]],
     aging: int = 0,
+    read: Callable[[], AbstractContextManager[Any]] | None = None,
+    end: PassEnd | None = None,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
@@ -297,22 +347,26 @@ def schedule_pass(
     ``Planner``; this function only reads the snapshot and applies them. Runs with the
     store lock held throughout, so nothing interleaves; each assignment is its own
     transaction (``transaction()``) of conditional updates, and the reservation rows
-    are rewritten once at the end, only when they changed.
+    are rewritten once at the end, only when they changed. ``read`` (default
+    ``transaction``) serves the reads: under the held lock they need no transaction.
+    ``end``, when given, is filled in with how the walk ended.
     """
-    with transaction() as tx:
-        old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
-        devices = queries.all_devices(tx)
-        labels = queries.effective_labels(tx)
-    queue = _queued_in_order(transaction, now, aging)
+    read = read or transaction
+    with read() as tx:
+        old_reservations = fast.reservations(tx)
+        devices = fast.all_devices(tx)
+        labels = fast.effective_labels(tx)
+    queue = _queued_in_order(read, now, aging)
     by_id = {d.id: d for d in devices}
     planner = scheduling.Planner(queries.device_snaps(devices, labels))
     assigned: list[Assigned] = []
+    last: tuple[int, int, int] | None = None
     for job in queue:
         if planner.saturated():
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
-            _reserve_vanished(transaction, by_id, planner, queries.queue_order(now, aging))
+            _reserve_vanished(read, by_id, planner, now, aging)
             break
         try:
             _turn(transaction, now, job, by_id, planner, assigned)
@@ -322,15 +376,13 @@ def schedule_pass(
             if not _row_fault(exc):
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
+        last = scheduling.queue_key(job.snap())
+    if end is not None:
+        end.saturated, end.last, end.devices = planner.saturated(), last, frozenset(by_id)
     new_reservations = {(job_id, device_id) for device_id, job_id in planner.reserved.items()}
     # Each assignment already deleted its device's row (STORE-065 step 6).
     current = {(j, d) for j, d in old_reservations if d not in planner.taken}
     if new_reservations != current:
         with transaction() as tx:
-            tx.execute(sa.delete(t.reservations))
-            if new_reservations:
-                tx.execute(
-                    sa.insert(t.reservations),
-                    [{"job_id": j, "device_id": d, "created_at": now} for j, d in new_reservations],
-                )
+            fast.replace_reservations(tx, now, sorted(new_reservations))
     return assigned

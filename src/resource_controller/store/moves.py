@@ -15,7 +15,8 @@ state changed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -117,3 +118,91 @@ def remove(conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnEleme
     n = int(conn.execute(stmt).rowcount)
     log.debug("%s: %d row(s) removed", _label(machine, op), n)
     return n
+
+
+# ---- the same moves as prebuilt SQL, for the per-job hot path (``store/fast.py``) ----
+
+#: Observers of the fast moves, called with ``entity:op`` (the test guard's view of them).
+watchers: list[Callable[[str], None]] = []
+
+_SQL: dict[tuple[Any, ...], str] = {}
+
+
+def _fast_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
+    """``UPDATE <table> SET state = ?, <keys> WHERE (<where>) AND state IN (<sources>)``."""
+    cache = (machine.entity, op, where, keys, returning)
+    sql = _SQL.get(cache)
+    if sql is None:
+        sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
+        assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
+        in_sources = ", ".join(f"'{s}'" for s in sources)
+        sql = f"UPDATE {_table(machine).name} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
+        if returning:
+            sql += f" RETURNING {returning}"
+        _SQL[cache] = sql
+    return sql
+
+
+def _seen(machine: Machine, op: Op, n: int, state: object) -> None:
+    label = _label(machine, op)
+    for watch in watchers:
+        watch(label)
+    log.debug("%s: %d row(s) -> %s", label, n, state)
+
+
+def move_fast(
+    db: sqlite3.Connection,
+    machine: Machine,
+    op: Op,
+    where: str,
+    params: Sequence[Any],
+    *,
+    state: str,
+    **values: Any,
+) -> int:
+    """As ``move`` with the condition as SQL text (``where``, ``?`` for ``params``), run
+    on the driver's connection; the row count."""
+    _check_target(machine, op, state)
+    keys = tuple(values)
+    sql = _fast_sql(machine, op, where, keys, "")
+    n = int(db.execute(sql, (str(state), *(values[k] for k in keys), *params)).rowcount)
+    _seen(machine, op, n, state)
+    return n
+
+
+def move_fast_returning(
+    db: sqlite3.Connection,
+    machine: Machine,
+    op: Op,
+    where: str,
+    params: Sequence[Any],
+    returning: str,
+    *,
+    state: str,
+    **values: Any,
+) -> list[Any]:
+    """As ``move_fast``, returning the moved rows' ``returning`` columns (SQL text)."""
+    _check_target(machine, op, state)
+    keys = tuple(values)
+    sql = _fast_sql(machine, op, where, keys, returning)
+    rows = db.execute(sql, (str(state), *(values[k] for k in keys), *params)).fetchall()
+    _seen(machine, op, len(rows), state)
+    return rows
+
+
+def create_fast(db: sqlite3.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
+    """As ``create``, on the driver's connection."""
+    if None not in machine.move(op).sources:
+        raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
+    _check_target(machine, op, values.get("state"))
+    cols = tuple(values)
+    sql = _SQL.get(("create", machine.entity, cols))
+    if sql is None:
+        marks = ", ".join("?" * len(cols))
+        sql = f"INSERT INTO {_table(machine).name} ({', '.join(cols)}) VALUES ({marks})"
+        _SQL[("create", machine.entity, cols)] = sql
+    db.execute(sql, tuple(values[c] for c in cols))
+    label = _label(machine, op)
+    for watch in watchers:
+        watch(label)
+    log.debug("%s: created -> %s", label, values.get("state"))

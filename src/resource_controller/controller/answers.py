@@ -1,0 +1,48 @@
+"""Errors as the wire's ``{"error", "message"}`` bodies, for the app's handlers and the
+hot routes alike, so both answer a failure the same way (API-002, API-003)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi.responses import JSONResponse
+
+from resource_controller import errors
+from resource_controller.controller.deps import Forbidden, Unauthorized
+
+log = logging.getLogger("resource_controller.controller.app")
+
+
+def error_response(code: str, message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status)
+
+
+def rc_error(exc: errors.RcError) -> JSONResponse:
+    if exc.status >= 500:
+        log.error("request failed: %s", exc.message)
+    return error_response(exc.code, exc.message, exc.status)
+
+
+def unauthorized() -> JSONResponse:
+    return error_response("unauthorized", "a valid bearer token is required", 401)
+
+
+def forbidden(exc: Forbidden) -> JSONResponse:
+    return error_response("forbidden", str(exc), 403)
+
+
+def unexpected() -> JSONResponse:
+    """Anything unforeseen: logged with its traceback, answered without driver text."""
+    log.exception("unhandled error in a route")
+    return error_response("store_error", "internal error", 500)
+
+
+def error_answer(exc: Exception) -> JSONResponse:
+    """The answer the app's exception handlers give for ``exc`` (raised by a route)."""
+    if isinstance(exc, errors.RcError):
+        return rc_error(exc)
+    if isinstance(exc, Unauthorized):
+        return unauthorized()
+    if isinstance(exc, Forbidden):
+        return forbidden(exc)
+    return unexpected()

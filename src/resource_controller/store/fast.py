@@ -1,0 +1,253 @@
+"""Prebuilt SQL for the per-job hot path, run on the SQLite driver's own connection.
+
+Building, caching and executing a SQLAlchemy Core statement costs 100-200 µs of CPU;
+the driver runs the same statement in a few. A job's life (enqueue, the pass, the
+assignment, the hand-out, the reports, the reads around them) makes some 40 statements,
+so the reads and writes on that path are plain SQL strings here, executed on the DBAPI
+connection under the caller's transaction (an SA connection from ``Store._tx`` or the
+driver's connection itself: ``raw`` takes either). State writes still go through
+``store.moves`` (its ``*_fast`` functions). Column lists come from ``schema``, so a
+column added there is read here too. SQLite only, as ``engine`` is.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from resource_controller import errors
+from resource_controller.core.states import JobState
+from resource_controller.store import schema as t
+from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
+
+Conn = sa.Connection | sqlite3.Connection
+
+JOB_COLS: tuple[str, ...] = tuple(c.name for c in t.jobs.c)
+DEVICE_COLS: tuple[str, ...] = tuple(c.name for c in t.devices.c)
+
+_JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
+_EPOCH = "(SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id)"
+_JOB_BY_ID = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.id = ?"
+_DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
+_DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
+_ALL_DEVICES = _DEVICES + " ORDER BY id"
+_LABELS = "SELECT device_id, key, value FROM device_labels ORDER BY source ASC"
+_QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+_QUEUE_ORDER = " ORDER BY jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC LIMIT ?"
+_BEHIND = (
+    " AND (jobs.priority < ? OR (jobs.priority = ? AND jobs.queued_at > ?)"
+    " OR (jobs.priority = ? AND jobs.queued_at = ? AND jobs.seq > ?))"
+)
+
+_I_COMMAND = JOB_COLS.index("command")
+_I_ENV = JOB_COLS.index("env")
+_I_DEVICE_IDS = JOB_COLS.index("device_ids")
+
+
+def raw(conn: Conn) -> sqlite3.Connection:
+    """The driver's connection under ``conn`` (itself when it already is one)."""
+    if isinstance(conn, sqlite3.Connection):
+        return conn
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    return driver
+
+
+def id_in(n: int) -> str:
+    """``id IN (?, ...)`` for ``n`` parameters."""
+    return "id IN (" + ", ".join("?" * n) + ")"
+
+
+def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
+    """A ``jobs`` row read in ``JOB_COLS`` order as a record (as ``JobRecord.from_row``)."""
+    m = dict(zip(JOB_COLS, row, strict=False))
+    m["command"] = json.loads(row[_I_COMMAND])
+    env = row[_I_ENV]
+    m["env"] = json.loads(env) if env else {}
+    m["device_ids"] = split_ids(row[_I_DEVICE_IDS] or "")
+    return JobRecord(**m, lease_epoch=lease_epoch or 0)
+
+
+def job(conn: Conn, job_id: str) -> JobRecord:
+    """The job with its newest lease epoch, in one statement; ``JobNotFound`` when unknown."""
+    row = raw(conn).execute(_JOB_BY_ID, (job_id,)).fetchone()
+    if row is None:
+        raise errors.JobNotFound(f"no such job: {job_id}")
+    return job_record(row, row[-1] or 0)
+
+
+def device_record(row: Sequence[Any]) -> DeviceRecord:
+    return DeviceRecord(**dict(zip(DEVICE_COLS, row, strict=True)))
+
+
+def device(conn: Conn, device_id: str) -> DeviceRecord | None:
+    row = raw(conn).execute(_DEVICE_BY_ID, (device_id,)).fetchone()
+    return device_record(row) if row else None
+
+
+def all_devices(conn: Conn) -> list[DeviceRecord]:
+    return [device_record(r) for r in raw(conn).execute(_ALL_DEVICES)]
+
+
+def effective_labels(conn: Conn) -> dict[str, dict[str, str]]:
+    """Device -> key -> effective value: declared, overlaid by detected (STORE-142)."""
+    out: dict[str, dict[str, str]] = {}
+    # "declared" sorts before "detected": detected values are written last and win.
+    for device_id, key, value in raw(conn).execute(_LABELS):
+        out.setdefault(device_id, {})[key] = value
+    return out
+
+
+def reservations(conn: Conn) -> set[tuple[str, str]]:
+    return {(j, d) for j, d in raw(conn).execute("SELECT job_id, device_id FROM reservations")}
+
+
+def replace_reservations(conn: Conn, now: int, rows: Iterable[tuple[str, str]]) -> None:
+    """Rewrite the reservation rows (STORE-061): all deleted, ``rows`` (job, device) written."""
+    db = raw(conn)
+    db.execute("DELETE FROM reservations")
+    db.executemany(
+        "INSERT INTO reservations (job_id, device_id, created_at) VALUES (?, ?, ?)",
+        [(j, d, now) for j, d in rows],
+    )
+
+
+def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> None:
+    marks = ", ".join("?" * len(device_ids))
+    raw(conn).execute(f"DELETE FROM reservations WHERE device_id IN ({marks})", tuple(device_ids))
+
+
+def queue_page(conn: Conn, after: tuple[int, int, int] | None, limit: int) -> list[Any]:
+    """Up to ``limit`` raw queued rows behind ``after`` in STORE-060 order (no aging),
+    each in ``JOB_COLS`` order; ``after`` is (priority, queued_at, seq). The caller
+    decodes them (``job_record``) one by one, so a row that cannot be read is skipped
+    and named rather than ending the walk."""
+    sql = _QUEUE
+    params: list[Any] = [str(JobState.QUEUED)]
+    if after is not None:
+        p, q, n = after
+        sql += _BEHIND
+        params += [p, p, q, p, q, n]
+    return raw(conn).execute(sql + _QUEUE_ORDER, (*params, limit)).fetchall()
+
+
+def pinned_elsewhere(conn: Conn, known: Sequence[str]) -> list[Any]:
+    """Raw queued rows pinned to a device not in ``known`` (one with no row), in order."""
+    marks = ", ".join("?" * len(known))
+    sql = _QUEUE + " AND jobs.device_id != ''"
+    if known:
+        sql += f" AND jobs.device_id NOT IN ({marks})"
+    order = _QUEUE_ORDER.removesuffix(" LIMIT ?")
+    return raw(conn).execute(sql + order, (str(JobState.QUEUED), *known)).fetchall()
+
+
+_DIALECT = sqlite_dialect.dialect()
+
+
+def run_select(conn: Conn, stmt: sa.Select[Any]) -> list[Any]:
+    """A Core select compiled for SQLite and run on the driver (the rows as tuples); for
+    reads whose SQL form lives elsewhere as Core (the aged queue order, EXT-FAIR-1)."""
+    compiled = stmt.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
+    params = compiled.construct_params()
+    order = compiled.positiontup or []
+    return raw(conn).execute(str(compiled), tuple(params[k] for k in order)).fetchall()
+
+
+def list_jobs(
+    conn: Conn, limit: int, submitter: str = "", state: str = "", id_prefix: str = ""
+) -> list[JobRecord]:
+    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2);
+    ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if submitter:
+        where.append("jobs.submitter = ?")
+        params.append(submitter)
+    if state:
+        where.append("jobs.state = ?")
+        params.append(state)
+    if id_prefix:
+        where.append("substr(jobs.id, 1, ?) = ?")
+        params += [len(id_prefix), id_prefix]
+    sql = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY jobs.submitted_at DESC, jobs.id DESC LIMIT ?"
+    rows = raw(conn).execute(sql, (*params, limit)).fetchall()
+    return [job_record(r, r[-1] or 0) for r in rows]
+
+
+def next_seq(conn: Conn) -> int:
+    value = raw(conn).execute("SELECT max(seq) FROM jobs").fetchone()[0]
+    return int(value or 0) + 1
+
+
+def job_id_with_key(conn: Conn, key: str) -> str | None:
+    row = raw(conn).execute("SELECT id FROM jobs WHERE idempotency_key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def next_counter(conn: Conn, name: str) -> int:
+    """Increment and return the named counter (starts at 1); inside the caller's transaction."""
+    db = raw(conn)
+    row = db.execute(
+        "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+    ).fetchone()
+    if row is None:
+        db.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (name,))
+        return 1
+    return int(row[0])
+
+
+def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
+    """Insert a lease row; the partial unique index refuses a second live one (STORE-010)."""
+    cols = tuple(values)
+    sql = f"INSERT INTO leases ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    raw(conn).execute(sql, tuple(values[c] for c in cols))
+
+
+def release_leases(conn: Conn, now: int, job_id: str) -> list[str]:
+    """Release the live leases of ``job_id``; their devices (STORE-054)."""
+    rows = (
+        raw(conn)
+        .execute(
+            "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
+            " RETURNING device_id",
+            (now, job_id),
+        )
+        .fetchall()
+    )
+    return sorted(str(r[0]) for r in rows)
+
+
+def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:
+    """Each job's newest lease epoch (EXT-EPOCH-2), one grouped read."""
+    marks = ", ".join("?" * len(job_ids))
+    rows = raw(conn).execute(
+        f"SELECT job_id, max(epoch) FROM leases WHERE job_id IN ({marks}) GROUP BY job_id",
+        tuple(job_ids),
+    )
+    return {str(j): int(e or 0) for j, e in rows}
+
+
+def due_kills(conn: Conn, worker_id: str, cutoff: int, states: Sequence[str]) -> list[str]:
+    """Jobs of the worker flagged for a kill not offered since ``cutoff`` (STORE-094)."""
+    marks = ", ".join("?" * len(states))
+    rows = raw(conn).execute(
+        "SELECT id FROM jobs WHERE worker_id = ? AND kill_requested = 1"
+        f" AND state IN ({marks}) AND kill_delivered_at <= ?",
+        (worker_id, *states, cutoff),
+    )
+    return [str(r[0]) for r in rows]
+
+
+def mark_kills_delivered(conn: Conn, job_ids: Sequence[str], now: int) -> None:
+    marks = ", ".join("?" * len(job_ids))
+    raw(conn).execute(
+        f"UPDATE jobs SET kill_delivered_at = ? WHERE id IN ({marks})", (now, *job_ids)
+    )
