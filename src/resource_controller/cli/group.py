@@ -13,15 +13,13 @@ dump or a traceback (CLI-003).
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import click
 
 from resource_controller import errors
-from resource_controller.cli import common, render, signals
+from resource_controller.cli import basics, common, exits, render, signals
 
 #: name -> ("module:function", one-line help). The help lives here so that listing
 #: commands imports nothing; loading a command makes this its ``short_help``
@@ -115,54 +113,16 @@ class LazyGroup(click.Group):
         try:
             rv = super().main(args, prog_name or "rc", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:
-            _exit(e.exit_code)
+            exits.leave(e.exit_code)
         except click.UsageError as e:
-            _fail(_one_line(e.format_message()))
+            exits.fail(exits.one_line(e.format_message()))
         except click.ClickException as e:
-            _fail(_one_line(e.format_message()), e.exit_code)
+            exits.fail(exits.one_line(e.format_message()), e.exit_code)
         except click.Abort:
-            _fail("interrupted")
-        except signals.Interrupted:
-            _fail("interrupted")
-        except errors.RcError as e:
-            _fail(_one_line(str(e)))
-        except BrokenPipeError:
-            _silence_stdout()
-            _fail("cannot write output: broken pipe")
-        except OSError as e:
-            _fail(f"cannot write output: {e.strerror or e}")
-        _exit(rv if isinstance(rv, int) else 0)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    render.say(message)
-    _exit(code)
-
-
-def _exit(code: int) -> NoReturn:
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-        if code == 0:
-            render.say("cannot write output: broken pipe")
-            code = 1
-    except (OSError, ValueError):
-        code = code or 1
-    sys.exit(code)
+            exits.fail("interrupted")
+        except (basics.Failure, signals.Interrupted, errors.RcError, OSError) as e:
+            exits.failed(e)
+        exits.leave(rv if isinstance(rv, int) else 0)
 
 
 #: The end of ``rc help``: what every command shares (CLI §2), kept short.
@@ -247,9 +207,3 @@ def help_command(ctx: click.Context, command: str | None) -> None:
         raise click.UsageError(f"unknown command {command!r} (see rc help)")
     sub_ctx = sub.make_context(command, [], parent=parent, resilient_parsing=True)
     render.out(sub.get_help(sub_ctx) + "\n")
-
-
-def main() -> None:
-    """Console-script entry point: ``rc``."""
-    signals.install()
-    rc.main(prog_name="rc")

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resource_controller import errors
-from resource_controller.cli import common, render, signals
+from resource_controller.cli import basics, render, signals
 from resource_controller.client import api
 
 #: CLI-193: bound on the final wait after the stream ends.
@@ -83,7 +83,7 @@ class _Progress:
 
 
 def run(client: api.Client, req: RunRequest) -> int:
-    """Carry out ``rc run`` and return its exit code; failures raise ``common.Failure``."""
+    """Carry out ``rc run`` and return its exit code; failures raise ``basics.Failure``."""
     _run_nested_if_held(client, req)
     progress = _Progress()
     try:
@@ -139,18 +139,18 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
         # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
         _, named, why = e.message.partition(NOT_QUEUED)
         detail = f": {why}" if named and why else ""
-        raise common.Failure(f"{req.target} is busy and could not be queued{detail}") from e
+        raise basics.Failure(f"{req.target} is busy and could not be queued{detail}") from e
     progress.job_id = job_id = str(job.get("id", ""))
     if job.get("state") == "queued":
         progress.phase = "queue"
         job = wait_queue(client, job_id, req.target, timeout=req.timeout)
         if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
-            device = common.devices_text(job) or req.target
-            raise common.Failure(
+            device = basics.devices_text(job) or req.target
+            raise basics.Failure(
                 f"job {job_id} {job.get('state')}, never started on {device}:"
                 f" {job.get('kill_reason') or NO_DETAIL}"
             )
-    progress.device = common.devices_text(job)
+    progress.device = basics.devices_text(job)
     progress.phase = "attached"
     render.say(f"job {job_id} on {progress.device}")
     if req.tty:
@@ -164,7 +164,7 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     try:
         final = client.wait_until_terminal(job_id, bound=FINAL_WAIT)
     except errors.ClientError as e:
-        raise common.Failure(str(e)) from e
+        raise basics.Failure(str(e)) from e
     return _exit_code(final)
 
 
@@ -187,9 +187,9 @@ def wait_queue(
         if deadline is not None and time.monotonic() >= deadline:
             signals.restore_defaults()
             cancel(client, job_id)
-            raise common.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
+            raise basics.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
         after = "granted" if kind == "hold" else "running"
-        raise common.Failure(
+        raise basics.Failure(
             f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
             f" or already {after}: check rc ps"
         ) from e
@@ -323,5 +323,5 @@ def _exit_code(job: api.Json) -> int:
         return exit_status(code)
     state = job.get("state")
     if state != "succeeded":
-        raise common.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
+        raise basics.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
     return 0

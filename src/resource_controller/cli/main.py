@@ -1,0 +1,108 @@
+"""``rc``'s entry point: answer what needs no parser at once, else hand over to click.
+
+Importing click costs about four times what the bare interpreter does, so the
+invocations people run most pay for it only when they have to:
+
+- ``rc --help``/``-h``/``help`` and ``rc run --help``/``-h``/``help run`` print pages
+  rendered beforehand by click itself (``cli/pages.py``, written by ``cli/pagegen.py``;
+  ``tests/cli/test_pages.py`` renders them again with click and compares them byte
+  for byte, so they cannot drift). They are used only at the width they were rendered
+  for (a terminal of at least ``PAGE_COLUMNS`` columns, or none); a narrower one is
+  rendered by click as before.
+- ``rc --version``/``rc version`` read the version and print it.
+- ``rc run`` in its plain forms is parsed by ``cli/fastrun.py``, which hands anything
+  it does not recognise, and every usage error, to click.
+
+Everything else goes to the click group in ``cli/group.py``. Its names (``rc``,
+``COMMANDS``, ...) are still reachable from this module, loaded on first access.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from resource_controller.cli import signals
+
+#: The terminal width the pages were rendered for: click lays help out at
+#: ``min(columns, 80) - 2``, so any width of at least 80 gives the same page.
+PAGE_COLUMNS = 80
+
+#: argv -> the page it prints (a key of ``pages.PAGES``).
+PAGE_ARGV: dict[tuple[str, ...], str] = {
+    ("--help",): "rc",
+    ("-h",): "rc",
+    ("help",): "rc",
+    ("run", "--help"): "run",
+    ("run", "-h"): "run",
+    ("help", "run"): "run",
+}
+VERSION_ARGV = frozenset({("--version",), ("version",)})
+
+
+def terminal_columns() -> int:
+    """The width click would lay help out for, found as ``shutil.get_terminal_size`` does
+    (``COLUMNS``, else the terminal on stdout, else 80) without importing ``shutil``."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or PAGE_COLUMNS
+    return columns
+
+
+def ready_page(argv: list[str]) -> str | None:
+    """The text ``rc`` prints for ``argv`` when it needs no parser, else None."""
+    key = tuple(argv)
+    if key in VERSION_ARGV:
+        from resource_controller import version
+
+        return f"rc {version.installed_version()}\n"
+    name = PAGE_ARGV.get(key)
+    if name is None or terminal_columns() < PAGE_COLUMNS:
+        return None
+    from resource_controller.cli import pages
+
+    return pages.PAGES[name]
+
+
+def _print_page(text: str) -> None:
+    from resource_controller.cli import exits, render
+
+    try:
+        render.out(text)
+    except OSError as e:
+        exits.os_error_in_command(e)  # as click ends a page it could not write
+    exits.leave(0)
+
+
+def main() -> None:
+    """Console-script entry point: ``rc``."""
+    signals.install()
+    argv = sys.argv[1:]
+    if "_RC_COMPLETE" not in os.environ:  # shell completion is click's
+        page = ready_page(argv)
+        if page is not None:
+            _print_page(page)
+        if argv[:1] == ["run"]:
+            from resource_controller.cli import fastrun
+
+            fastrun.main(argv[1:])  # returns only when click must parse the line
+    from resource_controller.cli import group
+
+    group.rc.main(prog_name="rc")
+
+
+def __getattr__(name: str) -> Any:
+    """The click group's names (``rc``, ``COMMANDS``, ...), loaded on first access."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from resource_controller.cli import group
+
+    return getattr(group, name)
