@@ -32,8 +32,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from resource_controller.cli import basics, render
 
@@ -42,8 +41,7 @@ NOT_FOUND = 127
 NOT_RUNNABLE = 126
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
     """The job this process runs in, and the devices it holds."""
 
     job_id: str

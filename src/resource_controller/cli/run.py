@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from resource_controller import errors
 from resource_controller.cli import basics, render, signals
@@ -40,28 +39,78 @@ NOT_QUEUED = "the job was not queued: "
 NO_DETAIL = "no further detail"
 
 
-@dataclass(frozen=True)
 class RunRequest:
-    """What the user asked ``rc run`` for, validated and converted to wire units."""
+    """What the user asked ``rc run`` for, validated and converted to wire units.
 
-    command: Sequence[str]
-    device: str = ""
-    selector: str = ""
-    #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
-    count: int = 1
-    device_ids: Sequence[str] = ()
-    cwd: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    priority: int = 0
-    max_runtime_seconds: int = 0
-    idle_timeout_seconds: int = 0
-    #: Seconds to wait in the queue before giving up; <= 0 waits forever.
-    timeout: float = 0.0
-    no_wait: bool = False
-    #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
-    tty: bool = False
-    #: ``-i``: forward this process's stdin to the job, over pipe mode.
-    interactive: bool = False
+    A plain class rather than a dataclass: ``dataclasses`` (with ``inspect``) costs
+    ``rc run`` more to import than this whole module. Compared by value.
+    """
+
+    __slots__ = (
+        "command",
+        "count",
+        "cwd",
+        "device",
+        "device_ids",
+        "env",
+        "idle_timeout_seconds",
+        "interactive",
+        "max_runtime_seconds",
+        "no_wait",
+        "priority",
+        "selector",
+        "timeout",
+        "tty",
+    )
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        device: str = "",
+        selector: str = "",
+        count: int = 1,
+        device_ids: Sequence[str] = (),
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        priority: int = 0,
+        max_runtime_seconds: int = 0,
+        idle_timeout_seconds: int = 0,
+        timeout: float = 0.0,
+        no_wait: bool = False,
+        tty: bool = False,
+        interactive: bool = False,
+    ) -> None:
+        self.command = command
+        self.device = device
+        self.selector = selector
+        #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+        self.count = count
+        self.device_ids = device_ids
+        self.cwd = cwd
+        self.env: Mapping[str, str] = {} if env is None else env
+        self.priority = priority
+        self.max_runtime_seconds = max_runtime_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
+        #: Seconds to wait in the queue before giving up; <= 0 waits forever.
+        self.timeout = timeout
+        self.no_wait = no_wait
+        #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
+        self.tty = tty
+        #: ``-i``: forward this process's stdin to the job, over pipe mode.
+        self.interactive = interactive
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunRequest) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(tuple(repr(v) for v in self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"RunRequest({fields})"
 
     @property
     def target(self) -> str:
@@ -73,13 +122,13 @@ class RunRequest:
 exit_status = api.exit_status
 
 
-@dataclass
 class _Progress:
     """How far the run got; decides what an interrupt means."""
 
-    phase: str = "submit"
-    job_id: str = ""
-    device: str = ""
+    def __init__(self) -> None:
+        self.phase = "submit"
+        self.job_id = ""
+        self.device = ""
 
 
 def run(client: api.Client, req: RunRequest) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 from types import FrameType
 from typing import Any
 
@@ -59,6 +58,8 @@ _dropped: list[int] = []
 
 def _on_unraisable(unraisable: Any) -> None:
     """Raise a dropped ``Interrupted`` again; hand anything else to the previous hook."""
+    import threading  # not at the top: every rc start imports this module
+
     exc = unraisable.exc_value
     if isinstance(exc, Interrupted) and threading.current_thread() is threading.main_thread():
         _dropped[:] = [exc.signum]

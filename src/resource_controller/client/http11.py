@@ -45,7 +45,12 @@ class Connection:
     """One TCP (or TLS) connection; requests on it go one after another."""
 
     def __init__(self, host: str, port: int, *, tls: bool, timeout: float | None) -> None:
-        sock = socket.create_connection((host, port), timeout)
+        try:
+            # An ASCII name as bytes: the resolver then needs no ``encodings.idna``.
+            address: str | bytes = host.encode("ascii")
+        except UnicodeEncodeError:
+            address = host
+        sock = socket.create_connection((address, port), timeout)  # type: ignore[arg-type]
         try:
             # Requests are written whole: never wait for an ACK before the next segment.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
