@@ -8,7 +8,10 @@ the run machine behind it raises ``Failure``; so these live apart from ``common`
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Failure(Exception):

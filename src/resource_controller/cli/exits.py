@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
 
 from resource_controller import errors
 from resource_controller.cli import basics, render, signals
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 
 def one_line(text: str) -> str:

@@ -18,11 +18,10 @@ matrix of command lines that both parsers build the same ``RunRequest``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from resource_controller import errors
 from resource_controller.cli import basics, exits, runargs, signals
 
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from resource_controller.cli.run import RunRequest
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from resource_controller.cli import signals
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The terminal width the pages were rendered for: click lays help out at
 #: ``min(columns, 80) - 2``, so any width of at least 80 gives the same page.

@@ -32,9 +32,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, NoReturn
 
 from resource_controller.cli import basics, render
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import NamedTuple, NoReturn
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: Exit codes a shell gives a command it cannot find, or find but not run.
 NOT_FOUND = 127

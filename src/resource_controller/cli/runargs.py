@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from resource_controller.cli import basics
 
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from resource_controller.cli.run import RunRequest
 

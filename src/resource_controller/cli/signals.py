@@ -22,7 +22,10 @@ from __future__ import annotations
 import signal
 import sys
 from types import FrameType
-from typing import Any
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _REDELIVERY_DELAY = 0.01  # seconds: long enough to be out of the finaliser

@@ -23,9 +23,14 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from resource_controller import errors
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: CLI-010/CLI-199: where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"

@@ -11,13 +11,20 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
 
 from resource_controller import errors
 from resource_controller.client import shapes
 
-#: A job, device view or other controller object, exactly as the controller sent it.
-Json = dict[str, Any]
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+
+    #: A job, device view or other controller object, exactly as the controller sent it.
+    Json = dict[str, Any]
+else:
+    from resource_controller.client.records import NamedTuple
+
+    Json = dict  # the same at run time; the parameters are the type checker's
 
 #: EXT-CLI-7: the shortest job ID prefix the client resolves, and how many of the jobs
 #: an ambiguous one matches are named.

@@ -11,7 +11,10 @@ shapes against the response models in ``wire``.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
+
 
 # Plain classes, not dataclasses: ``dataclasses`` (with ``inspect``) would cost
 # ``rc run`` more at start-up than the rest of the client's modules.

@@ -31,10 +31,15 @@ import json
 import socket
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
 
 from resource_controller import errors
 from resource_controller.client import http11
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: Bytes asked for per read while streaming; a chunk is written out as soon as it arrives.
 STREAM_READ_SIZE = 64 * 1024
