@@ -68,7 +68,7 @@ def test_the_stored_page_needs_no_click() -> None:
         "    main.main()\n"
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
-        "heavy = ('click', 'typing', 'dataclasses', 'inspect', 'shutil')\n"
+        "heavy = ('click', 'typing', 'dataclasses', 'inspect', 'shutil', 're')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy), file=sys.stderr)"
     )
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

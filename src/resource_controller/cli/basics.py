@@ -7,8 +7,6 @@ the run machine behind it raises ``Failure``; so these live apart from ``common`
 
 from __future__ import annotations
 
-import re
-
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from typing import Any
@@ -39,12 +37,15 @@ class UsageProblem(ValueError):
     """A flag value or combination is wrong; the click layer turns it into a usage error."""
 
 
-_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)")
+#: CLI-006's integers; compiled on first use (the help pages load this module, not ``re``).
+_INT = r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)"
 
 
 def parse_int(text: str) -> int | None:
     """An integer flag's value (CLI-006): decimal, ``0x``/``0o`` tolerated; None if invalid."""
-    if not _INT.fullmatch(text):
+    import re
+
+    if not re.fullmatch(_INT, text):
         return None
     sign = -1 if text.startswith("-") else 1
     digits = text.lstrip("+-")
