@@ -6,9 +6,12 @@ pass`` and ``python3 -I -S -c pass`` (no ``site``: the interpreter's own floor),
 ``python3 -c 'import click'`` to show what the command-line library alone costs. The
 commands are interleaved round-robin so that a noisy neighbour hits them all alike.
 Figures are min/median/max in ms and the median's ratio to ``python3 -c pass``. No
-controller is needed. Usage: ``python bench/startup.py [--repeats 30] [--json out.json]
-[--other-src DIR]``; ``--other-src`` times the same ``rc`` commands again with ``DIR``
-(another checkout's ``src``, byte-compiled) first on ``PYTHONPATH``, in the same run.
+controller is needed, except with ``--live``: that starts ``rc serve`` and ``rc worker``
+(``latency.Fleet``: four devices on loopback) and also times the whole ``rc run -d
+benchbox:slot0 -- true``. Usage: ``python bench/startup.py [--repeats 30] [--json
+out.json] [--other-src DIR] [--live]``; ``--other-src`` times the same ``rc`` commands
+again with ``DIR`` (another checkout's ``src``, byte-compiled) first on ``PYTHONPATH``,
+in the same run.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+from latency import HOST, Fleet
 
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
@@ -43,21 +49,32 @@ def timed(cmd: list[str], env: dict[str, str] | None) -> float:
     return time.perf_counter() - t0
 
 
-def plan(other_src: Path | None) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+#: The live row: one job on one named device, the hot path of issue 14.
+RUN_LABEL = "rc run -d X -- true"
+RUN_ARGV = [RC, "run", "-d", f"{HOST}:slot0", "--", "true"]
+
+
+def plan(
+    other_src: Path | None, live_env: dict[str, str] | None = None
+) -> dict[str, tuple[list[str], dict[str, str] | None]]:
     """label -> (argv, environment); the other checkout's rows run its code instead."""
     rows: dict[str, tuple[list[str], dict[str, str] | None]] = {
         label: (cmd, None) for label, cmd in COMMANDS.items()
     }
+    if live_env is not None:
+        rows[RUN_LABEL] = (RUN_ARGV, live_env)
     if other_src is not None:
         env = dict(os.environ, PYTHONPATH=str(other_src.resolve()))
-        for label, cmd in COMMANDS.items():
+        for label, (cmd, base) in list(rows.items()):
             if cmd[0] == RC:
-                rows[f"{label} [other]"] = (cmd, env)
+                rows[f"{label} [other]"] = (cmd, {**(base or os.environ), **env})
     return rows
 
 
-def measure(repeats: int, other_src: Path | None) -> dict[str, list[float]]:
-    rows = plan(other_src)
+def measure(
+    repeats: int, other_src: Path | None, live_env: dict[str, str] | None = None
+) -> dict[str, list[float]]:
+    rows = plan(other_src, live_env)
     samples: dict[str, list[float]] = {label: [] for label in rows}
     for cmd, env in rows.values():  # warm the page cache
         timed(cmd, env)
@@ -72,11 +89,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--other-src", type=Path, help="another checkout's src, timed alongside")
+    ap.add_argument("--live", action="store_true", help="also time rc run against rc serve")
     args = ap.parse_args()
-    samples = measure(args.repeats, args.other_src)
+    if args.live:
+        with tempfile.TemporaryDirectory() as tmp, Fleet(Path(tmp)) as fleet:
+            live_env = dict(os.environ, RC_CONTROLLER=fleet.url, RC_TOKEN="ctok")
+            live_env["RC_SUBMITTER"] = "bench"
+            live_env["RC_CONFIG"] = str(Path(tmp) / "absent-config.yaml")
+            samples = measure(args.repeats, args.other_src, live_env)
+    else:
+        samples = measure(args.repeats, args.other_src)
     base = statistics.median(samples["python3 -c pass"])
     results = {}
-    print(f"{'command':28} {'min':>7} {'median':>7} {'max':>7}  ratio (median / python3 -c pass)")
+    print(f"{'command':34} {'min':>7} {'median':>7} {'max':>7}  ratio (median / python3 -c pass)")
     for label, xs in samples.items():
         row = {
             "min_ms": min(xs) * 1e3,
@@ -87,7 +112,7 @@ def main() -> None:
         }
         results[label] = row
         print(
-            f"{label:28} {row['min_ms']:7.1f} {row['median_ms']:7.1f} {row['max_ms']:7.1f}"
+            f"{label:34} {row['min_ms']:7.1f} {row['median_ms']:7.1f} {row['max_ms']:7.1f}"
             f"  {row['ratio']:.2f}x"
         )
     if args.json:

@@ -12,8 +12,6 @@ package on every start, and the CLI's hot path must not pay for the typed layer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from resource_controller.errors import (
     ApiError,
     ClientError,
@@ -23,7 +21,10 @@ from resource_controller.errors import (
     TransportError,
 )
 
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
+    from typing import Any
+
     from resource_controller.client.aio import AsyncClient, AsyncJob, AsyncLease
     from resource_controller.client.api import PollGiveUp, WaitTimeout
     from resource_controller.client.models import (

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from client.conftest import clean_settings, controller, worker  # noqa: F401  (fixtures)
-from resource_controller.cli.main import rc as rc_group
+from resource_controller.cli.group import rc as rc_group
 from resource_controller.client import config
 
 Rc = Callable[..., Result]

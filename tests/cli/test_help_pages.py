@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pytest
 
-from resource_controller.cli import main
+from resource_controller.cli import group as main
 
 from .conftest import Rc
 

@@ -308,3 +308,28 @@ def test_up_writes_run_here_and_says_what_it_kept(tmp_path: Path) -> None:
     assert done.written == ("controller", "token") and dict(done.kept) == {"run.here": False}
     s, _ = settings(env)
     assert (s.controller(), s.run_here()) == ("http://127.0.0.1:8080", False)
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["/a/b.yaml", "//a/b", "///a//b/", "./x.yaml", "a/./b/../c", "x", "/", "//", "~/c.yaml", "a//"],
+)
+def test_the_location_text_is_what_pathlib_prints(given: str) -> None:
+    # rc run reads the file by config_location, without pathlib: same text, same file.
+    env = {"RC_CONFIG": given}
+    assert config.config_location(env) == str(config.config_path(env)) == str(Path(given))
+
+
+@pytest.mark.parametrize(
+    ("env", "platform"),
+    [
+        ({"XDG_CONFIG_HOME": "/xdg//", "HOME": "/h"}, "linux"),
+        ({"HOME": "/home/a/"}, "linux"),
+        ({"HOME": "/Users/a"}, "darwin"),
+        ({"HOME": "rel"}, "linux"),
+    ],
+)
+def test_the_default_location_text_is_what_pathlib_prints(
+    env: dict[str, str], platform: str
+) -> None:
+    assert config.config_location(env, platform) == str(config.config_path(env, platform))

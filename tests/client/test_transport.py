@@ -228,3 +228,96 @@ def test_stream_refusal_raises_before_iterating(stub: Stub) -> None:
     )
     with pytest.raises(errors.ApiError, match="logs_not_stored: attached job"):
         transport.Transport(stub.url, "t").stream("GET", "/v1/jobs/j/logs")
+
+
+def chunked_kept(h: BaseHTTPRequestHandler, parts: list[bytes]) -> None:
+    """A chunked answer that ends by its framing and leaves the connection open."""
+    h.send_response(200)
+    h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    for part in parts:
+        h.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+    h.wfile.write(b"0\r\n\r\n")
+    h.wfile.flush()
+
+
+def test_a_run_shares_one_connection_submit_follow_and_poll(stub: Stub) -> None:
+    stub.routes["POST /v1/jobs"] = lambda h: send_json(h, 201, {"id": "j"})
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: chunked_kept(h, [b"out\n"])
+    stub.routes["GET /v1/jobs/j"] = lambda h: send_json(h, 200, {"job": {"id": "j"}})
+    t = transport.Transport(stub.url, "t")
+    t.request("POST", "/v1/jobs", body={"command": ["true"]})
+    with t.stream("GET", "/v1/jobs/j/logs") as stream:
+        assert b"".join(stream) == b"out\n"
+    t.request("GET", "/v1/jobs/j")
+    assert [s["path"] for s in stub.seen] == ["/v1/jobs", "/v1/jobs/j/logs", "/v1/jobs/j"]
+    assert len({s["peer"] for s in stub.seen}) == 1
+
+
+def test_a_stream_left_early_drops_its_connection(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: chunked_kept(h, [b"a", b"b"])
+    stub.routes["GET /v1/state"] = lambda h: send_json(h, 200, {})
+    t = transport.Transport(stub.url, "t")
+    stream = t.stream("GET", "/v1/jobs/j/logs")
+    assert next(stream) == b"a"
+    stream.close()
+    t.request("GET", "/v1/state")
+    assert len({s["peer"] for s in stub.seen}) == 2
+
+
+def test_a_request_during_a_stream_opens_another_connection(stub: Stub) -> None:
+    stub.routes["GET /v1/jobs/j/logs"] = lambda h: chunked_kept(h, [b"a"])
+    stub.routes["GET /v1/state"] = lambda h: send_json(h, 200, {})
+    t = transport.Transport(stub.url, "t")
+    t.request("GET", "/v1/state")
+    stream = t.stream("GET", "/v1/jobs/j/logs")  # borrows the idle connection
+    t.request("GET", "/v1/state")  # so this one needs its own
+    assert b"".join(stream) == b"a"
+    t.request("GET", "/v1/state")
+    peers = [s["peer"] for s in stub.seen]
+    assert peers[0] == peers[1] != peers[2] and peers[3] in (peers[1], peers[2])
+
+
+def test_a_body_cut_short_is_a_mid_response_failure(stub: Stub) -> None:
+    def short(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "10")
+        h.end_headers()
+        h.wfile.write(b"abc")
+        h.close_connection = True
+
+    stub.routes["GET /v1/state"] = short
+    with pytest.raises(errors.TransportError) as info:
+        transport.Transport(stub.url, "t").request("GET", "/v1/state")
+    assert str(info.value) == (
+        f"GET {stub.url}/v1/state: the controller closed the connection mid-response"
+    )
+
+
+def test_a_body_framed_by_the_close_is_read_to_the_end(stub: Stub) -> None:
+    def until_close(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.end_headers()
+        h.wfile.write(b'{"ok": true}')
+        h.close_connection = True
+
+    stub.routes["GET /v1/state"] = until_close
+    t = transport.Transport(stub.url, "t")
+    assert t.request("GET", "/v1/state").json() == {"ok": True}
+    assert t.request("GET", "/v1/state").json() == {"ok": True}  # on a new connection
+    assert len({s["peer"] for s in stub.seen}) == 2
+
+
+def test_the_request_head_is_what_http_client_sent(stub: Stub) -> None:
+    stub.routes["POST /v1/jobs"] = lambda h: send_json(h, 201, {})
+    stub.routes["POST /v1/devices/d/clear"] = lambda h: send_json(h, 200, {})
+    t = transport.Transport(stub.url, "t")
+    t.request("POST", "/v1/jobs", body={"a": 1})
+    t.request("POST", "/v1/devices/d/clear")
+    with_body, without = (s["headers"] for s in stub.seen)
+    port = stub.url.rsplit(":", 1)[1]
+    assert with_body["Host"] == f"127.0.0.1:{port}"
+    assert with_body["Accept-Encoding"] == "identity"
+    assert with_body["Content-Length"] == str(len(stub.seen[0]["body"]))
+    assert json.loads(stub.seen[0]["body"]) == {"a": 1}
+    assert without["Content-Length"] == "0"  # a POST without a body says so

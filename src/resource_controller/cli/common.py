@@ -8,13 +8,16 @@ usage error that names its flag.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from resource_controller.cli import basics
+from resource_controller.cli.basics import Failure as Failure
+from resource_controller.cli.basics import Gang as Gang
+from resource_controller.cli.basics import check_ceiling as check_ceiling
+from resource_controller.cli.basics import devices_text as devices_text
 from resource_controller.core import durations
 
 #: Every command answers -h as well as --help (CLI §1).
@@ -22,12 +25,6 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 _FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
-
-
-class Failure(click.ClickException):
-    """A command failed: ``rc: <message>`` on stderr and exit 1 (CLI-041)."""
-
-    exit_code = 1
 
 
 class RcCommand(click.Command):
@@ -120,9 +117,6 @@ class DurationType(_DurationBase):
         return seconds
 
 
-_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)")
-
-
 class IntType(_IntBase):
     """An integer flag (CLI-006): decimal, with ``0x``/``0o`` prefixes tolerated."""
 
@@ -132,13 +126,10 @@ class IntType(_IntBase):
         if isinstance(value, int):
             return value
         text = str(value)
-        if not _INT.fullmatch(text):
+        number = basics.parse_int(text)
+        if number is None:
             self.fail(f"invalid integer {text!r}", param, ctx)
-        sign = -1 if text.startswith("-") else 1
-        digits = text.lstrip("+-")
-        if digits[:2].lower() in ("0x", "0o"):
-            return sign * int(digits, 0)
-        return sign * int(digits, 10)
+        return number
 
 
 class SizeType(_IntBase):
@@ -185,64 +176,12 @@ def whole_seconds(seconds: float) -> int:
     return int(seconds)
 
 
-def check_ceiling(flag: str, seconds: float) -> None:
-    """Refuse a positive ceiling under one second, which would be sent as 0 (CLI-073)."""
-    if 0 < seconds < 1:
-        raise Failure(
-            f"{flag} must be at least 1s: ceilings work at one-second granularity"
-            " (a shorter one would be sent as 0, meaning no ceiling)"
-        )
-
-
-@dataclass(frozen=True)
-class Gang:
-    """The devices a ``-d``/DEVICE and ``--count`` ask for (EXT-GANG-1)."""
-
-    device: str = ""  #: one exact device
-    device_ids: tuple[str, ...] = ()  #: several exact devices on one host, ascending
-    count: int = 1  #: devices wanted on one host
-
-    @property
-    def target(self) -> str:
-        return ",".join(self.device_ids) or self.device
-
-
 def gang(device: str, count: int, flag: str) -> Gang:
-    """Check ``--count`` against a device or comma-separated list, before any request.
-
-    A list is devices on one host (the part of an ID before its first ``:``), and
-    implies the count: a ``--count`` other than its length is refused, as is a count
-    above 1 with one named device or a count below 1.
-    """
-    if count < 1:
-        raise click.UsageError(f"--count must be at least 1, got {count}")
-    if "," not in device:
-        if device and count != 1:
-            raise click.UsageError(
-                f"--count {count} with one device: name all {count} as a comma list in {flag}"
-            )
-        return Gang(device=device, count=count)
-    ids = [d.strip() for d in device.split(",")]
-    if any(not d for d in ids):
-        raise click.UsageError(f"{flag} {device!r}: an empty device ID in the list")
-    if len(set(ids)) != len(ids):
-        raise click.UsageError(f"{flag} {device!r} names a device more than once")
-    hosts = sorted({d.split(":", 1)[0] for d in ids})
-    if len(hosts) > 1:
-        raise click.UsageError(
-            f"{flag} {device!r}: the devices must be on one host, not on {', '.join(hosts)}"
-        )
-    if count not in (1, len(ids)):
-        raise click.UsageError(f"--count {count} does not match the {len(ids)} devices in {flag}")
-    return Gang(device_ids=tuple(sorted(ids)), count=len(ids))
-
-
-def devices_text(job: Any) -> str:
-    """A job's devices for a message or a column: ``a,b`` for several, else its device."""
-    ids = job.get("device_ids") if isinstance(job, dict) else None
-    if isinstance(ids, list) and len(ids) > 1:
-        return ",".join(str(i) for i in ids)
-    return str(job.get("device_id") or "") if isinstance(job, dict) else ""
+    """``basics.gang``, its refusal as a usage error (before any request, EXT-GANG-1)."""
+    try:
+        return basics.gang(device, count, flag)
+    except basics.UsageProblem as e:
+        raise click.UsageError(str(e)) from None
 
 
 def as_option() -> Callable[[_F], _F]:

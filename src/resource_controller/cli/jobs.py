@@ -6,14 +6,12 @@ request is made before a check that can fail (CLI-101, CLI-140).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from resource_controller import errors
-from resource_controller.cli import common, render, signals
+from resource_controller.cli import basics, common, render, runargs, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 
 if TYPE_CHECKING:
@@ -31,33 +29,9 @@ def _client(as_flag: str = "") -> api.Client:
     return api.Client(submitter=as_flag or None)
 
 
-#: EXT-HERE-2: what ``--here`` takes from the caller's environment, and nothing else:
-#: what decides which interpreter and libraries a command gets. A job's ``env`` is
-#: readable by every client (API-020), so no other variable is ever sent.
-HERE_VARIABLES = (
-    "PATH",
-    "VIRTUAL_ENV",
-    "CONDA_PREFIX",
-    "CONDA_DEFAULT_ENV",
-    "PYTHONPATH",
-    "LD_LIBRARY_PATH",
-)
-
-
-def here_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The ``--here`` variables that are set in ``environ`` (EXT-HERE-2)."""
-    return {name: environ[name] for name in HERE_VARIABLES if name in environ}
-
-
-def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` values into the submit's ``env`` map (EXT-CLI-2)."""
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"invalid --env {pair!r}: want KEY=VALUE")
-        env[key] = value
-    return env
+#: EXT-HERE-2 (kept here for the callers that read them from this module).
+HERE_VARIABLES = runargs.HERE_VARIABLES
+here_env = runargs.here_env
 
 
 @click.command(
@@ -155,53 +129,41 @@ def run(
     (usage, controller or network errors, a --no-wait refusal, --timeout).
     """
     # CLI-101, in order, with no request before a failing check.
-    if not explain and not tty and not command:
-        raise click.UsageError("rc run needs a command (put it after --)")
-    if device and selector:
-        raise click.UsageError("-d/--device and --select cannot be used together")
-    wanted = common.gang(device, count, "-d/--device")
-    if tty and interactive:
-        raise click.UsageError("-i and --tty cannot be used together (--tty forwards stdin)")
+    try:
+        wanted = runargs.check(
+            command=command,
+            device=device,
+            selector=selector,
+            count=count,
+            explain=explain,
+            tty=tty,
+            interactive=interactive,
+        )
+        if explain and not selector:
+            raise basics.UsageProblem("--explain needs --select")
+        if not explain:
+            req = runargs.request(
+                wanted,
+                command=command,
+                selector=selector,
+                cwd=cwd,
+                here=here,
+                env_pairs=env_pairs,
+                priority=priority,
+                max_runtime=max_runtime,
+                idle_timeout=idle_timeout,
+                timeout=timeout,
+                no_wait=no_wait,
+                tty=tty,
+                interactive=interactive,
+            )
+    except basics.UsageProblem as e:
+        raise click.UsageError(str(e)) from None
     if explain:
-        if not selector:
-            raise click.UsageError("--explain needs --select")
         _explain(_client(), selector)
         return
-    env = _parse_env(env_pairs)
-    if here is None:
-        from resource_controller.client import config
-
-        here = config.settings().run_here()
-    if here:
-        cwd = cwd or os.getcwd()
-        env = {**here_env(os.environ), **env}  # --env wins (EXT-HERE-2)
-    if cwd and not os.path.isabs(cwd):
-        # EXT-HERE-1: relative to where rc runs; an absolute DIR is sent as written.
-        cwd = os.path.normpath(os.path.join(os.getcwd(), cwd))
-    common.check_ceiling("--max-runtime", max_runtime)
-    common.check_ceiling("--idle-timeout", idle_timeout)
     from resource_controller.cli import run as run_machine
 
-    if tty and not command:
-        from resource_controller.cli.tty import DEFAULT_SHELL
-
-        command = tuple(DEFAULT_SHELL)  # CLI-103: the job row always shows a command
-    req = run_machine.RunRequest(
-        command=list(command),
-        device=wanted.device,
-        device_ids=wanted.device_ids,
-        count=wanted.count,
-        selector=selector,
-        cwd=cwd,
-        env=env,
-        priority=priority,
-        max_runtime_seconds=common.whole_seconds(max_runtime),
-        idle_timeout_seconds=common.whole_seconds(idle_timeout),
-        timeout=timeout,
-        no_wait=no_wait,
-        tty=tty,
-        interactive=interactive,
-    )
     client = _client(as_)
     if as_:
         from resource_controller.cli.whoami import warn_if_replaced

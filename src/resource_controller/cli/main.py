@@ -1,255 +1,111 @@
-"""The ``rc`` command group: lazy subcommands, one error line, exit codes.
+"""``rc``'s entry point: answer what needs no parser at once, else hand over to click.
 
-``rc run -- true`` is on people's hot path (like ``flock`` was), so start-up stays
-small: a subcommand's module is imported only when that subcommand runs, and
-``rc --help`` lists commands from a table here instead of importing them all (which
-would pull in the controller and the worker for ``serve``/``worker``/``up``).
+Importing click costs about four times what the bare interpreter does, so the
+invocations people run most pay for it only when they have to:
 
-Errors surface in one place (CLI-041..043): a usage problem, a controller error or a
-transport failure becomes one ``rc: <text>`` line on stderr and exit 1, never a usage
-dump or a traceback (CLI-003).
+- ``rc --help``/``-h``/``help`` and ``rc run --help``/``-h``/``help run`` print pages
+  rendered beforehand by click itself (``cli/pages.py``, written by ``cli/pagegen.py``;
+  ``tests/cli/test_pages.py`` renders them again with click and compares them byte
+  for byte, so they cannot drift). They are used only at the width they were rendered
+  for (a terminal of at least ``PAGE_COLUMNS`` columns, or none); a narrower one is
+  rendered by click as before.
+- ``rc --version``/``rc version`` read the version and print it.
+- ``rc run`` in its plain forms is parsed by ``cli/fastrun.py``, which hands anything
+  it does not recognise, and every usage error, to click.
+
+Everything else goes to the click group in ``cli/group.py``. Its names (``rc``,
+``COMMANDS``, ...) are still reachable from this module, loaded on first access.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
 
-import click
+from resource_controller.cli import signals
 
-from resource_controller import errors
-from resource_controller.cli import common, render, signals
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
-#: name -> ("module:function", one-line help). The help lives here so that listing
-#: commands imports nothing; loading a command makes this its ``short_help``
-#: (``tests/cli/test_help_pages.py`` checks each entry against the real command).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": (
-        "resource_controller.cli.jobs:run",
-        "Lease a device, run a command on it, stream output.",
-    ),
-    "hold": (
-        "resource_controller.cli.hold:hold",
-        "Lease a device for yourself until a TTL, rc release or Ctrl-C.",
-    ),
-    "kill": ("resource_controller.cli.jobs:kill", "Cancel a queued job or stop a running one."),
-    "release": ("resource_controller.cli.jobs:release", "End a hold (or any job) early."),
-    "attach": ("resource_controller.cli.jobs:attach", "Re-stream a job's output until it ends."),
-    "logs": ("resource_controller.cli.jobs:logs", "Print a job's stored output; -f to follow."),
-    "jobs": ("resource_controller.cli.jobs:jobs", "Search job history, including finished jobs."),
-    "ps": ("resource_controller.cli.jobs:ps", "Active jobs, then the queue."),
-    "devices": ("resource_controller.cli.devices:devices", "The fleet: state, holder, command."),
-    "describe": ("resource_controller.cli.devices:describe", "Everything about one device."),
-    "cp": ("resource_controller.cli.cp:cp", "Copy a file or tree to or from a device."),
-    "clear": ("resource_controller.cli.devices:clear", "(admin) Return a quarantined device."),
-    "retire": ("resource_controller.cli.devices:retire", "(admin) Remove a device; needs --yes."),
-    "drain": (
-        "resource_controller.cli.drain:drain",
-        "(admin) Let devices finish their work, then take nothing new.",
-    ),
-    "undrain": ("resource_controller.cli.drain:undrain", "(admin) Let drained devices work again."),
-    "serve": ("resource_controller.cli.serve:serve", "Run the controller."),
-    "worker": ("resource_controller.cli.serve:worker", "Run the device-host agent."),
-    "up": ("resource_controller.cli.serve:up", "Run a controller and a worker on this machine."),
-    "whoami": ("resource_controller.cli.whoami:whoami", "Show this token's role and name."),
-    "mcp": (
-        "resource_controller.cli.mcp:mcp",
-        "Serve the rc tools to an AI agent over MCP (stdio).",
-    ),
+#: The terminal width the pages were rendered for: click lays help out at
+#: ``min(columns, 80) - 2``, so any width of at least 80 gives the same page.
+PAGE_COLUMNS = 80
+
+#: argv -> the page it prints (a key of ``pages.PAGES``).
+PAGE_ARGV: dict[tuple[str, ...], str] = {
+    ("--help",): "rc",
+    ("-h",): "rc",
+    ("help",): "rc",
+    ("run", "--help"): "run",
+    ("run", "-h"): "run",
+    ("help", "run"): "run",
 }
-
-CONTEXT_SETTINGS = common.CONTEXT_SETTINGS
-
-
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use from ``COMMANDS``."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(COMMANDS) | set(self.commands))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, _, attr = target[0].partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise common.Failure(f"rc {cmd_name} is not available: {e}") from e
-        command = getattr(module, attr)
-        if not isinstance(command, click.Command):
-            raise common.Failure(f"rc {cmd_name} is not available")
-        # The table's summary is the command's short help everywhere (rc help, and the
-        # descriptions zsh and fish completion show), so the two cannot disagree.
-        command.short_help = target[1]
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
-        rows += [(n, c.get_short_help_str()) for n, c in sorted(self.commands.items())]
-        with formatter.section("Commands"):
-            formatter.write_dl(sorted(rows))
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = args[0] if args else ""
-        if args and name not in COMMANDS and name not in self.commands:
-            raise click.UsageError(f"unknown command {name!r} (see rc help)", ctx)
-        return super().resolve_command(ctx, args)
-
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> NoReturn:
-        """Run a command line and exit with the code the spec gives it (CLI-050)."""
-        try:
-            rv = super().main(args, prog_name or "rc", complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Exit as e:
-            _exit(e.exit_code)
-        except click.UsageError as e:
-            _fail(_one_line(e.format_message()))
-        except click.ClickException as e:
-            _fail(_one_line(e.format_message()), e.exit_code)
-        except click.Abort:
-            _fail("interrupted")
-        except signals.Interrupted:
-            _fail("interrupted")
-        except errors.RcError as e:
-            _fail(_one_line(str(e)))
-        except BrokenPipeError:
-            _silence_stdout()
-            _fail("cannot write output: broken pipe")
-        except OSError as e:
-            _fail(f"cannot write output: {e.strerror or e}")
-        _exit(rv if isinstance(rv, int) else 0)
+VERSION_ARGV = frozenset({("--version",), ("version",)})
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+def terminal_columns() -> int:
+    """The width click would lay help out for, found as ``shutil.get_terminal_size`` does
+    (``COLUMNS``, else the terminal on stdout, else 80) without importing ``shutil``."""
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or PAGE_COLUMNS
+    return columns
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
-    render.say(message)
-    _exit(code)
+def ready_page(argv: list[str]) -> str | None:
+    """The text ``rc`` prints for ``argv`` when it needs no parser, else None."""
+    key = tuple(argv)
+    if key in VERSION_ARGV:
+        from resource_controller import version
+
+        return f"rc {version.installed_version()}\n"
+    name = PAGE_ARGV.get(key)
+    if name is None or terminal_columns() < PAGE_COLUMNS:
+        return None
+    from resource_controller.cli import pages
+
+    return pages.PAGES[name]
 
 
-def _exit(code: int) -> NoReturn:
+def _print_page(text: str) -> None:
+    from resource_controller.cli import exits, render
+
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-        if code == 0:
-            render.say("cannot write output: broken pipe")
-            code = 1
-    except (OSError, ValueError):
-        code = code or 1
-    sys.exit(code)
-
-
-#: The end of ``rc help``: what every command shares (CLI §2), kept short.
-EPILOG = """\b
-Start with: rc run -- CMD (any free device), rc ps, rc devices, rc help run.
-
-\b
-Environment:
-  RC_CONTROLLER  controller URL (else config, else http://localhost:8080)
-  RC_TOKEN       bearer token (else config)
-  RC_SUBMITTER   who you are to the queue (else config, else USER@host)
-  RC_CONFIG      user config file (default ~/.config/rc/config.yaml)
-
-\b
-Exit status: 0 on success; rc run exits with the job's own code;
-130 when interrupted (SIGINT or SIGTERM) where the command says so;
-1 for any other failure, after one "rc: ..." line on stderr.
-
-\b
-Shell completion, e.g. in ~/.bashrc (zsh_source, fish_source alike):
-  eval "$(_RC_COMPLETE=bash_source rc)"
-"""
-
-
-def installed_version() -> str:
-    """The installed package's version (EXT-CLI-8), cheaply: see ``version``."""
-    from resource_controller import version
-
-    return version.installed_version()
-
-
-def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        render.out(f"rc {installed_version()}\n")
-        ctx.exit(0)
-
-
-@click.group(
-    cls=LazyGroup,
-    context_settings=CONTEXT_SETTINGS,
-    no_args_is_help=False,
-    help="Exclusive leases on shared hardware: run commands on devices, see the fleet.",
-    epilog=EPILOG,
-)
-@click.option(
-    "--version",
-    is_flag=True,
-    expose_value=False,
-    is_eager=True,
-    callback=_print_version,
-    help="Print the installed version.",
-)
-def rc() -> None:
-    """Entry group: subcommands do the work."""
-
-
-@rc.command("version", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
-def version_command() -> None:
-    """Print the installed version.
-
-    rc --version prints the same.
-    """
-    render.out(f"rc {installed_version()}\n")
-
-
-@rc.command("help", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
-@click.argument("command", required=False)
-@click.pass_context
-def help_command(ctx: click.Context, command: str | None) -> None:
-    """Show help for rc or one of its commands.
-
-    The same page as rc COMMAND --help (or -h), on stdout.
-    """
-    group = ctx.parent.command if ctx.parent is not None else rc
-    parent = ctx.parent or ctx
-    if command is None:
-        render.out(group.get_help(parent) + "\n")
-        return
-    assert isinstance(group, click.Group)
-    sub = group.get_command(parent, command)
-    if sub is None:
-        raise click.UsageError(f"unknown command {command!r} (see rc help)")
-    sub_ctx = sub.make_context(command, [], parent=parent, resilient_parsing=True)
-    render.out(sub.get_help(sub_ctx) + "\n")
+        render.out(text)
+    except OSError as e:
+        exits.os_error_in_command(e)  # as click ends a page it could not write
+    exits.leave(0)
 
 
 def main() -> None:
     """Console-script entry point: ``rc``."""
     signals.install()
-    rc.main(prog_name="rc")
+    argv = sys.argv[1:]
+    if "_RC_COMPLETE" not in os.environ:  # shell completion is click's
+        page = ready_page(argv)
+        if page is not None:
+            _print_page(page)
+        if argv[:1] == ["run"]:
+            from resource_controller.cli import fastrun
+
+            fastrun.main(argv[1:])  # returns only when click must parse the line
+    from resource_controller.cli import group
+
+    group.rc.main(prog_name="rc")
+
+
+def __getattr__(name: str) -> Any:
+    """The click group's names (``rc``, ``COMMANDS``, ...), loaded on first access."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from resource_controller.cli import group
+
+    return getattr(group, name)

@@ -32,18 +32,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NoReturn
 
-from resource_controller.cli import common, render
+from resource_controller.cli import basics, render
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import NamedTuple, NoReturn
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: Exit codes a shell gives a command it cannot find, or find but not run.
 NOT_FOUND = 127
 NOT_RUNNABLE = 126
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
     """The job this process runs in, and the devices it holds."""
 
     job_id: str
@@ -80,7 +83,7 @@ def refuse_limits(lease: Lease, max_runtime: int, idle_timeout: int) -> None:
     """A nested run cannot carry limits of its own: say so rather than drop them."""
     for flag, value in (("--max-runtime", max_runtime), ("--idle-timeout", idle_timeout)):
         if value:
-            raise common.Failure(
+            raise basics.Failure(
                 f"{flag} cannot apply here: this rc run is inside job {lease.job_id} and would"
                 " run under that job's lease, whose own limits apply (drop the flag, or ask"
                 " for a device the job does not hold)"
@@ -95,7 +98,7 @@ def exec_command(
         try:
             os.chdir(cwd)
         except OSError as e:
-            raise common.Failure(f"cannot run in {cwd}: {e.strerror or e}") from e
+            raise basics.Failure(f"cannot run in {cwd}: {e.strerror or e}") from e
     render.say(
         f"inside job {lease.job_id}: running directly under its lease on {device}"
         " (no new job, nothing queued)"

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Spaces after the widest cell of a column (CLI-062).
 PADDING = 2

@@ -22,10 +22,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from resource_controller import errors
-from resource_controller.cli import common, render, signals
+from resource_controller.cli import basics, render, signals
 from resource_controller.client import api
 
 #: CLI-193: bound on the final wait after the stream ends.
@@ -40,28 +39,78 @@ NOT_QUEUED = "the job was not queued: "
 NO_DETAIL = "no further detail"
 
 
-@dataclass(frozen=True)
 class RunRequest:
-    """What the user asked ``rc run`` for, validated and converted to wire units."""
+    """What the user asked ``rc run`` for, validated and converted to wire units.
 
-    command: Sequence[str]
-    device: str = ""
-    selector: str = ""
-    #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
-    count: int = 1
-    device_ids: Sequence[str] = ()
-    cwd: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    priority: int = 0
-    max_runtime_seconds: int = 0
-    idle_timeout_seconds: int = 0
-    #: Seconds to wait in the queue before giving up; <= 0 waits forever.
-    timeout: float = 0.0
-    no_wait: bool = False
-    #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
-    tty: bool = False
-    #: ``-i``: forward this process's stdin to the job, over pipe mode.
-    interactive: bool = False
+    A plain class rather than a dataclass: ``dataclasses`` (with ``inspect``) costs
+    ``rc run`` more to import than this whole module. Compared by value.
+    """
+
+    __slots__ = (
+        "command",
+        "count",
+        "cwd",
+        "device",
+        "device_ids",
+        "env",
+        "idle_timeout_seconds",
+        "interactive",
+        "max_runtime_seconds",
+        "no_wait",
+        "priority",
+        "selector",
+        "timeout",
+        "tty",
+    )
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        device: str = "",
+        selector: str = "",
+        count: int = 1,
+        device_ids: Sequence[str] = (),
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        priority: int = 0,
+        max_runtime_seconds: int = 0,
+        idle_timeout_seconds: int = 0,
+        timeout: float = 0.0,
+        no_wait: bool = False,
+        tty: bool = False,
+        interactive: bool = False,
+    ) -> None:
+        self.command = command
+        self.device = device
+        self.selector = selector
+        #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+        self.count = count
+        self.device_ids = device_ids
+        self.cwd = cwd
+        self.env: Mapping[str, str] = {} if env is None else env
+        self.priority = priority
+        self.max_runtime_seconds = max_runtime_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
+        #: Seconds to wait in the queue before giving up; <= 0 waits forever.
+        self.timeout = timeout
+        self.no_wait = no_wait
+        #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
+        self.tty = tty
+        #: ``-i``: forward this process's stdin to the job, over pipe mode.
+        self.interactive = interactive
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunRequest) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(tuple(repr(v) for v in self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"RunRequest({fields})"
 
     @property
     def target(self) -> str:
@@ -73,17 +122,17 @@ class RunRequest:
 exit_status = api.exit_status
 
 
-@dataclass
 class _Progress:
     """How far the run got; decides what an interrupt means."""
 
-    phase: str = "submit"
-    job_id: str = ""
-    device: str = ""
+    def __init__(self) -> None:
+        self.phase = "submit"
+        self.job_id = ""
+        self.device = ""
 
 
 def run(client: api.Client, req: RunRequest) -> int:
-    """Carry out ``rc run`` and return its exit code; failures raise ``common.Failure``."""
+    """Carry out ``rc run`` and return its exit code; failures raise ``basics.Failure``."""
     _run_nested_if_held(client, req)
     progress = _Progress()
     try:
@@ -139,18 +188,18 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
         # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
         _, named, why = e.message.partition(NOT_QUEUED)
         detail = f": {why}" if named and why else ""
-        raise common.Failure(f"{req.target} is busy and could not be queued{detail}") from e
+        raise basics.Failure(f"{req.target} is busy and could not be queued{detail}") from e
     progress.job_id = job_id = str(job.get("id", ""))
     if job.get("state") == "queued":
         progress.phase = "queue"
         job = wait_queue(client, job_id, req.target, timeout=req.timeout)
         if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
-            device = common.devices_text(job) or req.target
-            raise common.Failure(
+            device = basics.devices_text(job) or req.target
+            raise basics.Failure(
                 f"job {job_id} {job.get('state')}, never started on {device}:"
                 f" {job.get('kill_reason') or NO_DETAIL}"
             )
-    progress.device = common.devices_text(job)
+    progress.device = basics.devices_text(job)
     progress.phase = "attached"
     render.say(f"job {job_id} on {progress.device}")
     if req.tty:
@@ -164,7 +213,7 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     try:
         final = client.wait_until_terminal(job_id, bound=FINAL_WAIT)
     except errors.ClientError as e:
-        raise common.Failure(str(e)) from e
+        raise basics.Failure(str(e)) from e
     return _exit_code(final)
 
 
@@ -187,9 +236,9 @@ def wait_queue(
         if deadline is not None and time.monotonic() >= deadline:
             signals.restore_defaults()
             cancel(client, job_id)
-            raise common.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
+            raise basics.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
         after = "granted" if kind == "hold" else "running"
-        raise common.Failure(
+        raise basics.Failure(
             f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
             f" or already {after}: check rc ps"
         ) from e
@@ -323,5 +372,5 @@ def _exit_code(job: api.Json) -> int:
         return exit_status(code)
     state = job.get("state")
     if state != "succeeded":
-        raise common.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
+        raise basics.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
     return 0

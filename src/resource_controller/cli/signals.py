@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 from types import FrameType
-from typing import Any
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _REDELIVERY_DELAY = 0.01  # seconds: long enough to be out of the finaliser
@@ -59,6 +61,8 @@ _dropped: list[int] = []
 
 def _on_unraisable(unraisable: Any) -> None:
     """Raise a dropped ``Interrupted`` again; hand anything else to the previous hook."""
+    import threading  # not at the top: every rc start imports this module
+
     exc = unraisable.exc_value
     if isinstance(exc, Interrupted) and threading.current_thread() is threading.main_thread():
         _dropped[:] = [exc.signum]

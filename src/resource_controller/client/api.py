@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from resource_controller import errors
 from resource_controller.client import config, shapes
@@ -67,6 +66,7 @@ from resource_controller.client.messages import (
     submit_refusal as submit_refusal,
 )
 
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     # Imported when a Client first needs it: http.client pulls in email and ssl, and
     # every command's --help (and the Python API's views) would pay for it otherwise.

@@ -22,11 +22,15 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from resource_controller import errors
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, NamedTuple
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: CLI-010/CLI-199: where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"
@@ -45,9 +49,11 @@ class ConfigError(errors.ClientError):
     """The user config file could not be located, read or parsed."""
 
 
-@dataclass(frozen=True)
-class FileConfig:
-    """The values found in the user config file; ``None`` means absent (CLI-021)."""
+class FileConfig(NamedTuple):
+    """The values found in the user config file; ``None`` means absent (CLI-021).
+
+    A named tuple: ``dataclasses`` (with ``inspect``) costs ``rc run`` more to import.
+    """
 
     #: Controller base URL, trimmed.
     controller: str | None = None
@@ -61,22 +67,39 @@ class FileConfig:
 
 def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
     """Locate the user config file (CLI-020); raise ``ConfigError`` when that is impossible."""
+    from pathlib import Path
+
+    return Path(config_location(env, platform))
+
+
+def config_location(env: Mapping[str, str] | None = None, platform: str | None = None) -> str:
+    """``config_path`` as the text ``str(Path)`` gives, without importing ``pathlib``.
+
+    ``rc run`` reads the file on every start (``run.here``), and ``pathlib`` is a
+    sizeable part of what it would import for that one ``open``.
+    """
     env = os.environ if env is None else env
     platform = sys.platform if platform is None else platform
     explicit = env.get("RC_CONFIG", "").strip()
     if explicit:
-        return Path(explicit)
+        return _posix_text(explicit)
     xdg = env.get("XDG_CONFIG_HOME", "")
     if xdg:
         if not os.path.isabs(xdg):
             raise ConfigError(f"cannot locate the config file: XDG_CONFIG_HOME is relative: {xdg}")
-        base = Path(xdg)
+        base = xdg
     else:
         home = env.get("HOME", "")
         if not home:
             raise ConfigError("cannot locate the config file: neither XDG_CONFIG_HOME nor HOME set")
-        base = Path(home) / ("Library/Application Support" if platform == "darwin" else ".config")
-    return base / "rc" / "config.yaml"
+        base = home + "/" + ("Library/Application Support" if platform == "darwin" else ".config")
+    return _posix_text(base + "/rc/config.yaml")
+
+
+def _posix_text(path: str) -> str:
+    """``str(PurePosixPath(path))``: empty and ``.`` parts dropped, ``//`` kept as a root."""
+    root = "//" if path[:2] == "//" and path[:3] != "///" else "/" if path[:1] == "/" else ""
+    return root + "/".join(p for p in path.split("/") if p and p != ".") or "."
 
 
 # One ``key: "json string"`` line, optionally followed by a comment. JSON string
@@ -112,7 +135,7 @@ def _parse_simple(text: str) -> dict[str, object] | None:
     return out
 
 
-def _parse_yaml(text: str, path: Path) -> dict[str, object]:
+def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
     """Parse arbitrary YAML, keeping each wanted scalar's text as written.
 
     The node tree is used instead of ``safe_load`` so that ``token: 0123`` stays the
@@ -143,7 +166,7 @@ def _parse_yaml(text: str, path: Path) -> dict[str, object]:
     return out
 
 
-def _run_section(yaml: Any, node: Any, path: Path) -> dict[str, bool]:
+def _run_section(yaml: Any, node: Any, path: Path | str) -> dict[str, bool]:
     """The ``run`` mapping (EXT-HERE-3): ``here`` must be a boolean; other keys are ignored."""
     if node.tag == "tag:yaml.org,2002:null":
         return {}
@@ -163,7 +186,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def parse_config(text: str, path: Path) -> FileConfig:
+def parse_config(text: str, path: Path | str) -> FileConfig:
     """Turn the file's text into values (CLI-021); raise ``ConfigError`` if it is broken."""
     values: Mapping[str, object] | None = _parse_simple(text)
     if values is None:
@@ -183,10 +206,11 @@ def parse_config(text: str, path: Path) -> FileConfig:
     return FileConfig(pick("controller"), pick("token"), pick("submitter"), here)
 
 
-def read_config_file(path: Path) -> FileConfig:
+def read_config_file(path: Path | str) -> FileConfig:
     """Read one config file; a missing file is empty, any other failure raises."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         return FileConfig()
     except OSError as e:
@@ -224,7 +248,7 @@ class Settings:
         """The config file's values, read on first use and then remembered (CLI-023)."""
         if self._file is None:
             try:
-                self._file = read_config_file(config_path(self._env))
+                self._file = read_config_file(config_location(self._env))
             except ConfigError as e:
                 self._warn(e.message)
                 self._file = FileConfig()
@@ -241,7 +265,7 @@ class Settings:
             return "from RC_CONTROLLER"
         if self.file.controller:
             try:
-                return f"from the config file {config_path(self._env)}"
+                return f"from the config file {config_location(self._env)}"
             except ConfigError:  # pragma: no cover - the file was read, so it was found
                 return "from the config file"
         return DEFAULT_ORIGIN
@@ -317,8 +341,7 @@ def _render(values: Mapping[str, object]) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class ClientConfigUpdate:
+class ClientConfigUpdate(NamedTuple):
     """What ``update_client_config`` did, so that ``rc up`` can say it (EXT-HERE-5)."""
 
     path: Path

@@ -11,14 +11,20 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from resource_controller import errors
 from resource_controller.client import shapes
 
-#: A job, device view or other controller object, exactly as the controller sent it.
-Json = dict[str, Any]
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+
+    #: A job, device view or other controller object, exactly as the controller sent it.
+    Json = dict[str, Any]
+else:
+    from resource_controller.client.records import NamedTuple
+
+    Json = dict  # the same at run time; the parameters are the type checker's
 
 #: EXT-CLI-7: the shortest job ID prefix the client resolves, and how many of the jobs
 #: an ambiguous one matches are named.
@@ -36,15 +42,19 @@ class JobIdError(errors.ClientError):
     """A job ID prefix that is too short or matches several jobs (EXT-CLI-7)."""
 
 
-@dataclass(frozen=True)
-class JobView:
-    """``GET /v1/jobs/{id}``: the job and, while it is queued, its 1-based position."""
+class JobView(NamedTuple):
+    """``GET /v1/jobs/{id}``: the job and, while it is queued, its 1-based position.
+
+    A named tuple, not a dataclass: ``dataclasses`` (with ``inspect``) would cost
+    ``rc run`` more at start-up than this whole module.
+    """
 
     job: Json
     #: 0 when the job is not queued (the controller omits the key then).
     queue_position: int = 0
     #: What the queued job waits for, one entry per device (EXT-WHY-1a); empty otherwise.
-    waiting_for: list[Json] = field(default_factory=list)
+    #: (The default list is shared: nothing ever appends to a view's.)
+    waiting_for: list[Json] = []  # noqa: RUF012
 
     @property
     def state(self) -> str:

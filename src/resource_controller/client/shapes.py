@@ -11,30 +11,43 @@ shapes against the response models in ``wire``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: ``dataclasses`` (with ``inspect``) would cost
+# ``rc run`` more at start-up than the rest of the client's modules.
+
+
 class List:
     """A JSON array; ``item`` describes its elements when they hold lists or maps."""
 
-    item: Shape | None = None
+    __slots__ = ("item",)
+
+    def __init__(self, item: Shape | None = None) -> None:
+        self.item = item
 
 
-@dataclass(frozen=True)
 class Map:
     """A JSON object with free keys; ``value`` describes its values."""
 
-    value: Shape | None = None
+    __slots__ = ("value",)
+
+    def __init__(self, value: Shape | None = None) -> None:
+        self.value = value
 
 
-@dataclass(frozen=True)
 class Obj:
     """A JSON object with named fields; ``keep`` names the lists/maps always present."""
 
-    fields: dict[str, Shape] = field(default_factory=dict)
-    keep: frozenset[str] = frozenset()
+    __slots__ = ("fields", "keep")
+
+    def __init__(
+        self, fields: dict[str, Shape] | None = None, keep: frozenset[str] = frozenset()
+    ) -> None:
+        self.fields: dict[str, Shape] = fields if fields is not None else {}
+        self.keep = keep
 
 
 Shape = List | Map | Obj

@@ -2,10 +2,13 @@
 
 ``rc run -- true`` is on people's hot path, and importing a full HTTP client costs
 more than everything else ``rc`` does before its first request, so this module speaks
-HTTP/1.1 through ``http.client``: one kept-alive connection for ordinary requests, a
-connection of its own for each long-lived stream (log follow), and a timeout chosen
-per request, because only the callers know what is bounded (CLI-070: no overall
-timeout; the polling loops bound each poll themselves).
+HTTP/1.1 on a plain socket (``http11``; not ``http.client``, which loads ``email`` and
+``ssl``): one kept-alive connection, which a long-lived stream (log follow) borrows
+and gives back once the stream has ended cleanly, so that ``rc run``'s submit, follow
+and final poll share one connection; and a timeout chosen per request, because only
+the callers know what is bounded (CLI-070: no overall timeout; the polling loops
+bound each poll themselves). A request made while a stream holds the connection
+opens another.
 
 Every failure leaves here as one of two errors from ``errors``:
 
@@ -24,32 +27,34 @@ one only when a connection cannot be opened at all (EXT-PG-5).
 
 from __future__ import annotations
 
-import http
-import http.client
 import json
 import socket
 import urllib.parse
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from resource_controller import errors
+from resource_controller.client import http11
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from resource_controller.client.records import NamedTuple
 
 #: Bytes asked for per read while streaming; a chunk is written out as soon as it arrives.
 STREAM_READ_SIZE = 64 * 1024
 
 # Failures that mean "the idle kept-alive connection was closed under us".
 _STALE_CONNECTION = (
-    http.client.RemoteDisconnected,
+    http11.RemoteDisconnected,
     ConnectionResetError,
     ConnectionAbortedError,
     BrokenPipeError,
 )
 
 
-@dataclass(frozen=True)
-class Response:
-    """A complete 2xx answer."""
+class Response(NamedTuple):
+    """A complete 2xx answer (a named tuple: ``dataclasses`` costs start-up time)."""
 
     status: int
     body: bytes
@@ -66,8 +71,7 @@ class Response:
             ) from e
 
 
-@dataclass(frozen=True)
-class _Base:
+class _Base(NamedTuple):
     """One controller base URL, taken apart once."""
 
     url: str
@@ -94,9 +98,9 @@ def describe_cause(exc: BaseException) -> str:
     """A short, human reason for a transport failure."""
     if isinstance(exc, TimeoutError):
         return "timed out"
-    if isinstance(exc, http.client.RemoteDisconnected):
+    if isinstance(exc, http11.RemoteDisconnected):
         return "the controller closed the connection without answering"
-    if isinstance(exc, http.client.IncompleteRead):
+    if isinstance(exc, http11.IncompleteRead):
         return "the controller closed the connection mid-response"
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve host: {exc.strerror or exc}"
@@ -117,6 +121,8 @@ def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
         text = message if isinstance(message, str) else ""
         return errors.api_error(data["error"], text, status)
     if not reason:
+        import http  # only for an answer without a reason phrase
+
         try:
             reason = http.HTTPStatus(status).phrase
         except ValueError:
@@ -125,22 +131,33 @@ def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
 
 
 class Stream:
-    """An open 2xx response read chunk by chunk; iterate for ``bytes``, then ``close``."""
+    """An open 2xx response read chunk by chunk; iterate for ``bytes``, then ``close``.
+
+    A stream that ends by its framing hands its connection to ``keep`` for the next
+    request; one closed early, or broken, drops it.
+    """
 
     def __init__(
-        self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, request: str
+        self,
+        conn: http11.Connection,
+        resp: http11.Response,
+        request: str,
+        keep: Callable[[http11.Connection, http11.Response], None] | None = None,
     ) -> None:
-        self._conn = conn
+        self._conn: http11.Connection | None = conn
         self._resp = resp
+        self._keep = keep
         self.request = request
 
     def __iter__(self) -> Iterator[bytes]:
         return self
 
     def __next__(self) -> bytes:
+        if self._conn is None:
+            raise StopIteration
         try:
             chunk = self._resp.read1(STREAM_READ_SIZE)
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http11.ProtocolError) as e:
             self.close()
             raise errors.TransportError(f"{self.request}: {describe_cause(e)}") from e
         except BaseException:
@@ -148,18 +165,18 @@ class Stream:
             raise
         if chunk:
             return chunk
-        truncated = self._resp.length is not None and self._resp.length > 0
-        self.close()
-        if truncated:
-            raise errors.TransportError(
-                f"{self.request}: the controller closed the connection mid-response"
-            )
+        conn, self._conn = self._conn, None
+        if self._keep is not None:
+            self._keep(conn, self._resp)
+        else:
+            conn.close()
         raise StopIteration
 
     def close(self) -> None:
-        """Drop the connection; safe to call more than once."""
-        self._resp.close()
-        self._conn.close()
+        """Drop the connection unless the stream ended and gave it back; idempotent."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def __enter__(self) -> Stream:
         return self
@@ -180,7 +197,7 @@ class Transport:
         self._bases = [_parse_base(u) for u in urls]
         self._current = 0
         self._token = token
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: http11.Connection | None = None
 
     @property
     def base_url(self) -> str:
@@ -206,16 +223,10 @@ class Transport:
             target += "?" + urllib.parse.urlencode(sorted(query.items()))
         return target
 
-    def _connect(self, base: _Base, timeout: float | None) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if base.scheme == "https":
-            conn = http.client.HTTPSConnection(base.host, base.port, timeout=timeout)
-        else:
-            conn = http.client.HTTPConnection(base.host, base.port, timeout=timeout)
-        conn.connect()
-        return conn
+    def _connect(self, base: _Base, timeout: float | None) -> http11.Connection:
+        return http11.Connection(base.host, base.port, tls=base.scheme == "https", timeout=timeout)
 
-    def _open(self, timeout: float | None, request: str) -> http.client.HTTPConnection:
+    def _open(self, timeout: float | None, request: str) -> http11.Connection:
         """Open a connection, failing over between base URLs only when connecting fails."""
         first_error: BaseException | None = None
         for step in range(len(self._bases)):
@@ -241,6 +252,60 @@ class Transport:
             "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
         )
 
+    def _take(self, timeout: float | None, request: str) -> tuple[http11.Connection, bool]:
+        """The kept-alive connection (True: reused) or a new one, bounded by ``timeout``."""
+        conn = self._conn
+        self._conn = None
+        if conn is None:
+            return self._open(timeout, request), False
+        conn.settimeout(timeout)
+        return conn, True
+
+    def _keep(self, conn: http11.Connection, resp: http11.Response) -> None:
+        """Keep ``conn`` for the next request if its answer was read whole and it stays open."""
+        if resp.will_close or not resp.complete or self._conn is not None:
+            conn.close()
+        else:
+            self._conn = conn
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        payload: bytes | None,
+        timeout: float | None,
+        *,
+        whole: bool,
+    ) -> tuple[http11.Connection, http11.Response, bytes, str]:
+        """Send one request and read the answer's head (and, if ``whole``, its body).
+
+        A kept-alive connection the controller closed while idle fails before the
+        request reached it: the request is then sent once more, on a new connection.
+        """
+        request = self._describe(method, path, query)
+        for attempt in (0, 1):
+            conn, reused = self._take(timeout, request)
+            request = self._describe(method, path, query)
+            target = self._target(self._bases[self._current], path, query)
+            try:
+                conn.send(method, target, self._headers(), payload)
+                resp = conn.response(method)
+                data = resp.read() if whole or not 200 <= resp.status < 300 else b""
+            except _STALE_CONNECTION as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+            except (OSError, http11.ProtocolError) as e:
+                conn.close()
+                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+            except BaseException:
+                conn.close()
+                raise
+            return conn, resp, data, request
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def request(
         self,
         method: str,
@@ -256,42 +321,13 @@ class Transport:
         and each socket read; ``None`` waits as long as it takes.
         """
         payload = None if body is None else json.dumps(body).encode()
-        request = self._describe(method, path, query)
-        for attempt in (0, 1):
-            conn = self._conn
-            reused = conn is not None
-            if conn is None:
-                conn = self._open(timeout, request)
-                request = self._describe(method, path, query)
-            else:
-                conn.timeout = timeout
-                if conn.sock is not None:
-                    conn.sock.settimeout(timeout)
-            self._conn = None
-            target = self._target(self._bases[self._current], path, query)
-            try:
-                conn.request(method, target, body=payload, headers=self._headers())
-                resp = conn.getresponse()
-                data = resp.read()
-            except _STALE_CONNECTION as e:
-                conn.close()
-                if reused and attempt == 0:
-                    continue
-                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
-            except BaseException:
-                conn.close()
-                raise
-            if resp.will_close:
-                conn.close()
-            else:
-                self._conn = conn
-            if not 200 <= resp.status < 300:
-                raise api_error(resp.status, resp.reason, data)
-            return Response(resp.status, data, request)
-        raise AssertionError("unreachable")  # pragma: no cover
+        conn, resp, data, request = self._exchange(
+            method, path, query, payload, timeout, whole=True
+        )
+        self._keep(conn, resp)
+        if not 200 <= resp.status < 300:
+            raise api_error(resp.status, resp.reason, data)
+        return Response(resp.status, data, request)
 
     def stream(
         self,
@@ -301,29 +337,16 @@ class Transport:
         query: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Stream:
-        """Open a long-lived response on a connection of its own.
+        """Open a long-lived response, on the kept-alive connection if there is one.
 
         The status is checked before returning, so a refusal (``not_found``,
         ``logs_not_stored``) raises here rather than while iterating.
         """
-        request = self._describe(method, path, query)
-        conn = self._open(timeout, request)
-        request = self._describe(method, path, query)
-        target = self._target(self._bases[self._current], path, query)
-        try:
-            conn.request(method, target, headers=self._headers())
-            resp = conn.getresponse()
-            if not 200 <= resp.status < 300:
-                data = resp.read()
-                conn.close()
-                raise api_error(resp.status, resp.reason, data)
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
-        except BaseException:
-            conn.close()
-            raise
-        return Stream(conn, resp, request)
+        conn, resp, data, request = self._exchange(method, path, query, None, timeout, whole=False)
+        if not 200 <= resp.status < 300:
+            self._keep(conn, resp)
+            raise api_error(resp.status, resp.reason, data)
+        return Stream(conn, resp, request, self._keep)
 
     def close(self) -> None:
         """Close the kept-alive connection, if any."""
