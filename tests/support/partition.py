@@ -64,10 +64,29 @@ def _timings(scale: float) -> dict[str, float]:
     }
 
 
+def fine_windows(t: dict[str, float]) -> list[tuple[float, float]]:
+    """Seconds of silence around each expected verdict, where ``trial``'s coarse sampling
+    gives way to the fine one: from half a sweep and the 1 s of heartbeat truncation
+    (STORE-004) before it to two sweeps after it."""
+    return [
+        (t[k] - t["sweep_interval"] / 2 - 1, t[k] + 2 * t["sweep_interval"] + 1)
+        for k in ("grace", "unhealthy_after")
+    ]
+
+
 def trial(
-    tmp: Path, scale: float = 1.0, sample: float = 0.1, heal_wait: float = 0.0
+    tmp: Path,
+    scale: float = 1.0,
+    sample: float = 0.1,
+    heal_wait: float = 0.0,
+    coarse: float | None = None,
 ) -> TrialResult:
-    """Run one trial in ``tmp``; every process is stopped by PID before returning."""
+    """Run one trial in ``tmp``; every process is stopped by PID before returning.
+
+    The device is looked at every ``sample`` seconds; with ``coarse`` set, only every
+    ``coarse`` seconds outside ``fine_windows`` (many trials side by side then cost
+    the controllers little CPU, and a verdict outside its window is still seen, to
+    ``coarse`` seconds)."""
     t = _timings(scale)
     tmp.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(tmp=tmp, port=free_port())
@@ -102,9 +121,12 @@ def trial(
         last = proxy.last_forwarded["up"]
         proof = False
         deadline = started + t["unhealthy_after"] * 1.5 + 10
+        windows = fine_windows(t)
         while time.time() < deadline and result.unhealthy_after is None:
             proof = _sample(cluster, b["id"], started, last, result, proof)
-            time.sleep(sample)
+            silent = time.time() - last
+            fine = any(lo <= silent <= hi for lo, hi in windows)
+            time.sleep(sample if fine or coarse is None else coarse)
         proxy.set("pass")
         heal_until = time.time() + heal_wait
         while time.time() < heal_until and not result.b_granted:
