@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -54,6 +56,13 @@ TERMINAL = hist.TERMINAL
 HEADERS = {"Authorization": "Bearer ctok"}
 WORKER_HEADERS = {"Authorization": "Bearer wtok"}
 HOOK_DEVICE = "hookbox:gpu0"
+#: Each worker in its own PID namespace, as PID 1 with its own ``/proc``: like a host of
+#: its own, its jobs die with it and a restarted worker can prove it (the "isolated"
+#: recovery proof, WRK-141). Without it the four "hosts" share one ``/proc``, every
+#: restarted worker sees the others' jobs and proves nothing, and the devices of every
+#: killed worker stay quarantined until the run starves. ``--kill-child``: ``kill -9`` of
+#: ``unshare`` takes the namespace with it.
+ISOLATE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 #: The controller's start-up hold-off (SRV-032): a restart shorter than this must not
 #: cost a running job its real outcome.
 HOLD_OFF = 30.0
@@ -62,8 +71,11 @@ HOLD_OFF = 30.0
 class Fleet:
     """A controller and N workers, each restartable, all stopped by PID at the end."""
 
-    def __init__(self, tmp: Path, workers: int, devices: int, webhook_url: str = "") -> None:
+    def __init__(
+        self, tmp: Path, workers: int, devices: int, webhook_url: str = "", isolate: bool = True
+    ) -> None:
         self.tmp = tmp
+        self.isolate = isolate
         self.webhook_url = webhook_url
         #: Controller processes started so far: the pump and the sampler count per life.
         self.life = 0
@@ -94,7 +106,7 @@ class Fleet:
             stdout=subprocess.DEVNULL,
             stderr=open(self.tmp / "controller.log", "ab"),  # noqa: SIM115
         )
-        _wait(lambda: _get(self.url, "/v1/state") is not None, 20, "controller")
+        _wait(lambda: _get(self.url, "/v1/state") is not None, 120, "controller")
 
     def kill_controller(self) -> None:
         if self.controller is not None:
@@ -109,7 +121,7 @@ class Fleet:
             f"state_dir: {self.tmp / ('state-' + host)}\ndevices: [{names}]\n"
         )
         self.workers[host] = subprocess.Popen(
-            [RC, "worker", "-c", str(cfg)],
+            [*(ISOLATE if self.isolate else []), RC, "worker", "-c", str(cfg)],
             stdout=subprocess.DEVNULL,
             stderr=open(self.tmp / f"{host}.log", "ab"),  # noqa: SIM115
         )
@@ -143,11 +155,17 @@ class Fleet:
         )
         r.raise_for_status()
 
-    def kill_worker(self, host: str) -> None:
+    def kill_worker(self, host: str) -> float:
+        """``kill -9`` the worker; returns when none of its jobs' processes is left
+        (with ``isolate`` they die with the namespace), as seen in ``/proc``."""
         proc = self.workers[host]
         if proc is not None:
             kill_hard(proc.pid)
             proc.wait(10)
+        deadline = time.monotonic() + 30
+        while _job_processes(host) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return time.time()
 
     def stop(self) -> None:
         procs = [*self.workers.values(), self.hookbox, self.controller]
@@ -160,6 +178,31 @@ class Fleet:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+def _job_processes(host: str) -> list[int]:
+    """PIDs of live processes whose environment names a device of ``host``."""
+    needle = f"\0RC_DEVICE={host}:".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = b"\0" + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env:
+            found.append(int(entry.name))
+    return found
+
+
+def _isolation_works() -> bool:
+    """Whether ``unshare`` can give a worker its own PID namespace here (root, Linux)."""
+    try:
+        done = subprocess.run([*ISOLATE, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _free_port() -> int:
@@ -318,6 +361,9 @@ async def phase_one(
     ctl_kills: list[tuple[float, list[str]]] = []
     outages: list[float] = []
     worker_kills: list[tuple[float, str]] = []
+    worker_exits: list[tuple[float, str]] = []
+    #: host → when each of its kills left no job process behind (seen in /proc).
+    worker_gone: dict[str, list[float]] = collections.defaultdict(list)
 
     async def client_loop(k: int) -> None:
         nonlocal reserved
@@ -344,13 +390,23 @@ async def phase_one(
             return []
 
     async def chaos_monkey() -> None:
+        # Intervals run from the moment the victim is back: on a loaded machine a
+        # controller start-up can take a good part of 20 s, and counting from the kill
+        # would leave it down most of the time.
         start = time.monotonic()
         next_ctl, next_wrk = start + 20, start + 30
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while not done.is_set():
                 await asyncio.sleep(0.5)
-                now = time.monotonic()
-                if now >= next_ctl:
+                for host, proc in fleet.workers.items():
+                    if proc is not None and proc.poll() is not None:
+                        # It exited on its own (a start-up registration that met a
+                        # controller being killed is fatal, WRK-045): restart it, as a
+                        # service manager would; its jobs died with it.
+                        worker_exits.append((time.time(), host))
+                        worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
+                        fleet.start_worker(host)
+                if time.monotonic() >= next_ctl:
                     running = await running_now(c)
                     killed_at = time.monotonic()
                     ctl_kills.append((time.time(), running))
@@ -358,14 +414,14 @@ async def phase_one(
                     await asyncio.sleep(1)
                     await asyncio.to_thread(fleet.start_controller)
                     outages.append(time.monotonic() - killed_at)
-                    next_ctl = now + 20
-                if now >= next_wrk:
+                    next_ctl = time.monotonic() + 20
+                if time.monotonic() >= next_wrk:
                     host = rng.choice(list(fleet.workers))
                     worker_kills.append((time.time(), host))
-                    fleet.kill_worker(host)
+                    worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
                     await asyncio.sleep(1)
                     fleet.start_worker(host)
-                    next_wrk = now + 30
+                    next_wrk = time.monotonic() + 30
 
     async def load() -> None:
         await asyncio.gather(*(client_loop(k) for k in range(16)))
@@ -380,8 +436,9 @@ async def phase_one(
         for sub in history.submitted:
             finals[sub.job_id] = await _final(c, sub.job_id, drain_until)
     hist.add_controller_jobs(history, [f for f in finals.values() if f], at=time.time())
-    history.intervals += rec.read()[0]
-    history.refusals += rec.read()[1]
+    intervals, refusals = rec.read()
+    history.intervals += _ended_by_kills(intervals, worker_gone, fleet.isolate)
+    history.refusals += refusals
     verdict = hist.check(history, leases=True)
     states = collections.Counter(
         (f or {}).get("state", "no terminal state") for f in finals.values()
@@ -403,15 +460,43 @@ async def phase_one(
         "without_terminal_state": figures["without_terminal_state"],
         "duplicate_jobs": figures["duplicate_jobs"],
         "checker": figures,
+        # The evidence of any violation, for the report (empty in a clean run).
+        "overlaps": [
+            [dataclasses.asdict(a), dataclasses.asdict(b)] for a, b in verdict.overlaps[:10]
+        ],
+        "refusals": [dataclasses.asdict(r) for r in verdict.refusals[:10]],
+        "outside_lease": [dataclasses.asdict(iv) for iv in verdict.outside_lease[:10]],
         "controller_kills": len(ctl_kills),
         "worker_kills": len(worker_kills),
-        "hold_off": _hold_off_figures(ctl_kills, outages, worker_kills, finals, expected),
-        "lost": _lost_figures(finals, worker_kills),
+        "worker_exits_restarted": len(worker_exits),
+        "hold_off": _hold_off_figures(
+            ctl_kills, outages, worker_kills + worker_exits, finals, expected
+        ),
+        "lost": _lost_figures(finals, worker_kills + worker_exits),
         "quarantined": _quarantined(fleet),
     }
     if hooks:
         result["webhook"] = hooks.figures()
     return result
+
+
+def _ended_by_kills(
+    intervals: list[hist.Interval], gone: dict[str, list[float]], isolate: bool
+) -> list[hist.Interval]:
+    """A job killed with its worker's namespace stamps no ``end``; its hold ended when
+    ``/proc`` showed none of that host's job processes left (``Fleet.kill_worker``), the
+    first such moment after its start. Without isolation nothing is closed."""
+    if not isolate:
+        return intervals
+    out = []
+    for iv in intervals:
+        if iv.end is None:
+            host = iv.device.split(":")[0]
+            after = [t for t in gone.get(host, []) if t >= iv.start]
+            if after:
+                iv = dataclasses.replace(iv, end=min(after))
+        out.append(iv)
+    return out
 
 
 def _killed_during(job: dict[str, object], worker_kills: list[tuple[float, str]]) -> bool:
@@ -600,8 +685,8 @@ async def phase_two(fleet: Fleet, outage: float, jobs: int = 50) -> dict[str, ob
     }
 
 
-def _fleet(tmp: Path, devices: int, webhook_url: str = "") -> Fleet:
-    fleet = Fleet(tmp, workers=4, devices=devices, webhook_url=webhook_url)
+def _fleet(tmp: Path, devices: int, webhook_url: str = "", isolate: bool = True) -> Fleet:
+    fleet = Fleet(tmp, workers=4, devices=devices, webhook_url=webhook_url, isolate=isolate)
     fleet.tmp.mkdir()
     fleet.start_controller()
     for host in fleet.workers:
@@ -629,6 +714,10 @@ def main() -> None:
         "--webhook-seconds", type=float, default=120, help="phase 3's length (0: skip it)"
     )
     ap.add_argument("--skip-outage", action="store_true", help="skip phase 2")
+    ap.add_argument(
+        "--no-isolate", action="store_true", help="run workers without a PID namespace each"
+    )
+    ap.add_argument("--keep", type=Path, help="run in this new directory and keep it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.seconds is None and args.jobs is None:
@@ -639,14 +728,24 @@ def main() -> None:
         ap.error("--seconds must be > 0 and --jobs at least 1")
     if args.pump_rate <= 0 or args.webhook_seconds < 0 or args.webhook_delay < 0:
         ap.error("--pump-rate must be > 0, --webhook-seconds and --webhook-delay >= 0")
-    results: dict[str, object] = {"args": vars(args) | {"json": str(args.json)}}
+    isolate = not args.no_isolate
+    if isolate and not _isolation_works():
+        ap.error("unshare cannot make a PID namespace here (not root?); use --no-isolate")
+    results: dict[str, object] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    }
 
     def save() -> None:
         print(json.dumps(results, indent=2), flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
 
-    with tempfile.TemporaryDirectory(prefix="rc-chaos-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep:  # kept for a post-mortem: logs, the store, the flock records
+            args.keep.mkdir(parents=True, exist_ok=False)
+            tmp = str(args.keep)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rc-chaos-"))
         hook = (
             None if args.webhook == "none" else receiver.Receiver(args.webhook, args.webhook_delay)
         )
@@ -654,7 +753,7 @@ def main() -> None:
         try:
             if hook:
                 hook.start()
-            fleet = _fleet(Path(tmp) / "one", 2, hook.url if hook else "")
+            fleet = _fleet(Path(tmp) / "one", 2, hook.url if hook else "", isolate)
             watch = HookWatch(fleet, args.pump_rate) if hook else None
             results["chaos"] = asyncio.run(
                 phase_one(fleet, args.seconds, args.jobs, drain=90, hooks=watch)
@@ -670,7 +769,7 @@ def main() -> None:
         if not args.skip_outage:
             fleet = None
             try:
-                fleet = _fleet(Path(tmp) / "two", 13)
+                fleet = _fleet(Path(tmp) / "two", 13, isolate=isolate)
                 results["outage"] = asyncio.run(phase_two(fleet, args.outage))
             finally:
                 if fleet:
@@ -680,7 +779,7 @@ def main() -> None:
             dead = receiver.Receiver("dead").start()
             fleet = None
             try:
-                fleet = _fleet(Path(tmp) / "three", 2, dead.url)
+                fleet = _fleet(Path(tmp) / "three", 2, dead.url, isolate)
                 results["webhook"] = asyncio.run(
                     phase_webhook(fleet, args.webhook_seconds, args.pump_rate)
                 )
