@@ -15,7 +15,7 @@ waiting); ``--coarse S`` looks at the device only every S seconds outside the wi
 around the expected verdicts (``support.partition.fine_windows``), so many trials at
 once do not load the machine. Usage:
 ``python bench/partition.py [--trials 10] [--scale 1] [--jobs 1] [--stagger 0]
-[--sample 0.1] [--coarse S] [--json out.json]``.
+[--startups 2] [--sample 0.1] [--coarse S] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -58,12 +59,15 @@ def main() -> None:
     ap.add_argument(
         "--stagger", type=float, default=0, help="seconds between the first --jobs starts"
     )
+    ap.add_argument(
+        "--startups", type=int, default=2, help="trials bringing their processes up at once"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.trials < 1 or args.jobs < 1 or not 0 < args.scale <= 1:
         ap.error("--trials and --jobs must be at least 1 and --scale in (0, 1]")
-    if args.stagger < 0:
-        ap.error("--stagger must be >= 0 seconds")
+    if args.stagger < 0 or args.startups < 1:
+        ap.error("--stagger must be >= 0 seconds and --startups at least 1")
     if args.sample <= 0 or (args.coarse is not None and args.coarse < args.sample):
         ap.error("--sample must be > 0 and --coarse at least --sample")
     results: list[partition.TrialResult] = []
@@ -73,6 +77,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="rc-partition-") as tmp,
         ThreadPoolExecutor(max_workers=args.jobs) as pool,
     ):
+        startup = threading.Semaphore(args.startups)
 
         def one(i: int) -> partition.TrialResult:
             # Spread the first wave so the trials' verdict windows (fine sampling) and
@@ -84,6 +89,7 @@ def main() -> None:
                 sample=args.sample,
                 heal_wait=3,
                 coarse=args.coarse,
+                startup=startup,
             )
 
         runs = {pool.submit(one, i): i for i in range(args.trials)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from support.nemesis import FaultProxy
 
 GRACE, UNHEALTHY_AFTER, SWEEP, HEARTBEAT = 30.0, 300.0, 10.0, 10.0
 DEVICE = "part:gpu0"
+#: Seconds a controller or worker may take to come up on a loaded machine.
+START_TIMEOUT = 120.0
 
 
 @dataclass
@@ -80,13 +83,16 @@ def trial(
     sample: float = 0.1,
     heal_wait: float = 0.0,
     coarse: float | None = None,
+    startup: threading.Semaphore | None = None,
 ) -> TrialResult:
     """Run one trial in ``tmp``; every process is stopped by PID before returning.
 
     The device is looked at every ``sample`` seconds; with ``coarse`` set, only every
     ``coarse`` seconds outside ``fine_windows`` (many trials side by side then cost
     the controllers little CPU, and a verdict outside its window is still seen, to
-    ``coarse`` seconds)."""
+    ``coarse`` seconds). ``startup``, shared by trials run side by side, lets only so
+    many bring their controller and worker up at once: many Python start-ups at the
+    same moment can each outlast any timeout."""
     t = _timings(scale)
     tmp.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(tmp=tmp, port=free_port())
@@ -97,9 +103,10 @@ def trial(
         ctl_env = ",".join(
             f"{k}={t[k]:.3f}" for k in ("grace", "unhealthy_after", "sweep_interval", "hold_off")
         )
-        _start_controller(cluster, {"RC_TEST_TIMINGS": ctl_env})
-        proxy = FaultProxy(cluster.port).start()
-        _start_worker(cluster, proxy, t, scale)
+        with startup or contextlib.nullcontext():
+            _start_controller(cluster, {"RC_TEST_TIMINGS": ctl_env})
+            proxy = FaultProxy(cluster.port).start()
+            _start_worker(cluster, proxy, t, scale)
         hold = t["unhealthy_after"] + 4 * t["heartbeat"] + 2
         status, a = cluster.api(
             "POST",
@@ -146,21 +153,27 @@ def trial(
     return result
 
 
-def _start_controller(cluster: Cluster, env: dict[str, str], tries: int = 3) -> None:
-    """Start ``rc serve``, again on a fresh port if it was too slow to answer: on a
-    loaded machine a start-up can outlast ``Cluster``'s 15 s, which says nothing about
-    partitions."""
-    for attempt in range(1, tries + 1):
-        try:
-            cluster.start_controller(env=env)
-            return
-        except AssertionError:
-            if cluster.controller is not None:
-                stop(cluster.controller)
-                cluster.procs.remove(cluster.controller)
-            if attempt == tries:
-                raise
-            cluster.port = free_port()
+def _start_controller(cluster: Cluster, env: dict[str, str]) -> None:
+    """``rc serve`` as ``Cluster.start_controller`` starts it, but given
+    ``START_TIMEOUT``: on a loaded machine a start-up can outlast ``Cluster``'s 15 s,
+    which says nothing about partitions."""
+    log = open(cluster.tmp / "controller.log", "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [RC, "serve", "--addr", f"127.0.0.1:{cluster.port}", "--data", str(cluster.tmp / "data")],
+        env=dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin", **env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    cluster.procs.append(proc)
+    cluster.controller = proc
+
+    def up() -> bool:
+        with contextlib.suppress(OSError):
+            return cluster.api("GET", "/v1/state")[0] == 200
+        return False
+
+    wait_for(up, START_TIMEOUT, "the controller to answer")
 
 
 def _start_worker(cluster: Cluster, proxy: FaultProxy, t: dict[str, float], scale: float) -> None:
@@ -186,7 +199,7 @@ def _start_worker(cluster: Cluster, proxy: FaultProxy, t: dict[str, float], scal
         status, views = cluster.api("GET", "/v1/devices")
         return status == 200 and any(v["device"]["id"] == DEVICE for v in views)
 
-    wait_for(registered, 90, "the partitioned worker to register")
+    wait_for(registered, START_TIMEOUT, "the partitioned worker to register")
 
 
 def _sample(
