@@ -55,6 +55,7 @@ RC = str(BIN / "rc")
 TERMINAL = hist.TERMINAL
 HEADERS = {"Authorization": "Bearer ctok"}
 WORKER_HEADERS = {"Authorization": "Bearer wtok"}
+ADMIN_HEADERS = {"Authorization": "Bearer atok"}
 HOOK_DEVICE = "hookbox:gpu0"
 #: Each worker in its own PID namespace, as PID 1 with its own ``/proc``: like a host of
 #: its own, its jobs die with it and a restarted worker can prove it (the "isolated"
@@ -180,9 +181,10 @@ class Fleet:
                     proc.kill()
 
 
-def _job_processes(host: str) -> list[int]:
-    """PIDs of live processes whose environment names a device of ``host``."""
-    needle = f"\0RC_DEVICE={host}:".encode()
+def _job_processes(host: str, device: str = "") -> list[int]:
+    """PIDs of live processes whose environment names a device of ``host`` (or, with
+    ``device``, that device exactly)."""
+    needle = (f"\0RC_DEVICE={device}\0" if device else f"\0RC_DEVICE={host}:").encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -362,6 +364,7 @@ async def phase_one(
     outages: list[float] = []
     worker_kills: list[tuple[float, str]] = []
     worker_exits: list[tuple[float, str]] = []
+    operator_clears: list[tuple[float, str]] = []
     #: host → when each of its kills left no job process behind (seen in /proc).
     worker_gone: dict[str, list[float]] = collections.defaultdict(list)
 
@@ -389,12 +392,35 @@ async def phase_one(
         except (httpx.HTTPError, ValueError, KeyError):
             return []
 
+    async def operator(c: httpx.AsyncClient) -> None:
+        """Clear a device left quarantined at registration (past the flap guard's 3
+        automatic recoveries an hour, STORE-122, which a worker killed every two
+        minutes soon exceeds) once ``/proc`` shows no process carrying its
+        ``RC_DEVICE``: the proof an operator would take before clearing it."""
+        try:
+            r = await c.get("/v1/devices", timeout=5)
+            views = r.json() if r.status_code == 200 else []
+        except (httpx.HTTPError, ValueError):
+            return
+        for v in views:
+            dev = v["device"]
+            if dev["state"] != "unhealthy" or dev["id"] == HOOK_DEVICE:
+                continue
+            if v.get("quarantine_reason") != "registration":
+                continue  # anything else is left for the report
+            if _job_processes(dev["id"].split(":")[0], dev["id"]):
+                continue
+            with contextlib.suppress(httpx.HTTPError):
+                r = await c.post(f"/v1/devices/{dev['id']}/clear", headers=ADMIN_HEADERS)
+                if r.status_code == 200:
+                    operator_clears.append((time.time(), dev["id"]))
+
     async def chaos_monkey() -> None:
         # Intervals run from the moment the victim is back: on a loaded machine a
         # controller start-up can take a good part of 20 s, and counting from the kill
         # would leave it down most of the time.
         start = time.monotonic()
-        next_ctl, next_wrk = start + 20, start + 30
+        next_ctl, next_wrk, next_op = start + 20, start + 30, start + 5
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while not done.is_set():
                 await asyncio.sleep(0.5)
@@ -406,6 +432,9 @@ async def phase_one(
                         worker_exits.append((time.time(), host))
                         worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
                         fleet.start_worker(host)
+                if time.monotonic() >= next_op:
+                    next_op = time.monotonic() + 5
+                    await operator(c)
                 if time.monotonic() >= next_ctl:
                     running = await running_now(c)
                     killed_at = time.monotonic()
@@ -469,6 +498,7 @@ async def phase_one(
         "controller_kills": len(ctl_kills),
         "worker_kills": len(worker_kills),
         "worker_exits_restarted": len(worker_exits),
+        "operator_clears": len(operator_clears),
         "hold_off": _hold_off_figures(
             ctl_kills, outages, worker_kills + worker_exits, finals, expected
         ),
