@@ -55,12 +55,16 @@ def test_a_receiver_that_never_answers_costs_events_not_grants(
         try:
             ctl = cluster.start_controller("--webhook-url", hook.url)
             cluster.start_worker("hk", ["gpu0", "gpu1"])
+            began = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
                 answers = list(pool.map(lambda n: _fault(cluster, n), range(EVENTS)))
+            flood = time.monotonic() - began
             assert [s for s, _ in answers] == [200] * EVENTS
-            # Raising never waits for the receiver: no report took anywhere near the
-            # 10 s a delivery attempt may take.
-            assert max(t for _, t in answers) < 8, max(t for _, t in answers)
+            # Raising never waits for the receiver: were a report held for its event's
+            # delivery (a 10 s attempt at least), 316 reports over 8 connections would
+            # take over 6 minutes. The bounds are generous for a loaded machine.
+            assert max(t for _, t in answers) < 30, max(t for _, t in answers)
+            assert flood < 120, flood
 
             counts = _metrics(cluster)
             assert counts["delivered"] == 0, counts
