@@ -253,7 +253,12 @@ async def _submit(
 async def _final(
     client: httpx.AsyncClient, job_id: str, stop_at: float
 ) -> dict[str, object] | None:
-    while time.monotonic() < stop_at:
+    """The job's terminal record, or ``None`` if it has none by ``stop_at``; read at
+    least once even past it (a drain's deadline must not turn a finished job into one
+    "without a terminal state")."""
+    first = True
+    while first or time.monotonic() < stop_at:
+        first = False
         try:
             r = await client.get(f"/v1/jobs/{job_id}")
             if r.status_code == 200 and r.json()["job"]["state"] in TERMINAL:
