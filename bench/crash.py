@@ -40,6 +40,8 @@ class PointFigures:
     acked_changes_lost: int = 0
     inconsistencies: int = 0
     other_problems: list[str] = dataclasses.field(default_factory=list)
+    #: Trials that could not be judged (e.g. a start-up timed out on a loaded machine).
+    harness_errors: list[str] = dataclasses.field(default_factory=list)
 
     def add(self, out: crashrun.Outcome, label: str) -> None:
         self.crashes += out.crashed
@@ -81,7 +83,10 @@ def main() -> None:
                 for i in range(args.crashes)
             }
             for fut, label in runs.items():
-                row.add(fut.result(), label)
+                try:
+                    row.add(fut.result(), label)
+                except Exception as exc:  # the harness failed, not the controller: say so
+                    row.harness_errors.append(f"{label}: {exc!r}")
             print(point, json.dumps(dataclasses.asdict(row)), flush=True)
             if args.json:  # after every point, so a long run interrupted still says something
                 args.json.write_text(

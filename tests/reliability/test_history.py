@@ -41,6 +41,17 @@ def test_touching_intervals_are_allowed() -> None:
     assert overlaps([iv("a", 0, 10), iv("b", 10, 12), iv("c", 12, 12), iv("d", 12, 20)]) == []
 
 
+def test_whole_second_records_that_may_touch_are_not_an_overlap() -> None:
+    # Began and ended within second 5, then the other began in it: both read [5, ...].
+    a = iv("a", 5, 6, src="controller")
+    b = iv("b", 5, 5, src="controller")
+    assert overlaps([a, b]) == []
+    assert overlaps([b, a]) == []
+    # Both lasting past the shared second is an overlap whatever the order.
+    c = iv("c", 5, 7, src="controller")
+    assert overlaps([a, c]) == [(a, c)]
+
+
 def test_intervals_on_different_devices_or_sources_never_conflict() -> None:
     assert overlaps([iv("a", 0, 10), iv("b", 5, 12, device="h:gpu1")]) == []
     assert overlaps([iv("a", 0, 10), iv("b", 5, 12, src="controller")]) == []

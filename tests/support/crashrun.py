@@ -41,6 +41,8 @@ HOST = "crashbox"
 DEVICE = f"{HOST}:gpu0"
 ACTIVE = ("assigned", "running")
 TERMINAL = ("succeeded", "failed", "killed", "lost")
+#: Generous: on a loaded machine a Python controller's start-up can take many seconds.
+START_TIMEOUT = 60.0
 
 
 class Died(Exception):
@@ -104,7 +106,7 @@ class Controller:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url + "/v1/state", headers=CLIENT, timeout=2).status_code == 200:
@@ -113,7 +115,8 @@ class Controller:
                 # Dying at a point reached during start-up counts as a crash too.
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError("the controller did not answer within 20 s")
+                self.stop(hard=True)  # a start that timed out must not leave it running
+                raise RuntimeError(f"the controller did not answer within {START_TIMEOUT:g} s")
             time.sleep(0.05)
 
     def wait_exit(self, timeout: float = 10) -> int | None:
@@ -139,7 +142,7 @@ class Driver:
     """A worker and a client in one, writing down each acknowledged change."""
 
     def __init__(self, url: str, acked: Acked) -> None:
-        self.http = httpx.Client(base_url=url, timeout=10)
+        self.http = httpx.Client(base_url=url, timeout=30)
         self.acked = acked
 
     def close(self) -> None:

@@ -83,7 +83,8 @@ class History:
 
 
 def overlaps(intervals: Iterable[Interval]) -> list[tuple[Interval, Interval]]:
-    """Pairs of intervals of one source on one device that share more than an instant.
+    """Pairs of intervals of one source on one device that share more than an instant,
+    in either order (each ends after the other starts).
 
     Intervals are compared within their source (the flock stamps and the controller's
     whole-second records have different clocks and resolutions). A controller interval
@@ -107,7 +108,16 @@ def overlaps(intervals: Iterable[Interval]) -> list[tuple[Interval, Interval]]:
                 for a in active
                 if (a.end is None and source != "flock") or (a.end is not None and a.end > iv.start)
             ]
-            found.extend((a, iv) for a in active if a.job_id != iv.job_id)
+            # Same start: the other order must be ruled out too. The controller's stamps
+            # are whole seconds, so [5, 6] and [5, 5] may be a job that began and ended
+            # within second 5 followed by one that began later in it: touching, not
+            # overlapping (neither order is possible only if each ends after the other
+            # starts).
+            found.extend(
+                (a, iv)
+                for a in active
+                if a.job_id != iv.job_id and (iv.end is None or iv.end > a.start)
+            )
             active.append(iv)
     return found
 

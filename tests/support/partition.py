@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from support.nemesis import FaultProxy
 
 GRACE, UNHEALTHY_AFTER, SWEEP, HEARTBEAT = 30.0, 300.0, 10.0, 10.0
 DEVICE = "part:gpu0"
+#: Seconds a controller or worker may take to come up on a loaded machine.
+START_TIMEOUT = 120.0
 
 
 @dataclass
@@ -64,10 +67,32 @@ def _timings(scale: float) -> dict[str, float]:
     }
 
 
+def fine_windows(t: dict[str, float]) -> list[tuple[float, float]]:
+    """Seconds of silence around each expected verdict, where ``trial``'s coarse sampling
+    gives way to the fine one: from half a sweep and the 1 s of heartbeat truncation
+    (STORE-004) before it to two sweeps after it."""
+    return [
+        (t[k] - t["sweep_interval"] / 2 - 1, t[k] + 2 * t["sweep_interval"] + 1)
+        for k in ("grace", "unhealthy_after")
+    ]
+
+
 def trial(
-    tmp: Path, scale: float = 1.0, sample: float = 0.1, heal_wait: float = 0.0
+    tmp: Path,
+    scale: float = 1.0,
+    sample: float = 0.1,
+    heal_wait: float = 0.0,
+    coarse: float | None = None,
+    startup: threading.Semaphore | None = None,
 ) -> TrialResult:
-    """Run one trial in ``tmp``; every process is stopped by PID before returning."""
+    """Run one trial in ``tmp``; every process is stopped by PID before returning.
+
+    The device is looked at every ``sample`` seconds; with ``coarse`` set, only every
+    ``coarse`` seconds outside ``fine_windows`` (many trials side by side then cost
+    the controllers little CPU, and a verdict outside its window is still seen, to
+    ``coarse`` seconds). ``startup``, shared by trials run side by side, lets only so
+    many bring their controller and worker up at once: many Python start-ups at the
+    same moment can each outlast any timeout."""
     t = _timings(scale)
     tmp.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(tmp=tmp, port=free_port())
@@ -78,9 +103,10 @@ def trial(
         ctl_env = ",".join(
             f"{k}={t[k]:.3f}" for k in ("grace", "unhealthy_after", "sweep_interval", "hold_off")
         )
-        cluster.start_controller(env={"RC_TEST_TIMINGS": ctl_env})
-        proxy = FaultProxy(cluster.port).start()
-        _start_worker(cluster, proxy, t, scale)
+        with startup or contextlib.nullcontext():
+            _start_controller(cluster, {"RC_TEST_TIMINGS": ctl_env})
+            proxy = FaultProxy(cluster.port).start()
+            _start_worker(cluster, proxy, t, scale)
         hold = t["unhealthy_after"] + 4 * t["heartbeat"] + 2
         status, a = cluster.api(
             "POST",
@@ -88,7 +114,7 @@ def trial(
             {"command": rec.command(f"sleep {hold:.1f}"), "device_id": DEVICE, "submitter": "part"},
         )
         assert status == 201, a
-        cluster.wait_job(a["id"], lambda j: j["state"] == "running", timeout=30)
+        cluster.wait_job(a["id"], lambda j: j["state"] == "running", timeout=90)
         status, b = cluster.api(
             "POST",
             "/v1/jobs",
@@ -102,9 +128,12 @@ def trial(
         last = proxy.last_forwarded["up"]
         proof = False
         deadline = started + t["unhealthy_after"] * 1.5 + 10
+        windows = fine_windows(t)
         while time.time() < deadline and result.unhealthy_after is None:
             proof = _sample(cluster, b["id"], started, last, result, proof)
-            time.sleep(sample)
+            silent = time.time() - last
+            fine = any(lo <= silent <= hi for lo, hi in windows)
+            time.sleep(sample if fine or coarse is None else coarse)
         proxy.set("pass")
         heal_until = time.time() + heal_wait
         while time.time() < heal_until and not result.b_granted:
@@ -122,6 +151,29 @@ def trial(
         for proc in reversed(cluster.procs):
             stop(proc)
     return result
+
+
+def _start_controller(cluster: Cluster, env: dict[str, str]) -> None:
+    """``rc serve`` as ``Cluster.start_controller`` starts it, but given
+    ``START_TIMEOUT``: on a loaded machine a start-up can outlast ``Cluster``'s 15 s,
+    which says nothing about partitions."""
+    log = open(cluster.tmp / "controller.log", "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [RC, "serve", "--addr", f"127.0.0.1:{cluster.port}", "--data", str(cluster.tmp / "data")],
+        env=dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin", **env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    cluster.procs.append(proc)
+    cluster.controller = proc
+
+    def up() -> bool:
+        with contextlib.suppress(OSError):
+            return cluster.api("GET", "/v1/state")[0] == 200
+        return False
+
+    wait_for(up, START_TIMEOUT, "the controller to answer")
 
 
 def _start_worker(cluster: Cluster, proxy: FaultProxy, t: dict[str, float], scale: float) -> None:
@@ -147,7 +199,7 @@ def _start_worker(cluster: Cluster, proxy: FaultProxy, t: dict[str, float], scal
         status, views = cluster.api("GET", "/v1/devices")
         return status == 200 and any(v["device"]["id"] == DEVICE for v in views)
 
-    wait_for(registered, 30, "the partitioned worker to register")
+    wait_for(registered, START_TIMEOUT, "the partitioned worker to register")
 
 
 def _sample(
