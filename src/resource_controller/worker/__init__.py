@@ -12,3 +12,13 @@ until the controller answers for good; ``probes`` gathers the host facts sent at
 registration; ``recovery`` decides the recovery proof sent with it; ``reconnect``
 decides when to register again; ``testhooks`` holds the end-to-end tests' overrides.
 """
+
+import sys
+
+# httpx imports its own command-line tool at import time whenever click, rich and
+# pygments happen to be installed (about 80 modules, 4.5 MiB resident); no part of the
+# worker uses it. A ``None`` entry makes that optional import fail just as httpx
+# expects when they are absent, so it keeps its stub. An httpx already imported by
+# the host process (``rc up``) is left as it is.
+if "httpx" not in sys.modules:
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
