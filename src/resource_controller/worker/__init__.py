@@ -3,7 +3,8 @@
 ``config`` reads ``worker.yaml``; ``process`` is ``rc worker`` as a process (signals,
 exit status); ``agent`` is one worker's life (start, register, heartbeat, poll,
 shutdown); ``lifecycle`` is one job's life, step by step, from acquisition to release;
-``channel`` is the typed conversation with the controller, one method per route;
+``channel`` is the typed conversation with the controller, one method per route, over
+``http11``, a plain HTTP/1.1 transport under its httpx client;
 ``timings`` holds every wait and bound, injected; ``runner`` starts and supervises one
 job's process group; ``procs`` is the only place that signals processes or reads
 ``/proc``; ``logship`` batches job output; ``stragglers`` ends a finished job's escaped
