@@ -14,7 +14,10 @@ import worker_helpers
 from fake_controller import FakeController, Running, job, until
 from worker_helpers import run
 
+from resource_controller.clock import SystemClock
+from resource_controller.worker import channel, lifecycle, outbox, reconnect
 from resource_controller.worker import config as wc
+from resource_controller.worker.timings import Timings
 
 
 def script(path: Path, body: str) -> str:
@@ -122,6 +125,33 @@ def test_failed_verify_faults_before_the_report_and_keeps_the_exit_code(tmp_path
     )
     fault_request = next(i for i, q in enumerate(ctl.requests) if q.url.path.endswith("/fault"))
     assert fault_request < first_terminal
+
+
+def test_verify_has_work_only_when_its_directory_holds_a_file(tmp_path: Path) -> None:
+    # VERIFY-001: a missing (or empty) directory is a clean pass whenever it runs, so
+    # the report may be queued early; a file, even one the pass will skip or fail,
+    # keeps the pass ahead of the report (VERIFY-008), and so does an unreadable path.
+    verify_d = tmp_path / "verify.d"
+    life = lifecycle.Lifecycle(
+        to_controller=channel.Channel("http://x", "t", SystemClock(), reconnect.Reconnect()),
+        box=outbox.Outbox(str(tmp_path / "box")),
+        clock=SystemClock(),
+        timings=Timings(),
+        track=lambda coro, label: coro.close(),
+        config=config(tmp_path, wc.DeviceConfig(name="gpu0")),
+    )
+    assert not life.verify_has_work()  # missing: off
+    verify_d.mkdir()
+    assert not life.verify_has_work()  # empty
+    (verify_d / "sub").mkdir()
+    assert not life.verify_has_work()  # directories are never scripts
+    (verify_d / "notes.txt").write_text("not executable")
+    assert life.verify_has_work()
+    (verify_d / "notes.txt").unlink()
+    (verify_d / "sub").rmdir()
+    verify_d.rmdir()
+    verify_d.write_text("a file where the directory should be")
+    assert life.verify_has_work()  # unreadable: the pass reports it
 
 
 def test_fault_refused_at_first_still_lands_before_the_report(tmp_path: Path) -> None:

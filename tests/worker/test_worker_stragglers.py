@@ -172,6 +172,42 @@ def test_survivor_and_blindness_are_reported(
     assert report.remaining == (pid, pid + 3)
 
 
+def test_a_zombie_whose_environment_cannot_be_read_is_not_blindness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beyond_pid_max: int
+) -> None:  # WRK-121 step 3: zombies are skipped before their environment matters
+    monkeypatch.setattr(procs, "PROC_ROOT", str(tmp_path))
+    fake_process(tmp_path, beyond_pid_max, None, state="Z")
+    fake_process(tmp_path, beyond_pid_max + 1, b"A=1\0")
+    report = run(stragglers.clear("job-7"))
+    assert report.scanned and not report.blind and report.clean and report.found == ()
+
+
+def test_the_sweep_agrees_with_the_full_table_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beyond_pid_max: int
+) -> None:  # WRK-121: reading environments first changes the cost, never the verdicts
+    monkeypatch.setattr(procs, "PROC_ROOT", str(tmp_path))
+    pid = beyond_pid_max
+    cases = [
+        (b"RC_JOB_ID=job-7\0", "S"),
+        (b"RC_JOB_ID=job-7\0", "Z"),
+        (b"RC_JOB_ID=\0X=1\0RC_JOB_ID=job-7\0", "R"),
+        (b"RC_JOB_ID=job-77\0", "S"),
+        (b"RC_JOB_ID=job-\0", "S"),
+        (b"", "S"),
+        (None, "S"),
+        (None, "Z"),
+    ]
+    for n, (environ, state) in enumerate(cases):
+        fake_process(tmp_path, pid + n, environ, state=state)
+    (tmp_path / str(pid + len(cases))).mkdir()  # no stat, no environ: vanished
+    (tmp_path / "self").mkdir()
+    protected = frozenset({pid + 2})
+    full = procs.scan_job_ids(exclude=protected)
+    expected = sorted(p for p, value in full.carriers.items() if value == "job-7")
+    assert stragglers._matches("job-7", protected) == (expected, True, full.blind)
+    assert expected == [pid] and full.blind
+
+
 def test_unreadable_proc_is_not_a_clean_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # WRK-121 step 5

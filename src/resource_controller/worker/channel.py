@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from resource_controller import duplex, wire
 from resource_controller.clock import Clock
-from resource_controller.worker import reconnect
+from resource_controller.worker import http11, reconnect
 
 #: Overall bound on one non-streaming request (WRK-030).
 HTTP_TIMEOUT = 120.0
@@ -204,11 +205,17 @@ class Channel:
         self.worker_id = ""
 
     def open(self) -> httpx.AsyncClient:
-        """The client; the caller closes it (``async with channel.open():``)."""
+        """The client; the caller closes it (``async with channel.open():``).
+
+        Without an injected transport, requests go over ``http11`` (plain HTTP/1.1 on
+        asyncio streams, httpx's own transport for ``https://``), unless a proxy is
+        configured in the environment: only httpx's transport honours that.
+        """
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
-        self._client = httpx.AsyncClient(
-            headers=headers, timeout=HTTP_TIMEOUT, transport=self._transport
-        )
+        transport = self._transport
+        if transport is None and not http11.proxied(os.environ):
+            transport = http11.Transport()
+        self._client = httpx.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT, transport=transport)
         return self._client
 
     async def _request(

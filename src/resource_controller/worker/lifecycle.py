@@ -12,14 +12,15 @@
 4. **supervise**: watchdogs, the cancellation path, output batched into log appends
    (``runner.supervise_job``, ``logship``), then the final flush (WRK-086);
 5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
-   logged, never changing the outcome (WRK-120..122);
+   logged, never changing the outcome (WRK-120..122); this overlaps the final flush;
 6. **verify** the device (``verify``, VERIFY-): on failure the device fault is reported
    (durable, and ordered before the terminal report by the outbox) so that the
    controller takes the device out of the pool before it frees it; the job's own
    outcome is unchanged (VERIFY-008, WRK-074);
 7. **report** the outcome: queued in the outbox (the job is then *pending*, no longer
    *running*, EXT-OUTBOX-2), made durable, delivered until the controller answers for
-   good (EXT-OUTBOX-1);
+   good (EXT-OUTBOX-1); with no verify script to run, it is queued and written while
+   steps 4-5 end, and only its delivery waits for them;
 8. **release** the device: the release is armed with this job's acquire epoch and
    runs after the device's linger (``hooks``, HOOK-020..023);
 9. leave the supervised set.
@@ -161,14 +162,40 @@ class Lifecycle:
             except asyncio.CancelledError:
                 await self.abandon(job, running, output)
                 raise
-            await output.close()  # WRK-086: output lands before the outcome
-            await self.clear_stragglers(job)
-            await running  # never let a late "running" trail the outcome
-            await self.verify(job, outcome)
-            await self.report(job, outcome)
+            await self.finish(job, outcome, output, running)
             await self.release(job)
         finally:
             self.jobs.pop(job.job_id, None)
+
+    async def finish(
+        self,
+        job: Job,
+        outcome: runner.Outcome,
+        output: logship.LogShipper,
+        running: asyncio.Task[None],
+    ) -> None:
+        """Steps 6-10 of WRK-072 once the process is over: flush, sweep, verify, report.
+
+        The final flush and the sweep overlap: one waits on the controller, the other
+        reads ``/proc``, and neither sends anything the other must precede. Both end
+        before the outcome is delivered (WRK-086, WRK-120). When the verify directory
+        holds nothing to run, the pass is clean whenever it would run, so the report
+        is queued and written to disk meanwhile, and only its delivery waits; with
+        scripts present, the pass runs after the sweep and before the report is
+        queued, so a fault it finds is ordered first (VERIFY-008).
+        """
+        if not self.verify_has_work():
+            report = self.queue_report(job, outcome)
+            await asyncio.gather(
+                output.close(), self.clear_stragglers(job), self.box.persist(report)
+            )
+            await running  # never let a late "running" trail the outcome
+            await self.deliver(report)
+            return
+        await asyncio.gather(output.close(), self.clear_stragglers(job))
+        await running
+        await self.verify(job, outcome)
+        await self.report(job, outcome)
 
     async def acquire(self, job: Job) -> bool:
         """Acquire the device before the job touches it (HOOK-010..013).
@@ -337,8 +364,28 @@ class Lifecycle:
         )
         await self.report_fault(device_id, result.reason, a.job_id)
 
+    def verify_has_work(self) -> bool:
+        """Whether the verify pass could run anything: its directory has a file in it.
+
+        A missing directory turns the pass off (VERIFY-001); an unreadable one is the
+        pass's own failure to report, so it counts as work.
+        """
+        if self.verify_dir is None:
+            return False
+        try:
+            with os.scandir(self.verify_dir) as entries:
+                return any(not e.is_dir(follow_symlinks=False) for e in entries)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+
     async def report(self, job: Job, outcome: runner.Outcome) -> None:
         """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
+        await self.submit(self.queue_report(job, outcome))
+
+    def queue_report(self, job: Job, outcome: runner.Outcome) -> outbox.Report:
+        """Put the terminal report in the outbox (in memory); the job is then pending."""
         a = job.assignment
         log.info(
             "job %s: %s (exit %d)%s",
@@ -358,7 +405,7 @@ class Lifecycle:
         report = self.box.add_status(a.job_id, job.device_ids, body)
         # From here on the job is pending, no longer running (EXT-OUTBOX-2).
         self.jobs.pop(a.job_id, None)
-        await self.submit(report)
+        return report
 
     async def release(self, job: Job) -> None:
         """Arm each acquired device's release with this job's acquire epoch (HOOK-020).

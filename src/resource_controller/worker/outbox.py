@@ -29,7 +29,8 @@ restarted worker re-sends what the old process meant); the route follows from th
 ``POST /v1/jobs/{job_id}/status`` or ``POST /v1/devices/{device_id}/fault``. A file is
 written under a temporary name, fsynced, renamed into place and the directory fsynced,
 so after a crash a report file is either whole or absent. It is removed once the
-controller has answered for good. ``<state_dir>/lock`` is held (``flock``) while a
+controller has answered for good; for a terminal report without a directory fsync (a
+removal a crash undoes only re-sends a report the controller takes as a repeat). ``<state_dir>/lock`` is held (``flock``) while a
 worker uses the directory, so two processes never send the same reports.
 
 Order: a report waits for every earlier *fault* report naming one of its devices, so a
@@ -202,10 +203,12 @@ def write_durably(directory: str, name: str, data: bytes) -> str:
     return final
 
 
-def _remove_durably(path: str) -> None:
+def _remove(path: str, *, durably: bool) -> None:
+    """Unlink an answered report's file; fsync the directory only when ``durably``."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    _fsync_dir(os.path.dirname(path))
+    if durably:
+        _fsync_dir(os.path.dirname(path))
 
 
 def _make_dir(path: str) -> None:
@@ -419,7 +422,14 @@ class Outbox:
             self._empty.set()
         if report.path:
             try:
-                await asyncio.to_thread(_remove_durably, report.path)
+                if report.kind == STATUS:
+                    # A terminal report a crash brings back is re-sent and answered
+                    # as a silent success (API-038 step 6): one unlink, no fsync, no
+                    # thread. A fault report brought back would take a device the
+                    # operator may have cleared out again, so its removal is durable.
+                    _remove(report.path, durably=False)
+                else:
+                    await asyncio.to_thread(_remove, report.path, durably=True)
             except OSError as exc:
                 # Re-sent at the next start; the controller then answers that it is
                 # already known, and it goes.

@@ -29,10 +29,35 @@ log = logging.getLogger("resource_controller.worker.agent")
 QUIET_LOGGERS = ("httpx", "httpcore")
 
 
+_Watchers = tuple[asyncio.AbstractChildWatcher, asyncio.AbstractChildWatcher]
+
+
+def _watch_children_by_pidfd(loop: asyncio.AbstractEventLoop) -> _Watchers | None:
+    """On Python 3.11, learn of a child's exit from its pidfd on the loop itself.
+
+    The default watcher there starts a thread per child that sits in ``waitpid``:
+    one thread per job, hook and probe, and a hop back to the loop when the child
+    exits. Python 3.12 uses pidfds on its own (and deprecates choosing a watcher);
+    a kernel without ``pidfd_open`` keeps the default. Returns ``(ours, previous)``.
+    """
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return None
+    previous = asyncio.get_child_watcher()
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(loop)
+    asyncio.set_child_watcher(watcher)
+    return watcher, previous
+
+
 async def _serve_until_signal(
     config: worker_config.WorkerConfig, clock: Clock | None, timings: Timings
 ) -> int:
     loop = asyncio.get_running_loop()
+    watchers = _watch_children_by_pidfd(loop)
     stop = asyncio.Event()
     watched = (signal.SIGINT, signal.SIGTERM)
 
@@ -59,6 +84,9 @@ async def _serve_until_signal(
     finally:
         for s in watched:
             loop.remove_signal_handler(s)
+        if watchers is not None:
+            asyncio.set_child_watcher(watchers[1])
+            watchers[0].close()
     return 0
 
 

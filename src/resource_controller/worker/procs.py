@@ -118,11 +118,36 @@ def parse_stat(line: str) -> ProcStat | None:
         return None
 
 
+def _read_raw(path: str) -> bytes:
+    """A whole ``/proc`` file in raw reads: no buffered file object to build each time."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        raw = b""
+        while chunk := os.read(fd, 65_536):
+            raw += chunk
+        return raw
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int) -> ProcStat | None:
     """Stat of one process, or ``None`` when it is gone or unreadable."""
     try:
-        with open(f"{PROC_ROOT}/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            return parse_stat(f.read())
+        raw = _read_raw(f"{PROC_ROOT}/{pid}/stat")
+    except OSError:
+        return None
+    return parse_stat(raw.decode("utf-8", errors="replace"))
+
+
+def read_environ(pid: int | str) -> bytes:
+    """The NUL-separated environment of one process; ``OSError`` as the read raised it."""
+    return _read_raw(f"{PROC_ROOT}/{pid}/environ")
+
+
+def proc_entries() -> list[str] | None:
+    """The names in ``/proc`` (PIDs among them); ``None`` when it cannot be listed."""
+    try:
+        return os.listdir(PROC_ROOT)
     except OSError:
         return None
 

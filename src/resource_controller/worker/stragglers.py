@@ -48,18 +48,71 @@ class StragglerReport:
         return self.scanned and not self.blind and not self.remaining
 
 
+#: Above this many ``/proc`` entries a scan runs in a thread; below it, on the loop.
+#: A few hundred entries take about a millisecond, less than the hop to a thread and
+#: back costs on a busy host (the GIL hand-off alone can take several).
+INLINE_SCAN_LIMIT = 2048
+
+
+def _live(pid: int) -> bool:
+    st = procs.read_stat(pid)
+    return st is not None and st.state != "Z"
+
+
+def _matches_in(
+    entries: list[str], job_id: str, protected: frozenset[int]
+) -> tuple[list[int], bool]:
+    """The live PIDs among ``entries`` carrying exactly ``job_id``, and blindness.
+
+    The same verdicts as ``procs.scan_job_ids`` (WRK-121 step 3) in a cheaper order:
+    the environment first, since almost no process carries the ID, and the stat (is
+    it a zombie?) only for a process that does, or whose environment could not be
+    read (a zombie's unreadable environment is not blindness).
+    """
+    needle = procs.JOB_ID_VAR
+    pids: list[int] = []
+    blind = False
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in protected:
+            continue
+        try:
+            raw = procs.read_environ(entry)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone: no match, and not blindness
+        except OSError:
+            blind = blind or _live(pid)
+            continue
+        # Exact equality of the whole value, never a prefix: job "ab" must not sweep "abc".
+        if needle in raw and procs.job_id_in_environ(raw) == job_id and _live(pid):
+            pids.append(pid)
+    pids.sort()
+    return pids, blind
+
+
 def _matches(job_id: str, protected: frozenset[int]) -> tuple[list[int], bool, bool]:
     """PIDs carrying exactly ``job_id``; whether ``/proc`` was readable; blindness."""
-    scan = procs.scan_job_ids(exclude=protected)
-    # Exact equality of the whole value, never a prefix: job "ab" must not sweep "abc".
-    pids = sorted(pid for pid, value in scan.carriers.items() if value == job_id)
-    return pids, scan.readable, scan.blind
+    entries = procs.proc_entries()
+    if entries is None:
+        return [], False, False
+    pids, blind = _matches_in(entries, job_id, protected)
+    return pids, True, blind
 
 
 async def _scan(job_id: str, protected: frozenset[int]) -> tuple[list[int], bool, bool]:
-    """``_matches`` off the event loop: reading every environment on a busy host takes
-    long enough to delay heartbeats and other jobs' output if done inline."""
-    return await asyncio.to_thread(_matches, job_id, protected)
+    """``_matches``, on the loop for an ordinary process table, in a thread for a huge
+    one: reading thousands of environments inline would delay heartbeats and other
+    jobs' output."""
+    entries = procs.proc_entries()
+    if entries is None:
+        return [], False, False
+    if len(entries) <= INLINE_SCAN_LIMIT:
+        pids, blind = _matches_in(entries, job_id, protected)
+    else:
+        pids, blind = await asyncio.to_thread(_matches_in, entries, job_id, protected)
+    return pids, True, blind
 
 
 async def _phase(
