@@ -300,6 +300,12 @@ def schedule_pass(
     are rewritten once at the end, only when they changed.
     """
     with transaction() as tx:
+        if not queries.any_queued(tx):
+            # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
+            # a pass on an empty queue reads no device, or every kick costs O(fleet).
+            if tx.execute(sa.select(t.reservations.c.device_id).limit(1)).first() is not None:
+                tx.execute(sa.delete(t.reservations))
+            return []
         old_reservations = {(r.job_id, r.device_id) for r in tx.execute(sa.select(t.reservations))}
         devices = queries.all_devices(tx)
         labels = queries.effective_labels(tx)
