@@ -152,6 +152,7 @@ class Controller:
 @dataclass
 class SimWorker:
     host: str
+    devices: int = PER_WORKER
     worker_id: str = ""
     held: dict[str, int] = field(default_factory=dict)  #: job -> lease epoch, phase hold
 
@@ -168,12 +169,17 @@ class Counters:
 class Fleet:
     """The simulated workers, one asyncio task pair each, over one connection pool."""
 
-    def __init__(self, url: str, workers: int, heartbeat: float, wait: str) -> None:
+    def __init__(self, url: str, devices: int, heartbeat: float, wait: str) -> None:
         self.url = url
         self.heartbeat = heartbeat
         self.wait = wait
         self.hold = False  #: phase: True = keep assignments running, False = finish them
-        self.workers = [SimWorker(f"sim{i:05d}") for i in range(workers)]
+        # 8 devices a worker; the last one takes what is left (100 = 12 x 8 + 4).
+        sizes = [PER_WORKER] * (devices // PER_WORKER) + [devices % PER_WORKER] * bool(
+            devices % PER_WORKER
+        )
+        self.workers = [SimWorker(f"sim{i:05d}", size) for i, size in enumerate(sizes)]
+        workers = len(self.workers)
         self.count = Counters()
         limits = httpx.Limits(max_connections=workers * 2 + 64, max_keepalive_connections=None)
         self.http = httpx.AsyncClient(
@@ -186,16 +192,17 @@ class Fleet:
 
     async def register_all(self, concurrency: int = 16) -> float:
         gate = asyncio.Semaphore(concurrency)
-        names = [f"slot{i}" for i in range(PER_WORKER)]
-        body: dict[str, Any] = {
-            "devices": [{"name": n} for n in names],
-            "labels": None,  # WRK-043: null when the probe pass found nothing
-            "declared_labels": {n: {} for n in names},
-        }
 
         async def one(w: SimWorker) -> None:
+            names = [f"slot{i}" for i in range(w.devices)]
+            body: dict[str, Any] = {
+                "host": w.host,
+                "devices": [{"name": n} for n in names],
+                "labels": None,  # WRK-043: null when the probe pass found nothing
+                "declared_labels": {n: {} for n in names},
+            }
             async with gate:
-                r = await self.http.post("/v1/workers/register", json={"host": w.host, **body})
+                r = await self.http.post("/v1/workers/register", json=body)
                 r.raise_for_status()
                 w.worker_id = r.json()["worker_id"]
             # As rc worker does (WRK-040): heartbeat and poll from its own registration on.
@@ -294,7 +301,7 @@ async def timed_gets(client: httpx.AsyncClient, path: str, repeats: int) -> dict
 
 async def live_phase(ctl: Controller, devices: int, args: argparse.Namespace) -> dict[str, Any]:
     """Register the fleet, let it settle, then measure CPU, ``/v1/state`` and submits."""
-    fleet = Fleet(ctl.url, devices // PER_WORKER, args.heartbeat, args.wait)
+    fleet = Fleet(ctl.url, devices, args.heartbeat, args.wait)
     client = httpx.AsyncClient(
         base_url=ctl.url, headers={"Authorization": "Bearer ctok"}, timeout=60
     )
@@ -426,8 +433,6 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if any(d % PER_WORKER for d in args.devices):
-        ap.error(f"--devices must be multiples of {PER_WORKER}")
     raise_fd_limit()
     # SIGTERM unwinds like Ctrl-C, so every rc serve started here is stopped by its PID.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -436,7 +441,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rc-fleet-"))
     for devices in args.devices:
         data, log = tmp / f"data-{devices}", tmp / f"controller-{devices}.log"
-        print(f"{devices} devices ({devices // PER_WORKER} workers):", flush=True)
+        print(f"{devices} devices ({-(-devices // PER_WORKER)} workers):", flush=True)
         with Controller(data, log) as ctl:
             row = asyncio.run(live_phase(ctl, devices, args))
         print(

@@ -80,3 +80,32 @@ def test_a_workers_devices_are_found_through_an_index(
     )
     details = " ".join(r["detail"] for r in plan)
     assert "devices_worker" in details and "SCAN devices" not in details, details
+
+
+def test_records_read_by_position_equal_records_read_by_name(store: Store, make: Factory) -> None:
+    """``queries`` builds job and device records from their columns in field order; every
+    field must land where ``from_row`` (by column name) puts it."""
+    import sqlalchemy as sa
+
+    from resource_controller.store import queries
+    from resource_controller.store import schema as t
+    from resource_controller.store.records import DeviceRecord, JobRecord
+
+    devs = make.worker(devices=3)
+    make.start(device=devs[0])
+    make.submit(selector="", env={"A": "1"}, priority=2, max_runtime=60, reason="why")
+    make.submit(count=2)
+    make.submit(device_ids=(devs[1], devs[2]))
+    with store._tx() as c:
+        by_name = [
+            JobRecord.from_row(r) for r in c.execute(sa.select(t.jobs).order_by(t.jobs.c.seq))
+        ]
+        by_position = queries.jobs_where(c, order=(t.jobs.c.seq.asc(),))
+        devices_by_name = [
+            DeviceRecord.from_row(r)
+            for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
+        ]
+        devices_by_position = queries.all_devices(c)
+    assert len(by_name) == 4 and by_position == by_name
+    assert {len(j.device_ids) for j in by_name} == {0, 2}
+    assert devices_by_position == devices_by_name and len(devices_by_name) == 3

@@ -163,7 +163,10 @@ def _try_assign(
         return "not_ready"
 
 
-QUEUE_PAGE = 32  #: queued jobs read per query; most passes stop within the first page
+QUEUE_PAGE = 32  #: queued jobs read by the first query; most passes stop within it
+#: Each further page is twice the last, up to this: a pass that walks a queue of 10,000
+#: (pinned jobs behind busy devices never saturate the planner) makes ~15 queries, not 300.
+QUEUE_PAGE_MAX = 2048
 
 
 def _queued_in_order(
@@ -180,20 +183,22 @@ def _queued_in_order(
     """
     j = t.jobs.c
     after: sa.Row[Any] | None = None
+    page = QUEUE_PAGE
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
             where.append(queries.behind(after, now, aging))
         with transaction() as tx:
             q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
-            rows = tx.execute(q_page.limit(QUEUE_PAGE)).all()
+            rows = tx.execute(q_page.limit(page)).all()
         for row in rows:
             job = _decode(row)
             if job is not None:
                 yield job
-        if len(rows) < QUEUE_PAGE:
+        if len(rows) < page:
             return
         after = rows[-1]
+        page = min(QUEUE_PAGE_MAX, page * 2)
 
 
 def _decode(row: sa.Row[Any]) -> JobRecord | None:
