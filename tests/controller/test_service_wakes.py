@@ -200,6 +200,12 @@ def test_device_back_from_unknown_schedules(ops: Ops) -> None:  # EXT-FAST-1
     assert done.wake.schedule
 
 
+def test_a_routine_heartbeat_kicks_no_pass(ops: Ops) -> None:  # a fleet heartbeats often
+    wid = ops.register().value.worker_id
+    done = ops.run(service.heartbeat, wid, wire.HeartbeatRequest())
+    assert done.wake == Wake()
+
+
 def test_no_wait_refusal_ends_the_job_and_raises_after_commit(ops: Ops) -> None:  # API-042
     ops.register()
     ops.submit()

@@ -228,3 +228,28 @@ def test_explain_counts_competitors_ceilings_aside() -> None:
     assert competes(JobSnap("j", seq=1, device_id="h:g0"), {"h:g0"}, fleet)
     assert not competes(JobSnap("j", seq=1, device_id="h:g1"), {"h:g0"}, fleet)
     assert not competes(JobSnap("j", seq=1, selector="vendor"), {"h:g0"}, fleet)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=fleets(), jobs=queues(gangs=True), vanished=st.booleans())
+def test_the_planner_keeps_saturation_and_candidates_as_the_rules_define_them(
+    fleet: list[DeviceSnap], jobs: list[JobSnap], vanished: bool
+) -> None:
+    """``saturated`` is kept as the pass goes and candidates are reused per ask; after
+    every step both still equal the rule computed from scratch on the snapshot."""
+    planner = Planner(list(reversed(fleet)))  # the planner orders the snapshot itself
+    reservable = {d.id for d in fleet if not d.draining}
+    for job in sorted(jobs, key=queue_key):
+        try:
+            offer = planner.offer(job)
+        except selectors.SelectorError:
+            continue
+        assert offer.candidates == candidates(job, fleet)
+        if offer.choices:
+            planner.placed(job, offer.choices[0])
+        else:
+            planner.blocked(job, offer)
+        if vanished:
+            planner.reserve("gone:g0", job.id)  # a device with no row is never reservable
+        expected = bool(reservable) and reservable <= planner.reserved.keys()
+        assert planner.saturated() == expected

@@ -5,6 +5,7 @@ Every age is measured here, on the controller's clock.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,8 +17,13 @@ from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobR
 ZERO_INSTANT = "0001-01-01T00:00:00Z"
 
 
+@functools.lru_cache(maxsize=8192)
 def ts(seconds: int | None) -> str | None:
-    """RFC 3339 UTC with a Z, whole seconds (API-004); None stays None."""
+    """RFC 3339 UTC with a Z, whole seconds (API-004); None stays None.
+
+    Cached: a fleet's heartbeats and a queue's submits fall on few distinct seconds, and
+    ``/v1/state`` formats four instants per device and per job.
+    """
     if seconds is None:
         return None
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -348,14 +348,16 @@ async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -
     """Renew the named jobs' leases and restore the devices they prove (API-035, STORE-096)."""
     # Pending jobs (finished, report still in the worker's outbox) keep their leases and
     # their devices busy until the report lands (EXT-OUTBOX-2).
-    await svc.db(
+    moved = await svc.db(
         svc.store.heartbeat,
         worker_id,
         list(req.running_job_ids or []),
         svc.settings.retain_disconnected_jobs,
         list(req.pending_job_ids or []),
     )
-    return Done(None, SCHEDULE)  # a device back from unknown may place a queued job
+    # A device back from unknown may place a queued job; a heartbeat that moved no
+    # device changed nothing a pass reads, and 1,000 workers send 100 a second.
+    return Done(None, SCHEDULE if moved else Wake())
 
 
 async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes) -> Done[None]:

@@ -241,23 +241,38 @@ class Planner:
     """
 
     def __init__(self, devices: Sequence[DeviceSnap]) -> None:
-        self.devices = list(devices)
+        self.devices = sorted(devices, key=lambda d: d.id)
         self.by_id = {d.id: d for d in self.devices}
         self.reserved: dict[str, str] = {}  #: device -> the job claiming it for this pass
         self.taken: set[str] = set()  #: devices assigned in this pass
+        # What ``saturated`` compares, kept as the pass goes: asked once per queued job,
+        # it must not walk the fleet each time (10,000 jobs x 10,000 devices).
+        self._reservable = {d.id for d in self.devices if not d.draining}
+        self._claimed = 0  #: reservable devices in ``reserved``
+        #: Candidates per (selector, runtime): a queue is mostly a few distinct asks.
+        self._matches: dict[tuple[str, int], list[str]] = {}
 
     def saturated(self) -> bool:
         """Every device that could ever be reserved is claimed: no job further back can
         be placed on an existing device."""
-        reservable = {d.id for d in self.devices if not d.draining}
-        return bool(reservable) and reservable <= self.reserved.keys()
+        return bool(self._reservable) and self._claimed == len(self._reservable)
+
+    def _candidates(self, job: JobSnap) -> list[str]:
+        """``candidates(job, self.devices)``, computed once per distinct ask in a pass."""
+        if job.pinned:
+            return job.pins
+        ask = (job.selector, job.max_runtime)
+        found = self._matches.get(ask)
+        if found is None:
+            found = self._matches[ask] = candidates(job, self.devices)
+        return found
 
     def offer(self, job: JobSnap) -> Offer:
         """The job's candidates, the unclaimed ones, and the device sets to try.
 
         Raises ``SelectorError`` when its selector no longer parses.
         """
-        cands = candidates(job, self.devices)
+        cands = self._candidates(job)
         available = [d for d in cands if d not in self.reserved and not self._draining(d)]
         free = [d for d in available if d not in self.taken and self._ready(d)]
         count = max(1, job.count)
@@ -275,12 +290,17 @@ class Planner:
 
     def blocked(self, job: JobSnap, offer: Offer) -> None:
         for d in offer.claim:
-            self.reserved[d] = job.id
+            self._claim_device(d, job.id)
 
     def reserve(self, device_id: str, job_id: str) -> None:
         """Claim a device for a job unless one ahead already did."""
-        if not self._draining(device_id):
-            self.reserved.setdefault(device_id, job_id)
+        if not self._draining(device_id) and device_id not in self.reserved:
+            self._claim_device(device_id, job_id)
+
+    def _claim_device(self, device_id: str, job_id: str) -> None:
+        if device_id not in self.reserved and device_id in self._reservable:
+            self._claimed += 1
+        self.reserved[device_id] = job_id
 
     def _ready(self, device_id: str) -> bool:
         d = self.by_id.get(device_id)

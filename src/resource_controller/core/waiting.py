@@ -29,7 +29,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from resource_controller.core import durations, scheduling, selectors
@@ -133,11 +133,12 @@ class _Rules:
         return other != job.id and theirs is not None and theirs < mine
 
     def blocker(self, job: JobSnap, device_id: str) -> Blocker:
-        b = Blocker(device_id)
+        # The facts gathered first and the entry built once: ``/v1/state`` builds one
+        # per queued job and candidate device.
+        facts: dict[str, Any] = {}
         lease = self.leases.get(device_id)
         if lease is not None:
-            b = replace(
-                b,
+            facts.update(
                 holder=lease.holder,
                 job_id=lease.job_id,
                 kind=lease.kind,
@@ -147,16 +148,16 @@ class _Rules:
             )
         reserver = self.snap.reservations.get(device_id, "")
         if reserver and self.ahead(reserver, job):
-            b = replace(b, reserved_by=reserver)
+            facts["reserved_by"] = reserver
         device = self.devices.get(device_id)
         if device is not None and device.state in OUT_OF_POOL:
             reason = ""
             if device.state == DeviceState.UNHEALTHY:
                 reason = self.snap.quarantine.get(device_id, "")
-            b = replace(b, state=device.state, quarantine_reason=reason)
+            facts.update(state=device.state, quarantine_reason=reason)
         if device is not None and device.draining:
-            b = replace(b, draining=True)
-        return b
+            facts["draining"] = True
+        return Blocker(device_id, **facts)
 
     def for_job(self, job: JobSnap) -> list[Blocker]:
         return [self.blocker(job, d) for d in self.candidates(job)]

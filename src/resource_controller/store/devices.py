@@ -185,8 +185,12 @@ def heartbeat(
     running: list[str],
     retain: bool,
     pending: list[str] | None = None,
-) -> None:
+) -> bool:
     """Record a heartbeat (STORE-096): renew the named jobs' leases, restore devices it proves.
+
+    True when it moved a device's state: only then can the heartbeat have changed what
+    a scheduling pass would do, so only then does it need one (a fleet of idle workers
+    heartbeating must not run a pass per heartbeat).
 
     ``pending`` are jobs that finished but whose terminal report still waits in the
     worker's outbox (EXT-OUTBOX-2). They count as named in every step: their leases
@@ -204,7 +208,7 @@ def heartbeat(
         ).rowcount
         == 0
     ):
-        return
+        return False
     mine = []
     if named:
         mine = queries.jobs_where(
@@ -212,13 +216,14 @@ def heartbeat(
         )
     mine_ids = [job.id for job in mine]
     mine_devices = sorted({d for job in mine for d in job.devices})
+    moved = 0
     if mine_ids:
         conn.execute(
             sa.update(t.leases)
             .where(t.leases.c.job_id.in_(mine_ids), t.leases.c.released_at.is_(None))
             .values(expires_at=now + leases.RENEWAL)
         )
-        moves.move(
+        moved += moves.move(
             conn,
             DEVICE,
             Op.HEARTBEAT_RESTORE,
@@ -245,7 +250,9 @@ def heartbeat(
     if retain:
         unknown_to_busy.append(d.id.in_(mine_devices))
     if not retain or mine_devices:
-        moves.move(conn, DEVICE, Op.HEARTBEAT_BUSY, *unknown_to_busy, state=DeviceState.BUSY)
+        moved += moves.move(
+            conn, DEVICE, Op.HEARTBEAT_BUSY, *unknown_to_busy, state=DeviceState.BUSY
+        )
     flagged = (j.worker_id == worker_id, j.state == JobState.KILLED, j.kill_requested == 1)
     lc = t.leases.c
     flagged_killed = sa.or_(
@@ -253,7 +260,7 @@ def heartbeat(
         # Any device a several-device job held, by its leases (EXT-GANG-5).
         sa.exists().where(lc.device_id == d.id, lc.job_id == j.id, *flagged),
     )
-    moves.move(
+    moved += moves.move(
         conn,
         DEVICE,
         Op.HEARTBEAT_READY,
@@ -263,6 +270,7 @@ def heartbeat(
         state=DeviceState.READY,
     )
     conn.execute(sa.update(t.devices).where(d.worker_id == worker_id).values(last_heartbeat_at=now))
+    return moved > 0
 
 
 def worker_host(conn: sa.Connection, worker_id: str) -> str:

@@ -309,10 +309,11 @@ class Store:
         running: list[str],
         retain: bool = False,
         pending: list[str] | None = None,
-    ) -> None:
-        """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step."""
+    ) -> bool:
+        """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step. True when
+        a device changed state."""
         with self._tx("heartbeat") as c:
-            devices.heartbeat(c, self.now(), worker_id, running, retain, pending)
+            return devices.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
         """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting (STORE-121)."""

@@ -154,8 +154,11 @@ def _try_assign(
         return "not_ready"
 
 
-QUEUE_PAGE = 32  #: queued jobs read per query at most; most passes stop within the first page
-FIRST_PAGE = 4  #: the first page is smaller: a pass over a busy fleet stops at the head
+FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
+QUEUE_PAGE = 32  #: the second page; most passes stop within it
+#: Each further page is twice the last, up to this: a pass that walks a queue of 10,000
+#: (pinned jobs behind busy devices never saturate the planner) makes ~15 queries, not 300.
+QUEUE_PAGE_MAX = 2048
 
 
 def _queued_in_order(
@@ -185,7 +188,7 @@ def _queued_in_order(
         if len(rows) < size:
             return
         after = _keyset(rows[-1])
-        size = QUEUE_PAGE
+        size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
 
 
 def _keyset(row: Any) -> tuple[int, int, int]:
@@ -213,21 +216,23 @@ def _aged_in_order(
     """The aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key."""
     j = t.jobs.c
     after: Any = None
+    page = QUEUE_PAGE
     while True:
         where = [j.state == JobState.QUEUED]
         if after is not None:
             where.append(queries.behind(after, now, aging))
         q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
         with transaction() as tx:
-            rows = fast.run_select(tx, q_page.limit(QUEUE_PAGE))
+            rows = fast.run_select(tx, q_page.limit(page))
         for row in rows:
             job = _decode_raw(row)
             if job is not None:
                 yield job
-        if len(rows) < QUEUE_PAGE:
+        if len(rows) < page:
             return
         priority, queued_at, seq = _keyset(rows[-1])
         after = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
+        page = min(QUEUE_PAGE_MAX, page * 2)
 
 
 #: Jobs already reported as skipped; a pass runs every second, the log says it once.
@@ -353,9 +358,18 @@ def schedule_pass(
     """
     read = read or transaction
     with read() as tx:
+        waiting = queries.any_queued(tx)
         old_reservations = fast.reservations(tx)
-        devices = fast.all_devices(tx)
-        labels = fast.effective_labels(tx)
+        if waiting:
+            devices = fast.all_devices(tx)
+            labels = fast.effective_labels(tx)
+    if not waiting:
+        # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
+        # a pass on an empty queue reads no device, or every kick costs O(fleet).
+        if old_reservations:
+            with transaction() as tx:
+                fast.replace_reservations(tx, now, [])
+        return []
     queue = _queued_in_order(read, now, aging)
     by_id = {d.id: d for d in devices}
     planner = scheduling.Planner(queries.device_snaps(devices, labels))

@@ -39,10 +39,8 @@ def _labels_by_device(
 
 def devices(conn: sa.Connection, device_id: str | None = None) -> list[DeviceSnapshot]:
     """Every device (or one) with its labels and live lease, ordered by ID (API-023)."""
-    q = sa.select(t.devices).order_by(t.devices.c.id)
-    if device_id is not None:
-        q = q.where(t.devices.c.id == device_id)
-    rows = [DeviceRecord.from_row(r) for r in conn.execute(q)]
+    where = [] if device_id is None else [t.devices.c.id == device_id]
+    rows = queries.device_records(conn, *where)
     labels = _labels_by_device(conn, device_id)
     lq = (
         sa.select(t.leases, t.jobs.c.command)

@@ -1,0 +1,111 @@
+"""What keeps a large fleet cheap: a pass on an empty queue reads no device, a routine
+heartbeat says it changed nothing (so it kicks no pass), and a worker's devices are
+found through an index rather than a scan of the fleet.
+
+Time only moves through the injected ``FakeClock``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from resource_controller.clock import FakeClock
+from resource_controller.core import states
+from resource_controller.core.expiry import GRACE, SweepRules
+from resource_controller.store.facade import Store
+
+from .dbview import Raw, state_of, wid
+
+if TYPE_CHECKING:
+    from conftest import Factory
+
+
+def test_a_routine_heartbeat_moves_no_device(store: Store, make: Factory) -> None:
+    make.worker()
+    assert store.heartbeat(wid(), []) is False
+    job = make.start()
+    assert store.heartbeat(wid(), [job.id]) is False
+
+
+def test_a_heartbeat_after_silence_reports_the_devices_it_moved(
+    store: Store, make: Factory, clock: FakeClock
+) -> None:
+    [dev, _] = make.worker()
+    clock.advance(GRACE + 1)
+    assert store.sweep(SweepRules(hold_off_until=None)).devices_unknown
+    assert state_of(store, dev)[0] == "unknown"
+    assert store.heartbeat(wid(), []) is True
+    assert state_of(store, dev)[0] == "ready"
+    assert store.heartbeat(wid(), []) is False
+
+
+def test_an_unknown_worker_heartbeat_moves_nothing(store: Store, make: Factory) -> None:
+    make.worker()
+    assert store.heartbeat(wid("nobody"), []) is False
+
+
+def test_a_pass_on_an_empty_queue_clears_reservations_left_behind(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    [dev, _] = make.worker()
+    make.start(device=dev)  # dev is busy
+    waiting = make.submit(device=dev)
+    assert store.schedule() == []
+    assert [r["job_id"] for r in raw.rows("SELECT job_id FROM reservations")] == [waiting.id]
+    # Stop the queue's only job behind the store's back, as a crash between the cancel
+    # and the next pass would leave it: the row outlives its job.
+    raw.write("UPDATE jobs SET state = 'killed' WHERE id = ?", waiting.id)
+    assert store.schedule() == []
+    assert raw.rows("SELECT * FROM reservations") == []
+
+
+def test_a_pass_on_an_empty_queue_places_nothing_and_a_queued_job_is_still_placed(
+    store: Store, make: Factory
+) -> None:
+    [dev, _] = make.worker()
+    assert store.schedule() == []
+    job = make.submit(device=dev)
+    assert [a.job_id for a in store.schedule()] == [job.id]
+    assert store.job(job.id).state == states.JobState.ASSIGNED
+
+
+def test_a_workers_devices_are_found_through_an_index(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    make.worker()
+    names = {r["name"] for r in raw.rows("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "devices_worker" in names
+    plan = raw.rows(
+        "EXPLAIN QUERY PLAN UPDATE devices SET last_heartbeat_at = 1 WHERE worker_id = ?", wid()
+    )
+    details = " ".join(r["detail"] for r in plan)
+    assert "devices_worker" in details and "SCAN devices" not in details, details
+
+
+def test_records_read_by_position_equal_records_read_by_name(store: Store, make: Factory) -> None:
+    """``queries`` builds job and device records from their columns in field order; every
+    field must land where ``from_row`` (by column name) puts it."""
+    import sqlalchemy as sa
+
+    from resource_controller.store import queries
+    from resource_controller.store import schema as t
+    from resource_controller.store.records import DeviceRecord, JobRecord
+
+    devs = make.worker(devices=3)
+    make.start(device=devs[0])
+    make.submit(selector="", env={"A": "1"}, priority=2, max_runtime=60, reason="why")
+    make.submit(count=2)
+    make.submit(device_ids=(devs[1], devs[2]))
+    with store._tx() as c:
+        by_name = [
+            JobRecord.from_row(r) for r in c.execute(sa.select(t.jobs).order_by(t.jobs.c.seq))
+        ]
+        by_position = queries.jobs_where(c, order=(t.jobs.c.seq.asc(),))
+        devices_by_name = [
+            DeviceRecord.from_row(r)
+            for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
+        ]
+        devices_by_position = queries.all_devices(c)
+    assert len(by_name) == 4 and by_position == by_name
+    assert {len(j.device_ids) for j in by_name} == {0, 2}
+    assert devices_by_position == devices_by_name and len(devices_by_name) == 3
