@@ -103,6 +103,16 @@ def effective_labels(conn: Conn) -> dict[str, dict[str, str]]:
     return out
 
 
+def any_queued(conn: Conn) -> bool:
+    """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
+    row = (
+        raw(conn)
+        .execute("SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (str(JobState.QUEUED),))
+        .fetchone()
+    )
+    return row is not None
+
+
 def reservations(conn: Conn) -> set[tuple[str, str]]:
     return {(j, d) for j, d in raw(conn).execute("SELECT job_id, device_id FROM reservations")}
 

@@ -358,7 +358,7 @@ def schedule_pass(
     """
     read = read or transaction
     with read() as tx:
-        waiting = queries.any_queued(tx)
+        waiting = fast.any_queued(tx)
         old_reservations = fast.reservations(tx)
         if waiting:
             devices = fast.all_devices(tx)
