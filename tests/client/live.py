@@ -103,8 +103,14 @@ class FakeWorker:
         self._thread.start()
 
     def killed(self, job_id: str) -> threading.Event:
+        """Set when a kill of ``job_id`` is delivered, or at once once the worker stops: a
+        job handed out while ``stop`` runs (the queued one behind a killed blocker) must
+        not keep its player running until ``stop``'s join gives up."""
         with self._lock:
-            return self._kills.setdefault(job_id, threading.Event())
+            event = self._kills.setdefault(job_id, threading.Event())
+        if self._stop.is_set():
+            event.set()
+        return event
 
     def append(self, job_id: str, data: bytes) -> None:
         """Append raw output (the log route takes bytes, not JSON), on a connection of its own."""
