@@ -173,14 +173,12 @@ def _queued_in_order(
     every pass would make each submit cost O(queue length). A row that cannot be read
     is skipped and logged, never the end of the pass (EXT-LIMITS-3).
     """
-    if aging > 0:
-        yield from _aged_in_order(transaction, now, aging)
-        return
+    fetch = _aged_page(now, aging) if aging > 0 else fast.queue_page
     after: tuple[int, int, int] | None = None
-    size = min(FIRST_PAGE, QUEUE_PAGE)
+    size = FIRST_PAGE
     while True:
         with transaction() as tx:
-            rows = fast.queue_page(tx, after, size)
+            rows = fetch(tx, after, size)
         for row in rows:
             job = _decode_raw(row)
             if job is not None:
@@ -210,29 +208,23 @@ def _decode_raw(row: Any) -> JobRecord | None:
         return None
 
 
-def _aged_in_order(
-    transaction: Callable[[], AbstractContextManager[Any]], now: int, aging: int
-) -> Iterator[JobRecord]:
-    """The aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key."""
+def _aged_page(
+    now: int, aging: int
+) -> Callable[[Any, tuple[int, int, int] | None, int], list[Any]]:
+    """A page of the aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key;
+    the same shape as ``fast.queue_page``."""
     j = t.jobs.c
-    after: Any = None
-    page = QUEUE_PAGE
-    while True:
+    order = queries.queue_order(now, aging)
+
+    def fetch(tx: Any, after: tuple[int, int, int] | None, size: int) -> list[Any]:
         where = [j.state == JobState.QUEUED]
         if after is not None:
-            where.append(queries.behind(after, now, aging))
-        q_page = sa.select(t.jobs).where(*where).order_by(*queries.queue_order(now, aging))
-        with transaction() as tx:
-            rows = fast.run_select(tx, q_page.limit(page))
-        for row in rows:
-            job = _decode_raw(row)
-            if job is not None:
-                yield job
-        if len(rows) < page:
-            return
-        priority, queued_at, seq = _keyset(rows[-1])
-        after = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
-        page = min(QUEUE_PAGE_MAX, page * 2)
+            priority, queued_at, seq = after
+            seen: Any = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
+            where.append(queries.behind(seen, now, aging))
+        return fast.run_select(tx, sa.select(t.jobs).where(*where).order_by(*order).limit(size))
+
+    return fetch
 
 
 #: Jobs already reported as skipped; a pass runs every second, the log says it once.
