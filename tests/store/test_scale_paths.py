@@ -7,12 +7,18 @@ Time only moves through the injected ``FakeClock``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
 from resource_controller.core import states
 from resource_controller.core.expiry import GRACE, SweepRules
+from resource_controller.store import fast, leases
 from resource_controller.store.facade import Store
+from resource_controller.store.records import Assigned, JobRecord
 
 from .dbview import Raw, state_of, wid
 
@@ -109,3 +115,76 @@ def test_records_read_by_position_equal_records_read_by_name(store: Store, make:
     assert len(by_name) == 4 and by_position == by_name
     assert {len(j.device_ids) for j in by_name} == {0, 2}
     assert devices_by_position == devices_by_name and len(devices_by_name) == 3
+
+
+def test_a_pass_decodes_only_the_jobs_it_places(
+    store: Store, make: Factory, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long pinned queue on a busy fleet is walked on its scheduling columns: the
+    command and environment of a job are decoded only when one of its choices is tried."""
+    [busy, free] = make.worker()
+    make.start(device=busy)
+    waiting = [make.submit(device=busy, env={"N": str(i)}) for i in range(20)]
+    placed = make.submit(device=free)
+    decoded: list[str] = []
+    real = fast.job_record
+
+    def counted(row: Any, *rest: Any) -> JobRecord:
+        decoded.append(row[0])
+        return real(row, *rest)
+
+    monkeypatch.setattr(fast, "job_record", counted)
+    assert store.schedule() == [Assigned(placed.id, wid())]
+    assert decoded == [placed.id]
+    # The head of the pinned queue still holds its device's reservation (STORE-062).
+    rows = raw.rows("SELECT job_id, device_id FROM reservations")
+    assert [(r["job_id"], r["device_id"]) for r in rows] == [(waiting[0].id, busy)]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    selector=st.sampled_from(["", "vram>=40G"]),
+    pins=st.sampled_from(["", "box:gpu0", "box:gpu0,box:gpu1"]),
+    count=st.integers(1, 2),
+    priority=st.integers(-3, 3),
+    runtime=st.integers(0, 900),
+)
+def test_the_pass_reads_a_row_as_the_record_does(
+    store: Store, selector: str, pins: str, count: int, priority: int, runtime: int
+) -> None:
+    """``leases._Queued`` builds from the raw row the snapshot ``JobRecord.snap`` would."""
+    record = JobRecord(
+        id="j1",
+        seq=7,
+        selector=selector if not pins else "",
+        command=["x"],
+        cwd="/",
+        env={"A": "1"},
+        submitter="alice",
+        idempotency_key=None,
+        state="queued",
+        device_id=pins.split(",")[0],
+        worker_id="",
+        exit_code=None,
+        kill_reason="",
+        submitted_at=5,
+        started_at=None,
+        finished_at=None,
+        priority=priority,
+        max_runtime=runtime,
+        idle_timeout=0,
+        queued_at=6,
+        kill_requested=0,
+        kill_delivered_at=0,
+        kind="job",
+        reason="",
+        stdio="",
+        device_count=count,
+        device_ids=tuple(pins.split(",")) if "," in pins else (),
+    )
+    columns = record.columns()
+    row = tuple(columns[c] for c in fast.JOB_COLS)
+    assert leases._Queued(row).snap == record.snap()
+    assert leases._Queued(row).record() == record

@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import types
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -34,6 +34,7 @@ from resource_controller.store.records import (
     JobRecord,
     LeaseRecord,
     join_ids,
+    split_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -165,13 +166,14 @@ def _queued_in_order(
     transaction: Callable[[], AbstractContextManager[Any]],
     now: int = 0,
     aging: int = 0,
-) -> Iterator[JobRecord]:
-    """Queued jobs in scheduling order (aged at ``now`` when ``aging`` is on, EXT-FAIR-1),
-    read a page at a time (keyset on the order), the first page small.
+) -> Iterator[Any]:
+    """Raw queued rows (``fast.JOB_COLS`` order) in scheduling order (aged at ``now`` when
+    ``aging`` is on, EXT-FAIR-1), read a page at a time (keyset on the order), the first
+    page small.
 
     A pass usually stops early (every device claimed), so reading the whole queue on
-    every pass would make each submit cost O(queue length). A row that cannot be read
-    is skipped and logged, never the end of the pass (EXT-LIMITS-3).
+    every pass would make each submit cost O(queue length). The pass decodes a row only
+    as far as it needs it (``_Queued``).
     """
     fetch = _aged_page(now, aging) if aging > 0 else fast.queue_page
     after: tuple[int, int, int] | None = None
@@ -179,14 +181,54 @@ def _queued_in_order(
     while True:
         with transaction() as tx:
             rows = fetch(tx, after, size)
-        for row in rows:
-            job = _decode_raw(row)
-            if job is not None:
-                yield job
+        yield from rows
         if len(rows) < size:
             return
         after = _keyset(rows[-1])
         size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
+
+
+class _Queued:
+    """A queued row as the pass handles it: its scheduling fields at once, the whole
+    record (command and environment decoded, which is most of a row's cost) only when
+    one of its choices is tried, so a walk over 10,000 waiting jobs decodes none of
+    them. A row whose record cannot be read fails its assignment and is skipped
+    (EXT-LIMITS-3), never placed."""
+
+    __slots__ = ("row", "snap")
+
+    def __init__(self, row: Any) -> None:
+        self.row = row
+        ids = row[_I_DEVICE_IDS]
+        self.snap = scheduling.JobSnap(
+            id=row[0],
+            seq=row[_I_SEQ],
+            priority=row[_I_PRIORITY],
+            queued_at=row[_I_QUEUED_AT],
+            selector=row[_I_SELECTOR],
+            device_id=row[_I_DEVICE_ID],
+            max_runtime=row[_I_MAX_RUNTIME],
+            count=max(1, row[_I_COUNT]),
+            device_ids=split_ids(ids) if ids else (),
+        )
+
+    @property
+    def id(self) -> str:
+        return self.snap.id
+
+    @property
+    def selector(self) -> str:
+        return self.snap.selector
+
+    def record(self) -> JobRecord:
+        return fast.job_record(self.row)
+
+
+def _waits_behind(row: Any, reserved: Mapping[str, str]) -> bool:
+    """The row is pinned to one device that a job ahead already claimed in this pass:
+    its offer can hold no choice and claims nothing (``Planner.offer``), so the pass
+    skips it unread. The common case of a long pinned queue on a busy fleet."""
+    return row[_I_SELECTOR] == "" and not row[_I_DEVICE_IDS] and row[_I_DEVICE_ID] in reserved
 
 
 def _keyset(row: Any) -> tuple[int, int, int]:
@@ -198,6 +240,11 @@ def _keyset(row: Any) -> tuple[int, int, int]:
 _I_PRIORITY = fast.JOB_COLS.index("priority")
 _I_QUEUED_AT = fast.JOB_COLS.index("queued_at")
 _I_SEQ = fast.JOB_COLS.index("seq")
+_I_SELECTOR = fast.JOB_COLS.index("selector")
+_I_DEVICE_ID = fast.JOB_COLS.index("device_id")
+_I_DEVICE_IDS = fast.JOB_COLS.index("device_ids")
+_I_MAX_RUNTIME = fast.JOB_COLS.index("max_runtime")
+_I_COUNT = fast.JOB_COLS.index("device_count")
 
 
 def _decode_raw(row: Any) -> JobRecord | None:
@@ -286,13 +333,13 @@ def _reserve_vanished(
 def _turn(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
     now: int,
-    job: JobRecord,
+    job: _Queued,
     by_id: dict[str, DeviceRecord],
     planner: scheduling.Planner,
     assigned: list[Assigned],
 ) -> None:
     """One job's turn in the pass: the planner's choices tried in order, else reserve."""
-    snap = job.snap()
+    snap = job.snap
     try:
         offer = planner.offer(snap)
     except selectors.SelectorError:
@@ -303,9 +350,11 @@ def _turn(
         return
     # Choices are ready devices from the snapshot: nothing readies a device while the
     # pass holds the lock, and each assignment re-checks inside its transaction.
+    record = job.record() if offer.choices else None
     for choice in offer.choices:
         group = [by_id[d] for d in choice]
-        outcome = _try_assign(transaction, now, job, group)
+        assert record is not None
+        outcome = _try_assign(transaction, now, record, group)
         if outcome == "assigned":
             crashpoints.hit("grant", ".after_commit")
             planner.placed(snap, choice)
@@ -367,22 +416,23 @@ def schedule_pass(
     planner = scheduling.Planner(queries.device_snaps(devices, labels))
     assigned: list[Assigned] = []
     last: tuple[int, int, int] | None = None
-    for job in queue:
+    for row in queue:
         if planner.saturated():
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
             _reserve_vanished(read, by_id, planner, now, aging)
             break
-        try:
-            _turn(transaction, now, job, by_id, planner, assigned)
-        except Exception as exc:
-            # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
-            # back, it reserves nothing, and the jobs behind it are still placed.
-            if not _row_fault(exc):
-                raise
-            _report_skip(job.id, f"{type(exc).__name__}: {exc}")
-        last = scheduling.queue_key(job.snap())
+        if not _waits_behind(row, planner.reserved):
+            try:
+                _turn(transaction, now, _Queued(row), by_id, planner, assigned)
+            except Exception as exc:
+                # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
+                # back, it reserves nothing, and the jobs behind it are still placed.
+                if not _row_fault(exc):
+                    raise
+                _report_skip(str(row[0]), f"{type(exc).__name__}: {exc}")
+        last = (-row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
     if end is not None:
         end.saturated, end.last, end.devices = planner.saturated(), last, frozenset(by_id)
     new_reservations = {(job_id, device_id) for device_id, job_id in planner.reserved.items()}
