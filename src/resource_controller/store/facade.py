@@ -23,6 +23,7 @@ from resource_controller.core import expiry, scheduling
 from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.waiting import Blocker
 from resource_controller.store import (
+    beat,
     devices,
     engine,
     fast,
@@ -312,8 +313,8 @@ class Store:
     ) -> bool:
         """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step. True when
         a device changed state."""
-        with self._tx("heartbeat") as c:
-            return devices.heartbeat(c, self.now(), worker_id, running, retain, pending)
+        with self._fast_tx("heartbeat") as c:
+            return beat.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
         """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting (STORE-121)."""
