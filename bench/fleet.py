@@ -94,7 +94,7 @@ def python_pass(repeats: int) -> dict[str, float]:
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run(["python3", "-c", "pass"], check=True)
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
         samples.append(time.perf_counter() - t0)
     return summary(samples)
 
