@@ -42,7 +42,7 @@ async def devices(svc: Svc) -> Response:
 async def state(svc: Svc) -> Response:
     snaps, active, queued, waits = await svc.db(svc.store.state_view)
     now = svc.now()
-    out = wire.State(
+    out = wire.State.model_construct(  # its parts are built unvalidated: render._new
         devices=[render.device_view(s, now) for s in snaps],
         jobs=[render.job(j) for j in active],
         queued=[render.job(j) for j in queued],

@@ -1,0 +1,72 @@
+"""The response builders skip validation (``render._new``); these tests hold each of them
+to what validation would accept and to the JSON a validated model serializes.
+
+The records come from a real store in every shape ``/v1/state`` shows: devices ready,
+held, draining, quarantined and labelled; jobs queued pinned, for any device, several
+devices, running with environment, ended with an exit code; and each queued job's
+``waiting_for``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pydantic
+
+from resource_controller.clock import FakeClock
+from resource_controller.controller import render
+from resource_controller.store.facade import Store
+
+if TYPE_CHECKING:
+    from conftest import Factory
+
+
+def _same_as_validated(model: pydantic.BaseModel) -> str:
+    """Validate the built model's fields afresh and compare both serializations."""
+    built = model.model_dump_json(exclude_none=True)
+    again = type(model).model_validate(model.model_dump())
+    assert again.model_dump_json(exclude_none=True) == built
+    assert again == model
+    return built
+
+
+def _fleet(store: Store, make: Factory, clock: FakeClock) -> None:
+    [gpu0, gpu1, gpu2, gpu3] = make.worker(devices=4, max_runtime=3600)
+    store.apply_facts(
+        "box", ["gpu0"], {"gpu0": {"vram": "80G"}}, {"gpu0": {"rack": "a"}}, None, None
+    )
+    make.start(device=gpu0, env={"A": "1"}, priority=3, max_runtime=60)
+    make.start(device=gpu1)
+    store.drain_device(gpu2, "ops", "maintenance")
+    store.set_device_state(gpu3, "unhealthy", "probe failed: ecc")
+    clock.advance(5)
+    make.submit(device=gpu0, idempotency_key="k1")
+    make.submit(selector="vram>=40G", priority=-2)
+    make.submit()
+    make.submit(device_ids=(gpu0, gpu1), count=2)
+    store.schedule()
+
+
+def test_every_builder_gives_what_validation_would(
+    store: Store, make: Factory, clock: FakeClock
+) -> None:
+    _fleet(store, make, clock)
+    snaps, active, queued, waits = store.state_view()
+    assert len(snaps) == 4 and len(active) == 2 and len(queued) == 4
+    views = [_same_as_validated(render.device_view(s, store.now())) for s in snaps]
+    assert any('"draining":true' in v for v in views)
+    assert any('"quarantine_reason":"probe failed: ecc"' in v for v in views)
+    assert any('"labels":[' in v for v in views)
+    for job in [*active, *queued]:
+        _same_as_validated(render.job(job))
+    entries = [e for j in queued for e in render.waiting_for(waits.get(j.id, []))]
+    assert entries, "the queued jobs wait for held devices"
+    for entry in entries:
+        _same_as_validated(entry)
+
+
+def test_an_ended_job_renders_as_validated(store: Store, make: Factory) -> None:
+    [dev, _] = make.worker()
+    job = make.start(device=dev)
+    store.release(job.id, "failed", 3, "exit status 3")
+    _same_as_validated(render.job(store.job(job.id)))
