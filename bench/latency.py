@@ -89,7 +89,11 @@ class Fleet:
     """A controller and one worker with four devices, stopped by PID on exit."""
 
     def __init__(
-        self, tmp: Path, worker_extra: str = "", worker_env: dict[str, str] | None = None
+        self,
+        tmp: Path,
+        worker_extra: str = "",
+        worker_env: dict[str, str] | None = None,
+        worker_url: str = "",
     ) -> None:
         self.tmp = tmp
         #: More worker.yaml lines (``poll_wait: 1s``) and environment for the worker.
@@ -97,6 +101,8 @@ class Fleet:
         self.worker_env = worker_env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        #: Where the worker dials (a proxy in front of ``url``); ``url`` when empty.
+        self.worker_url = worker_url
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Fleet:
@@ -112,7 +118,7 @@ class Fleet:
         self._wait(lambda: self.get("/v1/state") is not None, "controller")
         cfg = self.tmp / "worker.yaml"
         cfg.write_text(
-            f"controller_url: {self.url}\ntoken: wtok\nhost: {HOST}\n"
+            f"controller_url: {self.worker_url or self.url}\ntoken: wtok\nhost: {HOST}\n"
             f"state_dir: {self.tmp / 'worker-state'}\n"
             "devices: [slot0, slot1, slot2, slot3]\n" + self.worker_extra
         )

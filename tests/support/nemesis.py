@@ -29,7 +29,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 Mode = Literal["pass", "drop", "blackhole", "reset", "up_only", "down_only"]
@@ -69,6 +69,10 @@ class FaultProxy:
         self.refused = 0
         #: Wall-clock time bytes last went each way (the peers' last contact).
         self.last_forwarded: dict[Direction, float] = {"up": 0.0, "down": 0.0}
+        #: Called from the proxy's thread with (connection number, direction, the
+        #: wall-clock ns the chunk arrived, the chunk) for every chunk it reads, to time
+        #: a protocol exchange from outside both peers (``bench/handoff_phases.py``).
+        self.tap: Callable[[int, Direction, int, bytes], None] | None = None
         self._loop = asyncio.new_event_loop()
         self._changed: asyncio.Event | None = None
         self._closing = False
@@ -161,6 +165,7 @@ class FaultProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        conn = self.accepted
         if self.mode in ("drop", "reset"):
             self.refused += 1
             if self.mode == "reset":
@@ -187,8 +192,8 @@ class FaultProxy:
         self._conns.add(pair)
         try:
             await asyncio.gather(
-                self._pump(reader, up_writer, "up", writer),
-                self._pump(up_reader, writer, "down", up_writer),
+                self._pump(reader, up_writer, "up", writer, conn),
+                self._pump(up_reader, writer, "down", up_writer, conn),
             )
         finally:
             self._conns.discard(pair)
@@ -202,6 +207,7 @@ class FaultProxy:
         writer: asyncio.StreamWriter,
         direction: Direction,
         source: asyncio.StreamWriter,
+        conn: int = 0,
     ) -> None:
         """Copy one direction; at its end of file pass the half-close on (HTTP clients
         may shut down writing and still read the answer); on an error drop both ends."""
@@ -210,6 +216,8 @@ class FaultProxy:
                 chunk = await reader.read(65536)
                 if not chunk:
                     break
+                if self.tap is not None:
+                    self.tap(conn, direction, time.time_ns(), chunk)
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 await self._permit(direction)
