@@ -224,3 +224,20 @@ class Follower:
             assert kind == "chunk", (kind, got)
             got += value
         return got
+
+
+def route_pairs(app: Any) -> set[tuple[str, str]]:
+    """(method, path) of every route of a FastAPI app, HEAD included; included routers
+    are walked through their effective routes (their prefixes applied), so a router
+    added to the app is seen like a route added to it directly."""
+    found = set()
+    for route in app.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        pairs = (
+            [(c.path or c.original_route.path, c.original_route) for c in contexts()]
+            if contexts is not None
+            else [(getattr(route, "path", ""), route)]
+        )
+        for path, original in pairs:
+            found |= {(m, path) for m in getattr(original, "methods", None) or ()}
+    return found

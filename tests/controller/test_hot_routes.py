@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from controller_harness import route_pairs
 from fastapi import FastAPI
 
 from resource_controller.clock import FakeClock
@@ -65,16 +66,7 @@ def services(tmp_path: Path) -> Services:
 def test_every_hot_route_is_a_route_of_the_app(services: Services) -> None:
     app = app_module.create_app(services, run_loops=False)
     assert isinstance(app, FastAPI)
-    routes = set()
-    for route in app.routes:  # included routers through their effective routes
-        contexts = getattr(route, "effective_route_contexts", None)
-        pairs = (
-            [(c.path or c.original_route.path, c.original_route) for c in contexts()]
-            if contexts is not None
-            else [(getattr(route, "path", ""), route)]
-        )
-        for path, original in pairs:
-            routes |= {(m, path) for m in getattr(original, "methods", None) or ()}
+    routes = route_pairs(app)
     assert {(k[0], template) for k, (template, _) in hot._ROUTES.items()} <= routes
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from controller_harness import ADMIN, CLIENT, QUIET, START, TOKENS, WORKER, Harness
+from controller_harness import ADMIN, CLIENT, QUIET, START, TOKENS, WORKER, Harness, route_pairs
 from fastapi import FastAPI
 
 from resource_controller.clock import FakeClock
@@ -128,30 +128,14 @@ def rc(tmp_path: Path) -> Iterator[Harness]:
 
 
 def app_routes(rc: Harness) -> set[tuple[str, str]]:
-    """(method, path) of every route the served app answers; HEAD is the framework's echo.
-
-    Included routers are walked through their effective routes (their prefixes applied),
-    so a router added to the app is seen like a route added to it directly.
-    """
+    """(method, path) of every route the served app answers; HEAD is the framework's echo."""
     wrapped = rc.server.server.config.app
     assert isinstance(wrapped, app_module.InstanceHeader), wrapped
     app = wrapped.app
     if isinstance(app, hot.HotRoutes):  # the per-job routes served in front of the app
         app = app.app
     assert isinstance(app, FastAPI), app
-    found = set()
-    for route in app.routes:
-        contexts = getattr(route, "effective_route_contexts", None)
-        pairs = (
-            [(c.path or c.original_route.path, c.original_route) for c in contexts()]
-            if contexts is not None
-            else [(getattr(route, "path", ""), route)]
-        )
-        for path, original in pairs:
-            for method in getattr(original, "methods", None) or ():
-                if method != "HEAD":
-                    found.add((method, path))
-    return found
+    return {(m, path) for m, path in route_pairs(app) if m != "HEAD"}
 
 
 def test_the_matrix_names_every_route_and_agrees_with_openapi(rc: Harness) -> None:
