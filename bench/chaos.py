@@ -69,6 +69,8 @@ async def phase_one(
     jobs: int | None,
     drain: float,
     hooks: HookWatch | None = None,
+    controller_every: float = 20,
+    worker_every: float = 30,
 ) -> dict[str, object]:
     rec = hist.FlockRecorder(fleet.tmp / "locks")
     history = hist.History()
@@ -140,7 +142,7 @@ async def phase_one(
         # controller start-up can take a good part of 20 s, and counting from the kill
         # would leave it down most of the time.
         start = time.monotonic()
-        next_ctl, next_wrk, next_op = start + 20, start + 30, start + 5
+        next_ctl, next_wrk, next_op = start + controller_every, start + worker_every, start + 5
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while not done.is_set():
                 await asyncio.sleep(0.5)
@@ -163,14 +165,14 @@ async def phase_one(
                     await asyncio.sleep(1)
                     await asyncio.to_thread(fleet.start_controller)
                     outages.append(time.monotonic() - killed_at)
-                    next_ctl = time.monotonic() + 20
+                    next_ctl = time.monotonic() + controller_every
                 if time.monotonic() >= next_wrk:
                     host = rng.choice(list(fleet.workers))
                     worker_kills.append((time.time(), host))
                     worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
                     await asyncio.sleep(1)
                     fleet.start_worker(host)
-                    next_wrk = time.monotonic() + 30
+                    next_wrk = time.monotonic() + worker_every
 
     async def load() -> None:
         await asyncio.gather(*(client_loop(k) for k in range(16)))
@@ -385,6 +387,10 @@ def main() -> None:
     )
     ap.add_argument("--skip-outage", action="store_true", help="skip phase 2")
     ap.add_argument(
+        "--controller-every", type=float, default=20, help="seconds between controller kills"
+    )
+    ap.add_argument("--worker-every", type=float, default=30, help="seconds between worker kills")
+    ap.add_argument(
         "--no-isolate", action="store_true", help="run workers without a PID namespace each"
     )
     ap.add_argument("--keep", type=Path, help="run in this new directory and keep it")
@@ -396,6 +402,8 @@ def main() -> None:
         args.jobs is not None and args.jobs < 1
     ):
         ap.error("--seconds must be > 0 and --jobs at least 1")
+    if args.controller_every <= 0 or args.worker_every <= 0:
+        ap.error("--controller-every and --worker-every must be > 0")
     if args.pump_rate <= 0 or args.webhook_seconds < 0 or args.webhook_delay < 0:
         ap.error("--pump-rate must be > 0, --webhook-seconds and --webhook-delay >= 0")
     isolate = not args.no_isolate
@@ -426,7 +434,15 @@ def main() -> None:
             fleet = _fleet(Path(tmp) / "one", 2, hook.url if hook else "", isolate)
             watch = HookWatch(fleet, args.pump_rate) if hook else None
             results["chaos"] = asyncio.run(
-                phase_one(fleet, args.seconds, args.jobs, drain=90, hooks=watch)
+                phase_one(
+                    fleet,
+                    args.seconds,
+                    args.jobs,
+                    drain=90,
+                    hooks=watch,
+                    controller_every=args.controller_every,
+                    worker_every=args.worker_every,
+                )
             )
             if hook:
                 results["chaos_receiver"] = {"mode": hook.mode, "requests_read": len(hook.received)}
