@@ -3,7 +3,8 @@
 Phase 1 (``--seconds``, default 120): a controller and 4 workers with 2 devices each;
 16 concurrent clients submit trivial jobs that take ``flock -n`` on a per-device file
 (exit 99 if it is already held: two jobs on one device). Meanwhile the controller is
-``kill -9``'d and restarted every 20 s and a random worker every 30 s. Clients retry
+``kill -9``'d and restarted every 20 s and a random worker every 30 s, and every 45 s
+the controller or a random worker is SIGSTOPped for 5 s. Clients retry
 submits with the same idempotency key, so an outage never duplicates a job. After the
 load stops, the fleet is given time to drain.
 
@@ -50,6 +51,7 @@ from chaos_fleet import (
     HOOK_DEVICE,
     Fleet,
     final,
+    freeze_for,
     get,
     isolation_works,
     job_processes,
@@ -71,6 +73,8 @@ async def phase_one(
     hooks: HookWatch | None = None,
     controller_every: float = 20,
     worker_every: float = 30,
+    freeze_every: float = 0,
+    freeze_for_seconds: float = 5,
 ) -> dict[str, object]:
     rec = hist.FlockRecorder(fleet.tmp / "locks")
     history = hist.History()
@@ -85,6 +89,7 @@ async def phase_one(
     ctl_kills: list[tuple[float, list[str]]] = []
     outages: list[float] = []
     worker_kills: list[tuple[float, str]] = []
+    freezes: list[tuple[float, str]] = []  #: (wall time, "controller" or the host)
     worker_exits: list[tuple[float, str]] = []
     operator_clears: list[tuple[float, str]] = []
     #: host → when each of its kills left no job process behind (seen in /proc).
@@ -143,6 +148,7 @@ async def phase_one(
         # would leave it down most of the time.
         start = time.monotonic()
         next_ctl, next_wrk, next_op = start + controller_every, start + worker_every, start + 5
+        next_frz = start + freeze_every if freeze_every > 0 else float("inf")
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while not done.is_set():
                 await asyncio.sleep(0.5)
@@ -166,6 +172,19 @@ async def phase_one(
                     await asyncio.to_thread(fleet.start_controller)
                     outages.append(time.monotonic() - killed_at)
                     next_ctl = time.monotonic() + controller_every
+                if time.monotonic() >= next_frz:
+                    # SIGSTOP the controller or a worker for a while, at random: silence
+                    # with every socket open. Shorter than the grace, it must cost nothing.
+                    victim = rng.choice(["controller", *fleet.workers])
+                    pid = (
+                        fleet.controller.pid
+                        if victim == "controller" and fleet.controller is not None
+                        else fleet.worker_pid(victim)
+                    )
+                    if pid is not None:
+                        freezes.append((time.time(), victim))
+                        await freeze_for(pid, freeze_for_seconds)
+                    next_frz = time.monotonic() + freeze_every
                 if time.monotonic() >= next_wrk:
                     host = rng.choice(list(fleet.workers))
                     worker_kills.append((time.time(), host))
@@ -188,6 +207,8 @@ async def phase_one(
             finals[sub.job_id] = await final(c, sub.job_id, drain_until)
     hist.add_controller_jobs(history, [f for f in finals.values() if f], at=time.time())
     intervals, refusals = rec.read()
+    ran = {iv.job_id for iv in intervals} | {r.job_id for r in refusals}
+    cut = _hand_out_cut(finals, ran, [t for t, _ in ctl_kills])
     history.intervals += _ended_by_kills(intervals, worker_gone, fleet.isolate)
     history.refusals += refusals
     verdict = hist.check(history, leases=True)
@@ -218,13 +239,18 @@ async def phase_one(
         "refusals": [dataclasses.asdict(r) for r in verdict.refusals[:10]],
         "outside_lease": [dataclasses.asdict(iv) for iv in verdict.outside_lease[:10]],
         "controller_kills": len(ctl_kills),
+        "freezes": {
+            "controller": sum(1 for _, v in freezes if v == "controller"),
+            "workers": sum(1 for _, v in freezes if v != "controller"),
+            "seconds_each": freeze_for_seconds,
+        },
         "worker_kills": len(worker_kills),
         "worker_exits_restarted": len(worker_exits),
         "operator_clears": len(operator_clears),
         "hold_off": _hold_off_figures(
-            ctl_kills, outages, worker_kills + worker_exits, finals, expected
+            ctl_kills, outages, worker_kills + worker_exits, finals, expected, cut
         ),
-        "lost": _lost_figures(finals, worker_kills + worker_exits),
+        "lost": _lost_figures(finals, worker_kills + worker_exits, cut),
         "quarantined": quarantined(fleet),
     }
     if hooks:
@@ -262,18 +288,38 @@ def _killed_during(job: dict[str, object], worker_kills: list[tuple[float, str]]
     return any(h == host and start - 2 <= t <= end + 2 for t, h in worker_kills)
 
 
+def _hand_out_cut(
+    finals: dict[str, dict[str, object] | None], ran: set[str], kills: list[float]
+) -> set[str]:
+    """``lost`` jobs that never ran (no flock record) and were handed out within 2 s of a
+    controller kill: the poll's answer died with the controller after the hand-out had
+    committed (STORE-080 moves a job to ``running`` before the answer is written, so a
+    retried poll can never start it twice), and the worker's re-registration after the
+    restart settles it as ``lost``. Nothing ran, so nothing was lost but the start."""
+    cut = set()
+    for job_id, f in finals.items():
+        if not f or f["state"] != "lost" or job_id in ran:
+            continue
+        handed = hist.parse_ts(str(f.get("started_at") or "") or None)
+        if handed is not None and any(handed - 2 <= t <= handed + 2 for t in kills):
+            cut.add(job_id)
+    return cut
+
+
 def _hold_off_figures(
     ctl_kills: list[tuple[float, list[str]]],
     outages: list[float],
     worker_kills: list[tuple[float, str]],
     finals: dict[str, dict[str, object] | None],
     expected: dict[str, int],
+    cut: set[str],
 ) -> dict[str, object]:
     """Jobs running when the controller was killed, the controller back within the
     hold-off: each must end with its real exit code, not ``lost``, unless its own
-    worker was killed too (that loss is the worker kill's, not the restart's)."""
+    worker was killed too (that loss is the worker kill's, not the restart's) or its
+    hand-out's answer died with the kill (``_hand_out_cut``: it never ran)."""
     running = {j for _, ids in ctl_kills for j in ids}
-    real = lost_worker = 0
+    real = lost_worker = lost_hand_out = 0
     lost_restart: list[str] = []
     other: list[str] = []
     for job_id in sorted(running):
@@ -284,6 +330,8 @@ def _hold_off_figures(
             real += 1
         elif f["state"] == "lost" and _killed_during(f, worker_kills):
             lost_worker += 1
+        elif f["state"] == "lost" and job_id in cut:
+            lost_hand_out += 1
         elif f["state"] == "lost":
             lost_restart.append(job_id)
         else:
@@ -295,6 +343,7 @@ def _hold_off_figures(
         "outage_seconds_median": round(sorted(outages)[len(outages) // 2], 1) if outages else 0,
         "ended_with_real_exit_code": real,
         "lost_with_their_worker_killed": lost_worker,
+        "lost_with_their_hand_out": lost_hand_out,
         "lost_to_the_restart": len(lost_restart),
         "lost_to_the_restart_ids": lost_restart[:20],
         "other": other[:20],
@@ -302,14 +351,20 @@ def _hold_off_figures(
 
 
 def _lost_figures(
-    finals: dict[str, dict[str, object] | None], worker_kills: list[tuple[float, str]]
+    finals: dict[str, dict[str, object] | None],
+    worker_kills: list[tuple[float, str]],
+    cut: set[str],
 ) -> dict[str, object]:
-    """Every ``lost`` job of the run, split by whether a worker kill explains it."""
+    """Every ``lost`` job of the run, split by what explains it: a kill of its worker,
+    or a controller kill that cut its hand-out's answer (``_hand_out_cut``)."""
     lost = [f for f in finals.values() if f and f["state"] == "lost"]
-    unexplained = [str(f["id"]) for f in lost if not _killed_during(f, worker_kills)]
+    by_kill = [f for f in lost if _killed_during(f, worker_kills)]
+    by_cut = [f for f in lost if f not in by_kill and str(f["id"]) in cut]
+    unexplained = [str(f["id"]) for f in lost if f not in by_kill and f not in by_cut]
     return {
         "lost": len(lost),
-        "explained_by_a_worker_kill": len(lost) - len(unexplained),
+        "explained_by_a_worker_kill": len(by_kill),
+        "explained_by_a_cut_hand_out": len(by_cut),
         "unexplained": len(unexplained),
         "unexplained_ids": unexplained[:20],
         "kill_reasons": dict(collections.Counter(str(f.get("kill_reason", "")) for f in lost)),
@@ -391,6 +446,13 @@ def main() -> None:
     )
     ap.add_argument("--worker-every", type=float, default=30, help="seconds between worker kills")
     ap.add_argument(
+        "--freeze-every",
+        type=float,
+        default=45,
+        help="seconds between SIGSTOPs of the controller or a random worker (0: none)",
+    )
+    ap.add_argument("--freeze-for", type=float, default=5, help="seconds each SIGSTOP lasts")
+    ap.add_argument(
         "--no-isolate", action="store_true", help="run workers without a PID namespace each"
     )
     ap.add_argument("--keep", type=Path, help="run in this new directory and keep it")
@@ -404,6 +466,8 @@ def main() -> None:
         ap.error("--seconds must be > 0 and --jobs at least 1")
     if args.controller_every <= 0 or args.worker_every <= 0:
         ap.error("--controller-every and --worker-every must be > 0")
+    if args.freeze_every < 0 or args.freeze_for <= 0:
+        ap.error("--freeze-every must be >= 0 and --freeze-for > 0")
     if args.pump_rate <= 0 or args.webhook_seconds < 0 or args.webhook_delay < 0:
         ap.error("--pump-rate must be > 0, --webhook-seconds and --webhook-delay >= 0")
     isolate = not args.no_isolate
@@ -442,6 +506,8 @@ def main() -> None:
                     hooks=watch,
                     controller_every=args.controller_every,
                     worker_every=args.worker_every,
+                    freeze_every=args.freeze_every,
+                    freeze_for_seconds=args.freeze_for,
                 )
             )
             if hook:

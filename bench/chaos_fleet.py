@@ -22,7 +22,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support import history as hist
-from support.nemesis import kill_hard
+from support.nemesis import frozen, kill_hard
 
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
@@ -129,6 +129,16 @@ class Fleet:
             timeout=10,
         )
         r.raise_for_status()
+
+    def worker_pid(self, host: str) -> int | None:
+        """The worker process itself: under ``unshare --fork`` the child, not ``unshare``."""
+        proc = self.workers[host]
+        if proc is None or proc.poll() is not None:
+            return None
+        if isinstance(proc.args, list) and proc.args[0] == ISOLATE[0]:
+            children = _children(proc.pid)
+            return children[0] if children else None
+        return proc.pid
 
     def kill_worker(self, host: str) -> float:
         """``kill -9`` the worker; returns when none of its jobs' processes is left
@@ -262,3 +272,10 @@ def quarantined(fleet: Fleet) -> dict[str, str]:
         for v in views
         if v["device"]["state"] == "unhealthy" and v["device"]["id"] != HOOK_DEVICE
     }
+
+
+async def freeze_for(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT: a process that stops answering
+    without closing a socket (a paused VM, a swap storm), then comes back."""
+    with frozen(pid):
+        await asyncio.sleep(seconds)
