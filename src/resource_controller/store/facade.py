@@ -27,6 +27,7 @@ from resource_controller.store import (
     devices,
     engine,
     fast,
+    fleet,
     jobs,
     leases,
     queries,
@@ -66,6 +67,8 @@ class Store:
         #: (``_gen``, SQLite's ``data_version``, how it ended) of the last pass that
         #: placed nothing and ended with every device claimed; None otherwise.
         self._settled: tuple[int, int, leases.PassEnd] | None = None
+        #: The devices as the pass reads them, reread only where they changed.
+        self._fleet = fleet.FleetSnapshot()
 
     def _key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
@@ -134,13 +137,15 @@ class Store:
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
         with self._fast_tx("submit") as c:
-            return jobs.enqueue(c, self.now(), req)
+            return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
 
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""
         with self._lock:
             end = leases.PassEnd()
-            assigned = leases.schedule_pass(self.now(), self._fast_tx, self.aging, self._read, end)
+            assigned = leases.schedule_pass(
+                self.now(), self._fast_tx, self.aging, self._read, end, self._fleet
+            )
             settled = self.aging <= 0 and end.saturated and not assigned
             self._settled = (self._gen, self._data_version(), end) if settled else None
             return assigned

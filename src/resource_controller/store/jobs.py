@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.core import limits, scheduling, selectors
+from resource_controller.core.scheduling import DeviceSnap
 from resource_controller.core.states import (
     ACTIVE,
     TERMINAL,
@@ -58,8 +60,17 @@ class NewJob:
     device_ids: tuple[str, ...] = ()
 
 
-def enqueue(conn: fast.Conn, now: int, req: NewJob) -> JobRecord:
-    """Record a job in state ``queued`` (STORE-056), or return the job that has its key."""
+def enqueue(
+    conn: fast.Conn,
+    now: int,
+    req: NewJob,
+    snapshot: Callable[[], list[DeviceSnap]] | None = None,
+) -> JobRecord:
+    """Record a job in state ``queued`` (STORE-056), or return the job that has its key.
+
+    ``snapshot`` gives the fleet as the scheduling rules read it (the store's
+    ``FleetSnapshot``), for the submit-time check of a selector or any-device job; the
+    whole fleet is read when it is not given."""
     if not req.command:
         raise errors.BadRequest("command must not be empty")
     if not req.submitter:
@@ -86,8 +97,11 @@ def enqueue(conn: fast.Conn, now: int, req: NewJob) -> JobRecord:
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
-        labels = fast.effective_labels(conn) if parsed else {}
-        fleet = queries.device_snaps(fast.all_devices(conn), labels)
+        fleet = (
+            snapshot()
+            if snapshot
+            else queries.device_snaps(fast.all_devices(conn), fast.effective_labels(conn))
+        )
         matches = scheduling.matching(parsed, fleet)
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:

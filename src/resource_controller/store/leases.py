@@ -28,6 +28,7 @@ from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import fast, moves, queries
 from resource_controller.store import schema as t
+from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.records import (
     Assigned,
     DeviceRecord,
@@ -384,6 +385,7 @@ def schedule_pass(
     aging: int = 0,
     read: Callable[[], AbstractContextManager[Any]] | None = None,
     end: PassEnd | None = None,
+    fleet: FleetSnapshot | None = None,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
@@ -395,15 +397,17 @@ def schedule_pass(
     transaction (``transaction()``) of conditional updates, and the reservation rows
     are rewritten once at the end, only when they changed. ``read`` (default
     ``transaction``) serves the reads: under the held lock they need no transaction.
-    ``end``, when given, is filled in with how the walk ended.
+    ``end``, when given, is filled in with how the walk ended. ``fleet`` is the store's
+    snapshot of the devices, brought up to date here (``store/fleet.py``); a fresh one
+    (the whole fleet read) when none is given.
     """
     read = read or transaction
+    fleet = fleet or FleetSnapshot()
     with read() as tx:
         waiting = fast.any_queued(tx)
         old_reservations = fast.reservations(tx)
         if waiting:
-            devices = fast.all_devices(tx)
-            labels = fast.effective_labels(tx)
+            by_id, snaps = fleet.read(tx)
     if not waiting:
         # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
@@ -412,8 +416,7 @@ def schedule_pass(
                 fast.replace_reservations(tx, now, [])
         return []
     queue = _queued_in_order(read, now, aging)
-    by_id = {d.id: d for d in devices}
-    planner = scheduling.Planner(queries.device_snaps(devices, labels))
+    planner = scheduling.Planner(snaps)
     assigned: list[Assigned] = []
     last: tuple[int, int, int] | None = None
     for row in queue:

@@ -138,6 +138,16 @@ counters = sa.Table(
     sa.Column("value", sa.BigInteger, nullable=False),
 )
 
+#: The ``fleet_version`` (a counter) at which each device last changed what the
+#: scheduling pass reads of it, or was removed; written only by the triggers of
+#: migration 0006, read by the pass's fleet snapshot (``store/fleet.py``).
+device_changes = sa.Table(
+    "device_changes",
+    metadata,
+    sa.Column("device_id", sa.Text, primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,
@@ -159,5 +169,6 @@ sa.Index("jobs_device", jobs.c.device_id, jobs.c.submitted_at)
 sa.Index("leases_job", leases.c.job_id)
 sa.Index("jobs_log_retention", jobs.c.logs_pruned, jobs.c.finished_at)
 sa.Index("device_labels_device", device_labels.c.device_id)
+sa.Index("device_changes_version", device_changes.c.version)
 sa.Index("devices_worker", devices.c.worker_id)  #: a heartbeat's statements (migration 0005)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)

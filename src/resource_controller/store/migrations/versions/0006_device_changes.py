@@ -1,0 +1,67 @@
+"""device_changes: which devices changed what the scheduling pass reads of them
+
+A pass reads every device and its labels; at 10,000 devices that read is most of a
+submit's cost. Triggers now note, for each device, the ``fleet_version`` at which its
+row (state, host, name, worker, runtime ceiling, drain flag) or one of its labels last
+changed, or at which it was removed, so the controller keeps its snapshot of the fleet
+between passes and rereads only the devices noted since (``store/fleet.py``). Every
+writer goes through the triggers, a hand edit included. A heartbeat's routine update
+(``last_heartbeat_at`` only) notes nothing.
+
+Revision ID: 0006
+Revises: 0005
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0006"
+down_revision = "0005"
+
+#: Bump the counter, then note the device at its new value.
+_NOTE = (
+    "UPDATE counters SET value = value + 1 WHERE name = 'fleet_version'; "
+    "INSERT OR REPLACE INTO device_changes (device_id, version) "
+    "SELECT {who}, value FROM counters WHERE name = 'fleet_version';"
+)
+_SCHEDULED = "host, name, worker_id, state, max_runtime, draining"
+TRIGGERS = {
+    "devices_noted_insert": f"AFTER INSERT ON devices BEGIN {_NOTE.format(who='NEW.id')} END",
+    "devices_noted_update": (
+        f"AFTER UPDATE OF {_SCHEDULED} ON devices BEGIN {_NOTE.format(who='NEW.id')} END"
+    ),
+    "devices_noted_delete": f"AFTER DELETE ON devices BEGIN {_NOTE.format(who='OLD.id')} END",
+    "labels_noted_insert": (
+        f"AFTER INSERT ON device_labels BEGIN {_NOTE.format(who='NEW.device_id')} END"
+    ),
+    "labels_noted_update": (
+        "AFTER UPDATE ON device_labels BEGIN "
+        f"{_NOTE.format(who='OLD.device_id')} {_NOTE.format(who='NEW.device_id')} END"
+    ),
+    "labels_noted_delete": (
+        f"AFTER DELETE ON device_labels BEGIN {_NOTE.format(who='OLD.device_id')} END"
+    ),
+}
+
+
+def upgrade() -> None:
+    op.create_table(
+        "device_changes",
+        sa.Column("device_id", sa.Text(), nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("device_id"),
+    )
+    op.create_index("device_changes_version", "device_changes", ["version"])
+    op.execute("INSERT OR IGNORE INTO counters (name, value) VALUES ('fleet_version', 0)")
+    for name, body in TRIGGERS.items():
+        op.execute(f"CREATE TRIGGER {name} {body}")
+
+
+def downgrade() -> None:
+    for name in TRIGGERS:
+        op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    op.drop_index("device_changes_version", table_name="device_changes")
+    op.drop_table("device_changes")
+    op.execute("DELETE FROM counters WHERE name = 'fleet_version'")
