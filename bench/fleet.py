@@ -8,7 +8,8 @@ interval, as a fleet started at different times would), and long-polls
 out its term at once (EXT-FAST-4). An assignment is reported ``running`` and then
 ``succeeded`` at once (phase *drain*), so the queue empties; in phase *hold* it is
 reported ``running`` and named in every heartbeat from then on. All the workers share
-one ``httpx.AsyncClient`` (one connection pool) on one asyncio loop.
+one asyncio loop, each with its own ``httpx.AsyncClient`` over the worker's plain
+HTTP/1.1 transport (``worker/http11.py``), as each ``rc worker`` has.
 
 Per fleet size (``--devices``, 8 devices per worker) it measures, beside
 ``python3 -c pass`` timed in the same run:
@@ -50,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from resource_controller.worker import http11
 
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
@@ -179,15 +182,20 @@ class Fleet:
             devices % PER_WORKER
         )
         self.workers = [SimWorker(f"sim{i:05d}", size) for i, size in enumerate(sizes)]
-        workers = len(self.workers)
         self.count = Counters()
-        limits = httpx.Limits(max_connections=workers * 2 + 64, max_keepalive_connections=None)
-        self.http = httpx.AsyncClient(
-            base_url=url,
-            headers={"Authorization": "Bearer wtok", "Content-Type": "application/json"},
-            timeout=httpx.Timeout(120.0, pool=None),
-            limits=limits,
-        )
+        # A client per simulated worker, over the worker's own plain HTTP/1.1 transport,
+        # as each ``rc worker`` has: one pool for the whole fleet made httpcore scan its
+        # 2,500 connections on every request, and the simulator, not the controller,
+        # was what could not keep up at 10,000 devices.
+        self.http = {
+            w.host: httpx.AsyncClient(
+                base_url=url,
+                headers={"Authorization": "Bearer wtok", "Content-Type": "application/json"},
+                timeout=httpx.Timeout(120.0),
+                transport=http11.Transport(),
+            )
+            for w in self.workers
+        }
         self.tasks: list[asyncio.Task[None]] = []
 
     async def register_all(self, concurrency: int = 16) -> float:
@@ -202,7 +210,7 @@ class Fleet:
                 "declared_labels": {n: {} for n in names},
             }
             async with gate:
-                r = await self.http.post("/v1/workers/register", json=body)
+                r = await self.http[w.host].post("/v1/workers/register", json=body)
                 r.raise_for_status()
                 w.worker_id = r.json()["worker_id"]
             # As rc worker does (WRK-040): heartbeat and poll from its own registration on.
@@ -217,7 +225,8 @@ class Fleet:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.http.aclose()
+        for client in self.http.values():
+            await client.aclose()
 
     def _failed(self, what: str) -> None:
         self.count.errors += 1
@@ -228,7 +237,7 @@ class Fleet:
         while True:
             body = {"running_job_ids": list(w.held)} if w.held else {}
             try:
-                r = await self.http.post(f"/v1/workers/{w.worker_id}/heartbeat", json=body)
+                r = await self.http[w.host].post(f"/v1/workers/{w.worker_id}/heartbeat", json=body)
                 self.count.heartbeats += 1
                 if not r.is_success:
                     self._failed(f"heartbeat {r.status_code}")
@@ -241,7 +250,7 @@ class Fleet:
         while True:
             t0 = time.monotonic()
             try:
-                r = await self.http.get(path, params={"wait": self.wait})
+                r = await self.http[w.host].get(path, params={"wait": self.wait})
             except httpx.HTTPError as exc:
                 self._failed(f"poll {exc!r}")
                 await asyncio.sleep(2)  # WRK-061
@@ -261,15 +270,15 @@ class Fleet:
     async def _run(self, w: SimWorker, a: dict[str, Any]) -> None:
         job, epoch = a["job_id"], a.get("lease_epoch")
         base = {"worker_id": w.worker_id, **({"lease_epoch": epoch} if epoch else {})}
-        await self._status(job, {**base, "state": "running"})
+        await self._status(w, job, {**base, "state": "running"})
         if self.hold:
             w.held[job] = epoch or 0
             return
-        await self._status(job, {**base, "state": "succeeded", "exit_code": 0})
+        await self._status(w, job, {**base, "state": "succeeded", "exit_code": 0})
 
-    async def _status(self, job: str, body: dict[str, Any]) -> None:
+    async def _status(self, w: SimWorker, job: str, body: dict[str, Any]) -> None:
         try:
-            r = await self.http.post(f"/v1/jobs/{job}/status", json=body)
+            r = await self.http[w.host].post(f"/v1/jobs/{job}/status", json=body)
             if not r.is_success:
                 self._failed(f"status {r.status_code} {r.text[:80]}")
         except httpx.HTTPError as exc:
