@@ -9,7 +9,7 @@ devices, running with environment, ended with an exit code; and each queued job'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pydantic
 
@@ -17,8 +17,9 @@ from resource_controller.clock import FakeClock
 from resource_controller.controller import render
 from resource_controller.store.facade import Store
 
-if TYPE_CHECKING:
-    from conftest import Factory
+#: The root conftest's ``make`` factory (``tests/conftest.py``; this directory's conftest
+#: shadows that module name for the type checker).
+Factory = Any
 
 
 def _same_as_validated(model: pydantic.BaseModel) -> str:
