@@ -40,7 +40,11 @@ from latency import HOST, Fleet, ms, summary, timed
 ENDS = ("succeeded", "failed", "killed", "lost")
 
 
-async def _handoff(client: httpx.AsyncClient, device: str, seconds: float) -> float:
+async def handoff_pair(
+    client: httpx.AsyncClient, device: str, seconds: float
+) -> tuple[str, str, int, int]:
+    """Job A (``sleep SECONDS`` then ``date``) and job B (``date``) queued behind it on
+    ``device``, both awaited: their IDs, A's last stamp and B's first (wall ns)."""
     body = {"device_id": device, "submitter": "bench"}
     command = ["sh", "-c", f"sleep {seconds}; date +%s%N"]
     a = (await client.post("/v1/jobs", json={**body, "command": command})).json()
@@ -54,7 +58,12 @@ async def _handoff(client: httpx.AsyncClient, device: str, seconds: float) -> fl
             raise SystemExit(f"job {job['id']} ended {job['state']}: {job}")
         out = (await client.get(f"/v1/jobs/{job['id']}/logs?follow=false")).text
         stamps.append(int(out.split()[-1]))
-    return (stamps[1] - stamps[0]) / 1e9
+    return a["id"], b["id"], stamps[0], stamps[1]
+
+
+async def _handoff(client: httpx.AsyncClient, device: str, seconds: float) -> float:
+    _, _, a_end, b_start = await handoff_pair(client, device, seconds)
+    return (b_start - a_end) / 1e9
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from handoff import handoff_pair
 from latency import HOST, Fleet, ms, summary, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support.nemesis import FaultProxy
 
-ENDS = ("succeeded", "failed", "killed", "lost")
 STEPS = ("report sent", "report answered", "assignment in the poll", "B's first instruction")
 
 
@@ -73,24 +73,8 @@ def _steps(chunks: list[tuple[int, str, int, bytes]], a: str, b: str) -> list[in
 
 
 async def _handoff(client: httpx.AsyncClient, tape: Tape, seconds: float) -> list[float]:
-    body = {"device_id": f"{HOST}:slot0", "submitter": "bench"}
-    a = (
-        await client.post(
-            "/v1/jobs", json={**body, "command": ["sh", "-c", f"sleep {seconds}; date +%s%N"]}
-        )
-    ).json()
-    b = (await client.post("/v1/jobs", json={**body, "command": ["date", "+%s%N"]})).json()
-    stamps = []
-    for job in (a, b):
-        while job["state"] not in ENDS:
-            await asyncio.sleep(0.02)
-            job = (await client.get(f"/v1/jobs/{job['id']}")).json()["job"]
-        if job["state"] != "succeeded":
-            raise SystemExit(f"job {job['id']} ended {job['state']}: {job}")
-        out = (await client.get(f"/v1/jobs/{job['id']}/logs?follow=false")).text
-        stamps.append(int(out.split()[-1]))
-    a_end, b_start = stamps
-    middle = _steps(tape.snapshot(), a["id"], b["id"])
+    a, b, a_end, b_start = await handoff_pair(client, f"{HOST}:slot0", seconds)
+    middle = _steps(tape.snapshot(), a, b)
     return [(t - a_end) / 1e6 for t in (*middle, b_start)]
 
 
