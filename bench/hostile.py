@@ -68,6 +68,10 @@ def headers(role: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[role]}"} if role else {}
 
 
+#: Endless streams: a fuzzed request would wait out its timeout (the test skips them too).
+STREAMS = {"/v1/events", "/v1/jobs/{job_id}/tty/out", "/v1/jobs/{job_id}/tty/in"}
+
+
 def fuzz(url: str, examples: int, seed: int) -> dict[str, Any]:
     """Schemathesis with every role and none; counts requests, 5xx and failed checks."""
     import schemathesis
@@ -83,6 +87,8 @@ def fuzz(url: str, examples: int, seed: int) -> dict[str, Any]:
         for result in schema.get_all_operations():
             if isinstance(result, Err):
                 raise result.err()
+            if result.ok().path in STREAMS:
+                continue
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                 _fuzz_one(
                     result.ok(), mode, role, url, examples, seed, (requests, errors, failures)
@@ -102,6 +108,7 @@ def _fuzz_one(
     """One operation in one generation mode under one role's token."""
     import hypothesis
     from hypothesis import HealthCheck, Phase
+    from schemathesis import GenerationMode
     from schemathesis.checks import not_a_server_error, response_schema_conformance
     from schemathesis.core.failures import Failure, FailureGroup
 
@@ -136,7 +143,13 @@ def _fuzz_one(
             if not log_error:
                 failures[name] += 1
 
-    one()
+    try:
+        one()
+    except hypothesis.errors.Unsatisfiable:
+        # A route with no input and no security (GET /healthz, EXT-METRICS-3) has
+        # nothing a schema-violating request could violate.
+        if mode is not GenerationMode.NEGATIVE:
+            raise
 
 
 def big_submits(url: str) -> Counter[int]:
