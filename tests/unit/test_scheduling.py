@@ -253,3 +253,30 @@ def test_the_planner_keeps_saturation_and_candidates_as_the_rules_define_them(
             planner.reserve("gone:g0", job.id)  # a device with no row is never reservable
         expected = bool(reservable) and reservable <= planner.reserved.keys()
         assert planner.saturated() == expected
+
+
+@settings(max_examples=200)
+@given(fleet=fleets(), queue=queues())
+def test_free_and_reserve_are_what_a_one_device_pins_offer_would_do(
+    fleet: list[DeviceSnap], queue: list[JobSnap]
+) -> None:
+    """The pass claims a one-device pin's busy device through ``free``/``reserve`` without
+    building its offer (``leases._claims_only``); both planners must end the same."""
+    by_offer, by_shortcut = Planner(fleet), Planner(fleet)
+    for job in sorted(queue, key=queue_key):
+        for planner, shortcut in ((by_offer, False), (by_shortcut, True)):
+            one_pin = job.pinned and not job.device_ids and job.count == 1
+            if shortcut and one_pin and not planner.free(job.device_id):
+                planner.reserve(job.device_id, job.id)
+                continue
+            try:
+                offer = planner.offer(job)
+            except selectors.SelectorError:
+                continue
+            if offer.choices:
+                planner.placed(job, offer.choices[0])
+            else:
+                planner.blocked(job, offer)
+    assert by_shortcut.reserved == by_offer.reserved
+    assert by_shortcut.taken == by_offer.taken
+    assert by_shortcut.saturated() == by_offer.saturated()

@@ -292,6 +292,15 @@ class Planner:
         for d in offer.claim:
             self._claim_device(d, job.id)
 
+    def free(self, device_id: str) -> bool:
+        """The device could be assigned now: ``ready``, not draining, and neither claimed
+        nor taken in this pass (what ``offer`` puts in a one-device job's choices)."""
+        return (
+            device_id not in self.reserved
+            and device_id not in self.taken
+            and self._ready(device_id)
+        )
+
     def reserve(self, device_id: str, job_id: str) -> None:
         """Claim a device for a job unless one ahead already did."""
         if not self._draining(device_id) and device_id not in self.reserved:

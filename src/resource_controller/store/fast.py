@@ -38,6 +38,20 @@ _DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
 _ALL_DEVICES = _DEVICES + " ORDER BY id"
 _LABELS = "SELECT device_id, key, value FROM device_labels ORDER BY source ASC"
 _QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+#: What the scheduling pass reads of each queued job: the rules' columns only. The whole
+#: row (its command and environment are most of its bytes) is read by ID on placement.
+QUEUE_COLS: tuple[str, ...] = (
+    "id",
+    "seq",
+    "priority",
+    "queued_at",
+    "selector",
+    "device_id",
+    "max_runtime",
+    "device_count",
+    "device_ids",
+)
+_QUEUE_SCHED = f"SELECT {', '.join('jobs.' + c for c in QUEUE_COLS)} FROM jobs WHERE jobs.state = ?"
 _QUEUE_ORDER = " ORDER BY jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC LIMIT ?"
 _BEHIND = (
     " AND (jobs.priority < ? OR (jobs.priority = ? AND jobs.queued_at > ?)"
@@ -149,11 +163,9 @@ def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> Non
 
 
 def queue_page(conn: Conn, after: tuple[int, int, int] | None, limit: int) -> list[Any]:
-    """Up to ``limit`` raw queued rows behind ``after`` in STORE-060 order (no aging),
-    each in ``JOB_COLS`` order; ``after`` is (priority, queued_at, seq). The caller
-    decodes them (``job_record``) one by one, so a row that cannot be read is skipped
-    and named rather than ending the walk."""
-    sql = _QUEUE
+    """Up to ``limit`` queued rows behind ``after`` in STORE-060 order (no aging), each
+    as ``QUEUE_COLS``; ``after`` is (priority, queued_at, seq)."""
+    sql = _QUEUE_SCHED
     params: list[Any] = [str(JobState.QUEUED)]
     if after is not None:
         p, q, n = after

@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -168,7 +168,7 @@ def _queued_in_order(
     now: int = 0,
     aging: int = 0,
 ) -> Iterator[Any]:
-    """Raw queued rows (``fast.JOB_COLS`` order) in scheduling order (aged at ``now`` when
+    """Queued rows (``fast.QUEUE_COLS``) in scheduling order (aged at ``now`` when
     ``aging`` is on, EXT-FAIR-1), read a page at a time (keyset on the order), the first
     page small.
 
@@ -191,15 +191,14 @@ def _queued_in_order(
 
 class _Queued:
     """A queued row as the pass handles it: its scheduling fields at once, the whole
-    record (command and environment decoded, which is most of a row's cost) only when
+    record (command and environment, most of a row's bytes) read and decoded only when
     one of its choices is tried, so a walk over 10,000 waiting jobs decodes none of
     them. A row whose record cannot be read fails its assignment and is skipped
     (EXT-LIMITS-3), never placed."""
 
-    __slots__ = ("row", "snap")
+    __slots__ = ("snap",)
 
     def __init__(self, row: Any) -> None:
-        self.row = row
         ids = row[_I_DEVICE_IDS]
         self.snap = scheduling.JobSnap(
             id=row[0],
@@ -221,15 +220,25 @@ class _Queued:
     def selector(self) -> str:
         return self.snap.selector
 
-    def record(self) -> JobRecord:
-        return fast.job_record(self.row)
+    def record(self, read: Callable[[], AbstractContextManager[Any]]) -> JobRecord:
+        """The whole job, read by ID (the pass holds the store's lock: it is the row
+        the walk read)."""
+        with read() as tx:
+            return fast.job(tx, self.snap.id)
 
 
-def _waits_behind(row: Any, reserved: Mapping[str, str]) -> bool:
-    """The row is pinned to one device that a job ahead already claimed in this pass:
-    its offer can hold no choice and claims nothing (``Planner.offer``), so the pass
-    skips it unread. The common case of a long pinned queue on a busy fleet."""
-    return row[_I_SELECTOR] == "" and not row[_I_DEVICE_IDS] and row[_I_DEVICE_ID] in reserved
+def _claims_only(row: Any, planner: scheduling.Planner) -> bool:
+    """For a job pinned to one device that cannot be had now (claimed by a job ahead,
+    taken, busy, out of the pool or draining), all ``Planner.offer`` could say is "claim
+    it" (STORE-062); ``reserve`` does that here, and the job is never built. The common
+    case of a long pinned queue on a busy fleet. False for every other job."""
+    device = row[_I_DEVICE_ID]
+    if row[_I_SELECTOR] or row[_I_DEVICE_IDS] or not device or (row[_I_COUNT] or 1) > 1:
+        return False
+    if planner.free(device):
+        return False
+    planner.reserve(device, row[0])
+    return True
 
 
 def _keyset(row: Any) -> tuple[int, int, int]:
@@ -238,14 +247,14 @@ def _keyset(row: Any) -> tuple[int, int, int]:
     return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
 
 
-_I_PRIORITY = fast.JOB_COLS.index("priority")
-_I_QUEUED_AT = fast.JOB_COLS.index("queued_at")
-_I_SEQ = fast.JOB_COLS.index("seq")
-_I_SELECTOR = fast.JOB_COLS.index("selector")
-_I_DEVICE_ID = fast.JOB_COLS.index("device_id")
-_I_DEVICE_IDS = fast.JOB_COLS.index("device_ids")
-_I_MAX_RUNTIME = fast.JOB_COLS.index("max_runtime")
-_I_COUNT = fast.JOB_COLS.index("device_count")
+_I_PRIORITY = fast.QUEUE_COLS.index("priority")
+_I_QUEUED_AT = fast.QUEUE_COLS.index("queued_at")
+_I_SEQ = fast.QUEUE_COLS.index("seq")
+_I_SELECTOR = fast.QUEUE_COLS.index("selector")
+_I_DEVICE_ID = fast.QUEUE_COLS.index("device_id")
+_I_DEVICE_IDS = fast.QUEUE_COLS.index("device_ids")
+_I_MAX_RUNTIME = fast.QUEUE_COLS.index("max_runtime")
+_I_COUNT = fast.QUEUE_COLS.index("device_count")
 
 
 def _decode_raw(row: Any) -> JobRecord | None:
@@ -270,7 +279,8 @@ def _aged_page(
             priority, queued_at, seq = after
             seen: Any = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
             where.append(queries.behind(seen, now, aging))
-        return fast.run_select(tx, sa.select(t.jobs).where(*where).order_by(*order).limit(size))
+        columns = [t.jobs.c[name] for name in fast.QUEUE_COLS]
+        return fast.run_select(tx, sa.select(*columns).where(*where).order_by(*order).limit(size))
 
     return fetch
 
@@ -333,6 +343,7 @@ def _reserve_vanished(
 
 def _turn(
     transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    read: Callable[[], AbstractContextManager[Any]],
     now: int,
     job: _Queued,
     by_id: dict[str, DeviceRecord],
@@ -351,7 +362,7 @@ def _turn(
         return
     # Choices are ready devices from the snapshot: nothing readies a device while the
     # pass holds the lock, and each assignment re-checks inside its transaction.
-    record = job.record() if offer.choices else None
+    record = job.record(read) if offer.choices else None
     for choice in offer.choices:
         group = [by_id[d] for d in choice]
         assert record is not None
@@ -426,15 +437,15 @@ def schedule_pass(
             # longer exist (STORE-062), which one query finds.
             _reserve_vanished(read, by_id, planner, now, aging)
             break
-        if not _waits_behind(row, planner.reserved):
-            try:
-                _turn(transaction, now, _Queued(row), by_id, planner, assigned)
-            except Exception as exc:
-                # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
-                # back, it reserves nothing, and the jobs behind it are still placed.
-                if not _row_fault(exc):
-                    raise
-                _report_skip(str(row[0]), f"{type(exc).__name__}: {exc}")
+        try:
+            if not _claims_only(row, planner):
+                _turn(transaction, read, now, _Queued(row), by_id, planner, assigned)
+        except Exception as exc:
+            # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
+            # back, it reserves nothing, and the jobs behind it are still placed.
+            if not _row_fault(exc):
+                raise
+            _report_skip(str(row[0]), f"{type(exc).__name__}: {exc}")
         last = (-row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
     if end is not None:
         end.saturated, end.last, end.devices = planner.saturated(), last, frozenset(by_id)
