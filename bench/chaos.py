@@ -38,6 +38,7 @@ import random
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -95,6 +96,10 @@ async def phase_one(
     #: host → when each of its kills left no job process behind (seen in /proc).
     worker_gone: dict[str, list[float]] = collections.defaultdict(list)
 
+    #: Submits the load's end cut short: each may have created a job whose answer was
+    #: lost, which runs all the same; the drain retries them with the same key.
+    unanswered: list[tuple[dict[str, object], str, int]] = []
+
     async def client_loop(k: int) -> None:
         nonlocal reserved
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
@@ -105,8 +110,11 @@ async def phase_one(
                     reserved += 1
                 code = rng.randrange(0, 6)
                 command = rec.command('sleep "0.$(( $$ % 5 ))"', exit_code=code)
-                got = await submit(c, {"command": command, "submitter": f"chaos-{k}"}, load_until)
+                body = {"command": command, "submitter": f"chaos-{k}"}
+                key = str(uuid.uuid4())
+                got = await submit(c, body, load_until, key=key)
                 if got is None:
+                    unanswered.append((body, key, code))
                     return
                 history.submitted.append(hist.Submission(*got))
                 expected[got[1]] = code
@@ -142,6 +150,19 @@ async def phase_one(
                 if r.status_code == 200:
                     operator_clears.append((time.time(), dev["id"]))
 
+    async def service_manager(until: asyncio.Event) -> None:
+        """Restart a worker that exited on its own (a start-up registration that met a
+        controller being killed is fatal, WRK-045), as a service manager would; its
+        jobs died with it. It runs through the drain too: a worker left down then
+        would never deliver its outbox, and its jobs would wait for the write-off."""
+        while not until.is_set():
+            await asyncio.sleep(0.5)
+            for host, proc in fleet.workers.items():
+                if proc is not None and proc.poll() is not None:
+                    worker_exits.append((time.time(), host))
+                    worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
+                    fleet.start_worker(host)
+
     async def chaos_monkey() -> None:
         # Intervals run from the moment the victim is back: on a loaded machine a
         # controller start-up can take a good part of 20 s, and counting from the kill
@@ -152,14 +173,6 @@ async def phase_one(
         async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
             while not done.is_set():
                 await asyncio.sleep(0.5)
-                for host, proc in fleet.workers.items():
-                    if proc is not None and proc.poll() is not None:
-                        # It exited on its own (a start-up registration that met a
-                        # controller being killed is fatal, WRK-045): restart it, as a
-                        # service manager would; its jobs died with it.
-                        worker_exits.append((time.time(), host))
-                        worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
-                        fleet.start_worker(host)
                 if time.monotonic() >= next_op:
                     next_op = time.monotonic() + 5
                     await operator(c)
@@ -198,13 +211,22 @@ async def phase_one(
         done.set()
 
     extra = [hooks.pump(done), hooks.sample(done)] if hooks else []
+    drained = asyncio.Event()
+    restarts = asyncio.create_task(service_manager(drained))
     await asyncio.gather(chaos_monkey(), load(), *extra)
     load_seconds = time.monotonic() - t0
     finals: dict[str, dict[str, object] | None] = {}
     async with httpx.AsyncClient(base_url=fleet.url, headers=HEADERS, timeout=10) as c:
         drain_until = time.monotonic() + drain
+        for body, key, code in unanswered:
+            got = await submit(c, body, drain_until, key=key)
+            if got is not None:
+                history.submitted.append(hist.Submission(*got))
+                expected[got[1]] = code
         for sub in history.submitted:
             finals[sub.job_id] = await final(c, sub.job_id, drain_until)
+    drained.set()
+    await restarts
     hist.add_controller_jobs(history, [f for f in finals.values() if f], at=time.time())
     intervals, refusals = rec.read()
     ran = {iv.job_id for iv in intervals} | {r.job_id for r in refusals}
@@ -225,6 +247,7 @@ async def phase_one(
     figures = verdict.figures()
     result: dict[str, object] = {
         "submitted": len(history.submitted),
+        "answered_in_the_drain": len(unanswered),
         "load_seconds": round(load_seconds),
         "states": dict(states),
         "violations": figures["exclusivity_violations"],
@@ -237,7 +260,11 @@ async def phase_one(
             [dataclasses.asdict(a), dataclasses.asdict(b)] for a, b in verdict.overlaps[:10]
         ],
         "refusals": [dataclasses.asdict(r) for r in verdict.refusals[:10]],
-        "outside_lease": [dataclasses.asdict(iv) for iv in verdict.outside_lease[:10]],
+        # Each with the controller's final record it was judged against.
+        "outside_lease": [
+            {**dataclasses.asdict(iv), "record": finals.get(iv.job_id)}
+            for iv in verdict.outside_lease[:10]
+        ],
         "controller_kills": len(ctl_kills),
         "freezes": {
             "controller": sum(1 for _, v in freezes if v == "controller"),

@@ -229,11 +229,13 @@ def wait_for(ok: Callable[[], object], timeout: float, what: str) -> None:
 
 
 async def submit(
-    client: httpx.AsyncClient, body: dict[str, object], stop_at: float
+    client: httpx.AsyncClient, body: dict[str, object], stop_at: float, key: str = ""
 ) -> tuple[str, str] | None:
-    """Submit with an idempotency key, retrying through outages; (key, job ID), or None
-    if time ran out."""
-    key = str(uuid.uuid4())
+    """Submit with an idempotency key (``key``, else a fresh one), retrying through
+    outages; (key, job ID), or None if time ran out. None does not mean no job: an
+    answer lost to a controller kill may follow a committed submit, and only a retry
+    with the same key finds it."""
+    key = key or str(uuid.uuid4())
     body = {**body, "idempotency_key": key}
     while time.monotonic() < stop_at:
         try:
