@@ -150,6 +150,11 @@ async def phase_one(
                 if r.status_code == 200:
                     operator_clears.append((time.time(), dev["id"]))
 
+    #: Hosts whose worker is being killed or restarted right now, by the monkey or the
+    #: service manager: the other keeps off it, or two workers would run for one host
+    #: (the first one's process lost track of, outliving the run).
+    in_hand: set[str] = set()
+
     async def service_manager(until: asyncio.Event) -> None:
         """Restart a worker that exited on its own (a start-up registration that met a
         controller being killed is fatal, WRK-045), as a service manager would; its
@@ -157,11 +162,16 @@ async def phase_one(
         would never deliver its outbox, and its jobs would wait for the write-off."""
         while not until.is_set():
             await asyncio.sleep(0.5)
-            for host, proc in fleet.workers.items():
-                if proc is not None and proc.poll() is not None:
+            for host, proc in list(fleet.workers.items()):
+                if host in in_hand or proc is None or proc.poll() is None:
+                    continue  # running, or the monkey's own kill and restart
+                in_hand.add(host)
+                try:
                     worker_exits.append((time.time(), host))
                     worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
                     fleet.start_worker(host)
+                finally:
+                    in_hand.discard(host)
 
     async def chaos_monkey() -> None:
         # Intervals run from the moment the victim is back: on a loaded machine a
@@ -199,11 +209,16 @@ async def phase_one(
                         await freeze_for(pid, freeze_for_seconds)
                     next_frz = time.monotonic() + freeze_every
                 if time.monotonic() >= next_wrk:
-                    host = rng.choice(list(fleet.workers))
-                    worker_kills.append((time.time(), host))
-                    worker_gone[host].append(await asyncio.to_thread(fleet.kill_worker, host))
-                    await asyncio.sleep(1)
-                    fleet.start_worker(host)
+                    host = rng.choice([h for h in fleet.workers if h not in in_hand])
+                    in_hand.add(host)
+                    try:
+                        worker_kills.append((time.time(), host))
+                        gone = await asyncio.to_thread(fleet.kill_worker, host)
+                        worker_gone[host].append(gone)
+                        await asyncio.sleep(1)
+                        fleet.start_worker(host)
+                    finally:
+                        in_hand.discard(host)
                     next_wrk = time.monotonic() + worker_every
 
     async def load() -> None:

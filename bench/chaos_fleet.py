@@ -89,6 +89,10 @@ class Fleet:
             self.controller.wait(10)
 
     def start_worker(self, host: str) -> None:
+        running = self.workers.get(host)
+        if running is not None and running.poll() is None:
+            # Its Popen would be lost, and the process would outlive the run.
+            raise RuntimeError(f"worker {host} is still running (PID {running.pid})")
         cfg = self.tmp / f"{host}.yaml"
         names = ", ".join(f"gpu{i}" for i in range(self.devices))
         cfg.write_text(

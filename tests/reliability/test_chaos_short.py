@@ -12,7 +12,10 @@ in its own PID namespace where ``unshare`` allows it (root), as in the long run.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +37,21 @@ def _isolation_works() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Processes whose command line names ``path``: the run's workers and controller."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in cmdline:
+            found.append(int(proc.name))
+    return found
 
 
 @pytest.mark.timeout(420)
@@ -60,7 +78,12 @@ def test_kills_of_the_controller_and_workers_cost_no_exclusivity_nor_outcome(
     if not _isolation_works():
         argv.append("--no-isolate")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=400, cwd=ROOT)
+    left = _processes_naming(tmp_path / "run")
+    for pid in left:  # stopped by PID whatever the verdict
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert left == [], "the run left processes behind"
     chaos = json.loads(out.read_text())["chaos"]
     assert chaos["submitted"] > 50, chaos["submitted"]
     assert chaos["controller_kills"] >= 2 and chaos["worker_kills"] >= 1, chaos
