@@ -1,5 +1,6 @@
-"""The response builders skip validation (``render._new``); these tests hold each of them
-to what validation would accept and to the JSON a validated model serializes.
+"""The response builders skip validation (``render._new``, and the device views built as
+plain objects); these tests hold each of them to what validation would accept and to
+the JSON a validated model serializes.
 
 The records come from a real store in every shape ``/v1/state`` shows: devices ready,
 held, draining, quarantined and labelled; jobs queued pinned, for any device, several
@@ -13,6 +14,7 @@ from typing import Any
 
 import pydantic
 
+from resource_controller import wire
 from resource_controller.clock import FakeClock
 from resource_controller.controller import render
 from resource_controller.store.facade import Store
@@ -28,6 +30,17 @@ def _same_as_validated(model: pydantic.BaseModel) -> str:
     again = type(model).model_validate(model.model_dump())
     assert again.model_dump_json(exclude_none=True) == built
     assert again == model
+    return built
+
+
+def _body_as_validated(body: dict[str, Any]) -> str:
+    """A device view built as a plain object: the wire model validates it (no unknown
+    field: ``extra`` is forbidden on responses) and serializes the very same JSON, so
+    nothing it omits is a field the model would write, and nothing is out of order."""
+    built = render.json_body(body).decode()
+    model = wire.DeviceView.model_validate(body)
+    assert model.model_dump_json(exclude_none=True) == built
+    assert model.model_dump(mode="json", exclude_none=True) == body
     return built
 
 
@@ -54,8 +67,9 @@ def test_every_builder_gives_what_validation_would(
     _fleet(store, make, clock)
     snaps, active, queued, waits = store.state_view()
     assert len(snaps) == 4 and len(active) == 2 and len(queued) == 4
-    views = [_same_as_validated(render.device_view(s, store.now())) for s in snaps]
+    views = [_body_as_validated(render.device_view_body(s, store.now())) for s in snaps]
     assert any('"draining":true' in v for v in views)
+    assert any('"holder":"alice","job_id":' in v and '"command":["train"]' in v for v in views)
     assert any('"quarantine_reason":"probe failed: ecc"' in v for v in views)
     assert any('"labels":[' in v for v in views)
     for job in [*active, *queued]:

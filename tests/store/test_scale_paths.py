@@ -187,3 +187,72 @@ def test_the_pass_reads_a_row_as_the_record_does(
     columns = record.columns()
     row = tuple(columns[c] for c in fast.QUEUE_COLS)
     assert leases._Queued(row).snap == record.snap()
+
+
+def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:
+    """The whole-fleet reads (``fast``: devices, active jobs; ``views.devices``) build
+    records with ``row_builder`` from columns in field order: each equals the record
+    ``from_row`` builds by column name, and the state view's devices, which take each
+    holder's command from the active jobs, equal the devices read on their own."""
+    import dataclasses
+
+    import sqlalchemy as sa
+
+    from resource_controller.store import jobs, views
+    from resource_controller.store import schema as t
+    from resource_controller.store.records import DeviceRecord
+
+    devs = make.worker(devices=4)
+    make.start(device=devs[0], env={"A": "1"})
+    make.start(device=devs[1], command=("sh", "-c", "é"))
+    make.submit(device=devs[0])
+    with store._tx() as c:
+        by_name = {
+            r.id: JobRecord.from_row(r) for r in c.execute(sa.select(t.jobs).order_by(t.jobs.c.seq))
+        }
+        devices_by_name = [
+            DeviceRecord.from_row(r)
+            for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
+        ]
+        assert fast.all_devices(c) == devices_by_name
+        active = jobs.active(c)
+        alone = views.devices(c)
+        with_commands = views.devices(c, commands={j.id: j.command for j in active})
+    assert [j.id for j in active] == sorted(
+        (j.id for j in by_name.values() if j.state in states.ACTIVE),
+        key=lambda i: (by_name[i].submitted_at, by_name[i].seq),
+        reverse=True,
+    )
+    assert len(active) == 2
+    for j in active:  # active jobs carry their lease epoch (EXT-EPOCH-2)
+        assert j.lease_epoch > 0
+        assert j == dataclasses.replace(by_name[j.id], lease_epoch=j.lease_epoch)
+    assert with_commands == alone
+    assert [s.command for s in alone if s.lease] == [["train"], ["sh", "-c", "é"]]
+    assert [s.device for s in alone] == devices_by_name
+
+
+def test_a_row_builder_builds_what_init_builds_and_refuses_what_it_cannot() -> None:
+    from dataclasses import dataclass
+
+    from resource_controller.store.records import LeaseRecord, row_builder
+
+    row = ("l1", "box:gpu0", "alice", "j1", 10, 20, None, "job", "", 3)
+    built = row_builder(LeaseRecord)(row)
+    assert built == LeaseRecord(*row) and hash(built) == hash(LeaseRecord(*row))
+    with pytest.raises(ValueError):
+        row_builder(LeaseRecord)(row[:-1])  # a short row is an error, never a half record
+
+    @dataclass(frozen=True, slots=True)
+    class Slotted:
+        a: int
+
+    @dataclass(frozen=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None: ...
+
+    for cls in (Slotted, Checked):
+        with pytest.raises(TypeError):
+            row_builder(cls)

@@ -94,9 +94,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         """The list ``GET /v1/devices`` answers, for a "devices" event (EVT-012)."""
         snaps = await svc.db(svc.store.device_snapshots)
         now = svc.now()
-        return [
-            render.device_view(s, now).model_dump(mode="json", exclude_none=True) for s in snaps
-        ]
+        return [render.device_view_body(s, now) for s in snaps]
 
     svc.hub.events.devices_source = device_views
 

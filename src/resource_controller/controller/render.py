@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
+import pydantic_core
 
 from resource_controller import wire
 from resource_controller.core.states import DeviceState
@@ -24,9 +25,35 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 def _new(model: type[M], **fields: Any) -> M:
     """A response model built without validation: its fields come from the store's typed
     records, and ``/v1/state`` at 10,000 devices builds some 20,000 of them (validation
-    was 70 % of rendering it). ``tests/controller/test_render.py`` holds every builder
-    here to what validation would accept and serialize."""
-    return model.model_construct(**fields)
+    was 70 % of rendering it, and ``model_construct``'s per-field default handling most
+    of what was left). ``tests/controller/test_render.py`` holds every builder here to
+    what validation would accept and serialize."""
+    m = model.__new__(model)
+    # The defaults hold every field in declaration order, which ``update`` keeps: the
+    # serializer writes the fields in ``__dict__``'s order.
+    values = _defaults(model).copy()
+    values.update(fields)
+    object.__setattr__(m, "__dict__", values)
+    object.__setattr__(m, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(m, "__pydantic_extra__", None)
+    object.__setattr__(m, "__pydantic_private__", None)
+    return m
+
+
+@functools.cache
+def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
+    """Every field with its default (None for a required one, which every builder
+    passes), in declaration order, for ``_new`` to copy: the wire models' defaults are
+    all immutable (None, numbers, strings), which this checks once per model."""
+    out: dict[str, Any] = {}
+    for name, f in model.model_fields.items():
+        if f.default_factory is not None:
+            raise TypeError(f"{model.__name__}.{name}: a default factory cannot be shared")
+        default = None if f.is_required() else f.default
+        if not isinstance(default, str | int | float | bool | type(None)):
+            raise TypeError(f"{model.__name__}.{name}: mutable default {default!r}")
+        out[name] = default
+    return out
 
 
 @functools.lru_cache(maxsize=8192)
@@ -72,38 +99,39 @@ def job(j: JobRecord) -> wire.Job:
     )
 
 
-def label(lb: LabelRecord) -> wire.Label:
-    return _new(
-        wire.Label, key=lb.key, value=lb.value, source=lb.source, updated_at=ts(lb.updated_at) or ""
-    )
-
-
-def device(d: DeviceRecord, labels: list[LabelRecord]) -> wire.Device:
-    return _new(
-        wire.Device,
-        id=d.id,
-        host=d.host,
-        name=d.name,
-        worker_id=d.worker_id,
-        state=d.state,
-        last_heartbeat_at=ts(d.last_heartbeat_at) or "",
-        labels=[label(lb) for lb in labels] or None,
-        max_runtime_seconds=d.max_runtime,  # EXT-CLI-6: the ceiling is visible, 0 when none
-        **drain_fields(d),
-    )
-
-
-def drain_fields(d: DeviceRecord) -> dict[str, Any]:
-    """EXT-DRAIN-3a: ``draining`` only when true; who, when and why only while draining
+def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
+    """The Device object (API-023) as its JSON object: omitted fields absent, in the
+    wire model's order. EXT-CLI-6: the runtime ceiling is always there, 0 when none;
+    EXT-DRAIN-3a: ``draining`` only when true, who, when and why only while draining
     and non-empty."""
-    if not d.draining:
-        return {}
-    return {
-        "draining": True,
-        "drained_by": d.drained_by or None,
-        "drained_at": ts(d.drained_at) if d.drained_at else None,
-        "drain_reason": d.drain_reason or None,
+    out: dict[str, Any] = {
+        "id": d.id,
+        "host": d.host,
+        "name": d.name,
+        "worker_id": d.worker_id,
+        "state": d.state,
+        "last_heartbeat_at": ts(d.last_heartbeat_at) or "",
     }
+    if labels:
+        out["labels"] = [
+            {
+                "key": lb.key,
+                "value": lb.value,
+                "source": lb.source,
+                "updated_at": ts(lb.updated_at) or "",
+            }
+            for lb in labels
+        ]
+    out["max_runtime_seconds"] = d.max_runtime
+    if d.draining:
+        out["draining"] = True
+        if d.drained_by:
+            out["drained_by"] = d.drained_by
+        if d.drained_at:
+            out["drained_at"] = ts(d.drained_at)
+        if d.drain_reason:
+            out["drain_reason"] = d.drain_reason
+    return out
 
 
 def quarantine_text(d: DeviceRecord) -> str | None:
@@ -113,24 +141,45 @@ def quarantine_text(d: DeviceRecord) -> str | None:
     return d.quarantine_detail or d.quarantine_reason or None
 
 
+def device_view_body(s: DeviceSnapshot, now: int) -> dict[str, Any]:
+    """The device view (API-023) as its JSON object, omitted fields absent.
+
+    A plain object, not a model: ``/v1/state`` and ``/v1/devices`` render one per
+    device, and two models or more per device (device, view, each label) were most
+    of rendering 10,000 of them. ``tests/controller/test_render.py`` holds it to what
+    the wire model validates and serializes.
+    """
+    lease, d = s.lease, s.device
+    out: dict[str, Any] = {"device": device_body(d, s.labels)}
+    if lease:
+        out["holder"] = lease.holder
+        if lease.job_id:
+            out["job_id"] = lease.job_id
+        out["kind"] = lease.kind
+        if lease.reason:
+            out["reason"] = lease.reason
+        if s.command is not None:
+            out["command"] = s.command
+    out["elapsed_seconds"] = now - lease.acquired_at if lease else 0
+    out["heartbeat_age_seconds"] = now - d.last_heartbeat_at
+    if s.labels:
+        out["oldest_label_age_seconds"] = now - min(lb.updated_at for lb in s.labels)
+    quarantine = quarantine_text(d)
+    if quarantine is not None:
+        out["quarantine_reason"] = quarantine
+    return out
+
+
 def device_view(s: DeviceSnapshot, now: int) -> wire.DeviceView:
-    """The device view (API-023)."""
-    lease = s.lease
-    return _new(
-        wire.DeviceView,
-        device=device(s.device, s.labels),
-        holder=lease.holder if lease else None,
-        job_id=(lease.job_id or None) if lease else None,
-        kind=lease.kind if lease else None,
-        reason=(lease.reason or None) if lease else None,
-        command=s.command if lease else None,
-        elapsed_seconds=now - lease.acquired_at if lease else 0,
-        heartbeat_age_seconds=now - s.device.last_heartbeat_at,
-        oldest_label_age_seconds=(
-            now - min(lb.updated_at for lb in s.labels) if s.labels else None
-        ),
-        quarantine_reason=quarantine_text(s.device),
-    )
+    """The device view as its model, for the routes that read its parts (describe)."""
+    return wire.DeviceView.model_validate(device_view_body(s, now))
+
+
+def json_body(value: Any) -> bytes:
+    """``value`` (plain objects, lists and wire models in any mix) as a response body,
+    models without their omitted fields, as ``model_dump_json(exclude_none=True)``
+    writes them."""
+    return pydantic_core.to_json(value, exclude_none=True)
 
 
 def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:

@@ -441,7 +441,9 @@ class Store:
             now = self.now()
             queued = jobs.queued(c, now, self.aging)
             waits = views.waiting_for_all(c, queued, self._key(now))
-            return views.devices(c), jobs.active(c), queued, waits
+            active = jobs.active(c)
+            held = views.devices(c, commands={j.id: j.command for j in active})
+            return held, active, queued, waits
 
     # ---- test fixture only --------------------------------------------------------
 

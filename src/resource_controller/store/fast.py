@@ -6,12 +6,15 @@ assignment, the hand-out, the reports, the reads around them) makes some 40 stat
 so the reads and writes on that path are plain SQL strings here, executed on the DBAPI
 connection under the caller's transaction (an SA connection from ``Store._tx`` or the
 driver's connection itself: ``raw`` takes either). State writes still go through
-``store.moves`` (its ``*_fast`` functions). Column lists come from ``schema``, so a
-column added there is read here too. SQLite only, as ``engine`` is.
+``store.moves`` (its ``*_fast`` functions). Column lists are the records' fields in
+their order, so a row builds its record positionally (a table column with no field
+fails ``from_row``, which the store tests compare against). SQLite only, as ``engine``
+is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -21,14 +24,19 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from resource_controller import errors
-from resource_controller.core.states import JobState
-from resource_controller.store import schema as t
-from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
+from resource_controller.core.states import ACTIVE, JobState
+from resource_controller.store.records import DeviceRecord, JobRecord, row_builder, split_ids
 
 Conn = sa.Connection | sqlite3.Connection
 
-JOB_COLS: tuple[str, ...] = tuple(c.name for c in t.jobs.c)
-DEVICE_COLS: tuple[str, ...] = tuple(c.name for c in t.devices.c)
+#: ``JobRecord``'s fields but the epoch, in its order, so a row builds a record
+#: positionally (``queries.JOB_COLUMNS`` reads the same).
+JOB_COLS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(JobRecord) if f.name != "lease_epoch"
+)
+#: In ``DeviceRecord``'s field order, so a row builds a record positionally (a third of
+#: the cost of a mapping, and ``/v1/state`` builds one per device).
+DEVICE_COLS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DeviceRecord))
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
 _EPOCH = "(SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id)"
@@ -61,6 +69,8 @@ _BEHIND = (
 _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
 _I_DEVICE_IDS = JOB_COLS.index("device_ids")
+_N_JOB_COLS = len(JOB_COLS)
+_ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
 
 
 def raw(conn: Conn) -> sqlite3.Connection:
@@ -78,13 +88,26 @@ def id_in(n: int) -> str:
 
 
 def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
-    """A ``jobs`` row read in ``JOB_COLS`` order as a record (as ``JobRecord.from_row``)."""
-    m = dict(zip(JOB_COLS, row, strict=False))
-    m["command"] = json.loads(row[_I_COMMAND])
-    env = row[_I_ENV]
-    m["env"] = json.loads(env) if env else {}
-    m["device_ids"] = split_ids(row[_I_DEVICE_IDS] or "")
-    return JobRecord(**m, lease_epoch=lease_epoch or 0)
+    """A ``jobs`` row read in ``JOB_COLS`` order (``JobRecord``'s fields but the epoch) as
+    a record, decoded as ``JobRecord.from_row`` does; extra trailing columns are ignored."""
+    values = list(row[:_N_JOB_COLS])
+    values[_I_COMMAND] = json.loads(values[_I_COMMAND])
+    env = values[_I_ENV]
+    values[_I_ENV] = json.loads(env) if env and env != "{}" else {}
+    values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
+    values.append(lease_epoch or 0)
+    return _job(values)
+
+
+def active_jobs(conn: Conn) -> list[JobRecord]:
+    """Assigned and running jobs, newest submission first (STORE-072), with their lease
+    epochs (EXT-EPOCH-2): ``/v1/state`` reads one per held device."""
+    marks = ", ".join("?" * len(_ACTIVE))
+    sql = (
+        f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.state IN ({marks})"
+        " ORDER BY jobs.submitted_at DESC, jobs.seq DESC"
+    )
+    return [job_record(r, r[-1]) for r in raw(conn).execute(sql, _ACTIVE)]
 
 
 def job(conn: Conn, job_id: str) -> JobRecord:
@@ -95,8 +118,8 @@ def job(conn: Conn, job_id: str) -> JobRecord:
     return job_record(row, row[-1] or 0)
 
 
-def device_record(row: Sequence[Any]) -> DeviceRecord:
-    return DeviceRecord(**dict(zip(DEVICE_COLS, row, strict=True)))
+device_record = row_builder(DeviceRecord)
+_job = row_builder(JobRecord)
 
 
 def device(conn: Conn, device_id: str) -> DeviceRecord | None:

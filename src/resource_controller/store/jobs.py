@@ -397,11 +397,9 @@ def queued(conn: sa.Connection, now: int = 0, aging: int = 0) -> list[JobRecord]
 
 
 def active(conn: sa.Connection) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first (STORE-072)."""
-    j = t.jobs.c
-    return queries.jobs_where(
-        conn, j.state.in_(_ACTIVE), order=(j.submitted_at.desc(), j.seq.desc())
-    )
+    """Assigned and running jobs, newest submission first (STORE-072), with their lease
+    epochs (EXT-EPOCH-2)."""
+    return fast.active_jobs(conn)
 
 
 def logs_to_prune(conn: sa.Connection, cutoff: int, limit: int) -> list[str]:

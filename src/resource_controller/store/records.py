@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import ACTIVE, TERMINAL, JobState
+
+R = TypeVar("R")
+
+
+def row_builder(cls: type[R]) -> Callable[[Sequence[Any]], R]:
+    """A builder of ``cls`` from a row holding every field in declaration order, for
+    the whole-fleet reads (``/v1/state``, ``/v1/devices``): a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``, half the cost of
+    reading 10,000 device rows. The record built is equal to the one ``__init__``
+    would build (``tests/store/test_records.py``); records here have no
+    ``__post_init__`` and no slots, which this checks."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: not a plain dataclass")
+    if "__slots__" in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: has slots")
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    new = object.__new__
+
+    def build(row: Sequence[Any]) -> R:
+        obj = new(cls)
+        obj.__dict__.update(zip(names, row, strict=True))
+        return obj
+
+    return build
 
 
 @dataclass(frozen=True)

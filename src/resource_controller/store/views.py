@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import jobs, queries
+from resource_controller.store import fast, jobs, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
     DeviceRecord,
@@ -19,48 +20,60 @@ from resource_controller.store.records import (
     LabelRecord,
     LeaseRecord,
     RecoveryHistory,
+    row_builder,
+)
+
+_LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labels"
+_LABEL_ORDER = " ORDER BY device_id, key, source"
+_LEASE_FIELDS = [f.name for f in dataclasses.fields(LeaseRecord)]
+_lease = row_builder(LeaseRecord)
+_label = row_builder(LabelRecord)
+_snapshot = row_builder(DeviceSnapshot)
+_HELD = (
+    f"SELECT {', '.join('leases.' + n for n in _LEASE_FIELDS)}, jobs.command FROM leases"
+    " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
+)
+_HELD_ONLY = (
+    f"SELECT {', '.join('leases.' + n for n in _LEASE_FIELDS)} FROM leases"
+    " WHERE leases.released_at IS NULL"
 )
 
 
-def _labels_by_device(
-    conn: sa.Connection, device_id: str | None = None
-) -> dict[str, list[LabelRecord]]:
-    dl = t.device_labels.c
-    q = sa.select(t.device_labels).order_by(dl.device_id, dl.key, dl.source)
-    if device_id is not None:
-        q = q.where(dl.device_id == device_id)
-    out: dict[str, list[LabelRecord]] = {}
-    for r in conn.execute(q):
-        out.setdefault(r.device_id, []).append(
-            LabelRecord(r.device_id, r.key, r.value, r.source, r.updated_at)
-        )
-    return out
+def devices(
+    conn: fast.Conn,
+    device_id: str | None = None,
+    commands: dict[str, list[str]] | None = None,
+) -> list[DeviceSnapshot]:
+    """Every device (or one) with its labels and live lease, ordered by ID (API-023).
 
-
-def devices(conn: sa.Connection, device_id: str | None = None) -> list[DeviceSnapshot]:
-    """Every device (or one) with its labels and live lease, ordered by ID (API-023)."""
-    where = [] if device_id is None else [t.devices.c.id == device_id]
-    rows = queries.device_records(conn, *where)
-    labels = _labels_by_device(conn, device_id)
-    lq = (
-        sa.select(t.leases, t.jobs.c.command)
-        .select_from(t.leases.outerjoin(t.jobs, t.jobs.c.id == t.leases.c.job_id))
-        .where(t.leases.c.released_at.is_(None))
-    )
+    Plain SQL on the driver's connection: ``/v1/state`` and ``/v1/devices`` read the
+    whole fleet, and SQLAlchemy's row handling was most of that read at 10,000 devices.
+    ``commands`` (job ID to command, every active job's) spares decoding each holder's
+    command again when the caller has read the active jobs anyway.
+    """
+    db = fast.raw(conn)
+    if device_id is None:
+        rows = fast.all_devices(db)
+        label_rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
+        held_rows = db.execute(_HELD_ONLY if commands is not None else _HELD)
+    else:
+        found = fast.device(db, device_id)
+        rows = [found] if found else []
+        label_rows = db.execute(_LABEL_ROWS + " WHERE device_id = ?" + _LABEL_ORDER, (device_id,))
+        held_rows = db.execute(_HELD + " AND leases.device_id = ?", (device_id,))
+    labels: dict[str, list[LabelRecord]] = {}
+    for r in label_rows:
+        labels.setdefault(r[0], []).append(_label(r))
     held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
-    for r in conn.execute(lq):
-        m = dict(r._mapping)
-        command = m.pop("command")
-        held[m["device_id"]] = (LeaseRecord(**m), json.loads(command) if command else None)
-    return [
-        DeviceSnapshot(
-            device=d,
-            labels=labels.get(d.id, []),
-            lease=held[d.id][0] if d.id in held else None,
-            command=held[d.id][1] if d.id in held else None,
-        )
-        for d in rows
-    ]
+    if commands is not None:
+        for r in held_rows:
+            held[r[1]] = (_lease(r), commands.get(r[3]))
+    else:
+        for r in held_rows:
+            command = r[-1]
+            held[r[1]] = (_lease(r[:-1]), json.loads(command) if command else None)
+    none = (None, None)
+    return [_snapshot((d, labels.get(d.id, []), *held.get(d.id, none))) for d in rows]
 
 
 @dataclass(frozen=True)

@@ -23,35 +23,39 @@ Admin = Depends(deps.require(Role.ADMIN))
 ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
 
-def _json(model: wire._Response | list[wire.DeviceView], status: int = 200) -> Response:
-    if isinstance(model, list):
-        body = "[" + ",".join(v.model_dump_json(exclude_none=True) for v in model) + "]"
-    else:
-        body = model.model_dump_json(exclude_none=True)
-    return Response(body, status_code=status, media_type="application/json")
+def _json(model: wire._Response, status: int = 200) -> Response:
+    return Response(
+        model.model_dump_json(exclude_none=True), status_code=status, media_type="application/json"
+    )
 
 
 @router.get("/v1/devices", dependencies=[Client], response_model=list[wire.DeviceView])
 async def devices(svc: Svc) -> Response:
     snaps = await svc.db(svc.store.device_snapshots)
     now = svc.now()
-    return _json([render.device_view(s, now) for s in snaps])
+    body = render.json_body([render.device_view_body(s, now) for s in snaps])
+    return Response(body, media_type="application/json")
 
 
 @router.get("/v1/state", dependencies=[Client], response_model=wire.State)
 async def state(svc: Svc) -> Response:
     snaps, active, queued, waits = await svc.db(svc.store.state_view)
     now = svc.now()
-    out = wire.State.model_construct(  # its parts are built unvalidated: render._new
-        devices=[render.device_view(s, now) for s in snaps],
-        jobs=[render.job(j) for j in active],
-        queued=[render.job(j) for j in queued],
-        queued_waiting_seconds={j.id: now - (j.queued_at or j.submitted_at) for j in queued}
-        or None,
-        queued_waiting_for={j.id: render.waiting_for(waits.get(j.id, [])) for j in queued}
-        or None,  # EXT-WHY-1a
-    )
-    return _json(out)
+    # wire.State's fields in its order, its parts unvalidated (render._new) and the
+    # device views plain objects (render.device_view_body).
+    out: dict[str, object] = {
+        "devices": [render.device_view_body(s, now) for s in snaps],
+        "jobs": [render.job(j) for j in active],
+        "queued": [render.job(j) for j in queued],
+    }
+    if queued:
+        out["queued_waiting_seconds"] = {
+            j.id: now - (j.queued_at or j.submitted_at) for j in queued
+        }
+        out["queued_waiting_for"] = {  # EXT-WHY-1a
+            j.id: render.waiting_for(waits.get(j.id, [])) for j in queued
+        }
+    return Response(render.json_body(out), media_type="application/json")
 
 
 def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
