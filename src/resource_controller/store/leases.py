@@ -159,8 +159,11 @@ def _try_assign(
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
 QUEUE_PAGE = 32  #: the second page; most passes stop within it
 #: Each further page is twice the last, up to this: a pass that walks a queue of 10,000
-#: (pinned jobs behind busy devices never saturate the planner) makes ~15 queries, not 300.
-QUEUE_PAGE_MAX = 2048
+#: (pinned jobs behind busy devices never saturate the planner) makes 10 queries, not
+#: 300. Each page's query walks the index from the queue's head to its keyset (the mixed
+#: order cannot seek), so a small cap made a long walk quadratic: 2,048 cost a 10,000-job
+#: walk ~25 ms of rescans.
+QUEUE_PAGE_MAX = 16384
 
 
 def _queued_in_order(
@@ -235,10 +238,7 @@ def _claims_only(row: Any, planner: scheduling.Planner) -> bool:
     device = row[_I_DEVICE_ID]
     if row[_I_SELECTOR] or row[_I_DEVICE_IDS] or not device or (row[_I_COUNT] or 1) > 1:
         return False
-    if planner.free(device):
-        return False
-    planner.reserve(device, row[0])
-    return True
+    return planner.claim_unless_free(device, row[0])
 
 
 def _keyset(row: Any) -> tuple[int, int, int]:

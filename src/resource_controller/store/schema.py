@@ -163,7 +163,7 @@ sa.Index(
     postgresql_where=jobs.c.idempotency_key.isnot(None),
 )
 sa.Index("reservations_device", reservations.c.device_id, unique=True)
-sa.Index("jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.queued_at)
+sa.Index("jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.queued_at, jobs.c.seq)
 sa.Index("jobs_worker_state", jobs.c.worker_id, jobs.c.state)
 sa.Index("jobs_device", jobs.c.device_id, jobs.c.submitted_at)
 sa.Index("leases_job", leases.c.job_id)
