@@ -8,6 +8,7 @@ generated too, although nothing in the store makes them yet.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -280,3 +281,30 @@ def test_free_and_reserve_are_what_a_one_device_pins_offer_would_do(
     assert by_shortcut.reserved == by_offer.reserved
     assert by_shortcut.taken == by_offer.taken
     assert by_shortcut.saturated() == by_offer.saturated()
+
+
+def test_one_device_choices_are_made_as_asked_and_equal_their_list() -> None:
+    """A job for any device gets its choices lazily (10,000 candidates, one tried); they
+    read as the list of one-device tuples they stand for."""
+    from resource_controller.core.scheduling import _Singles
+
+    free = ["h:g0", "h:g1", "h:g2"]
+    lazy = _Singles(free)
+    assert lazy == [("h:g0",), ("h:g1",), ("h:g2",)] and lazy != [("h:g0",)]
+    assert len(lazy) == 3 and lazy[0] == ("h:g0",) and lazy[-1] == ("h:g2",)
+    assert lazy[1:] == [("h:g1",), ("h:g2",)] and list(lazy) == [(d,) for d in free]
+    assert not _Singles([]) and _Singles([]) == []
+    with pytest.raises(IndexError):
+        lazy[3]
+
+
+def test_could_ever_fit_counts_per_host() -> None:
+    from resource_controller.core.scheduling import DeviceSnap, could_ever_fit
+
+    def snap(host: str, name: str) -> DeviceSnap:
+        return DeviceSnap(id=f"{host}:{name}", host=host, state="ready")
+
+    spread = [snap("a", "g0"), snap("b", "g0"), snap("c", "g0")]
+    assert could_ever_fit(1, spread) and not could_ever_fit(2, spread)
+    assert could_ever_fit(2, [*spread, snap("b", "g1")])
+    assert not could_ever_fit(1, [])

@@ -34,9 +34,10 @@ assigned or reserved).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from resource_controller.core import selectors
 from resource_controller.core.states import DeviceState
@@ -58,6 +59,8 @@ class DeviceSnap:
         """May be assigned now: ``ready`` (STORE-020) and not draining."""
         return self.state == _READY and not self.draining
 
+
+_BY_ID = operator.attrgetter("id")
 
 #: As a plain string: comparing with the enum member costs four times as much, and a
 #: pass asks it per device of every queued job's choices.
@@ -152,7 +155,7 @@ def matching(
 ) -> list[DeviceSnap]:
     """Devices in any state whose labels satisfy ``selector``, by ID; None = every device (SEL-010)."""
     found = (d for d in devices if selector is None or selector.matches(d.labels))
-    return sorted(found, key=lambda d: d.id)
+    return sorted(found, key=_BY_ID)
 
 
 def _parsed(job: JobSnap) -> selectors.Selector | None:
@@ -192,11 +195,17 @@ def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
 
 
 def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
-    """Some single host has at least ``count`` of ``devices`` (EXT-GANG-2's submit check)."""
+    """Some single host has at least ``count`` of ``devices`` (EXT-GANG-2's submit check).
+
+    Stops at the first host that has them: every submit asks, and for one device the
+    first device answers, where counting a fleet of 10,000 was most of a submit.
+    """
     per_host: dict[str, int] = {}
     for d in devices:
-        per_host[d.host] = per_host.get(d.host, 0) + 1
-    return any(n >= count for n in per_host.values())
+        n = per_host[d.host] = per_host.get(d.host, 0) + 1
+        if n >= count:
+            return True
+    return False
 
 
 def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
@@ -230,10 +239,46 @@ class Offer:
 
     candidates: list[str]  #: every device it may use
     available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
-    choices: list[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
+    choices: Sequence[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
     #: What it claims if none of its choices can be had: every available candidate for a
     #: one-device job; N devices of one host for an N-device job (EXT-GANG-3).
     claim: list[str] = field(default_factory=list)
+
+
+class _Singles(Sequence[tuple[str, ...]]):
+    """The one-device choices over ``free`` devices, each made when it is asked for: a
+    job for any device of 10,000 has 10,000 choices, and the pass almost always takes
+    the first. Equal to the list of the same choices."""
+
+    __slots__ = ("_free",)
+
+    def __init__(self, free: list[str]) -> None:
+        self._free = free
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, ...]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, ...]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[str, ...] | list[tuple[str, ...]]:
+        if isinstance(i, slice):
+            return [(d,) for d in self._free[i]]
+        return (self._free[i],)
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return ((d,) for d in self._free)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list: equal to one, so unhashable
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 class Planner:
@@ -246,8 +291,12 @@ class Planner:
     """
 
     def __init__(self, devices: Sequence[DeviceSnap]) -> None:
-        self.devices = sorted(devices, key=lambda d: d.id)
+        self.devices = sorted(devices, key=_BY_ID)
         self.by_id = {d.id: d for d in self.devices}
+        # What ``offer`` asks of each candidate, as sets: a submit for any device walks
+        # the fleet's candidates, and a lookup and a method call each was most of it.
+        self._schedulable = {d.id for d in self.devices if d.schedulable}
+        self._draining_ids = {d.id for d in self.devices if d.draining}
         self.reserved: dict[str, str] = {}  #: device -> the job claiming it for this pass
         self.taken: set[str] = set()  #: devices assigned in this pass
         # What ``saturated`` compares, kept as the pass goes: asked once per queued job,
@@ -278,14 +327,16 @@ class Planner:
         Raises ``SelectorError`` when its selector no longer parses.
         """
         cands = self._candidates(job)
-        available = [d for d in cands if d not in self.reserved and not self._draining(d)]
-        free = [d for d in available if d not in self.taken and self._ready(d)]
+        reserved, draining = self.reserved, self._draining_ids
+        available = [d for d in cands if d not in reserved and d not in draining]
+        taken, schedulable = self.taken, self._schedulable
+        free = [d for d in available if d not in taken and d in schedulable]
         count = max(1, job.count)
         if count == 1 or job.pinned:
             # A pinned list is one choice (all of it) and claims all of it, as a pin does.
             want = len(cands) if job.pinned else 1
             if want == 1:
-                return Offer(cands, available, [(d,) for d in free], available)
+                return Offer(cands, available, _Singles(free), available)
             whole = [tuple(cands)] if len(free) == len(cands) else []
             return Offer(cands, available, whole, available)
         return Offer(cands, available, self._choices(free, count), self._claim(available, count))
@@ -316,10 +367,9 @@ class Planner:
         lookup for what the two would ask apart: a long pinned queue asks it per job."""
         if device_id in self.reserved:
             return True  # a job ahead claimed it; reserving again changes nothing
-        d = self.by_id.get(device_id)
-        if d is not None and d.schedulable and device_id not in self.taken:
+        if device_id in self._schedulable and device_id not in self.taken:
             return False
-        if d is None or not d.draining:
+        if device_id not in self._draining_ids:
             self._claim_device(device_id, job_id)
         return True
 
@@ -329,12 +379,10 @@ class Planner:
         self.reserved[device_id] = job_id
 
     def _ready(self, device_id: str) -> bool:
-        d = self.by_id.get(device_id)
-        return d is not None and d.schedulable
+        return device_id in self._schedulable
 
     def _draining(self, device_id: str) -> bool:
-        d = self.by_id.get(device_id)
-        return d is not None and d.draining
+        return device_id in self._draining_ids
 
     def _host(self, device_id: str) -> str:
         d = self.by_id.get(device_id)
