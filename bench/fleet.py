@@ -17,7 +17,8 @@ Per fleet size (``--devices``, 8 devices per worker) it measures, beside
 * the controller's CPU at steady state, from ``/proc/<pid>/stat`` over ``--windows``
   windows of ``--window`` seconds, as a percentage of one core; the mean scheduling
   pass and the passes per second over the same windows (``GET /metrics``);
-* ``GET /v1/state`` under that load;
+* ``GET /v1/state`` under that load, from the simulator's loop and from a client
+  process of its own;
 * submit latency (``POST /v1/jobs``, one at a time, 20 a second) under that load;
 * then, with every device held (the controller stopped, the rows written through the
   store as its test fixture does) and ``--queue`` jobs queued: one scheduling pass
@@ -308,6 +309,38 @@ async def timed_gets(client: httpx.AsyncClient, path: str, repeats: int) -> dict
     return summary(samples)
 
 
+#: A client of its own: ``GET`` a path ``repeats`` times, 0.2 s apart, and print the
+#: seconds each took as JSON. The simulator's event loop runs 1,250 workers' traffic,
+#: and timing a 2.5 MB answer from inside it measures the simulator's backlog too.
+_OWN_CLIENT = """
+import json, sys, time, httpx
+url, path, token, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+out = []
+with httpx.Client(base_url=url, headers={"Authorization": "Bearer " + token}, timeout=120) as c:
+    c.get(path).raise_for_status()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = c.get(path)
+        r.raise_for_status()
+        _ = r.content
+        out.append(time.perf_counter() - t0)
+        time.sleep(0.2)
+print(json.dumps(out))
+"""
+
+
+async def own_client_gets(url: str, path: str, repeats: int) -> dict[str, float]:
+    """``timed_gets`` from a separate process (``_OWN_CLIENT``)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _OWN_CLIENT, url, path, "ctok", str(repeats),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"the {path} client exited {proc.returncode}")
+    return summary(json.loads(out))
+
+
 async def live_phase(ctl: Controller, devices: int, args: argparse.Namespace) -> dict[str, Any]:
     """Register the fleet, let it settle, then measure CPU, ``/v1/state`` and submits."""
     fleet = Fleet(ctl.url, devices, args.heartbeat, args.wait)
@@ -334,6 +367,7 @@ async def live_phase(ctl: Controller, devices: int, args: argparse.Namespace) ->
         out["pass_mean_s"] = summary([p[0] for p in passes])
         out["passes_per_s"] = summary([p[1] for p in passes])
         out["state"] = await timed_gets(client, "/v1/state", args.repeats)
+        out["state_own_client"] = await own_client_gets(ctl.url, "/v1/state", args.repeats)
         lat = []
         c0, t0 = cpu_seconds(ctl.pid), time.monotonic()
         for _ in range(args.submits):
@@ -458,7 +492,8 @@ def main() -> None:
             f"{fmt(row['cpu'], 100, '%')}; simulator CPU {fmt(row['sim_cpu'], 100, '%')}\n"
             f"  scheduling passes {fmt(row['passes_per_s'], 1, '/s')}, mean "
             f"{fmt(row['pass_mean_s'])}\n"
-            f"  GET /v1/state {fmt(row['state'])}\n"
+            f"  GET /v1/state {fmt(row['state'])}; from a client process of its own "
+            f"{fmt(row['state_own_client'])}\n"
             f"  submit {fmt(row['submit'])}; controller CPU while submitting "
             f"{row['cpu_submitting'] * 100:.1f} %\n  simulator: {row['sim']}",
             flush=True,
