@@ -110,7 +110,7 @@ async def phase_one(
                     reserved += 1
                 code = rng.randrange(0, 6)
                 command = rec.command('sleep "0.$(( $$ % 5 ))"', exit_code=code)
-                body = {"command": command, "submitter": f"chaos-{k}"}
+                body: dict[str, object] = {"command": command, "submitter": f"chaos-{k}"}
                 key = str(uuid.uuid4())
                 got = await submit(c, body, load_until, key=key)
                 if got is None:
