@@ -258,17 +258,17 @@ def test_the_planner_keeps_saturation_and_candidates_as_the_rules_define_them(
 
 @settings(max_examples=200)
 @given(fleet=fleets(), queue=queues())
-def test_free_and_reserve_are_what_a_one_device_pins_offer_would_do(
+def test_claim_unless_free_is_what_a_one_device_pins_offer_would_do(
     fleet: list[DeviceSnap], queue: list[JobSnap]
 ) -> None:
-    """The pass claims a one-device pin's busy device through ``free``/``reserve`` without
-    building its offer (``leases._claims_only``); both planners must end the same."""
+    """The pass claims a one-device pin's busy device through ``claim_unless_free``
+    without building its offer (``leases._claims_only``); both planners must end the
+    same."""
     by_offer, by_shortcut = Planner(fleet), Planner(fleet)
     for job in sorted(queue, key=queue_key):
         for planner, shortcut in ((by_offer, False), (by_shortcut, True)):
             one_pin = job.pinned and not job.device_ids and job.count == 1
-            if shortcut and one_pin and not planner.free(job.device_id):
-                planner.reserve(job.device_id, job.id)
+            if shortcut and one_pin and planner.claim_unless_free(job.device_id, job.id):
                 continue
             try:
                 offer = planner.offer(job)

@@ -348,23 +348,15 @@ class Planner:
         for d in offer.claim:
             self._claim_device(d, job.id)
 
-    def free(self, device_id: str) -> bool:
-        """The device could be assigned now: ``ready``, not draining, and neither claimed
-        nor taken in this pass (what ``offer`` puts in a one-device job's choices)."""
-        return (
-            device_id not in self.reserved
-            and device_id not in self.taken
-            and self._ready(device_id)
-        )
-
     def reserve(self, device_id: str, job_id: str) -> None:
         """Claim a device for a job unless one ahead already did."""
         if not self._draining(device_id) and device_id not in self.reserved:
             self._claim_device(device_id, job_id)
 
     def claim_unless_free(self, device_id: str, job_id: str) -> bool:
-        """``reserve`` unless the device is ``free``; whether it was not free. One
-        lookup for what the two would ask apart: a long pinned queue asks it per job."""
+        """``reserve`` unless the device is free (``ready``, not draining, neither claimed
+        nor taken in this pass: what ``offer`` puts in a one-device job's choices);
+        whether it was not free. A long pinned queue asks it per job."""
         if device_id in self.reserved:
             return True  # a job ahead claimed it; reserving again changes nothing
         if device_id in self._schedulable and device_id not in self.taken:

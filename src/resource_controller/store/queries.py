@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,6 +11,7 @@ from resource_controller import errors
 from resource_controller.core import scheduling
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import JobState
+from resource_controller.store import fast
 from resource_controller.store import schema as t
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 
@@ -83,21 +83,10 @@ def with_epochs(conn: sa.Connection, records: list[JobRecord]) -> list[JobRecord
     return [dataclasses.replace(r, lease_epoch=epochs.get(r.id) or 0) for r in records]
 
 
-#: The ``jobs`` columns in ``JobRecord``'s field order (every field but the epoch, which
-#: comes from the leases): a row then builds a record positionally, which costs a third
-#: of going through its mapping, and ``/v1/state`` builds one per active job.
-_JOB_FIELDS = [f.name for f in dataclasses.fields(JobRecord) if f.name != "lease_epoch"]
-JOB_COLUMNS = tuple(t.jobs.c[name] for name in _JOB_FIELDS)
-_COMMAND, _ENV, _DEVICE_IDS = (_JOB_FIELDS.index(n) for n in ("command", "env", "device_ids"))
-
-
-def job_record(row: Any) -> JobRecord:
-    """A row selected as ``JOB_COLUMNS`` as a record, decoded as ``JobRecord.from_row`` does."""
-    values = list(row)
-    values[_COMMAND] = json.loads(values[_COMMAND])
-    values[_ENV] = json.loads(values[_ENV]) if values[_ENV] else {}
-    values[_DEVICE_IDS] = split_ids(values[_DEVICE_IDS] or "")
-    return JobRecord(*values)
+#: The ``jobs`` columns in ``JobRecord``'s field order (``fast.JOB_COLS``: every field
+#: but the epoch, which comes from the leases), so a row builds its record positionally.
+JOB_COLUMNS = tuple(t.jobs.c[name] for name in fast.JOB_COLS)
+job_record = fast.job_record
 
 
 def jobs_where(
@@ -120,13 +109,13 @@ def device(conn: sa.Connection, device_id: str) -> DeviceRecord | None:
 #: The ``devices`` columns in ``DeviceRecord``'s field order, so a row builds a record
 #: positionally: every pass and every ``/v1/state`` reads the whole fleet, and going
 #: through a mapping per row was most of that read's cost at 10,000 devices.
-DEVICE_COLUMNS = tuple(t.devices.c[f.name] for f in dataclasses.fields(DeviceRecord))
+DEVICE_COLUMNS = tuple(t.devices.c[name] for name in fast.DEVICE_COLS)
 
 
 def device_records(conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[DeviceRecord]:
     """The devices matching ``where`` (all when none), ordered by ID (API-023)."""
     q = sa.select(*DEVICE_COLUMNS).where(*where).order_by(t.devices.c.id)
-    return [DeviceRecord(*r) for r in conn.execute(q)]
+    return [fast.device_record(r) for r in conn.execute(q)]
 
 
 def all_devices(conn: sa.Connection) -> list[DeviceRecord]:

@@ -19,7 +19,7 @@ def row_builder(cls: type[R]) -> Callable[[Sequence[Any]], R]:
     the whole-fleet reads (``/v1/state``, ``/v1/devices``): a frozen dataclass's
     ``__init__`` sets each field through ``object.__setattr__``, half the cost of
     reading 10,000 device rows. The record built is equal to the one ``__init__``
-    would build (``tests/store/test_records.py``); records here have no
+    would build (``tests/store/test_scale_paths.py``); records here have no
     ``__post_init__`` and no slots, which this checks."""
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__}: not a plain dataclass")
