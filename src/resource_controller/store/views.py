@@ -52,26 +52,28 @@ def devices(
     command again when the caller has read the active jobs anyway.
     """
     db = fast.raw(conn)
+    held_sql = _HELD_ONLY if commands is not None else _HELD
     if device_id is None:
         rows = fast.all_devices(db)
         label_rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
-        held_rows = db.execute(_HELD_ONLY if commands is not None else _HELD)
+        held_rows = db.execute(held_sql)
     else:
         found = fast.device(db, device_id)
         rows = [found] if found else []
         label_rows = db.execute(_LABEL_ROWS + " WHERE device_id = ?" + _LABEL_ORDER, (device_id,))
-        held_rows = db.execute(_HELD + " AND leases.device_id = ?", (device_id,))
+        held_rows = db.execute(held_sql + " AND leases.device_id = ?", (device_id,))
     labels: dict[str, list[LabelRecord]] = {}
     for r in label_rows:
         labels.setdefault(r[0], []).append(_label(r))
     held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
-    if commands is not None:
-        for r in held_rows:
-            held[r[1]] = (_lease(r), commands.get(r[3]))
-    else:
-        for r in held_rows:
-            command = r[-1]
-            held[r[1]] = (_lease(r[:-1]), json.loads(command) if command else None)
+    for r in held_rows:
+        if commands is not None:
+            lease = _lease(r)
+            command = commands.get(lease.job_id)
+        else:
+            lease = _lease(r[:-1])
+            command = json.loads(r[-1]) if r[-1] else None
+        held[lease.device_id] = (lease, command)
     none = (None, None)
     return [_snapshot((d, labels.get(d.id, []), *held.get(d.id, none))) for d in rows]
 
