@@ -153,9 +153,9 @@ def test_state_answers_for_a_long_queue_in_one_gathering(rc: Harness, monkeypatc
     calls: list[int] = []
     real = views.wait_snapshot
 
-    def counted(conn: Any, queued: Any) -> Any:
+    def counted(conn: Any, queued: Any, kept: Any = None) -> Any:
         calls.append(1)
-        return real(conn, queued)
+        return real(conn, queued, kept)
 
     monkeypatch.setattr(views, "wait_snapshot", counted)
     state = rc.client.get("/v1/state").json()

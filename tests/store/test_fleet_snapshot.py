@@ -7,6 +7,8 @@ the file from another connection (the triggers of migration 0006 see every write
 from __future__ import annotations
 
 import contextlib
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import SweepRules
+from resource_controller.store import fast, fleet
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 
@@ -45,6 +48,16 @@ def _assert_current(store: Store) -> None:
     scheduled = [(r.id, r.worker_id, r.max_runtime) for r in records.values()]
     fresh = [(r.id, r.worker_id, r.max_runtime) for r in fresh_records.values()]
     assert sorted(scheduled) == sorted(fresh)
+    # The views' read: every column of every record, heartbeat stamps included, and
+    # every label record, as a plain read of the tables gives them.
+    with store._read() as db:
+        rows, labels = store._fleet.current(db)
+        fresh_labels = fleet.label_rows(db)
+    assert rows == store.devices()
+    ids = {d.id for d in rows}  # labels may outlive or precede their device's row
+    assert {d: labels[d] for d in ids if d in labels} == {
+        d: fresh_labels[d] for d in ids if d in fresh_labels
+    }
 
 
 def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[Any, ...]) -> None:
@@ -155,3 +168,95 @@ def test_a_grant_rereads_only_its_device(store: Store, make: Factory, raw: Raw) 
     changed = raw.rows("SELECT device_id FROM device_changes WHERE version > ?", mark["v"])
     assert [r["device_id"] for r in changed] == [dev]
     _assert_current(store)
+
+
+def test_every_device_column_but_the_heartbeat_stamp_is_noted(raw: Raw) -> None:
+    from resource_controller.store import schema
+
+    (trigger,) = raw.rows("SELECT sql FROM sqlite_master WHERE name = 'devices_noted_update'")
+    when = trigger["sql"].split(" WHEN ", 1)[1].split(" BEGIN ", 1)[0]
+    noted = sorted(re.findall(r"OLD\.(\w+) IS NOT NEW\.\1", when))
+    columns = [c.name for c in schema.devices.columns if c.name != "last_heartbeat_at"]
+    assert noted == sorted(columns)
+
+
+def test_a_write_of_the_same_value_notes_nothing(store: Store, make: Factory, raw: Raw) -> None:
+    [dev, *_] = make.worker(devices=2)
+    (mark,) = raw.rows("SELECT max(version) AS v FROM device_changes")
+    raw.write("UPDATE devices SET state = state, last_heartbeat_at = 5 WHERE id = ?", dev)
+    assert raw.rows("SELECT 1 FROM device_changes WHERE version > ?", mark["v"]) == []
+    raw.write("UPDATE devices SET quarantine_detail = 'x' WHERE id = ?", dev)
+    changed = raw.rows("SELECT device_id FROM device_changes WHERE version > ?", mark["v"])
+    assert [r["device_id"] for r in changed] == [dev]
+
+
+def test_the_views_see_a_fresh_heartbeat_stamp(
+    store: Store, make: Factory, clock: FakeClock
+) -> None:
+    make.worker(devices=2)
+    before = {s.device.id: s.device.last_heartbeat_at for s in store.device_snapshots()}
+    clock.advance(7)
+    store.heartbeat(wid(), [])
+    after = {s.device.id: s.device.last_heartbeat_at for s in store.device_snapshots()}
+    assert after == {d: at + 7 for d, at in before.items()}
+
+
+def test_a_rolled_back_write_it_read_is_forgotten(store: Store, make: Factory) -> None:
+    [dev, *_] = make.worker(devices=2)
+    _kept(store)
+
+    class Undo(Exception):
+        pass
+
+    with contextlib.suppress(Undo), store._tx() as c:
+        fast_db = fast.raw(c)
+        fast_db.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,))
+        records, _ = store._fleet.read(c)
+        assert records[dev].state == "unhealthy"  # read inside the transaction
+        raise Undo
+    _assert_current(store)
+    assert _kept(store)[0][dev].state == "ready"
+
+
+def test_a_rollback_it_did_not_read_keeps_the_snapshot(store: Store, make: Factory) -> None:
+    [dev, *_] = make.worker(devices=2)
+    _kept(store)
+    kept_version = store._fleet._version
+
+    class Undo(Exception):
+        pass
+
+    with contextlib.suppress(Undo), store._tx() as c:
+        fast.raw(c).execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,))
+        raise Undo
+    assert store._fleet._version == kept_version  # nothing to reread: no full read next
+    _assert_current(store)
+
+
+def test_migration_0008_goes_down_to_0006s_trigger_and_back(tmp_path: Path) -> None:
+    from alembic import command
+
+    from resource_controller.store import engine
+
+    def trigger_sql(conn: Any) -> str:
+        return str(
+            conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'devices_noted_update'"
+            ).scalar()
+        )
+
+    eng = engine.create_engine(tmp_path / "m.db")
+    try:
+        with eng.connect() as conn:
+            cfg = engine._alembic_config(conn)
+            command.upgrade(cfg, "0007")
+            old = trigger_sql(conn)
+            command.upgrade(cfg, "0008")
+            assert " WHEN " in trigger_sql(conn) and "quarantine_detail" in trigger_sql(conn)
+            command.downgrade(cfg, "0007")
+            assert trigger_sql(conn) == old
+            command.upgrade(cfg, "head")
+            assert " WHEN " in trigger_sql(conn)
+            conn.commit()
+    finally:
+        eng.dispose()

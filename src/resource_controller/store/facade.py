@@ -89,9 +89,13 @@ class Store:
         with self._lock:
             self._gen += 1
             try:
-                with self._conn.begin():
-                    yield self._conn
-                    crashpoints.hit(point, ".before_commit")
+                try:
+                    with self._conn.begin():
+                        yield self._conn
+                        crashpoints.hit(point, ".before_commit")
+                except BaseException:
+                    self._fleet.after_rollback(self._db)
+                    raise
                 crashpoints.hit(point, ".after_commit")
             except errors.RcError:
                 raise
@@ -116,6 +120,7 @@ class Store:
                 except BaseException:
                     if db.in_transaction:
                         db.rollback()
+                    self._fleet.after_rollback(db)
                     raise
                 crashpoints.hit(point, ".after_commit")
             except errors.RcError:
@@ -199,13 +204,13 @@ class Store:
             return (
                 job,
                 jobs.queue_position(c, job, now, self.aging),
-                views.waiting_for(c, job, self._key(now)),
+                views.waiting_for(c, job, self._key(now), self._fleet),
             )
 
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
         """What a queued job waits for now (EXT-WHY-1); ``[]`` once it left the queue."""
         with self._tx() as c:
-            return views.waiting_for(c, job, self._key(self.now()))
+            return views.waiting_for(c, job, self._key(self.now()), self._fleet)
 
     def list_jobs(
         self,
@@ -379,7 +384,7 @@ class Store:
 
     def device_snapshots(self, device_id: str | None = None) -> list[DeviceSnapshot]:
         with self._tx() as c:
-            return views.devices(c, device_id)
+            return views.devices(c, device_id, kept=self._fleet)
 
     def live_leases(self) -> list[LeaseRecord]:
         with self._tx() as c:
@@ -430,7 +435,8 @@ class Store:
     def state_snapshot(self) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord]]:
         """Devices, active jobs and the queue, read in one transaction (API-052)."""
         with self._tx() as c:
-            return views.devices(c), jobs.active(c), jobs.queued(c, self.now(), self.aging)
+            held = views.devices(c, kept=self._fleet)
+            return held, jobs.active(c), jobs.queued(c, self.now(), self.aging)
 
     def state_view(
         self,
@@ -440,9 +446,9 @@ class Store:
         with self._tx() as c:
             now = self.now()
             queued = jobs.queued(c, now, self.aging)
-            waits = views.waiting_for_all(c, queued, self._key(now))
+            waits = views.waiting_for_all(c, queued, self._key(now), self._fleet)
             active = jobs.active(c)
-            held = views.devices(c, commands={j.id: j.command for j in active})
+            held = views.devices(c, commands={j.id: j.command for j in active}, kept=self._fleet)
             return held, active, queued, waits
 
     # ---- test fixture only --------------------------------------------------------

@@ -1,42 +1,101 @@
-"""The fleet as the scheduling rules read it, kept between passes.
+"""The fleet as the scheduling rules and the fleet views read it, kept between reads.
 
-Every pass and every submit for a selector or any device reads the whole fleet: at
-10,000 devices that read (rows, labels, snapshots) was 10-15 ms of a 1,000-device pass
-and most of a submit. The triggers of migration 0006 note in ``device_changes`` each
-device whose scheduled columns or labels changed, at a rising ``fleet_version``; this
-snapshot rereads only the devices noted since it last looked, so a pass after a grant
-reads one device, and a heartbeat that only stamps ``last_heartbeat_at`` costs nothing.
+Every pass and every submit for a selector or any device reads the whole fleet, and so
+do ``/v1/state`` and ``/v1/devices``: at 10,000 devices that read (rows, labels,
+records) was most of a submit and most of a state read. The triggers of migrations
+0006 and 0008 note in ``device_changes`` each device whose row (any column but
+``last_heartbeat_at``) or labels changed, at a rising ``fleet_version``; this snapshot
+rereads only the devices noted since it last looked, so a pass after a grant reads one
+device, and a heartbeat that only stamps ``last_heartbeat_at`` costs nothing.
 
-What it keeps is for the scheduling rules only: the ``DeviceSnap``s, and the device
-records the pass hands to ``leases.assign`` (which reads their ID, worker and runtime
-ceiling). Their other columns (``last_heartbeat_at``, quarantine details) may be stale.
+``read`` is the pass's: its records' ``last_heartbeat_at`` may be stale (the rules do
+not read it; ``leases.assign`` reads ID, worker and runtime ceiling). ``current`` is
+the views': it reads the heartbeat stamps alone and brings every record up to date.
 Staleness cannot hand out a device twice in any case: each assignment re-checks the
 device inside its transaction and the unique index referees the lease (STORE-063).
+A transaction that rolled back may have been read here: the store calls
+``after_rollback``.
 """
 
 from __future__ import annotations
 
+import sqlite3
+
 from resource_controller.core.scheduling import DeviceSnap
 from resource_controller.store import fast
-from resource_controller.store.records import DeviceRecord
+from resource_controller.store.records import DeviceRecord, LabelRecord, row_builder
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
 _NEWEST = "SELECT max(version) FROM device_changes"
+_COUNTER = "SELECT value FROM counters WHERE name = 'fleet_version'"
+_HEARTBEATS = "SELECT id, last_heartbeat_at FROM devices"
+_LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labels"
+_LABEL_ORDER = " ORDER BY device_id, key, source"
 _CHUNK = 500  #: ids per ``IN (...)`` read, well under SQLite's parameter limit
+_label = row_builder(LabelRecord)
+_NO_LABELS: list[LabelRecord] = []
+
+
+def label_rows(db: fast.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
+    """Label records by device, each device's by key then source (the views' order);
+    every device's, or those of ``ids``."""
+    if ids is None:
+        rows = fast.raw(db).execute(_LABEL_ROWS + _LABEL_ORDER)
+    else:
+        where = " WHERE device_id IN (" + ", ".join("?" * len(ids)) + ")"
+        rows = fast.raw(db).execute(_LABEL_ROWS + where + _LABEL_ORDER, tuple(ids))
+    out: dict[str, list[LabelRecord]] = {}
+    for r in rows:
+        out.setdefault(r[0], []).append(_label(r))
+    return out
+
+
+def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
+    """Key -> effective value: declared, overlaid by detected (STORE-142). ``labels`` in
+    key-then-source order, so for each key the detected value comes last and wins."""
+    if not labels:
+        return None
+    return {lb.key: lb.value for lb in labels}
+
+
+def _with_heartbeat(record: DeviceRecord, stamp: int) -> DeviceRecord:
+    """``record`` with another ``last_heartbeat_at``: a copy of its fields, without the
+    frozen ``__init__`` (``dataclasses.replace`` costs five times as much)."""
+    fresh = object.__new__(DeviceRecord)
+    fresh.__dict__.update(record.__dict__)
+    fresh.__dict__["last_heartbeat_at"] = stamp
+    return fresh
 
 
 class FleetSnapshot:
-    """Devices by ID with their scheduling snapshots, brought up to date on each read."""
+    """Devices by ID with their labels and scheduling snapshots, brought up to date on
+    each read. Every method runs under the store's lock; nothing returned may be changed."""
 
     def __init__(self) -> None:
         self._version = -1  #: the newest ``device_changes.version`` seen; -1 = never read
         self._records: dict[str, DeviceRecord] = {}
+        self._labels: dict[str, list[LabelRecord]] = {}
         self._snaps: dict[str, DeviceSnap] = {}
         self._ordered: list[DeviceSnap] = []
 
+    def forget(self) -> None:
+        """Reread everything next time (after a rollback: what was read may never have been)."""
+        self._version = -1
+
+    def after_rollback(self, db: sqlite3.Connection) -> None:
+        """Forget what a rolled-back transaction showed this snapshot, if it showed any:
+        its notes carried versions above the counter's committed value."""
+        try:
+            row = db.execute(_COUNTER).fetchone()
+        except sqlite3.Error:
+            self.forget()
+            return
+        if self._version > (row[0] if row else 0):
+            self.forget()
+
     def read(self, conn: fast.Conn) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
-        """(records by ID, snapshots by ID ascending), current as of this read. The
-        caller holds the store's lock; the returned objects must not be changed."""
+        """(records by ID, snapshots by ID ascending), current as of this read but for the
+        records' heartbeat stamps."""
         db = fast.raw(conn)
         if self._version < 0:
             self._full(db)
@@ -47,13 +106,36 @@ class FleetSnapshot:
                 self._reread(db, [d for d, _ in changed])
         return self._records, self._ordered
 
+    def current(self, conn: fast.Conn) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
+        """Every device record by ID ascending, current in every column, and the label
+        records by device: the fleet views' read, one two-column scan of ``devices``
+        beside the changes."""
+        db = fast.raw(conn)
+        records, ordered = self.read(db)
+        stamps = dict(db.execute(_HEARTBEATS).fetchall())
+        if len(stamps) != len(records):  # a device the notes missed: no writer does that
+            self.forget()
+            records, ordered = self.read(db)
+        out: list[DeviceRecord] = []
+        for snap in ordered:
+            record = records[snap.id]
+            stamp = stamps[snap.id]
+            if record.last_heartbeat_at != stamp:
+                record = records[snap.id] = _with_heartbeat(record, stamp)
+            out.append(record)
+        return out, self._labels
+
+    def labels_of(self, device_id: str) -> list[LabelRecord]:
+        """One device's label records as of the last read, by key then source."""
+        return self._labels.get(device_id, _NO_LABELS)
+
     def _full(self, db: fast.Conn) -> None:
         # The mark first: a change between it and the read is reread next time.
         newest = fast.raw(db).execute(_NEWEST).fetchone()[0]
         devices = fast.all_devices(db)
-        labels = fast.effective_labels(db)
+        self._labels = label_rows(db)
         self._records = {d.id: d for d in devices}
-        self._snaps = {d.id: d.snap(labels.get(d.id)) for d in devices}
+        self._snaps = {d.id: d.snap(effective(self._labels.get(d.id))) for d in devices}
         self._ordered = [self._snaps[d.id] for d in devices]  # all_devices is by ID
         self._version = int(newest or 0)
 
@@ -62,15 +144,21 @@ class FleetSnapshot:
         seen: set[str] = set()
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            labels = fast.labels_of(db, chunk)
+            labels = label_rows(db, chunk)
+            for device_id in chunk:
+                if device_id in labels:
+                    self._labels[device_id] = labels[device_id]
+                else:
+                    self._labels.pop(device_id, None)
             for device in fast.devices_by_id(db, chunk):
                 seen.add(device.id)
                 self._records[device.id] = device
-                self._snaps[device.id] = device.snap(labels.get(device.id))
+                self._snaps[device.id] = device.snap(effective(labels.get(device.id)))
         gone = [d for d in ids if d not in seen]
         for device_id in gone:
             self._records.pop(device_id, None)
             self._snaps.pop(device_id, None)
+            self._labels.pop(device_id, None)
         if gone or len(self._snaps) != known:
             self._ordered = [self._snaps[d] for d in sorted(self._snaps)]
         else:

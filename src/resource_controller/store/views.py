@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import fast, jobs, queries
+from resource_controller.store import fast, fleet, jobs, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
     DeviceRecord,
@@ -23,12 +23,11 @@ from resource_controller.store.records import (
     row_builder,
 )
 
-_LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labels"
-_LABEL_ORDER = " ORDER BY device_id, key, source"
 _LEASE_FIELDS = [f.name for f in dataclasses.fields(LeaseRecord)]
 _lease = row_builder(LeaseRecord)
-_label = row_builder(LabelRecord)
 _snapshot = row_builder(DeviceSnapshot)
+#: A plain string: compared once per device (an enum member costs four times as much).
+_UNHEALTHY = DeviceState.UNHEALTHY.value
 _HELD = (
     f"SELECT {', '.join('leases.' + n for n in _LEASE_FIELDS)}, jobs.command FROM leases"
     " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
@@ -43,28 +42,27 @@ def devices(
     conn: fast.Conn,
     device_id: str | None = None,
     commands: dict[str, list[str]] | None = None,
+    kept: fleet.FleetSnapshot | None = None,
 ) -> list[DeviceSnapshot]:
     """Every device (or one) with its labels and live lease, ordered by ID (API-023).
 
     Plain SQL on the driver's connection: ``/v1/state`` and ``/v1/devices`` read the
     whole fleet, and SQLAlchemy's row handling was most of that read at 10,000 devices.
-    ``commands`` (job ID to command, every active job's) spares decoding each holder's
-    command again when the caller has read the active jobs anyway.
+    The whole fleet's records and labels come from ``kept`` (the store's snapshot, which
+    rereads only what changed; a fresh one when none is given). ``commands`` (job ID to
+    command, every active job's) spares decoding each holder's command again when the
+    caller has read the active jobs anyway.
     """
     db = fast.raw(conn)
     held_sql = _HELD_ONLY if commands is not None else _HELD
     if device_id is None:
-        rows = fast.all_devices(db)
-        label_rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
+        rows, labels = (kept or fleet.FleetSnapshot()).current(db)
         held_rows = db.execute(held_sql)
     else:
         found = fast.device(db, device_id)
         rows = [found] if found else []
-        label_rows = db.execute(_LABEL_ROWS + " WHERE device_id = ?" + _LABEL_ORDER, (device_id,))
+        labels = fleet.label_rows(db, [device_id])
         held_rows = db.execute(held_sql + " AND leases.device_id = ?", (device_id,))
-    labels: dict[str, list[LabelRecord]] = {}
-    for r in label_rows:
-        labels.setdefault(r[0], []).append(_label(r))
     held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
     for r in held_rows:
         if commands is not None:
@@ -75,7 +73,8 @@ def devices(
             command = json.loads(r[-1]) if r[-1] else None
         held[lease.device_id] = (lease, command)
     none = (None, None)
-    return [_snapshot((d, labels.get(d.id, []), *held.get(d.id, none))) for d in rows]
+    no_labels: list[LabelRecord] = []
+    return [_snapshot((d, labels.get(d.id, no_labels), *held.get(d.id, none))) for d in rows]
 
 
 @dataclass(frozen=True)
@@ -139,62 +138,61 @@ def explain(conn: sa.Connection, text: str) -> Explanation:
     )
 
 
-def wait_snapshot(conn: sa.Connection, queued: list[JobSnap]) -> waiting.Snapshot:
-    """What the why-rules read (EXT-WHY-1), in four queries however long the queue.
+_HOLDINGS = (
+    "SELECT leases.device_id, leases.holder, leases.job_id, leases.kind, leases.reason,"
+    " leases.acquired_at, leases.expires_at, jobs.max_runtime FROM leases"
+    " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
+)
 
-    Devices with their effective labels, every live lease with its job's effective
-    runtime (``None`` for a lease no job row backs), the reservation rows of the last
-    pass, and the quarantine text of unhealthy devices as the device view shows it
-    (API-023: the detail when there is one, else the category).
+
+def wait_snapshot(
+    conn: fast.Conn, queued: list[JobSnap], kept: fleet.FleetSnapshot | None = None
+) -> waiting.Snapshot:
+    """What the why-rules read (EXT-WHY-1), in three queries however long the queue.
+
+    Devices with their effective labels (from ``kept``, the store's snapshot, when
+    given), every live lease with its job's effective runtime (``None`` for a lease no
+    job row backs), the reservation rows of the last pass, and the quarantine text of
+    unhealthy devices as the device view shows it (API-023: the detail when there is
+    one, else the category).
     """
-    rows = queries.all_devices(conn)
-    fleet = queries.device_snaps(rows, queries.effective_labels(conn))
-    lc, jc = t.leases.c, t.jobs.c
-    held = conn.execute(
-        sa.select(
-            lc.device_id,
-            lc.holder,
-            lc.job_id,
-            lc.kind,
-            lc.reason,
-            lc.acquired_at,
-            lc.expires_at,
-            jc.max_runtime,
-        )
-        .select_from(t.leases.outerjoin(t.jobs, jc.id == lc.job_id))
-        .where(lc.released_at.is_(None))
-    )
+    db = fast.raw(conn)
+    records, snaps = (kept or fleet.FleetSnapshot()).read(db)
     leases = [
         waiting.Holding(
-            device_id=r.device_id,
-            holder=r.holder,
-            job_id=r.job_id,
-            kind=r.kind,
-            reason=r.reason,
-            acquired_at=r.acquired_at,
-            expires_at=r.expires_at,
-            runtime=r.max_runtime if r.job_id and r.max_runtime is not None else None,
+            device_id=device_id,
+            holder=holder,
+            job_id=job_id,
+            kind=kind,
+            reason=reason,
+            acquired_at=acquired_at,
+            expires_at=expires_at,
+            runtime=runtime if job_id and runtime is not None else None,
         )
-        for r in held
+        for device_id, holder, job_id, kind, reason, acquired_at, expires_at, runtime in (
+            db.execute(_HOLDINGS)
+        )
     ]
-    rc = t.reservations.c
-    reservations = {r.device_id: r.job_id for r in conn.execute(sa.select(rc.device_id, rc.job_id))}
+    reservations = dict(db.execute("SELECT device_id, job_id FROM reservations").fetchall())
     quarantine = {
         d.id: d.quarantine_detail or d.quarantine_reason
-        for d in rows
-        if d.state == DeviceState.UNHEALTHY
+        for d in records.values()
+        if d.state == _UNHEALTHY
     }
-    return waiting.Snapshot(fleet, queued, leases, reservations, quarantine)
+    return waiting.Snapshot(snaps, queued, leases, reservations, quarantine)
 
 
 def waiting_for(
-    conn: sa.Connection, job: JobRecord, key: scheduling.QueueKey = scheduling.queue_key
+    conn: sa.Connection,
+    job: JobRecord,
+    key: scheduling.QueueKey = scheduling.queue_key,
+    kept: fleet.FleetSnapshot | None = None,
 ) -> list[waiting.Blocker]:
     """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued. ``key`` is
     the queue order that decides who is ahead (aged, EXT-FAIR-1)."""
     if not job.queued:
         return []
-    snap = wait_snapshot(conn, queries.queued_snaps(conn))
+    snap = wait_snapshot(conn, queries.queued_snaps(conn), kept)
     return waiting.waiting_for(job.snap(), snap, key)
 
 
@@ -202,11 +200,13 @@ def waiting_for_all(
     conn: sa.Connection,
     queued: list[JobRecord],
     key: scheduling.QueueKey = scheduling.queue_key,
+    kept: fleet.FleetSnapshot | None = None,
 ) -> dict[str, list[waiting.Blocker]]:
     """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
     if not queued:
         return {}
-    return waiting.waiting_for_all(wait_snapshot(conn, [j.snap() for j in queued]), key)
+    snap = wait_snapshot(conn, [j.snap() for j in queued], kept)
+    return waiting.waiting_for_all(snap, key)
 
 
 def active_job_on(conn: sa.Connection, device_id: str) -> str:

@@ -1,0 +1,67 @@
+"""device_changes: every device column but the heartbeat stamp, and only real changes
+
+Migration 0006 noted a device when a column the scheduling pass reads was written. The
+fleet views (``/v1/state``, ``/v1/devices``) read every column, so the controller can
+keep their device records between reads too if a change of any column is noted; only
+``last_heartbeat_at``, which every heartbeat stamps on every device, stays unnoted, and
+the views read it alone (``store/fleet.py``). The update trigger now fires only when a
+noted column's value differs: a write of the same value (a move that found the device
+already in its state) notes nothing.
+
+Revision ID: 0008
+Revises: 0007
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+
+#: Bump the counter, then note the device at its new value (as in 0006).
+_NOTE = (
+    "UPDATE counters SET value = value + 1 WHERE name = 'fleet_version'; "
+    "INSERT OR REPLACE INTO device_changes (device_id, version) "
+    "SELECT NEW.id, value FROM counters WHERE name = 'fleet_version';"
+)
+#: Every ``devices`` column but ``last_heartbeat_at`` (``tests/store/test_fleet_snapshot.py``
+#: holds this to the schema).
+NOTED = (
+    "id",
+    "host",
+    "name",
+    "worker_id",
+    "state",
+    "max_runtime",
+    "quarantine_reason",
+    "quarantine_detail",
+    "draining",
+    "drained_by",
+    "drained_at",
+    "drain_reason",
+)
+_CHANGED = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in NOTED)
+_OLD_SCHEDULED = "host, name, worker_id, state, max_runtime, draining"
+
+
+def upgrade() -> None:
+    op.execute("DROP TRIGGER devices_noted_update")
+    op.execute(
+        f"CREATE TRIGGER devices_noted_update AFTER UPDATE ON devices WHEN {_CHANGED} "
+        f"BEGIN {_NOTE} END"
+    )
+    # A renamed device (an ID change, which no writer makes) is noted at its old ID too.
+    op.execute(
+        "CREATE TRIGGER devices_noted_rename AFTER UPDATE OF id ON devices "
+        "WHEN OLD.id IS NOT NEW.id BEGIN " + _NOTE.replace("NEW.id", "OLD.id") + " END"
+    )
+
+
+def downgrade() -> None:
+    op.execute("DROP TRIGGER devices_noted_rename")
+    op.execute("DROP TRIGGER devices_noted_update")
+    op.execute(
+        f"CREATE TRIGGER devices_noted_update AFTER UPDATE OF {_OLD_SCHEDULED} ON devices "
+        f"BEGIN {_NOTE} END"
+    )
