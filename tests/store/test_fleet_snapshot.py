@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import SweepRules
+from resource_controller.core.scheduling import FleetIndex, JobSnap, candidates
 from resource_controller.store import fast, fleet
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
@@ -53,6 +54,20 @@ def _assert_current(store: Store) -> None:
     with store._read() as db:
         rows, labels = store._fleet.current(db)
         fresh_labels = fleet.label_rows(db)
+        _, index = store._fleet.index(db)
+    # The planner's index, updated per changed device, is the one a fresh build gives,
+    # and every candidate list it kept is what the rule gives on today's fleet.
+    built = FleetIndex(fresh_snaps)
+    assert list(index.devices) == list(built.devices)
+    assert index.by_id == built.by_id
+    assert (index.schedulable, index.draining, index.reservable) == (
+        built.schedulable,
+        built.draining,
+        built.reservable,
+    )
+    for (selector, runtime), found in index.matches.items():
+        job = JobSnap(id="j", seq=1, selector=selector, max_runtime=runtime)
+        assert found == candidates(job, fresh_snaps)
     assert rows == store.devices()
     ids = {d.id for d in rows}  # labels may outlive or precede their device's row
     assert {d: labels[d] for d in ids if d in labels} == {
@@ -87,7 +102,10 @@ def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[An
         elif kind == "retire":
             store.retire_device(device)
         elif kind == "submit":
-            make.submit(device=device if flag % 2 else "")
+            if flag == 2:
+                make.submit(selector="vram>=40G", max_runtime=30)
+            else:
+                make.submit(device=device if flag % 2 else "")
             store.schedule()
         elif kind == "finish":
             for job in store.active_jobs()[:1]:
@@ -260,3 +278,35 @@ def test_migration_0008_goes_down_to_0006s_trigger_and_back(tmp_path: Path) -> N
             conn.commit()
     finally:
         eng.dispose()
+
+
+def test_kept_candidates_follow_labels_ceilings_and_devices(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    a0, a1 = make.worker("a", devices=2)
+    store.apply_facts("a", ["gpu0", "gpu1"], {"gpu0": {"vram": "80G"}}, None, None, None)
+    blocker = make.start(device=a0)
+    make.submit()  # any device: placed on a1
+    make.submit(selector="vram>=40G", max_runtime=30)  # waits for a0
+    store.schedule()
+    _assert_current(store)
+    with store._read() as db:
+        kept = dict(store._fleet.index(db)[1].matches)
+    assert kept == {("", 0): [a0, a1], ("vram>=40G", 30): [a0]}
+    store.release(blocker.id, "succeeded", 0)  # a state change only: the lists stay
+    with store._read() as db:
+        index = store._fleet.index(db)[1]
+        assert index.matches[("", 0)] is kept[("", 0)]
+    for change in (
+        lambda: store.apply_facts("a", ["gpu1"], {"gpu1": {"vram": "80G"}}, None, None, None),
+        lambda: store.register("a", "boot-1", [("gpu0", 20), ("gpu1", 0)]),
+        lambda: make.worker("b", devices=1),
+        lambda: store.retire_device("b:gpu0"),
+    ):
+        make.submit(selector="vram>=40G", max_runtime=30)
+        make.submit()
+        store.schedule()  # fills the lists again
+        for job in store.active_jobs():
+            store.release(job.id, "succeeded", 0)
+        change()
+        _assert_current(store)

@@ -102,7 +102,9 @@ def enqueue(
             if snapshot
             else queries.device_snaps(fast.all_devices(conn), fast.effective_labels(conn))
         )
-        matches = scheduling.matching(parsed, fleet)
+        # In any order: the checks below only count hosts (sorting 10,000 devices by ID
+        # for them was a fifth of a submit's CPU).
+        matches = fleet if parsed is None else [d for d in fleet if parsed.matches(d.labels)]
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
             raise errors.NoMatchingDevice(

@@ -418,7 +418,7 @@ def schedule_pass(
         waiting = fast.any_queued(tx)
         old_reservations = fast.reservations(tx)
         if waiting:
-            by_id, snaps = fleet.read(tx)
+            by_id, index = fleet.index(tx)
     if not waiting:
         # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
@@ -427,7 +427,7 @@ def schedule_pass(
                 fast.replace_reservations(tx, now, [])
         return []
     queue = _queued_in_order(read, now, aging)
-    planner = scheduling.Planner(snaps)
+    planner = scheduling.Planner(index)
     assigned: list[Assigned] = []
     last: tuple[int, int, int] | None = None
     for row in queue:
