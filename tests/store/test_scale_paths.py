@@ -256,3 +256,58 @@ def test_a_row_builder_builds_what_init_builds_and_refuses_what_it_cannot() -> N
     for cls in (Slotted, Checked):
         with pytest.raises(TypeError):
             row_builder(cls)
+
+
+def _reservation_rows(raw: Raw) -> dict[str, str]:
+    return {r["device_id"]: r["job_id"] for r in raw.rows("SELECT * FROM reservations")}
+
+
+def test_a_pass_with_nothing_changed_reads_no_reservation_row(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    devs = make.worker(devices=3)
+    for dev in devs:
+        make.start(device=dev)
+    waiting = {dev: make.submit(device=dev).id for dev in devs}
+    store.schedule()
+    assert _reservation_rows(raw) == waiting
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        assert store.schedule() == []
+    finally:
+        store._db.set_trace_callback(None)
+    reads = [s for s in statements if "FROM reservations" in s and "count(*)" not in s]
+    assert reads == [] and any("count(*) FROM reservations" in s for s in statements)
+    assert _reservation_rows(raw) == waiting
+
+
+def test_the_kept_reservations_see_every_writer(store: Store, make: Factory, raw: Raw) -> None:
+    d0, d1, d2 = make.worker(devices=3)
+    holders = {d: make.start(device=d) for d in (d0, d1, d2)}
+    first = {d: make.submit(device=d).id for d in (d0, d1, d2)}
+    store.schedule()
+    assert _reservation_rows(raw) == first
+    # Another connection swaps a row for one of its own (the count stays): the pass
+    # sees the file changed, reads the rows, and puts back what it plans.
+    raw.write("UPDATE reservations SET job_id = 'stranger' WHERE device_id = ?", d1)
+    store.schedule()
+    assert _reservation_rows(raw) == first
+    # An in-process delete (the job cancelled): the next job for d2 reserves it.
+    store.cancel_queued(first[d2], "done")
+    second = make.submit(device=d2).id
+    store.schedule()
+    assert _reservation_rows(raw) == {d0: first[d0], d1: first[d1], d2: second}
+    # An assignment deletes its device's row; the pass after it leaves the rest.
+    store.release(holders[d0].id, "succeeded", 0)
+    placed = {a.job_id for a in store.schedule()}
+    assert placed == {first[d0]}
+    assert _reservation_rows(raw) == {d1: first[d1], d2: second}
+    store.schedule()
+    assert _reservation_rows(raw) == {d1: first[d1], d2: second}
+    # A row deleted through the store's own connection (no writer does that to a row
+    # whose job still waits, but nothing else tells the pass): the count does.
+    with store._fast_tx() as db:
+        db.execute("DELETE FROM reservations WHERE device_id = ?", (d1,))
+    store.schedule()
+    assert _reservation_rows(raw) == {d1: first[d1], d2: second}

@@ -31,6 +31,7 @@ from resource_controller.store import (
     jobs,
     leases,
     queries,
+    reserved,
     schema,
     sweep,
     views,
@@ -69,6 +70,8 @@ class Store:
         self._settled: tuple[int, int, leases.PassEnd] | None = None
         #: The devices as the pass reads them, reread only where they changed.
         self._fleet = fleet.FleetSnapshot()
+        #: The reservation rows the last pass left, kept so the next need not read them.
+        self._reserved = reserved.KeptReservations()
 
     def _key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
@@ -149,7 +152,7 @@ class Store:
         with self._lock:
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
-                self.now(), self._fast_tx, self.aging, self._read, end, self._fleet
+                self.now(), self._fast_tx, self.aging, self._read, end, self._fleet, self._reserved
             )
             settled = self.aging <= 0 and end.saturated and not assigned
             self._settled = (self._gen, self._data_version(), end) if settled else None

@@ -166,10 +166,6 @@ def any_queued(conn: Conn) -> bool:
     return row is not None
 
 
-def reservations(conn: Conn) -> set[tuple[str, str]]:
-    return {(j, d) for j, d in raw(conn).execute("SELECT job_id, device_id FROM reservations")}
-
-
 def replace_reservations(conn: Conn, now: int, rows: Iterable[tuple[str, str]]) -> None:
     """Rewrite the reservation rows (STORE-061): all deleted, ``rows`` (job, device) written."""
     db = raw(conn)

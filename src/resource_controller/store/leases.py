@@ -37,6 +37,7 @@ from resource_controller.store.records import (
     join_ids,
     split_ids,
 )
+from resource_controller.store.reserved import KeptReservations
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +398,7 @@ def schedule_pass(
     read: Callable[[], AbstractContextManager[Any]] | None = None,
     end: PassEnd | None = None,
     fleet: FleetSnapshot | None = None,
+    kept: KeptReservations | None = None,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
@@ -410,21 +412,22 @@ def schedule_pass(
     ``transaction``) serves the reads: under the held lock they need no transaction.
     ``end``, when given, is filled in with how the walk ended. ``fleet`` is the store's
     snapshot of the devices, brought up to date here (``store/fleet.py``); a fresh one
-    (the whole fleet read) when none is given.
+    (the whole fleet read) when none is given. ``kept`` is the store's copy of the
+    reservation rows (``store/reserved.py``); they are read when none is given.
     """
     read = read or transaction
     fleet = fleet or FleetSnapshot()
+    kept = kept or KeptReservations()
     with read() as tx:
         waiting = fast.any_queued(tx)
-        old_reservations = fast.reservations(tx)
+        old_reservations = kept.read(tx)
         if waiting:
             by_id, index = fleet.index(tx)
     if not waiting:
         # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
-            with transaction() as tx:
-                fast.replace_reservations(tx, now, [])
+            _rewrite(transaction, kept, now, {})
         return []
     queue = _queued_in_order(read, now, aging)
     planner = scheduling.Planner(index)
@@ -449,10 +452,24 @@ def schedule_pass(
         last = (-row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
     if end is not None:
         end.saturated, end.last, end.devices = planner.saturated(), last, frozenset(by_id)
-    new_reservations = {(job_id, device_id) for device_id, job_id in planner.reserved.items()}
     # Each assignment already deleted its device's row (STORE-065 step 6).
-    current = {(j, d) for j, d in old_reservations if d not in planner.taken}
-    if new_reservations != current:
-        with transaction() as tx:
-            fast.replace_reservations(tx, now, sorted(new_reservations))
+    taken = planner.taken
+    current = (
+        {d: j for d, j in old_reservations.items() if d not in taken} if taken else old_reservations
+    )
+    if planner.reserved != current:
+        _rewrite(transaction, kept, now, planner.reserved)
     return assigned
+
+
+def _rewrite(
+    transaction: Callable[[], AbstractContextManager[Any]],
+    kept: KeptReservations,
+    now: int,
+    rows: dict[str, str],
+) -> None:
+    """Replace the reservation rows with ``rows`` (device -> job), and keep them."""
+    kept.forget()  # until the write commits
+    with transaction() as tx:
+        fast.replace_reservations(tx, now, sorted((j, d) for d, j in rows.items()))
+    kept.wrote(tx, dict(rows))
