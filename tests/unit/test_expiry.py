@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from resource_controller.core import expiry
 from resource_controller.core.expiry import Demotion, Proof, StallGuard, SweepRules
@@ -200,3 +202,24 @@ def test_the_flap_window_includes_a_recovery_exactly_one_hour_old() -> None:
 def test_three_recoveries_per_window() -> None:
     assert [expiry.flap_allows(n) for n in range(5)] == [True, True, True, False, False]
     assert [expiry.flap_remaining(n) for n in range(5)] == [3, 2, 1, 0, 0]
+
+
+# ---- what a sweep may leave unread --------------------------------------------------------
+
+
+@given(
+    state=st.sampled_from(["ready", "busy", "unknown", "unhealthy"]),
+    quiet=st.integers(-5, 400),
+    grace=st.floats(0.1, 400, allow_nan=False),
+    unhealthy_after=st.floats(0.1, 400, allow_nan=False),
+    judging=st.booleans(),
+)
+def test_no_verdict_below_the_quiet_floor(
+    state: str, quiet: int, grace: float, unhealthy_after: float, judging: bool
+) -> None:
+    # The sweep reads only devices heard at or before now - floor + 1 (store/sweep.py).
+    rules = SweepRules(grace=grace, unhealthy_after=unhealthy_after)
+    heard = NOW - quiet
+    if expiry.demotion(state, heard, NOW, rules, judging) is not Demotion.NONE:
+        assert heard <= NOW - expiry.quiet_floor(rules, judging) + 1
+        assert quiet >= expiry.quiet_floor(rules, judging)

@@ -94,6 +94,13 @@ def demotion(
     return Demotion.NONE
 
 
+def quiet_floor(rules: SweepRules, judging: bool) -> float:
+    """The least silence any verdict of ``demotion`` needs: a device whose worker was
+    heard more recently gets ``NONE`` whatever its state, so a sweep need not read it
+    (at 10,000 devices reading them all held the store for ~40 ms every 10 s)."""
+    return min(rules.grace, rules.unhealthy_after) if judging else rules.grace
+
+
 # ---- leases -------------------------------------------------------------------------
 
 

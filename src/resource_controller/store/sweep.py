@@ -27,7 +27,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import leases, moves
+from resource_controller.store import fast, leases, moves
 from resource_controller.store import schema as t
 from resource_controller.store.records import SweepResult
 
@@ -49,17 +49,27 @@ def sweep(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> SweepResul
     )
 
 
+#: Devices whose worker was last heard at or before ``?``, by device ID. An inner join: a
+#: device whose worker row is missing is ignored. ``CROSS JOIN`` keeps SQLite to the quiet
+#: workers first and their devices by ``devices_worker`` (0.1 ms at 10,000 devices);
+#: left to itself it walks every device in ID order to spare the sort (6 ms).
+_QUIET = (
+    "SELECT devices.id, devices.state, workers.last_heartbeat_at"
+    " FROM workers CROSS JOIN devices ON devices.worker_id = workers.id"
+    " WHERE workers.last_heartbeat_at <= ? ORDER BY devices.id"
+)
+
+
 def _demote(
     conn: sa.Connection, now: int, rules: expiry.SweepRules, judging: bool
 ) -> tuple[list[str], list[str], list[str]]:
     """Apply silence verdicts (STORE-101); returns (unknown, newly unhealthy, reap set)."""
-    d, w = t.devices.c, t.workers.c
-    rows = conn.execute(
-        # Inner join: a device whose worker row is missing is ignored.
-        sa.select(d.id, d.state, w.last_heartbeat_at)
-        .select_from(t.devices.join(t.workers, w.id == d.worker_id))
-        .order_by(d.id)
-    ).all()
+    d = t.devices.c
+    # Only devices whose worker has been quiet long enough for some verdict; one second
+    # of margin so that float rounding of ``now - floor`` never leaves one out (the rule
+    # below still decides each row read).
+    heard_before = now - expiry.quiet_floor(rules, judging) + 1
+    rows = fast.raw(conn).execute(_QUIET, (heard_before,)).fetchall()
     unknown: list[str] = []
     unhealthy: list[str] = []
     reap: list[str] = []
