@@ -137,16 +137,6 @@ def devices_by_id(conn: Conn, ids: Sequence[str]) -> list[DeviceRecord]:
     return [device_record(r) for r in raw(conn).execute(sql, tuple(ids))]
 
 
-def labels_of(conn: Conn, ids: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``effective_labels`` for the devices among ``ids``."""
-    marks = ", ".join("?" * len(ids))
-    sql = f"SELECT device_id, key, value FROM device_labels WHERE device_id IN ({marks})"
-    out: dict[str, dict[str, str]] = {}
-    for device_id, key, value in raw(conn).execute(sql + " ORDER BY source ASC", tuple(ids)):
-        out.setdefault(device_id, {})[key] = value
-    return out
-
-
 def effective_labels(conn: Conn) -> dict[str, dict[str, str]]:
     """Device -> key -> effective value: declared, overlaid by detected (STORE-142)."""
     out: dict[str, dict[str, str]] = {}

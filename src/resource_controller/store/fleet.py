@@ -33,7 +33,6 @@ _LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labe
 _LABEL_ORDER = " ORDER BY device_id, key, source"
 _CHUNK = 500  #: ids per ``IN (...)`` read, well under SQLite's parameter limit
 _label = row_builder(LabelRecord)
-_NO_LABELS: list[LabelRecord] = []
 
 
 def label_rows(db: fast.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
@@ -121,7 +120,7 @@ class FleetSnapshot:
         db = fast.raw(conn)
         records, ordered = self.read(db)
         stamps = dict(db.execute(_HEARTBEATS).fetchall())
-        if len(stamps) != len(records):  # a device the notes missed: no writer does that
+        if stamps.keys() != records.keys():  # a device the notes missed: no writer does
             self.forget()
             records, ordered = self.read(db)
         out: list[DeviceRecord] = []
@@ -132,10 +131,6 @@ class FleetSnapshot:
                 record = records[snap.id] = _with_heartbeat(record, stamp)
             out.append(record)
         return out, self._labels
-
-    def labels_of(self, device_id: str) -> list[LabelRecord]:
-        """One device's label records as of the last read, by key then source."""
-        return self._labels.get(device_id, _NO_LABELS)
 
     def _full(self, db: fast.Conn) -> None:
         # The mark first: a change between it and the read is reread next time.
