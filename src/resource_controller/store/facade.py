@@ -416,7 +416,7 @@ class Store:
 
     def explain(self, selector: str) -> views.Explanation:
         with self._tx() as c:
-            return views.explain(c, selector)
+            return views.explain(c, selector, self._fleet)
 
     def describe(self, device_id: str) -> views.Description | None:
         """Everything describe shows, read in one transaction (API-060)."""

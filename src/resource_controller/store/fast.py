@@ -44,7 +44,6 @@ _JOB_BY_ID = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.id = ?"
 _DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
 _DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
 _ALL_DEVICES = _DEVICES + " ORDER BY id"
-_LABELS = "SELECT device_id, key, value FROM device_labels ORDER BY source ASC"
 _QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
 #: What the scheduling pass reads of each queued job: the rules' columns only. The whole
 #: row (its command and environment are most of its bytes) is read by ID on placement.
@@ -135,15 +134,6 @@ def devices_by_id(conn: Conn, ids: Sequence[str]) -> list[DeviceRecord]:
     """The devices among ``ids`` that exist, by ID."""
     sql = f"{_DEVICES} WHERE {id_in(len(ids))} ORDER BY id"
     return [device_record(r) for r in raw(conn).execute(sql, tuple(ids))]
-
-
-def effective_labels(conn: Conn) -> dict[str, dict[str, str]]:
-    """Device -> key -> effective value: declared, overlaid by detected (STORE-142)."""
-    out: dict[str, dict[str, str]] = {}
-    # "declared" sorts before "detected": detected values are written last and win.
-    for device_id, key, value in raw(conn).execute(_LABELS):
-        out.setdefault(device_id, {})[key] = value
-    return out
 
 
 def any_queued(conn: Conn) -> bool:

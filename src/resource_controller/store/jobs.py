@@ -29,7 +29,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import fast, leases, moves, queries
+from resource_controller.store import fast, fleet, leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
@@ -97,14 +97,10 @@ def enqueue(
         # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
-        fleet = (
-            snapshot()
-            if snapshot
-            else queries.device_snaps(fast.all_devices(conn), fast.effective_labels(conn))
-        )
+        devices = snapshot() if snapshot else fleet.FleetSnapshot().read(conn)[1]
         # In any order: the checks below only count hosts (sorting 10,000 devices by ID
         # for them was a fifth of a submit's CPU).
-        matches = fleet if parsed is None else [d for d in fleet if parsed.matches(d.labels)]
+        matches = devices if parsed is None else [d for d in devices if parsed.matches(d.labels)]
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
             raise errors.NoMatchingDevice(

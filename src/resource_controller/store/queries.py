@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.core import scheduling
-from resource_controller.core.scheduling import DeviceSnap, JobSnap
+from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import JobState
 from resource_controller.store import fast
 from resource_controller.store import schema as t
@@ -120,26 +120,6 @@ def device_records(conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[
 
 def all_devices(conn: sa.Connection) -> list[DeviceRecord]:
     return device_records(conn)
-
-
-def effective_labels(conn: sa.Connection) -> dict[str, dict[str, str]]:
-    """Device -> key -> effective value: declared, overlaid by detected (STORE-142)."""
-    out: dict[str, dict[str, str]] = {}
-    rows = conn.execute(
-        sa.select(t.device_labels.c.device_id, t.device_labels.c.key, t.device_labels.c.value)
-        # "declared" sorts before "detected": detected values are written last and win.
-        .order_by(t.device_labels.c.source.asc())
-    )
-    for device_id, key, value in rows:
-        out.setdefault(device_id, {})[key] = value
-    return out
-
-
-def device_snaps(
-    device_rows: list[DeviceRecord], labels: dict[str, dict[str, str]]
-) -> list[DeviceSnap]:
-    """The devices as the scheduling rules read them, each with its effective labels."""
-    return [d.snap(labels.get(d.id)) for d in device_rows]
 
 
 def queued_snaps(conn: sa.Connection) -> list[JobSnap]:

@@ -123,13 +123,14 @@ class Explanation:
     queue_depth: int
 
 
-def explain(conn: sa.Connection, text: str) -> Explanation:
-    """What a selector would match right now, from one snapshot (API-064)."""
+def explain(conn: sa.Connection, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
+    """What a selector would match right now, from one snapshot (API-064): ``kept``, the
+    store's, when given."""
     parsed = selectors.parse(text)
-    fleet = queries.device_snaps(queries.all_devices(conn), queries.effective_labels(conn))
-    matching = scheduling.matching(parsed, fleet)
+    _, snaps = (kept or fleet.FleetSnapshot()).read(conn)
+    matching = scheduling.matching(parsed, snaps)
     ids = {d.id for d in matching}
-    depth = sum(scheduling.competes(j.snap(), ids, fleet) for j in jobs.queued(conn))
+    depth = sum(scheduling.competes(j.snap(), ids, snaps) for j in jobs.queued(conn))
     return Explanation(
         selector=text,
         matching=sorted(ids),
