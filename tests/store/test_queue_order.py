@@ -49,7 +49,7 @@ def test_sql_order_paging_and_positions_follow_the_key(
         j.id for j in sorted(queued, key=lambda j: queue_key(j.snap()))
     ]
     monkeypatch.setattr(leases, "QUEUE_PAGE", 2)
-    assert [r[0] for r in leases._queued_in_order(store._tx)] == [j.id for j in queued]
+    assert [r[0] for r in leases._Walk(store._tx)] == [j.id for j in queued]
     snaps = [j.snap() for j in queued]
     for j in queued:
         assert store.job_with_position(j.id)[1] == queue_position(j.snap(), snaps)
@@ -98,7 +98,7 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
         queued = store.queued_jobs()
         assert [j.id for j in queued] == [j.id for j in sorted(queued, key=lambda j: key(j.snap()))]
         monkeypatch.setattr(leases, "QUEUE_PAGE", 2)
-        walked = leases._queued_in_order(store._tx, now, aging)
+        walked = leases._Walk(store._tx, now, aging)
         assert [r[0] for r in walked] == [j.id for j in queued]
         snaps = [j.snap() for j in queued]
         for j in queued:

@@ -262,7 +262,7 @@ def test_claim_unless_free_is_what_a_one_device_pins_offer_would_do(
     fleet: list[DeviceSnap], queue: list[JobSnap]
 ) -> None:
     """The pass claims a one-device pin's busy device through ``claim_unless_free``
-    without building its offer (``leases._claims_only``); both planners must end the
+    without building its offer (``leases.schedule_pass``); both planners must end the
     same."""
     by_offer, by_shortcut = Planner(fleet), Planner(fleet)
     for job in sorted(queue, key=queue_key):

@@ -356,13 +356,15 @@ class Planner:
         # it must not walk the fleet each time (10,000 jobs x 10,000 devices).
         self._reservable = fleet.reservable
         self._claimed = 0  #: reservable devices in ``reserved``
+        #: ``saturated()``, kept as claims are made: the pass reads it per queued row.
+        self.full = False
         #: Candidates per (selector, runtime): a queue is mostly a few distinct asks.
         self._matches = fleet.matches
 
     def saturated(self) -> bool:
         """Every device that could ever be reserved is claimed: no job further back can
         be placed on an existing device."""
-        return bool(self._reservable) and self._claimed == len(self._reservable)
+        return self.full
 
     def _candidates(self, job: JobSnap) -> list[str]:
         """``candidates(job, self.devices)``, computed once per distinct ask (and kept
@@ -422,6 +424,7 @@ class Planner:
     def _claim_device(self, device_id: str, job_id: str) -> None:
         if device_id not in self.reserved and device_id in self._reservable:
             self._claimed += 1
+            self.full = self._claimed == len(self._reservable)
         self.reserved[device_id] = job_id
 
     def _ready(self, device_id: str) -> bool:

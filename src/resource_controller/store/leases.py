@@ -167,30 +167,81 @@ QUEUE_PAGE = 32  #: the second page; most passes stop within it
 QUEUE_PAGE_MAX = 16384
 
 
-def _queued_in_order(
-    transaction: Callable[[], AbstractContextManager[Any]],
-    now: int = 0,
-    aging: int = 0,
-) -> Iterator[Any]:
-    """Queued rows (``fast.QUEUE_COLS``) in scheduling order (aged at ``now`` when
-    ``aging`` is on, EXT-FAIR-1), read a page at a time (keyset on the order), the first
-    page small.
+#: How many jobs' scheduling columns one read fetches at most on a narrow page: the
+#: job whose turn it is and those behind it that are not plain pins.
+WHOLE_BATCH = 512
+
+
+class _Walk:
+    """The queue in scheduling order (aged at ``now`` when ``aging`` is on, EXT-FAIR-1),
+    read a page at a time (keyset on the order), the first page small.
 
     A pass usually stops early (every device claimed), so reading the whole queue on
-    every pass would make each submit cost O(queue length). The pass decodes a row only
-    as far as it needs it (``_Queued``).
+    every pass would make each submit cost O(queue length). A page after one made mostly
+    of plain pins is read narrow (``fast.WALK_WIDTH`` columns: ID, device, plain pin?):
+    a plain pin behind an unavailable device needs nothing more, and every column costs
+    about as much to read. The scheduling columns of a narrow row whose turn needs them
+    (``scheduling_row``) are read with those of the jobs behind it that are not plain
+    pins, up to ``WHOLE_BATCH``, in one query.
     """
-    fetch = _aged_page(now, aging) if aging > 0 else fast.queue_page
-    after: tuple[int, int, int] | None = None
-    size = FIRST_PAGE
-    while True:
-        with transaction() as tx:
-            rows = fetch(tx, after, size)
-        yield from rows
-        if len(rows) < size:
-            return
-        after = _keyset(rows[-1])
-        size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
+
+    def __init__(
+        self, read: Callable[[], AbstractContextManager[Any]], now: int = 0, aging: int = 0
+    ) -> None:
+        self._read = read
+        self._fetch = _aged_page(now, aging) if aging > 0 else fast.queue_page
+        self._page: list[Any] = []
+        self._at = 0  #: the index on a narrow page of the row last yielded
+        #: The rows before this index that are not plain pins are in ``_rows``.
+        self._read_to = 0
+        self._rows: dict[str, Any] = {}
+
+    def __iter__(self) -> Iterator[Any]:
+        after: tuple[int, int, int] | None = None
+        size, narrow = FIRST_PAGE, False
+        while True:
+            with self._read() as tx:
+                page = self._fetch(tx, after, size, narrow)
+            self._page, self._read_to, self._rows = page, 0, {}
+            if narrow:
+                for at, row in enumerate(page):
+                    self._at = at  # where ``scheduling_row`` reads on from
+                    yield row
+            else:
+                yield from page
+            if len(page) < size:
+                return
+            after = self.key_of(page[-1])
+            if after is None:
+                return  # the page's last job is gone: nothing to seek past
+            narrow = [r[2] for r in page].count(1) * 2 > len(page)
+            size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
+
+    def scheduling_row(self, row: Any) -> Any:
+        """The ``fast.QUEUE_COLS`` of narrow ``row``, the row last yielded (``None`` once
+        the job is gone)."""
+        job_id = row[0]
+        found = self._rows.get(job_id)
+        if found is None:
+            ids = [job_id]
+            page, end = self._page, self._at + 1
+            if end > self._read_to:
+                while end < len(page) and len(ids) <= WHOLE_BATCH:
+                    if not page[end][2]:
+                        ids.append(page[end][0])
+                    end += 1
+                self._read_to = end
+            with self._read() as tx:
+                self._rows.update((r[0], r) for r in fast.queue_rows(tx, ids))
+            found = self._rows.get(job_id)
+        return found
+
+    def key_of(self, row: Any) -> tuple[int, int, int] | None:
+        """(priority, queued_at, seq) of a row the walk yielded."""
+        if len(row) > fast.WALK_WIDTH:
+            return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
+        with self._read() as tx:
+            return fast.queue_key_of(tx, row[0])
 
 
 class _Queued:
@@ -231,22 +282,10 @@ class _Queued:
             return fast.job(tx, self.snap.id)
 
 
-def _claims_only(row: Any, planner: scheduling.Planner) -> bool:
-    """For a job pinned to one device that cannot be had now (claimed by a job ahead,
-    taken, busy, out of the pool or draining), all ``Planner.offer`` could say is "claim
-    it" (STORE-062); ``reserve`` does that here, and the job is never built. The common
-    case of a long pinned queue on a busy fleet. False for every other job."""
-    device = row[_I_DEVICE_ID]
-    if row[_I_SELECTOR] or row[_I_DEVICE_IDS] or not device or (row[_I_COUNT] or 1) > 1:
-        return False
-    return planner.claim_unless_free(device, row[0])
-
-
-def _keyset(row: Any) -> tuple[int, int, int]:
-    """The ordering columns of a raw row, for ``fast.queue_page`` to seek past (read even
-    when the rest of the row cannot be decoded)."""
-    return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
-
+#: ``fast.QUEUE_COLS`` as Core columns, for the aged walk.
+_QUEUE_COLUMNS = [
+    sa.literal_column(c) if c == fast.PLAIN_PIN else t.jobs.c[c] for c in fast.QUEUE_COLS
+]
 
 _I_PRIORITY = fast.QUEUE_COLS.index("priority")
 _I_QUEUED_AT = fast.QUEUE_COLS.index("queued_at")
@@ -268,19 +307,19 @@ def _decode_raw(row: Any) -> JobRecord | None:
 
 def _aged_page(
     now: int, aging: int
-) -> Callable[[Any, tuple[int, int, int] | None, int], list[Any]]:
+) -> Callable[[Any, tuple[int, int, int] | None, int, bool], list[Any]]:
     """A page of the aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key;
-    the same shape as ``fast.queue_page``."""
+    the same rows as ``fast.queue_page``."""
     j = t.jobs.c
     order = queries.queue_order(now, aging)
 
-    def fetch(tx: Any, after: tuple[int, int, int] | None, size: int) -> list[Any]:
+    def fetch(tx: Any, after: tuple[int, int, int] | None, size: int, narrow: bool) -> list[Any]:
         where = [j.state == JobState.QUEUED]
         if after is not None:
             priority, queued_at, seq = after
             seen: Any = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
             where.append(queries.behind(seen, now, aging))
-        columns = [t.jobs.c[name] for name in fast.QUEUE_COLS]
+        columns = _QUEUE_COLUMNS[: fast.WALK_WIDTH] if narrow else _QUEUE_COLUMNS
         return fast.run_select(tx, sa.select(*columns).where(*where).order_by(*order).limit(size))
 
     return fetch
@@ -429,29 +468,37 @@ def schedule_pass(
         if old_reservations:
             _rewrite(transaction, kept, now, {})
         return []
-    queue = _queued_in_order(read, now, aging)
+    walk = _Walk(read, now, aging)
     planner = scheduling.Planner(index)
     assigned: list[Assigned] = []
-    last: tuple[int, int, int] | None = None
-    for row in queue:
-        if planner.saturated():
+    last: Any = None  #: the row of the last job the walk handled
+    for row in walk:
+        if planner.full:
             # Every device is claimed: no job further back can be placed, and the only
             # reservations left to write are those of jobs pinned to devices that no
             # longer exist (STORE-062), which one query finds.
             _reserve_vanished(read, by_id, planner, now, aging)
             break
+        last = row
         try:
-            if not _claims_only(row, planner):
-                _turn(transaction, read, now, _Queued(row), by_id, planner, assigned)
+            # A plain pin whose device cannot be had now (claimed by a job ahead, taken,
+            # busy, out of the pool or draining) can only claim it (STORE-062): done
+            # here without building the job, the common case of a long pinned queue.
+            if row[2] and planner.claim_unless_free(row[1], row[0]):
+                continue
+            whole = row if len(row) > fast.WALK_WIDTH else walk.scheduling_row(row)
+            if whole is not None:  # gone from under the pass: another process's edit
+                _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
         except Exception as exc:
             # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
             # back, it reserves nothing, and the jobs behind it are still placed.
             if not _row_fault(exc):
                 raise
             _report_skip(str(row[0]), f"{type(exc).__name__}: {exc}")
-        last = (-row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
     if end is not None:
-        end.saturated, end.last, end.devices = planner.saturated(), last, frozenset(by_id)
+        key = walk.key_of(last) if last is not None else None
+        end.saturated, end.devices = planner.saturated(), frozenset(by_id)
+        end.last = (-key[0], key[1], key[2]) if key else None
     # Each assignment already deleted its device's row (STORE-065 step 6).
     taken = planner.taken
     current = (
