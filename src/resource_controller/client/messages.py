@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from resource_controller import errors
-from resource_controller.client import shapes
+from resource_controller.client import shapes, urls
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
@@ -83,7 +82,7 @@ def new_idempotency_key() -> str:
 
 def job_path(job_id: str) -> str:
     """``/v1/jobs/{id}`` with the ID inserted as typed (CLI-071); only what HTTP forbids is escaped."""
-    return "/v1/jobs/" + urllib.parse.quote(job_id, safe="/:@!$&'()*+,;=")
+    return "/v1/jobs/" + urls.quote(job_id, safe="/:@!$&'()*+,;=")
 
 
 def device_path(device_id: str, *, segment: bool = False) -> str:
@@ -92,7 +91,7 @@ def device_path(device_id: str, *, segment: bool = False) -> str:
     ``segment`` encodes every other reserved character, as ``clear`` and ``retire`` do.
     """
     safe = "$&+=:@" if segment else "/:@!$&'()*+,;="
-    return "/v1/devices/" + urllib.parse.quote(device_id, safe=safe)
+    return "/v1/devices/" + urls.quote(device_id, safe=safe)
 
 
 def _controller_message(e: errors.ApiError) -> str:

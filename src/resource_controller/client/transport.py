@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 
 from resource_controller import errors
-from resource_controller.client import http11
+from resource_controller.client import http11, urls
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
@@ -82,15 +81,15 @@ class _Base(NamedTuple):
 
 
 def _parse_base(url: str) -> _Base:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urls.split(url)
+    except ValueError as e:
+        raise errors.TransportError(f"controller URL {url!r}: {e}") from e
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise errors.TransportError(
             f"controller URL {url!r} is not an http:// or https:// URL (check RC_CONTROLLER)"
         )
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as e:
-        raise errors.TransportError(f"controller URL {url!r}: {e}") from e
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     return _Base(url, parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
 
@@ -220,7 +219,7 @@ class Transport:
     def _target(self, base: _Base, path: str, query: Mapping[str, str] | None) -> str:
         target = base.prefix + path
         if query:
-            target += "?" + urllib.parse.urlencode(sorted(query.items()))
+            target += "?" + urls.urlencode(sorted(query.items()))
         return target
 
     def _connect(self, base: _Base, timeout: float | None) -> http11.Connection:
@@ -249,7 +248,7 @@ class Transport:
     def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
         base = self._bases[self._current]
         return f"{method} {base.url}{path}" + (
-            "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
+            "?" + urls.urlencode(sorted(query.items())) if query else ""
         )
 
     def _take(self, timeout: float | None, request: str) -> tuple[http11.Connection, bool]:
