@@ -1,10 +1,8 @@
-"""``client.urls`` answers as ``urllib.parse`` does, and ``rc run`` never imports it for
-plain URLs (issue 14: the import was ~2.5 ms of a ~40 ms command)."""
+"""``client.urls`` answers as ``urllib.parse`` does (``rc run`` no longer imports it for
+plain URLs: ``tests/cli/test_startup_imports.py``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.parse
 
 import pytest
@@ -82,17 +80,3 @@ def test_plain_base_urls_are_split_directly(url: str, parts: tuple[object, ...])
 def test_out_of_range_ports_are_refused_as_urllib_refuses_them() -> None:
     with pytest.raises(ValueError, match="out of range"):
         urls.split("http://h:70000")
-
-
-def test_rc_runs_requests_import_no_urllib_parse() -> None:
-    code = (
-        "import sys\n"
-        "from resource_controller.client import api, messages, transport\n"
-        "t = transport.Transport('http://127.0.0.1:9', 't')\n"
-        "path = messages.job_path('8c1f2a44-95b5-4c43-9c0b-2a4b0d6d8f10') + '/logs'\n"
-        "t._target(t._bases[0], path, {'follow': '1'})\n"
-        "messages.device_path('box:gpu0')\n"
-        "print('urllib.parse' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
