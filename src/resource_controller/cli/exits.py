@@ -32,6 +32,28 @@ def silence_stdout() -> None:
         pass
 
 
+def leave_now(code: int) -> NoReturn:
+    """``leave``, without the interpreter's teardown when nothing needs it.
+
+    Tearing down what ``rc run`` loaded costs about 3 ms of CPU of a ~35 ms command. When
+    only the main thread runs and nothing is registered to run at exit, the teardown
+    would do nothing but free memory the kernel takes back anyway, so once both
+    streams are flushed the process ends at once. Otherwise it exits as ``leave`` does.
+    """
+    code = _flushed(code)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        code = code or 1
+    threads = sys.modules.get("threading")
+    alone = threads is None or threads.active_count() == 1
+    import atexit
+
+    if alone and not atexit._ncallbacks():
+        os._exit(code)
+    sys.exit(code)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Say ``rc: <message>`` on stderr and exit with ``code``."""
     render.say(message)
@@ -40,6 +62,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def leave(code: int) -> NoReturn:
     """Flush stdout and exit; a closed pipe there turns a success into a failure."""
+    sys.exit(_flushed(code))
+
+
+def _flushed(code: int) -> int:
+    """Flush stdout; the exit code once a closed pipe there turned a success into a failure."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
@@ -49,7 +76,7 @@ def leave(code: int) -> NoReturn:
             code = 1
     except (OSError, ValueError):
         code = code or 1
-    sys.exit(code)
+    return code
 
 
 def failed(exc: BaseException) -> NoReturn:

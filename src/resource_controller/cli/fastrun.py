@@ -154,6 +154,4 @@ def main(argv: list[str]) -> None:
         exits.fail("interrupted")
     except OSError as e:
         exits.os_error_in_command(e)
-    if code:
-        raise SystemExit(code)
-    exits.leave(0)
+    exits.leave_now(code)
