@@ -13,7 +13,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from resource_controller import errors
@@ -59,11 +59,12 @@ def _fleet(store: Store, fates: list[str]) -> None:
 
 
 def _pass_is_the_plan(store: Store) -> None:
-    """One pass places and reserves exactly what ``plan`` decides on the same snapshot."""
+    """One pass places and reserves exactly what ``plan`` decides on the same snapshot,
+    in the store's queue order (aged at its clock when aging is on, EXT-FAIR-1)."""
     with store._read() as db:
         fleet = FleetSnapshot().read(db)[1]
     queued = [j.snap() for j in store.queued_jobs()]
-    expected = scheduling.plan(queued, fleet)
+    expected = scheduling.plan(queued, fleet, store._key(store.now()))
 
     placed = store.schedule()
 
@@ -93,6 +94,16 @@ def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
     queue=st.lists(st.tuples(JOBS, st.integers(-1, 1), st.sampled_from([0, 0, 1])), max_size=24),
     page=st.sampled_from([1, 2, 32]),
     batch=st.sampled_from([0, 1, 512]),
+    aging=st.sampled_from([0, 0, 1]),
+    later=st.sampled_from([0, 90]),
+)
+@example(  # aged, the older job of lower priority goes first (EXT-FAIR-1)
+    fates=["ready"] * len(DEVICES),
+    queue=[({"device_id": "a:gpu0"}, 0, 0), ({"device_id": "a:gpu0"}, 1, 5)],
+    page=32,
+    batch=512,
+    aging=1,
+    later=90,
 )
 def test_the_pass_places_and_reserves_what_the_plan_does(
     tmp_path_factory: pytest.TempPathFactory,
@@ -101,16 +112,19 @@ def test_the_pass_places_and_reserves_what_the_plan_does(
     queue: list[tuple[dict[str, Any], int, int]],
     page: int,
     batch: int,
+    aging: int,
+    later: int,
 ) -> None:
     _pages(monkeypatch, page, batch)
     clock = FakeClock()
-    store = Store(tmp_path_factory.mktemp("plan") / "rc.db", clock)
+    store = Store(tmp_path_factory.mktemp("plan") / "rc.db", clock, priority_aging=aging)
     try:
         _fleet(store, fates)
         for ask, priority, wait in queue:
             clock.advance(wait)
             with contextlib.suppress(errors.RcError):  # asks no host could ever meet
                 store.enqueue(NewJob(command=["x"], submitter="s", priority=priority, **ask))
+        clock.advance(later)  # aged, a job's place moves with the clock
         _pass_is_the_plan(store)
     finally:
         store.close()
