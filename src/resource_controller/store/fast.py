@@ -69,10 +69,14 @@ QUEUE_COLS: tuple[str, ...] = (
     "device_ids",
 )
 WALK_WIDTH = 3
-_QUEUE_SCHED = "SELECT " + ", ".join(c if c == PLAIN_PIN else "jobs." + c for c in QUEUE_COLS)
-_QUEUE_WALK = "SELECT " + ", ".join(
-    c if c == PLAIN_PIN else "jobs." + c for c in QUEUE_COLS[:WALK_WIDTH]
-)
+
+
+def _select(columns: tuple[str, ...]) -> str:
+    return "SELECT " + ", ".join(c if c == PLAIN_PIN else "jobs." + c for c in columns)
+
+
+_QUEUE_SCHED = _select(QUEUE_COLS)
+_QUEUE_WALK = _select(QUEUE_COLS[:WALK_WIDTH])
 _QUEUE_ORDER = " ORDER BY jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC LIMIT ?"
 _BEHIND = (
     " AND (jobs.priority < ? OR (jobs.priority = ? AND jobs.queued_at > ?)"
