@@ -28,13 +28,14 @@ def _run(body: str) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.mark.parametrize("code", [0, 3])
 def test_buffered_output_and_the_code_survive_a_fast_exit(code: int) -> None:
-    # Written through the buffers and never flushed by the caller: a bare os._exit would
-    # drop the tail of both streams.
+    # A large write goes out at once; the small one after it and stderr's line stay in
+    # the buffers, which a bare os._exit would drop.
     out = _run(
-        f"sys.stdout.write('x' * 300_000)\nsys.stderr.write('said')\nexits.leave_now({code})"
+        "sys.stdout.write('x' * 300_000)\nsys.stdout.write('end')\nsys.stderr.write('said')\n"
+        f"exits.leave_now({code})"
     )
     assert out.returncode == code
-    assert out.stdout == b"x" * 300_000
+    assert out.stdout == b"x" * 300_000 + b"end"
     assert out.stderr == b"said"
 
 
@@ -64,21 +65,18 @@ def test_a_running_thread_is_waited_for(tmp_path: Path) -> None:
 
 
 def test_a_closed_stdout_turns_success_into_failure() -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            PRELUDE + "sys.stdout.write('x' * 100)\nsys.stdin.readline()\nexits.leave_now(0)",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=BUFFERED,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    proc.stdout.close()  # before the buffered output is flushed
-    proc.stdin.write(b"go\n")
-    proc.stdin.close()
-    err = proc.stderr.read()
-    assert proc.wait(30) == 1
+    # Nobody reads stdout: the buffered bytes meet the closed pipe at the final flush.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PRELUDE + "sys.stdout.write('x' * 100)\nexits.leave_now(0)"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=BUFFERED,
+        )
+    finally:
+        os.close(write_end)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
     assert b"broken pipe" in err and b"Traceback" not in err
