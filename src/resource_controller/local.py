@@ -192,8 +192,19 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         say(log_format, "try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)")
 
     try:
-        controller._run_loop(
-            _main(svc, sock, url, tokens["worker"], hostname, names, data / "worker", ready)
+        # The stock loop, not uvloop: the worker half runs on the loop ``rc worker``
+        # runs on, so its pipes, terminals and child processes behave as tested there.
+        asyncio.run(
+            _main(
+                svc,
+                sock,
+                url,
+                tokens["worker"],
+                hostname,
+                names,
+                data / "worker",
+                ready,
+            )
         )
     except (NotReady, client_config.ConfigError) as exc:
         say(log_format, str(exc), "ERROR")

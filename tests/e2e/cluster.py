@@ -70,6 +70,8 @@ class Cluster:
     port: int
     procs: list[Proc] = field(default_factory=list)
     controller: subprocess.Popen[bytes] | None = None
+    #: The one device of a ``box`` fixture, whichever setup runs it.
+    dev: str = "box:gpu0"
 
     @property
     def url(self) -> str:
@@ -136,6 +138,46 @@ class Cluster:
                 return False
 
         wait_for(up, 15, "the controller to answer")
+        return proc
+
+    def start_up(self) -> subprocess.Popen[bytes]:
+        """``rc up``: controller and worker in one process, on this host's ``slot`` devices.
+
+        The tokens file is written first, so the usual test tokens work against it; the
+        user config it writes goes to a home of the test's own.
+        """
+        data = self.tmp / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        tokens = data / "up-tokens"
+        tokens.write_text("".join(f"{role}={tok}\n" for role, tok in TOKENS.items()))
+        tokens.chmod(0o600)
+        home = self.tmp / "home"
+        home.mkdir(exist_ok=True)
+        # rc up names its client token after the local user: the tests' submitter.
+        env = dict(os.environ, HOME=str(home), USER="tester")
+        for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "RC_CONFIG"):
+            env.pop(name, None)
+        log = open(self.tmp / "up.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [RC, "up", "--addr", f"127.0.0.1:{self.port}", "--data", str(data), "--devices", "1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        self.controller = proc
+        host = socket.gethostname()
+        self.dev = f"{host}:slot0"
+
+        def registered() -> bool:
+            try:
+                status, views = self.api("GET", "/v1/devices")
+            except OSError:
+                return False
+            ids = {v["device"]["id"] for v in views} if status == 200 else set()
+            return self.dev in ids
+
+        wait_for(registered, 30, "rc up to start and register its devices")
         return proc
 
     def start_worker(

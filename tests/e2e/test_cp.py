@@ -12,18 +12,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-import pytest
-
 from .cluster import Cluster
-
-DEV = "box:gpu0"
-
-
-@pytest.fixture
-def box(cluster: Cluster) -> Cluster:
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    return cluster
 
 
 def copy(c: Cluster, src: str, dst: str, **env: str) -> tuple[int, str]:
@@ -42,12 +31,12 @@ def test_binary_content_round_trips_byte_for_byte(box: Cluster, tmp_path: Path) 
     src = tmp_path / "all.bin"
     src.write_bytes(bytes(range(256)) * 1000 + b"\r\n\x03\x04\x1a")
     remote = tmp_path / "remote"
-    code, err = copy(box, str(src), f"{DEV}:{remote}/")
+    code, err = copy(box, str(src), f"{box.dev}:{remote}/")
     assert code == 0, err
-    assert f"copying {src} to {DEV}:{remote}/" in err
+    assert f"copying {src} to {box.dev}:{remote}/" in err
     assert (remote / "all.bin").read_bytes() == src.read_bytes()
     back = tmp_path / "back.bin"
-    code, err = copy(box, f"{DEV}:{remote}/all.bin", str(back))  # renamed on the way
+    code, err = copy(box, f"{box.dev}:{remote}/all.bin", str(back))  # renamed on the way
     assert code == 0, err
     assert back.read_bytes() == src.read_bytes()
 
@@ -59,12 +48,12 @@ def test_a_large_file_round_trips(box: Cluster, tmp_path: Path) -> None:
         for i in range(50):
             f.write(block[i:] + block[:i])
     remote = tmp_path / "remote"
-    code, err = copy(box, str(src), f"{DEV}:{remote}/big.bin")
+    code, err = copy(box, str(src), f"{box.dev}:{remote}/big.bin")
     assert code == 0, err
     assert (remote / "big.bin").stat().st_size == 50 << 20
     down = tmp_path / "down"
     down.mkdir()
-    code, err = copy(box, f"{DEV}:{remote}/big.bin", str(down))  # into an existing directory
+    code, err = copy(box, f"{box.dev}:{remote}/big.bin", str(down))  # into an existing directory
     assert code == 0, err
     assert (down / "big.bin").read_bytes() == src.read_bytes()
 
@@ -79,10 +68,10 @@ def test_a_tree_keeps_modes_the_exec_bit_and_symlinks(box: Cluster, tmp_path: Pa
     (tree / "sub" / "data").chmod(0o640)
     os.symlink("run.sh", tree / "link")
     remote = tmp_path / "remote"
-    code, err = copy(box, str(tree), f"{DEV}:{remote}/")
+    code, err = copy(box, str(tree), f"{box.dev}:{remote}/")
     assert code == 0, err
     assert stat.S_IMODE((remote / "tree" / "run.sh").stat().st_mode) == 0o755
-    code, err = copy(box, f"{DEV}:{remote}/tree", str(tmp_path / "again"), RC_SUBMITTER="x")
+    code, err = copy(box, f"{box.dev}:{remote}/tree", str(tmp_path / "again"), RC_SUBMITTER="x")
     assert code == 0, err
     again = tmp_path / "again"
     assert stat.S_IMODE((again / "run.sh").stat().st_mode) == 0o755
@@ -95,45 +84,53 @@ def test_a_device_held_by_someone_else_is_refused_and_nothing_is_submitted(
     box: Cluster, tmp_path: Path
 ) -> None:
     # CLI-162: the lease check comes first; a copy never queues.
-    status, hold = box.api(
-        "POST",
-        "/v1/jobs",
-        {
-            "device_id": DEV,
-            "submitter": "alice",
-            "kind": "hold",
-            "max_runtime_seconds": 120,
-            "reason": "profiling",
-        },
-    )
-    assert status == 201, hold
+    def hold(submitter: str) -> dict[str, str]:
+        status, body = box.api(
+            "POST",
+            "/v1/jobs",
+            {
+                "device_id": box.dev,
+                "submitter": submitter,
+                "kind": "hold",
+                "max_runtime_seconds": 120,
+                "reason": "profiling",
+            },
+            token="atok",  # an admin may record any submitter, under rc up as well
+        )
+        assert status == 201, body
+        return dict(body)
+
+    alices = hold("alice")
     (tmp_path / "f").write_text("x")
     before = job_count(box)
-    code, err = copy(box, str(tmp_path / "f"), f"{DEV}:{tmp_path}/remote/")
+    code, err = copy(box, str(tmp_path / "f"), f"{box.dev}:{tmp_path}/remote/")
     assert code == 1
     assert "alice" in err and "(a hold)" in err, err
-    code, err = copy(box, f"{DEV}:{tmp_path}/f", str(tmp_path / "g"), RC_SUBMITTER="alice")
-    assert code == 1 and "already hold" in err and hold["id"] in err, err
+    assert box.api("POST", f"/v1/jobs/{alices['id']}/kill", {}, token="atok")[0] == 200
+    box.wait_job(alices["id"], lambda j: j["state"] == "killed")
+    mine = hold("tester")
+    code, err = copy(box, f"{box.dev}:{tmp_path}/f", str(tmp_path / "g"))
+    assert code == 1 and "already hold" in err and mine["id"] in err, err
     code, err = copy(box, str(tmp_path / "f"), "ghost:gpu9:/tmp/x")
     assert code == 1 and "no such device" in err, err
-    assert job_count(box) == before
+    assert job_count(box) == before + 1  # the second hold; no copy job
     assert not (tmp_path / "remote").exists()
 
 
 def test_a_far_side_failure_fails_the_copy(box: Cluster, tmp_path: Path) -> None:
     # CLI-169: the box's tar finds nothing to send.
-    code, err = copy(box, f"{DEV}:{tmp_path}/missing", str(tmp_path / "x"))
+    code, err = copy(box, f"{box.dev}:{tmp_path}/missing", str(tmp_path / "x"))
     assert code == 1
     assert "copy job" in err and "failed" in err, err
 
 
 def test_argument_errors(box: Cluster, tmp_path: Path) -> None:
     # CLI-160
-    code, err = copy(box, f"{DEV}:/a", f"{DEV}:/b")
+    code, err = copy(box, f"{box.dev}:/a", f"{box.dev}:/b")
     assert code == 1 and "both remote" in err
     code, err = copy(box, "a", "b")
     assert code == 1 and "host:name:path" in err
-    code, err = copy(box, str(tmp_path / "nope"), f"{DEV}:/tmp/")
+    code, err = copy(box, str(tmp_path / "nope"), f"{box.dev}:/tmp/")
     assert code == 1 and "nope" in err
 
 
@@ -154,7 +151,7 @@ def test_an_archive_escaping_the_destination_is_refused(cluster: Cluster, tmp_pa
     cluster.start_worker("box", ["gpu0"], env={"PATH": f"{fakebin}:{os.environ.get('PATH', '')}"})
     dest = tmp_path / "work" / "dest"
     dest.mkdir(parents=True)
-    code, err = copy(cluster, f"{DEV}:/anything/x", str(dest))
+    code, err = copy(cluster, f"{cluster.dev}:/anything/x", str(dest))
     assert code == 1
     assert "x/../../escaped" in err and "escapes" in err, err
     assert (dest / "x" / "ok").read_bytes() == b"hi"
