@@ -297,6 +297,43 @@ def test_the_guard_re_arms_while_another_half_is_attached(rc: Harness) -> None:
     run(scenario)
 
 
+def test_the_worker_output_is_answered_at_once_when_the_client_output_leaves(
+    rc: Harness,
+) -> None:
+    # The worker learns that its client left while its job prints nothing: the answer to
+    # its output half ends without waiting for another write.
+    job_id, _ = rc.running_job()
+
+    async def scenario() -> None:
+        c_out = await open_half(rc, job_id, "GET", OUT, CLIENT)
+        w_out = await open_half(rc, job_id, "POST", OUT, WORKER)
+        w_in = await open_half(rc, job_id, "GET", IN, WORKER)
+        c_out.close()
+        assert await read_to_end(w_out) == b""
+        assert await read_to_end(w_in) == b""
+        w_out.close()
+        w_in.close()
+
+    run(scenario)
+
+
+def test_worker_halves_with_no_client_end_after_the_absent_bound(rc: Harness) -> None:
+    rc.svc.hub.relay.client_absent = 0.3
+    job_id, _ = rc.running_job()
+
+    async def scenario() -> None:
+        w_out = await open_half(rc, job_id, "POST", OUT, WORKER)
+        w_in = await open_half(rc, job_id, "GET", IN, WORKER)
+        assert await read_to_end(w_out) == b""
+        assert await read_to_end(w_in) == b""
+        w_out.close()
+        w_in.close()
+
+    run(scenario)
+    assert rc.wait_idle(5)
+    assert rc.svc.hub.relay.sessions == {}
+
+
 def test_a_reader_that_accepts_nothing_is_dropped_after_the_write_deadline(rc: Harness) -> None:
     # TTY-013: the client-out socket is never read; once its buffers are full, the
     # next write misses the (shortened) deadline and the session ends.

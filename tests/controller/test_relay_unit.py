@@ -107,3 +107,59 @@ def test_the_last_half_out_forgets_the_session() -> None:
         assert relay.sessions == {}
 
     run(scenario)
+
+
+# ---- the client's absence -----------------------------------------------------------------
+
+ABSENT = 0.05
+
+
+def test_worker_halves_alone_past_the_absent_bound_end_the_session() -> None:
+    # The client left before the worker dialled in, or never came: the session is over.
+    async def scenario() -> None:
+        relay = Relay(client_absent=ABSENT)
+        s = relay.attach("j", Half.WORKER_OUT)
+        relay.attach("j", Half.WORKER_IN)
+        await asyncio.sleep(ABSENT / 2)
+        assert not s.discarded
+        await asyncio.wait_for(s.over.wait(), 1)
+        assert "j" not in relay.sessions and s.input.closed and s.output.closed
+
+    run(scenario)
+
+
+def test_a_client_half_in_time_keeps_the_session() -> None:
+    async def scenario() -> None:
+        relay = Relay(client_absent=ABSENT)
+        s = relay.attach("j", Half.WORKER_OUT)
+        relay.attach("j", Half.CLIENT_OUT)
+        await asyncio.sleep(ABSENT * 4)
+        assert not s.discarded and relay.sessions["j"] is s
+
+    run(scenario)
+
+
+def test_the_bound_runs_again_once_every_client_half_is_gone() -> None:
+    # An input-only client whose input ended (TTY-021) leaves the worker alone again.
+    async def scenario() -> None:
+        relay = Relay(client_absent=ABSENT)
+        s = relay.attach("j", Half.WORKER_IN)
+        relay.attach("j", Half.CLIENT_IN)
+        await asyncio.sleep(ABSENT * 2)
+        assert not s.discarded
+        relay.half_ended(s, Half.CLIENT_IN, s.input)
+        await asyncio.wait_for(s.over.wait(), 1)
+
+    run(scenario)
+
+
+def test_the_client_output_leaving_ends_the_session_for_every_half() -> None:
+    # TTY-020: the POST halves learn it from the session's end, not from their next write.
+    async def scenario() -> None:
+        relay = Relay()
+        s = relay.attach("j", Half.WORKER_OUT)
+        relay.attach("j", Half.CLIENT_OUT)
+        relay.half_ended(s, Half.CLIENT_OUT, s.output)
+        assert s.over.is_set() and s.input.closed and s.output.closed
+
+    run(scenario)

@@ -14,17 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import Cluster, wait_for
 from .ttyproc import PtyRc
-
-DEV = "box:gpu0"
-
-
-@pytest.fixture
-def box(cluster: Cluster) -> Cluster:
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    return cluster
 
 
 @pytest.fixture
@@ -38,7 +29,7 @@ def terminals() -> Iterator[list[PtyRc]]:
 
 
 def start(box: Cluster, terminals: list[PtyRc], *args: str) -> PtyRc:
-    t = PtyRc(box, "run", "-d", DEV, "--tty", *args)
+    t = PtyRc(box, "run", "-d", box.dev, "--tty", *args)
     terminals.append(t)
     return t
 
@@ -48,7 +39,7 @@ def test_typing_resizing_and_the_exit_code_with_the_terminal_restored(
 ) -> None:
     script = "read x; echo got:$x; stty size; read y; stty size; exit 3"
     t = start(box, terminals, "--", "sh", "-c", script)
-    t.expect(b"on box:gpu0")
+    t.expect(f"on {box.dev}".encode())
     t.type(b"hello\r")
     t.expect(b"got:hello")
     assert b"hello\r\n" in t.seen  # the remote terminal echoes what was typed
@@ -83,9 +74,9 @@ def test_tty_without_a_command_opens_the_default_shell(
     box: Cluster, terminals: list[PtyRc]
 ) -> None:
     # CLI-103: no command means the box's interactive shell.
-    t = PtyRc(box, "run", "-d", DEV, "--tty")
+    t = PtyRc(box, "run", "-d", box.dev, "--tty")
     terminals.append(t)
-    t.expect(b"on box:gpu0")
+    t.expect(f"on {box.dev}".encode())
     t.type(b"echo $((6*7))z\r")
     t.expect(b"42z")
     t.type(b"exit 5\r")
@@ -101,25 +92,43 @@ def test_tty_without_a_command_opens_the_default_shell(
     assert jobs["jobs"][0]["stdio"] == "tty"
 
 
-def test_a_signal_to_rc_detaches_restores_the_terminal_and_leaves_the_job(
+def test_a_signal_to_rc_restores_the_terminal_and_the_job_ends_as_its_client_left(
     box: Cluster, terminals: list[PtyRc]
 ) -> None:
-    # CLI-113, CLI-117: SIGTERM while attached: terminal back first, exit 130, job alive.
+    # CLI-117: SIGTERM while attached: terminal back first, exit 130. The job's terminal
+    # was this rc: the worker ends it (client left) and the device is free again.
     t = start(box, terminals, "--", "sh", "-c", "echo ready; sleep 60")
     t.expect(b"ready")
     t.proc.send_signal(signal.SIGTERM)
     assert t.wait() == 130
-    assert b"STILL RUNNING" in t.seen and b"rc ps" in t.seen
+    assert b"client left" in t.seen and b"rc ps" in t.seen
+    assert b"STILL RUNNING" not in t.seen
     assert t.attrs() == t.before
     _status, jobs = box.api("GET", "/v1/jobs")
-    job = jobs["jobs"][0]
-    assert job["state"] == "running", job
-    box.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+    job = box.wait_job(jobs["jobs"][0]["id"], lambda j: j["state"] != "running", 20)
+    assert (job["state"], job["kill_reason"]) == ("killed", "client left"), job
+    assert box.wait_job(job["id"], lambda j: j.get("finished_at"), 5)
+    wait_for(lambda: device_state(box) == "ready", 10, "the device to return")
+
+
+def device_state(box: Cluster) -> str:
+    _status, views = box.api("GET", "/v1/devices")
+    return str(next(v["device"]["state"] for v in views if v["device"]["id"] == box.dev))
+
+
+def test_a_job_that_ends_at_once_ends_its_client_with_its_code(
+    box: Cluster, terminals: list[PtyRc]
+) -> None:
+    # No output and an immediate exit end the job's session before (or as) the client
+    # attaches; the client still ends with the job's code, never hanging.
+    for _ in range(3):
+        t = start(box, terminals, "--", "sh", "-c", "exit 4")
+        assert t.wait() == 4
 
 
 def test_tty_with_stdin_not_a_terminal_reports_and_kills_its_job(box: Cluster) -> None:
     # CLI-116: checked only after the submit; the job is not left holding the device.
-    r = box.rc("run", "-d", DEV, "--tty", "--", "cat")
+    r = box.rc("run", "-d", box.dev, "--tty", "--", "cat")
     # The killed job's own code, as CLI-114 gives it: cat ended by SIGTERM.
     assert r.returncode == 128 + signal.SIGTERM, r
     assert "log stream ended" in r.stderr and "terminal" in r.stderr, r.stderr

@@ -11,15 +11,17 @@ import asyncio
 import base64
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from resource_controller import duplex
 
-from .cluster import Cluster
+from .cluster import Cluster, wait_for
 
 T = TypeVar("T")
-DEV = "box:gpu0"
 TERMINAL = ("succeeded", "failed", "killed", "lost")
 
 
@@ -41,7 +43,9 @@ def resize(rows: int, cols: int) -> bytes:
 
 def submit(c: Cluster, command: list[str], stdio: str = "tty") -> str:
     status, job = c.api(
-        "POST", "/v1/jobs", {"device_id": DEV, "submitter": "t", "stdio": stdio, "command": command}
+        "POST",
+        "/v1/jobs",
+        {"device_id": c.dev, "submitter": "t", "stdio": stdio, "command": command},
     )
     assert status == 201, job
     return str(job["id"])
@@ -69,15 +73,13 @@ def finished(c: Cluster, job_id: str, timeout: float = 30) -> dict[str, Any]:
     return c.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout)
 
 
-def test_a_terminal_job_echoes_resizes_and_exits_with_its_code(cluster: Cluster) -> None:
+def test_a_terminal_job_echoes_resizes_and_exits_with_its_code(box: Cluster) -> None:
     # WTTY-003 (a real PTY, 24x80 at first), WTTY-005 (frames), WTTY-004 (raw output).
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    job_id = submit(cluster, ["sh", "-c", "stty size; read x; stty size; echo got:$x; exit 3"])
+    job_id = submit(box, ["sh", "-c", "stty size; read x; stty size; echo got:$x; exit 3"])
     seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
         await read_until(out, b"24 80", seen)  # the default size, before any resize
         await inp.write(resize(0, 0))  # ignored, never applied
         await inp.write(resize(33, 101))
@@ -89,23 +91,19 @@ def test_a_terminal_job_echoes_resizes_and_exits_with_its_code(cluster: Cluster)
     run(scenario)
     assert b"hello\r\n" in seen  # the terminal echoed the keystrokes
     assert b"33 101" in seen and b"got:hello" in seen, bytes(seen)
-    job = finished(cluster, job_id)
+    job = finished(box, job_id)
     assert (job["state"], job["exit_code"]) == ("failed", 3), job
     # LOG-005: nothing of a terminal reaches the log store.
-    assert cluster.api("GET", f"/v1/jobs/{job_id}/logs?follow=false")[1]["error"] == (
-        "logs_not_stored"
-    )
+    assert box.api("GET", f"/v1/jobs/{job_id}/logs?follow=false")[1]["error"] == ("logs_not_stored")
 
 
-def test_ctrl_c_reaches_the_foreground_program_through_the_terminal(cluster: Cluster) -> None:
+def test_ctrl_c_reaches_the_foreground_program_through_the_terminal(box: Cluster) -> None:
     # The PTY is the controlling terminal: ^C becomes SIGINT for its foreground group.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    job_id = submit(cluster, ["sh", "-c", "echo ready; exec sleep 60"])
+    job_id = submit(box, ["sh", "-c", "echo ready; exec sleep 60"])
     seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
         await read_until(out, b"ready", seen)
         await asyncio.sleep(0.3)
         await inp.write(data(b"\x03"))
@@ -114,83 +112,114 @@ def test_ctrl_c_reaches_the_foreground_program_through_the_terminal(cluster: Clu
         inp.close()
 
     run(scenario)
-    job = finished(cluster, job_id, timeout=15)
+    job = finished(box, job_id, timeout=15)
     assert job["state"] == "killed" and job["kill_reason"] == "signal: interrupt", job
 
 
-def test_the_operator_going_away_never_ends_the_job(cluster: Cluster, tmp_path: Path) -> None:
-    # WTTY-005: input ending (and the session ending) leaves the job running.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
+def test_input_ending_never_ends_the_job(box: Cluster, tmp_path: Path) -> None:
+    # WTTY-005: the operator closing input leaves the job running to its own end.
     mark = tmp_path / "done"
-    job_id = submit(cluster, ["sh", "-c", f"echo up; sleep 2; echo finished > {mark}"])
+    job_id = submit(box, ["sh", "-c", f"echo up; sleep 2; echo finished > {mark}"])
+    seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
-        await read_until(out, b"up", bytearray())
+        out, inp = await attach(box, job_id)
+        await read_until(out, b"up", seen)
         await inp.finish()
+        await read_all(out, seen)  # still attached to the output, to its end
         inp.close()
         out.close()
 
     run(scenario)
-    job = finished(cluster, job_id)
+    job = finished(box, job_id)
     assert job["state"] == "succeeded", job
     assert mark.read_text() == "finished\n"
 
 
-def test_a_clean_exit_leaving_the_session_busy_is_not_a_success(cluster: Cluster) -> None:
+@pytest.mark.parametrize("stdio", ["tty", "pipe"])
+def test_the_client_going_away_ends_the_job_and_frees_the_device(box: Cluster, stdio: str) -> None:
+    # A relayed job's terminal or pipe is its client: once the client is gone nobody can
+    # see or reach it again, so the worker ends it (client left) and the device returns.
+    job_id = submit(box, ["sh", "-c", "echo up; exec sleep 60"], stdio=stdio)
+
+    async def scenario() -> None:
+        out, inp = await attach(box, job_id)
+        await read_until(out, b"up", bytearray())
+        out.close()
+        inp.close()
+
+    run(scenario)
+    job = finished(box, job_id, timeout=20)
+    assert (job["state"], job["kill_reason"]) == ("killed", "client left"), job
+    wait_for(lambda: device_state(box) == "ready", 10, "the device to return")
+
+
+def test_a_client_that_never_attaches_does_not_hold_the_device(box: Cluster) -> None:
+    # The client left before the worker dialled in (or never came): after the relay's
+    # absent-client bound the session is over and the job ends like any other.
+    job_id = submit(box, ["cat"], stdio="pipe")
+    job = finished(box, job_id, timeout=30)
+    assert (job["state"], job["kill_reason"]) == ("killed", "client left"), job
+    took = stamp(job["finished_at"]) - stamp(job["started_at"])
+    assert 9 <= took <= 25, job  # CLIENT_ABSENT, plus the cancellation path
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def device_state(c: Cluster) -> str:
+    _status, views = c.api("GET", "/v1/devices")
+    return str(next(v["device"]["state"] for v in views if v["device"]["id"] == c.dev))
+
+
+def test_a_clean_exit_leaving_the_session_busy_is_not_a_success(box: Cluster) -> None:
     # WTTY-006: a shell exiting 0 while ``sleep 300 &`` keeps the GPU.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
     # With job control (set -m) the child gets a process group of its own inside the
     # session, and it ignores the hangup, so only a session-wide reap finds it.
     script = "set -m; (trap '' HUP; exec sleep 300) & sleep 0.3; echo bye; exit 0"
-    job_id = submit(cluster, ["sh", "-c", script])
+    job_id = submit(box, ["sh", "-c", script])
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
         await read_all(out, bytearray())
         out.close()
         inp.close()
 
     run(scenario)
-    job = finished(cluster, job_id)
+    job = finished(box, job_id)
     assert job["state"] == "killed" and job["kill_reason"] == "stragglers reaped after exit", job
 
 
-def test_a_kill_ends_a_terminal_job_and_its_session(cluster: Cluster) -> None:
+def test_a_kill_ends_a_terminal_job_and_its_session(box: Cluster) -> None:
     # WTTY-008: kill flags behave as for any job; the operator's output then ends.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    job_id = submit(cluster, ["sh", "-c", "echo ready; sleep 60"])
+    job_id = submit(box, ["sh", "-c", "echo ready; sleep 60"])
     seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
         await read_until(out, b"ready", seen)
-        status, _ = cluster.api("POST", f"/v1/jobs/{job_id}/kill", {"submitter": "t"})
+        status, _ = box.api("POST", f"/v1/jobs/{job_id}/kill", {"submitter": "t"})
         assert status == 200
         await read_all(out, seen)  # TTY-020: never a silent terminal
         out.close()
         inp.close()
 
     run(scenario)
-    job = finished(cluster, job_id)
+    job = finished(box, job_id)
     assert job["state"] == "killed" and job["kill_reason"] == "cancelled", job
 
 
 def test_a_relay_that_cannot_be_opened_fails_the_job_and_names_the_stream(
-    cluster: Cluster,
+    box: Cluster,
 ) -> None:
     # WTTY-001: another connection already holds the job's worker-output half when the
     # worker dials it. The job waits behind a hold, so the half is taken first.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    status, hold = cluster.api(
+    status, hold = box.api(
         "POST",
         "/v1/jobs",
         {
-            "device_id": DEV,
+            "device_id": box.dev,
             "submitter": "t",
             "kind": "hold",
             "max_runtime_seconds": 60,
@@ -198,15 +227,13 @@ def test_a_relay_that_cannot_be_opened_fails_the_job_and_names_the_stream(
         },
     )
     assert status == 201, hold
-    job_id = submit(cluster, ["sleep", "30"])
+    job_id = submit(box, ["sleep", "30"])
 
     async def scenario() -> dict[str, Any]:
-        squatter = await duplex.open_stream(
-            cluster.url, "POST", f"/v1/jobs/{job_id}/tty/out", "atok"
-        )
-        status, _ = cluster.api("POST", f"/v1/jobs/{hold['id']}/kill", {"submitter": "t"})
+        squatter = await duplex.open_stream(box.url, "POST", f"/v1/jobs/{job_id}/tty/out", "atok")
+        status, _ = box.api("POST", f"/v1/jobs/{hold['id']}/kill", {"submitter": "t"})
         assert status == 200
-        job = await asyncio.to_thread(finished, cluster, job_id)
+        job = await asyncio.to_thread(finished, box, job_id)
         squatter.close()
         return job
 
@@ -218,17 +245,15 @@ def test_a_relay_that_cannot_be_opened_fails_the_job_and_names_the_stream(
 
 
 def test_pipe_mode_is_byte_exact_and_keeps_stderr_out_of_the_payload(
-    cluster: Cluster, tmp_path: Path
+    box: Cluster, tmp_path: Path
 ) -> None:
     # CP-001: raw stdin and stdout through the relay; stderr to the log batching.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    job_id = submit(cluster, ["sh", "-c", "echo diagnostics >&2; cat"], stdio="pipe")
+    job_id = submit(box, ["sh", "-c", "echo diagnostics >&2; cat"], stdio="pipe")
     payload = bytes(range(256)) * 4096 + b"\r\n\x03\x04"
     seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
 
         async def send() -> None:
             for i in range(0, len(payload), 65536):
@@ -243,25 +268,23 @@ def test_pipe_mode_is_byte_exact_and_keeps_stderr_out_of_the_payload(
 
     run(scenario)
     assert bytes(seen) == payload
-    job = finished(cluster, job_id)
+    job = finished(box, job_id)
     assert job["state"] == "succeeded", job
-    log = (cluster.tmp / "data" / "logs" / f"{job_id}.log").read_bytes()
+    log = (box.tmp / "data" / "logs" / f"{job_id}.log").read_bytes()
     assert log == b"diagnostics\n"
 
 
-def test_pipe_mode_never_waits_for_stdin_a_process_does_not_read(cluster: Cluster) -> None:
+def test_pipe_mode_never_waits_for_stdin_a_process_does_not_read(box: Cluster) -> None:
     # CP-002: ``tar -cf -`` exits at once while the input stream stays open.
-    cluster.start_controller()
-    cluster.start_worker("box", ["gpu0"])
-    job_id = submit(cluster, ["sh", "-c", "echo archive"], stdio="pipe")
+    job_id = submit(box, ["sh", "-c", "echo archive"], stdio="pipe")
     seen = bytearray()
 
     async def scenario() -> None:
-        out, inp = await attach(cluster, job_id)
+        out, inp = await attach(box, job_id)
         await read_all(out, seen)  # input never closed
         out.close()
         inp.close()
 
     run(scenario)
     assert bytes(seen) == b"archive\n"
-    assert finished(cluster, job_id)["state"] == "succeeded"
+    assert finished(box, job_id)["state"] == "succeeded"

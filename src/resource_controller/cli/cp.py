@@ -30,6 +30,7 @@ import click
 from resource_controller import duplex, errors
 from resource_controller.cli import common, render
 from resource_controller.cli.common import CONTEXT_SETTINGS
+from resource_controller.cli.tty import JobWatch
 from resource_controller.client import api
 
 #: CLI-195: how long the copy job may take to end after the transfer.
@@ -229,6 +230,7 @@ async def _send(
     """Upload (CLI-165): the archive into the input half as it is produced; the output
     half drained and discarded; the input half ALWAYS closed afterwards."""
     out, inp = await _open_relay(base, token, job_id)
+    watch, watching = _watch(base, token, job_id, out, inp)
     read_fd, write_fd = os.pipe()
     producer = asyncio.create_task(asyncio.to_thread(_produce, produce, write_fd))
     drain = asyncio.create_task(_discard(out))
@@ -238,7 +240,8 @@ async def _send(
             try:
                 await inp.write(block)
             except duplex.StreamError as e:
-                sent_error = f"sending {local}: {e}"
+                if not watch.ended:  # else the job's own end explains it
+                    sent_error = f"sending {local}: {e}"
                 break
     finally:
         os.close(read_fd)  # a producer still writing gets EPIPE and ends
@@ -247,8 +250,11 @@ async def _send(
         failure = await producer
         with contextlib.suppress(duplex.StreamError):
             await drain
+        await _stop(watching)
         out.close()
         inp.close()
+    if watch.ended:
+        return  # the job ended without the session: its outcome says why
     if failure is not None and not sent_error:
         if isinstance(failure, common.Failure):
             raise failure
@@ -273,15 +279,36 @@ async def _discard(out: duplex.Stream) -> None:
         pass
 
 
+def _watch(
+    base: str, token: str, job_id: str, *streams: duplex.Stream
+) -> tuple[JobWatch, asyncio.Task[None]]:
+    """End the session (close ``streams``) once the job is over without it."""
+
+    def end() -> None:
+        for stream in streams:
+            stream.close()
+
+    watch = JobWatch(base, token, job_id, end)
+    return watch, asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def _receive(
     base: str, token: str, job_id: str, consume: Callable[[IO[bytes]], None]
 ) -> BaseException | None:
     """Download (CLI-167): the input half closed at once, the output half extracted."""
     out, inp = await _open_relay(base, token, job_id)
+    watch, watching = _watch(base, token, job_id, out, inp)
     with contextlib.suppress(duplex.StreamError):
         await inp.finish()
     read_fd, write_fd = os.pipe()
     consumer = asyncio.create_task(asyncio.to_thread(_consume, consume, read_fd))
+    broke = ""
     try:
         while block := await out.read():
             try:
@@ -289,16 +316,17 @@ async def _receive(
             except BrokenPipeError:
                 break  # the extraction stopped; it says why
     except duplex.StreamError as e:
-        os.close(write_fd)
-        write_fd = -1
-        await consumer
-        raise common.Failure(f"the copy's output broke: {e}") from None
+        # Ended by the watch: the job ended without the session, its outcome says why.
+        broke = "" if watch.ended else f"the copy's output broke: {e}"
     finally:
-        if write_fd >= 0:
-            os.close(write_fd)  # end of the archive for the reader
+        os.close(write_fd)  # end of the archive for the reader
+        await _stop(watching)
         out.close()
         inp.close()
-    return await consumer
+    failure = await consumer
+    if broke:
+        raise common.Failure(broke)
+    return failure
 
 
 def _write_all(fd: int, data: bytes) -> None:

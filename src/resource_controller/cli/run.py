@@ -31,6 +31,8 @@ from resource_controller.client import api
 FINAL_WAIT = 300.0
 #: CLI-194: bound on cancelling an abandoned queued job.
 CANCEL_BOUND = 10.0
+#: How long a detach may spend asking whether the job already ended.
+DETACH_CHECK = 2.0
 #: CLI-197: exit code on interrupt.
 EXIT_INTERRUPTED = 130
 #: Where the controller's no-wait refusal goes on to say who holds the device (EXT-WHY-2).
@@ -143,12 +145,37 @@ def run(client: api.Client, req: RunRequest) -> int:
             return EXIT_INTERRUPTED
         if progress.phase == "attached":
             signals.restore_defaults()
-            render.say(
-                f"detached from job {progress.job_id}; it is STILL RUNNING on {progress.device}"
-                " and holds it until it finishes (watch it with rc ps)"
-            )
-            return EXIT_INTERRUPTED
+            return _detached(client, progress, relayed=req.tty or req.interactive)
         raise
+
+
+def _detached(client: api.Client, progress: _Progress, *, relayed: bool) -> int:
+    """DETACH (CLI-113): say what becomes of the job, truthfully, and how to reach it.
+
+    A job that already ended is not "still running": its own exit code stands. A
+    relayed job's terminal or pipe is this process: the worker ends it once we are gone
+    (reason ``client left``), so saying it holds the device would be wrong too.
+    """
+    job_id, device = progress.job_id, progress.device
+    try:
+        job = client.get_job(job_id, timeout=DETACH_CHECK).job
+    except errors.ClientError:
+        job = {}
+    if job.get("state") in api.TERMINAL_STATES:
+        render.say(f"job {job_id} had already ended ({job.get('state')})")
+        return _exit_code(job)
+    if relayed:
+        render.say(
+            f"detached from job {job_id} on {device}: its terminal or stdio went with rc, so"
+            f" the worker ends it (reason: client left); watch it with rc ps"
+        )
+        return EXIT_INTERRUPTED
+    render.say(
+        f"detached from job {job_id}; it is STILL RUNNING on {device} and holds it until it"
+        f" finishes (watch it with rc ps; rc attach {job_id} follows it again,"
+        f" rc kill {job_id} stops it)"
+    )
+    return EXIT_INTERRUPTED
 
 
 def _run_nested_if_held(client: api.Client, req: RunRequest) -> None:

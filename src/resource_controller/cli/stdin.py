@@ -20,6 +20,7 @@ import sys
 from resource_controller import duplex
 from resource_controller.cli import common, signals
 from resource_controller.cli.tty import (
+    JobWatch,
     SessionError,
     SessionState,
     copy_output,
@@ -66,6 +67,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
     tasks = [
         asyncio.create_task(copy_output(out, out_fd, state, "the job's output")),
         asyncio.create_task(_copy_in(inp, in_fd)),
+        asyncio.create_task(JobWatch(base, token, job_id, state.stop.set).run()),
     ]
     try:
         await state.stop.wait()

@@ -13,6 +13,11 @@ detaches exactly as it would from a log stream (CLI-113).
 The session is two relay halves (CLI-085): output opened first, then input, which
 carries newline-delimited JSON frames: the window size first and after every
 SIGWINCH, then one data frame per read of stdin, at most 4096 bytes (CLI-088).
+
+A job can end before its client's halves are attached (a job that exits at once with
+no output ends its session first); the halves then wait in a fresh session that no
+worker will ever join. ``JobWatch`` asks for the job's state meanwhile and ends the
+session once the job is over, for every relayed command (``--tty``, ``-i``, ``rc cp``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import signal
 import struct
 import sys
 import termios
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +76,55 @@ def resize_frame(rows: int, cols: int) -> bytes:
     return json.dumps({"t": "r", "rows": rows, "cols": cols}, separators=(",", ":")).encode() + (
         b"\n"
     )
+
+
+#: How often an attached client asks whether its job ended without its session.
+JOB_CHECK_EVERY = 1.0
+#: Once the job is over, how long its session's last bytes get to arrive.
+LAST_BYTES_GRACE = 2.0
+
+
+class JobWatch:
+    """Calls ``on_end`` once the job is terminal and its last bytes had time to arrive.
+
+    The worker closes its relay halves before it reports the job's end (WTTY-007), so a
+    job seen terminal has sent everything it will send; a session still open then is
+    one nobody joins.
+    """
+
+    def __init__(self, base: str, token: str, job_id: str, on_end: Callable[[], None]) -> None:
+        self.path = f"/v1/jobs/{job_id}"
+        self.base = base
+        self.token = token
+        self.on_end = on_end
+        #: Set once the watch ended the session.
+        self.ended = False
+
+    async def run(self) -> None:
+        while not await self._terminal():
+            await asyncio.sleep(JOB_CHECK_EVERY)
+        await asyncio.sleep(LAST_BYTES_GRACE)
+        self.ended = True
+        self.on_end()
+
+    async def _terminal(self) -> bool:
+        try:
+            stream = await duplex.open_stream(
+                self.base, "GET", self.path, self.token, connect_timeout=10.0
+            )
+        except duplex.StreamError:
+            return False  # asked again at the next check
+        try:
+            body = b""
+            async with asyncio.timeout(10.0):
+                while piece := await stream.read():
+                    body += piece
+            state = (json.loads(body).get("job") or {}).get("state")
+        except (duplex.StreamError, TimeoutError, ValueError, AttributeError):
+            return False
+        finally:
+            stream.close()
+        return state in api.TERMINAL_STATES
 
 
 @dataclass
@@ -139,6 +194,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
     tasks = [
         asyncio.create_task(copy_output(out, out_fd, state), name="tty-out"),
         asyncio.create_task(_send_keys(inp, in_fd, state), name="tty-in"),
+        asyncio.create_task(JobWatch(base, token, job_id, state.stop.set).run(), name="tty-job"),
     ]
     winch = _Resizer(inp, in_fd, state)
     loop.add_signal_handler(signal.SIGWINCH, winch.changed)

@@ -13,6 +13,12 @@ input half ending closes only the input direction, and a fresh input direction i
 created when input halves attach again; the last half leaving forgets the session,
 and a late unwind never touches a newer session for the same job.
 
+A session is over for every half once discarded, the POST halves included: they end
+their answers at once rather than at their sender's next write, so a worker whose
+client went away learns it while its job is quiet. A session whose worker is attached
+with no client half for ``CLIENT_ABSENT`` seconds is discarded the same way: its client
+left before the worker dialled in, or never came (README, "Using it on one machine").
+
 Nothing here touches the store or parses a byte (TTY-003, TTY-030).
 """
 
@@ -30,6 +36,9 @@ FRAME_MAX = 1_048_576
 WRITE_DEADLINE = 10.0
 #: A POST half blocked this long while it is alone in its session gives up (TTY-014).
 HANDOFF_GUARD = 60.0
+#: A session with worker halves and no client half for this long is over: the client
+#: left or never came, and nobody can ever attach to the job's terminal or pipe again.
+CLIENT_ABSENT = 10.0
 
 
 class Half(enum.Enum):
@@ -43,6 +52,10 @@ class Half(enum.Enum):
     @property
     def is_output(self) -> bool:
         return self in (Half.CLIENT_OUT, Half.WORKER_OUT)
+
+    @property
+    def is_client(self) -> bool:
+        return self in (Half.CLIENT_OUT, Half.CLIENT_IN)
 
 
 class Conflict(Exception):
@@ -134,8 +147,17 @@ class Session:
     output: Pipe = field(default_factory=Pipe)
     input: Pipe = field(default_factory=Pipe)
     halves: set[Half] = field(default_factory=set)
-    #: Set once the output ended: the session is over for every half (TTY-020).
-    discarded: bool = False
+    #: Set once the session is discarded (TTY-020): over for every half.
+    over: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Armed while worker halves wait with no client half (``CLIENT_ABSENT``).
+    absent_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def discarded(self) -> bool:
+        return self.over.is_set()
+
+    def client_attached(self) -> bool:
+        return any(h.is_client for h in self.halves)
 
     def alone(self, half: Half) -> bool:
         """Whether ``half`` is the only one attached (the hand-off guard's condition)."""
@@ -149,13 +171,18 @@ class Relay:
     """Every live session, by job ID; the only owner of session life and death."""
 
     def __init__(
-        self, *, write_deadline: float = WRITE_DEADLINE, handoff_guard: float = HANDOFF_GUARD
+        self,
+        *,
+        write_deadline: float = WRITE_DEADLINE,
+        handoff_guard: float = HANDOFF_GUARD,
+        client_absent: float = CLIENT_ABSENT,
     ) -> None:
         self.sessions: dict[str, Session] = {}
         #: Set at shutdown: POST halves stop waiting for their bodies.
         self.stopping = asyncio.Event()
         self.write_deadline = write_deadline
         self.handoff_guard = handoff_guard
+        self.client_absent = client_absent
 
     def attach(self, job_id: str, half: Half) -> Session:
         """Join (or create) the job's session as ``half``; ``Conflict`` if it is taken."""
@@ -171,7 +198,26 @@ class Relay:
             if other not in session.halves:
                 session.input = Pipe()
         session.halves.add(half)
+        self._watch_for_client(session)
         return session
+
+    def _watch_for_client(self, session: Session) -> None:
+        """Arm the absent-client timer while only worker halves are attached; else disarm."""
+        waiting = bool(session.halves) and not session.client_attached() and not session.discarded
+        if not waiting:
+            if session.absent_timer is not None:
+                session.absent_timer.cancel()
+                session.absent_timer = None
+            return
+        if session.absent_timer is None:
+            loop = asyncio.get_running_loop()
+            session.absent_timer = loop.call_later(self.client_absent, self._absent, session)
+
+    def _absent(self, session: Session) -> None:
+        session.absent_timer = None
+        if session.halves and not session.client_attached() and not session.discarded:
+            session.output.close()  # nobody will read what the worker offered
+            self._discard(session)
 
     def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
         """``half`` is over (``pipe`` being the direction it joined): apply its rule.
@@ -186,22 +232,33 @@ class Relay:
         else:
             pipe.close()
         if half.is_output:
-            session.discarded = True
-            session.input.close()
-            self._forget(session)
+            self._discard(session)
         session.halves.discard(half)
         if not session.halves:
             session.output.close()
             session.input.close()
             self._forget(session)
+        self._watch_for_client(session)
+
+    def _discard(self, session: Session) -> None:
+        """TTY-020: the session is over; its input closes and every half is told.
+
+        The output direction is left to its halves: its writer ended it (the bytes
+        already handed over still reach the reader), or its reader is gone.
+        """
+        session.over.set()
+        session.input.close()
+        self._forget(session)
 
     def close_all(self) -> None:
         """Shutdown: every direction closes and every POST half stops reading."""
         self.stopping.set()
         for session in list(self.sessions.values()):
-            session.discarded = True
+            session.over.set()
             session.output.close()
             session.input.close()
+            if session.absent_timer is not None:
+                session.absent_timer.cancel()
         self.sessions.clear()
 
     def _forget(self, session: Session) -> None:

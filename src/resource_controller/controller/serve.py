@@ -81,10 +81,33 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+#: A peer that acknowledges nothing for this long is gone (a cut cable, a closed
+#: laptop): the kernel drops its connection, so a relay half notices within this bound.
+PEER_SILENCE = 10
+#: Keep-alive probing of an idle connection: first probe, interval, unanswered count
+#: (4 + 3 x 2 = PEER_SILENCE seconds).
+KEEPALIVE = (4, 2, 3)
+
+
+def detect_dead_peers(sock: socket.socket) -> None:
+    """Keep-alive and a user timeout on ``sock``; accepted connections inherit both.
+
+    A vanished client sends no FIN: without these, its idle relay connection would look
+    open forever and its job would wait on a stdin that never ends.
+    """
+    idle, interval, count = KEEPALIVE
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, PEER_SILENCE * 1000)
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    detect_dead_peers(sock)
     try:
         sock.bind((host, port))
     except OSError as exc:

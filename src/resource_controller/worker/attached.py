@@ -7,6 +7,13 @@ the job then goes on through verify, its report and release like any other. Afte
 run (supervision and the output drain), the PTY master is closed, then both streams
 (closing the output body ends the session at the controller, WTTY-007).
 
+The controller answers the output half only when the session is over. An answer (or
+a broken connection) while the job still runs means nobody can see its output or
+type into it again: its client left, or the relay was lost. The job is then ended
+through the cancellation path, ``killed`` with that reason, so a relayed job never
+holds its device for a client that is gone. Input ending alone never ends the job
+(WTTY-005).
+
 The mode-specific parts live beside this: ``tty`` (the terminal and its frames) and
 ``pipe`` (raw stdin and stdout, CP-001).
 """
@@ -27,6 +34,8 @@ from resource_controller.worker.timings import Timings
 log = logging.getLogger(__name__)
 
 ATTACHED = frozenset({Stdio.TTY.value, Stdio.PIPE.value})
+#: The reason of a job ended because the controller closed its session.
+REASON_CLIENT_LEFT = "client left"
 
 
 def is_attached(assignment: wire.Assignment) -> bool:
@@ -36,6 +45,16 @@ def is_attached(assignment: wire.Assignment) -> bool:
 
 def _problem(exc: duplex.StreamError) -> str:
     return str(exc)
+
+
+async def session_over(output: duplex.Stream) -> str:
+    """Returns once the controller ended the output half: why the session is over."""
+    try:
+        while await output.read():
+            pass
+    except duplex.StreamError as exc:
+        return f"relay lost: {exc}"
+    return REASON_CLIENT_LEFT
 
 
 class RelaySink:
@@ -88,11 +107,14 @@ async def run(
     except duplex.StreamError as exc:
         output.close()
         return _attach_failed(mode, "input", exc)
+    over = asyncio.create_task(session_over(output), name=f"relay-over-{job_id}")
     try:
         env = runner.build_env(assignment, base_env)
         argv = runner.job_argv(assignment)
         if mode == Stdio.TTY.value:
-            return await _run_tty(assignment, argv, env, output, inp, cancel, clock, timings)
+            return await _run_tty(
+                assignment, argv, env, output, inp, cancel, clock, timings, hangup=over
+            )
         from resource_controller.worker import pipe
 
         return await pipe.run(
@@ -106,12 +128,17 @@ async def run(
             cancel=cancel,
             clock=clock,
             timings=timings,
+            hangup=over,
         )
     finally:
         # The relay answers the output half once it handed on every byte; hanging up
         # before that answer could drop the last chunks at the controller.
         with contextlib.suppress(duplex.StreamError):
-            await output.finish_and_await_answer()
+            await output.finish()
+        await asyncio.wait([over], timeout=duplex.ANSWER_WAIT)
+        over.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await over
         output.close()
         inp.close()
 
@@ -130,6 +157,7 @@ async def _run_tty(
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings,
+    hangup: asyncio.Future[str],
 ) -> runner.Outcome:
     got = await tty.start(argv, env=env, cwd=assignment.cwd or None, clock=clock)
     if isinstance(got, runner.Outcome):
@@ -149,6 +177,7 @@ async def _run_tty(
             max_runtime=float(assignment.max_runtime_seconds or 0),
             idle_timeout=float(assignment.idle_timeout_seconds or 0),
             output_grace=timings.pty_drain,
+            hangup=hangup,
         )
     finally:
         forward.cancel()

@@ -69,6 +69,7 @@ async def run(
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings,
+    hangup: asyncio.Future[str] | None = None,
 ) -> runner.Outcome:
     """Spawn with three pipes, feed and drain them, supervise as any job (§8)."""
     started = await runner.start(
@@ -92,6 +93,7 @@ async def run(
             timings=timings,
             max_runtime=float(assignment.max_runtime_seconds or 0),
             idle_timeout=float(assignment.idle_timeout_seconds or 0),
+            hangup=hangup,
         )
         # The process is gone: its stderr ends now, unless an escapee still holds it.
         await asyncio.wait([stderr], timeout=timings.pty_drain)

@@ -365,6 +365,7 @@ async def supervise(
     max_runtime: float = 0.0,
     idle_timeout: float = 0.0,
     output_grace: float | None = None,
+    hangup: asyncio.Future[str] | None = None,
 ) -> Outcome:
     """Watch a started process until it is complete; never raises for the job's sake.
 
@@ -376,6 +377,9 @@ async def supervise(
     ``output_grace`` is for a terminal (WTTY-006, WTTY-007): the job is complete when
     its leader exited, whoever still holds the terminal, and the output then gets at
     most that long to drain. Without it, complete means exited *and* output at its end.
+
+    ``hangup`` resolving (an attached job's relay ended: its client is gone) starts the
+    cancellation path too, with the future's result as the reason.
     """
     activity = proc.activity
     pump = asyncio.create_task(_pump(proc.proto.output, on_output, activity, clock), name="pump")
@@ -391,6 +395,7 @@ async def supervise(
             max_runtime,
             idle_timeout,
             timings.watchdog_period,
+            hangup,
         )
         if trip is None:
             outcome = await _after_exit(proc.target, proc.transport.get_returncode())
@@ -420,6 +425,7 @@ async def _watch(
     max_runtime: float,
     idle_timeout: float,
     period: float,
+    hangup: asyncio.Future[str] | None = None,
 ) -> str | None:
     """Wait for completion; return ``None`` then, else the reason supervision must step in."""
     cancelled = asyncio.create_task(cancel.wait(), name="cancel-wait")
@@ -429,13 +435,17 @@ async def _watch(
                 return None
             if cancel.is_set():
                 return REASON_CANCELLED
+            if hangup is not None and hangup.done() and not hangup.cancelled():
+                return hangup.result()
             now = clock.monotonic()
             # Max runtime wins when both are due in the same check (WRK-094).
             if max_runtime > 0 and now - started > max_runtime:
                 return f"max_runtime exceeded ({durations.render_duration(max_runtime)})"
             if idle_timeout > 0 and now - activity.last > idle_timeout:
                 return f"idle: no output for {durations.render_duration(idle_timeout)}"
-            waitables = [f for f in (pump, exited, cancelled) if f is not None and not f.done()]
+            waitables = [
+                f for f in (pump, exited, cancelled, hangup) if f is not None and not f.done()
+            ]
             await asyncio.wait(waitables, timeout=period, return_when=asyncio.FIRST_COMPLETED)
     finally:
         cancelled.cancel()

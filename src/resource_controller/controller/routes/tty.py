@@ -17,7 +17,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from resource_controller import errors
 from resource_controller.controller import deps
@@ -82,25 +82,33 @@ class _Relayed(Response):
             self.relay.half_ended(self.session, self.half, self.pipe)
 
     async def _pump_body(self, receive: Receive) -> None:
-        """A POST half: hand each piece of the request body to the peer (TTY-010, TTY-014)."""
+        """A POST half: hand each piece of the request body to the peer (TTY-010, TTY-014).
+
+        It ends with its sender's body, or as soon as the session is over or the
+        controller stops, whichever comes first.
+        """
+        pumping = asyncio.create_task(self._pump(receive))
+        over = asyncio.create_task(self.session.over.wait())
         stopping = asyncio.create_task(self.relay.stopping.wait())
         try:
-            while True:
-                message = asyncio.create_task(_next(receive))
-                await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not message.done():
-                    message.cancel()
-                    return  # the controller is shutting down
-                got = message.result()
-                if got["type"] != "http.request":
-                    return  # the sender went away
-                data: bytes = got.get("body", b"")
-                if data and not await self._hand_over(self.pipe, data):
-                    return  # the direction closed: refuse what follows (TTY-020)
-                if not got.get("more_body", False):
-                    return  # end of stream: the process exited, or stdin EOF
+            await asyncio.wait({pumping, over, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopping.cancel()
+            for task in (pumping, over, stopping):
+                task.cancel()
+            for task in (pumping, over, stopping):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _pump(self, receive: Receive) -> None:
+        while True:
+            got = await receive()
+            if got["type"] != "http.request":
+                return  # the sender went away
+            data: bytes = got.get("body", b"")
+            if data and not await self._hand_over(self.pipe, data):
+                return  # the direction closed: refuse what follows (TTY-020)
+            if not got.get("more_body", False):
+                return  # end of stream: the process exited, or stdin EOF
 
     async def _hand_over(self, pipe: Pipe, data: bytes) -> bool:
         guard = self.relay.handoff_guard
@@ -146,10 +154,6 @@ class _Relayed(Response):
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await gone
-
-
-async def _next(receive: Receive) -> Message:
-    return await receive()
 
 
 async def _disconnected(receive: Receive) -> None:
