@@ -204,6 +204,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
                 names,
                 data / "worker",
                 ready,
+                lambda line: say(log_format, line),
             )
         )
     except (NotReady, client_config.ConfigError) as exc:
@@ -249,6 +250,7 @@ async def _main(
     names: list[str],
     state_dir: Path,
     ready: Callable[[], None] = lambda: None,
+    tell: Callable[[str], None] = lambda _line: None,
 ) -> None:
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
@@ -303,10 +305,43 @@ async def _main(
         if working is not None:
             with contextlib.suppress(Exception):
                 await working
+            if agent is not None:
+                await _report_stop(svc, agent.stopped_jobs, tell)
         svc.hub.shutting_down.set()
         server.should_exit = True
         with contextlib.suppress(Exception):
             await serving
+
+
+#: After the worker stopped, how long the controller still answers, so that a client
+#: blocked on one of the jobs it ended reads that job's end (clients poll every 0.5 s).
+CLIENT_LINGER = 1.5
+
+
+async def _report_stop(svc: Services, job_ids: list[str], tell: Callable[[str], None]) -> None:
+    """Say what the stop did to the work, then let blocked clients read it."""
+    ended = []
+    for job_id in job_ids:
+        try:
+            ended.append(await svc.db(svc.store.job, job_id))
+        except Exception as exc:  # the stop goes on; it says what it could not read
+            tell(f"stopping: could not read job {job_id}: {exc}")
+    if ended:
+        jobs = ", ".join(f"{j.id} on {j.device_id} ({j.state})" for j in ended)
+        tell(f"stopping: the worker ended {len(ended)} running job(s): {jobs}")
+        await asyncio.sleep(CLIENT_LINGER)
+    try:
+        queued = await svc.db(svc.store.queued_jobs)
+        active = [j for j in await svc.db(svc.store.active_jobs) if j.id not in job_ids]
+    except Exception as exc:
+        tell(f"stopping: could not read the queue: {exc}")
+    else:
+        if queued:
+            tell(f"{len(queued)} queued job(s) wait for the next rc up")
+        if active:
+            names = ", ".join(f"{j.id} ({j.state})" for j in active)
+            tell(f"{len(active)} job(s) handed to the worker as it stopped: {names}")
+    tell("stopped")
 
 
 def _task_error(task: asyncio.Task[None]) -> str:

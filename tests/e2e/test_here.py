@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from .cluster import RC, Cluster, free_port, stop, wait_for
@@ -129,3 +130,41 @@ def test_rc_up_keeps_another_controller_and_says_so(tmp_path: Path) -> None:
     assert "written to" not in out, out
     assert "http://shared.example:9" in out and "kept it" in out and "--force" in out
     assert 'controller: "http://shared.example:9"' in cfg.read_text()
+
+
+def test_rc_up_stops_relayed_and_plain_jobs_in_bounded_time_and_says_what_it_did(
+    cluster: Cluster,
+) -> None:
+    # Stopping rc up ends every running job (the worker's shutdown), says which, and
+    # keeps answering long enough for each blocked client to read its job's end.
+    up = cluster.start_up()
+    plain = cluster.popen_rc("run", "-d", cluster.dev, "--", "sh", "-c", "echo up; sleep 60")
+    relayed = subprocess.Popen(
+        [RC, "run", "-i", "-d", cluster.dev, "--", "cat"],
+        env=cluster.env(),
+        stdin=subprocess.PIPE,  # never closed: the job would wait for it forever
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    cluster.procs.append(relayed)
+    wait_for(lambda: queued_behind(cluster), 20, "the relayed job to queue behind the first")
+    assert up.stdout is None  # rc up's output goes to up.log
+    started = time.monotonic()
+    assert stop(up, signal.SIGINT, timeout=60) == 0
+    took = time.monotonic() - started
+    assert took < 30, took
+    said = (cluster.tmp / "up.log").read_text()
+    assert "the worker ended 1 running job(s)" in said and "stopped" in said, said
+    # The relayed job was queued; the device the stop freed may have been handed to it.
+    assert "1 queued job(s) wait" in said or "1 job(s) handed to the worker" in said, said
+    _, err = plain.communicate(timeout=30)
+    assert "cancelled: worker stopped" in err, err
+    relayed.communicate(timeout=60)  # it ends too: rc up is gone
+
+
+def queued_behind(c: Cluster) -> bool:
+    status, state = c.api("GET", "/v1/state")
+    running = (
+        [j for j in state.get("jobs") or [] if j["state"] == "running"] if status == 200 else []
+    )
+    return len(running) == 1 and len(state.get("queued") or []) == 1

@@ -463,7 +463,12 @@ def test_shutdown_cancels_jobs_and_reports_them() -> None:  # WRK-130
     _, took = run(go())
     assert took < 5
     assert ctl.terminal(a["job_id"]) == [
-        {"state": "killed", "exit_code": 143, "worker_id": "w-1", "reason": "cancelled"}
+        {
+            "state": "killed",
+            "exit_code": 143,
+            "worker_id": "w-1",
+            "reason": "cancelled: worker stopped",
+        }
     ]
     assert bytes(ctl.logs[a["job_id"]]) == b"started\n"
     assert pids_with_job_prefix(a["job_id"]) == []
@@ -579,7 +584,12 @@ def test_sigterm_shuts_down_and_exits_0(
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) == 0
         job = wait_state(client, job_id, TERMINAL)
-    assert (job["state"], job["exit_code"], job["kill_reason"]) == ("killed", 143, "cancelled")
+    # The shutdown's own reason, so the job's owner learns the worker stopped it.
+    assert (job["state"], job["exit_code"], job["kill_reason"]) == (
+        "killed",
+        143,
+        "cancelled: worker stopped",
+    )
 
 
 def test_second_signal_takes_the_default_action(

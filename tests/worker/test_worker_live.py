@@ -142,7 +142,7 @@ def test_shutdown_reports_running_jobs_killed(controller: LiveController) -> Non
             base_url=controller.url, headers={"Authorization": "Bearer ctok"}, timeout=10
         ) as client:
             job = await until_state(client, job_id, {"killed", "failed", "succeeded", "lost"})
-        assert (job["state"], job["kill_reason"]) == ("killed", "cancelled")
+        assert (job["state"], job["kill_reason"]) == ("killed", "cancelled: worker stopped")
 
     run(go(), 40)
 

@@ -45,6 +45,7 @@ from resource_controller.worker import (
     probes,
     procs,
     reconnect,
+    runner,
     sheets,
     tasks,
 )
@@ -96,6 +97,8 @@ class Agent:
         #: Tasks the shutdown must wait for (WRK-067).
         self._tasks = tasks.Tracker()
         self._shutting_down = False
+        #: The jobs the shutdown cancelled, by ID, for whoever stopped this worker to report.
+        self.stopped_jobs: list[str] = []
         #: Probe passes and their memory across passes (§16).
         self.prober = probes.Prober(
             [d.name for d in config.devices],
@@ -257,7 +260,9 @@ class Agent:
         for task in loops:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        self.stopped_jobs = list(self._life.jobs)
         for job in self._life.jobs.values():
+            job.cancel_reason = runner.REASON_SHUTDOWN
             job.cancel.set()
         await self._wait_for_jobs()
         await self._life.hooks.drain()

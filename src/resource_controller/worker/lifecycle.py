@@ -42,6 +42,7 @@ it started (WRK-066) and device fault reports (WRK-114), both through the outbox
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -74,6 +75,9 @@ class Job:
 
     assignment: wire.Assignment
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: What a cancellation is reported as: ``cancelled`` for a kill flag, the shutdown's
+    #: own words when the worker is stopping, so the job's owner learns which it was.
+    cancel_reason: str = runner.REASON_CANCELLED
     #: Each device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
     epochs: dict[str, int] = field(default_factory=dict)
 
@@ -162,6 +166,8 @@ class Lifecycle:
             except asyncio.CancelledError:
                 await self.abandon(job, running, output)
                 raise
+            if outcome.reason == runner.REASON_CANCELLED:
+                outcome = dataclasses.replace(outcome, reason=job.cancel_reason)
             await self.finish(job, outcome, output, running)
             await self.release(job)
         finally:

@@ -46,6 +46,8 @@ READ_BLOCK = 65_536
 SLEEPER = ("sleep", "2147483647")
 
 REASON_CANCELLED = "cancelled"
+#: A job cancelled because its worker is shutting down (``rc worker`` or ``rc up`` stopped).
+REASON_SHUTDOWN = "cancelled: worker stopped"
 REASON_SURVIVORS = "cancelled; survivors remained after SIGKILL"
 REASON_STRAGGLERS_REAPED = "stragglers reaped after exit"
 REASON_STRAGGLERS_REMAINED = "stragglers remained after exit"
