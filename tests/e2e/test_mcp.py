@@ -19,6 +19,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
 
+from resource_controller.version import installed_version
+
 from .cluster import RC, Cluster, free_port, stop, wait_for
 
 TOOLS = {"devices", "describe", "explain", "run", "submit", "logs", "kill", "hold", "release"}
@@ -164,5 +166,13 @@ def test_without_the_sdk_rc_mcp_says_what_to_install(fleet: Cluster, tmp_path: P
     (shadow / "mcp.py").write_text("raise ImportError(\"No module named 'mcp'\")\n")
     out = fleet.rc("mcp", PYTHONPATH=str(shadow))
     assert out.returncode == 1, out
-    assert "pip install 'resource-controller[mcp]'" in out.stderr
-    assert out.stdout == ""
+    assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    # The ways that work before the package is on an index come first: this checkout
+    # (rc runs from it, editable) and a wheel built from it, each with rc's own Python.
+    checkout = Path(__file__).resolve().parents[2]
+    wheel = f"dist/resource_controller-{installed_version()}-py3-none-any.whl"
+    python = Path(RC).read_text().splitlines()[0].removeprefix("#!")  # what runs rc
+    pip = f"{python} -m pip install"
+    assert f"{pip} -e '{checkout}[mcp]'" in out.stderr, out.stderr
+    assert f"{pip} '{wheel}[mcp]'" in out.stderr, out.stderr
+    assert f"{pip} 'resource-controller[mcp]'" in out.stderr, out.stderr

@@ -182,3 +182,24 @@ def test_installed_controller_migrates_and_serves_the_dashboard(
     finally:
         code = stop(proc, signal.SIGTERM, timeout=15)
     assert code == 0, (tmp_path / "serve.log").read_text()
+
+
+def test_installed_rc_mcp_without_the_extra_says_how_to_add_it(
+    installed: Installed, tmp_path: Path
+) -> None:
+    # The venv holds the wheel without its mcp extra: the SDK is really missing. Not a
+    # checkout, so the advice leads with the wheel (by its name) and this venv's Python.
+    done = subprocess.run(
+        [str(installed.rc), "mcp"],
+        cwd=tmp_path,
+        env=_quiet_env(home=tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stdout == "", done
+    pip = str(installed.venv / "bin" / "python")
+    assert f"-m pip install 'dist/{installed.wheel.name}[mcp]'" in done.stderr, done.stderr
+    assert "-m pip install -e '<checkout>[mcp]'" in done.stderr, done.stderr
+    assert pip in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

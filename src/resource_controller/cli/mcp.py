@@ -7,16 +7,21 @@ unless its token is admin, CLI-131), the same error codes. Results are JSON obje
 a refusal is a tool error whose text carries the wire code
 (``not_job_owner: ...``), so an agent can act on it.
 
-The SDK is an optional extra (``resource-controller[mcp]``) imported only when the
-server starts; without it ``rc mcp`` says how to install it and exits 1, like every
-failure of rc itself. Tools run in the SDK's worker threads, one ``Client`` per call,
-so a long ``run`` does not stop the server from answering.
+The SDK is an optional extra (``mcp``) imported only when the server starts; without
+it ``rc mcp`` says how to install it and exits 1, like every failure of rc itself. The
+advice names the ways that work before the package is on an index (from the checkout
+this ``rc`` runs from, or from a built wheel) with the Python that runs ``rc``, since a
+bare ``pip`` is often another interpreter's. Tools run in the SDK's worker threads,
+one ``Client`` per call, so a long ``run`` does not stop the server from answering.
 """
 
 from __future__ import annotations
 
 import functools
+import shlex
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -27,9 +32,7 @@ from resource_controller.cli.common import CONTEXT_SETTINGS
 
 #: Exit code when the SDK is missing: a usage problem of the installation, not of a job.
 EXIT_NO_SDK = 1
-NO_SDK = (
-    "rc mcp needs the MCP SDK, which is an optional extra: pip install 'resource-controller[mcp]'"
-)
+NO_SDK = "rc mcp needs the MCP SDK, which is an optional extra"
 #: Bytes of output a ``run`` or ``logs`` answer carries by default: the tail.
 TAIL_BYTES = 8000
 #: How long ``hold`` waits for a busy device by default before giving up.
@@ -39,6 +42,37 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: The identity for this server's submits and kills (``--as``), set once at start.
 _submitter: str | None = None
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this ``rc`` runs from (an editable install), or ``None``."""
+    import resource_controller
+
+    package = Path(resource_controller.__file__).resolve().parent
+    root = package.parent.parent
+    if package.parent.name == "src" and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def install_advice() -> str:
+    """How to add the extra, into the interpreter running this ``rc``.
+
+    Every form that works before the package is published comes first: from the
+    checkout, from a wheel built from it; the index form last.
+    """
+    from resource_controller import version
+
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    root = checkout_root()
+    checkout = shlex.quote(f"{root if root else '<checkout>'}[mcp]")
+    number = version.installed_version(default="<version>")
+    wheel = shlex.quote(f"dist/resource_controller-{number}-py3-none-any.whl[mcp]")
+    return (
+        f"from a checkout of the source: {pip} -e {checkout};"
+        f" from a wheel built from it (python -m build): {pip} {wheel};"
+        f" from a package index that has it: {pip} 'resource-controller[mcp]'"
+    )
 
 
 def _client() -> Any:
@@ -323,7 +357,16 @@ def mcp(as_: str) -> None:
     Tools: devices, describe, explain, run, submit, logs, kill, hold, release. They use
     the same controller, token and submitter as rc (RC_CONTROLLER, RC_TOKEN,
     RC_SUBMITTER, the config file), so the agent can end only its own jobs unless the
-    token is admin. Needs the optional extra: pip install 'resource-controller[mcp]'.
+    token is admin.
+
+    Needs the optional extra mcp, installed into the Python that runs rc, from a
+    checkout (make install puts it in .venv), a wheel built from one, or a package
+    index that has the package:
+
+    \b
+      pip install -e '.[mcp]'
+      pip install 'dist/resource_controller-VERSION-py3-none-any.whl[mcp]'
+      pip install 'resource-controller[mcp]'
 
     \b
     Example client configuration:
@@ -334,7 +377,7 @@ def mcp(as_: str) -> None:
     try:
         server = build_server()
     except ImportError as e:
-        render.say(f"{NO_SDK} ({e})")
+        render.say(f"{NO_SDK} ({e}); install it into this rc's Python, {install_advice()}")
         raise SystemExit(EXIT_NO_SDK) from e
     from resource_controller.cli import signals
 
