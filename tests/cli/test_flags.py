@@ -172,6 +172,8 @@ def test_stray_positionals_ignored_by_ps_and_devices(run_rc: Rc) -> None:
     "args",
     [
         ["jobs", "-o", "yaml"],
+        ["ps", "-o", "yaml"],
+        ["ps", "--output=x", "stray"],
         ["devices", "-o", "yaml"],
         ["devices", "--output=x"],
         ["devices", "-o", "stray"],  # EXT-CLI-3: -o takes a real value now
@@ -188,6 +190,8 @@ def test_unknown_output_format(run_rc: Rc, args: list[str]) -> None:
     "args",
     [
         ["jobs", "-o", "JSON"],
+        ["ps", "-o", "json"],
+        ["ps", "-o", "Text", "stray"],
         ["devices", "-o", "text"],
         ["devices", "--output", "json"],
         ["devices", "-ojson"],

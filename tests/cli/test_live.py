@@ -570,6 +570,17 @@ def test_ps_devices_describe(
         f"{running[:8]}…)",
     ]
     assert ps[2].index("alice (job") == ps[0].index("WAITING FOR")
+    # -o json: the same rows as the controller's job objects, the queued one saying what
+    # it waits for with the controller's own entries.
+    listed = json.loads(run_rc("ps", "-o", "json", env=env).stdout)
+    assert [(j["id"], j["state"]) for j in listed] == [
+        (running, "running"),
+        (queued["id"], "queued"),
+    ]
+    assert "waiting_for" not in listed[0]
+    assert [(w["device_id"], w["job_id"]) for w in listed[1]["waiting_for"]] == [
+        ("box:gpu0", running)
+    ]
 
     devices = run_rc("devices", env=env).stdout.splitlines()
     row = devices[1].split()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -150,6 +151,29 @@ def test_ps_active_then_queue_with_per_device_counters(run_rc: Rc, fixed: dict[s
         "q4                                    gpubox:gpu0  queued (#2)  s              y",
         "q5                                                 queued (#2)  s              z",
     ]
+
+
+def test_ps_json_is_the_job_objects_in_the_tables_order(run_rc: Rc, fixed: dict[str, Any]) -> None:
+    # rc ps -o json: one compact line like rc jobs -o json (CLI-143), active jobs first,
+    # then the queue in scheduling order; a queued job carries what it waits for
+    # (EXT-WHY-1a's entries, as GET /v1/jobs/{id} gives them) when the controller said.
+    running = job(id="r1", device_id="gpubox:gpu0", state="running", command=["a b", "c"])
+    first = job(id="q1", device_id="gpubox:gpu0", command=["./train"], env={"K": "é"})
+    second = job(id="q2", selector="vram>=40G", command=["x"])
+    blocker = {"device_id": "gpubox:gpu0", "holder": "alice", "job_id": "r1", "kind": "job"}
+    fixed["state"] = {
+        "devices": [],
+        "jobs": [running],
+        "queued": [first, second],
+        "queued_waiting_for": {"q1": [blocker]},
+    }
+    out = run_rc("ps", "-o", "json").stdout
+    assert out.count("\n") == 1 and out.endswith("]\n")
+    assert '"command":["a b","c"]' in out and '"env":{"K":"é"}' in out
+    assert json.loads(out) == [running, {**first, "waiting_for": [blocker]}, second]
+    fixed["state"] = {"devices": [], "jobs": [], "queued": []}
+    assert run_rc("ps", "--output=JSON").stdout == "[]\n"
+    assert run_rc("ps", "-o", "text").stdout.startswith("JOB ")
 
 
 def device_view(dev: str, state: str, **fields: Any) -> dict[str, Any]:

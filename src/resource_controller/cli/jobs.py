@@ -330,15 +330,22 @@ def _state_cell(job: api.Json) -> str:
     cls=common.RcCommand,
     context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
 )
-def ps() -> None:
+@click.option("-o", "--output", default="text", help="text or json (one line).")
+def ps(output: str) -> None:
     """Active jobs, then the queue with per-device positions and what each waits for.
 
-    The queue is how to find a waiting job's ID, to rc kill it.
+    The queue is how to find a waiting job's ID, to rc kill it. -o json prints the
+    controller's job objects on one line, in the table's order, each queued one with
+    its waiting_for when the controller tells.
     """
+    fmt = common.output_format(output)  # before any request, as rc jobs (CLI-140)
     state = _client().state()
     # EXT-WHY-2: a last column says what each queued job waits for, when the controller
     # tells (``queued_waiting_for``, EXT-WHY-1a); without it the base table (CLI-146).
     waits = state.get("queued_waiting_for")
+    if fmt == "json":
+        render.out(render.json_compact(_ps_objects(state, waits)))
+        return
     why = isinstance(waits, dict) and bool(waits)
     rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND", *(["WAITING FOR"] if why else [])]]
     for job in state.get("jobs") or []:
@@ -350,6 +357,17 @@ def ps() -> None:
         extra = [_waiting_cell(job, waits)] if why else []
         rows.append(_ps_row(job, f"queued (#{counters[device]})", *extra))
     render.out(render.table(rows))
+
+
+def _ps_objects(state: api.Json, waits: Any) -> list[api.Json]:
+    """``rc ps -o json``: the job objects as ``rc jobs -o json`` prints them, active ones
+    first, then the queue in scheduling order; a queued job carries ``waiting_for`` (as
+    ``GET /v1/jobs/{id}`` does beside it, EXT-WHY-1a) when the controller said."""
+    found: list[api.Json] = list(state.get("jobs") or [])
+    for job in state.get("queued") or []:
+        entries = waits.get(str(job.get("id") or "")) if isinstance(waits, dict) else None
+        found.append({**job, "waiting_for": entries} if isinstance(entries, list) else job)
+    return found
 
 
 def _waiting_cell(job: api.Json, waits: Any) -> str:
