@@ -93,11 +93,23 @@ def test_kill_running_and_queued_with_ownership(cluster: Cluster) -> None:
     job = cluster.job(queued["id"])
     assert job["state"] == "killed" and job["kill_reason"] == "killed by admin override (as bob)"
 
-    # The owner kills the running job: the worker terminates it and reports `killed`.
+    # As docs/agents.md says: the owner's kill of a queued job records who killed it
+    # (CLI-132, STORE-043) ...
+    mine = cluster.api(
+        "POST", "/v1/jobs", {"device_id": "box:gpu0", "command": ["true"], "submitter": "alice"}
+    )[1]
+    assert cluster.job(mine["id"])["state"] == "queued"
+    r = cluster.rc("kill", mine["id"], "--as", "alice")
+    assert r.returncode == 0, r.stderr
+    job = cluster.job(mine["id"])
+    assert job["state"] == "killed" and job["kill_reason"] == "killed by alice", job
+
+    # ... while a running job killed by its owner ends with the worker's reason (WRK-096).
     r = cluster.rc("kill", running["id"], "--as", "alice")
     assert r.returncode == 0, r.stderr
     job = cluster.wait_job(running["id"], lambda j: j["state"] not in ("assigned", "running"))
     assert job["state"] == "killed" and job["kill_reason"] == "cancelled", job
+    assert job["exit_code"] == 143, job  # sleep ended by the SIGTERM
     # The device returns to the pool.
     wait_for(
         lambda: cluster.api("GET", "/v1/devices")[1][0]["device"]["state"] == "ready",
