@@ -5,11 +5,16 @@ GPU writes::
 
     @pytest.mark.rc_device(select="vram>=40G", ttl="20m")
     def test_kernel(rc_device):
-        os.environ["CUDA_VISIBLE_DEVICES"] = rc_device.cuda_visible_devices or ""
-        ...
+        ...  # CUDA_VISIBLE_DEVICES names the leased GPU(s), as for a job on them
 
 The fixture takes a hold (``Client.lease``) before the test and releases it after,
-whether the test passed, failed or was interrupted. The marker's keywords (``select``,
+whether the test passed, failed or was interrupted. For the test's duration it sets
+``CUDA_VISIBLE_DEVICES`` as the worker sets it for a job on the same devices
+(WRK-076, EXT-GANG-4): the devices' indices when every name yields one, replacing an
+inherited value; otherwise the inherited value is left as it is, since a guessed index
+could touch a GPU that was never leased. The previous value comes back afterwards. It
+governs the processes the test starts and CUDA initialised during the test; a CUDA
+runtime already initialised in the pytest process keeps the devices it saw then. The marker's keywords (``select``,
 ``device``, ``count``, ``ttl``, ``reason``, ``timeout``) override the ini options
 ``rc_select``, ``rc_device``, ``rc_ttl`` and ``rc_timeout``; with neither, any device.
 When no controller is configured (no ``RC_CONTROLLER``, none in the user config
@@ -91,11 +96,13 @@ def controller_configured() -> bool:
 @pytest.fixture
 def rc_device(request: pytest.FixtureRequest) -> Iterator[Lease]:
     """A device leased for this test: ``device_id``, ``device_ids``, ``cuda_visible_devices``,
-    ``epoch``, ``env``; released when the test ends."""
+    ``epoch``, ``env``, with ``CUDA_VISIBLE_DEVICES`` exported; released when the test ends."""
     if not controller_configured():
         pytest.skip("rc_device: no controller configured (set RC_CONTROLLER, or run rc up)")
     from resource_controller.client.sync import Client
 
     args = lease_arguments(request)
-    with Client() as client, client.lease(**args) as lease:
+    with Client() as client, client.lease(**args) as lease, pytest.MonkeyPatch.context() as env:
+        if lease.cuda_visible_devices is not None:
+            env.setenv("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices)
         yield lease

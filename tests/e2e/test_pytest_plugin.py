@@ -15,8 +15,19 @@ from .cluster import Cluster, free_port, stop, wait_for
 pytest_plugins = ("pytester",)
 
 INNER = """
+import os
+import subprocess
+import sys
+
 import pytest
 from resource_controller import Client
+
+
+def seen_by_a_child():
+    code = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.strip()
 
 
 def holder(device_id):
@@ -32,6 +43,24 @@ def test_pinned(rc_device):
     with Client() as c:
         assert c.job(rc_device.id).reason.startswith("pytest ")
         assert "test_pinned" in c.job(rc_device.id).reason
+    # Exported as the worker sets it for a job on box:gpu1 (WRK-076), over the inherited 7.
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert seen_by_a_child() == "1"
+
+
+def test_after_the_lease_the_inherited_value_is_back():
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"
+
+
+@pytest.mark.rc_device(device=["box:gpu0", "box:gpu1"])
+def test_two_devices(rc_device):
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"  # EXT-GANG-4
+
+
+@pytest.mark.rc_device(device="box:fpga")
+def test_a_name_without_an_index_leaves_it_alone(rc_device):
+    assert rc_device.cuda_visible_devices is None
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7" and seen_by_a_child() == "7"
 
 
 def test_from_the_ini_option(rc_device):
@@ -52,7 +81,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(tmp=tmp_path_factory.mktemp("plugin"), port=free_port())
     try:
         c.start_controller()
-        c.start_worker("box", ["gpu0", "gpu1"])
+        c.start_worker("box", ["gpu0", "gpu1", "fpga"])
         yield c
     finally:
         for proc in reversed(c.procs):
@@ -70,15 +99,16 @@ def test_the_fixture_leases_a_device_and_releases_it(
     for key, value in fleet.env().items():
         if key.startswith("RC_"):
             monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # what the inner suite inherits
     pytester.makeini("[pytest]\nrc_device = box:gpu0\nrc_ttl = 2m\n")
     pytester.makepyfile(test_inner=INNER)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=120)
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=5, failed=1)
     result.stdout.fnmatch_lines(["*the test body failed*"])
     wait_for(lambda: free(fleet), 20, "every lease the fixture took to be released")
     _, listed = fleet.api("GET", "/v1/jobs?limit=10")
     holds = [j for j in listed["jobs"] if j["kind"] == "hold"]
-    assert len(holds) == 3 and all(j["state"] == "killed" for j in holds), holds
+    assert len(holds) == 5 and all(j["state"] == "killed" for j in holds), holds
 
 
 def test_no_controller_configured_skips_with_the_reason(
