@@ -86,3 +86,30 @@ def test_the_base_is_a_slim_python_and_the_copied_sources_exist() -> None:
     assert any(
         w == "RUN" and "pip install" in rest and ".whl" in rest for w, rest in _final_stage()
     )
+
+
+def _docker_run(lines: list[str]) -> list[str]:
+    """The one ``docker run`` command among ``lines``, continuations joined, split as sh would."""
+    joined = "\n".join(lines).replace("\\\n", " ")
+    found = [ln for ln in joined.splitlines() if ln.strip().startswith("docker run ")]
+    assert len(found) == 1, found
+    return shlex.split(found[0])
+
+
+def test_the_example_run_keeps_tokens_off_the_command_line_and_publishes_on_loopback() -> None:
+    header = [
+        ln.removeprefix("#").strip()
+        for ln in CONTAINERFILE.read_text().splitlines()
+        if ln.startswith("#")
+    ]
+    doc = (ROOT / "docs" / "install.md").read_text()
+    section = doc[doc.index("## 7. The controller in a container") :]
+    section = section[: section.index("\n## ", 1)]
+    ours = _docker_run(header)
+    # The same command in both places (docs/install.md is the fuller account).
+    assert ours == _docker_run(section.splitlines())
+    published = [ours[i + 1] for i, arg in enumerate(ours) if arg in ("-p", "--publish")]
+    assert published and all(p.startswith("127.0.0.1:") for p in published), published
+    assert not any(arg in ("-e", "--env") or arg.startswith("--env=") for arg in ours), ours
+    env_file = ours[ours.index("--env-file") + 1]
+    assert f"install -m 0600 /dev/null {env_file}" in "\n".join(header)
