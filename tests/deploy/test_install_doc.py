@@ -47,3 +47,31 @@ def test_the_files_it_names_exist() -> None:
         assert (ROOT / path).exists(), path
     for unit in ("rc-serve.service", "rc-worker.service"):
         assert (ROOT / "deploy" / "systemd" / unit).is_file()
+
+
+def _shell_lines() -> list[str]:
+    """Every command line of the page's ``sh`` blocks, comments dropped."""
+    lines: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", DOC, flags=re.S):
+        for line in block.splitlines():
+            command = line.split("#", 1)[0].strip()
+            if command:
+                lines.append(command)
+    return lines
+
+
+def test_nothing_is_pip_installed_into_the_system_python() -> None:
+    # PEP 668: a distribution's Python refuses pip outside a virtual environment, so
+    # every install goes through a venv's own pip, and python3 only makes venvs.
+    lines = _shell_lines()
+    assert any("bin/python -m build" in line for line in lines)
+    for line in lines:
+        for command in re.split(r"&&|\|\||;|\|", line):
+            words = command.split()
+            if words[:1] == ["sudo"]:
+                words = words[1:]
+            if not words:
+                continue
+            assert words[0] not in ("pip", "pip3"), line
+            if words[0] in ("python", "python3") and words[1:2] == ["-m"]:
+                assert words[2] == "venv", line
