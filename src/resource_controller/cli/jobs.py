@@ -287,7 +287,8 @@ def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> No
     Filters combine: --device and --submitter match exactly; --state is one of
     queued, assigned, running, succeeded, failed, killed, lost. -n takes 1..200
     (0: the controller's default, 20).
-    -o json prints the controller's job objects on one line.
+    -o json prints the controller's job objects on one line, each with its
+    exit_code and kill_reason when it has them.
     """
     fmt = common.output_format(output)
     if state:
