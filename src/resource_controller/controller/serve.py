@@ -37,6 +37,7 @@ from resource_controller.controller import app as app_module
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
+from resource_controller.store import private
 from resource_controller.store.facade import Store
 from resource_controller.store.logs import MIN_MAX_BYTES, LogStore
 
@@ -134,7 +135,7 @@ def open_services(
     settings = apply_test_timings(settings, test_timings)
     clock = clock or SystemClock()
     try:
-        data.mkdir(mode=0o755, parents=True, exist_ok=True)
+        private.private_dir(data)
         store = Store(data / "rc.db", clock, priority_aging=settings.priority_aging)
         logs = LogStore(data / "logs", settings.max_log_bytes)
     except Exception as exc:

@@ -20,6 +20,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
 from resource_controller import errors
+from resource_controller.store import private
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -32,7 +33,15 @@ def _alembic_config(connection: sa.Connection) -> Config:
 
 
 def create_engine(path: Path) -> sa.Engine:
-    """An engine on the SQLite file at ``path`` with the project's pragmas."""
+    """An engine on the SQLite file at ``path`` with the project's pragmas.
+
+    The file is created 0600 before SQLite opens it; its WAL and shared-memory files
+    take the same mode from it.
+    """
+    private.private_file(path)
+    for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if side.exists():
+            private.private_file(side)
     engine = sa.create_engine(
         f"sqlite:///{path}",
         connect_args={"check_same_thread": False, "timeout": 5.0},

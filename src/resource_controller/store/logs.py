@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resource_controller import crashpoints, errors
+from resource_controller.store import private
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 READ_CHUNK = 32 * 1024
@@ -130,7 +131,7 @@ class LogStore:
         #: Appends and the reading of a log's shape are serialised, so a reader never
         #: sees a ring header that its bytes have not caught up with.
         self._lock = threading.Lock()
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        private.private_dir(directory)
 
     def path(self, job_id: str) -> Path:
         if not _SAFE_ID.match(job_id) or job_id in (".", ".."):
@@ -246,7 +247,7 @@ class LogStore:
 
 
 def _append_file(path: Path, data: bytes | memoryview) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, private.FILE_MODE)
     try:
         view = memoryview(data)
         while view:
@@ -275,7 +276,7 @@ def _ring_write(path: Path, data: memoryview, ring_size: int) -> None:
     A ring keeps the size it was created with, so a controller restarted with another
     cap goes on with the rings it left. The header is written after the bytes it counts.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, private.FILE_MODE)
     try:
         written, size = _header(fd)
         if written == 0:
