@@ -28,6 +28,7 @@ from resource_controller.client import config as client_config
 from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core.identity import as_name
+from resource_controller.store import private
 
 TOKENS_FILE = "up-tokens"
 ROLES = ("worker", "client", "admin")
@@ -47,7 +48,7 @@ def load_or_create_tokens(data: Path) -> tuple[dict[str, str], bool]:
         if all(pairs.get(r) for r in ROLES):
             return pairs, False
     tokens = {role: secrets.token_urlsafe(24) for role in ROLES}
-    data.mkdir(mode=0o755, parents=True, exist_ok=True)
+    private.private_dir(data)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("".join(f"{r}={tokens[r]}\n" for r in ROLES))
@@ -125,7 +126,7 @@ def lock_data_dir(data: Path) -> int:
     """
     import fcntl
 
-    data.mkdir(mode=0o755, parents=True, exist_ok=True)
+    private.private_dir(data)
     path = data / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -171,7 +172,8 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         say(log_format, str(exc), "ERROR")
         return 1
     url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{sock.getsockname()[1]}"
-    names = gpu_names() or [f"slot{i}" for i in range(devices)]
+    gpus = gpu_names()
+    names = gpus or [f"slot{i}" for i in range(devices)]
     hostname = socket.gethostname()
 
     def ready() -> None:
@@ -189,7 +191,8 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
             say(log_format, f"admin token written to {data / TOKENS_FILE} (mode 0600)")
         elif fresh:
             say(log_format, f"admin token (also in {data / TOKENS_FILE}): {tokens['admin']}")
-        say(log_format, "try:  rc run -- nvidia-smi   |   rc devices   |   rc ps   (Ctrl-C stops)")
+        say(log_format, dashboard_line(url, data / TOKENS_FILE, update.path))
+        say(log_format, try_line(gpus=bool(gpus)))
 
     try:
         # The stock loop, not uvloop: the worker half runs on the loop ``rc worker``
@@ -214,6 +217,20 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         svc.executor.shutdown(wait=True)
         svc.store.close()
     return 0
+
+
+def dashboard_line(url: str, tokens_file: Path, client_file: Path) -> str:
+    """Where the dashboard is, and which token its prompt wants (never the token itself)."""
+    return (
+        f"dashboard: {url}/ (paste the admin token from {tokens_file} to act on"
+        f" anything, or the client token in {client_file} for your own jobs)"
+    )
+
+
+def try_line(*, gpus: bool) -> str:
+    """A first command that works here: ``nvidia-smi`` only where there is one."""
+    first = "rc run -- nvidia-smi" if gpus else "rc run -- hostname"
+    return f"try:  {first}   |   rc devices   |   rc ps   (Ctrl-C stops)"
 
 
 def settings_report(update: client_config.ClientConfigUpdate, url: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -90,6 +91,10 @@ def test_second_rc_up_on_one_data_directory_refuses_without_a_banner(tmp_path: P
         assert stop(first, signal.SIGINT, timeout=30) == 0
     out = first.stderr.read().decode() if first.stderr else ""
     assert "rc: controller on http://127.0.0.1:" in out and "written to" in out
+    # No GPU here: the suggested first command is one that works, and the dashboard's
+    # address and the token to paste are named.
+    assert "try:  rc run -- hostname" in out and "nvidia-smi" not in out, out
+    assert "rc: dashboard: http://127.0.0.1:" in out and "up-tokens" in out, out
 
 
 def test_rc_up_with_a_taken_port_exits_without_a_banner(tmp_path: Path) -> None:
@@ -135,10 +140,12 @@ def test_rc_up_keeps_another_controller_and_says_so(tmp_path: Path) -> None:
 def test_rc_up_stops_relayed_and_plain_jobs_in_bounded_time_and_says_what_it_did(
     cluster: Cluster,
 ) -> None:
+    # EXT-UP, with the data directory private (0700, its files 0600).
     # Stopping rc up ends every running job (the worker's shutdown), says which, and
     # keeps answering long enough for each blocked client to read its job's end.
     up = cluster.start_up()
-    plain = cluster.popen_rc("run", "-d", cluster.dev, "--", "sh", "-c", "echo up; sleep 60")
+    mark = cluster.tmp / "started"
+    plain = cluster.popen_rc("run", "-d", cluster.dev, "--", "sh", "-c", f"touch {mark}; sleep 60")
     relayed = subprocess.Popen(
         [RC, "run", "-i", "-d", cluster.dev, "--", "cat"],
         env=cluster.env(),
@@ -147,8 +154,14 @@ def test_rc_up_stops_relayed_and_plain_jobs_in_bounded_time_and_says_what_it_did
         stderr=subprocess.PIPE,
     )
     cluster.procs.append(relayed)
+    wait_for(mark.exists, 20, "the first job's process to start")
     wait_for(lambda: queued_behind(cluster), 20, "the relayed job to queue behind the first")
     assert up.stdout is None  # rc up's output goes to up.log
+    data = cluster.tmp / "data"
+    modes = {p.relative_to(data): stat.S_IMODE(p.stat().st_mode) for p in data.rglob("*")}
+    modes[Path(".")] = stat.S_IMODE(data.stat().st_mode)
+    assert {str(p): m for p, m in modes.items() if m not in (0o600, 0o700)} == {}
+    assert modes[Path(".")] == modes[Path("logs")] == 0o700 and modes[Path("rc.db")] == 0o600
     started = time.monotonic()
     assert stop(up, signal.SIGINT, timeout=60) == 0
     took = time.monotonic() - started
