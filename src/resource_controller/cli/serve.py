@@ -133,6 +133,28 @@ def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
     sys.exit(process.main(config_path, log_format))
 
 
+#: ``rc up --devices``: the most generic devices one ``rc up`` declares. Its worker
+#: registers them all in one ``POST /v1/workers/register``, whose body may carry 1 MiB
+#: (``core.limits.BODY_BYTES``, EXT-LIMITS-2), and each ``slotN`` costs some 70 bytes of
+#: it (its entries in ``devices``, ``labels``, ``declared_labels`` and
+#: ``device_sheets``): about 15,000 fit. The ceiling keeps room for the longest host
+#: name and host labels; ``tests/cli/test_up_devices.py`` builds the worker's own
+#: registration at the ceiling and checks it fits.
+UP_DEVICES = (1, 10_000)
+
+
+def check_up_devices(count: int) -> None:
+    """Refuse a ``--devices`` count outside ``UP_DEVICES``, before anything starts.
+
+    Zero or fewer would start a controller whose worker then refuses its empty device
+    list; more than the ceiling, a worker whose registration the controller refuses
+    as too large, both only after the start-up.
+    """
+    low, high = UP_DEVICES
+    if not low <= count <= high:
+        raise click.UsageError(f"--devices must be in {low}..{high}, got {count}")
+
+
 @click.command(cls=common.RcCommand)
 @click.option(
     "--data",
@@ -145,8 +167,9 @@ def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
     "--devices",
     default=2,
     show_default=True,
-    type=int,
-    help="How many generic devices (slot0..) when nvidia-smi lists no GPU.",
+    type=common.INT,
+    help=f"How many generic devices (slot0..) when nvidia-smi lists no GPU:"
+    f" {UP_DEVICES[0]}..{UP_DEVICES[1]}.",
 )
 @click.option("--force", is_flag=True, help="Overwrite controller/token in the user config file.")
 @log_format_option
@@ -158,6 +181,7 @@ def up(data: Path | None, addr: str, devices: int, force: bool, log_format: str)
     so that rc run -- CMD works from another shell. The admin token is printed once
     and kept in the data directory. Ctrl-C stops the worker, then the controller.
     """
+    check_up_devices(devices)
     from resource_controller import local
 
     sys.exit(local.run(data, addr, devices, force, log_format))
