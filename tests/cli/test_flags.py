@@ -77,6 +77,28 @@ def test_sub_second_ceilings_are_refused_before_submit(run_rc: Rc, flag: str, va
     assert flag in err and "second" in err
 
 
+@pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout"])
+@pytest.mark.parametrize("value", ["99999999999h", "596523h14m8s"])
+def test_ceilings_over_the_limit_name_the_flag(run_rc: Rc, flag: str, value: str) -> None:
+    err = one_error(run_rc("run", flag, value, "--", "true"))  # EXT-LIMITS-1
+    assert err == f"rc: {flag} must be at most 596523h14m7s (2147483647 seconds, about 68 years)\n"
+    assert "_seconds" not in err
+
+
+@pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout"])
+def test_the_longest_ceiling_reaches_the_submit(run_rc: Rc, flag: str) -> None:
+    result = run_rc("run", flag, "596523h14m7s", "--", "true")
+    assert result.exit_code == 1 and requested(result), result.stderr
+
+
+def test_the_ceiling_limit_is_the_controllers() -> None:
+    from resource_controller.cli import basics
+    from resource_controller.core import durations, limits
+
+    assert limits.SECONDS.high == basics.MAX_CEILING
+    assert durations.render_duration(limits.SECONDS.high) == basics.MAX_CEILING_TEXT
+
+
 @pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout", "--timeout"])
 @pytest.mark.parametrize("value", ["-1s", "-0.5h", "-1h30m"])
 def test_negative_durations_are_usage_errors(run_rc: Rc, flag: str, value: str) -> None:

@@ -94,13 +94,31 @@ def test_reason_is_checked_before_ttl(run_rc: Rc) -> None:
 
 
 @pytest.mark.usefixtures("dead")
-@pytest.mark.parametrize("ttl", [None, "0", "-0s", "0s"])
-def test_ttl_is_required(run_rc: Rc, ttl: str | None) -> None:
-    args = ["hold", "box:gpu0", "--reason", "profiling"]
-    if ttl is not None:
-        args.append(f"--ttl={ttl}")
-    err = one_error(run_rc(*args))
+def test_ttl_is_required(run_rc: Rc) -> None:
+    err = one_error(run_rc("hold", "box:gpu0", "--reason", "profiling"))
     assert "--ttl is required" in err
+
+
+@pytest.mark.usefixtures("dead")
+@pytest.mark.parametrize("ttl", ["0", "-0s", "0s", "0h0m"])
+def test_a_zero_ttl_says_what_is_wrong_with_it(run_rc: Rc, ttl: str) -> None:
+    err = one_error(run_rc("hold", "box:gpu0", "--reason", "profiling", f"--ttl={ttl}"))
+    assert "required" not in err
+    assert err.startswith("rc: --ttl must be in 1s..596523h14m7s, got 0"), err
+
+
+@pytest.mark.usefixtures("dead")
+@pytest.mark.parametrize("ttl", ["999999h", "596523h14m8s"])
+def test_a_ttl_over_the_limit_names_the_flag_and_the_limit(run_rc: Rc, ttl: str) -> None:
+    err = one_error(run_rc("hold", "box:gpu0", "--reason", "x", "--ttl", ttl))  # EXT-LIMITS-1
+    assert err == "rc: --ttl must be at most 596523h14m7s (2147483647 seconds, about 68 years)\n"
+    assert "max_runtime" not in err
+
+
+@pytest.mark.usefixtures("dead")
+def test_the_longest_ttl_reaches_the_submit(run_rc: Rc) -> None:
+    result = run_rc("hold", "box:gpu0", "--reason", "x", "--ttl", "596523h14m7s")
+    assert result.exit_code == 1 and refused(result), result.stderr
 
 
 @pytest.mark.usefixtures("dead")

@@ -125,12 +125,28 @@ def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return env
 
 
+#: The longest ceiling the controller takes: ``core.limits.SECONDS`` (EXT-LIMITS-1), 2³¹−1
+#: seconds, 68 years. Written here, not imported, so that ``rc run``'s start-up loads no
+#: dataclass machinery; ``tests/cli/test_flags.py`` holds the two equal.
+MAX_CEILING = 2**31 - 1
+#: ``MAX_CEILING`` as a duration flag takes it (``durations.render_duration``).
+MAX_CEILING_TEXT = "596523h14m7s"
+
+
 def check_ceiling(flag: str, seconds: float) -> None:
-    """Refuse a positive ceiling under one second, which would be sent as 0 (CLI-073)."""
+    """Refuse a ceiling the controller could not honour, before any request.
+
+    A positive one under a second would be sent as 0, meaning none (CLI-073); one over
+    ``MAX_CEILING`` the controller refuses naming its wire field, not the flag typed.
+    """
     if 0 < seconds < 1:
         raise Failure(
             f"{flag} must be at least 1s: ceilings work at one-second granularity"
             " (a shorter one would be sent as 0, meaning no ceiling)"
+        )
+    if seconds > MAX_CEILING:
+        raise Failure(
+            f"{flag} must be at most {MAX_CEILING_TEXT} ({MAX_CEILING} seconds, about 68 years)"
         )
 
 

@@ -21,11 +21,12 @@ from datetime import datetime, timedelta
 import click
 
 from resource_controller import errors
-from resource_controller.cli import common, render, run, signals, timefmt
+from resource_controller.cli import basics, common, render, run, signals, timefmt
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.client import api
 
-#: ``--ttl``: a duration whose negative is refused (EXT-CLI-8) and whose 0 is "missing".
+#: ``--ttl``: a duration whose negative is refused (EXT-CLI-8); 0 is refused too, as a
+#: hold for no time, and leaving it out as missing.
 TTL = common.DurationType(negative_hint="a hold needs a positive TTL")
 
 
@@ -158,7 +159,7 @@ def release(client: api.Client, hold_id: str) -> None:
 @click.option(
     "--ttl",
     type=TTL,
-    default=0.0,
+    default=None,
     metavar="DURATION",
     help="Required: how long to hold it (e.g. 30m, 1h30m); at most the device's max_runtime.",
 )
@@ -170,7 +171,7 @@ def release(client: api.Client, hold_id: str) -> None:
 )
 @common.as_option()
 def hold(
-    devices: tuple[str, ...], selector: str, count: int, ttl: float, reason: str, as_: str
+    devices: tuple[str, ...], selector: str, count: int, ttl: float | None, reason: str, as_: str
 ) -> None:
     """Lease a device for a person, with no command, until the TTL, rc release, or Ctrl-C.
 
@@ -200,9 +201,14 @@ def hold(
     # Neither: any device (EXT-CLI-1).
     if not reason.strip():
         raise click.UsageError("--reason is required: say why you hold the device")
-    if ttl <= 0:
+    if ttl is None:
         raise click.UsageError("--ttl is required: how long to hold the device (e.g. --ttl 30m)")
-    common.check_ceiling("--ttl", ttl)  # CLI-073
+    if ttl <= 0:
+        raise click.UsageError(
+            f"--ttl must be in 1s..{basics.MAX_CEILING_TEXT}, got 0: a hold for no time"
+            " holds nothing (e.g. --ttl 30m)"
+        )
+    common.check_ceiling("--ttl", ttl)  # CLI-073, EXT-LIMITS-1
     req = HoldRequest(
         ttl_seconds=common.whole_seconds(ttl),
         reason=reason,
