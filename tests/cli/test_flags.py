@@ -54,10 +54,18 @@ def test_command_check_comes_first(run_rc: Rc) -> None:
     assert "command" in err
 
 
-@pytest.mark.parametrize("args", [["--explain"], ["--explain", "-d", "box:gpu0"]])
-def test_explain_needs_select(run_rc: Rc, args: list[str]) -> None:
-    err = one_error(run_rc("run", *args))
-    assert "--select" in err and not requested_text(err)
+def test_explain_needs_select(run_rc: Rc) -> None:
+    err = one_error(run_rc("run", "--explain"))
+    assert err.startswith("rc: --explain needs --select SELECTOR") and not requested_text(err)
+
+
+@pytest.mark.parametrize("device", ["box:gpu0", "box:gpu0,box:gpu1"])
+def test_explain_of_a_device_says_what_explain_takes(run_rc: Rc, device: str) -> None:
+    # CLI-101 (3): the explain route previews a selector (API-064); a pinned device has
+    # nothing to match, and the message says where to look instead.
+    err = one_error(run_rc("run", "--explain", "-d", device))
+    assert "needs" not in err and not requested_text(err)
+    assert "--select" in err and "-d/--device" in err and "rc describe DEVICE" in err
 
 
 def requested_text(err: str) -> bool:

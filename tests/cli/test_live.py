@@ -372,6 +372,18 @@ def test_explain_against_the_controller(
         )
         result = run_rc("run", "--select", "vram=", "--explain", env=env)
         assert result.exit_code == 1 and result.stderr.startswith("rc: bad_selector")
+        # What a submit refuses as no_matching_device fails here too (exit 1).
+        result = run_rc("run", "--select", "vram>=200G", "--explain", env=env)
+        assert result.exit_code == 1
+        assert result.stderr == "rc: no device matches this selector\n"
+        result = run_rc("run", "--select", "vram>=40G", "--count", "2", "--explain", env=env)
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.endswith("hosts with 2 matching: lab (2 free)\n")
+        result = run_rc("run", "--select", "vram>=50G", "--count", "2", "--explain", env=env)
+        assert result.exit_code == 1
+        assert result.stderr == "rc: no host has 2 devices that match this selector\n"
+        submit = run_rc("run", "--select", "vram>=50G", "--count", "2", "--", "true", env=env)
+        assert submit.stderr.startswith("rc: no_matching_device: "), submit.stderr
     finally:
         fake.stop()
 

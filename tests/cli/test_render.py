@@ -283,12 +283,38 @@ def test_explain_report(run_rc: Rc, fixed: dict[str, Any]) -> None:
     assert result.stdout == (
         "selector: vram>=40G\nmatching (2):\n  b:gpu0  busy\n  b:gpu10  free\nfree: 1/2\nqueue depth: 3\n"
     )
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_explain_of_no_match_reports_and_fails(run_rc: Rc, fixed: dict[str, Any]) -> None:
+    # As a submit of the same selector fails (no_matching_device): exit 1, one rc: line.
     fixed["explain"] = {"selector": "a=b", "matching": [], "free": [], "queue_depth": 0}
     result = run_rc("run", "--select", "a=b", "--explain")
-    assert result.exit_code == 0
+    assert result.exit_code == 1
     assert result.stdout == (
         "selector: a=b\nmatching: (no device matches this selector)\nfree: 0/0\nqueue depth: 0\n"
     )
+    assert result.stderr == "rc: no device matches this selector\n"
+
+
+def test_explain_with_a_count_names_the_hosts_that_hold_it(
+    run_rc: Rc, fixed: dict[str, Any]
+) -> None:
+    fixed["explain"] = {
+        "selector": "x=1",
+        "matching": ["a:g0", "a:g1", "b:g0", "c:g0", "c:g1", "c:g2"],
+        "free": ["a:g1", "b:g0", "c:g0", "c:g2"],
+        "queue_depth": 1,
+    }
+    result = run_rc("run", "--select", "x=1", "--count", "2", "--explain")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.endswith(
+        "free: 4/6\nqueue depth: 1\nhosts with 2 matching: a (1 free), c (2 free)\n"
+    )
+    result = run_rc("run", "--select", "x=1", "--count", "4", "--explain")
+    assert result.exit_code == 1
+    assert result.stdout.endswith("queue depth: 1\nhosts with 4 matching: none\n")
+    assert result.stderr == "rc: no host has 4 devices that match this selector\n"
 
 
 DESCRIBE = {

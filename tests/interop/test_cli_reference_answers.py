@@ -114,23 +114,25 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.parametrize(
-    ("args", "expect"),
+    ("args", "expect", "code"),
     [
-        (["devices"], "box-a:gpu1"),
-        (["devices", "-o", "json"], '"box-a:gpu0"'),
-        (["devices", "--select", "gpu"], "DEVICE"),
-        (["ps"], "sleep 60"),
-        (["jobs"], "x2"),
-        (["jobs", "-o", "json"], '"x2"'),
-        (["describe", "box-a:gpu1"], "box-a:gpu1"),
-        (["run", "--explain", "--select", "gpu"], "matching"),
+        (["devices"], "box-a:gpu1", 0),
+        (["devices", "-o", "json"], '"box-a:gpu0"', 0),
+        (["devices", "--select", "gpu"], "DEVICE", 0),
+        (["ps"], "sleep 60", 0),
+        (["jobs"], "x2", 0),
+        (["jobs", "-o", "json"], '"x2"', 0),
+        (["describe", "box-a:gpu1"], "box-a:gpu1", 0),
+        # A null ``matching`` is no match: reported, then exit 1 as for any selector
+        # that matches nothing.
+        (["run", "--explain", "--select", "gpu"], "no device matches", 1),
     ],
 )
 def test_commands_read_null_lists_and_maps(
-    env: dict[str, str], args: list[str], expect: str
+    env: dict[str, str], args: list[str], expect: str, code: int
 ) -> None:
     config.reset()
     result = CliRunner().invoke(rc, args, env=env, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     assert expect in result.output, result.output
     assert "null" not in result.output, result.output

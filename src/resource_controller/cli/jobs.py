@@ -55,7 +55,11 @@ here_env = runargs.here_env
     metavar="N",
     help="Devices wanted on one host, all at once (every one must match --select).",
 )
-@click.option("--explain", is_flag=True, help="With --select: show what matches; submit nothing.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="With --select (and --count): show what matches; submit nothing; exit 1 if nothing does.",
+)
 @click.option(
     "--tty",
     "tty",
@@ -126,7 +130,8 @@ def run(
     
     Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
     0 when it succeeded; 130 on Ctrl-C or SIGTERM; 1 for every failure of rc itself
-    (usage, controller or network errors, a --no-wait refusal, --timeout).
+    (usage, controller or network errors, a --no-wait refusal, --timeout) and for
+    --explain when no device matches.
     """
     # CLI-101, in order, with no request before a failing check.
     try:
@@ -140,7 +145,7 @@ def run(
             interactive=interactive,
         )
         if explain and not selector:
-            raise basics.UsageProblem("--explain needs --select")
+            raise basics.UsageProblem(explain_refusal(device))
         if not explain:
             req = runargs.request(
                 wanted,
@@ -160,7 +165,7 @@ def run(
     except basics.UsageProblem as e:
         raise click.UsageError(str(e)) from None
     if explain:
-        _explain(_client(), selector)
+        _explain(_client(), selector, wanted.count)
         return
     from resource_controller.cli import run as run_machine
 
@@ -174,8 +179,29 @@ def run(
         raise SystemExit(code)
 
 
-def _explain(client: api.Client, selector: str) -> None:
-    """The ``--explain`` report (CLI-102): one request, nothing submitted."""
+def explain_refusal(device: str) -> str:
+    """What ``--explain`` takes, said when it is given no selector (CLI-101 (3)).
+
+    The explain route answers what a selector matches (API-064); a pinned device has
+    nothing to match, so it is pointed to where one device's state is shown.
+    """
+    if device:
+        return (
+            "--explain previews what a --select selector matches, not -d/--device:"
+            " rc describe DEVICE shows whether that device is free and who holds it"
+        )
+    return "--explain needs --select SELECTOR: it previews what the selector matches"
+
+
+def _explain(client: api.Client, selector: str, count: int = 1) -> None:
+    """The ``--explain`` report (CLI-102): one request, nothing submitted.
+
+    With ``--count N`` a last line names the hosts with N matching devices, from the
+    route's own ``matching`` (a device ID is ``host:name``), so the matching is never
+    redone here (CLI-149). When nothing could take the job, the report is followed by
+    a failure (exit 1), as the submit would refuse it (``no_matching_device``,
+    EXT-GANG-2).
+    """
     data = client.explain(selector)
     matching = list(data.get("matching") or [])
     free = set(data.get("free") or [])
@@ -187,7 +213,27 @@ def _explain(client: api.Client, selector: str) -> None:
         lines.append("matching: (no device matches this selector)\n")
     lines.append(f"free: {len([d for d in matching if d in free])}/{len(matching)}\n")
     lines.append(f"queue depth: {data.get('queue_depth', 0)}\n")
+    hosts = _hosts_with(matching, free, count) if count > 1 else {}
+    if count > 1:
+        held = ", ".join(f"{host} ({n} free)" for host, n in hosts.items()) or "none"
+        lines.append(f"hosts with {count} matching: {held}\n")
     render.out("".join(lines))
+    if not matching:
+        raise common.Failure("no device matches this selector")
+    if count > 1 and not hosts:
+        raise common.Failure(f"no host has {count} devices that match this selector")
+
+
+def _hosts_with(matching: list[str], free: set[str], count: int) -> dict[str, int]:
+    """Hosts with at least ``count`` of the matching devices -> how many of them are free."""
+    per_host: dict[str, list[str]] = {}
+    for dev in matching:
+        per_host.setdefault(dev.split(":", 1)[0], []).append(dev)
+    return {
+        host: sum(d in free for d in devs)
+        for host, devs in sorted(per_host.items())
+        if len(devs) >= count
+    }
 
 
 def _kill(given: str, as_: str, verb: str) -> None:
