@@ -321,6 +321,45 @@ def test_job_list_ties_break_by_id_descending(rc: Harness) -> None:
     assert listed == sorted(made, reverse=True)
 
 
+def test_job_list_pages_with_before(rc: Harness) -> None:
+    # The next page of a listing: the jobs after the given one in the listing's order,
+    # ties in one second included, filters applied as on the first page.
+    wid = rc.register("gpubox", ("gpu0", "gpu1"))
+    for _ in range(3):
+        for device in ("gpubox:gpu0", "gpubox:gpu1", "gpubox:gpu0"):  # several a second
+            rc.submit(device_id=device)
+        rc.clock.advance(1)
+    rc.take(wid)
+
+    def ids(**params: str) -> list[str]:
+        r = rc.client.get("/v1/jobs", params=params)
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()["jobs"]]
+
+    for filters in ({}, {"device": "gpubox:gpu0"}, {"state": "queued"}):
+        everything = ids(**filters, limit="200")
+        assert len(everything) >= 3, filters
+        for size in (1, 2, 4):
+            paged: list[str] = []
+            while True:
+                page = ids(**filters, limit=str(size), **({"before": paged[-1]} if paged else {}))
+                paged += page
+                if len(page) < size:
+                    break
+            assert paged == everything, (filters, size)
+    # The cursor is a position: a job the filter leaves out still marks where to go on.
+    newest_queued, running = ids(state="queued")[0], ids(state="running")
+    assert running and ids(state="running", before=newest_queued) == running
+    full, queued = ids(limit="200"), set(ids(state="queued", limit="200"))
+    for cursor in running:
+        after = [j for j in full[full.index(cursor) + 1 :] if j in queued]
+        assert ids(state="queued", before=cursor, limit="200") == after
+    assert ids(before=ids()[-1]) == []
+    assert ids(before="") == ids()  # empty is absent
+    msg = assert_error(rc.client.get("/v1/jobs", params={"before": "nope"}), 400, "bad_request")
+    assert "before" in msg and "nope" in msg
+
+
 # ---- API-045: one job -------------------------------------------------------------------
 
 

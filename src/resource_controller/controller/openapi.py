@@ -113,6 +113,13 @@ ROUTES: dict[tuple[str, str], Op] = {
             Query("state", _STR, "only jobs in this state"),
             Query("device", _STR, "only jobs on this device"),
             Query("submitter", _STR, "only jobs of this submitter"),
+            Query("id_prefix", _STR, "only jobs whose ID starts with this (EXT-CLI-7)"),
+            Query(
+                "before",
+                _STR,
+                "a job ID: only the jobs after it in this order, the next page of a listing;"
+                " an unknown ID is 400",
+            ),
         ),
     ),
     ("get", "/v1/jobs/{job_id}"): Op("client", (404,)),

@@ -222,12 +222,13 @@ class Store:
         submitter: str = "",
         state: str = "",
         id_prefix: str = "",
+        before: str = "",
     ) -> list[JobRecord]:
         if not device:
             with self._read() as db:
-                return jobs.list_jobs(db, limit, device, submitter, state, id_prefix)
+                return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
         with self._tx() as c:
-            return jobs.list_jobs(c, limit, device, submitter, state, id_prefix)
+            return jobs.list_jobs(c, limit, device, submitter, state, id_prefix, before)
 
     def ping(self) -> None:
         """One cheap read; raises when the store cannot answer (EXT-METRICS-3)."""

@@ -232,13 +232,28 @@ def run_select(conn: Conn, stmt: sa.Select[Any]) -> list[Any]:
     return raw(conn).execute(str(compiled), tuple(params[k] for k in order)).fetchall()
 
 
+def submitted_at(conn: Conn, job_id: str) -> tuple[int, str] | None:
+    """Where a job stands in the listing's order: its ``submitted_at`` and ID."""
+    row = raw(conn).execute("SELECT submitted_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return None if row is None else (int(row[0]), job_id)
+
+
 def list_jobs(
-    conn: Conn, limit: int, submitter: str = "", state: str = "", id_prefix: str = ""
+    conn: Conn,
+    limit: int,
+    submitter: str = "",
+    state: str = "",
+    id_prefix: str = "",
+    after: tuple[int, str] | None = None,
 ) -> list[JobRecord]:
     """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2);
-    ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7)."""
+    ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7); with
+    ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it."""
     where: list[str] = []
     params: list[Any] = []
+    if after is not None:
+        where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
+        params += [after[0], after[0], after[1]]
     if submitter:
         where.append("jobs.submitter = ?")
         params.append(submitter)

@@ -362,16 +362,25 @@ def list_jobs(
     submitter: str = "",
     state: str = "",
     id_prefix: str = "",
+    before: str = "",
 ) -> list[JobRecord]:
     """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2).
 
     ``id_prefix`` keeps jobs whose ID starts with it (EXT-CLI-7), compared as a plain
     substring so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
+    ``before`` keeps the jobs that come after that job in this order, whatever its own
+    state: the next page of a listing (``GET /v1/jobs?before=``). A job never leaves
+    the table and its ``submitted_at`` never changes, so the cursor stays where it was.
     """
     if not 1 <= limit <= 200:
         raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
+    after = None
+    if before:
+        after = fast.submitted_at(conn, before)
+        if after is None:
+            raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
     if not device:  # the common reads, as prebuilt SQL (``store/fast.py``)
-        return fast.list_jobs(conn, limit, submitter, state, id_prefix)
+        return fast.list_jobs(conn, limit, submitter, state, id_prefix, after)
     assert isinstance(conn, sa.Connection), "a device filter reads through SQLAlchemy"
     j = t.jobs.c
     where = [queries.on_device(device)]
@@ -381,6 +390,9 @@ def list_jobs(
         where.append(j.state == state)
     if id_prefix:
         where.append(sa.func.substr(j.id, 1, len(id_prefix)) == id_prefix)
+    if after is not None:
+        at, job_id = after
+        where.append(sa.or_(j.submitted_at < at, sa.and_(j.submitted_at == at, j.id < job_id)))
     found = queries.jobs_where(
         conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit
     )

@@ -69,6 +69,7 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
         q.get("submitter") or "",
         state,
         q.get("id_prefix") or "",  # EXT-CLI-7
+        q.get("before") or "",  # the next page: the jobs after this one (docs/agents.md)
     )
     out = wire.JobList(jobs=[render.job(j) for j in found])
     return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
