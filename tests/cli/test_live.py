@@ -556,8 +556,10 @@ def test_jobs_filters_and_formats(run_rc: Rc, env: dict[str, str], worker: FakeW
     assert len(text) == 3 and {row.split()[2] for row in text[1:]} == {"failed", "succeeded"}
     result = run_rc("jobs", "--state", "bogus", env=env)  # EXT-CLI-8: checked before a request
     assert result.exit_code == 1 and result.stderr.startswith("rc: unknown state 'bogus' (")
-    result = run_rc("jobs", "-n", "500", env=env)
-    assert result.exit_code == 1 and result.stderr.startswith("rc: bad_request: ")
+    result = run_rc("jobs", "-n", "500", "-o", "json", env=env)  # past one page: read in pages
+    assert result.exit_code == 0 and len(json.loads(result.stdout)) == 2, result.stderr
+    result = run_rc("jobs", "-n", "10001", env=env)
+    assert result.exit_code == 1 and result.stderr.startswith("rc: -n must be in 1..10000 ")
 
 
 def test_ps_devices_describe(

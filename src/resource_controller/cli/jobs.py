@@ -321,8 +321,20 @@ def logs(follow: bool, job_id: str) -> None:
         raise
 
 
+#: ``rc jobs -n``: the most jobs one listing reads, 50 requests of the controller's
+#: page (``api.JOBS_PAGE``, 200): enough to search a long history, bounded so that a
+#: slip of the keyboard does not read all of it.
+MAX_LISTED = 10_000
+
+
 @click.command("jobs", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
-@click.option("-n", "--limit", type=common.INT, default=20, help="Max jobs (0: server default).")
+@click.option(
+    "-n",
+    "--limit",
+    type=common.INT,
+    default=20,
+    help=f"Max jobs, 1..{MAX_LISTED} (0: the controller's default).",
+)
 @click.option("--device", default="", help="Exact device ID.")
 @click.option("--submitter", default="", help="Exact submitter.")
 @click.option("--state", default="", help="Exact state (queued, running, failed, ...).")
@@ -331,14 +343,18 @@ def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> No
     """Search job history fleet-wide, newest first, finished jobs included.
 
     Filters combine: --device and --submitter match exactly; --state is one of
-    queued, assigned, running, succeeded, failed, killed, lost. -n takes 1..200
-    (0: the controller's default, 20).
-    -o json prints the controller's job objects on one line, each with its
-    exit_code and kill_reason when it has them.
+    queued, assigned, running, succeeded, failed, killed, lost. -n takes
+    1..10000 (0: the controller's default, 20); past 200 the history is read a page
+    at a time. -o json prints the controller's job objects on one line, each with
+    its exit_code and kill_reason when it has them.
     """
     fmt = common.output_format(output)
     if state:
         common.check_job_state(state)
+    if not 0 <= limit <= MAX_LISTED:
+        raise click.UsageError(
+            f"-n must be in 1..{MAX_LISTED} (0: the controller's default, 20), got {limit}"
+        )
     found = _client().jobs(device=device, limit=limit, state=state, submitter=submitter)
     if fmt == "json":
         render.out(render.json_compact(found))

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from resource_controller import errors
-from resource_controller.client import api, config, options, shapes
+from resource_controller.client import api, config, messages, options, shapes
 from resource_controller.client.aio_transport import AsyncTransport
 from resource_controller.client.models import (
     Device,
@@ -336,14 +336,16 @@ class AsyncClient:
     async def jobs(
         self, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
     ) -> list[AsyncJob]:
-        """Job history, newest first (API-043)."""
-        query = {"device": device, "state": state, "submitter": submitter}
-        query["limit"] = str(limit) if limit else ""
-        data = await self._http.request(
-            "GET", "/v1/jobs", query={k: v for k, v in query.items() if v}
-        )
-        data = shapes.normalise(data, shapes.JOB_LIST)
-        return [AsyncJob.bind(self, j) for j in data.get("jobs") or []]
+        """Job history, newest first (API-043); any ``limit``, read a page at a time as
+        ``Client.jobs`` does."""
+        found: list[api.Json] = []
+        while True:
+            asked = messages.jobs_page_size(limit, len(found))
+            before = str(found[-1].get("id") or "") if found else ""
+            query = messages.jobs_query(device, state, submitter, asked, before)
+            data = await self._http.request("GET", "/v1/jobs", query=query)
+            if not messages.add_jobs_page(found, data, asked) or len(found) >= limit:
+                return [AsyncJob.bind(self, j) for j in found]
 
     async def submit(
         self,

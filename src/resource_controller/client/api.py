@@ -21,6 +21,9 @@ from resource_controller.client.messages import (
     AMBIGUOUS_SHOWN as AMBIGUOUS_SHOWN,
 )
 from resource_controller.client.messages import (
+    JOBS_PAGE as JOBS_PAGE,
+)
+from resource_controller.client.messages import (
     MIN_ID_PREFIX as MIN_ID_PREFIX,
 )
 from resource_controller.client.messages import (
@@ -31,6 +34,11 @@ from resource_controller.client.messages import (
 )
 from resource_controller.client.messages import (  # the client's surface: api.X
     Json as Json,
+)
+from resource_controller.client.messages import (
+    add_jobs_page,
+    jobs_page_size,
+    jobs_query,
 )
 from resource_controller.client.messages import (
     check_hold as check_hold,
@@ -287,15 +295,20 @@ class Client:
         submitter: str = "",
         timeout: float | None = None,
     ) -> list[Json]:
-        """Job history, newest first (CLI-141): only non-empty filters are sent."""
-        query = {"device": device, "limit": str(limit) if limit else "", "state": state}
-        query["submitter"] = submitter
-        data = self._http.request(
-            "GET", "/v1/jobs", query={k: v for k, v in query.items() if v}, timeout=timeout
-        ).json()
-        data = shapes.normalise(data, shapes.JOB_LIST)
-        jobs: list[Json] = data.get("jobs") or []
-        return jobs
+        """Job history, newest first (CLI-141): only non-empty filters are sent.
+
+        More than one page (``JOBS_PAGE``, the controller's most) is read a page at a
+        time, each asking for the jobs ``before`` the last one read; ``timeout``
+        bounds each request.
+        """
+        found: list[Json] = []
+        while True:
+            asked = jobs_page_size(limit, len(found))
+            before = str(found[-1].get("id") or "") if found else ""
+            query = jobs_query(device, state, submitter, asked, before)
+            data = self._http.request("GET", "/v1/jobs", query=query, timeout=timeout).json()
+            if not add_jobs_page(found, data, asked) or len(found) >= limit:
+                return found
 
     def resolve_job_id(self, given: str, *, timeout: float | None = None) -> str:
         """The full ID of the job ``given`` names: itself, or a unique prefix (EXT-CLI-7).

@@ -184,6 +184,42 @@ def parse_job_view(data: Any, request: str) -> JobView:
     )
 
 
+#: The most jobs one ``GET /v1/jobs`` answers (API-043). A longer listing is read a page
+#: at a time, each page asking for the jobs ``before`` the last one read.
+JOBS_PAGE = 200
+
+
+def jobs_query(
+    device: str, state: str, submitter: str, limit: int, before: str = ""
+) -> dict[str, str]:
+    """``GET /v1/jobs``'s query: only what is set (CLI-141); a ``limit`` of 0 is the
+    controller's default."""
+    query = {"device": device, "limit": str(limit) if limit else "", "state": state}
+    query.update(submitter=submitter, before=before)
+    return {k: v for k, v in query.items() if v}
+
+
+def jobs_page_size(limit: int, have: int) -> int:
+    """How many jobs the next page asks for: what is still wanted, at most a page; 0
+    (the controller's default, one page) when the caller set no limit."""
+    return min(limit - have, JOBS_PAGE) if limit else 0
+
+
+def add_jobs_page(found: list[Json], data: Any, asked: int) -> bool:
+    """Append one ``GET /v1/jobs`` answer to ``found``; True when another page may follow.
+
+    None does after a short page, or when the caller set no limit. A page that repeats
+    a job already read ends the listing too: a controller without ``before`` (the
+    reference, EXT-COMPAT-2) answers the first page again, and is read once.
+    """
+    page: list[Json] = shapes.normalise(data, shapes.JOB_LIST).get("jobs") or []
+    seen = {j.get("id") for j in found}
+    if any(j.get("id") in seen for j in page):
+        return False
+    found.extend(page)
+    return asked > 0 and len(page) == asked and bool(page)
+
+
 def prefix_query(given: str) -> dict[str, str] | None:
     """The lookup that resolves a job ID prefix (EXT-CLI-7); ``None`` for a complete ID.
 

@@ -282,7 +282,11 @@ class Client:
     def jobs(
         self, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
     ) -> list[Job]:
-        """Job history, newest first, finished jobs included (API-043)."""
+        """Job history, newest first, finished jobs included (API-043).
+
+        Any ``limit``: past the controller's page (200) the history is read a page at
+        a time (``GET /v1/jobs?before=``); 0 is the controller's default.
+        """
         found = self.low.jobs(device=device, state=state, submitter=submitter, limit=limit)
         return [Job.bind(self, j) for j in found]
 
