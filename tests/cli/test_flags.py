@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -351,7 +352,7 @@ def test_refused_default_suggests_rc_up(
     run_rc: Rc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RC_CONTROLLER")
-    monkeypatch.setenv("RC_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("RC_CONFIG", os.devnull)
     monkeypatch.setattr(config, "DEFAULT_CONTROLLER", f"http://127.0.0.1:{closed_port()}")
     err = one_error(run_rc("ps"))
     assert f"controller {config.DEFAULT_CONTROLLER} is the built-in default" in err

@@ -69,7 +69,7 @@ def job_env(
         "RC_CONTROLLER": controller_url,
         "RC_TOKEN": CLIENT,
         "RC_SUBMITTER": "tester",
-        "RC_CONFIG": str(tmp_path / "absent.yaml"),
+        "RC_CONFIG": os.devnull,
         "RC_JOB_ID": JOB,
         "RC_DEVICE": "box:gpu0",
         "RC_DEVICES": "box:gpu0",

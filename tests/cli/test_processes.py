@@ -31,7 +31,7 @@ def env(controller: LiveController, tmp_path: Path) -> dict[str, str]:
         "RC_CONTROLLER": controller.url,
         "RC_TOKEN": CLIENT,
         "RC_SUBMITTER": "tester",
-        "RC_CONFIG": str(tmp_path / "absent.yaml"),
+        "RC_CONFIG": os.devnull,
     }
 
 

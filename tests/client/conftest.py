@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ def clean_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """No test sees the developer's config file or a previous test's cached settings."""
     for name in ("RC_CONTROLLER", "RC_TOKEN", "RC_SUBMITTER", "CLAUDE_SESSION_ID"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("RC_CONFIG", str(tmp_path / "absent-config.yaml"))
+    monkeypatch.setenv("RC_CONFIG", os.devnull)  # an empty file: no settings
     config.reset()
     yield
     config.reset()

@@ -105,7 +105,7 @@ def test_file_read_at_most_once(tmp_path: Path) -> None:
 
 
 def test_empty_values_count_as_absent(tmp_path: Path) -> None:
-    write(tmp_path / ".config/rc/config.yaml", "controller: '   '\ntoken:\nother: x\n")
+    write(tmp_path / ".config/rc/config.yaml", "controller: '   '\ntoken:\nsubmitter: ''\n")
     s, warnings = settings({"HOME": str(tmp_path)})
     assert s.controller() == "http://localhost:8080"
     assert s.token() == ""
@@ -147,6 +147,53 @@ def test_unlocatable_file_warns(tmp_path: Path) -> None:
     assert s.token() == ""
     assert s.controller() == "http://localhost:8080"
     assert len(warnings) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('submiter: "alice"\ntoken: "t"\n', "submiter"),  # the fast form
+        ("submiter: alice\ntoken: t\n", "submiter"),  # YAML
+        ('run: {hre: true}\ntoken: "t"\n', "run.hre"),
+        ("run:\n  here: true\n  hre: false\ntoken: t\n", "run.hre"),
+        ('tokn: "x"\ncontroller: "http://c:1"\n', "tokn"),
+        ("tokn: [x]\ntoken: t\n", "tokn"),
+        ('colour: {blue: true}\ntoken: "t"\n', "colour"),
+        ("? [a, b]\n: 1\ntoken: t\n", "a key that is not text"),
+    ],
+)
+def test_an_unknown_key_is_refused_by_its_dotted_name(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    # A key either does what it says or is refused: never skipped without a word. The
+    # refusal is CLI-024's: one warning naming the key and the file, then no values.
+    path = write(tmp_path / "c.yaml", text)
+    s, warnings = settings({"RC_CONFIG": str(path)})
+    assert (s.token(), s.controller(), s.run_here()) == ("", config.DEFAULT_CONTROLLER, False)
+    assert len(warnings) == 1
+    assert named in warnings[0] and str(path) in warnings[0]
+    assert "run.here" in warnings[0]  # and what rc does read
+
+
+def test_every_unknown_key_is_named() -> None:
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_config('a: "1"\nrun: {b: true}\ntoken: "t"\n', "/c.yaml")
+    assert "unknown keys a, run.b" in exc.value.message
+
+
+def test_a_missing_file_named_by_rc_config_is_an_error(tmp_path: Path) -> None:
+    # A misspelt RC_CONFIG must not look like an empty configuration: the path is named.
+    missing = tmp_path / "no-such.yaml"
+    s, warnings = settings({"RC_CONFIG": str(missing), "HOME": str(tmp_path)})
+    assert s.token() == ""
+    assert len(warnings) == 1
+    assert "RC_CONFIG" in warnings[0] and str(missing) in warnings[0]
+    assert "does not exist" in warnings[0]
+
+
+def test_an_empty_file_named_by_rc_config_is_no_settings(tmp_path: Path) -> None:
+    s, warnings = settings({"RC_CONFIG": os.devnull})
+    assert (s.token(), s.controller(), warnings) == ("", config.DEFAULT_CONTROLLER, [])
 
 
 def test_default_warning_goes_to_stderr_with_prefix(
@@ -221,15 +268,27 @@ def test_write_creates_file_0600_and_reads_back(tmp_path: Path) -> None:
 
 def test_write_keeps_existing_values_without_force(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
-    write(tmp_path / "c.yaml", "controller: http://shared:9\nsubmitter: me\nother: [1, 2]\n")
+    write(tmp_path / "c.yaml", "controller: http://shared:9\nsubmitter: me\n")
     config.write_client_config("http://127.0.0.1:8080", "new", force=False, env=env)
-    s, _ = settings(env)
+    s, warnings = settings(env)
     assert s.controller() == "http://shared:9"  # kept
     assert s.token() == "new"  # was absent: filled in
     assert s.file.submitter == "me"
-    import yaml
+    assert warnings == []
 
-    assert yaml.safe_load((tmp_path / "c.yaml").read_text())["other"] == [1, 2]
+
+def test_write_refuses_a_file_with_an_unknown_key_and_force_drops_it(tmp_path: Path) -> None:
+    # rc up must not leave behind a file every rc command then refuses (EXT-HERE-5).
+    env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
+    text = "submitter: me\nsubmiter: typo\nrun:\n  here: false\n  hre: true\n"
+    write(tmp_path / "c.yaml", text)
+    with pytest.raises(config.ConfigError) as exc:
+        config.update_client_config("http://a", "t", force=False, env=env)
+    assert "submiter, run.hre" in exc.value.message and "--force" in exc.value.message
+    assert (tmp_path / "c.yaml").read_text() == text
+    config.update_client_config("http://a", "t", force=True, env=env)
+    s, warnings = settings(env)
+    assert (s.token(), s.file.submitter, s.run_here(), warnings) == ("t", "me", False, [])
 
 
 def test_write_with_force_overwrites(tmp_path: Path) -> None:
@@ -267,7 +326,7 @@ def test_write_resets_process_settings(tmp_path: Path, monkeypatch: pytest.Monke
     [
         ("run: {here: true}\n", True),
         ('controller: "http://x"\nrun: {here: false}\n', False),
-        ("run:\n  here: yes\n  other: 1\n", True),
+        ("run:\n  here: yes\n", True),
         ("run:\n", False),
         ('token: "t"\n', False),
     ],

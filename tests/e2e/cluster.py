@@ -83,7 +83,7 @@ class Cluster:
             RC_CONTROLLER=self.url,
             RC_TOKEN=token,
             RC_SUBMITTER="tester",
-            RC_CONFIG=str(self.tmp / "no-config.yaml"),
+            RC_CONFIG=os.devnull,  # an empty file: no settings from a user config
         )
         env.update(extra)
         return env

@@ -8,6 +8,7 @@ loopback server answers each route with such a body.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -104,7 +105,7 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
             "RC_CONTROLLER": f"http://127.0.0.1:{server.server_address[1]}",
             "RC_TOKEN": "ctok",
             "RC_SUBMITTER": "tester",
-            "RC_CONFIG": str(tmp_path / "absent.yaml"),
+            "RC_CONFIG": os.devnull,
         }
     finally:
         server.shutdown()

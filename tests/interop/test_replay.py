@@ -23,6 +23,7 @@ it. Justified differences, and only these:
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -49,7 +50,7 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServedController]:
-    monkeypatch.setenv("RC_CONFIG", str(tmp_path / "absent-config.yaml"))
+    monkeypatch.setenv("RC_CONFIG", os.devnull)
     config.reset()
     svc = serve.open_services(tmp_path / "data", TOKENS, QUIET, FakeClock())
     server = ServedController(svc)

@@ -6,7 +6,11 @@ default. The file is read lazily and at most once per process (CLI-023): ``rc ru
 with ``RC_CONTROLLER`` and ``RC_TOKEN`` exported never opens it.
 
 A broken file never aborts a command (CLI-024): it costs one ``rc: warning:`` line per
-process, and every value it would have supplied counts as absent.
+process, and every value it would have supplied counts as absent. A key the client does
+not read (``submiter:``, ``run: {hre: true}``) makes the file broken in that sense, named
+in the warning, rather than being skipped without a word: a typo must not look like a
+setting that took effect. So does an ``RC_CONFIG`` naming a file that does not exist,
+since the user asked for that file; only the default location may be absent.
 
 Reading the file must stay cheap because ``rc run -- true`` sits on people's hot
 path and, after ``rc up``, every such call reads it. Importing PyYAML costs more than
@@ -41,8 +45,12 @@ DEFAULT_ORIGIN = (
     " one, or set RC_CONTROLLER"
 )
 
-#: The keys the client reads from the file (CLI-021); others are ignored.
+#: The keys the client reads from the file (CLI-021).
 KEYS = ("controller", "token", "submitter")
+#: The sections and the keys each holds (EXT-HERE-3); any other key is refused by name.
+SECTIONS = {"run": ("here",)}
+#: Every key the file may hold, as a refusal lists them.
+KNOWN_KEYS = "controller, token, submitter and run.here"
 
 
 class ConfigError(errors.ClientError):
@@ -153,33 +161,71 @@ def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
         return out
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
+    unknown: list[str] = []
     for key_node, value_node in root.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.value == "run":
-            out["run"] = _run_section(yaml, value_node, path)
+        key = _key_text(yaml, key_node)
+        if key == "run":
+            out["run"] = _run_section(yaml, value_node, path, unknown)
             continue
-        if not isinstance(key_node, yaml.ScalarNode) or key_node.value not in KEYS:
+        if key not in KEYS:
+            unknown.append(key)
             continue
         if not isinstance(value_node, yaml.ScalarNode):
-            raise ConfigError(f"cannot parse {path}: {key_node.value} is not a string")
+            raise ConfigError(f"cannot parse {path}: {key} is not a string")
         is_null = value_node.tag == "tag:yaml.org,2002:null"
-        out[key_node.value] = None if is_null else value_node.value
+        out[key] = None if is_null else value_node.value
+    if unknown:
+        raise unknown_keys(path, unknown)
     return out
 
 
-def _run_section(yaml: Any, node: Any, path: Path | str) -> dict[str, bool]:
-    """The ``run`` mapping (EXT-HERE-3): ``here`` must be a boolean; other keys are ignored."""
+def _key_text(yaml: Any, node: Any) -> str:
+    """A mapping key as the user wrote it, for naming it in a refusal."""
+    if isinstance(node, yaml.ScalarNode):
+        return str(node.value)
+    return "(a key that is not text)"
+
+
+def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> dict[str, bool]:
+    """The ``run`` mapping (EXT-HERE-3): ``here`` must be a boolean; any other key goes
+    to ``unknown`` as ``run.<key>``."""
     if node.tag == "tag:yaml.org,2002:null":
         return {}
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(f"cannot parse {path}: run is not a mapping")
     out: dict[str, bool] = {}
     for key_node, value_node in node.value:
-        if not isinstance(key_node, yaml.ScalarNode) or key_node.value != "here":
+        key = _key_text(yaml, key_node)
+        if key != "here":
+            unknown.append(f"run.{key}")
             continue
         if value_node.tag != "tag:yaml.org,2002:bool":
             raise ConfigError(f"cannot parse {path}: run.here is not true or false")
         out["here"] = str(value_node.value).lower() in ("y", "yes", "true", "on")
     return out
+
+
+def unknown_key_names(values: Mapping[str, object]) -> list[str]:
+    """The keys of a parsed file that the client does not read, dotted (``run.hre``)."""
+    found: list[str] = []
+    for key, value in values.items():
+        if key in KEYS:
+            continue
+        if key in SECTIONS:
+            if isinstance(value, dict):
+                found.extend(f"{key}.{sub}" for sub in value if sub not in SECTIONS[key])
+            continue
+        found.append(key)
+    return found
+
+
+def unknown_keys(path: Path | str, names: list[str], advice: str = "") -> ConfigError:
+    """The refusal of a file holding keys the client does not read, naming each."""
+    plural = "s" if len(names) > 1 else ""
+    return ConfigError(
+        f"{path}: unknown key{plural} {', '.join(names)} (rc reads {KNOWN_KEYS})"
+        + (advice or "; the file is not used until that is fixed")
+    )
 
 
 def _one_line(text: str) -> str:
@@ -191,6 +237,10 @@ def parse_config(text: str, path: Path | str) -> FileConfig:
     values: Mapping[str, object] | None = _parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
+    else:
+        unknown = unknown_key_names(values)
+        if unknown:
+            raise unknown_keys(path, unknown)
 
     def pick(key: str) -> str | None:
         value = values.get(key)
@@ -206,12 +256,19 @@ def parse_config(text: str, path: Path | str) -> FileConfig:
     return FileConfig(pick("controller"), pick("token"), pick("submitter"), here)
 
 
-def read_config_file(path: Path | str) -> FileConfig:
-    """Read one config file; a missing file is empty, any other failure raises."""
+def read_config_file(path: Path | str, named_by: str = "") -> FileConfig:
+    """Read one config file; any failure raises.
+
+    A missing file is empty, unless ``named_by`` (``RC_CONFIG``) says who asked for
+    this very file: then it is an error naming the path, since a misspelt path would
+    otherwise look like an empty configuration.
+    """
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
+        if named_by:
+            raise ConfigError(f"{named_by} names {path}, which does not exist") from None
         return FileConfig()
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
@@ -248,7 +305,8 @@ class Settings:
         """The config file's values, read on first use and then remembered (CLI-023)."""
         if self._file is None:
             try:
-                self._file = read_config_file(config_location(self._env))
+                named_by = "RC_CONFIG" if self._env.get("RC_CONFIG", "").strip() else ""
+                self._file = read_config_file(config_location(self._env), named_by)
             except ConfigError as e:
                 self._warn(e.message)
                 self._file = FileConfig()
@@ -375,8 +433,9 @@ def update_client_config(
     Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
     pointed ``rc`` at a shared controller must not find it silently redirected. The
     file also gains ``run: {here: true}`` (EXT-HERE-3) unless ``run.here`` is already
-    set: that is a preference, so even ``force`` keeps it. Every other key in the file
-    is kept. The file is written atomically with mode 0600 since it holds a
+    set: that is a preference, so even ``force`` keeps it. ``submitter`` is kept. A key
+    the client does not read is refused (``ConfigError``) without ``force``, and dropped
+    with it, so that what ``rc up`` leaves behind is a file ``rc`` uses. The file is written atomically with mode 0600 since it holds a
     credential. A file that exists but cannot be parsed is replaced only with
     ``force``; without it ``ConfigError`` is raised rather than destroying it.
     """
@@ -397,6 +456,11 @@ def update_client_config(
             if not force:
                 raise
             existing = {}
+    unknown = unknown_key_names(existing)
+    if unknown and not force:
+        # Kept, such a key would leave a file every rc command refuses (CLI-024).
+        raise unknown_keys(path, unknown, "; fix or remove it, or rc up --force drops it")
+    existing = _known_only(existing)
     written: list[str] = []
     kept: dict[str, object] = {}
     for key, value in (("controller", controller), ("token", token)):
@@ -426,6 +490,17 @@ def update_client_config(
         raise
     reset()
     return ClientConfigUpdate(path, tuple(written), kept)
+
+
+def _known_only(values: Mapping[str, object]) -> dict[str, object]:
+    """``values`` without the keys the client does not read (``unknown_key_names``)."""
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if k in SECTIONS[key]}
+        elif key in KEYS or key in SECTIONS:
+            out[key] = value
+    return out
 
 
 def _load_all(text: str, path: Path) -> dict[str, object]:
