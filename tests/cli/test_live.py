@@ -7,6 +7,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -352,6 +353,35 @@ def test_run_controller_errors(run_rc: Rc, env: dict[str, str], worker: FakeWork
     assert result.stderr.startswith("rc: bad_selector: ")
     result = run_rc("ps", env={**env, "RC_TOKEN": "wrong"})
     assert result.exit_code == 1 and result.stderr.startswith("rc: unauthorized: ")
+
+
+def test_unauthorized_without_a_token_says_where_rc_looked(
+    run_rc: Rc, env: dict[str, str], controller: LiveController, tmp_path: Path
+) -> None:
+    # CLI-011: no token anywhere earns the controller's unauthorized; rc adds where it
+    # looked, so that a new user knows what to set.
+    default = tmp_path / ".config/rc/config.yaml"
+    bare: dict[str, str | None] = {
+        **env,
+        "RC_TOKEN": None,
+        "RC_CONFIG": None,
+        "XDG_CONFIG_HOME": None,
+        "HOME": str(tmp_path),
+    }
+    result = run_rc("ps", env=bare)
+    err = result.stderr
+    assert result.exit_code == 1 and err.startswith("rc: unauthorized: "), err
+    assert err.count("\n") == 1
+    assert "no token was found" in err and "RC_TOKEN is not set" in err
+    assert f"{default} does not exist" in err
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(f'tokn: "{CLIENT}"\n')
+    result = run_rc("ps", env={**bare, "RC_CONFIG": str(typo)})
+    warning, refusal = result.stderr.splitlines()
+    assert warning.startswith("rc: warning: ") and "unknown key tokn" in warning
+    assert refusal.startswith("rc: unauthorized: ") and "unknown key tokn" in refusal
+    result = run_rc("ps", env={**env, "RC_TOKEN": "wrong"})  # a token was sent: no hint
+    assert result.stderr.startswith("rc: unauthorized: ") and "no token" not in result.stderr
 
 
 def test_explain_against_the_controller(

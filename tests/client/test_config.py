@@ -196,6 +196,28 @@ def test_an_empty_file_named_by_rc_config_is_no_settings(tmp_path: Path) -> None
     assert (s.token(), s.controller(), warnings) == ("", config.DEFAULT_CONTROLLER, [])
 
 
+# ---- CLI-011: an unauthorized answer to no token says where rc looked --------------------
+
+
+def test_missing_token_names_where_rc_looked(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path)}
+    default = tmp_path / ".config/rc/config.yaml"
+    said = settings(home)[0].missing_token()
+    assert "RC_TOKEN is not set" in said and f"{default} does not exist" in said
+    write(default, 'controller: "http://c:1"\n')
+    said = settings(home)[0].missing_token()
+    assert f"{default} has no token" in said and "RC_TOKEN" in said
+    write(default, 'tokn: "x"\n')
+    s, warnings = settings(home)
+    said = s.missing_token()
+    assert "RC_TOKEN is not set" in said and "unknown key tokn" in said and str(default) in said
+    assert len(warnings) == 1  # the file was read once, and warned about once
+    missing = tmp_path / "typo.yaml"
+    said = settings({**home, "RC_CONFIG": str(missing)})[0].missing_token()
+    assert f"RC_CONFIG names {missing}, which does not exist" in said
+    assert settings({**home, "RC_TOKEN": "t"})[0].missing_token() == ""
+
+
 def test_default_warning_goes_to_stderr_with_prefix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

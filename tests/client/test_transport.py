@@ -111,6 +111,66 @@ def test_error_body_becomes_code_and_message(stub: Stub) -> None:
     assert info.value.status == 404 and info.value.code == "not_found"
 
 
+def _refuse_every_token(h: BaseHTTPRequestHandler) -> None:
+    send_json(h, 401, {"error": "unauthorized", "message": "a valid bearer token is required"})
+
+
+def test_an_empty_token_refused_says_where_rc_looked(stub: Stub) -> None:
+    # CLI-011: the controller refuses an empty token; the client adds where it looked.
+    stub.routes["GET /v1/state"] = _refuse_every_token
+    stub.routes["GET /v1/jobs/j/logs"] = _refuse_every_token
+    looked = "no token was found: RC_TOKEN is not set and /h/c.yaml does not exist"
+    t = transport.Transport(stub.url, "", missing_token=lambda: looked)
+    with pytest.raises(errors.Unauthorized) as info:
+        t.request("GET", "/v1/state")
+    assert str(info.value) == f"unauthorized: a valid bearer token is required; {looked}"
+    with pytest.raises(errors.Unauthorized) as info:
+        t.stream("GET", "/v1/jobs/j/logs")
+    assert looked in str(info.value)
+    # A token that was sent and refused is another problem: nothing is added.
+    sent = transport.Transport(stub.url, "wrong", missing_token=lambda: looked)
+    with pytest.raises(errors.Unauthorized) as info:
+        sent.request("GET", "/v1/state")
+    assert "no token" not in str(info.value)
+
+
+def test_the_async_transport_says_it_too(stub: Stub) -> None:
+    import asyncio
+
+    from resource_controller.client.aio_transport import AsyncTransport
+
+    stub.routes["GET /v1/state"] = _refuse_every_token
+
+    async def ask(token: str) -> str:
+        t = AsyncTransport(stub.url, token, missing_token=lambda: "no token was found: here")
+        try:
+            await t.request("GET", "/v1/state", timeout=10)
+        except errors.Unauthorized as e:
+            return str(e)
+        finally:
+            await t.aclose()
+        raise AssertionError("not refused")
+
+    assert asyncio.run(ask("")).endswith("; no token was found: here")
+    assert "no token" not in asyncio.run(ask("t"))
+
+
+def test_clients_ask_the_settings_only_for_a_token_they_read_there(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from resource_controller.client import api, config
+
+    stub.routes["GET /v1/state"] = _refuse_every_token
+    monkeypatch.setenv("RC_CONTROLLER", stub.url)
+    config.reset()
+    with pytest.raises(errors.Unauthorized) as info:
+        api.Client().state(timeout=10)
+    assert "no token was found: RC_TOKEN is not set" in str(info.value)
+    with pytest.raises(errors.Unauthorized) as info:
+        api.Client(stub.url, "").state(timeout=10)  # given by the caller: rc did not look
+    assert "no token" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "text"),
     [

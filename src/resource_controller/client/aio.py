@@ -173,7 +173,8 @@ class AsyncClient:
         else:
             url, origin = self._settings.controller(), self._settings.controller_origin()
         tok = token if token is not None else self._settings.token()
-        self._http = AsyncTransport(url, tok, origin=origin)
+        hint = self._settings.missing_token if token is None else None
+        self._http = AsyncTransport(url, tok, origin=origin, missing_token=hint)
         self._submitter = submitter
 
     @property

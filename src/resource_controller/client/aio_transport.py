@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -29,19 +29,38 @@ def _cause(exc: httpx.HTTPError) -> str:
 class AsyncTransport:
     """Requests to one controller (or a fail-over list, EXT-PG-5) with a bearer token."""
 
-    def __init__(self, base_url: str, token: str, *, origin: str = "") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        origin: str = "",
+        missing_token: Callable[[], str] | None = None,
+    ) -> None:
         urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()] or [base_url]
         for url in urls:
             transport._parse_base(url)  # the same refusal of a non-http URL as ``rc``
         self._urls = urls
         self._current = 0
         self._origin = origin
-        # CLI-070: both headers always, even with an empty token.
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        # Asked only when an empty token is refused: where one was looked for (CLI-011).
+        self._missing_token = missing_token if not token else None
+        # CLI-070: both headers always, even with an empty token, so that the controller
+        # answers unauthorized. httpx refuses a value ending in a space (``Bearer ``), so an
+        # empty token goes as the bare scheme, which the controller refuses the same way.
+        bearer = f"Bearer {token}" if token else "Bearer"
+        headers = {"Authorization": bearer, "Content-Type": "application/json"}
         self._http = httpx.AsyncClient(headers=headers, timeout=None, trust_env=False)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    def _refusal(self, resp: httpx.Response) -> errors.ApiError:
+        """The error for a non-2xx answer, as ``transport.Transport._refusal`` makes it."""
+        hint = ""
+        if self._missing_token is not None and resp.status_code == 401:
+            hint = self._missing_token()
+        return transport.api_error(resp.status_code, resp.reason_phrase, resp.content, hint)
 
     def _unreachable(self, request: str, exc: httpx.HTTPError) -> errors.TransportError:
         message = f"{request}: {_cause(exc)}"
@@ -94,7 +113,7 @@ class AsyncTransport:
         """One request, the whole answer read; the JSON body (``None`` when empty)."""
         resp, request = await self._send(method, path, query, body, timeout, stream=False)
         if not 200 <= resp.status_code < 300:
-            raise transport.api_error(resp.status_code, resp.reason_phrase, resp.content)
+            raise self._refusal(resp)
         if not resp.content:
             return None
         try:
@@ -112,7 +131,7 @@ class AsyncTransport:
         try:
             if not 200 <= resp.status_code < 300:
                 await resp.aread()
-                raise transport.api_error(resp.status_code, resp.reason_phrase, resp.content)
+                raise self._refusal(resp)
             try:
                 async for chunk in resp.aiter_raw():
                     if chunk:

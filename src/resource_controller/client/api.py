@@ -154,7 +154,9 @@ class Client:
             tok = token if token is not None else self._settings.token()
             from resource_controller.client import transport
 
-            http = transport.Transport(url, tok, origin=origin)
+            # Where a missing token was looked for, when the settings were asked (CLI-011).
+            hint = self._settings.missing_token if token is None else None
+            http = transport.Transport(url, tok, origin=origin, missing_token=hint)
         self._http = http
         self._submitter = submitter
         self._sleep = sleep

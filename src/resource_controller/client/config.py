@@ -299,16 +299,22 @@ class Settings:
         self._env = os.environ if env is None else env
         self._warn = warn
         self._file: FileConfig | None = None
+        #: Where the file was looked for (``""``: not located), once it was read.
+        self._location = ""
+        #: Why the file's values count as absent, when they do (CLI-024).
+        self._problem = ""
 
     @property
     def file(self) -> FileConfig:
         """The config file's values, read on first use and then remembered (CLI-023)."""
         if self._file is None:
             try:
+                self._location = config_location(self._env)
                 named_by = "RC_CONFIG" if self._env.get("RC_CONFIG", "").strip() else ""
-                self._file = read_config_file(config_location(self._env), named_by)
+                self._file = read_config_file(self._location, named_by)
             except ConfigError as e:
                 self._warn(e.message)
+                self._problem = e.message
                 self._file = FileConfig()
         return self._file
 
@@ -331,6 +337,26 @@ class Settings:
     def token(self) -> str:
         """Bearer token; empty when none is configured, which the controller refuses (CLI-011)."""
         return self._env.get("RC_TOKEN", "") or self.file.token or ""
+
+    def missing_token(self) -> str:
+        """Where rc looked for a token and found none, for an ``unauthorized`` answer to
+        an empty one: a new user learns what to set instead of only that it failed."""
+        if self._env.get("RC_TOKEN", ""):
+            return ""
+        self.file  # noqa: B018 - the lookup this sentence reports on
+        where = "RC_TOKEN is not set"
+        if self._problem:
+            return f"no token was found: {where}, and {self._problem}"
+        if not self._location:  # pragma: no cover - a failed location sets the problem
+            return f"no token was found: {where}"
+        if not os.path.exists(self._location):
+            found = f"{self._location} does not exist (rc up writes it)"
+        else:
+            found = f"{self._location} has no token"
+        return (
+            f"no token was found: {where} and {found}; export RC_TOKEN=<client token>"
+            " or put token: <client token> in that file"
+        )
 
     def run_here(self) -> bool:
         """``run: {here: true}`` in the config file (EXT-HERE-3); false when absent."""

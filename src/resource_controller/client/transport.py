@@ -109,8 +109,12 @@ def describe_cause(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
-    """Map a non-2xx answer onto ``ApiError`` (CLI-042)."""
+def api_error(status: int, reason: str, body: bytes, missing_token: str = "") -> errors.ApiError:
+    """Map a non-2xx answer onto ``ApiError`` (CLI-042).
+
+    ``missing_token`` says where the client looked for a token it did not find; it is
+    added to an ``unauthorized`` answer, the one a missing token earns (CLI-011).
+    """
     try:
         data = json.loads(body) if body else None
     except ValueError:
@@ -118,6 +122,8 @@ def api_error(status: int, reason: str, body: bytes) -> errors.ApiError:
     if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
         message = data.get("message")
         text = message if isinstance(message, str) else ""
+        if missing_token and data["error"] == "unauthorized":
+            text = f"{text}; {missing_token}" if text else missing_token
         return errors.api_error(data["error"], text, status)
     if not reason:
         import http  # only for an answer without a reason phrase
@@ -187,10 +193,20 @@ class Stream:
 class Transport:
     """Requests to one controller (or a fail-over list of them) with a bearer token."""
 
-    def __init__(self, base_url: str, token: str, *, origin: str = "") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        origin: str = "",
+        missing_token: Callable[[], str] | None = None,
+    ) -> None:
         """``origin`` says where ``base_url`` came from (``from RC_CONTROLLER``, ...); an
-        error that the controller cannot be reached names it (EXT-CLI-8)."""
+        error that the controller cannot be reached names it (EXT-CLI-8).
+        ``missing_token``, asked only when an empty token is refused, says where the
+        client looked for one (``config.Settings.missing_token``)."""
         self._origin = origin
+        self._missing_token = missing_token
         urls = [u.strip().rstrip("/") for u in base_url.split(",")]
         urls = [u for u in urls if u] or [base_url]
         self._bases = [_parse_base(u) for u in urls]
@@ -244,6 +260,13 @@ class Transport:
             plural = "s" if len(self._bases) > 1 else ""
             message += f" (controller{plural} {urls} {self._origin})"
         raise errors.TransportError(message) from first_error
+
+    def _refusal(self, resp: http11.Response, data: bytes) -> errors.ApiError:
+        """The error for a non-2xx answer, saying where a missing token was looked for."""
+        hint = ""
+        if not self._token and self._missing_token is not None and resp.status == 401:
+            hint = self._missing_token()
+        return api_error(resp.status, resp.reason, data, hint)
 
     def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
         base = self._bases[self._current]
@@ -325,7 +348,7 @@ class Transport:
         )
         self._keep(conn, resp)
         if not 200 <= resp.status < 300:
-            raise api_error(resp.status, resp.reason, data)
+            raise self._refusal(resp, data)
         return Response(resp.status, data, request)
 
     def stream(
@@ -344,7 +367,7 @@ class Transport:
         conn, resp, data, request = self._exchange(method, path, query, None, timeout, whole=False)
         if not 200 <= resp.status < 300:
             self._keep(conn, resp)
-            raise api_error(resp.status, resp.reason, data)
+            raise self._refusal(resp, data)
         return Stream(conn, resp, request, self._keep)
 
     def close(self) -> None:
