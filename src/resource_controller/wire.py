@@ -1,8 +1,10 @@
 """The JSON contract: pydantic models for every request and response body.
 
-Field names are the spec's (controller-api.md §5-7). Request models ignore unknown
-fields and refuse wrong types (a bool is never an int: API-001). Response models use
-``None`` for "omitted"; the controller serialises them with ``exclude_none``.
+Field names are the spec's (controller-api.md §5-7). Request models refuse wrong types
+(a bool is never an int: API-001). The bodies workers send ignore fields they do not
+know, as API-001 says; the bodies clients send (submit, kill, drain) refuse them by
+name instead (``_ClientRequest``). Response models use ``None`` for "omitted"; the
+controller serialises them with ``exclude_none``.
 """
 
 from __future__ import annotations
@@ -86,8 +88,26 @@ class _Request(BaseModel):
         return {
             key: null_means_empty(fields[key].annotation, value) if key in fields else value
             for key, value in data.items()
-            if value is not None
+            # An unknown field stays, even as null, for a client body to refuse it.
+            if value is not None or key not in fields
         }
+
+
+class _ClientRequest(_Request):
+    """A body a client sends: a field this controller does not know is ``400 bad_request``
+    naming it, not ignored as API-001 has it.
+
+    A client body decides where and how a job runs. Ignored, a misspelt field is a
+    setting that silently did not happen (``"device": "vm:gpu3"`` for ``device_id``
+    put the job on any device), and so is a field a newer client sends for a feature
+    this controller lacks. Clients leave out every field at its default (CLI-072), so a
+    newer client still works here as long as it does not ask for what is missing.
+    Worker bodies keep API-001's rule (``_Request``): a worker is a daemon nobody
+    watches, and refusing its heartbeat over a field it added would take its devices
+    out of the pool over a version skew.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class _Response(BaseModel):
@@ -175,7 +195,7 @@ class FaultReport(_Request):
 # ---- client side ---------------------------------------------------------------
 
 
-class SubmitRequest(_Request):
+class SubmitRequest(_ClientRequest):
     device_id: StrictStr = ""
     selector: b.SelectorText = ""
     command: b.Command | None = None
@@ -196,11 +216,11 @@ class SubmitRequest(_Request):
     device_ids: b.DeviceIds | None = None
 
 
-class KillRequest(_Request):
+class KillRequest(_ClientRequest):
     submitter: b.Submitter = ""
 
 
-class DrainRequest(_Request):
+class DrainRequest(_ClientRequest):
     """``POST /v1/devices/{id}/drain`` (EXT-DRAIN-3a): who asks, and why."""
 
     submitter: b.Submitter = ""

@@ -313,14 +313,76 @@ def test_kill_wrong_type_is_400(rc: Harness) -> None:
     assert_error(rc.client.post("/v1/jobs/j/kill", json={"submitter": 1}), 400, "bad_request")
 
 
-def test_unknown_fields_are_ignored(rc: Harness) -> None:
-    # API-001: object fields a route does not know are ignored, never rejected.
-    wid = rc.register(host="gpubox", devices=("gpu0",), future_field={"x": 1})
-    job = rc.submit(device_id="gpubox:gpu0", colour="blue", nested={"a": [1]})
+def test_unknown_fields_in_worker_bodies_are_ignored(rc: Harness) -> None:
+    # API-001 for the bodies a worker sends: fields a route does not know are ignored,
+    # so that a newer worker keeps its devices in the pool.
+    wid = rc.register(host="gpubox", devices=("gpu0",), future_field={"x": 1}, nothing=None)
+    job = rc.submit(device_id="gpubox:gpu0")
     assert job["state"] == "assigned"
     rc.take(wid)
+    r = rc.worker.post(f"/v1/workers/{wid}/heartbeat", json={"running_job_ids": [], "x": 1})
+    assert r.status_code == 200, r.text
     r = rc.report(job["id"], wid, "succeeded", exit_code=0, extra=True)
     assert r.status_code == 200
+
+
+def test_an_unknown_field_in_a_submit_is_refused_by_name(rc: Harness) -> None:
+    # docs/agents.md "Unknown fields": a client body's unknown field is 400 bad_request
+    # naming it. Ignored, "device" (for device_id) put the job on any device.
+    rc.register(host="gpubox", devices=("gpu0", "gpu1"))
+    r = rc.submit_raw(device="gpubox:gpu1")
+    assert_error(r, 400, "bad_request")
+    message = r.json()["message"]
+    assert "'device'" in message and "did you mean device_id?" in message
+    assert rc.client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
+    for fields in ({"colour": "blue"}, {"nested": {"a": [1]}}, {"later_feature": None}):
+        r = rc.submit_raw(device_id="gpubox:gpu0", **fields)
+        assert_error(r, 400, "bad_request")
+        assert repr(next(iter(fields))) in r.json()["message"]
+
+
+def test_unknown_fields_in_kill_and_drain_are_refused_by_name(rc: Harness) -> None:
+    rc.register(host="gpubox", devices=("gpu0",))
+    job = rc.submit(device_id="gpubox:gpu0")
+    r = rc.client.post(f"/v1/jobs/{job['id']}/kill", json={"submiter": "alice"})
+    assert_error(r, 400, "bad_request")
+    assert "'submiter' (did you mean submitter?)" in r.json()["message"]
+    assert rc.job(job["id"])["state"] == "assigned"  # not killed
+    r = rc.admin.post("/v1/devices/gpubox:gpu0/drain", json={"submitter": "ops", "reasn": "x"})
+    assert_error(r, 400, "bad_request")
+    assert "'reasn'" in r.json()["message"]
+
+
+def test_every_field_the_clients_send_is_known() -> None:
+    # The reference client's submit keys (CLI-072) and what our own client adds
+    # (count, device_ids: EXT-GANG-6) are all fields of the submit body.
+    from resource_controller import wire
+    from resource_controller.client import messages
+
+    cli_072 = {
+        "device_id", "selector", "command", "cwd", "env", "submitter", "idempotency_key",
+        "priority", "max_runtime_seconds", "idle_timeout_seconds", "no_wait", "kind",
+        "reason", "stdio",
+    }  # fmt: skip
+    body = messages.submit_body(
+        "alice",
+        ["x"],
+        device="h:g",
+        selector="a=b",
+        cwd="/w",
+        env={"A": "1"},
+        priority=1,
+        max_runtime_seconds=1,
+        idle_timeout_seconds=1,
+        no_wait=True,
+        kind="job",
+        reason="r",
+        stdio="pipe",
+        count=2,
+        device_ids=["h:g", "h:h"],
+    )
+    assert set(body) <= set(wire.SubmitRequest.model_fields)
+    assert cli_072 <= set(wire.SubmitRequest.model_fields)
 
 
 def test_null_optional_fields_mean_absent(rc: Harness) -> None:

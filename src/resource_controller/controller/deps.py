@@ -138,7 +138,8 @@ def authorize(svc: Services, header: str | None, required: Role) -> Caller:
 
 
 def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
-    """Validate a JSON body; absent fields default, unknown fields are ignored (API-001).
+    """Validate a JSON body; absent fields default. Unknown fields are ignored in worker
+    bodies (API-001) and refused by name in client bodies (``wire._ClientRequest``).
 
     ``null`` handling (absent at the top, empty where a list or map belongs: API-001,
     EXT-COMPAT-1) lives on the request models themselves (``wire._Request``).
@@ -154,6 +155,9 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
+        unknown = [str(e["loc"][-1]) for e in exc.errors() if e.get("type") == "extra_forbidden"]
+        if unknown:
+            raise errors.BadRequest(unknown_fields(unknown, model)) from None
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
         if first.get("type") == "json_invalid":
@@ -161,6 +165,30 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
     except (ValueError, json.JSONDecodeError):
         raise errors.BadRequest("body is not valid JSON") from None
+
+
+#: How many unknown fields a refusal names, so that a hostile body gets a short answer.
+UNKNOWN_FIELDS_SHOWN = 5
+
+
+def unknown_fields(names: list[str], model: type[pydantic.BaseModel]) -> str:
+    """The refusal of fields a client body does not have, naming each and, for a near
+    miss, the field meant (``device`` → ``device_id``)."""
+    import difflib
+
+    known = list(model.model_fields)
+    said = []
+    for name in names[:UNKNOWN_FIELDS_SHOWN]:
+        shown = repr(name[:64])
+        close = difflib.get_close_matches(name[:64], known, n=1, cutoff=0.6)
+        said.append(f"{shown} (did you mean {close[0]}?)" if close else shown)
+    if len(names) > UNKNOWN_FIELDS_SHOWN:
+        said.append(f"and {len(names) - UNKNOWN_FIELDS_SHOWN} more")
+    plural = "s" if len(names) > 1 else ""
+    return (
+        f"unknown field{plural} {', '.join(said)}: this controller does not know"
+        f" {'them' if plural else 'it'}; the fields are {', '.join(known)}"
+    )
 
 
 async def read_capped(
