@@ -29,3 +29,31 @@ def test_a_non_ascii_inf_label_value_does_not_break_matching(rc: Harness) -> Non
     assert r.json()["matching"] == ["gpubox:gpu1"]
     r = rc.client.get("/v1/explain", params={"selector": "x!=1"})
     assert r.json()["matching"] == ["gpubox:gpu0", "gpubox:gpu1"]
+
+
+# ---- size units and ~ (core/selectors.py) --------------
+
+H100 = {"model": "NVIDIA H100 80GB HBM3", "vram": "81559M"}
+T4 = {"model": "Tesla T4", "vram": "15360M"}
+
+
+def test_substring_and_units_reach_the_scheduler(rc: Harness) -> None:
+    rc.register("gpubox", ("gpu0", "gpu1"), labels={"gpu0": H100, "gpu1": T4})
+    job = rc.submit(selector="model~H100")
+    assert job["state"] == "assigned" and job["device_id"] == "gpubox:gpu0"
+    assert job["selector"] == "model~H100"
+    for selector in ("vram>=80GB", "vram>=40GiB", "vram>=40Gi"):
+        r = rc.client.get("/v1/explain", params={"selector": selector})
+        assert r.json()["matching"] == ["gpubox:gpu0"], (selector, r.text)
+    r = rc.client.get("/v1/explain", params={"selector": "vram>=80G"})  # 80 GiB > 81559 MiB
+    assert r.json()["matching"] == []
+
+
+def test_an_unknown_size_unit_is_a_bad_selector(rc: Harness) -> None:
+    rc.register("gpubox", ("gpu0",), labels={"gpu0": H100})
+    for r in (
+        rc.submit_raw(selector="vram>=1PB"),
+        rc.client.get("/v1/explain", params={"selector": "vram>=1PB"}),
+    ):
+        assert_error(r, 400, "bad_selector")
+        assert "'PB'" in r.json()["message"]

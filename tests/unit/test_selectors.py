@@ -222,10 +222,17 @@ def test_nan_is_a_quantity_but_only_unsigned() -> None:
         "",
         "[N/A]M",
         "580.173.02",
-        "40GB",
-        "40Gi",
         "40G ",  # a trailing space after the suffix
+        "40GiB ",
+        "40iB",  # "i" without a prefix is no unit
+        "40i",
+        "40XB",
+        "40GBB",
+        "40G B",
         "G",
+        "GB",
+        "B",
+        "Gi",
         "lots",
         "1__000",
         "_1",
@@ -240,6 +247,170 @@ def test_nan_is_a_quantity_but_only_unsigned() -> None:
 def test_not_quantities(text: str) -> None:
     # SEL-006
     assert quantity(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        # K M G T alone, with i or with iB: powers of two, SEL-006's meaning
+        ("40Gi", 40 * G),
+        ("40GiB", 40 * G),
+        ("40gib", 40 * G),
+        ("40GIB", 40 * G),
+        ("81559Mi", 81559 * 2**20),
+        ("2Ki", 2048.0),
+        ("1.5TiB", 1.5 * 2**40),
+        # with B: powers of ten, as vendors mean GB
+        ("40GB", 40e9),
+        ("40gb", 40e9),
+        ("40Gb", 40e9),  # labels count bytes, never bits
+        ("2kB", 2000.0),
+        ("3MB", 3e6),
+        ("1TB", 1e12),
+        ("40 GB", 40e9),  # the number is trimmed, as before the bare suffix
+        # B alone: bytes
+        ("512B", 512.0),
+        ("512 b", 512.0),
+    ],
+)
+def test_size_units(text: str, value: float) -> None:
+    # Beyond SEL-006 (core/selectors.py): the units people write are understood.
+    assert quantity(text) == pytest.approx(value)
+
+
+def _old_quantity(s: str) -> float | None:
+    """SEL-006 as it was before the size units: the oracle for what must not change."""
+    if not s:
+        return None
+    mult, end = 1.0, len(s)
+    if s[-1].upper() in "KMGT":
+        mult, end = float(2 ** (10 * ("KMGT".index(s[-1].upper()) + 1))), end - 1
+    body = s[:end].strip()
+    if body.isascii() and body.lower() in selectors._SPECIAL:
+        return float(body) * mult
+    ok, _ = selectors._is_literal(body, 0, len(body))
+    if not ok or not body:
+        return None
+    v = float(body.replace("_", ""))
+    return None if math.isinf(v) else v * mult
+
+
+@given(st.text(alphabet="0123456789_.eE+- kKmMgGtTiIbBnfa", max_size=10))
+def test_every_quantity_of_sel_006_keeps_its_value(text: str) -> None:
+    # Nothing that was a quantity before the units changes: same value, so a selector
+    # that matched a label still does.
+    before = _old_quantity(text)
+    if before is None:
+        return
+    now = quantity(text)
+    assert now is not None
+    assert (math.isnan(now) and math.isnan(before)) or now == before
+
+
+@given(
+    st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    st.sampled_from("KMGT"),
+    st.sampled_from(["", "i", "iB", "ib", "I", "IB"]),
+)
+def test_the_binary_spellings_agree(x: float, prefix: str, tail: str) -> None:
+    assert quantity(repr(x) + prefix + tail) == quantity(repr(x) + prefix)
+    assert quantity(repr(x) + prefix.lower() + tail) == quantity(repr(x) + prefix)
+
+
+@pytest.mark.parametrize(
+    ("selector", "have", "expected"),
+    [
+        ("vram>=80GB", "81559M", True),  # an 80 GB card, as nvidia-smi reports it
+        ("vram>=80G", "81559M", False),  # 80 GiB is more than it has
+        ("vram>=40GiB", "40960M", True),
+        ("vram=40Gi", "40G", True),
+        ("vram=40GB", "40G", False),
+        ("vram<=24GB", "24564M", False),  # a "24GB" card has more than 24e9 bytes
+        ("vram>=24GB", "24564M", True),
+        ("disk_free_bytes>=80GB", "83889381376", True),
+        ("mem=80GB", "80GB", True),
+    ],
+)
+def test_units_in_matching(selector: str, have: str, expected: bool) -> None:
+    key = re.split("[!<>=]", selector)[0]
+    assert matches(selector, {key: have}) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "unit"), [("vram>=2PB", "PB"), ("x=1EiB", "EiB"), ("x<=3pi", "pi")]
+)
+def test_validate_refuses_a_unit_it_does_not_know(text: str, unit: str) -> None:
+    # No silent non-match for a unit-looking value: the selector is refused naming it.
+    with pytest.raises(SelectorError) as exc:
+        selectors.validate(text)
+    assert repr(unit) in str(exc.value) and text in str(exc.value)
+    assert parse(text) == parse(text)  # a stored selector still parses: no job stranded
+
+
+@pytest.mark.parametrize("text", ["res=1080P", "x=2P", "model~2PB", "vram>=40GB", "a=PB", "b=xPB"])
+def test_validate_accepts_what_is_no_unknown_unit(text: str) -> None:
+    assert selectors.validate(text) == parse(text)
+
+
+# ---- ~: a part of the value -------------------------------------------------------------
+
+
+def test_contains_parses_and_normalises() -> None:
+    assert parse(" model ~ H100 ").terms == (Term("model", "~", "H100"),)
+    assert normalise(" model ~ H100 , vram >= 40G ") == "model~H100,vram>=40G"
+    assert parse("path~a~b").terms == (Term("path", "~", "a~b"),)
+
+
+@pytest.mark.parametrize(
+    ("text", "term"),
+    [
+        ("a~b=c", Term("a~b", "=", "c")),  # SEL-002's operators first: as before
+        ("a~b!=c", Term("a~b", "!=", "c")),
+        ("a>=~b", Term("a", ">=", "~b")),
+        ("model=~H100", Term("model", "=", "~H100")),
+    ],
+)
+def test_contains_never_changes_a_term_that_parsed_before(text: str, term: Term) -> None:
+    assert parse(text).terms == (term,)
+
+
+@pytest.mark.parametrize("text", ["a~b>c", "a~b<c", "a~!b"])
+def test_contains_with_a_stray_operator_character_is_an_error(text: str) -> None:
+    with pytest.raises(SelectorError) as exc:
+        parse(text)
+    assert "stray operator" in str(exc.value) and text in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["model~", "~H100", " ~ "])
+def test_contains_needs_a_key_and_a_value(text: str) -> None:
+    with pytest.raises(SelectorError, match="needs a key and a value"):
+        parse(text)
+
+
+def test_the_no_operator_error_offers_contains() -> None:
+    with pytest.raises(SelectorError, match="~"):
+        parse("model H100")
+
+
+@pytest.mark.parametrize(
+    ("selector", "have", "expected"),
+    [
+        ("model~H100", "NVIDIA H100 80GB HBM3", True),
+        ("model~h100", "NVIDIA H100 80GB HBM3", True),  # case is ignored
+        ("model~80gb hbm", "NVIDIA H100 80GB HBM3", True),
+        ("model~A100", "NVIDIA H100 80GB HBM3", False),
+        ("model~NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", True),
+        ("vram~815", "81559M", True),  # text, never a quantity
+        ("vram~80G", "81559M", False),
+    ],
+)
+def test_contains_matches_a_part_of_the_value(selector: str, have: str, expected: bool) -> None:
+    assert matches(selector, {selector.split("~")[0]: have}) is expected
+
+
+def test_contains_never_matches_an_absent_key() -> None:
+    # SEL-005 holds for ~ too.
+    assert not matches("model~H", {"vendor": "nvidia"})
 
 
 @pytest.mark.parametrize("text", ["\u0664\u0660G", "\uff14\uff10"])

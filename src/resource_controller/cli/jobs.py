@@ -122,6 +122,7 @@ def run(
     Examples:
       rc run -- python train.py                      (any device)
       rc run --select 'vram>=40G' -- python train.py
+      rc run --select 'model~H100' -- ./train        (model containing H100)
       rc run -d box:gpu1 --timeout 10m -- ./bench
       rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
       rc run --tty -d box:gpu0                       (a shell on that device)

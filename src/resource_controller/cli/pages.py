@@ -73,6 +73,7 @@ PAGES["run"] = (
     "  Examples:\n"
     "    rc run -- python train.py                      (any device)\n"
     "    rc run --select 'vram>=40G' -- python train.py\n"
+    "    rc run --select 'model~H100' -- ./train        (model containing H100)\n"
     "    rc run -d box:gpu1 --timeout 10m -- ./bench\n"
     "    rc run --select 'vram>=40G' --explain          (what matches; submits nothing)\n"
     "    rc run --tty -d box:gpu0                       (a shell on that device)\n"

@@ -75,7 +75,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         raise errors.PriorityOutOfRange(f"priority {req.priority} is outside {low}..{top}")
     if req.selector:
         try:
-            selectors.parse(req.selector)
+            selectors.validate(req.selector)
         except selectors.SelectorError as exc:
             raise errors.BadSelector(str(exc)) from None
     return NewJob(

@@ -4,6 +4,19 @@ A selector is a conjunction of ``key op value`` terms. Quantities (``40G``,
 ``81920M``) compare numerically; a term whose key a device lacks never matches, not
 even ``!=``, because a missing fact cannot show that the device differs.
 
+Beyond SEL-006 and SEL-001, two things people write without thinking are understood
+rather than silently matching nothing:
+
+- Size units. ``K M G T`` alone stay SEL-006's powers of two (``vram=81559M`` is what
+  nvidia-smi's MiB give, so ``vram>=40G`` means 40 GiB as before); with ``i`` or ``iB``
+  (``40Gi``, ``40GiB``) they are the same powers of two, and with ``B`` (``40GB``) the
+  decimal ones, 10^3..10^12, as every disk and card vendor uses them; ``B`` alone is
+  bytes. Case does not matter. A selector value with a size unit beyond ``T``
+  (``2PB``, ``1EiB``) is refused by ``validate`` naming the unit.
+- ``~``: ``model~H100`` holds when the label's value contains ``H100``, ignoring case.
+  It is recognised only in a term holding none of SEL-002's operators, so every
+  selector that parsed before parses to the same terms.
+
 Parsing and matching take time linear in the text (EXT-LIMITS-3): both are small
 hand-written scanners that look at each character a bounded number of times, and
 the number literal of SEL-006 is checked by a finite automaton, never by a
@@ -17,9 +30,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_OPS = ("!=", ">=", "<=", "=")
+_OPS = ("!=", ">=", "<=", "=", "~")
+#: The operator tried only when none of SEL-002's occurs in a term: substring.
+CONTAINS = "~"
 _FORBIDDEN = frozenset("=!<>")
-_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: SEL-006's suffixes; also their ``i``/``iB`` spellings.
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: The ``B`` spellings: decimal, as vendors mean ``GB``.
+_DECIMAL = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+#: Size prefixes this module does not scale by: a selector value using one is refused.
+_UNSUPPORTED_PREFIXES = frozenset("PEZY")
 _DIGITS = frozenset("0123456789")  # ASCII digits only (SEL-006)
 _SPECIAL = frozenset(s + w for s in ("", "+", "-") for w in ("inf", "infinity")) | {
     "nan"
@@ -85,7 +105,7 @@ def parse(text: str, meter: Meter | None = None) -> Selector:
         terms = []
         start = 0
         while True:
-            ne = ge = le = eq = -1
+            ne = ge = le = eq = tl = -1
             forbidden = 0
             blank = True
             j = start
@@ -93,7 +113,9 @@ def parse(text: str, meter: Meter | None = None) -> Selector:
                 c = text[j]
                 if c == ",":
                     break
-                if c in _FORBIDDEN:
+                if c == CONTAINS and tl < 0:
+                    tl = j
+                elif c in _FORBIDDEN:
                     forbidden += 1
                     if c == "=":
                         if eq < 0:
@@ -112,7 +134,7 @@ def parse(text: str, meter: Meter | None = None) -> Selector:
             steps += j - start + 1
             if blank:
                 raise SelectorError(f"empty term in selector {text!r}")
-            terms.append(_split_term(text, start, j, (ne, ge, le, eq), forbidden, meter))
+            terms.append(_split_term(text, start, j, (ne, ge, le, eq, tl), forbidden, meter))
             if j >= n:
                 break
             start = j + 1
@@ -125,11 +147,12 @@ def _split_term(
     text: str,
     start: int,
     end: int,
-    found: tuple[int, int, int, int],
+    found: tuple[int, int, int, int, int],
     forbidden: int,
     meter: Meter | None,
 ) -> Term:
-    """SEL-002 on ``text[start:end]``, given each operator's first index (-1: absent)."""
+    """SEL-002 on ``text[start:end]``, given each operator's first index (-1: absent);
+    ``~`` last, so that it splits only a term none of SEL-002's operators does."""
     for op, idx in zip(_OPS, found, strict=True):
         if idx < 0:
             continue
@@ -138,10 +161,13 @@ def _split_term(
         _charge(meter, ks + vs)
         if k0 == k1 or v0 == v1:
             raise SelectorError(f"term {_shown(text, start, end)!r} needs a key and a value")
-        if forbidden > len(op):  # every character of an operator is an operator character
+        # Every character of SEL-002's operators is an operator character; none of ~'s.
+        if forbidden > (0 if op == CONTAINS else len(op)):
             raise SelectorError(f"term {_shown(text, start, end)!r} has a stray operator character")
         return Term(text[k0:k1], op, text[v0:v1])
-    raise SelectorError(f"term {_shown(text, start, end)!r} has no operator (use =, !=, >= or <=)")
+    raise SelectorError(
+        f"term {_shown(text, start, end)!r} has no operator (use =, !=, >=, <= or ~)"
+    )
 
 
 def _shown(text: str, start: int, end: int) -> str:
@@ -205,15 +231,37 @@ def _is_literal(s: str, start: int, end: int) -> tuple[bool, int]:
     return state in _ACCEPT, i - start + 1
 
 
+def _unit(s: str) -> tuple[float, int]:
+    """The multiplier of the size unit ending ``s`` (non-empty), and where the number
+    before it ends; ``(1, len(s))`` when no unit ends it.
+
+    ``K M G T`` alone, or followed by ``i`` or ``iB``, are powers of two (SEL-006's
+    meaning, kept for every spelling that parsed before); followed by ``B`` they are
+    powers of ten; ``B`` alone is bytes. Any case. At most three characters are read.
+    """
+    end = len(s)
+    last = s[-1]
+    if last in "bB":
+        if end >= 3 and s[end - 2] in "iI" and s[end - 3].upper() in _BINARY:
+            return _BINARY[s[end - 3].upper()], end - 3
+        if end >= 2 and s[end - 2].upper() in _DECIMAL:
+            return _DECIMAL[s[end - 2].upper()], end - 2
+        return 1.0, end - 1
+    if last in "iI":
+        if end >= 2 and s[end - 2].upper() in _BINARY:
+            return _BINARY[s[end - 2].upper()], end - 2
+        return 1.0, end
+    if last.upper() in _BINARY:
+        return _BINARY[last.upper()], end - 1
+    return 1.0, end
+
+
 def quantity(s: str, meter: Meter | None = None) -> float | None:
-    """A label value as a number, or None when it is not a quantity (SEL-006)."""
+    """A label value as a number, or None when it is not a quantity (SEL-006, with the
+    size units of ``_unit``)."""
     if not s:
         return None
-    mult = 1.0
-    end = len(s)
-    if s[-1].upper() in _SUFFIX:
-        mult = _SUFFIX[s[-1].upper()]
-        end -= 1
+    mult, end = _unit(s)
     i, j, steps = _trim(s, 0, end)
     if i == j:
         _charge(meter, steps)
@@ -234,11 +282,50 @@ def quantity(s: str, meter: Meter | None = None) -> float | None:
     return v * mult
 
 
+def unsupported_unit(value: str) -> str | None:
+    """The unit of ``value`` when it is a number with a size unit beyond ``T`` written
+    with ``i`` or ``B`` (``2PB``, ``1EiB``, ``3Pi``); else None.
+
+    Bare ``P`` or ``E`` are not taken for units: ``1080P`` is a plain string.
+    """
+    end = len(value)
+    if end and value[end - 1] in "bB":
+        end -= 1
+    if end and value[end - 1] in "iI":
+        end -= 1
+    if end == len(value) or not end or value[end - 1].upper() not in _UNSUPPORTED_PREFIXES:
+        return None
+    i, j, _ = _trim(value, 0, end - 1)
+    ok, _ = _is_literal(value, i, j)
+    return value[end - 1 :] if ok and i < j else None
+
+
+def validate(text: str, meter: Meter | None = None) -> Selector:
+    """Parse a selector a request brings: ``parse``, and a value with a size unit this
+    module does not know is refused naming it, never left to match nothing.
+
+    Only new selectors are validated; a stored one is only parsed, so that a rule
+    added here never strands a job already queued.
+    """
+    selector = parse(text, meter)
+    for term in selector.terms:
+        unit = unsupported_unit(term.value) if term.op != CONTAINS else None
+        if unit is not None:
+            raise SelectorError(
+                f"term {str(term)!r}: unknown size unit {unit!r}"
+                " (use K, M, G or T; with B for powers of ten, i or iB for powers of two)"
+            )
+    return selector
+
+
 def _holds(term: Term, labels: Mapping[str, str], meter: Meter | None = None) -> bool:
     have = labels.get(term.key)
     _charge(meter, len(term.key))  # hashing the key
     if have is None:
         return False
+    if term.op == CONTAINS:
+        _charge(meter, len(have) + len(term.value))  # folding both, one linear search
+        return term.value.casefold() in have.casefold()
     hq, wq = quantity(have, meter), quantity(term.value, meter)
     if hq is not None and wq is not None:
         return {

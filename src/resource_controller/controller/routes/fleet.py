@@ -104,7 +104,7 @@ async def explain(request: Request, svc: Svc) -> Response:
     if limits.utf8_len(text) > limits.SELECTOR.size:  # as on submit (EXT-LIMITS-2)
         raise errors.BadRequest(f"selector: at most {limits.SELECTOR.size} bytes")
     try:
-        selectors.parse(text)
+        selectors.validate(text)
     except selectors.SelectorError as exc:
         raise errors.BadSelector(str(exc)) from None
     ex = await svc.db(svc.store.explain, text)
