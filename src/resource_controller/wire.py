@@ -374,6 +374,9 @@ class Explain(_Response):
     matching: list[str]
     free: list[str]
     queue_depth: int
+    #: When nothing matches: the values the devices have for the selector's keys
+    #: (``selectors.no_match_hint``); omitted otherwise.
+    hint: str | None = None
 
 
 class Whoami(_Response):

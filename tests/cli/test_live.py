@@ -403,9 +403,19 @@ def test_explain_against_the_controller(
         result = run_rc("run", "--select", "vram=", "--explain", env=env)
         assert result.exit_code == 1 and result.stderr.startswith("rc: bad_selector")
         # What a submit refuses as no_matching_device fails here too (exit 1).
+        # Stdout keeps its format, the failure line says what the devices have.
         result = run_rc("run", "--select", "vram>=200G", "--explain", env=env)
         assert result.exit_code == 1
-        assert result.stderr == "rc: no device matches this selector\n"
+        assert result.stdout == (
+            "selector: vram>=200G\nmatching: (no device matches this selector)\n"
+            "free: 0/0\nqueue depth: 0\n"
+        )
+        assert result.stderr == (
+            "rc: no device matches this selector: vram has '40G' (1 device), '80G' (1 device)\n"
+        )
+        result = run_rc("run", "--select", "vram>=200G", "--", "true", env=env)
+        assert result.exit_code == 1 and result.stderr.startswith("rc: no_matching_device: ")
+        assert "vram has '40G' (1 device), '80G' (1 device)" in result.stderr
         result = run_rc("run", "--select", "vram>=40G", "--count", "2", "--explain", env=env)
         assert result.exit_code == 0, result.stderr
         assert result.stdout.endswith("hosts with 2 matching: lab (2 free)\n")
@@ -678,6 +688,9 @@ def test_devices_select(run_rc: Rc, env: dict[str, str], controller: LiveControl
         assert [v["device"]["id"] for v in views] == ["lab:g0"]
         result = run_rc("devices", "--select", "vram>", env=env)
         assert result.exit_code == 1 and result.stderr.startswith("rc: bad_selector")
+        result = run_rc("devices", "--select", "vram>=1T", "--json", env=env)
+        assert result.exit_code == 0 and json.loads(result.stdout) == []
+        assert result.stderr == "rc: no device matches: vram has '80G' (1 device)\n"
     finally:
         fake.stop()
 

@@ -158,3 +158,10 @@ def test_a_device_list_implies_its_count(
     device: str | list[str], count: int, expected: options.Target
 ) -> None:
     assert options.target(device, "", count) == expected
+
+
+def test_an_explanation_carries_the_no_match_hint() -> None:
+    empty = {"selector": "model=H100", "matching": [], "free": [], "queue_depth": 0}
+    hint = "model has 'NVIDIA H100 80GB HBM3' (2 devices)"
+    assert models.Explanation.from_json({**empty, "hint": hint}, "model=H100").hint == hint
+    assert models.Explanation.from_json(empty, "model=H100").hint == ""  # an older controller

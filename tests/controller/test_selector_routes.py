@@ -31,10 +31,28 @@ def test_a_non_ascii_inf_label_value_does_not_break_matching(rc: Harness) -> Non
     assert r.json()["matching"] == ["gpubox:gpu0", "gpubox:gpu1"]
 
 
-# ---- size units and ~ (core/selectors.py) --------------
+# ---- size units, ~ and what exists when nothing matches (core/selectors.py) --------------
 
 H100 = {"model": "NVIDIA H100 80GB HBM3", "vram": "81559M"}
 T4 = {"model": "Tesla T4", "vram": "15360M"}
+
+
+def test_no_match_says_what_the_devices_have(rc: Harness) -> None:
+    rc.register("gpubox", ("gpu0", "gpu1", "gpu2"), labels={"gpu0": H100, "gpu1": H100, "gpu2": T4})
+    r = rc.submit_raw(selector="model=H100")
+    assert_error(r, 400, "no_matching_device")
+    message = r.json()["message"]
+    assert "model=H100" in message
+    assert "model has 'NVIDIA H100 80GB HBM3' (2 devices), 'Tesla T4' (1 device)" in message
+    assert "write model~H100" in message
+    r = rc.client.get("/v1/explain", params={"selector": "model=H100"})
+    assert r.status_code == 200, r.text
+    assert r.json()["matching"] == [] and "model has 'NVIDIA H100" in r.json()["hint"]
+    r = rc.client.get("/v1/explain", params={"selector": "modle=H100"})
+    assert r.json()["hint"] == "no device has a label 'modle' (did you mean model?)"
+    r = rc.client.get("/v1/explain", params={"selector": "model~h100"})
+    assert r.json()["matching"] == ["gpubox:gpu0", "gpubox:gpu1"]
+    assert "hint" not in r.json()  # only when nothing matches
 
 
 def test_substring_and_units_reach_the_scheduler(rc: Harness) -> None:

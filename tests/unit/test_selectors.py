@@ -413,6 +413,47 @@ def test_contains_never_matches_an_absent_key() -> None:
     assert not matches("model~H", {"vendor": "nvidia"})
 
 
+# ---- what exists, when nothing matches ------------------------------------------------------
+
+FLEET = [
+    {"model": "NVIDIA H100 80GB HBM3", "vram": "81559M", "cpus": "64"},
+    {"model": "NVIDIA H100 80GB HBM3", "vram": "81559M", "cpus": "64"},
+    {"model": "Tesla T4", "vram": "15360M", "cpus": "8"},
+]
+
+
+def test_the_hint_names_the_values_of_the_keys_used() -> None:
+    hint = selectors.no_match_hint(parse("model=H100"), FLEET)
+    assert "model has 'NVIDIA H100 80GB HBM3' (2 devices), 'Tesla T4' (1 device)" in hint
+    assert "write model~H100" in hint
+    hint = selectors.no_match_hint(parse("vram>=100G,cpus>=128"), FLEET)
+    assert "vram has '81559M' (2 devices), '15360M' (1 device)" in hint
+    assert "cpus has '64' (2 devices), '8' (1 device)" in hint
+    assert "~" not in hint
+
+
+def test_the_hint_for_a_key_no_device_has() -> None:
+    hint = selectors.no_match_hint(parse("modle=H100"), FLEET)
+    assert hint == "no device has a label 'modle' (did you mean model?)"
+    hint = selectors.no_match_hint(parse("site=lab"), FLEET)
+    assert hint == "no device has a label 'site' (labels: cpus, model, vram)"
+    assert selectors.no_match_hint(parse("a=b"), []) == "no device is registered"
+    assert "no labels" in selectors.no_match_hint(parse("a=b"), [{}])
+
+
+def test_the_hint_is_bounded() -> None:
+    fleet = [{f"k{i}": "x" * 500 + str(d) for i in range(20)} for d in range(100)]
+    selector = parse(",".join(f"k{i}=y" for i in range(20)))
+    hint = selectors.no_match_hint(selector, fleet)
+    assert hint.count(" has ") == selectors.HINT_KEYS
+    assert hint.count("(1 device)") == selectors.HINT_KEYS * selectors.HINT_VALUES
+    assert "95 more values" in hint
+    assert len(hint) < 2_000
+    many_keys = [{f"key{i}": "v" for i in range(50)}]
+    hint = selectors.no_match_hint(parse("zz=1"), many_keys)
+    assert "and 42 more" in hint
+
+
 @pytest.mark.parametrize("text", ["\u0664\u0660G", "\uff14\uff10"])
 def test_non_ascii_digits_are_not_quantities(text: str) -> None:
     # SEL-006: "ASCII decimal digits".

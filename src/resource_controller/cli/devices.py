@@ -50,8 +50,12 @@ def devices(selector: str, output: str, as_json: bool) -> None:
     client = api.Client()
     views: list[api.Json] = list(client.state().get("devices") or [])
     if selector:
-        matching = set(client.explain(selector).get("matching") or [])
+        explained = client.explain(selector)
+        matching = set(explained.get("matching") or [])
         views = [v for v in views if _device(v).get("id") in matching]
+        hint = explained.get("hint")
+        if not matching and isinstance(hint, str) and hint:
+            render.say(f"no device matches: {hint}")  # stderr: stdout stays the table
     if fmt == "json":
         render.out(render.json_indented(views))
         return

@@ -220,7 +220,10 @@ def _explain(client: api.Client, selector: str, count: int = 1) -> None:
         lines.append(f"hosts with {count} matching: {held}\n")
     render.out("".join(lines))
     if not matching:
-        raise common.Failure("no device matches this selector")
+        # Stdout keeps CLI-102's format; what the devices have goes on the failure line.
+        hint = data.get("hint")
+        detail = f": {hint}" if isinstance(hint, str) and hint else ""
+        raise common.Failure(f"no device matches this selector{detail}")
     if count > 1 and not hosts:
         raise common.Failure(f"no host has {count} devices that match this selector")
 

@@ -154,12 +154,15 @@ def explain(selector: str) -> dict[str, Any]:
     how many queued jobs compete for them. Submits nothing."""
     with _client() as c:
         e = c.explain(selector)
-    return {
+    out: dict[str, Any] = {
         "selector": e.selector,
         "matching": e.matching,
         "free": e.free,
         "queue_depth": e.queue_depth,
     }
+    if e.hint:
+        out["hint"] = e.hint  # nothing matches: what the devices have for its keys
+    return out
 
 
 def run(

@@ -296,6 +296,8 @@ class Explanation:
     free: list[str] = field(default_factory=list)
     #: Queued jobs competing for these devices.
     queue_depth: int = 0
+    #: When nothing matches: what the devices have for the selector's keys; else "".
+    hint: str = ""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], selector: str) -> Explanation:
@@ -304,6 +306,7 @@ class Explanation:
             matching=_strs(data, "matching"),
             free=_strs(data, "free"),
             queue_depth=_int(data, "queue_depth"),
+            hint=_str(data, "hint"),
         )
 
 

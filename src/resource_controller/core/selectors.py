@@ -17,6 +17,9 @@ rather than silently matching nothing:
   It is recognised only in a term holding none of SEL-002's operators, so every
   selector that parsed before parses to the same terms.
 
+``no_match_hint`` says, for a selector that matched no device, which values the
+devices have for the keys it used.
+
 Parsing and matching take time linear in the text (EXT-LIMITS-3): both are small
 hand-written scanners that look at each character a bounded number of times, and
 the number literal of SEL-006 is checked by a finite automaton, never by a
@@ -27,7 +30,7 @@ can check that growth without timing anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _OPS = ("!=", ">=", "<=", "=", "~")
@@ -343,3 +346,83 @@ def _holds(term: Term, labels: Mapping[str, str], meter: Meter | None = None) ->
         ">=": have >= term.value,
         "<=": have <= term.value,
     }[term.op]
+
+
+#: How much a no-match hint shows: keys of the selector, values per key, characters of a
+#: value, and label keys listed when a key is on no device. An answer stays a line.
+HINT_KEYS, HINT_VALUES, HINT_CHARS, HINT_KEY_LIST = 4, 5, 64, 8
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 3] + "..."
+
+
+def _counted(n: int) -> str:
+    return f"{n} device" if n == 1 else f"{n} devices"
+
+
+def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> str:
+    """What the devices have for the keys ``selector`` uses, for one that matched none.
+
+    ``model=H100`` matches nothing when the label is ``NVIDIA H100 80GB HBM3``, and
+    "no device matches" alone leaves the user guessing; this says
+    ``model has 'NVIDIA H100 80GB HBM3' (2 devices); for a part of the value, write
+    model~H100``.
+    Bounded: the first ``HINT_KEYS`` keys, the ``HINT_VALUES`` commonest values of each,
+    each clipped; a key no device has gets the nearest existing keys, or a few of them.
+    One pass over the labels, then work on what was counted.
+    """
+    if not labels:
+        return "no device is registered"
+    keys: list[str] = []
+    for term in selector.terms:
+        if term.key not in keys:
+            keys.append(term.key)
+            if len(keys) == HINT_KEYS:
+                break
+    counts: dict[str, dict[str, int]] = {k: {} for k in keys}
+    every_key: set[str] = set()
+    for device in labels:
+        every_key.update(device)
+        for key in keys:
+            value = device.get(key)
+            if value is not None:
+                seen = counts[key]
+                seen[value] = seen.get(value, 0) + 1
+    parts: list[str] = []
+    for key in keys:
+        seen = counts[key]
+        if not seen:
+            parts.append(_absent_key(key, every_key))
+            continue
+        common = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = [f"{_clip(v)!r} ({_counted(n)})" for v, n in common[:HINT_VALUES]]
+        if len(common) > HINT_VALUES:
+            shown.append(f"{len(common) - HINT_VALUES} more values")
+        parts.append(f"{_clip(key)} has " + ", ".join(shown))
+    for term in selector.terms:
+        seen = counts.get(term.key, {})
+        if term.op == "=" and term.value not in seen:
+            wanted = term.value.casefold()
+            if any(wanted in v.casefold() for v in seen):
+                parts.append(
+                    f"for a part of the value, write {_clip(term.key)}{CONTAINS}{_clip(term.value)}"
+                )
+                break
+    return "; ".join(parts)
+
+
+def _absent_key(key: str, every_key: set[str]) -> str:
+    """``no device has a label <key>``, with the nearest keys or a few of them."""
+    import difflib
+
+    said = f"no device has a label {_clip(key)!r}"
+    if not every_key:
+        return said + " (the devices have no labels)"
+    near = difflib.get_close_matches(key, sorted(every_key), n=3, cutoff=0.6)
+    if near:
+        return said + f" (did you mean {', '.join(_clip(k) for k in near)}?)"
+    listed = sorted(every_key)
+    shown = ", ".join(_clip(k) for k in listed[:HINT_KEY_LIST])
+    more = f" and {len(listed) - HINT_KEY_LIST} more" if len(listed) > HINT_KEY_LIST else ""
+    return said + f" (labels: {shown}{more})"

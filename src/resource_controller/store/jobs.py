@@ -103,9 +103,10 @@ def enqueue(
         matches = devices if parsed is None else [d for d in devices if parsed.matches(d.labels)]
         what = f"selector {selector_text!r}" if parsed else "any device"
         if not matches:
-            raise errors.NoMatchingDevice(
-                f"no device matches {what}" if parsed else "no devices are registered"
-            )
+            if parsed is None:
+                raise errors.NoMatchingDevice("no devices are registered")
+            hint = selectors.no_match_hint(parsed, [d.labels for d in devices])
+            raise errors.NoMatchingDevice(f"no device matches {what}: {hint}")
         if not scheduling.could_ever_fit(count, matches):
             # EXT-GANG-2: no single host has enough of them, now or ever.
             raise errors.NoMatchingDevice(f"no host has {count} devices matching {what}")

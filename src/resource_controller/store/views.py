@@ -121,6 +121,8 @@ class Explanation:
     matching: list[str]
     free: list[str]
     queue_depth: int
+    #: When nothing matches, what the devices have for the selector's keys; else "".
+    hint: str = ""
 
 
 def explain(conn: sa.Connection, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
@@ -136,6 +138,7 @@ def explain(conn: sa.Connection, text: str, kept: fleet.FleetSnapshot | None = N
         matching=sorted(ids),
         free=[d.id for d in matching if d.schedulable],
         queue_depth=depth,
+        hint="" if ids else selectors.no_match_hint(parsed, [d.labels for d in snaps]),
     )
 
 

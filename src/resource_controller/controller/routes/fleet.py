@@ -110,7 +110,11 @@ async def explain(request: Request, svc: Svc) -> Response:
     ex = await svc.db(svc.store.explain, text)
     return _json(
         wire.Explain(
-            selector=ex.selector, matching=ex.matching, free=ex.free, queue_depth=ex.queue_depth
+            selector=ex.selector,
+            matching=ex.matching,
+            free=ex.free,
+            queue_depth=ex.queue_depth,
+            hint=ex.hint or None,
         )
     )
 
