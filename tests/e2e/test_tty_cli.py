@@ -107,7 +107,7 @@ def test_a_signal_to_rc_restores_the_terminal_and_the_job_ends_as_its_client_lef
     _status, jobs = box.api("GET", "/v1/jobs")
     job = box.wait_job(jobs["jobs"][0]["id"], lambda j: j["state"] != "running", 20)
     assert (job["state"], job["kill_reason"]) == ("killed", "client left"), job
-    assert box.wait_job(job["id"], lambda j: j.get("finished_at"), 5)
+    assert box.wait_job(job["id"], lambda j: bool(j.get("finished_at")), 5)
     wait_for(lambda: device_state(box) == "ready", 10, "the device to return")
 
 
