@@ -827,7 +827,9 @@ def test_explain(rc: Harness) -> None:
         "queue_depth": 2,
     }
     none = rc.client.get("/v1/explain", params={"selector": "vendor=intel"}).json()
+    hint = none.pop("hint")  # nothing matches: what the devices have for the key
     assert none == {"selector": "vendor=intel", "matching": [], "free": [], "queue_depth": 0}
+    assert hint.startswith("vendor has ") and "'nvidia' (2 devices)" in hint, hint
     assert len(rc.client.get("/v1/jobs").json()["jobs"]) == 6  # explain submits nothing
 
 

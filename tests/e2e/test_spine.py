@@ -152,7 +152,7 @@ def test_worker_sigterm_kills_its_job_and_reports_it(cluster: Cluster) -> None:
     time.sleep(0.3)
     assert stop(worker, signal.SIGTERM, timeout=30) == 0
     final = cluster.job(job["id"])
-    assert final["state"] == "killed" and final["kill_reason"] == "cancelled", final
+    assert final["state"] == "killed" and final["kill_reason"] == "cancelled: worker stopped", final
 
 
 def test_output_and_exit_code_stream_back(cluster: Cluster) -> None:
