@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, Generator
 from pathlib import Path
 
@@ -92,21 +91,8 @@ def _no_uvicorn_signals() -> Generator[None, None, None]:
 
 
 def say(log_format: str, message: str, level: str = "INFO") -> None:
-    """One line for the person at the terminal: ``rc: <message>``.
-
-    Under ``--log-format json`` it is a JSON record like the log lines around it, so a
-    collector reading stderr gets only JSON (EXT-METRICS-2). It is written whatever the
-    log level: the banner is what ``rc up`` has to say, not a log message.
-    """
-    if log_format != "json":
-        print(f"rc: {message}", file=sys.stderr, flush=True)
-        return
-    import logging
-
-    record = logging.makeLogRecord(
-        {"name": "rc.up", "msg": message, "levelname": level, "levelno": logging.INFO}
-    )
-    print(logfmt.JsonFormatter().format(record), file=sys.stderr, flush=True)
+    """``rc up``'s line for the person at the terminal (``logfmt.say``)."""
+    logfmt.say(log_format, message, level, logger="rc.up")
 
 
 #: EXT-HERE-5: how long ``rc up`` waits for its worker to register before giving up.

@@ -71,3 +71,26 @@ def configure(
     handler.setFormatter(handler_formatter)
     root.addHandler(handler)
     root.setLevel(level)
+
+
+def say(log_format: str, message: str, level: str = "INFO", logger: str = "rc") -> None:
+    """One line for the person at the terminal: ``rc: <message>``.
+
+    Under ``--log-format json`` it is a JSON record like the log lines around it, so a
+    collector reading stderr gets only JSON (EXT-METRICS-2), the last words of a fatal
+    start-up error included. It is written whatever the log level: a banner or a fatal
+    error is what the process has to say, not a log message.
+    """
+    if log_format != "json":
+        print(f"rc: {message}", file=sys.stderr, flush=True)
+        return
+    levelno = logging.getLevelName(level)
+    record = logging.makeLogRecord(
+        {
+            "name": logger,
+            "msg": message,
+            "levelname": level,
+            "levelno": levelno if isinstance(levelno, int) else logging.INFO,
+        }
+    )
+    print(JsonFormatter().format(record), file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ processes with ``--log-format json`` (EXT-METRICS-2)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -120,3 +121,36 @@ def test_rc_up_json_lines_only_and_no_token(tmp_path: Path) -> None:
     for text in outputs:
         for token in (*tokens.values(), WRONG_TOKEN):
             assert token not in text, text
+
+
+def test_a_fatal_start_up_error_is_a_json_line_too(cluster: Cluster, tmp_path: Path) -> None:
+    # Under --log-format json even a process's last words are one JSON object a line:
+    # a worker refused at registration, a worker without its config, a controller
+    # without tokens.
+    cluster.start_controller()
+    cfg = tmp_path / "worker.yaml"
+    cfg.write_text(
+        f"controller_url: {cluster.url}\ntoken: wrong\nhost: box\n"
+        f"state_dir: {tmp_path / 'state'}\ndevices: [gpu0]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RC_TOKENS"}
+    runs = {
+        "refused": [RC, "worker", "-c", str(cfg), "--log-format", "json"],
+        "no config": [RC, "worker", "-c", str(tmp_path / "nope.yaml"), "--log-format", "json"],
+        "no tokens": [
+            RC,
+            "serve",
+            "--addr",
+            f"127.0.0.1:{free_port()}",
+            "--data",
+            str(tmp_path / "d"),
+            "--log-format",
+            "json",
+        ],
+    }
+    for what, argv in runs.items():
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, (what, r.stderr)
+        lines = r.stderr.splitlines()
+        records = [json.loads(line) for line in lines]  # every line parses
+        assert records[-1]["level"] == "ERROR" and records[-1]["message"], (what, lines)

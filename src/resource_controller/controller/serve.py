@@ -24,7 +24,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -240,7 +239,7 @@ def run(
         host, port = parse_addr(addr)
         sock = bind(host, port)
     except StartupError as exc:
-        print(f"rc: {exc}", file=sys.stderr)
+        logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
     # Our own no-op handlers are what uvicorn restores (and re-raises into) after a
     # signal-initiated shutdown, so a clean stop exits 0 rather than dying of the signal.

@@ -27,6 +27,8 @@ log = logging.getLogger("resource_controller.worker.agent")
 
 #: Libraries that log every request at INFO; kept to their warnings (EXT-METRICS-2).
 QUIET_LOGGERS = ("httpx", "httpcore")
+#: The logger a fatal start-up line is recorded under, in JSON (EXT-METRICS-2).
+LOGGER = "rc.worker"
 
 
 _Watchers = tuple[asyncio.AbstractChildWatcher, asyncio.AbstractChildWatcher]
@@ -54,7 +56,10 @@ def _watch_children_by_pidfd(loop: asyncio.AbstractEventLoop) -> _Watchers | Non
 
 
 async def _serve_until_signal(
-    config: worker_config.WorkerConfig, clock: Clock | None, timings: Timings
+    config: worker_config.WorkerConfig,
+    clock: Clock | None,
+    timings: Timings,
+    log_format: str = "text",
 ) -> int:
     loop = asyncio.get_running_loop()
     watchers = _watch_children_by_pidfd(loop)
@@ -79,7 +84,7 @@ async def _serve_until_signal(
     try:
         await agent.Agent(config, clock, timings=timings).run(stop)
     except agent.StartupError as exc:
-        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1
     finally:
         for s in watched:
@@ -90,7 +95,9 @@ async def _serve_until_signal(
     return 0
 
 
-def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None) -> int:
+def run_worker(
+    config: worker_config.WorkerConfig, *, clock: Clock | None = None, log_format: str = "text"
+) -> int:
     """Run the worker in this process until a signal; the process exit status.
 
     Only this process path reads the end-to-end test hooks (``testhooks``): inside
@@ -99,9 +106,9 @@ def run_worker(config: worker_config.WorkerConfig, *, clock: Clock | None = None
     try:
         timings = testhooks.apply(os.environ)
     except testhooks.TestHookError as exc:
-        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1
-    return asyncio.run(_serve_until_signal(config, clock, timings))
+    return asyncio.run(_serve_until_signal(config, clock, timings, log_format))
 
 
 def _setup_logging(log_format: str = "text") -> None:
@@ -121,6 +128,6 @@ def main(config_path: str = worker_config.DEFAULT_PATH, log_format: str = "text"
     try:
         cfg = worker_config.load_config(config_path)
     except worker_config.ConfigError as exc:
-        print(f"rc: {exc}", file=sys.stderr, flush=True)
+        logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1
-    return run_worker(cfg)
+    return run_worker(cfg, log_format=log_format)
