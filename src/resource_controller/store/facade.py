@@ -436,17 +436,12 @@ class Store:
         with self._tx() as c:
             return views.active_job_on(c, device_id)
 
-    def state_snapshot(self) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord]]:
-        """Devices, active jobs and the queue, read in one transaction (API-052)."""
-        with self._tx() as c:
-            held = views.devices(c, kept=self._fleet)
-            return held, jobs.active(c), jobs.queued(c, self.now(), self.aging)
-
     def state_view(
         self,
     ) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[Blocker]]]:
-        """``state_snapshot`` and what each queued job waits for, in one transaction
-        (API-052, EXT-WHY-1a): one gathering for the whole queue, not a read per job."""
+        """Devices, active jobs, the queue and what each queued job waits for, in one
+        transaction (API-052, EXT-WHY-1a): one gathering for the whole queue, not a read
+        per job."""
         with self._tx() as c:
             now = self.now()
             queued = jobs.queued(c, now, self.aging)

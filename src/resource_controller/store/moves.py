@@ -78,21 +78,6 @@ def move(
     return int(n)
 
 
-def move_returning(
-    conn: sa.Connection,
-    machine: Machine,
-    op: Op,
-    *where: sa.ColumnElement[bool],
-    state: str,
-    **values: Any,
-) -> list[sa.Row[Any]]:
-    """As ``move``, returning the moved rows (every column)."""
-    stmt = _update(machine, op, where, state, values).returning(*_table(machine).c)
-    rows = list(conn.execute(stmt).all())
-    log.debug("%s: %d row(s) -> %s", _label(machine, op), len(rows), state)
-    return rows
-
-
 def create(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
     """Insert a row whose ``state`` the op allows from "no row"."""
     if None not in machine.move(op).sources:

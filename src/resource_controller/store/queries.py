@@ -141,14 +141,6 @@ def queued_snaps(conn: sa.Connection) -> list[JobSnap]:
     return [JobSnap(**{**r._mapping, "device_ids": split_ids(r.device_ids or "")}) for r in rows]
 
 
-def any_queued(conn: sa.Connection) -> bool:
-    """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
-    j = t.jobs.c
-    return (
-        conn.execute(sa.select(j.id).where(j.state == JobState.QUEUED).limit(1)).first() is not None
-    )
-
-
 def on_device(device_id: str) -> sa.ColumnElement[bool]:
     """Jobs on ``device_id``: their one device, or one of a several-device job's (EXT-GANG-1).
 
