@@ -402,11 +402,14 @@ def store_at(data: Path) -> Iterator[Any]:
 
 def hold_every_device(data: Path) -> list[str]:
     """Every ready device busy under an assigned job, as the store's test fixture does."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from support import store_helpers
+
     with store_at(data) as store:
         ids = [s.device.id for s in store.device_snapshots()]
         for device_id in ids:
             with contextlib.suppress(Exception):
-                store.allocate_directly(device_id, "holder")
+                store_helpers.allocate_directly(store, device_id, "holder")
     return ids
 
 

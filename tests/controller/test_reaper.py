@@ -38,6 +38,7 @@ from resource_controller.controller.deps import Settings
 from resource_controller.controller.routes import jobs as job_routes
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 FAST = "sweep_interval=0.02,hold_off=0"
 T0 = "2027-01-15T08:00:00Z"  #: START as the API writes it
@@ -197,7 +198,7 @@ def test_an_unrenewed_lease_expires_and_a_pending_one_is_kept(make_rc: Make) -> 
     time.sleep(0.1)
     assert device_state(rc, "gpubox:gpu0") == "busy"
     assert rc.job(pending)["state"] == "running"
-    (lease,) = rc.svc.store.live_leases()
+    (lease,) = store_helpers.live_leases(rc.svc.store)
     assert lease.job_id == pending and lease.expires_at == rc.svc.now() + 900
     # The report lands from the same worker ID: accepted, device freed (EXT-OUTBOX-3).
     assert_empty_ok(rc.report(pending, wid, "succeeded", exit_code=0))

@@ -18,6 +18,7 @@ from resource_controller import wire
 from resource_controller.clock import FakeClock
 from resource_controller.controller import render
 from resource_controller.store.facade import Store
+from support import store_helpers
 
 #: The root conftest's ``make`` factory (``tests/conftest.py``; this directory's conftest
 #: shadows that module name for the type checker).
@@ -83,5 +84,5 @@ def test_every_builder_gives_what_validation_would(
 def test_an_ended_job_renders_as_validated(store: Store, make: Factory) -> None:
     [dev, _] = make.worker()
     job = make.start(device=dev)
-    store.release(job.id, "failed", 3, "exit status 3")
+    store_helpers.release(store, job.id, "failed", 3, "exit status 3")
     _same_as_validated(render.job(store.job(job.id)))

@@ -27,6 +27,7 @@ from resource_controller.controller.wake import Done, Wake
 from resource_controller.core import expiry
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import DeviceState, JobState, Role
+from support import store_helpers
 
 T = TypeVar("T")
 
@@ -186,7 +187,7 @@ def test_kill_handed_to_the_worker_wakes_only_the_worker(ops: Ops) -> None:  # A
 def test_clear_schedules(ops: Ops) -> None:  # EXT-FAST-1: a device cleared
     ops.register()
     ops.run(service.fault, DEV, wire.FaultReport(reason="fan"))
-    assert ops.svc.store.device(DEV).state == DeviceState.UNHEALTHY  # type: ignore[union-attr]
+    assert store_helpers.device(ops.svc.store, DEV).state == DeviceState.UNHEALTHY  # type: ignore[union-attr]
     done = ops.run(service.clear, DEV)
     assert done.wake.schedule and done.wake.devices
 
@@ -196,7 +197,7 @@ def test_device_back_from_unknown_schedules(ops: Ops) -> None:  # EXT-FAST-1
     swept = ops.silence()
     assert swept.value.devices_unknown == [DEV] and swept.wake.schedule
     done = ops.run(service.heartbeat, wid, wire.HeartbeatRequest())
-    assert ops.svc.store.device(DEV).state == DeviceState.READY  # type: ignore[union-attr]
+    assert store_helpers.device(ops.svc.store, DEV).state == DeviceState.READY  # type: ignore[union-attr]
     assert done.wake.schedule
 
 

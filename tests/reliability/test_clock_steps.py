@@ -35,6 +35,7 @@ from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import SweepResult
 from store.dbview import Raw, invariant_violations, wid
 from store.test_state_machine import StoreMachine
+from support import store_helpers
 from support.served import ServedController
 
 HOUR = 3600
@@ -103,13 +104,13 @@ def running(store: Store, hold_ttl: int = 0) -> str:
 
 
 def device(store: Store) -> tuple[str, str]:
-    d = store.device(DEVICE)
+    d = store_helpers.device(store, DEVICE)
     assert d is not None
     return d.state, d.quarantine_reason
 
 
 def live(store: Store) -> list[str]:
-    return [x.job_id for x in store.live_leases() if x.device_id == DEVICE]
+    return [x.job_id for x in store_helpers.live_leases(store) if x.device_id == DEVICE]
 
 
 def assert_sound(raw: Raw) -> None:
@@ -136,7 +137,7 @@ def test_hours_forward_with_the_worker_heartbeating_loses_nothing(
         assert_sound(raw)
     assert store.job(job).state == "running"
     assert device(store) == ("busy", "")
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 900  # renewed on the new timeline
 
 
@@ -204,7 +205,7 @@ def test_hours_back_mid_lease_renews_on_the_new_timeline_and_judges_silence_from
     for result in reaper.on_schedule(100, heartbeat=[job]):  # 1000 s, longer than a lease
         assert result.jobs_lost == [] and result.leases_expired == [] and result.judging
     assert store.job(job).state == "running" and device(store) == ("busy", "")
-    assert [x.expires_at for x in store.live_leases()] == [store.now() + 900]
+    assert [x.expires_at for x in store_helpers.live_leases(store)] == [store.now() + 900]
     # Silence is counted from the last heartbeat on the stepped-back clock: 300 s of it
     # write the worker off, as on any other timeline.
     results = reaper.on_schedule(30)
@@ -227,7 +228,7 @@ def test_a_backward_step_does_not_revive_an_expired_lease_or_a_written_off_worke
     assert store.job(hold.id).state == "lost"
     reaper.on_schedule(31)  # the worker falls silent: written off
     assert store.job(job).state == "lost"
-    before = {d.id: (d.state, d.quarantine_reason) for d in store.devices()}
+    before = {d.id: (d.state, d.quarantine_reason) for d in store_helpers.devices(store)}
     assert before == {
         DEVICE: ("unhealthy", "worker_lost"),
         "h0:gpu1": ("unhealthy", "lease_expired"),
@@ -236,8 +237,8 @@ def test_a_backward_step_does_not_revive_an_expired_lease_or_a_written_off_worke
     store.heartbeat(wid("h0"), [job, hold.id])  # the worker is back and names both
     reaper.on_schedule(3, heartbeat=[job, hold.id])
     assert store.job(job).state == "lost" and store.job(hold.id).state == "lost"
-    assert {d.id: (d.state, d.quarantine_reason) for d in store.devices()} == before
-    assert store.live_leases() == []
+    assert {d.id: (d.state, d.quarantine_reason) for d in store_helpers.devices(store)} == before
+    assert store_helpers.live_leases(store) == []
     assert store.schedule() == []
     assert_sound(raw)
 
@@ -272,7 +273,7 @@ def test_a_silent_worker_is_judged_from_its_last_heartbeat_after_a_step_back(
     clock.advance(-HOUR)
     results = reaper.on_schedule(int(HOUR // INTERVAL))
     assert all(r.devices_unknown == [] and r.jobs_lost == [] for r in results)
-    assert device(store) == ("busy", "") and store.live_leases() != []
+    assert device(store) == ("busy", "") and store_helpers.live_leases(store) != []
     assert store.now() == heard  # the clock has caught up with the last heartbeat
     reaper.on_schedule(3)
     assert device(store) == ("unknown", "")  # grace: 30 s after the last heartbeat
@@ -298,7 +299,7 @@ def test_a_backward_step_after_a_recovery_keeps_the_flap_guard_counting(
     out = store.auto_recover(wid("h0"), proof)
     assert out.recovered == [] and out.held_back == [DEVICE]
     assert device(store) == ("unhealthy", "worker_lost")
-    store.recovery_history(DEVICE)  # the read tolerates stamps in the future
+    store_helpers.recovery_history(store, DEVICE)  # the read tolerates stamps in the future
 
 
 def test_priority_aging_ages_nothing_on_a_clock_behind_the_queue(tmp_path: Path) -> None:
@@ -311,7 +312,7 @@ def test_priority_aging_ages_nothing_on_a_clock_behind_the_queue(tmp_path: Path)
         clock.advance(-HOUR)
         b = store.enqueue(NewJob(command=["b"], submitter="x", device_id=DEVICE, priority=1))
         assert [j.id for j in store.queued_jobs()] == [b.id, a.id]  # priority still rules
-        store.release(first, "succeeded", 0, "done")
+        store_helpers.release(store, first, "succeeded", 0, "done")
         assert [x.job_id for x in store.schedule()] == [b.id]
     finally:
         store.close()
@@ -330,7 +331,7 @@ def test_a_draining_device_through_steps_both_ways(
     reaper.on_schedule(2, heartbeat=[job])
     clock.advance(-HOUR)
     reaper.on_schedule(2, heartbeat=[job])
-    store.release(job, "succeeded", 0, "done")
+    store_helpers.release(store, job, "succeeded", 0, "done")
     queued = store.enqueue(NewJob(command=["n"], submitter="b", device_id=DEVICE))
     clock.advance(3 * HOUR)
     reaper.on_schedule(4, heartbeat=[])

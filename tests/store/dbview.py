@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from resource_controller.store.facade import Store
+from support import store_helpers
 
 
 def wid(host: str = "box") -> str:
@@ -23,7 +24,7 @@ def wid(host: str = "box") -> str:
 
 def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
     """A device's state, quarantine reason and detail, as the store reads them."""
-    d = store.device(device_id)
+    d = store_helpers.device(store, device_id)
     assert d is not None, device_id
     return d.state, d.quarantine_reason, d.quarantine_detail
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 
 def run_stream(tmp_path: Path, aging: int) -> tuple[int | None, int]:
@@ -30,7 +31,7 @@ def run_stream(tmp_path: Path, aging: int) -> tuple[int | None, int]:
         ran = 1
         for minute in range(1, 61):
             clock.advance(60)
-            store.release(running, "succeeded", 0)
+            store_helpers.release(store, running, "succeeded", 0)
             submit(5)
             (placed,) = store.schedule()
             if placed.job_id == low:

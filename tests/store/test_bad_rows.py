@@ -17,6 +17,7 @@ from resource_controller import errors
 from resource_controller.store import leases
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned
+from support import store_helpers
 
 from .dbview import Raw, state_of, wid
 
@@ -42,7 +43,7 @@ def test_a_job_whose_lease_cannot_be_written_is_skipped(
     assert bad.id in caplog.text
     # Every later pass still works, and the job can still be cancelled.
     assert store.cancel_queued(bad.id, "killed by admin override")
-    store.release(same_device.id, "succeeded", 0)
+    store_helpers.release(store, same_device.id, "succeeded", 0)
     assert state_of(store, "box:gpu1")[0] == "ready"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations
 
@@ -57,7 +58,7 @@ def _client(
             active = store.active_jobs()
             if active:
                 victim = rng.choice(active)
-                store.release(victim.id, rng.choice(TERMINAL), 0, "done")
+                store_helpers.release(store, victim.id, rng.choice(TERMINAL), 0, "done")
         elif op < 0.96:
             queued = store.queued_jobs()
             if queued:
@@ -138,12 +139,12 @@ def test_sixteen_threads_never_share_a_device(tmp_path: Path) -> None:
             store.schedule()
             store.take_work(WORKER)
             for j in store.active_jobs():
-                store.release(j.id, "succeeded", 0)
+                store_helpers.release(store, j.id, "succeeded", 0)
             if not store.queued_jobs() and not store.active_jobs():
                 break
         states = {r["state"] for r in raw.rows("SELECT state FROM jobs")}
         assert states <= set(TERMINAL)
-        assert [d.state for d in store.devices()] == ["ready"] * len(DEVICES)
+        assert [d.state for d in store_helpers.devices(store)] == ["ready"] * len(DEVICES)
         assert invariant_violations(raw) == []
 
         # STORE-186: same-priority jobs pinned to one device were granted in seq order

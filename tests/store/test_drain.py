@@ -15,6 +15,7 @@ from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.store import engine
 from resource_controller.store.facade import Store
+from support import store_helpers
 
 from .dbview import Raw
 
@@ -28,14 +29,14 @@ def test_drain_records_who_when_and_why_and_draining_again_replaces_them(
     # EXT-DRAIN-3a: "Draining again replaces who, when and reason."
     d0, _ = make.worker()
     store.drain_device(d0, "ops", "driver upgrade")
-    first = store.device(d0)
+    first = store_helpers.device(store, d0)
     assert first is not None
     assert (first.draining, first.drained_by, first.drain_reason) == (1, "ops", "driver upgrade")
     assert first.drained_at == store.now()
     assert first.state == "ready"  # a flag beside the state, not a state
     clock.advance(60)
     store.drain_device(d0, "bob", "")
-    again = store.device(d0)
+    again = store_helpers.device(store, d0)
     assert again is not None
     assert (again.drained_by, again.drain_reason, again.drained_at) == ("bob", "", store.now())
 
@@ -48,7 +49,7 @@ def test_undrain_clears_the_flag_and_leaves_a_device_not_draining_alone(
     store.undrain_device(d0)
     store.undrain_device(d1)  # not draining: changes nothing
     for d in (d0, d1):
-        rec = store.device(d)
+        rec = store_helpers.device(store, d)
         assert rec is not None
         assert (rec.draining, rec.drained_by, rec.drained_at, rec.drain_reason) == (0, "", 0, "")
 
@@ -150,11 +151,11 @@ def test_a_database_from_before_draining_gains_the_columns(
     conn3.close()
     store = Store(path, clock)
     try:
-        rec = store.device("box:gpu0")
+        rec = store_helpers.device(store, "box:gpu0")
         assert rec is not None
         assert (rec.draining, rec.drained_by, rec.drained_at, rec.drain_reason) == (0, "", 0, "")
         store.drain_device("box:gpu0", "ops", "r")
-        assert store.device("box:gpu0").draining == 1  # type: ignore[union-attr]
+        assert store_helpers.device(store, "box:gpu0").draining == 1  # type: ignore[union-attr]
     finally:
         store.close()
 

@@ -10,6 +10,7 @@ import pytest
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations
 
@@ -23,12 +24,12 @@ def test_direct_allocation_takes_a_ready_device(
 ) -> None:
     d0, _ = make.worker(max_runtime=ceiling)
     now = store.now()
-    job = store.allocate_directly(d0, "alice")
+    job = store_helpers.allocate_directly(store, d0, "alice")
     assert (job.state, job.device_id, job.queued_at, job.priority) == ("assigned", d0, 0, 0)
     (lease,) = raw.live_leases(d0)
     assert (lease["job_id"], lease["holder"], lease["kind"]) == (job.id, "alice", "job")
     assert lease["expires_at"] == now + 300  # default TTL 5 min when <= 0 (STORE-052)
-    assert store.device(d0).state == "busy"  # type: ignore[union-attr]
+    assert store_helpers.device(store, d0).state == "busy"  # type: ignore[union-attr]
     assert invariant_violations(raw) == []
 
 
@@ -36,15 +37,16 @@ def test_direct_allocation_ttl_key_and_refusal(
     store: Store, make: Factory, raw: Raw, clock: FakeClock
 ) -> None:
     d0, d1 = make.worker()
-    job = store.allocate_directly(d0, "alice", ttl=60, key="k")
+    job = store_helpers.allocate_directly(store, d0, "alice", ttl=60, key="k")
     assert raw.live_leases(d0)[0]["expires_at"] == store.now() + 60
     clock.advance(5)
-    assert store.allocate_directly(d1, "bob", key="k").id == job.id  # STORE-056 step 3
+    again = store_helpers.allocate_directly(store, d1, "bob", key="k")
+    assert again.id == job.id  # STORE-056 step 3
     assert raw.live_leases(d1) == []
     with pytest.raises(errors.NoDeviceAvailable):
-        store.allocate_directly(d0, "bob")  # busy
+        store_helpers.allocate_directly(store, d0, "bob")  # busy
     with pytest.raises(errors.NoDeviceAvailable):
-        store.allocate_directly("box:nope", "bob")
+        store_helpers.allocate_directly(store, "box:nope", "bob")
 
 
 def test_active_job_on_a_device(store: Store, make: Factory, raw: Raw) -> None:
@@ -56,6 +58,6 @@ def test_active_job_on_a_device(store: Store, make: Factory, raw: Raw) -> None:
     store.schedule()
     assert store.active_job_on(d0) == started.id
     assert store.active_job_on(d1) == ""
-    store.release(started.id, "succeeded", 0)
+    store_helpers.release(store, started.id, "succeeded", 0)
     assert store.active_job_on(d0) == ""
     assert store.active_job_on("box:nope") == ""

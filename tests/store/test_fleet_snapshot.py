@@ -21,6 +21,7 @@ from resource_controller.core.scheduling import FleetIndex, JobSnap, candidates
 from resource_controller.store import fast, fleet
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
+from support import store_helpers
 
 from .dbview import Raw, wid
 
@@ -68,7 +69,7 @@ def _assert_current(store: Store) -> None:
     for (selector, runtime), found in index.matches.items():
         job = JobSnap(id="j", seq=1, selector=selector, max_runtime=runtime)
         assert found == candidates(job, fresh_snaps)
-    assert rows == store.devices()
+    assert rows == store_helpers.devices(store)
     ids = {d.id for d in rows}  # labels may outlive or precede their device's row
     assert {d: labels[d] for d in ids if d in labels} == {
         d: fresh_labels[d] for d in ids if d in fresh_labels
@@ -109,7 +110,7 @@ def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[An
             store.schedule()
         elif kind == "finish":
             for job in store.active_jobs()[:1]:
-                store.release(job.id, "succeeded", 0)
+                store_helpers.release(store, job.id, "succeeded", 0)
             store.schedule()
         elif kind == "heartbeat":
             store.heartbeat(wid(host), [j.id for j in store.active_jobs()])
@@ -161,7 +162,7 @@ def test_the_kept_snapshot_is_a_fresh_read_after_every_write(
     # Leave the file empty of devices for the next example (the fixture is shared).
     for device in DEVICES:
         for job in store.active_jobs():
-            store.release(job.id, "succeeded", 0)
+            store_helpers.release(store, job.id, "succeeded", 0)
         for job in store.queued_jobs():
             store.cancel_queued(job.id, "done")
         with contextlib.suppress(errors.RcError):
@@ -293,7 +294,7 @@ def test_kept_candidates_follow_labels_ceilings_and_devices(
     with store._read() as db:
         kept = dict(store._fleet.index(db)[1].matches)
     assert kept == {("", 0): [a0, a1], ("vram>=40G", 30): [a0]}
-    store.release(blocker.id, "succeeded", 0)  # a state change only: the lists stay
+    store_helpers.release(store, blocker.id, "succeeded", 0)  # a state change only: the lists stay
     with store._read() as db:
         index = store._fleet.index(db)[1]
         assert index.matches[("", 0)] is kept[("", 0)]
@@ -307,6 +308,6 @@ def test_kept_candidates_follow_labels_ceilings_and_devices(
         make.submit()
         store.schedule()  # fills the lists again
         for job in store.active_jobs():
-            store.release(job.id, "succeeded", 0)
+            store_helpers.release(store, job.id, "succeeded", 0)
         change()
         _assert_current(store)

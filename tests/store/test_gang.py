@@ -17,6 +17,7 @@ from resource_controller.core import expiry
 from resource_controller.store import leases
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations, state_of, wid
 
@@ -62,7 +63,7 @@ def test_all_or_nothing_when_the_host_has_too_few_free(
     assert raw.leases_of(gang.id) == []
     assert state_of(store, box[1])[0] == "ready"
     assert raw.reservations() == {(gang.id, box[0]), (gang.id, box[1])}
-    store.release(one.id, "succeeded", 0)
+    store_helpers.release(store, one.id, "succeeded", 0)
     store.schedule()
     assert _live(raw, gang.id) == box
     assert invariant_violations(raw) == []
@@ -73,8 +74,8 @@ def test_a_stale_snapshot_rolls_the_whole_assignment_back(
 ) -> None:
     box = make.worker("box", devices=2)
     gang = make.submit(count=2)
-    snapshot = [store.device(d) for d in box]
-    store.allocate_directly(box[1], "bob")  # taken after the snapshot was read
+    snapshot = [store_helpers.device(store, d) for d in box]
+    store_helpers.allocate_directly(store, box[1], "bob")  # taken after the snapshot was read
     job = store.job(gang.id)
     outcome = leases._try_assign(store._tx, store.now(), job, [d for d in snapshot if d])
     assert outcome == "not_ready"
@@ -137,7 +138,7 @@ def test_release_kill_and_cancel_end_every_lease_together(
     g1 = make.start(count=2)
     g2 = make.start(count=2)
     assert set(g1.devices) | set(g2.devices) == set(box)
-    store.release(g1.id, "succeeded", 0)
+    store_helpers.release(store, g1.id, "succeeded", 0)
     assert _live(raw, g1.id) == []
     assert [state_of(store, d)[0] for d in g1.devices] == ["ready", "ready"]
     # A finalised kill (worker gone) releases both leases and leaves both devices out.
@@ -222,7 +223,7 @@ def test_a_gang_at_the_head_is_not_starved_by_one_device_jobs(
         # A steady stream of one-device jobs behind it.
         stream.append(make.submit().id)
         victim = running.pop(0)
-        store.release(victim.id, "succeeded", 0)
+        store_helpers.release(store, victim.id, "succeeded", 0)
         store.schedule()
         for placed in store.active_jobs():
             if placed.id in stream:

@@ -25,6 +25,7 @@ from resource_controller.clock import FakeClock
 from resource_controller.core import expiry
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations
 
@@ -81,7 +82,7 @@ def _step(store: Store, clock: FakeClock, rng: random.Random, op: str, who: str)
     elif op == "release":
         active = store.active_jobs()
         if active:
-            store.release(rng.choice(active).id, rng.choice(TERMINAL), 0, "done")
+            store_helpers.release(store, rng.choice(active).id, rng.choice(TERMINAL), 0, "done")
     elif op == "cancel":
         queued = store.queued_jobs()
         if queued:
@@ -186,12 +187,12 @@ def test_concurrent_mixed_sizes_never_split_or_share(plans: list[list[tuple[str,
                 for host in HOSTS:
                     store.take_work(_wid(host))
                 for job in store.active_jobs():
-                    store.release(job.id, "succeeded", 0)
+                    store_helpers.release(store, job.id, "succeeded", 0)
                 if not store.queued_jobs() and not store.active_jobs():
                     break
             states = {r["state"] for r in raw.rows("SELECT state FROM jobs")}
             assert states <= set(TERMINAL)
-            assert {d.state for d in store.devices()} == {"ready"}
+            assert {d.state for d in store_helpers.devices(store)} == {"ready"}
             assert raw.rows("SELECT * FROM leases WHERE released_at IS NULL") == []
             assert invariant_violations(raw) == []
         finally:

@@ -18,6 +18,7 @@ from resource_controller.controller.deps import Settings
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.logs import MARKER_ROOM, LogStore
+from support import store_helpers
 
 if TYPE_CHECKING:
     from conftest import Factory
@@ -131,7 +132,7 @@ def test_delete_removes_head_and_tail(tmp_path: Path) -> None:
 
 def finish(store: Store, make: Factory, device: str, clock: FakeClock) -> str:
     job = make.start(device=device)
-    store.release(job.id, "succeeded", 0)
+    store_helpers.release(store, job.id, "succeeded", 0)
     clock.advance(1)
     return job.id
 
@@ -167,7 +168,7 @@ def test_the_retention_pass_deletes_old_output_in_bounded_batches(
             job = svc.store.enqueue(NewJob(command=["x"], submitter="a", device_id="box:gpu0"))
             svc.store.schedule()
             svc.logs.append(job.id, b"output\n")
-            svc.store.release(job.id, "succeeded", 0)
+            store_helpers.release(svc.store, job.id, "succeeded", 0)
             ids.append(job.id)
             clock.advance(1)  # distinct ends: the pass takes the oldest first
         monkeypatch.setattr(service, "RETENTION_BATCH", 2)

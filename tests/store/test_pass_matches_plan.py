@@ -23,6 +23,7 @@ from resource_controller.store import fast, leases
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 HOSTS = ("a", "b", "c")
 DEVICES = [f"{h}:gpu{i}" for h in HOSTS for i in range(3)]
@@ -51,7 +52,7 @@ def _fleet(store: Store, fates: list[str]) -> None:
         store.apply_facts(host, names, None, kinds, None, None)
     for device_id, fate in zip(DEVICES, fates, strict=True):
         if fate == "held":
-            store.allocate_directly(device_id, "holder")
+            store_helpers.allocate_directly(store, device_id, "holder")
         elif fate == "draining":
             store.drain_device(device_id, "ops", "maintenance")
         elif fate == "unhealthy":

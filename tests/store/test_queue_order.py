@@ -17,6 +17,7 @@ from resource_controller.core.scheduling import aged_queue_key, queue_key, queue
 from resource_controller.store import leases
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 if TYPE_CHECKING:
     from conftest import Factory
@@ -39,7 +40,7 @@ def test_sql_order_paging_and_positions_follow_the_key(
     monkeypatch: pytest.MonkeyPatch,
     jobs: list[tuple[int, int, bool]],
 ) -> None:
-    if store.device("box:gpu0") is None:
+    if store_helpers.device(store, "box:gpu0") is None:
         make.worker()
     for priority, wait, pinned in jobs:
         clock.advance(wait)
@@ -52,7 +53,7 @@ def test_sql_order_paging_and_positions_follow_the_key(
     assert [r[0] for r in leases._Walk(store._tx)] == [j.id for j in queued]
     snaps = [j.snap() for j in queued]
     for j in queued:
-        assert store.job_with_position(j.id)[1] == queue_position(j.snap(), snaps)
+        assert store_helpers.job_with_position(store, j.id)[1] == queue_position(j.snap(), snaps)
     for j in queued:
         store.cancel_queued(j.id, "done")
 
@@ -102,6 +103,8 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
         assert [r[0] for r in walked] == [j.id for j in queued]
         snaps = [j.snap() for j in queued]
         for j in queued:
-            assert store.job_with_position(j.id)[1] == queue_position(j.snap(), snaps, key)
+            assert store_helpers.job_with_position(store, j.id)[1] == queue_position(
+                j.snap(), snaps, key
+            )
     finally:
         store.close()

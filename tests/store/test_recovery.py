@@ -11,6 +11,7 @@ from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import Proof, SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Recovered, RecoveryEntry
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations, state_of, wid
 
@@ -122,7 +123,7 @@ def test_never_a_device_with_a_live_lease(store: Store, make: Factory, raw: Raw)
     raw.force_device(d0, "unhealthy", "registration")
     assert store.auto_recover(wid(), ISOLATED).recovered == []
     assert state_of(store, d0)[:2] == ("unhealthy", "registration")
-    store.release(job.id, "succeeded", 0)
+    store_helpers.release(store, job.id, "succeeded", 0)
     assert store.auto_recover(wid(), ISOLATED).recovered == [Recovered(d0, "registration")]
 
 
@@ -245,7 +246,7 @@ def test_flap_counts_survive_retire_and_recreate(
 
 def test_recovery_history(store: Store, make: Factory, raw: Raw, clock: FakeClock) -> None:
     (d0,) = make.worker(devices=1)
-    empty = store.recovery_history(d0)
+    empty = store_helpers.recovery_history(store, d0)
     assert (empty.recoveries, empty.remaining, empty.limit, empty.window) == ([], 3, 3, 3600)
     start = store.now()
     raw.write(
@@ -258,7 +259,7 @@ def test_recovery_history(store: Store, make: Factory, raw: Raw, clock: FakeCloc
     clock.advance(100)
     raw.force_device(d0, "unhealthy", "lease_expired")
     store.auto_recover(wid(), CLEAN)
-    h = store.recovery_history(d0)
+    h = store_helpers.recovery_history(store, d0)
     assert h.recoveries == [
         RecoveryEntry(start + 100, "lease_expired"),
         RecoveryEntry(start, "registration"),
@@ -267,14 +268,19 @@ def test_recovery_history(store: Store, make: Factory, raw: Raw, clock: FakeCloc
     # It filters by the window itself, not by what pruning left behind.
     raw.write("INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, 'old')", d0, 5)
     clock.set(start + 3600)
-    assert [e.at for e in store.recovery_history(d0).recoveries] == [start + 100, start]
+    assert [e.at for e in store_helpers.recovery_history(store, d0).recoveries] == [
+        start + 100,
+        start,
+    ]
     clock.advance(1)
-    assert store.recovery_history(d0).recoveries == [RecoveryEntry(start + 100, "lease_expired")]
-    assert store.recovery_history(d0).remaining == 2
+    assert store_helpers.recovery_history(store, d0).recoveries == [
+        RecoveryEntry(start + 100, "lease_expired")
+    ]
+    assert store_helpers.recovery_history(store, d0).remaining == 2
 
 
 def test_recovery_history_of_an_unknown_device(store: Store) -> None:
-    h = store.recovery_history("nohost:gpu9")
+    h = store_helpers.recovery_history(store, "nohost:gpu9")
     assert (h.recoveries, h.remaining) == ([], 3)
 
 
@@ -286,4 +292,4 @@ def test_remaining_never_goes_below_zero(store: Store, make: Factory, raw: Raw) 
             d0,
             store.now(),
         )
-    assert store.recovery_history(d0).remaining == 0
+    assert store_helpers.recovery_history(store, d0).remaining == 0

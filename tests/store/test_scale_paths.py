@@ -19,6 +19,7 @@ from resource_controller.core.expiry import GRACE, SweepRules
 from resource_controller.store import fast, leases
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, JobRecord
+from support import store_helpers
 
 from .dbview import Raw, state_of, wid
 
@@ -300,7 +301,7 @@ def test_the_kept_reservations_see_every_writer(store: Store, make: Factory, raw
     store.schedule()
     assert _reservation_rows(raw) == {d0: first[d0], d1: first[d1], d2: second}
     # An assignment deletes its device's row; the pass after it leaves the rest.
-    store.release(holders[d0].id, "succeeded", 0)
+    store_helpers.release(store, holders[d0].id, "succeeded", 0)
     placed = {a.job_id for a in store.schedule()}
     assert placed == {first[d0]}
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}

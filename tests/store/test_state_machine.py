@@ -40,6 +40,7 @@ from resource_controller.core import selectors
 from resource_controller.core.expiry import Proof, SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations, wid
 
@@ -153,7 +154,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.step_ops.update(ops)
 
     def _device_state(self, device_id: str) -> tuple[str, str]:
-        d = self.store.device(device_id)
+        d = store_helpers.device(self.store, device_id)
         assert d is not None
         return d.state, d.quarantine_reason
 
@@ -232,7 +233,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert len(self.store.list_jobs(limit=200)) == before  # nothing written
             return
         except errors.UnknownDevice:
-            assert self.store.device(device) is None  # pinned to a retired device
+            assert store_helpers.device(self.store, device) is None  # pinned to a retired device
             assert len(self.store.list_jobs(limit=200)) == before
             return
         if key in self.keys:  # STORE-056 step 3: the same job back, unchanged
@@ -254,7 +255,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert self.expected[a.job_id] == "queued"
             self.expected[a.job_id] = "assigned"
             self.worker_of[a.job_id] = a.worker_id
-        devices = {d.id: d for d in self.store.devices()}
+        devices = {d.id: d for d in store_helpers.devices(self.store)}
         queued = {j.id: j for j in self.store.queued_jobs()}
 
         def order(job_id: str) -> tuple[int, int, int]:
@@ -312,11 +313,11 @@ class StoreMachine(RuleBasedStateMachine):
         model = self.expected[job_id]
         if model == "queued":
             try:
-                self.store.release(job_id, state, code, "r")
+                store_helpers.release(self.store, job_id, state, code, "r")
             except errors.InvalidTransition:
                 return
             raise AssertionError("STORE-083: a queued job must not be released")
-        out = self.store.release(job_id, state, code, "r")
+        out = store_helpers.release(self.store, job_id, state, code, "r")
         assert out.was_terminal == (model in TERMINAL)
         event(f"release of a {model} job")
         if model in ACTIVE:
@@ -366,7 +367,7 @@ class StoreMachine(RuleBasedStateMachine):
             for j in named + pending
             if self.expected.get(j) in ACTIVE and self.worker_of[j] == wid(host)
         }
-        for lease in self.store.live_leases():
+        for lease in store_helpers.live_leases(self.store):
             if lease.job_id in renewed:
                 assert lease.expires_at == now + 900  # STORE-096 step 2a
 
@@ -378,7 +379,7 @@ class StoreMachine(RuleBasedStateMachine):
         device = data.draw(st.sampled_from(sorted(self.labels)))
         # The direct writes below stand in for the sweep's demotions.
         self._may("fault report", "operator clear", *SWEEP[:2])
-        if self.store.device(device) is None:  # retired
+        if store_helpers.device(self.store, device) is None:  # retired
             if what == "fault":
                 try:
                     self.store.set_device_state(device, "unhealthy", "verify failed")
@@ -394,7 +395,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert self._device_state(device) == ("unhealthy", "fault")
             self.faulted.add(device)
         elif what == "clear":  # STORE-130
-            leased = any(x.device_id == device for x in self.store.live_leases())
+            leased = any(x.device_id == device for x in store_helpers.live_leases(self.store))
             cleared = self.store.clear_device(device)
             assert cleared is (state == "unhealthy" and not leased)
             if cleared:
@@ -416,7 +417,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._may("fault report", *SWEEP[:2])
         job_id = data.draw(st.sampled_from(self._jobs_in(*ACTIVE)))
         device = self.store.job(job_id).device_id
-        if self.store.device(device) is None:
+        if store_helpers.device(self.store, device) is None:
             return
         state, _ = self._device_state(device)
         if what == "fault":
@@ -425,7 +426,7 @@ class StoreMachine(RuleBasedStateMachine):
             event("fault under a running job")
             if data.draw(st.booleans()):  # and the worker reports the job's end (STORE-082)
                 self._may("release")
-                self.store.release(job_id, "failed", 1, "verify failed")
+                store_helpers.release(self.store, job_id, "failed", 1, "verify failed")
                 self._finish(job_id, "failed")
         elif what == "unknown" and state in ("ready", "busy"):
             self.raw.force_device(device, "unknown")
@@ -493,8 +494,8 @@ class StoreMachine(RuleBasedStateMachine):
         }[window]
         judging = window not in ("inside", "stalled")
         heard = {r["id"]: r["last_heartbeat_at"] for r in self.raw.rows("SELECT * FROM workers")}
-        before = {d.id: d for d in self.store.devices()}
-        live = self.store.live_leases()
+        before = {d.id: d for d in store_helpers.devices(self.store)}
+        live = store_helpers.live_leases(self.store)
         on_device = {
             r["id"]: r["device_id"]
             for r in self.raw.rows("SELECT id, device_id FROM jobs")
@@ -533,7 +534,7 @@ class StoreMachine(RuleBasedStateMachine):
         for job_id in expired:
             self._finish(job_id, "lost", "lease expired")
         event(f"sweep: judging={judging} lost={len(lost)} expired={len(expired)}")
-        after = {d.id: d for d in self.store.devices()}
+        after = {d.id: d for d in store_helpers.devices(self.store)}
         assert after.keys() == before.keys()
         for device_id, was in before.items():
             now_is = after[device_id]
@@ -555,8 +556,8 @@ class StoreMachine(RuleBasedStateMachine):
         """STORE-133: refused while leased; the device returns when its worker re-registers."""
         self._may("retire")
         device = data.draw(st.sampled_from(sorted(self.labels)))
-        existed = self.store.device(device) is not None
-        leased = any(x.device_id == device for x in self.store.live_leases())
+        existed = store_helpers.device(self.store, device) is not None
+        leased = any(x.device_id == device for x in store_helpers.live_leases(self.store))
         try:
             self.store.retire_device(device)
         except errors.DeviceNotFound:
@@ -566,7 +567,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert existed and leased
             return
         assert existed and not leased
-        assert self.store.device(device) is None
+        assert store_helpers.device(self.store, device) is None
         self.faulted.discard(device)
         event("retired a device")
 
@@ -575,11 +576,11 @@ class StoreMachine(RuleBasedStateMachine):
         """STORE-121/122: the model picks the candidates and applies the flap guard itself."""
         self._may("auto-recovery")
         now = self.store.now()
-        leased = {x.device_id for x in self.store.live_leases()}
+        leased = {x.device_id for x in store_helpers.live_leases(self.store)}
         want: list[tuple[str, str]] = []
         held: list[str] = []
         if proof.isolated or (proof.survivors_checked and not proof.survivors_found):
-            for d in self.store.devices():  # ordered by ID
+            for d in store_helpers.devices(self.store):  # ordered by ID
                 if (
                     d.worker_id == wid(host)
                     and d.state == "unhealthy"

@@ -15,6 +15,7 @@ from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import SweepRules
 from resource_controller.store.facade import Store
 from resource_controller.store.records import SweepResult
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations, state_of, wid
 
@@ -172,7 +173,7 @@ def test_inside_the_window_only_unknown_then_the_same_verdict_after(
 ) -> None:
     d0, d1 = make.worker()
     job = make.start(d0)  # lease: 5 min without a runtime
-    deadline = store.live_leases()[0].expires_at
+    deadline = store_helpers.live_leases(store)[0].expires_at
     clock.advance(600)  # the controller was down: silence and the deadline kept running
     start = store.now()
     window: dict[str, Any] = (
@@ -182,7 +183,7 @@ def test_inside_the_window_only_unknown_then_the_same_verdict_after(
     assert not result.judging
     assert reported(result) == ({d0, d1}, set(), set(), set())  # unknown, nothing more
     assert store.job(job.id).state == "running"
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == deadline  # it forgives nothing: no deadline moved
     clock.advance(29)
     assert reported(sweep(store, **window)) == NOTHING
@@ -218,7 +219,7 @@ def test_a_lease_expires_at_exactly_its_deadline(
     # STORE-053; STORE-103; STORE-021 "any -> unhealthy (lease_expired)".
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     clock.advance(lease.expires_at - store.now() - 1)
     store.heartbeat(wid(), [])  # alive, but the job is never named: nobody renews it
     assert reported(sweep(store)) == NOTHING
@@ -359,7 +360,7 @@ def test_retention_worker_lost_device_returns_busy_when_its_job_is_named(
     assert state_of(store, d0)[1] == "worker_lost"
     store.heartbeat(wid(), [job.id], retain=True)
     assert state_of(store, d0) == ("busy", "", "")
-    assert store.live_leases()[0].expires_at == store.now() + 900
+    assert store_helpers.live_leases(store)[0].expires_at == store.now() + 900
     assert state_of(store, d1) == ("unhealthy", "worker_lost", "")  # unleased: stays out
 
 
@@ -389,10 +390,10 @@ def test_no_sweep_readies_a_device(
     raw.force_device(devices[2], "unhealthy", "fault", "bad")
     for step in (0, 1, 29, 30, 31, 270, 300, 900, 3600, -5000, 7200):
         clock.advance(step)
-        before = {d.id: d.state for d in store.devices()}
+        before = {d.id: d.state for d in store_helpers.devices(store)}
         for rules in ({}, {"hold_off_until": store.now() + 30}, {"stalled": True}):
             sweep(store, retain=retain, **rules)
-            after = {d.id: d.state for d in store.devices()}
+            after = {d.id: d.state for d in store_helpers.devices(store)}
             for d, s in after.items():
                 assert s != "ready" or before[d] == "ready", (d, before[d], step, rules)
 
@@ -426,17 +427,19 @@ def test_pending_jobs_are_renewed_like_running_ones(
     clock.advance(120)
     store.heartbeat(wid(), [running.id], pending=[pending.id])
     now = store.now()
-    assert {x.job_id: x.expires_at for x in store.live_leases()} == {
+    assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         running.id: now + 900,
         pending.id: now + 900,
     }
     # Someone else's pending job renews nothing, like a running one (STORE-096 step 2).
     (theirs,) = make.worker(host="other", devices=1)
     their_job = make.start(theirs)
-    before = {x.job_id: x.expires_at for x in store.live_leases()}[their_job.id]
+    before = {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}[their_job.id]
     clock.advance(5)
     store.heartbeat(wid(), [], pending=[their_job.id])
-    assert {x.job_id: x.expires_at for x in store.live_leases()}[their_job.id] == before
+    assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}[
+        their_job.id
+    ] == before
 
 
 def test_a_pending_job_keeps_its_device_busy_through_a_long_outage(
@@ -451,7 +454,7 @@ def test_a_pending_job_keeps_its_device_busy_through_a_long_outage(
         store.heartbeat(wid(), [], pending=[job.id])
         assert reported(sweep(store)) == NOTHING
         assert state_of(store, d0) == ("busy", "", "")
-    out = store.release(job.id, "succeeded", 0, "")
+    out = store_helpers.release(store, job.id, "succeeded", 0, "")
     assert not out.was_terminal and out.job.exit_code == 0
     assert state_of(store, d0)[0] == "ready"
 
@@ -495,7 +498,9 @@ def test_a_pending_finalised_kill_keeps_its_device_out_until_the_report_lands(
     store.heartbeat(wid(), [], retain=True, pending=[job.id])
     assert state_of(store, d0)[0] == "unknown"
     assert store.job(job.id).kill_requested == 1
-    assert store.release(job.id, "succeeded", 0).was_terminal  # the late report: no change
+    assert store_helpers.release(
+        store, job.id, "succeeded", 0
+    ).was_terminal  # the late report: no change
     store.heartbeat(wid(), [], retain=True)
     assert store.job(job.id).state == "killed"
     assert state_of(store, d0)[0] == "ready"
@@ -511,7 +516,7 @@ def test_a_terminal_report_from_the_same_worker_is_accepted_after_its_restart(
     clock.advance(200)
     store.heartbeat(wid(), [], pending=[job.id])
     assert store.job(job.id).worker_id == wid()
-    out = store.release(job.id, "failed", 3, "exit status 3")
+    out = store_helpers.release(store, job.id, "failed", 3, "exit status 3")
     assert (out.job.state, out.job.exit_code) == ("failed", 3)
     assert state_of(store, d0)[0] == "ready"
     # Its registration afterwards finds nothing in flight to reap.
@@ -528,8 +533,8 @@ def test_quarantine_reasons_and_details(store: Store, make: Factory, raw: Raw) -
     d0, d1 = make.worker()
     raw.force_device(d0, "unhealthy", "lease_expired", "lapsed")
     assert store.quarantine_reasons([d0, d1, "nope:gpu9"]) == {d0: "lease_expired", d1: ""}
-    assert store.quarantine_details([d0, "nope:gpu9"]) == {d0: "lapsed"}
-    assert store.quarantine_reasons([]) == {} and store.quarantine_details([]) == {}
+    assert store_helpers.quarantine_details(store, [d0, "nope:gpu9"]) == {d0: "lapsed"}
+    assert store.quarantine_reasons([]) == {} and store_helpers.quarantine_details(store, []) == {}
 
 
 def test_lease_devices_maps_expired_ids_to_devices(
@@ -538,7 +543,7 @@ def test_lease_devices_maps_expired_ids_to_devices(
     # STORE-171: job IDs and lease IDs, live or released; the newest row wins.
     d0, d1 = make.worker()
     first = make.start(d0)
-    store.release(first.id, "succeeded", 0)
+    store_helpers.release(store, first.id, "succeeded", 0)
     clock.advance(1)
     job = make.start(d0)
     now = store.now()

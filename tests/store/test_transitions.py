@@ -23,6 +23,7 @@ from resource_controller.core.selectors import SelectorError
 from resource_controller.store import engine, jobs, leases, schema
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
+from support import store_helpers
 
 from .dbview import Raw, invariant_violations, state_of, wid
 
@@ -53,7 +54,7 @@ def test_registration_declares_new_devices_ready(store: Store, raw: Raw) -> None
     now = store.now()
     reg = store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 3600), ("gpu2", -5)])
     assert reg.worker_id == wid() and not reg.reboot_proof and reg.reaped == []
-    devs = {d.id: d for d in store.devices()}
+    devs = {d.id: d for d in store_helpers.devices(store)}
     assert sorted(devs) == ["box:gpu0", "box:gpu1", "box:gpu2"]
     for name, d in zip(["gpu0", "gpu1", "gpu2"], devs.values(), strict=True):
         assert (d.host, d.name, d.worker_id, d.state) == ("box", name, wid(), "ready")
@@ -76,7 +77,7 @@ def test_assignment_makes_the_device_busy_and_grants_a_lease(
     j = store.job(job.id)
     assert (j.state, j.device_id, j.worker_id, j.started_at) == ("assigned", d0, wid(), None)
     assert state_of(store, d0)[0] == "busy"
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert (lease.device_id, lease.holder, lease.job_id) == (d0, "bob", job.id)
     assert (lease.kind, lease.reason) == ("hold", "debugging")
     assert (lease.acquired_at, lease.expires_at, lease.released_at) == (now, now + 660, None)
@@ -91,7 +92,7 @@ def test_release_ends_the_job_and_frees_its_busy_device(
     job = make.start(d0)
     clock.advance(7)
     now = store.now()
-    out = store.release(job.id, terminal, exit_code=3, reason="the reason")
+    out = store_helpers.release(store, job.id, terminal, exit_code=3, reason="the reason")
     assert not out.was_terminal
     j = store.job(job.id)
     assert (j.state, j.exit_code, j.kill_reason, j.finished_at) == (
@@ -103,7 +104,7 @@ def test_release_ends_the_job_and_frees_its_busy_device(
     assert out.job == j
     assert state_of(store, d0)[0] == "ready"
     assert [r["released_at"] for r in raw.leases_of(job.id)] == [now]
-    assert store.live_leases() == []
+    assert store_helpers.live_leases(store) == []
 
 
 def test_release_leaves_a_faulted_device_out_of_the_pool(store: Store, make: Factory) -> None:
@@ -112,9 +113,9 @@ def test_release_leaves_a_faulted_device_out_of_the_pool(store: Store, make: Fac
     job = make.start(d0)
     store.set_device_state(d0, "unhealthy", "verify: ecc errors")
     assert store.job(job.id).state == "running"
-    store.release(job.id, "failed", 1, "exit status 1")
+    store_helpers.release(store, job.id, "failed", 1, "exit status 1")
     assert state_of(store, d0) == ("unhealthy", "fault", "verify: ecc errors")
-    assert store.live_leases() == []
+    assert store_helpers.live_leases(store) == []
     waiting = make.submit(device=d0)
     assert store.schedule() == []
     assert store.job(waiting.id).state == "queued"
@@ -127,7 +128,7 @@ def test_release_leaves_an_unknown_device_for_the_next_heartbeat(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     raw.force_device(d0, "unknown")
-    store.release(job.id, "succeeded", 0)
+    store_helpers.release(store, job.id, "succeeded", 0)
     assert state_of(store, d0)[0] == "unknown"
     store.heartbeat(wid(), [])
     assert state_of(store, d0)[0] == "ready"
@@ -171,7 +172,7 @@ def test_registration_with_nothing_in_flight_reaps_nothing(store: Store, make: F
     # STORE-111: only assigned/running jobs are reaped; queued and terminal ones stay.
     (d0,) = make.worker(devices=1)
     done = make.start(d0)
-    store.release(done.id, "succeeded", 0)
+    store_helpers.release(store, done.id, "succeeded", 0)
     queued = make.submit(device=d0, priority=-1)
     other = make.submit(device=d0, priority=-1)
     store.cancel_queued(other.id, "killed by alice")
@@ -220,7 +221,7 @@ def test_registration_with_reboot_proof_frees_the_devices_of_reaped_jobs(
     assert state_of(store, d0) == ("ready", "", "")
     assert state_of(store, d1) == ("ready", "", "")
     assert state_of(store, d2) == ("unhealthy", "fault", "bad ecc")
-    assert store.live_leases() == []
+    assert store_helpers.live_leases(store) == []
 
 
 @pytest.mark.parametrize(("boot", "expected"), [("boot-1", "unhealthy"), ("boot-2", "ready")])
@@ -303,7 +304,7 @@ def test_registration_keeps_an_unhealthy_device_and_rewrites_its_ceiling(
     store.set_device_state("box:gpu0", "unhealthy", "hook failed")
     clock.advance(50)
     store.register("box", "boot-1", [("gpu0", 0)])
-    d = store.device("box:gpu0")
+    d = store_helpers.device(store, "box:gpu0")
     assert d is not None
     assert (d.state, d.quarantine_reason, d.quarantine_detail) == (
         "unhealthy",
@@ -319,9 +320,9 @@ def test_registration_keeps_an_unhealthy_device_and_rewrites_its_ceiling(
 def test_heartbeat_from_an_unknown_worker_is_a_noop(store: Store, make: Factory) -> None:
     # STORE-096: an unknown worker ID makes every step a no-op and is not an error.
     make.worker(devices=1)
-    before = store.devices()
+    before = store_helpers.devices(store)
     store.heartbeat(wid("nobody"), ["no-such-job"])
-    assert store.devices() == before
+    assert store_helpers.devices(store) == before
 
 
 def test_heartbeat_stamps_the_worker_and_all_its_devices(
@@ -335,7 +336,7 @@ def test_heartbeat_stamps_the_worker_and_all_its_devices(
     store.heartbeat(wid(), [])
     assert raw.worker(wid())["last_heartbeat_at"] == start + 20
     assert raw.worker(wid("other"))["last_heartbeat_at"] == start
-    assert {d.id: d.last_heartbeat_at for d in store.devices()} == {
+    assert {d.id: d.last_heartbeat_at for d in store_helpers.devices(store)} == {
         "box:gpu0": start + 20,
         "box:gpu1": start + 20,
         other: start,
@@ -350,13 +351,13 @@ def test_heartbeat_renews_named_leases_to_fifteen_minutes_even_if_earlier(
     named = make.start(d0, max_runtime=3600)
     silent = make.start(d1, max_runtime=3600)
     granted = store.now() + 3600 + 600
-    assert {x.job_id: x.expires_at for x in store.live_leases()} == {
+    assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         named.id: granted,
         silent.id: granted,
     }
     clock.advance(10)
     store.heartbeat(wid(), [named.id])
-    assert {x.job_id: x.expires_at for x in store.live_leases()} == {
+    assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         named.id: store.now() + 900,  # earlier than the grant-time deadline: overwritten
         silent.id: granted,
     }
@@ -371,10 +372,10 @@ def test_heartbeat_renews_nothing_for_other_workers_or_inactive_jobs(
     their_job = make.start(theirs)
     queued = make.submit(device=mine, priority=-1)
     blocker = make.start(mine)
-    before = {x.job_id: x.expires_at for x in store.live_leases()}
+    before = {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}
     clock.advance(100)
     store.heartbeat(wid(), [their_job.id, queued.id])
-    assert {x.job_id: x.expires_at for x in store.live_leases()} == before
+    assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == before
     assert blocker.id in before
 
 
@@ -391,7 +392,7 @@ def test_heartbeat_naming_a_job_restores_its_worker_lost_device(
     clock.advance(9)
     store.heartbeat(wid(), [named.id], retain=retain)
     assert state_of(store, d0) == ("busy", "", "")
-    assert store.device(d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
+    assert store_helpers.device(store, d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
     assert state_of(store, d1) == ("unhealthy", "worker_lost", "silent 5m")
     assert store.job(unnamed.id).state == "running"
 
@@ -478,7 +479,7 @@ def test_kill_flag_is_cleared_only_for_this_workers_killed_jobs_not_named(
     for j in (killed_named, killed_unnamed, active, their_killed):
         assert store.request_kill(j.id, "killed by alice") == "requested"
     for j in (killed_named, killed_unnamed, their_killed):
-        store.release(j.id, "killed", None, "cancelled")
+        store_helpers.release(store, j.id, "killed", None, "cancelled")
     store.heartbeat(wid(), [killed_named.id])
     flags = {j.id: store.job(j.id).kill_requested for j in (killed_named, killed_unnamed)}
     assert flags == {killed_named.id: 1, killed_unnamed.id: 0}
@@ -505,10 +506,10 @@ def test_fault_report_overwrites_any_state_and_reason(
     clock.advance(11)
     store.set_device_state(d0, "unhealthy", "hook on_acquire failed: exit 2")
     assert state_of(store, d0) == ("unhealthy", "fault", "hook on_acquire failed: exit 2")
-    assert store.device(d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
+    assert store_helpers.device(store, d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
     if job is not None:
         assert store.job(job.id).state == "running"  # jobs and leases untouched
-        assert [x.job_id for x in store.live_leases()] == [job.id]
+        assert [x.job_id for x in store_helpers.live_leases(store)] == [job.id]
 
 
 def test_host_report_of_another_state_clears_reason_and_detail(store: Store, make: Factory) -> None:
@@ -561,7 +562,7 @@ def test_retire_refuses_unknown_and_leased_devices(store: Store, make: Factory) 
     make.start(d0)
     with pytest.raises(errors.DeviceBusy):
         store.retire_device(d0)
-    assert store.device(d0) is not None
+    assert store_helpers.device(store, d0) is not None
 
 
 def test_retire_deletes_what_is_keyed_to_the_device_and_keeps_history(
@@ -578,14 +579,14 @@ def test_retire_deletes_what_is_keyed_to_the_device_and_keeps_history(
         {"gpu0": "gpu0 notes", "gpu1": "gpu1 notes"},
     )
     done = make.start(d0)
-    store.release(done.id, "succeeded", 0)
+    store_helpers.release(store, done.id, "succeeded", 0)
     store.set_device_state(d0, "unhealthy", "dead")
     waiting = make.submit(device=d0)
     store.schedule()
     assert raw.reservations() == {(waiting.id, d0)}
     raw.write("INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, 1, 'x')", d0)
     store.retire_device(d0)
-    assert store.device(d0) is None
+    assert store_helpers.device(store, d0) is None
     assert raw.rows("SELECT * FROM device_labels WHERE device_id = ?", d0) == []
     assert raw.rows("SELECT * FROM leases WHERE device_id = ?", d0) == []
     assert raw.reservations() == set()
@@ -699,7 +700,7 @@ def test_idempotent_submit_returns_the_existing_job_unchanged(store: Store, make
     again = make.submit(device=d1, submitter="mallory", command=("rm",), idempotency_key="k1")
     assert again == first
     store.schedule()
-    store.release(first.id, "failed", 2, "boom")
+    store_helpers.release(store, first.id, "failed", 2, "boom")
     after = make.submit(device=d0, idempotency_key="k1")
     assert (after.id, after.state) == (first.id, "failed")
     assert len(store.list_jobs(limit=200)) == 1
@@ -784,7 +785,7 @@ def test_pinned_job_lease_uses_the_inherited_ceiling(store: Store, make: Factory
     job = make.submit(device="box:gpu0")
     assert job.max_runtime == 900
     store.schedule()
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 900 + 600
 
 
@@ -798,7 +799,7 @@ def test_selector_job_inherits_the_landing_devices_ceiling_at_assignment(
     assert job.max_runtime == 0
     store.schedule()
     assert store.job(job.id).max_runtime == 900
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 1500
 
 
@@ -807,7 +808,7 @@ def test_lease_without_runtime_lasts_five_minutes(store: Store, make: Factory) -
     (d0,) = make.worker(devices=1)
     make.submit(device=d0)
     store.schedule()
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at - lease.acquired_at == 300
 
 
@@ -823,18 +824,18 @@ def test_mark_running_moves_only_assigned_jobs(
     queued = make.submit(device=d0)
     store.schedule()
     clock.advance(3)
-    store.mark_running(job.id)
+    store_helpers.mark_running(store, job.id)
     started = store.now()
     assert (store.job(job.id).state, store.job(job.id).started_at) == ("running", started)
     clock.advance(3)
-    store.mark_running(job.id)
-    store.mark_running(queued.id)
-    store.mark_running("no-such-job")
+    store_helpers.mark_running(store, job.id)
+    store_helpers.mark_running(store, queued.id)
+    store_helpers.mark_running(store, "no-such-job")
     assert store.job(job.id).started_at == started
     assert store.job(queued.id).state == "queued"
     done = make.start(d1)
-    store.release(done.id, "succeeded", 0)
-    store.mark_running(done.id)
+    store_helpers.release(store, done.id, "succeeded", 0)
+    store_helpers.mark_running(store, done.id)
     assert store.job(done.id).state == "succeeded"
 
 
@@ -863,10 +864,10 @@ def test_release_of_a_terminal_job_changes_nothing(
     # STORE-082 step 3; STORE-185.
     d0, _ = make.worker(devices=2)
     job = make.start(d0)
-    store.release(job.id, "succeeded", 0, "")
+    store_helpers.release(store, job.id, "succeeded", 0, "")
     before = store.job(job.id)
     clock.advance(60)
-    again = store.release(job.id, "killed", 137, "cancelled")
+    again = store_helpers.release(store, job.id, "killed", 137, "cancelled")
     assert again.was_terminal and again.job == before
     assert store.job(job.id) == before
     assert state_of(store, d0)[0] == "ready"
@@ -878,10 +879,10 @@ def test_release_of_a_queued_job_is_refused(store: Store, make: Factory) -> None
     running = make.start(d0)
     queued = make.submit(device=d0)
     with pytest.raises(errors.InvalidTransition):
-        store.release(queued.id, "succeeded", 0)
+        store_helpers.release(store, queued.id, "succeeded", 0)
     assert store.job(queued.id) == queued
     assert state_of(store, d0)[0] == "busy"
-    assert [x.job_id for x in store.live_leases()] == [running.id]
+    assert [x.job_id for x in store_helpers.live_leases(store)] == [running.id]
 
 
 @pytest.mark.parametrize("bad", ["running", "assigned", "queued", "cancelled", ""])
@@ -890,14 +891,14 @@ def test_release_needs_a_terminal_state(store: Store, make: Factory, bad: str) -
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     with pytest.raises(errors.BadRequest):
-        store.release(job.id, bad, 0)
+        store_helpers.release(store, job.id, bad, 0)
     assert store.job(job.id) == job
 
 
 def test_release_of_an_unknown_job_is_not_found(store: Store) -> None:
     # STORE-082 step 2.
     with pytest.raises(errors.JobNotFound):
-        store.release("no-such-job", "succeeded", 0)
+        store_helpers.release(store, "no-such-job", "succeeded", 0)
 
 
 # ---- cancellation and kills (STORE-090..095) ---------------------------------------------
@@ -939,7 +940,7 @@ def test_request_kill_flags_an_active_job(store: Store, make: Factory, taken: bo
     assert (j.kill_requested, j.kill_delivered_at, j.kill_reason) == (1, 0, "")
     assert j.state == before.state
     assert state_of(store, d0)[0] == "busy"
-    assert len(store.live_leases()) == 1
+    assert len(store_helpers.live_leases(store)) == 1
 
 
 @pytest.mark.parametrize(("dev_state", "reason"), [("unknown", ""), ("unhealthy", "worker_lost")])
@@ -987,14 +988,14 @@ def test_kill_is_only_requested_otherwise(
     )
     j = store.job(job.id)
     assert (j.state, j.kill_requested, j.kill_reason) == ("running", 1, "")
-    assert len(store.live_leases()) == 1
+    assert len(store_helpers.live_leases(store)) == 1
 
 
 def test_kill_of_a_queued_or_finished_job_is_not_cancellable(store: Store, make: Factory) -> None:
     # STORE-091.
     (d0,) = make.worker(devices=1)
     done = make.start(d0)
-    store.release(done.id, "succeeded", 0)
+    store_helpers.release(store, done.id, "succeeded", 0)
     queued = make.submit(device=d0, priority=-1)
     blocker = make.start(d0)
     for job in (queued, done):
@@ -1036,7 +1037,7 @@ def test_a_killed_jobs_flag_is_offered_until_a_heartbeat_clears_it(
     job = make.start(d0)
     store.request_kill(job.id, "killed by alice")
     assert store.take_work(wid())[1] == [job.id]
-    store.release(job.id, "killed", None, "cancelled")
+    store_helpers.release(store, job.id, "killed", None, "cancelled")
     clock.advance(30)
     assert store.take_work(wid())[1] == [job.id]
     store.heartbeat(wid(), [])
@@ -1062,7 +1063,7 @@ def test_higher_priority_goes_first_and_equal_priority_is_fifo(
     high = make.submit(device=d0, priority=5)
     order = []
     for _ in range(4):
-        store.release(current.id, "succeeded", 0)
+        store_helpers.release(store, current.id, "succeeded", 0)
         (placed,) = store.schedule()
         order.append(placed.job_id)
         current = store.job(placed.job_id)
@@ -1078,7 +1079,7 @@ def test_fifo_within_one_second_follows_seq(store: Store, make: Factory) -> None
     assert [j.id for j in store.queued_jobs()] == [j.id for j in queued]
     order = []
     for _ in queued:
-        store.release(current.id, "succeeded", 0)
+        store_helpers.release(store, current.id, "succeeded", 0)
         (placed,) = store.schedule()
         order.append(placed.job_id)
         current = store.job(placed.job_id)
@@ -1129,7 +1130,7 @@ def test_reservations_claim_every_candidate_and_prune_per_candidate(
         (late.id, d2),
     }
     # The head job holds up every device it matches: gpu1 goes to it, not to the pinned job.
-    store.release(blocker1.id, "succeeded", 0)
+    store_helpers.release(store, blocker1.id, "succeeded", 0)
     assert store.schedule() == [Assigned(head.id, wid())]
     assert store.job(head.id).device_id == d1
     assert store.job(pinned.id).state == "queued"
@@ -1173,7 +1174,7 @@ def test_reservation_rows_describe_the_latest_pass(store: Store, make: Factory, 
     waiting = make.submit(device=d0)
     store.schedule()
     assert raw.reservations() == {(waiting.id, d0)}
-    store.release(first.id, "succeeded", 0)
+    store_helpers.release(store, first.id, "succeeded", 0)
     urgent = make.submit(device=d0, priority=5)
     assert store.schedule() == [Assigned(urgent.id, wid())]
     assert raw.reservations() == {(waiting.id, d0)}
@@ -1233,7 +1234,7 @@ def test_selector_jobs_are_ceiling_filtered_on_every_pass(
     assert store.schedule() == []
     assert state_of(store, "box:gpu0")[0] == "ready"
     assert raw.reservations() == {(job.id, "box:gpu1")}
-    store.release(blocker.id, "succeeded", 0)
+    store_helpers.release(store, blocker.id, "succeeded", 0)
     assert store.schedule() == [Assigned(job.id, wid())]
     assert store.job(job.id).device_id == "box:gpu1"
 
@@ -1263,7 +1264,7 @@ def test_pinned_jobs_are_not_ceiling_filtered_at_schedule_time(store: Store, mak
     assert store.clear_device("box:gpu0")
     assert store.schedule() == [Assigned(job.id, wid())]
     assert store.job(job.id).max_runtime == 3000
-    (lease,) = store.live_leases()
+    (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 3000 + 600
 
 
@@ -1295,7 +1296,9 @@ def test_queue_positions(store: Store, make: Factory, clock: FakeClock) -> None:
     p3 = make.submit(device=d0)
     s2 = make.submit(selector="k=a")
     p4 = make.submit(device=d0, priority=5)
-    positions = {j.id: store.job_with_position(j.id)[1] for j in (p1, s1, p2, p3, s2, p4)}
+    positions = {
+        j.id: store_helpers.job_with_position(store, j.id)[1] for j in (p1, s1, p2, p3, s2, p4)
+    }
     assert positions == {
         p4.id: 1,
         p1.id: 2,  # behind p4 only (s1 not counted for a pinned job)
@@ -1304,12 +1307,12 @@ def test_queue_positions(store: Store, make: Factory, clock: FakeClock) -> None:
         s1.id: 3,  # behind p4 and p1
         s2.id: 6,  # behind p4, p1, s1, p2, p3
     }
-    assert store.job_with_position(running.id)[1] == 0
+    assert store_helpers.job_with_position(store, running.id)[1] == 0
     store.cancel_queued(p1.id, "x")
-    assert store.job_with_position(p1.id)[1] == 0
-    assert store.job_with_position(p3.id)[1] == 2
+    assert store_helpers.job_with_position(store, p1.id)[1] == 0
+    assert store_helpers.job_with_position(store, p3.id)[1] == 2
     with pytest.raises(errors.JobNotFound):
-        store.job_with_position("no-such-job")
+        store_helpers.job_with_position(store, "no-such-job")
 
 
 def test_queued_jobs_are_listed_in_scheduling_order(
@@ -1398,7 +1401,7 @@ def test_epochs_strictly_increase_and_survive_retire(store: Store, make: Factory
         (lease,) = raw.leases_of(job.id)
         assert store.job(job.id).lease_epoch == lease["epoch"]
         epochs.append(lease["epoch"])
-        store.release(job.id, "succeeded", 0)
+        store_helpers.release(store, job.id, "succeeded", 0)
     store.retire_device(d0)
     store.retire_device(d1)
     assert raw.count("leases") == 0
@@ -1430,7 +1433,7 @@ def test_the_database_refuses_a_second_live_lease(
                 )
     finally:
         eng.dispose()
-    assert [x.job_id for x in store.live_leases()] == [job.id]
+    assert [x.job_id for x in store_helpers.live_leases(store)] == [job.id]
 
 
 # ======================================================================================
@@ -1447,7 +1450,7 @@ def test_reopening_a_database_keeps_its_state(tmp_path: Path, clock: FakeClock) 
         job = first.enqueue(jobs.NewJob(command=["x"], submitter="alice", device_id="box:gpu0"))
         first.schedule()
         epoch = first.job(job.id).lease_epoch
-        first.release(job.id, "succeeded", 0)
+        store_helpers.release(first, job.id, "succeeded", 0)
     finally:
         first.close()
     second = Store(path, clock)
@@ -1482,12 +1485,12 @@ def test_assigning_a_job_that_left_the_queue_leaves_the_device_ready(
     (d0,) = make.worker(devices=1)
     job = make.submit(device=d0)
     assert store.cancel_queued(job.id, "killed by alice")
-    device = store.device(d0)
+    device = store_helpers.device(store, d0)
     assert device is not None
     outcome = leases._try_assign(store._tx, store.now(), job, device)
     assert outcome == "not_queued"
-    assert store.device(d0).state == "ready"  # type: ignore[union-attr]
-    assert store.live_leases() == []
+    assert store_helpers.device(store, d0).state == "ready"  # type: ignore[union-attr]
+    assert store_helpers.live_leases(store) == []
 
 
 def test_the_pass_reads_past_its_first_page_of_the_queue(store: Store, make: Factory) -> None:

@@ -30,7 +30,6 @@ from resource_controller.store import (
     fleet,
     jobs,
     leases,
-    queries,
     reserved,
     schema,
     sweep,
@@ -39,13 +38,9 @@ from resource_controller.store import (
 from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
-    DeviceRecord,
     DeviceSnapshot,
     JobRecord,
-    LeaseRecord,
-    RecoveryHistory,
     Registration,
-    Release,
     SweepResult,
 )
 
@@ -191,11 +186,6 @@ class Store:
         with self._read() as c:
             return fast.job(c, job_id)
 
-    def job_with_position(self, job_id: str) -> tuple[JobRecord, int]:
-        with self._tx() as c:
-            job = fast.job(c, job_id)
-            return job, jobs.queue_position(c, job, self.now(), self.aging)
-
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
         (API-045, EXT-WHY-1a); ``None`` for a job that is not queued."""
@@ -270,16 +260,6 @@ class Store:
         with self._fast_tx("handout") as c:
             return jobs.take_work(c, self.now(), worker_id)
 
-    def mark_running(self, job_id: str) -> None:
-        with self._fast_tx("running") as c:
-            jobs.mark_running(c, self.now(), job_id)
-
-    def release(
-        self, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
-    ) -> Release:
-        with self._fast_tx("finish") as c:
-            return jobs.release(c, self.now(), job_id, state, exit_code, reason)
-
     def report(
         self,
         job_id: str,
@@ -335,11 +315,6 @@ class Store:
         with self._tx() as c:
             return devices.auto_recover(c, self.now(), worker_id, proof)
 
-    def recovery_history(self, device_id: str) -> RecoveryHistory:
-        """Automatic recoveries inside the sliding hour, newest first (STORE-123)."""
-        with self._tx() as c:
-            return devices.recovery_history(c, self.now(), device_id)
-
     # ---- the reaper -------------------------------------------------------------------
 
     def sweep(self, rules: expiry.SweepRules) -> SweepResult:
@@ -351,11 +326,6 @@ class Store:
         """Post-sweep read (STORE-170)."""
         with self._tx() as c:
             return views.quarantine_column(c, ids, "quarantine_reason")
-
-    def quarantine_details(self, ids: list[str]) -> dict[str, str]:
-        """Post-sweep read (STORE-170)."""
-        with self._tx() as c:
-            return views.quarantine_column(c, ids, "quarantine_detail")
 
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read (STORE-171): lease or job ID -> device."""
@@ -378,21 +348,9 @@ class Store:
         with self._tx() as c:
             devices.apply_facts(c, self.now(), host, names, labels, declared, sheet, device_sheets)
 
-    def device(self, device_id: str) -> DeviceRecord | None:
-        with self._tx() as c:
-            return queries.device(c, device_id)
-
-    def devices(self) -> list[DeviceRecord]:
-        with self._tx() as c:
-            return queries.all_devices(c)
-
     def device_snapshots(self, device_id: str | None = None) -> list[DeviceSnapshot]:
         with self._tx() as c:
             return views.devices(c, device_id, kept=self._fleet)
-
-    def live_leases(self) -> list[LeaseRecord]:
-        with self._tx() as c:
-            return leases.live(c)
 
     def clear_device(self, device_id: str) -> bool:
         with self._tx() as c:
@@ -449,45 +407,3 @@ class Store:
             active = jobs.active(c)
             held = views.devices(c, commands={j.id: j.command for j in active}, kept=self._fleet)
             return held, active, queued, waits
-
-    # ---- test fixture only --------------------------------------------------------
-
-    def allocate_directly(
-        self, device_id: str, submitter: str, ttl: int = 0, key: str = ""
-    ) -> JobRecord:
-        """Mark a ready device busy under a new assigned job (STORE-069); never reachable from the API."""
-        with self._tx() as c:
-            now = self.now()
-            if key:
-                existing = c.execute(
-                    sa.select(schema.jobs.c.id).where(schema.jobs.c.idempotency_key == key)
-                ).first()
-                if existing:
-                    return queries.job(c, existing.id)
-            dev = queries.device(c, device_id)
-            if dev is None or dev.state != "ready":
-                raise errors.NoDeviceAvailable(f"{device_id} is not ready")
-            job = jobs.enqueue(
-                c,
-                now,
-                jobs.NewJob(
-                    command=["fixture"],
-                    submitter=submitter,
-                    device_id=device_id,
-                    idempotency_key=key,
-                ),
-            )
-            c.execute(
-                sa.update(schema.jobs)
-                .where(schema.jobs.c.id == job.id)
-                .values(queued_at=0, max_runtime=0)
-            )
-            outcome = leases.assign(c, now, job, dev)
-            assert outcome == "assigned", outcome
-            # The fixture's deadline is its own TTL, whatever the device's ceiling (STORE-052).
-            c.execute(
-                sa.update(schema.leases)
-                .where(schema.leases.c.job_id == job.id)
-                .values(expires_at=now + (ttl if ttl > 0 else leases.NO_RUNTIME_TTL))
-            )
-            return queries.job(c, job.id)
