@@ -26,7 +26,7 @@ from resource_controller.controller.wake import SCHEDULE, Done, Wake
 from resource_controller.core import expiry, identity, scheduling, selectors, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
-from resource_controller.store.jobs import NewJob
+from resource_controller.store.jobs import KillRequest, NewJob
 from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
@@ -199,10 +199,10 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     outcome = await svc.db(
         svc.store.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
     )
-    if outcome == "not_cancellable":
+    if outcome is KillRequest.NOT_CANCELLABLE:
         raise errors.NotCancellable(f"job {job_id} already finished")
     wake = Wake.poll([job.worker_id])
-    if outcome == "finalized":  # the worker is gone: ended here, the device stays out
+    if outcome is KillRequest.FINALIZED:  # the worker is gone: ended here, the device stays out
         return Done(
             None, wake | Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, "killed")
         )

@@ -252,7 +252,9 @@ class Store:
         with self._fast_tx() as c:
             return jobs.cancel_queued(c, self.now(), job_id, reason)
 
-    def request_kill(self, job_id: str, reason: str, finalize_disconnected: bool = False) -> str:
+    def request_kill(
+        self, job_id: str, reason: str, finalize_disconnected: bool = False
+    ) -> jobs.KillRequest:
         with self._tx("kill") as c:
             return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
 

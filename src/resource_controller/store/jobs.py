@@ -14,6 +14,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import sqlalchemy as sa
 
@@ -217,16 +218,24 @@ def cancel_queued(conn: fast.Conn, now: int, job_id: str, reason: str) -> bool:
     return True
 
 
+class KillRequest(StrEnum):
+    """What asking to kill an active job did."""
+
+    #: Flagged for its worker, which stops the process and reports.
+    REQUESTED = "requested"
+    #: Its worker is gone: ended here, its devices kept out (STORE-092).
+    FINALIZED = "finalized"
+    #: It had already ended.
+    NOT_CANCELLABLE = "not_cancellable"
+
+
 def request_kill(
     conn: sa.Connection, now: int, job_id: str, reason: str, finalize_disconnected: bool
-) -> str:
-    """Flag an active job for its worker, or end it here when its worker is gone (STORE-091..093).
-
-    Returns ``requested``, ``finalized`` or ``not_cancellable``.
-    """
+) -> KillRequest:
+    """Flag an active job for its worker, or end it here when its worker is gone (STORE-091..093)."""
     job = queries.job(conn, job_id)
     if not job.active:
-        return "not_cancellable"
+        return KillRequest.NOT_CANCELLABLE
     # A several-device job's devices share one worker, so they go quiet together; any
     # one of them proving the worker gone is enough (EXT-GANG-5).
     devs = [queries.device(conn, d) for d in job.devices]
@@ -255,11 +264,11 @@ def request_kill(
         )
         # The device stays out: nothing proves it is empty (STORE-092).
         leases.release_for_job(conn, now, job_id)
-        return "finalized"
+        return KillRequest.FINALIZED
     conn.execute(
         sa.update(t.jobs).where(t.jobs.c.id == job_id).values(kill_requested=1, kill_delivered_at=0)
     )
-    return "requested"
+    return KillRequest.REQUESTED
 
 
 def take_work(conn: fast.Conn, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:

@@ -18,6 +18,7 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -97,10 +98,20 @@ class _NotReady(Exception):
     """Rolls back a several-device assignment when one of its devices was not ``ready``."""
 
 
+class Assignment(StrEnum):
+    """How one assignment attempt ended."""
+
+    ASSIGNED = "assigned"
+    #: The job left the queue since the snapshot (cancelled): reserve nothing.
+    NOT_QUEUED = "not_queued"
+    #: A device was not ``ready`` any more: the transaction rolled back.
+    NOT_READY = "not_ready"
+
+
 def assign(
     conn: fast.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
-) -> str:
-    """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); assigned / not_ready / not_queued.
+) -> Assignment:
+    """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); how that went.
 
     ``job`` and the devices come from the pass's snapshot. The conditional updates
     re-check both inside this transaction, devices first (STORE-063), so a stale
@@ -118,7 +129,7 @@ def assign(
     )
     if flipped != len(ids):
         if flipped == 0:
-            return "not_ready"  # nothing written
+            return Assignment.NOT_READY  # nothing written
         raise _NotReady(job.id)  # rolls the partial flip back with the transaction
     runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
     moved = moves.move_fast(
@@ -139,7 +150,7 @@ def assign(
         grant(db, now, job, device_id, runtime)
     fast.delete_reservations_of_devices(db, ids)
     crashpoints.hit("grant", ".before_commit")
-    return "assigned"
+    return Assignment.ASSIGNED
 
 
 def _try_assign(
@@ -147,14 +158,14 @@ def _try_assign(
     now: int,
     job: JobRecord,
     devices: DeviceRecord | Sequence[DeviceRecord],
-) -> str:
+) -> Assignment:
     try:
         with transaction() as tx:
             return assign(tx, now, job, devices)
     except _NotQueued:
-        return "not_queued"
+        return Assignment.NOT_QUEUED
     except _NotReady:
-        return "not_ready"
+        return Assignment.NOT_READY
 
 
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
@@ -407,12 +418,12 @@ def _turn(
         group = [by_id[d] for d in choice]
         assert record is not None
         outcome = _try_assign(transaction, now, record, group)
-        if outcome == "assigned":
+        if outcome is Assignment.ASSIGNED:
             crashpoints.hit("grant", ".after_commit")
             planner.placed(snap, choice)
             assigned.append(Assigned(job.id, group[0].worker_id))
             return
-        if outcome == "not_queued":
+        if outcome is Assignment.NOT_QUEUED:
             return  # cancelled since the snapshot: reserve nothing (STORE-063)
     planner.blocked(snap, offer)
 
