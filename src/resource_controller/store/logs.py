@@ -120,7 +120,8 @@ class Snapshot:
 
 
 class LogStore:
-    """Append and read job logs; files are created on first append, mode 0644.
+    """Append and read job logs; files are created on first append, mode 0600, in a
+    0700 directory (``store.private``).
 
     ``max_bytes`` caps each job's stored output (EXT-KEEP-1); 0 stores everything.
     """
