@@ -24,8 +24,6 @@ _HEADERS_MAX = 100
 _ERROR_BODY_MAX = 65_536
 #: Most bytes one ``read`` returns.
 READ_MAX = 65_536
-#: How long a sender waits for the answer after its body ends before it hangs up.
-ANSWER_WAIT = 10.0
 
 
 class StreamError(Exception):
@@ -132,20 +130,6 @@ class Stream:
             await self._writer.drain()
         except (OSError, RuntimeError) as exc:
             raise StreamError(f"finish: {_cause(exc)}") from exc
-
-    async def finish_and_await_answer(self, timeout: float = ANSWER_WAIT) -> None:
-        """End the request body, then read the answer to its end (for at most ``timeout``).
-
-        A server may drop body bytes it has received but not yet read once the sender
-        hangs up (uvicorn answers a disconnected request with ``http.disconnect``), so a
-        sender that must be sure of its last bytes waits for the answer before closing:
-        the relay answers a POST half only once it handed on the whole body.
-        """
-        await self.finish()
-        with contextlib.suppress(StreamError, TimeoutError):
-            async with asyncio.timeout(timeout):
-                while await self.read():
-                    pass
 
     # ---- the response body ------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""A sender ends its body and waits for the answer before hanging up (relay tail bytes).
+"""The worker's output half ends its body and waits for the answer before hanging up.
 
 uvicorn answers a request whose sender already hung up with ``http.disconnect``, even
 when body bytes it received are still unread, so the worker's output half must not
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from resource_controller import duplex
+from resource_controller.worker import attached
 
 
 async def _server(answered: asyncio.Event, body: bytearray, delay: float) -> asyncio.Server:
@@ -33,7 +34,7 @@ async def _server(answered: asyncio.Event, body: bytearray, delay: float) -> asy
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-def test_finish_and_await_answer_returns_only_after_the_answer_ends() -> None:
+def test_hang_up_returns_only_after_the_answer_ends() -> None:
     async def main() -> None:
         answered = asyncio.Event()
         body = bytearray()
@@ -41,10 +42,11 @@ def test_finish_and_await_answer_returns_only_after_the_answer_ends() -> None:
         port = server.sockets[0].getsockname()[1]
         async with server:
             stream = await duplex.open_stream(f"http://127.0.0.1:{port}", "POST", "/x", "t")
+            over = asyncio.create_task(attached.session_over(stream))
             await stream.write(b"last bytes")
-            await stream.finish_and_await_answer(timeout=5.0)
+            await attached.hang_up(stream, over, wait=5.0)
             assert answered.is_set()  # plain finish() would return before this
-            stream.close()
+            assert over.result() == attached.REASON_CLIENT_LEFT  # a clean answer
         assert bytes(body) == b"last bytes"
 
     asyncio.run(main())
@@ -59,9 +61,9 @@ def test_an_answer_that_never_comes_is_waited_for_a_bounded_time() -> None:
             stream = await duplex.open_stream(f"http://127.0.0.1:{port}", "POST", "/x", "t")
             loop = asyncio.get_running_loop()
             began = loop.time()
-            await stream.finish_and_await_answer(timeout=0.2)
+            over = asyncio.create_task(attached.session_over(stream))
+            await attached.hang_up(stream, over, wait=0.2)
             assert loop.time() - began < 5.0 and not answered.is_set()
-            stream.close()
             server.close()
 
     asyncio.run(main())

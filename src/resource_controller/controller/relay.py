@@ -156,8 +156,11 @@ class Session:
     def discarded(self) -> bool:
         return self.over.is_set()
 
-    def client_attached(self) -> bool:
-        return any(h.is_client for h in self.halves)
+    def waits_for_client(self) -> bool:
+        """Worker halves attached, no client half, and not over yet."""
+        return (
+            bool(self.halves) and not any(h.is_client for h in self.halves) and not self.discarded
+        )
 
     def alone(self, half: Half) -> bool:
         """Whether ``half`` is the only one attached (the hand-off guard's condition)."""
@@ -203,8 +206,7 @@ class Relay:
 
     def _watch_for_client(self, session: Session) -> None:
         """Arm the absent-client timer while only worker halves are attached; else disarm."""
-        waiting = bool(session.halves) and not session.client_attached() and not session.discarded
-        if not waiting:
+        if not session.waits_for_client():
             if session.absent_timer is not None:
                 session.absent_timer.cancel()
                 session.absent_timer = None
@@ -215,7 +217,7 @@ class Relay:
 
     def _absent(self, session: Session) -> None:
         session.absent_timer = None
-        if session.halves and not session.client_attached() and not session.discarded:
+        if session.waits_for_client():
             session.output.close()  # nobody will read what the worker offered
             self._discard(session)
 

@@ -34,6 +34,8 @@ from resource_controller.worker.timings import Timings
 log = logging.getLogger(__name__)
 
 ATTACHED = frozenset({Stdio.TTY.value, Stdio.PIPE.value})
+#: How long the output half waits for the relay's answer after its body ends.
+ANSWER_WAIT = 10.0
 #: The reason of a job ended because the controller closed its session.
 REASON_CLIENT_LEFT = "client left"
 
@@ -55,6 +57,26 @@ async def session_over(output: duplex.Stream) -> str:
     except duplex.StreamError as exc:
         return f"relay lost: {exc}"
     return REASON_CLIENT_LEFT
+
+
+async def hang_up(
+    output: duplex.Stream, over: asyncio.Task[str], wait: float = ANSWER_WAIT
+) -> None:
+    """End the output body, then wait (bounded) for the relay's answer before closing.
+
+    A server may drop body bytes it received but has not read once the sender hangs up
+    (uvicorn answers a disconnected request with ``http.disconnect``), and the relay
+    answers an output half only once it handed on the whole body: closing before that
+    answer lost the last chunks of ``rc cp`` downloads. ``over`` is the one reader of
+    the answer (``session_over``).
+    """
+    with contextlib.suppress(duplex.StreamError):
+        await output.finish()
+    await asyncio.wait([over], timeout=wait)
+    over.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await over
+    output.close()
 
 
 class RelaySink:
@@ -131,15 +153,7 @@ async def run(
             hangup=over,
         )
     finally:
-        # The relay answers the output half once it handed on every byte; hanging up
-        # before that answer could drop the last chunks at the controller.
-        with contextlib.suppress(duplex.StreamError):
-            await output.finish()
-        await asyncio.wait([over], timeout=duplex.ANSWER_WAIT)
-        over.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await over
-        output.close()
+        await hang_up(output, over)
         inp.close()
 
 
