@@ -1,11 +1,11 @@
 """What one statement costs on each way the store could run SQL (issue 31's choice).
 
 The store today runs the per-job path as SQL strings on the driver's own connection
-(``store/fast.py``) and the rest through SQLAlchemy Core. One layer must serve SQLite
+(``store/queries.py``) and the rest through SQLAlchemy Core. One layer must serve SQLite
 and PostgreSQL alike; this measures, on a real database file with the real schema
 and 2,000 jobs, the CPU per statement of:
 
-* ``driver``: the DBAPI connection's ``execute`` (what ``fast.py`` does; SQLite only);
+* ``driver``: the DBAPI connection's ``execute`` (what ``queries.py`` does; SQLite only);
 * ``exec_driver_sql``: SQLAlchemy's thin pass-through of a SQL string (either dialect,
   with the dialect's parameter style);
 * ``core``: a SQLAlchemy Core statement, built once and run with new parameters (its

@@ -1,61 +1,46 @@
 """A watch on every SQL statement: a state write that bypasses ``store.moves`` is recorded.
 
-Listens on the ``Engine`` class, so it sees every store opened while a test runs (and
-``moves.watchers`` for the moves ``moves`` runs as prebuilt SQL on the driver). An
-INSERT or UPDATE of ``jobs`` or ``devices`` that sets ``state``, or a DELETE of either,
-must carry the ``rc_move`` execution option that only ``store.moves`` sets (STORE-021,
-STORE-041: every state change is a move from the transition table).
+Every statement the store runs passes ``sql.Db.execute`` (or ``Db.many``), which hands it
+to ``sql.watchers`` with the move that issued it, if any. An INSERT into ``jobs`` or
+``devices``, an UPDATE of either that sets ``state``, or a DELETE from either, must come
+with a move label, which only ``store.moves`` passes (STORE-021, STORE-041: every state
+change is a move from the transition table). A write straight on the driver's connection
+would skip ``Db`` altogether; ``Store`` holds no other path to the database.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
 
-import sqlalchemy as sa
-from sqlalchemy.sql import dml
-
-from resource_controller.store import moves
-from resource_controller.store.moves import MOVE_OPTION
+from resource_controller.store import sql
 
 GUARDED = ("jobs", "devices")
 
 bypasses: list[str] = []
 moved: list[str] = []  # ``entity:op`` of every move seen, for the test that the guard works
 
+_TABLE = "(" + "|".join(GUARDED) + r")\b"
+_INSERT = re.compile(r"^\s*INSERT\s+(?:OR\s+\w+\s+)?INTO\s+" + _TABLE, re.I)
+_DELETE = re.compile(r"^\s*DELETE\s+FROM\s+" + _TABLE, re.I)
+_UPDATE = re.compile(r"^\s*UPDATE\s+" + _TABLE + r"\s+SET\s+(.*?)(?:\bWHERE\b|$)", re.I | re.S)
+_SETS_STATE = re.compile(r"(?:^|,)\s*state\s*=", re.I)
 
-def _sets_state(stmt: dml.UpdateBase, multiparams: Any, params: Any) -> bool:
-    if isinstance(stmt, dml.Delete):
+
+def writes_state(text: str) -> bool:
+    """Whether ``text`` writes a guarded table's state (an insert or delete always does)."""
+    if _INSERT.match(text) or _DELETE.match(text):
         return True
-    if "state" in stmt.compile().params:
-        return True
-    batches = multiparams if isinstance(multiparams, list | tuple) else [multiparams]
-    return any(isinstance(b, dict) and "state" in b for b in [*batches, params])
+    update = _UPDATE.match(text)
+    return bool(update and _SETS_STATE.search(update.group(2)))
 
 
-def _before_execute(
-    conn: sa.Connection,
-    clauseelement: Any,
-    multiparams: Any,
-    params: Any,
-    execution_options: Any,
-) -> None:
-    if not isinstance(clauseelement, dml.UpdateBase):
-        return
-    table = getattr(clauseelement, "table", None)
-    if getattr(table, "name", None) not in GUARDED:
-        return
-    label = clauseelement.get_execution_options().get(MOVE_OPTION)
-    if label:
-        moved.append(label)
-        return
-    if _sets_state(clauseelement, multiparams, params):
-        bypasses.append(str(clauseelement))
+def _watch(text: str, move: str) -> None:
+    if move:
+        moved.append(move)
+    elif writes_state(text):
+        bypasses.append(text)
 
 
 def install() -> None:
-    if not sa.event.contains(sa.engine.Engine, "before_execute", _before_execute):
-        sa.event.listen(sa.engine.Engine, "before_execute", _before_execute)
-    # The hot path's prebuilt moves run on the driver's connection, past the engine's
-    # events; ``moves`` reports each of them to its watchers.
-    if moved.append not in moves.watchers:
-        moves.watchers.append(moved.append)
+    if _watch not in sql.watchers:
+        sql.watchers.append(_watch)

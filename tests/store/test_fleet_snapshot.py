@@ -18,7 +18,7 @@ from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import SweepRules
 from resource_controller.core.scheduling import FleetIndex, JobSnap, candidates
-from resource_controller.store import fast, fleet
+from resource_controller.store import fleet
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 from support import store_helpers
@@ -228,8 +228,7 @@ def test_a_rolled_back_write_it_read_is_forgotten(store: Store, make: Factory) -
         pass
 
     with contextlib.suppress(Undo), store._tx() as c:
-        fast_db = fast.raw(c)
-        fast_db.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,))
+        c.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,), "device:forced")
         records, _ = store._fleet.read(c)
         assert records[dev].state == "unhealthy"  # read inside the transaction
         raise Undo
@@ -246,7 +245,7 @@ def test_a_rollback_it_did_not_read_keeps_the_snapshot(store: Store, make: Facto
         pass
 
     with contextlib.suppress(Undo), store._tx() as c:
-        fast.raw(c).execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,))
+        c.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,), "device:forced")
         raise Undo
     assert store._fleet._version == kept_version  # nothing to reread: no full read next
     _assert_current(store)

@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import sqlalchemy as sa
 
 import move_guard
 from resource_controller import errors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, MACHINES, Machine, Op
 from resource_controller.store import moves
-from resource_controller.store import schema as t
 from resource_controller.store.facade import Store
 
 from .dbview import Raw
@@ -38,12 +36,11 @@ def _state(raw: Raw, table: str, row_id: str) -> str | None:
 
 
 def _try(store: Store, machine: Machine, op: Op, row_id: str, target: str | None) -> int | str:
-    table = t.devices if machine is DEVICE else t.jobs
     try:
         with store._tx() as c:
             if target is None:
-                return moves.remove(c, machine, op, table.c.id == row_id)
-            return moves.move(c, machine, op, table.c.id == row_id, state=target)
+                return moves.remove(c, machine, op, "id = ?", (row_id,))
+            return moves.move(c, machine, op, "id = ?", (row_id,), state=target)
     except errors.InvalidTransition:
         return "refused"
 
@@ -143,13 +140,20 @@ def test_the_guard_notices_a_state_write_that_bypasses_the_helper(
 ) -> None:
     (device,) = make.worker(devices=1)
     with store._tx() as c:
-        c.execute(sa.update(t.devices).where(t.devices.c.id == device).values(state="busy"))
-        c.execute(sa.update(t.devices).values(last_heartbeat_at=1))  # not a state write
+        c.execute(
+            "UPDATE devices SET last_heartbeat_at = 1, state = 'busy' WHERE id = ?", (device,)
+        )
+        c.execute("UPDATE devices SET last_heartbeat_at = 1")  # not a state write
+        c.execute("UPDATE jobs SET kill_requested = 1 WHERE state = 'running'")  # nor this
     assert len(move_guard.bypasses) == 1 and "UPDATE devices" in move_guard.bypasses[0]
     move_guard.bypasses.clear()
     with store._tx() as c:
-        c.execute(sa.delete(t.jobs).where(t.jobs.c.id == "nope"))
-    assert len(move_guard.bypasses) == 1
+        c.execute("DELETE FROM jobs WHERE id = ?", ("nope",))
+        c.execute(
+            "INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at)"
+            " VALUES ('x:y', 'x', 'y', 'w', 'ready', 0)"
+        )
+    assert len(move_guard.bypasses) == 2
     move_guard.bypasses.clear()
 
 

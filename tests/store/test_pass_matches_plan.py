@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import scheduling
-from resource_controller.store import fast, leases
+from resource_controller.store import leases, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.jobs import NewJob
@@ -155,13 +155,13 @@ def test_narrow_pages_read_the_rows_a_turn_needs(
         clock.advance(1)
         store.enqueue(NewJob(command=["x"], submitter="s", **ask))
     reads: list[int] = []
-    queue_rows = fast.queue_rows
+    queue_rows = queries.queue_rows
 
-    def counted(conn: fast.Conn, job_ids: list[str]) -> list[object]:
+    def counted(conn: queries.Conn, job_ids: list[str]) -> list[object]:
         reads.append(len(job_ids))
         return queue_rows(conn, job_ids)
 
-    monkeypatch.setattr(fast, "queue_rows", counted)
+    monkeypatch.setattr(queries, "queue_rows", counted)
     _pass_is_the_plan(store)
     assert reads, "no narrow row was read whole"
     # Each read is the turn's job and at most a batch behind it; a batch is used.

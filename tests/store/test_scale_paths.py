@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from resource_controller.clock import FakeClock
 from resource_controller.core import states
 from resource_controller.core.expiry import GRACE, SweepRules
-from resource_controller.store import fast, leases
+from resource_controller.store import leases, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, JobRecord
 from support import store_helpers
@@ -128,13 +128,13 @@ def test_a_pass_decodes_only_the_jobs_it_places(
     waiting = [make.submit(device=busy, env={"N": str(i)}) for i in range(20)]
     placed = make.submit(device=free)
     decoded: list[str] = []
-    real = fast.job_record
+    real = queries.job_record
 
     def counted(row: Any, *rest: Any) -> JobRecord:
         decoded.append(row[0])
         return real(row, *rest)
 
-    monkeypatch.setattr(fast, "job_record", counted)
+    monkeypatch.setattr(queries, "job_record", counted)
     assert store.schedule() == [Assigned(placed.id, wid())]
     assert decoded == [placed.id]
     # The head of the pinned queue still holds its device's reservation (STORE-062).
@@ -187,7 +187,7 @@ def test_the_pass_reads_a_row_as_the_record_does(
     )
     columns = record.columns()
     plain = int(bool(record.device_id) and not selector and not pins.count(",") and count == 1)
-    row = tuple(plain if c == fast.PLAIN_PIN else columns[c] for c in fast.QUEUE_COLS)
+    row = tuple(plain if c == queries.PLAIN_PIN else columns[c] for c in queries.QUEUE_COLS)
     assert leases._Queued(row).snap == record.snap()
 
 
@@ -216,7 +216,7 @@ def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: 
             DeviceRecord.from_row(r)
             for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
         ]
-        assert fast.all_devices(c) == devices_by_name
+        assert queries.all_devices(c) == devices_by_name
         active = jobs.active(c)
         alone = views.devices(c)
         with_commands = views.devices(c, commands={j.id: j.command for j in active})
@@ -274,11 +274,11 @@ def test_a_pass_with_nothing_changed_reads_no_reservation_row(
     store.schedule()
     assert _reservation_rows(raw) == waiting
     statements: list[str] = []
-    store._db.set_trace_callback(statements.append)
+    store._db.driver.set_trace_callback(statements.append)
     try:
         assert store.schedule() == []
     finally:
-        store._db.set_trace_callback(None)
+        store._db.driver.set_trace_callback(None)
     reads = [s for s in statements if "FROM reservations" in s and "count(*)" not in s]
     assert reads == [] and any("count(*) FROM reservations" in s for s in statements)
     assert _reservation_rows(raw) == waiting

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.store import devices as device_ops
-from resource_controller.store import fast, jobs, leases, queries, schema, views
+from resource_controller.store import jobs, leases, queries, schema, views
 from resource_controller.store.facade import Store
 from resource_controller.store.records import (
     DeviceRecord,
@@ -25,7 +25,7 @@ from resource_controller.store.records import (
 def job_with_position(store: Store, job_id: str) -> tuple[JobRecord, int]:
     """The job and its 1-based queue position (0 once it left the queue)."""
     with store._tx() as c:
-        job = fast.job(c, job_id)
+        job = queries.job(c, job_id)
         return job, jobs.queue_position(c, job, store.now(), store.aging)
 
 

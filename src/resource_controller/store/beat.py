@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from resource_controller.core.states import ACTIVE, DeviceState, JobState, Quarantine
 from resource_controller.core.transitions import DEVICE, Op
-from resource_controller.store import fast, leases, moves
+from resource_controller.store import leases, moves, queries
 from resource_controller.store.records import split_ids
 
 _ACTIVE = tuple(str(s.value) for s in ACTIVE)
@@ -37,7 +37,7 @@ def _marks(n: int) -> str:
 
 
 def heartbeat(
-    conn: fast.Conn,
+    conn: queries.Conn,
     now: int,
     worker_id: str,
     running: Sequence[str],
@@ -58,7 +58,7 @@ def heartbeat(
     it must neither free it nor let its lease lapse into a quarantine.* Nothing here
     changes a job's state, so a pending job is never treated as running again.
     """
-    db = fast.raw(conn)
+    db = conn
     named = [*running, *(pending or [])]
     if not db.execute(
         "UPDATE workers SET last_heartbeat_at = ? WHERE id = ?", (now, worker_id)
@@ -86,7 +86,7 @@ def heartbeat(
             (now + leases.RENEWAL, *mine_ids),
         )
         if mine_devices:
-            moved += moves.move_fast(
+            moved += moves.move(
                 db,
                 DEVICE,
                 Op.HEARTBEAT_RESTORE,
@@ -106,7 +106,7 @@ def heartbeat(
         unflag += f" AND id NOT IN ({_marks(len(named))})"
     db.execute(unflag, (worker_id, str(JobState.KILLED), *named))
     if not retain:
-        moved += moves.move_fast(
+        moved += moves.move(
             db,
             DEVICE,
             Op.HEARTBEAT_BUSY,
@@ -115,7 +115,7 @@ def heartbeat(
             state=DeviceState.BUSY,
         )
     elif mine_devices:
-        moved += moves.move_fast(
+        moved += moves.move(
             db,
             DEVICE,
             Op.HEARTBEAT_BUSY,
@@ -123,7 +123,7 @@ def heartbeat(
             (worker_id, *mine_devices),
             state=DeviceState.BUSY,
         )
-    moved += moves.move_fast(
+    moved += moves.move(
         db,
         DEVICE,
         Op.HEARTBEAT_READY,

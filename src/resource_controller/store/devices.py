@@ -51,7 +51,7 @@ def _has_live_lease(device_id: str) -> sa.ColumnElement[bool]:
 
 def _quarantine(conn: sa.Connection, device_id: str, reason: str) -> None:
     """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy (STORE-031)."""
-    moves.move(
+    moves.move_core(
         conn,
         DEVICE,
         Op.REAP,
@@ -91,7 +91,7 @@ def register(
     if reboot:
         # A host down longer than the write-off has nothing in flight left to key off;
         # the reboot itself proves its devices are empty (STORE-110 step 4).
-        moves.move(
+        moves.move_core(
             conn,
             DEVICE,
             Op.REBOOT_RECOVER,
@@ -106,7 +106,7 @@ def register(
         device_id = f"{host}:{name}"
         existing = queries.device(conn, device_id)
         if existing is None:
-            moves.create(
+            moves.create_core(
                 conn,
                 DEVICE,
                 Op.REGISTER_NEW,
@@ -127,7 +127,7 @@ def register(
             "max_runtime": max(0, int(max_runtime)),
         }
         # An unhealthy device keeps its state and reason; any other returns to ready.
-        if not moves.move(
+        if not moves.move_core(
             conn,
             DEVICE,
             Op.REDECLARE,
@@ -152,7 +152,7 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
     reaped = queries.jobs_where(conn, j.worker_id == worker_id, j.state.in_(_ACTIVE))
     reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
     for job in reaped:
-        moves.move(
+        moves.move_core(
             conn,
             JOB,
             Op.REAP,
@@ -164,7 +164,7 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
         devices = set(leases.release_for_job(conn, now, job.id)) | set(job.devices)
         for device_id in sorted(devices):
             if reboot:
-                moves.move(
+                moves.move_core(
                     conn,
                     DEVICE,
                     Op.REAP_REBOOT,
@@ -236,7 +236,7 @@ def _upsert_doc(conn: sa.Connection, now: int, host: str, device_id: str, body: 
 
 def clear(conn: sa.Connection, device_id: str) -> bool:
     """An operator returns an unhealthy, unleased device to the pool (STORE-130)."""
-    done = moves.move(
+    done = moves.move_core(
         conn,
         DEVICE,
         Op.CLEAR,
@@ -258,7 +258,7 @@ def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail:
     else:
         op = Op.HOST_REPORT
         values |= {"quarantine_reason": "", "quarantine_detail": ""}
-    done = moves.move(conn, DEVICE, op, t.devices.c.id == device_id, state=state, **values)
+    done = moves.move_core(conn, DEVICE, op, t.devices.c.id == device_id, state=state, **values)
     if done == 0:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
 
@@ -273,7 +273,7 @@ def retire(conn: sa.Connection, device_id: str) -> None:
     conn.execute(sa.delete(t.host_docs).where(t.host_docs.c.device_id == device_id))
     conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
     conn.execute(sa.delete(t.leases).where(t.leases.c.device_id == device_id))
-    moves.remove(conn, DEVICE, Op.RETIRE, t.devices.c.id == device_id)
+    moves.remove_core(conn, DEVICE, Op.RETIRE, t.devices.c.id == device_id)
 
 
 def drain(conn: sa.Connection, now: int, device_id: str, by: str, reason: str) -> None:
@@ -346,7 +346,7 @@ def auto_recover(
         if not expiry.flap_allows(int(recent)):
             held_back.append(device_id)
             continue
-        done = moves.move(
+        done = moves.move_core(
             conn,
             DEVICE,
             Op.AUTO_RECOVER,

@@ -57,6 +57,8 @@ def create_engine(path: Path) -> sa.Engine:
         cur.execute("PRAGMA busy_timeout=5000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
+        # PostgreSQL's ``strpos``, so the store's SQL reads the same on both.
+        dbapi_connection.create_function("strpos", 2, _strpos, deterministic=True)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
@@ -67,6 +69,13 @@ def create_engine(path: Path) -> sa.Engine:
         driver.execute("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _strpos(text: str | None, part: str | None) -> int | None:
+    """1-based position of ``part`` in ``text``, 0 when absent (PostgreSQL's ``strpos``)."""
+    if text is None or part is None:
+        return None
+    return text.find(part) + 1
 
 
 def _known_revision(script: ScriptDirectory, revision: str) -> bool:

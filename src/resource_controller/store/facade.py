@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -26,12 +27,13 @@ from resource_controller.store import (
     beat,
     devices,
     engine,
-    fast,
     fleet,
     jobs,
     leases,
+    queries,
     reserved,
     schema,
+    sql,
     sweep,
     views,
 )
@@ -45,6 +47,35 @@ from resource_controller.store.records import (
 )
 
 
+def watchers_on() -> bool:
+    return bool(sql.watchers)
+
+
+def _watchers() -> list[Callable[[str, str], None]]:
+    return sql.watchers
+
+
+class _CoreDb(sql.Db):
+    """A ``Db`` that also runs SQLAlchemy Core statements, on the connection it shares
+    a transaction with, for the modules still written in Core."""
+
+    def __init__(self, conn: sa.Connection, driver: object) -> None:
+        super().__init__(driver)
+        self.sa = conn
+
+    def execute(self, sql: Any, params: Any = (), move: str = "") -> Any:
+        if isinstance(sql, str):
+            return super().execute(sql, params, move)
+        if watchers_on():
+            label = sql.get_execution_options().get("rc_move", "")
+            for watch in list(_watchers()):
+                watch(str(sql), label)
+        return self.sa.execute(sql, params) if params else self.sa.execute(sql)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sa, name)
+
+
 class Store:
     """The controller's state, behind serialised transactions."""
 
@@ -55,8 +86,10 @@ class Store:
         self._engine = engine.create_engine(path)
         engine.migrate(self._engine)
         self._conn = self._engine.connect()
+        driver = self._conn.connection.driver_connection
         #: The driver's connection under ``_conn``, for the prebuilt statements.
-        self._db = fast.raw(self._conn)
+        self._db = sql.Db(driver)
+        self._core = _CoreDb(self._conn, driver)
         self._lock = threading.RLock()
         #: Transactions this store has run (each may have written), for ``schedule_after``.
         self._gen = 0
@@ -82,14 +115,14 @@ class Store:
         return int(self.clock.now())
 
     @contextmanager
-    def _tx(self, point: str = "") -> Iterator[sa.Connection]:
+    def _tx(self, point: str = "") -> Iterator[sql.Db]:
         """One transaction under the lock; ``point`` names its crash point (a test hook)."""
         with self._lock:
             self._gen += 1
             try:
                 try:
                     with self._conn.begin():
-                        yield self._conn
+                        yield self._core
                         crashpoints.hit(point, ".before_commit")
                 except BaseException:
                     self._fleet.after_rollback(self._db)
@@ -102,22 +135,23 @@ class Store:
                 raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
 
     @contextmanager
-    def _fast_tx(self, point: str = "") -> Iterator[sqlite3.Connection]:
+    def _fast_tx(self, point: str = "") -> Iterator[sql.Db]:
         """``_tx`` on the driver's connection, for the hot path's prebuilt statements:
         the same ``BEGIN IMMEDIATE``, lock, crash points and error mapping, without
-        SQLAlchemy's transaction bookkeeping (``store/fast.py``)."""
+        SQLAlchemy's transaction bookkeeping (``store/queries.py``)."""
         with self._lock:
             self._gen += 1
             db = self._db
+            driver = db.driver
             try:
-                db.execute("BEGIN IMMEDIATE")
+                driver.execute("BEGIN IMMEDIATE")
                 try:
                     yield db
                     crashpoints.hit(point, ".before_commit")
-                    db.commit()
+                    driver.commit()
                 except BaseException:
-                    if db.in_transaction:
-                        db.rollback()
+                    if driver.in_transaction:
+                        driver.rollback()
                     self._fleet.after_rollback(db)
                     raise
                 crashpoints.hit(point, ".after_commit")
@@ -127,7 +161,7 @@ class Store:
                 raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> Iterator[sql.Db]:
         """Reads on the driver's connection under the lock, outside any transaction: each
         statement sees the last commit, and the lock keeps every writer out meanwhile."""
         with self._lock:
@@ -180,17 +214,17 @@ class Store:
 
     def _data_version(self) -> int:
         """Changes whenever another connection commits to the file (SQLite's pragma)."""
-        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        return int(self._db.value("PRAGMA data_version"))
 
     def job(self, job_id: str) -> JobRecord:
         with self._read() as c:
-            return fast.job(c, job_id)
+            return queries.job(c, job_id)
 
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
         (API-045, EXT-WHY-1a); ``None`` for a job that is not queued."""
         with self._tx() as c:
-            job = fast.job(c, job_id)
+            job = queries.job(c, job_id)
             if not job.queued:
                 return job, 0, None
             now = self.now()
@@ -275,7 +309,7 @@ class Store:
         (STORE-082). Returns the job as it was before the report."""
         with self._fast_tx("running" if state == JobState.RUNNING else "finish") as c:
             now = self.now()
-            job = fast.job(c, job_id)
+            job = queries.job(c, job_id)
             check(job)
             if state == JobState.RUNNING:
                 jobs.mark_running(c, now, job_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 
 from resource_controller.core.scheduling import DeviceSnap, FleetIndex
-from resource_controller.store import fast
+from resource_controller.store import queries
 from resource_controller.store.records import DeviceRecord, LabelRecord, row_builder
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
@@ -35,14 +35,14 @@ _CHUNK = 500  #: ids per ``IN (...)`` read, well under SQLite's parameter limit
 _label = row_builder(LabelRecord)
 
 
-def label_rows(db: fast.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
+def label_rows(db: queries.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
     """Label records by device, each device's by key then source (the views' order);
     every device's, or those of ``ids``."""
     if ids is None:
-        rows = fast.raw(db).execute(_LABEL_ROWS + _LABEL_ORDER)
+        rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
     else:
         where = " WHERE device_id IN (" + ", ".join("?" * len(ids)) + ")"
-        rows = fast.raw(db).execute(_LABEL_ROWS + where + _LABEL_ORDER, tuple(ids))
+        rows = db.execute(_LABEL_ROWS + where + _LABEL_ORDER, tuple(ids))
     out: dict[str, list[LabelRecord]] = {}
     for r in rows:
         out.setdefault(r[0], []).append(_label(r))
@@ -84,7 +84,7 @@ class FleetSnapshot:
         """Reread everything next time (after a rollback: what was read may never have been)."""
         self._version = -1
 
-    def after_rollback(self, db: sqlite3.Connection) -> None:
+    def after_rollback(self, db: queries.Conn) -> None:
         """Forget what a rolled-back transaction showed this snapshot, if it showed any:
         its notes carried versions above the counter's committed value."""
         try:
@@ -95,10 +95,10 @@ class FleetSnapshot:
         if self._version > (row[0] if row else 0):
             self.forget()
 
-    def read(self, conn: fast.Conn) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
+    def read(self, conn: queries.Conn) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
         """(records by ID, snapshots by ID ascending), current as of this read but for the
         records' heartbeat stamps."""
-        db = fast.raw(conn)
+        db = conn
         if self._version < 0:
             self._full(db)
         else:
@@ -108,16 +108,18 @@ class FleetSnapshot:
                 self._reread(db, [d for d, _ in changed])
         return self._records, self._ordered
 
-    def index(self, conn: fast.Conn) -> tuple[dict[str, DeviceRecord], FleetIndex]:
+    def index(self, conn: queries.Conn) -> tuple[dict[str, DeviceRecord], FleetIndex]:
         """``read``, with the snapshots as the planner's index of them (kept too)."""
         records, _ = self.read(conn)
         return records, self._index
 
-    def current(self, conn: fast.Conn) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
+    def current(
+        self, conn: queries.Conn
+    ) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
         """Every device record by ID ascending, current in every column, and the label
         records by device: the fleet views' read, one two-column scan of ``devices``
         beside the changes."""
-        db = fast.raw(conn)
+        db = conn
         records, ordered = self.read(db)
         stamps = dict(db.execute(_HEARTBEATS).fetchall())
         if stamps.keys() != records.keys():  # a device the notes missed: no writer does
@@ -132,10 +134,10 @@ class FleetSnapshot:
             out.append(record)
         return out, self._labels
 
-    def _full(self, db: fast.Conn) -> None:
+    def _full(self, db: queries.Conn) -> None:
         # The mark first: a change between it and the read is reread next time.
-        newest = fast.raw(db).execute(_NEWEST).fetchone()[0]
-        devices = fast.all_devices(db)
+        newest = db.execute(_NEWEST).fetchone()[0]
+        devices = queries.all_devices(db)
         self._labels = label_rows(db)
         self._records = {d.id: d for d in devices}
         self._snaps = {d.id: d.snap(effective(self._labels.get(d.id))) for d in devices}
@@ -144,7 +146,7 @@ class FleetSnapshot:
         self._index = FleetIndex(self._ordered)
         self._version = int(newest or 0)
 
-    def _reread(self, db: fast.Conn, ids: list[str]) -> None:
+    def _reread(self, db: queries.Conn, ids: list[str]) -> None:
         known = len(self._snaps)
         seen: set[str] = set()
         changed: list[DeviceSnap] = []
@@ -156,7 +158,7 @@ class FleetSnapshot:
                     self._labels[device_id] = labels[device_id]
                 else:
                     self._labels.pop(device_id, None)
-            for device in fast.devices_by_id(db, chunk):
+            for device in queries.devices_by_id(db, chunk):
                 seen.add(device.id)
                 self._records[device.id] = device
                 snap = self._snaps[device.id] = device.snap(effective(labels.get(device.id)))

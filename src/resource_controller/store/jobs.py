@@ -30,7 +30,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import fast, fleet, leases, moves, queries
+from resource_controller.store import fleet, leases, moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
@@ -62,7 +62,7 @@ class NewJob:
 
 
 def enqueue(
-    conn: fast.Conn,
+    conn: queries.Conn,
     now: int,
     req: NewJob,
     snapshot: Callable[[], list[DeviceSnap]] | None = None,
@@ -121,11 +121,11 @@ def enqueue(
                 + (f" on every host with {count} of them" if count > 1 else "")
             )
     if req.idempotency_key:
-        existing = fast.job_id_with_key(conn, req.idempotency_key)
+        existing = queries.job_id_with_key(conn, req.idempotency_key)
         if existing is not None:
-            return fast.job(conn, existing)
+            return queries.job(conn, existing)
     if req.device_id:
-        dev = fast.device(conn, req.device_id)
+        dev = queries.device(conn, req.device_id)
         if dev is None:
             raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
         if not scheduling.tolerates(dev.snap(), runtime):
@@ -135,7 +135,7 @@ def enqueue(
         runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
     if pins:
         runtime = _pinned_gang_runtime(conn, pins, runtime)
-    seq = fast.next_seq(conn)
+    seq = queries.next_seq(conn)
     job = JobRecord(
         id=str(uuid.uuid4()),
         seq=seq,
@@ -167,14 +167,14 @@ def enqueue(
     )
     if pins:
         job = dataclasses.replace(job, device_id=pins[0])
-    moves.create_fast(fast.raw(conn), JOB, Op.ENQUEUE, job.columns())
+    moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job
 
 
-def _pinned_gang_runtime(conn: fast.Conn, pins: tuple[str, ...], runtime: int) -> int:
+def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int) -> int:
     """STORE-056 step 4 for each device of a pinned list: all exist, on one host, each
     ceiling admits the request; a job asking for none gets the smallest (EXT-GANG-5)."""
-    rows = {d.id: d for d in fast.all_devices(conn) if d.id in pins}
+    rows = {d.id: d for d in queries.all_devices(conn) if d.id in pins}
     for device_id in pins:
         dev = rows.get(device_id)
         if dev is None:
@@ -199,10 +199,10 @@ def queue_position(conn: sa.Connection, job: JobRecord, now: int = 0, aging: int
     return scheduling.queue_position(job.snap(), queries.queued_snaps(conn), key)
 
 
-def cancel_queued(conn: fast.Conn, now: int, job_id: str, reason: str) -> bool:
+def cancel_queued(conn: queries.Conn, now: int, job_id: str, reason: str) -> bool:
     """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
-    db = fast.raw(conn)
-    done = moves.move_fast(
+    db = conn
+    done = moves.move(
         db,
         JOB,
         Op.CANCEL_QUEUED,
@@ -251,7 +251,7 @@ def request_kill(
         for dev in devs
     )
     if finalize_disconnected and disconnected:
-        moves.move(
+        moves.move_core(
             conn,
             JOB,
             Op.KILL_FINALIZE,
@@ -271,7 +271,7 @@ def request_kill(
     return KillRequest.REQUESTED
 
 
-def take_work(conn: fast.Conn, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
+def take_work(conn: queries.Conn, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
     """Hand out this worker's assigned jobs and its due kill flags, in one transaction.
 
     Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
@@ -279,8 +279,8 @@ def take_work(conn: fast.Conn, now: int, worker_id: str) -> tuple[list[JobRecord
     a retried or concurrent poll never starts a job twice. Kill flags are a take: each
     is stamped delivered and not offered again for 30 s (STORE-094).
     """
-    db = fast.raw(conn)
-    rows = moves.move_fast_returning(
+    db = conn
+    rows = moves.move_returning(
         db,
         JOB,
         Op.MARK_RUNNING,
@@ -292,24 +292,24 @@ def take_work(conn: fast.Conn, now: int, worker_id: str) -> tuple[list[JobRecord
     )
     handed: list[JobRecord] = []
     if rows:
-        epochs = fast.epochs(db, [r[0] for r in rows])
+        epochs = queries.epochs(db, [r[0] for r in rows])
         handed = sorted(
-            (fast.job_record(r, epochs.get(r[0], 0)) for r in rows),
+            (queries.job_record(r, epochs.get(r[0], 0)) for r in rows),
             key=lambda job: (job.submitted_at, job.seq),
         )
-    due = fast.due_kills(db, worker_id, now - KILL_REDELIVERY, [*_ACTIVE, JobState.KILLED])
+    due = queries.due_kills(db, worker_id, now - KILL_REDELIVERY, [*_ACTIVE, JobState.KILLED])
     if due:
-        fast.mark_kills_delivered(db, due, now)
+        queries.mark_kills_delivered(db, due, now)
     return handed, due
 
 
-_RETURNING = ", ".join(fast.JOB_COLS)
+_RETURNING = ", ".join(queries.JOB_COLS)
 
 
-def mark_running(conn: fast.Conn, now: int, job_id: str) -> None:
+def mark_running(conn: queries.Conn, now: int, job_id: str) -> None:
     """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
-    moves.move_fast(
-        fast.raw(conn),
+    moves.move(
+        conn,
         JOB,
         Op.MARK_RUNNING,
         "id = ?",
@@ -320,16 +320,16 @@ def mark_running(conn: fast.Conn, now: int, job_id: str) -> None:
 
 
 def release(
-    conn: fast.Conn, now: int, job_id: str, state: str, exit_code: int | None, reason: str
+    conn: queries.Conn, now: int, job_id: str, state: str, exit_code: int | None, reason: str
 ) -> Release:
     """The worker's terminal report: end the job, release its leases, free a busy device (STORE-082)."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
-    return release_job(conn, now, fast.job(conn, job_id), state, exit_code, reason)
+    return release_job(conn, now, queries.job(conn, job_id), state, exit_code, reason)
 
 
 def release_job(
-    conn: fast.Conn, now: int, job: JobRecord, state: str, exit_code: int | None, reason: str
+    conn: queries.Conn, now: int, job: JobRecord, state: str, exit_code: int | None, reason: str
 ) -> Release:
     """``release`` of a job already read in this transaction."""
     if job.terminal:
@@ -338,8 +338,8 @@ def release_job(
         raise errors.InvalidTransition(
             f"job {job.id} is {job.state}; only an active job can be released"
         )
-    db = fast.raw(conn)
-    done = moves.move_fast(
+    db = conn
+    done = moves.move(
         db,
         JOB,
         Op.RELEASE,
@@ -356,8 +356,8 @@ def release_job(
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
-        moves.move_fast(
-            db, DEVICE, Op.RELEASE, fast.id_in(len(freed)), freed, state=DeviceState.READY
+        moves.move(
+            db, DEVICE, Op.RELEASE, queries.id_in(len(freed)), freed, state=DeviceState.READY
         )
     ended = dataclasses.replace(
         job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
@@ -366,7 +366,7 @@ def release_job(
 
 
 def list_jobs(
-    conn: fast.Conn,
+    conn: queries.Conn,
     limit: int,
     device: str = "",
     submitter: str = "",
@@ -386,11 +386,11 @@ def list_jobs(
         raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
     after = None
     if before:
-        after = fast.submitted_at(conn, before)
+        after = queries.submitted_at(conn, before)
         if after is None:
             raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
-    if not device:  # the common reads, as prebuilt SQL (``store/fast.py``)
-        return fast.list_jobs(conn, limit, submitter, state, id_prefix, after)
+    if not device:  # the common reads, as prebuilt SQL (``store/queries.py``)
+        return queries.list_jobs(conn, limit, submitter, state, id_prefix, after)
     assert isinstance(conn, sa.Connection), "a device filter reads through SQLAlchemy"
     j = t.jobs.c
     where = [queries.on_device(device)]
@@ -419,7 +419,7 @@ def queued(conn: sa.Connection, now: int = 0, aging: int = 0) -> list[JobRecord]
 def active(conn: sa.Connection) -> list[JobRecord]:
     """Assigned and running jobs, newest submission first (STORE-072), with their lease
     epochs (EXT-EPOCH-2)."""
-    return fast.active_jobs(conn)
+    return queries.active_jobs(conn)
 
 
 def logs_to_prune(conn: sa.Connection, cutoff: int, limit: int) -> list[str]:

@@ -27,7 +27,7 @@ from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import fast, moves, queries
+from resource_controller.store import moves, queries
 from resource_controller.store import schema as t
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.records import (
@@ -54,7 +54,9 @@ def deadline(now: int, runtime: int) -> int:
     return now + (runtime + RUNTIME_MARGIN if runtime > 0 else NO_RUNTIME_TTL)
 
 
-def grant(conn: fast.Conn, now: int, job: JobRecord, device_id: str, runtime: int) -> LeaseRecord:
+def grant(
+    conn: queries.Conn, now: int, job: JobRecord, device_id: str, runtime: int
+) -> LeaseRecord:
     """Insert the live lease for ``job`` on ``device_id``; the unique index is the referee."""
     lease = LeaseRecord(
         id=str(uuid.uuid4()),
@@ -66,10 +68,10 @@ def grant(conn: fast.Conn, now: int, job: JobRecord, device_id: str, runtime: in
         released_at=None,
         kind=job.kind,
         reason=job.reason,
-        epoch=fast.next_counter(conn, EPOCH_COUNTER),
+        epoch=queries.next_counter(conn, EPOCH_COUNTER),
     )
     try:
-        fast.insert_lease(conn, lease.__dict__)
+        queries.insert_lease(conn, lease.__dict__)
     except sqlite3.IntegrityError as exc:
         raise errors.LiveLeaseConflict(
             f"device {device_id} already has a live lease; refusing a second one"
@@ -77,11 +79,11 @@ def grant(conn: fast.Conn, now: int, job: JobRecord, device_id: str, runtime: in
     return lease
 
 
-def release_for_job(conn: fast.Conn, now: int, job_id: str) -> list[str]:
+def release_for_job(conn: queries.Conn, now: int, job_id: str) -> list[str]:
     """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054)."""
     if not job_id:
         return []
-    return fast.release_leases(conn, now, job_id)
+    return queries.release_leases(conn, now, job_id)
 
 
 def live(conn: sa.Connection) -> list[LeaseRecord]:
@@ -109,7 +111,7 @@ class Assignment(StrEnum):
 
 
 def assign(
-    conn: fast.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
+    conn: queries.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
 ) -> Assignment:
     """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); how that went.
 
@@ -123,16 +125,16 @@ def assign(
     """
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
-    db = fast.raw(conn)
-    flipped = moves.move_fast(
-        db, DEVICE, Op.ASSIGN, fast.id_in(len(ids)), ids, state=DeviceState.BUSY
+    db = conn
+    flipped = moves.move(
+        db, DEVICE, Op.ASSIGN, queries.id_in(len(ids)), ids, state=DeviceState.BUSY
     )
     if flipped != len(ids):
         if flipped == 0:
             return Assignment.NOT_READY  # nothing written
         raise _NotReady(job.id)  # rolls the partial flip back with the transaction
     runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
-    moved = moves.move_fast(
+    moved = moves.move(
         db,
         JOB,
         Op.ASSIGN,
@@ -148,7 +150,7 @@ def assign(
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction
     for device_id in ids:
         grant(db, now, job, device_id, runtime)
-    fast.delete_reservations_of_devices(db, ids)
+    queries.delete_reservations_of_devices(db, ids)
     crashpoints.hit("grant", ".before_commit")
     return Assignment.ASSIGNED
 
@@ -189,7 +191,7 @@ class _Walk:
 
     A pass usually stops early (every device claimed), so reading the whole queue on
     every pass would make each submit cost O(queue length). A page after one made mostly
-    of plain pins is read narrow (``fast.WALK_WIDTH`` columns: ID, device, plain pin?):
+    of plain pins is read narrow (``queries.WALK_WIDTH`` columns: ID, device, plain pin?):
     a plain pin behind an unavailable device needs nothing more, and every column costs
     about as much to read. The scheduling columns of a narrow row whose turn needs them
     (``scheduling_row``) are read with those of the jobs behind it that are not plain
@@ -200,7 +202,7 @@ class _Walk:
         self, read: Callable[[], AbstractContextManager[Any]], now: int = 0, aging: int = 0
     ) -> None:
         self._read = read
-        self._fetch = _aged_page(now, aging) if aging > 0 else fast.queue_page
+        self._fetch = _aged_page(now, aging) if aging > 0 else queries.queue_page
         self._page: list[Any] = []
         self._at = 0  #: the index on a narrow page of the row last yielded
         #: The rows before this index that are not plain pins are in ``_rows``.
@@ -229,7 +231,7 @@ class _Walk:
             size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
 
     def scheduling_row(self, row: Any) -> Any:
-        """The ``fast.QUEUE_COLS`` of narrow ``row``, the row last yielded (``None`` once
+        """The ``queries.QUEUE_COLS`` of narrow ``row``, the row last yielded (``None`` once
         the job is gone)."""
         job_id = row[0]
         found = self._rows.get(job_id)
@@ -243,16 +245,16 @@ class _Walk:
                     end += 1
                 self._read_to = end
             with self._read() as tx:
-                self._rows.update((r[0], r) for r in fast.queue_rows(tx, ids))
+                self._rows.update((r[0], r) for r in queries.queue_rows(tx, ids))
             found = self._rows.get(job_id)
         return found
 
     def key_of(self, row: Any) -> tuple[int, int, int] | None:
         """(priority, queued_at, seq) of a row the walk yielded."""
-        if len(row) > fast.WALK_WIDTH:
+        if len(row) > queries.WALK_WIDTH:
             return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
         with self._read() as tx:
-            return fast.queue_key_of(tx, row[0])
+            return queries.queue_key_of(tx, row[0])
 
 
 class _Queued:
@@ -290,27 +292,27 @@ class _Queued:
         """The whole job, read by ID (the pass holds the store's lock: it is the row
         the walk read)."""
         with read() as tx:
-            return fast.job(tx, self.snap.id)
+            return queries.job(tx, self.snap.id)
 
 
-#: ``fast.QUEUE_COLS`` as Core columns, for the aged walk.
+#: ``queries.QUEUE_COLS`` as Core columns, for the aged walk.
 _QUEUE_COLUMNS = [
-    sa.literal_column(c) if c == fast.PLAIN_PIN else t.jobs.c[c] for c in fast.QUEUE_COLS
+    sa.literal_column(c) if c == queries.PLAIN_PIN else t.jobs.c[c] for c in queries.QUEUE_COLS
 ]
 
-_I_PRIORITY = fast.QUEUE_COLS.index("priority")
-_I_QUEUED_AT = fast.QUEUE_COLS.index("queued_at")
-_I_SEQ = fast.QUEUE_COLS.index("seq")
-_I_SELECTOR = fast.QUEUE_COLS.index("selector")
-_I_DEVICE_ID = fast.QUEUE_COLS.index("device_id")
-_I_DEVICE_IDS = fast.QUEUE_COLS.index("device_ids")
-_I_MAX_RUNTIME = fast.QUEUE_COLS.index("max_runtime")
-_I_COUNT = fast.QUEUE_COLS.index("device_count")
+_I_PRIORITY = queries.QUEUE_COLS.index("priority")
+_I_QUEUED_AT = queries.QUEUE_COLS.index("queued_at")
+_I_SEQ = queries.QUEUE_COLS.index("seq")
+_I_SELECTOR = queries.QUEUE_COLS.index("selector")
+_I_DEVICE_ID = queries.QUEUE_COLS.index("device_id")
+_I_DEVICE_IDS = queries.QUEUE_COLS.index("device_ids")
+_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime")
+_I_COUNT = queries.QUEUE_COLS.index("device_count")
 
 
 def _decode_raw(row: Any) -> JobRecord | None:
     try:
-        return fast.job_record(row)
+        return queries.job_record(row)
     except Exception:
         _report_skip(str(row[0]), "its row cannot be read")
         return None
@@ -320,7 +322,7 @@ def _aged_page(
     now: int, aging: int
 ) -> Callable[[Any, tuple[int, int, int] | None, int, bool], list[Any]]:
     """A page of the aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key;
-    the same rows as ``fast.queue_page``."""
+    the same rows as ``queries.queue_page``."""
     j = t.jobs.c
     order = queries.queue_order(now, aging)
 
@@ -330,8 +332,10 @@ def _aged_page(
             priority, queued_at, seq = after
             seen: Any = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
             where.append(queries.behind(seen, now, aging))
-        columns = _QUEUE_COLUMNS[: fast.WALK_WIDTH] if narrow else _QUEUE_COLUMNS
-        return fast.run_select(tx, sa.select(*columns).where(*where).order_by(*order).limit(size))
+        columns = _QUEUE_COLUMNS[: queries.WALK_WIDTH] if narrow else _QUEUE_COLUMNS
+        return queries.run_select(
+            tx, sa.select(*columns).where(*where).order_by(*order).limit(size)
+        )
 
     return fetch
 
@@ -381,9 +385,9 @@ def _reserve_vanished(
                 )
                 .order_by(*queries.queue_order(now, aging))
             )
-            rows = fast.run_select(tx, q)
+            rows = queries.run_select(tx, q)
         else:
-            rows = fast.pinned_elsewhere(tx, list(by_id))
+            rows = queries.pinned_elsewhere(tx, list(by_id))
     waiting = [job for job in map(_decode_raw, rows) if job]
     for job in waiting:
         snap = job.snap()
@@ -469,7 +473,7 @@ def schedule_pass(
     fleet = fleet or FleetSnapshot()
     kept = kept or KeptReservations()
     with read() as tx:
-        waiting = fast.any_queued(tx)
+        waiting = queries.any_queued(tx)
         old_reservations = kept.read(tx)
         if waiting:
             by_id, index = fleet.index(tx)
@@ -497,7 +501,7 @@ def schedule_pass(
             # here without building the job, the common case of a long pinned queue.
             if row[2] and planner.claim_unless_free(row[1], row[0]):
                 continue
-            whole = row if len(row) > fast.WALK_WIDTH else walk.scheduling_row(row)
+            whole = row if len(row) > queries.WALK_WIDTH else walk.scheduling_row(row)
             if whole is not None:  # gone from under the pass: another process's edit
                 _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
         except Exception as exc:
@@ -529,5 +533,5 @@ def _rewrite(
     """Replace the reservation rows with ``rows`` (device -> job), and keep them."""
     kept.forget()  # until the write commits
     with transaction() as tx:
-        fast.replace_reservations(tx, now, sorted((j, d) for d, j in rows.items()))
+        queries.replace_reservations(tx, now, sorted((j, d) for d, j in rows.items()))
     kept.wrote(tx, dict(rows))

@@ -15,8 +15,7 @@ state changed.
 from __future__ import annotations
 
 import logging
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 from resource_controller import errors
 from resource_controller.core.transitions import Machine, Op
 from resource_controller.store import schema as t
+from resource_controller.store import sql
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def _update(
     )
 
 
-def move(
+def move_core(
     conn: sa.Connection,
     machine: Machine,
     op: Op,
@@ -78,7 +78,7 @@ def move(
     return int(n)
 
 
-def create(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
+def create_core(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
     """Insert a row whose ``state`` the op allows from "no row"."""
     if None not in machine.move(op).sources:
         raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
@@ -92,7 +92,9 @@ def create(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]
     log.debug("%s: created -> %s", _label(machine, op), values.get("state"))
 
 
-def remove(conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnElement[bool]) -> int:
+def remove_core(
+    conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnElement[bool]
+) -> int:
     """Delete the rows matching ``where`` (and the op's sources), for an op that ends in no row."""
     _check_target(machine, op, None)
     stmt = (
@@ -105,10 +107,7 @@ def remove(conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnEleme
     return n
 
 
-# ---- the same moves as prebuilt SQL, for the per-job hot path (``store/fast.py``) ----
-
-#: Observers of the fast moves, called with ``entity:op`` (the test guard's view of them).
-watchers: list[Callable[[str], None]] = []
+# ---- the moves as SQL text on ``sql.Db`` ----
 
 _SQL: dict[tuple[Any, ...], str] = {}
 
@@ -116,27 +115,24 @@ _SQL: dict[tuple[Any, ...], str] = {}
 def _fast_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
     """``UPDATE <table> SET state = ?, <keys> WHERE (<where>) AND state IN (<sources>)``."""
     cache = (machine.entity, op, where, keys, returning)
-    sql = _SQL.get(cache)
-    if sql is None:
+    text = _SQL.get(cache)
+    if text is None:
         sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
         assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
         in_sources = ", ".join(f"'{s}'" for s in sources)
-        sql = f"UPDATE {_table(machine).name} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
+        text = f"UPDATE {_table(machine).name} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
         if returning:
-            sql += f" RETURNING {returning}"
-        _SQL[cache] = sql
-    return sql
+            text += f" RETURNING {returning}"
+        _SQL[cache] = text
+    return text
 
 
 def _seen(machine: Machine, op: Op, n: int, state: object) -> None:
-    label = _label(machine, op)
-    for watch in watchers:
-        watch(label)
-    log.debug("%s: %d row(s) -> %s", label, n, state)
+    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
 
 
-def move_fast(
-    db: sqlite3.Connection,
+def move(
+    db: sql.Db,
     machine: Machine,
     op: Op,
     where: str,
@@ -145,18 +141,19 @@ def move_fast(
     state: str,
     **values: Any,
 ) -> int:
-    """As ``move`` with the condition as SQL text (``where``, ``?`` for ``params``), run
-    on the driver's connection; the row count."""
+    """Move the rows matching ``where`` (SQL text, ``?`` for each of ``params``) and the
+    op's sources to ``state``, writing ``values`` beside it; the row count."""
     _check_target(machine, op, state)
     keys = tuple(values)
-    sql = _fast_sql(machine, op, where, keys, "")
-    n = int(db.execute(sql, (str(state), *(values[k] for k in keys), *params)).rowcount)
+    text = _fast_sql(machine, op, where, keys, "")
+    args = (str(state), *(values[k] for k in keys), *params)
+    n = int(db.execute(text, args, _label(machine, op)).rowcount)
     _seen(machine, op, n, state)
     return n
 
 
-def move_fast_returning(
-    db: sqlite3.Connection,
+def move_returning(
+    db: sql.Db,
     machine: Machine,
     op: Op,
     where: str,
@@ -166,28 +163,42 @@ def move_fast_returning(
     state: str,
     **values: Any,
 ) -> list[Any]:
-    """As ``move_fast``, returning the moved rows' ``returning`` columns (SQL text)."""
+    """As ``move``, returning the moved rows' ``returning`` columns (SQL text)."""
     _check_target(machine, op, state)
     keys = tuple(values)
-    sql = _fast_sql(machine, op, where, keys, returning)
-    rows = db.execute(sql, (str(state), *(values[k] for k in keys), *params)).fetchall()
+    text = _fast_sql(machine, op, where, keys, returning)
+    args = (str(state), *(values[k] for k in keys), *params)
+    rows = db.execute(text, args, _label(machine, op)).fetchall()
     _seen(machine, op, len(rows), state)
     return rows
 
 
-def create_fast(db: sqlite3.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
-    """As ``create``, on the driver's connection."""
+def create(db: sql.Db, machine: Machine, op: Op, values: dict[str, Any]) -> None:
+    """Insert a row whose ``state`` the op allows from "no row"."""
     if None not in machine.move(op).sources:
         raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
     _check_target(machine, op, values.get("state"))
     cols = tuple(values)
-    sql = _SQL.get(("create", machine.entity, cols))
-    if sql is None:
+    text = _SQL.get(("create", machine.entity, cols))
+    if text is None:
         marks = ", ".join("?" * len(cols))
-        sql = f"INSERT INTO {_table(machine).name} ({', '.join(cols)}) VALUES ({marks})"
-        _SQL[("create", machine.entity, cols)] = sql
-    db.execute(sql, tuple(values[c] for c in cols))
+        text = f"INSERT INTO {_table(machine).name} ({', '.join(cols)}) VALUES ({marks})"
+        _SQL[("create", machine.entity, cols)] = text
     label = _label(machine, op)
-    for watch in watchers:
-        watch(label)
+    db.execute(text, tuple(values[c] for c in cols), label)
     log.debug("%s: created -> %s", label, values.get("state"))
+
+
+def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[Any]) -> int:
+    """Delete the rows matching ``where`` and the op's sources, for an op that ends in no row."""
+    _check_target(machine, op, None)
+    label = _label(machine, op)
+    text = _SQL.get(("remove", machine.entity, op, where))
+    if text is None:
+        sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
+        in_sources = ", ".join(f"'{s}'" for s in sources)
+        text = f"DELETE FROM {_table(machine).name} WHERE ({where}) AND state IN ({in_sources})"
+        _SQL[("remove", machine.entity, op, where)] = text
+    n = int(db.execute(text, tuple(params), label).rowcount)
+    log.debug("%s: %d row(s) removed", label, n)
+    return n

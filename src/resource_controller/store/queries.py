@@ -1,166 +1,409 @@
-"""Small shared reads used by several store modules."""
+"""The store's shared reads and small writes, as SQL text on ``sql.Db``.
+
+Column lists are the records' fields in their order, so a row builds its record
+positionally (a table column with no field fails ``from_row``, which the store tests
+compare against). Every statement here runs on SQLite and PostgreSQL alike: ``?``
+placeholders (``Db`` rewrites them for psycopg), no dialect-only functions, integers
+for flags.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
-
-import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.core import scheduling
 from resource_controller.core.scheduling import JobSnap
-from resource_controller.core.states import JobState
-from resource_controller.store import fast
-from resource_controller.store import schema as t
-from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
+from resource_controller.core.states import ACTIVE, JobState
+from resource_controller.store import sql
+from resource_controller.store.records import DeviceRecord, JobRecord, row_builder, split_ids
 
-#: ``core.scheduling.queue_key`` as SQL (STORE-060), for reading the queue in order.
-QUEUE_ORDER = (t.jobs.c.priority.desc(), t.jobs.c.queued_at.asc(), t.jobs.c.seq.asc())
+Conn = sql.Db
+
+#: ``JobRecord``'s fields but the epoch, in its order, so a row builds a record
+#: positionally.
+JOB_COLS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(JobRecord) if f.name != "lease_epoch"
+)
+#: In ``DeviceRecord``'s field order, so a row builds a record positionally (a third of
+#: the cost of a mapping, and ``/v1/state`` builds one per device).
+DEVICE_COLS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DeviceRecord))
+
+_JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
+_EPOCH = "(SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id)"
+_JOB_BY_ID = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.id = ?"
+_DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
+_DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
+_ALL_DEVICES = _DEVICES + " ORDER BY id"
+_QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+#: A job pinned to one device and nothing more (no selector, no list, one device): all
+#: the pass does with one is claim its device or place it there (STORE-062).
+PLAIN_PIN = (
+    "(jobs.device_id != '' AND jobs.selector = '' AND jobs.device_ids = ''"
+    " AND jobs.device_count <= 1)"
+)
+#: What the scheduling pass reads of each queued job: the rules' columns only (the whole
+#: row, whose command and environment are most of its bytes, is read by ID on
+#: placement). Its first ``WALK_WIDTH`` are all a long pinned queue needs of a row: ID,
+#: device, and whether it is a plain pin; every column read costs about as much as any
+#: other (~0.1 µs a row, most of a walk over 10,000 pinned jobs).
+QUEUE_COLS: tuple[str, ...] = (
+    "id",
+    "device_id",
+    PLAIN_PIN,
+    "seq",
+    "priority",
+    "queued_at",
+    "selector",
+    "max_runtime",
+    "device_count",
+    "device_ids",
+)
+WALK_WIDTH = 3
 
 
-def effective_priority_sql(now: int, aging: int) -> sa.ColumnElement[int]:
-    """``core.scheduling.effective_priority`` as SQL (EXT-FAIR-1); the plain priority when
-    aging is off. Integer division of a non-negative wait is the rule's floor."""
-    j = t.jobs.c
-    if aging <= 0:
-        return j.priority
-    waited = sa.literal(now, sa.BigInteger) - j.queued_at
-    steps = sa.case((waited > 0, waited // sa.literal(aging, sa.BigInteger)), else_=0)
-    top = scheduling.PRIORITY_MAX
-    return sa.case(
-        (j.priority >= top, j.priority),
-        (j.priority + steps >= top, top),
-        else_=j.priority + steps,
+def _select(columns: tuple[str, ...]) -> str:
+    return "SELECT " + ", ".join(c if c == PLAIN_PIN else "jobs." + c for c in columns)
+
+
+_QUEUE_SCHED = _select(QUEUE_COLS)
+_QUEUE_WALK = _select(QUEUE_COLS[:WALK_WIDTH])
+_QUEUE_ORDER = " ORDER BY jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC LIMIT ?"
+_BEHIND = (
+    " AND (jobs.priority < ? OR (jobs.priority = ? AND jobs.queued_at > ?)"
+    " OR (jobs.priority = ? AND jobs.queued_at = ? AND jobs.seq > ?))"
+)
+
+_I_COMMAND = JOB_COLS.index("command")
+_I_ENV = JOB_COLS.index("env")
+_I_DEVICE_IDS = JOB_COLS.index("device_ids")
+_N_JOB_COLS = len(JOB_COLS)
+_ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
+
+
+def id_in(n: int) -> str:
+    """``id IN (?, ...)`` for ``n`` parameters."""
+    return "id IN (" + ", ".join("?" * n) + ")"
+
+
+def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
+    """A ``jobs`` row read in ``JOB_COLS`` order (``JobRecord``'s fields but the epoch) as
+    a record, decoded as ``JobRecord.from_row`` does; extra trailing columns are ignored."""
+    values = list(row[:_N_JOB_COLS])
+    values[_I_COMMAND] = json.loads(values[_I_COMMAND])
+    env = values[_I_ENV]
+    values[_I_ENV] = json.loads(env) if env and env != "{}" else {}
+    values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
+    values.append(lease_epoch or 0)
+    return _job(values)
+
+
+def active_jobs(conn: Conn) -> list[JobRecord]:
+    """Assigned and running jobs, newest submission first (STORE-072), with their lease
+    epochs (EXT-EPOCH-2): ``/v1/state`` reads one per held device."""
+    marks = ", ".join("?" * len(_ACTIVE))
+    sql = (
+        f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.state IN ({marks})"
+        " ORDER BY jobs.submitted_at DESC, jobs.seq DESC"
     )
+    return [job_record(r, r[-1]) for r in conn.execute(sql, _ACTIVE)]
 
 
-def queue_order(now: int = 0, aging: int = 0) -> tuple[sa.UnaryExpression[Any], ...]:
-    """``core.scheduling.aged_queue_key`` as SQL; ``QUEUE_ORDER`` when aging is off."""
-    if aging <= 0:
-        return QUEUE_ORDER
-    j = t.jobs.c
-    return (effective_priority_sql(now, aging).desc(), j.queued_at.asc(), j.seq.asc())
-
-
-def behind(job: JobRecord | sa.Row[Any], now: int = 0, aging: int = 0) -> sa.ColumnElement[bool]:
-    """Jobs after ``job`` (a record or a raw row) in ``queue_order(now, aging)``: the
-    keyset for reading the queue a page at a time."""
-    j = t.jobs.c
-    prio = effective_priority_sql(now, aging)
-    p = scheduling.effective_priority(job.priority, job.queued_at, now, aging)
-    q, n = job.queued_at, job.seq
-    return sa.or_(
-        prio < p,
-        sa.and_(prio == p, j.queued_at > q),
-        sa.and_(prio == p, j.queued_at == q, j.seq > n),
-    )
-
-
-def job(conn: sa.Connection, job_id: str) -> JobRecord:
-    """The job row with its newest lease epoch; ``JobNotFound`` when unknown (STORE-160)."""
-    row = conn.execute(sa.select(t.jobs).where(t.jobs.c.id == job_id)).first()
+def job(conn: Conn, job_id: str) -> JobRecord:
+    """The job with its newest lease epoch, in one statement; ``JobNotFound`` when unknown."""
+    row = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
     if row is None:
         raise errors.JobNotFound(f"no such job: {job_id}")
-    epoch = conn.execute(
-        sa.select(sa.func.max(t.leases.c.epoch)).where(t.leases.c.job_id == job_id)
-    ).scalar()
-    return JobRecord.from_row(row, lease_epoch=epoch or 0)
+    return job_record(row, row[-1] or 0)
 
 
-def with_epochs(conn: sa.Connection, records: list[JobRecord]) -> list[JobRecord]:
-    """The records with each job's newest lease epoch, read in one grouped query (EXT-EPOCH-2)."""
-    if not records:
-        return records
-    le = t.leases.c
-    epochs = dict(
-        conn.execute(
-            sa.select(le.job_id, sa.func.max(le.epoch))
-            .where(le.job_id.in_([r.id for r in records]))
-            .group_by(le.job_id)
-        ).all()
+device_record = row_builder(DeviceRecord)
+_job = row_builder(JobRecord)
+
+
+def device(conn: Conn, device_id: str) -> DeviceRecord | None:
+    row = conn.execute(_DEVICE_BY_ID, (device_id,)).fetchone()
+    return device_record(row) if row else None
+
+
+def all_devices(conn: Conn) -> list[DeviceRecord]:
+    return [device_record(r) for r in conn.execute(_ALL_DEVICES)]
+
+
+def devices_by_id(conn: Conn, ids: Sequence[str]) -> list[DeviceRecord]:
+    """The devices among ``ids`` that exist, by ID."""
+    sql = f"{_DEVICES} WHERE {id_in(len(ids))} ORDER BY id"
+    return [device_record(r) for r in conn.execute(sql, tuple(ids))]
+
+
+def any_queued(conn: Conn) -> bool:
+    """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
+    row = conn.one("SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (str(JobState.QUEUED),))
+    return row is not None
+
+
+def replace_reservations(conn: Conn, now: int, rows: Iterable[tuple[str, str]]) -> None:
+    """Rewrite the reservation rows (STORE-061): all deleted, ``rows`` (job, device) written."""
+    db = conn
+    db.execute("DELETE FROM reservations")
+    db.many(
+        "INSERT INTO reservations (job_id, device_id, created_at) VALUES (?, ?, ?)",
+        [(j, d, now) for j, d in rows],
     )
-    return [dataclasses.replace(r, lease_epoch=epochs.get(r.id) or 0) for r in records]
 
 
-#: The ``jobs`` columns in ``JobRecord``'s field order (``fast.JOB_COLS``: every field
-#: but the epoch, which comes from the leases), so a row builds its record positionally.
-JOB_COLUMNS = tuple(t.jobs.c[name] for name in fast.JOB_COLS)
-job_record = fast.job_record
+def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> None:
+    marks = ", ".join("?" * len(device_ids))
+    conn.execute(f"DELETE FROM reservations WHERE device_id IN ({marks})", tuple(device_ids))
+
+
+def queue_page(
+    conn: Conn, after: tuple[int, int, int] | None, limit: int, narrow: bool = False
+) -> list[Any]:
+    """Up to ``limit`` queued rows behind ``after`` in STORE-060 order (no aging), each
+    as ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is
+    (priority, queued_at, seq)."""
+    sql = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
+    params: list[Any] = [str(JobState.QUEUED)]
+    if after is not None:
+        p, q, n = after
+        sql += _BEHIND
+        params += [p, p, q, p, q, n]
+    return conn.execute(sql + _QUEUE_ORDER, (*params, limit)).fetchall()
+
+
+def queue_rows(conn: Conn, job_ids: Sequence[str]) -> list[Any]:
+    """The ``QUEUE_COLS`` of the jobs among ``job_ids`` (in no order)."""
+    sql = f"{_QUEUE_SCHED} FROM jobs WHERE jobs.{id_in(len(job_ids))}"
+    return conn.execute(sql, tuple(job_ids)).fetchall()
+
+
+def queue_key_of(conn: Conn, job_id: str) -> tuple[int, int, int] | None:
+    """The job's (priority, queued_at, seq): where it stands in the queue's order."""
+    row = conn.execute(
+        "SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,)
+    ).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def pinned_elsewhere(conn: Conn, known: Sequence[str]) -> list[Any]:
+    """Raw queued rows pinned to a device not in ``known`` (one with no row), in order."""
+    marks = ", ".join("?" * len(known))
+    sql = _QUEUE + " AND jobs.device_id != ''"
+    if known:
+        sql += f" AND jobs.device_id NOT IN ({marks})"
+    order = _QUEUE_ORDER.removesuffix(" LIMIT ?")
+    return conn.execute(sql + order, (str(JobState.QUEUED), *known)).fetchall()
+
+
+def submitted_at(conn: Conn, job_id: str) -> tuple[int, str] | None:
+    """Where a job stands in the listing's order: its ``submitted_at`` and ID."""
+    row = conn.execute("SELECT submitted_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return None if row is None else (int(row[0]), job_id)
+
+
+def list_jobs(
+    conn: Conn,
+    limit: int,
+    submitter: str = "",
+    state: str = "",
+    id_prefix: str = "",
+    after: tuple[int, str] | None = None,
+) -> list[JobRecord]:
+    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2);
+    ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7); with
+    ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it."""
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
+        params += [after[0], after[0], after[1]]
+    if submitter:
+        where.append("jobs.submitter = ?")
+        params.append(submitter)
+    if state:
+        where.append("jobs.state = ?")
+        params.append(state)
+    if id_prefix:
+        where.append("substr(jobs.id, 1, ?) = ?")
+        params += [len(id_prefix), id_prefix]
+    sql = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY jobs.submitted_at DESC, jobs.id DESC LIMIT ?"
+    rows = conn.execute(sql, (*params, limit)).fetchall()
+    return [job_record(r, r[-1] or 0) for r in rows]
+
+
+def next_seq(conn: Conn) -> int:
+    value = conn.execute("SELECT max(seq) FROM jobs").fetchone()[0]
+    return int(value or 0) + 1
+
+
+def job_id_with_key(conn: Conn, key: str) -> str | None:
+    row = conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def next_counter(conn: Conn, name: str) -> int:
+    """Increment and return the named counter (starts at 1); inside the caller's transaction."""
+    db = conn
+    row = db.execute(
+        "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+    ).fetchone()
+    if row is None:
+        db.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (name,))
+        return 1
+    return int(row[0])
+
+
+def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
+    """Insert a lease row; the partial unique index refuses a second live one (STORE-010)."""
+    cols = tuple(values)
+    sql = f"INSERT INTO leases ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    conn.execute(sql, tuple(values[c] for c in cols))
+
+
+def release_leases(conn: Conn, now: int, job_id: str) -> list[str]:
+    """Release the live leases of ``job_id``; their devices (STORE-054)."""
+    rows = conn.execute(
+        "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
+        " RETURNING device_id",
+        (now, job_id),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:
+    """Each job's newest lease epoch (EXT-EPOCH-2), one grouped read."""
+    marks = ", ".join("?" * len(job_ids))
+    rows = conn.execute(
+        f"SELECT job_id, max(epoch) FROM leases WHERE job_id IN ({marks}) GROUP BY job_id",
+        tuple(job_ids),
+    )
+    return {str(j): int(e or 0) for j, e in rows}
+
+
+def due_kills(conn: Conn, worker_id: str, cutoff: int, states: Sequence[str]) -> list[str]:
+    """Jobs of the worker flagged for a kill not offered since ``cutoff`` (STORE-094)."""
+    marks = ", ".join("?" * len(states))
+    rows = conn.execute(
+        "SELECT id FROM jobs WHERE worker_id = ? AND kill_requested = 1"
+        f" AND state IN ({marks}) AND kill_delivered_at <= ?",
+        (worker_id, *states, cutoff),
+    )
+    return [str(r[0]) for r in rows]
+
+
+def mark_kills_delivered(conn: Conn, job_ids: Sequence[str], now: int) -> None:
+    marks = ", ".join("?" * len(job_ids))
+    conn.execute(f"UPDATE jobs SET kill_delivered_at = ? WHERE id IN ({marks})", (now, *job_ids))
+
+
+#: ``core.scheduling.queue_key`` as SQL (STORE-060), for reading the queue in order.
+QUEUE_ORDER = "jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC"
+
+
+def effective_priority_sql(now: int, aging: int) -> str:
+    """``core.scheduling.effective_priority`` as SQL (EXT-FAIR-1); the plain priority when
+    aging is off. Integer division of a non-negative wait is the rule's floor. ``now`` and
+    ``aging`` are integers of ours, so they are written into the text."""
+    if aging <= 0:
+        return "jobs.priority"
+    now, aging, top = int(now), int(aging), int(scheduling.PRIORITY_MAX)
+    steps = (
+        f"(CASE WHEN {now} - jobs.queued_at > 0 THEN ({now} - jobs.queued_at) / {aging} ELSE 0 END)"
+    )
+    return (
+        f"(CASE WHEN jobs.priority >= {top} THEN jobs.priority"
+        f" WHEN jobs.priority + {steps} >= {top} THEN {top}"
+        f" ELSE jobs.priority + {steps} END)"
+    )
+
+
+def queue_order(now: int = 0, aging: int = 0) -> str:
+    """``core.scheduling.aged_queue_key`` as an ORDER BY list; ``QUEUE_ORDER`` when aging is off."""
+    if aging <= 0:
+        return QUEUE_ORDER
+    return f"{effective_priority_sql(now, aging)} DESC, jobs.queued_at ASC, jobs.seq ASC"
+
+
+def behind(
+    priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0
+) -> tuple[str, tuple[Any, ...]]:
+    """Jobs after the one with this key in ``queue_order(now, aging)``: the keyset for
+    reading the queue a page at a time, as a condition and its parameters."""
+    prio = effective_priority_sql(now, aging)
+    p = scheduling.effective_priority(priority, queued_at, now, aging)
+    text = (
+        f"({prio} < ? OR ({prio} = ? AND jobs.queued_at > ?)"
+        f" OR ({prio} = ? AND jobs.queued_at = ? AND jobs.seq > ?))"
+    )
+    return text, (p, p, queued_at, p, queued_at, seq)
 
 
 def jobs_where(
-    conn: sa.Connection,
-    *where: sa.ColumnElement[bool],
-    order: tuple[sa.UnaryExpression[Any], ...] = (),
+    conn: Conn,
+    where: str = "",
+    params: Sequence[Any] = (),
+    order: str = "",
     limit: int | None = None,
 ) -> list[JobRecord]:
-    q = sa.select(*JOB_COLUMNS).where(*where).order_by(*order)
+    """The jobs matching ``where`` (SQL text, ``?`` for ``params``), without their epochs."""
+    text = f"SELECT {_JOB_LIST} FROM jobs"
+    if where:
+        text += f" WHERE {where}"
+    if order:
+        text += f" ORDER BY {order}"
+    args = tuple(params)
     if limit is not None:
-        q = q.limit(limit)
-    return [job_record(r) for r in conn.execute(q)]
+        text += " LIMIT ?"
+        args += (limit,)
+    return [job_record(r) for r in conn.execute(text, args)]
 
 
-def device(conn: sa.Connection, device_id: str) -> DeviceRecord | None:
-    row = conn.execute(sa.select(t.devices).where(t.devices.c.id == device_id)).first()
-    return DeviceRecord.from_row(row) if row else None
+def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
+    """The records with each job's newest lease epoch, read in one grouped query (EXT-EPOCH-2)."""
+    if not records:
+        return records
+    found = epochs(conn, [r.id for r in records])
+    return [dataclasses.replace(r, lease_epoch=found.get(r.id, 0)) for r in records]
 
 
-#: The ``devices`` columns in ``DeviceRecord``'s field order, so a row builds a record
-#: positionally: every pass and every ``/v1/state`` reads the whole fleet, and going
-#: through a mapping per row was most of that read's cost at 10,000 devices.
-DEVICE_COLUMNS = tuple(t.devices.c[name] for name in fast.DEVICE_COLS)
+_QUEUED_SNAPS = (
+    "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime, device_count,"
+    " device_ids FROM jobs WHERE state = ?"
+)
 
 
-def device_records(conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[DeviceRecord]:
-    """The devices matching ``where`` (all when none), ordered by ID (API-023)."""
-    q = sa.select(*DEVICE_COLUMNS).where(*where).order_by(t.devices.c.id)
-    return [fast.device_record(r) for r in conn.execute(q)]
-
-
-def all_devices(conn: sa.Connection) -> list[DeviceRecord]:
-    return device_records(conn)
-
-
-def queued_snaps(conn: sa.Connection) -> list[JobSnap]:
+def queued_snaps(conn: Conn) -> list[JobSnap]:
     """Every queued job as the scheduling rules read it (for queue positions)."""
-    j = t.jobs.c
-    rows = conn.execute(
-        sa.select(
-            j.id,
-            j.seq,
-            j.priority,
-            j.queued_at,
-            j.selector,
-            j.device_id,
-            j.max_runtime,
-            j.device_count.label("count"),
-            j.device_ids,
-        ).where(j.state == JobState.QUEUED)
-    ).all()
-    return [JobSnap(**{**r._mapping, "device_ids": split_ids(r.device_ids or "")}) for r in rows]
+    return [
+        JobSnap(
+            id=r[0],
+            seq=r[1],
+            priority=r[2],
+            queued_at=r[3],
+            selector=r[4],
+            device_id=r[5],
+            max_runtime=r[6],
+            count=r[7],
+            device_ids=split_ids(r[8] or ""),
+        )
+        for r in conn.execute(_QUEUED_SNAPS, (str(JobState.QUEUED),))
+    ]
 
 
-def on_device(device_id: str) -> sa.ColumnElement[bool]:
-    """Jobs on ``device_id``: their one device, or one of a several-device job's (EXT-GANG-1).
-
-    Matched as a whole comma-delimited item with wildcards escaped, so ``h:g1`` never
-    matches ``h:g10`` and ``_`` is never a wildcard; portable to PostgreSQL.
-    """
-    j = t.jobs.c
-    listed = sa.literal(",").concat(j.device_ids).concat(",")
-    return sa.or_(j.device_id == device_id, listed.contains(f",{device_id},", autoescape=True))
-
-
-def next_counter(conn: sa.Connection, name: str) -> int:
-    """Increment and return the named counter (starts at 1); inside the caller's transaction."""
-    value = conn.execute(
-        sa.update(t.counters)
-        .where(t.counters.c.name == name)
-        .values(value=t.counters.c.value + 1)
-        .returning(t.counters.c.value)
-    ).scalar()
-    if value is None:
-        conn.execute(sa.insert(t.counters).values(name=name, value=1))
-        return 1
-    return int(value)
+def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:
+    """Jobs on ``device_id``: their one device, or one of a several-device job's (EXT-GANG-1),
+    as a condition and its parameters. Matched as a whole comma-delimited item by
+    position, never by pattern, so ``h:g1`` never matches ``h:g10``."""
+    item = f",{device_id},"
+    return (
+        "(jobs.device_id = ? OR (jobs.device_ids != ''"
+        " AND strpos(',' || jobs.device_ids || ',', ?) > 0))",
+        (device_id, item),
+    )

@@ -11,7 +11,7 @@ they are the rows it left, and one count stands for reading them.
 
 from __future__ import annotations
 
-from resource_controller.store import fast
+from resource_controller.store import queries
 
 _ROWS = "SELECT device_id, job_id FROM reservations"
 _COUNT = "SELECT count(*) FROM reservations"
@@ -25,9 +25,9 @@ class KeptReservations:
         self._rows: dict[str, str] | None = None  #: None = read them next time
         self._version = -1  #: ``data_version`` when they were kept
 
-    def read(self, conn: fast.Conn) -> dict[str, str]:
+    def read(self, conn: queries.Conn) -> dict[str, str]:
         """The rows there now (device -> job); the caller must not change what it gets."""
-        db = fast.raw(conn)
+        db = conn
         version = int(db.execute(_DATA_VERSION).fetchone()[0])
         if self._rows is not None and version == self._version:
             (count,) = db.execute(_COUNT).fetchone()
@@ -37,10 +37,10 @@ class KeptReservations:
         self._rows, self._version = rows, version
         return rows
 
-    def wrote(self, conn: fast.Conn, rows: dict[str, str]) -> None:
+    def wrote(self, conn: queries.Conn, rows: dict[str, str]) -> None:
         """The pass committed exactly ``rows``."""
         self._rows = rows
-        self._version = int(fast.raw(conn).execute(_DATA_VERSION).fetchone()[0])
+        self._version = int(conn.execute(_DATA_VERSION).fetchone()[0])
 
     def forget(self) -> None:
         self._rows = None

@@ -27,7 +27,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import fast, leases, moves
+from resource_controller.store import leases, moves
 from resource_controller.store import schema as t
 from resource_controller.store.records import SweepResult
 
@@ -69,14 +69,14 @@ def _demote(
     # of margin so that float rounding of ``now - floor`` never leaves one out (the rule
     # below still decides each row read).
     heard_before = now - expiry.quiet_floor(rules, judging) + 1
-    rows = fast.raw(conn).execute(_QUIET, (heard_before,)).fetchall()
+    rows = conn.execute(_QUIET, (heard_before,)).fetchall()
     unknown: list[str] = []
     unhealthy: list[str] = []
     reap: list[str] = []
     for device_id, state, heard_at in rows:
         verdict = expiry.demotion(state, heard_at, now, rules, judging)
         if verdict is expiry.Demotion.UNKNOWN:
-            done = moves.move(
+            done = moves.move_core(
                 conn,
                 DEVICE,
                 Op.SWEEP_UNKNOWN,
@@ -89,7 +89,7 @@ def _demote(
                 unknown.append(device_id)
         elif verdict is expiry.Demotion.WRITE_OFF:
             # Only a device not already unhealthy: an existing reason is kept (STORE-031).
-            done = moves.move(
+            done = moves.move_core(
                 conn,
                 DEVICE,
                 Op.WRITE_OFF,
@@ -123,7 +123,7 @@ def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
     ]
     lost: list[str] = []
     for job_id in victims:
-        done = moves.move(
+        done = moves.move_core(
             conn,
             JOB,
             Op.WRITE_OFF,
@@ -164,7 +164,7 @@ def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str
         # Expiry ends all of a job's leases together, and none of its devices is
         # proven empty (EXT-GANG-5): each sibling's device is quarantined too.
         siblings = leases.release_for_job(conn, now, job_id)
-        moves.move(
+        moves.move_core(
             conn,
             DEVICE,
             Op.EXPIRE,
@@ -176,7 +176,7 @@ def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str
         if not job_id:
             reported.append(lease_id)
             continue
-        done = moves.move(
+        done = moves.move_core(
             conn,
             JOB,
             Op.EXPIRE,

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import fast, fleet, jobs, queries
+from resource_controller.store import fleet, jobs, queries
 from resource_controller.store import schema as t
 from resource_controller.store.records import (
     DeviceRecord,
@@ -39,7 +39,7 @@ _HELD_ONLY = (
 
 
 def devices(
-    conn: fast.Conn,
+    conn: queries.Conn,
     device_id: str | None = None,
     commands: dict[str, list[str]] | None = None,
     kept: fleet.FleetSnapshot | None = None,
@@ -53,13 +53,13 @@ def devices(
     command, every active job's) spares decoding each holder's command again when the
     caller has read the active jobs anyway.
     """
-    db = fast.raw(conn)
+    db = conn
     held_sql = _HELD_ONLY if commands is not None else _HELD
     if device_id is None:
         rows, labels = (kept or fleet.FleetSnapshot()).current(db)
         held_rows = db.execute(held_sql)
     else:
-        found = fast.device(db, device_id)
+        found = queries.device(db, device_id)
         rows = [found] if found else []
         labels = fleet.label_rows(db, [device_id])
         held_rows = db.execute(held_sql + " AND leases.device_id = ?", (device_id,))
@@ -150,7 +150,7 @@ _HOLDINGS = (
 
 
 def wait_snapshot(
-    conn: fast.Conn, queued: list[JobSnap], kept: fleet.FleetSnapshot | None = None
+    conn: queries.Conn, queued: list[JobSnap], kept: fleet.FleetSnapshot | None = None
 ) -> waiting.Snapshot:
     """What the why-rules read (EXT-WHY-1), in three queries however long the queue.
 
@@ -160,7 +160,7 @@ def wait_snapshot(
     unhealthy devices as the device view shows it (API-023: the detail when there is
     one, else the category).
     """
-    db = fast.raw(conn)
+    db = conn
     records, snaps = (kept or fleet.FleetSnapshot()).read(db)
     leases = [
         waiting.Holding(
