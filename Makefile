@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast install lint bench clean
+.PHONY: demo test test-fast test-pg install lint bench clean
 
 $(BIN)/rc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,9 +18,15 @@ install: $(BIN)/rc
 demo: install
 	bash scripts/demo.sh
 
-## Lint, types, layering, then every test.
+## Lint, types, layering, then every test; then the store and controller tests again on
+## PostgreSQL (a cluster the tests start themselves; Debian package postgresql).
 test: install lint
 	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4 --backend postgresql -m "not e2e and not fuzz" tests/store tests/controller
+
+## The store and controller tests on PostgreSQL alone.
+test-pg: install
+	$(BIN)/pytest -q -n 4 --backend postgresql -m "not e2e and not fuzz" tests/store tests/controller
 
 ## The edit-test loop: every test but those that start real rc processes or fuzz the API,
 ## on four pytest-xdist workers (the tests mostly wait on sockets and threads, so four

@@ -1,8 +1,15 @@
-"""Shared fixtures: a fake clock, a Store on a temporary SQLite file, and a small factory."""
+"""Shared fixtures: a fake clock, a Store on a fresh database, and a small factory.
+
+The database is a temporary SQLite file, or with ``--backend postgresql`` (or
+``RC_TEST_BACKEND=postgresql``) a fresh database on a PostgreSQL cluster the session
+starts itself (``support/pg.py``). Tests that are about SQLite itself (its file, its
+pragmas) carry the ``sqlite_only`` marker and are skipped on PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +21,7 @@ from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import JobRecord
+from support import pg
 
 # A suite run inside an rc job (``rc run -- make test``) must not see that job: every
 # ``rc run`` the tests start would otherwise run under its lease (EXT-NEST-1).
@@ -22,6 +30,22 @@ for _name in ("RC_JOB_ID", "RC_DEVICE", "RC_DEVICES", "RC_LEASE_EPOCH"):
 
 #: Fixtures that start real ``rc`` processes: a test using one is end to end.
 PROCESS_FIXTURES = frozenset({"cluster", "worker_process"})
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=BACKENDS,
+        default=os.environ.get("RC_TEST_BACKEND", "sqlite"),
+        help="the database the store fixtures open (default: RC_TEST_BACKEND, else sqlite)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: a test of SQLite itself (its file, pragmas)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,9 +77,47 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.config.getoption("--backend"))
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(backend: str) -> Iterator[pg.Cluster | None]:
+    """The session's PostgreSQL cluster, its template migrated; None on SQLite."""
+    if backend != "postgresql":
+        yield None
+        return
+    try:
+        cluster = pg.start()
+    except (OSError, subprocess.SubprocessError) as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"--backend postgresql: cannot start a PostgreSQL cluster here ({exc})")
+    try:
+        Store(cluster.url(pg.TEMPLATE), FakeClock()).close()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
-    s = Store(tmp_path / "rc.db", clock)
+def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Path | str:
+    """Where a test's store lives: a SQLite file in ``tmp_path``, or a fresh PostgreSQL
+    database (its URL). A test of SQLite itself is skipped on PostgreSQL."""
+    if backend == "sqlite":
+        return tmp_path / "rc.db"
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("a test of SQLite itself")
+    cluster = request.getfixturevalue("pg_cluster")
+    assert cluster is not None
+    url: str = cluster.fresh_database()
+    return url
+
+
+@pytest.fixture
+def store(database: Path | str, clock: FakeClock) -> Iterator[Store]:
+    s = Store(database, clock)
     try:
         yield s
     finally:

@@ -17,9 +17,11 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def rc(tmp_path: Path, clock: FakeClock) -> Iterator[Harness]:
-    """A live controller on loopback with worker/client/admin/anonymous clients."""
-    h = Harness(open_controller(tmp_path / "data", clock), clock, tmp_path / "data")
+def rc(tmp_path: Path, clock: FakeClock, database: Path | str) -> Iterator[Harness]:
+    """A live controller on loopback with worker/client/admin/anonymous clients, on the
+    suite's backend (``--backend``)."""
+    url = database if isinstance(database, str) else ""
+    h = Harness(open_controller(tmp_path / "data", clock, database=url), clock, tmp_path / "data")
     try:
         yield h
     finally:

@@ -45,11 +45,14 @@ QUIET = Settings(schedule_interval=30.0, sweep_interval=3600.0)
 
 
 def open_controller(
-    data: Path, clock: FakeClock, timings: str = "", retain: bool = False
+    data: Path, clock: FakeClock, timings: str = "", retain: bool = False, database: str = ""
 ) -> LiveServer:
-    """A started controller; ``timings`` as ``RC_TEST_TIMINGS`` would give them."""
+    """A started controller; ``timings`` as ``RC_TEST_TIMINGS`` would give them;
+    ``database`` a PostgreSQL URL, else SQLite in ``data``."""
     settings = dataclasses.replace(QUIET, retain_disconnected_jobs=retain)
-    svc = serve.open_services(data, TOKENS, settings, clock, test_timings=timings)
+    svc = serve.open_services(
+        data, TOKENS, settings, clock, test_timings=timings, database=database
+    )
     server = LiveServer(svc)
     server.start()
     return server

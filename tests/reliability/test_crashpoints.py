@@ -42,7 +42,7 @@ def test_every_point_is_reached_from_the_store() -> None:
     """A listed point no write path reaches would make its crash test pass vacuously."""
     text = "\n".join(p.read_text() for p in (SRC / "store").glob("*.py"))
     # Every name a transaction is opened with, a chosen one included
-    # (``_fast_tx("running" if ... else "finish")``).
+    # (``_tx("running" if ... else "finish")``).
     calls = re.findall(r"_tx\(([^()]*)\)", text)
     named = {name for call in calls for name in re.findall(r'"([a-z_]+)"', call)}
     hits = set(re.findall(r'crashpoints\.hit\("([a-z_]+)", "(\.[a-z_]+)"\)', text))

@@ -1,4 +1,4 @@
-"""Store-suite fixtures: a second, plain connection to the store's database file."""
+"""Store-suite fixtures: a second, plain connection to the store's database."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from .dbview import Raw
 
 
 @pytest.fixture
-def raw(store: Store, tmp_path: Path) -> Iterator[Raw]:
-    """Reads and arranges rows of the file the ``store`` fixture opened."""
-    r = Raw(tmp_path / "rc.db")
+def raw(store: Store, database: Path | str) -> Iterator[Raw]:
+    """Reads and arranges rows of the database the ``store`` fixture opened."""
+    r = Raw(database)
     try:
         yield r
     finally:

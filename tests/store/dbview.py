@@ -1,7 +1,7 @@
-"""Direct access to a store's SQLite file, beside the Store, for arranging and checking.
+"""Direct access to a store's database, beside the Store, for arranging and checking.
 
-Reads run in a deferred transaction on a separate ``sqlite3`` connection, so they see one
-committed snapshot and never take the write lock. Writes are used only to arrange states
+Reads run in a transaction on a separate connection (``sqlite3``, or psycopg on
+PostgreSQL), so they see one committed snapshot and never take SQLite's write lock. Writes are used only to arrange states
 quickly that the store otherwise reaches only through a sequence of clock jumps and sweeps
 (``unknown``, each quarantine reason) or that nothing creates today (a job-less lease).
 """
@@ -29,30 +29,73 @@ def state_of(store: Store, device_id: str) -> tuple[str, str, str]:
     return d.state, d.quarantine_reason, d.quarantine_detail
 
 
+class _Row(tuple[Any, ...]):
+    """A row read by position or by column name, as ``sqlite3.Row`` is."""
+
+    names: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+class _Postgres:
+    """A psycopg connection in autocommit that takes the store's ``?`` placeholders."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(url, autocommit=True)
+
+    def execute(self, sql: str, args: Any = ()) -> Any:
+        cursor = self._conn.cursor(row_factory=_row_factory)
+        return cursor.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = {c.name: i for i, c in enumerate(cursor.description or ())}
+    kind = type("Row", (_Row,), {"names": names})
+    return lambda values: kind(values)
+
+
 class Raw:
-    def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
-        self.conn.row_factory = sqlite3.Row
+    def __init__(self, database: Path | str) -> None:
+        self.postgres = isinstance(database, str)
+        self.conn: Any
+        if isinstance(database, str):
+            self.conn = _Postgres(database)
+        else:
+            self.conn = sqlite3.connect(
+                database, timeout=10, isolation_level=None, check_same_thread=False
+            )
+            self.conn.row_factory = sqlite3.Row
 
     def close(self) -> None:
         self.conn.close()
 
-    def rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+    def rows(self, sql: str, *args: Any) -> list[Any]:
         self.conn.execute("BEGIN")
         try:
-            return self.conn.execute(sql, args).fetchall()
+            return list(self.conn.execute(sql, args).fetchall())
         finally:
             self.conn.execute("COMMIT")
 
     def write(self, sql: str, *args: Any) -> int:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute("BEGIN" if self.postgres else "BEGIN IMMEDIATE")
         try:
             n = self.conn.execute(sql, args).rowcount
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
-        return n
+        return int(n)
 
     # ---- arranging ---------------------------------------------------------------------
 
@@ -82,18 +125,18 @@ class Raw:
 
     # ---- reading -----------------------------------------------------------------------
 
-    def device(self, device_id: str) -> sqlite3.Row:
+    def device(self, device_id: str) -> Any:
         (row,) = self.rows("SELECT * FROM devices WHERE id = ?", device_id)
         return row
 
-    def worker(self, worker_id: str) -> sqlite3.Row:
+    def worker(self, worker_id: str) -> Any:
         (row,) = self.rows("SELECT * FROM workers WHERE id = ?", worker_id)
         return row
 
-    def leases_of(self, job_id: str) -> list[sqlite3.Row]:
+    def leases_of(self, job_id: str) -> list[Any]:
         return self.rows("SELECT * FROM leases WHERE job_id = ? ORDER BY acquired_at", job_id)
 
-    def live_leases(self, device_id: str) -> list[sqlite3.Row]:
+    def live_leases(self, device_id: str) -> list[Any]:
         return self.rows(
             "SELECT * FROM leases WHERE device_id = ? AND released_at IS NULL", device_id
         )

@@ -11,7 +11,6 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.store import leases
@@ -64,7 +63,7 @@ def test_a_database_outage_still_fails_the_pass(
 
     def down(*_: object) -> str:
         dbapi_error = sqlite3.OperationalError("disk I/O error")
-        raise errors.StoreError("database error") from sa.exc.OperationalError("x", {}, dbapi_error)
+        raise errors.StoreError("database error") from dbapi_error
 
     monkeypatch.setattr(leases, "assign", down)
     with pytest.raises(errors.StoreError):

@@ -91,27 +91,18 @@ def test_a_workers_devices_are_found_through_an_index(
 
 def test_records_read_by_position_equal_records_read_by_name(store: Store, make: Factory) -> None:
     """``queries`` builds job and device records from their columns in field order; every
-    field must land where ``from_row`` (by column name) puts it."""
-    import sqlalchemy as sa
-
+    field must land where a read by column name puts it."""
     from resource_controller.store import queries
-    from resource_controller.store import schema as t
-    from resource_controller.store.records import DeviceRecord, JobRecord
 
     devs = make.worker(devices=3)
     make.start(device=devs[0])
     make.submit(selector="", env={"A": "1"}, priority=2, max_runtime=60, reason="why")
     make.submit(count=2)
     make.submit(device_ids=(devs[1], devs[2]))
+    by_name = store_helpers.jobs_by_name(store)
+    devices_by_name = store_helpers.devices_by_name(store)
     with store._tx() as c:
-        by_name = [
-            JobRecord.from_row(r) for r in c.execute(sa.select(t.jobs).order_by(t.jobs.c.seq))
-        ]
-        by_position = queries.jobs_where(c, order=(t.jobs.c.seq.asc(),))
-        devices_by_name = [
-            DeviceRecord.from_row(r)
-            for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
-        ]
+        by_position = queries.jobs_where(c, order="jobs.seq ASC")
         devices_by_position = queries.all_devices(c)
     assert len(by_name) == 4 and by_position == by_name
     assert {len(j.device_ids) for j in by_name} == {0, 2}
@@ -194,28 +185,19 @@ def test_the_pass_reads_a_row_as_the_record_does(
 def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:
     """The whole-fleet reads (``fast``: devices, active jobs; ``views.devices``) build
     records with ``row_builder`` from columns in field order: each equals the record
-    ``from_row`` builds by column name, and the state view's devices, which take each
+    built by column name, and the state view's devices, which take each
     holder's command from the active jobs, equal the devices read on their own."""
     import dataclasses
 
-    import sqlalchemy as sa
-
     from resource_controller.store import jobs, views
-    from resource_controller.store import schema as t
-    from resource_controller.store.records import DeviceRecord
 
     devs = make.worker(devices=4)
     make.start(device=devs[0], env={"A": "1"})
     make.start(device=devs[1], command=("sh", "-c", "é"))
     make.submit(device=devs[0])
+    by_name = {j.id: j for j in store_helpers.jobs_by_name(store)}
+    devices_by_name = store_helpers.devices_by_name(store)
     with store._tx() as c:
-        by_name = {
-            r.id: JobRecord.from_row(r) for r in c.execute(sa.select(t.jobs).order_by(t.jobs.c.seq))
-        }
-        devices_by_name = [
-            DeviceRecord.from_row(r)
-            for r in c.execute(sa.select(t.devices).order_by(t.devices.c.id))
-        ]
         assert queries.all_devices(c) == devices_by_name
         active = jobs.active(c)
         alone = views.devices(c)
@@ -309,7 +291,7 @@ def test_the_kept_reservations_see_every_writer(store: Store, make: Factory, raw
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}
     # A row deleted through the store's own connection (no writer does that to a row
     # whose job still waits, but nothing else tells the pass): the count does.
-    with store._fast_tx() as db:
+    with store._tx() as db:
         db.execute("DELETE FROM reservations WHERE device_id = ?", (d1,))
     store.schedule()
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.selectors import SelectorError
-from resource_controller.store import engine, jobs, leases, schema
+from resource_controller.store import jobs, leases, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 from support import store_helpers
@@ -1194,7 +1193,7 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
     real_try = leases._try_assign
 
     def cancel_first_then_assign(
-        transaction: Callable[[], AbstractContextManager[sa.Connection]],
+        transaction: Callable[[], AbstractContextManager[sql.Db]],
         now: int,
         job: JobRecord,
         device: DeviceRecord,
@@ -1419,20 +1418,22 @@ def test_the_database_refuses_a_second_live_lease(
     d0, d1 = make.worker(devices=2)
     job = make.start(d0)
     other = make.submit(device=d1)
-    eng = engine.create_engine(tmp_path / "rc.db")
-    row = {"holder": "mallory", "job_id": "", "acquired_at": 1, "expires_at": 2, "epoch": 0}
-    try:
-        with eng.connect() as c:
-            with pytest.raises(sa.exc.IntegrityError), c.begin():
-                c.execute(sa.insert(schema.leases).values(id="second", device_id=d0, **row))
-            with pytest.raises(errors.LiveLeaseConflict), c.begin():
-                leases.grant(c, store.now(), other, d0, 0)
-            with c.begin():  # released rows are history, not live leases
-                c.execute(
-                    sa.insert(schema.leases).values(id="old", device_id=d0, released_at=1, **row)
-                )
-    finally:
-        eng.dispose()
+
+    def insert(lease_id: str, released_at: int | None) -> None:
+        with store._tx() as c:
+            c.execute(
+                "INSERT INTO leases (id, device_id, holder, job_id, acquired_at, expires_at,"
+                " released_at, epoch) VALUES (?, ?, 'mallory', '', 1, 2, ?, 0)",
+                (lease_id, d0, released_at),
+            )
+
+    with pytest.raises(errors.StoreError) as refused:
+        insert("second", None)
+    cause = refused.value.__cause__
+    assert cause is not None and sql.row_error(cause)  # the index's refusal, not an outage
+    with pytest.raises(errors.LiveLeaseConflict), store._tx() as c:
+        leases.grant(c, store.now(), other, d0, 0)
+    insert("old", 1)  # released rows are history, not live leases
     assert [x.job_id for x in store_helpers.live_leases(store)] == [job.id]
 
 

@@ -2,10 +2,13 @@
 
 The controller never calls these, so they live beside the tests rather than on
 ``Store``: each is one transaction on the store's own lock, crash points and error
-mapping (``Store._tx`` / ``Store._fast_tx``), exactly as a ``Store`` method would run it.
+mapping (``Store._tx``), exactly as a ``Store`` method would run it.
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -19,6 +22,7 @@ from resource_controller.store.records import (
     LeaseRecord,
     RecoveryHistory,
     Release,
+    split_ids,
 )
 
 
@@ -31,7 +35,7 @@ def job_with_position(store: Store, job_id: str) -> tuple[JobRecord, int]:
 
 def mark_running(store: Store, job_id: str) -> None:
     """The worker's ``running`` report without its checks (STORE-080)."""
-    with store._fast_tx("running") as c:
+    with store._tx("running") as c:
         jobs.mark_running(c, store.now(), job_id)
 
 
@@ -39,7 +43,7 @@ def release(
     store: Store, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
 ) -> Release:
     """The worker's terminal report without its checks (STORE-082)."""
-    with store._fast_tx("finish") as c:
+    with store._tx("finish") as c:
         return jobs.release(c, store.now(), job_id, state, exit_code, reason)
 
 
@@ -78,11 +82,9 @@ def allocate_directly(
     with store._tx() as c:
         now = store.now()
         if key:
-            existing = c.execute(
-                sa.select(schema.jobs.c.id).where(schema.jobs.c.idempotency_key == key)
-            ).first()
+            existing = queries.job_id_with_key(c, key)
             if existing:
-                return queries.job(c, existing.id)
+                return queries.job(c, existing)
         dev = queries.device(c, device_id)
         if dev is None or dev.state != "ready":
             raise errors.NoDeviceAvailable(f"{device_id} is not ready")
@@ -96,17 +98,35 @@ def allocate_directly(
                 idempotency_key=key,
             ),
         )
-        c.execute(
-            sa.update(schema.jobs)
-            .where(schema.jobs.c.id == job.id)
-            .values(queued_at=0, max_runtime=0)
-        )
+        c.execute("UPDATE jobs SET queued_at = 0, max_runtime = 0 WHERE id = ?", (job.id,))
         outcome = leases.assign(c, now, job, dev)
         assert outcome == "assigned", outcome
         # The fixture's deadline is its own TTL, whatever the device's ceiling (STORE-052).
         c.execute(
-            sa.update(schema.leases)
-            .where(schema.leases.c.job_id == job.id)
-            .values(expires_at=now + (ttl if ttl > 0 else leases.NO_RUNTIME_TTL))
+            "UPDATE leases SET expires_at = ? WHERE job_id = ?",
+            (now + (ttl if ttl > 0 else leases.NO_RUNTIME_TTL), job.id),
         )
         return queries.job(c, job.id)
+
+
+def _by_name(store: Store, table: sa.Table, order: sa.Column[Any]) -> list[dict[str, Any]]:
+    """Every row of ``table`` as a column-name mapping, through SQLAlchemy on a connection
+    of its own: the reference the store's positional reads are held to."""
+    with store._engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(sa.select(table).order_by(order))]
+
+
+def jobs_by_name(store: Store) -> list[JobRecord]:
+    """Every job, built from its row by column name (epochs 0), in ``seq`` order."""
+    out = []
+    for m in _by_name(store, schema.jobs, schema.jobs.c.seq):
+        m["command"] = json.loads(m["command"])
+        m["env"] = json.loads(m["env"]) if m["env"] else {}
+        m["device_ids"] = split_ids(m["device_ids"] or "")
+        out.append(JobRecord(**m, lease_epoch=0))
+    return out
+
+
+def devices_by_name(store: Store) -> list[DeviceRecord]:
+    """Every device, built from its row by column name, in ID order."""
+    return [DeviceRecord(**m) for m in _by_name(store, schema.devices, schema.devices.c.id)]

@@ -33,6 +33,14 @@ log_format_option = click.option(
     help="State directory (database, job logs).",
 )
 @click.option(
+    "--database",
+    default="",
+    envvar="RC_DATABASE",
+    metavar="URL",
+    help="A postgresql:// URL to keep the state in, shared by several controllers"
+    " (RC_DATABASE). Default: the SQLite file rc.db in --data.",
+)
+@click.option(
     "--retain-disconnected-jobs",
     is_flag=True,
     help="Keep active jobs while their worker is silent instead of marking them lost.",
@@ -75,6 +83,7 @@ log_format_option = click.option(
 def serve(
     addr: str,
     data: Path,
+    database: str,
     retain_disconnected_jobs: bool,
     webhook_url: str,
     priority_aging: float,
@@ -89,7 +98,8 @@ def serve(
     token:role or token:role:name, the role being worker, client or admin; a bad
     entry stops it before it binds (exit 1). RC_WEBHOOK_URL is used when
     --webhook-url is empty. Everything it keeps is under --data: the SQLite database
-    rc.db and one log file per job in logs/.
+    rc.db and one log file per job in logs/; with --database, the state is in that
+    PostgreSQL database instead.
 
     It speaks plain HTTP: put TLS in front of it (a reverse proxy). GET /healthz
     answers without a token. SIGINT or SIGTERM stops it gracefully (exit 0).
@@ -101,7 +111,15 @@ def serve(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sys.exit(
-        controller.run(addr, data, retain_disconnected_jobs, webhook_url, log_format, **policy)
+        controller.run(
+            addr,
+            data,
+            retain_disconnected_jobs,
+            webhook_url,
+            log_format,
+            database=database,
+            **policy,
+        )
     )
 
 

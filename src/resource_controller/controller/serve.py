@@ -36,7 +36,8 @@ from resource_controller.controller import app as app_module
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
-from resource_controller.store import private
+from resource_controller.errors import RcError
+from resource_controller.store import engine, private
 from resource_controller.store.facade import Store
 from resource_controller.store.logs import MIN_MAX_BYTES, LogStore
 
@@ -124,9 +125,10 @@ def open_services(
     settings: Settings,
     clock: Clock | None = None,
     test_timings: str | None = None,
+    database: str = "",
 ) -> Services:
-    """Validate tokens (then the test hook), then create the data directory, the store and
-    the log directory."""
+    """Validate tokens (then the test hook), then create the data directory, the store
+    (``database``, a PostgreSQL URL, else ``rc.db`` in it) and the log directory."""
     try:
         tokens = parse_tokens(tokens_env)
     except TokenError as exc:
@@ -134,9 +136,17 @@ def open_services(
     settings = apply_test_timings(settings, test_timings)
     clock = clock or SystemClock()
     try:
+        where = engine.check_database(database) if database else data / "rc.db"
+    except RcError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
         private.private_dir(data)
-        store = Store(data / "rc.db", clock, priority_aging=settings.priority_aging)
+        store = Store(where, clock, priority_aging=settings.priority_aging)
         logs = LogStore(data / "logs", settings.max_log_bytes)
+    except RcError as exc:
+        if database:
+            raise StartupError(str(exc)) from exc
+        raise StartupError(f"open data directory {data}: {exc}") from exc
     except Exception as exc:
         # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
         # SRV-011's message is the one line ``rc: <error>``.
@@ -217,6 +227,7 @@ def run(
     retain: bool,
     webhook: str = "",
     log_format: str = "text",
+    database: str = "",
     **policy: int,
 ) -> int:
     """The whole ``rc serve`` process; returns its exit status.
@@ -234,6 +245,7 @@ def run(
             os.environ.get("RC_TOKENS"),
             Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook), **policy),
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
+            database=database,
         )
         arm_crash_point(os.environ.get(crashpoints.VARIABLE))
         host, port = parse_addr(addr)

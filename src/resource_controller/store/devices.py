@@ -12,8 +12,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-import sqlalchemy as sa
-
 from resource_controller import errors
 from resource_controller.core import expiry
 from resource_controller.core.states import (
@@ -26,8 +24,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import leases, moves, queries
-from resource_controller.store import schema as t
+from resource_controller.store import leases, moves, queries, sql
 from resource_controller.store.records import (
     AutoRecovery,
     Recovered,
@@ -45,17 +42,22 @@ def worker_id_for(host: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
 
 
-def _has_live_lease(device_id: str) -> sa.ColumnElement[bool]:
-    return sa.exists().where(t.leases.c.device_id == device_id, t.leases.c.released_at.is_(None))
+#: The device of the row at hand holds a live lease.
+_LEASED = (
+    "EXISTS (SELECT 1 FROM leases WHERE leases.device_id = devices.id"
+    " AND leases.released_at IS NULL)"
+)
+_RECOVERABLE_IN = f"quarantine_reason IN ({sql.marks(len(_RECOVERABLE))})"
 
 
-def _quarantine(conn: sa.Connection, device_id: str, reason: str) -> None:
+def _quarantine(conn: queries.Conn, device_id: str, reason: str) -> None:
     """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy (STORE-031)."""
-    moves.move_core(
+    moves.move(
         conn,
         DEVICE,
         Op.REAP,
-        t.devices.c.id == device_id,
+        "id = ?",
+        (device_id,),
         state=DeviceState.UNHEALTHY,
         quarantine_reason=reason,
         quarantine_detail="",
@@ -63,7 +65,7 @@ def _quarantine(conn: sa.Connection, device_id: str, reason: str) -> None:
 
 
 def register(
-    conn: sa.Connection,
+    conn: queries.Conn,
     now: int,
     host: str,
     boot_id: str,
@@ -71,33 +73,24 @@ def register(
 ) -> Registration:
     """Upsert the worker, reap its in-flight jobs, declare its devices and their ceilings (STORE-110..112)."""
     worker_id = worker_id_for(host)
-    w = t.workers.c
-    stored = conn.execute(sa.select(w.boot_id).where(w.id == worker_id)).scalar()
+    stored = conn.value("SELECT boot_id FROM workers WHERE id = ?", (worker_id,))
     reboot = bool(stored) and bool(boot_id) and stored != boot_id
-    if stored is None:
-        conn.execute(
-            sa.insert(t.workers).values(
-                id=worker_id, host=host, boot_id=boot_id, last_heartbeat_at=now
-            )
-        )
-    else:
-        conn.execute(
-            sa.update(t.workers)
-            .where(w.id == worker_id)
-            .values(host=host, boot_id=boot_id, last_heartbeat_at=now)
-        )
+    conn.execute(
+        "INSERT INTO workers (id, host, boot_id, last_heartbeat_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET host = excluded.host, boot_id = excluded.boot_id,"
+        " last_heartbeat_at = excluded.last_heartbeat_at",
+        (worker_id, host, boot_id, now),
+    )
     reaped = _reap(conn, now, worker_id, reboot)
-    d = t.devices.c
     if reboot:
         # A host down longer than the write-off has nothing in flight left to key off;
         # the reboot itself proves its devices are empty (STORE-110 step 4).
-        moves.move_core(
+        moves.move(
             conn,
             DEVICE,
             Op.REBOOT_RECOVER,
-            d.worker_id == worker_id,
-            d.quarantine_reason.in_(_RECOVERABLE),
-            ~_has_live_lease_col(),
+            f"worker_id = ? AND {_RECOVERABLE_IN} AND NOT {_LEASED}",
+            (worker_id, *_RECOVERABLE),
             state=DeviceState.READY,
             quarantine_reason="",
             quarantine_detail="",
@@ -106,7 +99,7 @@ def register(
         device_id = f"{host}:{name}"
         existing = queries.device(conn, device_id)
         if existing is None:
-            moves.create_core(
+            moves.create(
                 conn,
                 DEVICE,
                 Op.REGISTER_NEW,
@@ -127,36 +120,37 @@ def register(
             "max_runtime": max(0, int(max_runtime)),
         }
         # An unhealthy device keeps its state and reason; any other returns to ready.
-        if not moves.move_core(
+        if not moves.move(
             conn,
             DEVICE,
             Op.REDECLARE,
-            d.id == device_id,
+            "id = ?",
+            (device_id,),
             state=DeviceState.READY,
             quarantine_reason="",
             **values,
         ):
-            conn.execute(sa.update(t.devices).where(d.id == device_id).values(**values))
+            conn.execute(
+                "UPDATE devices SET worker_id = ?, last_heartbeat_at = ?, max_runtime = ?"
+                " WHERE id = ?",
+                (worker_id, now, values["max_runtime"], device_id),
+            )
     return Registration(worker_id=worker_id, reboot_proof=reboot, reaped=reaped)
 
 
-def _has_live_lease_col() -> sa.ColumnElement[bool]:
-    return sa.exists().where(
-        t.leases.c.device_id == t.devices.c.id, t.leases.c.released_at.is_(None)
-    )
-
-
-def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[str]:
+def _reap(conn: queries.Conn, now: int, worker_id: str, reboot: bool) -> list[str]:
     """End the worker's in-flight jobs as ``lost`` and settle their devices (STORE-111)."""
-    j = t.jobs.c
-    reaped = queries.jobs_where(conn, j.worker_id == worker_id, j.state.in_(_ACTIVE))
+    reaped = queries.jobs_where(
+        conn, f"worker_id = ? AND state IN ({sql.marks(len(_ACTIVE))})", (worker_id, *_ACTIVE)
+    )
     reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
     for job in reaped:
-        moves.move_core(
+        moves.move(
             conn,
             JOB,
             Op.REAP,
-            j.id == job.id,
+            "id = ?",
+            (job.id,),
             state=JobState.LOST,
             kill_reason=reason,
             finished_at=now,
@@ -164,11 +158,12 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
         devices = set(leases.release_for_job(conn, now, job.id)) | set(job.devices)
         for device_id in sorted(devices):
             if reboot:
-                moves.move_core(
+                moves.move(
                     conn,
                     DEVICE,
                     Op.REAP_REBOOT,
-                    t.devices.c.id == device_id,
+                    "id = ?",
+                    (device_id,),
                     state=DeviceState.READY,
                     quarantine_reason="",
                     quarantine_detail="",
@@ -178,16 +173,16 @@ def _reap(conn: sa.Connection, now: int, worker_id: str, reboot: bool) -> list[s
     return [job.id for job in reaped]
 
 
-def worker_host(conn: sa.Connection, worker_id: str) -> str:
+def worker_host(conn: queries.Conn, worker_id: str) -> str:
     """The registered host of a worker; ``WorkerNotFound`` when unknown (STORE-132)."""
-    host = conn.execute(sa.select(t.workers.c.host).where(t.workers.c.id == worker_id)).scalar()
+    host = conn.value("SELECT host FROM workers WHERE id = ?", (worker_id,))
     if host is None:
         raise errors.WorkerNotFound(f"no such worker: {worker_id}")
     return str(host)
 
 
 def apply_facts(
-    conn: sa.Connection,
+    conn: queries.Conn,
     now: int,
     host: str,
     names: list[str],
@@ -212,36 +207,35 @@ def apply_facts(
 
 
 def _replace_labels(
-    conn: sa.Connection, now: int, device_id: str, source: str, pairs: dict[str, str]
+    conn: queries.Conn, now: int, device_id: str, source: str, pairs: dict[str, str]
 ) -> None:
-    dl = t.device_labels.c
-    conn.execute(sa.delete(t.device_labels).where(dl.device_id == device_id, dl.source == source))
+    conn.execute(
+        "DELETE FROM device_labels WHERE device_id = ? AND source = ?", (device_id, source)
+    )
     if pairs:
-        conn.execute(
-            sa.insert(t.device_labels),
-            [
-                {"device_id": device_id, "key": k, "value": v, "source": source, "updated_at": now}
-                for k, v in pairs.items()
-            ],
+        conn.many(
+            "INSERT INTO device_labels (device_id, key, value, source, updated_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [(device_id, k, v, source, now) for k, v in pairs.items()],
         )
 
 
-def _upsert_doc(conn: sa.Connection, now: int, host: str, device_id: str, body: str) -> None:
-    h = t.host_docs.c
-    conn.execute(sa.delete(t.host_docs).where(h.host == host, h.device_id == device_id))
+def _upsert_doc(conn: queries.Conn, now: int, host: str, device_id: str, body: str) -> None:
+    conn.execute("DELETE FROM host_docs WHERE host = ? AND device_id = ?", (host, device_id))
     conn.execute(
-        sa.insert(t.host_docs).values(host=host, device_id=device_id, body=body, updated_at=now)
+        "INSERT INTO host_docs (host, device_id, body, updated_at) VALUES (?, ?, ?, ?)",
+        (host, device_id, body, now),
     )
 
 
-def clear(conn: sa.Connection, device_id: str) -> bool:
+def clear(conn: queries.Conn, device_id: str) -> bool:
     """An operator returns an unhealthy, unleased device to the pool (STORE-130)."""
-    done = moves.move_core(
+    done = moves.move(
         conn,
         DEVICE,
         Op.CLEAR,
-        t.devices.c.id == device_id,
-        ~_has_live_lease(device_id),
+        f"id = ? AND NOT {_LEASED}",
+        (device_id,),
         state=DeviceState.READY,
         quarantine_reason="",
         quarantine_detail="",
@@ -249,7 +243,7 @@ def clear(conn: sa.Connection, device_id: str) -> bool:
     return done == 1
 
 
-def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail: str) -> None:
+def set_state(conn: queries.Conn, now: int, device_id: str, state: str, detail: str) -> None:
     """The host's own report; ``unhealthy`` is a ``fault`` that overwrites any reason (STORE-131)."""
     values: dict[str, object] = {"last_heartbeat_at": now}
     if state == DeviceState.UNHEALTHY:
@@ -258,25 +252,26 @@ def set_state(conn: sa.Connection, now: int, device_id: str, state: str, detail:
     else:
         op = Op.HOST_REPORT
         values |= {"quarantine_reason": "", "quarantine_detail": ""}
-    done = moves.move_core(conn, DEVICE, op, t.devices.c.id == device_id, state=state, **values)
+    done = moves.move(conn, DEVICE, op, "id = ?", (device_id,), state=state, **values)
     if done == 0:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
 
 
-def retire(conn: sa.Connection, device_id: str) -> None:
+def retire(conn: queries.Conn, device_id: str) -> None:
     """Remove a device and everything keyed to it except job history (STORE-133)."""
     if queries.device(conn, device_id) is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}", code="device_not_found")
-    if conn.execute(sa.select(_has_live_lease(device_id))).scalar():
+    if conn.one(_LIVE_LEASE_ON, (device_id,)):
         raise errors.DeviceBusy(f"a live lease holds {device_id}: kill or release it first")
-    conn.execute(sa.delete(t.device_labels).where(t.device_labels.c.device_id == device_id))
-    conn.execute(sa.delete(t.host_docs).where(t.host_docs.c.device_id == device_id))
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
-    conn.execute(sa.delete(t.leases).where(t.leases.c.device_id == device_id))
-    moves.remove_core(conn, DEVICE, Op.RETIRE, t.devices.c.id == device_id)
+    for table in ("device_labels", "host_docs", "reservations", "leases"):
+        conn.execute(f"DELETE FROM {table} WHERE device_id = ?", (device_id,))
+    moves.remove(conn, DEVICE, Op.RETIRE, "id = ?", (device_id,))
 
 
-def drain(conn: sa.Connection, now: int, device_id: str, by: str, reason: str) -> None:
+_LIVE_LEASE_ON = "SELECT 1 FROM leases WHERE device_id = ? AND released_at IS NULL LIMIT 1"
+
+
+def drain(conn: queries.Conn, now: int, device_id: str, by: str, reason: str) -> None:
     """Flag a device draining (EXT-DRAIN-2): what it runs finishes, nothing new is placed.
 
     Not a state: the device keeps its state, its lease and its place for selectors and
@@ -284,29 +279,29 @@ def drain(conn: sa.Connection, now: int, device_id: str, by: str, reason: str) -
     an unknown device.
     """
     done = conn.execute(
-        sa.update(t.devices)
-        .where(t.devices.c.id == device_id)
-        .values(draining=1, drained_by=by, drained_at=now, drain_reason=reason)
+        "UPDATE devices SET draining = 1, drained_by = ?, drained_at = ?, drain_reason = ?"
+        " WHERE id = ?",
+        (by, now, reason, device_id),
     ).rowcount
     if done == 0:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
     # A reservation is a claim to be placed next; a draining device is never reserved.
-    conn.execute(sa.delete(t.reservations).where(t.reservations.c.device_id == device_id))
+    conn.execute("DELETE FROM reservations WHERE device_id = ?", (device_id,))
 
 
-def undrain(conn: sa.Connection, device_id: str) -> None:
+def undrain(conn: queries.Conn, device_id: str) -> None:
     """Clear the drain flag and its who/when/why; a device not draining is left as it is."""
     if queries.device(conn, device_id) is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
     conn.execute(
-        sa.update(t.devices)
-        .where(t.devices.c.id == device_id, t.devices.c.draining != 0)
-        .values(draining=0, drained_by="", drained_at=0, drain_reason="")
+        "UPDATE devices SET draining = 0, drained_by = '', drained_at = 0, drain_reason = ''"
+        " WHERE id = ? AND draining != 0",
+        (device_id,),
     )
 
 
 def auto_recover(
-    conn: sa.Connection, now: int, worker_id: str, proof: expiry.Proof | None
+    conn: queries.Conn, now: int, worker_id: str, proof: expiry.Proof | None
 ) -> AutoRecovery:
     """Return this worker's recoverable quarantines to the pool on a valid proof (STORE-121).
 
@@ -320,37 +315,31 @@ def auto_recover(
     """
     if proof is None or not proof.proves_clean:
         return AutoRecovery()
-    d, r = t.devices.c, t.device_recoveries.c
-    candidates = conn.execute(
-        sa.select(d.id, d.quarantine_reason)
-        .where(
-            d.worker_id == worker_id,
-            d.state == DeviceState.UNHEALTHY,
-            d.quarantine_reason.in_(_RECOVERABLE),
-            ~_has_live_lease_col(),
-        )
-        .order_by(d.id)
-    ).all()
+    candidates = conn.all(
+        f"SELECT id, quarantine_reason FROM devices WHERE worker_id = ? AND state = ?"
+        f" AND {_RECOVERABLE_IN} AND NOT {_LEASED} ORDER BY id",
+        (worker_id, str(DeviceState.UNHEALTHY), *_RECOVERABLE),
+    )
     recovered: list[Recovered] = []
     held_back: list[str] = []
     for device_id, reason in candidates:
         # Pruning is lazy: only devices being considered lose their old rows.
         conn.execute(
-            sa.delete(t.device_recoveries).where(
-                r.device_id == device_id, r.at < expiry.flap_cutoff(now)
-            )
+            "DELETE FROM device_recoveries WHERE device_id = ? AND at < ?",
+            (device_id, expiry.flap_cutoff(now)),
         )
-        recent = conn.execute(
-            sa.select(sa.func.count()).where(r.device_id == device_id)
-        ).scalar_one()
+        recent = conn.value(
+            "SELECT count(*) FROM device_recoveries WHERE device_id = ?", (device_id,)
+        )
         if not expiry.flap_allows(int(recent)):
             held_back.append(device_id)
             continue
-        done = moves.move_core(
+        done = moves.move(
             conn,
             DEVICE,
             Op.AUTO_RECOVER,
-            d.id == device_id,
+            "id = ?",
+            (device_id,),
             state=DeviceState.READY,
             quarantine_reason="",
             quarantine_detail="",
@@ -358,24 +347,24 @@ def auto_recover(
         if done != 1:
             continue
         conn.execute(
-            sa.insert(t.device_recoveries).values(device_id=device_id, at=now, reason=reason)
+            "INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, ?)",
+            (device_id, now, reason),
         )
         recovered.append(Recovered(device_id=device_id, reason=reason))
     return AutoRecovery(recovered=recovered, held_back=held_back)
 
 
-def recovery_history(conn: sa.Connection, now: int, device_id: str) -> RecoveryHistory:
+def recovery_history(conn: queries.Conn, now: int, device_id: str) -> RecoveryHistory:
     """The device's automatic recoveries inside the window, newest first (STORE-123).
 
     Filters by the window itself rather than trusting pruning, which only happens for
     devices being considered for recovery. An unknown device has an empty history.
     """
-    r = t.device_recoveries.c
-    rows = conn.execute(
-        sa.select(r.at, r.reason)
-        .where(r.device_id == device_id, r.at >= expiry.flap_cutoff(now))
-        .order_by(r.at.desc(), r.reason)
-    ).all()
+    rows = conn.all(
+        "SELECT at, reason FROM device_recoveries WHERE device_id = ? AND at >= ?"
+        " ORDER BY at DESC, reason",
+        (device_id, expiry.flap_cutoff(now)),
+    )
     return RecoveryHistory(
         recoveries=[RecoveryEntry(at=int(at), reason=reason) for at, reason in rows],
         remaining=expiry.flap_remaining(len(rows)),

@@ -1,10 +1,10 @@
-"""Open the database: SQLite pragmas, our own BEGIN, and migrations on open.
+"""Open the database: a SQLite file (the default) or a PostgreSQL URL, and migrate it.
 
 SQLite in WAL mode with ``synchronous=FULL`` (a granted lease must survive power
-loss) and a 5000 ms busy timeout (STORE-001). pysqlite's own transaction handling
-is switched off and every transaction starts with ``BEGIN IMMEDIATE``, so the
-allocation transaction holds the write lock from its first statement, as the
-SQLAlchemy SQLite dialect documentation describes.
+loss) and a 5000 ms busy timeout (STORE-001). PostgreSQL through psycopg 3. On both,
+the driver's own transaction handling is off (autocommit), and the store begins each
+transaction itself (``sql.Db.begin``: ``BEGIN IMMEDIATE`` on SQLite, so the
+allocation transaction holds the write lock from its first statement).
 """
 
 from __future__ import annotations
@@ -32,7 +32,60 @@ def _alembic_config(connection: sa.Connection) -> Config:
     return cfg
 
 
-def create_engine(path: Path) -> sa.Engine:
+#: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
+POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+
+
+def is_postgres(database: Path | str) -> bool:
+    return isinstance(database, str) and database.startswith(POSTGRES_SCHEMES)
+
+
+def check_database(database: str) -> str:
+    """``database`` if it is a path or a PostgreSQL URL; an error naming it otherwise."""
+    if "://" in database and not is_postgres(database):
+        scheme = database.split("://", 1)[0]
+        raise errors.StoreError(
+            f"--database: {scheme}:// is not a database rc can use (a postgresql:// URL,"
+            " or leave it unset for SQLite in the data directory)"
+        )
+    return database
+
+
+def create_engine(database: Path | str) -> sa.Engine:
+    """An engine on the SQLite file at ``database``, or on the PostgreSQL URL it is."""
+    if is_postgres(database):
+        return _postgres_engine(str(database))
+    return _sqlite_engine(Path(database))
+
+
+def _postgres_engine(url: str) -> sa.Engine:
+    for scheme in POSTGRES_SCHEMES:
+        if url.startswith(scheme):
+            url = "postgresql+psycopg://" + url[len(scheme) :]
+            break
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise errors.StoreError(
+            "a postgresql:// database needs psycopg: install rc with its postgresql extra"
+        ) from exc
+    return sa.create_engine(url, poolclass=sa.pool.NullPool)
+
+
+def open_driver(engine: sa.Engine) -> tuple[sa.Connection, Any]:
+    """A connection for the store and the driver's connection under it, in autocommit:
+    ``sql.Db`` begins and ends each transaction itself."""
+    conn = engine.connect()
+    if engine.dialect.name == "postgresql":
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection just opened has its driver's"
+    if engine.dialect.name == "postgresql":
+        driver.autocommit = True
+    return conn, driver
+
+
+def _sqlite_engine(path: Path) -> sa.Engine:
     """An engine on the SQLite file at ``path`` with the project's pragmas.
 
     The file is created 0600 before SQLite opens it; its WAL and shared-memory files
@@ -62,8 +115,7 @@ def create_engine(path: Path) -> sa.Engine:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        # Straight to the driver: the statement needs none of SQLAlchemy's execution
-        # machinery, which costs more than the BEGIN itself.
+        # Alembic's transactions: the same BEGIN IMMEDIATE as the store's own.
         driver = conn.connection.driver_connection
         assert isinstance(driver, sqlite3.Connection)
         driver.execute("BEGIN IMMEDIATE")
@@ -76,6 +128,10 @@ def _strpos(text: str | None, part: str | None) -> int | None:
     if text is None or part is None:
         return None
     return text.find(part) + 1
+
+
+#: The advisory lock (a number of ours) that serialises migrations on PostgreSQL.
+MIGRATION_LOCK = 0x72630001
 
 
 def _known_revision(script: ScriptDirectory, revision: str) -> bool:
@@ -91,10 +147,19 @@ def migrate(engine: sa.Engine) -> None:
     """Bring the schema to the newest revision; refuse a database from a newer version."""
     from alembic import command
 
-    with engine.connect() as conn:
+    try:
+        conn = engine.connect()
+    except sa.exc.OperationalError as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        cause = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        raise errors.StoreError(f"cannot reach the database {where}: {cause}") from exc
+    with conn:
+        if engine.dialect.name == "postgresql":
+            # Controllers starting together: one migrates, the others wait here, then
+            # find the schema current.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         script = ScriptDirectory.from_config(_alembic_config(conn))
         current = MigrationContext.configure(conn).get_current_revision()
-        conn.rollback()
         if current is not None and not _known_revision(script, current):
             raise errors.StoreError(
                 f"database schema revision {current} was written by a newer version of rc"

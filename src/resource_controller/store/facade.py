@@ -9,14 +9,10 @@ clock exactly once (STORE-005). The domain modules (``jobs``, ``leases``, ``devi
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import sqlalchemy as sa
 
 from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
@@ -32,7 +28,6 @@ from resource_controller.store import (
     leases,
     queries,
     reserved,
-    schema,
     sql,
     sweep,
     views,
@@ -47,55 +42,24 @@ from resource_controller.store.records import (
 )
 
 
-def watchers_on() -> bool:
-    return bool(sql.watchers)
-
-
-def _watchers() -> list[Callable[[str, str], None]]:
-    return sql.watchers
-
-
-class _CoreDb(sql.Db):
-    """A ``Db`` that also runs SQLAlchemy Core statements, on the connection it shares
-    a transaction with, for the modules still written in Core."""
-
-    def __init__(self, conn: sa.Connection, driver: object) -> None:
-        super().__init__(driver)
-        self.sa = conn
-
-    def execute(self, sql: Any, params: Any = (), move: str = "") -> Any:
-        if isinstance(sql, str):
-            return super().execute(sql, params, move)
-        if watchers_on():
-            label = sql.get_execution_options().get("rc_move", "")
-            for watch in list(_watchers()):
-                watch(str(sql), label)
-        return self.sa.execute(sql, params) if params else self.sa.execute(sql)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.sa, name)
-
-
 class Store:
     """The controller's state, behind serialised transactions."""
 
-    def __init__(self, path: Path, clock: Clock, priority_aging: int = 0) -> None:
+    def __init__(self, database: Path | str, clock: Clock, priority_aging: int = 0) -> None:
+        """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
         self.clock = clock
         #: Seconds of waiting per step of effective priority; 0 = off (EXT-FAIR-1).
         self.aging = max(0, int(priority_aging))
-        self._engine = engine.create_engine(path)
+        self._engine = engine.create_engine(database)
         engine.migrate(self._engine)
-        self._conn = self._engine.connect()
-        driver = self._conn.connection.driver_connection
-        #: The driver's connection under ``_conn``, for the prebuilt statements.
-        self._db = sql.Db(driver)
-        self._core = _CoreDb(self._conn, driver)
+        self._conn, driver = engine.open_driver(self._engine)
+        self._db = sql.Db(driver, self._engine.dialect.name)
         self._lock = threading.RLock()
         #: Transactions this store has run (each may have written), for ``schedule_after``.
         self._gen = 0
         #: (``_gen``, SQLite's ``data_version``, how it ended) of the last pass that
         #: placed nothing and ended with every device claimed; None otherwise.
-        self._settled: tuple[int, int, leases.PassEnd] | None = None
+        self._settled: tuple[int, int | None, leases.PassEnd] | None = None
         #: The devices as the pass reads them, reread only where they changed.
         self._fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
@@ -116,48 +80,25 @@ class Store:
 
     @contextmanager
     def _tx(self, point: str = "") -> Iterator[sql.Db]:
-        """One transaction under the lock; ``point`` names its crash point (a test hook)."""
-        with self._lock:
-            self._gen += 1
-            try:
-                try:
-                    with self._conn.begin():
-                        yield self._core
-                        crashpoints.hit(point, ".before_commit")
-                except BaseException:
-                    self._fleet.after_rollback(self._db)
-                    raise
-                crashpoints.hit(point, ".after_commit")
-            except errors.RcError:
-                raise
-            except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
-                # The hot path's prebuilt statements raise the driver's own errors.
-                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
-
-    @contextmanager
-    def _fast_tx(self, point: str = "") -> Iterator[sql.Db]:
-        """``_tx`` on the driver's connection, for the hot path's prebuilt statements:
-        the same ``BEGIN IMMEDIATE``, lock, crash points and error mapping, without
-        SQLAlchemy's transaction bookkeeping (``store/queries.py``)."""
+        """One transaction under the lock; ``point`` names its crash point (a test hook).
+        A driver error becomes ``StoreError`` naming only its type."""
         with self._lock:
             self._gen += 1
             db = self._db
-            driver = db.driver
             try:
-                driver.execute("BEGIN IMMEDIATE")
+                db.begin()
                 try:
                     yield db
                     crashpoints.hit(point, ".before_commit")
-                    driver.commit()
+                    db.commit()
                 except BaseException:
-                    if driver.in_transaction:
-                        driver.rollback()
+                    db.rollback()
                     self._fleet.after_rollback(db)
                     raise
                 crashpoints.hit(point, ".after_commit")
             except errors.RcError:
                 raise
-            except sqlite3.Error as exc:
+            except db.errors as exc:
                 raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
 
     @contextmanager
@@ -167,13 +108,13 @@ class Store:
         with self._lock:
             try:
                 yield self._db
-            except sqlite3.Error as exc:
+            except self._db.errors as exc:
                 raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
 
     # ---- queue ----------------------------------------------------------------
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
-        with self._fast_tx("submit") as c:
+        with self._tx("submit") as c:
             return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
 
     def schedule(self) -> list[Assigned]:
@@ -181,7 +122,7 @@ class Store:
         with self._lock:
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
-                self.now(), self._fast_tx, self.aging, self._read, end, self._fleet, self._reserved
+                self.now(), self._tx, self.aging, self._read, end, self._fleet, self._reserved
             )
             settled = self.aging <= 0 and end.saturated and not assigned
             self._settled = (self._gen, self._data_version(), end) if settled else None
@@ -199,7 +140,7 @@ class Store:
             s = self._settled
             if s is not None and self._gen == s[0] + 1 and self._behind(job, s[2]):
                 version = self._data_version()
-                if version == s[1]:
+                if version is not None and version == s[1]:
                     self._settled = (self._gen, version, s[2])
                     return []
             return self.schedule()
@@ -212,9 +153,9 @@ class Store:
         known = not snap.pinned or all(d in end.devices for d in snap.pins)
         return known and scheduling.queue_key(snap) > end.last
 
-    def _data_version(self) -> int:
-        """Changes whenever another connection commits to the file (SQLite's pragma)."""
-        return int(self._db.value("PRAGMA data_version"))
+    def _data_version(self) -> int | None:
+        """Changes whenever another connection commits (SQLite's pragma); None: unknown."""
+        return self._db.data_version()
 
     def job(self, job_id: str) -> JobRecord:
         with self._read() as c:
@@ -248,26 +189,20 @@ class Store:
         id_prefix: str = "",
         before: str = "",
     ) -> list[JobRecord]:
-        if not device:
-            with self._read() as db:
-                return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
-        with self._tx() as c:
-            return jobs.list_jobs(c, limit, device, submitter, state, id_prefix, before)
+        with self._read() as db:
+            return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
 
     def ping(self) -> None:
         """One cheap read; raises when the store cannot answer (EXT-METRICS-3)."""
-        with self._tx() as c:
-            c.execute(sa.text("SELECT 1")).scalar_one()
+        with self._read() as c:
+            c.value("SELECT 1")
 
     def metric_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         """Devices by state, jobs by state, each worker host's last heartbeat (EXT-METRICS-1)."""
-        d, j, w = schema.devices, schema.jobs, schema.workers
         with self._tx() as c:
-            devs = c.execute(sa.select(d.c.state, sa.func.count()).group_by(d.c.state)).all()
-            jbs = c.execute(sa.select(j.c.state, sa.func.count()).group_by(j.c.state)).all()
-            beats = c.execute(
-                sa.select(w.c.host, sa.func.max(w.c.last_heartbeat_at)).group_by(w.c.host)
-            ).all()
+            devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
+            jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
+            beats = c.all("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host")
         return (
             {str(s): int(n) for s, n in devs},
             {str(s): int(n) for s, n in jbs},
@@ -283,7 +218,7 @@ class Store:
             return jobs.active(c)
 
     def cancel_queued(self, job_id: str, reason: str) -> bool:
-        with self._fast_tx() as c:
+        with self._tx() as c:
             return jobs.cancel_queued(c, self.now(), job_id, reason)
 
     def request_kill(
@@ -293,7 +228,7 @@ class Store:
             return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
 
     def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
-        with self._fast_tx("handout") as c:
+        with self._tx("handout") as c:
             return jobs.take_work(c, self.now(), worker_id)
 
     def report(
@@ -307,7 +242,7 @@ class Store:
         """A worker's status report in one transaction: read the job, let ``check`` refuse
         it (raising writes nothing), then ``running`` (STORE-080) or the release
         (STORE-082). Returns the job as it was before the report."""
-        with self._fast_tx("running" if state == JobState.RUNNING else "finish") as c:
+        with self._tx("running" if state == JobState.RUNNING else "finish") as c:
             now = self.now()
             job = queries.job(c, job_id)
             check(job)
@@ -343,7 +278,7 @@ class Store:
     ) -> bool:
         """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step. True when
         a device changed state."""
-        with self._fast_tx("heartbeat") as c:
+        with self._tx("heartbeat") as c:
             return beat.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-import sqlalchemy as sa
-
 from resource_controller import errors
 from resource_controller.core import limits, scheduling, selectors
 from resource_controller.core.scheduling import DeviceSnap
@@ -31,7 +29,6 @@ from resource_controller.core.states import (
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import fleet, leases, moves, queries
-from resource_controller.store import schema as t
 from resource_controller.store.records import JobRecord, Release
 
 KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again (STORE-094)
@@ -189,7 +186,7 @@ def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int
     return scheduling.gang_runtime(runtime, (rows[d].max_runtime for d in pins))
 
 
-def queue_position(conn: sa.Connection, job: JobRecord, now: int = 0, aging: int = 0) -> int:
+def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int = 0) -> int:
     """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070).
 
     With aging on, "ahead" is by effective priority at ``now`` (EXT-FAIR-1)."""
@@ -230,7 +227,7 @@ class KillRequest(StrEnum):
 
 
 def request_kill(
-    conn: sa.Connection, now: int, job_id: str, reason: str, finalize_disconnected: bool
+    conn: queries.Conn, now: int, job_id: str, reason: str, finalize_disconnected: bool
 ) -> KillRequest:
     """Flag an active job for its worker, or end it here when its worker is gone (STORE-091..093)."""
     job = queries.job(conn, job_id)
@@ -251,11 +248,12 @@ def request_kill(
         for dev in devs
     )
     if finalize_disconnected and disconnected:
-        moves.move_core(
+        moves.move(
             conn,
             JOB,
             Op.KILL_FINALIZE,
-            t.jobs.c.id == job_id,
+            "id = ?",
+            (job_id,),
             state=JobState.KILLED,
             kill_reason=reason,
             finished_at=now,
@@ -266,7 +264,7 @@ def request_kill(
         leases.release_for_job(conn, now, job_id)
         return KillRequest.FINALIZED
     conn.execute(
-        sa.update(t.jobs).where(t.jobs.c.id == job_id).values(kill_requested=1, kill_delivered_at=0)
+        "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0 WHERE id = ?", (job_id,)
     )
     return KillRequest.REQUESTED
 
@@ -389,53 +387,36 @@ def list_jobs(
         after = queries.submitted_at(conn, before)
         if after is None:
             raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
-    if not device:  # the common reads, as prebuilt SQL (``store/queries.py``)
-        return queries.list_jobs(conn, limit, submitter, state, id_prefix, after)
-    assert isinstance(conn, sa.Connection), "a device filter reads through SQLAlchemy"
-    j = t.jobs.c
-    where = [queries.on_device(device)]
-    if submitter:
-        where.append(j.submitter == submitter)
-    if state:
-        where.append(j.state == state)
-    if id_prefix:
-        where.append(sa.func.substr(j.id, 1, len(id_prefix)) == id_prefix)
-    if after is not None:
-        at, job_id = after
-        where.append(sa.or_(j.submitted_at < at, sa.and_(j.submitted_at == at, j.id < job_id)))
-    found = queries.jobs_where(
-        conn, *where, order=(j.submitted_at.desc(), j.id.desc()), limit=limit
-    )
-    return queries.with_epochs(conn, found)
+    return queries.list_jobs(conn, limit, device, submitter, state, id_prefix, after)
 
 
-def queued(conn: sa.Connection, now: int = 0, aging: int = 0) -> list[JobRecord]:
+def queued(conn: queries.Conn, now: int = 0, aging: int = 0) -> list[JobRecord]:
     """Queued jobs in scheduling order (STORE-071), aged at ``now`` when on (EXT-FAIR-1)."""
     return queries.jobs_where(
-        conn, t.jobs.c.state == JobState.QUEUED, order=queries.queue_order(now, aging)
+        conn, "jobs.state = ?", (str(JobState.QUEUED),), order=queries.queue_order(now, aging)
     )
 
 
-def active(conn: sa.Connection) -> list[JobRecord]:
+def active(conn: queries.Conn) -> list[JobRecord]:
     """Assigned and running jobs, newest submission first (STORE-072), with their lease
     epochs (EXT-EPOCH-2)."""
     return queries.active_jobs(conn)
 
 
-def logs_to_prune(conn: sa.Connection, cutoff: int, limit: int) -> list[str]:
+def logs_to_prune(conn: queries.Conn, cutoff: int, limit: int) -> list[str]:
     """Jobs that ended before ``cutoff`` whose stored output is not yet deleted, oldest
     end first, at most ``limit`` (EXT-KEEP-1); found through ``jobs_log_retention``."""
-    j = t.jobs.c
     rows = conn.execute(
-        sa.select(j.id)
-        .where(j.logs_pruned == 0, j.finished_at.is_not(None), j.finished_at < cutoff)
-        .order_by(j.finished_at, j.id)
-        .limit(limit)
+        "SELECT id FROM jobs WHERE logs_pruned = 0 AND finished_at IS NOT NULL"
+        " AND finished_at < ? ORDER BY finished_at, id LIMIT ?",
+        (cutoff, limit),
     )
-    return [r.id for r in rows]
+    return [str(r[0]) for r in rows]
 
 
-def mark_logs_pruned(conn: sa.Connection, job_ids: list[str]) -> None:
+def mark_logs_pruned(conn: queries.Conn, job_ids: list[str]) -> None:
     """Record that these jobs' stored output is gone; the job rows stay (EXT-KEEP-1)."""
     if job_ids:
-        conn.execute(sa.update(t.jobs).where(t.jobs.c.id.in_(job_ids)).values(logs_pruned=1))
+        conn.execute(
+            f"UPDATE jobs SET logs_pruned = 1 WHERE {queries.id_in(len(job_ids))}", job_ids
+        )

@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sqlite3
-import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any
 
-import sqlalchemy as sa
-
 from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import moves, queries
-from resource_controller.store import schema as t
+from resource_controller.store import moves, queries, sql
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.records import (
     Assigned,
@@ -36,6 +31,7 @@ from resource_controller.store.records import (
     JobRecord,
     LeaseRecord,
     join_ids,
+    row_builder,
     split_ids,
 )
 from resource_controller.store.reserved import KeptReservations
@@ -72,7 +68,7 @@ def grant(
     )
     try:
         queries.insert_lease(conn, lease.__dict__)
-    except sqlite3.IntegrityError as exc:
+    except conn.integrity_errors as exc:
         raise errors.LiveLeaseConflict(
             f"device {device_id} already has a live lease; refusing a second one"
         ) from exc
@@ -86,10 +82,14 @@ def release_for_job(conn: queries.Conn, now: int, job_id: str) -> list[str]:
     return queries.release_leases(conn, now, job_id)
 
 
-def live(conn: sa.Connection) -> list[LeaseRecord]:
+def live(conn: queries.Conn) -> list[LeaseRecord]:
     """Live leases, oldest first (STORE-163)."""
-    q = sa.select(t.leases).where(t.leases.c.released_at.is_(None))
-    return [LeaseRecord.from_row(r) for r in conn.execute(q.order_by(t.leases.c.acquired_at))]
+    return [lease_record(r) for r in conn.execute(_LIVE)]
+
+
+_LEASE_COLS = ", ".join(f.name for f in dataclasses.fields(LeaseRecord))
+_LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE released_at IS NULL ORDER BY acquired_at"
+lease_record = row_builder(LeaseRecord)
 
 
 class _NotQueued(Exception):
@@ -156,7 +156,7 @@ def assign(
 
 
 def _try_assign(
-    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    transaction: Callable[[], AbstractContextManager[sql.Db]],
     now: int,
     job: JobRecord,
     devices: DeviceRecord | Sequence[DeviceRecord],
@@ -202,7 +202,7 @@ class _Walk:
         self, read: Callable[[], AbstractContextManager[Any]], now: int = 0, aging: int = 0
     ) -> None:
         self._read = read
-        self._fetch = _aged_page(now, aging) if aging > 0 else queries.queue_page
+        self._now, self._aging = now, aging
         self._page: list[Any] = []
         self._at = 0  #: the index on a narrow page of the row last yielded
         #: The rows before this index that are not plain pins are in ``_rows``.
@@ -214,7 +214,7 @@ class _Walk:
         size, narrow = FIRST_PAGE, False
         while True:
             with self._read() as tx:
-                page = self._fetch(tx, after, size, narrow)
+                page = queries.queue_page(tx, after, size, narrow, self._now, self._aging)
             self._page, self._read_to, self._rows = page, 0, {}
             if narrow:
                 for at, row in enumerate(page):
@@ -295,11 +295,6 @@ class _Queued:
             return queries.job(tx, self.snap.id)
 
 
-#: ``queries.QUEUE_COLS`` as Core columns, for the aged walk.
-_QUEUE_COLUMNS = [
-    sa.literal_column(c) if c == queries.PLAIN_PIN else t.jobs.c[c] for c in queries.QUEUE_COLS
-]
-
 _I_PRIORITY = queries.QUEUE_COLS.index("priority")
 _I_QUEUED_AT = queries.QUEUE_COLS.index("queued_at")
 _I_SEQ = queries.QUEUE_COLS.index("seq")
@@ -316,28 +311,6 @@ def _decode_raw(row: Any) -> JobRecord | None:
     except Exception:
         _report_skip(str(row[0]), "its row cannot be read")
         return None
-
-
-def _aged_page(
-    now: int, aging: int
-) -> Callable[[Any, tuple[int, int, int] | None, int, bool], list[Any]]:
-    """A page of the aged walk (EXT-FAIR-1), through ``queries``' SQL form of the aged key;
-    the same rows as ``queries.queue_page``."""
-    j = t.jobs.c
-    order = queries.queue_order(now, aging)
-
-    def fetch(tx: Any, after: tuple[int, int, int] | None, size: int, narrow: bool) -> list[Any]:
-        where = [j.state == JobState.QUEUED]
-        if after is not None:
-            priority, queued_at, seq = after
-            seen: Any = types.SimpleNamespace(priority=priority, queued_at=queued_at, seq=seq)
-            where.append(queries.behind(seen, now, aging))
-        columns = _QUEUE_COLUMNS[: queries.WALK_WIDTH] if narrow else _QUEUE_COLUMNS
-        return queries.run_select(
-            tx, sa.select(*columns).where(*where).order_by(*order).limit(size)
-        )
-
-    return fetch
 
 
 #: Jobs already reported as skipped; a pass runs every second, the log says it once.
@@ -358,11 +331,8 @@ def _report_skip(job_id: str, why: str) -> None:
 def _row_fault(exc: Exception) -> bool:
     """True when ``exc`` comes from one job's own data rather than from a database outage."""
     if isinstance(exc, errors.StoreError):
-        return isinstance(exc.__cause__, _ROW_ERRORS)
-    return not isinstance(exc, sqlite3.Error) or isinstance(exc, _ROW_ERRORS)
-
-
-_ROW_ERRORS = (sa.exc.DataError, sa.exc.IntegrityError, sqlite3.DataError, sqlite3.IntegrityError)
+        return exc.__cause__ is not None and sql.row_error(exc.__cause__)
+    return not sql.driver_error(exc) or sql.row_error(exc)
 
 
 def _reserve_vanished(
@@ -373,21 +343,8 @@ def _reserve_vanished(
     aging: int = 0,
 ) -> None:
     """Reserve, for the first queued job pinned to it, each device that has no row."""
-    j = t.jobs.c
     with transaction() as tx:
-        if aging > 0:
-            q = (
-                sa.select(t.jobs)
-                .where(
-                    j.state == JobState.QUEUED,
-                    j.device_id != "",
-                    j.device_id.not_in(list(by_id)),
-                )
-                .order_by(*queries.queue_order(now, aging))
-            )
-            rows = queries.run_select(tx, q)
-        else:
-            rows = queries.pinned_elsewhere(tx, list(by_id))
+        rows = queries.pinned_elsewhere(tx, list(by_id), now, aging)
     waiting = [job for job in map(_decode_raw, rows) if job]
     for job in waiting:
         snap = job.snap()
@@ -397,7 +354,7 @@ def _reserve_vanished(
 
 
 def _turn(
-    transaction: Callable[[], AbstractContextManager[sa.Connection]],
+    transaction: Callable[[], AbstractContextManager[sql.Db]],
     read: Callable[[], AbstractContextManager[Any]],
     now: int,
     job: _Queued,

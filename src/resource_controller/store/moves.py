@@ -6,10 +6,10 @@ the condition, refuses a target state the op does not list, executes, and return
 row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
 the same for the "no row" ends of the table (STORE-021, STORE-041).
 
-Every statement built here carries the execution option ``rc_move`` = ``entity:op``,
-and a debug log line names the op and how many rows it moved: that is how a reader
-(or the test that fails on any state write that bypasses this module) tells why a
-state changed.
+Every statement built here reaches ``sql.Db.execute`` labelled ``entity:op``, and a
+debug log line names the op and how many rows it moved: that is how a reader (or the
+test that fails on any state write that bypasses this module) tells why a state
+changed.
 """
 
 from __future__ import annotations
@@ -18,22 +18,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from resource_controller import errors
 from resource_controller.core.transitions import Machine, Op
-from resource_controller.store import schema as t
 from resource_controller.store import sql
 
 log = logging.getLogger(__name__)
 
-#: Execution option naming the move a statement makes.
-MOVE_OPTION = "rc_move"
-
-_TABLES: dict[str, sa.Table] = {"device": t.devices, "job": t.jobs}
+_TABLES: dict[str, str] = {"device": "devices", "job": "jobs"}
 
 
-def _table(machine: Machine) -> sa.Table:
+def _table(machine: Machine) -> str:
     return _TABLES[machine.entity]
 
 
@@ -41,78 +35,15 @@ def _label(machine: Machine, op: Op) -> str:
     return f"{machine.entity}:{op.value}"
 
 
-def _from_sources(machine: Machine, op: Op) -> sa.ColumnElement[bool]:
-    sources = sorted(s for s in machine.move(op).sources if s is not None)
-    return _table(machine).c.state.in_(sources)
-
-
 def _check_target(machine: Machine, op: Op, state: object) -> None:
     if state not in machine.move(op).targets:
         raise errors.InvalidTransition(f"{op.value} cannot move a {machine.entity} to {state!r}")
 
 
-def _update(
-    machine: Machine, op: Op, where: Sequence[sa.ColumnElement[bool]], state: str, values: Any
-) -> sa.Update:
-    _check_target(machine, op, state)
-    table = _table(machine)
-    return (
-        sa.update(table)
-        .where(*where, _from_sources(machine, op))
-        .values(state=state, **values)
-        .execution_options(**{MOVE_OPTION: _label(machine, op)})
-    )
-
-
-def move_core(
-    conn: sa.Connection,
-    machine: Machine,
-    op: Op,
-    *where: sa.ColumnElement[bool],
-    state: str,
-    **values: Any,
-) -> int:
-    """Move the rows matching ``where`` (and the op's sources) to ``state``; the row count."""
-    n = conn.execute(_update(machine, op, where, state, values)).rowcount
-    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
-    return int(n)
-
-
-def create_core(conn: sa.Connection, machine: Machine, op: Op, values: dict[str, Any]) -> None:
-    """Insert a row whose ``state`` the op allows from "no row"."""
-    if None not in machine.move(op).sources:
-        raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
-    _check_target(machine, op, values.get("state"))
-    stmt = (
-        sa.insert(_table(machine))
-        .values(**values)
-        .execution_options(**{MOVE_OPTION: _label(machine, op)})
-    )
-    conn.execute(stmt)
-    log.debug("%s: created -> %s", _label(machine, op), values.get("state"))
-
-
-def remove_core(
-    conn: sa.Connection, machine: Machine, op: Op, *where: sa.ColumnElement[bool]
-) -> int:
-    """Delete the rows matching ``where`` (and the op's sources), for an op that ends in no row."""
-    _check_target(machine, op, None)
-    stmt = (
-        sa.delete(_table(machine))
-        .where(*where, _from_sources(machine, op))
-        .execution_options(**{MOVE_OPTION: _label(machine, op)})
-    )
-    n = int(conn.execute(stmt).rowcount)
-    log.debug("%s: %d row(s) removed", _label(machine, op), n)
-    return n
-
-
-# ---- the moves as SQL text on ``sql.Db`` ----
-
 _SQL: dict[tuple[Any, ...], str] = {}
 
 
-def _fast_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
+def _update_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
     """``UPDATE <table> SET state = ?, <keys> WHERE (<where>) AND state IN (<sources>)``."""
     cache = (machine.entity, op, where, keys, returning)
     text = _SQL.get(cache)
@@ -120,7 +51,7 @@ def _fast_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], retur
         sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
         assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
         in_sources = ", ".join(f"'{s}'" for s in sources)
-        text = f"UPDATE {_table(machine).name} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
+        text = f"UPDATE {_table(machine)} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
         if returning:
             text += f" RETURNING {returning}"
         _SQL[cache] = text
@@ -145,7 +76,7 @@ def move(
     op's sources to ``state``, writing ``values`` beside it; the row count."""
     _check_target(machine, op, state)
     keys = tuple(values)
-    text = _fast_sql(machine, op, where, keys, "")
+    text = _update_sql(machine, op, where, keys, "")
     args = (str(state), *(values[k] for k in keys), *params)
     n = int(db.execute(text, args, _label(machine, op)).rowcount)
     _seen(machine, op, n, state)
@@ -166,7 +97,7 @@ def move_returning(
     """As ``move``, returning the moved rows' ``returning`` columns (SQL text)."""
     _check_target(machine, op, state)
     keys = tuple(values)
-    text = _fast_sql(machine, op, where, keys, returning)
+    text = _update_sql(machine, op, where, keys, returning)
     args = (str(state), *(values[k] for k in keys), *params)
     rows = db.execute(text, args, _label(machine, op)).fetchall()
     _seen(machine, op, len(rows), state)
@@ -182,7 +113,7 @@ def create(db: sql.Db, machine: Machine, op: Op, values: dict[str, Any]) -> None
     text = _SQL.get(("create", machine.entity, cols))
     if text is None:
         marks = ", ".join("?" * len(cols))
-        text = f"INSERT INTO {_table(machine).name} ({', '.join(cols)}) VALUES ({marks})"
+        text = f"INSERT INTO {_table(machine)} ({', '.join(cols)}) VALUES ({marks})"
         _SQL[("create", machine.entity, cols)] = text
     label = _label(machine, op)
     db.execute(text, tuple(values[c] for c in cols), label)
@@ -197,7 +128,7 @@ def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[An
     if text is None:
         sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
         in_sources = ", ".join(f"'{s}'" for s in sources)
-        text = f"DELETE FROM {_table(machine).name} WHERE ({where}) AND state IN ({in_sources})"
+        text = f"DELETE FROM {_table(machine)} WHERE ({where}) AND state IN ({in_sources})"
         _SQL[("remove", machine.entity, op, where)] = text
     n = int(db.execute(text, tuple(params), label).rowcount)
     log.debug("%s: %d row(s) removed", label, n)

@@ -71,11 +71,6 @@ def _select(columns: tuple[str, ...]) -> str:
 
 _QUEUE_SCHED = _select(QUEUE_COLS)
 _QUEUE_WALK = _select(QUEUE_COLS[:WALK_WIDTH])
-_QUEUE_ORDER = " ORDER BY jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC LIMIT ?"
-_BEHIND = (
-    " AND (jobs.priority < ? OR (jobs.priority = ? AND jobs.queued_at > ?)"
-    " OR (jobs.priority = ? AND jobs.queued_at = ? AND jobs.seq > ?))"
-)
 
 _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
@@ -161,18 +156,24 @@ def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> Non
 
 
 def queue_page(
-    conn: Conn, after: tuple[int, int, int] | None, limit: int, narrow: bool = False
+    conn: Conn,
+    after: tuple[int, int, int] | None,
+    limit: int,
+    narrow: bool = False,
+    now: int = 0,
+    aging: int = 0,
 ) -> list[Any]:
-    """Up to ``limit`` queued rows behind ``after`` in STORE-060 order (no aging), each
-    as ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is
-    (priority, queued_at, seq)."""
-    sql = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
-    params: list[Any] = [str(JobState.QUEUED)]
+    """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each as
+    ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is the
+    (priority, queued_at, seq) of the last row read."""
+    text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
+    params: tuple[Any, ...] = (str(JobState.QUEUED),)
     if after is not None:
-        p, q, n = after
-        sql += _BEHIND
-        params += [p, p, q, p, q, n]
-    return conn.execute(sql + _QUEUE_ORDER, (*params, limit)).fetchall()
+        cond, args = behind(*after, now, aging)
+        text += " AND " + cond
+        params += args
+    text += f" ORDER BY {queue_order(now, aging)} LIMIT ?"
+    return conn.execute(text, (*params, limit)).fetchall()
 
 
 def queue_rows(conn: Conn, job_ids: Sequence[str]) -> list[Any]:
@@ -189,14 +190,14 @@ def queue_key_of(conn: Conn, job_id: str) -> tuple[int, int, int] | None:
     return None if row is None else (row[0], row[1], row[2])
 
 
-def pinned_elsewhere(conn: Conn, known: Sequence[str]) -> list[Any]:
-    """Raw queued rows pinned to a device not in ``known`` (one with no row), in order."""
-    marks = ", ".join("?" * len(known))
-    sql = _QUEUE + " AND jobs.device_id != ''"
+def pinned_elsewhere(conn: Conn, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
+    """Raw queued rows pinned to a device not in ``known`` (one with no row), in
+    ``queue_order(now, aging)``."""
+    text = _QUEUE + " AND jobs.device_id != ''"
     if known:
-        sql += f" AND jobs.device_id NOT IN ({marks})"
-    order = _QUEUE_ORDER.removesuffix(" LIMIT ?")
-    return conn.execute(sql + order, (str(JobState.QUEUED), *known)).fetchall()
+        text += f" AND jobs.device_id NOT IN ({sql.marks(len(known))})"
+    text += f" ORDER BY {queue_order(now, aging)}"
+    return conn.execute(text, (str(JobState.QUEUED), *known)).fetchall()
 
 
 def submitted_at(conn: Conn, job_id: str) -> tuple[int, str] | None:
@@ -208,6 +209,7 @@ def submitted_at(conn: Conn, job_id: str) -> tuple[int, str] | None:
 def list_jobs(
     conn: Conn,
     limit: int,
+    device: str = "",
     submitter: str = "",
     state: str = "",
     id_prefix: str = "",
@@ -215,9 +217,14 @@ def list_jobs(
 ) -> list[JobRecord]:
     """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2);
     ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7); with
-    ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it."""
+    ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it; with
+    ``device``, only the jobs on it (``on_device``)."""
     where: list[str] = []
     params: list[Any] = []
+    if device:
+        text, args = on_device(device)
+        where.append(text)
+        params += args
     if after is not None:
         where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
         params += [after[0], after[0], after[1]]

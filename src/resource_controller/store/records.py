@@ -112,15 +112,6 @@ class JobRecord:
         m["device_ids"] = join_ids(self.device_ids)
         return m
 
-    @classmethod
-    def from_row(cls, row: Any, lease_epoch: int = 0) -> JobRecord:
-        m = dict(row._mapping)
-        m["command"] = json.loads(m["command"])
-        m["env"] = json.loads(m["env"]) if m["env"] else {}
-        m["device_ids"] = split_ids(m.get("device_ids") or "")
-        m.setdefault("lease_epoch", lease_epoch)
-        return cls(**m)
-
 
 def join_ids(ids: tuple[str, ...] | list[str]) -> str:
     """The stored form of a device list (``jobs.device_ids``): comma-separated, '' for ()."""
@@ -148,10 +139,6 @@ class DeviceRecord:
     drained_at: int = 0
     drain_reason: str = ""
 
-    @classmethod
-    def from_row(cls, row: Any) -> DeviceRecord:
-        return cls(**dict(row._mapping))
-
     def snap(self, labels: dict[str, str] | None = None) -> DeviceSnap:
         """What the scheduling rules read of this device, with its effective labels."""
         return DeviceSnap(
@@ -176,10 +163,6 @@ class LeaseRecord:
     kind: str
     reason: str
     epoch: int
-
-    @classmethod
-    def from_row(cls, row: Any) -> LeaseRecord:
-        return cls(**dict(row._mapping))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ it, if any.
 
 from __future__ import annotations
 
+import functools
+import sqlite3
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -39,12 +42,53 @@ watchers: list[Callable[[str, str], None]] = []
 
 
 class Db:
-    """A DBAPI connection that runs the store's SQL: the caller's transaction, if any,
-    is the connection's own (``Store`` begins and ends it)."""
+    """A DBAPI connection that runs the store's SQL. The connection is in autocommit
+    mode; ``Store`` opens and ends every transaction through ``begin``/``commit``/
+    ``rollback``, so a statement outside one sees the last commit and holds nothing."""
 
-    def __init__(self, driver: Any, paramstyle: str = "qmark") -> None:
+    def __init__(self, driver: Any, dialect: str = "sqlite") -> None:
         self.driver = driver
-        self._translate = _QMARK if paramstyle == "qmark" else _to_format
+        #: ``sqlite`` or ``postgresql``: where the store's SQL differs, it asks this.
+        self.dialect = dialect
+        self.postgres = dialect == "postgresql"
+        self._translate = _to_format if self.postgres else _QMARK
+        # SQLite: take the write lock at once, so a transaction never fails half-way for
+        # want of it. PostgreSQL locks rows as statements reach them.
+        self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
+        #: What the driver raises for a database error, and for a broken constraint.
+        self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+        self.integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+        if self.postgres:
+            import psycopg
+
+            self.errors = (psycopg.Error,)
+            self.integrity_errors = (psycopg.IntegrityError,)
+
+    def begin(self) -> None:
+        self.driver.execute(self._begin)
+
+    def commit(self) -> None:
+        self.driver.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """End the open transaction, if any, writing nothing."""
+        if self.in_transaction:
+            self.driver.execute("ROLLBACK")
+
+    @property
+    def in_transaction(self) -> bool:
+        if self.postgres:
+            import psycopg.pq
+
+            return bool(self.driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+        return bool(self.driver.in_transaction)
+
+    def data_version(self) -> int | None:
+        """A number that changes whenever another connection commits (SQLite's pragma);
+        None where the database has no such thing, and a cache must not lean on it."""
+        if self.postgres:
+            return None
+        return int(self.driver.execute("PRAGMA data_version").fetchone()[0])
 
     def execute(self, sql: str, params: Sequence[Any] = (), move: str = "") -> Cursor:
         """Run one statement; ``move`` names the state move it makes (``store.moves``)."""
@@ -59,7 +103,11 @@ class Db:
         if watchers:
             for watch in watchers:
                 watch(sql, "")
-        self.driver.executemany(self._translate(sql), rows)
+        if self.postgres:
+            with self.driver.cursor() as cursor:
+                cursor.executemany(self._translate(sql), list(rows))
+        else:
+            self.driver.executemany(self._translate(sql), rows)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row, or None."""
@@ -79,18 +127,33 @@ def marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def driver_error(exc: BaseException) -> bool:
+    """``exc`` is the database driver's (SQLite's or psycopg's), not the store's own."""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    pg = sys.modules.get("psycopg")  # loaded only when a PostgreSQL store opened
+    return pg is not None and isinstance(exc, pg.Error)
+
+
+def row_error(exc: BaseException) -> bool:
+    """``exc`` is a fault of one row's data (a value out of range, a broken constraint),
+    not of the database: the scheduling pass skips that job and goes on."""
+    if isinstance(exc, (sqlite3.DataError, sqlite3.IntegrityError)):
+        return True
+    pg = sys.modules.get("psycopg")
+    return pg is not None and isinstance(exc, (pg.DataError, pg.IntegrityError))
+
+
 def _qmark(sql: str) -> str:
     return sql
 
 
 _QMARK = _qmark
-_FORMAT: dict[str, str] = {}
 
 
+@functools.lru_cache(maxsize=4096)
 def _to_format(sql: str) -> str:
-    """``?`` placeholders as ``%s`` (and a literal ``%`` doubled), cached per statement.
-    The store's SQL has no ``?`` inside a string literal: values are always parameters."""
-    out = _FORMAT.get(sql)
-    if out is None:
-        out = _FORMAT[sql] = sql.replace("%", "%%").replace("?", "%s")
-    return out
+    """``?`` placeholders as ``%s`` (and a literal ``%`` doubled), cached per statement
+    (bounded: the aged queue order writes ``now`` into its text). The store's SQL has
+    no ``?`` inside a string literal: values are always parameters."""
+    return sql.replace("%", "%%").replace("?", "%s")

@@ -15,8 +15,6 @@ says the holder stopped renewing, not that the hardware is idle.
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-
 from resource_controller.core import expiry
 from resource_controller.core.states import (
     ACTIVE,
@@ -27,14 +25,13 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import leases, moves
-from resource_controller.store import schema as t
+from resource_controller.store import leases, moves, queries, sql
 from resource_controller.store.records import SweepResult
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
 
 
-def sweep(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> SweepResult:
+def sweep(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> SweepResult:
     """One sweep at ``now`` under ``rules`` (STORE-100..105)."""
     judging = rules.judging(now)  # read once: devices and leases judged consistently
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
@@ -55,16 +52,16 @@ def sweep(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> SweepResul
 #: left to itself it walks every device in ID order to spare the sort (6 ms).
 _QUIET = (
     "SELECT devices.id, devices.state, workers.last_heartbeat_at"
-    " FROM workers CROSS JOIN devices ON devices.worker_id = workers.id"
-    " WHERE workers.last_heartbeat_at <= ? ORDER BY devices.id"
+    " FROM workers CROSS JOIN devices"
+    " WHERE devices.worker_id = workers.id AND workers.last_heartbeat_at <= ?"
+    " ORDER BY devices.id"
 )
 
 
 def _demote(
-    conn: sa.Connection, now: int, rules: expiry.SweepRules, judging: bool
+    conn: queries.Conn, now: int, rules: expiry.SweepRules, judging: bool
 ) -> tuple[list[str], list[str], list[str]]:
     """Apply silence verdicts (STORE-101); returns (unknown, newly unhealthy, reap set)."""
-    d = t.devices.c
     # Only devices whose worker has been quiet long enough for some verdict; one second
     # of margin so that float rounding of ``now - floor`` never leaves one out (the rule
     # below still decides each row read).
@@ -76,11 +73,12 @@ def _demote(
     for device_id, state, heard_at in rows:
         verdict = expiry.demotion(state, heard_at, now, rules, judging)
         if verdict is expiry.Demotion.UNKNOWN:
-            done = moves.move_core(
+            done = moves.move(
                 conn,
                 DEVICE,
                 Op.SWEEP_UNKNOWN,
-                d.id == device_id,
+                "id = ?",
+                (device_id,),
                 state=DeviceState.UNKNOWN,
                 quarantine_reason="",
                 quarantine_detail="",
@@ -89,11 +87,12 @@ def _demote(
                 unknown.append(device_id)
         elif verdict is expiry.Demotion.WRITE_OFF:
             # Only a device not already unhealthy: an existing reason is kept (STORE-031).
-            done = moves.move_core(
+            done = moves.move(
                 conn,
                 DEVICE,
                 Op.WRITE_OFF,
-                d.id == device_id,
+                "id = ?",
+                (device_id,),
                 state=DeviceState.UNHEALTHY,
                 quarantine_reason=Quarantine.WORKER_LOST,
                 quarantine_detail="",
@@ -106,28 +105,29 @@ def _demote(
     return unknown, unhealthy, reap
 
 
-def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
+def _reap(conn: queries.Conn, now: int, reap: list[str]) -> list[str]:
     """Every active job on a written-off device -> ``lost``, whatever its worker (STORE-102)."""
     if not reap:
         return []
-    j, lc = t.jobs.c, t.leases.c
+    marks = sql.marks(len(reap))
     # A several-device job is on a device by any of its live leases (EXT-GANG-5).
-    leased = sa.select(lc.job_id).where(lc.device_id.in_(reap), lc.released_at.is_(None))
     victims = [
-        r.id
+        str(r[0])
         for r in conn.execute(
-            sa.select(j.id)
-            .where(sa.or_(j.device_id.in_(reap), j.id.in_(leased)), j.state.in_(_ACTIVE))
-            .order_by(j.seq)
+            f"SELECT id FROM jobs WHERE (device_id IN ({marks}) OR id IN"
+            f" (SELECT job_id FROM leases WHERE device_id IN ({marks}) AND released_at IS NULL))"
+            f" AND state IN ({sql.marks(len(_ACTIVE))}) ORDER BY seq",
+            (*reap, *reap, *_ACTIVE),
         )
     ]
     lost: list[str] = []
     for job_id in victims:
-        done = moves.move_core(
+        done = moves.move(
             conn,
             JOB,
             Op.WRITE_OFF,
-            j.id == job_id,
+            "id = ?",
+            (job_id,),
             state=JobState.LOST,
             kill_reason=REASON_WORKER_LOST,
             finished_at=now,
@@ -138,37 +138,36 @@ def _reap(conn: sa.Connection, now: int, reap: list[str]) -> list[str]:
     return lost
 
 
-def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str]:
+def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]:
     """End every lapsed live lease by its own ID and quarantine its device (STORE-103).
 
     Read after the reap, so leases the reap released are not seen again.
     """
-    lc, d, j = t.leases.c, t.devices.c, t.jobs.c
-    live = conn.execute(
-        sa.select(lc.id, lc.device_id, lc.job_id, lc.expires_at, lc.kind)
-        .where(lc.released_at.is_(None))
-        .order_by(lc.acquired_at, lc.id)
-    ).all()
+    live = conn.all(
+        "SELECT id, device_id, job_id, expires_at, kind FROM leases"
+        " WHERE released_at IS NULL ORDER BY acquired_at, id"
+    )
     reported: list[str] = []
     for lease_id, device_id, job_id, expires_at, kind in live:
         if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
             continue
         # By the lease's own ID: job_id may be '' (STORE-054).
         ended = conn.execute(
-            sa.update(t.leases)
-            .where(lc.id == lease_id, lc.released_at.is_(None))
-            .values(released_at=now)
+            "UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL",
+            (now, lease_id),
         ).rowcount
         if not ended:
             continue  # a sibling of a several-device job whose lease expired first
         # Expiry ends all of a job's leases together, and none of its devices is
         # proven empty (EXT-GANG-5): each sibling's device is quarantined too.
         siblings = leases.release_for_job(conn, now, job_id)
-        moves.move_core(
+        quarantined = [device_id, *siblings]
+        moves.move(
             conn,
             DEVICE,
             Op.EXPIRE,
-            d.id.in_([device_id, *siblings]),
+            queries.id_in(len(quarantined)),
+            quarantined,
             state=DeviceState.UNHEALTHY,
             quarantine_reason=Quarantine.LEASE_EXPIRED,
             quarantine_detail="",
@@ -176,11 +175,12 @@ def _expire(conn: sa.Connection, now: int, rules: expiry.SweepRules) -> list[str
         if not job_id:
             reported.append(lease_id)
             continue
-        done = moves.move_core(
+        done = moves.move(
             conn,
             JOB,
             Op.EXPIRE,
-            j.id == job_id,
+            "id = ?",
+            (job_id,),
             state=JobState.LOST,
             kill_reason=REASON_LEASE_EXPIRED,
             finished_at=now,

@@ -6,13 +6,10 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import fleet, jobs, queries
-from resource_controller.store import schema as t
+from resource_controller.store import fleet, jobs, queries, sql
 from resource_controller.store.records import (
     DeviceRecord,
     DeviceSnapshot,
@@ -84,15 +81,15 @@ class Sheet:
     host_wide: bool
 
 
-def sheet_for(conn: sa.Connection, device: DeviceRecord) -> Sheet:
+def sheet_for(conn: queries.Conn, device: DeviceRecord) -> Sheet:
     """The device's own usage sheet, or the host-wide one when its body is empty (STORE-154)."""
-    h = t.host_docs.c
 
     def read(device_id: str) -> tuple[str, int | None]:
-        r = conn.execute(
-            sa.select(h.body, h.updated_at).where(h.host == device.host, h.device_id == device_id)
-        ).first()
-        return (r.body, r.updated_at) if r else ("", None)
+        r = conn.one(
+            "SELECT body, updated_at FROM host_docs WHERE host = ? AND device_id = ?",
+            (device.host, device_id),
+        )
+        return (r[0], r[1]) if r else ("", None)
 
     body, at = read(device.id)
     if body:
@@ -101,7 +98,7 @@ def sheet_for(conn: sa.Connection, device: DeviceRecord) -> Sheet:
     return Sheet(body, at, True)
 
 
-def recent_jobs(conn: sa.Connection, device_id: str, n: int = 5) -> list[JobRecord]:
+def recent_jobs(conn: queries.Conn, device_id: str, n: int = 5) -> list[JobRecord]:
     return jobs.list_jobs(conn, n, device=device_id)
 
 
@@ -125,7 +122,7 @@ class Explanation:
     hint: str = ""
 
 
-def explain(conn: sa.Connection, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
+def explain(conn: queries.Conn, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
     """What a selector would match right now, from one snapshot (API-064): ``kept``, the
     store's, when given."""
     parsed = selectors.parse(text)
@@ -187,7 +184,7 @@ def wait_snapshot(
 
 
 def waiting_for(
-    conn: sa.Connection,
+    conn: queries.Conn,
     job: JobRecord,
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
@@ -201,7 +198,7 @@ def waiting_for(
 
 
 def waiting_for_all(
-    conn: sa.Connection,
+    conn: queries.Conn,
     queued: list[JobRecord],
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
@@ -213,32 +210,35 @@ def waiting_for_all(
     return waiting.waiting_for_all(snap, key)
 
 
-def active_job_on(conn: sa.Connection, device_id: str) -> str:
+def active_job_on(conn: queries.Conn, device_id: str) -> str:
     """The newest assigned/running job on a device, or ''; for fault events (STORE-074)."""
-    j = t.jobs.c
-    row = conn.execute(
-        sa.select(j.id)
-        .where(queries.on_device(device_id), j.state.in_([JobState.ASSIGNED, JobState.RUNNING]))
-        .order_by(j.submitted_at.desc(), j.seq.desc())
-        .limit(1)
-    ).first()
-    return row.id if row else ""
+    on, params = queries.on_device(device_id)
+    found = conn.value(
+        f"SELECT id FROM jobs WHERE {on} AND state IN (?, ?)"
+        " ORDER BY submitted_at DESC, seq DESC LIMIT 1",
+        (*params, str(JobState.ASSIGNED), str(JobState.RUNNING)),
+    )
+    return str(found) if found else ""
 
 
 # ---- post-sweep reads (store.md §21): run after the sweep committed, never inside it ----
 
 
-def quarantine_column(conn: sa.Connection, ids: list[str], column: str) -> dict[str, str]:
+def quarantine_column(conn: queries.Conn, ids: list[str], column: str) -> dict[str, str]:
     """Device ID -> current ``quarantine_reason`` or ``quarantine_detail`` for every ID
     with a row (STORE-170); IDs without a row are absent."""
     if not ids:
         return {}
-    d = t.devices.c
-    col = d[column]
-    return {r.id: r[1] for r in conn.execute(sa.select(d.id, col).where(d.id.in_(ids)))}
+    if column not in _QUARANTINE_COLUMNS:
+        raise ValueError(f"not a quarantine column: {column!r}")
+    rows = conn.execute(f"SELECT id, {column} FROM devices WHERE {queries.id_in(len(ids))}", ids)
+    return {str(r[0]): str(r[1]) for r in rows}
 
 
-def lease_devices(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
+_QUARANTINE_COLUMNS = frozenset({"quarantine_reason", "quarantine_detail"})
+
+
+def lease_devices(conn: queries.Conn, ids: list[str]) -> dict[str, str]:
     """Lease or job ID -> device, from live or released lease rows (STORE-171).
 
     ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
@@ -247,12 +247,12 @@ def lease_devices(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
     """
     if not ids:
         return {}
-    lc = t.leases.c
     out: dict[str, str] = {}
+    marks = sql.marks(len(ids))
     rows = conn.execute(
-        sa.select(lc.id, lc.job_id, lc.device_id)
-        .where(sa.or_(lc.id.in_(ids), lc.job_id.in_(ids)))
-        .order_by(lc.acquired_at, lc.id)
+        f"SELECT id, job_id, device_id FROM leases WHERE id IN ({marks}) OR job_id IN ({marks})"
+        " ORDER BY acquired_at, id",
+        (*ids, *ids),
     )
     for lease_id, job_id, device_id in rows:
         out[lease_id] = device_id

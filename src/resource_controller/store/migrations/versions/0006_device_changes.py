@@ -46,6 +46,35 @@ TRIGGERS = {
 }
 
 
+#: PostgreSQL's form: one trigger function noting the row's device (its old ID too when
+#: a delete, a label update or an ID change leaves it), the same counter and table.
+PG_FUNCTIONS = (
+    "CREATE FUNCTION rc_note_device(who text) RETURNS void LANGUAGE sql AS $$"
+    " UPDATE counters SET value = value + 1 WHERE name = 'fleet_version';"
+    " INSERT INTO device_changes (device_id, version)"
+    " SELECT who, value FROM counters WHERE name = 'fleet_version'"
+    " ON CONFLICT (device_id) DO UPDATE SET version = excluded.version; $$",
+    "CREATE FUNCTION rc_noted() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    " IF TG_TABLE_NAME = 'devices' THEN"
+    "  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND OLD.id IS DISTINCT FROM NEW.id) THEN"
+    "   PERFORM rc_note_device(OLD.id); END IF;"
+    "  IF TG_OP <> 'DELETE' THEN PERFORM rc_note_device(NEW.id); END IF;"
+    " ELSE"
+    "  IF TG_OP <> 'INSERT' THEN PERFORM rc_note_device(OLD.device_id); END IF;"
+    "  IF TG_OP <> 'DELETE' THEN PERFORM rc_note_device(NEW.device_id); END IF;"
+    " END IF; RETURN NULL; END $$",
+)
+PG_TRIGGERS = {
+    "devices_noted": "AFTER INSERT OR DELETE ON devices",
+    "devices_noted_update": f"AFTER UPDATE OF {_SCHEDULED} ON devices",
+    "labels_noted": "AFTER INSERT OR UPDATE OR DELETE ON device_labels",
+}
+
+
+def _postgres() -> bool:
+    return bool(op.get_bind().dialect.name == "postgresql")
+
+
 def upgrade() -> None:
     op.create_table(
         "device_changes",
@@ -54,14 +83,29 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("device_id"),
     )
     op.create_index("device_changes_version", "device_changes", ["version"])
-    op.execute("INSERT OR IGNORE INTO counters (name, value) VALUES ('fleet_version', 0)")
+    op.execute(
+        "INSERT INTO counters (name, value) VALUES ('fleet_version', 0)"
+        " ON CONFLICT (name) DO NOTHING"
+    )
+    if _postgres():
+        for function in PG_FUNCTIONS:
+            op.execute(function)
+        for name, when in PG_TRIGGERS.items():
+            op.execute(f"CREATE TRIGGER {name} {when} FOR EACH ROW EXECUTE FUNCTION rc_noted()")
+        return
     for name, body in TRIGGERS.items():
         op.execute(f"CREATE TRIGGER {name} {body}")
 
 
 def downgrade() -> None:
-    for name in TRIGGERS:
-        op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    if _postgres():
+        for name, when in PG_TRIGGERS.items():
+            op.execute(f"DROP TRIGGER IF EXISTS {name} ON {when.split(' ON ')[-1]}")
+        op.execute("DROP FUNCTION IF EXISTS rc_noted()")
+        op.execute("DROP FUNCTION IF EXISTS rc_note_device(text)")
+    else:
+        for name in TRIGGERS:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
     op.drop_index("device_changes_version", table_name="device_changes")
     op.drop_table("device_changes")
     op.execute("DELETE FROM counters WHERE name = 'fleet_version'")

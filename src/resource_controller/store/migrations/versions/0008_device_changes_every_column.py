@@ -45,7 +45,22 @@ _CHANGED = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in NOTED)
 _OLD_SCHEDULED = "host, name, worker_id, state, max_runtime, draining"
 
 
+_PG_CHANGED = " OR ".join(f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in NOTED)
+
+
+def _postgres() -> bool:
+    return bool(op.get_bind().dialect.name == "postgresql")
+
+
 def upgrade() -> None:
+    if _postgres():
+        # One trigger: rc_noted (0006) notes the old ID of a renamed device itself.
+        op.execute("DROP TRIGGER devices_noted_update ON devices")
+        op.execute(
+            "CREATE TRIGGER devices_noted_update AFTER UPDATE ON devices FOR EACH ROW"
+            f" WHEN ({_PG_CHANGED}) EXECUTE FUNCTION rc_noted()"
+        )
+        return
     op.execute("DROP TRIGGER devices_noted_update")
     op.execute(
         f"CREATE TRIGGER devices_noted_update AFTER UPDATE ON devices WHEN {_CHANGED} "
@@ -59,6 +74,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if _postgres():
+        op.execute("DROP TRIGGER devices_noted_update ON devices")
+        op.execute(
+            f"CREATE TRIGGER devices_noted_update AFTER UPDATE OF {_OLD_SCHEDULED} ON devices"
+            " FOR EACH ROW EXECUTE FUNCTION rc_noted()"
+        )
+        return
     op.execute("DROP TRIGGER devices_noted_rename")
     op.execute("DROP TRIGGER devices_noted_update")
     op.execute(
