@@ -192,9 +192,17 @@ def test_a_grant_rereads_only_its_device(store: Store, make: Factory, raw: Raw) 
 def test_every_device_column_but_the_heartbeat_stamp_is_noted(raw: Raw) -> None:
     from resource_controller.store import schema
 
-    (trigger,) = raw.rows("SELECT sql FROM sqlite_master WHERE name = 'devices_noted_update'")
-    when = trigger["sql"].split(" WHEN ", 1)[1].split(" BEGIN ", 1)[0]
-    noted = sorted(re.findall(r"OLD\.(\w+) IS NOT NEW\.\1", when))
+    if raw.postgres:
+        (trigger,) = raw.rows(
+            "SELECT pg_get_triggerdef(oid) AS sql FROM pg_trigger"
+            " WHERE tgname = 'devices_noted_update'"
+        )
+        same = r"\(?old\.(\w+) IS DISTINCT FROM new\.\1\)?"
+    else:
+        (trigger,) = raw.rows("SELECT sql FROM sqlite_master WHERE name = 'devices_noted_update'")
+        same = r"OLD\.(\w+) IS NOT NEW\.\1"
+    when = trigger["sql"].split(" WHEN ", 1)[1]
+    noted = sorted(set(re.findall(same, when, re.I)))
     columns = [c.name for c in schema.devices.columns if c.name != "last_heartbeat_at"]
     assert noted == sorted(columns)
 

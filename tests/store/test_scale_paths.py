@@ -76,6 +76,7 @@ def test_a_pass_on_an_empty_queue_places_nothing_and_a_queued_job_is_still_place
     assert store.job(job.id).state == states.JobState.ASSIGNED
 
 
+@pytest.mark.sqlite_only
 def test_a_workers_devices_are_found_through_an_index(
     store: Store, make: Factory, raw: Raw
 ) -> None:
@@ -246,6 +247,7 @@ def _reservation_rows(raw: Raw) -> dict[str, str]:
     return {r["device_id"]: r["job_id"] for r in raw.rows("SELECT * FROM reservations")}
 
 
+@pytest.mark.sqlite_only
 def test_a_pass_with_nothing_changed_reads_no_reservation_row(
     store: Store, make: Factory, raw: Raw
 ) -> None:

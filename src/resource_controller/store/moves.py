@@ -43,15 +43,23 @@ def _check_target(machine: Machine, op: Op, state: object) -> None:
 _SQL: dict[tuple[Any, ...], str] = {}
 
 
+def _in_sources(machine: Machine, op: Op) -> str:
+    """``state IN (<the op's source states>)``; ``FALSE`` for an op only from no row."""
+    sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
+    if not sources:
+        return "FALSE"
+    return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
+
+
 def _update_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
     """``UPDATE <table> SET state = ?, <keys> WHERE (<where>) AND state IN (<sources>)``."""
     cache = (machine.entity, op, where, keys, returning)
     text = _SQL.get(cache)
     if text is None:
-        sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
         assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
-        in_sources = ", ".join(f"'{s}'" for s in sources)
-        text = f"UPDATE {_table(machine)} SET {assigns} WHERE ({where}) AND state IN ({in_sources})"
+        text = (
+            f"UPDATE {_table(machine)} SET {assigns} WHERE ({where}) AND {_in_sources(machine, op)}"
+        )
         if returning:
             text += f" RETURNING {returning}"
         _SQL[cache] = text
@@ -126,9 +134,7 @@ def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[An
     label = _label(machine, op)
     text = _SQL.get(("remove", machine.entity, op, where))
     if text is None:
-        sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
-        in_sources = ", ".join(f"'{s}'" for s in sources)
-        text = f"DELETE FROM {_table(machine)} WHERE ({where}) AND state IN ({in_sources})"
+        text = f"DELETE FROM {_table(machine)} WHERE ({where}) AND {_in_sources(machine, op)}"
         _SQL[("remove", machine.entity, op, where)] = text
     n = int(db.execute(text, tuple(params), label).rowcount)
     log.debug("%s: %d row(s) removed", label, n)
