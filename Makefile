@@ -18,10 +18,11 @@ install: $(BIN)/rc
 demo: install
 	bash scripts/demo.sh
 
-## Lint, types, layering, then every test; then the store and controller tests again on
+## Lint, types, layering, then every test on four pytest-xdist workers (the tests mostly
+## wait on sockets, processes and threads); then the store and controller tests again on
 ## PostgreSQL (a cluster the tests start themselves; Debian package postgresql).
 test: install lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4
 	$(BIN)/pytest -q -n 4 --backend postgresql -m "not e2e and not fuzz" tests/store tests/controller
 
 ## The store and controller tests on PostgreSQL alone.
