@@ -83,17 +83,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_cluster(backend: str) -> Iterator[pg.Cluster | None]:
-    """The session's PostgreSQL cluster, its template migrated; None on SQLite."""
-    if backend != "postgresql":
-        yield None
-        return
+def pg_cluster() -> Iterator[pg.Cluster]:
+    """The session's PostgreSQL cluster, its template migrated, started on first use
+    (whatever ``--backend``: the several-controller tests need one on either)."""
     try:
         cluster = pg.start()
     except (OSError, subprocess.SubprocessError) as exc:
         if os.environ.get("CI"):
             raise
-        pytest.skip(f"--backend postgresql: cannot start a PostgreSQL cluster here ({exc})")
+        pytest.skip(f"cannot start a PostgreSQL cluster here ({exc})")
     try:
         Store(cluster.url(pg.TEMPLATE), FakeClock()).close()
         yield cluster
@@ -109,8 +107,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Pa
         return tmp_path / "rc.db"
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("a test of SQLite itself")
-    cluster = request.getfixturevalue("pg_cluster")
-    assert cluster is not None
+    cluster: pg.Cluster = request.getfixturevalue("pg_cluster")
     url: str = cluster.fresh_database()
     return url
 

@@ -241,6 +241,23 @@ def test_failover_to_the_next_url(stub: Stub) -> None:
     assert t.base_url == stub.url
 
 
+def test_a_5xx_moves_to_the_next_url_and_a_read_is_sent_there(stub: Stub) -> None:
+    other = Stub()
+    try:
+        stub.routes["GET /v1/state"] = lambda h: send_json(h, 503, {"error": "unavailable"})
+        stub.routes["POST /v1/jobs"] = lambda h: send_json(h, 500, {"error": "internal"})
+        other.routes["GET /v1/state"] = lambda h: send_json(h, 200, {"ok": True})
+        t = transport.Transport(f"{stub.url},{other.url}", "t")
+        assert t.request("GET", "/v1/state").json() == {"ok": True}  # EXT-PG-5
+        assert t.base_url == other.url
+        t = transport.Transport(f"{stub.url},{other.url}", "t")
+        with pytest.raises(errors.ApiError):  # a write is never sent twice
+            t.request("POST", "/v1/jobs", body={})
+        assert t.base_url == other.url and len(other.seen) == 1
+    finally:
+        other.close()
+
+
 def test_base_path_prefix_and_query(stub: Stub) -> None:
     stub.routes["GET /rc/v1/jobs"] = lambda h: send_json(h, 200, {"jobs": []})
     t = transport.Transport(stub.url + "/rc/", "t")

@@ -528,7 +528,7 @@ def test_kinds_seen_in_this_session() -> None:
 
 def test_healthz_needs_no_token_and_reports_the_store(rc: Harness) -> None:  # EXT-METRICS-3
     r = rc.anon.get("/healthz")
-    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    assert (r.status_code, r.json()) == (200, {"status": "ok", "leader": True})
     assert r.headers["content-type"].startswith("application/json")
     assert_error(rc.anon.get("/v1/state"), 401, "unauthorized")  # AUTH-031 still holds
     rc.svc.store.close()

@@ -173,7 +173,7 @@ def test_malformed_json_is_400_naming_the_field(
         )
         expect(content, status, code, word)
     assert not problems, "\n".join(problems)
-    assert rc.anon.get("/healthz").json() == {"status": "ok"}
+    assert rc.anon.get("/healthz").json() == {"status": "ok", "leader": True}
     # Still serving the real thing: a valid body on the same route is not refused.
     r = c.post(path, json=base)
     assert r.status_code < 500 and r.status_code not in (400, 401, 403, 413), (

@@ -228,7 +228,7 @@ def test_facts_and_faults_change_devices_only(ops: Ops) -> None:  # EVT-012's tr
 
 # ---- the only caller of the hub's wake methods is wake.apply ---------------------------
 
-WAKE_METHODS = {"kick_scheduler", "job_changed", "wake"}
+WAKE_METHODS = {"kick_scheduler", "job_changed", "wake", "wake_everyone", "wake_all"}
 
 
 def _wake_calls(tree: ast.AST) -> Iterator[tuple[str, int]]:

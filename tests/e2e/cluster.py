@@ -190,10 +190,13 @@ class Cluster:
         wait: bool = True,
         token: str = "wtok",
         args: tuple[str, ...] = (),
+        controller_url: str = "",
     ) -> subprocess.Popen[bytes]:
+        """``controller_url``: what the worker dials (several, comma-separated, for a
+        fleet of controllers); this cluster's controller by default."""
         cfg = self.tmp / f"worker-{host}.yaml"
         lines = [
-            f"controller_url: {self.url}",
+            f"controller_url: {controller_url or self.url}",
             f"token: {token}",
             f"host: {host}",
             f"heartbeat_interval: {heartbeat}",

@@ -172,7 +172,7 @@ def test_installed_controller_migrates_and_serves_the_dashboard(
                 return None
 
         status, body = wait_for(lambda: get("/healthz"), 30, "the installed controller")
-        assert (status, body.strip()) == (200, '{"status":"ok"}')
+        assert (status, body.strip()) == (200, '{"status":"ok","leader":true}')
         status, page = get("/") or (0, "")
         assert status == 200
         # The page inlines its style and script from controller/static/.

@@ -65,8 +65,11 @@ class PatientCluster(Cluster):
         wait: bool = True,
         token: str = "wtok",
         args: tuple[str, ...] = (),
+        controller_url: str = "",
     ) -> subprocess.Popen[bytes]:
-        proc = super().start_worker(host, devices, extra, env, heartbeat, False, token, args)
+        proc = super().start_worker(
+            host, devices, extra, env, heartbeat, False, token, args, controller_url
+        )
         if wait:
             want = {f"{host}:{d}" for d in devices}
             self._patient(proc, lambda: want <= self._device_ids())

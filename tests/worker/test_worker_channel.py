@@ -187,3 +187,39 @@ def test_a_refused_log_chunk_raises() -> None:  # WRK-085
                 await to.append_log("j", b"x", None)
 
     asyncio.run(go())
+
+
+def _dead_url() -> str:
+    """A loopback URL where nothing listens: connecting is refused."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_refused_controller_of_several_passes_the_request_to_the_next(
+    live: LiveController,
+) -> None:  # EXT-PG-5
+    contact = reconnect.Reconnect()
+    to = channel.Channel(f"{_dead_url()}, {live.url}/", "wtok", SystemClock(), contact)
+
+    async def go() -> None:
+        async with to.open():
+            worker_id = await to.register(wire.RegisterRequest(host=HOST, devices=[]))
+            assert worker_id and contact.instance == live.svc.instance
+            assert await to.heartbeat([], []) == ""  # the live one is kept
+
+    run(go())
+
+
+def test_a_list_of_refusing_controllers_is_no_answer() -> None:  # EXT-PG-5
+    to = channel.Channel(
+        f"{_dead_url()},{_dead_url()}", "wtok", SystemClock(), reconnect.Reconnect()
+    )
+
+    async def go() -> None:
+        async with to.open():
+            assert "connect call failed" in (await to.heartbeat([], [])).lower()
+
+    run(go())

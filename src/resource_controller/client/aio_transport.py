@@ -78,7 +78,8 @@ class AsyncTransport:
         timeout: float | None,
         stream: bool,
     ) -> tuple[httpx.Response, str]:
-        """Send, failing over to the next base URL only when connecting fails."""
+        """Send, failing over to the next base URL when connecting fails, and after a 5xx
+        (a read is sent again there; any other request answers the 5xx, EXT-PG-5)."""
         content = None if body is None else json.dumps(body).encode()
         suffix = "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
         last: httpx.HTTPError | None = None
@@ -97,6 +98,11 @@ class AsyncTransport:
             except httpx.HTTPError as e:
                 raise errors.TransportError(f"{request}: {_cause(e)}") from e
             self._current = index
+            if resp.status_code >= 500 and len(self._urls) > 1:
+                self._current = (index + 1) % len(self._urls)
+                if method == "GET" and step < len(self._urls) - 1:
+                    await resp.aclose()
+                    continue
             return resp, request
         assert last is not None
         raise self._unreachable(f"{method} {self._urls[self._current]}{path}", last) from last

@@ -347,6 +347,12 @@ class Transport:
             method, path, query, payload, timeout, whole=True
         )
         self._keep(conn, resp)
+        if resp.status >= 500 and self._fail_over() and method == "GET":
+            # Another controller of the list may answer (EXT-PG-5); a read is safe to repeat.
+            conn, resp, data, request = self._exchange(
+                method, path, query, payload, timeout, whole=True
+            )
+            self._keep(conn, resp)
         if not 200 <= resp.status < 300:
             raise self._refusal(resp, data)
         return Response(resp.status, data, request)
@@ -369,6 +375,15 @@ class Transport:
             self._keep(conn, resp)
             raise self._refusal(resp, data)
         return Stream(conn, resp, request, self._keep)
+
+    def _fail_over(self) -> bool:
+        """Send the next requests to the next controller of the list (after a 5xx: that
+        one cannot serve now, EXT-PG-5); False when there is no other."""
+        if len(self._bases) < 2:
+            return False
+        self.close()
+        self._current = (self._current + 1) % len(self._bases)
+        return True
 
     def close(self) -> None:
         """Close the kept-alive connection, if any."""

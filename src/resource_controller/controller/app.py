@@ -115,6 +115,8 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         # A stop signal ends every relay stream at once, so none holds the graceful
         # shutdown window open (TTY-002: sessions do not outlive the process).
         tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
+        if not svc.peers.alone:
+            tasks.append(asyncio.create_task(svc.peers.run(svc.hub), name="peers"))
         try:
             yield
         finally:

@@ -23,6 +23,7 @@ from resource_controller.clock import Clock
 from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.metrics import Metrics
+from resource_controller.controller.peers import Peers
 from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
@@ -83,8 +84,14 @@ class Services:
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
     )
 
+    #: This controller among the others on one database, and whether it leads.
+    peers: Peers = field(init=False)
+
     def __post_init__(self) -> None:
         self.hub.events.clock = self.clock.now  # the event ``at`` is the controller's clock
+        self.peers = Peers(self.store.database_url, self.instance, self.clock.now)
+        if not self.peers.alone:
+            self.hub.forward = self.peers.forward
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a store operation on the store thread."""

@@ -14,10 +14,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from resource_controller.controller.events import Broadcaster
 from resource_controller.controller.relay import Relay
 from resource_controller.controller.webhooks import Notifier
+
+if TYPE_CHECKING:
+    from resource_controller.controller.wake import Wake
 
 
 class Signals:
@@ -35,6 +40,11 @@ class Signals:
         if ev is not None:
             ev.set()
 
+    def wake_all(self) -> None:
+        events, self._events = self._events, defaultdict(asyncio.Event)
+        for ev in events.values():
+            ev.set()
+
 
 class Hub:
     """Wake-ups for worker long polls, log followers and the scheduler loop, and the two
@@ -50,10 +60,20 @@ class Hub:
         self.notifier: Notifier | None = None
         #: The interactive relay's sessions, in memory only (TTY-002).
         self.relay = Relay()
+        #: Where a committed change's wake-ups go for the other controllers sharing the
+        #: database (``controller/peers.py``); None when there are none.
+        self.forward: Callable[[Wake], None] | None = None
 
     def kick_scheduler(self) -> None:
         """Ask for a scheduling pass soon (EXT-FAST-1); kicks close together coalesce."""
         self.schedule.set()
+
+    def wake_everyone(self) -> None:
+        """Every long poll and log follower re-checks (a wake-up too big to name them)."""
+        self.workers.wake_all()
+        self.logs.wake_all()
+        self.events.jobs_nudge()
+        self.events.devices_nudge()
 
     def job_changed(self, job_id: str) -> None:
         """A job's state changed: followers of its log re-check it (EXT-FAST-2)."""

@@ -2,7 +2,10 @@
 
 Scheduler: a pass runs right after every change that can place a queued job
 (EXT-FAST-1); kicks that arrive while a pass runs coalesce into the next one. The
-periodic pass (1 s) only matters if a kick was somehow missed.
+periodic pass (1 s) only matters if a kick was somehow missed, and runs only on the
+leading controller (EXT-PG-8, ``controller/peers.py``), as do the reaper and log
+retention; a kicked pass runs where its change landed, serialised with every other
+controller's by the store.
 
 Reaper (SRV-031): every sweep interval, first one interval after start, one sweep
 judged by ``core.expiry``: worker silence demotes devices, and once the start-up
@@ -32,9 +35,12 @@ async def scheduler(svc: Services) -> None:
     """Run scheduling passes on every kick, and every ``schedule_interval`` regardless."""
     kick = svc.hub.schedule
     while not svc.hub.shutting_down.is_set():
+        kicked = False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(kick.wait(), svc.settings.schedule_interval)
+            kicked = await asyncio.wait_for(kick.wait(), svc.settings.schedule_interval)
         kick.clear()
+        if not (kicked or svc.peers.leading):
+            continue
         try:
             with svc.metrics.schedule_pass.time():
                 await perform(svc.hub, service.schedule_pass(svc))
@@ -63,6 +69,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
         now = svc.clock.now()
         gap = now - guard.previous if guard.previous is not None else 0.0
         guard = guard.after_pass(now, s.sweep_interval)
+        if not svc.peers.leading or svc.peers.since is None:
+            continue
         if guard.just_stalled:
             log.warning(
                 "reaper pass started %g s after the previous one (interval %g s): the "
@@ -76,7 +84,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
         rules = expiry.SweepRules(
             grace=s.grace,
             unhealthy_after=s.unhealthy_after,
-            hold_off_until=hold_off_until,
+            # A controller that began to lead later judges no silence it did not see.
+            hold_off_until=max(hold_off_until, svc.peers.since + s.hold_off),
             retain=s.retain_disconnected_jobs,
             stalled=not guard.may_judge,
         )

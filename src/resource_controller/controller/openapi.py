@@ -52,7 +52,7 @@ class Op:
     failures: dict[str, str] = field(default_factory=dict)
     #: Answers with a fixed small JSON object: status -> (description, example). A role
     #: of "none" means no token at all (EXT-METRICS-3).
-    json: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    json: dict[str, tuple[str, dict[str, str | bool]]] = field(default_factory=dict)
 
 
 _EMPTY_OK = {"200": "done; empty body (API-008)"}
@@ -211,8 +211,12 @@ ROUTES: dict[tuple[str, str], Op] = {
     ("get", "/healthz"): Op(
         "none",
         json={
-            "200": ("the store answered a read", {"status": "ok"}),
-            "503": ("the store did not answer a read", {"status": "unavailable"}),
+            "200": (
+                "the store answered a read; leader: this controller runs the scheduler and"
+                " the reaper (EXT-PG-8)",
+                {"status": "ok", "leader": True},
+            ),
+            "503": ("the store did not answer a read", {"status": "unavailable", "leader": False}),
         },
     ),
     ("get", "/metrics"): Op(
@@ -301,6 +305,13 @@ def document(app: FastAPI) -> dict[str, Any]:
     return doc
 
 
+def _property(example: str | bool) -> dict[str, Any]:
+    """A string field takes exactly its example's value; a flag either value."""
+    if isinstance(example, bool):
+        return {"type": "boolean"}
+    return {"type": "string", "enum": [example]}
+
+
 def _complete(op: dict[str, Any], spec: Op, schemas: dict[str, Any]) -> None:
     op["description"] = "\n\n".join(
         part for part in (op.get("description", ""), _ROLE_NOTE[spec.role]) if part
@@ -314,9 +325,7 @@ def _complete(op: dict[str, Any], spec: Op, schemas: dict[str, Any]) -> None:
                 JSON: {
                     "schema": {
                         "type": "object",
-                        "properties": {
-                            k: {"type": "string", "enum": [v]} for k, v in example.items()
-                        },
+                        "properties": {k: _property(v) for k, v in example.items()},
                         "required": sorted(example),
                     }
                 }

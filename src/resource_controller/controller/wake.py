@@ -53,6 +53,9 @@ class Wake:
     swept: bool = False
     #: Webhook events raised by the change, stamped when raised (HOOKN-010..016).
     notices: tuple[Notice, ...] = ()
+    #: Every long poll and log follower re-checks: another controller's change too
+    #: large to name each (``controller/peers.py``).
+    everyone: bool = False
 
     def __or__(self, other: Wake) -> Wake:
         return Wake(
@@ -66,6 +69,7 @@ class Wake:
             assigned=self.assigned or other.assigned,
             swept=self.swept or other.swept,
             notices=self.notices + other.notices,
+            everyone=self.everyone or other.everyone,
         )
 
     @property
@@ -103,8 +107,9 @@ class Done(Generic[T]):
     error: errors.RcError | None = None
 
 
-def apply(hub: Hub, wake: Wake) -> None:
-    """Act on the wake-ups of a committed change; the only caller of the hub's wake methods."""
+def apply(hub: Hub, wake: Wake, *, forward: bool = True) -> None:
+    """Act on the wake-ups of a committed change; the only caller of the hub's wake methods.
+    ``forward``: pass them on to the other controllers too (not for theirs)."""
     for worker_id in sorted(wake.workers):
         hub.workers.wake(worker_id)
     for job_id in sorted(wake.ended):
@@ -113,7 +118,11 @@ def apply(hub: Hub, wake: Wake) -> None:
         hub.logs.wake(job_id)
     if wake.schedule:
         hub.kick_scheduler()
+    if wake.everyone:
+        hub.wake_everyone()
     publish(hub, wake)
+    if forward and hub.forward is not None:
+        hub.forward(wake)
 
 
 def publish(hub: Hub, wake: Wake) -> None:

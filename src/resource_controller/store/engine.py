@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
 from resource_controller import errors
-from resource_controller.store import private
+from resource_controller.store import locks, private
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -70,6 +70,14 @@ def _postgres_engine(url: str) -> sa.Engine:
             "a postgresql:// database needs psycopg: install rc with its postgresql extra"
         ) from exc
     return sa.create_engine(url, poolclass=sa.pool.NullPool)
+
+
+def libpq_url(engine: sa.Engine) -> str | None:
+    """The PostgreSQL database as a libpq URL (for connections outside the store, such as
+    the controllers' leadership and wake-ups); None for SQLite."""
+    if engine.dialect.name != "postgresql":
+        return None
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def open_driver(engine: sa.Engine) -> tuple[sa.Connection, Any]:
@@ -130,10 +138,6 @@ def _strpos(text: str | None, part: str | None) -> int | None:
     return text.find(part) + 1
 
 
-#: The advisory lock (a number of ours) that serialises migrations on PostgreSQL.
-MIGRATION_LOCK = 0x72630001
-
-
 def _known_revision(script: ScriptDirectory, revision: str) -> bool:
     # Alembic raises (CommandError) for a revision it cannot locate rather than
     # returning None, so an unknown, newer revision must be caught here (STORE-006).
@@ -157,7 +161,7 @@ def migrate(engine: sa.Engine) -> None:
         if engine.dialect.name == "postgresql":
             # Controllers starting together: one migrates, the others wait here, then
             # find the schema current.
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": locks.MIGRATION})
         script = ScriptDirectory.from_config(_alembic_config(conn))
         current = MigrationContext.configure(conn).get_current_revision()
         if current is not None and not _known_revision(script, current):

@@ -26,6 +26,7 @@ from resource_controller.store import (
     fleet,
     jobs,
     leases,
+    locks,
     queries,
     reserved,
     sql,
@@ -52,6 +53,9 @@ class Store:
         self.aging = max(0, int(priority_aging))
         self._engine = engine.create_engine(database)
         engine.migrate(self._engine)
+        #: The PostgreSQL database as a libpq URL, for the controllers' own connections;
+        #: None on SQLite.
+        self.database_url = engine.libpq_url(self._engine)
         self._conn, driver = engine.open_driver(self._engine)
         self._db = sql.Db(driver, self._engine.dialect.name)
         self._lock = threading.RLock()
@@ -119,7 +123,7 @@ class Store:
 
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""
-        with self._lock:
+        with self._lock, self._db.exclusive(locks.SCHEDULING_PASS):
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
                 self.now(), self._tx, self.aging, self._read, end, self._fleet, self._reserved

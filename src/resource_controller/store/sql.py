@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import sqlite3
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any, Protocol
 
 #: A row as the driver returns it: a tuple, read by position.
@@ -82,6 +83,21 @@ class Db:
 
             return bool(self.driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
         return bool(self.driver.in_transaction)
+
+    @contextmanager
+    def exclusive(self, key: int) -> Iterator[None]:
+        """One holder of ``key`` at a time among every connection to the database: a
+        PostgreSQL session advisory lock, for what several controllers must not do at
+        once. On SQLite one process owns the file and its store lock is enough."""
+        if not self.postgres:
+            yield
+            return
+        self.driver.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            with suppress(*self.errors):  # a broken connection took the lock with it
+                self.driver.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def data_version(self) -> int | None:
         """A number that changes whenever another connection commits (SQLite's pragma);

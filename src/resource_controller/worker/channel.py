@@ -40,6 +40,10 @@ from resource_controller.worker import http11, reconnect
 HTTP_TIMEOUT = 120.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
 
+#: A connection that was never made: the request was not sent, so another controller
+#: may take it (EXT-PG-5).
+CONNECT_ERRORS = (httpx.ConnectError, ConnectionRefusedError)
+
 #: Everything that means "no HTTP answer came back".
 TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError)
 
@@ -192,8 +196,10 @@ class Channel:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        # EXT-PG-5 (several URLs, failover) is not implemented: the first one is used.
-        self._base = base_url.split(",")[0].strip()
+        #: The controllers, in order (EXT-PG-5: ``controller_url`` may list several);
+        #: requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
+        self._bases = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        self._at = 0
         self._token = token
         self._clock = clock
         self._contact = contact
@@ -203,6 +209,13 @@ class Channel:
         #: Single-threaded asyncio: reads and writes never interleave mid-update,
         #: which is all WRK-033 asks for.
         self.worker_id = ""
+
+    @property
+    def _base(self) -> str:
+        return self._bases[self._at]
+
+    def _next(self) -> None:
+        self._at = (self._at + 1) % len(self._bases)
 
     def open(self) -> httpx.AsyncClient:
         """The client; the caller closes it (``async with channel.open():``).
@@ -228,14 +241,27 @@ class Channel:
         params: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> httpx.Response:
-        """One request to ``controller_url + path``; any answer counts as contact (WRK-032)."""
+        """One request to ``controller_url + path``; any answer counts as contact (WRK-032).
+
+        With several controllers listed, a refused connection tries the next at once
+        (nothing was sent), and a 5xx sends the following requests to the next."""
         assert self._client is not None, "the channel is not open"
-        async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
-            resp = await self._client.request(
-                method, self._base + path, json=body, content=content, params=params
-            )
-        self._contact.observe(self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
-        return resp
+        for step in range(len(self._bases)):
+            try:
+                async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
+                    resp = await self._client.request(
+                        method, self._base + path, json=body, content=content, params=params
+                    )
+            except CONNECT_ERRORS:
+                if step == len(self._bases) - 1:
+                    raise
+                self._next()
+                continue
+            self._contact.observe(self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
+            if resp.status_code >= 500 and len(self._bases) > 1:
+                self._next()
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- one method per route --------------------------------------------------
 

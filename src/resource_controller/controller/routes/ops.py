@@ -23,15 +23,16 @@ HEALTH_BOUND = 5.0
 
 @router.get("/healthz", response_class=JSONResponse)
 async def healthz(request: Request) -> JSONResponse:
-    """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise."""
+    """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise; with
+    whether this controller leads (EXT-PG-8)."""
     svc: Services = request.app.state.services
     try:
         async with asyncio.timeout(HEALTH_BOUND):
             await svc.db(svc.store.ping)
     except Exception:
         log.warning("health check: the store did not answer a read", exc_info=True)
-        return JSONResponse({"status": "unavailable"}, status_code=503)
-    return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "unavailable", "leader": svc.peers.leading}, status_code=503)
+    return JSONResponse({"status": "ok", "leader": svc.peers.leading})
 
 
 @router.get("/metrics", dependencies=[Depends(deps.require(Role.CLIENT))])

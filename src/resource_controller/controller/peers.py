@@ -1,0 +1,220 @@
+"""Several controllers on one PostgreSQL database: which one leads, and the wake-ups
+that cross from one to the others.
+
+Leadership (EXT-PG-8): the controller holding a session advisory lock, on a connection
+of its own, runs the periodic scheduling pass, the reaper and log retention. The others
+try the lock every ``TICK``, so one of them leads within a second or two of the
+leader's death: PostgreSQL ends a dead client's session and its locks with it. A
+leader checks its connection every ``TICK`` as well, and steps down (the flag first,
+before anything else) when the check fails or outlasts ``CHECK_BOUND``. Exclusivity
+never rests on this lock: it is the allocation transaction's and the live-lease
+index's (STORE-010), which every controller's grants go through.
+
+Wake-ups (EXT-PG-3): the wake-ups of each committed change (``wake.Wake``) go out on
+one LISTEN/NOTIFY channel, and every other controller applies them to its own hub, so
+a worker long-polling B learns at once of an assignment A made, and B's event stream
+carries A's changes. A wake-up is a hint (``hub.py``): one lost costs a poll timeout,
+never correctness. A scheduling kick is not sent: the controller where a change
+lands runs that change's pass itself.
+
+On SQLite there is one controller: it leads from the start and sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from resource_controller.controller.hub import Hub
+from resource_controller.controller.wake import SCHEDULE, Wake, apply
+from resource_controller.store import locks
+
+log = logging.getLogger(__name__)
+
+#: The LISTEN/NOTIFY channel of wake-ups.
+CHANNEL = "rc_wake"
+#: Seconds between a follower's tries of the lock, and between a leader's checks.
+TICK = 1.0
+#: A check or a try that takes longer than this counts as a lost connection.
+CHECK_BOUND = 2.0
+#: PostgreSQL refuses a notification payload of 8000 bytes or more; a wake-up that
+#: would not fit is sent as "wake everyone" instead.
+PAYLOAD_MAX = 7900
+
+
+class Peers:
+    """This controller's standing among the others, and its wake-up channel to them."""
+
+    def __init__(self, url: str | None, instance: str, clock: Callable[[], float]) -> None:
+        """``url``: the PostgreSQL database (libpq form) the controllers share; None alone."""
+        self.url = url
+        self.instance = instance
+        self._clock = clock
+        #: This controller leads: only then do the periodic pass and the reaper run.
+        self.leading = url is None
+        #: When it last began to lead (its clock); the reaper's hold-off counts from here.
+        self.since: float | None = clock() if url is None else None
+        self._outbox: asyncio.Queue[Wake] | None = None
+
+    @property
+    def alone(self) -> bool:
+        return self.url is None
+
+    def forward(self, wake: Wake) -> None:
+        """Queue a committed change's wake-ups for the other controllers (``wake.apply``)."""
+        if self._outbox is not None and crosses(wake):
+            self._outbox.put_nowait(wake)
+
+    async def run(self, hub: Hub) -> None:
+        """Lead or follow, listen and send, until the controller shuts down."""
+        if self.alone:
+            return
+        self._outbox = asyncio.Queue()
+        sender = asyncio.create_task(self._send_loop(), name="peers-send")
+        try:
+            while not hub.shutting_down.is_set():
+                try:
+                    await self._session(hub)
+                except Exception as exc:
+                    self._step_down(f"{type(exc).__name__}: {exc}")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(hub.shutting_down.wait(), TICK)
+        finally:
+            self._step_down("")
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+
+    def _step_down(self, why: str) -> None:
+        if self.leading:
+            log.warning("this controller stopped leading: %s", why or "shutting down")
+        self.leading = False
+        self.since = None
+
+    async def _session(self, hub: Hub) -> None:
+        """One connection's life: LISTEN, then each ``TICK`` try (or check) the lock and
+        apply what the others sent. Any failure ends it, and leadership with it."""
+        import psycopg
+
+        conn = await _connect(self.url)
+        try:
+            await conn.execute(f"LISTEN {CHANNEL}")
+            while not hub.shutting_down.is_set():
+                async with asyncio.timeout(CHECK_BOUND):
+                    await self._tick(conn, hub)
+                async for note in conn.notifies(timeout=TICK):
+                    self._receive(hub, note.payload)
+        except psycopg.Error as exc:
+            raise ConnectionError(str(exc).strip().splitlines()[0]) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _tick(self, conn: Any, hub: Hub) -> None:
+        if self.leading:
+            await conn.execute("SELECT 1")
+            return
+        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (locks.LEADER,))
+        row = await cursor.fetchone()
+        if row and row[0]:
+            self.leading, self.since = True, self._clock()
+            log.info("this controller leads (scheduler, reaper and retention run here)")
+            apply(hub, SCHEDULE, forward=False)
+
+    def _receive(self, hub: Hub, payload: str) -> None:
+        try:
+            sender, wake = decode(payload)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed wake-up from another controller")
+            return
+        if sender == self.instance:
+            return
+        apply(hub, wake, forward=False)
+
+    async def _send_loop(self) -> None:
+        """Send queued wake-ups, those queued together as one notification."""
+        assert self._outbox is not None
+        conn: Any = None
+        while True:
+            wake = await self._outbox.get()
+            while not self._outbox.empty():
+                wake = wake | self._outbox.get_nowait()
+            try:
+                if conn is None or conn.closed:
+                    conn = await _connect(self.url)
+                async with asyncio.timeout(CHECK_BOUND):
+                    await conn.execute(
+                        "SELECT pg_notify(%s, %s)", (CHANNEL, encode(self.instance, wake))
+                    )
+            except asyncio.CancelledError:
+                if conn is not None:
+                    await conn.close()
+                raise
+            except Exception as exc:  # a hint lost: the others find out at their next poll
+                log.warning("could not send a wake-up to the other controllers: %s", exc)
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                conn = None
+
+
+async def _connect(url: str | None) -> Any:
+    import psycopg
+
+    assert url is not None
+    async with asyncio.timeout(CHECK_BOUND * 2):
+        return await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=3)
+
+
+def crosses(wake: Wake) -> bool:
+    """Whether another controller has anything to do with ``wake``."""
+    return bool(
+        wake.workers
+        or wake.ended
+        or wake.output
+        or wake.devices
+        or wake.jobs
+        or wake.assigned
+        or wake.swept
+    )
+
+
+def encode(instance: str, wake: Wake) -> str:
+    """The notification payload of ``wake`` (its webhook notices stay with their origin)."""
+    text = json.dumps(
+        {
+            "from": instance,
+            "workers": sorted(wake.workers),
+            "ended": sorted(wake.ended),
+            "output": sorted(wake.output),
+            "devices": wake.devices,
+            "jobs": [list(j) for j in wake.jobs],
+            "assigned": wake.assigned,
+            "swept": wake.swept,
+        },
+        separators=(",", ":"),
+    )
+    if len(text.encode()) > PAYLOAD_MAX:
+        return json.dumps({"from": instance, "everyone": True})
+    return text
+
+
+def decode(payload: str) -> tuple[str, Wake]:
+    """(sender, wake-ups)."""
+    body = json.loads(payload)
+    sender = str(body["from"])
+    if body.get("everyone"):
+        return sender, Wake(everyone=True)
+    return sender, Wake(
+        workers=frozenset(str(w) for w in body["workers"]),
+        ended=frozenset(str(j) for j in body["ended"]),
+        output=frozenset(str(j) for j in body["output"]),
+        devices=bool(body["devices"]),
+        jobs=tuple((str(j), str(s)) for j, s in body["jobs"]),
+        assigned=bool(body["assigned"]),
+        swept=bool(body["swept"]),
+    )

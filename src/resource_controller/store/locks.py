@@ -1,0 +1,12 @@
+"""The PostgreSQL advisory lock keys of the project, in one place so that none collides.
+
+Several controllers share one database (EXT-PG-2); each key names one thing only one
+of them may do at a time.
+"""
+
+#: Migrating the schema: the first controller to start migrates, the others wait.
+MIGRATION = 0x7263_0001
+#: A scheduling pass: two at once could each rewrite the reservation rows.
+SCHEDULING_PASS = 0x7263_0002
+#: Leadership (held for as long as a controller leads, on a connection of its own).
+LEADER = 0x7263_0003
