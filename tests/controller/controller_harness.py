@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 from resource_controller.clock import FakeClock
 from resource_controller.controller import serve
 from resource_controller.controller.deps import Services, Settings
+from resource_controller.store.logs import LogStore
 from support.served import ServedController as LiveServer
 
 TOKENS = "wtok:worker,ctok:client,atok:admin"
@@ -105,6 +107,31 @@ class Harness:
                 return False
             time.sleep(0.01)
         return True
+
+    # ---- the stored output, wherever the store keeps it -------------------------------
+
+    def stored_log(self, job_id: str) -> bytes | None:
+        """A job's stored output, read from the store itself (its file, or its rows on
+        PostgreSQL); None when the job has no log at all."""
+        if job_id not in self.logged_jobs():
+            return None
+        snap = self.svc.logs.snapshot(job_id)
+        try:
+            out = b""
+            while chunk := snap.read():
+                out += chunk
+            return out
+        finally:
+            snap.close()
+
+    def logged_jobs(self) -> set[str]:
+        """The jobs the store keeps a log for (created on a first append or follow)."""
+        logs = self.svc.logs
+        if isinstance(logs, LogStore):
+            return {p.stem for p in logs.directory.glob("*.log")}
+        url = self.svc.store.database_url
+        with psycopg.connect(url or "", autocommit=True) as conn:
+            return {r[0] for r in conn.execute("SELECT job_id FROM job_logs")}
 
     def close(self) -> None:
         """End waiting polls and follows, drop every connection, then stop the server."""

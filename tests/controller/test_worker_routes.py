@@ -388,24 +388,21 @@ def test_log_append_is_verbatim(rc: Harness) -> None:
     for chunk in chunks:
         assert_empty_ok(rc.append(job_id, chunk))
     stored = b"".join(chunks)
-    assert (rc.data / "logs" / f"{job_id}.log").read_bytes() == stored
+    assert rc.stored_log(job_id) == stored
     assert rc.client.get(f"/v1/jobs/{job_id}/logs", params={"follow": "false"}).content == stored
 
 
 def test_log_append_limits_and_errors(rc: Harness) -> None:
     job_id, _ = rc.running_job()
-    path = rc.data / "logs" / f"{job_id}.log"
     assert_empty_ok(rc.append(job_id, b"a" * (1024 * 1024)))
     assert_error(rc.append(job_id, b"b" * (1024 * 1024 + 1)), 413, "chunk_too_large")
-    assert path.stat().st_size == 1024 * 1024  # nothing of the refused chunk was kept
+    assert rc.stored_log(job_id) == b"a" * (1024 * 1024)  # nothing of the refused chunk
     # The job's existence is not checked; a name outside [A-Za-z0-9._-] is a log error.
     assert_empty_ok(rc.append("not-a-known-job_1.2", b"x"))
     for bad in ["a%20b", "a$b", "caf%C3%A9", "a%3Ab", "%2E%2E", "%2E"]:
         r = rc.worker.post(f"/v1/jobs/{bad}/logs", content=b"x")
         assert_error(r, 500, "log_error")
-    assert sorted(p.name for p in (rc.data / "logs").iterdir()) == sorted(
-        [f"{job_id}.log", "not-a-known-job_1.2.log"]
-    )
+    assert rc.logged_jobs() == {job_id, "not-a-known-job_1.2"}
 
 
 def test_log_append_lease_epoch(rc: Harness) -> None:
@@ -416,7 +413,7 @@ def test_log_append_lease_epoch(rc: Harness) -> None:
     assert_error(rc.append(job_id, b"2", lease_epoch=str(epoch + 1)), 409, "stale_lease")
     assert_error(rc.append(job_id, b"3", lease_epoch="0"), 409, "stale_lease")
     assert_empty_ok(rc.append(job_id, b"4"))
-    assert (rc.data / "logs" / f"{job_id}.log").read_bytes() == b"14"
+    assert rc.stored_log(job_id) == b"14"
 
 
 # ---- API-037 / API-038: status ----------------------------------------------------------

@@ -59,10 +59,14 @@ def test_one_of_two_controllers_leads_and_a_job_submitted_to_either_runs(
     wait_for(lambda: {_leader(a), _leader(b)} == {True, False}, 15, "exactly one leader")
     # The worker dials only A; a job submitted to B is placed and handed out at once.
     a.start_worker("box", ["gpu0"])
-    status, job = b.api("POST", "/v1/jobs", {"command": ["true"], "submitter": "s"})
+    command = ["echo", "hello from the worker of A"]
+    status, job = b.api("POST", "/v1/jobs", {"command": command, "submitter": "s"})
     assert status == 201, job
     done = b.wait_job(job["id"], lambda j: j["state"] == "succeeded", timeout=20)
     assert done["exit_code"] == 0
+    # The output reached A; B reads it from the database (EXT-PG-4).
+    logs = b.rc("logs", job["id"], RC_CONTROLLER=b.url)
+    assert logs.stdout == "hello from the worker of A\n", logs
 
 
 def test_killing_the_leader_loses_no_job_and_doubles_none(

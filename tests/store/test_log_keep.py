@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import random
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +18,9 @@ from resource_controller.controller import serve, service
 from resource_controller.controller.deps import Settings
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
-from resource_controller.store.logs import MARKER_ROOM, LogStore
-from support import store_helpers
+from resource_controller.store.logrows import DatabaseLogStore
+from resource_controller.store.logs import MARKER_ROOM, JobLogs, LogStore
+from support import pg, store_helpers
 
 if TYPE_CHECKING:
     from conftest import Factory
@@ -35,7 +37,29 @@ def output(size: int, seed: int = 7) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def stored(logs: LogStore, job_id: str, settled: bool = True) -> bytes:
+OpenLogs = Callable[[int], JobLogs]
+
+
+@pytest.fixture(params=["files", "database"])
+def open_logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenLogs]:
+    """A log store with a given cap: files in ``tmp_path``, or rows in a fresh PostgreSQL
+    database (EXT-PG-4); both keep the same view."""
+    if request.param == "files":
+        yield lambda cap: LogStore(tmp_path, cap)
+        return
+    url = request.getfixturevalue("pg_cluster").fresh_database()
+    made: list[DatabaseLogStore] = []
+
+    def make(cap: int) -> JobLogs:
+        made.append(DatabaseLogStore(url, cap))
+        return made[-1]
+
+    yield make
+    for logs in made:
+        logs.close()
+
+
+def stored(logs: JobLogs, job_id: str, settled: bool = True) -> bytes:
     snap = logs.snapshot(job_id, settled=settled)
     try:
         out = b""
@@ -46,8 +70,10 @@ def stored(logs: LogStore, job_id: str, settled: bool = True) -> bytes:
         snap.close()
 
 
-def test_one_megabyte_under_a_64k_cap_keeps_head_marker_and_tail(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, CAP)
+def test_one_megabyte_under_a_64k_cap_keeps_head_marker_and_tail(
+    open_logs: OpenLogs, tmp_path: Path
+) -> None:
+    logs = open_logs(CAP)
     data = output(1_000_000)
     for at in range(0, len(data), 4096):
         logs.append("job1", data[at : at + 4096])
@@ -59,13 +85,17 @@ def test_one_megabyte_under_a_64k_cap_keeps_head_marker_and_tail(tmp_path: Path)
     assert int(m.group(1)) == len(data) - HEAD - TAIL
     assert got[m.end() :] == data[-TAIL:]
     assert logs.stored_bytes("job1") == len(got)
+    if not isinstance(logs, LogStore):
+        return
     # On disk: the head file never grew past its half; the ring never past its size.
     assert (tmp_path / "job1.log").stat().st_size == HEAD
     assert (tmp_path / "job1.tail").stat().st_size == 16 + TAIL
 
 
-def test_a_chunk_larger_than_the_whole_cap_keeps_its_own_head_and_tail(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, CAP)
+def test_a_chunk_larger_than_the_whole_cap_keeps_its_own_head_and_tail(
+    open_logs: OpenLogs, tmp_path: Path
+) -> None:
+    logs = open_logs(CAP)
     data = output(300 * KIB)
     logs.append("big", data)
     got = stored(logs, "big")
@@ -74,16 +104,18 @@ def test_a_chunk_larger_than_the_whole_cap_keeps_its_own_head_and_tail(tmp_path:
     assert got[: m.start()] == data[:HEAD] and got[m.end() :] == data[-TAIL:]
 
 
-def test_output_under_the_cap_is_stored_exactly(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, CAP)
+def test_output_under_the_cap_is_stored_exactly(open_logs: OpenLogs, tmp_path: Path) -> None:
+    logs = open_logs(CAP)
     data = output(HEAD + TAIL)  # the most that fits with nothing dropped
     for at in range(0, len(data), 1000):
         logs.append("fits", data[at : at + 1000])
     assert stored(logs, "fits") == data
 
 
-def test_a_follower_of_a_running_job_reads_only_bytes_that_never_move(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, CAP)
+def test_a_follower_of_a_running_job_reads_only_bytes_that_never_move(
+    open_logs: OpenLogs, tmp_path: Path
+) -> None:
+    logs = open_logs(CAP)
     data = output(200 * KIB)
     logs.append("live", data)
     assert stored(logs, "live", settled=False) == data[:HEAD]
@@ -98,13 +130,14 @@ def test_a_follower_of_a_running_job_reads_only_bytes_that_never_move(tmp_path: 
     assert MARKER.match(rest) is not None and rest.endswith(data[-1000:])
 
 
-def test_without_a_cap_everything_is_stored(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, 0)
+def test_without_a_cap_everything_is_stored(open_logs: OpenLogs, tmp_path: Path) -> None:
+    logs = open_logs(0)
     data = output(200 * KIB)
     logs.append("all", data[:100])
     logs.append("all", data[100:])
     assert stored(logs, "all") == data
     assert not (tmp_path / "all.tail").exists()
+    assert logs.stored_bytes("all") == len(data) and logs.stored_bytes("none") == 0
 
 
 def test_a_ring_keeps_its_size_when_the_cap_changes(tmp_path: Path) -> None:
@@ -118,13 +151,14 @@ def test_a_ring_keeps_its_size_when_the_cap_changes(tmp_path: Path) -> None:
     assert got[: m.start()] == data[:HEAD] and got[m.end() :] == data[-TAIL:]
 
 
-def test_delete_removes_head_and_tail(tmp_path: Path) -> None:
-    logs = LogStore(tmp_path, CAP)
+def test_delete_removes_head_and_tail(open_logs: OpenLogs, tmp_path: Path) -> None:
+    logs = open_logs(CAP)
     logs.append("gone", output(100 * KIB))
     assert logs.delete("gone") is True
     assert stored(logs, "gone") == b""
     assert logs.delete("gone") is False
-    assert list(tmp_path.iterdir()) == []
+    if isinstance(logs, LogStore):
+        assert list(tmp_path.iterdir()) == []
 
 
 # ---- retention ------------------------------------------------------------------------
@@ -188,3 +222,22 @@ def test_the_retention_pass_deletes_old_output_in_bounded_batches(
     finally:
         svc.executor.shutdown(wait=True)
         svc.store.close()
+
+
+def test_controllers_sharing_a_database_append_to_and_read_one_log(
+    pg_cluster: pg.Cluster,
+) -> None:
+    # EXT-PG-4: a worker's chunks may reach any controller; any other reads them all.
+    url = pg_cluster.fresh_database()
+    a, b, reader = (DatabaseLogStore(url, CAP) for _ in range(3))
+    try:
+        data = output(150 * KIB)
+        for n, at in enumerate(range(0, len(data), 3000)):
+            (a if n % 2 else b).append("shared", data[at : at + 3000])
+        got = stored(reader, "shared")
+        m = MARKER.search(got)
+        assert m is not None
+        assert got[: m.start()] == data[:HEAD] and got[m.end() :] == data[-TAIL:]
+    finally:
+        for logs in (a, b, reader):
+            logs.close()

@@ -28,7 +28,7 @@ from resource_controller.core import expiry, limits
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
-from resource_controller.store.logs import DEFAULT_MAX_BYTES, LogStore
+from resource_controller.store.logs import DEFAULT_MAX_BYTES, JobLogs
 
 T = TypeVar("T")
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -71,7 +71,7 @@ class Services:
     """The controller's long-lived parts, shared by routes and loops."""
 
     store: Store
-    logs: LogStore
+    logs: JobLogs
     clock: Clock
     auth: Authenticator
     settings: Settings

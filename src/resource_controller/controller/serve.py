@@ -39,7 +39,8 @@ from resource_controller.core import testtimings
 from resource_controller.errors import RcError
 from resource_controller.store import engine, private
 from resource_controller.store.facade import Store
-from resource_controller.store.logs import MIN_MAX_BYTES, LogStore
+from resource_controller.store.logrows import DatabaseLogStore
+from resource_controller.store.logs import MIN_MAX_BYTES, JobLogs, LogStore
 
 log = logging.getLogger("rc.controller")
 
@@ -142,7 +143,7 @@ def open_services(
     try:
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
-        logs = LogStore(data / "logs", settings.max_log_bytes)
+        logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
             raise StartupError(str(exc)) from exc
@@ -155,6 +156,14 @@ def open_services(
     return Services(
         store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
     )
+
+
+def open_logs(store: Store, data: Path, max_bytes: int) -> JobLogs:
+    """Job output: in the database when several controllers may share it (PostgreSQL,
+    EXT-PG-4), else files under ``<data>/logs``."""
+    if store.database_url is not None:
+        return DatabaseLogStore(store.database_url, max_bytes)
+    return LogStore(data / "logs", max_bytes)
 
 
 class Server(uvicorn.Server):

@@ -368,7 +368,10 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
         current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
         if not current or int(epoch) != job.lease_epoch:
             raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
-    svc.logs.append(job_id, chunk)
+    if svc.logs.remote:
+        await asyncio.to_thread(svc.logs.append, job_id, chunk)
+    else:
+        svc.logs.append(job_id, chunk)
     return Done(None, Wake(output=frozenset((job_id,))))
 
 

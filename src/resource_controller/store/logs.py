@@ -30,8 +30,10 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from resource_controller import crashpoints, errors
 from resource_controller.store import private
@@ -73,8 +75,11 @@ class Layout:
         return cls(head, max_bytes - head - MARKER_ROOM)
 
 
-#: One piece of a log's view: bytes from a file descriptor at a position, or literal bytes.
-_Piece = tuple[int | bytes, int, int]
+#: Reads ``n`` bytes at a position of one stored piece (a chunk in the database).
+PieceReader = Callable[[int, int], bytes]
+#: One piece of a log's view: bytes from a file descriptor at a position, literal bytes,
+#: or bytes a reader fetches, with the position and the length.
+Piece = tuple[int | bytes | PieceReader, int, int]
 
 
 class Snapshot:
@@ -86,7 +91,7 @@ class Snapshot:
     loop.
     """
 
-    def __init__(self, pieces: list[_Piece], offset: int, fds: list[int] | None = None) -> None:
+    def __init__(self, pieces: list[Piece], offset: int, fds: list[int] | None = None) -> None:
         self._pieces = pieces
         self._fds = fds or []
         self.offset = offset
@@ -103,8 +108,10 @@ class Snapshot:
                 n = min(limit, length - skip)
                 if isinstance(source, bytes):
                     chunk = source[skip : skip + n]
-                else:
+                elif isinstance(source, int):
                     chunk = os.pread(source, n, at + skip)
+                else:
+                    chunk = source(at + skip, n)
                 self.offset += len(chunk)
                 if not chunk:
                     self.end = self.offset  # shorter than it was: nothing more to send
@@ -119,12 +126,43 @@ class Snapshot:
         self._fds = []
 
 
+class JobLogs(Protocol):
+    """Where the controller keeps job output: files here (``LogStore``), or the database
+    when several controllers share one (``store/logrows.py``, EXT-PG-4)."""
+
+    layout: Layout | None
+    #: An append waits on a server (the database), so the controller makes it off the
+    #: event loop; a file append is quicker in place than a thread hop.
+    remote: bool
+
+    def append(self, job_id: str, chunk: bytes) -> None: ...
+
+    def touch(self, job_id: str) -> None: ...
+
+    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes: ...
+
+    def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot: ...
+
+    def stored_bytes(self, job_id: str) -> int: ...
+
+    def delete(self, job_id: str) -> bool: ...
+
+
+def check_id(job_id: str) -> str:
+    """``job_id`` when it is a safe file name; ``LogError`` otherwise (LOG-001)."""
+    if not _SAFE_ID.match(job_id) or job_id in (".", ".."):
+        raise errors.LogError(f"job id {job_id!r} cannot name a log file")
+    return job_id
+
+
 class LogStore:
     """Append and read job logs; files are created on first append, mode 0600, in a
     0700 directory (``store.private``).
 
     ``max_bytes`` caps each job's stored output (EXT-KEEP-1); 0 stores everything.
     """
+
+    remote = False
 
     def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = directory
@@ -135,9 +173,7 @@ class LogStore:
         private.private_dir(directory)
 
     def path(self, job_id: str) -> Path:
-        if not _SAFE_ID.match(job_id) or job_id in (".", ".."):
-            raise errors.LogError(f"job id {job_id!r} cannot name a log file")
-        return self.directory / f"{job_id}.log"
+        return self.directory / f"{check_id(job_id)}.log"
 
     def tail_path(self, job_id: str) -> Path:
         """The ring of a log past its head (EXT-KEEP-1)."""
@@ -201,13 +237,13 @@ class LogStore:
             raise
         return Snapshot(pieces, offset, fds)
 
-    def _pieces(self, job_id: str, fds: list[int], settled: bool) -> list[_Piece]:
+    def _pieces(self, job_id: str, fds: list[int], settled: bool) -> list[Piece]:
         try:
             fd = os.open(self.path(job_id), os.O_RDONLY)
         except FileNotFoundError:
             return []
         fds.append(fd)
-        pieces: list[_Piece] = [(fd, 0, os.fstat(fd).st_size)]
+        pieces: list[Piece] = [(fd, 0, os.fstat(fd).st_size)]
         if not settled:
             return pieces
         try:

@@ -148,6 +148,27 @@ device_changes = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False),
 )
 
+#: Job output on PostgreSQL (EXT-PG-4, ``store/logrows.py``, migration 0009): per job,
+#: the head's length and the bytes its capped tail was ever given.
+job_logs = sa.Table(
+    "job_logs",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("head_bytes", sa.BigInteger, nullable=False),
+    sa.Column("tail_written", sa.BigInteger, nullable=False),
+)
+
+#: One chunk of a job's output: ``part`` 0 the head, 1 the tail; ``at`` its position
+#: in that part.
+log_chunks = sa.Table(
+    "log_chunks",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("part", sa.SmallInteger, primary_key=True),
+    sa.Column("at", sa.BigInteger, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,

@@ -131,7 +131,10 @@ async def logs(job_id: str, request: Request, svc: Svc) -> Response:
     if not follow:
         snap = await asyncio.to_thread(svc.logs.snapshot, job_id, offset)
         return StreamingResponse(_stream(snap), media_type=media, headers=TEXT_HEADERS)
-    svc.logs.touch(job_id)
+    if svc.logs.remote:
+        await asyncio.to_thread(svc.logs.touch, job_id)
+    else:
+        svc.logs.touch(job_id)
     return StreamingResponse(_follow(svc, job_id, offset), media_type=media, headers=TEXT_HEADERS)
 
 

@@ -1,0 +1,207 @@
+"""Job output in the database, for several controllers sharing one (EXT-PG-4).
+
+A worker's chunks may reach any controller and a follower may read from any other, so
+on PostgreSQL the output lives in two tables (migration 0009) rather than in one
+controller's files: ``log_chunks`` holds the bytes, each chunk a row, and ``job_logs``
+one row per job with the head's length and how many bytes the tail was ever given.
+
+The cap (EXT-KEEP-1) is ``store/logs.py``'s, chunk by chunk: the head takes the first
+half of the cap and only grows, so an offset a follower reached always names the same
+byte; everything after goes to the tail, whose chunks wholly older than its last
+``Layout.ring`` bytes are deleted. A reader sees the same view as of the files: the head,
+then (once the job ended) the marker and the tail's last ring bytes, or the whole tail
+while it never overflowed.
+
+Each append is one transaction that locks the job's ``job_logs`` row, so two appends
+for one job never interleave, whichever controllers take them. The store keeps a
+connection of its own (autocommit), used under a lock: logs are read off the event
+loop in threads, never inside a store transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from resource_controller import crashpoints, errors
+from resource_controller.store.logs import (
+    DEFAULT_MAX_BYTES,
+    MAX_OFFSET,
+    READ_CHUNK,
+    Layout,
+    Piece,
+    Snapshot,
+    check_id,
+    marker,
+)
+
+HEAD, TAIL = 0, 1  #: ``log_chunks.part``
+
+
+class DatabaseLogStore:
+    """``store.logs.JobLogs`` on the database at ``url`` (a libpq URL)."""
+
+    remote = True
+
+    def __init__(self, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        import psycopg
+
+        self._url = url
+        self._psycopg = psycopg
+        self.layout = Layout.for_cap(max_bytes)
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._connection()  # a database that cannot be reached stops the start
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def _run(self, what: str, job_id: str, work: Callable[[Any], Any]) -> Any:
+        """``work(connection)`` under the lock; a broken connection is dropped for the next
+        call, and any database error is a ``LogError`` naming ``what``."""
+        with self._lock:
+            try:
+                return work(self._connection())
+            except self._psycopg.Error as exc:
+                if self._conn is not None and self._conn.broken:
+                    self._conn.close()
+                    self._conn = None
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise errors.LogError(f"{what} log of {job_id} failed: {why}") from exc
+
+    def append(self, job_id: str, chunk: bytes) -> None:
+        check_id(job_id)
+
+        def write(conn: Any) -> None:
+            with conn.transaction():
+                crashpoints.hit("log_append", ".before_write")
+                self._append(conn, job_id, chunk)
+            crashpoints.hit("log_append", ".after_write")
+
+        self._run("append to", job_id, write)
+
+    def _append(self, conn: Any, job_id: str, chunk: bytes) -> None:
+        head, written = conn.execute(
+            "INSERT INTO job_logs (job_id, head_bytes, tail_written) VALUES (%s, 0, 0)"
+            " ON CONFLICT (job_id) DO UPDATE SET job_id = excluded.job_id"
+            " RETURNING head_bytes, tail_written",
+            (job_id,),
+        ).fetchone()
+        if not chunk:
+            return
+        layout = self.layout
+        room = len(chunk) if layout is None else (max(0, layout.head - head) if not written else 0)
+        if room:
+            part = chunk[:room]
+            conn.execute(_INSERT, (job_id, HEAD, head, part))
+            head += len(part)
+        rest = chunk[room:]
+        if rest:
+            assert layout is not None
+            conn.execute(_INSERT, (job_id, TAIL, written, rest))
+            written += len(rest)
+            # Chunks wholly before the ring's last bytes are never read again.
+            conn.execute(
+                "DELETE FROM log_chunks WHERE job_id = %s AND part = %s"
+                " AND at + length(data) <= %s",
+                (job_id, TAIL, written - layout.ring),
+            )
+        conn.execute(
+            "UPDATE job_logs SET head_bytes = %s, tail_written = %s WHERE job_id = %s",
+            (head, written, job_id),
+        )
+
+    def touch(self, job_id: str) -> None:
+        """Create the job's (empty) log, as the files' store does (LOG-003)."""
+        self.append(job_id, b"")
+
+    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
+        snap = self.snapshot(job_id, offset)
+        try:
+            return snap.read(limit)
+        finally:
+            snap.close()
+
+    def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
+        """The stored view from ``offset`` on, as ``LogStore.snapshot`` gives it; each
+        piece's bytes are fetched when read."""
+        if not 0 <= offset <= MAX_OFFSET:
+            raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
+        check_id(job_id)
+
+        def index(conn: Any) -> tuple[Any, list[Any]]:
+            with conn.transaction():  # the row and its chunks as of one moment
+                meta = conn.execute(
+                    "SELECT head_bytes, tail_written FROM job_logs WHERE job_id = %s", (job_id,)
+                ).fetchone()
+                chunks = conn.execute(
+                    "SELECT part, at, length(data) FROM log_chunks WHERE job_id = %s"
+                    " ORDER BY part, at",
+                    (job_id,),
+                ).fetchall()
+            return meta, chunks
+
+        meta, chunks = self._run("read the", job_id, index)
+        if meta is None:
+            return Snapshot([], offset)
+        pieces: list[Piece] = [
+            (self._reader(job_id, HEAD, at), 0, n) for part, at, n in chunks if part == HEAD
+        ]
+        if not settled:
+            return Snapshot(pieces, offset)
+        written = int(meta[1])
+        ring = self.layout.ring if self.layout is not None else written
+        start = max(0, written - ring)  #: where the tail's kept bytes begin
+        if start:
+            pieces.append((marker(start), 0, len(marker(start))))
+        for part, at, n in chunks:
+            if part != TAIL or at + n <= start:
+                continue
+            skip = max(0, start - at)
+            pieces.append((self._reader(job_id, TAIL, at), skip, n - skip))
+        return Snapshot(pieces, offset)
+
+    def _reader(self, job_id: str, part: int, at: int) -> Callable[[int, int], bytes]:
+        """Reads ``n`` bytes from position ``pos`` of one chunk (empty once it is gone)."""
+
+        def read(pos: int, n: int) -> bytes:
+            def fetch(conn: Any) -> bytes:
+                row = conn.execute(
+                    "SELECT substring(data FROM %s FOR %s) FROM log_chunks"
+                    " WHERE job_id = %s AND part = %s AND at = %s",
+                    (pos + 1, n, job_id, part, at),
+                ).fetchone()
+                return bytes(row[0]) if row else b""
+
+            data: bytes = self._run("read the", job_id, fetch)
+            return data
+
+        return read
+
+    def stored_bytes(self, job_id: str) -> int:
+        snap = self.snapshot(job_id)
+        return snap.end
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
+
+        def remove(conn: Any) -> bool:
+            with conn.transaction():
+                conn.execute("DELETE FROM log_chunks WHERE job_id = %s", (job_id,))
+                gone = conn.execute("DELETE FROM job_logs WHERE job_id = %s", (job_id,))
+                return bool(gone.rowcount)
+
+        found: bool = self._run("delete the", job_id, remove)
+        return found
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+_INSERT = "INSERT INTO log_chunks (job_id, part, at, data) VALUES (%s, %s, %s, %s)"
