@@ -64,6 +64,13 @@ class StoreError(RcError):
     """The database failed."""
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot be reached now; another controller, or a retry, may answer."""
+
+    code = "store_unavailable"
+    status = 503
+
+
 class NotFound(RcError):
     """Not found."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from resource_controller import crashpoints, errors
@@ -82,13 +82,37 @@ class Store:
         """Whole Unix seconds, truncated (STORE-004)."""
         return int(self.clock.now())
 
+    def _usable(self) -> sql.Db:
+        """The connection, opened again if the server dropped it (a database restart, a
+        network cut); ``StoreUnavailable`` while it cannot be. What was cached from the
+        old connection is read afresh."""
+        if not self._db.broken:
+            return self._db
+        with suppress(Exception):  # already gone with the server
+            self._conn.close()
+        try:
+            self._conn, driver = engine.open_driver(self._engine)
+        except Exception as exc:
+            raise errors.StoreUnavailable("the database cannot be reached") from exc
+        self._db = sql.Db(driver, self._engine.dialect.name)
+        self._fleet.forget()
+        self._reserved.forget()
+        self._settled = None
+        return self._db
+
+    def _failed(self, exc: BaseException) -> errors.StoreError:
+        """The error a driver failure becomes: unavailable when the connection went."""
+        if self._db.broken:
+            return errors.StoreUnavailable("the database cannot be reached")
+        return errors.StoreError(f"database error: {type(exc).__name__}")
+
     @contextmanager
     def _tx(self, point: str = "") -> Iterator[sql.Db]:
         """One transaction under the lock; ``point`` names its crash point (a test hook).
         A driver error becomes ``StoreError`` naming only its type."""
         with self._lock:
             self._gen += 1
-            db = self._db
+            db = self._usable()
             try:
                 db.begin()
                 try:
@@ -96,6 +120,9 @@ class Store:
                     crashpoints.hit(point, ".before_commit")
                     db.commit()
                 except BaseException:
+                    if db.broken:  # the transaction went with the connection
+                        self._fleet.forget()
+                        raise
                     db.rollback()
                     self._fleet.after_rollback(db)
                     raise
@@ -103,17 +130,18 @@ class Store:
             except errors.RcError:
                 raise
             except db.errors as exc:
-                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
+                raise self._failed(exc) from exc
 
     @contextmanager
     def _read(self) -> Iterator[sql.Db]:
         """Reads on the driver's connection under the lock, outside any transaction: each
         statement sees the last commit, and the lock keeps every writer out meanwhile."""
         with self._lock:
+            db = self._usable()
             try:
-                yield self._db
-            except self._db.errors as exc:
-                raise errors.StoreError(f"database error: {type(exc).__name__}") from exc
+                yield db
+            except db.errors as exc:
+                raise self._failed(exc) from exc
 
     # ---- queue ----------------------------------------------------------------
 
@@ -123,7 +151,7 @@ class Store:
 
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""
-        with self._lock, self._db.exclusive(locks.SCHEDULING_PASS):
+        with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
                 self.now(), self._tx, self.aging, self._read, end, self._fleet, self._reserved

@@ -65,6 +65,11 @@ class Db:
             self.errors = (psycopg.Error,)
             self.integrity_errors = (psycopg.IntegrityError,)
 
+    @property
+    def broken(self) -> bool:
+        """The connection to the server is lost (PostgreSQL); it must be opened again."""
+        return self.postgres and bool(self.driver.broken or self.driver.closed)
+
     def begin(self) -> None:
         self.driver.execute(self._begin)
 
