@@ -27,16 +27,13 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.wake import SCHEDULE, Wake, apply
-from resource_controller.store import locks
+from resource_controller.store.peering import PeerLink
 
 log = logging.getLogger(__name__)
 
-#: The LISTEN/NOTIFY channel of wake-ups.
-CHANNEL = "rc_wake"
 #: Seconds between a follower's tries of the lock, and between a leader's checks.
 TICK = 1.0
 #: A check or a try that takes longer than this counts as a lost connection.
@@ -98,29 +95,23 @@ class Peers:
     async def _session(self, hub: Hub) -> None:
         """One connection's life: LISTEN, then each ``TICK`` try (or check) the lock and
         apply what the others sent. Any failure ends it, and leadership with it."""
-        import psycopg
-
-        conn = await _connect(self.url)
+        assert self.url is not None
+        link = await PeerLink.open(self.url, CHECK_BOUND * 2)
         try:
-            await conn.execute(f"LISTEN {CHANNEL}")
+            await link.listen()
             while not hub.shutting_down.is_set():
                 async with asyncio.timeout(CHECK_BOUND):
-                    await self._tick(conn, hub)
-                async for note in conn.notifies(timeout=TICK):
-                    self._receive(hub, note.payload)
-        except psycopg.Error as exc:
-            raise ConnectionError(str(exc).strip().splitlines()[0]) from exc
+                    await self._tick(link, hub)
+                async for payload in link.received(TICK):
+                    self._receive(hub, payload)
         finally:
-            with contextlib.suppress(Exception):
-                await conn.close()
+            await link.close()
 
-    async def _tick(self, conn: Any, hub: Hub) -> None:
+    async def _tick(self, link: PeerLink, hub: Hub) -> None:
         if self.leading:
-            await conn.execute("SELECT 1")
+            await link.check()
             return
-        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (locks.LEADER,))
-        row = await cursor.fetchone()
-        if row and row[0]:
+        if await link.try_lead():
             self.leading, self.since = True, self._clock()
             log.info("this controller leads (scheduler, reaper and retention run here)")
             apply(hub, SCHEDULE, forward=False)
@@ -137,37 +128,27 @@ class Peers:
 
     async def _send_loop(self) -> None:
         """Send queued wake-ups, those queued together as one notification."""
-        assert self._outbox is not None
-        conn: Any = None
-        while True:
-            wake = await self._outbox.get()
-            while not self._outbox.empty():
-                wake = wake | self._outbox.get_nowait()
-            try:
-                if conn is None or conn.closed:
-                    conn = await _connect(self.url)
-                async with asyncio.timeout(CHECK_BOUND):
-                    await conn.execute(
-                        "SELECT pg_notify(%s, %s)", (CHANNEL, encode(self.instance, wake))
-                    )
-            except asyncio.CancelledError:
-                if conn is not None:
-                    await conn.close()
-                raise
-            except Exception as exc:  # a hint lost: the others find out at their next poll
-                log.warning("could not send a wake-up to the other controllers: %s", exc)
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close()
-                conn = None
-
-
-async def _connect(url: str | None) -> Any:
-    import psycopg
-
-    assert url is not None
-    async with asyncio.timeout(CHECK_BOUND * 2):
-        return await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=3)
+        assert self._outbox is not None and self.url is not None
+        link: PeerLink | None = None
+        try:
+            while True:
+                wake = await self._outbox.get()
+                while not self._outbox.empty():
+                    wake = wake | self._outbox.get_nowait()
+                try:
+                    if link is None or link.closed:
+                        link = await PeerLink.open(self.url, CHECK_BOUND * 2)
+                    async with asyncio.timeout(CHECK_BOUND):
+                        await link.notify(encode(self.instance, wake))
+                except (ConnectionError, TimeoutError) as exc:
+                    # A hint lost: the others find out at their next poll.
+                    log.warning("could not send a wake-up to the other controllers: %s", exc)
+                    if link is not None:
+                        await link.close()
+                    link = None
+        finally:
+            if link is not None:
+                await link.close()
 
 
 def crosses(wake: Wake) -> bool:

@@ -1,0 +1,89 @@
+"""A controller's own connection to a database other controllers share (PostgreSQL):
+the leadership lock and the wake-up channel, for ``controller/peers.py``.
+
+Asynchronous (psycopg's asyncio connection), so the controller's event loop waits on
+it without a thread. Every driver failure comes out as ``ConnectionError`` with its
+first line: to the caller, whatever went wrong means the link is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from resource_controller.store import locks
+
+#: The LISTEN/NOTIFY channel of wake-ups.
+CHANNEL = "rc_wake"
+
+
+def _gone(exc: Exception) -> ConnectionError:
+    text = str(exc).strip()
+    return ConnectionError(text.splitlines()[0] if text else type(exc).__name__)
+
+
+class PeerLink:
+    """One autocommit connection: try or check leadership, send and receive wake-ups."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, url: str, bound: float) -> PeerLink:
+        """Connect within ``bound`` seconds."""
+        import psycopg
+
+        try:
+            async with asyncio.timeout(bound):
+                conn = await psycopg.AsyncConnection.connect(
+                    url, autocommit=True, connect_timeout=max(1, int(bound))
+                )
+        except psycopg.Error as exc:
+            raise _gone(exc) from exc
+        return cls(conn)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
+
+    async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        import psycopg
+
+        try:
+            cursor = await self._conn.execute(sql, params)
+            return await cursor.fetchone() if cursor.description else None
+        except psycopg.Error as exc:
+            raise _gone(exc) from exc
+
+    async def try_lead(self) -> bool:
+        """Take the leadership lock if no other session holds it; held until this
+        connection ends."""
+        row = await self._run("SELECT pg_try_advisory_lock(%s)", (locks.LEADER,))
+        return bool(row and row[0])
+
+    async def check(self) -> None:
+        """A round trip: raises when the connection (and a lock it held) is gone."""
+        await self._run("SELECT 1")
+
+    async def listen(self) -> None:
+        await self._run(f"LISTEN {CHANNEL}")
+
+    async def notify(self, payload: str) -> None:
+        await self._run("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+    async def received(self, timeout: float) -> AsyncIterator[str]:
+        """The payloads that arrive within ``timeout`` seconds."""
+        import psycopg
+
+        try:
+            async for note in self._conn.notifies(timeout=timeout):
+                yield note.payload
+        except psycopg.Error as exc:
+            raise _gone(exc) from exc
+
+    async def close(self) -> None:
+        try:
+            await self._conn.close()
+        except Exception:  # already gone
+            return
