@@ -22,8 +22,12 @@ killed through ``support.nemesis``.
 Reports: jobs submitted, jobs per final state, exclusivity violations, exit-code
 mismatches, jobs with no terminal state at the end, duplicate jobs, quarantined devices
 and reasons.
+With ``--postgresql`` every phase runs two controllers on one PostgreSQL database (a
+throwaway cluster), workers listing both, and the controller nemesis kills the leader:
+the other must take over, and the same judgement holds (EXT-PG-8, EXT-PG-9).
+
 Usage (every flag: ``bench/README.md``): ``python bench/chaos.py [--jobs N] [--seconds 120]
-[--outage 60] [--webhook slow|silent|dead|ok|none] [--json out.json]``.
+[--outage 60] [--webhook slow|silent|dead|ok|none] [--postgresql] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -63,7 +68,7 @@ from chaos_fleet import (
 from chaos_hooks import HookWatch, phase_webhook
 
 from support import history as hist
-from support import receiver
+from support import pg, receiver
 
 
 async def phase_one(
@@ -454,8 +459,19 @@ async def phase_two(fleet: Fleet, outage: float, jobs: int = 50) -> dict[str, ob
     }
 
 
-def _fleet(tmp: Path, devices: int, webhook_url: str = "", isolate: bool = True) -> Fleet:
-    fleet = Fleet(tmp, workers=4, devices=devices, webhook_url=webhook_url, isolate=isolate)
+def _fleet(
+    tmp: Path, devices: int, webhook_url: str = "", isolate: bool = True, database: str = ""
+) -> Fleet:
+    """On a PostgreSQL ``database``: two controllers, the nemesis killing the leader."""
+    fleet = Fleet(
+        tmp,
+        workers=4,
+        devices=devices,
+        webhook_url=webhook_url,
+        isolate=isolate,
+        database=database,
+        controllers=2 if database else 1,
+    )
     fleet.tmp.mkdir()
     fleet.start_controller()
     for host in fleet.workers:
@@ -497,6 +513,12 @@ def main() -> None:
     ap.add_argument(
         "--no-isolate", action="store_true", help="run workers without a PID namespace each"
     )
+    ap.add_argument(
+        "--postgresql",
+        action="store_true",
+        help="two controllers on one PostgreSQL database (a throwaway cluster): the"
+        " controller nemesis kills the leader (EXT-PG-8)",
+    )
     ap.add_argument("--keep", type=Path, help="run in this new directory and keep it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -533,11 +555,16 @@ def main() -> None:
         hook = (
             None if args.webhook == "none" else receiver.Receiver(args.webhook, args.webhook_delay)
         )
+        database: Callable[[], str] = str  # SQLite in each fleet's data directory
+        if args.postgresql:
+            cluster = pg.start()
+            stack.callback(cluster.stop)
+            database = cluster.fresh_database
         fleet = None
         try:
             if hook:
                 hook.start()
-            fleet = _fleet(Path(tmp) / "one", 2, hook.url if hook else "", isolate)
+            fleet = _fleet(Path(tmp) / "one", 2, hook.url if hook else "", isolate, database())
             watch = HookWatch(fleet, args.pump_rate) if hook else None
             results["chaos"] = asyncio.run(
                 phase_one(
@@ -563,7 +590,7 @@ def main() -> None:
         if not args.skip_outage:
             fleet = None
             try:
-                fleet = _fleet(Path(tmp) / "two", 13, isolate=isolate)
+                fleet = _fleet(Path(tmp) / "two", 13, isolate=isolate, database=database())
                 results["outage"] = asyncio.run(phase_two(fleet, args.outage))
             finally:
                 if fleet:
@@ -573,7 +600,7 @@ def main() -> None:
             dead = receiver.Receiver("dead").start()
             fleet = None
             try:
-                fleet = _fleet(Path(tmp) / "three", 2, dead.url, isolate)
+                fleet = _fleet(Path(tmp) / "three", 2, dead.url, isolate, database())
                 results["webhook"] = asyncio.run(
                     phase_webhook(fleet, args.webhook_seconds, args.pump_rate)
                 )

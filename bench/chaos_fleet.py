@@ -44,49 +44,79 @@ HOLD_OFF = 30.0
 
 
 class Fleet:
-    """A controller and N workers, each restartable, all stopped by PID at the end."""
+    """A controller (or several on one PostgreSQL ``database``) and N workers, each
+    restartable, all stopped by PID at the end."""
 
     def __init__(
-        self, tmp: Path, workers: int, devices: int, webhook_url: str = "", isolate: bool = True
+        self,
+        tmp: Path,
+        workers: int,
+        devices: int,
+        webhook_url: str = "",
+        isolate: bool = True,
+        database: str = "",
+        controllers: int = 1,
     ) -> None:
         self.tmp = tmp
         self.isolate = isolate
         self.webhook_url = webhook_url
+        self.database = database
         #: Controller processes started so far: the pump and the sampler count per life.
         self.life = 0
         self.hookbox: subprocess.Popen[bytes] | None = None
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.controller: subprocess.Popen[bytes] | None = None
+        self.ports = [free_port() for _ in range(controllers)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        #: The first controller: the clients' (they retry through its restarts).
+        self.port, self.url = self.ports[0], self.urls[0]
+        self.controllers: list[subprocess.Popen[bytes] | None] = [None] * controllers
         self.workers: dict[str, subprocess.Popen[bytes] | None] = {
             f"chaos{i}": None for i in range(workers)
         }
         self.devices = devices
 
+    @property
+    def controller(self) -> subprocess.Popen[bytes] | None:
+        """The controller the nemesis aims at: the leader among several (its
+        ``/healthz`` says so), else the first one running."""
+        alive = [(i, p) for i, p in enumerate(self.controllers) if p and p.poll() is None]
+        for i, proc in alive:
+            health = get(self.urls[i], "/healthz") if len(self.controllers) > 1 else None
+            if health and health.get("leader"):
+                return proc
+        return alive[0][1] if alive else None
+
     def start_controller(self) -> None:
+        """Start every controller that is not running, and wait until each answers."""
         env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin")
         hook = ["--webhook-url", self.webhook_url] if self.webhook_url else []
+        shared = ["--database", self.database] if self.database else []
         self.life += 1  # before it answers: every answer from now on is this life's
-        self.controller = subprocess.Popen(
-            [
-                RC,
-                "serve",
-                "--addr",
-                f"127.0.0.1:{self.port}",
-                "--data",
-                str(self.tmp / "data"),
-                *hook,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.tmp / "controller.log", "ab"),  # noqa: SIM115
-        )
-        wait_for(lambda: get(self.url, "/v1/state") is not None, 120, "controller")
+        for i, proc in enumerate(self.controllers):
+            if proc is not None and proc.poll() is None:
+                continue
+            self.controllers[i] = subprocess.Popen(
+                [
+                    RC,
+                    "serve",
+                    "--addr",
+                    f"127.0.0.1:{self.ports[i]}",
+                    "--data",
+                    str(self.tmp / f"data{i or ''}"),
+                    *hook,
+                    *shared,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(self.tmp / f"controller{i or ''}.log", "ab"),  # noqa: SIM115
+            )
+            wait_for(_answers(self.urls[i]), 120, "controller")
 
     def kill_controller(self) -> None:
-        if self.controller is not None:
-            kill_hard(self.controller.pid)
-            self.controller.wait(10)
+        """``kill -9`` the controller (the leader, with several)."""
+        proc = self.controller
+        if proc is not None:
+            kill_hard(proc.pid)
+            proc.wait(10)
 
     def start_worker(self, host: str) -> None:
         running = self.workers.get(host)
@@ -96,7 +126,7 @@ class Fleet:
         cfg = self.tmp / f"{host}.yaml"
         names = ", ".join(f"gpu{i}" for i in range(self.devices))
         cfg.write_text(
-            f"controller_url: {self.url}\ntoken: wtok\nhost: {host}\n"
+            f"controller_url: {','.join(self.urls)}\ntoken: wtok\nhost: {host}\n"
             f"state_dir: {self.tmp / ('state-' + host)}\ndevices: [{names}]\n"
         )
         self.workers[host] = subprocess.Popen(
@@ -157,7 +187,7 @@ class Fleet:
         return time.time()
 
     def stop(self) -> None:
-        procs = [*self.workers.values(), self.hookbox, self.controller]
+        procs = [*self.workers.values(), self.hookbox, *self.controllers]
         for proc in procs:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -172,6 +202,10 @@ class Fleet:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+def _answers(url: str) -> Callable[[], bool]:
+    return lambda: get(url, "/v1/state") is not None
 
 
 def _children(pid: int) -> list[int]:

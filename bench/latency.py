@@ -10,7 +10,9 @@ Starts a real ``rc serve`` and one ``rc worker`` with four generic devices, then
 * ``rc --help`` start-up next to ``python3 -c pass``.
 
 Figures are min/median/max over repeats; ratios are against the baseline measured in
-this same run, because these machines are noisy. Beside the API throughput it prints
+this same run, because these machines are noisy. ``--postgresql`` runs every figure a
+second time with the controller on PostgreSQL (a throwaway cluster the bench starts,
+``tests/support/pg.py``: Debian's ``postgresql``) and prints both side by side. Beside the API throughput it prints
 the CPU each process spent per job (``/proc/<pid>/stat`` utime + stime over one 200-job
 run, divided by the jobs) and each process's resident memory at rest and after.
 Usage: ``python bench/latency.py [--repeats 30] [--only api] [--json results.json]``;
@@ -94,6 +96,7 @@ class Fleet:
         worker_extra: str = "",
         worker_env: dict[str, str] | None = None,
         worker_url: str = "",
+        database: str = "",
     ) -> None:
         self.tmp = tmp
         #: More worker.yaml lines (``poll_wait: 1s``) and environment for the worker.
@@ -103,13 +106,18 @@ class Fleet:
         self.url = f"http://127.0.0.1:{self.port}"
         #: Where the worker dials (a proxy in front of ``url``); ``url`` when empty.
         self.worker_url = worker_url
+        #: ``rc serve --database``: a PostgreSQL URL, or SQLite in the data directory.
+        self.database = database
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Fleet:
         env = dict(os.environ, RC_TOKENS="wtok:worker,ctok:client,atok:admin")
+        serve = [RC, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.tmp / "data")]
+        if self.database:
+            serve += ["--database", self.database]
         self.procs.append(
             subprocess.Popen(
-                [RC, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.tmp / "data")],
+                serve,
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=open(self.tmp / "controller.log", "wb"),
@@ -331,6 +339,11 @@ def main() -> None:
         choices=["api"],
         help="api: only the API throughput (--repeats runs) and the per-job CPU and memory",
     )
+    ap.add_argument(
+        "--postgresql",
+        action="store_true",
+        help="run every figure on PostgreSQL too (a throwaway cluster), side by side",
+    )
     args = ap.parse_args()
     machine = f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
     if args.only == "api":
@@ -348,33 +361,72 @@ def main() -> None:
                 json.dumps({"machine": machine, "api_jobs_per_s": api} | cost, indent=2)
             )
         return
-    with tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp, Fleet(Path(tmp)) as fleet:
-        results: dict[str, Any] = {"machine": machine}
-        results |= bench_cost(fleet)
-        results |= bench_cli(fleet, args.repeats)
-        results |= asyncio.run(bench_api(fleet, args.repeats))
-        results |= bench_throughput(fleet)
-    r = results
-    print(f"machine: {r['machine']}")
-    print(f"rc run -- true        {ms(r['rc_run_true'])}")
-    print(
-        f"flock x true          {ms(r['flock_true'])}   ratio rc/flock {r['rc_run_over_flock']:.1f}x"
-    )
-    print(f"API submit-to-running {ms(r['submit_to_running'])}")
-    print(f"API submit-to-start   {ms(r['submit_to_process_start'])}")
-    print(f"handoff A exit->B     {ms(r['handoff'])}")
-    print(
-        f"throughput rc run     {r['cli_jobs_per_s']:.1f} jobs/s (8 clients, 4 devices, 200 jobs)"
-    )
-    api = r["api_jobs_per_s"]
-    print(
-        f"throughput API        median {api['median']:.1f} jobs/s (min {api['min']:.1f}, max {api['max']:.1f})"
-    )
-    print(f"rc --help             {ms(r['rc_help'])}")
-    print(f"python3 -c pass       {ms(r['python_pass'])}   ratio {r['rc_help_over_python']:.1f}x")
-    print_cost(r)
+    runs = {"sqlite": run_all(args.repeats, "")}
+    if args.postgresql:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from support import pg
+
+        cluster = pg.start()
+        try:
+            runs["postgresql"] = run_all(args.repeats, cluster.fresh_database())
+        finally:
+            cluster.stop()
+    print(f"machine: {machine}")
+    report(runs)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"machine": machine} | runs, indent=2))
+
+
+def run_all(repeats: int, database: str) -> dict[str, Any]:
+    """Every figure, the controller on ``database`` (SQLite when empty)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="rc-bench-") as tmp,
+        Fleet(Path(tmp), database=database) as fleet,
+    ):
+        results: dict[str, Any] = {}
+        results |= bench_cost(fleet)
+        results |= bench_cli(fleet, repeats)
+        results |= asyncio.run(bench_api(fleet, repeats))
+        results |= bench_throughput(fleet)
+    return results
+
+
+#: (label, result key) of the timed figures, in the order printed.
+TIMED = (
+    ("rc run -- true", "rc_run_true"),
+    ("flock x true", "flock_true"),
+    ("API submit-to-running", "submit_to_running"),
+    ("API submit-to-start", "submit_to_process_start"),
+    ("handoff A exit->B", "handoff"),
+    ("rc --help", "rc_help"),
+    ("python3 -c pass", "python_pass"),
+)
+
+
+def report(runs: dict[str, dict[str, Any]]) -> None:
+    """One column per backend; with two, the second's median over the first's."""
+    names = list(runs)
+    first = runs[names[0]]
+    if len(names) > 1:
+        print(f"{'':<22}" + "".join(f"{n:<44}" for n in names) + f"ratio {names[1]}/{names[0]}")
+    for label, key in TIMED:
+        cells = "".join(f"{ms(r[key]):<44}" for r in runs.values())
+        ratio = ""
+        if len(names) > 1:
+            ratio = f"{runs[names[1]][key]['median'] / first[key]['median']:.2f}x"
+        print(f"{label:<22}{cells}{ratio}")
+    for r in runs.values():
+        print(
+            f"ratio rc/flock {r['rc_run_over_flock']:.1f}x, rc --help/python {r['rc_help_over_python']:.1f}x"
+        )
+    for name, r in runs.items():
+        api = r["api_jobs_per_s"]
+        print(
+            f"[{name}] throughput rc run {r['cli_jobs_per_s']:.1f} jobs/s (8 clients, 4 devices,"
+            f" 200 jobs); API median {api['median']:.1f} jobs/s (min {api['min']:.1f},"
+            f" max {api['max']:.1f})"
+        )
+        print_cost(r)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,9 @@ class StoreError(RcError):
 
 
 class StoreUnavailable(StoreError):
-    """The database cannot be reached now; another controller, or a retry, may answer."""
+    """The database cannot be reached now; another controller, or a retry, may answer.
+    The spec's ``store_error``, answered 503 so that clients move to the next controller."""
 
-    code = "store_unavailable"
     status = 503
 
 

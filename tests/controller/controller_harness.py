@@ -57,6 +57,12 @@ def open_controller(
     )
     server = LiveServer(svc)
     server.start()
+    # On PostgreSQL leadership is taken just after start (controller/peers.py): a test
+    # begins with this controller leading, as it always does on SQLite.
+    deadline = time.monotonic() + 10
+    while not svc.peers.leading and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert svc.peers.leading, "the controller under test did not take the leadership"
     return server
 
 

@@ -60,7 +60,9 @@ def _codes_in_the_code() -> tuple[set[str], dict[str, int]]:
     for _, cls in inspect.getmembers(errors, inspect.isclass):
         if issubclass(cls, errors.RcError):
             by_name[cls.__name__] = cls
-            if not issubclass(cls, errors.ClientError):  # the client's side of them
+            # The client's side of them has no status; a class that only answers its
+            # parent's code another way (StoreUnavailable: 503) is said in the text.
+            if not issubclass(cls, errors.ClientError) and "code" in vars(cls):
                 statuses[cls.code] = cls.status
     codes = set(statuses)
     for path in SRC.rglob("*.py"):

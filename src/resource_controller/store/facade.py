@@ -59,6 +59,7 @@ class Store:
         self._conn, driver = engine.open_driver(self._engine)
         self._db = sql.Db(driver, self._engine.dialect.name)
         self._lock = threading.RLock()
+        self._closed = False
         #: Transactions this store has run (each may have written), for ``schedule_after``.
         self._gen = 0
         #: (``_gen``, SQLite's ``data_version``, how it ended) of the last pass that
@@ -75,6 +76,7 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._conn.close()
             self._engine.dispose()
 
@@ -88,6 +90,8 @@ class Store:
         old connection is read afresh."""
         if not self._db.broken:
             return self._db
+        if self._closed:
+            raise errors.StoreError("the store is closed")
         with suppress(Exception):  # already gone with the server
             self._conn.close()
         try:
@@ -146,6 +150,15 @@ class Store:
     # ---- queue ----------------------------------------------------------------
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
+        try:
+            with self._tx("submit") as c:
+                return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
+        except errors.StoreError as exc:
+            # Another controller inserted the same idempotency key meanwhile (its row was
+            # not there to see): the key's job is the answer, as if it had been.
+            lost_race = exc.__cause__ is not None and sql.row_error(exc.__cause__)
+            if not (req.idempotency_key and lost_race):
+                raise
         with self._tx("submit") as c:
             return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
 

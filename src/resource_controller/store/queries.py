@@ -245,9 +245,22 @@ def list_jobs(
     return [job_record(r, r[-1] or 0) for r in rows]
 
 
+#: The counter of ``jobs.seq``, seeded from the jobs there the first time.
+SEQ_COUNTER = "job_seq"
+_NEXT_SEQ = (
+    "INSERT INTO counters (name, value) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs))"
+    " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+)
+_NEXT_COUNTER = (
+    "INSERT INTO counters (name, value) VALUES (?, 1)"
+    " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+)
+
+
 def next_seq(conn: Conn) -> int:
-    value = conn.execute("SELECT max(seq) FROM jobs").fetchone()[0]
-    return int(value or 0) + 1
+    """The next job's place in submission order. A counter row, not ``max(seq) + 1``:
+    its lock orders submits that several controllers make at once (EXT-PG-2)."""
+    return int(conn.value(_NEXT_SEQ, (SEQ_COUNTER,)))
 
 
 def job_id_with_key(conn: Conn, key: str) -> str | None:
@@ -256,15 +269,9 @@ def job_id_with_key(conn: Conn, key: str) -> str | None:
 
 
 def next_counter(conn: Conn, name: str) -> int:
-    """Increment and return the named counter (starts at 1); inside the caller's transaction."""
-    db = conn
-    row = db.execute(
-        "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value", (name,)
-    ).fetchone()
-    if row is None:
-        db.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (name,))
-        return 1
-    return int(row[0])
+    """Increment and return the named counter (starts at 1); inside the caller's
+    transaction, in one statement, so two controllers never take one number."""
+    return int(conn.value(_NEXT_COUNTER, (name,)))
 
 
 def insert_lease(conn: Conn, values: dict[str, Any]) -> None:

@@ -1,0 +1,242 @@
+"""Several controllers on one PostgreSQL database (EXT-PG-2, EXT-PG-8), each figure beside
+a same-run baseline: one controller on SQLite.
+
+* API throughput: 200 ``true`` jobs submitted through the API, spread over the
+  controllers, run by two workers of four devices each that list every controller;
+  with 1, 2 and 3 controllers on PostgreSQL and 1 on SQLite.
+* Takeover: with two controllers, the leader is killed with SIGKILL and the time until
+  the other's ``/healthz`` says ``leader`` is measured; the killed one is started again
+  before the next kill.
+
+PostgreSQL comes from Debian's ``postgresql`` package: the bench starts a throwaway
+cluster of its own (``tests/support/pg.py``). Figures are min/median/max over repeats.
+Usage: ``python bench/controllers.py [--repeats 3] [--kills 10] [--jobs 200] [--json F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support import pg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from latency import RC, free_port, summary
+
+TOKENS = "wtok:worker,ctok:client,atok:admin"
+HOSTS = ("w1", "w2")
+DEVICES = ("slot0", "slot1", "slot2", "slot3")
+
+
+def _get(url: str, path: str) -> Any:
+    req = urllib.request.Request(url + path, headers={"Authorization": "Bearer ctok"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+    except OSError:
+        return None
+
+
+def _wait(ok: Callable[[], bool], what: str, bound: float = 30) -> float:
+    """Seconds until ``ok()``; exits the bench when it never comes."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < bound:
+        if ok():
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    raise SystemExit(f"{what} did not happen within {bound} s")
+
+
+class Controllers:
+    """``n`` controllers on ``database`` (SQLite in their data directory when empty) and
+    the workers, stopped by PID on exit."""
+
+    def __init__(self, tmp: Path, n: int, database: str) -> None:
+        self.tmp, self.database = tmp, database
+        self.ports = [free_port() for _ in range(n)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.servers: list[subprocess.Popen[bytes] | None] = [None] * n
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def start(self, i: int) -> None:
+        args = [RC, "serve", "--addr", f"127.0.0.1:{self.ports[i]}"]
+        args += ["--data", str(self.tmp / f"data{i}")]
+        if self.database:
+            args += ["--database", self.database]
+        self.servers[i] = subprocess.Popen(
+            args,
+            env=dict(os.environ, RC_TOKENS=TOKENS),
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / f"controller{i}.log", "ab"),  # noqa: SIM115
+        )
+        _wait(lambda: _get(self.urls[i], "/v1/state") is not None, f"controller {i}")
+
+    def __enter__(self) -> Controllers:
+        for i in range(len(self.ports)):
+            self.start(i)
+        for host in HOSTS:
+            cfg = self.tmp / f"{host}.yaml"
+            cfg.write_text(
+                f"controller_url: {','.join(self.urls)}\ntoken: wtok\nhost: {host}\n"
+                f"state_dir: {self.tmp / ('state-' + host)}\n"
+                f"devices: [{', '.join(DEVICES)}]\n"
+            )
+            self.workers.append(
+                subprocess.Popen(
+                    [RC, "worker", "-c", str(cfg)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(self.tmp / f"{host}.log", "ab"),
+                )
+            )
+        want = len(HOSTS) * len(DEVICES)
+        _wait(lambda: len(_get(self.urls[0], "/v1/devices") or []) == want, "the workers")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for p in [*self.workers, *self.servers]:
+            if p is None or p.poll() is not None:
+                continue
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def leader(self) -> int | None:
+        for i, url in enumerate(self.urls):
+            if self.servers[i] is None or self.servers[i].poll() is not None:  # type: ignore[union-attr]
+                continue
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+                    if json.loads(r.read()).get("leader"):
+                        return i
+            except OSError:
+                continue
+        return None
+
+
+async def _throughput(urls: list[str], n: int) -> float:
+    """Jobs per second for ``n`` jobs submitted round-robin over ``urls`` until none is
+    queued, assigned or running."""
+    headers = {"Authorization": "Bearer ctok"}
+    clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=60) for u in urls]
+    try:
+        sem = asyncio.Semaphore(32)
+        t0 = time.perf_counter()
+
+        async def submit(k: int) -> None:
+            async with sem:
+                c = clients[k % len(clients)]
+                r = await c.post("/v1/jobs", json={"command": ["true"], "submitter": "bench"})
+                r.raise_for_status()
+
+        await asyncio.gather(*(submit(k) for k in range(n)))
+        while True:
+            busy = False
+            for state in ("queued", "assigned", "running"):
+                r = await clients[0].get(f"/v1/jobs?state={state}&limit=1")
+                busy = busy or bool(r.json()["jobs"])
+            if not busy:
+                return n / (time.perf_counter() - t0)
+            await asyncio.sleep(0.02)
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+def bench_throughput(tmp: Path, n: int, database: str, jobs: int, repeats: int) -> dict[str, Any]:
+    with Controllers(tmp, n, database) as ctl:
+        asyncio.run(_throughput(ctl.urls, 20))  # warm up
+        rates = [asyncio.run(_throughput(ctl.urls, jobs)) for _ in range(repeats)]
+    return summary(rates)
+
+
+def _another_leads(ctl: Controllers, old: int) -> Callable[[], bool]:
+    return lambda: ctl.leader() not in (None, old)
+
+
+def bench_takeover(tmp: Path, database: str, kills: int) -> dict[str, Any]:
+    times = []
+    with Controllers(tmp, 2, database) as ctl:
+        for _ in range(kills):
+            _wait(lambda: ctl.leader() is not None, "a leader")
+            old = ctl.leader()
+            assert old is not None
+            victim = ctl.servers[old]
+            assert victim is not None
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            times.append(_wait(_another_leads(ctl, old), "the takeover", 15))
+            ctl.start(old)
+    return summary(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    machine = f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
+    cluster = pg.start()
+    results: dict[str, Any] = {"machine": machine}
+    try:
+        with tempfile.TemporaryDirectory(prefix="rc-bench-") as root:
+            run = 0
+
+            def fresh() -> Path:
+                nonlocal run
+                run += 1
+                path = Path(root) / f"run{run}"
+                path.mkdir()
+                return path
+
+            results["sqlite_1"] = bench_throughput(fresh(), 1, "", args.jobs, args.repeats)
+            for n in (1, 2, 3):
+                url = cluster.fresh_database()
+                results[f"postgresql_{n}"] = bench_throughput(
+                    fresh(), n, url, args.jobs, args.repeats
+                )
+            results["takeover"] = bench_takeover(fresh(), cluster.fresh_database(), args.kills)
+    finally:
+        cluster.stop()
+    base = results["sqlite_1"]["median"]
+    print(f"machine: {machine}")
+    print(f"API throughput, {args.jobs} jobs, 8 devices on 2 workers (jobs/s, median min-max):")
+    for key in ("sqlite_1", "postgresql_1", "postgresql_2", "postgresql_3"):
+        s = results[key]
+        print(
+            f"  {key:<14} {s['median']:7.1f} ({s['min']:.1f}-{s['max']:.1f})"
+            f"  ratio to sqlite_1 {s['median'] / base:.2f}x"
+        )
+    two_over_one = results["postgresql_2"]["median"] / results["postgresql_1"]["median"]
+    print(f"  postgresql 2 controllers / 1: {two_over_one:.2f}x")
+    t = results["takeover"]
+    print(
+        f"takeover after SIGKILL: median {t['median']:.2f} s (min {t['min']:.2f},"
+        f" max {t['max']:.2f}, n={int(t['n'])})"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
