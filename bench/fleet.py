@@ -24,7 +24,10 @@ Per fleet size (``--devices``, 8 devices per worker) it measures, beside
   store as its test fixture does) and ``--queue`` jobs queued: one scheduling pass
   timed in process against the same database file (queued jobs pinned to random
   devices, the case where no claim covers the whole fleet, and jobs for any device),
-  and ``GET /v1/state`` from a restarted ``rc serve`` on that file.
+  and ``GET /v1/state`` from a restarted ``rc serve`` on that file;
+* with ``--postgresql [N ...]``, the live phase again with N controllers (1, 2, 3 by
+  default) on one PostgreSQL database (a throwaway cluster): the simulated workers
+  spread over them, CPU and passes summed, submits going round (EXT-PG-2).
 
 Usage: ``python bench/fleet.py [--devices 100 1000 10000] [--queue 100 1000 10000]
 [--repeats 5] [--json out.json]``. Run ``.venv/bin/python -m compileall -q src`` first.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -112,8 +116,10 @@ def raise_fd_limit() -> None:
 class Controller:
     """A real ``rc serve`` on loopback with its own data directory, stopped by PID."""
 
-    def __init__(self, data: Path, log: Path) -> None:
+    def __init__(self, data: Path, log: Path, database: str = "") -> None:
         self.data = data
+        #: ``rc serve --database``: a PostgreSQL URL, else SQLite in ``data``.
+        self.database = database
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -122,8 +128,17 @@ class Controller:
     def __enter__(self) -> Controller:
         env = dict(os.environ, RC_TOKENS=TOKENS)
         with open(self.log, "ab") as err:
+            shared = ["--database", self.database] if self.database else []
             self.proc = subprocess.Popen(
-                [RC, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.data)],
+                [
+                    RC,
+                    "serve",
+                    "--addr",
+                    f"127.0.0.1:{self.port}",
+                    "--data",
+                    str(self.data),
+                    *shared,
+                ],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -173,8 +188,9 @@ class Counters:
 class Fleet:
     """The simulated workers, one asyncio task pair each, over one connection pool."""
 
-    def __init__(self, url: str, devices: int, heartbeat: float, wait: str) -> None:
-        self.url = url
+    def __init__(self, urls: list[str], devices: int, heartbeat: float, wait: str) -> None:
+        """``urls``: the controllers; worker ``i`` dials ``urls[i % len(urls)]``, as a load
+        balancer would spread them."""
         self.heartbeat = heartbeat
         self.wait = wait
         self.hold = False  #: phase: True = keep assignments running, False = finish them
@@ -190,12 +206,12 @@ class Fleet:
         # was what could not keep up at 10,000 devices.
         self.http = {
             w.host: httpx.AsyncClient(
-                base_url=url,
+                base_url=urls[i % len(urls)],
                 headers={"Authorization": "Bearer wtok", "Content-Type": "application/json"},
                 timeout=httpx.Timeout(120.0),
                 transport=http11.Transport(),
             )
-            for w in self.workers
+            for i, w in enumerate(self.workers)
         }
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -341,23 +357,38 @@ async def own_client_gets(url: str, path: str, repeats: int) -> dict[str, float]
     return summary(json.loads(out))
 
 
-async def live_phase(ctl: Controller, devices: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Register the fleet, let it settle, then measure CPU, ``/v1/state`` and submits."""
-    fleet = Fleet(ctl.url, devices, args.heartbeat, args.wait)
-    client = httpx.AsyncClient(
-        base_url=ctl.url, headers={"Authorization": "Bearer ctok"}, timeout=60
-    )
+async def live_phase(
+    ctls: list[Controller], devices: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Register the fleet, let it settle, then measure CPU, ``/v1/state`` and submits;
+    with several controllers, CPU and passes are their sums and submits go round."""
+    ctl = ctls[0]
+    fleet = Fleet([c.url for c in ctls], devices, args.heartbeat, args.wait)
+    clients = [
+        httpx.AsyncClient(base_url=c.url, headers={"Authorization": "Bearer ctok"}, timeout=60)
+        for c in ctls
+    ]
+    client = clients[0]
+
+    def cpu_all() -> float:
+        return sum(cpu_seconds(c.pid) for c in ctls)
+
+    async def passes_all() -> tuple[float, float]:
+        seen = [pass_metrics((await c.get("/metrics")).text) for c in clients]
+        return sum(s[0] for s in seen), sum(s[1] for s in seen)
+
     out: dict[str, Any] = {"devices": devices, "workers": len(fleet.workers)}
+    out["controllers"] = len(ctls)
     try:
         out["register_s"] = await fleet.register_all()
         await asyncio.sleep(args.heartbeat + 2)  # every worker heartbeated and polls
         cpu, sim_cpu, passes = [], [], []
         for _ in range(args.windows):
-            m0 = pass_metrics((await client.get("/metrics")).text)
-            c0, s0, t0 = cpu_seconds(ctl.pid), time.process_time(), time.monotonic()
+            m0 = await passes_all()
+            c0, s0, t0 = cpu_all(), time.process_time(), time.monotonic()
             await asyncio.sleep(args.window)
-            c1, s1, t1 = cpu_seconds(ctl.pid), time.process_time(), time.monotonic()
-            m1 = pass_metrics((await client.get("/metrics")).text)
+            c1, s1, t1 = cpu_all(), time.process_time(), time.monotonic()
+            m1 = await passes_all()
             cpu.append((c1 - c0) / (t1 - t0))
             sim_cpu.append((s1 - s0) / (t1 - t0))
             n = m1[1] - m0[1]
@@ -369,21 +400,24 @@ async def live_phase(ctl: Controller, devices: int, args: argparse.Namespace) ->
         out["state"] = await timed_gets(client, "/v1/state", args.repeats)
         out["state_own_client"] = await own_client_gets(ctl.url, "/v1/state", args.repeats)
         lat = []
-        c0, t0 = cpu_seconds(ctl.pid), time.monotonic()
-        for _ in range(args.submits):
+        c0, t0 = cpu_all(), time.monotonic()
+        for k in range(args.submits):
             s = time.perf_counter()
-            r = await client.post("/v1/jobs", json={"command": ["true"], "submitter": "bench"})
+            r = await clients[k % len(clients)].post(
+                "/v1/jobs", json={"command": ["true"], "submitter": "bench"}
+            )
             lat.append(time.perf_counter() - s)
             if r.status_code != 201:
                 raise SystemExit(f"submit answered {r.status_code}: {r.text}")
             await asyncio.sleep(max(0.0, 0.05 - (time.perf_counter() - s)))
         out["submit"] = summary(lat)
-        out["cpu_submitting"] = (cpu_seconds(ctl.pid) - c0) / (time.monotonic() - t0)
+        out["cpu_submitting"] = (cpu_all() - c0) / (time.monotonic() - t0)
         await asyncio.sleep(1)
         out["sim"] = dict(fleet.count.__dict__)
     finally:
         await fleet.stop()
-        await client.aclose()
+        for c in clients:
+            await c.aclose()
     return out
 
 
@@ -482,6 +516,14 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--submits", type=int, default=200)
     ap.add_argument("--no-queue", action="store_true", help="skip the queue-length phase")
+    ap.add_argument(
+        "--postgresql",
+        type=int,
+        nargs="*",
+        metavar="N",
+        help="the live phase again on PostgreSQL (a throwaway cluster) with N controllers"
+        " each (default 1 2 3); the queue phase stays on SQLite",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -491,25 +533,36 @@ def main() -> None:
     results: dict[str, Any] = {"python_pass": python_pass(args.repeats), "fleets": []}
     print(f"python3 -c pass: {fmt(results['python_pass'])}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="rc-fleet-"))
+    counts: list[int] = []
+    cluster = None
+    if args.postgresql is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from support import pg
+
+        counts = args.postgresql or [1, 2, 3]
+        cluster = pg.start()
+        atexit.register(cluster.stop)  # stopped however the run ends
     for devices in args.devices:
         data, log = tmp / f"data-{devices}", tmp / f"controller-{devices}.log"
         print(f"{devices} devices ({-(-devices // PER_WORKER)} workers):", flush=True)
         with Controller(data, log) as ctl:
-            row = asyncio.run(live_phase(ctl, devices, args))
-        print(
-            f"  register {row['register_s']:.1f} s; controller CPU "
-            f"{fmt(row['cpu'], 100, '%')}; simulator CPU {fmt(row['sim_cpu'], 100, '%')}\n"
-            f"  scheduling passes {fmt(row['passes_per_s'], 1, '/s')}, mean "
-            f"{fmt(row['pass_mean_s'])}\n"
-            f"  GET /v1/state {fmt(row['state'])}; from a client process of its own "
-            f"{fmt(row['state_own_client'])}\n"
-            f"  submit {fmt(row['submit'])}; controller CPU while submitting "
-            f"{row['cpu_submitting'] * 100:.1f} %\n  simulator: {row['sim']}",
-            flush=True,
-        )
+            row = asyncio.run(live_phase([ctl], devices, args))
+        print_live(row)
         if not args.no_queue:
             row["queue"] = queue_phase(data, log, args)
         results["fleets"].append(row)
+        for n in counts:
+            assert cluster is not None
+            url = cluster.fresh_database()
+            print(f"  on PostgreSQL, {n} controller(s):", flush=True)
+            with contextlib.ExitStack() as stack:
+                ctls = [
+                    stack.enter_context(Controller(tmp / f"pg{n}-{i}-{devices}", log, url))
+                    for i in range(n)
+                ]
+                pg_row = asyncio.run(live_phase(ctls, devices, args))
+            print_live(pg_row)
+            results["fleets"].append(pg_row | {"database": "postgresql"})
     results["python_pass_after"] = python_pass(args.repeats)
     print(f"python3 -c pass (after): {fmt(results['python_pass_after'])}", flush=True)
     if args.json:
@@ -518,6 +571,20 @@ def main() -> None:
         subprocess.run(["rm", "-rf", str(tmp)], check=False)
     else:
         print(f"data kept in {tmp}")
+
+
+def print_live(row: dict[str, Any]) -> None:
+    print(
+        f"  register {row['register_s']:.1f} s; controller CPU "
+        f"{fmt(row['cpu'], 100, '%')}; simulator CPU {fmt(row['sim_cpu'], 100, '%')}\n"
+        f"  scheduling passes {fmt(row['passes_per_s'], 1, '/s')}, mean "
+        f"{fmt(row['pass_mean_s'])}\n"
+        f"  GET /v1/state {fmt(row['state'])}; from a client process of its own "
+        f"{fmt(row['state_own_client'])}\n"
+        f"  submit {fmt(row['submit'])}; controller CPU while submitting "
+        f"{row['cpu_submitting'] * 100:.1f} %\n  simulator: {row['sim']}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
