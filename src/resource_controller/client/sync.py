@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -192,6 +194,24 @@ class Lease(LeaseInfo):
         return lease
 
 
+@contextlib.contextmanager
+def _interrupts_held_back() -> Iterator[list[int]]:
+    """SIGINT noted, not raised, inside the block (only in the main thread with Python's
+    own handler in place: elsewhere the block runs as it is); the list says if one came."""
+    seen: list[int] = []
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield seen
+        return
+    signal.signal(signal.SIGINT, lambda signum, _frame: seen.append(signum))
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class LeaseContext:
     """``with client.lease(...) as lease:``: hold on entry, release on every exit."""
 
@@ -357,17 +377,19 @@ class Client:
         code 1 and its ``kill_reason``.
         """
         want = options.target(device, select, count)
-        job = self.submit(
-            argv,
-            select=select,
-            device=device,
-            count=count,
-            env=env,
-            cwd=cwd,
-            priority=priority,
-            max_runtime=max_runtime,
-            idle_timeout=idle_timeout,
-            no_wait=no_wait,
+        job = self._taken(
+            lambda: self.submit(
+                argv,
+                select=select,
+                device=device,
+                count=count,
+                env=env,
+                cwd=cwd,
+                priority=priority,
+                max_runtime=max_runtime,
+                idle_timeout=idle_timeout,
+                no_wait=no_wait,
+            )
         )
         self._leave_queue(job, timeout, want.count)
         captured: list[bytes] | None = [] if capture else None
@@ -385,6 +407,17 @@ class Client:
         if check and not result.ok:
             raise JobFailed(result)
         return result
+
+    def _taken(self, submit: Callable[[], Job]) -> Job:
+        """``submit()``, a Ctrl-C that lands before its answer held back until the job
+        is known, then cancelling it: the controller may have queued it already, and a
+        job nobody waits for must not keep its place (CLI-106)."""
+        with _interrupts_held_back() as interrupted:
+            job = submit()
+        if interrupted:
+            self._cancel(job.id)
+            raise KeyboardInterrupt
+        return job
 
     def _leave_queue(self, job: Job, timeout: Duration | None, count: int) -> None:
         """WAIT_QUEUE (CLI-106..109): an interrupt or our own deadline cancels the job."""
@@ -437,19 +470,21 @@ class Client:
         """
         want = options.target(device, select, count)
         ttl_seconds = options.ceiling(ttl, "ttl")
-        job = Job.bind(
-            self,
-            self.low.hold(
+
+        def submit() -> Job:
+            raw = self.low.hold(
                 ttl_seconds=ttl_seconds,
                 reason=options.default_reason() if reason is None else reason,
                 device=want.device,
                 device_ids=want.device_ids,
                 selector=select,
                 count=want.count,
-            ),
-        )
+            )
+            return Job.bind(self, raw)
+
         if not wait:
-            return job
+            return submit()
+        job = self._taken(submit)
         self._leave_queue(job, timeout, want.count)
         if job.terminal and job.started_at is None:
             raise NotGranted(job)
