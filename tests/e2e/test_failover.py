@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def _controllers(tmp_path: Path, database: str) -> tuple[Cluster, Cluster]:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_cluster: pg.Cluster):  # type: ignore[no-untyped-def]
+def fleet(tmp_path: Path, pg_cluster: pg.Cluster) -> Iterator[tuple[Cluster, Cluster]]:
     a, b = _controllers(tmp_path, pg_cluster.fresh_database())
     try:
         yield a, b

@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 
 
 def _drop_connection(store: Store) -> None:
-    """End the store's server session from another connection, as a restart would."""
+    """End the store's server session from another connection, as a restart would,
+    waiting (up to 5 s) until it has ended."""
     pid = store._db.driver.info.backend_pid
     with psycopg.connect(store.database_url or "", autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        row = admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()
+    assert row is not None and row[0]
 
 
 def test_a_dropped_connection_is_unavailable_once_then_opened_again(

@@ -150,17 +150,19 @@ class Store:
     # ---- queue ----------------------------------------------------------------
 
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
-        try:
+        def once() -> JobRecord:
             with self._tx("submit") as c:
                 return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
+
+        try:
+            return once()
         except errors.StoreError as exc:
             # Another controller inserted the same idempotency key meanwhile (its row was
             # not there to see): the key's job is the answer, as if it had been.
             lost_race = exc.__cause__ is not None and sql.row_error(exc.__cause__)
             if not (req.idempotency_key and lost_race):
                 raise
-        with self._tx("submit") as c:
-            return jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
+        return once()
 
     def schedule(self) -> list[Assigned]:
         """One scheduling pass (STORE-061); serialised against everything else."""

@@ -20,7 +20,7 @@ A transaction that rolled back may have been read here: the store calls
 from __future__ import annotations
 
 from resource_controller.core.scheduling import DeviceSnap, FleetIndex
-from resource_controller.store import queries, sql
+from resource_controller.store import queries
 from resource_controller.store.records import DeviceRecord, LabelRecord, row_builder
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
@@ -87,9 +87,7 @@ class FleetSnapshot:
         its notes carried versions above the counter's committed value."""
         try:
             row = db.execute(_COUNTER).fetchone()
-        except Exception as exc:
-            if not sql.driver_error(exc):
-                raise
+        except db.errors:
             self.forget()
             return
         if self._version > (row[0] if row else 0):

@@ -28,7 +28,7 @@ from resource_controller import crashpoints, errors
 from resource_controller.store.logs import (
     DEFAULT_MAX_BYTES,
     MAX_OFFSET,
-    READ_CHUNK,
+    JobLogs,
     Layout,
     Piece,
     Snapshot,
@@ -39,7 +39,7 @@ from resource_controller.store.logs import (
 HEAD, TAIL = 0, 1  #: ``log_chunks.part``
 
 
-class DatabaseLogStore:
+class DatabaseLogStore(JobLogs):
     """``store.logs.JobLogs`` on the database at ``url`` (a libpq URL)."""
 
     remote = True
@@ -114,17 +114,6 @@ class DatabaseLogStore:
             (head, written, job_id),
         )
 
-    def touch(self, job_id: str) -> None:
-        """Create the job's (empty) log, as the files' store does (LOG-003)."""
-        self.append(job_id, b"")
-
-    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
-        snap = self.snapshot(job_id, offset)
-        try:
-            return snap.read(limit)
-        finally:
-            snap.close()
-
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
         """The stored view from ``offset`` on, as ``LogStore.snapshot`` gives it; each
         piece's bytes are fetched when read."""
@@ -181,12 +170,7 @@ class DatabaseLogStore:
 
         return read
 
-    def stored_bytes(self, job_id: str) -> int:
-        snap = self.snapshot(job_id)
-        return snap.end
-
     def delete(self, job_id: str) -> bool:
-        """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
 
         def remove(conn: Any) -> bool:
             with conn.transaction():

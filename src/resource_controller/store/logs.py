@@ -30,10 +30,10 @@ import os
 import re
 import struct
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from resource_controller import crashpoints, errors
 from resource_controller.store import private
@@ -126,26 +126,49 @@ class Snapshot:
         self._fds = []
 
 
-class JobLogs(Protocol):
+class JobLogs(ABC):
     """Where the controller keeps job output: files here (``LogStore``), or the database
-    when several controllers share one (``store/logrows.py``, EXT-PG-4)."""
+    when several controllers share one (``store/logrows.py``, EXT-PG-4). Each says how
+    to append, snapshot and delete; the rest follows from those, here."""
 
     layout: Layout | None
     #: An append waits on a server (the database), so the controller makes it off the
     #: event loop; a file append is quicker in place than a thread hop.
     remote: bool
 
+    @abstractmethod
     def append(self, job_id: str, chunk: bytes) -> None: ...
 
-    def touch(self, job_id: str) -> None: ...
+    @abstractmethod
+    def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
+        """A reader of the stored view from ``offset`` on; empty past the end or for no log.
 
-    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes: ...
+        ``settled=False`` (a follower of a job still running) reads only the head, whose
+        bytes never move; ``True`` reads the whole view, head, marker and tail."""
 
-    def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot: ...
+    @abstractmethod
+    def delete(self, job_id: str) -> bool:
+        """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
 
-    def stored_bytes(self, job_id: str) -> int: ...
+    def touch(self, job_id: str) -> None:
+        """Create an empty log so a follower may attach before the first byte (LOG-003)."""
+        self.append(job_id, b"")
 
-    def delete(self, job_id: str) -> bool: ...
+    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
+        """Up to ``limit`` bytes from ``offset``; empty when nothing (more) is stored."""
+        snap = self.snapshot(job_id, offset)
+        try:
+            return snap.read(limit)
+        finally:
+            snap.close()
+
+    def stored_bytes(self, job_id: str) -> int:
+        """The length of the stored view (head, marker and tail) of a job's log."""
+        snap = self.snapshot(job_id)
+        try:
+            return snap.end
+        finally:
+            snap.close()
 
 
 def check_id(job_id: str) -> str:
@@ -155,7 +178,7 @@ def check_id(job_id: str) -> str:
     return job_id
 
 
-class LogStore:
+class LogStore(JobLogs):
     """Append and read job logs; files are created on first append, mode 0600, in a
     0700 directory (``store.private``).
 
@@ -207,24 +230,8 @@ class LogStore:
                 return
         _ring_write(ring, view, self.layout.ring)
 
-    def touch(self, job_id: str) -> None:
-        """Create an empty log so a follower may attach before the first byte (LOG-003)."""
-        self.append(job_id, b"")
-
-    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
-        """Up to ``limit`` bytes from ``offset``; empty when nothing (more) is stored."""
-        snap = self.snapshot(job_id, offset)
-        try:
-            return snap.read(limit)
-        finally:
-            snap.close()
-
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """A reader of the stored view from ``offset`` on; empty past the end or for no file.
-
-        ``settled=False`` (a follower of a job still running) reads only the head file,
-        whose bytes never move; ``True`` reads the whole view, head, marker and tail.
-        """
+        """``JobLogs.snapshot``; a running job's follower reads the head file only."""
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
         fds: list[int] = []
@@ -262,16 +269,7 @@ class LogStore:
             (rfd, _HEADER.size, start),
         ]
 
-    def stored_bytes(self, job_id: str) -> int:
-        """The length of the stored view (head, marker and tail) of a job's log."""
-        snap = self.snapshot(job_id)
-        try:
-            return snap.end
-        finally:
-            snap.close()
-
     def delete(self, job_id: str) -> bool:
-        """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
         found = False
         with self._lock:
             for p in (self.path(job_id), self.tail_path(job_id)):
