@@ -9,7 +9,7 @@ out its term at once (EXT-FAST-4). An assignment is reported ``running`` and the
 ``succeeded`` at once (phase *drain*), so the queue empties; in phase *hold* it is
 reported ``running`` and named in every heartbeat from then on. All the workers share
 one asyncio loop, each with its own ``httpx.AsyncClient`` over the worker's plain
-HTTP/1.1 transport (``worker/http11.py``), as each ``rc worker`` has.
+HTTP/1.1 transport (``asynchttp.py``), as each ``rc worker`` has.
 
 Per fleet size (``--devices``, 8 devices per worker) it measures, beside
 ``python3 -c pass`` timed in the same run:
@@ -57,7 +57,7 @@ from typing import Any
 
 import httpx
 
-from resource_controller.worker import http11
+from resource_controller import asynchttp
 
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
@@ -209,7 +209,7 @@ class Fleet:
                 base_url=urls[i % len(urls)],
                 headers={"Authorization": "Bearer wtok", "Content-Type": "application/json"},
                 timeout=httpx.Timeout(120.0),
-                transport=http11.Transport(),
+                transport=asynchttp.Transport(),
             )
             for i, w in enumerate(self.workers)
         }

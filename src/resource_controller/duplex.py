@@ -5,21 +5,22 @@ must put each chunk on the wire the moment it is written. Common HTTP clients se
 whole body before reading the answer, so both ends of the relay (the worker and the
 client) drive the exchange themselves here: a request line and headers, a chunked
 body written chunk by chunk, a response read as soon as it arrives (chunked, sized or
-to end of stream). Standard library only, so ``rc run --tty`` stays light.
+to end of stream), by the format's rules in ``http1``. Standard library only, so
+``rc run --tty`` stays light.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import ssl
 import urllib.parse
 from dataclasses import dataclass
 
-#: Longest status line or header line accepted, and most header lines.
+from resource_controller import http1
+
+#: Longest line the stream reader buffers (status, header or chunk-size line).
 _LINE_MAX = 16_384
-_HEADERS_MAX = 100
 #: Most bytes of an error answer read to explain it.
 _ERROR_BODY_MAX = 65_536
 #: Most bytes one ``read`` returns.
@@ -37,7 +38,7 @@ class Refused(StreamError):
         self.status = status
         self.reason = reason
         self.body = body
-        self.code, self.detail = _error_body(body)
+        self.code, self.detail = http1.error_body(body)
         super().__init__(f"controller returned {self.status_line}")
 
     @property
@@ -49,17 +50,6 @@ class Refused(StreamError):
         if self.code:
             return f"{self.code}: {self.detail}" if self.detail else self.code
         return str(self)
-
-
-def _error_body(body: bytes) -> tuple[str, str]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return "", ""
-    if not isinstance(data, dict):
-        return "", ""
-    code, message = data.get("error"), data.get("message")
-    return (code if isinstance(code, str) else ""), (message if isinstance(message, str) else "")
 
 
 @dataclass(frozen=True)
@@ -137,7 +127,7 @@ class Stream:
         """The next piece of the response body; ``b""`` at its end."""
         try:
             return await self._read()
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (OSError, asyncio.IncompleteReadError, ValueError, http1.ProtocolError) as exc:
             raise StreamError(f"read: {_cause(exc)}") from exc
 
     async def _read(self) -> bytes:
@@ -145,11 +135,11 @@ class Stream:
             return b""
         if self._chunked_response:
             if self._chunk_left == 0:
-                line = await self._reader.readuntil(b"\r\n")
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                size = http1.chunk_size(await self._reader.readuntil(b"\r\n"))
                 if size == 0:
-                    while (await self._reader.readuntil(b"\r\n")) != b"\r\n":
-                        pass  # trailers
+                    trailer = http1.Head()
+                    while not trailer.feed(await self._reader.readuntil(b"\r\n")):
+                        pass
                     self._eof = True
                     return b""
                 self._chunk_left = size
@@ -233,41 +223,31 @@ async def open_stream(
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         await writer.drain()
         async with asyncio.timeout(connect_timeout):
-            status, reason, headers = await _read_head(reader)
+            version, status, reason = http1.status_line(await reader.readuntil(b"\r\n"))
+            answer = http1.Head()
+            while not answer.feed(await reader.readuntil(b"\r\n")):
+                pass
+            framing = http1.Framing(method, version, status, answer.fields)
     except TimeoutError:
         stream.close()
         raise StreamError(f"{method} {path}: no answer") from None
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+    except (
+        OSError,
+        asyncio.IncompleteReadError,
+        asyncio.LimitOverrunError,
+        ValueError,
+        http1.ProtocolError,
+    ) as exc:
         stream.close()
         raise StreamError(f"{method} {path}: {_cause(exc)}") from exc
-    stream.headers = headers
-    encoding = headers.get("transfer-encoding", "").lower()
-    stream._chunked_response = "chunked" in encoding
-    length = headers.get("content-length", "")
-    if not stream._chunked_response and length.isdigit():
-        stream._remaining = int(length)
+    stream.headers = answer.fields
+    stream._chunked_response = framing.chunked
+    stream._remaining = framing.length
     if status != 200:
         refused = await _error_answer(stream)
         stream.close()
         raise Refused(status, reason, refused)
     return stream
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
-    line = (await reader.readuntil(b"\r\n")).decode("latin-1").rstrip("\r\n")
-    parts = line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP status line: {line[:80]!r}")
-    status = int(parts[1])
-    reason = parts[2] if len(parts) > 2 else ""
-    headers: dict[str, str] = {}
-    for _ in range(_HEADERS_MAX):
-        raw = (await reader.readuntil(b"\r\n")).decode("latin-1").rstrip("\r\n")
-        if not raw:
-            return status, reason, headers
-        name, _, value = raw.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    raise ValueError("too many response headers")
 
 
 async def _error_answer(stream: Stream) -> bytes:

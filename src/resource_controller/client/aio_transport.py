@@ -1,4 +1,4 @@
-"""The asyncio client's HTTP: httpx, the same routes, errors and fail-over as ``transport``.
+"""The asyncio client's HTTP: httpx over ``asynchttp`` as the worker's, the same routes, errors and fail-over as ``transport``.
 
 Kept apart from ``aio`` so that the async client's methods and its connection handling
 each fit one reading; the sync ``transport`` is the model for both behaviours.
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from resource_controller import errors
+from resource_controller import asynchttp, errors
 from resource_controller.client import transport
 
 
@@ -50,7 +50,9 @@ class AsyncTransport:
         # empty token goes as the bare scheme, which the controller refuses the same way.
         bearer = f"Bearer {token}" if token else "Bearer"
         headers = {"Authorization": bearer, "Content-Type": "application/json"}
-        self._http = httpx.AsyncClient(headers=headers, timeout=None, trust_env=False)
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=None, trust_env=False, transport=asynchttp.Transport()
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()

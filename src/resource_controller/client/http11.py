@@ -10,31 +10,19 @@ socket in TLS, loading ``ssl`` only then, with the standard library's defaults
 
 Errors are ``OSError`` (refused, reset, timed out: the socket's own) or
 ``ProtocolError``; ``RemoteDisconnected`` is what an idle kept-alive connection the
-server has closed looks like, which the caller may retry once.
+server has closed looks like, which the caller may retry once. The format's rules
+(status and header lines, framing, chunk sizes) are ``http1``'s; this module owns the
+socket.
 """
 
 from __future__ import annotations
 
 import socket
 
-#: As ``http.client``: the longest status or header line, and the most header lines.
-MAX_LINE = 65536
-MAX_HEADERS = 100
+from resource_controller import http1
+from resource_controller.http1 import IncompleteRead, ProtocolError
 
-_NO_BODY_METHODS = frozenset({"HEAD"})
-#: Methods that send ``Content-Length: 0`` when they carry no body (as ``http.client``).
-_BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})
-
-
-class ProtocolError(Exception):
-    """The server's answer is not HTTP/1.x the client can read."""
-
-
-class IncompleteRead(ProtocolError):
-    """The connection ended before the body its framing announced."""
-
-    def __init__(self) -> None:
-        super().__init__("the connection ended mid-response")
+__all__ = ["Connection", "IncompleteRead", "ProtocolError", "RemoteDisconnected", "Response"]
 
 
 class RemoteDisconnected(ConnectionResetError):
@@ -79,49 +67,37 @@ class Connection:
 
     def send(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> None:
         """Write one request, head and body, in one go."""
-        lines = [f"{method} {target} HTTP/1.1".encode("ascii"), b"Host: " + self._host]
-        lines.append(b"Accept-Encoding: identity")
+        fields = [(b"Host", self._host), (b"Accept-Encoding", b"identity")]
         if body is not None:
-            lines.append(b"Content-Length: %d" % len(body))
-        elif method in _BODY_METHODS:
-            lines.append(b"Content-Length: 0")
-        lines.extend(f"{k}: {v}".encode("latin-1") for k, v in headers.items())
-        self.sock.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + (body or b""))
+            fields.append((b"Content-Length", b"%d" % len(body)))
+        elif method in http1.BODY_METHODS:
+            fields.append((b"Content-Length", b"0"))
+        fields.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
+        self.sock.sendall(http1.request_head(method, target, fields) + (body or b""))
 
     def response(self, method: str) -> Response:
         """Read the status line and headers of the next answer (interim 1xx skipped)."""
         while True:
-            line = self._reader.readline(MAX_LINE + 1)
+            line = self._reader.readline(http1.MAX_LINE + 1)
             if not line:
                 raise RemoteDisconnected("the server closed the connection without answering")
-            version, status, reason = _status_line(line)
-            headers = self._headers()
+            version, status, reason = http1.status_line(line)
+            head = http1.Head()
+            while not head.feed(self._reader.readline(http1.MAX_LINE + 1)):
+                pass
             if 100 <= status < 200 and status != 101:
                 continue
-            return Response(self, method, version, status, reason, headers)
-
-    def _headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for _ in range(MAX_HEADERS + 1):
-            line = self._reader.readline(MAX_LINE + 1)
-            if len(line) > MAX_LINE:
-                raise ProtocolError("header line too long")
-            if line in (b"\r\n", b"\n", b""):
-                return headers
-            name, sep, value = line.decode("latin-1").partition(":")
-            if not sep:
-                continue  # as lenient as http.client with a line that is no header
-            key = name.strip().lower()
-            text = value.strip()
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        raise ProtocolError(f"got more than {MAX_HEADERS} headers")
+            return Response(
+                self,
+                http1.Framing(method, version, status, head.fields),
+                status,
+                reason,
+                head.fields,
+            )
 
     def read_line(self) -> bytes:
         """One line of a chunked body's framing."""
-        line = self._reader.readline(MAX_LINE + 1)
-        if len(line) > MAX_LINE:
-            raise ProtocolError("chunk size line too long")
-        return line
+        return self._reader.readline(http1.MAX_LINE + 1)
 
     def read1(self, size: int) -> bytes:
         """Up to ``size`` bytes, as soon as any are there (at most one socket read)."""
@@ -137,25 +113,13 @@ class Connection:
         self.sock.close()
 
 
-def _status_line(line: bytes) -> tuple[int, int, str]:
-    if len(line) > MAX_LINE:
-        raise ProtocolError("status line too long")
-    text = line.decode("latin-1")
-    version, _, rest = text.partition(" ")
-    code, _, reason = rest.partition(" ")
-    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
-        raise ProtocolError(repr(line))
-    return (11 if version == "HTTP/1.1" else 10), int(code), reason.strip()
-
-
 class Response:
     """An answer whose body is read whole (``read``) or piece by piece (``read1``)."""
 
     def __init__(
         self,
         conn: Connection,
-        method: str,
-        version: int,
+        framing: http1.Framing,
         status: int,
         reason: str,
         headers: dict[str, str],
@@ -164,31 +128,11 @@ class Response:
         self.status = status
         self.reason = reason
         self.headers = headers
-        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-        self.will_close = "close" in tokens or (version == 10 and "keep-alive" not in tokens)
-        self._chunked = False
+        self.will_close = not framing.keep_alive
+        self._chunked = framing.chunked
         self._chunk_left = 0
-        self._done = True
-        #: Bytes of the body still to come (None: until the connection closes).
-        self.length: int | None = 0
-        if method in _NO_BODY_METHODS or status in (204, 304) or status < 200:
-            return
-        self._done = False
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._chunked = True
-            self.length = None
-            return
-        length = headers.get("content-length")
-        if length is None:
-            self.length = None
-            self.will_close = True  # the body ends where the connection does
-            return
-        try:
-            self.length = int(length.split(",")[0].strip())
-        except ValueError:
-            raise ProtocolError(f"bad Content-Length {length!r}") from None
-        if self.length < 0:
-            raise ProtocolError(f"bad Content-Length {length!r}")
+        #: Bytes of the body still to come (None: chunked, or until the connection closes).
+        self.length = framing.length
         self._done = self.length == 0
 
     @property
@@ -224,15 +168,12 @@ class Response:
 
     def _read_chunk(self, size: int) -> bytes:
         if self._chunk_left == 0:
-            line = self._conn.read_line()
-            if not line:
-                raise IncompleteRead()
-            try:
-                self._chunk_left = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise ProtocolError(f"bad chunk size line {line!r}") from None
+            self._chunk_left = http1.chunk_size(self._conn.read_line())
             if self._chunk_left == 0:
-                self._trailer()
+                head = http1.Head()  # the trailer: header lines, then a blank one
+                while not head.feed(self._conn.read_line()):
+                    pass
+                self._done = True
                 return b""
         data = self._conn.read1(min(size, self._chunk_left))
         if not data:
@@ -241,16 +182,6 @@ class Response:
         if self._chunk_left == 0 and self._conn.read_exact(2) != b"\r\n":
             raise IncompleteRead()
         return data
-
-    def _trailer(self) -> None:
-        for _ in range(MAX_HEADERS + 1):
-            line = self._conn.read_line()
-            if not line:
-                raise IncompleteRead()
-            if line in (b"\r\n", b"\n"):
-                self._done = True
-                return
-        raise ProtocolError("chunked trailer too long")
 
     def __repr__(self) -> str:
         return f"<Response {self.status} {self.reason}>"

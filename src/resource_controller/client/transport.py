@@ -31,7 +31,7 @@ import json
 import socket
 from collections.abc import Callable, Iterator, Mapping
 
-from resource_controller import errors
+from resource_controller import errors, http1
 from resource_controller.client import http11, urls
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
@@ -115,16 +115,11 @@ def api_error(status: int, reason: str, body: bytes, missing_token: str = "") ->
     ``missing_token`` says where the client looked for a token it did not find; it is
     added to an ``unauthorized`` answer, the one a missing token earns (CLI-011).
     """
-    try:
-        data = json.loads(body) if body else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
-        message = data.get("message")
-        text = message if isinstance(message, str) else ""
-        if missing_token and data["error"] == "unauthorized":
-            text = f"{text}; {missing_token}" if text else missing_token
-        return errors.api_error(data["error"], text, status)
+    code, message = http1.error_body(body)
+    if code:
+        if missing_token and code == "unauthorized":
+            message = f"{message}; {missing_token}" if message else missing_token
+        return errors.api_error(code, message, status)
     if not reason:
         import http  # only for an answer without a reason phrase
 

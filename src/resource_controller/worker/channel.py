@@ -32,9 +32,9 @@ from typing import Any, NamedTuple
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from resource_controller import duplex, wire
+from resource_controller import asynchttp, duplex, http1, wire
 from resource_controller.clock import Clock
-from resource_controller.worker import http11, reconnect
+from resource_controller.worker import reconnect
 
 #: Overall bound on one non-streaming request (WRK-030).
 HTTP_TIMEOUT = 120.0
@@ -77,14 +77,7 @@ def error_text(exc: BaseException) -> str:
 
 def error_body(resp: httpx.Response) -> tuple[str, str]:
     """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
-    try:
-        data = json.loads(resp.content)
-    except ValueError:
-        return "", ""
-    if not isinstance(data, dict):
-        return "", ""
-    code, message = data.get("error", ""), data.get("message", "")
-    return (code if isinstance(code, str) else ""), (message if isinstance(message, str) else "")
+    return http1.error_body(resp.content)
 
 
 class PollAnswer(NamedTuple):
@@ -220,14 +213,14 @@ class Channel:
     def open(self) -> httpx.AsyncClient:
         """The client; the caller closes it (``async with channel.open():``).
 
-        Without an injected transport, requests go over ``http11`` (plain HTTP/1.1 on
+        Without an injected transport, requests go over ``asynchttp`` (plain HTTP/1.1 on
         asyncio streams, httpx's own transport for ``https://``), unless a proxy is
         configured in the environment: only httpx's transport honours that.
         """
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
         transport = self._transport
-        if transport is None and not http11.proxied(os.environ):
-            transport = http11.Transport()
+        if transport is None and not asynchttp.proxied(os.environ):
+            transport = asynchttp.Transport()
         self._client = httpx.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT, transport=transport)
         return self._client
 

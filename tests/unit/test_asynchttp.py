@@ -1,4 +1,5 @@
-"""The worker's plain HTTP/1.1 transport, against a real socket server on loopback.
+"""The plain HTTP/1.1 transport under the worker's and the asynchronous client's httpx,
+against a real socket server on loopback.
 
 Each test's server is an ``asyncio`` server that answers every request with bytes the
 test chose, so framings a FastAPI controller rarely sends (chunked, close-delimited,
@@ -10,13 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import httpx
 import pytest
-from worker_helpers import run
 
-from resource_controller.worker import http11
+from resource_controller import asynchttp
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a fresh loop, never for longer than 30 s."""
+    return asyncio.run(asyncio.wait_for(coro, 30.0))
+
 
 #: Turns one received request (head and body) into the bytes sent back, or ``None``
 #: to close the connection without answering.
@@ -80,7 +89,7 @@ def exchange(answer: Answer, go: Callable[[httpx.AsyncClient, Server], Awaitable
     async def main() -> Server:
         async with Server(answer) as server:
             async with httpx.AsyncClient(
-                transport=http11.Transport(), headers={"Authorization": "Bearer t"}
+                transport=asynchttp.Transport(), headers={"Authorization": "Bearer t"}
             ) as client:
                 await go(client, server)
             return server
@@ -168,7 +177,7 @@ async def once_then_close(raw: bytes, path: str = "/x") -> httpx.Response:
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(transport=http11.Transport()) as client:
+        async with httpx.AsyncClient(transport=asynchttp.Transport()) as client:
             return await client.get(f"http://127.0.0.1:{port}{path}")
     finally:
         server.close()
@@ -232,7 +241,66 @@ def test_a_cancelled_request_never_leaves_its_connection_for_reuse() -> None:
 
 
 def test_proxy_settings_are_left_to_httpx() -> None:
-    assert http11.proxied({"HTTP_PROXY": "http://proxy:3128"})
-    assert http11.proxied({"all_proxy": "socks5://p"})
-    assert not http11.proxied({"HTTPS_PROXY": "http://proxy:3128", "http_proxy": ""})
-    assert not http11.proxied({})
+    assert asynchttp.proxied({"HTTP_PROXY": "http://proxy:3128"})
+    assert asynchttp.proxied({"all_proxy": "socks5://p"})
+    assert not asynchttp.proxied({"HTTPS_PROXY": "http://proxy:3128", "http_proxy": ""})
+    assert not asynchttp.proxied({})
+
+
+def test_a_chunked_body_streams_as_it_arrives_and_its_connection_is_reused_after() -> None:
+    """A log follow: the first piece is read before the server has written the second."""
+    second = asyncio.Event()
+    connections = 0
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                if b"/follow" in head:
+                    w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+                    await w.drain()
+                    await second.wait()
+                    w.write(b"6\r\nsecond\r\n0\r\n\r\n")
+                else:
+                    w.write(OK_JSON)
+                await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            w.close()
+
+    async def main() -> list[bytes]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pieces: list[bytes] = []
+        try:
+            async with httpx.AsyncClient(transport=asynchttp.Transport()) as client:
+                async with client.stream("GET", url + "/follow") as resp:
+                    async for piece in resp.aiter_raw():
+                        pieces.append(piece)
+                        second.set()
+                assert (await client.get(url + "/after")).json() == {"a": True}
+        finally:
+            server.close()
+            await server.wait_closed()
+        return pieces
+
+    assert run(main()) == [b"first", b"second"]
+    assert connections == 1
+
+
+def test_a_stream_closed_before_its_end_closes_its_connection() -> None:
+    def endless(head: bytes, body: bytes) -> bytes | None:
+        if b"/follow" in head:
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+        return OK_JSON
+
+    async def go(client: httpx.AsyncClient, server: Server) -> None:
+        async with client.stream("GET", server.url + "/follow") as resp:
+            async for piece in resp.aiter_raw():
+                assert piece == b"first"
+                break
+        assert (await client.get(server.url + "/after")).status_code == 200
+        assert server.connections == 2  # the half-read stream's connection was not reused
+
+    exchange(endless, go)
