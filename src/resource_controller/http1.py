@@ -125,11 +125,6 @@ class Framing:
             raise ProtocolError(f"malformed Content-Length {text!r}")
         self.length = length
 
-    @property
-    def to_close(self) -> bool:
-        """The body runs until the peer closes the connection."""
-        return self.length is None and not self.chunked
-
 
 def chunk_size(line: bytes) -> int:
     """The size a chunk-size line announces (extensions ignored); 0 ends the body."""

@@ -85,7 +85,6 @@ def test_framing(
 ) -> None:
     framing = http1.Framing(method, version, status, fields)
     assert (framing.length, framing.chunked, framing.keep_alive) == (length, chunked, keep_alive)
-    assert framing.to_close == (length is None and not chunked)
 
 
 @pytest.mark.parametrize("value", ["ten", "-1"])

@@ -32,6 +32,7 @@ from resource_controller.cli import common, render
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.cli.tty import JobWatch
 from resource_controller.client import api
+from resource_controller.core.states import JobState
 
 #: CLI-195: how long the copy job may take to end after the transfer.
 COPY_WAIT = 30 * 60.0
@@ -384,7 +385,7 @@ def _finish(client: api.Client, job_id: str) -> None:
     except errors.ClientError as e:
         raise common.Failure(str(e)) from e
     state = job.get("state")
-    if state == "succeeded":
+    if state == JobState.SUCCEEDED:
         return
     reason = ""
     try:

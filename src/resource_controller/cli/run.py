@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from resource_controller import errors
 from resource_controller.cli import basics, render, signals
 from resource_controller.client import api
+from resource_controller.core.states import JobState
 
 #: CLI-193: bound on the final wait after the stream ends.
 FINAL_WAIT = 300.0
@@ -398,6 +399,6 @@ def _exit_code(job: api.Json) -> int:
             render.say(f"job {job_id}: {reason}")
         return exit_status(code)
     state = job.get("state")
-    if state != "succeeded":
+    if state != JobState.SUCCEEDED:
         raise basics.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
     return 0

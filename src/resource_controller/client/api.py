@@ -73,6 +73,7 @@ from resource_controller.client.messages import (
 from resource_controller.client.messages import (
     submit_refusal as submit_refusal,
 )
+from resource_controller.core.states import ACTIVE, TERMINAL
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
@@ -94,9 +95,9 @@ TERMINAL_GIVE_UP = 6
 STREAM_GIVE_UP = 17
 
 #: CLI-076: states a job never leaves.
-TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
+TERMINAL_STATES = TERMINAL
 #: Jobs holding a device.
-ACTIVE_STATES = frozenset({"assigned", "running"})
+ACTIVE_STATES = ACTIVE
 
 
 class PollGiveUp(errors.ClientError):

@@ -20,6 +20,7 @@ from typing import Any
 
 from resource_controller.client.api import TERMINAL_STATES, exit_status
 from resource_controller.core.cuda import cuda_visible_devices
+from resource_controller.core.states import JobState
 
 Json = dict[str, Any]
 
@@ -108,7 +109,7 @@ class JobInfo:
     @property
     def succeeded(self) -> bool:
         """The job ended ``succeeded``."""
-        return self.state == "succeeded"
+        return self.state == JobState.SUCCEEDED
 
     def _load(self, data: Mapping[str, Any], position: int = 0, waits: Any = None) -> None:
         """Take every field from a job object (and, from a view, its queue facts)."""

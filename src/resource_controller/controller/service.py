@@ -193,7 +193,9 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     if job.state == JobState.QUEUED:
         if not await svc.db(svc.store.cancel_queued, job_id, reason):
             raise errors.NotCancellable(f"job {job_id} already started")
-        return Done(None, Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, "killed"))
+        return Done(
+            None, Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, JobState.KILLED)
+        )
     if job.state not in states.ACTIVE:
         raise errors.NotCancellable(f"job {job_id} already finished")
     outcome = await svc.db(
@@ -204,7 +206,8 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     wake = Wake.poll([job.worker_id])
     if outcome is KillRequest.FINALIZED:  # the worker is gone: ended here, the device stays out
         return Done(
-            None, wake | Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, "killed")
+            None,
+            wake | Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, JobState.KILLED),
         )
     return Done(None, wake | Wake.job(job_id, job.state))  # handed to the worker (EVT-010)
 

@@ -23,6 +23,7 @@ from typing import Protocol
 import httpx
 
 from resource_controller.controller.events import stamp
+from resource_controller.core import states
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +112,16 @@ def sweep_notices(
             continue
         category = reasons.get(device, "")
         if category == "worker_lost":
-            out.append(Notice(WORKER_LOST, at, device=device, reason="worker_lost"))
+            out.append(Notice(WORKER_LOST, at, device=device, reason=states.Quarantine.WORKER_LOST))
         else:
             out.append(Notice(DEVICE_UNHEALTHY, at, device=device, reason=category))
     for job in jobs_lost:
-        out.append(Notice(JOB_LOST, at, job=job, reason="worker lost"))
+        out.append(Notice(JOB_LOST, at, job=job, reason=states.REASON_WORKER_LOST))
     for lease in leases_expired:
         device = (lease_devices or {}).get(lease, "")
-        out.append(Notice(LEASE_EXPIRED, at, device=device, job=lease, reason="lease expired"))
+        out.append(
+            Notice(LEASE_EXPIRED, at, device=device, job=lease, reason=states.REASON_LEASE_EXPIRED)
+        )
         if (
             device
             and reasons is not None
@@ -127,7 +130,9 @@ def sweep_notices(
             and reasons.get(device) == "lease_expired"
         ):
             announced.add(device)
-            out.append(Notice(DEVICE_UNHEALTHY, at, device=device, reason="lease_expired"))
+            out.append(
+                Notice(DEVICE_UNHEALTHY, at, device=device, reason=states.Quarantine.LEASE_EXPIRED)
+            )
     return out
 
 

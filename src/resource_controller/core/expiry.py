@@ -222,10 +222,6 @@ def flap_cutoff(now: float) -> float:
     return now - FLAP_WINDOW
 
 
-def in_flap_window(at: float, now: float) -> bool:
-    return at >= flap_cutoff(now)
-
-
 def flap_allows(recent: int) -> bool:
     """May a device with ``recent`` automatic recoveries in the window recover again?"""
     return recent < FLAP_LIMIT
