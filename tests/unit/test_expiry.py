@@ -193,9 +193,6 @@ def test_proofs(proof: Proof, clean: bool, summary: str) -> None:
 
 
 def test_the_flap_window_includes_a_recovery_exactly_one_hour_old() -> None:
-    assert NOW - 3600 >= expiry.flap_cutoff(NOW)
-    assert not NOW - 3601 >= expiry.flap_cutoff(NOW)
-    assert NOW >= expiry.flap_cutoff(NOW)
     assert expiry.flap_cutoff(NOW) == NOW - 3600
 
 

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from resource_controller import errors
-from resource_controller.client import api, config, messages, options, shapes
+from resource_controller.client import api, config, messages, options, shapes, waits
 from resource_controller.client.aio_transport import AsyncTransport
 from resource_controller.client.models import (
     Device,
@@ -224,68 +224,26 @@ class AsyncClient:
         job: api.Json = shapes.normalise(data, shapes.JOB)
         return job
 
-    # ---- polling loops (CLI-077, CLI-078), as api.Client's ------------------
+    # ---- polling loops: the rules are waits.py's, as api.Client's ----------
 
     async def _wait_scheduled(self, job_id: str, limit: float | None) -> api.Json:
-        deadline = None if limit is None else time.monotonic() + limit
-        failures = 0
-        while True:
-            poll = api.SCHEDULED_POLL_TIMEOUT
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise api.WaitTimeout("deadline exceeded")
-                poll = min(poll, remaining)
-            try:
-                view = await self._get_job(job_id, poll)
-            except errors.ClientError as e:
-                failures += 1
-                if failures >= api.SCHEDULED_GIVE_UP:
-                    raise api.PollGiveUp(
-                        f"gave up polling job {job_id} after {failures} consecutive failures"
-                        f" (last: {e})"
-                    ) from e
-            else:
-                failures = 0
-                if view.state != "queued":
-                    return view.job
-            pause = api.POLL_INTERVAL
-            if deadline is not None:
-                pause = max(0.0, min(pause, deadline - time.monotonic()))
-            await asyncio.sleep(pause)
+        wait = waits.UntilScheduled(job_id, None if limit is None else time.monotonic() + limit)
+        return await self._wait(wait)
 
     async def _wait_terminal(self, job_id: str, bound: float | None) -> api.Json:
-        end = None if bound is None else time.monotonic() + bound
-        failures = 0
-        last_state = "unknown"
+        return await self._wait(waits.UntilTerminal(job_id, bound, time.monotonic()))
+
+    async def _wait(self, wait: waits.UntilScheduled) -> api.Json:
         while True:
-            poll = api.TERMINAL_POLL_TIMEOUT
-            if end is not None:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    raise api.WaitTimeout(
-                        f"job {job_id} did not finish within {bound:g}s"
-                        f" (last known state: {last_state})"
-                    )
-                poll = min(poll, remaining)
+            bound = wait.timeout(time.monotonic())  # a passed deadline is no failed poll
             try:
-                view = await self._get_job(job_id, poll)
+                view = await self._get_job(wait.job_id, bound)
             except errors.ClientError as e:
-                failures += 1
-                if failures >= api.TERMINAL_GIVE_UP:
-                    raise api.PollGiveUp(
-                        f"gave up waiting for job {job_id} after {failures} consecutive failed"
-                        f" polls (last known state: {last_state}; last error: {e})"
-                    ) from e
+                wait.failed(e)
             else:
-                failures = 0
-                last_state = view.state or last_state
-                if view.state in api.TERMINAL_STATES:
+                if wait.reached(view):
                     return view.job
-            pause = api.POLL_INTERVAL
-            if end is not None:
-                pause = max(0.0, min(pause, end - time.monotonic()))
-            await asyncio.sleep(pause)
+            await asyncio.sleep(wait.pause(time.monotonic()))
 
     async def _output(self, job_id: str) -> AsyncIterator[bytes]:
         """Follow to the end, resuming a broken stream at the offset reached (EXT-CLI-5)."""

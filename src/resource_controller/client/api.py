@@ -6,8 +6,8 @@ controller's JSON objects as plain dicts (the ``--json`` outputs print them verb
 only the job view, which wraps a job with its queue position, gets a small record.
 
 The two polling loops are the only code in the client that retries (CLI-043). Their
-budgets are the spec's constants, and their clock and sleep are injectable so that
-tests count polls instead of waiting them out.
+rules are ``waits.py``'s (shared with the asynchronous client), and their clock and
+sleep are injectable so that tests count polls instead of waiting them out.
 """
 
 from __future__ import annotations
@@ -73,6 +73,31 @@ from resource_controller.client.messages import (
 from resource_controller.client.messages import (
     submit_refusal as submit_refusal,
 )
+from resource_controller.client.waits import (  # the client's surface: api.X
+    POLL_INTERVAL as POLL_INTERVAL,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    SCHEDULED_GIVE_UP as SCHEDULED_GIVE_UP,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    SCHEDULED_POLL_TIMEOUT as SCHEDULED_POLL_TIMEOUT,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    STREAM_GIVE_UP as STREAM_GIVE_UP,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    TERMINAL_GIVE_UP as TERMINAL_GIVE_UP,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    TERMINAL_POLL_TIMEOUT as TERMINAL_POLL_TIMEOUT,
+)
+from resource_controller.client.waits import (  # the client's surface: api.X
+    PollGiveUp as PollGiveUp,
+)
+from resource_controller.client.waits import UntilScheduled, UntilTerminal
+from resource_controller.client.waits import (  # the client's surface: api.X
+    WaitTimeout as WaitTimeout,
+)
 from resource_controller.core.states import ACTIVE, TERMINAL
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
@@ -82,40 +107,10 @@ if TYPE_CHECKING:
     from resource_controller.client import transport
 
 
-#: CLI-190: pause between polls in both wait loops.
-POLL_INTERVAL = 0.5
-#: CLI-191: per-poll timeout and the failure count that gives up, wait-until-scheduled.
-SCHEDULED_POLL_TIMEOUT = 1.0
-SCHEDULED_GIVE_UP = 17
-#: CLI-192: the same for wait-until-terminal.
-TERMINAL_POLL_TIMEOUT = 10.0
-TERMINAL_GIVE_UP = 6
-#: EXT-CLI-5: consecutive reconnects of a broken log stream that deliver nothing
-#: before ``rc run`` gives up on the output (about 8 s, as wait-until-scheduled).
-STREAM_GIVE_UP = 17
-
 #: CLI-076: states a job never leaves.
 TERMINAL_STATES = TERMINAL
 #: Jobs holding a device.
 ACTIVE_STATES = ACTIVE
-
-
-class PollGiveUp(errors.ClientError):
-    """Too many consecutive polls failed; the job's fate is unknown, not decided."""
-
-
-class WaitTimeout(errors.ClientError):
-    """The caller's own bound on a wait passed (deadline exceeded)."""
-
-
-def _seconds_text(seconds: float) -> str:
-    """A bound for a message, as ``5m0s``; the client keeps to ``errors`` and ``wire``."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{seconds:g}s"
-    hours, rest = divmod(whole, 3600)
-    text = f"{rest // 60}m{rest % 60}s"
-    return f"{hours}h{text}" if hours else text
 
 
 def _view_id(view: Json) -> str:
@@ -488,27 +483,16 @@ class Client:
         nothing about the deadline (CLI-079). A returned job may be terminal without
         ever having started: the caller checks.
         """
-        failures = 0
+        wait = UntilScheduled(job_id, deadline)
         last_position: int | None = None
         while True:
-            poll_timeout = SCHEDULED_POLL_TIMEOUT
-            if deadline is not None:
-                remaining = deadline - self._monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout("deadline exceeded")
-                poll_timeout = min(poll_timeout, remaining)
+            bound = wait.timeout(self._monotonic())  # a passed deadline is no failed poll
             try:
-                view = self.get_job(job_id, timeout=poll_timeout)
+                view = self.get_job(job_id, timeout=bound)
             except errors.ClientError as e:
-                failures += 1
-                if failures >= SCHEDULED_GIVE_UP:
-                    raise PollGiveUp(
-                        f"gave up polling job {job_id} after {failures} consecutive failures"
-                        f" (last: {e})"
-                    ) from e
+                wait.failed(e)
             else:
-                failures = 0
-                if view.state != "queued":
+                if wait.reached(view):
                     return view.job
                 if view.queue_position != last_position:
                     last_position = view.queue_position
@@ -516,10 +500,7 @@ class Client:
                         on_position(view.queue_position)
                 if on_view is not None:
                     on_view(view)
-            pause = POLL_INTERVAL
-            if deadline is not None:
-                pause = max(0.0, min(pause, deadline - self._monotonic()))
-            self._sleep(pause)
+            self._sleep(wait.pause(self._monotonic()))
 
     def wait_until_terminal(self, job_id: str, *, bound: float | None = None) -> Json:
         """Poll until the job is terminal and return it (CLI-078).
@@ -528,35 +509,14 @@ class Client:
         naming the bound, the job and its last known state. Six consecutive failed
         polls raise ``PollGiveUp`` naming the job and its last known state.
         """
-        end = None if bound is None else self._monotonic() + bound
-        failures = 0
-        last_state = "unknown"
+        wait = UntilTerminal(job_id, bound, self._monotonic())
         while True:
-            poll_timeout = TERMINAL_POLL_TIMEOUT
-            if end is not None:
-                remaining = end - self._monotonic()
-                if remaining <= 0:
-                    assert bound is not None
-                    raise WaitTimeout(
-                        f"job {job_id} did not finish within {_seconds_text(bound)}"
-                        f" (last known state: {last_state})"
-                    )
-                poll_timeout = min(poll_timeout, remaining)
+            bound = wait.timeout(self._monotonic())  # a passed deadline is no failed poll
             try:
-                view = self.get_job(job_id, timeout=poll_timeout)
+                view = self.get_job(job_id, timeout=bound)
             except errors.ClientError as e:
-                failures += 1
-                if failures >= TERMINAL_GIVE_UP:
-                    raise PollGiveUp(
-                        f"gave up waiting for job {job_id} after {failures} consecutive failed"
-                        f" polls (last known state: {last_state}; last error: {e})"
-                    ) from e
+                wait.failed(e)
             else:
-                failures = 0
-                last_state = view.state or last_state
-                if view.state in TERMINAL_STATES:
+                if wait.reached(view):
                     return view.job
-            pause = POLL_INTERVAL
-            if end is not None:
-                pause = max(0.0, min(pause, end - self._monotonic()))
-            self._sleep(pause)
+            self._sleep(wait.pause(self._monotonic()))
