@@ -185,10 +185,9 @@ def test_the_pass_reads_a_row_as_the_record_does(
 
 def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:
     """The whole-fleet reads (``fast``: devices, active jobs; ``views.devices``) build
-    records with ``row_builder`` from columns in field order: each equals the record
+    records with ``_make`` from columns in field order: each equals the record
     built by column name, and the state view's devices, which take each
     holder's command from the active jobs, equal the devices read on their own."""
-    import dataclasses
 
     from resource_controller.store import jobs, views
 
@@ -211,36 +210,21 @@ def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: 
     assert len(active) == 2
     for j in active:  # active jobs carry their lease epoch (EXT-EPOCH-2)
         assert j.lease_epoch > 0
-        assert j == dataclasses.replace(by_name[j.id], lease_epoch=j.lease_epoch)
+        assert j == by_name[j.id]._replace(lease_epoch=j.lease_epoch)
     assert with_commands == alone
     assert [s.command for s in alone if s.lease] == [["train"], ["sh", "-c", "é"]]
     assert [s.device for s in alone] == devices_by_name
 
 
-def test_a_row_builder_builds_what_init_builds_and_refuses_what_it_cannot() -> None:
-    from dataclasses import dataclass
-
-    from resource_controller.store.records import LeaseRecord, row_builder
+def test_a_record_built_from_a_row_is_the_record_built_by_name_and_a_short_row_is_refused() -> None:
+    from resource_controller.store.records import LeaseRecord
 
     row = ("l1", "box:gpu0", "alice", "j1", 10, 20, None, "job", "", 3)
-    built = row_builder(LeaseRecord)(row)
+    built = LeaseRecord._make(row)
     assert built == LeaseRecord(*row) and hash(built) == hash(LeaseRecord(*row))
-    with pytest.raises(ValueError):
-        row_builder(LeaseRecord)(row[:-1])  # a short row is an error, never a half record
-
-    @dataclass(frozen=True, slots=True)
-    class Slotted:
-        a: int
-
-    @dataclass(frozen=True)
-    class Checked:
-        a: int
-
-        def __post_init__(self) -> None: ...
-
-    for cls in (Slotted, Checked):
-        with pytest.raises(TypeError):
-            row_builder(cls)
+    assert built.epoch == 3 and built.released_at is None
+    with pytest.raises(TypeError):
+        LeaseRecord._make(row[:-1])  # a short row is an error, never a half record
 
 
 def _reservation_rows(raw: Raw) -> dict[str, str]:

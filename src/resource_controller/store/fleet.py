@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from resource_controller.core.scheduling import DeviceSnap, FleetIndex
 from resource_controller.store import queries
-from resource_controller.store.records import DeviceRecord, LabelRecord, row_builder
+from resource_controller.store.records import DeviceRecord, LabelRecord
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
 _NEWEST = "SELECT max(version) FROM device_changes"
@@ -30,7 +30,7 @@ _HEARTBEATS = "SELECT id, last_heartbeat_at FROM devices"
 _LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labels"
 _LABEL_ORDER = " ORDER BY device_id, key, source"
 _CHUNK = 500  #: ids per ``IN (...)`` read, well under SQLite's parameter limit
-_label = row_builder(LabelRecord)
+_label = LabelRecord._make
 
 
 def label_rows(db: queries.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
@@ -56,12 +56,8 @@ def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
 
 
 def _with_heartbeat(record: DeviceRecord, stamp: int) -> DeviceRecord:
-    """``record`` with another ``last_heartbeat_at``: a copy of its fields, without the
-    frozen ``__init__`` (``dataclasses.replace`` costs five times as much)."""
-    fresh = object.__new__(DeviceRecord)
-    fresh.__dict__.update(record.__dict__)
-    fresh.__dict__["last_heartbeat_at"] = stamp
-    return fresh
+    """``record`` with another ``last_heartbeat_at``."""
+    return record._replace(last_heartbeat_at=stamp)
 
 
 class FleetSnapshot:

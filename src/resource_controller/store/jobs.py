@@ -163,7 +163,7 @@ def enqueue(
         device_ids=pins,
     )
     if pins:
-        job = dataclasses.replace(job, device_id=pins[0])
+        job = job._replace(device_id=pins[0])
     moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job
 
@@ -357,9 +357,7 @@ def release_job(
         moves.move(
             db, DEVICE, Op.RELEASE, queries.id_in(len(freed)), freed, state=DeviceState.READY
         )
-    ended = dataclasses.replace(
-        job, state=state, exit_code=exit_code, kill_reason=reason, finished_at=now
-    )
+    ended = job._replace(state=state, exit_code=exit_code, kill_reason=reason, finished_at=now)
     return Release(job=ended, was_terminal=False)
 
 

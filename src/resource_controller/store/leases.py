@@ -31,7 +31,6 @@ from resource_controller.store.records import (
     JobRecord,
     LeaseRecord,
     join_ids,
-    row_builder,
     split_ids,
 )
 from resource_controller.store.reserved import KeptReservations
@@ -67,7 +66,7 @@ def grant(
         epoch=queries.next_counter(conn, EPOCH_COUNTER),
     )
     try:
-        queries.insert_lease(conn, lease.__dict__)
+        queries.insert_lease(conn, lease._asdict())
     except conn.integrity_errors as exc:
         raise errors.LiveLeaseConflict(
             f"device {device_id} already has a live lease; refusing a second one"
@@ -87,9 +86,9 @@ def live(conn: queries.Conn) -> list[LeaseRecord]:
     return [lease_record(r) for r in conn.execute(_LIVE)]
 
 
-_LEASE_COLS = ", ".join(f.name for f in dataclasses.fields(LeaseRecord))
+_LEASE_COLS = ", ".join(LeaseRecord._fields)
 _LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE released_at IS NULL ORDER BY acquired_at"
-lease_record = row_builder(LeaseRecord)
+lease_record = LeaseRecord._make
 
 
 class _NotQueued(Exception):

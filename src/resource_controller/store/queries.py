@@ -9,7 +9,6 @@ for flags.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,18 +18,16 @@ from resource_controller.core import scheduling
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import ACTIVE, JobState
 from resource_controller.store import sql
-from resource_controller.store.records import DeviceRecord, JobRecord, row_builder, split_ids
+from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 
 Conn = sql.Db
 
 #: ``JobRecord``'s fields but the epoch, in its order, so a row builds a record
 #: positionally.
-JOB_COLS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(JobRecord) if f.name != "lease_epoch"
-)
+JOB_COLS: tuple[str, ...] = tuple(name for name in JobRecord._fields if name != "lease_epoch")
 #: In ``DeviceRecord``'s field order, so a row builds a record positionally (a third of
 #: the cost of a mapping, and ``/v1/state`` builds one per device).
-DEVICE_COLS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DeviceRecord))
+DEVICE_COLS: tuple[str, ...] = DeviceRecord._fields
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
 _EPOCH = "(SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id)"
@@ -115,8 +112,8 @@ def job(conn: Conn, job_id: str) -> JobRecord:
     return job_record(row, row[-1] or 0)
 
 
-device_record = row_builder(DeviceRecord)
-_job = row_builder(JobRecord)
+device_record = DeviceRecord._make
+_job = JobRecord._make
 
 
 def device(conn: Conn, device_id: str) -> DeviceRecord | None:
@@ -384,7 +381,7 @@ def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
     if not records:
         return records
     found = epochs(conn, [r.id for r in records])
-    return [dataclasses.replace(r, lease_epoch=found.get(r.id, 0)) for r in records]
+    return [r._replace(lease_epoch=found.get(r.id, 0)) for r in records]
 
 
 _QUEUED_SNAPS = (

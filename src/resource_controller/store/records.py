@@ -1,43 +1,21 @@
-"""Typed rows the store hands out: frozen records, never live ORM objects."""
+"""Typed rows the store hands out: immutable records, never live ORM objects.
+
+The rows read by the thousand (jobs, devices, leases, labels, a device's view) are named
+tuples: built from a row in its column order by ``_make``, several times faster than a
+frozen dataclass's ``__init__`` at 10,000 devices; the results of operations stay
+frozen dataclasses."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import ACTIVE, TERMINAL, JobState
 
-R = TypeVar("R")
 
-
-def row_builder(cls: type[R]) -> Callable[[Sequence[Any]], R]:
-    """A builder of ``cls`` from a row holding every field in declaration order, for
-    the whole-fleet reads (``/v1/state``, ``/v1/devices``): a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``, half the cost of
-    reading 10,000 device rows. The record built is equal to the one ``__init__``
-    would build (``tests/store/test_scale_paths.py``); records here have no
-    ``__post_init__`` and no slots, which this checks."""
-    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: not a plain dataclass")
-    if "__slots__" in cls.__dict__:
-        raise TypeError(f"{cls.__name__}: has slots")
-    names = tuple(f.name for f in dataclasses.fields(cls))
-    new = object.__new__
-
-    def build(row: Sequence[Any]) -> R:
-        obj = new(cls)
-        obj.__dict__.update(zip(names, row, strict=True))
-        return obj
-
-    return build
-
-
-@dataclass(frozen=True)
-class JobRecord:
+class JobRecord(NamedTuple):
     id: str
     seq: int
     selector: str
@@ -106,7 +84,8 @@ class JobRecord:
 
     def columns(self) -> dict[str, Any]:
         """The row as the ``jobs`` table stores it."""
-        m = {k: v for k, v in self.__dict__.items() if k != "lease_epoch"}
+        m = self._asdict()
+        del m["lease_epoch"]
         m["command"] = json.dumps(self.command)
         m["env"] = json.dumps(self.env) if self.env else None
         m["device_ids"] = join_ids(self.device_ids)
@@ -122,8 +101,7 @@ def split_ids(text: str) -> tuple[str, ...]:
     return tuple(i for i in text.split(",") if i)
 
 
-@dataclass(frozen=True)
-class DeviceRecord:
+class DeviceRecord(NamedTuple):
     id: str
     host: str
     name: str
@@ -151,8 +129,7 @@ class DeviceRecord:
         )
 
 
-@dataclass(frozen=True)
-class LeaseRecord:
+class LeaseRecord(NamedTuple):
     id: str
     device_id: str
     holder: str
@@ -165,8 +142,7 @@ class LeaseRecord:
     epoch: int
 
 
-@dataclass(frozen=True)
-class LabelRecord:
+class LabelRecord(NamedTuple):
     device_id: str
     key: str
     value: str
@@ -174,8 +150,7 @@ class LabelRecord:
     updated_at: int
 
 
-@dataclass(frozen=True)
-class DeviceSnapshot:
+class DeviceSnapshot(NamedTuple):
     """One device as the views need it: row, labels, and its live lease with the job behind it."""
 
     device: DeviceRecord
