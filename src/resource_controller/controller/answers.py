@@ -8,7 +8,6 @@ import logging
 from fastapi.responses import JSONResponse
 
 from resource_controller import errors
-from resource_controller.controller.deps import Forbidden, Unauthorized
 
 log = logging.getLogger("resource_controller.controller.app")
 
@@ -23,14 +22,6 @@ def rc_error(exc: errors.RcError) -> JSONResponse:
     return error_response(exc.code, exc.message, exc.status)
 
 
-def unauthorized() -> JSONResponse:
-    return error_response("unauthorized", "a valid bearer token is required", 401)
-
-
-def forbidden(exc: Forbidden) -> JSONResponse:
-    return error_response("forbidden", str(exc), 403)
-
-
 def unexpected() -> JSONResponse:
     """Anything unforeseen: logged with its traceback, answered without driver text."""
     log.exception("unhandled error in a route")
@@ -41,8 +32,4 @@ def error_answer(exc: Exception) -> JSONResponse:
     """The answer the app's exception handlers give for ``exc`` (raised by a route)."""
     if isinstance(exc, errors.RcError):
         return rc_error(exc)
-    if isinstance(exc, Unauthorized):
-        return unauthorized()
-    if isinstance(exc, Forbidden):
-        return forbidden(exc)
     return unexpected()

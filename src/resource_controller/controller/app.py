@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resource_controller import errors
 from resource_controller.controller import answers, hot, loops, metrics, openapi, render, webhooks
 from resource_controller.controller.answers import error_response
-from resource_controller.controller.deps import Forbidden, Services, Unauthorized
+from resource_controller.controller.deps import Services
 from resource_controller.controller.routes import (
     dashboard,
     events,
@@ -177,14 +177,6 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     @app.exception_handler(errors.RcError)
     async def rc_error(_: Request, exc: errors.RcError) -> JSONResponse:
         return answers.rc_error(exc)
-
-    @app.exception_handler(Unauthorized)
-    async def unauthorized(_: Request, __: Unauthorized) -> JSONResponse:
-        return answers.unauthorized()
-
-    @app.exception_handler(Forbidden)
-    async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
-        return answers.forbidden(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

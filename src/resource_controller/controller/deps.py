@@ -107,15 +107,14 @@ async def services(request: Request) -> Services:
     return svc
 
 
-class Unauthorized(Exception):
+def unauthorized() -> errors.Unauthorized:
     """401: no usable token."""
+    return errors.Unauthorized("a valid bearer token is required")
 
 
-class Forbidden(Exception):
+def forbidden(role: Role, required: Role) -> errors.Forbidden:
     """403: the token's role does not satisfy the route."""
-
-    def __init__(self, role: Role, required: Role) -> None:
-        super().__init__(f"a {role.value} token cannot use a {required.value} route")
+    return errors.Forbidden(f"a {role.value} token cannot use a {required.value} route")
 
 
 def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
@@ -138,9 +137,9 @@ def authorize(svc: Services, header: str | None, required: Role) -> Caller:
     token = svc.auth.bearer(header)
     caller = svc.auth.caller_of(token) if token else None
     if caller is None:
-        raise Unauthorized()
+        raise unauthorized()
     if not satisfies(caller.role, required):
-        raise Forbidden(caller.role, required)
+        raise forbidden(caller.role, required)
     return caller
 
 

@@ -17,7 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import events
 from resource_controller.controller.auth import satisfies
-from resource_controller.controller.deps import Forbidden, Services, Unauthorized
+from resource_controller.controller.deps import Services, forbidden, unauthorized
 from resource_controller.core.states import Role
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,9 @@ def authenticate(request: Request, svc: Services) -> None:
         token = request.query_params.get("token", "")
     caller = svc.auth.caller_of(token) if token else None
     if caller is None:
-        raise Unauthorized()
+        raise unauthorized()
     if not satisfies(caller.role, Role.CLIENT):
-        raise Forbidden(caller.role, Role.CLIENT)
+        raise forbidden(caller.role, Role.CLIENT)
 
 
 class EventStream(Response):
