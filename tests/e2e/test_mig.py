@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from resource_controller import Client
 from support.nvsmi import FakeNvidiaSmi
 
 from .cluster import Cluster, wait_for
@@ -81,6 +82,13 @@ def test_instances_are_devices_jobs_see_their_uuids(cluster: Cluster, tmp_path: 
     assert two.returncode == 0 and two.stdout.strip().count("MIG-") == 2, two.stderr
     described = cluster.rc("describe", "box:gpu0.mig2").stdout
     assert "mig_profile=1g.5gb" in described and "MIG conflict" not in described
+    # The Python API's lease says what a job there would see (EXT-PYAPI-3, EXT-MIG-2).
+    with (
+        Client(cluster.url, "ctok", submitter="tester") as client,
+        client.lease(device=["box:gpu0.mig2", "box:gpu0.mig0"], ttl="1m") as lease,
+    ):
+        assert lease.cuda_visible_devices == f"{A100_MIG[0]},{A100_MIG[2]}"
+        assert lease.env["CUDA_VISIBLE_DEVICES"] == lease.cuda_visible_devices
 
 
 def test_a_name_that_does_not_fit_the_card(cluster: Cluster, tmp_path: Path) -> None:
