@@ -174,10 +174,14 @@ def test_bad_nvidia_smi_output_never_loses_a_job(cluster: Cluster, tmp_path: Pat
     hold = f"{SHOW}; touch {up}/$$; while [ ! -e {gate} ]; do sleep 0.05; done"
     jobs = [cluster.popen_rc("run", "-d", f"box:{n}", "--", "sh", "-c", hold) for n in names]
     wait_for(lambda: len(list(up.iterdir())) == len(names), 20, "three jobs started")
+
+    def passes_after(seen: int) -> bool:
+        return len(smi.calls()) >= seen + 4  # two passes, two calls each
+
     for scenario in ("a100-40gb-mig-recreated", "malformed", "a100-40gb-gpu1-gone", "no-driver"):
         smi.use(scenario)
         seen = len(smi.calls())
-        wait_for(lambda seen=seen: len(smi.calls()) >= seen + 4, 20, f"two passes: {scenario}")
+        wait_for(lambda: passes_after(seen), 20, f"two passes: {scenario}")  # noqa: B023
     gate.touch()
     outputs = []
     for proc in jobs:
