@@ -127,6 +127,15 @@ def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
     hosts = sorted({d.split(":", 1)[0] for d in ids})
     if len(hosts) > 1:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
+    overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
+    if overlap:
+        # EXT-MIG-3: a GPU and its MIG instance are never leased at once, so such a job
+        # could never start, and meanwhile its claim would hold both back from others.
+        whole, part = overlap[0]
+        raise errors.BadRequest(
+            f"device_ids names one GPU twice: {hosts[0]}:{whole} and {hosts[0]}:{part} "
+            "(a GPU and its MIG instance are never leased at once)"
+        )
     return len(ids), tuple(sorted(ids))
 
 
