@@ -3,9 +3,11 @@
 Nothing to write first: tokens are generated on first start and kept in the data
 directory (mode 0600), the client side is written to the user config file so that
 ``rc run -- cmd`` works from another shell with nothing exported, and the devices are
-the GPUs ``nvidia-smi`` lists or, without any, ``slot0..slotN-1``. Stopping it stops
-the worker first (its normal shutdown, so running jobs end ``killed``), then the
-controller.
+the GPUs ``nvidia-smi`` lists or, without any, ``slot0..slotN-1``. A GPU in MIG mode
+is offered as its instances, ``gpu<i>.mig<j>``, as ``devices: auto`` offers them: the
+worker half runs with it, so every registration takes what ``nvidia-smi -L`` lists
+then (EXT-MIG-1). Stopping it stops the worker first (its normal shutdown, so running
+jobs end ``killed``), then the controller.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core.identity import as_name
 from resource_controller.store import private
+from resource_controller.worker import gpus
 
 TOKENS_FILE = "up-tokens"
 ROLES = ("worker", "client", "admin")
@@ -69,12 +72,13 @@ def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
 
 
 def gpu_names() -> list[str]:
-    """``gpu0..`` for every GPU nvidia-smi lists; empty when there is none (EXT-UP-2)."""
+    """The devices ``nvidia-smi -L`` lists: ``gpu<i>``, or a GPU in MIG mode's instances
+    ``gpu<i>.mig<j>``; empty when there is none (EXT-UP-2, EXT-MIG-1)."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            ["nvidia-smi", *gpus.LIST_ARGS],
             capture_output=True,
             text=True,
             timeout=10,
@@ -82,7 +86,8 @@ def gpu_names() -> list[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [f"gpu{line.strip()}" for line in out.splitlines() if line.strip().isdigit()]
+    listed, _ = gpus.parse_list(out)
+    return listed.device_names()
 
 
 @contextlib.contextmanager
@@ -162,13 +167,13 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
     names = gpus or [f"slot{i}" for i in range(devices)]
     hostname = socket.gethostname()
 
-    def ready() -> None:
+    def ready(offered: list[str]) -> None:
         """Both halves are up: now the client settings and the banner (EXT-HERE-5)."""
         update = client_config.update_client_config(url, tokens["client"], force)
         say(
             log_format,
             f"controller on {url} (data {data}); devices: "
-            + ", ".join(f"{hostname}:{n}" for n in names),
+            + ", ".join(f"{hostname}:{n}" for n in offered),
         )
         for line in settings_report(update, url):
             say(log_format, line)
@@ -194,6 +199,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
                 data / "worker",
                 ready,
                 lambda line: say(log_format, line),
+                gpus_listed=bool(gpus),
             )
         )
     except (NotReady, client_config.ConfigError) as exc:
@@ -252,9 +258,12 @@ async def _main(
     host: str,
     names: list[str],
     state_dir: Path,
-    ready: Callable[[], None] = lambda: None,
+    ready: Callable[[list[str]], None] = lambda _names: None,
     tell: Callable[[str], None] = lambda _line: None,
+    gpus_listed: bool = False,
 ) -> None:
+    """Serve until stopped. ``gpus_listed``: the devices are what nvidia-smi lists at
+    each registration (``devices: auto``), ``names`` only what it listed at start."""
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
 
@@ -286,7 +295,12 @@ async def _main(
         # The worker's outbox lives beside the controller's data, not in /var/lib
         # (EXT-OUTBOX-1).
         config = worker_config.make_config(
-            url, names, token=token, host=host, state_dir=str(state_dir)
+            url,
+            [] if gpus_listed else names,
+            token=token,
+            host=host,
+            state_dir=str(state_dir),
+            devices_auto=gpus_listed,
         )
         agent = worker_agent.Agent(config)
         working = asyncio.create_task(agent.run(stop), name="worker")
@@ -301,7 +315,7 @@ async def _main(
                 raise NotReady(f"the worker did not register within {READY_TIMEOUT:g}s")
             await asyncio.sleep(0.01)
         if not stop.is_set():
-            ready()
+            ready([d.name for d in agent.devices])
             await asyncio.wait({working, serving}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.set()

@@ -277,6 +277,9 @@ class WaitingFor(_Response):
     quarantine_reason: str | None = None
     #: EXT-DRAIN-2; ``true`` or omitted.
     draining: bool | None = None
+    #: EXT-MIG-3: why the device's name conflicts with its GPU's MIG mode; omitted when
+    #: it does not (an addition: base clients ignore it).
+    mig_conflict: str | None = None
 
 
 class JobView(_Response):

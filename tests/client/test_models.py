@@ -80,6 +80,27 @@ def test_a_lease_reports_the_workers_cuda_index_and_env() -> None:  # WRK-077, E
     assert plain.cuda_visible_devices is None and "CUDA_VISIBLE_DEVICES" not in plain.env
 
 
+def test_a_lease_on_mig_instances_reports_their_uuids() -> None:  # EXT-MIG-2
+    ids = ["b:gpu0.mig1", "b:gpu0.mig0"]
+    assert models.mig_instance_ids([*ids, "b:gpu1"]) == ids
+    lease = models.LeaseInfo.from_job(
+        job(device_id="b:gpu0.mig0", device_ids=ids),
+        {"gpu0.mig0": "MIG-a", "gpu0.mig1": "MIG-b"},
+    )
+    assert lease.cuda_visible_devices == "MIG-a,MIG-b"
+    # Without the UUIDs it says nothing rather than GPU 0 and GPU 1.
+    unknown = models.LeaseInfo.from_job(job(device_id="b:gpu0.mig1"))
+    assert unknown.cuda_visible_devices is None and "CUDA_VISIBLE_DEVICES" not in unknown.env
+    describe = {
+        "labels": [
+            {"key": "uuid", "value": "MIG-declared", "source": "declared"},
+            {"key": "uuid", "value": "MIG-x", "source": "detected"},
+        ]
+    }
+    assert models.detected_uuid(describe) == "MIG-x"
+    assert models.detected_uuid({"labels": None}) == ""
+
+
 def test_devices_read_labels_as_selectors_do() -> None:
     device = models.Device.from_view(
         {

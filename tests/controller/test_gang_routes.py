@@ -19,6 +19,8 @@ DEVICES = ("gpu0", "gpu1", "gpu2")
         ({"device_ids": ["gpubox:gpu0", "gpubox:gpu1"], "count": 1}, "does not match"),
         ({"device_ids": ["gpubox:gpu0", "other:gpu1"]}, "one host"),
         ({"device_ids": ["gpubox:gpu0", "gpubox:gpu0"]}, "more than once"),
+        # EXT-MIG-3: never leasable at once, so never startable.
+        ({"device_ids": ["gpubox:gpu0.mig1", "gpubox:gpu0"]}, "names one GPU twice"),
         ({"count": 0}, "count"),
         ({"count": -2}, "count"),
         ({"count": 2, "device_id": "gpubox:gpu0"}, "device_ids"),

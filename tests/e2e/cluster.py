@@ -140,8 +140,12 @@ class Cluster:
         wait_for(up, 15, "the controller to answer")
         return proc
 
-    def start_up(self) -> subprocess.Popen[bytes]:
-        """``rc up``: controller and worker in one process, on this host's ``slot`` devices.
+    def start_up(
+        self, env: dict[str, str] | None = None, first: str = "slot0"
+    ) -> subprocess.Popen[bytes]:
+        """``rc up``: controller and worker in one process, on this host's ``slot`` devices
+        (or what a fake ``nvidia-smi`` in ``env`` lists: ``first`` is then the device
+        to wait for, and ``dev``).
 
         The tokens file is written first, so the usual test tokens work against it; the
         user config it writes goes to a home of the test's own.
@@ -154,7 +158,8 @@ class Cluster:
         home = self.tmp / "home"
         home.mkdir(exist_ok=True)
         # rc up names its client token after the local user: the tests' submitter.
-        env = dict(os.environ, HOME=str(home), USER="tester")
+        extra = env or {}
+        env = dict(os.environ, HOME=str(home), USER="tester", **extra)
         for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "RC_CONFIG"):
             env.pop(name, None)
         log = open(self.tmp / "up.log", "ab")  # noqa: SIM115 - closed with the process
@@ -167,7 +172,7 @@ class Cluster:
         self.procs.append(proc)
         self.controller = proc
         host = socket.gethostname()
-        self.dev = f"{host}:slot0"
+        self.dev = f"{host}:{first}"
 
         def registered() -> bool:
             try:
@@ -183,7 +188,7 @@ class Cluster:
     def start_worker(
         self,
         host: str,
-        devices: list[str],
+        devices: list[str] | str,
         extra: str = "",
         env: dict[str, str] | None = None,
         heartbeat: str = "1s",
@@ -193,16 +198,22 @@ class Cluster:
         controller_url: str = "",
     ) -> subprocess.Popen[bytes]:
         """``controller_url``: what the worker dials (several, comma-separated, for a
-        fleet of controllers); this cluster's controller by default."""
+        fleet of controllers); this cluster's controller by default. ``devices`` as a
+        string is the value of ``devices:`` itself (``auto``, EXT-MIG-1); the wait is
+        then for any device of the host."""
         cfg = self.tmp / f"worker-{host}.yaml"
+        listed = (
+            [f"devices: {devices}"]
+            if isinstance(devices, str)
+            else ["devices:", *[f"  - {d}" for d in devices]]
+        )
         lines = [
             f"controller_url: {controller_url or self.url}",
             f"token: {token}",
             f"host: {host}",
             f"heartbeat_interval: {heartbeat}",
             f"state_dir: {self.tmp / ('state-' + host)}",
-            "devices:",
-            *[f"  - {d}" for d in devices],
+            *listed,
         ]
         cfg.write_text("\n".join(lines) + "\n" + extra)
         log = open(self.tmp / f"worker-{host}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -219,6 +230,8 @@ class Cluster:
         def registered() -> bool:
             status, views = self.api("GET", "/v1/devices")
             ids = {v["device"]["id"] for v in views} if status == 200 else set()
+            if isinstance(devices, str):
+                return any(i.startswith(f"{host}:") for i in ids)
             return all(f"{host}:{d}" in ids for d in devices)
 
         wait_for(registered, 15, f"worker {host} to register")

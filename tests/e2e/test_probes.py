@@ -1,7 +1,8 @@
 """Probes and usage sheets with real processes: ``rc serve``, ``rc worker``, ``rc run``.
 
 - PROBE-010..012: a fake ``nvidia-smi`` first on the worker's ``PATH`` answers the real
-  query with two different GPUs; ``rc run --select`` lands on the right one.
+  query (and ``-L``, EXT-MIG-1) with two different GPUs; ``rc run --select`` lands on
+  the right one.
 - PROBE-020..034: drop-ins that change between passes, hang past ``probe_timeout``,
   exit non-zero or print garbage; what an earlier run detected stays until a probe
   succeeds again, and a probe that never named a device clears when it fails.
@@ -21,6 +22,11 @@ from .cluster import Cluster, Json, wait_for
 HOST = "probebox"
 QUERY = "--query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader,nounits"
 A10_H100 = "NVIDIA A10, 23028, 22000, 550.54.15\nNVIDIA H100 80GB HBM3, 81559, 81000, 550.54.15\n"
+#: ``nvidia-smi -L`` for the same two GPUs, neither in MIG mode (EXT-MIG-1).
+LISTING = (
+    "GPU 0: NVIDIA A10 (UUID: GPU-3a1c0f6e-93f2-4e1b-8c63-5b0c2f7d9e11)\\n"
+    "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-7b2d1e0f-04a3-4c2d-9e8f-6a1b3c5d7e22)\\n"
+)
 
 
 def executable(path: Path, body: str) -> Path:
@@ -37,6 +43,7 @@ def fake_nvidia_smi(tmp: Path) -> tuple[Path, Path]:
     answer.write_text(A10_H100)
     executable(
         bindir / "nvidia-smi",
+        f'[ "$*" = "-L" ] && {{ printf "{LISTING}"; exit 0; }}\n'
         f'[ "$*" = "{QUERY}" ] || {{ echo "unexpected query: $*" >&2; exit 2; }}\ncat {answer}',
     )
     return bindir, answer

@@ -58,7 +58,7 @@ class PatientCluster(Cluster):
     def start_worker(
         self,
         host: str,
-        devices: list[str],
+        devices: list[str] | str,
         extra: str = "",
         env: dict[str, str] | None = None,
         heartbeat: str = "1s",
@@ -71,6 +71,7 @@ class PatientCluster(Cluster):
             host, devices, extra, env, heartbeat, False, token, args, controller_url
         )
         if wait:
+            assert isinstance(devices, list), "these tests name their devices"
             want = {f"{host}:{d}" for d in devices}
             self._patient(proc, lambda: want <= self._device_ids())
         return proc

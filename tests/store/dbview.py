@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from resource_controller.core import mig
 from resource_controller.store.facade import Store
 from support import store_helpers
 
@@ -204,6 +205,15 @@ def invariant_violations(raw: Raw) -> list[str]:
         for r in q("SELECT id, state FROM devices"):
             if r["state"] not in ("ready", "busy", "unknown", "unhealthy"):
                 bad.append(f"STORE-020: device {r['id']} in unknown state {r['state']!r}")
+        held: dict[str, list[str]] = {}
+        for r in q(
+            "SELECT d.host, d.name FROM leases l JOIN devices d ON d.id = l.device_id"
+            " WHERE l.released_at IS NULL"
+        ):
+            held.setdefault(r["host"], []).append(r["name"])
+        for host, names in sorted(held.items()):
+            for a, b in mig.overlapping(sorted(names)):
+                bad.append(f"EXT-MIG-3: {host}:{a} and {host}:{b} are leased at once")
     finally:
         raw.conn.execute("COMMIT")
     return bad

@@ -230,3 +230,27 @@ def test_several_devices_are_named_each_then_how_many_more() -> None:
     assert waiting.phrase(held_too, NOW) == (
         "h:0 held by bob (job j) for 0s, then next in line is job x, queued ahead"
     )
+
+
+# ---- MIG conflicts (EXT-MIG-3) ---------------------------------------------------------
+
+
+def test_a_device_in_mig_conflict_is_held_out_and_says_why() -> None:
+    why = "GPU 0 is in MIG mode"
+    fleet = [
+        DeviceSnap("box:gpu0", "box", "ready", labels={"v": "n"}, mig_conflict=why),
+        DeviceSnap("box:gpu0.mig0", "box", "ready", labels={"v": "n"}),
+    ]
+    assert not fleet[0].schedulable and fleet[0].held_out and fleet[1].schedulable
+    pinned = JobSnap("pin", 1, device_id="box:gpu0")
+    sel = JobSnap("sel", 2, selector="v=n")
+    p = plan([pinned, sel], fleet)
+    # The pinned job waits, reserving nothing; the selector job takes the instance.
+    assert p.assignments == {"sel": ("box:gpu0.mig0",)} and p.reservations == {}
+    (blocker,) = waiting.waiting_for(pinned, Snapshot(fleet, [pinned]))
+    assert blocker == Blocker("box:gpu0", mig_conflict=why)
+    said = waiting.phrase(blocker, NOW, with_device=False)
+    assert said == f"not offered: MIG conflict ({why})"
+    assert waiting.cell([blocker], pinned=True) == "mig conflict"
+    wire = {"device_id": "box:gpu0", "mig_conflict": why}
+    assert waiting.from_wire(wire) == blocker

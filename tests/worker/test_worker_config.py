@@ -447,3 +447,25 @@ def test_max_runtime_above_the_controller_range(tmp_path: Path) -> None:  # EXT-
 
 
 # ---- accepted, not active yet ----------------------------------------------------
+
+
+# ---- devices: auto (EXT-MIG-1) ----------------------------------------------------
+
+
+def test_devices_auto(tmp_path: Path) -> None:  # EXT-MIG-1
+    cfg = load(tmp_path, "controller_url: http://ctl:8080\ndevices: auto\n")
+    assert cfg.devices_auto and cfg.devices == ()
+    assert not load(tmp_path, BASE).devices_auto
+
+
+@pytest.mark.parametrize("value", ["Auto", "all", "gpu0", "''"])
+def test_devices_another_word_is_refused(tmp_path: Path, value: str) -> None:
+    message = load_error(tmp_path, f"controller_url: http://ctl:8080\ndevices: {value}\n")
+    assert message.startswith('parse worker config: devices: a list of devices or "auto"')
+
+
+def test_devices_auto_in_code() -> None:  # EXT-MIG-1, rc up
+    cfg = wc.make_config("http://ctl:8080", [], devices_auto=True)
+    assert cfg.devices_auto and cfg.devices == ()
+    with pytest.raises(wc.ConfigError, match="takes no device list"):
+        wc.make_config("http://ctl:8080", ["gpu0"], devices_auto=True)

@@ -223,15 +223,24 @@ def test_run_probe_kills_the_group_after_its_timeout(tmp_path: Path) -> None:  #
 
 
 class FakeProbes:
-    """Answers for probe paths; records what ran with which timeout."""
+    """Answers for probe paths; records what ran with which timeout.
+
+    ``nvidia-smi -L`` (EXT-MIG) is answered apart, from ``listing`` (by default a
+    listing of no GPU), and recorded in ``list_calls``, not ``calls``.
+    """
 
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.answers: dict[str, Run] = {}
         self.calls: list[tuple[str, float]] = []
         self.clock = clock
         self.takes: dict[str, float] = {}
+        self.listing = Run(True, b"")
+        self.list_calls: list[float] = []
 
     async def __call__(self, argv: Sequence[str], timeout: float) -> Run:
+        if list(argv[1:]) == ["-L"]:
+            self.list_calls.append(timeout)
+            return self.listing
         self.calls.append((argv[0], timeout))
         if self.clock is not None:
             self.clock.advance(min(self.takes.get(argv[0], 0.0), timeout))

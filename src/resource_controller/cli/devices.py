@@ -15,6 +15,7 @@ from resource_controller.cli import common, render
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.client import api
 from resource_controller.core import durations
+from resource_controller.core.mig import CONFLICT as MIG_CONFLICT
 
 #: CLI-196: a heartbeat older than this earns "no contact".
 NO_CONTACT_AFTER = 30
@@ -78,6 +79,8 @@ def _device_row(view: api.Json) -> list[str]:
         state += f" (no contact {durations.compact(heartbeat_age)})"
     if device.get("draining"):
         state += " (draining)"
+    if mig_conflict(device.get("labels")):
+        state += " (mig conflict)"
     leased = bool(view.get("job_id") or view.get("holder"))
     holder = str(view.get("holder") or "")
     if holder and view.get("reason"):
@@ -125,6 +128,9 @@ def _header_block(data: api.Json) -> list[list[str]]:
     if device.get("draining"):
         reason = device.get("drain_reason") or "no reason given"
         rows.append(["  draining", f"{reason}, by {device.get('drained_by') or 'unknown'}"])
+    conflict = mig_conflict(data.get("labels") or device.get("labels"))
+    if conflict:
+        rows.append(["  MIG conflict", f"{conflict}; not offered"])
     if data.get("holder") or data.get("job_id"):
         elapsed = data.get("elapsed_seconds")
         running = durations.compact(elapsed if isinstance(elapsed, int) else 0)
@@ -141,6 +147,15 @@ def _header_block(data: api.Json) -> list[list[str]]:
         rows.append(["  out of the pool", str(data["quarantine_reason"])])
     rows.extend(_recoveries_rows(data.get("recoveries")))
     return rows
+
+
+def mig_conflict(labels: Any) -> str:
+    """Why the device's name conflicts with its GPU's MIG mode (the ``mig_conflict``
+    label, EXT-MIG-3); ``""`` when it does not."""
+    for label in labels if isinstance(labels, list) else []:
+        if isinstance(label, dict) and label.get("key") == MIG_CONFLICT:
+            return str(label.get("value") or "")
+    return ""
 
 
 def _with_devices(data: api.Json) -> str:

@@ -271,6 +271,9 @@ def hold(
     or you release it. Waits up to timeout_seconds while devices are busy (then gives up
     and cancels). Returns the hold's job_id, device_ids, cuda_visible_devices and the
     lease epoch. Always release it when done."""
+    from resource_controller.client.models import LeaseInfo
+    from resource_controller.client.sync import mig_uuids_of
+
     with _client() as c:
         job = c.hold(
             ttl=ttl_seconds,
@@ -280,9 +283,8 @@ def hold(
             count=count,
             timeout=timeout_seconds or None,
         )
-    from resource_controller.client.models import LeaseInfo
-
-    lease = LeaseInfo.from_job(job)
+        uuids = mig_uuids_of(c, job.device_ids)
+    lease = LeaseInfo.from_job(job, uuids)
     return {
         **_job(job),
         "cuda_visible_devices": lease.cuda_visible_devices,

@@ -30,6 +30,8 @@ from resource_controller.client.models import (
     JobInfo,
     LeaseInfo,
     RunResult,
+    detected_uuid,
+    mig_instance_ids,
     run_exit_code,
 )
 from resource_controller.client.options import Duration
@@ -118,11 +120,22 @@ class AsyncLease(LeaseInfo):
             await self._job._client.kill(self.id, timeout=CANCEL_BOUND)
 
     @classmethod
-    def of(cls, job: AsyncJob) -> AsyncLease:
-        info = LeaseInfo.from_job(job)
+    def of(cls, job: AsyncJob, mig_uuids: dict[str, str] | None = None) -> AsyncLease:
+        info = LeaseInfo.from_job(job, mig_uuids)
         lease = cls(**{f: getattr(info, f) for f in info.__dataclass_fields__})
         object.__setattr__(lease, "_job", job)
         return lease
+
+    @classmethod
+    async def granted(cls, job: AsyncJob) -> AsyncLease:
+        """``of`` with the MIG UUIDs of its instances, as their worker last reported them
+        (one describe each, EXT-MIG-2); one that cannot be read is left out."""
+        uuids: dict[str, str] = {}
+        for device_id in mig_instance_ids(job.device_ids):
+            with contextlib.suppress(errors.RcError):
+                details = await job._client.describe(device_id)
+                uuids[device_id.partition(":")[2]] = detected_uuid(details.raw)
+        return cls.of(job, uuids)
 
 
 class AsyncLeaseContext:
@@ -133,7 +146,7 @@ class AsyncLeaseContext:
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
-        self._lease = AsyncLease.of(await self._hold())
+        self._lease = await AsyncLease.granted(await self._hold())
         return self._lease
 
     async def __aexit__(

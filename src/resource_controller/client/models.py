@@ -13,12 +13,13 @@ little more than the CLI's own start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from resource_controller.client.api import TERMINAL_STATES, exit_status
+from resource_controller.core import mig
 from resource_controller.core.cuda import cuda_visible_devices
 from resource_controller.core.states import JobState
 
@@ -352,7 +353,8 @@ class LeaseInfo:
     #: The fencing epoch (EXT-EPOCH-2), for stamping writes to shared storage; 0 if none.
     epoch: int
     #: What to put in ``CUDA_VISIBLE_DEVICES``: the devices' trailing indices (WRK-077),
-    #: or ``None`` when a device name has no index (as the worker leaves it unset).
+    #: a MIG instance's UUID as its worker last reported it (EXT-MIG-2), or ``None``
+    #: when a device has neither (as the worker leaves it unset).
     cuda_visible_devices: str | None
     #: The hold's TTL in seconds: the controller ends it then, whatever happens here.
     ttl_seconds: int
@@ -368,13 +370,33 @@ class LeaseInfo:
         return env
 
     @classmethod
-    def from_job(cls, job: JobInfo) -> LeaseInfo:
+    def from_job(cls, job: JobInfo, mig_uuids: Mapping[str, str] | None = None) -> LeaseInfo:
+        """``mig_uuids``: device name -> the MIG UUID of each MIG instance among the
+        job's devices (``mig_instance_ids``, ``detected_uuid``)."""
         ids = sorted(job.device_ids) if len(job.device_ids) > 1 else list(job.device_ids)
         return cls(
             id=job.id,
             device_id=job.device_id or (ids[0] if ids else ""),
             device_ids=ids,
             epoch=job.lease_epoch,
-            cuda_visible_devices=cuda_visible_devices(ids),
+            cuda_visible_devices=cuda_visible_devices(ids, mig_uuids),
             ttl_seconds=job.max_runtime_seconds,
         )
+
+
+def mig_instance_ids(device_ids: Sequence[str]) -> list[str]:
+    """The device IDs that name MIG instances (``host:gpu<i>.mig<j>``, EXT-MIG-1): only
+    their worker knows their UUID, which a lease must ask for."""
+    return [d for d in device_ids if mig.is_instance(d.partition(":")[2])]
+
+
+def detected_uuid(describe: Mapping[str, Any]) -> str:
+    """The detected ``uuid`` label in a device's describe answer (API-060); ``""`` if none."""
+    labels = describe.get("labels")
+    for label in labels if isinstance(labels, list) else []:
+        if isinstance(label, dict) and (label.get("key"), label.get("source")) == (
+            "uuid",
+            "detected",
+        ):
+            return str(label.get("value") or "")
+    return ""

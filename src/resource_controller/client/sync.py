@@ -37,6 +37,8 @@ from resource_controller.client.models import (
     JobInfo,
     LeaseInfo,
     RunResult,
+    detected_uuid,
+    mig_instance_ids,
     run_exit_code,
 )
 from resource_controller.client.options import Duration
@@ -188,10 +190,21 @@ class Lease(LeaseInfo):
 
     @classmethod
     def of(cls, job: Job) -> Lease:
-        info = LeaseInfo.from_job(job)
+        info = LeaseInfo.from_job(job, mig_uuids_of(job._client, job.device_ids))
         lease = cls(**{f: getattr(info, f) for f in info.__dataclass_fields__})
         object.__setattr__(lease, "_job", job)  # the view is frozen; the handle rides along
         return lease
+
+
+def mig_uuids_of(client: Client, device_ids: Sequence[str]) -> dict[str, str]:
+    """Device name -> MIG UUID of each MIG instance among ``device_ids``, as its worker
+    last reported it (one describe each, EXT-MIG-2); one that cannot be read is left
+    out, so ``CUDA_VISIBLE_DEVICES`` is left unset rather than guessed."""
+    uuids: dict[str, str] = {}
+    for device_id in mig_instance_ids(device_ids):
+        with contextlib.suppress(errors.RcError):
+            uuids[device_id.partition(":")[2]] = detected_uuid(client.low.describe(device_id))
+    return uuids
 
 
 @contextlib.contextmanager

@@ -203,6 +203,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
             state=b.state or None,
             quarantine_reason=b.quarantine_reason or None,
             draining=b.draining or None,
+            mig_conflict=b.mig_conflict or None,
         )
         for b in blockers
     ]

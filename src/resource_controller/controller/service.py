@@ -23,7 +23,7 @@ from resource_controller import errors, wire
 from resource_controller.controller import webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
-from resource_controller.core import expiry, identity, scheduling, selectors, states, waiting
+from resource_controller.core import expiry, identity, mig, scheduling, selectors, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import KillRequest, NewJob
@@ -127,6 +127,15 @@ def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
     hosts = sorted({d.split(":", 1)[0] for d in ids})
     if len(hosts) > 1:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
+    overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
+    if overlap:
+        # EXT-MIG-3: a GPU and its MIG instance are never leased at once, so such a job
+        # could never start, and meanwhile its claim would hold both back from others.
+        whole, part = overlap[0]
+        raise errors.BadRequest(
+            f"device_ids names one GPU twice: {hosts[0]}:{whole} and {hosts[0]}:{part} "
+            "(a GPU and its MIG instance are never leased at once)"
+        )
     return len(ids), tuple(sorted(ids))
 
 
@@ -274,6 +283,7 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     log.info("worker %s registered: %d devices", req.host, len(names))
     for job_id in reg.reaped:
         log.warning("job %s lost: worker %s re-registered", job_id, req.host)
+    _say_mig_conflicts(req, reg)
     recovered: list[webhooks.Notice] = []
     for r in recovery.recovered:
         why = f"was quarantined for {r.reason}; {proof.summary if proof else ''}"
@@ -291,6 +301,20 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
         )
     wake = Wake(schedule=True, ended=frozenset(reg.reaped), devices=True, notices=tuple(recovered))
     return Done(reg, wake)
+
+
+def _say_mig_conflicts(req: wire.RegisterRequest, reg: Registration) -> None:
+    """EXT-MIG-3: a name in conflict with its GPU's MIG mode is said at registration."""
+    for name in sorted((req.labels or {}).keys()):
+        why = ((req.labels or {}).get(name) or {}).get(mig.CONFLICT)
+        if name and why:
+            log.warning("device %s:%s is not offered: MIG conflict: %s", req.host, name, why)
+    for device_id, by in sorted(reg.superseded.items()):
+        log.warning(
+            "device %s is not offered: %s now stand for its GPU (MIG conflict)",
+            device_id,
+            ", ".join(by),
+        )
 
 
 async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Done[None]:

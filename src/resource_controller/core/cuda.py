@@ -1,13 +1,21 @@
-"""Which GPU index a device name stands for (WRK-077, EXT-GANG-4).
+"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES`` (WRK-077, EXT-GANG-4,
+EXT-MIG-2).
 
 Shared by the worker, which sets ``CUDA_VISIBLE_DEVICES`` for a job, and the Python
 client, whose ``lease()`` tells code on the device host the same value, so the two
 can never disagree about which GPU a lease covers.
+
+A MIG instance (``gpu<i>.mig<j>``) is visible to CUDA only by its UUID
+(``MIG-...``), which only the host knows: its trailing digits are the MIG device
+index, never a GPU index, so such a name yields no index at all, and only a caller
+that knows the instance's UUID can name it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from resource_controller.core import mig
 
 _INT64_MAX = 2**63 - 1
 _ASCII_DIGITS = frozenset("0123456789")
@@ -18,10 +26,11 @@ def device_index(device_id: str) -> str | None:
 
     ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
     digits count, and a run that does not fit a signed 64-bit integer is no index:
-    setting a wrong index would let a job touch a GPU it was never leased.
+    setting a wrong index would let a job touch a GPU it was never leased. A MIG
+    instance (``box:gpu0.mig1``) has none either: its ``1`` is not GPU 1 (EXT-MIG-2).
     """
     _, colon, name = device_id.partition(":")
-    if not colon or not name:
+    if not colon or not name or mig.is_instance(name):
         return None
     start = len(name)
     while start > 0 and name[start - 1] in _ASCII_DIGITS:
@@ -32,9 +41,22 @@ def device_index(device_id: str) -> str | None:
     return digits
 
 
-def cuda_visible_devices(device_ids: Sequence[str]) -> str | None:
-    """Comma-joined indices of every device, or ``None`` if any has none (EXT-GANG-4)."""
-    indices = [device_index(d) for d in device_ids]
-    if not indices or any(i is None for i in indices):
+def visible_id(device_id: str, mig_uuids: Mapping[str, str] | None = None) -> str | None:
+    """What names this one device to CUDA: a MIG instance's UUID from ``mig_uuids``
+    (device name → ``MIG-...``), else the trailing index; ``None`` when neither is known."""
+    _, _, name = device_id.partition(":")
+    if mig.is_instance(name):
+        uuid = (mig_uuids or {}).get(name, "")
+        return uuid or None
+    return device_index(device_id)
+
+
+def cuda_visible_devices(
+    device_ids: Sequence[str], mig_uuids: Mapping[str, str] | None = None
+) -> str | None:
+    """Comma-joined ``visible_id`` of every device, or ``None`` if any has none
+    (EXT-GANG-4, EXT-MIG-2)."""
+    ids = [visible_id(d, mig_uuids) for d in device_ids]
+    if not ids or any(i is None for i in ids):
         return None
-    return ",".join(i for i in indices if i is not None)
+    return ",".join(i for i in ids if i is not None)

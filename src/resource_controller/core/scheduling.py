@@ -29,7 +29,8 @@ of one host, and a blocked N-device job claims devices on one host only (``Offer
   other hosts, and the devices it does not need, stay open to the jobs behind.
 
 A device carries a ``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never
-assigned or reserved).
+assigned or reserved), and a device whose name conflicts with its GPU's MIG mode (the
+``mig_conflict`` label, EXT-MIG-3) is held out the same way.
 """
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ class DeviceSnap:
     max_runtime: int = 0  #: declared runtime ceiling; 0 = none
     labels: Mapping[str, str] = field(default_factory=dict)  #: effective labels (STORE-142)
     draining: bool = False  #: EXT-DRAIN-2
+    #: Why its name conflicts with its GPU's MIG mode (EXT-MIG-3); ``""`` when it does not.
+    mig_conflict: str = ""
+
+    @property
+    def held_out(self) -> bool:
+        """Never assigned or reserved, though still matched and pinnable: draining
+        (EXT-DRAIN-2) or in MIG conflict (EXT-MIG-3)."""
+        return self.draining or bool(self.mig_conflict)
 
     @property
     def schedulable(self) -> bool:
-        """May be assigned now: ``ready`` (STORE-020) and not draining."""
-        return self.state == _READY and not self.draining
+        """May be assigned now: ``ready`` (STORE-020) and not held out."""
+        return self.state == _READY and not self.held_out
 
 
 _BY_ID = operator.attrgetter("id")
@@ -296,8 +305,9 @@ class FleetIndex:
         self.devices: Sequence[DeviceSnap] = sorted(devices, key=_BY_ID)
         self.by_id = {d.id: d for d in self.devices}
         self.schedulable = {d.id for d in self.devices if d.schedulable}
-        self.draining = {d.id for d in self.devices if d.draining}
-        self.reservable = {d.id for d in self.devices if not d.draining}
+        #: Held out: draining or in MIG conflict (``DeviceSnap.held_out``).
+        self.draining = {d.id for d in self.devices if d.held_out}
+        self.reservable = {d.id for d in self.devices if not d.held_out}
         self.matches: dict[tuple[str, int], list[str]] = {}
 
     def update(
@@ -318,8 +328,8 @@ class FleetIndex:
                 stale = True
             self.by_id[d.id] = d
             _member(self.schedulable, d.id, d.schedulable)
-            _member(self.draining, d.id, d.draining)
-            _member(self.reservable, d.id, not d.draining)
+            _member(self.draining, d.id, d.held_out)
+            _member(self.reservable, d.id, not d.held_out)
         if stale:
             self.matches.clear()
         self.devices = ordered

@@ -10,7 +10,9 @@ sorted by device ID) one ``Blocker`` says what stands between the job and the de
   queue or now sorts behind is ignored (the next pass rebuilds the rows, STORE-061);
 - the device out of the pool (``unknown``, ``unhealthy``): its state and, when
   unhealthy, the quarantine text as the device view shows it (API-023);
-- draining (EXT-DRAIN-2): still a candidate, never assigned or reserved.
+- draining (EXT-DRAIN-2): still a candidate, never assigned or reserved;
+- its name in conflict with its GPU's MIG mode (EXT-MIG-3): held out as a draining
+  device is, with the worker's words for why.
 
 Facts combine: a held device that a job ahead also reserved carries both. A
 ``Blocker`` with nothing but ``device_id`` is a device nothing keeps from the job right
@@ -92,6 +94,7 @@ class Blocker:
     state: str = ""
     quarantine_reason: str = ""
     draining: bool = False
+    mig_conflict: str = ""  #: EXT-MIG-3
 
     @property
     def held(self) -> bool:
@@ -157,6 +160,8 @@ class _Rules:
             facts.update(state=device.state, quarantine_reason=reason)
         if device is not None and device.draining:
             facts["draining"] = True
+        if device is not None and device.mig_conflict:
+            facts["mig_conflict"] = device.mig_conflict
         return Blocker(device_id, **facts)
 
     def for_job(self, job: JobSnap) -> list[Blocker]:
@@ -206,6 +211,7 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
         state=text("state"),
         quarantine_reason=text("quarantine_reason"),
         draining=entry.get("draining") is True,
+        mig_conflict=text("mig_conflict"),
     )
 
 
@@ -262,6 +268,8 @@ def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
         )
     if b.draining:
         parts.append("draining (it takes no new work)")
+    if b.mig_conflict:
+        parts.append(f"not offered: MIG conflict ({b.mig_conflict})")
     if not parts:
         parts.append("free (the next scheduling pass places the job)")
     text = ", ".join(parts)
@@ -298,6 +306,8 @@ def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
             bits.append(f"{b.state}: {b.quarantine_reason}" if b.quarantine_reason else b.state)
         if b.draining:
             bits.append("draining")
+        if b.mig_conflict:
+            bits.append("mig conflict")
         return ", ".join(bits) or "free"
 
     if not blockers:

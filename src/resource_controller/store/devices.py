@@ -5,6 +5,12 @@ whatever the controller still thinks is in flight on that worker is settled here
 and the devices that backed it are quarantined unless the host's boot ID changed
 (a reboot proves nothing survived). Silence is never proof: no path in this module
 makes an occupied-looking device ``ready`` without one of the proofs the spec lists.
+
+A registration that declares ``gpu0.mig0`` where the host had ``gpu0`` (or the reverse:
+a GPU put in or out of MIG mode, EXT-MIG-1) leaves the old name's row, as it leaves
+every undeclared device; but that row stands for the same silicon, so it is marked with
+the detected label ``mig_conflict`` and never granted again until a registration
+declares it once more (EXT-MIG-3).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 
 from resource_controller import errors
-from resource_controller.core import expiry
+from resource_controller.core import expiry, mig
 from resource_controller.core.states import (
     ACTIVE,
     REASON_HOST_REBOOTED,
@@ -135,7 +141,29 @@ def register(
                 " WHERE id = ?",
                 (worker_id, now, values["max_runtime"], device_id),
             )
-    return Registration(worker_id=worker_id, reboot_proof=reboot, reaped=reaped)
+    superseded = _mark_superseded(conn, now, host, worker_id, [name for name, _ in declared])
+    return Registration(
+        worker_id=worker_id, reboot_proof=reboot, reaped=reaped, superseded=superseded
+    )
+
+
+def _mark_superseded(
+    conn: queries.Conn, now: int, host: str, worker_id: str, declared: list[str]
+) -> dict[str, list[str]]:
+    """Mark the host's undeclared devices whose GPU a declared one now stands for.
+
+    Their detected labels become the one ``mig_conflict`` (the stale facts would still
+    match selectors); a later registration that declares the name replaces them with
+    what the worker reports then.
+    """
+    rows = conn.all("SELECT name FROM devices WHERE worker_id = ?", (worker_id,))
+    existing = [r[0] for r in rows]
+    marked: dict[str, list[str]] = {}
+    for name, by in mig.superseded(declared, existing).items():
+        device_id = f"{host}:{name}"
+        _replace_labels(conn, now, device_id, "detected", {mig.CONFLICT: mig.superseded_text(by)})
+        marked[device_id] = by
+    return marked
 
 
 def _reap(conn: queries.Conn, now: int, worker_id: str, reboot: bool) -> list[str]:

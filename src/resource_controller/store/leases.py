@@ -2,6 +2,9 @@
 
 A device changes hands only here, in ``assign``: one transaction that checks the
 device is ``ready`` and the job still ``queued``, flips both, and inserts the lease.
+A device that shares its GPU with another of its host (``gpu0`` and ``gpu0.mig1``,
+EXT-MIG-3) is not flipped while that one holds a live lease, so the whole GPU and its
+MIG instances are never leased at once, whatever any worker reports.
 The partial unique index ``leases_one_live_per_device`` refuses a second live lease
 even if every check above it were wrong (STORE-010); its violation surfaces as
 ``LiveLeaseConflict``, never as a silent skip. Every lease carries an epoch from a
@@ -20,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from resource_controller import crashpoints, errors
-from resource_controller.core import scheduling, selectors
+from resource_controller.core import mig, scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import moves, queries, sql
@@ -91,6 +94,21 @@ _LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE released_at IS NULL ORDER BY ac
 lease_record = LeaseRecord._make
 
 
+#: The device row at hand shares its GPU with another device of its host that holds a
+#: live lease: ``gpu0`` and ``gpu0.mig1`` (``core.mig.overlap``, in SQL). The devices of
+#: one worker are read first (``devices_worker``), then each one's live lease by the
+#: partial unique index, so a grant costs a look at its own host only.
+_OVERLAP_HELD = (
+    "EXISTS (SELECT 1 FROM devices s WHERE s.worker_id = devices.worker_id"
+    " AND s.id <> devices.id"
+    f" AND (substr(s.name, 1, length(devices.name) + {len(mig.SEPARATOR)})"
+    f" = devices.name || '{mig.SEPARATOR}'"
+    f" OR substr(devices.name, 1, length(s.name) + {len(mig.SEPARATOR)})"
+    f" = s.name || '{mig.SEPARATOR}')"
+    " AND EXISTS (SELECT 1 FROM leases l WHERE l.device_id = s.id AND l.released_at IS NULL))"
+)
+
+
 class _NotQueued(Exception):
     """Rolls back an assignment whose job left the queue after its device was flipped."""
 
@@ -124,9 +142,16 @@ def assign(
     """
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
+    if mig.overlapping(d.name for d in group):
+        return Assignment.NOT_READY  # one job, one GPU twice: never (EXT-MIG-3)
     db = conn
     flipped = moves.move(
-        db, DEVICE, Op.ASSIGN, queries.id_in(len(ids)), ids, state=DeviceState.BUSY
+        db,
+        DEVICE,
+        Op.ASSIGN,
+        queries.id_in(len(ids)) + " AND NOT " + _OVERLAP_HELD,
+        ids,
+        state=DeviceState.BUSY,
     )
     if flipped != len(ids):
         if flipped == 0:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from resource_controller.core import mig
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import ACTIVE, TERMINAL, JobState
 
@@ -126,6 +127,7 @@ class DeviceRecord(NamedTuple):
             max_runtime=self.max_runtime,
             labels=labels or {},
             draining=bool(self.draining),
+            mig_conflict=(labels or {}).get(mig.CONFLICT, ""),
         )
 
 
@@ -166,6 +168,9 @@ class Registration:
     worker_id: str
     reboot_proof: bool
     reaped: list[str] = field(default_factory=list)
+    #: Devices of the host this registration no longer declares whose GPU a declared
+    #: one now stands for (EXT-MIG-3): ID -> the declared names, marked ``mig_conflict``.
+    superseded: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,12 @@ pushes the result on the labels route (PROBE-050), under the same lock as regist
 (WRK-042). Lease hooks and verify scripts belong to the ``lifecycle``; the agent runs
 their start-up release pass before the first poll and drains armed releases at
 shutdown (HOOK-025, HOOK-030).
+
+With ``devices: auto`` (EXT-MIG-1) the devices are what the registration's probe pass
+finds ``nvidia-smi -L`` listing; an interval pass that finds another set (a GPU put in
+or out of MIG mode, instances created again) makes a re-registration owed, which the
+poll loop makes once nothing runs (WRK-150), and meanwhile the pushed labels mark the
+devices that no longer fit (``mig_conflict``).
 """
 
 from __future__ import annotations
@@ -99,6 +105,9 @@ class Agent:
         self._shutting_down = False
         #: The jobs the shutdown cancelled, by ID, for whoever stopped this worker to report.
         self.stopped_jobs: list[str] = []
+        #: The devices offered: the configuration's, or with ``devices: auto`` what the
+        #: latest registration's pass found (EXT-MIG-1).
+        self.devices: tuple[worker_config.DeviceConfig, ...] = config.devices
         #: Probe passes and their memory across passes (§16).
         self.prober = probes.Prober(
             [d.name for d in config.devices],
@@ -157,6 +166,7 @@ class Agent:
             track=self._tasks.track,
             base_env=self._base_env,
             config=self.config,
+            gpus=self.prober,
         )
         # A job whose outcome the previous run left here must never run again.
         self._seen.update(box.pending_job_ids())
@@ -287,16 +297,51 @@ class Agent:
 
     # ---- registration ------------------------------------------------------------
 
-    async def gather_facts(self) -> HostFacts:
+    async def gather_facts(self, *, registering: bool = False) -> HostFacts:
         """One probe pass and a fresh read of the usage sheets (PROBE-002, SHEET-001).
 
         The caller holds ``_facts_lock``. Probes run as processes awaited on the loop;
         the sheets are read in a thread; neither holds up the heartbeat or the poll loop.
+        ``registering`` with ``devices: auto``: the pass also decides the devices, and
+        ``RegisterError`` says why when nvidia-smi lists none.
         """
-        names = [d.name for d in self.config.devices]
-        found = await self.prober.run_pass()
+        discover = registering and self.config.devices_auto
+        found = await self.prober.run_pass(discover=discover)
+        if discover:
+            self._take_discovered()
+        names = [d.name for d in self.devices]
         read = await asyncio.to_thread(sheets.read_sheets, self.config.sheet_dir, names)
         return HostFacts(found.labels, read)
+
+    def _take_discovered(self) -> None:
+        """The devices of ``devices: auto``: what the pass found nvidia-smi listing."""
+        listed = self.prober.inventory
+        if listed is None or not listed.gpus:
+            raise RegisterError(
+                "devices: auto: nvidia-smi lists no GPU"
+                + ("" if listed is not None else " (not found, or it failed: see above)")
+            )
+        names = self.prober.device_names
+        self.devices = tuple(
+            worker_config.DeviceConfig(
+                name=n,
+                timeout=self.config.hooks.timeout,
+                release_linger=self.config.hooks.release_linger,
+            )
+            for n in names
+        )
+
+    def _layout_changed(self) -> None:
+        """``devices: auto``: owe a re-registration when nvidia-smi now lists other
+        devices than the ones registered (WRK-150 makes it once nothing runs)."""
+        listed = self.prober.inventory
+        if not self.config.devices_auto or listed is None or not listed.gpus:
+            return
+        now = listed.device_names()
+        if now != [d.name for d in self.devices]:
+            self.contact.arm(
+                self.clock.monotonic(), "devices: auto: nvidia-smi lists " + ", ".join(now)
+            )
 
     def registration(
         self, facts: HostFacts, proof: recovery_proof.Claims | None = None
@@ -315,10 +360,10 @@ class Agent:
             recovery=wire.RecoveryProof.model_validate(proof) if proof else None,
             devices=[
                 wire.DeviceDecl(name=d.name, max_runtime_seconds=d.max_runtime_seconds or None)
-                for d in cfg.devices
+                for d in self.devices
             ],
             labels=facts.labels,
-            declared_labels={d.name: dict(d.labels) for d in cfg.devices},
+            declared_labels={d.name: dict(d.labels) for d in self.devices},
             sheet=facts.sheets.sheet,
             device_sheets=facts.sheets.device_sheets,
         )
@@ -328,9 +373,9 @@ class Agent:
         cfg = self.config
         return wire.LabelsPush(
             host=cfg.host,
-            devices=[d.name for d in cfg.devices],
+            devices=[d.name for d in self.devices],
             labels=facts.labels,
-            declared_labels={d.name: dict(d.labels) for d in cfg.devices},
+            declared_labels={d.name: dict(d.labels) for d in self.devices},
             sheet=facts.sheets.sheet,
             device_sheets=facts.sheets.device_sheets,
         )
@@ -353,14 +398,15 @@ class Agent:
         """
         proof = await self._proof()
         async with self._facts_lock:
-            request = self.registration(await self.gather_facts(), proof)
+            request = self.registration(await self.gather_facts(registering=True), proof)
             worker_id = await self.channel.register(request)
         self.contact.settled()
         log.info(
-            "registered as worker %s (host %s, %d device(s))",
+            "registered as worker %s (host %s, %d device(s): %s)",
             worker_id,
             self.config.host,
-            len(self.config.devices),
+            len(self.devices),
+            ", ".join(d.name for d in self.devices),
             extra={"action": "registered"},
         )
         return worker_id
@@ -385,6 +431,7 @@ class Agent:
         async with self._facts_lock:
             request = self.labels_push(await self.gather_facts())
             problem = await self.channel.push_labels(request)
+            self._layout_changed()
         if problem:
             log.warning("labels push failed: %s", problem, extra={"action": "labels_push"})
         return not problem

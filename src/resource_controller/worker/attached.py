@@ -116,8 +116,11 @@ async def run(
     clock: Clock,
     timings: Timings,
     base_env: Mapping[str, str],
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> runner.Outcome:
-    """Open the relay, run the job in its mode, close the relay; the job's outcome."""
+    """Open the relay, run the job in its mode, close the relay; the job's outcome.
+
+    ``mig_uuids``: the MIG UUIDs of its devices, for ``runner.build_env``."""
     mode = assignment.stdio or ""
     job_id = assignment.job_id
     try:
@@ -131,7 +134,7 @@ async def run(
         return _attach_failed(mode, "input", exc)
     over = asyncio.create_task(session_over(output), name=f"relay-over-{job_id}")
     try:
-        env = runner.build_env(assignment, base_env)
+        env = runner.build_env(assignment, base_env, mig_uuids)
         argv = runner.job_argv(assignment)
         if mode == Stdio.TTY.value:
             return await _run_tty(

@@ -9,6 +9,10 @@ code (``make_config``, used by ``rc up`` and tests).
 
 Unset never means unbounded: a zero or negative duration gets its default, because a
 zero hook timeout would be a hook with no limit.
+
+``devices: auto`` (EXT-MIG-1) instead of a list: the devices are what ``nvidia-smi``
+lists at each registration, MIG instances included (``devices_auto``; ``devices`` is
+then empty and the agent fills it in).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from resource_controller.worker import procs, yamltext
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/etc/rc/worker.yaml"
+#: ``devices: auto``: what nvidia-smi lists, MIG instances included (EXT-MIG-1).
+AUTO = "auto"
 
 # Defaults of §2.1, in seconds for durations.
 DEFAULT_HEARTBEAT_INTERVAL = 10.0
@@ -100,6 +106,8 @@ class WorkerConfig(BaseModel):
     token: str = ""
     host: str = ""
     devices: tuple[DeviceConfig, ...] = ()
+    #: ``devices: auto``: the devices are what nvidia-smi lists at each registration.
+    devices_auto: bool = False
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     poll_wait: float = DEFAULT_POLL_WAIT
     hooks: HooksConfig = HooksConfig()
@@ -211,6 +219,10 @@ def validate_config(config: WorkerConfig, where: str) -> None:
     """
     if not config.controller_url:
         raise ConfigError(f"controller_url required in {where}")
+    if config.devices_auto:
+        if config.devices:
+            raise ConfigError(f'devices: "auto" takes no device list in {where}')
+        return
     if not config.devices:
         raise ConfigError(f"at least one device required in {where}")
     seen: set[str] = set()
@@ -409,6 +421,13 @@ def load_config(
             f"parse worker config: top level must be a mapping, got {type(data).__name__}"
         )
     entries = data.get("devices")
+    auto = isinstance(entries, str)
+    if auto:
+        if entries != AUTO:
+            raise ConfigError(
+                f'parse worker config: devices: a list of devices or "{AUTO}" (got {entries!r})'
+            )
+        data = {k: v for k, v in data.items() if k != "devices"}
     for i, device in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(device, dict) and device.get("name") is None:
             raise ConfigError(f"device entry needs a name in {path}")
@@ -451,6 +470,7 @@ def load_config(
         token=token,
         host=raw.host or "",
         devices=tuple(devices),
+        devices_auto=auto,
         heartbeat_interval=_seconds(raw.heartbeat_interval, "heartbeat_interval"),
         poll_wait=_seconds(raw.poll_wait, "poll_wait"),
         hooks=HooksConfig(

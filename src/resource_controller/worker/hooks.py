@@ -33,11 +33,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from resource_controller.clock import Clock
-from resource_controller.core import durations
+from resource_controller.core import cuda, durations
 from resource_controller.core.states import JobState
 from resource_controller.worker import config as worker_config
 from resource_controller.worker import runner
@@ -100,19 +100,25 @@ class AcquireFailed:
 
 
 def hook_env(
-    base_env: Mapping[str, str], event: str, device_id: str, job_id: str, submitter: str
+    base_env: Mapping[str, str],
+    event: str,
+    device_id: str,
+    job_id: str,
+    submitter: str,
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The worker's environment plus the hook variables (HOOK-002).
 
     ``CUDA_VISIBLE_DEVICES`` is set from the device name when it yields an index
-    (WRK-077), replacing an inherited value; otherwise the inherited one passes.
+    (WRK-077), or to a MIG instance's UUID from ``mig_uuids`` (EXT-MIG-2), replacing an
+    inherited value; otherwise the inherited one passes.
     """
     env = dict(base_env)
     env["RC_EVENT"] = event
     env["RC_DEVICE"] = device_id
     env["RC_JOB_ID"] = job_id
     env["RC_SUBMITTER"] = submitter
-    index = runner.device_index(device_id)
+    index = cuda.visible_id(device_id, mig_uuids)
     if index is not None:
         env["CUDA_VISIBLE_DEVICES"] = index
     return env
@@ -220,10 +226,13 @@ class Hooks:
         clock: Clock,
         timings: Timings,
         base_env: Mapping[str, str] | None = None,
+        mig_uuids: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.clock = clock
         self.timings = timings
         self._base_env = base_env
+        #: The host's MIG instances' UUIDs as last listed, for ``CUDA_VISIBLE_DEVICES``.
+        self._mig_uuids = mig_uuids
         #: Only devices with a hook have state at all (HOOK-006); config order.
         self.devices: dict[str, DeviceHooks] = {
             config.device_id(d.name): DeviceHooks(
@@ -237,7 +246,8 @@ class Hooks:
 
     def _env(self, event: str, device_id: str, job_id: str, submitter: str) -> dict[str, str]:
         base = os.environ if self._base_env is None else self._base_env
-        return hook_env(base, event, device_id, job_id, submitter)
+        uuids = self._mig_uuids() if self._mig_uuids is not None else None
+        return hook_env(base, event, device_id, job_id, submitter, uuids)
 
     async def _run(
         self,

@@ -2,6 +2,11 @@
 
 ``Lifecycle.run`` is the whole story of a job, in order:
 
+0. **GPUs** (EXT-MIG-2, EXT-MIG-3): a job on a MIG instance gets its UUID from a
+   fresh ``nvidia-smi -L`` (instances may have been created again since the last
+   probe pass); a job on a device whose name conflicts with its GPU's MIG mode, or on
+   an instance whose UUID nobody can tell, never runs: it ends ``failed`` with the
+   reason, before any hook touches the device;
 1. **acquire** the device: the acquire hook, inside the job's cancellation scope
    (HOOK-010, HOOK-011). On failure the job never runs: the fault is reported, then
    the job ``failed`` with ``acquire hook failed: ...`` (HOOK-012); interrupted by its
@@ -52,8 +57,18 @@ from typing import Any
 
 from resource_controller import wire
 from resource_controller.clock import Clock
+from resource_controller.core import mig
 from resource_controller.core.states import JobState
-from resource_controller.worker import attached, channel, hooks, logship, outbox, runner, stragglers
+from resource_controller.worker import (
+    attached,
+    channel,
+    hooks,
+    logship,
+    outbox,
+    probes,
+    runner,
+    stragglers,
+)
 from resource_controller.worker import config as worker_config
 from resource_controller.worker import verify as verify_pass
 from resource_controller.worker.timings import Timings
@@ -64,6 +79,10 @@ log = logging.getLogger(__name__)
 _NO_DEVICES = worker_config.WorkerConfig(controller_url="")
 
 REASON_PREKILLED = "killed before this worker started it"
+#: A job refused because a device's name conflicts with its GPU's MIG mode (EXT-MIG-3).
+REASON_MIG_CONFLICT = "mig conflict: "
+#: A job refused because a MIG instance's UUID is unknown (EXT-MIG-2).
+REASON_MIG_UNKNOWN = "mig device unknown: "
 
 #: Starts a job-side task and registers it with the shutdown tracker (WRK-067).
 Track = Callable[[Coroutine[Any, Any, None], str], None]
@@ -80,6 +99,8 @@ class Job:
     cancel_reason: str = runner.REASON_CANCELLED
     #: Each device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
     epochs: dict[str, int] = field(default_factory=dict)
+    #: The MIG UUID of each of its devices that is a MIG instance (EXT-MIG-2).
+    mig_uuids: dict[str, str] = field(default_factory=dict)
 
     @property
     def job_id(self) -> str:
@@ -113,8 +134,11 @@ class Lifecycle:
         track: Track,
         base_env: Mapping[str, str] | None = None,
         config: worker_config.WorkerConfig | None = None,
+        gpus: probes.Prober | None = None,
     ) -> None:
         self.channel = to_controller
+        #: What the probes know of the host's GPUs (EXT-MIG); ``None``: nothing to check.
+        self.gpus = gpus
         self.box = box
         self.clock = clock
         self.timings = timings
@@ -127,7 +151,11 @@ class Lifecycle:
         self.verify_budget = config.verify_pass_budget if config is not None else 0.0
         #: Every device's hooks and held state (§18); empty without a configuration.
         self.hooks = hooks.Hooks(
-            config or _NO_DEVICES, clock=clock, timings=timings, base_env=base_env
+            config or _NO_DEVICES,
+            clock=clock,
+            timings=timings,
+            base_env=base_env,
+            mig_uuids=gpus.mig_uuids if gpus is not None else None,
         )
         #: Jobs under supervision whose outcome is not queued yet, in start order
         #: (WRK-051). A job enters before its acquire step and leaves the moment its
@@ -153,6 +181,10 @@ class Lifecycle:
             extra={"action": "job_start", "job_id": job.job_id},
         )
         try:
+            refused = await self.check_gpus(job)
+            if refused:
+                await self.refuse(job, refused)
+                return
             if not await self.acquire(job):
                 return
             running = asyncio.create_task(self.report_running(job), name=f"running-{job.job_id}")
@@ -202,6 +234,47 @@ class Lifecycle:
         await running
         await self.verify(job, outcome)
         await self.report(job, outcome)
+
+    async def check_gpus(self, job: Job) -> str:
+        """Why the job must not run on its devices (EXT-MIG-3), ``""`` when it may; fills
+        in ``job.mig_uuids`` (EXT-MIG-2).
+
+        Only names of GPUs and MIG instances are looked at. An instance's UUID comes
+        from a fresh ``nvidia-smi -L`` (the latest one when that fails); a whole GPU's
+        conflict from the latest listing. Without nvidia-smi ever listing anything,
+        a whole GPU runs as it always did, and an instance cannot.
+        """
+        names = [d.partition(":")[2] for d in job.device_ids]
+        if self.gpus is None or not any(mig.parse(n) is not None for n in names):
+            return ""
+        instances = [n for n in names if mig.is_instance(n)]
+        listed = self.gpus.inventory
+        if instances:
+            listed = await self.gpus.relist() or listed
+        for name in names:
+            why = listed.conflict(name) if listed is not None else ""
+            if why:
+                return f"{REASON_MIG_CONFLICT}{name}: {why}"
+        for name in instances:
+            found = listed.instance(name) if listed is not None else None
+            if found is None:
+                return f"{REASON_MIG_UNKNOWN}{name}: nvidia-smi -L does not list it"
+            job.mig_uuids[name] = found.uuid
+        return ""
+
+    async def refuse(self, job: Job, reason: str) -> None:
+        """End a job that must not touch its devices: ``failed`` with ``reason``, nothing
+        acquired, nothing released, no fault (the device is not broken; its name is)."""
+        a = job.assignment
+        log.error(
+            "job %s: %s", a.job_id, reason, extra={"action": "mig_refused", "job_id": a.job_id}
+        )
+        body = channel.status_body(
+            self.channel.worker_id, JobState.FAILED.value, reason=reason, lease_epoch=a.lease_epoch
+        )
+        report = self.box.add_status(a.job_id, job.device_ids, body)
+        self.jobs.pop(a.job_id, None)
+        await self.submit(report)
 
     async def acquire(self, job: Job) -> bool:
         """Acquire the device before the job touches it (HOOK-010..013).
@@ -280,7 +353,9 @@ class Lifecycle:
 
     async def start(self, job: Job) -> runner.Started | runner.Outcome:
         """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
-        return await runner.start_job(job.assignment, clock=self.clock, base_env=self._base_env)
+        return await runner.start_job(
+            job.assignment, clock=self.clock, base_env=self._base_env, mig_uuids=job.mig_uuids
+        )
 
     async def supervise(
         self,
@@ -314,6 +389,7 @@ class Lifecycle:
             clock=self.clock,
             timings=self.timings,
             base_env=os.environ if self._base_env is None else self._base_env,
+            mig_uuids=job.mig_uuids,
         )
 
     async def abandon(
@@ -358,6 +434,7 @@ class Lifecycle:
             clock=self.clock,
             timings=self.timings,
             base_env=self._base_env,
+            mig_uuids=job.mig_uuids,
         )
         if result.clean:
             return

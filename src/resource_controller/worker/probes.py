@@ -13,6 +13,13 @@ them, left out of the payload so the controller keeps their stored labels (PROBE
 PROBE-032, PROBE-040). A source that is gone (deleted, no longer executable, the
 directory removed) is simply forgotten, so its facts clear.
 
+MIG (EXT-MIG): the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
+lists each GPU's MIG instances. An instance is a device of its own, ``gpu<i>.mig<j>``,
+with its profile, memory, parent, UUID and its GPU's model and driver; a configured
+name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, which
+keeps the controller from granting it. The latest listing is kept (``inventory``): a
+job on an instance needs its UUID, and ``devices: auto`` takes its device names from it.
+
 Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``, ``classify``,
 ``labels_payload``), running one probe as its own process group with a timeout and
 capped output (``run_probe``), and the pass with its memory (``Prober``), which gets
@@ -25,7 +32,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import stat
@@ -35,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resource_controller.clock import Clock, SystemClock
-from resource_controller.core import durations
-from resource_controller.worker import procs
+from resource_controller.core import durations, mig
+from resource_controller.worker import gpus, procs
 from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
@@ -62,8 +68,6 @@ NVIDIA = "nvidia-smi"
 
 Facts = dict[str, str]
 LabelsPayload = dict[str, Facts] | None
-
-_GPU_NAME = re.compile(r"gpu[0-9]+")
 
 
 # ---- built-in facts (PROBE-004) -----------------------------------------------
@@ -210,8 +214,9 @@ class Classified:
 def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classified:
     """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device (PROBE-024).
 
-    An empty key, one that starts or ends with ``.``, or one whose prefix before the
-    first ``.`` is not a configured device is dropped with a warning, never promoted to
+    An empty key, one that starts or ends with ``.``, or one whose prefix before a ``.``
+    is not a configured device (the longest such prefix counts, for names with dots:
+    ``gpu0.mig1``) is dropped with a warning, never promoted to
     a host fact: ``gpu0.model`` on a host whose devices are named otherwise would stamp
     one model on every device.
     """
@@ -224,12 +229,27 @@ def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classif
         elif key.startswith(".") or key.endswith("."):
             out.warnings.append(f"key {key!r} starts or ends with '.'; dropped")
         else:
-            prefix, _, suffix = key.partition(".")
-            if prefix in device_names:
-                out.devices.setdefault(prefix, {})[suffix] = value
+            device = _device_prefix(key, device_names)
+            if device is not None:
+                out.devices.setdefault(device, {})[key[len(device) + 1 :]] = value
             else:
                 out.warnings.append(f"key {key!r} names no configured device; dropped")
     return out
+
+
+def _device_prefix(key: str, device_names: Collection[str]) -> str | None:
+    """The longest configured device name that ``key`` starts with, followed by a dot.
+
+    A name without dots is the part before the first dot (PROBE-024); a MIG instance's
+    name has one (``gpu0.mig1.uuid`` is ``gpu0.mig1``'s ``uuid``), so longer prefixes
+    are tried first.
+    """
+    end = key.rfind(".")
+    while end > 0:
+        if key[:end] in device_names:
+            return key[:end]
+        end = key.rfind(".", 0, end)
+    return None
 
 
 def labels_payload(
@@ -403,20 +423,89 @@ class Prober:
         self._clear_warned: set[str] = set()
         #: Devices already warned, this episode, that they were left out (PROBE-041).
         self._omit_warned: set[str] = set()
+        #: The latest readable ``nvidia-smi -L`` (EXT-MIG); ``None`` before the first.
+        self.inventory: gpus.Inventory | None = None
+        #: Configured names in conflict with their GPU's MIG mode at the latest pass.
+        self.conflicts: dict[str, str] = {}
+        #: Devices already warned, this episode, that nvidia-smi no longer lists them.
+        self._missing_warned: set[str] = set()
 
-    async def run_pass(self) -> Pass:
-        """One pass (PROBE-001..003): never raises for a probe's failure."""
-        return await _PassRun(self).go()
+    async def run_pass(self, *, discover: bool = False) -> Pass:
+        """One pass (PROBE-001..003): never raises for a probe's failure.
+
+        ``discover`` (``devices: auto``, at a registration): the devices become what
+        this pass's ``nvidia-smi -L`` lists, MIG instances included; when nvidia-smi
+        cannot say, they stay as they were.
+        """
+        return await _PassRun(self, discover).go()
 
     def _gpu_devices(self) -> frozenset[str]:
-        return frozenset(n for n in self.device_names if _GPU_NAME.fullmatch(n))
+        return frozenset(n for n in self.device_names if mig.parse(n) is not None)
+
+    def mig_uuids(self) -> dict[str, str]:
+        """Device name → MIG UUID, from the latest listing (empty before one)."""
+        return self.inventory.mig_uuids() if self.inventory is not None else {}
+
+    async def relist(self) -> gpus.Inventory | None:
+        """``nvidia-smi -L`` now, outside a pass (a job on a MIG instance is about to
+        start: instances may have been created again since the pass, with new UUIDs).
+
+        Bounded by ``probe_timeout``; a failure is a warning and changes nothing, so
+        the caller falls back on the latest listing (``inventory``).
+        """
+        path = self._which(NVIDIA_SMI)
+        if path is None:
+            return None
+        run = await self._run([path, *gpus.LIST_ARGS], self.probe_timeout)
+        if not run.ok:
+            _warn_failed(NVIDIA + " -L", run)
+            return None
+        listed, _ = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
+        if not listed.gpus:
+            return None
+        self.remember(listed)
+        return listed
+
+    def remember(self, listed: gpus.Inventory) -> None:
+        """Keep ``listed`` as the latest listing, saying which instances were created
+        again (same name, new UUID: a job started from now on gets the new one)."""
+        before = self.mig_uuids()
+        for name, uuid in sorted(listed.mig_uuids().items()):
+            old = before.get(name)
+            if old is not None and old != uuid:
+                log.warning(
+                    "device %s: MIG device created again: UUID %s is now %s",
+                    name,
+                    old,
+                    uuid,
+                    extra={"action": "mig_recreated"},
+                )
+        self.inventory = listed
+
+    def note_conflicts(self, found: dict[str, str]) -> None:
+        """Say each new conflict, and each one that ended (EXT-MIG-3)."""
+        for name, why in sorted(found.items()):
+            if self.conflicts.get(name) != why:
+                log.warning(
+                    "device %s: MIG conflict: %s; the controller does not grant it",
+                    name,
+                    why,
+                    extra={"action": "mig_conflict"},
+                )
+        for name in sorted(set(self.conflicts) - set(found)):
+            if name in self.device_names:
+                log.info(
+                    "device %s: no MIG conflict any more", name, extra={"action": "mig_conflict"}
+                )
+        self.conflicts = dict(found)
 
 
 class _PassRun:
     """The state of one pass while it runs."""
 
-    def __init__(self, prober: Prober) -> None:
+    def __init__(self, prober: Prober, discover: bool = False) -> None:
         self.p = prober
+        self.discover = discover
         self.deadline = prober.clock.monotonic() + prober.timings.probe_pass_budget
         self.host: Facts = {}
         self.devices: dict[str, Facts] = {n: {} for n in prober.device_names}
@@ -508,10 +597,58 @@ class _PassRun:
             _warn_failed(NVIDIA, run)
             self.fail(NVIDIA)
             return
+        if self.remaining() <= 0:
+            self.fail(NVIDIA)
+            return
+        listing = await p._run([path, *gpus.LIST_ARGS], self.timeout())
+        if not listing.ok:
+            _warn_failed(NVIDIA + " -L", listing)
+            self.fail(NVIDIA)
+            return
         facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        for warning in warnings:
+        listed, more = gpus.parse_list(listing.stdout.decode("utf-8", "replace"))
+        for warning in warnings + more:
             log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        self.absorb(NVIDIA, facts)
+        if self.discover and listed.gpus:
+            p.device_names = listed.device_names()
+            self.devices = {n: self.devices.get(n, {}) for n in p.device_names}
+        p.remember(listed)
+        self.absorb(NVIDIA, self.gpu_facts(facts, listed))
+
+    def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
+        """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG-1, EXT-MIG-3).
+
+        A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to
+        a device configured by its own name (which then also gets ``mig_conflict``);
+        each listed instance that is configured gets its facts; every configured name
+        in conflict gets ``mig_conflict``. An instance whose line could not be read is
+        unconfirmed: the controller keeps what it stored for it.
+        """
+        p = self.p
+        names = set(p.device_names)
+        out = {
+            k: v
+            for k, v in facts.items()
+            if not _whole_gpu_in_mig_mode(k, listed) or k.partition(".")[0] in names
+        }
+        out.update(gpus.instance_facts(listed, facts, names))
+        found = gpus.conflicts(listed, p.device_names)
+        for name, why in found.items():
+            out[f"{name}.{mig.CONFLICT}"] = why
+        p.note_conflicts(found)
+        self.unconfirmed |= {n for n in p.device_names if listed.unknown(n)}
+        for name in p.device_names:
+            if listed.missing(name):
+                if name not in p._missing_warned:
+                    p._missing_warned.add(name)
+                    log.warning(
+                        "device %s: nvidia-smi no longer lists this GPU; its facts clear",
+                        name,
+                        extra={"action": "probe_gpu_missing"},
+                    )
+            else:
+                p._missing_warned.discard(name)
+        return out
 
     def remembered_dropins(self) -> list[str]:
         return [s for s in self.p.memory if s not in (BUILTIN, NVIDIA) and s not in self.present]
@@ -569,6 +706,15 @@ class _PassRun:
             for warning in warnings:
                 log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
             self.absorb(source, facts)
+
+
+def _whole_gpu_in_mig_mode(key: str, listed: gpus.Inventory) -> bool:
+    """``key`` is a whole-GPU fact (``gpu<i>.model``) of a GPU the listing has in MIG mode."""
+    parsed = mig.parse(key.partition(".")[0])
+    if parsed is None or parsed[1] is not None:
+        return False
+    g = listed.gpu(parsed[0])
+    return g is not None and g.mig_mode
 
 
 def _warn_failed(source: str, run: Run) -> None:

@@ -63,6 +63,11 @@ class Reconnect:
         if reason:
             self._arm(at, reason)
 
+    def arm(self, now: float, reason: str) -> None:
+        """Owe a re-registration for a reason of the worker's own (EXT-MIG: the devices
+        nvidia-smi lists changed under ``devices: auto``); the same appointment rules."""
+        self._arm(now, reason)
+
     def _arm(self, now: float, reason: str) -> None:
         """Owe a re-registration, due a random moment ahead, unless already owed (WRK-152)."""
         if self.due_at is not None:

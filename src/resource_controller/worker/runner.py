@@ -72,12 +72,17 @@ class Outcome:
 # ---- environment and command ---------------------------------------------------
 
 
-def build_env(assignment: wire.Assignment, base_env: Mapping[str, str]) -> dict[str, str]:
-    """The job's environment (WRK-075..077, EXT-EPOCH-2, EXT-LIVE-1).
+def build_env(
+    assignment: wire.Assignment,
+    base_env: Mapping[str, str],
+    mig_uuids: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The job's environment (WRK-075..077, EXT-EPOCH-2, EXT-LIVE-1, EXT-MIG-2).
 
     Worker environment, overlaid with the job's ``env``; ``CUDA_VISIBLE_DEVICES`` from
-    the device name unless the job supplied the key (even empty); ``PYTHONUNBUFFERED=1``
-    unless the job set it; and the ``RC_*`` identity variables, which always win.
+    the device name (a MIG instance's UUID from ``mig_uuids``, device name → ``MIG-...``)
+    unless the job supplied the key (even empty); ``PYTHONUNBUFFERED=1`` unless the job
+    set it; and the ``RC_*`` identity variables, which always win.
     """
     job_env = assignment.env or {}
     # EXT-GANG-4: every device, ascending; a controller that sends no list means one.
@@ -89,7 +94,7 @@ def build_env(assignment: wire.Assignment, base_env: Mapping[str, str]) -> dict[
     env.pop("RC_DEVICES", None)
     env.update(job_env)
     if "CUDA_VISIBLE_DEVICES" not in job_env:
-        index = cuda_visible_devices(device_ids)
+        index = cuda_visible_devices(device_ids, mig_uuids)
         if index is not None:
             env["CUDA_VISIBLE_DEVICES"] = index
     if "PYTHONUNBUFFERED" not in job_env:
@@ -487,9 +492,10 @@ async def run_job(
     clock: Clock,
     base_env: Mapping[str, str] | None = None,
     timings: Timings = DEFAULT,
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> Outcome:
     """``start_job`` then ``supervise_job``: one assignment from spawn to outcome."""
-    started = await start_job(assignment, clock=clock, base_env=base_env)
+    started = await start_job(assignment, clock=clock, base_env=base_env, mig_uuids=mig_uuids)
     if isinstance(started, Outcome):
         return started
     return await supervise_job(
@@ -498,14 +504,18 @@ async def run_job(
 
 
 async def start_job(
-    assignment: wire.Assignment, *, clock: Clock, base_env: Mapping[str, str] | None = None
+    assignment: wire.Assignment,
+    *,
+    clock: Clock,
+    base_env: Mapping[str, str] | None = None,
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> Started | Outcome:
     """Start one assignment in logs mode (§7.4): its environment, its command, the spawn.
 
     Attached modes (``tty``, ``pipe``) go through ``attached`` instead, which opens the
-    relay streams first (WTTY-001).
+    relay streams first (WTTY-001). ``mig_uuids``: ``build_env``'s.
     """
-    env = build_env(assignment, os.environ if base_env is None else base_env)
+    env = build_env(assignment, os.environ if base_env is None else base_env, mig_uuids)
     return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
 
 

@@ -85,11 +85,15 @@ def failure_reason(name: str, run: ScriptRun) -> str:
 
 
 def verify_env(
-    base_env: Mapping[str, str], device_id: str, job_id: str, submitter: str
+    base_env: Mapping[str, str],
+    device_id: str,
+    job_id: str,
+    submitter: str,
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The worker's environment plus the verify variables (VERIFY-004): a hook's, with
     ``RC_EVENT=verify``."""
-    return hooks.hook_env(base_env, "verify", device_id, job_id, submitter)
+    return hooks.hook_env(base_env, "verify", device_id, job_id, submitter, mig_uuids)
 
 
 class _Capture(asyncio.SubprocessProtocol):
@@ -216,8 +220,10 @@ async def verify_pass(
     clock: Clock,
     timings: Timings,
     base_env: Mapping[str, str] | None = None,
+    mig_uuids: Mapping[str, str] | None = None,
 ) -> Pass:
-    """Run the pass for one device after one job (VERIFY-001..007)."""
+    """Run the pass for one device after one job (VERIFY-001..007); ``mig_uuids`` for
+    ``CUDA_VISIBLE_DEVICES`` on a MIG instance (EXT-MIG-2)."""
     try:
         entries = list(os.scandir(verify_dir))
     except FileNotFoundError:
@@ -225,7 +231,9 @@ async def verify_pass(
     except OSError as exc:
         return Pass(PREFIX + "read verify_dir: " + procs.os_error_text("open", verify_dir, exc))
     names = sorted((e.name for e in entries if not e.is_dir(follow_symlinks=False)), key=_sort_key)
-    env = verify_env(os.environ if base_env is None else base_env, device_id, job_id, submitter)
+    env = verify_env(
+        os.environ if base_env is None else base_env, device_id, job_id, submitter, mig_uuids
+    )
     started = clock.monotonic()
     first = ""
     ran = 0
