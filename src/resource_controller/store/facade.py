@@ -74,6 +74,9 @@ class Store:
         #: The submitter limits (EXT-SHARE-1); the controller sets them, and sets them
         #: again when the limits file is read again.
         self.limits = scheduling.NO_LIMITS
+        #: Waiting jobs a report's transaction ended ``dependency_failed`` (EXT-SHARE-2)
+        #: since a pass last said which: the pass that follows the report says so.
+        self._ended: list[str] = []
 
     def _key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
@@ -177,12 +180,12 @@ class Store:
         """One scheduling pass (STORE-061), serialised against everything else: first the
         ends of jobs others wait for (EXT-SHARE-2), then the placements."""
         with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
-            ended: list[str] = []
+            ended, self._ended = self._ended, []
             with self._read() as db:
                 pending = after.noted(db)
             if pending:
                 with self._tx() as tx:
-                    ended = after.settle(tx, self.now())
+                    ended += after.settle(tx, self.now())
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
                 self.now(),
@@ -323,6 +326,7 @@ class Store:
         """A worker's status report in one transaction: read the job, let ``check`` refuse
         it (raising writes nothing), then ``running`` (STORE-080) or the release
         (STORE-082). Returns the job as it was before the report."""
+        ended: list[str] = []
         with self._tx("running" if state == JobState.RUNNING else "finish") as c:
             now = self.now()
             job = queries.job(c, job_id)
@@ -331,9 +335,14 @@ class Store:
                 jobs.mark_running(c, now, job_id)
             elif state in TERMINAL:
                 jobs.release_job(c, now, job, state, exit_code, reason)
+                # The jobs waiting for this one are settled in the same commit
+                # (EXT-SHARE-2): the pass that follows places the next of a chain
+                # without a commit of its own in between.
+                ended = after.settle(c, now)
             else:
                 raise errors.InvalidTransition(f"state {state!r} is not terminal")
-            return job
+        self._ended += ended
+        return job
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
         """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""

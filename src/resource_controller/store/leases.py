@@ -473,8 +473,11 @@ def schedule_pass(
                 if planner.claim_unless_free(row[1], row[0]):
                     continue
             whole = row if len(row) > queries.WALK_WIDTH else walk.scheduling_row(row)
-            if whole is not None:  # gone from under the pass: another process's edit
-                _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
+            if whole is None:
+                continue  # gone from under the pass: another process's edit
+            if limited and planner.limited(row[3], max(1, whole[_I_COUNT])) is not None:
+                continue  # as above, before the job is built: a queue of one name's jobs
+            _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
         except Exception as exc:
             # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
             # back, it reserves nothing, and the jobs behind it are still placed.
