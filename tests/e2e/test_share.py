@@ -3,6 +3,7 @@ processes, limits from a file read again on SIGHUP, and a chain of ``rc run --af
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import time
@@ -95,7 +96,7 @@ def test_a_chain_of_runs_one_after_another(cluster: Cluster) -> None:
                 "run", "--after", prev[:8], "--", "sh", "-c", f"echo {word} >> {stamp}"
             )
         )
-        prev = wait_for(lambda before=prev: waiting_for(cluster, before), 20, "the submit")
+        prev = wait_for(functools.partial(waiting_for, cluster, prev), 20, "the submit")
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, (err, cluster.logs())
