@@ -260,3 +260,29 @@ def test_migration_0010_goes_down_and_up(tmp_path: Path) -> None:
         assert store.held_by_share() == {"alice": 1}  # rebuilt from the live leases
     finally:
         store.close()
+
+
+def test_the_pass_reads_no_job_of_a_name_at_its_limit(
+    store: Store, make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue mostly of one person's jobs, that person at the limit: the walk leaves
+    their rows in the database (EXT-SHARE-1)."""
+    from resource_controller.store import queries
+
+    devs = make.worker(devices=3)
+    store.limits = SubmitterLimits(default=1)
+    make.start(device=devs[0], submitter="alice")
+    for _ in range(20):
+        make.submit(submitter="alice")
+    bob = make.submit(submitter="bob")
+    read: list[str] = []
+    page = queries.queue_page
+
+    def counted(*args: object, **kw: object) -> list[object]:
+        rows = page(*args, **kw)  # type: ignore[arg-type]
+        read.extend(str(r[0]) for r in rows)
+        return rows
+
+    monkeypatch.setattr(queries, "queue_page", counted)
+    assert [a.job_id for a in store.schedule()] == [bob.id]
+    assert read == [bob.id]

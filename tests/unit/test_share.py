@@ -205,3 +205,10 @@ def test_entries_read_back_from_the_wire() -> None:
         waiting.Blocker(after="j1"),
         waiting.Blocker(),
     ]
+
+
+def test_names_at_their_limit_whatever_they_ask() -> None:
+    lim = SubmitterLimits(default=2, names={"z": 0, "y": 5})
+    held = {"a": 2, "b": 1, "c": 3, "y": 4}
+    assert scheduling.at_limit(lim, held) == ["a", "c", "z"]
+    assert scheduling.at_limit(scheduling.NO_LIMITS, held) == []

@@ -288,6 +288,19 @@ def over_limit(
     return limit
 
 
+def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
+    """The names no job of whose can be placed now, however small: each holds its limit
+    or more (EXT-SHARE-1). A pass can leave their jobs unread; what it places only ever
+    adds to what a name holds. The default's names are not listed: only held ones."""
+    names = set(held) | set(limits.names)
+    out = []
+    for name in names:
+        limit = limits.of(name)
+        if limit is not None and held.get(name, 0) >= limit:
+            out.append(name)
+    return sorted(out)
+
+
 def dependency_met(ended: str, after_any: bool) -> bool:
     """A job a waiting job named has ended in state ``ended``: whether that lets the
     waiting job go on (EXT-SHARE-2). ``after_any``: any end will do; otherwise only

@@ -199,10 +199,16 @@ class _Walk:
     """
 
     def __init__(
-        self, read: Callable[[], AbstractContextManager[Any]], now: int = 0, aging: int = 0
+        self,
+        read: Callable[[], AbstractContextManager[Any]],
+        now: int = 0,
+        aging: int = 0,
+        skip: Sequence[str] = (),
     ) -> None:
         self._read = read
         self._now, self._aging = now, aging
+        #: Share names whose jobs are not read: each is at its limit (EXT-SHARE-1).
+        self._skip = skip
         self._page: list[Any] = []
         self._at = 0  #: the index on a narrow page of the row last yielded
         #: The rows before this index that are not plain pins are in ``_rows``.
@@ -214,7 +220,9 @@ class _Walk:
         size, narrow = FIRST_PAGE, False
         while True:
             with self._read() as tx:
-                page = queries.queue_page(tx, after, size, narrow, self._now, self._aging)
+                page = queries.queue_page(
+                    tx, after, size, narrow, self._now, self._aging, self._skip
+                )
             self._page, self._read_to, self._rows = page, 0, {}
             if narrow:
                 for at, row in enumerate(page):
@@ -450,7 +458,9 @@ def schedule_pass(
         if old_reservations:
             _rewrite(transaction, kept, now, {})
         return []
-    walk = _Walk(read, now, aging)
+    # Names at their limit when the pass begins stay there (what it places only adds):
+    # their jobs are not read at all, which is most of a queue from people at their limit.
+    walk = _Walk(read, now, aging, scheduling.at_limit(limits, held) if limits.on else ())
     planner = scheduling.Planner(index, limits, held)
     limited = planner.limited_on
     assigned: list[Assigned] = []

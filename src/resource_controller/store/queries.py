@@ -171,14 +171,19 @@ def queue_page(
     narrow: bool = False,
     now: int = 0,
     aging: int = 0,
+    skip: Sequence[str] = (),
 ) -> list[Any]:
     """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each as
     ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is the
     (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
-    end are not eligible (EXT-SHARE-2) and are left out."""
+    end are not eligible (EXT-SHARE-2) and are left out, as are the jobs counted under a
+    name in ``skip`` (names at their limit, EXT-SHARE-1)."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND " + ELIGIBLE
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
+    if skip:
+        text += f" AND {SHARE} NOT IN ({sql.marks(len(skip))})"
+        params += tuple(skip)
     if after is not None:
         cond, args = behind(*after, now, aging)
         text += " AND " + cond
