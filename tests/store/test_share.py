@@ -5,10 +5,10 @@ and jobs that wait for other jobs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from conftest import Factory
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import waiting
@@ -19,6 +19,9 @@ from resource_controller.store.facade import Store
 from support import store_helpers
 
 from .dbview import Raw
+
+if TYPE_CHECKING:
+    from conftest import Factory
 
 
 def held_by_leases(raw: Raw) -> dict[str, int]:
