@@ -289,3 +289,18 @@ def test_the_pass_reads_no_job_of_a_name_at_its_limit(
     monkeypatch.setattr(queries, "queue_page", counted)
     assert [a.job_id for a in store.schedule()] == [bob.id]
     assert read == [bob.id]
+
+
+def test_many_jobs_waiting_for_one_end_together(
+    store: Store, make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fan-out is read a chunk of IDs at a time; every waiting job ends in the pass."""
+    from resource_controller.store import after
+
+    monkeypatch.setattr(after, "_CHUNK", 7)
+    devs = make.worker(devices=1)
+    first = make.start(device=devs[0])
+    waiting = {make.submit(after=(first.id,)).id for _ in range(30)}
+    assert len(after.pending(store._db, sorted(waiting))) == 30
+    finish(store, first.id, "failed")
+    assert set(store.run_pass().ended) == waiting

@@ -4,8 +4,9 @@ A job submitted with ``after`` gets one ``job_after`` row per job it waits for t
 not ended (or has ended in a way that fails it), and ``after_open`` counts them; while
 it is above 0 the pass does not read the job. Migration 0010's trigger notes in a row's
 ``ended`` the state its job ends in, whichever path ends it (a report, a kill, a sweep, a
-registration's reap, this module's own ``dependency_failed``). ``settle``, run first in
-every scheduling pass (EXT-FAST-1 runs one after every end), consumes the noted rows:
+registration's reap, this module's own ``dependency_failed``). ``settle`` consumes the
+noted rows, in a terminal report's own transaction and first in every scheduling pass
+(EXT-FAST-1 runs one after every other end):
 an end that meets the rule (``core.scheduling.dependency_met``) lowers ``after_open``;
 one that does not ends the waiting job ``killed`` with ``dependency_failed: JOB``, which
 the trigger notes in turn for the jobs waiting on it, so a failed chain ends in one
@@ -80,14 +81,7 @@ def settle(db: sql.Db, now: int) -> list[str]:
         by_job: dict[str, list[tuple[str, str]]] = {}
         for job_id, other, state in rows:
             by_job.setdefault(str(job_id), []).append((str(other), str(state)))
-        waiting = {
-            str(r[0]): (bool(r[1]), str(r[2]))
-            for r in db.execute(
-                "SELECT id, after_any, after_ids FROM jobs"
-                f" WHERE {_ids(len(by_job))} AND state = ?",
-                (*by_job, str(JobState.QUEUED)),
-            )
-        }
+        waiting = _queued(db, list(by_job))
         for job_id, ends in by_job.items():
             if job_id not in waiting:
                 continue
@@ -134,8 +128,18 @@ def _fail(db: sql.Db, now: int, job_id: str, other: str) -> bool:
     return True
 
 
-def _ids(n: int) -> str:
-    return f"id IN ({sql.marks(n)})"
+def _queued(db: sql.Db, job_ids: list[str]) -> dict[str, tuple[bool, str]]:
+    """Of ``job_ids``, the queued jobs: whether any end will do, and their ``after_ids``."""
+    out: dict[str, tuple[bool, str]] = {}
+    for at in range(0, len(job_ids), _CHUNK):
+        part = job_ids[at : at + _CHUNK]
+        rows = db.execute(
+            "SELECT id, after_any, after_ids FROM jobs"
+            f" WHERE id IN ({sql.marks(len(part))}) AND state = ?",
+            (*part, str(JobState.QUEUED)),
+        )
+        out.update((str(r[0]), (bool(r[1]), str(r[2]))) for r in rows)
+    return out
 
 
 def pending(db: sql.Db, job_ids: Sequence[str]) -> dict[str, list[str]]:
