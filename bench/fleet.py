@@ -29,8 +29,13 @@ Per fleet size (``--devices``, 8 devices per worker) it measures, beside
   default) on one PostgreSQL database (a throwaway cluster): the simulated workers
   spread over them, CPU and passes summed, submits going round (EXT-PG-2).
 
+With ``--kinds`` the queue phase also times the kinds ``limits-pinned`` and
+``limits-any``: the same queues from 100 submitters, each holding as many devices as its
+limit (EXT-SHARE-1), so every queued job is over its limit and claims nothing.
+``--queue-only`` skips the live phase (the devices are registered through the store).
+
 Usage: ``python bench/fleet.py [--devices 100 1000 10000] [--queue 100 1000 10000]
-[--repeats 5] [--json out.json]``. Run ``.venv/bin/python -m compileall -q src`` first.
+[--repeats 5] [--kinds ...] [--queue-only] [--json out.json]``. Run ``.venv/bin/python -m compileall -q src`` first.
 """
 
 from __future__ import annotations
@@ -434,35 +439,58 @@ def store_at(data: Path) -> Iterator[Any]:
         store.close()
 
 
-def hold_every_device(data: Path) -> list[str]:
-    """Every ready device busy under an assigned job, as the store's test fixture does."""
+def hold_every_device(data: Path, holders: int = 0) -> list[str]:
+    """Every ready device busy under an assigned job, as the store's test fixture does:
+    all under ``holder``, or, with ``holders``, under ``user00``.. in turn."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from support import store_helpers
 
     with store_at(data) as store:
         ids = [s.device.id for s in store.device_snapshots()]
-        for device_id in ids:
+        for i, device_id in enumerate(ids):
+            who = user(i % holders) if holders else "holder"
             with contextlib.suppress(Exception):
-                store_helpers.allocate_directly(store, device_id, "holder")
+                store_helpers.allocate_directly(store, device_id, who)
     return ids
 
 
-def enqueue(data: Path, n: int, pins: list[str] | None, rng: random.Random) -> None:
+def user(i: int) -> str:
+    return f"user{i:02d}"
+
+
+def register_fleet(data: Path, devices: int) -> None:
+    """The devices of ``devices // PER_WORKER`` hosts, registered through the store (no
+    live phase: ``--queue-only``)."""
+    data.mkdir(parents=True, exist_ok=True)
+    with store_at(data) as store:
+        for w in range(-(-devices // PER_WORKER)):
+            names = [f"gpu{i}" for i in range(min(PER_WORKER, devices - w * PER_WORKER))]
+            store.register(f"host{w:05d}", "boot", [(n, 0) for n in names])
+
+
+def enqueue(
+    data: Path, n: int, pins: list[str] | None, rng: random.Random, submitters: int = 0
+) -> None:
     from resource_controller.store.jobs import NewJob
 
     with store_at(data) as store:
-        for _ in range(n):
+        for i in range(n):
             pin = rng.choice(pins) if pins else ""
-            store.enqueue(NewJob(command=["true"], submitter="bench", device_id=pin))
+            who = user(i % submitters) if submitters else "bench"
+            store.enqueue(NewJob(command=["true"], submitter=who, device_id=pin))
 
 
-def time_passes(data: Path, repeats: int) -> dict[str, float]:
+def time_passes(data: Path, repeats: int, limit: int = 0) -> dict[str, float]:
     """A pass on the store, timed in this process with the heap settled as ``rc serve``
     settles its own before serving (else a full collection of this process's heap lands
-    in one pass in a few: 12.9 ms against 50.8 ms)."""
+    in one pass in a few: 12.9 ms against 50.8 ms). ``limit``: every submitter may hold
+    that many devices (EXT-SHARE-1)."""
     from resource_controller.controller.serve import settle_heap
+    from resource_controller.core.scheduling import SubmitterLimits
 
     with store_at(data) as store:
+        if limit:
+            store.limits = SubmitterLimits(default=limit)
         store.schedule()  # warm: statements compiled, pages cached
         settle_heap()
         samples = []
@@ -481,21 +509,32 @@ async def state_of(ctl: Controller, repeats: int) -> dict[str, float]:
         return await timed_gets(client, "/v1/state", repeats)
 
 
+#: The queue kinds: jobs pinned to random devices, or for any device, from one
+#: submitter; and the same from ``SUBMITTERS`` submitters, each holding its limit's worth
+#: of the devices, so every queued job is over its submitter's limit and the pass walks
+#: the whole queue claiming nothing (EXT-SHARE-1).
+KINDS = ("pinned", "any", "limits-pinned", "limits-any")
+SUBMITTERS = 100
+
+
 def queue_phase(data: Path, log: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every device held, the queue grown step by step: pass and ``/v1/state`` per length."""
     rng = random.Random(14)
-    ids = hold_every_device(data)
     out: dict[str, Any] = {}
-    for kind in ("pinned", "any"):
+    for kind in args.kinds:
+        limited = kind.startswith("limits-")
         # A fresh copy per kind, so one kind's queue never sits in front of the other's.
         work = data.parent / f"{data.name}-{kind}"
         subprocess.run(["cp", "-a", str(data), str(work)], check=True)
+        ids = hold_every_device(work, SUBMITTERS if limited else 0)
+        limit = -(-len(ids) // SUBMITTERS) if limited else 0
         have = 0
         for q in sorted(args.queue):
-            enqueue(work, q - have, ids if kind == "pinned" else None, rng)
+            pins = ids if kind.endswith("pinned") else None
+            enqueue(work, q - have, pins, rng, SUBMITTERS if limited else 0)
             have = q
-            row: dict[str, Any] = {"pass": time_passes(work, args.repeats)}
-            if kind == "pinned":
+            row: dict[str, Any] = {"pass": time_passes(work, args.repeats, limit)}
+            if kind == "pinned" and not args.queue_only:
                 with Controller(work, log) as ctl:
                     row["state"] = asyncio.run(state_of(ctl, args.repeats))
             out[f"{kind}:{q}"] = row
@@ -516,6 +555,12 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--submits", type=int, default=200)
     ap.add_argument("--no-queue", action="store_true", help="skip the queue-length phase")
+    ap.add_argument(
+        "--queue-only",
+        action="store_true",
+        help="skip the live phase: the devices are registered through the store",
+    )
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     ap.add_argument(
         "--postgresql",
         type=int,
@@ -545,9 +590,13 @@ def main() -> None:
     for devices in args.devices:
         data, log = tmp / f"data-{devices}", tmp / f"controller-{devices}.log"
         print(f"{devices} devices ({-(-devices // PER_WORKER)} workers):", flush=True)
-        with Controller(data, log) as ctl:
-            row = asyncio.run(live_phase([ctl], devices, args))
-        print_live(row)
+        if args.queue_only:
+            register_fleet(data, devices)
+            row = {"devices": devices}
+        else:
+            with Controller(data, log) as ctl:
+                row = asyncio.run(live_phase([ctl], devices, args))
+            print_live(row)
         if not args.no_queue:
             row["queue"] = queue_phase(data, log, args)
         results["fleets"].append(row)

@@ -64,6 +64,18 @@ def _mapping(bound: limits.Size) -> Callable[[dict[str, str]], dict[str, str]]:
     return check
 
 
+def _ids(bound: limits.Size) -> Callable[[list[str]], list[str]]:
+    def check(value: list[str]) -> list[str]:
+        if bound.count is not None and len(value) > bound.count:
+            raise _refuse(f"at most {bound.count} {bound.unit}")
+        for item in value:
+            if limits.utf8_len(item) > bound.size:
+                raise _refuse(f"a job ID is at most {bound.size} bytes, got {item[:80]!r}")
+        return value
+
+    return check
+
+
 def _name(kind: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not limits.name_ok(value):
@@ -103,6 +115,12 @@ DeviceCount = Annotated[
 DeviceIds = Annotated[
     list[StrictStr],
     Field(max_length=limits.DEVICE_COUNT.high),
+]
+#: EXT-SHARE-2: the jobs a job waits for.
+AfterIds = Annotated[
+    list[StrictStr],
+    AfterValidator(_ids(limits.AFTER)),
+    _schema(maxItems=limits.AFTER.count, **{"x-max-bytes": limits.AFTER.size}),
 ]
 Command = Annotated[
     list[StrictStr],

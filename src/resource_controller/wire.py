@@ -214,6 +214,10 @@ class SubmitRequest(_ClientRequest):
     #: in place of ``device_id`` (EXT-GANG-6).
     count: b.DeviceCount = 1
     device_ids: b.DeviceIds | None = None
+    #: Jobs (full IDs) this one waits for; only ``succeeded`` lets it go on, any end
+    #: with ``after_any`` (EXT-SHARE-2).
+    after: b.AfterIds | None = None
+    after_any: StrictBool = False
 
 
 class KillRequest(_ClientRequest):
@@ -255,12 +259,18 @@ class Job(_Response):
     #: Every device of the job, ascending, beside ``device_id`` (the first) (EXT-GANG-6);
     #: omitted while it has none.
     device_ids: list[str] | None = None
+    #: The jobs it waits for, as submitted (EXT-SHARE-2), and ``true`` when any end of
+    #: theirs will do; omitted for a job that named none.
+    after: list[str] | None = None
+    after_any: bool | None = None
 
 
 class WaitingFor(_Response):
-    """What keeps a queued job from one device it could run on (EXT-WHY-1a)."""
+    """What keeps a queued job from one device it could run on (EXT-WHY-1a), or, as the
+    whole list, from every device: its submitter's limit, or the jobs it waits for
+    (EXT-SHARE); ``device_id`` is omitted from those."""
 
-    device_id: str
+    device_id: str | None = None
     #: A held device: the lease's holder, job, kind and grant time.
     holder: str | None = None
     job_id: str | None = None
@@ -280,6 +290,12 @@ class WaitingFor(_Response):
     #: EXT-MIG-3: why the device's name conflicts with its GPU's MIG mode; omitted when
     #: it does not (an addition: base clients ignore it).
     mig_conflict: str | None = None
+    #: EXT-SHARE-1: the submitter is at its limit of this many devices; the name it
+    #: counts under.
+    submitter_limit: int | None = None
+    submitter: str | None = None
+    #: EXT-SHARE-2: a job this one waits for that has not ended.
+    after: str | None = None
 
 
 class JobView(_Response):
@@ -380,6 +396,11 @@ class Explain(_Response):
     #: When nothing matches: the values the devices have for the selector's keys
     #: (``selectors.no_match_hint``); omitted otherwise.
     hint: str | None = None
+    #: EXT-SHARE-1, when a limit applies to the asking submitter: the name it counts
+    #: under, its limit and the devices it holds.
+    submitter: str | None = None
+    submitter_limit: int | None = None
+    submitter_held: int | None = None
 
 
 class Whoami(_Response):

@@ -116,6 +116,14 @@ LEFT_TO_CLICK = [
     ["--env", "NOEQUALS", "--", "x"],
     ["--env", "=v", "--", "x"],
     ["--env"],
+    # EXT-SHARE-2: --after and --after-any are click's alone.
+    ["--after", "1b2c3d4e", "--", "x"],
+    ["--after=1b2c3d4e,5f6a7b8c", "--", "x"],
+    ["-d", "a:0", "--after", "1b2c3d4e", "--after-any", "--", "x"],
+    ["--after-any", "--", "x"],
+    ["--after", "", "--", "x"],
+    ["--after", "a,,b", "--", "x"],
+    ["--after", "1b2c3d4e", "--no-wait", "--", "x"],
 ]
 
 
@@ -193,6 +201,22 @@ def test_a_refused_line_reads_as_click_says_it(argv: list[str]) -> None:
     expected = CliRunner().invoke(rc_group, argv)
     assert (done.returncode, done.stderr) == (expected.exit_code, expected.stderr)
     assert done.returncode == 1 and done.stderr.startswith("rc: ")
+
+
+def test_click_takes_after_into_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EXT-SHARE-2: each job once, in order; refused before any request otherwise."""
+    argv = ["--after", "aaaaaaa, bbbbbbb,aaaaaaa", "--after-any", "--", "x"]
+    req, _ = click_request(argv, monkeypatch)
+    assert isinstance(req, run_machine.RunRequest)
+    assert req.after == ("aaaaaaa", "bbbbbbb") and req.after_any is True
+    for bad, words in (
+        (["--after-any", "--", "x"], "--after-any needs --after"),
+        (["--after", "a,,b", "--", "x"], "--after has an empty job ID"),
+        (["--after", "aaaaaaa", "--no-wait", "--", "x"], "cannot be used together"),
+        (["--after", ",".join(f"j{i:06d}" for i in range(65)), "--", "x"], "at most 64"),
+    ):
+        req, err = click_request(bad, monkeypatch)
+        assert req is None and words in err, err
 
 
 def test_the_fast_path_loads_no_click() -> None:

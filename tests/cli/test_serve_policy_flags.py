@@ -22,6 +22,11 @@ from resource_controller.controller import serve
         (("--max-log-bytes", "lots"), "--max-log-bytes"),
         (("--max-log-bytes", "-5"), "--max-log-bytes"),
         (("--max-log-bytes", "1000"), "--max-log-bytes"),
+        # EXT-SHARE-1: a limit is a number of devices, at least 1.
+        (("--max-devices-per-submitter", "-1"), "--max-devices-per-submitter"),
+        (("--max-devices-per-submitter", "0"), "--max-devices-per-submitter"),
+        (("--max-devices-per-submitter", "four"), "--max-devices-per-submitter"),
+        (("--max-devices-per-submitter", "2.5"), "--max-devices-per-submitter"),
     ],
 )
 def test_bad_values_are_refused_naming_the_flag(
@@ -38,6 +43,8 @@ def test_rc_up_refuses_the_serve_policy_flags(run_rc: Rc, tmp_path: object) -> N
         ("--priority-aging", "1m"),
         ("--log-retention", "1h"),
         ("--max-log-bytes", "1MiB"),
+        ("--max-devices-per-submitter", "2"),
+        ("--limits", "limits.yaml"),
     ):
         result = run_rc("up", "--data", f"{tmp_path}/up", flag, value)
         assert result.exit_code == 1
@@ -45,13 +52,15 @@ def test_rc_up_refuses_the_serve_policy_flags(run_rc: Rc, tmp_path: object) -> N
 
 
 def test_policy_converts_to_whole_seconds_and_bytes() -> None:
-    assert serve.policy(90.0, 86400.0, 65536) == {
+    assert serve.policy(90.0, 86400.0, 65536, 4) == {
         "priority_aging": 90,
         "log_retention": 86400,
         "max_log_bytes": 65536,
+        "max_devices_per_submitter": 4,
     }
     assert serve.policy(0.0, 0.0, 0) == {
         "priority_aging": 0,
         "log_retention": 0,
         "max_log_bytes": 0,
+        "max_devices_per_submitter": 0,  # no flag: no limit (EXT-SHARE-1)
     }

@@ -153,9 +153,9 @@ def test_state_answers_for_a_long_queue_in_one_gathering(rc: Harness, monkeypatc
     calls: list[int] = []
     real = views.wait_snapshot
 
-    def counted(conn: Any, queued: Any, kept: Any = None) -> Any:
+    def counted(conn: Any, queued: Any, *rest: Any) -> Any:
         calls.append(1)
-        return real(conn, queued, kept)
+        return real(conn, queued, *rest)
 
     monkeypatch.setattr(views, "wait_snapshot", counted)
     state = rc.client.get("/v1/state").json()

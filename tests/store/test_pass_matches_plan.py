@@ -1,5 +1,6 @@
 """The store's scheduling pass does what ``core.scheduling.plan`` decides (STORE-061,
-STORE-062, EXT-GANG-2/3, EXT-DRAIN).
+STORE-062, EXT-GANG-2/3, EXT-DRAIN, EXT-SHARE-1/2: submitter limits and jobs waiting for
+others).
 
 The pass takes shortcuts the rules do not (a pinned job behind an unavailable device is
 claimed without building its offer; rows are read a page at a time on their scheduling
@@ -41,6 +42,20 @@ JOBS = st.one_of(
     st.builds(lambda s: {"selector": s}, st.sampled_from(["", "kind=big", "kind=small"])),
     st.builds(lambda n: {"count": n}, st.integers(2, 3)),
 )
+#: EXT-SHARE: whose job it is (``holder`` holds the devices fated ``held``), and whether
+#: it waits for an earlier job of the queue.
+JOBS = st.builds(
+    lambda ask, who, after: {**ask, "submitter": who, **({"after": after} if after else {})},
+    JOBS,
+    st.sampled_from(["s", "s", "t", "holder"]),
+    st.one_of(st.none(), st.none(), st.none(), st.integers(0, 30)),
+)
+LIMITS = [
+    scheduling.NO_LIMITS,
+    scheduling.SubmitterLimits(default=1),
+    scheduling.SubmitterLimits(default=2, names={"holder": 3}),
+    scheduling.SubmitterLimits(names={"s": 1, "t": 0}),
+]
 
 
 def _fleet(store: Store, fates: list[str]) -> None:
@@ -65,7 +80,8 @@ def _pass_is_the_plan(store: Store) -> None:
     with store._read() as db:
         fleet = FleetSnapshot().read(db)[1]
     queued = [j.snap() for j in store.queued_jobs()]
-    expected = scheduling.plan(queued, fleet, store._key(store.now()))
+    held = store.held_by_share()
+    expected = scheduling.plan(queued, fleet, store._key(store.now()), store.limits, held)
 
     placed = store.schedule()
 
@@ -97,6 +113,7 @@ def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
     batch=st.sampled_from([0, 1, 512]),
     aging=st.sampled_from([0, 0, 1]),
     later=st.sampled_from([0, 90]),
+    limits=st.sampled_from(LIMITS),
 )
 @example(  # aged, the older job of lower priority goes first (EXT-FAIR-1)
     fates=["ready"] * len(DEVICES),
@@ -105,6 +122,21 @@ def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
     batch=512,
     aging=1,
     later=90,
+    limits=scheduling.NO_LIMITS,
+)
+@example(  # s at its limit of 1: its second job claims nothing, t's job behind is placed
+    fates=["held"] + ["ready"] * (len(DEVICES) - 1),
+    queue=[
+        ({"device_id": "a:gpu1", "submitter": "s"}, 0, 0),
+        ({"device_id": "a:gpu2", "submitter": "s"}, 0, 1),
+        ({"device_id": "a:gpu2", "submitter": "t"}, 0, 1),
+        ({"device_id": "a:gpu2", "submitter": "t", "after": 0}, 1, 1),
+    ],
+    page=32,
+    batch=512,
+    aging=0,
+    later=0,
+    limits=scheduling.SubmitterLimits(default=1),
 )
 def test_the_pass_places_and_reserves_what_the_plan_does(
     tmp_path_factory: pytest.TempPathFactory,
@@ -115,16 +147,24 @@ def test_the_pass_places_and_reserves_what_the_plan_does(
     batch: int,
     aging: int,
     later: int,
+    limits: scheduling.SubmitterLimits,
 ) -> None:
     _pages(monkeypatch, page, batch)
     clock = FakeClock()
     store = Store(tmp_path_factory.mktemp("plan") / "rc.db", clock, priority_aging=aging)
+    store.limits = limits
     try:
         _fleet(store, fates)
+        queued: list[str] = []
         for ask, priority, wait in queue:
             clock.advance(wait)
+            fields = {"submitter": "s", **ask}
+            after = fields.pop("after", None)
+            if after is not None and queued:  # EXT-SHARE-2: waits for an earlier one
+                fields["after"] = (queued[after % len(queued)],)
             with contextlib.suppress(errors.RcError):  # asks no host could ever meet
-                store.enqueue(NewJob(command=["x"], submitter="s", priority=priority, **ask))
+                job = store.enqueue(NewJob(command=["x"], priority=priority, **fields))
+                queued.append(job.id)
         clock.advance(later)  # aged, a job's place moves with the clock
         _pass_is_the_plan(store)
     finally:

@@ -179,7 +179,8 @@ def test_the_pass_reads_a_row_as_the_record_does(
     )
     columns = record.columns()
     plain = int(bool(record.device_id) and not selector and not pins.count(",") and count == 1)
-    row = tuple(plain if c == queries.PLAIN_PIN else columns[c] for c in queries.QUEUE_COLS)
+    computed = {queries.PLAIN_PIN: plain, queries.SHARE: record.share}  # EXT-SHARE-1
+    row = tuple(computed[c] if c in computed else columns[c] for c in queries.QUEUE_COLS)
     assert leases._Queued(row).snap == record.snap()
 
 

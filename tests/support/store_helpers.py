@@ -123,6 +123,7 @@ def jobs_by_name(store: Store) -> list[JobRecord]:
         m["command"] = json.loads(m["command"])
         m["env"] = json.loads(m["env"]) if m["env"] else {}
         m["device_ids"] = split_ids(m["device_ids"] or "")
+        m["after_ids"] = split_ids(m["after_ids"] or "")
         out.append(JobRecord(**m, lease_epoch=0))
     return out
 

@@ -87,6 +87,14 @@ here_env = runargs.here_env
 @click.option("--timeout", type=common.DURATION, default=0.0, help="Give up queueing after.")
 @click.option("--no-wait", is_flag=True, help="Refuse at once if the device is not free.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Job variable.")
+@click.option(
+    "--after",
+    default="",
+    metavar="JOB[,JOB...]",
+    help="Start only once these jobs (IDs or prefixes) have all succeeded; if one ends"
+    " otherwise, this one ends killed (dependency_failed).",
+)
+@click.option("--after-any", is_flag=True, help="With --after: once they have ended, however.")
 @click.argument("command", nargs=-1, metavar="[--] COMMAND [ARGS]...")
 def run(
     device: str,
@@ -102,6 +110,8 @@ def run(
     timeout: float,
     no_wait: bool,
     env_pairs: tuple[str, ...],
+    after: str,
+    after_any: bool,
     command: tuple[str, ...],
     tty: bool,
     interactive: bool,
@@ -124,6 +134,7 @@ def run(
       rc run --select 'vram>=40G' -- python train.py
       rc run --select 'model~H100' -- ./train        (model containing H100)
       rc run -d box:gpu1 --timeout 10m -- ./bench
+      rc run --after 1b2c3d4e -- python eval.py      (once that job succeeded)
       rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
       rc run --tty -d box:gpu0                       (a shell on that device)
       echo data | rc run -i -- cat                   (stdin forwarded)
@@ -162,6 +173,8 @@ def run(
                 no_wait=no_wait,
                 tty=tty,
                 interactive=interactive,
+                after=after,
+                after_any=after_any,
             )
     except basics.UsageProblem as e:
         raise click.UsageError(str(e)) from None
@@ -218,6 +231,7 @@ def _explain(client: api.Client, selector: str, count: int = 1) -> None:
     if count > 1:
         held = ", ".join(f"{host} ({n} free)" for host, n in hosts.items()) or "none"
         lines.append(f"hosts with {count} matching: {held}\n")
+    lines.extend(_limit_lines(data, count))
     render.out("".join(lines))
     if not matching:
         # Stdout keeps CLI-102's format; what the devices have goes on the failure line.
@@ -226,6 +240,29 @@ def _explain(client: api.Client, selector: str, count: int = 1) -> None:
         raise common.Failure(f"no device matches this selector{detail}")
     if count > 1 and not hosts:
         raise common.Failure(f"no host has {count} devices that match this selector")
+
+
+def _limit_lines(data: api.Json, count: int) -> list[str]:
+    """EXT-SHARE-1: this submitter's limit when one applies, and whether a job of
+    ``count`` devices would wait for it (``submitter_limit``)."""
+    limit, name = data.get("submitter_limit"), str(data.get("submitter") or "")
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return []
+    held = data.get("submitter_held")
+    held = held if isinstance(held, int) and not isinstance(held, bool) else 0
+    lines = [f"limit: {limit} devices for {name}, {held} held\n"]
+    if count > limit:
+        lines.append(
+            f"submitter_limit: {count} devices is more than the limit; a submit is refused\n"
+        )
+    elif held + count > limit:
+        from resource_controller.core import waiting
+
+        lines.append(
+            f"submitter_limit: {waiting.limit_text(limit, name)}; a job would queue until"
+            " some of them end\n"
+        )
+    return lines
 
 
 def _hosts_with(matching: list[str], free: set[str], count: int) -> dict[str, int]:

@@ -113,6 +113,10 @@ def _job(job: Any) -> dict[str, Any]:
         out["queue_position"] = job.queue_position
     if job.waiting_for:
         out["waiting_for"] = job.waiting_for
+    if job.after:  # EXT-SHARE-2
+        out["after"] = list(job.after)
+        if job.after_any:
+            out["after_any"] = True
     return out
 
 
@@ -162,6 +166,12 @@ def explain(selector: str) -> dict[str, Any]:
     }
     if e.hint:
         out["hint"] = e.hint  # nothing matches: what the devices have for its keys
+    if e.submitter_limit is not None:  # EXT-SHARE-1
+        out.update(
+            submitter=e.submitter,
+            submitter_limit=e.submitter_limit,
+            submitter_held=e.submitter_held,
+        )
     return out
 
 
@@ -175,12 +185,17 @@ def run(
     timeout_seconds: float = 0,
     max_runtime_seconds: int = 0,
     tail_bytes: int = TAIL_BYTES,
+    after: list[str] | None = None,
+    after_any: bool = False,
 ) -> dict[str, Any]:
     """Run a command on a device and wait for it to finish, like `rc run`. With neither
     device nor select, any device will do. Waits in the queue while devices are busy;
     timeout_seconds > 0 gives up queueing after that long (the job is cancelled).
-    max_runtime_seconds caps the run itself. Returns exit_code (what `rc run` exits with:
-    0 success, the job's code, 1 for a job that ended without one) and the output's tail."""
+    max_runtime_seconds caps the run itself. after: job IDs (or 6+ character prefixes)
+    to wait for; it starts once all succeeded (after_any: once all ended), and ends
+    killed with kill_reason 'dependency_failed: <job>' if one fails. Returns exit_code
+    (what `rc run` exits with: 0 success, the job's code, 1 for a job that ended without
+    one) and the output's tail."""
     sink = bytearray()
     limit = max(0, tail_bytes)
     total = 0
@@ -202,6 +217,8 @@ def run(
             cwd=cwd,
             timeout=timeout_seconds or None,
             max_runtime=max_runtime_seconds or None,
+            after=after or None,
+            after_any=after_any,
             on_output=keep,
         )
     out = {"exit_code": result.exit_code, **_job(result.job)}
@@ -221,9 +238,13 @@ def submit(
     env: dict[str, str] | None = None,
     cwd: str = "",
     max_runtime_seconds: int = 0,
+    after: list[str] | None = None,
+    after_any: bool = False,
 ) -> dict[str, Any]:
     """Start a command on a device without waiting for it; returns its job_id and state
-    (queued while devices are busy). Read its output with logs, stop it with kill."""
+    (queued while devices are busy). after: job IDs (or prefixes) it waits for, as in
+    run; a pipeline is submit after submit, each naming the one before. Read its output
+    with logs, stop it with kill."""
     with _client() as c:
         job = c.submit(
             argv,
@@ -233,6 +254,8 @@ def submit(
             env=env,
             cwd=cwd,
             max_runtime=max_runtime_seconds or None,
+            after=after or None,
+            after_any=after_any,
         )
     return _job(job)
 

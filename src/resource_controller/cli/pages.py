@@ -75,6 +75,7 @@ PAGES["run"] = (
     "    rc run --select 'vram>=40G' -- python train.py\n"
     "    rc run --select 'model~H100' -- ./train        (model containing H100)\n"
     "    rc run -d box:gpu1 --timeout 10m -- ./bench\n"
+    "    rc run --after 1b2c3d4e -- python eval.py      (once that job succeeded)\n"
     "    rc run --select 'vram>=40G' --explain          (what matches; submits nothing)\n"
     "    rc run --tty -d box:gpu0                       (a shell on that device)\n"
     "    echo data | rc run -i -- cat                   (stdin forwarded)\n"
@@ -109,5 +110,9 @@ PAGES["run"] = (
     "  --timeout DURATION       Give up queueing after.\n"
     "  --no-wait                Refuse at once if the device is not free.\n"
     "  --env KEY=VALUE          Job variable.\n"
+    "  --after JOB[,JOB...]     Start only once these jobs (IDs or prefixes) have\n"
+    "                           all succeeded; if one ends otherwise, this one ends\n"
+    "                           killed (dependency_failed).\n"
+    "  --after-any              With --after: once they have ended, however.\n"
     "  -h, --help               Show this message and exit.\n"
 )

@@ -50,6 +50,8 @@ class RunRequest:
     """
 
     __slots__ = (
+        "after",
+        "after_any",
         "command",
         "count",
         "cwd",
@@ -82,6 +84,8 @@ class RunRequest:
         no_wait: bool = False,
         tty: bool = False,
         interactive: bool = False,
+        after: Sequence[str] = (),
+        after_any: bool = False,
     ) -> None:
         self.command = command
         self.device = device
@@ -101,6 +105,10 @@ class RunRequest:
         self.tty = tty
         #: ``-i``: forward this process's stdin to the job, over pipe mode.
         self.interactive = interactive
+        #: EXT-SHARE-2: the jobs (IDs or unique prefixes) it waits for; any end will do
+        #: with ``after_any``, else only success.
+        self.after = after
+        self.after_any = after_any
 
     def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -197,6 +205,8 @@ def _run_nested_if_held(client: api.Client, req: RunRequest) -> None:
 
 
 def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
+    # EXT-SHARE-2: prefixes resolve as for rc logs (EXT-CLI-7), before the submit.
+    after = client.resolve_job_ids(req.after) if req.after else []
     try:
         job = client.submit(
             req.command,
@@ -211,6 +221,8 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
             idle_timeout_seconds=req.idle_timeout_seconds,
             no_wait=req.no_wait,
             stdio=_stdio(req),
+            after=after,
+            after_any=req.after_any,
         )
     except errors.NoDeviceError as e:
         # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
@@ -221,12 +233,13 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
     if job.get("state") == "queued":
         progress.phase = "queue"
         job = wait_queue(client, job_id, req.target, timeout=req.timeout)
-        if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
-            device = basics.devices_text(job) or req.target
-            raise basics.Failure(
-                f"job {job_id} {job.get('state')}, never started on {device}:"
-                f" {job.get('kill_reason') or NO_DETAIL}"
-            )
+    if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
+        # Ended in the queue, or by its submit's pass (a job it named had failed).
+        device = basics.devices_text(job) or req.target
+        raise basics.Failure(
+            f"job {job_id} {job.get('state')}, never started on {device}:"
+            f" {job.get('kill_reason') or NO_DETAIL}"
+        )
     progress.device = basics.devices_text(job)
     progress.phase = "attached"
     render.say(f"job {job_id} on {progress.device}")

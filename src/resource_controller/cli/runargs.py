@@ -57,6 +57,28 @@ def check(
     return wanted
 
 
+#: EXT-SHARE-2: the most jobs ``--after`` may name (``core.limits.AFTER``).
+AFTER_MAX = 64
+
+
+def after_list(text: str, after_any: bool, no_wait: bool) -> tuple[str, ...]:
+    """``--after JOB[,JOB...]`` as the jobs named, each once, in order (EXT-SHARE-2)."""
+    ids = [part.strip() for part in text.split(",")] if text else []
+    if any(not part for part in ids):
+        raise basics.UsageProblem(f"--after has an empty job ID in {text!r}")
+    if after_any and not ids:
+        raise basics.UsageProblem("--after-any needs --after JOB[,JOB...]: the jobs to wait for")
+    if ids and no_wait:
+        raise basics.UsageProblem(
+            "--after and --no-wait cannot be used together: a job that waits for other"
+            " jobs cannot start at once"
+        )
+    unique = tuple(dict.fromkeys(ids))
+    if len(unique) > AFTER_MAX:
+        raise basics.UsageProblem(f"--after names {len(unique)} jobs; at most {AFTER_MAX}")
+    return unique
+
+
 def request(
     wanted: basics.Gang,
     *,
@@ -72,9 +94,13 @@ def request(
     no_wait: bool,
     tty: bool,
     interactive: bool,
+    after: str = "",
+    after_any: bool = False,
 ) -> RunRequest:
-    """The rest of CLI-101 (``--env``, ``--here``, ``--cwd``, ceilings), then the request."""
+    """The rest of CLI-101 (``--env``, ``--here``, ``--cwd``, ceilings, ``--after``), then
+    the request."""
     env = basics.parse_env(list(env_pairs))
+    waits_for = after_list(after, after_any, no_wait)
     if here is None:
         from resource_controller.client import config
 
@@ -108,4 +134,6 @@ def request(
         no_wait=no_wait,
         tty=tty,
         interactive=interactive,
+        after=waits_for,
+        after_any=after_any,
     )

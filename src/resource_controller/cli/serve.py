@@ -78,6 +78,23 @@ log_format_option = click.option(
     " were dropped between them; followers get the part past the first half when the job"
     " ends. At least 4KiB.",
 )
+@click.option(
+    "--max-devices-per-submitter",
+    type=common.INT,
+    default=None,
+    metavar="N",
+    help="Let each submitter hold at most N devices at once (holds and every device of a"
+    " gang count); a submitter at the limit queues while other people's jobs are placed."
+    " Default: no limit.",
+)
+@click.option(
+    "--limits",
+    "limits_file",
+    default="",
+    metavar="FILE",
+    help='Per-name limits, a YAML file: "limits:" then "alice: 4" lines, "*" for everyone'
+    " else (in place of --max-devices-per-submitter). Read again on SIGHUP.",
+)
 @log_format_option
 @click.argument("stray", nargs=-1, required=False)
 def serve(
@@ -89,6 +106,8 @@ def serve(
     priority_aging: float,
     log_retention: float,
     max_log_bytes: int,
+    max_devices_per_submitter: int | None,
+    limits_file: str,
     log_format: str,
     stray: tuple[str, ...],
 ) -> None:
@@ -107,7 +126,9 @@ def serve(
     from resource_controller.controller import serve as controller
 
     try:
-        policy = controller.policy(priority_aging, log_retention, max_log_bytes)
+        policy = controller.policy(
+            priority_aging, log_retention, max_log_bytes, max_devices_per_submitter
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sys.exit(
@@ -118,6 +139,7 @@ def serve(
             webhook_url,
             log_format,
             database=database,
+            limits_file=limits_file,
             **policy,
         )
     )

@@ -332,10 +332,13 @@ class AsyncClient:
         max_runtime: Duration | None = None,
         idle_timeout: Duration | None = None,
         no_wait: bool = False,
+        after: str | JobInfo | Sequence[str | JobInfo] | None = None,
+        after_any: bool = False,
     ) -> AsyncJob:
         """Queue ``argv`` and return its handle at once; see ``Client.submit``."""
         command = options.check_argv(argv)
         want = options.target(device, select, count)
+        given = options.after_ids(after, after_any, no_wait)
         job = await self._submit(
             command,
             device=want.device,
@@ -348,6 +351,8 @@ class AsyncClient:
             idle_timeout_seconds=options.ceiling(idle_timeout, "idle_timeout"),
             no_wait=no_wait,
             count=want.count,
+            after=[await self._resolve(g) for g in given],
+            after_any=after_any,
         )
         return AsyncJob.bind(self, job)
 
@@ -365,6 +370,8 @@ class AsyncClient:
         idle_timeout: Duration | None = None,
         timeout: Duration | None = None,
         no_wait: bool = False,
+        after: str | JobInfo | Sequence[str | JobInfo] | None = None,
+        after_any: bool = False,
         capture: bool = False,
         check: bool = False,
         on_output: Callable[[bytes], object] | None = None,
@@ -382,6 +389,8 @@ class AsyncClient:
             max_runtime=max_runtime,
             idle_timeout=idle_timeout,
             no_wait=no_wait,
+            after=after,
+            after_any=after_any,
         )
         await self._leave_queue(job, timeout, want.count)
         captured: list[bytes] | None = [] if capture else None

@@ -199,14 +199,18 @@ class Client:
         kind: str = "",
         reason: str = "",
         stdio: str = "",
+        after: Sequence[str] = (),
+        after_any: bool = False,
         timeout: float | None = None,
     ) -> Json:
         """Submit a job or hold (CLI-072) and return the created job.
 
         Neither ``device`` nor ``selector`` means any device (EXT-CLI-1). ``count`` asks
         for that many devices on one host and ``device_ids`` pins to a list of them in
-        place of ``device``, implying the count (EXT-GANG-1). A fresh idempotency key is
-        generated unless one is given (``""`` sends none).
+        place of ``device``, implying the count (EXT-GANG-1). ``after`` names (by full
+        ID, ``resolve_job_ids``) the jobs to wait for: only their success lets it start,
+        any end with ``after_any`` (EXT-SHARE-2). A fresh idempotency key is generated
+        unless one is given (``""`` sends none).
         Raises ``NoDeviceError`` on 409, whatever the body (CLI-075).
         """
         body = submit_body(
@@ -226,6 +230,8 @@ class Client:
             stdio=stdio,
             count=count,
             device_ids=device_ids,
+            after=after,
+            after_any=after_any,
         )
         try:
             resp = self._http.request("POST", "/v1/jobs", body=body, timeout=timeout)
@@ -321,6 +327,10 @@ class Client:
         data = self._http.request("GET", "/v1/jobs", query=query, timeout=timeout).json()
         return pick_prefix_match(given, data)
 
+    def resolve_job_ids(self, given: Sequence[str], *, timeout: float | None = None) -> list[str]:
+        """``resolve_job_id`` of each, in order (``rc run --after``, EXT-SHARE-2)."""
+        return [self.resolve_job_id(g, timeout=timeout) for g in given]
+
     def follow_logs(
         self, job_id: str, *, follow: bool | None = None, offset: int = 0
     ) -> transport.Stream:
@@ -382,10 +392,10 @@ class Client:
         return out
 
     def explain(self, selector: str, *, timeout: float | None = None) -> Json:
-        """What a selector matches right now; submits nothing (CLI-102)."""
-        data: Json = self._http.request(
-            "GET", "/v1/explain", query={"selector": selector}, timeout=timeout
-        ).json()
+        """What a selector matches right now, and this submitter's limit when one
+        applies (EXT-SHARE-1); submits nothing (CLI-102)."""
+        query = {"selector": selector, "submitter": self.submitter}
+        data: Json = self._http.request("GET", "/v1/explain", query=query, timeout=timeout).json()
         out: Json = shapes.normalise(data, shapes.EXPLAIN)
         return out
 

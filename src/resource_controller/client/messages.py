@@ -118,10 +118,13 @@ def submit_body(
     stdio: str = "",
     count: int = 1,
     device_ids: Sequence[str] = (),
+    after: Sequence[str] = (),
+    after_any: bool = False,
 ) -> Json:
     """The submit body (CLI-072): zero and empty values left out, ``command`` and
     ``submitter`` always sent; ``count`` only when it is not 1 and no ``device_ids``
-    list implies it (EXT-GANG-6)."""
+    list implies it (EXT-GANG-6); ``after`` the full IDs of the jobs it waits for
+    (EXT-SHARE-2)."""
     body: dict[str, Any] = {"submitter": submitter}
     if command is not None:
         body["command"] = list(command)
@@ -140,6 +143,8 @@ def submit_body(
         "kind": kind,
         "reason": reason,
         "stdio": stdio,
+        "after": list(after) or None,
+        "after_any": after_any,
     }
     body.update({k: v for k, v in optional.items() if v})
     if count != 1 and not device_ids:

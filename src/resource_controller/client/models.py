@@ -97,8 +97,12 @@ class JobInfo:
     finished_at: datetime | None = None
     #: 1-based place in the queue while queued, else 0 (API-045).
     queue_position: int = 0
-    #: What a queued job waits for, one entry per device (EXT-WHY-1a), as sent.
+    #: What a queued job waits for, one entry per device (EXT-WHY-1a), as sent; or
+    #: its submitter's limit, or the jobs it waits for (EXT-SHARE).
     waiting_for: list[Json] = field(default_factory=list)
+    #: The jobs it waits for, as submitted (EXT-SHARE-2), and whether any end will do.
+    after: list[str] = field(default_factory=list)
+    after_any: bool = False
     #: The job object exactly as the controller sent it.
     raw: Json = field(default_factory=dict, repr=False)
 
@@ -139,6 +143,8 @@ class JobInfo:
         self.queued_at = timestamp(data.get("queued_at"))
         self.started_at = timestamp(data.get("started_at"))
         self.finished_at = timestamp(data.get("finished_at"))
+        self.after = _strs(data, "after")
+        self.after_any = data.get("after_any") is True
         self.queue_position = position if self.state == "queued" else 0
         entries = waits if isinstance(waits, list) and self.state == "queued" else []
         self.waiting_for = [dict(w) for w in entries if isinstance(w, dict)]
@@ -300,6 +306,11 @@ class Explanation:
     queue_depth: int = 0
     #: When nothing matches: what the devices have for the selector's keys; else "".
     hint: str = ""
+    #: The asking submitter's limit when one applies (EXT-SHARE-1): the name it counts
+    #: under, the limit in devices, and the devices it holds; None when none applies.
+    submitter: str = ""
+    submitter_limit: int | None = None
+    submitter_held: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], selector: str) -> Explanation:
@@ -309,6 +320,9 @@ class Explanation:
             free=_strs(data, "free"),
             queue_depth=_int(data, "queue_depth"),
             hint=_str(data, "hint"),
+            submitter=_str(data, "submitter"),
+            submitter_limit=_opt_int(data, "submitter_limit"),
+            submitter_held=_int(data, "submitter_held"),
         )
 
 

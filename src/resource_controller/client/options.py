@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from resource_controller import errors
 from resource_controller.client import api
-from resource_controller.core import durations
+from resource_controller.core import durations, limits
 
 #: A duration argument: seconds, or text such as ``"90s"``, ``"1h30m"``.
 Duration = float | int | str
@@ -56,6 +56,45 @@ def ceiling(value: Duration | None, what: str) -> int:
             " (a shorter one would be sent as 0, meaning no ceiling)"
         )
     return int(out)
+
+
+def after_ids(after: object, after_any: bool, no_wait: bool) -> list[str]:
+    """The jobs ``after`` names, each once, in order, as IDs or prefixes still to resolve
+    (EXT-SHARE-2): one ID, a comma-separated string of them, a job handle, or a list of
+    either. Checked before any request, as ``rc run --after`` checks them."""
+    from resource_controller.client.models import JobInfo
+
+    items: list[object]
+    if after is None:
+        items = []
+    elif isinstance(after, str):
+        items = [a.strip() for a in after.split(",")] if after.strip() else []
+    elif isinstance(after, JobInfo):
+        items = [after]
+    elif isinstance(after, Iterable):
+        items = list(after)
+    else:
+        raise TypeError(f"after must be job IDs or jobs, not {type(after).__name__}")
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, JobInfo):
+            item = item.id
+        if not isinstance(item, str):
+            raise TypeError(f"after must be job IDs or jobs, not {type(item).__name__}")
+        if not item.strip():
+            raise ValueError("after names an empty job ID")
+        out.append(item.strip())
+    out = list(dict.fromkeys(out))
+    if after_any and not out:
+        raise ValueError("after_any needs after: the jobs to wait for")
+    if out and no_wait:
+        raise ValueError(
+            "no_wait and after cannot be used together: a job that waits for"
+            " other jobs cannot start at once"
+        )
+    if limits.AFTER.count is not None and len(out) > limits.AFTER.count:
+        raise ValueError(f"after names {len(out)} jobs; at most {limits.AFTER.count}")
+    return out
 
 
 @dataclass(frozen=True)

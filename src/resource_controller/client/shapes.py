@@ -85,7 +85,8 @@ def normalise(value: Any, shape: Shape | None) -> Any:
 
 LABEL = Obj()
 JOB = Obj(
-    {"command": List(), "env": Map(), "device_ids": List()},  # device_ids: EXT-GANG-6
+    # device_ids: EXT-GANG-6; after: EXT-SHARE-2
+    {"command": List(), "env": Map(), "device_ids": List(), "after": List()},
     keep=frozenset({"command"}),
 )
 #: EXT-WHY-1a: a queued job's ``waiting_for`` entries hold no lists or maps.

@@ -336,16 +336,23 @@ class Client:
         max_runtime: Duration | None = None,
         idle_timeout: Duration | None = None,
         no_wait: bool = False,
+        after: str | JobInfo | Sequence[str | JobInfo] | None = None,
+        after_any: bool = False,
     ) -> Job:
         """Queue ``argv`` for a device and return its ``Job`` at once (EXT-PYAPI-2).
 
         ``device`` is an exact ID (``host:gpu0``), or several on one host as a list
         (all at once, EXT-GANG-1), ``select`` a label selector; with neither, any
         device (EXT-CLI-1). ``count`` asks for several devices on one host (EXT-GANG).
-        ``no_wait`` refuses with ``NoDeviceError`` instead of queueing.
+        ``no_wait`` refuses with ``NoDeviceError`` instead of queueing. ``after`` names the
+        jobs it waits for (handles, IDs or unique prefixes of 6+ characters, at most 64):
+        it starts only once each has succeeded, or ended in any state with ``after_any``;
+        if one ends otherwise, it ends ``killed`` with ``dependency_failed: <ID>``
+        (EXT-SHARE-2).
         """
         command = options.check_argv(argv)
         want = options.target(device, select, count)
+        given = options.after_ids(after, after_any, no_wait)
         job = self.low.submit(
             command,
             device=want.device,
@@ -358,6 +365,8 @@ class Client:
             idle_timeout_seconds=options.ceiling(idle_timeout, "idle_timeout"),
             no_wait=no_wait,
             count=want.count,
+            after=self.low.resolve_job_ids(given),
+            after_any=after_any,
         )
         return Job.bind(self, job)
 
@@ -375,6 +384,8 @@ class Client:
         idle_timeout: Duration | None = None,
         timeout: Duration | None = None,
         no_wait: bool = False,
+        after: str | JobInfo | Sequence[str | JobInfo] | None = None,
+        after_any: bool = False,
         capture: bool = False,
         check: bool = False,
         on_output: Callable[[bytes], object] | None = None,
@@ -402,6 +413,8 @@ class Client:
                 max_runtime=max_runtime,
                 idle_timeout=idle_timeout,
                 no_wait=no_wait,
+                after=after,
+                after_any=after_any,
             )
         )
         self._leave_queue(job, timeout, want.count)

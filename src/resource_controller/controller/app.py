@@ -117,6 +117,8 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
         if not svc.peers.alone:
             tasks.append(asyncio.create_task(svc.peers.run(svc.hub), name="peers"))
+        if svc.settings.limits_file:  # EXT-SHARE-1: SIGHUP reads it again
+            tasks.append(asyncio.create_task(loops.limits_on_hangup(svc), name="limits"))
         try:
             yield
         finally:

@@ -64,6 +64,10 @@ class Settings:
     log_retention: int = 0
     #: ``--max-log-bytes``: the cap on one job's stored output; 0 = none (EXT-KEEP-1).
     max_log_bytes: int = DEFAULT_MAX_BYTES
+    #: ``--max-devices-per-submitter``: the default submitter limit; 0 = none (EXT-SHARE-1).
+    max_devices_per_submitter: int = 0
+    #: ``--limits``: the limits file, read at start-up and again on SIGHUP; '' = none.
+    limits_file: str = ""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 
 from resource_controller import errors
 from resource_controller.controller import service, webhooks
@@ -48,6 +49,28 @@ async def scheduler(svc: Services) -> None:
             log.error("scheduling pass failed: %s", exc)
         except Exception:
             log.exception("scheduling pass failed")
+
+
+async def limits_on_hangup(svc: Services) -> None:
+    """Read the limits file again on every SIGHUP (EXT-SHARE-1), one reading at a time."""
+    loop = asyncio.get_running_loop()
+    hangup = asyncio.Event()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, hangup.set)
+    except (NotImplementedError, RuntimeError, ValueError):
+        # Not the main thread (an embedding): the file is then read only at start-up.
+        log.warning("SIGHUP cannot be handled here; the limits file is read at start-up only")
+        return
+    try:
+        while True:
+            await hangup.wait()
+            hangup.clear()
+            try:
+                await perform(svc.hub, service.reload_limits(svc))
+            except Exception:
+                log.exception("reading the limits file again failed")
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
 
 
 async def _stopping(svc: Services, seconds: float) -> bool:

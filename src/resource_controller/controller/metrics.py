@@ -24,18 +24,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
 _PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
-Counts = tuple[dict[str, int], dict[str, int], dict[str, int]]
+Counts = tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]
 
 
 class _State(Collector):
     """Yields the gauges of the last store read (set just before each scrape renders)."""
 
     def __init__(self) -> None:
-        self.counts: Counts = ({}, {}, {})
+        self.counts: Counts = ({}, {}, {}, {})
         self.now = 0.0
 
     def collect(self) -> Iterator[Metric]:
-        devices, jobs, beats = self.counts
+        devices, jobs, beats, held = self.counts
         d = GaugeMetricFamily("rc_devices", "Devices by state.", labels=["state"])
         for state in DeviceState:
             d.add_metric([state.value], devices.get(state.value, 0))
@@ -55,6 +55,15 @@ class _State(Collector):
         for host, at in sorted(beats.items()):
             h.add_metric([host], self.now - at)
         yield h
+        s = GaugeMetricFamily(
+            "rc_submitter_devices_held",
+            "Devices each submitter holds now, holds and every device of a gang counted,"
+            " under the name its submitter limit counts them.",
+            labels=["submitter"],
+        )
+        for name, n in sorted(held.items()):
+            s.add_metric([name], n)
+        yield s
 
 
 class Metrics:

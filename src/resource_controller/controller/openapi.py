@@ -181,7 +181,15 @@ ROUTES: dict[tuple[str, str], Op] = {
     ("get", "/v1/explain"): Op(
         "client",
         (400,),
-        query=(Query("selector", _STR, "the selector to explain (SEL-001)", required=True),),
+        query=(
+            Query("selector", _STR, "the selector to explain (SEL-001)", required=True),
+            Query(
+                "submitter",
+                _STR,
+                "who asks: the answer then carries that submitter's limit, when one applies"
+                " (EXT-SHARE-1)",
+            ),
+        ),
     ),
     ("get", "/v1/whoami"): Op("client"),
     ("post", "/v1/devices/{device_id}/clear"): Op("admin", (409,), empty=_EMPTY_OK),

@@ -96,6 +96,8 @@ def job(j: JobRecord) -> wire.Job:
         finished_at=ts(j.finished_at),
         lease_epoch=j.lease_epoch or None,
         device_ids=list(j.devices) or None,
+        after=list(j.after_ids) or None,
+        after_any=True if j.after_any and j.after_ids else None,
     )
 
 
@@ -192,7 +194,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
     return [
         _new(
             wire.WaitingFor,
-            device_id=b.device_id,
+            device_id=b.device_id or None,
             holder=b.holder or None,
             job_id=b.job_id or None,
             kind=b.kind or None,
@@ -204,6 +206,9 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
             quarantine_reason=b.quarantine_reason or None,
             draining=b.draining or None,
             mig_conflict=b.mig_conflict or None,
+            submitter_limit=b.submitter_limit,
+            submitter=b.submitter or None,
+            after=b.after or None,
         )
         for b in blockers
     ]

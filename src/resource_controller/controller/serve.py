@@ -33,9 +33,11 @@ import uvicorn
 from resource_controller import crashpoints, logfmt
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
+from resource_controller.controller import sharelimits
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
+from resource_controller.core.scheduling import LIMIT_MAX, NO_LIMITS, SubmitterLimits
 from resource_controller.errors import RcError
 from resource_controller.store import engine, private
 from resource_controller.store.facade import Store
@@ -141,8 +143,13 @@ def open_services(
     except RcError as exc:
         raise StartupError(str(exc)) from exc
     try:
+        limits = share_limits(settings)
+    except sharelimits.LimitsError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
+        store.limits = limits
         logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
@@ -156,6 +163,16 @@ def open_services(
     return Services(
         store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
     )
+
+
+def share_limits(settings: Settings) -> SubmitterLimits:
+    """The submitter limits at start-up (EXT-SHARE-1): the limits file when one is given,
+    else ``--max-devices-per-submitter`` for everyone; ``LimitsError`` naming the line."""
+    if settings.limits_file:
+        return sharelimits.load(settings.limits_file, settings.max_devices_per_submitter)
+    if settings.max_devices_per_submitter:
+        return SubmitterLimits(default=settings.max_devices_per_submitter)
+    return NO_LIMITS
 
 
 def open_logs(store: Store, data: Path, max_bytes: int) -> JobLogs:
@@ -199,13 +216,25 @@ def make_server(svc: Services) -> Server:
     return Server(config, svc)
 
 
-def policy(priority_aging: float, log_retention: float, max_log_bytes: int) -> dict[str, int]:
+def policy(
+    priority_aging: float,
+    log_retention: float,
+    max_log_bytes: int,
+    max_devices_per_submitter: int | None = None,
+) -> dict[str, int]:
     """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
 
     Stored instants are whole seconds (STORE-004), so a positive duration under one
     second could only be rounded into something else: it is refused, as is a cap too
-    small to hold a head, the marker and a tail (EXT-FAIR-1, EXT-KEEP-1).
+    small to hold a head, the marker and a tail (EXT-FAIR-1, EXT-KEEP-1). A submitter
+    limit is a number of devices, at least 1: no flag is no limit (EXT-SHARE-1).
     """
+    limit = max_devices_per_submitter
+    if limit is not None and not 1 <= limit <= LIMIT_MAX:
+        raise ValueError(
+            f"--max-devices-per-submitter must be a number of devices in 1..{LIMIT_MAX}"
+            f" (leave it out for no limit), got {limit}"
+        )
     for flag, seconds in (("--priority-aging", priority_aging), ("--log-retention", log_retention)):
         if 0 < seconds < 1:
             raise ValueError(f"{flag} must be 0 (off) or at least 1s, got {seconds:g}s")
@@ -218,6 +247,7 @@ def policy(priority_aging: float, log_retention: float, max_log_bytes: int) -> d
         "priority_aging": int(priority_aging),
         "log_retention": int(log_retention),
         "max_log_bytes": max_log_bytes,
+        "max_devices_per_submitter": limit or 0,
     }
 
 
@@ -237,12 +267,15 @@ def run(
     webhook: str = "",
     log_format: str = "text",
     database: str = "",
+    limits_file: str = "",
     **policy: int,
 ) -> int:
     """The whole ``rc serve`` process; returns its exit status.
 
     ``policy`` holds the ``Settings`` fields ``rc serve``'s flags set: ``priority_aging``,
-    ``log_retention`` and ``max_log_bytes``, already validated.
+    ``log_retention``, ``max_log_bytes`` and ``max_devices_per_submitter``, already
+    validated; ``limits_file`` is read at start-up (a bad one stops it, naming the line)
+    and again on SIGHUP (EXT-SHARE-1).
     """
     logfmt.configure(log_format, logging.INFO)
     # EXT-METRICS-2: events at the default level, not migration steps or requests.
@@ -252,7 +285,12 @@ def run(
         svc = open_services(
             data,
             os.environ.get("RC_TOKENS"),
-            Settings(retain_disconnected_jobs=retain, webhook_url=webhook_url(webhook), **policy),
+            Settings(
+                retain_disconnected_jobs=retain,
+                webhook_url=webhook_url(webhook),
+                limits_file=limits_file,
+                **policy,
+            ),
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
             database=database,
         )
@@ -268,6 +306,8 @@ def run(
         signal.signal(sig, lambda *_: None)
     if svc.settings.webhook_url:
         log.info("event webhook configured url=%s", svc.settings.webhook_url)
+    if svc.store.limits.on:
+        log.info("submitter limits: %s", sharelimits.describe(svc.store.limits))
     log.info("controller listening addr=%s data=%s", addr, data)
     server = make_server(svc)
     settle_heap()

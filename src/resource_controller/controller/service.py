@@ -16,6 +16,7 @@ a registration and a heartbeat (which may bring a device back from ``unknown``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -31,6 +32,7 @@ from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
     JobRecord,
+    PassResult,
     Registration,
     SweepResult,
 )
@@ -78,6 +80,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
             selectors.validate(req.selector)
         except selectors.SelectorError as exc:
             raise errors.BadSelector(str(exc)) from None
+    after = _after(req)
     return NewJob(
         command=command,
         submitter=req.submitter,
@@ -94,7 +97,36 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         stdio=req.stdio,
         count=count,
         device_ids=device_ids,
+        after=after,
+        after_any=req.after_any,
     )
+
+
+def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
+    """The jobs a submit waits for (EXT-SHARE-2), each once, in the order given; whether
+    each exists is the store's to say, in the enqueue's transaction."""
+    ids = list(req.after or [])
+    if any(not i for i in ids):
+        raise errors.BadRequest("after must not contain an empty job ID")
+    if req.after_any and not ids:
+        raise errors.BadRequest("after_any needs after: the jobs to wait for")
+    if ids and req.no_wait:
+        raise errors.BadRequest(
+            "no_wait with after: a job that waits for other jobs cannot start at once"
+        )
+    return tuple(dict.fromkeys(ids))
+
+
+def check_limit(limits: scheduling.SubmitterLimits, new: NewJob) -> None:
+    """A job asking for more devices than its submitter may ever hold could never start
+    (EXT-SHARE-1): ``400 bad_request`` at submit instead of a queue for ever."""
+    limit = limits.of(new.share_name)
+    count = len(new.device_ids) or max(1, new.count)
+    if limit is not None and count > limit:
+        raise errors.BadRequest(
+            f"the job asks for {count} device(s), more than the limit of {limit}"
+            f" devices for {new.share_name}"
+        )
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
@@ -144,27 +176,33 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     # EXT-WHO-2: a named token's submit is recorded under its name.
     req.submitter = identity.recorded_submitter(caller, req.submitter)
     new = validate_submit(req)
+    # EXT-SHARE-1: the name its submitter limit counts under.
+    new = dataclasses.replace(new, share_name=identity.share_name(caller, req.submitter))
+    check_limit(svc.store.limits, new)
 
-    def enqueue_and_schedule() -> tuple[JobRecord, list[Assigned]]:
+    def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
         job = svc.store.enqueue(new)
         # API-042: whatever fails after the enqueue (a database error or anything
         # unexpected) cancels the just-queued job, so it never lingers half-submitted.
         try:
-            assigned = svc.store.schedule_after(job)
+            done = svc.store.schedule_after(job)
         except Exception:
             log.exception("scheduling pass after submit of job %s failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
             raise errors.StoreError("could not schedule the job") from None
         try:
-            return svc.store.job(job.id), assigned
+            return svc.store.job(job.id), done
         except Exception:
             log.exception("reading back job %s after submit failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_READ)
             raise errors.StoreError("could not read the job back") from None
 
-    job, assigned = await svc.db(enqueue_and_schedule)
-    wake = Wake(scheduled=True) | Wake.poll(a.worker_id for a in assigned)
+    job, done = await svc.db(enqueue_and_schedule)
+    wake = Wake(scheduled=True) | Wake.poll(a.worker_id for a in done.assigned)
+    wake |= _ended_by_pass(done, skip=job.id)
     if not (req.no_wait and job.queued):
+        if job.terminal:  # failed by its pass: a job it named had already failed (EXT-SHARE-2)
+            wake |= Wake.jobs_ended([job.id])
         return Done(job, wake | Wake.job(job.id, job.state))  # EVT-010: after the pass
     try:
         why = await svc.db(_why_busy, svc, job)
@@ -177,6 +215,17 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
         return Done(raced, wake | Wake.job(raced.id, raced.state))
     except errors.RcError as exc:  # the pass's assignments are committed: still wake them
         return Done(job, wake, error=exc)
+
+
+def _ended_by_pass(done: PassResult, skip: str = "") -> Wake:
+    """The wake-ups of the waiting jobs a pass ended ``dependency_failed`` (EXT-SHARE-2):
+    their followers finish and the event stream says so; ``skip`` is announced by its
+    caller."""
+    ids = [j for j in done.ended if j != skip]
+    wake = Wake.jobs_ended(ids) if ids else Wake()
+    for job_id in ids:
+        wake |= Wake.job(job_id, JobState.KILLED)
+    return wake
 
 
 def _why_busy(svc: Services, job: JobRecord) -> str:
@@ -416,7 +465,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         if req.state != JobState.RUNNING and req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
 
-    def record() -> tuple[JobRecord, list[Assigned] | None]:
+    def record() -> tuple[JobRecord, PassResult | None]:
         # The ownership checks and the change are one transaction on the store thread.
         before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason)
         if req.state == JobState.RUNNING or not before.device_id:
@@ -425,12 +474,12 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         # store thread, so the freed device is handed on without a round through the
         # scheduler loop. Failing, it is left to that loop (kicked below).
         try:
-            return before, svc.store.schedule()
+            return before, svc.store.run_pass()
         except Exception:
             log.exception("scheduling pass after the report of job %s failed", job_id)
             return before, None
 
-    before, assigned = await svc.db(record)
+    before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id
     announce = Wake.job(job_id, req.state)  # EVT-010: repeats publish again
     if not device_id:
@@ -457,12 +506,13 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         device_id,
         f" (exit {req.exit_code})" if req.exit_code is not None else "",
     )
-    if assigned is None:
+    if done is None:
         passed = Wake(schedule=True)
     else:  # EVT-011: a pass that assigned is announced, as the scheduler loop does
-        passed = Wake(scheduled=True, assigned=bool(assigned)) | Wake.poll(
-            a.worker_id for a in assigned
+        passed = Wake(scheduled=True, assigned=bool(done.assigned)) | Wake.poll(
+            a.worker_id for a in done.assigned
         )
+        passed |= _ended_by_pass(done)
     return Done(None, Wake.jobs_ended([job_id]) | passed | announce)
 
 
@@ -527,9 +577,33 @@ async def undrain(svc: Services, device_id: str) -> Done[None]:
 
 
 async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
-    """One scheduling pass (SRV-030): wake the long poll of every worker it assigned to."""
-    assigned = await svc.db(svc.store.schedule)
-    return Done(assigned, Wake.poll(a.worker_id for a in assigned) | Wake(assigned=bool(assigned)))
+    """One scheduling pass (SRV-030): wake the long poll of every worker it assigned to,
+    and the followers of the waiting jobs it ended (EXT-SHARE-2)."""
+    done = await svc.db(svc.store.run_pass)
+    assigned = done.assigned
+    wake = Wake.poll(a.worker_id for a in assigned) | Wake(assigned=bool(assigned))
+    return Done(assigned, wake | _ended_by_pass(done))
+
+
+async def reload_limits(svc: Services) -> Done[scheduling.SubmitterLimits | None]:
+    """Read the limits file again (SIGHUP, EXT-SHARE-1). A good file replaces the limits
+    in force and a pass follows (a raised limit may place jobs); a bad one is logged,
+    naming the line, and the limits in force stay."""
+    from resource_controller.controller import sharelimits
+
+    path = svc.settings.limits_file
+    if not path:
+        return Done(None)
+    try:
+        limits = await asyncio.to_thread(
+            sharelimits.load, path, svc.settings.max_devices_per_submitter
+        )
+    except sharelimits.LimitsError as exc:
+        log.error("limits not read again, the ones in force stay: %s", exc)
+        return Done(None)
+    svc.store.limits = limits
+    log.info("limits read again from %s: %s", path, sharelimits.describe(limits))
+    return Done(limits, Wake(schedule=True))
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:

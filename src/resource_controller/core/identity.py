@@ -72,6 +72,14 @@ def recorded_submitter(caller: Caller, asserted: str) -> str:
     return asserted
 
 
+def share_name(caller: Caller, recorded: str) -> str:
+    """The name a submit counts under for its submitter limit (EXT-SHARE-1): a named
+    client token's name (``alice`` for ``alice@host/session``, which lies under it), else
+    the recorded submitter. A named admin token submits on behalf of others, so what it
+    records is what counts."""
+    return caller.owner or recorded
+
+
 def may_end(caller: Caller, job_submitter: str, asserted: str) -> bool:
     """Whether ``caller`` may kill or release a job recorded under ``job_submitter``.
 

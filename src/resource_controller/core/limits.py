@@ -63,6 +63,10 @@ SUBMITTER = Size(KIB, "a label, not a document")
 REASON = Size(KIB, "a label, not a document")
 IDEMPOTENCY_KEY = Size(256, "a key, not a payload")
 
+#: The jobs one job may wait for (EXT-SHARE-2), and one job ID's length.
+#: Why: the list is checked, stored and shown with the job; a job ID is a UUID (36).
+AFTER = Size(64, "a job ID is a UUID", count=64, unit="job IDs")
+
 #: Host and device names (EXT-LIMITS-2): what one URL path segment carries unescaped.
 NAME_CHARS = 128
 NAME_ALPHABET = "A-Z a-z 0-9 . _ -"

@@ -31,6 +31,16 @@ of one host, and a blocked N-device job claims devices on one host only (``Offer
 A device carries a ``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never
 assigned or reserved), and a device whose name conflicts with its GPU's MIG mode (the
 ``mig_conflict`` label, EXT-MIG-3) is held out the same way.
+
+A fair share between people (EXT-SHARE):
+
+- submitter limits (``SubmitterLimits``): a job whose submitter already holds so many
+  devices that this job's would pass the limit is neither placed nor claims anything,
+  so the jobs of other people behind it are placed (no head-of-line blocking across
+  people); holds and every device of a gang count, devices placed earlier in the same
+  pass included;
+- dependencies: a job waiting for other jobs to end (``JobSnap.after_open``) takes no
+  part in a pass at all; ``dependency_met`` says whether an ended job lets it go on.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from resource_controller.core import selectors
-from resource_controller.core.states import DeviceState
+from resource_controller.core.states import DeviceState, JobState
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,11 @@ class JobSnap:
     count: int = 1  #: devices wanted on one host (EXT-GANG-1)
     #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
     device_ids: tuple[str, ...] = ()
+    #: The name its submitter limit counts it under (EXT-SHARE-1): the named token's
+    #: name where EXT-WHO applies, else the recorded submitter.
+    share: str = ""
+    #: Jobs it still waits for (EXT-SHARE-2); above 0 it is not eligible for a pass.
+    after_open: int = 0
 
     @property
     def pinned(self) -> bool:
@@ -242,6 +257,66 @@ def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queu
     return 1 + sum(1 for _ in ahead)
 
 
+#: The top of a submitter limit: more devices than any fleet has, as a number every
+#: database and the wire carry (EXT-LIMITS-1's range).
+LIMIT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class SubmitterLimits:
+    """How many devices each submitter may hold at once (EXT-SHARE-1): per name, and a
+    default for every other name (``"*"`` in the limits file, or
+    ``--max-devices-per-submitter``); ``None`` = no limit."""
+
+    default: int | None = None
+    names: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def on(self) -> bool:
+        return self.default is not None or bool(self.names)
+
+    def of(self, name: str) -> int | None:
+        """The limit that applies to ``name``; None when none does."""
+        return self.names.get(name, self.default)
+
+
+NO_LIMITS = SubmitterLimits()
+
+
+def over_limit(
+    limits: SubmitterLimits, held: Mapping[str, int], share: str, count: int
+) -> int | None:
+    """The limit that keeps a job of ``count`` devices counted under ``share`` from being
+    placed now (its devices and those ``share`` holds would pass it); None when it may be.
+
+    ``held`` is every device ``share`` holds: live leases of its jobs and holds, each
+    device of a gang counted (EXT-SHARE-1)."""
+    limit = limits.of(share)
+    if limit is None or held.get(share, 0) + max(1, count) <= limit:
+        return None
+    return limit
+
+
+def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
+    """The names no job of whose can be placed now, however small: each holds its limit
+    or more (EXT-SHARE-1). A pass can leave their jobs unread; what it places only ever
+    adds to what a name holds. The default's names are not listed: only held ones."""
+    names = set(held) | set(limits.names)
+    out = []
+    for name in names:
+        limit = limits.of(name)
+        if limit is not None and held.get(name, 0) >= limit:
+            out.append(name)
+    return sorted(out)
+
+
+def dependency_met(ended: str, after_any: bool) -> bool:
+    """A job a waiting job named has ended in state ``ended``: whether that lets the
+    waiting job go on (EXT-SHARE-2). ``after_any``: any end will do; otherwise only
+    ``succeeded``, and any other end fails the waiting job (``dependency_failed``)."""
+    return after_any or ended == JobState.SUCCEEDED
+
+
 @dataclass(frozen=True)
 class Offer:
     """What one job may do in this pass."""
@@ -252,6 +327,9 @@ class Offer:
     #: What it claims if none of its choices can be had: every available candidate for a
     #: one-device job; N devices of one host for an N-device job (EXT-GANG-3).
     claim: list[str] = field(default_factory=list)
+    #: The submitter limit that keeps it waiting (EXT-SHARE-1): it has no choices and
+    #: claims nothing; None when no limit stands in its way.
+    limit: int | None = None
 
 
 class _Singles(Sequence[tuple[str, ...]]):
@@ -348,11 +426,24 @@ class Planner:
     Call ``offer`` for each job in queue order; then ``placed`` when one of its choices
     was assigned, ``blocked`` when none could be (it then claims all its available
     candidates for the rest of the pass), or neither when the job turned out to have
-    left the queue (it claims nothing, STORE-063).
+    left the queue (it claims nothing, STORE-063) or its offer named a submitter limit.
+
+    ``limits`` and ``held`` (devices held per share name when the pass began) are the
+    submitter limits (EXT-SHARE-1); what the pass places is added to ``held`` as it goes.
     """
 
-    def __init__(self, devices: Sequence[DeviceSnap] | FleetIndex) -> None:
+    def __init__(
+        self,
+        devices: Sequence[DeviceSnap] | FleetIndex,
+        limits: SubmitterLimits = NO_LIMITS,
+        held: Mapping[str, int] | None = None,
+    ) -> None:
         fleet = devices if isinstance(devices, FleetIndex) else FleetIndex(devices)
+        self.limits = limits
+        #: Whether any limit applies: when not, no job pays for asking.
+        self.limited_on = limits.on
+        #: Devices held per share name, those placed in this pass included.
+        self.held: dict[str, int] = dict(held or {})
         self.devices = fleet.devices
         self.by_id = fleet.by_id
         # What ``offer`` asks of each candidate, as sets (the fleet's, read only): a
@@ -387,17 +478,29 @@ class Planner:
             found = self._matches[ask] = candidates(job, self.devices)
         return found
 
+    def limited(self, share: str, count: int) -> int | None:
+        """The submitter limit that keeps a job of ``share`` asking for ``count`` devices
+        waiting now (EXT-SHARE-1); None when none does."""
+        if not self.limited_on:
+            return None
+        return over_limit(self.limits, self.held, share, count)
+
     def offer(self, job: JobSnap) -> Offer:
-        """The job's candidates, the unclaimed ones, and the device sets to try.
+        """The job's candidates, the unclaimed ones, and the device sets to try; a job its
+        submitter limit keeps waiting gets none of them and claims nothing (EXT-SHARE-1).
 
         Raises ``SelectorError`` when its selector no longer parses.
         """
+        count = max(1, job.count)
+        if self.limited_on:
+            limit = over_limit(self.limits, self.held, job.share, count)
+            if limit is not None:
+                return Offer([], [], (), [], limit)
         cands = self._candidates(job)
         reserved, draining = self.reserved, self._draining_ids
         available = [d for d in cands if d not in reserved and d not in draining]
         taken, schedulable = self.taken, self._schedulable
         free = [d for d in available if d not in taken and d in schedulable]
-        count = max(1, job.count)
         if count == 1 or job.pinned:
             # A pinned list is one choice (all of it) and claims all of it, as a pin does.
             want = len(cands) if job.pinned else 1
@@ -408,7 +511,10 @@ class Planner:
         return Offer(cands, available, self._choices(free, count), self._claim(available, count))
 
     def placed(self, job: JobSnap, devices: Iterable[str]) -> None:
-        self.taken.update(devices)
+        given = list(devices)
+        self.taken.update(given)
+        if self.limited_on:
+            self.held[job.share] = self.held.get(job.share, 0) + len(given)
 
     def blocked(self, job: JobSnap, offer: Offer) -> None:
         for d in offer.claim:
@@ -478,22 +584,39 @@ class Plan:
     assignments: dict[str, tuple[str, ...]]  #: job -> the devices it gets
     reservations: dict[str, str]  #: device -> the job that waits for it
     unparsable: list[str]  #: jobs skipped because their selector no longer parses
+    #: Jobs a submitter limit kept waiting (EXT-SHARE-1), with that limit.
+    limited: dict[str, int] = field(default_factory=dict)
 
 
-def plan(jobs: Iterable[JobSnap], devices: Sequence[DeviceSnap], key: QueueKey = queue_key) -> Plan:
-    """A whole pass on a snapshot, as if every assignment it tries succeeds."""
-    planner = Planner(devices)
+def plan(
+    jobs: Iterable[JobSnap],
+    devices: Sequence[DeviceSnap],
+    key: QueueKey = queue_key,
+    limits: SubmitterLimits = NO_LIMITS,
+    held: Mapping[str, int] | None = None,
+) -> Plan:
+    """A whole pass on a snapshot, as if every assignment it tries succeeds.
+
+    Jobs still waiting for others (EXT-SHARE-2) take no part; ``limits`` and ``held``
+    are the submitter limits and the devices each share name holds (EXT-SHARE-1)."""
+    planner = Planner(devices, limits, held)
     assignments: dict[str, tuple[str, ...]] = {}
     unparsable: list[str] = []
+    limited: dict[str, int] = {}
     for job in sorted(jobs, key=key):
+        if job.after_open:
+            continue
         try:
             offer = planner.offer(job)
         except selectors.SelectorError:
             unparsable.append(job.id)
+            continue
+        if offer.limit is not None:
+            limited[job.id] = offer.limit
             continue
         if offer.choices:
             assignments[job.id] = offer.choices[0]
             planner.placed(job, offer.choices[0])
         else:
             planner.blocked(job, offer)
-    return Plan(assignments, dict(planner.reserved), unparsable)
+    return Plan(assignments, dict(planner.reserved), unparsable, limited)

@@ -72,6 +72,14 @@ REASON_HOST_REBOOTED = "host rebooted"
 REASON_NO_WAIT = "no-wait: device busy"
 REASON_SUBMIT_SCHEDULE = "submit failed: could not schedule"
 REASON_SUBMIT_READ = "submit failed: could not read job"
+#: A job another waited for ended otherwise than it needed (EXT-SHARE-2); the job's ID follows.
+REASON_DEPENDENCY_FAILED = "dependency_failed: "
+
+
+def dependency_failed(job_id: str) -> str:
+    """``dependency_failed: JOB``: the kill reason of a job whose dependency ``job_id`` did
+    not end as it needed (EXT-SHARE-2)."""
+    return REASON_DEPENDENCY_FAILED + job_id
 
 
 def kill_reason(submitter: str, *, admin: bool) -> str:

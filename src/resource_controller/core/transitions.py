@@ -33,6 +33,7 @@ class Op(StrEnum):
     MARK_RUNNING = "mark_running"  # hand-out (STORE-080)
     RELEASE = "release"  # the worker's terminal report (STORE-082)
     CANCEL_QUEUED = "cancel_queued"  # STORE-090
+    DEPENDENCY_FAILED = "dependency_failed"  # a job it waited for ended otherwise (EXT-SHARE-2)
     KILL_FINALIZE = "kill_finalize"  # STORE-092
     HEARTBEAT_RESTORE = "heartbeat_restore"  # STORE-096 step 2b
     HEARTBEAT_BUSY = "heartbeat_busy"  # STORE-096 step 4
@@ -132,6 +133,7 @@ JOB = Machine(
         Op.ENQUEUE: _m(None, JobState.QUEUED),
         Op.ASSIGN: _m(JobState.QUEUED, JobState.ASSIGNED),
         Op.CANCEL_QUEUED: _m(JobState.QUEUED, JobState.KILLED),
+        Op.DEPENDENCY_FAILED: _m(JobState.QUEUED, JobState.KILLED),
         Op.MARK_RUNNING: _m(JobState.ASSIGNED, JobState.RUNNING),
         Op.RELEASE: _m(_ACTIVE, _TERMINAL),
         Op.WRITE_OFF: _m(_ACTIVE, JobState.LOST),  # worker lost

@@ -18,6 +18,11 @@ Facts combine: a held device that a job ahead also reserved carries both. A
 ``Blocker`` with nothing but ``device_id`` is a device nothing keeps from the job right
 now (the next scheduling pass places it), or a pinned device that no longer exists.
 
+Two reasons stand before every device (EXT-SHARE), and then are the whole answer:
+
+- the job waits for other jobs to end: one entry ``after`` per job not yet ended;
+- its submitter is at the limit: one entry with ``submitter_limit`` and ``submitter``.
+
 The snapshot is what the store already reads for a pass (devices with labels, queued
 jobs, live leases, reservation rows), so the rules are testable without a database;
 ``waiting_for_all`` answers for every queued job from one snapshot (``/v1/state``).
@@ -83,7 +88,7 @@ class Holding:
 class Blocker:
     """One entry of ``waiting_for`` (EXT-WHY-1a); empty or None fields are omitted."""
 
-    device_id: str
+    device_id: str = ""
     holder: str = ""
     job_id: str = ""
     kind: str = ""
@@ -95,6 +100,11 @@ class Blocker:
     quarantine_reason: str = ""
     draining: bool = False
     mig_conflict: str = ""  #: EXT-MIG-3
+    #: EXT-SHARE-1: the submitter's limit in devices, and the name it counts under.
+    submitter_limit: int | None = None
+    submitter: str = ""
+    #: EXT-SHARE-2: a job this one waits for that has not ended.
+    after: str = ""
 
     @property
     def held(self) -> bool:
@@ -112,6 +122,11 @@ class Snapshot:
     reservations: Mapping[str, str] = field(default_factory=dict)
     #: Device -> quarantine text (the detail, else the category), for unhealthy devices.
     quarantine: Mapping[str, str] = field(default_factory=dict)
+    #: EXT-SHARE-1: the submitter limits, and the devices each share name holds.
+    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS
+    held: Mapping[str, int] = field(default_factory=dict)
+    #: EXT-SHARE-2: queued job -> the jobs it waits for that have not ended, in its order.
+    after: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class _Rules:
@@ -165,6 +180,14 @@ class _Rules:
         return Blocker(device_id, **facts)
 
     def for_job(self, job: JobSnap) -> list[Blocker]:
+        pending = self.snap.after.get(job.id)
+        if pending:
+            return [Blocker(after=other) for other in pending]
+        limits = self.snap.limits
+        if limits.on:
+            limit = scheduling.over_limit(limits, self.snap.held, job.share, job.count)
+            if limit is not None:
+                return [Blocker(submitter_limit=limit, submitter=job.share)]
         return [self.blocker(job, d) for d in self.candidates(job)]
 
 
@@ -199,6 +222,7 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
         value = entry.get(key)
         return value if isinstance(value, str) else ""
 
+    limit = entry.get("submitter_limit")
     return Blocker(
         device_id=text("device_id"),
         holder=text("holder"),
@@ -212,6 +236,9 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
         quarantine_reason=text("quarantine_reason"),
         draining=entry.get("draining") is True,
         mig_conflict=text("mig_conflict"),
+        submitter_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
+        submitter=text("submitter"),
+        after=text("after"),
     )
 
 
@@ -247,9 +274,20 @@ def _holder_text(b: Blocker, now: int) -> str:
     return text
 
 
+def limit_text(limit: int, submitter: str) -> str:
+    """EXT-SHARE-1's words for a submitter at its limit."""
+    return f"at the limit of {limit} devices for {submitter}"
+
+
 def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
     """One blocker in words, e.g. ``held by alice (job 1b2c3d4e…, hold "profiling") for
-    12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063)."""
+    12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063), or
+    ``at the limit of 4 devices for alice`` (EXT-SHARE-1), or ``after job 1b2c3d4e…, not
+    ended yet`` (EXT-SHARE-2)."""
+    if b.submitter_limit is not None:
+        return limit_text(b.submitter_limit, b.submitter)
+    if b.after:
+        return f"after job {short_id(b.after)}, not ended yet"
     parts: list[str] = []
     if b.held:
         parts.append(_holder_text(b, now))
@@ -273,7 +311,7 @@ def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
     if not parts:
         parts.append("free (the next scheduling pass places the job)")
     text = ", ".join(parts)
-    return f"{b.device_id} {text}" if with_device else text
+    return f"{b.device_id} {text}" if with_device and b.device_id else text
 
 
 def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
@@ -283,6 +321,10 @@ def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
         return "no device it could run on exists"
     if pinned and len(blockers) == 1:
         return phrase(blockers[0], now, with_device=False)
+    if blockers[0].after:  # EXT-SHARE-2: the jobs it waits for, in one clause
+        ids = [short_id(b.after) for b in blockers[:SHOWN]]
+        more = f" and {len(blockers) - SHOWN} more" if len(blockers) > SHOWN else ""
+        return f"after job {', '.join(ids)}{more}, not ended yet"
     shown = [phrase(b, now) for b in blockers[:SHOWN]]
     if len(blockers) > SHOWN:
         shown.append(f"and {len(blockers) - SHOWN} more")
@@ -291,6 +333,14 @@ def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
 
 def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
     """A short ``rc ps`` cell: who or what keeps each device (EXT-WHY-2, CLI-146)."""
+
+    if blockers and blockers[0].submitter_limit is not None:  # EXT-SHARE-1
+        b = blockers[0]
+        return f"submitter_limit: {limit_text(b.submitter_limit or 0, b.submitter)}"
+    if blockers and blockers[0].after:  # EXT-SHARE-2
+        ids = [short_id(b.after) for b in blockers[:2]]
+        more = f" +{len(blockers) - 2} more" if len(blockers) > 2 else ""
+        return f"after {', '.join(ids)}{more}"
 
     def one(b: Blocker) -> str:
         bits: list[str] = []

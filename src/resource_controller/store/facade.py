@@ -20,6 +20,7 @@ from resource_controller.core import expiry, scheduling
 from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.waiting import Blocker
 from resource_controller.store import (
+    after,
     beat,
     devices,
     engine,
@@ -38,6 +39,7 @@ from resource_controller.store.records import (
     AutoRecovery,
     DeviceSnapshot,
     JobRecord,
+    PassResult,
     Registration,
     SweepResult,
 )
@@ -69,6 +71,12 @@ class Store:
         self._fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
         self._reserved = reserved.KeptReservations()
+        #: The submitter limits (EXT-SHARE-1); the controller sets them, and sets them
+        #: again when the limits file is read again.
+        self.limits = scheduling.NO_LIMITS
+        #: Waiting jobs a report's transaction ended ``dependency_failed`` (EXT-SHARE-2)
+        #: since a pass last said which: the pass that follows the report says so.
+        self._ended: list[str] = []
 
     def _key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
@@ -165,17 +173,35 @@ class Store:
         return once()
 
     def schedule(self) -> list[Assigned]:
-        """One scheduling pass (STORE-061); serialised against everything else."""
+        """One scheduling pass (STORE-061); the jobs it placed."""
+        return self.run_pass().assigned
+
+    def run_pass(self) -> PassResult:
+        """One scheduling pass (STORE-061), serialised against everything else: first the
+        ends of jobs others wait for (EXT-SHARE-2), then the placements."""
         with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
+            ended, self._ended = self._ended, []
+            with self._read() as db:
+                pending = after.noted(db)
+            if pending:
+                with self._tx() as tx:
+                    ended += after.settle(tx, self.now())
             end = leases.PassEnd()
             assigned = leases.schedule_pass(
-                self.now(), self._tx, self.aging, self._read, end, self._fleet, self._reserved
+                self.now(),
+                self._tx,
+                self.aging,
+                self._read,
+                end,
+                self._fleet,
+                self._reserved,
+                self.limits,
             )
             settled = self.aging <= 0 and end.saturated and not assigned
             self._settled = (self._gen, self._data_version(), end) if settled else None
-            return assigned
+            return PassResult(assigned, ended)
 
-    def schedule_after(self, job: JobRecord) -> list[Assigned]:
+    def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue (API-042), skipped when it cannot change
         anything: the last pass placed nothing and ended with every device claimed, the
         enqueue is the only transaction since (SQLite's ``data_version`` rules out another
@@ -189,12 +215,13 @@ class Store:
                 version = self._data_version()
                 if version is not None and version == s[1]:
                     self._settled = (self._gen, version, s[2])
-                    return []
-            return self.schedule()
+                    return PassResult()
+            return self.run_pass()
 
     @staticmethod
     def _behind(job: JobRecord, end: leases.PassEnd) -> bool:
-        if not job.queued or end.last is None:
+        # A job waiting for others may be failed by this very pass (EXT-SHARE-2).
+        if not job.queued or end.last is None or job.after_ids:
             return False
         snap = job.snap()
         known = not snap.pinned or all(d in end.devices for d in snap.pins)
@@ -219,13 +246,18 @@ class Store:
             return (
                 job,
                 jobs.queue_position(c, job, now, self.aging),
-                views.waiting_for(c, job, self._key(now), self._fleet),
+                views.waiting_for(c, job, self._key(now), self._fleet, self.limits),
             )
 
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
         """What a queued job waits for now (EXT-WHY-1); ``[]`` once it left the queue."""
         with self._tx() as c:
-            return views.waiting_for(c, job, self._key(self.now()), self._fleet)
+            return views.waiting_for(c, job, self._key(self.now()), self._fleet, self.limits)
+
+    def held_by_share(self) -> dict[str, int]:
+        """The devices each share name holds now (EXT-SHARE-1, ``/metrics``)."""
+        with self._read() as c:
+            return leases.held_by_share(c)
 
     def list_jobs(
         self,
@@ -244,16 +276,21 @@ class Store:
         with self._read() as c:
             c.value("SELECT 1")
 
-    def metric_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-        """Devices by state, jobs by state, each worker host's last heartbeat (EXT-METRICS-1)."""
+    def metric_counts(
+        self,
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
+        """Devices by state, jobs by state, each worker host's last heartbeat
+        (EXT-METRICS-1), the devices each submitter holds (EXT-SHARE-1)."""
         with self._tx() as c:
             devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
             jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
             beats = c.all("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host")
+            held = leases.held_by_share(c)
         return (
             {str(s): int(n) for s, n in devs},
             {str(s): int(n) for s, n in jbs},
             {str(h): int(t) for h, t in beats},
+            held,
         )
 
     def queued_jobs(self) -> list[JobRecord]:
@@ -289,6 +326,7 @@ class Store:
         """A worker's status report in one transaction: read the job, let ``check`` refuse
         it (raising writes nothing), then ``running`` (STORE-080) or the release
         (STORE-082). Returns the job as it was before the report."""
+        ended: list[str] = []
         with self._tx("running" if state == JobState.RUNNING else "finish") as c:
             now = self.now()
             job = queries.job(c, job_id)
@@ -297,9 +335,14 @@ class Store:
                 jobs.mark_running(c, now, job_id)
             elif state in TERMINAL:
                 jobs.release_job(c, now, job, state, exit_code, reason)
+                # The jobs waiting for this one are settled in the same commit
+                # (EXT-SHARE-2): the pass that follows places the next of a chain
+                # without a commit of its own in between.
+                ended = after.settle(c, now)
             else:
                 raise errors.InvalidTransition(f"state {state!r} is not terminal")
-            return job
+        self._ended += ended
+        return job
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
         """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""
@@ -421,7 +464,7 @@ class Store:
         with self._tx() as c:
             now = self.now()
             queued = jobs.queued(c, now, self.aging)
-            waits = views.waiting_for_all(c, queued, self._key(now), self._fleet)
+            waits = views.waiting_for_all(c, queued, self._key(now), self._fleet, self.limits)
             active = jobs.active(c)
             held = views.devices(c, commands={j.id: j.command for j in active}, kept=self._fleet)
             return held, active, queued, waits

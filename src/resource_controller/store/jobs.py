@@ -28,6 +28,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.store import after as dependencies
 from resource_controller.store import fleet, leases, moves, queries
 from resource_controller.store.records import JobRecord, Release
 
@@ -56,6 +57,11 @@ class NewJob:
     #: Devices wanted on one host (EXT-GANG-1); ``device_ids`` pins to a list of them.
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    #: The name the submitter limit counts it under (EXT-SHARE-1); '' = ``submitter``.
+    share_name: str = ""
+    #: Jobs it waits for, and whether any end will do or only ``succeeded`` (EXT-SHARE-2).
+    after: tuple[str, ...] = ()
+    after_any: bool = False
 
 
 def enqueue(
@@ -132,6 +138,8 @@ def enqueue(
         runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
     if pins:
         runtime = _pinned_gang_runtime(conn, pins, runtime)
+    waiting_for = tuple(dict.fromkeys(req.after))  # a job named twice is waited for once
+    waits = dependencies.edges(conn, waiting_for, req.after_any)  # EXT-SHARE-2
     seq = queries.next_seq(conn)
     job = JobRecord(
         id=str(uuid.uuid4()),
@@ -161,10 +169,16 @@ def enqueue(
         stdio=req.stdio,
         device_count=count,
         device_ids=pins,
+        share_name=req.share_name or req.submitter,
+        after_ids=waiting_for,
+        after_any=int(req.after_any),
+        after_open=len(waits),
     )
     if pins:
         job = job._replace(device_id=pins[0])
     moves.create(conn, JOB, Op.ENQUEUE, job.columns())
+    if waits:
+        dependencies.insert(conn, job.id, waits)
     return job
 
 

@@ -223,10 +223,16 @@ class _Walk:
     """
 
     def __init__(
-        self, read: Callable[[], AbstractContextManager[Any]], now: int = 0, aging: int = 0
+        self,
+        read: Callable[[], AbstractContextManager[Any]],
+        now: int = 0,
+        aging: int = 0,
+        skip: Sequence[str] = (),
     ) -> None:
         self._read = read
         self._now, self._aging = now, aging
+        #: Share names whose jobs are not read: each is at its limit (EXT-SHARE-1).
+        self._skip = skip
         self._page: list[Any] = []
         self._at = 0  #: the index on a narrow page of the row last yielded
         #: The rows before this index that are not plain pins are in ``_rows``.
@@ -238,7 +244,9 @@ class _Walk:
         size, narrow = FIRST_PAGE, False
         while True:
             with self._read() as tx:
-                page = queries.queue_page(tx, after, size, narrow, self._now, self._aging)
+                page = queries.queue_page(
+                    tx, after, size, narrow, self._now, self._aging, self._skip
+                )
             self._page, self._read_to, self._rows = page, 0, {}
             if narrow:
                 for at, row in enumerate(page):
@@ -302,6 +310,7 @@ class _Queued:
             max_runtime=row[_I_MAX_RUNTIME],
             count=max(1, row[_I_COUNT]),
             device_ids=split_ids(ids) if ids else (),
+            share=row[_I_SHARE],
         )
 
     @property
@@ -319,6 +328,7 @@ class _Queued:
             return queries.job(tx, self.snap.id)
 
 
+_I_SHARE = queries.QUEUE_COLS.index(queries.SHARE)
 _I_PRIORITY = queries.QUEUE_COLS.index("priority")
 _I_QUEUED_AT = queries.QUEUE_COLS.index("queued_at")
 _I_SEQ = queries.QUEUE_COLS.index("seq")
@@ -366,13 +376,14 @@ def _reserve_vanished(
     now: int = 0,
     aging: int = 0,
 ) -> None:
-    """Reserve, for the first queued job pinned to it, each device that has no row."""
+    """Reserve, for the first queued job pinned to it, each device that has no row; a
+    job over its submitter's limit claims nothing (EXT-SHARE-1)."""
     with transaction() as tx:
         rows = queries.pinned_elsewhere(tx, list(by_id), now, aging)
     waiting = [job for job in map(_decode_raw, rows) if job]
     for job in waiting:
         snap = job.snap()
-        if snap.pinned:
+        if snap.pinned and planner.limited(snap.share, snap.count) is None:
             for device_id in snap.pins:  # a pinned list claims all of it (EXT-GANG-3)
                 planner.reserve(device_id, job.id)
 
@@ -393,6 +404,8 @@ def _turn(
     except selectors.SelectorError:
         log.error("queued job %s has a selector that no longer parses: %r", job.id, job.selector)
         return
+    if offer.limit is not None:
+        return  # its submitter is at the limit: it waits and claims nothing (EXT-SHARE-1)
     if not offer.candidates:
         log.warning("queued job %s matches no device it could run on", job.id)
         return
@@ -434,10 +447,14 @@ def schedule_pass(
     end: PassEnd | None = None,
     fleet: FleetSnapshot | None = None,
     kept: KeptReservations | None = None,
+    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
     ``aging`` > 0 orders by effective priority at ``now`` instead (EXT-FAIR-1).
+    ``limits`` are the submitter limits (EXT-SHARE-1): the devices each share name holds
+    are read when any applies, and a job over its limit is skipped, claiming nothing.
+    Jobs waiting for others to end are not read at all (EXT-SHARE-2).
 
     The decisions (candidates, what to try, what to claim) are ``core.scheduling``'s
     ``Planner``; this function only reads the snapshot and applies them. Runs with the
@@ -458,14 +475,18 @@ def schedule_pass(
         old_reservations = kept.read(tx)
         if waiting:
             by_id, index = fleet.index(tx)
+            held = held_by_share(tx) if limits.on else {}
     if not waiting:
         # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
             _rewrite(transaction, kept, now, {})
         return []
-    walk = _Walk(read, now, aging)
-    planner = scheduling.Planner(index)
+    # Names at their limit when the pass begins stay there (what it places only adds):
+    # their jobs are not read at all, which is most of a queue from people at their limit.
+    walk = _Walk(read, now, aging, scheduling.at_limit(limits, held) if limits.on else ())
+    planner = scheduling.Planner(index, limits, held)
+    limited = planner.limited_on
     assigned: list[Assigned] = []
     last: Any = None  #: the row of the last job the walk handled
     for row in walk:
@@ -480,11 +501,17 @@ def schedule_pass(
             # A plain pin whose device cannot be had now (claimed by a job ahead, taken,
             # busy, out of the pool or draining) can only claim it (STORE-062): done
             # here without building the job, the common case of a long pinned queue.
-            if row[2] and planner.claim_unless_free(row[1], row[0]):
-                continue
+            if row[2]:
+                if limited and planner.limited(row[3], 1) is not None:
+                    continue  # over its submitter's limit: waits, claims nothing
+                if planner.claim_unless_free(row[1], row[0]):
+                    continue
             whole = row if len(row) > queries.WALK_WIDTH else walk.scheduling_row(row)
-            if whole is not None:  # gone from under the pass: another process's edit
-                _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
+            if whole is None:
+                continue  # gone from under the pass: another process's edit
+            if limited and planner.limited(row[3], max(1, whole[_I_COUNT])) is not None:
+                continue  # as above, before the job is built: a queue of one name's jobs
+            _turn(transaction, read, now, _Queued(whole), by_id, planner, assigned)
         except Exception as exc:
             # One bad row never stops the fleet (EXT-LIMITS-3): its assignment rolled
             # back, it reserves nothing, and the jobs behind it are still placed.
@@ -503,6 +530,15 @@ def schedule_pass(
     if planner.reserved != current:
         _rewrite(transaction, kept, now, planner.reserved)
     return assigned
+
+
+def held_by_share(db: sql.Db) -> dict[str, int]:
+    """The devices each share name holds (EXT-SHARE-1), as migration 0010's triggers keep
+    them from the live leases."""
+    return {str(name): int(n) for name, n in db.execute(_HELD)}
+
+
+_HELD = "SELECT share_name, devices FROM share_held WHERE devices > 0"
 
 
 def _rewrite(

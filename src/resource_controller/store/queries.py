@@ -36,21 +36,28 @@ _DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
 _DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
 _ALL_DEVICES = _DEVICES + " ORDER BY id"
 _QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+#: A queued job that waits for no other job (EXT-SHARE-2): the only kind a pass places.
+ELIGIBLE = "jobs.after_open = 0"
 #: A job pinned to one device and nothing more (no selector, no list, one device): all
 #: the pass does with one is claim its device or place it there (STORE-062).
 PLAIN_PIN = (
     "(jobs.device_id != '' AND jobs.selector = '' AND jobs.device_ids = ''"
     " AND jobs.device_count <= 1)"
 )
+#: The name a job's submitter limit counts it under (EXT-SHARE-1): its ``share_name``,
+#: else (a row written before it had one) its submitter.
+SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_name END)"
 #: What the scheduling pass reads of each queued job: the rules' columns only (the whole
 #: row, whose command and environment are most of its bytes, is read by ID on
 #: placement). Its first ``WALK_WIDTH`` are all a long pinned queue needs of a row: ID,
-#: device, and whether it is a plain pin; every column read costs about as much as any
-#: other (~0.1 µs a row, most of a walk over 10,000 pinned jobs).
+#: device, whether it is a plain pin, and the name its submitter limit counts it under
+#: (EXT-SHARE-1); every column read costs about as much as any other (~0.1 µs a row,
+#: most of a walk over 10,000 pinned jobs).
 QUEUE_COLS: tuple[str, ...] = (
     "id",
     "device_id",
     PLAIN_PIN,
+    SHARE,
     "seq",
     "priority",
     "queued_at",
@@ -59,11 +66,11 @@ QUEUE_COLS: tuple[str, ...] = (
     "device_count",
     "device_ids",
 )
-WALK_WIDTH = 3
+WALK_WIDTH = 4
 
 
 def _select(columns: tuple[str, ...]) -> str:
-    return "SELECT " + ", ".join(c if c == PLAIN_PIN else "jobs." + c for c in columns)
+    return "SELECT " + ", ".join(c if c.startswith("(") else "jobs." + c for c in columns)
 
 
 _QUEUE_SCHED = _select(QUEUE_COLS)
@@ -72,6 +79,7 @@ _QUEUE_WALK = _select(QUEUE_COLS[:WALK_WIDTH])
 _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
 _I_DEVICE_IDS = JOB_COLS.index("device_ids")
+_I_AFTER_IDS = JOB_COLS.index("after_ids")
 _N_JOB_COLS = len(JOB_COLS)
 _ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
 
@@ -89,6 +97,7 @@ def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
     env = values[_I_ENV]
     values[_I_ENV] = json.loads(env) if env and env != "{}" else {}
     values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
+    values[_I_AFTER_IDS] = split_ids(values[_I_AFTER_IDS] or "")
     values.append(lease_epoch or 0)
     return _job(values)
 
@@ -159,12 +168,19 @@ def queue_page(
     narrow: bool = False,
     now: int = 0,
     aging: int = 0,
+    skip: Sequence[str] = (),
 ) -> list[Any]:
     """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each as
     ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is the
-    (priority, queued_at, seq) of the last row read."""
+    (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
+    end are not eligible (EXT-SHARE-2) and are left out, as are the jobs counted under a
+    name in ``skip`` (names at their limit, EXT-SHARE-1)."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
+    text += " AND " + ELIGIBLE
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
+    if skip:
+        text += f" AND {SHARE} NOT IN ({sql.marks(len(skip))})"
+        params += tuple(skip)
     if after is not None:
         cond, args = behind(*after, now, aging)
         text += " AND " + cond
@@ -188,9 +204,9 @@ def queue_key_of(conn: Conn, job_id: str) -> tuple[int, int, int] | None:
 
 
 def pinned_elsewhere(conn: Conn, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
-    """Raw queued rows pinned to a device not in ``known`` (one with no row), in
-    ``queue_order(now, aging)``."""
-    text = _QUEUE + " AND jobs.device_id != ''"
+    """Raw queued rows of eligible jobs pinned to a device not in ``known`` (one with no
+    row), in ``queue_order(now, aging)``."""
+    text = _QUEUE + " AND jobs.device_id != '' AND " + ELIGIBLE
     if known:
         text += f" AND jobs.device_id NOT IN ({sql.marks(len(known))})"
     text += f" ORDER BY {queue_order(now, aging)}"
@@ -386,7 +402,7 @@ def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
 
 _QUEUED_SNAPS = (
     "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime, device_count,"
-    " device_ids FROM jobs WHERE state = ?"
+    f" device_ids, {SHARE}, after_open FROM jobs WHERE state = ?"
 )
 
 
@@ -403,6 +419,8 @@ def queued_snaps(conn: Conn) -> list[JobSnap]:
             max_runtime=r[6],
             count=r[7],
             device_ids=split_ids(r[8] or ""),
+            share=r[9],
+            after_open=r[10],
         )
         for r in conn.execute(_QUEUED_SNAPS, (str(JobState.QUEUED),))
     ]

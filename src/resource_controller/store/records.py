@@ -47,6 +47,13 @@ class JobRecord(NamedTuple):
     logs_pruned: int = 0
     #: A several-device job's devices by ID (EXT-GANG-1); () for a one-device job.
     device_ids: tuple[str, ...] = ()
+    #: The name its submitter limit counts it under (EXT-SHARE-1); '' on old rows.
+    share_name: str = ""
+    #: The jobs it waits for, as given (EXT-SHARE-2); any end will do (1) or only
+    #: ``succeeded`` (0); how many of them it still waits for.
+    after_ids: tuple[str, ...] = ()
+    after_any: int = 0
+    after_open: int = 0
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -81,7 +88,14 @@ class JobRecord(NamedTuple):
             max_runtime=self.max_runtime,
             count=max(1, self.device_count),
             device_ids=self.device_ids if self.queued else (),
+            share=self.share,
+            after_open=self.after_open,
         )
+
+    @property
+    def share(self) -> str:
+        """The name its submitter limit counts it under (EXT-SHARE-1)."""
+        return self.share_name or self.submitter
 
     def columns(self) -> dict[str, Any]:
         """The row as the ``jobs`` table stores it."""
@@ -90,6 +104,7 @@ class JobRecord(NamedTuple):
         m["command"] = json.dumps(self.command)
         m["env"] = json.dumps(self.env) if self.env else None
         m["device_ids"] = join_ids(self.device_ids)
+        m["after_ids"] = join_ids(self.after_ids)
         return m
 
 
@@ -177,6 +192,15 @@ class Registration:
 class Assigned:
     job_id: str
     worker_id: str
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one scheduling pass did: the jobs it placed, and the waiting jobs it ended
+    because a job they named ended otherwise than they needed (EXT-SHARE-2)."""
+
+    assigned: list[Assigned] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,13 @@ jobs = sa.Table(
     #: EXT-LIMITS-2): the pinned list from enqueue, or what the assignment gave it.
     #: ``''`` for a one-device job, whose ``device_id`` says it all.
     sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
+    #: The name the job's submitter limit counts it under (EXT-SHARE-1).
+    sa.Column("share_name", sa.Text, nullable=False, server_default=""),
+    #: The jobs it waits for, comma-separated, as given (EXT-SHARE-2); whether any end
+    #: will do (1) or only ``succeeded`` (0); how many it still waits for (0: eligible).
+    sa.Column("after_ids", sa.Text, nullable=False, server_default=""),
+    sa.Column("after_any", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("after_open", sa.Integer, nullable=False, server_default="0"),
 )
 
 leases = sa.Table(
@@ -169,6 +176,25 @@ log_chunks = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
+#: One row per job and a job it waits for (EXT-SHARE-2); ``ended`` is the state that job
+#: ended in, noted by migration 0010's trigger, '' while it has not.
+job_after = sa.Table(
+    "job_after",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("after_id", sa.Text, primary_key=True),
+    sa.Column("ended", sa.Text, nullable=False, server_default=""),
+)
+
+#: Devices held per share name (EXT-SHARE-1), kept by migration 0010's triggers on
+#: ``leases``; a name holding nothing has no row.
+share_held = sa.Table(
+    "share_held",
+    metadata,
+    sa.Column("share_name", sa.Text, primary_key=True),
+    sa.Column("devices", sa.BigInteger, nullable=False),
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,
@@ -192,4 +218,11 @@ sa.Index("jobs_log_retention", jobs.c.logs_pruned, jobs.c.finished_at)
 sa.Index("device_labels_device", device_labels.c.device_id)
 sa.Index("device_changes_version", device_changes.c.version)
 sa.Index("devices_worker", devices.c.worker_id)  #: a heartbeat's statements (migration 0005)
+sa.Index("job_after_target", job_after.c.after_id)
+sa.Index(
+    "job_after_ended",
+    job_after.c.job_id,
+    sqlite_where=sa.text("ended != ''"),
+    postgresql_where=sa.text("ended != ''"),
+)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)

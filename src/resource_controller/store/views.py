@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import fleet, jobs, queries, sql
+from resource_controller.store import after, fleet, jobs, leases, queries, sql
 from resource_controller.store.records import (
     DeviceRecord,
     DeviceSnapshot,
@@ -145,7 +145,11 @@ _HOLDINGS = (
 
 
 def wait_snapshot(
-    conn: queries.Conn, queued: list[JobSnap], kept: fleet.FleetSnapshot | None = None
+    conn: queries.Conn,
+    queued: list[JobSnap],
+    kept: fleet.FleetSnapshot | None = None,
+    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
+    order: dict[str, tuple[str, ...]] | None = None,
 ) -> waiting.Snapshot:
     """What the why-rules read (EXT-WHY-1), in three queries however long the queue.
 
@@ -153,11 +157,13 @@ def wait_snapshot(
     given), every live lease with its job's effective runtime (``None`` for a lease no
     job row backs), the reservation rows of the last pass, and the quarantine text of
     unhealthy devices as the device view shows it (API-023: the detail when there is
-    one, else the category).
+    one, else the category). With EXT-SHARE: the devices each share name holds when a
+    limit applies, and, for the queued jobs that wait for others, those not yet ended,
+    in the order of ``order`` (job -> its ``after_ids``).
     """
     db = conn
     records, snaps = (kept or fleet.FleetSnapshot()).read(db)
-    leases = [
+    holdings = [
         waiting.Holding(
             device_id=device_id,
             holder=holder,
@@ -178,7 +184,15 @@ def wait_snapshot(
         for d in records.values()
         if d.state == _UNHEALTHY
     }
-    return waiting.Snapshot(snaps, queued, leases, reservations, quarantine)
+    held = leases.held_by_share(db) if limits.on else {}
+    waiting_jobs = [j.id for j in queued if j.after_open]
+    pending = after.pending(db, waiting_jobs) if waiting_jobs else {}
+    for job_id, ids in pending.items():
+        given = (order or {}).get(job_id, ())
+        ids.sort(key=lambda i: given.index(i) if i in given else len(given))
+    return waiting.Snapshot(
+        snaps, queued, holdings, reservations, quarantine, limits, held, pending
+    )
 
 
 def waiting_for(
@@ -186,12 +200,14 @@ def waiting_for(
     job: JobRecord,
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
+    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
 ) -> list[waiting.Blocker]:
     """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued. ``key`` is
-    the queue order that decides who is ahead (aged, EXT-FAIR-1)."""
+    the queue order that decides who is ahead (aged, EXT-FAIR-1); ``limits`` the
+    submitter limits (EXT-SHARE-1)."""
     if not job.queued:
         return []
-    snap = wait_snapshot(conn, queries.queued_snaps(conn), kept)
+    snap = wait_snapshot(conn, queries.queued_snaps(conn), kept, limits, {job.id: job.after_ids})
     return waiting.waiting_for(job.snap(), snap, key)
 
 
@@ -200,11 +216,13 @@ def waiting_for_all(
     queued: list[JobRecord],
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
+    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
 ) -> dict[str, list[waiting.Blocker]]:
     """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
     if not queued:
         return {}
-    snap = wait_snapshot(conn, [j.snap() for j in queued], kept)
+    order = {j.id: j.after_ids for j in queued if j.after_open}
+    snap = wait_snapshot(conn, [j.snap() for j in queued], kept, limits, order)
     return waiting.waiting_for_all(snap, key)
 
 

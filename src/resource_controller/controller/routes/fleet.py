@@ -11,7 +11,7 @@ from resource_controller import errors, wire
 from resource_controller.controller import deps, render, service
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import perform
-from resource_controller.core import limits, selectors
+from resource_controller.core import identity, limits, selectors
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.records import RecoveryHistory
@@ -96,8 +96,8 @@ async def describe(device_id: str, svc: Svc) -> Response:
     return _json(out)
 
 
-@router.get("/v1/explain", dependencies=[Client], response_model=wire.Explain)
-async def explain(request: Request, svc: Svc) -> Response:
+@router.get("/v1/explain", response_model=wire.Explain)
+async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     text = request.query_params.get("selector") or ""
     if not text:
         raise errors.BadRequest("selector is required")
@@ -107,16 +107,25 @@ async def explain(request: Request, svc: Svc) -> Response:
         selectors.validate(text)
     except selectors.SelectorError as exc:
         raise errors.BadSelector(str(exc)) from None
+    asserted = request.query_params.get("submitter") or ""
+    if limits.utf8_len(asserted) > limits.SUBMITTER.size:
+        raise errors.BadRequest(f"submitter: at most {limits.SUBMITTER.size} bytes")
     ex = await svc.db(svc.store.explain, text)
-    return _json(
-        wire.Explain(
-            selector=ex.selector,
-            matching=ex.matching,
-            free=ex.free,
-            queue_depth=ex.queue_depth,
-            hint=ex.hint or None,
-        )
+    out = wire.Explain(
+        selector=ex.selector,
+        matching=ex.matching,
+        free=ex.free,
+        queue_depth=ex.queue_depth,
+        hint=ex.hint or None,
     )
+    # EXT-SHARE-1: the asking submitter's limit, under the name a submit would count.
+    share = identity.share_name(caller, identity.recorded_submitter(caller, asserted))
+    limit = svc.store.limits.of(share) if share else None
+    if limit is not None:
+        held = await svc.db(svc.store.held_by_share)
+        out.submitter, out.submitter_limit = share, limit
+        out.submitter_held = held.get(share, 0)
+    return _json(out)
 
 
 @router.get("/v1/whoami", response_model=wire.Whoami)

@@ -282,6 +282,8 @@
   }
 
   function blocker(b) {
+    if (b.submitter_limit !== undefined) return b.submitter + " is at the limit of " + b.submitter_limit + " devices";
+    if (b.after !== undefined) return "waits for job " + b.after + " to end";
     if (b.holder !== undefined) return b.device_id + " is " + (b.kind === "hold" ? "held" : "used") + " by " + b.holder + (b.until ? ", at most until " + new Date(b.until).toLocaleString() : "");
     if (b.reserved_by !== undefined) return b.device_id + " is reserved for job " + b.reserved_by + ", ahead in the queue";
     if (b.draining) return b.device_id + " is draining";

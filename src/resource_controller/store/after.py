@@ -1,0 +1,162 @@
+"""Jobs that wait for other jobs (EXT-SHARE-2): the edges, and what an end does to them.
+
+A job submitted with ``after`` gets one ``job_after`` row per job it waits for that has
+not ended (or has ended in a way that fails it), and ``after_open`` counts them; while
+it is above 0 the pass does not read the job. Migration 0010's trigger notes in a row's
+``ended`` the state its job ends in, whichever path ends it (a report, a kill, a sweep, a
+registration's reap, this module's own ``dependency_failed``). ``settle`` consumes the
+noted rows, in a terminal report's own transaction and first in every scheduling pass
+(EXT-FAST-1 runs one after every other end):
+an end that meets the rule (``core.scheduling.dependency_met``) lowers ``after_open``;
+one that does not ends the waiting job ``killed`` with ``dependency_failed: JOB``, which
+the trigger notes in turn for the jobs waiting on it, so a failed chain ends in one
+pass. A cycle cannot form: a job can only name jobs that already exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from resource_controller import errors
+from resource_controller.core import scheduling, states
+from resource_controller.core.states import TERMINAL, JobState
+from resource_controller.core.transitions import JOB, Op
+from resource_controller.store import moves, sql
+
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+
+#: Rows whose job has ended, through the partial index ``job_after_ended``.
+_ANY_NOTED = "SELECT 1 FROM job_after WHERE ended != '' LIMIT 1"
+_TAKE_NOTED = "DELETE FROM job_after WHERE ended != '' RETURNING job_id, after_id, ended"
+
+
+def edges(db: sql.Db, after: Sequence[str], after_any: bool) -> list[tuple[str, str]]:
+    """The ``job_after`` rows (job waited for, ``ended``) of a job about to be enqueued
+    waiting for ``after``; ``BadRequest`` naming the first ID no job has.
+
+    A job that already ended in a way that meets the rule needs no row; one that ended
+    otherwise gets a row already noted, so the submit's pass fails the new job. On
+    PostgreSQL the rows read are locked against a concurrent end until the enqueue
+    commits: ended unseen, its trigger would note a row it cannot see yet, and the new
+    job would wait for ever.
+    """
+    if not after:
+        return []
+    text = f"SELECT id, state FROM jobs WHERE id IN ({sql.marks(len(after))})"
+    if db.postgres:
+        text += " FOR SHARE"
+    found = {str(i): str(s) for i, s in db.execute(text, tuple(after))}
+    out: list[tuple[str, str]] = []
+    for job_id in after:
+        state = found.get(job_id)
+        if state is None:
+            raise errors.BadRequest(f"after: no job has the ID {job_id[:80]!r}")
+        if state not in _TERMINAL:
+            out.append((job_id, ""))
+        elif not scheduling.dependency_met(state, after_any):
+            out.append((job_id, state))
+    return out
+
+
+def insert(db: sql.Db, job_id: str, rows: Sequence[tuple[str, str]]) -> None:
+    db.many(
+        "INSERT INTO job_after (job_id, after_id, ended) VALUES (?, ?, ?)",
+        [(job_id, other, ended) for other, ended in rows],
+    )
+
+
+def noted(db: sql.Db) -> bool:
+    """Some job another waits for has ended since the last ``settle``: one index probe."""
+    return db.one(_ANY_NOTED) is not None
+
+
+def settle(db: sql.Db, now: int) -> list[str]:
+    """Apply every noted end, in the caller's transaction; the jobs it ended
+    ``dependency_failed``. Rows of a job that is no longer queued are simply dropped."""
+    ended: list[str] = []
+    while True:
+        rows = db.execute(_TAKE_NOTED).fetchall()
+        if not rows:
+            return ended
+        by_job: dict[str, list[tuple[str, str]]] = {}
+        for job_id, other, state in rows:
+            by_job.setdefault(str(job_id), []).append((str(other), str(state)))
+        waiting = _queued(db, list(by_job))
+        for job_id, ends in by_job.items():
+            if job_id not in waiting:
+                continue
+            after_any, order = waiting[job_id]
+            failed = [
+                other for other, state in ends if not scheduling.dependency_met(state, after_any)
+            ]
+            if failed:
+                first = min(failed, key=_position(order))
+                if _fail(db, now, job_id, first):
+                    ended.append(job_id)
+                continue
+            db.execute(
+                "UPDATE jobs SET after_open = after_open - ? WHERE id = ?", (len(ends), job_id)
+            )
+
+
+def _position(order: str) -> Callable[[str], int]:
+    """A job's place in a waiting job's ``after_ids`` (an unknown one last)."""
+    names = order.split(",")
+
+    def at(job_id: str) -> int:
+        return names.index(job_id) if job_id in names else len(names)
+
+    return at
+
+
+def _fail(db: sql.Db, now: int, job_id: str, other: str) -> bool:
+    """End a queued job ``killed``, ``dependency_failed: <other>`` (EXT-SHARE-2)."""
+    done = moves.move(
+        db,
+        JOB,
+        Op.DEPENDENCY_FAILED,
+        "id = ?",
+        (job_id,),
+        state=JobState.KILLED,
+        kill_reason=states.dependency_failed(other),
+        finished_at=now,
+    )
+    if done != 1:
+        return False
+    db.execute("DELETE FROM job_after WHERE job_id = ?", (job_id,))
+    db.execute("DELETE FROM reservations WHERE job_id = ?", (job_id,))
+    return True
+
+
+def _queued(db: sql.Db, job_ids: list[str]) -> dict[str, tuple[bool, str]]:
+    """Of ``job_ids``, the queued jobs: whether any end will do, and their ``after_ids``."""
+    out: dict[str, tuple[bool, str]] = {}
+    for at in range(0, len(job_ids), _CHUNK):
+        part = job_ids[at : at + _CHUNK]
+        rows = db.execute(
+            "SELECT id, after_any, after_ids FROM jobs"
+            f" WHERE id IN ({sql.marks(len(part))}) AND state = ?",
+            (*part, str(JobState.QUEUED)),
+        )
+        out.update((str(r[0]), (bool(r[1]), str(r[2]))) for r in rows)
+    return out
+
+
+def pending(db: sql.Db, job_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Queued job -> the jobs it waits for that have not ended, for ``waiting_for``
+    (EXT-SHARE-2); jobs waiting for none are absent."""
+    out: dict[str, list[str]] = {}
+    for at in range(0, len(job_ids), _CHUNK):
+        part = job_ids[at : at + _CHUNK]
+        rows = db.execute(
+            "SELECT job_id, after_id FROM job_after"
+            f" WHERE job_id IN ({sql.marks(len(part))}) AND ended = ''",
+            tuple(part),
+        )
+        for job_id, other in rows:
+            out.setdefault(str(job_id), []).append(str(other))
+    return out
+
+
+#: IDs per ``IN`` list: far below any database's limit on parameters.
+_CHUNK = 500
