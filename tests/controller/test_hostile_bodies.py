@@ -165,6 +165,9 @@ def test_malformed_json_is_400_naming_the_field(
     for name in op.body.model_fields:
         value = wrong_value(op.body, base, name)
         expect(json.dumps({**base, name: value}).encode(), 400, "bad_request", name)
+    for name, value in base.items():  # PostgreSQL's text cannot hold NUL; no argv can
+        if isinstance(value, str):
+            expect(json.dumps({**base, name: value + "\x00"}).encode(), 400, "bad_request", name)
     for name, (status, code, word) in case["missing"].items():
         content = (
             b""
@@ -180,6 +183,26 @@ def test_malformed_json_is_400_naming_the_field(
         r.status_code,
         r.text,
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({"command": ["true", "a\x00b"]}, "command.1"),
+        ({"command": ["true"], "env": {"K": "v\x00"}}, "env.K"),
+        ({"command": ["true"], "env": {"K\x00": "v"}}, "env.K\x00"),
+        ({"command": ["true"], "cwd": "/tmp/\x00"}, "cwd"),
+    ],
+)
+def test_a_nul_character_anywhere_in_a_body_is_400_naming_where(
+    rc: Harness, body: dict[str, Any], where: str
+) -> None:
+    r = rc.client.post("/v1/jobs", json={"device_id": "gpubox:gpu0", "submitter": "al", **body})
+    message = assert_error(r, 400, "bad_request")
+    assert message.startswith(f"{where}: ") and "NUL" in message, message
+    text = {"command": ["true"], "cwd": "/tmp/\\u0000", "submitter": "al"}
+    r = rc.client.post("/v1/jobs", json=text)
+    assert r.json()["error"] != "bad_request", r.text  # a backslash and "u0000" are text
 
 
 @pytest.mark.parametrize("route", sorted(CASES), ids=lambda r: f"{r[0].upper()} {r[1]}")

@@ -162,6 +162,9 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         data = pydantic_core.from_json(raw)
     except ValueError:
         raise errors.BadRequest("body is not valid JSON") from None
+    if b"\\u0000" in raw and (where := _nul_at(data)) is not None:
+        # No argv, environment, path or name can hold one, and PostgreSQL's text cannot.
+        raise errors.BadRequest(f"{where or 'body'}: a string holds a NUL character (\\u0000)")
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
@@ -175,6 +178,24 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
     except (ValueError, json.JSONDecodeError):
         raise errors.BadRequest("body is not valid JSON") from None
+
+
+def _nul_at(data: Any, where: str = "") -> str | None:
+    """Where in a parsed body a string (or a key) holds a NUL character; None if nowhere."""
+    if isinstance(data, str):
+        return where if "\x00" in data else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{where}.{key}" if where else str(key)
+            if "\x00" in key:
+                return here
+            if (found := _nul_at(value, here)) is not None:
+                return found
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if (found := _nul_at(value, f"{where}.{i}" if where else str(i))) is not None:
+                return found
+    return None
 
 
 #: How many unknown fields a refusal names, so that a hostile body gets a short answer.
