@@ -389,8 +389,8 @@ class Scripted:
         self.kills.append((job_id, timeout))
         self._answer("kill", None)
 
-    def get_job(self, job_id: str, **kw: Any) -> api.JobView:
-        return api.JobView(self._answer("refetch", {"id": job_id, "state": "killed"}))
+    def get_job(self, job_id: str, **kw: Any) -> api.PolledJob:
+        return api.PolledJob(self._answer("refetch", {"id": job_id, "state": "killed"}))
 
 
 REQ = hold_cli.HoldRequest(ttl_seconds=60, reason="r", device="box:gpu0")

@@ -6,11 +6,11 @@ import pytest
 
 from resource_controller import errors
 from resource_controller.client import waits
-from resource_controller.client.messages import JobView
+from resource_controller.client.messages import PolledJob
 
 
-def view(state: str) -> JobView:
-    return JobView({"id": "j1", "state": state}, 0, [])
+def view(state: str) -> PolledJob:
+    return PolledJob({"id": "j1", "state": state}, 0, [])
 
 
 def test_until_scheduled_ends_when_the_job_leaves_the_queue() -> None:

@@ -301,7 +301,7 @@ class QueueReport:
         self.clock = clock
         self.last: tuple[int, tuple[object, ...]] | None = None
 
-    def __call__(self, view: api.JobView) -> None:
+    def __call__(self, view: api.PolledJob) -> None:
         from resource_controller.core import waiting  # only a queued run pays for it
 
         blockers = waiting.blockers_from_wire(view.waiting_for)

@@ -209,10 +209,10 @@ class AsyncClient:
 
     # ---- the requests (CLI-071) ---------------------------------------------
 
-    async def _get_job(self, job_id: str, timeout: float | None = None) -> api.JobView:
+    async def _get_job(self, job_id: str, timeout: float | None = None) -> api.PolledJob:
         path = api.job_path(job_id)
         data = await self._http.request("GET", path, timeout=timeout)
-        return api.parse_job_view(data, f"GET {path}")
+        return api.parse_polled_job(data, f"GET {path}")
 
     async def _resolve(self, given: str) -> str:
         query = api.prefix_query(given)

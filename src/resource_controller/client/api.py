@@ -29,11 +29,11 @@ from resource_controller.client.messages import (
 from resource_controller.client.messages import (
     JobIdError as JobIdError,
 )
-from resource_controller.client.messages import (
-    JobView as JobView,
-)
 from resource_controller.client.messages import (  # the client's surface: api.X
     Json as Json,
+)
+from resource_controller.client.messages import (
+    PolledJob as PolledJob,
 )
 from resource_controller.client.messages import (
     add_jobs_page,
@@ -59,7 +59,7 @@ from resource_controller.client.messages import (
     new_idempotency_key as new_idempotency_key,
 )
 from resource_controller.client.messages import (
-    parse_job_view as parse_job_view,
+    parse_polled_job as parse_polled_job,
 )
 from resource_controller.client.messages import (
     pick_prefix_match as pick_prefix_match,
@@ -275,10 +275,10 @@ class Client:
             timeout=timeout,
         )
 
-    def get_job(self, job_id: str, *, timeout: float | None = None) -> JobView:
+    def get_job(self, job_id: str, *, timeout: float | None = None) -> PolledJob:
         """One job with its queue position (CLI-071)."""
         resp = self._http.request("GET", job_path(job_id), timeout=timeout)
-        return parse_job_view(resp.json(), resp.request)
+        return parse_polled_job(resp.json(), resp.request)
 
     def kill(
         self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
@@ -481,7 +481,7 @@ class Client:
         *,
         on_position: Callable[[int], None] | None = None,
         deadline: float | None = None,
-        on_view: Callable[[JobView], None] | None = None,
+        on_view: Callable[[PolledJob], None] | None = None,
     ) -> Json:
         """Poll until the job leaves the queue and return it (CLI-077).
 

@@ -41,7 +41,7 @@ class JobIdError(errors.ClientError):
     """A job ID prefix that is too short or matches several jobs (EXT-CLI-7)."""
 
 
-class JobView(NamedTuple):
+class PolledJob(NamedTuple):
     """``GET /v1/jobs/{id}``: the job and, while it is queued, its 1-based position.
 
     A named tuple, not a dataclass: ``dataclasses`` (with ``inspect``) would cost
@@ -174,15 +174,15 @@ def kill_refusal(e: errors.ApiError) -> errors.ClientError:
     return e
 
 
-def parse_job_view(data: Any, request: str) -> JobView:
-    """``GET /v1/jobs/{id}``'s body as a ``JobView``; no job object is a protocol failure."""
+def parse_polled_job(data: Any, request: str) -> PolledJob:
+    """``GET /v1/jobs/{id}``'s body as a ``PolledJob``; no job object is a protocol failure."""
     data = shapes.normalise(data, shapes.JOB_VIEW)
     job = data.get("job") if isinstance(data, dict) else None
     if not isinstance(job, dict):
         raise errors.TransportError(f"{request}: controller sent no job object")
     position = data.get("queue_position") or 0
     waits = data.get("waiting_for")
-    return JobView(
+    return PolledJob(
         job,
         position if isinstance(position, int) else 0,
         [w for w in waits if isinstance(w, dict)] if isinstance(waits, list) else [],

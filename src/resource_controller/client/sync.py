@@ -112,7 +112,7 @@ class Job(JobInfo):
         job._load(data, position, waits)
         return job
 
-    def _view(self, view: api.JobView) -> Job:
+    def _view(self, view: api.PolledJob) -> Job:
         self._load(view.job, view.queue_position, view.waiting_for)
         return self
 

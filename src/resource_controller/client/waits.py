@@ -10,7 +10,7 @@ apart on a bound, a limit or a message.
 from __future__ import annotations
 
 from resource_controller import errors
-from resource_controller.client.messages import JobView
+from resource_controller.client.messages import PolledJob
 from resource_controller.core.states import TERMINAL, JobState
 
 #: CLI-190: pause between polls in both wait loops.
@@ -72,7 +72,7 @@ class UntilScheduled:
         if self.failures >= self.give_up:
             raise PollGiveUp(self.given_up(error)) from error
 
-    def reached(self, view: JobView) -> bool:
+    def reached(self, view: PolledJob) -> bool:
         """Whether the polled job is where this wait ends."""
         self.failures = 0
         return view.state != JobState.QUEUED
@@ -104,7 +104,7 @@ class UntilTerminal(UntilScheduled):
         self.bound = bound
         self.last_state = "unknown"
 
-    def reached(self, view: JobView) -> bool:
+    def reached(self, view: PolledJob) -> bool:
         self.failures = 0
         self.last_state = view.state or self.last_state
         return view.state in TERMINAL
