@@ -68,6 +68,10 @@ class JobRecord:
     logs_pruned: int = 0
     #: A several-device job's devices by ID (EXT-GANG-1); () for a one-device job.
     device_ids: tuple[str, ...] = ()
+    #: What the worker measured of its GPUs (EXT-ACCT-1); None when nothing was sampled.
+    gpu_util_mean: float | None = None
+    gpu_mem_peak_bytes: int | None = None
+    gpu_samples: int | None = None
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -197,6 +201,19 @@ class Registration:
 class Assigned:
     job_id: str
     worker_id: str
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """What a terminal report says the job's GPUs did (EXT-ACCT-1); each part None when
+    the worker measured nothing of it."""
+
+    util_mean: float | None = None
+    mem_peak_bytes: int | None = None
+    samples: int | None = None
+
+
+NO_GPU_USE = GpuUse()
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,11 @@ jobs = sa.Table(
     #: EXT-LIMITS-2): the pinned list from enqueue, or what the assignment gave it.
     #: ``''`` for a one-device job, whose ``device_id`` says it all.
     sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
+    #: What the worker measured of the job's GPUs (EXT-ACCT-1), NULL when nothing was
+    #: sampled: mean utilisation in percent, peak memory in bytes, readings taken.
+    sa.Column("gpu_util_mean", sa.Float, nullable=True),
+    sa.Column("gpu_mem_peak_bytes", sa.BigInteger, nullable=True),
+    sa.Column("gpu_samples", sa.Integer, nullable=True),
 )
 
 leases = sa.Table(
@@ -169,6 +174,38 @@ log_chunks = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
+#: The usage rollup (EXT-ACCT-2, ``store/usage.py``, migration 0010): per group
+#: (``dim``: submitter, device, host or pair; ``key``) the running sums of what its
+#: leases held, and the latest hour they were written in.
+usage_totals = sa.Table(
+    "usage_totals",
+    metadata,
+    sa.Column("dim", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("last_hour", sa.BigInteger, nullable=False),
+    sa.Column("jobs", sa.BigInteger, nullable=False),
+    sa.Column("held_seconds", sa.BigInteger, nullable=False),
+    sa.Column("sampled_seconds", sa.BigInteger, nullable=False),
+    sa.Column("weighted_seconds", sa.Float, nullable=False),
+    #: The mean GPU utilisation of the group's latest job that reported one (EXT-ACCT-3).
+    sa.Column("last_util", sa.Float, nullable=True),
+    sqlite_with_rowid=False,
+)
+
+#: The same sums as they stood at the end of each hour the group was active.
+usage_marks = sa.Table(
+    "usage_marks",
+    metadata,
+    sa.Column("dim", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("hour", sa.BigInteger, primary_key=True),
+    sa.Column("jobs", sa.BigInteger, nullable=False),
+    sa.Column("held_seconds", sa.BigInteger, nullable=False),
+    sa.Column("sampled_seconds", sa.BigInteger, nullable=False),
+    sa.Column("weighted_seconds", sa.Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,
@@ -192,4 +229,5 @@ sa.Index("jobs_log_retention", jobs.c.logs_pruned, jobs.c.finished_at)
 sa.Index("device_labels_device", device_labels.c.device_id)
 sa.Index("device_changes_version", device_changes.c.version)
 sa.Index("devices_worker", devices.c.worker_id)  #: a heartbeat's statements (migration 0005)
+sa.Index("usage_totals_recent", usage_totals.c.dim, usage_totals.c.last_hour)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)
