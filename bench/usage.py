@@ -17,6 +17,7 @@ Usage: ``python bench/usage.py [--jobs 1000000] [--postgresql] [--json out.json]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -240,16 +241,15 @@ def main() -> None:
                 for since_text in args.since:
                     since = acct.parse_since(since_text)
                     groups = len(store.usage(by, since).groups)
-                    t_store = _timed(lambda b=by, s=since: store.usage(b, s), args.repeats)
-                    t_direct = _timed(lambda b=by, s=since: direct(store, b, s), 3)
+                    t_store = _timed(functools.partial(store.usage, by, since), args.repeats)
+                    t_direct = _timed(functools.partial(direct, store, by, since), 3)
                     results[f"{by}/{since_text}"] = {
                         "groups": groups,
                         "store_ms": t_store,
                         "direct_ms": t_direct,
                     }
                     print(
-                        f"{by:10} {since_text:6} {groups:6}  {_fmt(t_store)}"
-                        f"      {_fmt(t_direct)}"
+                        f"{by:10} {since_text:6} {groups:6}  {_fmt(t_store)}      {_fmt(t_direct)}"
                     )
             store.close()
             if not args.no_http:
@@ -258,7 +258,7 @@ def main() -> None:
                     for by in args.by:
                         for since_text in args.since:
                             path = f"/v1/usage?by={by}&since={since_text}"
-                            t_http = _timed(lambda p=path: get(url, p), args.repeats)
+                            t_http = _timed(functools.partial(get, url, path), args.repeats)
                             results[f"{by}/{since_text}"]["http_ms"] = t_http
                             print(f"{by:10} {since_text:6} {_fmt(t_http)}")
             out["results"] = results

@@ -295,6 +295,8 @@ class Agent:
         """
         names = [d.name for d in self.config.devices]
         found = await self.prober.run_pass()
+        if self.life is not None:  # what GPU sampling names each device by (EXT-ACCT-1)
+            self.life.detected = found.devices
         read = await asyncio.to_thread(sheets.read_sheets, self.config.sheet_dir, names)
         return HostFacts(found.labels, read)
 
