@@ -11,7 +11,8 @@ ended, which also gives the rollup's cost per job. Then, for each ``--by`` and e
 comparison the same question answered straight from the leases, by an index on their
 release time (what the rollup replaces).
 
-Usage: ``python bench/usage.py [--jobs 1000000] [--postgresql] [--json out.json]``.
+Usage: ``python bench/usage.py [--jobs 1000000] [--postgresql] [--json out.json]``;
+``--migration N`` times only migration 0010 filling the rollup from N leases.
 """
 
 from __future__ import annotations
@@ -193,6 +194,49 @@ def get(url: str, path: str) -> bytes:
         return body
 
 
+def migration(leases: int, seed: int) -> dict[str, float]:
+    """Migration 0010's cost on a store from before it: ``leases`` released leases at
+    revision 0009 (SQLite), then the upgrade that fills the rollup, timed."""
+    from alembic import command
+
+    from resource_controller.store import engine
+
+    rng = random.Random(seed)
+    now = int(time.time())
+    with tempfile.TemporaryDirectory(prefix="rc-usage-mig-") as tmp:
+        path = Path(tmp) / "rc.db"
+        eng = engine.create_engine(path)
+        try:
+            with eng.connect() as conn:
+                command.upgrade(engine._alembic_config(conn), "0009")
+                conn.commit()
+            rows = []
+            for i in range(leases):
+                end = now - rng.randrange(30 * DAY)
+                held = rng.randrange(60, 7200)
+                device = f"h{rng.randrange(64):03d}:gpu{rng.randrange(8)}"
+                who = f"user{rng.randrange(300):04d}"
+                rows.append((f"l{i}", f"j{i}", device, who, end - held, end + 600, end))
+            raw = eng.raw_connection()
+            try:
+                raw.cursor().executemany(
+                    "INSERT INTO leases (id, job_id, device_id, holder, acquired_at,"
+                    " expires_at, released_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                raw.commit()
+            finally:
+                raw.close()
+            t0 = time.perf_counter()
+            with eng.connect() as conn:
+                command.upgrade(engine._alembic_config(conn), "head")
+                conn.commit()
+            took = time.perf_counter() - t0
+        finally:
+            eng.dispose()
+    return {"leases": leases, "seconds": took}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
@@ -206,7 +250,18 @@ def main() -> None:
     ap.add_argument("--postgresql", action="store_true", help="a throwaway PostgreSQL cluster")
     ap.add_argument("--no-http", action="store_true", help="skip the rc serve half")
     ap.add_argument("--json", default="")
+    ap.add_argument(
+        "--migration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only time migration 0010 filling the rollup from N released leases (SQLite)",
+    )
     args = ap.parse_args()
+    if args.migration:
+        took = migration(args.migration, args.seed)
+        print(f"migration 0010 over {took['leases']} leases: {took['seconds']:.1f} s")
+        return
     out: dict[str, Any] = {"args": vars(args)}
     now = int(time.time()) // 3600 * 3600 + 1800
     cluster = None
