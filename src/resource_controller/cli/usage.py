@@ -22,8 +22,7 @@ _HEADS = {"submitter": "SUBMITTER", "device": "DEVICE", "host": "HOST"}
     "--since",
     default=acct.DEFAULT_SINCE,
     metavar="DURATION",
-    help="The window: the last DURATION (7d, 36h, 2w, 1d12h), from the start of its"
-    " first hour.",
+    help="The window: the last DURATION (7d, 36h, 2w, 1d12h), from the start of its first hour.",
 )
 @click.option(
     "--by",
