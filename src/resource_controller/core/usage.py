@@ -31,7 +31,7 @@ MAX_SINCE = 36_500 * 86_400
 MAX_GROUPS = 1000
 
 _SINCE_UNITS = {"w": 7 * 86_400, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_SINCE_TERM = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([wdhms])")
+_SINCE_TERM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([wdhms])")
 
 
 class UsageError(ValueError):
@@ -46,13 +46,13 @@ def parse_since(text: str) -> int:
     """
     s = text.strip()
     pos, total = 0, 0.0
-    while pos < len(s):
+    while 0 < len(s) <= 64 and pos < len(s):
         m = _SINCE_TERM.match(s, pos)
         if m is None:
             break
         total += float(m.group(1)) * _SINCE_UNITS[m.group(2)]
         pos = m.end()
-    if not s or pos != len(s) or len(s) > 64:
+    if not s or pos != len(s):
         raise UsageError(
             f"since: {text[:64]!r} is not a duration (examples: 7d, 36h, 2w, 1d12h, 90m)"
         )
