@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -397,10 +397,10 @@ def test_describe_shows_what_the_gpus_did_when_a_job_measured_it(
 ) -> None:
     # EXT-ACCT-1: "rc describe-style job output"; a GPU column only then.
     measured = dict(DESCRIBE)
-    first, second = DESCRIBE["recent_jobs"]
+    recent = cast(list[dict[str, Any]], DESCRIBE["recent_jobs"])
     measured["recent_jobs"] = [
-        first,
-        {**second, "gpu_util_mean": 86.6, "gpu_mem_peak_bytes": 21474836480, "samples": 360},
+        recent[0],
+        {**recent[1], "gpu_util_mean": 86.6, "gpu_mem_peak_bytes": 21474836480, "samples": 360},
     ]
     fixed["describe"] = measured
     lines = strip(run_rc("describe", "gpubox:gpu0").stdout)
