@@ -399,3 +399,30 @@ def test_the_interval_defaults_to_ten_seconds_and_zero_turns_it_off(tmp_path: Pa
 def test_a_bad_interval_is_refused_naming_it(tmp_path: Path, value: str, says: str) -> None:
     with pytest.raises(wc.ConfigError, match=says):
         wc.load_config(write(tmp_path, f"gpu_sample_interval: {value}\n"), {})
+
+
+def test_a_device_keeps_its_detected_uuid_while_a_probe_fails(tmp_path: Path) -> None:
+    # What ``-i`` names a MIG instance by comes from the probes; a pass that cannot
+    # confirm the device (PROBE-031) must not make its GPU unsampled meanwhile.
+    probe_dir = tmp_path / "probe.d"
+    probe_dir.mkdir()
+    probe = probe_dir / "10-uuid"
+    probe.write_text('#!/bin/sh\necho \'{"gpu0.uuid": "GPU-0a1b"}\'\n')
+    probe.chmod(0o755)
+    ctl = FakeController()
+
+    async def go() -> list[str | None]:
+        r = await Running(ctl, make_config(probe_dir=str(probe_dir))).started()
+        life = r.agent.life
+        assert life is not None
+        seen = [life.detected.get("gpu0", {}).get("uuid")]
+        probe.write_text("#!/bin/sh\nexit 1\n")
+        await r.agent.gather_facts()
+        seen.append(life.detected.get("gpu0", {}).get("uuid"))
+        probe.unlink()  # gone: its facts clear, as the labels do
+        await r.agent.gather_facts()
+        seen.append(life.detected.get("gpu0", {}).get("uuid"))
+        await r.finish()
+        return seen
+
+    assert run(go()) == ["GPU-0a1b", "GPU-0a1b", None]
