@@ -35,6 +35,8 @@ if TYPE_CHECKING:
         Label,
         LeaseInfo,
         RunResult,
+        Usage,
+        UsageGroup,
     )
     from resource_controller.client.options import CountNotHonoured
     from resource_controller.client.sync import Client, Job, JobFailed, Lease, NotGranted
@@ -56,6 +58,8 @@ _LAZY = {
     "Label": "resource_controller.client.models",
     "LeaseInfo": "resource_controller.client.models",
     "RunResult": "resource_controller.client.models",
+    "Usage": "resource_controller.client.models",
+    "UsageGroup": "resource_controller.client.models",
     "CountNotHonoured": "resource_controller.client.options",
     "PollGiveUp": "resource_controller.client.api",
     "WaitTimeout": "resource_controller.client.api",
@@ -85,6 +89,8 @@ __all__ = [
     "RcError",
     "RunResult",
     "TransportError",
+    "Usage",
+    "UsageGroup",
     "WaitTimeout",
     "__version__",
 ]

@@ -10,10 +10,11 @@ given as ``maxLength`` in characters (a necessary condition) plus ``x-max-bytes`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
 from resource_controller.core import limits
@@ -146,3 +147,31 @@ IdempotencyKey = Annotated[
 _NAME_SCHEMA = _schema(maxLength=limits.NAME_CHARS, pattern=r"^[A-Za-z0-9._-]*$")
 HostName = Annotated[StrictStr, AfterValidator(_name("host")), _NAME_SCHEMA]
 DeviceName = Annotated[StrictStr, AfterValidator(_name("device")), _NAME_SCHEMA]
+
+
+# ---- measurements a worker reports (EXT-ACCT-1) ---------------------------------------
+
+
+def _measured(high: float, integral: bool) -> Callable[[Any], Any]:
+    """A number in ``0..high`` as sent, anything else as ``None``: a bad reading is
+    unknown, never a refused report (a terminal report refused for it would be retried
+    for ever, and the device held)."""
+
+    def read(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if not math.isfinite(value) or not 0 <= value <= high:
+            return None
+        if integral:
+            return int(value) if float(value).is_integer() else None
+        return float(value)
+
+    return read
+
+
+#: Mean GPU utilisation, percent.
+UtilPercent = Annotated[float | None, BeforeValidator(_measured(100, integral=False))]
+#: Bytes of GPU memory.
+MeasuredBytes = Annotated[int | None, BeforeValidator(_measured(2**63 - 1, integral=True))]
+#: How many readings.
+MeasuredCount = Annotated[int | None, BeforeValidator(_measured(2**31 - 1, integral=True))]

@@ -186,6 +186,12 @@ class StatusReport(_Request):
     exit_code: b.ExitCode | None = None
     reason: StrictStr = ""
     lease_epoch: StrictInt | None = None
+    #: What the job's GPUs did (EXT-ACCT-1), sent with the outcome; each omitted when
+    #: nothing was sampled. A value out of its range reads as not sent: a measurement
+    #: never costs the outcome it rides with (``bounded.measured``).
+    gpu_util_mean: b.UtilPercent = None
+    gpu_mem_peak_bytes: b.MeasuredBytes = None
+    samples: b.MeasuredCount = None
 
 
 class FaultReport(_Request):
@@ -263,6 +269,11 @@ class Job(_Response):
     #: theirs will do; omitted for a job that named none.
     after: list[str] | None = None
     after_any: bool | None = None
+    #: EXT-ACCT-1: mean GPU utilisation (percent), peak GPU memory (bytes) and the
+    #: readings they come from; omitted when nothing was sampled.
+    gpu_util_mean: float | None = None
+    gpu_mem_peak_bytes: int | None = None
+    samples: int | None = None
 
 
 class WaitingFor(_Response):
@@ -412,6 +423,44 @@ class Whoami(_Response):
 class Retired(_Response):
     retired: str
     note: str
+
+
+class UsageTotal(_Response):
+    """A usage window's figures summed over every group (EXT-ACCT-2)."""
+
+    jobs: int
+    #: Held time × devices, in hours.
+    device_hours: float
+    #: Device-hours weighted by the jobs' mean GPU utilisation, over the jobs that
+    #: measured one; omitted when none did.
+    gpu_hours: float | None = None
+    #: The part of ``device_hours`` whose utilisation is known; omitted when none is.
+    sampled_device_hours: float | None = None
+
+
+class UsageGroup(_Response):
+    """One submitter's, device's or host's use in the window (EXT-ACCT-2)."""
+
+    group: str
+    jobs: int
+    device_hours: float
+    gpu_hours: float | None = None
+    sampled_device_hours: float | None = None
+    #: Its part of the window's device-hours, 0..1.
+    share: float | None = None
+
+
+class Usage(_Response):
+    """``GET /v1/usage``: who held what, largest first (EXT-ACCT-2)."""
+
+    by: str
+    #: The window: from the start of the hour that holds now minus ``since``, to now.
+    since: str
+    until: str
+    groups: list[UsageGroup]
+    total: UsageTotal
+    #: Groups left out past ``limit`` (counted in ``total``); omitted when none.
+    more: int | None = None
 
 
 class ErrorBody(_Response):

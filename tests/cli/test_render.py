@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -389,6 +389,25 @@ def test_describe_text_matches_the_spec_example(run_rc: Rc, fixed: dict[str, Any
         "  JOB                                   STATE                                   DURATION  COMMAND",
         "  25147ef7-7bf4-40b9-9034-31e294e5be1a  running                                 2m5s      ./bench --fast",
         "  0f3e2d1c-aaaa-4bbb-8ccc-1234567890ab  killed (max_runtime exceeded (1h0m0s))  1h0m0s    python train.py",
+    ]
+
+
+def test_describe_shows_what_the_gpus_did_when_a_job_measured_it(
+    run_rc: Rc, fixed: dict[str, Any]
+) -> None:
+    # EXT-ACCT-1: "rc describe-style job output"; a GPU column only then.
+    measured = dict(DESCRIBE)
+    recent = cast(list[dict[str, Any]], DESCRIBE["recent_jobs"])
+    measured["recent_jobs"] = [
+        recent[0],
+        {**recent[1], "gpu_util_mean": 86.6, "gpu_mem_peak_bytes": 21474836480, "samples": 360},
+    ]
+    fixed["describe"] = measured
+    lines = strip(run_rc("describe", "gpubox:gpu0").stdout)
+    assert lines[-3:] == [
+        "  JOB                                   STATE                                   DURATION  GPU          COMMAND",
+        "  25147ef7-7bf4-40b9-9034-31e294e5be1a  running                                 2m5s      -            ./bench --fast",
+        "  0f3e2d1c-aaaa-4bbb-8ccc-1234567890ab  killed (max_runtime exceeded (1h0m0s))  1h0m0s    87% 20.0GiB  python train.py",
     ]
 
 

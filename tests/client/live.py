@@ -46,8 +46,9 @@ class LiveController:
 
 
 #: What a fake job does: given the worker and the assignment, return (state, exit code,
-#: reason), having appended any output it wants.
-Behaviour = Callable[["FakeWorker", dict[str, Any]], tuple[str, int | None, str]]
+#: reason), having appended any output it wants; a fourth item, when there is one, holds
+#: more fields for the terminal report (what the GPUs did, EXT-ACCT-1).
+Behaviour = Callable[["FakeWorker", dict[str, Any]], tuple[Any, ...]]
 
 
 def run_for_real(worker: FakeWorker, assignment: dict[str, Any]) -> tuple[str, int | None, str]:
@@ -169,11 +170,13 @@ class FakeWorker:
 
     def _play(self, assignment: dict[str, Any]) -> None:
         job_id = assignment["job_id"]
+        extra: dict[str, Any] = {}
         try:
-            state, code, reason = self.behaviour(self, assignment)
+            state, code, reason, *more = self.behaviour(self, assignment)
+            extra = more[0] if more else {}
         except Exception as e:  # a broken behaviour must still free the device
             state, code, reason = "failed", -1, f"fake worker: {e}"
-        body: dict[str, Any] = {"worker_id": self.id, "state": state}
+        body: dict[str, Any] = {"worker_id": self.id, "state": state, **extra}
         if code is not None:
             body["exit_code"] = code
         if reason:

@@ -57,6 +57,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("GET", "/v1/state"): "client",
     ("GET", "/v1/events"): "client",
     ("GET", "/v1/whoami"): "client",
+    ("GET", "/v1/usage"): "client",  # EXT-ACCT-2
     ("GET", "/metrics"): "client",
     ("GET", "/openapi.json"): "client",
     ("POST", "/v1/devices/{device_id}/clear"): "admin",

@@ -23,7 +23,18 @@ from resource_controller.version import installed_version
 
 from .cluster import RC, Cluster, free_port, stop, wait_for
 
-TOOLS = {"devices", "describe", "explain", "run", "submit", "logs", "kill", "hold", "release"}
+TOOLS = {
+    "devices",
+    "describe",
+    "explain",
+    "run",
+    "submit",
+    "logs",
+    "kill",
+    "hold",
+    "release",
+    "usage",  # EXT-ACCT-2
+}
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +151,14 @@ def test_an_agent_lists_the_tools_and_runs_a_command(fleet: Cluster, tmp_path: P
 
             bad = await s.call_tool("run", {"argv": ["true"], "device": "box:gpu9"})
             assert bad.is_error and "unknown_device: " in text_of(bad)
+
+            # EXT-ACCT-2: the jobs above that ended (the released hold may still be
+            # ending), by submitter; a bad window names itself.
+            used = structured(await s.call_tool("usage", {"since": "1d"}))
+            assert used["by"] == "submitter" and used["total"]["jobs"] >= 3
+            assert [g["group"] for g in used["groups"]] == ["tester"]
+            wrong = await s.call_tool("usage", {"since": "a week"})
+            assert wrong.is_error and "since: " in text_of(wrong)
 
     asyncio.run(main())
     (tmp_path / "transcript.json").write_text(json.dumps(transcript, indent=2))

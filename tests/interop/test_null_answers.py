@@ -201,6 +201,7 @@ def _holds_container(annotation: Any) -> bool:
         (wire.Describe, shapes.DESCRIBE),
         (wire.Explain, shapes.EXPLAIN),
         (wire.RecoveryHistory, shapes.RECOVERY_HISTORY),
+        (wire.Usage, shapes.USAGE),
     ],
     ids=lambda x: getattr(x, "__name__", ""),
 )

@@ -83,6 +83,8 @@ def _pairs(annotation: Any) -> st.SearchStrategy[Pair]:
         base: st.SearchStrategy[Any] = st.booleans()
     elif shape is int:
         base = st.integers(0, 5)
+    elif shape is float:  # a measurement (EXT-ACCT-1)
+        base = st.floats(0, 100)
     elif shape is str:
         base = st.text(max_size=4)
     else:

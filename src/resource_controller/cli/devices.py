@@ -231,7 +231,10 @@ def _recent_block(data: api.Json, timefmt: Any) -> list[list[str]]:
         rows.append(["  (none)"])
         return rows
     now = timefmt.utc_now()
-    rows.append(["  JOB", "STATE", "DURATION", "COMMAND"])
+    # EXT-ACCT-1: a GPU column only when some job measured its GPUs (the base table
+    # otherwise, as CLI-154 shows it).
+    gpu = any(_gpu_cell(job) != "-" for job in recent)
+    rows.append(["  JOB", "STATE", "DURATION", *(["GPU"] if gpu else []), "COMMAND"])
     for job in recent:
         started = timefmt.parse(job.get("started_at"))
         finished = timefmt.parse(job.get("finished_at"))
@@ -240,9 +243,26 @@ def _recent_block(data: api.Json, timefmt: Any) -> list[list[str]]:
         if job.get("kill_reason"):
             state += f" ({job['kill_reason']})"
         rows.append(
-            [f"  {job.get('id', '')}", state, duration, render.command_text(job.get("command"))]
+            [
+                f"  {job.get('id', '')}",
+                state,
+                duration,
+                *([_gpu_cell(job)] if gpu else []),
+                render.command_text(job.get("command")),
+            ]
         )
     return rows
+
+
+def _gpu_cell(job: api.Json) -> str:
+    """What a job's GPUs did, short: ``87% 20.0GiB``; ``-`` when nothing was measured."""
+    parts = []
+    util, peak = job.get("gpu_util_mean"), job.get("gpu_mem_peak_bytes")
+    if isinstance(util, int | float) and not isinstance(util, bool):
+        parts.append(f"{util:.0f}%")
+    if isinstance(peak, int) and not isinstance(peak, bool):
+        parts.append(f"{peak / (1 << 30):.1f}GiB")
+    return " ".join(parts) or "-"
 
 
 @click.command("clear", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)

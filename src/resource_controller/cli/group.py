@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("resource_controller.cli.serve:serve", "Run the controller."),
     "worker": ("resource_controller.cli.serve:worker", "Run the device-host agent."),
     "up": ("resource_controller.cli.serve:up", "Run a controller and a worker on this machine."),
+    "usage": (
+        "resource_controller.cli.usage:usage",
+        "Who held the devices over a window, per submitter, device or host.",
+    ),
     "whoami": ("resource_controller.cli.whoami:whoami", "Show this token's role and name."),
     "mcp": (
         "resource_controller.cli.mcp:mcp",

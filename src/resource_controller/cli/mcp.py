@@ -316,6 +316,25 @@ def hold(
     }
 
 
+def usage(since: str = "7d", by: str = "submitter") -> dict[str, Any]:
+    """Who held the devices over the last `since` (e.g. '7d', '36h', '2w'), one entry per
+    submitter, device or host (`by`), largest first: jobs, device_hours, gpu_hours
+    (weighted by measured GPU utilisation, absent where none was measured) and share of
+    the window's device-hours; plus the total."""
+    with _client() as c:
+        u = c.usage(since, by)
+    out: dict[str, Any] = {
+        "by": u.by,
+        "since": u.raw.get("since"),
+        "until": u.raw.get("until"),
+        "groups": u.raw.get("groups") or [],
+        "total": u.raw.get("total") or {},
+    }
+    if u.more:
+        out["more"] = u.more
+    return out
+
+
 def release(job_id: str) -> dict[str, Any]:
     """End a hold (or any job of yours) early and give the device back."""
     with _client() as c:
@@ -334,6 +353,7 @@ TOOLS: Mapping[str, Callable[..., Any]] = {
     "kill": kill,
     "hold": hold,
     "release": release,
+    "usage": usage,
 }
 
 
@@ -382,7 +402,7 @@ def build_server() -> Any:
 def mcp(as_: str) -> None:
     """Run a Model Context Protocol server on stdin/stdout for an AI agent.
 
-    Tools: devices, describe, explain, run, submit, logs, kill, hold, release. They use
+    Tools: devices, describe, explain, run, submit, logs, kill, hold, release, usage. They use
     the same controller, token and submitter as rc (RC_CONTROLLER, RC_TOKEN,
     RC_SUBMITTER, the config file), so the agent can end only its own jobs unless the
     token is admin.

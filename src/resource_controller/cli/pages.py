@@ -34,6 +34,7 @@ PAGES["rc"] = (
     "  serve     Run the controller.\n"
     "  undrain   (admin) Let drained devices work again.\n"
     "  up        Run a controller and a worker on this machine.\n"
+    "  usage     Who held the devices over a window, per submitter, device or host.\n"
     "  version   Print the installed version.\n"
     "  whoami    Show this token's role and name.\n"
     "  worker    Run the device-host agent.\n"

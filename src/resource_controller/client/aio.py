@@ -30,11 +30,12 @@ from resource_controller.client.models import (
     JobInfo,
     LeaseInfo,
     RunResult,
+    Usage,
     detected_uuid,
     mig_instance_ids,
     run_exit_code,
 )
-from resource_controller.client.options import Duration
+from resource_controller.client.options import Duration, check_usage
 from resource_controller.client.sync import (
     CANCEL_BOUND,
     FINAL_WAIT,
@@ -297,6 +298,14 @@ class AsyncClient:
         """This token's role, and its name when it has one (API-070)."""
         data = await self._http.request("GET", "/v1/whoami")
         return {str(k): str(v) for k, v in (data or {}).items()}
+
+    async def usage(self, since: str = "7d", by: str = "submitter", limit: int = 0) -> Usage:
+        """Who held what over the last ``since``, per ``by`` (EXT-ACCT-2), as
+        ``Client.usage``."""
+        check_usage(since, by)
+        query = messages.usage_query(since, by, limit)
+        data = await self._http.request("GET", "/v1/usage", query=query)
+        return Usage.from_json(shapes.normalise(data, shapes.USAGE))
 
     # ---- jobs -----------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from resource_controller.client.messages import (
     add_jobs_page,
     jobs_page_size,
     jobs_query,
+    usage_query,
 )
 from resource_controller.client.messages import (
     check_hold as check_hold,
@@ -405,6 +406,18 @@ class Client:
             "GET", device_path(device_id) + "/describe", timeout=timeout
         ).json()
         out: Json = shapes.normalise(data, shapes.DESCRIBE)
+        return out
+
+    def usage(
+        self, since: str = "", by: str = "", limit: int = 0, *, timeout: float | None = None
+    ) -> Json:
+        """Who held what over a window (``GET /v1/usage``, EXT-ACCT-2): ``since`` a
+        duration (``7d``), ``by`` submitter, device or host, each the controller's
+        default when empty; ``limit`` groups at most (0: the controller's default)."""
+        data: Json = self._http.request(
+            "GET", "/v1/usage", query=usage_query(since, by, limit), timeout=timeout
+        ).json()
+        out: Json = shapes.normalise(data, shapes.USAGE)
         return out
 
     def whoami(self, *, timeout: float | None = None) -> Json:

@@ -256,3 +256,9 @@ def pick_prefix_match(given: str, data: Any) -> str:
     raise JobIdError(
         f"job ID prefix {given!r} is ambiguous: it matches {shown}{more} (give more characters)"
     )
+
+
+def usage_query(since: str, by: str, limit: int) -> dict[str, str]:
+    """``GET /v1/usage``'s query (EXT-ACCT-2): only what differs from the defaults."""
+    query = {"since": since, "by": by, "limit": str(limit) if limit else ""}
+    return {k: v for k, v in query.items() if v}

@@ -41,6 +41,15 @@ def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _float(data: Mapping[str, Any], key: str) -> float:
+    return _opt_float(data, key) or 0.0
+
+
 def _strs(data: Mapping[str, Any], key: str) -> list[str]:
     value = data.get(key)
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
@@ -103,6 +112,11 @@ class JobInfo:
     #: The jobs it waits for, as submitted (EXT-SHARE-2), and whether any end will do.
     after: list[str] = field(default_factory=list)
     after_any: bool = False
+    #: What its GPUs did, once it ended (EXT-ACCT-1): mean utilisation in percent,
+    #: peak memory in bytes, readings taken; ``None`` when nothing was sampled.
+    gpu_util_mean: float | None = None
+    gpu_mem_peak_bytes: int | None = None
+    samples: int | None = None
     #: The job object exactly as the controller sent it.
     raw: Json = field(default_factory=dict, repr=False)
 
@@ -148,6 +162,9 @@ class JobInfo:
         self.queue_position = position if self.state == "queued" else 0
         entries = waits if isinstance(waits, list) and self.state == "queued" else []
         self.waiting_for = [dict(w) for w in entries if isinstance(w, dict)]
+        self.gpu_util_mean = _opt_float(data, "gpu_util_mean")
+        self.gpu_mem_peak_bytes = _opt_int(data, "gpu_mem_peak_bytes")
+        self.samples = _opt_int(data, "samples")
         self.raw = dict(data)
 
 
@@ -414,3 +431,63 @@ def detected_uuid(describe: Mapping[str, Any]) -> str:
         ):
             return str(label.get("value") or "")
     return ""
+
+
+@dataclass(frozen=True)
+class UsageGroup:
+    """One submitter's, device's or host's use over a window (EXT-ACCT-2)."""
+
+    #: The submitter, the device ID or the host; ``""`` for a window's total.
+    group: str
+    jobs: int = 0
+    #: Held time × devices, in hours.
+    device_hours: float = 0.0
+    #: Device-hours weighted by the jobs' mean GPU utilisation, over the jobs that
+    #: measured one; ``None`` when none did.
+    gpu_hours: float | None = None
+    #: The part of ``device_hours`` whose utilisation is known.
+    sampled_device_hours: float = 0.0
+    #: Its part of the window's device-hours (0..1); ``None`` for the total.
+    share: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UsageGroup:
+        return cls(
+            group=_str(data, "group"),
+            jobs=_int(data, "jobs"),
+            device_hours=_float(data, "device_hours"),
+            gpu_hours=_opt_float(data, "gpu_hours"),
+            sampled_device_hours=_float(data, "sampled_device_hours"),
+            share=_opt_float(data, "share"),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Who held what over a window, largest first (``Client.usage``, EXT-ACCT-2)."""
+
+    #: ``submitter``, ``device`` or ``host``.
+    by: str
+    #: The window: from the start of the hour that held now minus ``since``, to now.
+    since: datetime | None = None
+    until: datetime | None = None
+    groups: list[UsageGroup] = field(default_factory=list)
+    #: Every group of the window summed, those past the limit included.
+    total: UsageGroup = field(default_factory=lambda: UsageGroup(""))
+    #: Groups left out past the limit.
+    more: int = 0
+    raw: Json = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        groups = data.get("groups")
+        total = data.get("total")
+        return cls(
+            by=_str(data, "by"),
+            since=timestamp(data.get("since")),
+            until=timestamp(data.get("until")),
+            groups=[UsageGroup.from_json(g) for g in (groups or []) if isinstance(g, dict)],
+            total=UsageGroup.from_json(total if isinstance(total, dict) else {}),
+            more=_int(data, "more"),
+            raw=dict(data),
+        )

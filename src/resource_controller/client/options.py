@@ -168,3 +168,14 @@ def count_shortfall(job: api.Json, count: int) -> str:
         f"asked for {count} devices but the controller placed job {job.get('id')} on {held}:"
         " it does not support count (EXT-GANG); the job was killed"
     )
+
+
+def check_usage(since: str, by: str) -> None:
+    """``usage()``'s arguments as the controller will read them (EXT-ACCT-2):
+    ``ValueError`` naming the one that is wrong, before any request."""
+    from resource_controller.core import usage
+
+    if not isinstance(since, str) or not isinstance(by, str):
+        raise TypeError("since and by are text: since='7d', by='submitter'")
+    usage.parse_since(since)
+    usage.check_by(by)

@@ -117,3 +117,5 @@ DESCRIBE = Obj(
     }
 )
 EXPLAIN = Obj({"matching": List(), "free": List()}, keep=frozenset({"matching", "free"}))
+#: EXT-ACCT-2: ``GET /v1/usage``; no group holds a list or a map.
+USAGE = Obj({"groups": List(Obj()), "total": Obj()}, keep=frozenset({"groups"}))

@@ -37,11 +37,12 @@ from resource_controller.client.models import (
     JobInfo,
     LeaseInfo,
     RunResult,
+    Usage,
     detected_uuid,
     mig_instance_ids,
     run_exit_code,
 )
-from resource_controller.client.options import Duration
+from resource_controller.client.options import Duration, check_usage
 
 #: CLI-193: bound on the final wait after the output stream ends.
 FINAL_WAIT = 300.0
@@ -304,6 +305,14 @@ class Client:
     def whoami(self) -> dict[str, str]:
         """This token's role, and its name when it has one (API-070)."""
         return {str(k): str(v) for k, v in self.low.whoami().items()}
+
+    def usage(self, since: str = "7d", by: str = "submitter", limit: int = 0) -> Usage:
+        """Who held what over the last ``since`` (``7d``, ``36h``, ``2w``), per
+        submitter, device or host, largest first (EXT-ACCT-2): jobs, device-hours,
+        GPU-hours weighted by utilisation where known, and each group's share. A
+        ``since`` that is not a duration is ``ValueError`` before any request."""
+        check_usage(since, by)
+        return Usage.from_json(self.low.usage(since, by, limit))
 
     # ---- jobs ------------------------------------------------------------------
 

@@ -10,14 +10,15 @@ the real state and never a running tally that could drift.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from resource_controller.core.states import DeviceState, JobState
+from resource_controller.store.usage import PairTotals
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -26,6 +27,10 @@ _PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 Counts = tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]
 
+#: EXT-ACCT-3's series cover the device-and-submitter pairs that held a device in the
+#: last seven days: the label set follows the fleet's recent use, not all its history.
+PAIRS_WITHIN = 7 * 86_400
+
 
 class _State(Collector):
     """Yields the gauges of the last store read (set just before each scrape renders)."""
@@ -33,6 +38,7 @@ class _State(Collector):
     def __init__(self) -> None:
         self.counts: Counts = ({}, {}, {}, {})
         self.now = 0.0
+        self.pairs: Sequence[PairTotals] = ()
 
     def collect(self) -> Iterator[Metric]:
         devices, jobs, beats, held = self.counts
@@ -64,6 +70,23 @@ class _State(Collector):
         for name, n in sorted(held.items()):
             s.add_metric([name], n)
         yield s
+        held_seconds = CounterMetricFamily(
+            "rc_device_held_seconds",
+            "Seconds a device was held by a submitter's ended leases (EXT-ACCT-3).",
+            labels=["device", "submitter"],
+        )
+        util = GaugeMetricFamily(
+            "rc_job_gpu_util",
+            "Mean GPU utilisation (percent) of the latest job on a device by a submitter"
+            " that measured one (EXT-ACCT-1, EXT-ACCT-3).",
+            labels=["device", "submitter"],
+        )
+        for p in self.pairs:
+            held_seconds.add_metric([p.device_id, p.submitter], p.held_seconds)
+            if p.last_util is not None:
+                util.add_metric([p.device_id, p.submitter], p.last_util)
+        yield held_seconds
+        yield util
 
 
 class Metrics:
@@ -109,9 +132,10 @@ class Metrics:
     def dropped(self, event: str, why: str) -> None:
         self.webhook_dropped.labels(event, why).inc()
 
-    def render(self, counts: Counts, now: float) -> bytes:
+    def render(self, counts: Counts, now: float, pairs: Sequence[PairTotals] = ()) -> bytes:
         self.state.counts = counts
         self.state.now = now
+        self.state.pairs = pairs
         return generate_latest(self.registry)
 
 

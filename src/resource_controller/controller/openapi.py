@@ -191,6 +191,29 @@ ROUTES: dict[tuple[str, str], Op] = {
             ),
         ),
     ),
+    ("get", "/v1/usage"): Op(
+        "client",
+        (400,),
+        query=(
+            Query(
+                "since",
+                {"type": "string", "default": "7d"},
+                "the window: from the start of the hour that holds now minus this duration"
+                " (units w, d, h, m, s: 7d, 36h, 1d12h) to now (EXT-ACCT-2)",
+            ),
+            Query(
+                "by",
+                {"type": "string", "enum": ["submitter", "device", "host"]},
+                "what a group is (default submitter)",
+            ),
+            Query(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": 1000},
+                "at most this many groups, the largest first (default 1000); the total"
+                " counts every one",
+            ),
+        ),
+    ),
     ("get", "/v1/whoami"): Op("client"),
     ("post", "/v1/devices/{device_id}/clear"): Op("admin", (409,), empty=_EMPTY_OK),
     ("post", "/v1/devices/{device_id}/drain"): Op(

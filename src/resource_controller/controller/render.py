@@ -13,6 +13,7 @@ import pydantic
 import pydantic_core
 
 from resource_controller import wire
+from resource_controller.core import usage as acct
 from resource_controller.core.states import DeviceState
 from resource_controller.core.waiting import Blocker
 from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobRecord, LabelRecord
@@ -98,6 +99,9 @@ def job(j: JobRecord) -> wire.Job:
         device_ids=list(j.devices) or None,
         after=list(j.after_ids) or None,
         after_any=True if j.after_any and j.after_ids else None,
+        gpu_util_mean=j.gpu_util_mean,
+        gpu_mem_peak_bytes=j.gpu_mem_peak_bytes,
+        samples=j.gpu_samples,
     )
 
 
@@ -212,3 +216,41 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
         )
         for b in blockers
     ]
+
+
+def usage(w: acct.Window) -> wire.Usage:
+    """A usage window (EXT-ACCT-2): hours to the thousandth, shares to four places; the
+    GPU-hours and the sampled part only where some utilisation is known."""
+
+    def known(f: acct.Figures) -> dict[str, Any]:
+        if f.sampled_seconds <= 0:
+            return {}
+        return {
+            "gpu_hours": acct.gpu_hours(f),
+            "sampled_device_hours": acct.hours(f.sampled_seconds),
+        }
+
+    return _new(
+        wire.Usage,
+        by=w.by,
+        since=ts(w.start) or "",
+        until=ts(w.end) or "",
+        groups=[
+            _new(
+                wire.UsageGroup,
+                group=g.key,
+                jobs=g.figures.jobs,
+                device_hours=acct.hours(g.figures.held_seconds),
+                share=acct.share(g.figures, w.total),
+                **known(g.figures),
+            )
+            for g in w.groups
+        ],
+        total=_new(
+            wire.UsageTotal,
+            jobs=w.total.jobs,
+            device_hours=acct.hours(w.total.held_seconds),
+            **known(w.total),
+        ),
+        more=w.more or None,
+    )

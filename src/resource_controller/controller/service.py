@@ -25,12 +25,14 @@ from resource_controller.controller import webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
 from resource_controller.core import expiry, identity, mig, scheduling, selectors, states, waiting
+from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
 from resource_controller.store.jobs import KillRequest, NewJob
 from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
+    GpuUse,
     JobRecord,
     PassResult,
     Registration,
@@ -465,9 +467,11 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         if req.state != JobState.RUNNING and req.state not in TERMINAL:
             raise errors.BadRequest(f"state must be running or terminal, got {req.state!r}")
 
+    gpu = GpuUse(req.gpu_util_mean, req.gpu_mem_peak_bytes, req.samples)
+
     def record() -> tuple[JobRecord, PassResult | None]:
         # The ownership checks and the change are one transaction on the store thread.
-        before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason)
+        before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason, gpu)
         if req.state == JobState.RUNNING or not before.device_id:
             return before, None
         # EXT-FAST-1: the pass a release calls for runs here, in the same hop to the
@@ -533,6 +537,22 @@ async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[No
     log.warning("device %s quarantined by its host: %s", device_id, req.reason)
     notice = webhooks.fault_notice(svc.clock.now(), device_id, job_id, req.reason)
     return Done(None, Wake(devices=True, notices=(notice,)))
+
+
+# ---- client: accounting --------------------------------------------------------------
+
+
+async def usage(svc: Services, by: str, since: str, limit: int) -> Done[acct.Window]:
+    """Who held what over the window (EXT-ACCT-2): from the usage rollup, two rows per
+    group; a bad ``by``, ``since`` or ``limit`` is ``400 bad_request`` naming it."""
+    try:
+        acct.check_by(by)
+        seconds = acct.parse_since(since)
+    except acct.UsageError as exc:
+        raise errors.BadRequest(str(exc)) from None
+    if not 1 <= limit <= acct.MAX_GROUPS:
+        raise errors.BadRequest(f"limit: must be in 1..{acct.MAX_GROUPS}, got {limit}")
+    return Done(await svc.db(svc.store.usage, by, seconds, limit))
 
 
 # ---- admin: the fleet ----------------------------------------------------------------

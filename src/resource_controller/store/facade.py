@@ -17,6 +17,7 @@ from pathlib import Path
 from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
 from resource_controller.core import expiry, scheduling
+from resource_controller.core import usage as acct
 from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.waiting import Blocker
 from resource_controller.store import (
@@ -34,10 +35,13 @@ from resource_controller.store import (
     sweep,
     views,
 )
+from resource_controller.store import usage as rollup
 from resource_controller.store.records import (
+    NO_GPU_USE,
     Assigned,
     AutoRecovery,
     DeviceSnapshot,
+    GpuUse,
     JobRecord,
     PassResult,
     Registration,
@@ -322,10 +326,12 @@ class Store:
         state: str,
         exit_code: int | None = None,
         reason: str = "",
+        gpu: GpuUse = NO_GPU_USE,
     ) -> JobRecord:
         """A worker's status report in one transaction: read the job, let ``check`` refuse
         it (raising writes nothing), then ``running`` (STORE-080) or the release
-        (STORE-082). Returns the job as it was before the report."""
+        (STORE-082) with what the job's GPUs did (EXT-ACCT-1). Returns the job as it was
+        before the report."""
         ended: list[str] = []
         with self._tx("running" if state == JobState.RUNNING else "finish") as c:
             now = self.now()
@@ -334,7 +340,7 @@ class Store:
             if state == JobState.RUNNING:
                 jobs.mark_running(c, now, job_id)
             elif state in TERMINAL:
-                jobs.release_job(c, now, job, state, exit_code, reason)
+                jobs.release_job(c, now, job, state, exit_code, reason, gpu)
                 # The jobs waiting for this one are settled in the same commit
                 # (EXT-SHARE-2): the pass that follows places the next of a chain
                 # without a commit of its own in between.
@@ -343,6 +349,22 @@ class Store:
                 raise errors.InvalidTransition(f"state {state!r} is not terminal")
         self._ended += ended
         return job
+
+    def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
+        """Who held what over the last ``since`` seconds, by ``by`` (EXT-ACCT-2): the
+        rollup's two rows per group, in one statement."""
+        acct.check_by(by)
+        with self._read() as c:
+            now = self.now()
+            first = acct.window_start(now, since)
+            groups = rollup.window(c, by, first)
+        return acct.summarise(by, first * acct.HOUR, now, groups, limit)
+
+    def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
+        """Device-and-submitter totals of the pairs active in the last ``within``
+        seconds, for ``/metrics`` (EXT-ACCT-3)."""
+        with self._read() as c:
+            return rollup.recent_pairs(c, acct.window_start(self.now(), within))
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
         """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""

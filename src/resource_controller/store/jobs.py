@@ -30,7 +30,7 @@ from resource_controller.core.states import (
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import after as dependencies
 from resource_controller.store import fleet, leases, moves, queries
-from resource_controller.store.records import JobRecord, Release
+from resource_controller.store.records import NO_GPU_USE, GpuUse, JobRecord, Release
 
 KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again (STORE-094)
 
@@ -332,18 +332,32 @@ def mark_running(conn: queries.Conn, now: int, job_id: str) -> None:
 
 
 def release(
-    conn: queries.Conn, now: int, job_id: str, state: str, exit_code: int | None, reason: str
+    conn: queries.Conn,
+    now: int,
+    job_id: str,
+    state: str,
+    exit_code: int | None,
+    reason: str,
+    gpu: GpuUse = NO_GPU_USE,
 ) -> Release:
     """The worker's terminal report: end the job, release its leases, free a busy device (STORE-082)."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
-    return release_job(conn, now, queries.job(conn, job_id), state, exit_code, reason)
+    return release_job(conn, now, queries.job(conn, job_id), state, exit_code, reason, gpu)
 
 
 def release_job(
-    conn: queries.Conn, now: int, job: JobRecord, state: str, exit_code: int | None, reason: str
+    conn: queries.Conn,
+    now: int,
+    job: JobRecord,
+    state: str,
+    exit_code: int | None,
+    reason: str,
+    gpu: GpuUse = NO_GPU_USE,
 ) -> Release:
-    """``release`` of a job already read in this transaction."""
+    """``release`` of a job already read in this transaction; ``gpu`` is what the worker
+    measured of its GPUs (EXT-ACCT-1), kept with the outcome and weighting the usage
+    rollup's GPU-hours."""
     if job.terminal:
         return Release(job=job, was_terminal=True)
     if not job.active:
@@ -361,17 +375,28 @@ def release_job(
         exit_code=exit_code,
         kill_reason=reason,
         finished_at=now,
+        gpu_util_mean=gpu.util_mean,
+        gpu_mem_peak_bytes=gpu.mem_peak_bytes,
+        gpu_samples=gpu.samples,
     )
     if done != 1:
         raise errors.StoreError(f"job {job.id} changed state under a serialised release")
-    freed = leases.release_for_job(db, now, job.id)
+    freed = leases.release_for_job(db, now, job.id, util=gpu.util_mean)
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
         moves.move(
             db, DEVICE, Op.RELEASE, queries.id_in(len(freed)), freed, state=DeviceState.READY
         )
-    ended = job._replace(state=state, exit_code=exit_code, kill_reason=reason, finished_at=now)
+    ended = job._replace(
+        state=state,
+        exit_code=exit_code,
+        kill_reason=reason,
+        finished_at=now,
+        gpu_util_mean=gpu.util_mean,
+        gpu_mem_peak_bytes=gpu.mem_peak_bytes,
+        gpu_samples=gpu.samples,
+    )
     return Release(job=ended, was_terminal=False)
 
 

@@ -26,7 +26,7 @@ from resource_controller import crashpoints, errors
 from resource_controller.core import mig, scheduling, selectors
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import moves, queries, sql
+from resource_controller.store import moves, queries, sql, usage
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.records import (
     Assigned,
@@ -77,11 +77,23 @@ def grant(
     return lease
 
 
-def release_for_job(conn: queries.Conn, now: int, job_id: str) -> list[str]:
-    """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054)."""
-    if not job_id:
-        return []
-    return queries.release_leases(conn, now, job_id)
+def release_for_job(
+    conn: queries.Conn,
+    now: int,
+    job_id: str,
+    util: float | None = None,
+    first: Sequence[usage.Held] = (),
+) -> list[str]:
+    """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054).
+
+    What they held goes into the usage rollup in this transaction (EXT-ACCT-2), with
+    ``first``, the job's leases the caller already released (an expiry ends the lapsed
+    one by its own ID), so that a several-device job counts once; ``util`` is the job's
+    measured mean GPU utilisation, if any (EXT-ACCT-1).
+    """
+    released = queries.release_leases(conn, now, job_id) if job_id else []
+    usage.account(conn, now, [*first, *released], util)
+    return sorted(h.device_id for h in released)
 
 
 def live(conn: queries.Conn) -> list[LeaseRecord]:

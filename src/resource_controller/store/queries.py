@@ -19,6 +19,7 @@ from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import ACTIVE, JobState
 from resource_controller.store import sql
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
+from resource_controller.store.usage import Held
 
 Conn = sql.Db
 
@@ -294,14 +295,24 @@ def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
     conn.execute(sql, tuple(values[c] for c in cols))
 
 
-def release_leases(conn: Conn, now: int, job_id: str) -> list[str]:
-    """Release the live leases of ``job_id``; their devices (STORE-054)."""
+def release_leases(conn: Conn, now: int, job_id: str) -> list[Held]:
+    """Release the live leases of ``job_id`` (STORE-054): what each held, by device."""
     rows = conn.execute(
         "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
-        " RETURNING device_id",
+        " RETURNING device_id, holder, acquired_at",
         (now, job_id),
     ).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    return sorted(Held(str(d), str(h), job_id, now - int(a)) for d, h, a in rows)
+
+
+def release_lease(conn: Conn, now: int, lease_id: str) -> list[Held]:
+    """Release one live lease by its own ID; what it held, or [] when it was not live."""
+    rows = conn.execute(
+        "UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL"
+        " RETURNING device_id, holder, job_id, acquired_at",
+        (now, lease_id),
+    ).fetchall()
+    return [Held(str(d), str(h), str(j), now - int(a)) for d, h, j, a in rows]
 
 
 def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:

@@ -54,6 +54,10 @@ class JobRecord(NamedTuple):
     after_ids: tuple[str, ...] = ()
     after_any: int = 0
     after_open: int = 0
+    #: What the worker measured of its GPUs (EXT-ACCT-1); None when nothing was sampled.
+    gpu_util_mean: float | None = None
+    gpu_mem_peak_bytes: int | None = None
+    gpu_samples: int | None = None
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -201,6 +205,19 @@ class PassResult:
 
     assigned: list[Assigned] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """What a terminal report says the job's GPUs did (EXT-ACCT-1); each part None when
+    the worker measured nothing of it."""
+
+    util_mean: float | None = None
+    mem_peak_bytes: int | None = None
+    samples: int | None = None
+
+
+NO_GPU_USE = GpuUse()
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,11 @@ jobs = sa.Table(
     sa.Column("after_ids", sa.Text, nullable=False, server_default=""),
     sa.Column("after_any", sa.Integer, nullable=False, server_default="0"),
     sa.Column("after_open", sa.Integer, nullable=False, server_default="0"),
+    #: What the worker measured of the job's GPUs (EXT-ACCT-1), NULL when nothing was
+    #: sampled: mean utilisation in percent, peak memory in bytes, readings taken.
+    sa.Column("gpu_util_mean", sa.Float, nullable=True),
+    sa.Column("gpu_mem_peak_bytes", sa.BigInteger, nullable=True),
+    sa.Column("gpu_samples", sa.Integer, nullable=True),
 )
 
 leases = sa.Table(
@@ -195,6 +200,38 @@ share_held = sa.Table(
     sa.Column("devices", sa.BigInteger, nullable=False),
 )
 
+#: The usage rollup (EXT-ACCT-2, ``store/usage.py``, migration 0011): per group
+#: (``dim``: submitter, device, host or pair; ``key``) the running sums of what its
+#: leases held, and the latest hour they were written in.
+usage_totals = sa.Table(
+    "usage_totals",
+    metadata,
+    sa.Column("dim", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("last_hour", sa.BigInteger, nullable=False),
+    sa.Column("jobs", sa.BigInteger, nullable=False),
+    sa.Column("held_seconds", sa.BigInteger, nullable=False),
+    sa.Column("sampled_seconds", sa.BigInteger, nullable=False),
+    sa.Column("weighted_seconds", sa.Float, nullable=False),
+    #: The mean GPU utilisation of the group's latest job that reported one (EXT-ACCT-3).
+    sa.Column("last_util", sa.Float, nullable=True),
+    sqlite_with_rowid=False,
+)
+
+#: The same sums as they stood at the end of each hour the group was active.
+usage_marks = sa.Table(
+    "usage_marks",
+    metadata,
+    sa.Column("dim", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("hour", sa.BigInteger, primary_key=True),
+    sa.Column("jobs", sa.BigInteger, nullable=False),
+    sa.Column("held_seconds", sa.BigInteger, nullable=False),
+    sa.Column("sampled_seconds", sa.BigInteger, nullable=False),
+    sa.Column("weighted_seconds", sa.Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,
@@ -225,4 +262,5 @@ sa.Index(
     sqlite_where=sa.text("ended != ''"),
     postgresql_where=sa.text("ended != ''"),
 )
+sa.Index("usage_totals_recent", usage_totals.c.dim, usage_totals.c.last_hour)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)

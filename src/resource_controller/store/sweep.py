@@ -152,15 +152,13 @@ def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]
         if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
             continue
         # By the lease's own ID: job_id may be '' (STORE-054).
-        ended = conn.execute(
-            "UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL",
-            (now, lease_id),
-        ).rowcount
+        ended = queries.release_lease(conn, now, lease_id)
         if not ended:
             continue  # a sibling of a several-device job whose lease expired first
         # Expiry ends all of a job's leases together, and none of its devices is
-        # proven empty (EXT-GANG-5): each sibling's device is quarantined too.
-        siblings = leases.release_for_job(conn, now, job_id)
+        # proven empty (EXT-GANG-5): each sibling's device is quarantined too. The
+        # rollup takes the lapsed lease with its siblings: one job (EXT-ACCT-2).
+        siblings = leases.release_for_job(conn, now, job_id, first=ended)
         quarantined = [device_id, *siblings]
         moves.move(
             conn,

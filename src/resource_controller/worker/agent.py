@@ -310,6 +310,14 @@ class Agent:
         if discover:
             self._take_discovered()
         names = [d.name for d in self.devices]
+        if self.life is not None:
+            # What GPU sampling names each device by (EXT-ACCT-1, a MIG instance's
+            # uuid): a device this pass could not confirm keeps what was found before.
+            before = self.life.detected
+            self.life.detected = {
+                name: {**before.get(name, {}), **facts} if name in found.unconfirmed else facts
+                for name, facts in found.devices.items()
+            }
         read = await asyncio.to_thread(sheets.read_sheets, self.config.sheet_dir, names)
         return HostFacts(found.labels, read)
 

@@ -135,11 +135,14 @@ def status_body(
     exit_code: int | None = None,
     reason: str = "",
     lease_epoch: int | None = None,
+    gpu: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``POST /v1/jobs/{id}/status`` (WRK-101, WRK-110, EXT-EPOCH-3).
 
     ``exit_code`` and ``reason`` only when given; the epoch only when the assignment
-    carried one. Returned as the dict the outbox keeps on disk and re-sends verbatim.
+    carried one; ``gpu``, what the job's GPUs did (EXT-ACCT-1: ``gpu_util_mean``,
+    ``gpu_mem_peak_bytes``, ``samples``), only the parts measured. Returned as the dict
+    the outbox keeps on disk and re-sends verbatim.
     """
     report = wire.StatusReport(
         worker_id=worker_id,
@@ -147,6 +150,7 @@ def status_body(
         exit_code=exit_code,
         reason=reason,
         lease_epoch=lease_epoch or None,
+        **(gpu or {}),
     )
     return body_of(report, always=("worker_id", "state"))
 

@@ -48,6 +48,11 @@ DEFAULT_VERIFY_DIR = "/etc/rc/verify.d"
 DEFAULT_VERIFY_TIMEOUT = 30.0
 DEFAULT_VERIFY_PASS_BUDGET = 120.0
 DEFAULT_SHEET_DIR = "/etc/rc"
+#: EXT-ACCT-1: how often a running job's GPUs are sampled; 0 turns sampling off.
+DEFAULT_GPU_SAMPLE_INTERVAL = 10.0
+#: The shortest interval taken: each reading is a process, and a shorter period would
+#: be a busy loop of them beside the job.
+MIN_GPU_SAMPLE_INTERVAL = 0.1
 #: Parent of the default state directory for root; ``<parent>/<host>`` (EXT-OUTBOX-1).
 ROOT_STATE_PARENT = "/var/lib/rc-worker"
 #: Under ``$XDG_STATE_HOME`` (default ``~/.local/state``) for anyone else.
@@ -121,6 +126,8 @@ class WorkerConfig(BaseModel):
     require_manual_clear: bool = False
     #: Empty until ``apply_defaults`` gives it the per-host default (EXT-OUTBOX-1).
     state_dir: str = ""
+    #: EXT-ACCT-1; unlike the other durations, 0 is a value (off), not "unset".
+    gpu_sample_interval: float = DEFAULT_GPU_SAMPLE_INTERVAL
 
     def device_id(self, name: str) -> str:
         """``<host>:<name>``, joined with exactly one colon (§0)."""
@@ -225,6 +232,12 @@ def validate_config(config: WorkerConfig, where: str) -> None:
         return
     if not config.devices:
         raise ConfigError(f"at least one device required in {where}")
+    interval = config.gpu_sample_interval
+    if interval < 0 or 0 < interval < MIN_GPU_SAMPLE_INTERVAL:
+        raise ConfigError(
+            f"gpu_sample_interval {durations.render_duration(interval)} in {where}: give 0"
+            f" (off) or at least {durations.render_duration(MIN_GPU_SAMPLE_INTERVAL)}"
+        )
     seen: set[str] = set()
     for d in config.devices:
         if not d.name:
@@ -319,6 +332,7 @@ class _FileConfig(_FileModel):
     sheet_dir: StrictStr | None = None
     require_manual_clear: StrictBool | None = None
     state_dir: StrictStr | None = None
+    gpu_sample_interval: StrictStr | None = None
 
 
 _DURATION_KEYS = frozenset(
@@ -332,6 +346,7 @@ _DURATION_KEYS = frozenset(
         "max_runtime",
         "timeout",
         "release_linger",
+        "gpu_sample_interval",
     }
 )
 
@@ -436,6 +451,11 @@ def load_config(
                 f"parse worker config: devices[{i}]: a device entry is a name or a mapping "
                 f"(got {type(device).__name__} {device!r})"
             )
+    off = data.get("gpu_sample_interval")
+    if off == 0 and type(off) is int:
+        # EXT-ACCT-1 writes "0 turns it off": a bare 0 reads as the duration "0" here,
+        # where any other bare number is still refused for want of a unit.
+        data = {**data, "gpu_sample_interval": "0"}
     try:
         raw = _FileConfig.model_validate(data)
     except ValidationError as exc:
@@ -486,6 +506,11 @@ def load_config(
         sheet_dir=raw.sheet_dir or "",
         require_manual_clear=manual,
         state_dir=raw.state_dir or "",
+        gpu_sample_interval=(
+            DEFAULT_GPU_SAMPLE_INTERVAL
+            if raw.gpu_sample_interval is None
+            else _seconds(raw.gpu_sample_interval, "gpu_sample_interval")
+        ),
     )
     config = apply_defaults(resolved, euid=euid, environ=env)
     validate_config(config, path)

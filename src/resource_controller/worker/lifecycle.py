@@ -15,7 +15,10 @@
 3. **start**: the environment, the command, the spawn (``runner.start_job``); an
    attached job (``tty``, ``pipe``) first opens its relay streams (``attached``);
 4. **supervise**: watchdogs, the cancellation path, output batched into log appends
-   (``runner.supervise_job``, ``logship``), then the final flush (WRK-086);
+   (``runner.supervise_job``, ``logship``), then the final flush (WRK-086); meanwhile
+   the job's GPU devices are sampled in the background (``gpusample``, EXT-ACCT-1),
+   and the sampler is stopped, never waited for, the moment the process is over: its
+   figures ride with the outcome;
 5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
    logged, never changing the outcome (WRK-120..122); this overlaps the final flush;
 6. **verify** the device (``verify``, VERIFY-): on failure the device fault is reported
@@ -62,6 +65,7 @@ from resource_controller.core.states import JobState
 from resource_controller.worker import (
     attached,
     channel,
+    gpusample,
     hooks,
     logship,
     outbox,
@@ -101,6 +105,8 @@ class Job:
     epochs: dict[str, int] = field(default_factory=dict)
     #: The MIG UUID of each of its devices that is a MIG instance (EXT-MIG-2).
     mig_uuids: dict[str, str] = field(default_factory=dict)
+    #: What its GPUs did while it ran (EXT-ACCT-1), the terminal report's fields.
+    gpu: dict[str, Any] = field(default_factory=dict)
 
     @property
     def job_id(self) -> str:
@@ -157,6 +163,16 @@ class Lifecycle:
             base_env=base_env,
             mig_uuids=gpus.mig_uuids if gpus is not None else None,
         )
+        #: GPU sampling while a job runs (EXT-ACCT-1): its period (0: off), the bound on
+        #: each reading, and each device's labels, declared and (``detected``, kept
+        #: current by the agent's probe passes) found, which say what ``-i`` names.
+        self.gpu_interval = config.gpu_sample_interval if config is not None else 0.0
+        self.gpu_timeout = config.probe_timeout if config is not None else 0.0
+        self.declared = {d.name: dict(d.labels) for d in config.devices} if config else {}
+        self.detected: Mapping[str, Mapping[str, str]] = {}
+        self.sample_run: probes.RunProbe = functools.partial(
+            probes.run_probe, grace=timings.kill_grace
+        )
         #: Jobs under supervision whose outcome is not queued yet, in start order
         #: (WRK-051). A job enters before its acquire step and leaves the moment its
         #: terminal report is queued.
@@ -189,6 +205,7 @@ class Lifecycle:
                 return
             running = asyncio.create_task(self.report_running(job), name=f"running-{job.job_id}")
             output = self.output_of(job)
+            sampler = self.sampler(job)
             try:
                 if attached.is_attached(job.assignment):
                     outcome = await self.run_attached(job, output)
@@ -198,6 +215,9 @@ class Lifecycle:
             except asyncio.CancelledError:
                 await self.abandon(job, running, output)
                 raise
+            finally:
+                # At once, never waiting for a reading in flight (EXT-ACCT-1).
+                job.gpu = sampler.stop() if sampler is not None else {}
             if outcome.reason == runner.REASON_CANCELLED:
                 outcome = dataclasses.replace(outcome, reason=job.cancel_reason)
             await self.finish(job, outcome, output, running)
@@ -351,6 +371,28 @@ class Lifecycle:
             flush_after=self.timings.log_flush_after,
         )
 
+    def sampler(self, job: Job) -> gpusample.Sampler | None:
+        """Sample the job's GPU devices while it runs (EXT-ACCT-1), started here; None
+        when sampling is off or none of its devices is a GPU."""
+        if self.gpu_interval <= 0:
+            return None
+
+        def labels(name: str) -> dict[str, str]:
+            return {**self.declared.get(name, {}), **self.detected.get(name, {})}
+
+        targets = gpusample.targets_of(job.device_ids, labels)
+        if not targets:
+            return None
+        sampler = gpusample.Sampler(
+            job.job_id,
+            targets,
+            interval=self.gpu_interval,
+            timeout=self.gpu_timeout,
+            run=self.sample_run,
+        )
+        sampler.start()
+        return sampler
+
     async def start(self, job: Job) -> runner.Started | runner.Outcome:
         """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
         return await runner.start_job(
@@ -484,6 +526,7 @@ class Lifecycle:
             exit_code=outcome.exit_code,
             reason=outcome.reason,
             lease_epoch=a.lease_epoch,
+            gpu=job.gpu,
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
         # From here on the job is pending, no longer running (EXT-OUTBOX-2).

@@ -1,5 +1,5 @@
 """Client and admin fleet routes (controller-api.md §7.6-7.12): devices, state, describe,
-explain, whoami, clear, retire."""
+explain, usage (EXT-ACCT-2), whoami, clear, retire."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from resource_controller.controller import deps, render, service
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import perform
 from resource_controller.core import identity, limits, selectors
+from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.records import RecoveryHistory
@@ -126,6 +127,32 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
         out.submitter, out.submitter_limit = share, limit
         out.submitter_held = held.get(share, 0)
     return _json(out)
+
+
+@router.get("/v1/usage", dependencies=[Client], response_model=wire.Usage)
+async def usage(request: Request, svc: Svc) -> Response:
+    """Who held what over a window, per group (EXT-ACCT-2): ``since`` (default 7d),
+    ``by`` (submitter, device or host), ``limit`` groups at most (default 1000)."""
+    q = request.query_params
+    window = await perform(
+        svc.hub,
+        service.usage(
+            svc,
+            q.get("by") or acct.DEFAULT_BY,
+            q.get("since") or acct.DEFAULT_SINCE,
+            _usage_limit(q.get("limit")),
+        ),
+    )
+    return _json(render.usage(window))
+
+
+def _usage_limit(raw: str | None) -> int:
+    """``limit``: ASCII digits only, and short (EXT-LIMITS-5); the range is the service's."""
+    if not raw:
+        return acct.MAX_GROUPS
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise errors.BadRequest(f"limit: must be an integer in 1..{acct.MAX_GROUPS}")
+    return int(raw)
 
 
 @router.get("/v1/whoami", response_model=wire.Whoami)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from resource_controller.controller import deps, metrics
 from resource_controller.controller.deps import Services
 from resource_controller.core.states import Role
+from resource_controller.store.usage import PairTotals
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ async def healthz(request: Request) -> JSONResponse:
 async def scrape(request: Request) -> Response:
     """Prometheus text; the state gauges from one grouped read, now (EXT-METRICS-1)."""
     svc: Services = request.app.state.services
-    counts = await svc.db(svc.store.metric_counts)
-    body = svc.metrics.render(counts, svc.clock.now())
+
+    def read() -> tuple[metrics.Counts, list[PairTotals]]:
+        # EXT-ACCT-3: the device-and-submitter pairs active lately, from the usage rollup.
+        return svc.store.metric_counts(), svc.store.usage_pairs(metrics.PAIRS_WITHIN)
+
+    counts, pairs = await svc.db(read)
+    body = svc.metrics.render(counts, svc.clock.now(), pairs)
     return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -281,6 +281,15 @@
     }
   }
 
+  // What the worker measured of a finished job's GPUs (EXT-ACCT-1); "" when nothing was.
+  function gpuText(j) {
+    const parts = [];
+    if (typeof j.gpu_util_mean === "number") parts.push(j.gpu_util_mean.toFixed(0) + "% busy on average");
+    if (typeof j.gpu_mem_peak_bytes === "number") parts.push((j.gpu_mem_peak_bytes / 1073741824).toFixed(1) + " GiB memory at most");
+    if (!parts.length) return "";
+    return "GPU " + parts.join(", ") + (typeof j.samples === "number" ? " (" + j.samples + (j.samples === 1 ? " reading)" : " readings)") : "");
+  }
+
   function blocker(b) {
     if (b.submitter_limit !== undefined) return b.submitter + " is at the limit of " + b.submitter_limit + " devices";
     if (b.after !== undefined) return "waits for job " + b.after + " to end";
@@ -447,7 +456,8 @@
     if (recent.length) {
       const ul = el("ul", { class: "rows" });
       for (const j of recent) {
-        const li = el("li", { class: "device" }, (JOB_WORDS[j.state] || "unknown") + " — " + j.submitter + " — ", el("span", { class: "cmd" }, clip(cmdText(j.command), 200)));
+        const gpu = gpuText(j);
+        const li = el("li", { class: "device" }, (JOB_WORDS[j.state] || "unknown") + " — " + j.submitter + " — ", el("span", { class: "cmd" }, clip(cmdText(j.command), 200)), gpu ? el("span", { class: "dim" }, " — " + gpu) : "");
         li.addEventListener("click", () => openJob(j.id, true));
         ul.append(li);
       }
@@ -487,7 +497,7 @@
     const fact = (k, v) => { if (v !== undefined && v !== "") facts.append(el("tr", null, el("td", null, k), el("td", null, String(v)))); };
     const when = (t) => (t ? new Date(t).toLocaleString() : undefined);
     fact("job ID", j.id); fact("submitted", when(j.submitted_at)); fact("started", when(j.started_at)); fact("finished", when(j.finished_at));
-    fact("exit code", j.exit_code); fact("priority", j.priority); fact("time limit", j.max_runtime_seconds ? age(j.max_runtime_seconds) : undefined);
+    fact("exit code", j.exit_code); fact("GPU use", gpuText(j) || undefined); fact("priority", j.priority); fact("time limit", j.max_runtime_seconds ? age(j.max_runtime_seconds) : undefined);
     fact("working directory", j.cwd);
     if (j.kind === "hold") fact("note", "a hold reserves the device and runs nothing" + (j.reason ? ": " + j.reason : ""));
     if (j.stdio) fact("note", "attached job (" + j.stdio + "): its output went to whoever attached");

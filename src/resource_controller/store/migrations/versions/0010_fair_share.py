@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_share"
+revision = "0010"
 down_revision = "0009"
 
 _TERMINAL = "('succeeded', 'failed', 'killed', 'lost')"

@@ -1,0 +1,97 @@
+"""``rc usage``: who used the devices, one line per person, device or host (EXT-ACCT-2).
+
+Like ``sreport``: the answer to "who used the GPUs last week" from ``GET /v1/usage``.
+The flags are checked before any request (CLI-140), so a ``--since`` that is not a
+duration is refused with its examples instead of a controller's 400.
+"""
+
+from __future__ import annotations
+
+import click
+
+from resource_controller.cli import common, render
+from resource_controller.cli.common import CONTEXT_SETTINGS
+from resource_controller.client import api
+from resource_controller.core import usage as acct
+
+_HEADS = {"submitter": "SUBMITTER", "device": "DEVICE", "host": "HOST"}
+
+
+@click.command("usage", cls=common.RcCommand, context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--since",
+    default=acct.DEFAULT_SINCE,
+    metavar="DURATION",
+    help="The window: the last DURATION (7d, 36h, 2w, 1d12h), from the start of its first hour.",
+)
+@click.option(
+    "--by",
+    default=acct.DEFAULT_BY,
+    metavar="WHAT",
+    help="One line per submitter (the default), device or host.",
+)
+@click.option("-o", "--output", default="text", help="text or json (one line).")
+def usage(since: str, by: str, output: str) -> None:
+    """Who held the devices over a window, largest first, from the controller's records.
+
+    Per group: jobs that ended in the window, device-hours (time held × devices),
+    GPU-hours weighted by each job's measured mean utilisation (- where no job
+    measured one), and the group's share of the window's device-hours. The window
+    starts on the hour; a job counts in the hour it ended. -o json prints the
+    controller's answer on one line.
+    """
+    fmt = common.output_format(output)
+    try:
+        acct.parse_since(since)
+        acct.check_by(by)
+    except acct.UsageError as exc:
+        raise click.UsageError(f"--{exc}") from None
+    answer = api.Client().usage(since, by)
+    if fmt == "json":
+        render.out(render.json_compact(answer))
+        return
+    render.out(text(answer))
+
+
+def _hours(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) else "-"
+
+
+def _share(value: object) -> str:
+    return f"{value * 100:.1f}%" if isinstance(value, int | float) else "-"
+
+
+def text(answer: api.Json) -> str:
+    """The table: a line per group, then the total and the window."""
+    by = str(answer.get("by") or "")
+    groups = [g for g in answer.get("groups") or [] if isinstance(g, dict)]
+    window = f"{answer.get('since', '?')} to {answer.get('until', '?')}"
+    if not groups:
+        return f"no device was held by a job that ended from {window}\n"
+    rows = [[_HEADS.get(by, by.upper()), "JOBS", "DEVICE-HOURS", "GPU-HOURS", "SHARE"]]
+    for g in groups:
+        rows.append(
+            [
+                str(g.get("group") or ""),
+                str(g.get("jobs", 0)),
+                _hours(g.get("device_hours")),
+                _hours(g.get("gpu_hours")),
+                _share(g.get("share")),
+            ]
+        )
+    found = answer.get("total")
+    total: api.Json = found if isinstance(found, dict) else {}
+    rows.append(
+        [
+            "(all)",
+            str(total.get("jobs", 0)),
+            _hours(total.get("device_hours")),
+            _hours(total.get("gpu_hours")),
+            "100.0%",
+        ]
+    )
+    out = render.table(rows)
+    more = answer.get("more")
+    if isinstance(more, int) and more > 0:
+        out += f"... and {more} smaller group(s), counted in (all)\n"
+    return out + f"jobs that ended from {window}\n"

@@ -1,0 +1,184 @@
+"""The usage rollup (EXT-ACCT-2): what each lease held, summed as it is released.
+
+Every statement that releases a lease hands the released rows here, in the same
+transaction, so the rollup can never disagree with the leases. Two tables
+(migration 0011):
+
+- ``usage_totals``: per group (``dim``, ``key``) the running sums since the first
+  lease, and ``last_hour``, the latest hour it was written in;
+- ``usage_marks``: per group and per hour it was active, the sums as they stood at the
+  end of that hour.
+
+A group's use since hour H is its totals minus its last mark before H: two rows per
+group, found by primary key, however many jobs ended in between (``window``). Groups
+are kept for four ``dim``s: ``submitter`` (the lease's holder), ``device``, ``host``
+and ``pair`` (``"<device> <submitter>"``, what ``/metrics`` reads: EXT-ACCT-3).
+
+The rollup is its own: nothing here reads ``jobs`` rows, so deleting old jobs or their
+output (EXT-KEEP) never changes a figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from resource_controller.core import usage
+from resource_controller.store import sql
+
+#: ``dim`` of the device-and-submitter groups (EXT-ACCT-3); keyed ``"<device> <holder>"``:
+#: a device ID never holds a space (EXT-LIMITS-2).
+PAIR = "pair"
+DIMS = (*usage.BY, PAIR)
+
+
+@dataclass(frozen=True, order=True)
+class Held:
+    """One released lease: what it held, for whom, and for how long."""
+
+    device_id: str
+    holder: str
+    #: The job it was granted for; a job-less lease counts as a job of its own.
+    job_id: str
+    seconds: int
+
+
+def host_of(device_id: str) -> str:
+    """The host part of a device ID (``host:name``)."""
+    return device_id.split(":", 1)[0]
+
+
+def pair_key(device_id: str, holder: str) -> str:
+    return f"{device_id} {holder}"
+
+
+def split_pair(key: str) -> tuple[str, str]:
+    device, _, holder = key.partition(" ")
+    return device, holder
+
+
+_UPSERT_TOTALS: dict[int, str] = {}
+_UPSERT_MARKS: dict[int, str] = {}
+
+
+def _totals_sql(n: int) -> str:
+    text = _UPSERT_TOTALS.get(n)
+    if text is None:
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n)
+        text = (
+            "INSERT INTO usage_totals (dim, key, last_hour, jobs, held_seconds,"
+            f" sampled_seconds, weighted_seconds, last_util) VALUES {values}"
+            " ON CONFLICT (dim, key) DO UPDATE SET"
+            # Never back in time: a clock stepped back must not write a mark before one
+            # already written, or the marks would stop being running sums.
+            " last_hour = CASE WHEN excluded.last_hour > usage_totals.last_hour"
+            " THEN excluded.last_hour ELSE usage_totals.last_hour END,"
+            " jobs = usage_totals.jobs + excluded.jobs,"
+            " held_seconds = usage_totals.held_seconds + excluded.held_seconds,"
+            " sampled_seconds = usage_totals.sampled_seconds + excluded.sampled_seconds,"
+            " weighted_seconds = usage_totals.weighted_seconds + excluded.weighted_seconds,"
+            " last_util = coalesce(excluded.last_util, usage_totals.last_util)"
+            " RETURNING dim, key, last_hour, jobs, held_seconds, sampled_seconds,"
+            " weighted_seconds"
+        )
+        _UPSERT_TOTALS[n] = text
+    return text
+
+
+def _marks_sql(n: int) -> str:
+    text = _UPSERT_MARKS.get(n)
+    if text is None:
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * n)
+        text = (
+            "INSERT INTO usage_marks (dim, key, hour, jobs, held_seconds, sampled_seconds,"
+            f" weighted_seconds) VALUES {values}"
+            " ON CONFLICT (dim, key, hour) DO UPDATE SET jobs = excluded.jobs,"
+            " held_seconds = excluded.held_seconds,"
+            " sampled_seconds = excluded.sampled_seconds,"
+            " weighted_seconds = excluded.weighted_seconds"
+        )
+        _UPSERT_MARKS[n] = text
+    return text
+
+
+def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = None) -> None:
+    """Add released leases to every group they belong to, in the caller's transaction.
+
+    ``held`` are one job's leases (a several-device job's all at once, so the job
+    counts once for its submitter and host); ``util`` is its mean GPU utilisation in
+    percent when measured (EXT-ACCT-1), which weights its held time.
+    """
+    if not held:
+        return
+    sums: dict[tuple[str, str], tuple[int, int, float]] = {}
+    jobs: dict[tuple[str, str], set[str]] = {}
+    for h in held:
+        secs = max(0, int(h.seconds))
+        sampled = secs if util is not None else 0
+        weighted = secs * util / 100.0 if util is not None else 0.0
+        job = h.job_id or f"lease:{h.device_id}"
+        for group in (
+            ("submitter", h.holder),
+            ("device", h.device_id),
+            ("host", host_of(h.device_id)),
+            (PAIR, pair_key(h.device_id, h.holder)),
+        ):
+            was = sums.get(group, (0, 0, 0.0))
+            sums[group] = (was[0] + secs, was[1] + sampled, was[2] + weighted)
+            jobs.setdefault(group, set()).add(job)
+    hour = now // usage.HOUR
+    params: list[object] = []
+    for (dim, key), (secs, sampled, weighted) in sums.items():
+        params += [dim, key, hour, len(jobs[(dim, key)]), secs, sampled, weighted, util]
+    rows = db.execute(_totals_sql(len(sums)), params).fetchall()
+    marks: list[object] = []
+    for row in rows:
+        marks += list(row)
+    db.execute(_marks_sql(len(rows)), marks)
+
+
+_WINDOW = (
+    "SELECT t.key, t.jobs, t.held_seconds, t.sampled_seconds, t.weighted_seconds,"
+    " b.jobs, b.held_seconds, b.sampled_seconds, b.weighted_seconds"
+    " FROM usage_totals t LEFT JOIN usage_marks b"
+    " ON b.dim = t.dim AND b.key = t.key AND b.hour = ("
+    "SELECT x.hour FROM usage_marks x WHERE x.dim = t.dim AND x.key = t.key AND x.hour < ?"
+    " ORDER BY x.hour DESC LIMIT 1)"
+    " WHERE t.dim = ? AND t.last_hour >= ?"
+)
+
+
+def window(db: sql.Db, dim: str, first_hour: int) -> list[usage.Group]:
+    """Each group of ``dim`` active since the start of ``first_hour``, with its sums
+    since then (totals minus the last mark before it): two rows read per group."""
+    out = []
+    for r in db.execute(_WINDOW, (first_hour, dim, first_hour)):
+        now = usage.Figures(int(r[1]), int(r[2]), int(r[3]), float(r[4]))
+        before = usage.Figures(int(r[5] or 0), int(r[6] or 0), int(r[7] or 0), float(r[8] or 0))
+        out.append(usage.Group(str(r[0]), now - before))
+    return out
+
+
+@dataclass(frozen=True)
+class PairTotals:
+    """One device-and-submitter group's running totals, for ``/metrics`` (EXT-ACCT-3)."""
+
+    device_id: str
+    submitter: str
+    held_seconds: int
+    #: The mean GPU utilisation of its latest job that reported one; None if none did.
+    last_util: float | None
+
+
+def recent_pairs(db: sql.Db, first_hour: int) -> list[PairTotals]:
+    """The device-and-submitter groups written since ``first_hour``, with their totals."""
+    rows = db.execute(
+        "SELECT key, held_seconds, last_util FROM usage_totals"
+        " WHERE dim = ? AND last_hour >= ? ORDER BY key",
+        (PAIR, first_hour),
+    )
+    out = []
+    for key, held, util in rows:
+        device, holder = split_pair(str(key))
+        out.append(PairTotals(device, holder, int(held), None if util is None else float(util)))
+    return out

@@ -1,0 +1,224 @@
+"""What a job's GPUs did while it ran (EXT-ACCT-1): sampled in the background, never waited for.
+
+Every ``gpu_sample_interval`` (worker.yaml, 10 s by default, 0 = off) while a job runs,
+each of its GPU devices is asked, as its own bounded process::
+
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i <index|uuid>
+
+A device is a GPU when it carries a ``uuid`` label (a MIG instance: CUDA and nvidia-smi
+name it only so) or is named ``gpu<index>``; other devices are not sampled. The
+terminal report then carries ``gpu_util_mean`` (percent, over every reading that had
+one), ``gpu_mem_peak_bytes`` (the highest single reading, MiB × 2²⁰) and ``samples``
+(readings that gave either value); each is left out when nothing gave it.
+
+The job never waits for a reading. Each run is bounded by ``probe_timeout`` and killed as
+a process group when over (``probes.run_probe``); stopping the sampler cancels the
+round in flight, whose process group is killed on the way out, and the figures are
+those of the readings already taken, read at once. A reading that cannot be trusted
+(a failed or hanging run, a GPU gone, ``[N/A]``, ``[Not Supported]``, a truncated or
+garbled line) is unknown: it adds nothing, and the first of each kind is logged once
+per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from resource_controller.worker import probes
+
+log = logging.getLogger(__name__)
+
+NVIDIA_SMI = probes.NVIDIA_SMI
+#: EXT-ACCT-1: exactly this query; ``-i <target>`` is added per device.
+QUERY_ARGS = (
+    "--query-gpu=utilization.gpu,memory.used",
+    "--format=csv,noheader,nounits",
+)
+MIB = 1 << 20
+_GPU_INDEX = re.compile(r"gpu([0-9]+)")
+#: Longest a problem is quoted in the log.
+_NOTE = 200
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def target(name: str, labels: Mapping[str, str]) -> str | None:
+    """What ``-i`` names for device ``name``: its ``uuid`` label, else the index of a
+    ``gpu<index>`` name; ``None`` for a device that is not a GPU."""
+    uuid = (labels.get("uuid") or "").strip()
+    if uuid:
+        return uuid
+    m = _GPU_INDEX.fullmatch(name)
+    return str(int(m.group(1))) if m else None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One device's answer; a part is ``None`` when it was not a number in range."""
+
+    util: float | None
+    mem_bytes: int | None
+
+
+def _number(text: str, high: float) -> float | None:
+    """A field as a number in ``0..high``; ``None`` for ``[N/A]``, ``[Not Supported]``,
+    an empty field or anything else that is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and 0 <= value <= high else None
+
+
+def parse(text: str) -> Reading | str:
+    """One answer of the query: exactly one line of two fields. Anything else (no line,
+    several, a field missing) is a problem, as text; a field that is not a number in
+    range (utilisation 0..100, memory ≥ 0 MiB) is unknown, the other still counts."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) != 1:
+        return f"{len(lines)} lines, not 1: {text.strip()[:_NOTE]!r}"
+    fields = [f.strip() for f in lines[0].split(",")]
+    if len(fields) != 2:
+        return f"{len(fields)} fields, not 2: {lines[0][:_NOTE]!r}"
+    util = _number(fields[0], 100)
+    mib = _number(fields[1], float(2**63 - 1) / MIB)
+    return Reading(util, None if mib is None else int(mib * MIB))
+
+
+class Tally:
+    """The readings of one job so far."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self._util_sum = 0.0
+        self._util_n = 0
+        self.mem_peak: int | None = None
+
+    def add(self, r: Reading) -> None:
+        if r.util is None and r.mem_bytes is None:
+            return
+        self.samples += 1
+        if r.util is not None:
+            self._util_sum += r.util
+            self._util_n += 1
+        if r.mem_bytes is not None:
+            self.mem_peak = max(self.mem_peak or 0, r.mem_bytes)
+
+    def fields(self) -> dict[str, Any]:
+        """The terminal report's fields: only those some reading gave (EXT-ACCT-1)."""
+        out: dict[str, Any] = {}
+        if self._util_n:
+            out["gpu_util_mean"] = round(self._util_sum / self._util_n, 1)
+        if self.mem_peak is not None:
+            out["gpu_mem_peak_bytes"] = self.mem_peak
+        if self.samples:
+            out["samples"] = self.samples
+        return out
+
+
+#: Sampled runs of this process that were cancelled and are still unwinding (their
+#: process group already killed): kept referenced until they end.
+_winding: set[asyncio.Task[None]] = set()
+
+
+class Sampler:
+    """Samples one job's GPU devices until ``stop``."""
+
+    def __init__(
+        self,
+        job_id: str,
+        targets: Mapping[str, str],
+        *,
+        interval: float,
+        timeout: float,
+        run: probes.RunProbe,
+        which: Callable[[str], str | None] = shutil.which,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.job_id = job_id
+        #: Device ID -> what ``-i`` names.
+        self.targets = dict(targets)
+        self.interval = interval
+        self.timeout = timeout
+        self._run = run
+        self._which = which
+        self._sleep = sleep
+        self.tally = Tally()
+        self._said: set[tuple[str, str]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Begin: the first round one interval from now."""
+        self._task = asyncio.create_task(self._loop(), name=f"gpu-sample-{self.job_id}")
+
+    def stop(self) -> dict[str, Any]:
+        """End now, without waiting for a round in flight; the report's fields."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            _winding.add(task)
+            task.add_done_callback(_winding.discard)
+        return self.tally.fields()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._sleep(self.interval)
+            await self.round()
+
+    async def round(self) -> None:
+        """One reading of every device, at once; each bounded by ``timeout``."""
+        path = self._which(NVIDIA_SMI)
+        if path is None:
+            self._once("", "nvidia-smi is not on PATH", logging.DEBUG)
+            return
+        await asyncio.gather(*(self._read(path, d, t) for d, t in self.targets.items()))
+
+    async def _read(self, path: str, device_id: str, target: str) -> None:
+        run = await self._run([path, *QUERY_ARGS, "-i", target], self.timeout)
+        if not run.ok:
+            err = run.stderr.decode("utf-8", "replace").strip()[:_NOTE]
+            self._once(device_id, run.problem + (f": {err}" if err else ""))
+            return
+        got = parse(run.stdout.decode("utf-8", "replace"))
+        if isinstance(got, str):
+            self._once(device_id, "unreadable answer: " + got)
+            return
+        if got.util is None or got.mem_bytes is None:
+            # A MIG instance has no utilisation of its own ([N/A]): usual, so quiet.
+            answer = run.stdout.decode("utf-8", "replace").strip()[:_NOTE]
+            self._once(device_id, f"a value unknown: {answer!r}", logging.DEBUG)
+        self.tally.add(got)
+
+    def _once(self, device_id: str, problem: str, level: int = logging.WARNING) -> None:
+        kind = problem.split(":", 1)[0]
+        if (device_id, kind) in self._said:
+            return
+        self._said.add((device_id, kind))
+        log.log(
+            level,
+            "job %s: GPU sampling%s: %s (said once per job; the job is not affected)",
+            self.job_id,
+            f" of {device_id}" if device_id else "",
+            problem,
+            extra={"action": "gpu_sample", "job_id": self.job_id},
+        )
+
+
+def targets_of(
+    device_ids: Sequence[str], labels_of: Callable[[str], Mapping[str, str]]
+) -> dict[str, str]:
+    """Device ID -> ``-i`` target for each GPU among a job's devices (``host:name`` IDs)."""
+    out: dict[str, str] = {}
+    for device_id in device_ids:
+        name = device_id.split(":", 1)[1] if ":" in device_id else device_id
+        t = target(name, labels_of(name))
+        if t is not None:
+            out[device_id] = t
+    return out
