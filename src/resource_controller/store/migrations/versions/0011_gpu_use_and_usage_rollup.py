@@ -138,7 +138,6 @@ def downgrade() -> None:
     op.drop_index("usage_totals_recent", table_name="usage_totals")
     op.drop_table("usage_marks")
     op.drop_table("usage_totals")
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_column("gpu_samples")
-        batch_op.drop_column("gpu_mem_peak_bytes")
-        batch_op.drop_column("gpu_util_mean")
+    # In place, not as a copied table: migration 0010's triggers name ``jobs``.
+    for column in ("gpu_samples", "gpu_mem_peak_bytes", "gpu_util_mean"):
+        op.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
