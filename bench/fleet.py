@@ -486,7 +486,7 @@ def time_passes(data: Path, repeats: int, limit: int = 0) -> dict[str, float]:
     in one pass in a few: 12.9 ms against 50.8 ms). ``limit``: every submitter may hold
     that many devices (EXT-SHARE-1)."""
     from resource_controller.controller.serve import settle_heap
-    from resource_controller.core.scheduling import SubmitterLimits
+    from resource_controller.core.share import SubmitterLimits
 
     with store_at(data) as store:
         if limit:

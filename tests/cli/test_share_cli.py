@@ -18,7 +18,7 @@ from cli.test_live import occupy, wait_state
 from cli.test_waiting import in_background, wait_for_queue
 from client.live import CLIENT, FakeWorker, LiveController, run_for_real
 from resource_controller.client import api
-from resource_controller.core.scheduling import SubmitterLimits
+from resource_controller.core.share import SubmitterLimits
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from controller_harness import QUIET, TOKENS, Harness, assert_error, open_contro
 from resource_controller.clock import FakeClock
 from resource_controller.controller import serve, service
 from resource_controller.controller.wake import perform
-from resource_controller.core.scheduling import SubmitterLimits
+from resource_controller.core.share import SubmitterLimits
 from support.served import ServedController
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from resource_controller import errors
 from resource_controller.clock import FakeClock
-from resource_controller.core import scheduling
+from resource_controller.core import scheduling, share
 from resource_controller.store import leases, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
@@ -51,10 +51,10 @@ JOBS = st.builds(
     st.one_of(st.none(), st.none(), st.none(), st.integers(0, 30)),
 )
 LIMITS = [
-    scheduling.NO_LIMITS,
-    scheduling.SubmitterLimits(default=1),
-    scheduling.SubmitterLimits(default=2, names={"holder": 3}),
-    scheduling.SubmitterLimits(names={"s": 1, "t": 0}),
+    share.NO_LIMITS,
+    share.SubmitterLimits(default=1),
+    share.SubmitterLimits(default=2, names={"holder": 3}),
+    share.SubmitterLimits(names={"s": 1, "t": 0}),
 ]
 
 
@@ -122,7 +122,7 @@ def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
     batch=512,
     aging=1,
     later=90,
-    limits=scheduling.NO_LIMITS,
+    limits=share.NO_LIMITS,
 )
 @example(  # s at its limit of 1: its second job claims nothing, t's job behind is placed
     fates=["held"] + ["ready"] * (len(DEVICES) - 1),
@@ -136,7 +136,7 @@ def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
     batch=512,
     aging=0,
     later=0,
-    limits=scheduling.SubmitterLimits(default=1),
+    limits=share.SubmitterLimits(default=1),
 )
 def test_the_pass_places_and_reserves_what_the_plan_does(
     tmp_path_factory: pytest.TempPathFactory,
@@ -147,7 +147,7 @@ def test_the_pass_places_and_reserves_what_the_plan_does(
     batch: int,
     aging: int,
     later: int,
-    limits: scheduling.SubmitterLimits,
+    limits: share.SubmitterLimits,
 ) -> None:
     _pages(monkeypatch, page, batch)
     clock = FakeClock()

@@ -13,7 +13,7 @@ from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import waiting
 from resource_controller.core.expiry import SweepRules
-from resource_controller.core.scheduling import SubmitterLimits
+from resource_controller.core.share import SubmitterLimits
 from resource_controller.store import engine
 from resource_controller.store.facade import Store
 from support import store_helpers

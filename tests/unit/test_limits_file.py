@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from resource_controller.controller import sharelimits
-from resource_controller.core.scheduling import SubmitterLimits
+from resource_controller.core.share import SubmitterLimits
 
 
 def test_names_and_a_default() -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from resource_controller.core import identity, limits, scheduling, states, waiting
+from resource_controller.core import identity, limits, share, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
     Planner,
-    SubmitterLimits,
-    over_limit,
     plan,
 )
+from resource_controller.core.share import SubmitterLimits, over_limit
 from resource_controller.core.states import Role
 
 FLEET = [DeviceSnap(f"box:gpu{i}", host="box") for i in range(4)]
@@ -30,7 +29,7 @@ def job(n: int, share: str = "alice", **kw: object) -> JobSnap:
 def test_a_name_of_its_own_wins_over_the_default() -> None:
     lim = SubmitterLimits(default=2, names={"alice": 4})
     assert lim.on and lim.of("alice") == 4 and lim.of("bob") == 2
-    assert not scheduling.NO_LIMITS.on and scheduling.NO_LIMITS.of("bob") is None
+    assert not share.NO_LIMITS.on and share.NO_LIMITS.of("bob") is None
     assert SubmitterLimits(names={"alice": 1}).of("bob") is None  # no default: no limit
 
 
@@ -116,7 +115,7 @@ def test_placed_counts_toward_held_only_with_limits_on() -> None:
 def test_only_success_meets_a_dependency_unless_any_end_will_do(
     ended: str, after_any: bool, met: bool
 ) -> None:
-    assert scheduling.dependency_met(ended, after_any) is met
+    assert share.dependency_met(ended, after_any) is met
 
 
 def test_a_job_waiting_for_others_takes_no_part_in_a_plan() -> None:
@@ -210,5 +209,5 @@ def test_entries_read_back_from_the_wire() -> None:
 def test_names_at_their_limit_whatever_they_ask() -> None:
     lim = SubmitterLimits(default=2, names={"z": 0, "y": 5})
     held = {"a": 2, "b": 1, "c": 3, "y": 4}
-    assert scheduling.at_limit(lim, held) == ["a", "c", "z"]
-    assert scheduling.at_limit(scheduling.NO_LIMITS, held) == []
+    assert share.at_limit(lim, held) == ["a", "c", "z"]
+    assert share.at_limit(share.NO_LIMITS, held) == []

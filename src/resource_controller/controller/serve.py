@@ -37,7 +37,7 @@ from resource_controller.controller import sharelimits
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
-from resource_controller.core.scheduling import LIMIT_MAX, NO_LIMITS, SubmitterLimits
+from resource_controller.core.share import LIMIT_MAX, NO_LIMITS, SubmitterLimits
 from resource_controller.errors import RcError
 from resource_controller.store import engine, private
 from resource_controller.store.facade import Store

@@ -24,7 +24,16 @@ from resource_controller import errors, wire
 from resource_controller.controller import webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
-from resource_controller.core import expiry, identity, mig, scheduling, selectors, states, waiting
+from resource_controller.core import (
+    expiry,
+    identity,
+    mig,
+    scheduling,
+    selectors,
+    share,
+    states,
+    waiting,
+)
 from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role, Stdio
@@ -119,7 +128,7 @@ def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def check_limit(limits: scheduling.SubmitterLimits, new: NewJob) -> None:
+def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
     """A job asking for more devices than its submitter may ever hold could never start
     (EXT-SHARE-1): ``400 bad_request`` at submit instead of a queue for ever."""
     limit = limits.of(new.share_name)
@@ -605,7 +614,7 @@ async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
     return Done(assigned, wake | _ended_by_pass(done))
 
 
-async def reload_limits(svc: Services) -> Done[scheduling.SubmitterLimits | None]:
+async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
     """Read the limits file again (SIGHUP, EXT-SHARE-1). A good file replaces the limits
     in force and a pass follows (a raised limit may place jobs); a bad one is logged,
     naming the line, and the limits in force stay."""

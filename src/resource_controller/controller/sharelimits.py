@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from resource_controller.core import limits as bounds
-from resource_controller.core.scheduling import LIMIT_MAX, SubmitterLimits
+from resource_controller.core.share import LIMIT_MAX, SubmitterLimits
 
 DEFAULT = "*"
 _INT_TAG = "tag:yaml.org,2002:int"

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from resource_controller.core import selectors
-from resource_controller.core.states import DeviceState, JobState
+from resource_controller.core.share import NO_LIMITS, SubmitterLimits, over_limit
+from resource_controller.core.states import DeviceState
 
 
 @dataclass(frozen=True)
@@ -255,66 +256,6 @@ def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queu
         pins = set(job.pins)
         ahead = (o for o in ahead if o.pinned and not pins.isdisjoint(o.pins))
     return 1 + sum(1 for _ in ahead)
-
-
-#: The top of a submitter limit: more devices than any fleet has, as a number every
-#: database and the wire carry (EXT-LIMITS-1's range).
-LIMIT_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class SubmitterLimits:
-    """How many devices each submitter may hold at once (EXT-SHARE-1): per name, and a
-    default for every other name (``"*"`` in the limits file, or
-    ``--max-devices-per-submitter``); ``None`` = no limit."""
-
-    default: int | None = None
-    names: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def on(self) -> bool:
-        return self.default is not None or bool(self.names)
-
-    def of(self, name: str) -> int | None:
-        """The limit that applies to ``name``; None when none does."""
-        return self.names.get(name, self.default)
-
-
-NO_LIMITS = SubmitterLimits()
-
-
-def over_limit(
-    limits: SubmitterLimits, held: Mapping[str, int], share: str, count: int
-) -> int | None:
-    """The limit that keeps a job of ``count`` devices counted under ``share`` from being
-    placed now (its devices and those ``share`` holds would pass it); None when it may be.
-
-    ``held`` is every device ``share`` holds: live leases of its jobs and holds, each
-    device of a gang counted (EXT-SHARE-1)."""
-    limit = limits.of(share)
-    if limit is None or held.get(share, 0) + max(1, count) <= limit:
-        return None
-    return limit
-
-
-def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
-    """The names no job of whose can be placed now, however small: each holds its limit
-    or more (EXT-SHARE-1). A pass can leave their jobs unread; what it places only ever
-    adds to what a name holds. The default's names are not listed: only held ones."""
-    names = set(held) | set(limits.names)
-    out = []
-    for name in names:
-        limit = limits.of(name)
-        if limit is not None and held.get(name, 0) >= limit:
-            out.append(name)
-    return sorted(out)
-
-
-def dependency_met(ended: str, after_any: bool) -> bool:
-    """A job a waiting job named has ended in state ``ended``: whether that lets the
-    waiting job go on (EXT-SHARE-2). ``after_any``: any end will do; otherwise only
-    ``succeeded``, and any other end fails the waiting job (``dependency_failed``)."""
-    return after_any or ended == JobState.SUCCEEDED
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from resource_controller.core import durations, scheduling, selectors
+from resource_controller.core import durations, scheduling, selectors, share
 from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
 from resource_controller.core.states import DeviceState, Kind
 
@@ -123,7 +123,7 @@ class Snapshot:
     #: Device -> quarantine text (the detail, else the category), for unhealthy devices.
     quarantine: Mapping[str, str] = field(default_factory=dict)
     #: EXT-SHARE-1: the submitter limits, and the devices each share name holds.
-    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS
+    limits: share.SubmitterLimits = share.NO_LIMITS
     held: Mapping[str, int] = field(default_factory=dict)
     #: EXT-SHARE-2: queued job -> the jobs it waits for that have not ended, in its order.
     after: Mapping[str, Sequence[str]] = field(default_factory=dict)
@@ -185,7 +185,7 @@ class _Rules:
             return [Blocker(after=other) for other in pending]
         limits = self.snap.limits
         if limits.on:
-            limit = scheduling.over_limit(limits, self.snap.held, job.share, job.count)
+            limit = share.over_limit(limits, self.snap.held, job.share, job.count)
             if limit is not None:
                 return [Blocker(submitter_limit=limit, submitter=job.share)]
         return [self.blocker(job, d) for d in self.candidates(job)]

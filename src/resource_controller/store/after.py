@@ -7,7 +7,7 @@ it is above 0 the pass does not read the job. Migration 0010's trigger notes in 
 registration's reap, this module's own ``dependency_failed``). ``settle`` consumes the
 noted rows, in a terminal report's own transaction and first in every scheduling pass
 (EXT-FAST-1 runs one after every other end):
-an end that meets the rule (``core.scheduling.dependency_met``) lowers ``after_open``;
+an end that meets the rule (``core.share.dependency_met``) lowers ``after_open``;
 one that does not ends the waiting job ``killed`` with ``dependency_failed: JOB``, which
 the trigger notes in turn for the jobs waiting on it, so a failed chain ends in one
 pass. A cycle cannot form: a job can only name jobs that already exist.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from resource_controller import errors
-from resource_controller.core import scheduling, states
+from resource_controller.core import share, states
 from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.transitions import JOB, Op
 from resource_controller.store import moves, sql
@@ -53,7 +53,7 @@ def edges(db: sql.Db, after: Sequence[str], after_any: bool) -> list[tuple[str, 
             raise errors.BadRequest(f"after: no job has the ID {job_id[:80]!r}")
         if state not in _TERMINAL:
             out.append((job_id, ""))
-        elif not scheduling.dependency_met(state, after_any):
+        elif not share.dependency_met(state, after_any):
             out.append((job_id, state))
     return out
 
@@ -86,9 +86,7 @@ def settle(db: sql.Db, now: int) -> list[str]:
             if job_id not in waiting:
                 continue
             after_any, order = waiting[job_id]
-            failed = [
-                other for other, state in ends if not scheduling.dependency_met(state, after_any)
-            ]
+            failed = [other for other, state in ends if not share.dependency_met(state, after_any)]
             if failed:
                 first = min(failed, key=_position(order))
                 if _fail(db, now, job_id, first):

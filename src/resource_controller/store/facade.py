@@ -16,7 +16,7 @@ from pathlib import Path
 
 from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
-from resource_controller.core import expiry, scheduling
+from resource_controller.core import expiry, scheduling, share
 from resource_controller.core import usage as acct
 from resource_controller.core.states import TERMINAL, JobState
 from resource_controller.core.waiting import Blocker
@@ -77,7 +77,7 @@ class Store:
         self._reserved = reserved.KeptReservations()
         #: The submitter limits (EXT-SHARE-1); the controller sets them, and sets them
         #: again when the limits file is read again.
-        self.limits = scheduling.NO_LIMITS
+        self.limits = share.NO_LIMITS
         #: Waiting jobs a report's transaction ended ``dependency_failed`` (EXT-SHARE-2)
         #: since a pass last said which: the pass that follows the report says so.
         self._ended: list[str] = []

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from resource_controller import crashpoints, errors
-from resource_controller.core import mig, scheduling, selectors
+from resource_controller.core import mig, scheduling, selectors, share
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import moves, queries, sql, usage
@@ -459,7 +459,7 @@ def schedule_pass(
     end: PassEnd | None = None,
     fleet: FleetSnapshot | None = None,
     kept: KeptReservations | None = None,
-    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
+    limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> list[Assigned]:
     """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
 
@@ -496,7 +496,7 @@ def schedule_pass(
         return []
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.
-    walk = _Walk(read, now, aging, scheduling.at_limit(limits, held) if limits.on else ())
+    walk = _Walk(read, now, aging, share.at_limit(limits, held) if limits.on else ())
     planner = scheduling.Planner(index, limits, held)
     limited = planner.limited_on
     assigned: list[Assigned] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from resource_controller.core import scheduling, selectors, waiting
+from resource_controller.core import scheduling, selectors, share, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.store import after, fleet, jobs, leases, queries, sql
@@ -148,7 +148,7 @@ def wait_snapshot(
     conn: queries.Conn,
     queued: list[JobSnap],
     kept: fleet.FleetSnapshot | None = None,
-    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
+    limits: share.SubmitterLimits = share.NO_LIMITS,
     order: dict[str, tuple[str, ...]] | None = None,
 ) -> waiting.Snapshot:
     """What the why-rules read (EXT-WHY-1), in three queries however long the queue.
@@ -200,7 +200,7 @@ def waiting_for(
     job: JobRecord,
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
-    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
+    limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> list[waiting.Blocker]:
     """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued. ``key`` is
     the queue order that decides who is ahead (aged, EXT-FAIR-1); ``limits`` the
@@ -216,7 +216,7 @@ def waiting_for_all(
     queued: list[JobRecord],
     key: scheduling.QueueKey = scheduling.queue_key,
     kept: fleet.FleetSnapshot | None = None,
-    limits: scheduling.SubmitterLimits = scheduling.NO_LIMITS,
+    limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> dict[str, list[waiting.Blocker]]:
     """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
     if not queued:
