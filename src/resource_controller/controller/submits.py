@@ -1,0 +1,136 @@
+"""What a submit asks for, checked and made into the store's ``NewJob`` before the
+store sees it: the command, the devices (a pin, a list or a selector with a count), the
+ceilings, the jobs it waits for, and the submitter's limit. Pure: no store, no I/O."""
+
+from __future__ import annotations
+
+from resource_controller import errors, wire
+from resource_controller.core import mig, scheduling, selectors, share
+from resource_controller.core.states import Kind, Stdio
+from resource_controller.store.jobs import NewJob
+
+
+def validate_submit(req: wire.SubmitRequest) -> NewJob:
+    """API-041, in its order; the first failure wins."""
+    kind = req.kind or Kind.JOB
+    if kind not in (Kind.JOB, Kind.HOLD):
+        raise errors.BadRequest(f"unknown kind {req.kind!r} (job or hold)")
+    command = list(req.command or [])
+    if kind == Kind.JOB and not command:
+        raise errors.BadRequest("command must not be empty")
+    if kind == Kind.HOLD:
+        for bad, what in (
+            (command, "a hold takes no command"),
+            (req.cwd, "a hold takes no cwd"),
+            (req.env, "a hold takes no env"),
+            (req.idle_timeout_seconds, "a hold takes no idle timeout"),
+            (req.max_runtime_seconds <= 0, "a hold needs max_runtime_seconds > 0 (its TTL)"),
+            (req.stdio, "a hold cannot use tty or pipe stdio"),
+        ):
+            if bad:
+                raise errors.BadRequest(what)
+        command = ["hold"]
+    if req.stdio not in {s.value for s in Stdio}:
+        raise errors.BadRequest(f'unknown stdio {req.stdio!r} ("", tty or pipe)')
+    if req.device_id and req.selector:
+        raise errors.BadRequest("give device_id or selector, not both")
+    count, device_ids = _gang(req)
+    if not req.submitter:
+        raise errors.BadRequest("submitter must not be empty")
+    low, top = scheduling.PRIORITY_MIN, scheduling.PRIORITY_MAX
+    if not low <= req.priority <= top:
+        raise errors.PriorityOutOfRange(f"priority {req.priority} is outside {low}..{top}")
+    if req.selector:
+        try:
+            selectors.validate(req.selector)
+        except selectors.SelectorError as exc:
+            raise errors.BadSelector(str(exc)) from None
+    after = _after(req)
+    return NewJob(
+        command=command,
+        submitter=req.submitter,
+        device_id=req.device_id,
+        selector=req.selector,
+        cwd=req.cwd,
+        env=dict(req.env) if req.env else None,
+        idempotency_key=req.idempotency_key,
+        priority=req.priority,
+        max_runtime=req.max_runtime_seconds,
+        idle_timeout=req.idle_timeout_seconds,
+        kind=kind,
+        reason=req.reason,
+        stdio=req.stdio,
+        count=count,
+        device_ids=device_ids,
+        after=after,
+        after_any=req.after_any,
+    )
+
+
+def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
+    """The jobs a submit waits for (EXT-SHARE-2), each once, in the order given; whether
+    each exists is the store's to say, in the enqueue's transaction."""
+    ids = list(req.after or [])
+    if any(not i for i in ids):
+        raise errors.BadRequest("after must not contain an empty job ID")
+    if req.after_any and not ids:
+        raise errors.BadRequest("after_any needs after: the jobs to wait for")
+    if ids and req.no_wait:
+        raise errors.BadRequest(
+            "no_wait with after: a job that waits for other jobs cannot start at once"
+        )
+    return tuple(dict.fromkeys(ids))
+
+
+def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
+    """A job asking for more devices than its submitter may ever hold could never start
+    (EXT-SHARE-1): ``400 bad_request`` at submit instead of a queue for ever."""
+    limit = limits.of(new.share_name)
+    count = len(new.device_ids) or max(1, new.count)
+    if limit is not None and count > limit:
+        raise errors.BadRequest(
+            f"the job asks for {count} device(s), more than the limit of {limit}"
+            f" devices for {new.share_name}"
+        )
+
+
+def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
+    """``count`` and ``device_ids`` checked against each other (EXT-GANG-6).
+
+    ``device_ids`` takes the place of ``device_id`` and ``selector``; its length is the
+    count (a ``count`` other than that is refused, not overridden), its devices are
+    distinct and on one host (the part of each ID before its first ``:``). A pinned
+    ``device_id`` is one device, so a count above 1 with it is refused too.
+    """
+    ids = list(req.device_ids or [])
+    if not ids:
+        if req.device_id and req.count != 1:
+            raise errors.BadRequest(
+                f"count {req.count} with device_id: a device_id is one device; "
+                "give device_ids to pin several"
+            )
+        return req.count, ()
+    if req.device_id or req.selector:
+        given = "device_id" if req.device_id else "selector"
+        raise errors.BadRequest(f"give device_ids or {given}, not both")
+    if "count" in req.model_fields_set and req.count != len(ids):
+        raise errors.BadRequest(
+            f"count {req.count} does not match the {len(ids)} device(s) in device_ids"
+        )
+    if any(not d for d in ids):
+        raise errors.BadRequest("device_ids must not contain an empty device ID")
+    if len(set(ids)) != len(ids):
+        raise errors.BadRequest("device_ids names a device more than once")
+    hosts = sorted({d.split(":", 1)[0] for d in ids})
+    if len(hosts) > 1:
+        raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
+    overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
+    if overlap:
+        # EXT-MIG-3: a GPU and its MIG instance are never leased at once, so such a job
+        # could never start, and meanwhile its claim would hold both back from others.
+        whole, part = overlap[0]
+        raise errors.BadRequest(
+            f"device_ids names one GPU twice: {hosts[0]}:{whole} and {hosts[0]}:{part} "
+            "(a GPU and its MIG instance are never leased at once)"
+        )
+    return len(ids), tuple(sorted(ids))
