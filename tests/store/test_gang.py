@@ -77,7 +77,7 @@ def test_a_stale_snapshot_rolls_the_whole_assignment_back(
     snapshot = [store_helpers.device(store, d) for d in box]
     store_helpers.allocate_directly(store, box[1], "bob")  # taken after the snapshot was read
     job = store.job(gang.id)
-    outcome = leases._try_assign(store._tx, store.now(), job, [d for d in snapshot if d])
+    outcome = leases.try_assign(store._tx, store.now(), job, [d for d in snapshot if d])
     assert outcome == "not_ready"
     # Nothing of the half that could flip remains: box[0] is still ready, no lease.
     assert state_of(store, box[0])[0] == "ready"

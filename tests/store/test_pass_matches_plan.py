@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import scheduling, share
-from resource_controller.store import leases, queries
+from resource_controller.store import passes, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.jobs import NewJob
@@ -96,9 +96,9 @@ def _pass_is_the_plan(store: Store) -> None:
 
 
 def _pages(monkeypatch: pytest.MonkeyPatch, page: int, batch: int) -> None:
-    monkeypatch.setattr(leases, "FIRST_PAGE", page)
-    monkeypatch.setattr(leases, "QUEUE_PAGE", page)
-    monkeypatch.setattr(leases, "WHOLE_BATCH", batch)
+    monkeypatch.setattr(passes, "FIRST_PAGE", page)
+    monkeypatch.setattr(passes, "QUEUE_PAGE", page)
+    monkeypatch.setattr(passes, "WHOLE_BATCH", batch)
 
 
 @settings(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
 from resource_controller.core.scheduling import aged_queue_key, queue_key, queue_position
-from resource_controller.store import leases
+from resource_controller.store import passes
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from support import store_helpers
@@ -49,8 +49,8 @@ def test_sql_order_paging_and_positions_follow_the_key(
     assert [j.id for j in queued] == [
         j.id for j in sorted(queued, key=lambda j: queue_key(j.snap()))
     ]
-    monkeypatch.setattr(leases, "QUEUE_PAGE", 2)
-    assert [r[0] for r in leases._Walk(store._tx)] == [j.id for j in queued]
+    monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
+    assert [r[0] for r in passes.QueueWalk(store._tx)] == [j.id for j in queued]
     snaps = [j.snap() for j in queued]
     for j in queued:
         assert store_helpers.job_with_position(store, j.id)[1] == queue_position(j.snap(), snaps)
@@ -98,8 +98,8 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
         key = aged_queue_key(now, aging)
         queued = store.queued_jobs()
         assert [j.id for j in queued] == [j.id for j in sorted(queued, key=lambda j: key(j.snap()))]
-        monkeypatch.setattr(leases, "QUEUE_PAGE", 2)
-        walked = leases._Walk(store._tx, now, aging)
+        monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
+        walked = passes.QueueWalk(store._tx, now, aging)
         assert [r[0] for r in walked] == [j.id for j in queued]
         snaps = [j.snap() for j in queued]
         for j in queued:

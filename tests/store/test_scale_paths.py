@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from resource_controller.clock import FakeClock
 from resource_controller.core import states
 from resource_controller.core.expiry import GRACE, SweepRules
-from resource_controller.store import leases, queries
+from resource_controller.store import passes, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, JobRecord
 from support import store_helpers
@@ -147,7 +147,7 @@ def test_a_pass_decodes_only_the_jobs_it_places(
 def test_the_pass_reads_a_row_as_the_record_does(
     store: Store, selector: str, pins: str, count: int, priority: int, runtime: int
 ) -> None:
-    """``leases._Queued`` builds from the raw row the snapshot ``JobRecord.snap`` would."""
+    """``passes._snap`` builds from the raw row the snapshot ``JobRecord.snap`` would."""
     record = JobRecord(
         id="j1",
         seq=7,
@@ -181,7 +181,7 @@ def test_the_pass_reads_a_row_as_the_record_does(
     plain = int(bool(record.device_id) and not selector and not pins.count(",") and count == 1)
     computed = {queries.PLAIN_PIN: plain, queries.SHARE: record.share}  # EXT-SHARE-1
     row = tuple(computed[c] if c in computed else columns[c] for c in queries.QUEUE_COLS)
-    assert leases._Queued(row).snap == record.snap()
+    assert passes._snap(row) == record.snap()
 
 
 def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:

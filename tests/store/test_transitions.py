@@ -19,7 +19,7 @@ import pytest
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.selectors import SelectorError
-from resource_controller.store import jobs, leases, sql
+from resource_controller.store import jobs, leases, passes, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 from support import store_helpers
@@ -1190,7 +1190,7 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
     (d0,) = make.worker(devices=1)
     first = make.submit(device=d0)
     second = make.submit(device=d0)
-    real_try = leases._try_assign
+    real_try = leases.try_assign
 
     def cancel_first_then_assign(
         transaction: Callable[[], AbstractContextManager[sql.Db]],
@@ -1203,7 +1203,7 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
                 assert jobs.cancel_queued(tx, now, job.id, "killed by alice")
         return real_try(transaction, now, job, device)
 
-    monkeypatch.setattr(leases, "_try_assign", cancel_first_then_assign)
+    monkeypatch.setattr(leases, "try_assign", cancel_first_then_assign)
     assert store.schedule() == [Assigned(second.id, wid())]
     assert store.job(first.id).state == "killed"
     assert raw.reservations() == set()
@@ -1488,8 +1488,8 @@ def test_assigning_a_job_that_left_the_queue_leaves_the_device_ready(
     assert store.cancel_queued(job.id, "killed by alice")
     device = store_helpers.device(store, d0)
     assert device is not None
-    outcome = leases._try_assign(store._tx, store.now(), job, device)
-    assert outcome == "not_queued"
+    outcome = leases.try_assign(store._tx, store.now(), job, device)
+    assert outcome == "gone"
     assert store_helpers.device(store, d0).state == "ready"  # type: ignore[union-attr]
     assert store_helpers.live_leases(store) == []
 
@@ -1498,7 +1498,7 @@ def test_the_pass_reads_past_its_first_page_of_the_queue(store: Store, make: Fac
     # STORE-061: the walk is in pages; a placeable job far back is still placed.
     d0, d1 = make.worker(devices=2)
     make.start(device=d0)
-    blocked = [make.submit(device=d0) for _ in range(leases.QUEUE_PAGE + 5)]
+    blocked = [make.submit(device=d0) for _ in range(passes.QUEUE_PAGE + 5)]
     late = make.submit(device=d1)
     assert store.schedule() == [Assigned(late.id, wid())]
     assert all(store.job(j.id).state == "queued" for j in blocked)

@@ -100,7 +100,7 @@ def allocate_directly(
         )
         c.execute("UPDATE jobs SET queued_at = 0, max_runtime = 0 WHERE id = ?", (job.id,))
         outcome = leases.assign(c, now, job, dev)
-        assert outcome == "assigned", outcome
+        assert outcome == "placed", outcome
         # The fixture's deadline is its own TTL, whatever the device's ceiling (STORE-052).
         c.execute(
             "UPDATE leases SET expires_at = ? WHERE job_id = ?",

@@ -27,8 +27,8 @@ from resource_controller.store import (
     engine,
     fleet,
     jobs,
-    leases,
     locks,
+    passes,
     queries,
     reserved,
     sql,
@@ -70,7 +70,7 @@ class Store:
         self._gen = 0
         #: (``_gen``, SQLite's ``data_version``, how it ended) of the last pass that
         #: placed nothing and ended with every device claimed; None otherwise.
-        self._settled: tuple[int, int | None, leases.PassEnd] | None = None
+        self._settled: tuple[int, int | None, passes.PassEnd] | None = None
         #: The devices as the pass reads them, reread only where they changed.
         self._fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
@@ -190,8 +190,8 @@ class Store:
             if pending:
                 with self._tx() as tx:
                     ended += after.settle(tx, self.now())
-            end = leases.PassEnd()
-            assigned = leases.schedule_pass(
+            end = passes.PassEnd()
+            assigned = passes.schedule_pass(
                 self.now(),
                 self._tx,
                 self.aging,
@@ -223,7 +223,7 @@ class Store:
             return self.run_pass()
 
     @staticmethod
-    def _behind(job: JobRecord, end: leases.PassEnd) -> bool:
+    def _behind(job: JobRecord, end: passes.PassEnd) -> bool:
         # A job waiting for others may be failed by this very pass (EXT-SHARE-2).
         if not job.queued or end.last is None or job.after_ids:
             return False
@@ -261,7 +261,7 @@ class Store:
     def held_by_share(self) -> dict[str, int]:
         """The devices each share name holds now (EXT-SHARE-1, ``/metrics``)."""
         with self._read() as c:
-            return leases.held_by_share(c)
+            return passes.held_by_share(c)
 
     def list_jobs(
         self,
@@ -289,7 +289,7 @@ class Store:
             devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
             jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
             beats = c.all("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host")
-            held = leases.held_by_share(c)
+            held = passes.held_by_share(c)
         return (
             {str(s): int(n) for s, n in devs},
             {str(s): int(n) for s, n in jbs},

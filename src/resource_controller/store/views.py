@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from resource_controller.core import scheduling, selectors, share, waiting
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import after, fleet, jobs, leases, queries, sql
+from resource_controller.store import after, fleet, jobs, passes, queries, sql
 from resource_controller.store.records import (
     DeviceRecord,
     DeviceSnapshot,
@@ -184,7 +184,7 @@ def wait_snapshot(
         for d in records.values()
         if d.state == _UNHEALTHY
     }
-    held = leases.held_by_share(db) if limits.on else {}
+    held = passes.held_by_share(db) if limits.on else {}
     waiting_jobs = [j.id for j in queued if j.after_open]
     pending = after.pending(db, waiting_jobs) if waiting_jobs else {}
     for job_id, ids in pending.items():
