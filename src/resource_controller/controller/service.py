@@ -351,18 +351,10 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     gpu = GpuUse(req.gpu_util_mean, req.gpu_mem_peak_bytes, req.samples)
 
     def record() -> tuple[JobRecord, PassResult | None]:
-        # The ownership checks and the change are one transaction on the store thread.
-        before = svc.store.report(job_id, check, req.state, req.exit_code, req.reason, gpu)
-        if req.state == JobState.RUNNING or not before.device_id:
-            return before, None
-        # EXT-FAST-1: the pass a release calls for runs here, in the same hop to the
-        # store thread, so the freed device is handed on without a round through the
-        # scheduler loop. Failing, it is left to that loop (kicked below).
-        try:
-            return before, svc.store.run_pass()
-        except Exception:
-            log.exception("scheduling pass after the report of job %s failed", job_id)
-            return before, None
+        # The ownership checks, the change and (EXT-FAST-1) the pass a release calls for
+        # are one transaction on the store thread: the freed device is handed on without
+        # a round through the scheduler loop. A failed pass is left to that loop.
+        return svc.store.report_and_pass(job_id, check, req.state, req.exit_code, req.reason, gpu)
 
     before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id

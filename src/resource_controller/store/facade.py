@@ -9,9 +9,10 @@ clock exactly once (STORE-005). The domain modules (``jobs``, ``leases``, ``devi
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 
 from resource_controller import crashpoints, errors
@@ -47,6 +48,8 @@ from resource_controller.store.records import (
     Registration,
     SweepResult,
 )
+
+log = logging.getLogger(__name__)
 
 
 class Store:
@@ -190,20 +193,28 @@ class Store:
             if pending:
                 with self._tx() as tx:
                     ended += after.settle(tx, self.now())
-            end = passes.PassEnd()
-            assigned = passes.schedule_pass(
-                self.now(),
-                self._tx,
-                self.aging,
-                self._read,
-                end,
-                self._fleet,
-                self._reserved,
-                self.limits,
-            )
-            settled = self.aging <= 0 and end.saturated and not assigned
-            self._settled = (self._gen, self._data_version(), end) if settled else None
-            return PassResult(assigned, ended)
+            return PassResult(self._placements(self._tx, self._read), ended)
+
+    def _placements(
+        self,
+        transaction: Callable[[], AbstractContextManager[sql.Db]],
+        read: Callable[[], AbstractContextManager[sql.Db]],
+    ) -> list[Assigned]:
+        """The placing part of a pass, each placement in a ``transaction()`` of its own."""
+        end = passes.PassEnd()
+        assigned = passes.schedule_pass(
+            self.now(),
+            transaction,
+            self.aging,
+            read,
+            end,
+            self._fleet,
+            self._reserved,
+            self.limits,
+        )
+        settled = self.aging <= 0 and end.saturated and not assigned
+        self._settled = (self._gen, self._data_version(), end) if settled else None
+        return assigned
 
     def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue (API-042), skipped when it cannot change
@@ -332,23 +343,82 @@ class Store:
         it (raising writes nothing), then ``running`` (STORE-080) or the release
         (STORE-082) with what the job's GPUs did (EXT-ACCT-1). Returns the job as it was
         before the report."""
-        ended: list[str] = []
         with self._tx("running" if state == JobState.RUNNING else "finish") as c:
-            now = self.now()
-            job = queries.job(c, job_id)
-            check(job)
-            if state == JobState.RUNNING:
-                jobs.mark_running(c, now, job_id)
-            elif state in TERMINAL:
-                jobs.release_job(c, now, job, state, exit_code, reason, gpu)
-                # The jobs waiting for this one are settled in the same commit
-                # (EXT-SHARE-2): the pass that follows places the next of a chain
-                # without a commit of its own in between.
-                ended = after.settle(c, now)
-            else:
-                raise errors.InvalidTransition(f"state {state!r} is not terminal")
+            job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
         self._ended += ended
         return job
+
+    def report_and_pass(
+        self,
+        job_id: str,
+        check: Callable[[JobRecord], None],
+        state: str,
+        exit_code: int | None = None,
+        reason: str = "",
+        gpu: GpuUse = NO_GPU_USE,
+    ) -> tuple[JobRecord, PassResult | None]:
+        """``report``, and for a terminal one that freed devices the pass it calls for
+        (EXT-FAST-1), in ONE commit: the device is handed on in the transaction that
+        frees it, one durable commit instead of two. Each placement is a savepoint, so a
+        lost race undoes only itself; a pass that fails undoes only the pass (logged,
+        None), and the report commits alone for the scheduler loop to place after."""
+        if state == JobState.RUNNING:
+            return self.report(job_id, check, state, exit_code, reason, gpu), None
+        with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
+            try:
+                with self._tx("finish") as c:
+                    job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
+                    if not job.device_id:
+                        self._ended += ended
+                        return job, None
+                    try:
+                        with c.savepoint("pass"):
+                            assigned = self._placements(
+                                lambda: c.savepoint("placement"), lambda: nullcontext(c)
+                            )
+                    except Exception:
+                        log.exception("scheduling pass after the report of job %s failed", job_id)
+                        self._fleet.after_rollback(c)
+                        self._forget_pass()
+                        self._ended += ended
+                        return job, None
+            except BaseException:
+                self._forget_pass()  # what the pass kept was never committed
+                raise
+            return job, PassResult(assigned, self._take_ended() + ended)
+
+    def _forget_pass(self) -> None:
+        self._settled = None
+        self._reserved.forget()
+
+    def _take_ended(self) -> list[str]:
+        ended, self._ended = self._ended, []
+        return ended
+
+    def _report_in(
+        self,
+        c: sql.Db,
+        job_id: str,
+        check: Callable[[JobRecord], None],
+        state: str,
+        exit_code: int | None,
+        reason: str,
+        gpu: GpuUse,
+    ) -> tuple[JobRecord, list[str]]:
+        """A status report's writes in the open transaction: the job as it was before,
+        and the waiting jobs its end settled."""
+        now = self.now()
+        job = queries.job(c, job_id)
+        check(job)
+        if state == JobState.RUNNING:
+            jobs.mark_running(c, now, job_id)
+            return job, []
+        if state not in TERMINAL:
+            raise errors.InvalidTransition(f"state {state!r} is not terminal")
+        jobs.release_job(c, now, job, state, exit_code, reason, gpu)
+        # The jobs waiting for this one are settled in the same commit (EXT-SHARE-2),
+        # so the pass places the next of a chain at once.
+        return job, after.settle(c, now)
 
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
         """Who held what over the last ``since`` seconds, by ``by`` (EXT-ACCT-2): the

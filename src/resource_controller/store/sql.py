@@ -81,6 +81,19 @@ class Db:
         if self.in_transaction:
             self.driver.execute("ROLLBACK")
 
+    @contextmanager
+    def savepoint(self, name: str) -> Iterator[Db]:
+        """A part of the open transaction that can fail alone: on an exception what it
+        wrote is undone and the transaction goes on (both databases allow it)."""
+        self.driver.execute(f"SAVEPOINT {name}")
+        try:
+            yield self
+        except BaseException:
+            self.driver.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            self.driver.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        self.driver.execute(f"RELEASE SAVEPOINT {name}")
+
     @property
     def in_transaction(self) -> bool:
         if self.postgres:
