@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from resource_controller.controller.events import Broadcaster
+from resource_controller.controller.parked import ParkedPolls
 from resource_controller.controller.relay import Relay
 from resource_controller.controller.webhooks import Notifier
 
@@ -52,6 +53,8 @@ class Hub:
 
     def __init__(self) -> None:
         self.workers = Signals()
+        #: Worker polls waiting for work, which a report's commit may answer directly.
+        self.parked = ParkedPolls()
         self.logs = Signals()
         self.schedule = asyncio.Event()
         self.shutting_down = asyncio.Event()

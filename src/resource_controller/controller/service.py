@@ -23,6 +23,7 @@ from typing import Any
 from resource_controller import errors, wire
 from resource_controller.controller import submits, webhooks
 from resource_controller.controller.deps import Services
+from resource_controller.controller.parked import Parked
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
 from resource_controller.core import (
     expiry,
@@ -288,19 +289,32 @@ async def poll(
             return Done(([], []))
         handed, kills = await svc.db(svc.store.take_work, worker_id)
         if handed or kills:
-            now = svc.clock.now()
-            for j in handed:  # EXT-METRICS-1: submit to start is submit to hand-out
-                svc.metrics.submit_to_start.observe(max(0.0, now - j.submitted_at))
-            return Done((handed, kills))
+            return _handed(svc, handed, kills)
         remaining = deadline - loop.time()
         if remaining <= 0 or svc.hub.shutting_down.is_set():
             return Done(([], []))
+        # Parked: a terminal report that places work here may hand it out in its own
+        # commit and answer this poll directly (``controller/parked.py``).
+        parked = svc.hub.parked.park(worker_id)
         wake = asyncio.ensure_future(woken.wait())
         stop = asyncio.ensure_future(svc.hub.shutting_down.wait())
-        waits: set[asyncio.Future[Any]] = {wake, stop, gone}
+        waits: set[asyncio.Future[Any]] = {wake, stop, gone, parked.answer}
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         wake.cancel()
         stop.cancel()
+        if not svc.hub.parked.leave(parked):
+            answer = await parked.answer  # claimed: the report's commit is under way
+            if answer is not None and (answer[0] or answer[1]):
+                return _handed(svc, *answer)
+
+
+def _handed(
+    svc: Services, handed: list[JobRecord], kills: list[str]
+) -> Done[tuple[list[JobRecord], list[str]]]:
+    now = svc.clock.now()
+    for j in handed:  # EXT-METRICS-1: submit to start is submit to hand-out
+        svc.metrics.submit_to_start.observe(max(0.0, now - j.submitted_at))
+    return Done((handed, kills))
 
 
 async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -> Done[None]:
@@ -350,11 +364,30 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
 
     gpu = GpuUse(req.gpu_util_mean, req.gpu_mem_peak_bytes, req.samples)
 
+    claimed: list[Parked] = []
+
+    def hand_out(worker_id: str) -> bool:
+        parked = svc.hub.parked.claim(worker_id)
+        if parked is not None:
+            claimed.append(parked)
+        return parked is not None
+
     def record() -> tuple[JobRecord, PassResult | None]:
         # The ownership checks, the change and (EXT-FAST-1) the pass a release calls for
         # are one transaction on the store thread: the freed device is handed on without
-        # a round through the scheduler loop. A failed pass is left to that loop.
-        return svc.store.report_and_pass(job_id, check, req.state, req.exit_code, req.reason, gpu)
+        # a round through the scheduler loop, and to a waiting poll of its worker in the
+        # same commit. A failed pass is left to that loop. The claimed polls are answered
+        # here, once the transaction ended, whatever becomes of this request.
+        result: PassResult | None = None
+        try:
+            before, result = svc.store.report_and_pass(
+                job_id, check, req.state, req.exit_code, req.reason, gpu, hand_out
+            )
+            return before, result
+        finally:
+            handed = result.handed if result is not None else {}
+            for parked in claimed:
+                parked.give(handed.get(parked.worker_id))
 
     before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id

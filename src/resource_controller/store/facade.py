@@ -356,12 +356,18 @@ class Store:
         exit_code: int | None = None,
         reason: str = "",
         gpu: GpuUse = NO_GPU_USE,
+        hand_out: Callable[[str], bool] | None = None,
     ) -> tuple[JobRecord, PassResult | None]:
         """``report``, and for a terminal one that freed devices the pass it calls for
         (EXT-FAST-1), in ONE commit: the device is handed on in the transaction that
         frees it, one durable commit instead of two. Each placement is a savepoint, so a
         lost race undoes only itself; a pass that fails undoes only the pass (logged,
-        None), and the report commits alone for the scheduler loop to place after."""
+        None), and the report commits alone for the scheduler loop to place after.
+
+        ``hand_out(worker_id)`` says whether a long poll of that worker waits for work
+        and is now promised this commit's answer: for each such worker the pass placed
+        on, the hand-out (``take_work``) joins the commit too, in ``PassResult.handed``.
+        """
         if state == JobState.RUNNING:
             return self.report(job_id, check, state, exit_code, reason, gpu), None
         with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
@@ -376,6 +382,7 @@ class Store:
                             assigned = self._placements(
                                 lambda: c.savepoint("placement"), lambda: nullcontext(c)
                             )
+                            handed = self._hand_out(c, assigned, hand_out)
                     except Exception:
                         log.exception("scheduling pass after the report of job %s failed", job_id)
                         self._fleet.after_rollback(c)
@@ -385,7 +392,17 @@ class Store:
             except BaseException:
                 self._forget_pass()  # what the pass kept was never committed
                 raise
-            return job, PassResult(assigned, self._take_ended() + ended)
+            return job, PassResult(assigned, self._take_ended() + ended, handed)
+
+    def _hand_out(
+        self, c: sql.Db, assigned: list[Assigned], hand_out: Callable[[str], bool] | None
+    ) -> dict[str, tuple[list[JobRecord], list[str]]]:
+        """The hand-out of each worker placed on whose waiting poll ``hand_out`` claims."""
+        if hand_out is None:
+            return {}
+        workers = dict.fromkeys(a.worker_id for a in assigned)
+        now = self.now()
+        return {w: jobs.take_work(c, now, w) for w in workers if hand_out(w)}
 
     def _forget_pass(self) -> None:
         self._settled = None

@@ -205,6 +205,8 @@ class PassResult:
 
     assigned: list[Assigned] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+    #: Work handed out in the same commit, by worker: (jobs now ``running``, kills).
+    handed: dict[str, tuple[list[JobRecord], list[str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
