@@ -169,7 +169,9 @@ def assign(
         if flipped == 0:
             return Assignment.NOT_READY  # nothing written
         raise _NotReady(job.id)  # rolls the partial flip back with the transaction
-    runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
+    runtime = scheduling.gang_runtime(
+        job.max_runtime_seconds, (d.max_runtime_seconds for d in group)
+    )
     moved = moves.move(
         db,
         JOB,
@@ -180,7 +182,7 @@ def assign(
         device_id=ids[0],
         device_ids=join_ids(ids) if len(ids) > 1 else "",
         worker_id=group[0].worker_id,
-        max_runtime=runtime,
+        max_runtime_seconds=runtime,
     )
     if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction
@@ -319,7 +321,7 @@ class _Queued:
             queued_at=row[_I_QUEUED_AT],
             selector=row[_I_SELECTOR],
             device_id=row[_I_DEVICE_ID],
-            max_runtime=row[_I_MAX_RUNTIME],
+            max_runtime_seconds=row[_I_MAX_RUNTIME],
             count=max(1, row[_I_COUNT]),
             device_ids=split_ids(ids) if ids else (),
             share=row[_I_SHARE],
@@ -347,7 +349,7 @@ _I_SEQ = queries.QUEUE_COLS.index("seq")
 _I_SELECTOR = queries.QUEUE_COLS.index("selector")
 _I_DEVICE_ID = queries.QUEUE_COLS.index("device_id")
 _I_DEVICE_IDS = queries.QUEUE_COLS.index("device_ids")
-_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime")
+_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime_seconds")
 _I_COUNT = queries.QUEUE_COLS.index("device_count")
 
 
