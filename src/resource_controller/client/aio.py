@@ -238,7 +238,7 @@ class AsyncClient:
         job: api.Json = shapes.normalise(data, shapes.JOB)
         return job
 
-    # ---- polling loops: the rules are waits.py's, as api.Client's ----------
+    # ---- polling loops: the rules are waits.py's, as api.JsonClient's ----------
 
     async def _wait_scheduled(self, job_id: str, limit: float | None) -> api.Json:
         wait = waits.UntilScheduled(job_id, None if limit is None else time.monotonic() + limit)

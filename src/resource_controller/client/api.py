@@ -1,4 +1,4 @@
-"""The client object the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
+"""``JsonClient``: what the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
 
 Commands are thin: each one calls a method here, so the command line and the Python
 API cannot disagree about a route, a body or a polling budget. Results are the
@@ -103,7 +103,7 @@ from resource_controller.core.states import ACTIVE, TERMINAL
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
-    # Imported when a Client first needs it: http.client pulls in email and ssl, and
+    # Imported when a JsonClient first needs it: http.client pulls in email and ssl, and
     # every command's --help (and the Python API's views) would pay for it otherwise.
     from resource_controller.client import transport
 
@@ -124,8 +124,9 @@ def _leased(view: Json) -> bool:
     return bool(view.get("holder") or view.get("job_id"))
 
 
-class Client:
-    """Talk to one controller with one token, as the current user.
+class JsonClient:
+    """Talk to one controller with one token, as the current user: its routes as
+    methods, answers as the controller's JSON (what ``rc`` calls; ``Client`` wraps it).
 
     With no arguments the controller URL, token and submitter come from the
     environment and the user config file, exactly as for ``rc`` (CLI-010..031).
@@ -174,7 +175,7 @@ class Client:
         """(base URL, token) for the relay's full-duplex streams (CLI-085, CLI-086)."""
         return self._http.base_url, self._http.token
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> JsonClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,7 +1,7 @@
 """What the client puts on the wire and how it reads the answers (CLI-072..075, EXT-CLI-7).
 
 Pure pieces with no connection: request paths, the submit body, the refusals a status
-maps to, the job view, and the job-ID prefix lookup. ``api.Client`` and the asyncio
+maps to, the job view, and the job-ID prefix lookup. ``api.JsonClient`` and the asyncio
 client both build on them, so the two cannot disagree about a body or an error.
 """
 

@@ -1,6 +1,6 @@
 """The client's polling waits as rules without I/O (CLI-077..079, CLI-190..192).
 
-``api.Client`` polls with blocking calls and ``aio.AsyncClient`` with awaited ones;
+``api.JsonClient`` polls with blocking calls and ``aio.AsyncClient`` with awaited ones;
 both loops only carry out what a wait here decides: how long the next poll may take,
 whether the caller's bound has passed, when consecutive failures give up, whether the
 job is where it was awaited, and how long to pause. So the two clients cannot drift
