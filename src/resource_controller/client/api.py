@@ -36,10 +36,11 @@ from resource_controller.client.messages import (
     PolledJob as PolledJob,
 )
 from resource_controller.client.messages import (
+    UsageAsk,
     add_jobs_page,
     jobs_page_size,
     jobs_query,
-    usage_query,
+    logs_query,
 )
 from resource_controller.client.messages import (
     check_hold as check_hold,
@@ -95,7 +96,7 @@ from resource_controller.client.waits import (  # the client's surface: api.X
 from resource_controller.client.waits import (  # the client's surface: api.X
     PollGiveUp as PollGiveUp,
 )
-from resource_controller.client.waits import UntilScheduled, UntilTerminal
+from resource_controller.client.waits import StreamResume, UntilScheduled, UntilTerminal
 from resource_controller.client.waits import (  # the client's surface: api.X
     WaitTimeout as WaitTimeout,
 )
@@ -343,12 +344,8 @@ class JsonClient:
         being the snapshot that never waits. ``offset`` skips bytes already seen
         (EXT-CLI-5) and is sent only when positive.
         """
-        query: dict[str, str] = {}
-        if follow is not None:
-            query["follow"] = "true" if follow else "false"
-        if offset > 0:
-            query["offset"] = str(offset)
-        return self._http.stream("GET", job_path(job_id) + "/logs", query=query or None)
+        query = logs_query(follow=follow, offset=offset)
+        return self._http.stream("GET", job_path(job_id) + "/logs", query=query)
 
     def output(
         self,
@@ -359,31 +356,26 @@ class JsonClient:
     ) -> Iterator[bytes]:
         """Follow the job's output to its end, resuming where a broken stream stopped.
 
-        When the connection drops, the stream is reopened at the byte offset already
-        delivered (EXT-CLI-5), so nothing is lost or repeated; ``on_break`` hears of
-        each break. ``STREAM_GIVE_UP`` consecutive attempts that deliver nothing give
-        up with the last error. A refusal from the controller (``not_found``,
-        ``logs_not_stored``) is final at once. With ``reconnect=False`` the first
-        break is final (CLI-081).
+        ``waits.StreamResume`` decides where a broken stream reopens and when breaks in
+        a row give up (EXT-CLI-5; with ``reconnect=False`` the first break is final,
+        CLI-081); ``on_break`` hears of each break. A refusal from the controller
+        (``not_found``, ``logs_not_stored``) is final at once.
         """
-        offset = 0
-        failures = 0
+        resume = StreamResume(reconnect=reconnect)
         while True:
             try:
-                stream = self.follow_logs(job_id, offset=offset)
+                stream = self.follow_logs(job_id, offset=resume.offset)
                 with stream:
                     for chunk in stream:
-                        offset += len(chunk)
-                        failures = 0
+                        resume.delivered(chunk)
                         yield chunk
                 return
             except errors.TransportError as e:
-                failures += 1
-                if not reconnect or failures >= STREAM_GIVE_UP:
+                if resume.broke():
                     raise
                 if on_break is not None:
                     on_break(e)
-                self._sleep(POLL_INTERVAL)
+                self._sleep(resume.pause)
 
     # ---- fleet -----------------------------------------------------------------
 
@@ -415,11 +407,10 @@ class JsonClient:
         """Who held what over a window (``GET /v1/usage``, EXT-ACCT-2): ``since`` a
         duration (``7d``), ``by`` submitter, device or host, each the controller's
         default when empty; ``limit`` groups at most (0: the controller's default)."""
-        data: Json = self._http.request(
-            "GET", "/v1/usage", query=usage_query(since, by, limit), timeout=timeout
-        ).json()
-        out: Json = shapes.normalise(data, shapes.USAGE)
-        return out
+        ask = UsageAsk(since, by, limit)
+        return ask.read(
+            self._http.request("GET", ask.path, query=ask.query, timeout=timeout).json()
+        )
 
     def whoami(self, *, timeout: float | None = None) -> Json:
         """The token's role, and its name when it has one (API-070, EXT-WHO-4)."""
