@@ -39,7 +39,7 @@ from resource_controller.cli import fastrun, run as run_machine
 from resource_controller.client import api, transport
 t2 = time.perf_counter()
 req = fastrun.parse(["-d", {DEVICE!r}, "--", "true"])
-client = api.Client(submitter=None)
+client = api.JsonClient(submitter=None)
 t3 = time.perf_counter()
 marks = []
 http = client._http

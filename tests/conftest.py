@@ -128,11 +128,15 @@ class Factory:
         self.store = store
 
     def worker(
-        self, host: str = "box", devices: int = 2, max_runtime: int = 0, boot_id: str = "boot-1"
+        self,
+        host: str = "box",
+        devices: int = 2,
+        max_runtime_seconds: int = 0,
+        boot_id: str = "boot-1",
     ) -> list[str]:
         """Register ``host`` with ``gpu0..gpu{devices-1}``; return their device IDs."""
         names = [f"gpu{i}" for i in range(devices)]
-        self.store.register(host, boot_id, [(n, max_runtime) for n in names])
+        self.store.register(host, boot_id, [(n, max_runtime_seconds) for n in names])
         return [f"{host}:{n}" for n in names]
 
     def submit(

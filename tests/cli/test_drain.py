@@ -113,7 +113,7 @@ def test_wait_idle_returns_once_no_named_device_holds_a_lease(
 
     fake = FakeWorker(controller, behaviour=hold_until_released)
     try:
-        user = api.Client(controller.url, CLIENT, submitter="alice")
+        user = api.JsonClient(controller.url, CLIENT, submitter="alice")
         job = user.submit(["sleep"], device="box:gpu0")
         seen: list[list[str]] = []
         sleeps: list[float] = []
@@ -124,7 +124,7 @@ def test_wait_idle_returns_once_no_named_device_holds_a_lease(
                 release.set()
                 user.wait_until_terminal(str(job["id"]), bound=20)
 
-        admin = api.Client(controller.url, ADMIN, submitter="ops", sleep=fake_sleep)
+        admin = api.JsonClient(controller.url, ADMIN, submitter="ops", sleep=fake_sleep)
         admin.drain("box:gpu0", "upgrade")
         admin.wait_idle(
             ["box:gpu0", "box:gpu1"],
@@ -139,7 +139,7 @@ def test_wait_idle_returns_once_no_named_device_holds_a_lease(
 
 def test_wait_idle_gives_up_after_many_failed_polls() -> None:
     slept: list[float] = []
-    client = api.Client("http://127.0.0.1:9", ADMIN, sleep=slept.append)
+    client = api.JsonClient("http://127.0.0.1:9", ADMIN, sleep=slept.append)
     with pytest.raises(api.PollGiveUp):
         client.wait_idle(["box:gpu0"])
     assert len(slept) == api.SCHEDULED_GIVE_UP - 1

@@ -92,7 +92,7 @@ def test_views_show_the_list_and_keep_the_base_for_one_device(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, controller: LiveController
 ) -> None:
     worker.behaviour = until_killed
-    client = api.Client(controller.url, "ctok", submitter="tester")
+    client = api.JsonClient(controller.url, "ctok", submitter="tester")
     gang = client.submit(["block"], count=2)
     assert gang["device_ids"] == ["box:gpu0", "box:gpu1"]
     single = client.submit(["train"], device="box:gpu1")

@@ -204,8 +204,8 @@ def env(controller: LiveController) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(controller: LiveController) -> api.Client:
-    return api.Client(controller.url, CLIENT, submitter="tester")
+def client(controller: LiveController) -> api.JsonClient:
+    return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
 def in_background(call: Callable[[], Result]) -> Callable[[float], Result]:
@@ -232,13 +232,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10) -> Any:
         time.sleep(0.02)
 
 
-def active_hold(client: api.Client) -> api.Json | None:
+def active_hold(client: api.JsonClient) -> api.Json | None:
     jobs = [j for j in client.state()["jobs"] if j.get("kind") == "hold"]
     return jobs[0] if jobs and jobs[0].get("state") == "running" else None
 
 
 def test_granted_then_released_elsewhere_exits_0(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = play_hold
     result_of = in_background(
@@ -247,7 +247,7 @@ def test_granted_then_released_elsewhere_exits_0(
         )
     )
     hold = wait_for(lambda: active_hold(client))
-    other = api.Client(client._http.base_url, CLIENT, submitter="tester")
+    other = api.JsonClient(client._http.base_url, CLIENT, submitter="tester")
     other.kill(hold["id"])  # rc release from another terminal
     result = result_of(15)
     assert result.exit_code == 0, result.stderr
@@ -284,7 +284,7 @@ def test_ttl_expiry_exits_0_with_the_reason(
 
 
 def test_queued_hold_is_granted_when_the_device_frees(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = client.submit(["block"], device="box:gpu0")
     worker.behaviour = until_killed
@@ -309,7 +309,7 @@ def test_queued_hold_is_granted_when_the_device_frees(
 
 
 def test_hold_killed_while_queued_was_never_granted(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = until_killed
     blocker = client.submit(["block"], device="box:gpu0")
@@ -318,7 +318,7 @@ def test_hold_killed_while_queued_was_never_granted(
         lambda: run_rc("hold", "box:gpu0", "--ttl", "1m", "--reason", "r", env=env)
     )
     queued = wait_for(lambda: client.state()["queued"])
-    admin = api.Client(client._http.base_url, ADMIN, submitter="root")
+    admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(queued[0]["id"])
     result = result_of(10)
     assert result.exit_code == 1
@@ -351,7 +351,9 @@ def test_as_under_a_named_token_says_it_is_replaced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # EXT-WHO-4, as rc run does: the name the token owns replaces --as.
-    monkeypatch.setattr(api.Client, "whoami", lambda self, **kw: {"role": "client", "name": "al"})
+    monkeypatch.setattr(
+        api.JsonClient, "whoami", lambda self, **kw: {"role": "client", "name": "al"}
+    )
     worker.behaviour = play_hold
     result = run_rc("hold", "--as", "bob", "--ttl", "1s", "--reason", "r", env=env)
     assert result.exit_code == 0, result.stderr

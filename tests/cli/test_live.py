@@ -23,8 +23,8 @@ def env(controller: LiveController) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(controller: LiveController) -> api.Client:
-    return api.Client(controller.url, CLIENT, submitter="tester")
+def client(controller: LiveController) -> api.JsonClient:
+    return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
 def job_id_from(stderr: str) -> str:
@@ -34,7 +34,7 @@ def job_id_from(stderr: str) -> str:
 
 
 def wait_state(
-    client: api.Client, job_id: str, *states: str, timeout: float = 10
+    client: api.JsonClient, job_id: str, *states: str, timeout: float = 10
 ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -45,10 +45,12 @@ def wait_state(
         time.sleep(0.02)
 
 
-def occupy(client: api.Client, worker: FakeWorker, device: str = "box:gpu0", who: str = "") -> str:
+def occupy(
+    client: api.JsonClient, worker: FakeWorker, device: str = "box:gpu0", who: str = ""
+) -> str:
     """Put a job that runs until killed on ``device``; returns its ID once it is running."""
     worker.behaviour = until_killed
-    other = api.Client(client._http.base_url, CLIENT, submitter=who or "tester")
+    other = api.JsonClient(client._http.base_url, CLIENT, submitter=who or "tester")
     job = other.submit(["block"], device=device)
     wait_state(client, job["id"], "running")
     deadline = time.monotonic() + 5
@@ -115,7 +117,7 @@ def test_run_non_success_without_code_fails(
 
 
 def test_run_any_device_and_env(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     result = run_rc(
         "run",
@@ -138,7 +140,7 @@ def test_run_any_device_and_env(
 
 
 def test_run_cwd_priority_and_ceilings_reach_the_job(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client, tmp_path: Any
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient, tmp_path: Any
 ) -> None:
     result = run_rc(
         "run",
@@ -172,7 +174,7 @@ def test_relative_cwd_is_resolved_here(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -197,7 +199,7 @@ def test_here_sends_cwd_and_only_the_allowed_variables(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -229,7 +231,7 @@ def test_config_run_here_is_the_default(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -247,7 +249,7 @@ def test_config_run_here_is_the_default(
 
 
 def test_run_queues_then_gives_up_and_cancels(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = occupy(client, worker)
     start = time.monotonic()
@@ -269,7 +271,7 @@ def test_run_queues_then_gives_up_and_cancels(
 
 
 def test_run_reports_position_changes(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = occupy(client, worker)
     ahead = client.submit(["true"], device="box:gpu0")
@@ -299,7 +301,7 @@ def test_run_reports_position_changes(
 
 
 def test_run_no_wait_busy(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = occupy(client, worker, who="alice")
     result = run_rc("run", "-d", "box:gpu0", "--no-wait", "--", "true", env=env)
@@ -313,7 +315,7 @@ def test_run_no_wait_busy(
 
 
 def test_run_never_started(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     occupy(client, worker)
     done = threading.Event()
@@ -328,7 +330,7 @@ def test_run_never_started(
     while not client.state()["queued"]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    admin = api.Client(client._http.base_url, ADMIN, submitter="root")
+    admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(client.state()["queued"][0]["id"])
     assert done.wait(10)
     result = out["result"]
@@ -432,7 +434,7 @@ def test_explain_against_the_controller(
 
 
 def test_kill_ownership_and_confirmation(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     job_id = occupy(client, worker, who="alice")
     result = run_rc("kill", job_id, env=env)
@@ -446,7 +448,7 @@ def test_kill_ownership_and_confirmation(
 
 
 def test_release_with_admin_token(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     job_id = occupy(client, worker, who="alice")
     result = run_rc("release", job_id, env={**env, "RC_TOKEN": ADMIN})
@@ -456,7 +458,7 @@ def test_release_with_admin_token(
 
 
 def test_kill_submitter_from_environment(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     job_id = occupy(client, worker, who="carol")
     result = run_rc("kill", job_id, env={**env, "RC_SUBMITTER": "  carol  "})
@@ -470,7 +472,7 @@ def test_job_id_prefixes(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import types
@@ -512,7 +514,7 @@ def test_job_id_prefixes(
 
 
 def test_kill_by_prefix_confirms_the_full_id(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     job_id = occupy(client, worker)
     result = run_rc("kill", job_id[:8], env=env)
@@ -539,7 +541,7 @@ def test_logs_and_attach(run_rc: Rc, env: dict[str, str], worker: FakeWorker) ->
 
 
 def test_follow_from_an_offset(
-    worker: FakeWorker, client: api.Client, run_rc: Rc, env: dict[str, str]
+    worker: FakeWorker, client: api.JsonClient, run_rc: Rc, env: dict[str, str]
 ) -> None:
     result = run_rc("run", "-d", "box:gpu0", "--", "printf", "0123456789", env=env)
     job_id = job_id_from(result.stderr)
@@ -548,7 +550,7 @@ def test_follow_from_an_offset(
 
 
 def test_logs_errors(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     result = run_rc("logs", "nope-nope", env=env)
     assert result.exit_code == 1 and result.stderr.startswith("rc: not_found: ")
@@ -561,7 +563,7 @@ def test_logs_errors(
 
 
 def test_logs_snapshot_of_a_running_job_does_not_wait(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     job_id = occupy(client, worker)
     start = time.monotonic()
@@ -603,7 +605,7 @@ def test_jobs_filters_and_formats(run_rc: Rc, env: dict[str, str], worker: FakeW
 
 
 def test_ps_devices_describe(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     running = occupy(client, worker, who="alice")
     queued = client.submit(["python", "train.py"], device="box:gpu0")
@@ -699,7 +701,7 @@ def test_devices_select(run_rc: Rc, env: dict[str, str], controller: LiveControl
 
 
 def test_clear_and_retire(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     admin = {**env, "RC_TOKEN": ADMIN}
     result = run_rc("clear", "box:gpu1", env=env)

@@ -36,8 +36,8 @@ def env(controller: LiveController, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(controller: LiveController) -> api.Client:
-    return api.Client(controller.url, CLIENT, submitter="tester")
+def client(controller: LiveController) -> api.JsonClient:
+    return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
 class Proc:
@@ -86,7 +86,7 @@ def procs() -> Iterator[list[Proc]]:
         proc.kill()
 
 
-def occupy(client: api.Client, worker: FakeWorker) -> str:
+def occupy(client: api.JsonClient, worker: FakeWorker) -> str:
     worker.behaviour = until_killed
     job = client.submit(["block"], device="box:gpu0")
     deadline = time.monotonic() + 5
@@ -98,7 +98,7 @@ def occupy(client: api.Client, worker: FakeWorker) -> str:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_while_queued_cancels_and_exits_130(
-    env: dict[str, str], worker: FakeWorker, client: api.Client, procs: list[Proc], sig: int
+    env: dict[str, str], worker: FakeWorker, client: api.JsonClient, procs: list[Proc], sig: int
 ) -> None:
     occupy(client, worker)
     proc = Proc(["run", "-d", "box:gpu0", "--", "true"], env)
@@ -113,7 +113,7 @@ def test_interrupt_while_queued_cancels_and_exits_130(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_while_running_detaches_and_leaves_it_running(
-    env: dict[str, str], worker: FakeWorker, client: api.Client, procs: list[Proc], sig: int
+    env: dict[str, str], worker: FakeWorker, client: api.JsonClient, procs: list[Proc], sig: int
 ) -> None:
     worker.behaviour = until_killed
     proc = Proc(["run", "-d", "box:gpu0", "--", "block"], env)
@@ -145,7 +145,11 @@ def test_interrupt_without_semantics_is_exit_1(env: dict[str, str], procs: list[
 
 @pytest.mark.parametrize("args", [["attach"], ["logs", "-f"]])
 def test_interrupt_attach_and_follow_is_130_silently(
-    env: dict[str, str], worker: FakeWorker, client: api.Client, procs: list[Proc], args: list[str]
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.JsonClient,
+    procs: list[Proc],
+    args: list[str],
 ) -> None:
     job_id = occupy(client, worker)
     proc = Proc([*args, job_id], env)

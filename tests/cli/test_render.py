@@ -55,10 +55,10 @@ def fixed(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Replace the client's reads with canned answers; returns the dict to fill."""
     answers: dict[str, Any] = {}
     monkeypatch.setattr(timefmt, "utc_now", lambda: NOW)
-    monkeypatch.setattr(api.Client, "state", lambda self, **kw: answers["state"])
-    monkeypatch.setattr(api.Client, "jobs", lambda self, **kw: answers["jobs"])
-    monkeypatch.setattr(api.Client, "describe", lambda self, d, **kw: answers["describe"])
-    monkeypatch.setattr(api.Client, "explain", lambda self, s, **kw: answers["explain"])
+    monkeypatch.setattr(api.JsonClient, "state", lambda self, **kw: answers["state"])
+    monkeypatch.setattr(api.JsonClient, "jobs", lambda self, **kw: answers["jobs"])
+    monkeypatch.setattr(api.JsonClient, "describe", lambda self, d, **kw: answers["describe"])
+    monkeypatch.setattr(api.JsonClient, "explain", lambda self, s, **kw: answers["explain"])
     return answers
 
 

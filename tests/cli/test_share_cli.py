@@ -27,12 +27,12 @@ def env(controller: LiveController) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(controller: LiveController) -> api.Client:
-    return api.Client(controller.url, CLIENT, submitter="tester")
+def client(controller: LiveController) -> api.JsonClient:
+    return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
 def test_run_after_a_prefix_waits_for_it_then_runs(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = run_for_real
     first = client.submit(["sleep", "1"], device="box:gpu0")
@@ -47,7 +47,7 @@ def test_run_after_a_prefix_waits_for_it_then_runs(
 
 
 def test_run_after_a_failed_job_exits_as_a_killed_job(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = run_for_real
     first = client.submit(["false"], device="box:gpu0")
@@ -68,7 +68,7 @@ def test_run_after_an_unknown_job_is_refused(
 
 
 def test_ctrl_c_while_waiting_for_a_job_cancels(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     """A job waiting for others is queued like any other (CLI-109)."""
     blocker = occupy(client, worker, "box:gpu0")
@@ -99,7 +99,7 @@ def test_ps_and_run_say_submitter_limit(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     controller: LiveController,
 ) -> None:
     controller.svc.store.limits = SubmitterLimits(names={"tester": 1})
@@ -127,7 +127,7 @@ def test_ps_and_run_say_submitter_limit(
 
 
 def test_ps_names_the_jobs_a_job_waits_for(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = occupy(client, worker, "box:gpu0")
     client.submit(["true"], after=[blocker])

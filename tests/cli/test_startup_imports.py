@@ -44,7 +44,7 @@ def test_a_client_still_loads_its_transport_when_built() -> None:
     code = (
         "import sys\n"
         "from resource_controller.client import api, messages\n"
-        "c = api.Client(controller='http://127.0.0.1:9', token='t')\n"
+        "c = api.JsonClient(controller='http://127.0.0.1:9', token='t')\n"
         "path = messages.job_path('8c1f2a44-95b5-4c43-9c0b-2a4b0d6d8f10') + '/logs'\n"
         "c._http._target(c._http._bases[0], path, {'follow': '1'})\n"
         "messages.device_path('box:gpu0')\n"

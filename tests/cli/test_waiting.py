@@ -24,8 +24,8 @@ def env(controller: LiveController) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(controller: LiveController) -> api.Client:
-    return api.Client(controller.url, CLIENT, submitter="tester")
+def client(controller: LiveController) -> api.JsonClient:
+    return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
 def in_background(fn: Any) -> Any:
@@ -45,10 +45,10 @@ def in_background(fn: Any) -> Any:
     return result
 
 
-def hold_for(client: api.Client, worker: FakeWorker, who: str, ttl: int = 1800) -> str:
+def hold_for(client: api.JsonClient, worker: FakeWorker, who: str, ttl: int = 1800) -> str:
     """A hold by ``who`` with reason "profiling", granted on box:gpu0."""
     worker.behaviour = play_hold
-    other = api.Client(client._http.base_url, CLIENT, submitter=who)
+    other = api.JsonClient(client._http.base_url, CLIENT, submitter=who)
     h = other.hold(device="box:gpu0", ttl_seconds=ttl, reason="profiling")
     wait_state(client, h["id"], "running")
     return str(h["id"])
@@ -58,7 +58,7 @@ def test_run_prints_the_holder_then_again_when_the_blocker_changes(
     run_rc: Rc,
     env: dict[str, str],
     worker: FakeWorker,
-    client: api.Client,
+    client: api.JsonClient,
     controller: LiveController,
 ) -> None:
     blocker = occupy(client, worker, who="alice")
@@ -72,7 +72,7 @@ def test_run_prints_the_holder_then_again_when_the_blocker_changes(
         "POST", "/v1/devices/box:gpu0/fault", body={"reason": "fan stuck"}
     )
     time.sleep(1.2)
-    admin = api.Client(controller.url, ADMIN, submitter="tester")
+    admin = api.JsonClient(controller.url, ADMIN, submitter="tester")
     admin.kill(blocker)  # the lease goes; the device stays out of the pool
     wait_state(client, blocker, "killed")
     time.sleep(1.2)
@@ -92,7 +92,7 @@ def test_run_prints_the_holder_then_again_when_the_blocker_changes(
     assert result.stdout == "mine\n"
 
 
-def wait_for_queue(client: api.Client) -> None:
+def wait_for_queue(client: api.JsonClient) -> None:
     deadline = time.monotonic() + 10
     while not client.state()["queued"]:
         assert time.monotonic() < deadline
@@ -100,7 +100,7 @@ def wait_for_queue(client: api.Client) -> None:
 
 
 def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     # ``rc hold`` shares ``rc run``'s queue wait (CLI-122 = CLI-106).
     first = hold_for(client, worker, "alice")
@@ -110,7 +110,7 @@ def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
     wait_for_queue(client)
     time.sleep(0.8)
     ps = run_rc("ps", env=env).stdout.splitlines()
-    api.Client(client._http.base_url, CLIENT, submitter="alice").kill(first)
+    api.JsonClient(client._http.base_url, CLIENT, submitter="alice").kill(first)
     result = result_of(15)
     line = result.stderr.splitlines()[0]
     assert re.fullmatch(
@@ -126,7 +126,7 @@ def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
 
 
 def test_ps_waiting_for_a_selector_job_names_each_device(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.Client
+    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     a = occupy(client, worker, "box:gpu0", who="alice")
     b = occupy(client, worker, "box:gpu1", who="bob")

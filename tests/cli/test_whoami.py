@@ -24,13 +24,13 @@ def test_whoami_prints_the_role(run_rc: Rc, env: dict[str, str]) -> None:
 @pytest.fixture
 def whoami_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = api.Client.whoami
+    real = api.JsonClient.whoami
 
-    def spy(self: api.Client, **kw: Any) -> Any:
+    def spy(self: api.JsonClient, **kw: Any) -> Any:
         calls.append(1)
         return real(self, **kw)
 
-    monkeypatch.setattr(api.Client, "whoami", spy)
+    monkeypatch.setattr(api.JsonClient, "whoami", spy)
     return calls
 
 

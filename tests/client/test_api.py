@@ -50,10 +50,10 @@ class FakeTime:
         return self.now
 
 
-def make(reply: Reply, clock: FakeTime | None = None) -> tuple[api.Client, FakeHTTP, FakeTime]:
+def make(reply: Reply, clock: FakeTime | None = None) -> tuple[api.JsonClient, FakeHTTP, FakeTime]:
     http = FakeHTTP(reply)
     clock = clock or FakeTime()
-    client = api.Client(
+    client = api.JsonClient(
         http=http,  # type: ignore[arg-type]
         submitter="alice@box",
         sleep=clock.sleep,
@@ -326,6 +326,6 @@ def test_client_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RC_CONTROLLER", "http://ctl.example:9/")
     monkeypatch.setenv("RC_TOKEN", "tok")
     monkeypatch.setenv("RC_SUBMITTER", "  me ")
-    client = api.Client()
+    client = api.JsonClient()
     assert client._http.base_url == "http://ctl.example:9"
     assert client.submitter == "me"

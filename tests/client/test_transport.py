@@ -164,10 +164,10 @@ def test_clients_ask_the_settings_only_for_a_token_they_read_there(
     monkeypatch.setenv("RC_CONTROLLER", stub.url)
     config.reset()
     with pytest.raises(errors.Unauthorized) as info:
-        api.Client().state(timeout=10)
+        api.JsonClient().state(timeout=10)
     assert "no token was found: RC_TOKEN is not set" in str(info.value)
     with pytest.raises(errors.Unauthorized) as info:
-        api.Client(stub.url, "").state(timeout=10)  # given by the caller: rc did not look
+        api.JsonClient(stub.url, "").state(timeout=10)  # given by the caller: rc did not look
     assert "no token" not in str(info.value)
 
 

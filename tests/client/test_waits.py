@@ -1,4 +1,5 @@
-"""The polling waits' rules, without a connection (CLI-077..079, CLI-190..192)."""
+"""The polling waits' and the output follow's rules, without a connection (CLI-077..079,
+CLI-190..192, EXT-CLI-5)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,32 @@ def test_until_terminal_gives_up_after_six_failed_polls() -> None:
 )
 def test_bounds_in_messages(seconds: float, text: str) -> None:
     assert waits.seconds_text(seconds) == text
+
+
+def test_a_followed_stream_reopens_where_it_broke_until_breaks_in_a_row_give_up() -> None:
+    resume = waits.StreamResume()
+    assert resume.offset == 0 and resume.pause == waits.POLL_INTERVAL
+    resume.delivered(b"abc")
+    assert not resume.broke()
+    resume.delivered(b"de")  # a chunk after a break starts the count over
+    assert resume.offset == 5
+    assert [resume.broke() for _ in range(waits.STREAM_GIVE_UP)][-2:] == [False, True]
+    assert resume.offset == 5
+
+
+def test_a_follow_without_reconnect_ends_at_its_first_break() -> None:
+    assert waits.StreamResume(reconnect=False).broke()
+
+
+def test_the_logs_and_usage_queries_send_only_what_differs_from_the_defaults() -> None:
+    from resource_controller.client import messages
+
+    assert messages.logs_query() is None
+    assert messages.logs_query(follow=False, offset=7) == {"follow": "false", "offset": "7"}
+    assert messages.UsageAsk().query == {}
+    assert messages.UsageAsk("7d", "device", 5).query == {
+        "since": "7d",
+        "by": "device",
+        "limit": "5",
+    }
+    assert messages.UsageAsk.read({"by": "host", "groups": None})["groups"] == []

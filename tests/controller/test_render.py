@@ -46,11 +46,11 @@ def _body_as_validated(body: dict[str, Any]) -> str:
 
 
 def _fleet(store: Store, make: Factory, clock: FakeClock) -> None:
-    [gpu0, gpu1, gpu2, gpu3] = make.worker(devices=4, max_runtime=3600)
+    [gpu0, gpu1, gpu2, gpu3] = make.worker(devices=4, max_runtime_seconds=3600)
     store.apply_facts(
         "box", ["gpu0"], {"gpu0": {"vram": "80G"}}, {"gpu0": {"rack": "a"}}, None, None
     )
-    make.start(device=gpu0, env={"A": "1"}, priority=3, max_runtime=60)
+    make.start(device=gpu0, env={"A": "1"}, priority=3, max_runtime_seconds=60)
     make.start(device=gpu1)
     store.drain_device(gpu2, "ops", "maintenance")
     store.set_device_state(gpu3, "unhealthy", "probe failed: ecc")

@@ -23,7 +23,7 @@ def _insert_poisoned_job(cluster: Cluster, device_id: str) -> str:
         seq = (db.execute("SELECT max(seq) FROM jobs").fetchone()[0] or 0) + 1
         db.execute(
             "INSERT INTO jobs (id, seq, command, submitter, state, device_id, submitted_at,"
-            " priority, max_runtime, queued_at) VALUES (?, ?, ?, ?, 'queued', ?, ?, 10, ?, ?)",
+            " priority, max_runtime_seconds, queued_at) VALUES (?, ?, ?, ?, 'queued', ?, ?, 10, ?, ?)",
             (job_id, seq, '["true"]', "p", device_id, now, POISON_RUNTIME, now),
         )
     return job_id

@@ -50,7 +50,7 @@ def test_a_client_of_a_job_that_already_ended_returns(box: Cluster, client: str)
     # session) or, at worst, after the relay's absent-client bound.
     ended = box.wait_job(job["id"], lambda j: j["state"] in TERMINAL, timeout=30)
     script = (
-        "from resource_controller.client import api; client = api.Client();"
+        "from resource_controller.client import api; client = api.JsonClient();"
         f" job = {job['id']!r}; " + CLIENTS[client]
     )
     r = subprocess.run(

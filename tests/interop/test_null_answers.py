@@ -90,8 +90,8 @@ DEVICE_VIEW_WITH_NULLS = (
 )
 
 
-def client(answers: dict[str, str]) -> api.Client:
-    return api.Client(http=Canned(answers), submitter="alice")  # type: ignore[arg-type]
+def client(answers: dict[str, str]) -> api.JsonClient:
+    return api.JsonClient(http=Canned(answers), submitter="alice")  # type: ignore[arg-type]
 
 
 def test_client_reads_null_lists_and_maps_as_empty() -> None:

@@ -69,7 +69,7 @@ class Replayer:
         self.http = httpx.Client(
             base_url=url, headers={"Authorization": "Bearer wtok"}, timeout=15, verify=False
         )
-        self.client = api.Client(url, "ctok", submitter="wc/sess")
+        self.client = api.JsonClient(url, "ctok", submitter="wc/sess")
         #: captured ID -> ours (the worker ID and every job ID).
         self.ids: dict[str, str] = {}
 

@@ -93,7 +93,7 @@ def fleet(store: Store) -> None:
 def running(store: Store, hold_ttl: int = 0) -> str:
     """A job handed to h0 on ``DEVICE`` (a hold of ``hold_ttl`` seconds if > 0): its ID."""
     if hold_ttl:
-        req = NewJob(["hold"], "alice", device_id=DEVICE, kind="hold", max_runtime=hold_ttl)
+        req = NewJob(["hold"], "alice", device_id=DEVICE, kind="hold", max_runtime_seconds=hold_ttl)
     else:
         req = NewJob(["run"], "alice", device_id=DEVICE)
     job = store.enqueue(req)
@@ -220,7 +220,13 @@ def test_a_backward_step_does_not_revive_an_expired_lease_or_a_written_off_worke
     store.register("h0", "boot-1", [("gpu0", 0), ("gpu1", 0)])
     job = running(store)
     hold = store.enqueue(
-        NewJob(command=["hold"], submitter="a", device_id="h0:gpu1", kind="hold", max_runtime=60)
+        NewJob(
+            command=["hold"],
+            submitter="a",
+            device_id="h0:gpu1",
+            kind="hold",
+            max_runtime_seconds=60,
+        )
     )
     assert [a.job_id for a in store.schedule()] == [hold.id]
     reaper = Reaper(store, clock)

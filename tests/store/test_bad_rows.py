@@ -31,7 +31,7 @@ def test_a_job_whose_lease_cannot_be_written_is_skipped(
 ) -> None:
     make.worker(devices=2)
     bad = make.submit(device="box:gpu1", priority=10)
-    raw.write("UPDATE jobs SET max_runtime = ? WHERE id = ?", OVERFLOWING, bad.id)
+    raw.write("UPDATE jobs SET max_runtime_seconds = ? WHERE id = ?", OVERFLOWING, bad.id)
     behind = make.submit(device="box:gpu0")
     same_device = make.submit(device="box:gpu1")
     with caplog.at_level(logging.ERROR, logger="resource_controller.store.leases"):
@@ -74,16 +74,16 @@ def test_a_stored_negative_runtime_inherits_the_ceiling(
     store: Store, make: Factory, raw: Raw
 ) -> None:
     """A -1 runtime ran with no watchdog on a device with a ceiling; it now inherits it."""
-    make.worker(devices=2, max_runtime=600)
+    make.worker(devices=2, max_runtime_seconds=600)
     pinned = make.submit(device="box:gpu0")
     anywhere = make.submit()
-    raw.write("UPDATE jobs SET max_runtime = -1 WHERE id IN (?, ?)", pinned.id, anywhere.id)
+    raw.write("UPDATE jobs SET max_runtime_seconds = -1 WHERE id IN (?, ?)", pinned.id, anywhere.id)
     assert len(store.schedule()) == 2
-    assert store.job(pinned.id).max_runtime == 600
-    assert store.job(anywhere.id).max_runtime == 600
+    assert store.job(pinned.id).max_runtime_seconds == 600
+    assert store.job(anywhere.id).max_runtime_seconds == 600
 
 
-@pytest.mark.parametrize("field", ["max_runtime", "idle_timeout"])
+@pytest.mark.parametrize("field", ["max_runtime_seconds", "idle_timeout"])
 @pytest.mark.parametrize("value", [-1, 2**31, 10**30])
 def test_enqueue_refuses_out_of_range_durations(make: Factory, field: str, value: int) -> None:
     make.worker(devices=1)

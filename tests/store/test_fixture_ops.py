@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def test_direct_allocation_takes_a_ready_device(
     store: Store, make: Factory, raw: Raw, ceiling: int
 ) -> None:
-    d0, _ = make.worker(max_runtime=ceiling)
+    d0, _ = make.worker(max_runtime_seconds=ceiling)
     now = store.now()
     job = store_helpers.allocate_directly(store, d0, "alice")
     assert (job.state, job.device_id, job.queued_at, job.priority) == ("assigned", d0, 0, 0)

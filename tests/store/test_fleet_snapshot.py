@@ -47,8 +47,8 @@ def _assert_current(store: Store) -> None:
     records, snaps = _kept(store)
     fresh_records, fresh_snaps = _fresh(store)
     assert snaps == fresh_snaps
-    scheduled = [(r.id, r.worker_id, r.max_runtime) for r in records.values()]
-    fresh = [(r.id, r.worker_id, r.max_runtime) for r in fresh_records.values()]
+    scheduled = [(r.id, r.worker_id, r.max_runtime_seconds) for r in records.values()]
+    fresh = [(r.id, r.worker_id, r.max_runtime_seconds) for r in fresh_records.values()]
     assert sorted(scheduled) == sorted(fresh)
     # The views' read: every column of every record, heartbeat stamps included, and
     # every label record, as a plain read of the tables gives them.
@@ -67,7 +67,7 @@ def _assert_current(store: Store) -> None:
         built.reservable,
     )
     for (selector, runtime), found in index.matches.items():
-        job = JobSnap(id="j", seq=1, selector=selector, max_runtime=runtime)
+        job = JobSnap(id="j", seq=1, selector=selector, max_runtime_seconds=runtime)
         assert found == candidates(job, fresh_snaps)
     assert rows == store_helpers.devices(store)
     ids = {d.id for d in rows}  # labels may outlive or precede their device's row
@@ -104,7 +104,7 @@ def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[An
             store.retire_device(device)
         elif kind == "submit":
             if flag == 2:
-                make.submit(selector="vram>=40G", max_runtime=30)
+                make.submit(selector="vram>=40G", max_runtime_seconds=30)
             else:
                 make.submit(device=device if flag % 2 else "")
             store.schedule()
@@ -295,7 +295,7 @@ def test_kept_candidates_follow_labels_ceilings_and_devices(
     store.apply_facts("a", ["gpu0", "gpu1"], {"gpu0": {"vram": "80G"}}, None, None, None)
     blocker = make.start(device=a0)
     make.submit()  # any device: placed on a1
-    make.submit(selector="vram>=40G", max_runtime=30)  # waits for a0
+    make.submit(selector="vram>=40G", max_runtime_seconds=30)  # waits for a0
     store.schedule()
     _assert_current(store)
     with store._read() as db:
@@ -311,7 +311,7 @@ def test_kept_candidates_follow_labels_ceilings_and_devices(
         lambda: make.worker("b", devices=1),
         lambda: store.retire_device("b:gpu0"),
     ):
-        make.submit(selector="vram>=40G", max_runtime=30)
+        make.submit(selector="vram>=40G", max_runtime_seconds=30)
         make.submit()
         store.schedule()  # fills the lists again
         for job in store.active_jobs():

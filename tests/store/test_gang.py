@@ -120,15 +120,15 @@ def test_a_pinned_list_is_checked_and_kept(store: Store, make: Factory, raw: Raw
 def test_the_runtime_is_the_smallest_ceiling_among_the_devices(store: Store, make: Factory) -> None:
     store.register("box", "b1", [("gpu0", 600), ("gpu1", 300), ("gpu2", 0)])
     job = make.submit(device_ids=("box:gpu0", "box:gpu1", "box:gpu2"))
-    assert job.max_runtime == 300  # EXT-GANG-5: inherited, the smallest
+    assert job.max_runtime_seconds == 300  # EXT-GANG-5: inherited, the smallest
     with pytest.raises(errors.RuntimeAboveCeiling, match="box:gpu1"):
-        make.submit(device_ids=("box:gpu0", "box:gpu1"), max_runtime=400)
+        make.submit(device_ids=("box:gpu0", "box:gpu1"), max_runtime_seconds=400)
     assert store.cancel_queued(job.id, "killed by alice")
     picked = make.submit(count=2)
     store.schedule()
     got = store.job(picked.id)
     # The two lowest IDs of the one host, gpu0 (600 s) and gpu1 (300 s): the smaller.
-    assert got.devices == ("box:gpu0", "box:gpu1") and got.max_runtime == 300
+    assert got.devices == ("box:gpu0", "box:gpu1") and got.max_runtime_seconds == 300
 
 
 def test_release_kill_and_cancel_end_every_lease_together(

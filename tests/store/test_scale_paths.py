@@ -97,7 +97,7 @@ def test_records_read_by_position_equal_records_read_by_name(store: Store, make:
 
     devs = make.worker(devices=3)
     make.start(device=devs[0])
-    make.submit(selector="", env={"A": "1"}, priority=2, max_runtime=60, reason="why")
+    make.submit(selector="", env={"A": "1"}, priority=2, max_runtime_seconds=60, reason="why")
     make.submit(count=2)
     make.submit(device_ids=(devs[1], devs[2]))
     by_name = store_helpers.jobs_by_name(store)
@@ -166,7 +166,7 @@ def test_the_pass_reads_a_row_as_the_record_does(
         started_at=None,
         finished_at=None,
         priority=priority,
-        max_runtime=runtime,
+        max_runtime_seconds=runtime,
         idle_timeout=0,
         queued_at=6,
         kill_requested=0,

@@ -48,7 +48,7 @@ def test_held_devices_follow_every_grant_and_release(
     devs = make.worker(devices=4)
     a = make.start(device=devs[0], submitter="alice")
     gang = make.submit(submitter="bob", count=2)
-    hold = make.submit(submitter="alice", kind="hold", max_runtime=60, reason="r")
+    hold = make.submit(submitter="alice", kind="hold", max_runtime_seconds=60, reason="r")
     store.schedule()
     assert store.held_by_share() == held_by_leases(raw) == {"alice": 2, "bob": 2}
     finish(store, a.id)
@@ -112,7 +112,7 @@ def test_a_pinned_job_at_its_limit_does_not_reserve_its_device(
 def test_holds_and_gangs_count_each_device(store: Store, make: Factory) -> None:
     make.worker(devices=4)
     store.limits = SubmitterLimits(default=3)
-    make.submit(submitter="alice", kind="hold", max_runtime=60, reason="profiling")
+    make.submit(submitter="alice", kind="hold", max_runtime_seconds=60, reason="profiling")
     gang = make.submit(submitter="alice", count=2)
     over = make.submit(submitter="alice", count=1)
     store.schedule()

@@ -222,7 +222,7 @@ class StoreMachine(RuleBasedStateMachine):
             device_id=device,
             selector=selector,
             priority=priority,
-            max_runtime=(runtime or 300) if hold else runtime,
+            max_runtime_seconds=(runtime or 300) if hold else runtime,
             idempotency_key=key,
             kind="hold" if hold else "job",
         )
@@ -242,7 +242,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         assert job.state == "queued" and job.id not in self.expected
         self.expected[job.id] = "queued"
-        self.spec[job.id] = (device, job.selector, job.max_runtime)
+        self.spec[job.id] = (device, job.selector, job.max_runtime_seconds)
         if key:
             self.keys[key] = job.id
 
@@ -281,7 +281,11 @@ class StoreMachine(RuleBasedStateMachine):
                     d.id
                     for d in devices.values()
                     if (parsed is None or parsed.matches(self.labels.get(d.id, {})))
-                    and (runtime == 0 or d.max_runtime == 0 or d.max_runtime >= runtime)
+                    and (
+                        runtime == 0
+                        or d.max_runtime_seconds == 0
+                        or d.max_runtime_seconds >= runtime
+                    )
                 ]
             for d in candidates:
                 assert d not in devices or devices[d].state != "ready", (job.id, d)

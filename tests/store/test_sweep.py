@@ -306,7 +306,7 @@ def test_leases_the_reap_released_are_not_expired_again(
 
 def test_a_hold_expires_with_its_ttl(store: Store, make: Factory, clock: FakeClock) -> None:
     (d0,) = make.worker(devices=1)
-    hold = make.start(d0, kind="hold", reason="debugging", max_runtime=60)
+    hold = make.start(d0, kind="hold", reason="debugging", max_runtime_seconds=60)
     clock.advance(659)
     store.heartbeat(wid(), [])
     assert reported(sweep(store)) == NOTHING
@@ -340,7 +340,7 @@ def test_retention_demotes_but_never_loses_a_job_to_silence(
 def test_retention_still_expires_holds(store: Store, make: Factory, clock: FakeClock) -> None:
     d0, d1 = make.worker()
     job = make.start(d0)
-    hold = make.start(d1, kind="hold", reason="debugging", max_runtime=60)
+    hold = make.start(d1, kind="hold", reason="debugging", max_runtime_seconds=60)
     clock.advance(3600)
     store.heartbeat(wid(), [])  # the worker is alive; neither lease is renewed
     assert reported(sweep(store, retain=True)) == (set(), set(), set(), {hold.id})
@@ -386,7 +386,7 @@ def test_no_sweep_readies_a_device(
 ) -> None:
     devices = make.worker(devices=4)
     make.start(devices[0])
-    make.start(devices[1], kind="hold", reason="x", max_runtime=5)
+    make.start(devices[1], kind="hold", reason="x", max_runtime_seconds=5)
     raw.force_device(devices[2], "unhealthy", "fault", "bad")
     for step in (0, 1, 29, 30, 31, 270, 300, 900, 3600, -5000, 7200):
         clock.advance(step)

@@ -59,7 +59,7 @@ def test_registration_declares_new_devices_ready(store: Store, raw: Raw) -> None
         assert (d.host, d.name, d.worker_id, d.state) == ("box", name, wid(), "ready")
         assert (d.quarantine_reason, d.quarantine_detail) == ("", "")
         assert d.last_heartbeat_at == now
-    assert [d.max_runtime for d in devs.values()] == [0, 3600, 0]  # negative stored as 0
+    assert [d.max_runtime_seconds for d in devs.values()] == [0, 3600, 0]  # negative stored as 0
     w = raw.worker(wid())
     assert (w["host"], w["boot_id"], w["last_heartbeat_at"]) == ("box", "boot-1", now)
 
@@ -69,7 +69,9 @@ def test_assignment_makes_the_device_busy_and_grants_a_lease(
 ) -> None:
     # STORE-021 "ready -> busy"; STORE-065 steps 4-5; STORE-050 kind/reason/holder copied.
     (d0,) = make.worker(devices=1)
-    job = make.submit(device=d0, submitter="bob", kind="hold", reason="debugging", max_runtime=60)
+    job = make.submit(
+        device=d0, submitter="bob", kind="hold", reason="debugging", max_runtime_seconds=60
+    )
     clock.advance(5)
     now = store.now()
     assert store.schedule() == [Assigned(job.id, wid())]
@@ -310,7 +312,12 @@ def test_registration_keeps_an_unhealthy_device_and_rewrites_its_ceiling(
         "fault",
         "hook failed",
     )
-    assert (d.max_runtime, d.last_heartbeat_at, d.host, d.name) == (0, store.now(), "box", "gpu0")
+    assert (d.max_runtime_seconds, d.last_heartbeat_at, d.host, d.name) == (
+        0,
+        store.now(),
+        "box",
+        "gpu0",
+    )
 
 
 # ---- heartbeats (STORE-096) -------------------------------------------------------------
@@ -347,8 +354,8 @@ def test_heartbeat_renews_named_leases_to_fifteen_minutes_even_if_earlier(
 ) -> None:
     # STORE-052 renewal row; STORE-096 step 2a.
     d0, d1 = make.worker(devices=2)
-    named = make.start(d0, max_runtime=3600)
-    silent = make.start(d1, max_runtime=3600)
+    named = make.start(d0, max_runtime_seconds=3600)
+    silent = make.start(d1, max_runtime_seconds=3600)
     granted = store.now() + 3600 + 600
     assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         named.id: granted,
@@ -620,7 +627,7 @@ def test_enqueue_records_a_queued_job(store: Store, make: Factory, raw: Raw) -> 
         cwd="/work",
         env={"A": "1"},
         priority=3,
-        max_runtime=90.9,
+        max_runtime_seconds=90.9,
         idle_timeout=30.7,
         stdio="tty",
     )
@@ -637,7 +644,12 @@ def test_enqueue_records_a_queued_job(store: Store, make: Factory, raw: Raw) -> 
         {"A": "1"},
         "carol",
     )
-    assert (job.priority, job.max_runtime, job.idle_timeout, job.stdio) == (3, 90, 30, "tty")
+    assert (job.priority, job.max_runtime_seconds, job.idle_timeout, job.stdio) == (
+        3,
+        90,
+        30,
+        "tty",
+    )
     assert (job.kind, job.idempotency_key, job.kill_requested, job.exit_code) == (
         "job",
         None,
@@ -711,8 +723,8 @@ def test_a_retried_pinned_submit_returns_the_job_before_the_device_checks(
     # STORE-057: the idempotency lookup comes before UnknownDevice/RuntimeAboveCeiling.
     store.register("box", "boot-1", [("gpu0", 600)])
     job = make.submit(device="box:gpu0", idempotency_key="k")
-    assert job.max_runtime == 600  # inherited
-    assert make.submit(device="box:gpu0", max_runtime=10_000, idempotency_key="k") == job
+    assert job.max_runtime_seconds == 600  # inherited
+    assert make.submit(device="box:gpu0", max_runtime_seconds=10_000, idempotency_key="k") == job
     store.retire_device("box:gpu0")
     assert make.submit(device="box:gpu0", idempotency_key="k") == job
     with pytest.raises(errors.UnknownDevice):
@@ -758,10 +770,10 @@ def test_pinned_runtime_above_the_ceiling_is_refused(store: Store, make: Factory
     # requested <= C is kept; requested 0 inherits C.
     store.register("box", "boot-1", [("gpu0", 600)])
     with pytest.raises(errors.RuntimeAboveCeiling, match=r"box:gpu0.*600"):
-        make.submit(device="box:gpu0", max_runtime=601)
-    assert make.submit(device="box:gpu0", max_runtime=600).max_runtime == 600
-    assert make.submit(device="box:gpu0", max_runtime=30).max_runtime == 30
-    assert make.submit(device="box:gpu0").max_runtime == 600
+        make.submit(device="box:gpu0", max_runtime_seconds=601)
+    assert make.submit(device="box:gpu0", max_runtime_seconds=600).max_runtime_seconds == 600
+    assert make.submit(device="box:gpu0", max_runtime_seconds=30).max_runtime_seconds == 30
+    assert make.submit(device="box:gpu0").max_runtime_seconds == 600
 
 
 def test_selector_runtime_above_every_matching_ceiling_is_refused(
@@ -771,18 +783,20 @@ def test_selector_runtime_above_every_matching_ceiling_is_refused(
     store.register("box", "boot-1", [("gpu0", 600), ("gpu1", 1200), ("gpu2", 0)])
     label(store, "box", {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}, "gpu2": {"k": "b"}})
     with pytest.raises(errors.RuntimeAboveCeiling) as exc:
-        make.submit(selector="k=a", max_runtime=1800)
+        make.submit(selector="k=a", max_runtime_seconds=1800)
     assert all(s in str(exc.value) for s in ("k=a", "1800", "1200"))
-    job = make.submit(selector="k=a", max_runtime=1000)
-    assert job.max_runtime == 1000  # a selector job does not inherit at enqueue
-    assert make.submit(selector="k!=zzz", max_runtime=99_999).state == "queued"  # gpu2: no ceiling
+    job = make.submit(selector="k=a", max_runtime_seconds=1000)
+    assert job.max_runtime_seconds == 1000  # a selector job does not inherit at enqueue
+    assert (
+        make.submit(selector="k!=zzz", max_runtime_seconds=99_999).state == "queued"
+    )  # gpu2: no ceiling
 
 
 def test_pinned_job_lease_uses_the_inherited_ceiling(store: Store, make: Factory) -> None:
     # STORE-056 step 4 inheritance at enqueue; STORE-052 "now + R + 10 min".
     store.register("box", "boot-1", [("gpu0", 900)])
     job = make.submit(device="box:gpu0")
-    assert job.max_runtime == 900
+    assert job.max_runtime_seconds == 900
     store.schedule()
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 900 + 600
@@ -795,9 +809,9 @@ def test_selector_job_inherits_the_landing_devices_ceiling_at_assignment(
     store.register("box", "boot-1", [("gpu0", 900)])
     label(store, "box", {"gpu0": {"k": "a"}})
     job = make.submit(selector="k=a")
-    assert job.max_runtime == 0
+    assert job.max_runtime_seconds == 0
     store.schedule()
-    assert store.job(job.id).max_runtime == 900
+    assert store.job(job.id).max_runtime_seconds == 900
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 1500
 
@@ -1229,7 +1243,7 @@ def test_selector_jobs_are_ceiling_filtered_on_every_pass(
     store.register("box", "boot-1", [("gpu0", 600), ("gpu1", 0)])
     label(store, "box", {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}})
     blocker = make.start("box:gpu1")
-    job = make.submit(selector="k=a", max_runtime=3600)
+    job = make.submit(selector="k=a", max_runtime_seconds=3600)
     assert store.schedule() == []
     assert state_of(store, "box:gpu0")[0] == "ready"
     assert raw.reservations() == {(job.id, "box:gpu1")}
@@ -1245,7 +1259,7 @@ def test_a_ceiling_lowered_after_enqueue_keeps_a_selector_job_off_the_device(
     # no candidates -> no reservation.
     store.register("box", "boot-1", [("gpu0", 0)])
     label(store, "box", {"gpu0": {"k": "a"}})
-    job = make.submit(selector="k=a", max_runtime=3600)
+    job = make.submit(selector="k=a", max_runtime_seconds=3600)
     store.set_device_state("box:gpu0", "unhealthy", "maintenance")
     store.register("box", "boot-1", [("gpu0", 600)])
     assert store.clear_device("box:gpu0")
@@ -1257,12 +1271,12 @@ def test_a_ceiling_lowered_after_enqueue_keeps_a_selector_job_off_the_device(
 def test_pinned_jobs_are_not_ceiling_filtered_at_schedule_time(store: Store, make: Factory) -> None:
     # STORE-064: the pinned job's ceiling was applied at enqueue.
     store.register("box", "boot-1", [("gpu0", 3600)])
-    job = make.submit(device="box:gpu0", max_runtime=3000)
+    job = make.submit(device="box:gpu0", max_runtime_seconds=3000)
     store.set_device_state("box:gpu0", "unhealthy", "maintenance")
     store.register("box", "boot-1", [("gpu0", 600)])
     assert store.clear_device("box:gpu0")
     assert store.schedule() == [Assigned(job.id, wid())]
-    assert store.job(job.id).max_runtime == 3000
+    assert store.job(job.id).max_runtime_seconds == 3000
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 3000 + 600
 

@@ -98,7 +98,7 @@ def allocate_directly(
                 idempotency_key=key,
             ),
         )
-        c.execute("UPDATE jobs SET queued_at = 0, max_runtime = 0 WHERE id = ?", (job.id,))
+        c.execute("UPDATE jobs SET queued_at = 0, max_runtime_seconds = 0 WHERE id = ?", (job.id,))
         outcome = leases.assign(c, now, job, dev)
         assert outcome == "placed", outcome
         # The fixture's deadline is its own TTL, whatever the device's ceiling (STORE-052).

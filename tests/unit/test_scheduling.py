@@ -44,7 +44,7 @@ def fleets(draw: st.DrawFn) -> list[DeviceSnap]:
             id=i,
             host=i.split(":")[0],
             state=draw(st.sampled_from(["ready", "ready", "busy", "unknown", "unhealthy"])),
-            max_runtime=draw(st.sampled_from([0, 0, 600])),
+            max_runtime_seconds=draw(st.sampled_from([0, 0, 600])),
             labels={"kind": draw(st.sampled_from("ab")), "idx": i[-1]},
             draining=draw(st.integers(0, 5)) == 0,
         )
@@ -66,7 +66,7 @@ def queues(draw: st.DrawFn, gangs: bool = False) -> list[JobSnap]:
                 queued_at=draw(st.integers(0, 2)),
                 selector="" if pinned else draw(st.sampled_from(SELECTORS)),
                 device_id=draw(st.sampled_from([*IDS, "gone:g0"])) if pinned else "",
-                max_runtime=draw(st.sampled_from([0, 0, 300, 900])),
+                max_runtime_seconds=draw(st.sampled_from([0, 0, 300, 900])),
                 count=draw(st.sampled_from([1, 1, 2])) if gangs and not pinned else 1,
             )
         )
@@ -102,7 +102,7 @@ def test_plan_properties(fleet: list[DeviceSnap], jobs: list[JobSnap]) -> None:
             # The selector matches and the ceiling tolerates the runtime (STORE-064).
             sel = selectors.parse(job.selector) if job.selector else None
             assert sel is None or sel.matches(by_id[d].labels)
-            assert tolerates(by_id[d], job.max_runtime)
+            assert tolerates(by_id[d], job.max_runtime_seconds)
         # A device reserved for a job ahead is never given to a later one (STORE-062).
         owner = p.reservations.get(d)
         assert owner is None or order[owner] > order[job_id]
@@ -206,9 +206,9 @@ def test_blocked_job_claims_all_its_unclaimed_candidates() -> None:
 
 
 def test_ceilings_filter_selector_jobs_but_not_pinned_ones() -> None:
-    fleet = [DeviceSnap("h:g0", max_runtime=600), DeviceSnap("h:g1", max_runtime=0)]
-    long = JobSnap("long", seq=1, max_runtime=900)
-    pinned_long = JobSnap("pinned", seq=2, device_id="h:g0", max_runtime=900)
+    fleet = [DeviceSnap("h:g0", max_runtime_seconds=600), DeviceSnap("h:g1", max_runtime_seconds=0)]
+    long = JobSnap("long", seq=1, max_runtime_seconds=900)
+    pinned_long = JobSnap("pinned", seq=2, device_id="h:g0", max_runtime_seconds=900)
     assert candidates(long, fleet) == ["h:g1"]
     assert candidates(pinned_long, fleet) == ["h:g0"]  # STORE-064
 
@@ -236,8 +236,10 @@ def test_queue_order_and_positions(jobs: list[JobSnap]) -> None:
 
 
 def test_explain_counts_competitors_ceilings_aside() -> None:
-    fleet = [DeviceSnap("h:g0", max_runtime=60, labels={"kind": "a"}), DeviceSnap("h:g1")]
-    assert competes(JobSnap("j", seq=1, selector="kind=a", max_runtime=900), {"h:g0"}, fleet)
+    fleet = [DeviceSnap("h:g0", max_runtime_seconds=60, labels={"kind": "a"}), DeviceSnap("h:g1")]
+    assert competes(
+        JobSnap("j", seq=1, selector="kind=a", max_runtime_seconds=900), {"h:g0"}, fleet
+    )
     assert competes(JobSnap("j", seq=1, device_id="h:g0"), {"h:g0"}, fleet)
     assert not competes(JobSnap("j", seq=1, device_id="h:g1"), {"h:g0"}, fleet)
     assert not competes(JobSnap("j", seq=1, selector="vendor"), {"h:g0"}, fleet)

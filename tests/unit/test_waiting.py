@@ -24,7 +24,7 @@ def fleets(draw: st.DrawFn) -> list[DeviceSnap]:
             id=i,
             host=i.split(":")[0],
             state=draw(st.sampled_from(["ready", "busy", "busy", "unknown", "unhealthy"])),
-            max_runtime=draw(st.sampled_from([0, 0, 600])),
+            max_runtime_seconds=draw(st.sampled_from([0, 0, 600])),
             labels={"kind": draw(st.sampled_from("ab")), "idx": i[-1]},
             draining=draw(st.integers(0, 5)) == 0,
         )
@@ -45,7 +45,7 @@ def queues(draw: st.DrawFn) -> list[JobSnap]:
                 queued_at=draw(st.integers(0, 2)),
                 selector="" if pinned else draw(st.sampled_from(SELECTORS)),
                 device_id=draw(st.sampled_from([*IDS, "gone:g0"])) if pinned else "",
-                max_runtime=draw(st.sampled_from([0, 0, 300, 900])),
+                max_runtime_seconds=draw(st.sampled_from([0, 0, 300, 900])),
             )
         )
     return out
@@ -169,8 +169,8 @@ def test_held_reserved_and_out_of_pool_for_a_selector_job() -> None:
 
 def test_any_device_job_waits_for_every_device_ceiling_filtered() -> None:
     # EXT-CLI-1a: candidates are every device whose ceiling tolerates the job.
-    fleet = [DeviceSnap("b:1", max_runtime=60), DeviceSnap("a:0"), DeviceSnap("c:2")]
-    job = JobSnap("any", 1, max_runtime=600)
+    fleet = [DeviceSnap("b:1", max_runtime_seconds=60), DeviceSnap("a:0"), DeviceSnap("c:2")]
+    job = JobSnap("any", 1, max_runtime_seconds=600)
     got = waiting.waiting_for(job, Snapshot(fleet, [job]))
     assert [b.device_id for b in got] == ["a:0", "c:2"]
 

@@ -19,7 +19,7 @@ from worker_helpers import run
 
 from resource_controller.clock import FakeClock
 from resource_controller.core import mig, selectors
-from resource_controller.worker import gpus, probes
+from resource_controller.worker import gpus, labelsources, probes
 from resource_controller.worker.probes import Run
 from resource_controller.worker.timings import Timings
 from support import nvsmi
@@ -446,7 +446,7 @@ def test_a_gpu_that_disappears(tmp_path: Path, caplog: pytest.LogCaptureFixture)
 
 def test_dotted_device_names_take_their_own_keys() -> None:  # PROBE-024 with MIG names
     names = ["gpu0", "gpu0.mig1"]
-    sorted_facts = probes.classify(
+    sorted_facts = labelsources.classify(
         {"gpu0.mig1.uuid": "MIG-a", "gpu0.model": "A", "gpu0.mig1": "x", "gpu0.mig2.k": "v"},
         names,
     )

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from worker_helpers import run
 
 from resource_controller.clock import FakeClock
-from resource_controller.worker import probes, procs
+from resource_controller.worker import labelsources, probes, procs
 from resource_controller.worker.probes import Run
 from resource_controller.worker.timings import Timings
 
@@ -143,7 +143,7 @@ def test_dropin_any_flat_object_round_trips(data: dict[str, object]) -> None:  #
 
 
 def test_keys_are_sorted_into_host_and_device_facts() -> None:  # PROBE-024
-    got = probes.classify(
+    got = labelsources.classify(
         {
             "cpus": "8",
             "gpu0.model": "H100",
@@ -165,19 +165,19 @@ def test_keys_are_sorted_into_host_and_device_facts() -> None:  # PROBE-024
 
 
 def test_payload_null_when_nothing_anywhere() -> None:  # PROBE-040
-    assert probes.labels_payload({}, {"a": {}}, (), ["a"]) is None
-    assert probes.labels_payload({}, {}, {"a"}, ["a"]) is None
+    assert labelsources.labels_payload({}, {"a": {}}, (), ["a"]) is None
+    assert labelsources.labels_payload({}, {}, {"a"}, ["a"]) is None
 
 
 def test_payload_names_every_device_unless_unconfirmed_and_empty() -> None:  # PROBE-040
-    payload = probes.labels_payload(
+    payload = labelsources.labels_payload(
         {"cpus": "4"}, {"a": {"model": "x"}, "b": {}, "c": {}}, {"a", "c"}, ["a", "b", "c"]
     )
     assert payload == {"": {"cpus": "4"}, "a": {"model": "x"}, "b": {}}
 
 
 def test_payload_without_host_facts_has_no_empty_key() -> None:  # PROBE-040
-    assert probes.labels_payload({}, {"a": {"k": "v"}}, (), ["a", "b"]) == {
+    assert labelsources.labels_payload({}, {"a": {"k": "v"}}, (), ["a", "b"]) == {
         "a": {"k": "v"},
         "b": {},
     }
@@ -329,12 +329,12 @@ def test_a_failing_dropin_keeps_the_devices_it_named(tmp_path: Path) -> None:  #
     for broken in (Run(False, problem="exit status 1"), Run(True, b"garbage"), ok([1])):
         fake.answers[source] = broken
         assert labels(p) == {"": {"cpus": "8"}, "gpu1": {}}  # gpu0 omitted: kept as stored
-        assert p.memory[source] == {"gpu0"}  # carried forward unchanged
+        assert p.sources.named[source] == {"gpu0"}  # carried forward unchanged
     fake.answers[source] = ok({})
     assert labels(p) == {"": {"cpus": "8"}, "gpu0": {}, "gpu1": {}}  # success: clears
     (d / "10-gpu").unlink()
     labels(p)
-    assert source not in p.memory  # forgotten once gone
+    assert source not in p.sources.named  # forgotten once gone
 
 
 @pytest.mark.usefixtures("no_builtins")
@@ -378,7 +378,7 @@ def test_a_dangling_symlink_is_a_failure_of_that_source(tmp_path: Path) -> None:
     (d / "10-gpu").unlink()
     (d / "10-gpu").symlink_to(tmp_path / "gone")
     assert labels(p) == {"": {"cpus": "8"}, "gpu0": {}}
-    assert p.memory[source] == {"gpu1"}
+    assert p.sources.named[source] == {"gpu1"}
 
 
 @pytest.mark.usefixtures("no_builtins")
@@ -398,12 +398,12 @@ def test_probe_dir_missing_or_unlistable(tmp_path: Path) -> None:  # PROBE-033
     d.write_text("")
     got = labels(p)
     assert got is not None and "gpu1" not in got and got["gpu0"]["model"] == "A"
-    assert p.memory[source] == {"gpu1"}
+    assert p.sources.named[source] == {"gpu1"}
     # Removed entirely: a legitimate configuration; facts clear.
     d.unlink()
     got = labels(p)
     assert got is not None and got["gpu1"] == {} and got["gpu0"]["model"] == "A"
-    assert source not in p.memory
+    assert source not in p.sources.named
 
 
 @pytest.mark.usefixtures("no_builtins")
@@ -465,7 +465,7 @@ def test_the_pass_budget_skips_what_it_did_not_reach(tmp_path: Path) -> None:  #
     assert fake.calls[-2:] == [(sources[0], 5.0), (sources[1], 3.0)]
     # gpu1 was named only by the cut one: left out, kept as stored. gpu0 still has a fact.
     assert got == {"": {"cpus": "8"}, "gpu0": {"k0": "v"}}
-    assert p.memory[sources[2]] == {"gpu0"}
+    assert p.sources.named[sources[2]] == {"gpu0"}
 
 
 @pytest.mark.usefixtures("no_builtins")

@@ -348,7 +348,7 @@ def _consume(consume: Callable[[IO[bytes]], None], fd: int) -> BaseException | N
 # ---- the command ------------------------------------------------------------------------
 
 
-def _check_free(client: api.Client, device: str) -> None:
+def _check_free(client: api.JsonClient, device: str) -> None:
     """CLI-162: the lease check, before anything is submitted."""
     views = client.state().get("devices") or []
     view = next((v for v in views if (v.get("device") or {}).get("id") == device), None)
@@ -367,7 +367,7 @@ def _check_free(client: api.Client, device: str) -> None:
         )
 
 
-def _submit(client: api.Client, device: str, command: list[str]) -> str:
+def _submit(client: api.JsonClient, device: str, command: list[str]) -> str:
     """CLI-163: a pinned pipe job that refuses to queue."""
     try:
         job = client.submit(command, device=device, stdio="pipe", no_wait=True)
@@ -378,7 +378,7 @@ def _submit(client: api.Client, device: str, command: list[str]) -> str:
     return str(job.get("id", ""))
 
 
-def _finish(client: api.Client, job_id: str) -> None:
+def _finish(client: api.JsonClient, job_id: str) -> None:
     """CLI-169: wait for the copy job; a non-success fails with its reason."""
     try:
         job = client.wait_until_terminal(job_id, bound=COPY_WAIT)
@@ -399,7 +399,7 @@ def _finish(client: api.Client, job_id: str) -> None:
     raise common.Failure(f"copy job {job_id} {state}: {reason}")
 
 
-def copy(client: api.Client, src: str, dst: str) -> None:
+def copy(client: api.JsonClient, src: str, dst: str) -> None:
     """Carry out one ``rc cp``; failures raise."""
     remote_src, remote_dst = parse_side(src), parse_side(dst)
     if remote_src is not None and remote_dst is not None:
@@ -449,5 +449,5 @@ def cp(src: str, dst: str, as_: str) -> None:
     queues, not even behind your own hold). Modes, the executable bit included, and
     symlinks (as links) are kept.
     """
-    client = api.Client(submitter=as_ or None)
+    client = api.JsonClient(submitter=as_ or None)
     copy(client, src, dst)

@@ -48,7 +48,7 @@ def devices(selector: str, output: str, as_json: bool) -> None:
     fmt = common.output_format(output)
     if as_json:
         fmt = "json"
-    client = api.Client()
+    client = api.JsonClient()
     views: list[api.Json] = list(client.state().get("devices") or [])
     if selector:
         explained = client.explain(selector)
@@ -105,7 +105,7 @@ def describe(device_id: str, output: str) -> None:
     recoveries.
     """
     fmt = common.output_format(output)
-    data = api.Client().describe(device_id)
+    data = api.JsonClient().describe(device_id)
     if fmt == "json":
         render.out(render.json_indented(data))
         return
@@ -274,7 +274,7 @@ def clear(device_id: str) -> None:
     cleared; anything else is device_not_cleared (exit 1). rc describe DEVICE_ID says
     why it was taken out.
     """
-    api.Client().clear(device_id)
+    api.JsonClient().clear(device_id)
     render.out(f"cleared {device_id}\n")
 
 
@@ -291,7 +291,7 @@ def retire(device_id: str, yes: bool) -> None:
     if not yes:
         render.say(f"this removes {device_id} from the fleet; re-run with --yes to confirm")
         raise common.Failure("not confirmed")
-    result = api.Client().retire(device_id)
+    result = api.JsonClient().retire(device_id)
     render.out(f"retired {result.get('retired') or device_id}\n")
     note = result.get("note")
     if note:

@@ -21,7 +21,7 @@ from resource_controller.client import api
 EXIT_INTERRUPTED = 130
 
 
-def _targets(client: api.Client, devices: Sequence[str], host: str) -> list[str]:
+def _targets(client: api.JsonClient, devices: Sequence[str], host: str) -> list[str]:
     """The device IDs named: as given, or every device of ``--host`` (one state read)."""
     if devices and host:
         raise click.UsageError("give device IDs or --host, not both")
@@ -60,7 +60,7 @@ def drain(devices: tuple[str, ...], host: str, reason: str, wait: bool, as_: str
 
     Jobs may still queue for a draining device; they start after rc undrain.
     """
-    client = api.Client(submitter=as_ or None)
+    client = api.JsonClient(submitter=as_ or None)
     targets = _targets(client, devices, host)
     for device_id in targets:
         client.drain(device_id, reason)
@@ -87,7 +87,7 @@ def drain(devices: tuple[str, ...], host: str, reason: str, wait: bool, as_: str
 @click.option("--host", default="", metavar="HOST", help="Every device of this host.")
 def undrain(devices: tuple[str, ...], host: str) -> None:
     """(admin) Let draining devices take work again."""
-    client = api.Client()
+    client = api.JsonClient()
     for device_id in _targets(client, devices, host):
         client.undrain(device_id)
         render.out(f"undrained {device_id}\n")

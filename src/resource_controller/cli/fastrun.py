@@ -146,7 +146,7 @@ def main(argv: list[str]) -> None:
     from resource_controller.client import api
 
     try:
-        code = run_machine.run(api.Client(submitter=None), req)
+        code = run_machine.run(api.JsonClient(submitter=None), req)
     except (basics.Failure, signals.Interrupted, errors.RcError) as e:
         exits.failed(e)
     except (EOFError, KeyboardInterrupt):

@@ -70,7 +70,7 @@ def expires_around(job: api.Json, ttl_seconds: int, now: datetime | None = None)
     return local.isoformat(timespec="seconds")
 
 
-def hold_device(client: api.Client, req: HoldRequest) -> int:
+def hold_device(client: api.JsonClient, req: HoldRequest) -> int:
     """Carry out ``rc hold`` and return its exit code; failures raise ``common.Failure``."""
     progress = _Progress()
     try:
@@ -85,7 +85,7 @@ def hold_device(client: api.Client, req: HoldRequest) -> int:
         raise  # during the submit: an ordinary failure (exit 1), as for rc run (CLI-105)
 
 
-def _hold(client: api.Client, req: HoldRequest, progress: _Progress) -> int:
+def _hold(client: api.JsonClient, req: HoldRequest, progress: _Progress) -> int:
     job = client.hold(
         ttl_seconds=req.ttl_seconds,
         reason=req.reason,
@@ -122,7 +122,7 @@ def _hold(client: api.Client, req: HoldRequest, progress: _Progress) -> int:
     return 0
 
 
-def release(client: api.Client, hold_id: str) -> None:
+def release(client: api.JsonClient, hold_id: str) -> None:
     """RELEASE (CLI-126): end the hold with the resolved submitter, bounded; say how it went.
 
     The first signal restored default handling already; done again here so that the
@@ -217,7 +217,7 @@ def hold(
         count=wanted.count,
         device_ids=wanted.device_ids,
     )
-    client = api.Client(submitter=as_ or None)  # resolved once, on first use (CLI-031)
+    client = api.JsonClient(submitter=as_ or None)  # resolved once, on first use (CLI-031)
     if as_:
         from resource_controller.cli.whoami import warn_if_replaced
 

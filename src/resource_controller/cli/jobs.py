@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 EXIT_INTERRUPTED = 130
 
 
-def _client(as_flag: str = "") -> api.Client:
+def _client(as_flag: str = "") -> api.JsonClient:
     """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
     from resource_controller.client import api
 
-    return api.Client(submitter=as_flag or None)
+    return api.JsonClient(submitter=as_flag or None)
 
 
 #: EXT-HERE-2 (kept here for the callers that read them from this module).
@@ -207,7 +207,7 @@ def explain_refusal(device: str) -> str:
     return "--explain needs --select SELECTOR: it previews what the selector matches"
 
 
-def _explain(client: api.Client, selector: str, count: int = 1) -> None:
+def _explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
     """The ``--explain`` report (CLI-102): one request, nothing submitted.
 
     With ``--count N`` a last line names the hosts with N matching devices, from the

@@ -142,7 +142,7 @@ class _Progress:
         self.device = ""
 
 
-def run(client: api.Client, req: RunRequest) -> int:
+def run(client: api.JsonClient, req: RunRequest) -> int:
     """Carry out ``rc run`` and return its exit code; failures raise ``basics.Failure``."""
     _run_nested_if_held(client, req)
     progress = _Progress()
@@ -158,7 +158,7 @@ def run(client: api.Client, req: RunRequest) -> int:
         raise
 
 
-def _detached(client: api.Client, progress: _Progress, *, relayed: bool) -> int:
+def _detached(client: api.JsonClient, progress: _Progress, *, relayed: bool) -> int:
     """DETACH (CLI-113): say what becomes of the job, truthfully, and how to reach it.
 
     A job that already ended is not "still running": its own exit code stands. A
@@ -187,7 +187,7 @@ def _detached(client: api.Client, progress: _Progress, *, relayed: bool) -> int:
     return EXIT_INTERRUPTED
 
 
-def _run_nested_if_held(client: api.Client, req: RunRequest) -> None:
+def _run_nested_if_held(client: api.JsonClient, req: RunRequest) -> None:
     """EXT-NEST-1: inside a job, a request the job's own lease answers runs under it
     (``cli/nest.py``); this returns only when a new lease is needed."""
     from resource_controller.cli import nest
@@ -204,7 +204,7 @@ def _run_nested_if_held(client: api.Client, req: RunRequest) -> None:
     nest.exec_command(lease, device, req.command, req.cwd, req.env)
 
 
-def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
+def _run(client: api.JsonClient, req: RunRequest, progress: _Progress) -> int:
     # EXT-SHARE-2: prefixes resolve as for rc logs (EXT-CLI-7), before the submit.
     after = client.resolve_job_ids(req.after) if req.after else []
     try:
@@ -259,7 +259,7 @@ def _run(client: api.Client, req: RunRequest, progress: _Progress) -> int:
 
 
 def wait_queue(
-    client: api.Client, job_id: str, target: str, *, timeout: float = 0.0, kind: str = "job"
+    client: api.JsonClient, job_id: str, target: str, *, timeout: float = 0.0, kind: str = "job"
 ) -> api.Json:
     """WAIT_QUEUE (CLI-106, CLI-107; CLI-122 for a hold): the job once it left the queue.
 
@@ -318,7 +318,7 @@ class QueueReport:
         render.say(line)
 
 
-def cancel(client: api.Client, job_id: str) -> None:
+def cancel(client: api.JsonClient, job_id: str) -> None:
     """CANCEL (CLI-109, CLI-122): kill the queued job, then say what became of it.
 
     The caller has restored default signal handling (the first signal does that).
@@ -366,7 +366,7 @@ def _stdio(req: RunRequest) -> str:
     return "tty" if req.tty else "pipe" if req.interactive else ""
 
 
-def _attach_terminal(client: api.Client, job_id: str) -> None:
+def _attach_terminal(client: api.JsonClient, job_id: str) -> None:
     """TTY (CLI-116, CLI-117): the session; then WAIT_TERMINAL as after a stream."""
     from resource_controller.cli import tty
 
@@ -382,7 +382,7 @@ def _attach_terminal(client: api.Client, job_id: str) -> None:
             render.say(f"could not kill job {job_id}: {kill_error}")
 
 
-def _stream(client: api.Client, job_id: str) -> None:
+def _stream(client: api.JsonClient, job_id: str) -> None:
     """STREAM (CLI-111): copy the job's output to stdout, chunk by chunk, flushed."""
 
     def on_break(e: errors.ClientError) -> None:

@@ -35,7 +35,7 @@ BLOCK = 65_536
 DETACHING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def forward(client: api.Client, job_id: str) -> None:
+def forward(client: api.JsonClient, job_id: str) -> None:
     """Run the pipe session until the job's output ends; raise on a signal or a failure."""
     base, token = client.relay_target()
     sys.stdout.flush()

@@ -136,7 +136,7 @@ class SessionState:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def attach(client: api.Client, job_id: str) -> None:
+def attach(client: api.JsonClient, job_id: str) -> None:
     """TTY (CLI-117): raw mode, the relay, until the output half ends.
 
     Raises ``NotATerminal`` before touching anything when stdin is not a terminal,

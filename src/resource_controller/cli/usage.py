@@ -46,7 +46,7 @@ def usage(since: str, by: str, output: str) -> None:
         acct.check_by(by)
     except acct.UsageError as exc:
         raise click.UsageError(f"--{exc}") from None
-    answer = api.Client().usage(since, by)
+    answer = api.JsonClient().usage(since, by)
     if fmt == "json":
         render.out(render.json_compact(answer))
         return

@@ -18,14 +18,14 @@ def whoami() -> None:
 
     A named client token records its jobs under its name and may end only those.
     """
-    data = api.Client().whoami()
+    data = api.JsonClient().whoami()
     lines = [f"role: {data.get('role', '')}\n"]
     if data.get("name"):
         lines.append(f"name: {data['name']}\n")
     render.out("".join(lines))
 
 
-def warn_if_replaced(client: api.Client, submitter: str) -> None:
+def warn_if_replaced(client: api.JsonClient, submitter: str) -> None:
     """Say on stderr when a named client token will record ``--as`` under its name.
 
     One ``GET /v1/whoami``, made only when ``--as`` was given, so a plain ``rc run``

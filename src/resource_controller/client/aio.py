@@ -238,7 +238,7 @@ class AsyncClient:
         job: api.Json = shapes.normalise(data, shapes.JOB)
         return job
 
-    # ---- polling loops: the rules are waits.py's, as api.Client's ----------
+    # ---- polling loops: the rules are waits.py's, as api.JsonClient's ----------
 
     async def _wait_scheduled(self, job_id: str, limit: float | None) -> api.Json:
         wait = waits.UntilScheduled(job_id, None if limit is None else time.monotonic() + limit)
@@ -260,23 +260,20 @@ class AsyncClient:
             await asyncio.sleep(wait.pause(time.monotonic()))
 
     async def _output(self, job_id: str) -> AsyncIterator[bytes]:
-        """Follow to the end, resuming a broken stream at the offset reached (EXT-CLI-5)."""
-        offset = 0
-        failures = 0
+        """Follow to the end, resuming a broken stream as ``waits.StreamResume`` says."""
+        resume = waits.StreamResume()
         path = api.job_path(job_id) + "/logs"
         while True:
             try:
-                query = {"offset": str(offset)} if offset else None
+                query = messages.logs_query(offset=resume.offset)
                 async for chunk in self._http.stream("GET", path, query=query):
-                    offset += len(chunk)
-                    failures = 0
+                    resume.delivered(chunk)
                     yield chunk
                 return
             except errors.TransportError:
-                failures += 1
-                if failures >= api.STREAM_GIVE_UP:
+                if resume.broke():
                     raise
-                await asyncio.sleep(api.POLL_INTERVAL)
+                await asyncio.sleep(resume.pause)
 
     # ---- the fleet ------------------------------------------------------------
 
@@ -303,9 +300,8 @@ class AsyncClient:
         """Who held what over the last ``since``, per ``by`` (EXT-ACCT-2), as
         ``Client.usage``."""
         check_usage(since, by)
-        query = messages.usage_query(since, by, limit)
-        data = await self._http.request("GET", "/v1/usage", query=query)
-        return Usage.from_json(shapes.normalise(data, shapes.USAGE))
+        ask = messages.UsageAsk(since, by, limit)
+        return Usage.from_json(ask.read(await self._http.request("GET", ask.path, query=ask.query)))
 
     # ---- jobs -----------------------------------------------------------------
 

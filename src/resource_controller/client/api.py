@@ -1,4 +1,4 @@
-"""The client object the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
+"""``JsonClient``: what the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
 
 Commands are thin: each one calls a method here, so the command line and the Python
 API cannot disagree about a route, a body or a polling budget. Results are the
@@ -36,10 +36,11 @@ from resource_controller.client.messages import (
     PolledJob as PolledJob,
 )
 from resource_controller.client.messages import (
+    UsageAsk,
     add_jobs_page,
     jobs_page_size,
     jobs_query,
-    usage_query,
+    logs_query,
 )
 from resource_controller.client.messages import (
     check_hold as check_hold,
@@ -95,7 +96,7 @@ from resource_controller.client.waits import (  # the client's surface: api.X
 from resource_controller.client.waits import (  # the client's surface: api.X
     PollGiveUp as PollGiveUp,
 )
-from resource_controller.client.waits import UntilScheduled, UntilTerminal
+from resource_controller.client.waits import StreamResume, UntilScheduled, UntilTerminal
 from resource_controller.client.waits import (  # the client's surface: api.X
     WaitTimeout as WaitTimeout,
 )
@@ -103,7 +104,7 @@ from resource_controller.core.states import ACTIVE, TERMINAL
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
-    # Imported when a Client first needs it: http.client pulls in email and ssl, and
+    # Imported when a JsonClient first needs it: http.client pulls in email and ssl, and
     # every command's --help (and the Python API's views) would pay for it otherwise.
     from resource_controller.client import transport
 
@@ -124,8 +125,9 @@ def _leased(view: Json) -> bool:
     return bool(view.get("holder") or view.get("job_id"))
 
 
-class Client:
-    """Talk to one controller with one token, as the current user.
+class JsonClient:
+    """Talk to one controller with one token, as the current user: its routes as
+    methods, answers as the controller's JSON (what ``rc`` calls; ``Client`` wraps it).
 
     With no arguments the controller URL, token and submitter come from the
     environment and the user config file, exactly as for ``rc`` (CLI-010..031).
@@ -174,7 +176,7 @@ class Client:
         """(base URL, token) for the relay's full-duplex streams (CLI-085, CLI-086)."""
         return self._http.base_url, self._http.token
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> JsonClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -342,12 +344,8 @@ class Client:
         being the snapshot that never waits. ``offset`` skips bytes already seen
         (EXT-CLI-5) and is sent only when positive.
         """
-        query: dict[str, str] = {}
-        if follow is not None:
-            query["follow"] = "true" if follow else "false"
-        if offset > 0:
-            query["offset"] = str(offset)
-        return self._http.stream("GET", job_path(job_id) + "/logs", query=query or None)
+        query = logs_query(follow=follow, offset=offset)
+        return self._http.stream("GET", job_path(job_id) + "/logs", query=query)
 
     def output(
         self,
@@ -358,31 +356,26 @@ class Client:
     ) -> Iterator[bytes]:
         """Follow the job's output to its end, resuming where a broken stream stopped.
 
-        When the connection drops, the stream is reopened at the byte offset already
-        delivered (EXT-CLI-5), so nothing is lost or repeated; ``on_break`` hears of
-        each break. ``STREAM_GIVE_UP`` consecutive attempts that deliver nothing give
-        up with the last error. A refusal from the controller (``not_found``,
-        ``logs_not_stored``) is final at once. With ``reconnect=False`` the first
-        break is final (CLI-081).
+        ``waits.StreamResume`` decides where a broken stream reopens and when breaks in
+        a row give up (EXT-CLI-5; with ``reconnect=False`` the first break is final,
+        CLI-081); ``on_break`` hears of each break. A refusal from the controller
+        (``not_found``, ``logs_not_stored``) is final at once.
         """
-        offset = 0
-        failures = 0
+        resume = StreamResume(reconnect=reconnect)
         while True:
             try:
-                stream = self.follow_logs(job_id, offset=offset)
+                stream = self.follow_logs(job_id, offset=resume.offset)
                 with stream:
                     for chunk in stream:
-                        offset += len(chunk)
-                        failures = 0
+                        resume.delivered(chunk)
                         yield chunk
                 return
             except errors.TransportError as e:
-                failures += 1
-                if not reconnect or failures >= STREAM_GIVE_UP:
+                if resume.broke():
                     raise
                 if on_break is not None:
                     on_break(e)
-                self._sleep(POLL_INTERVAL)
+                self._sleep(resume.pause)
 
     # ---- fleet -----------------------------------------------------------------
 
@@ -414,11 +407,10 @@ class Client:
         """Who held what over a window (``GET /v1/usage``, EXT-ACCT-2): ``since`` a
         duration (``7d``), ``by`` submitter, device or host, each the controller's
         default when empty; ``limit`` groups at most (0: the controller's default)."""
-        data: Json = self._http.request(
-            "GET", "/v1/usage", query=usage_query(since, by, limit), timeout=timeout
-        ).json()
-        out: Json = shapes.normalise(data, shapes.USAGE)
-        return out
+        ask = UsageAsk(since, by, limit)
+        return ask.read(
+            self._http.request("GET", ask.path, query=ask.query, timeout=timeout).json()
+        )
 
     def whoami(self, *, timeout: float | None = None) -> Json:
         """The token's role, and its name when it has one (API-070, EXT-WHO-4)."""

@@ -1,7 +1,7 @@
 """What the client puts on the wire and how it reads the answers (CLI-072..075, EXT-CLI-7).
 
 Pure pieces with no connection: request paths, the submit body, the refusals a status
-maps to, the job view, and the job-ID prefix lookup. ``api.Client`` and the asyncio
+maps to, the job view, and the job-ID prefix lookup. ``api.JsonClient`` and the asyncio
 client both build on them, so the two cannot disagree about a body or an error.
 """
 
@@ -258,7 +258,30 @@ def pick_prefix_match(given: str, data: Any) -> str:
     )
 
 
-def usage_query(since: str, by: str, limit: int) -> dict[str, str]:
-    """``GET /v1/usage``'s query (EXT-ACCT-2): only what differs from the defaults."""
-    query = {"since": since, "by": by, "limit": str(limit) if limit else ""}
-    return {k: v for k, v in query.items() if v}
+def logs_query(*, follow: bool | None = None, offset: int = 0) -> dict[str, str] | None:
+    """``GET /v1/jobs/{id}/logs``'s query (CLI-080, EXT-CLI-5): ``follow`` only when
+    given (None is the route's default), ``offset`` only when positive; None when empty."""
+    query: dict[str, str] = {}
+    if follow is not None:
+        query["follow"] = "true" if follow else "false"
+    if offset > 0:
+        query["offset"] = str(offset)
+    return query or None
+
+
+class UsageAsk:
+    """One ``GET /v1/usage`` (EXT-ACCT-2) without I/O: what to send and how to read the
+    answer, so the blocking and the asyncio clients ask and read it alike."""
+
+    path = "/v1/usage"
+
+    def __init__(self, since: str = "", by: str = "", limit: int = 0) -> None:
+        #: Only what differs from the controller's defaults.
+        query = {"since": since, "by": by, "limit": str(limit) if limit else ""}
+        self.query = {k: v for k, v in query.items() if v}
+
+    @staticmethod
+    def read(data: Any) -> Json:
+        """The answer with ``null`` lists and maps made empty."""
+        out: Json = shapes.normalise(data, shapes.USAGE)
+        return out

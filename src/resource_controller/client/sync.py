@@ -1,6 +1,6 @@
 """The Python API: ``from resource_controller import Client`` (EXT-PYAPI-1..3).
 
-A typed layer over ``api.Client``, the object the ``rc`` commands use, so that the
+A typed layer over ``api.JsonClient``, the object the ``rc`` commands use, so that the
 Python API and the command line send the same requests, poll on the same budgets and
 read the same configuration (``RC_CONTROLLER``, ``RC_TOKEN``, ``RC_SUBMITTER``, the
 user config file). What it adds is what a program wants instead of a terminal:
@@ -271,7 +271,7 @@ class Client:
         submitter: str | None = None,
     ) -> None:
         #: The command line's client underneath, for anything not wrapped here.
-        self.low = api.Client(controller, token, submitter=submitter)
+        self.low = api.JsonClient(controller, token, submitter=submitter)
 
     @property
     def submitter(self) -> str:

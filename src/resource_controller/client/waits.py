@@ -1,10 +1,12 @@
-"""The client's polling waits as rules without I/O (CLI-077..079, CLI-190..192).
+"""The client's polling waits and output follows as rules without I/O (CLI-077..079,
+CLI-190..192, EXT-CLI-5).
 
-``api.Client`` polls with blocking calls and ``aio.AsyncClient`` with awaited ones;
+``api.JsonClient`` polls with blocking calls and ``aio.AsyncClient`` with awaited ones;
 both loops only carry out what a wait here decides: how long the next poll may take,
 whether the caller's bound has passed, when consecutive failures give up, whether the
-job is where it was awaited, and how long to pause. So the two clients cannot drift
-apart on a bound, a limit or a message.
+job is where it was awaited, and how long to pause. Following a job's output is the
+same: where to reopen a broken stream, and when breaks in a row give up. So the two
+clients cannot drift apart on a bound, a limit or a message.
 """
 
 from __future__ import annotations
@@ -120,3 +122,29 @@ class UntilTerminal(UntilScheduled):
             f"gave up waiting for job {self.job_id} after {self.failures} consecutive failed"
             f" polls (last known state: {self.last_state}; last error: {error})"
         )
+
+
+class StreamResume:
+    """Following a job's output to its end (EXT-CLI-5): a broken stream is reopened at
+    the byte offset already delivered, so nothing is lost or repeated, until
+    ``STREAM_GIVE_UP`` attempts in a row deliver nothing."""
+
+    #: The pause before reopening a broken stream.
+    pause = POLL_INTERVAL
+
+    def __init__(self, *, reconnect: bool = True) -> None:
+        #: With ``reconnect=False`` the first break is final (CLI-081).
+        self.reconnect = reconnect
+        #: Bytes delivered so far: where the next stream starts.
+        self.offset = 0
+        self.failures = 0
+
+    def delivered(self, chunk: bytes) -> None:
+        """A chunk reached the caller: the offset moves on and the failures start over."""
+        self.offset += len(chunk)
+        self.failures = 0
+
+    def broke(self) -> bool:
+        """One more broken stream; whether it is final (the caller re-raises it)."""
+        self.failures += 1
+        return not self.reconnect or self.failures >= STREAM_GIVE_UP

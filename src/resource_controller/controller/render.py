@@ -82,7 +82,7 @@ def job(j: JobRecord) -> wire.Job:
         submitter=j.submitter,
         idempotency_key=j.idempotency_key or None,
         priority=j.priority,
-        max_runtime_seconds=j.max_runtime or None,
+        max_runtime_seconds=j.max_runtime_seconds or None,
         idle_timeout_seconds=j.idle_timeout or None,
         queued_at=ts(j.queued_at) if j.queued_at else None,
         state=j.state,
@@ -128,7 +128,7 @@ def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
             }
             for lb in labels
         ]
-    out["max_runtime_seconds"] = d.max_runtime
+    out["max_runtime_seconds"] = d.max_runtime_seconds
     if d.draining:
         out["draining"] = True
         if d.drained_by:

@@ -55,7 +55,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         env=dict(req.env) if req.env else None,
         idempotency_key=req.idempotency_key,
         priority=req.priority,
-        max_runtime=req.max_runtime_seconds,
+        max_runtime_seconds=req.max_runtime_seconds,
         idle_timeout=req.idle_timeout_seconds,
         kind=kind,
         reason=req.reason,

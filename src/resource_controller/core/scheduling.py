@@ -65,7 +65,7 @@ class DeviceSnap:
     id: str
     host: str = ""
     state: str = DeviceState.READY
-    max_runtime: int = 0  #: declared runtime ceiling; 0 = none
+    max_runtime_seconds: int = 0  #: declared runtime ceiling; 0 = none
     labels: Mapping[str, str] = field(default_factory=dict)  #: effective labels (STORE-142)
     draining: bool = False  #: EXT-DRAIN-2
     #: Why its name conflicts with its GPU's MIG mode (EXT-MIG-3); ``""`` when it does not.
@@ -100,7 +100,7 @@ class JobSnap:
     queued_at: int = 0
     selector: str = ""  #: normalised selector; '' = pinned or any device
     device_id: str = ""  #: the pinned device; '' until assigned otherwise
-    max_runtime: int = 0
+    max_runtime_seconds: int = 0
     count: int = 1  #: devices wanted on one host (EXT-GANG-1)
     #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
     device_ids: tuple[str, ...] = ()
@@ -166,7 +166,7 @@ def aged_queue_key(now: int, aging: int) -> QueueKey:
 
 def tolerates(device: DeviceSnap, runtime: int) -> bool:
     """The device's ceiling admits a job asking for ``runtime`` (0 = none) (STORE-056, STORE-064)."""
-    return runtime == 0 or device.max_runtime == 0 or device.max_runtime >= runtime
+    return runtime == 0 or device.max_runtime_seconds == 0 or device.max_runtime_seconds >= runtime
 
 
 def effective_runtime(requested: int, ceiling: int) -> int:
@@ -209,7 +209,7 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
     """
     if job.pinned:
         return job.pins
-    return [d.id for d in matching(_parsed(job), devices) if tolerates(d, job.max_runtime)]
+    return [d.id for d in matching(_parsed(job), devices) if tolerates(d, job.max_runtime_seconds)]
 
 
 def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
@@ -346,7 +346,11 @@ class FleetIndex:
             self.reservable.discard(device_id)
         for d in changed:
             old = self.by_id.get(d.id)
-            if old is None or old.labels != d.labels or old.max_runtime != d.max_runtime:
+            if (
+                old is None
+                or old.labels != d.labels
+                or old.max_runtime_seconds != d.max_runtime_seconds
+            ):
                 stale = True
             self.by_id[d.id] = d
             _member(self.schedulable, d.id, d.schedulable)
@@ -416,7 +420,7 @@ class Planner:
         with the fleet's index while no device's labels, ceiling or existence change)."""
         if job.pinned:
             return job.pins
-        ask = (job.selector, job.max_runtime)
+        ask = (job.selector, job.max_runtime_seconds)
         found = self._matches.get(ask)
         if found is None:
             found = self._matches[ask] = candidates(job, self.devices)

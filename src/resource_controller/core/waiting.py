@@ -61,7 +61,7 @@ class Holding:
     reason: str = ""  #: the hold's reason (copied to the lease at grant, STORE-050)
     acquired_at: int = 0
     expires_at: int = 0
-    #: The holding job's effective ``max_runtime`` (after ceiling inheritance, STORE-065
+    #: The holding job's effective ``max_runtime_seconds`` (after ceiling inheritance, STORE-065
     #: step 3; a hold's TTL); 0 = none. ``None`` when no job row backs the lease.
     runtime: int | None = 0
 

@@ -101,7 +101,7 @@ def register(
             quarantine_reason="",
             quarantine_detail="",
         )
-    for name, max_runtime in declared:
+    for name, max_runtime_seconds in declared:
         device_id = f"{host}:{name}"
         existing = queries.device(conn, device_id)
         if existing is None:
@@ -116,14 +116,14 @@ def register(
                     "worker_id": worker_id,
                     "state": DeviceState.READY,
                     "last_heartbeat_at": now,
-                    "max_runtime": max(0, int(max_runtime)),
+                    "max_runtime_seconds": max(0, int(max_runtime_seconds)),
                 },
             )
             continue
         values: dict[str, object] = {
             "worker_id": worker_id,
             "last_heartbeat_at": now,
-            "max_runtime": max(0, int(max_runtime)),
+            "max_runtime_seconds": max(0, int(max_runtime_seconds)),
         }
         # An unhealthy device keeps its state and reason; any other returns to ready.
         if not moves.move(
@@ -137,9 +137,9 @@ def register(
             **values,
         ):
             conn.execute(
-                "UPDATE devices SET worker_id = ?, last_heartbeat_at = ?, max_runtime = ?"
+                "UPDATE devices SET worker_id = ?, last_heartbeat_at = ?, max_runtime_seconds = ?"
                 " WHERE id = ?",
-                (worker_id, now, values["max_runtime"], device_id),
+                (worker_id, now, values["max_runtime_seconds"], device_id),
             )
     superseded = _mark_superseded(conn, now, host, worker_id, [name for name, _ in declared])
     return Registration(

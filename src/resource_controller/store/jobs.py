@@ -49,7 +49,7 @@ class NewJob:
     env: dict[str, str] | None = None
     idempotency_key: str = ""
     priority: int = 0
-    max_runtime: float = 0
+    max_runtime_seconds: float = 0
     idle_timeout: float = 0
     kind: str = Kind.JOB
     reason: str = ""
@@ -90,8 +90,8 @@ def enqueue(
     if len(pins) == 1:  # a list of one is an ordinary pin
         req = dataclasses.replace(req, device_id=pins[0], device_ids=())
         pins = ()
-    runtime = int(req.max_runtime)
-    for name, value in (("max_runtime", runtime), ("idle_timeout", int(req.idle_timeout))):
+    runtime = int(req.max_runtime_seconds)
+    for name, value in (("max_runtime_seconds", runtime), ("idle_timeout", int(req.idle_timeout))):
         if not limits.SECONDS.low <= value <= limits.SECONDS.high:
             # The API refuses these first (EXT-LIMITS-1); never store a runtime that
             # escapes a ceiling (negative) or overflows a lease deadline (huge).
@@ -117,7 +117,7 @@ def enqueue(
         if not scheduling.could_ever_fit(
             count, (d for d in matches if scheduling.tolerates(d, runtime))
         ):
-            highest = max(d.max_runtime for d in matches)
+            highest = max(d.max_runtime_seconds for d in matches)
             raise errors.RuntimeAboveCeiling(
                 f"{what}: requested runtime {runtime}s is above every matching device's "
                 f"ceiling (highest {highest}s)"
@@ -133,9 +133,9 @@ def enqueue(
             raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
         if not scheduling.tolerates(dev.snap(), runtime):
             raise errors.RuntimeAboveCeiling(
-                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime_seconds}s"
             )
-        runtime = scheduling.effective_runtime(runtime, dev.max_runtime)
+        runtime = scheduling.effective_runtime(runtime, dev.max_runtime_seconds)
     if pins:
         runtime = _pinned_gang_runtime(conn, pins, runtime)
     waiting_for = tuple(dict.fromkeys(req.after))  # a job named twice is waited for once
@@ -159,7 +159,7 @@ def enqueue(
         started_at=None,
         finished_at=None,
         priority=req.priority,
-        max_runtime=runtime,
+        max_runtime_seconds=runtime,
         idle_timeout=int(req.idle_timeout),
         queued_at=now,
         kill_requested=0,
@@ -192,12 +192,12 @@ def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int
             raise errors.UnknownDevice(f"unknown device {device_id!r}: no worker registered it")
         if not scheduling.tolerates(dev.snap(), runtime):
             raise errors.RuntimeAboveCeiling(
-                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime}s"
+                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime_seconds}s"
             )
     hosts = sorted({rows[d].host for d in pins})
     if len(hosts) > 1:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
-    return scheduling.gang_runtime(runtime, (rows[d].max_runtime for d in pins))
+    return scheduling.gang_runtime(runtime, (rows[d].max_runtime_seconds for d in pins))
 
 
 def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int = 0) -> int:

@@ -153,7 +153,9 @@ def assign(
         if flipped == 0:
             return Placement.NOT_READY  # nothing written
         raise _NotReady(job.id)  # rolls the partial flip back with the transaction
-    runtime = scheduling.gang_runtime(job.max_runtime, (d.max_runtime for d in group))
+    runtime = scheduling.gang_runtime(
+        job.max_runtime_seconds, (d.max_runtime_seconds for d in group)
+    )
     moved = moves.move(
         db,
         JOB,
@@ -164,7 +166,7 @@ def assign(
         device_id=ids[0],
         device_ids=join_ids(ids) if len(ids) > 1 else "",
         worker_id=group[0].worker_id,
-        max_runtime=runtime,
+        max_runtime_seconds=runtime,
     )
     if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction

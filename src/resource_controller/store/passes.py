@@ -147,7 +147,7 @@ _I_SEQ = queries.QUEUE_COLS.index("seq")
 _I_SELECTOR = queries.QUEUE_COLS.index("selector")
 _I_DEVICE_ID = queries.QUEUE_COLS.index("device_id")
 _I_DEVICE_IDS = queries.QUEUE_COLS.index("device_ids")
-_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime")
+_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime_seconds")
 _I_COUNT = queries.QUEUE_COLS.index("device_count")
 
 
@@ -162,7 +162,7 @@ def _snap(row: Any) -> JobSnap:
         queued_at=row[_I_QUEUED_AT],
         selector=row[_I_SELECTOR],
         device_id=row[_I_DEVICE_ID],
-        max_runtime=row[_I_MAX_RUNTIME],
+        max_runtime_seconds=row[_I_MAX_RUNTIME],
         count=max(1, row[_I_COUNT]),
         device_ids=split_ids(ids) if ids else (),
         share=row[_I_SHARE],

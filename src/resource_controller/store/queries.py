@@ -63,7 +63,7 @@ QUEUE_COLS: tuple[str, ...] = (
     "priority",
     "queued_at",
     "selector",
-    "max_runtime",
+    "max_runtime_seconds",
     "device_count",
     "device_ids",
 )
@@ -412,7 +412,7 @@ def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
 
 
 _QUEUED_SNAPS = (
-    "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime, device_count,"
+    "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime_seconds, device_count,"
     f" device_ids, {SHARE}, after_open FROM jobs WHERE state = ?"
 )
 
@@ -427,7 +427,7 @@ def queued_snaps(conn: Conn) -> list[JobSnap]:
             queued_at=r[3],
             selector=r[4],
             device_id=r[5],
-            max_runtime=r[6],
+            max_runtime_seconds=r[6],
             count=r[7],
             device_ids=split_ids(r[8] or ""),
             share=r[9],

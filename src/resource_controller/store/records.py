@@ -34,7 +34,7 @@ class JobRecord(NamedTuple):
     started_at: int | None
     finished_at: int | None
     priority: int
-    max_runtime: int
+    max_runtime_seconds: int
     idle_timeout: int
     queued_at: int
     kill_requested: int
@@ -89,7 +89,7 @@ class JobRecord(NamedTuple):
             queued_at=self.queued_at,
             selector=self.selector,
             device_id=self.device_id,
-            max_runtime=self.max_runtime,
+            max_runtime_seconds=self.max_runtime_seconds,
             count=max(1, self.device_count),
             device_ids=self.device_ids if self.queued else (),
             share=self.share,
@@ -128,7 +128,7 @@ class DeviceRecord(NamedTuple):
     worker_id: str
     state: str
     last_heartbeat_at: int
-    max_runtime: int
+    max_runtime_seconds: int
     quarantine_reason: str
     quarantine_detail: str
     #: EXT-DRAIN-2: finishes what it runs, takes nothing new; who, when (0: never) and why.
@@ -143,7 +143,7 @@ class DeviceRecord(NamedTuple):
             id=self.id,
             host=self.host,
             state=self.state,
-            max_runtime=self.max_runtime,
+            max_runtime_seconds=self.max_runtime_seconds,
             labels=labels or {},
             draining=bool(self.draining),
             mig_conflict=(labels or {}).get(mig.CONFLICT, ""),

@@ -30,7 +30,7 @@ devices = sa.Table(
     sa.Column("worker_id", sa.Text, nullable=False),
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("last_heartbeat_at", sa.BigInteger, nullable=False),
-    sa.Column("max_runtime", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("max_runtime_seconds", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("quarantine_reason", sa.Text, nullable=False, server_default=""),
     sa.Column("quarantine_detail", sa.Text, nullable=False, server_default=""),
     #: EXT-DRAIN-2: a flag beside the state (finish what runs, take nothing new), with
@@ -61,7 +61,7 @@ jobs = sa.Table(
     sa.Column("started_at", sa.BigInteger, nullable=True),
     sa.Column("finished_at", sa.BigInteger, nullable=True),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("max_runtime", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("max_runtime_seconds", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("idle_timeout", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("queued_at", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("kill_requested", sa.Integer, nullable=False, server_default="0"),

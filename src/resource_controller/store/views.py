@@ -139,7 +139,7 @@ def explain(conn: queries.Conn, text: str, kept: fleet.FleetSnapshot | None = No
 
 _HOLDINGS = (
     "SELECT leases.device_id, leases.holder, leases.job_id, leases.kind, leases.reason,"
-    " leases.acquired_at, leases.expires_at, jobs.max_runtime FROM leases"
+    " leases.acquired_at, leases.expires_at, jobs.max_runtime_seconds FROM leases"
     " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
 )
 

@@ -152,7 +152,7 @@ async def run_hook(
         cancel=cancel,
         clock=clock,
         timings=timings,
-        max_runtime=timeout,
+        max_runtime_seconds=timeout,
     )
     if outcome.state == JobState.SUCCEEDED:
         return HookResult("", bytes(output))

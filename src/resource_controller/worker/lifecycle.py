@@ -93,7 +93,7 @@ Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
 @dataclass(eq=False)
-class Job:
+class SupervisedJob:
     """One job under supervision: its assignment and its cancellation scope."""
 
     assignment: wire.Assignment
@@ -176,11 +176,11 @@ class Lifecycle:
         #: Jobs under supervision whose outcome is not queued yet, in start order
         #: (WRK-051). A job enters before its acquire step and leaves the moment its
         #: terminal report is queued.
-        self.jobs: dict[str, Job] = {}
+        self.jobs: dict[str, SupervisedJob] = {}
 
-    def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> Job:
+    def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> SupervisedJob:
         """Enter the supervised set (WRK-072 step 1); the caller starts ``run`` at once."""
-        job = Job(assignment)
+        job = SupervisedJob(assignment)
         if cancelled:
             job.cancel.set()
         self.jobs[assignment.job_id] = job
@@ -188,7 +188,7 @@ class Lifecycle:
 
     # ---- the story of one job ------------------------------------------------------
 
-    async def run(self, job: Job) -> None:
+    async def run(self, job: SupervisedJob) -> None:
         """Every step of WRK-072 for one job, in order."""
         log.info(
             "job %s: starting on %s",
@@ -227,7 +227,7 @@ class Lifecycle:
 
     async def finish(
         self,
-        job: Job,
+        job: SupervisedJob,
         outcome: runner.Outcome,
         output: logship.LogShipper,
         running: asyncio.Task[None],
@@ -255,7 +255,7 @@ class Lifecycle:
         await self.verify(job, outcome)
         await self.report(job, outcome)
 
-    async def check_gpus(self, job: Job) -> str:
+    async def check_gpus(self, job: SupervisedJob) -> str:
         """Why the job must not run on its devices (EXT-MIG-3), ``""`` when it may; fills
         in ``job.mig_uuids`` (EXT-MIG-2).
 
@@ -282,7 +282,7 @@ class Lifecycle:
             job.mig_uuids[name] = found.uuid
         return ""
 
-    async def refuse(self, job: Job, reason: str) -> None:
+    async def refuse(self, job: SupervisedJob, reason: str) -> None:
         """End a job that must not touch its devices: ``failed`` with ``reason``, nothing
         acquired, nothing released, no fault (the device is not broken; its name is)."""
         a = job.assignment
@@ -296,7 +296,7 @@ class Lifecycle:
         self.jobs.pop(a.job_id, None)
         await self.submit(report)
 
-    async def acquire(self, job: Job) -> bool:
+    async def acquire(self, job: SupervisedJob) -> bool:
         """Acquire the device before the job touches it (HOOK-010..013).
 
         ``False`` when the job must not run; its reports are then already queued: for
@@ -337,7 +337,7 @@ class Lifecycle:
         await self.submit(report)
         return False
 
-    async def report_running(self, job: Job) -> None:
+    async def report_running(self, job: SupervisedJob) -> None:
         """Belt and braces: one attempt, failure only logged (WRK-113).
 
         The controller marked the job running at hand-out, so this must not delay the
@@ -362,7 +362,7 @@ class Lifecycle:
             extra={"action": "report_running", "job_id": a.job_id},
         )
 
-    def output_of(self, job: Job) -> logship.LogShipper:
+    def output_of(self, job: SupervisedJob) -> logship.LogShipper:
         """The job's output, batched into log appends echoing its epoch (WRK-083)."""
         a = job.assignment
         return logship.LogShipper(
@@ -371,7 +371,7 @@ class Lifecycle:
             flush_after=self.timings.log_flush_after,
         )
 
-    def sampler(self, job: Job) -> gpusample.Sampler | None:
+    def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
         """Sample the job's GPU devices while it runs (EXT-ACCT-1), started here; None
         when sampling is off or none of its devices is a GPU."""
         if self.gpu_interval <= 0:
@@ -393,7 +393,7 @@ class Lifecycle:
         sampler.start()
         return sampler
 
-    async def start(self, job: Job) -> runner.Started | runner.Outcome:
+    async def start(self, job: SupervisedJob) -> runner.Started | runner.Outcome:
         """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
         return await runner.start_job(
             job.assignment, clock=self.clock, base_env=self._base_env, mig_uuids=job.mig_uuids
@@ -401,7 +401,7 @@ class Lifecycle:
 
     async def supervise(
         self,
-        job: Job,
+        job: SupervisedJob,
         started: runner.Started | runner.Outcome,
         output: logship.LogShipper,
     ) -> runner.Outcome:
@@ -420,7 +420,7 @@ class Lifecycle:
             timings=self.timings,
         )
 
-    async def run_attached(self, job: Job, output: logship.LogShipper) -> runner.Outcome:
+    async def run_attached(self, job: SupervisedJob, output: logship.LogShipper) -> runner.Outcome:
         """Steps 3-4 for a ``tty`` or ``pipe`` job: relay streams, spawn, supervise
         (WTTY-001..008, CP-001); only the job's stdio differs (WTTY-008)."""
         return await attached.run(
@@ -435,7 +435,7 @@ class Lifecycle:
         )
 
     async def abandon(
-        self, job: Job, running: asyncio.Task[None], output: logship.LogShipper
+        self, job: SupervisedJob, running: asyncio.Task[None], output: logship.LogShipper
     ) -> None:
         """The job task is torn down: the runner has SIGKILLed the group; escapees get
         the same, at once, and the output still buffered is dropped."""
@@ -443,14 +443,14 @@ class Lifecycle:
         stragglers.kill_now(job.job_id)
         await output.abandon()
 
-    async def clear_stragglers(self, job: Job) -> None:
+    async def clear_stragglers(self, job: SupervisedJob) -> None:
         """End escapees carrying the job's ``RC_JOB_ID``; report, never change the outcome.
 
         WRK-072 step 7, WRK-120..122.
         """
         stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
 
-    async def verify(self, job: Job, outcome: runner.Outcome) -> None:
+    async def verify(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
         """The verify pass for each of the job's devices (VERIFY-001..009), before its report.
 
         On failure the fault is reported and made durable here, so the terminal report
@@ -462,7 +462,7 @@ class Lifecycle:
         for device_id in job.device_ids:
             await self._verify_one(job, device_id)
 
-    async def _verify_one(self, job: Job, device_id: str) -> None:
+    async def _verify_one(self, job: SupervisedJob, device_id: str) -> None:
         if self.verify_dir is None:
             return
         a = job.assignment
@@ -505,11 +505,11 @@ class Lifecycle:
         except OSError:
             return True
 
-    async def report(self, job: Job, outcome: runner.Outcome) -> None:
+    async def report(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
         """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
         await self.submit(self.queue_report(job, outcome))
 
-    def queue_report(self, job: Job, outcome: runner.Outcome) -> outbox.Report:
+    def queue_report(self, job: SupervisedJob, outcome: runner.Outcome) -> outbox.Report:
         """Put the terminal report in the outbox (in memory); the job is then pending."""
         a = job.assignment
         log.info(
@@ -533,7 +533,7 @@ class Lifecycle:
         self.jobs.pop(a.job_id, None)
         return report
 
-    async def release(self, job: Job) -> None:
+    async def release(self, job: SupervisedJob) -> None:
         """Arm each acquired device's release with this job's acquire epoch (HOOK-020).
 
         The release hook runs once the device has been idle for its linger; a later

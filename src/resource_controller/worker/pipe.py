@@ -91,7 +91,7 @@ async def run(
             cancel=cancel,
             clock=clock,
             timings=timings,
-            max_runtime=float(assignment.max_runtime_seconds or 0),
+            max_runtime_seconds=float(assignment.max_runtime_seconds or 0),
             idle_timeout=float(assignment.idle_timeout_seconds or 0),
             hangup=hangup,
         )

@@ -5,13 +5,11 @@ says about each GPU (PROBE-010..014) and what every executable drop-in in
 ``probe_dir`` prints (PROBE-020..024); later sources overwrite earlier ones key by key.
 Its result is the ``labels`` field of a registration or a labels push (PROBE-040).
 
-The controller reads absence, ``null`` and ``{}`` differently (API-032), and the pass
-uses that to keep a broken probe from wiping what an earlier run detected: every
-source remembers which devices it named on its last success (PROBE-030); when it fails,
-those devices are *unconfirmed* and, unless something else still reports a fact for
-them, left out of the payload so the controller keeps their stored labels (PROBE-031,
-PROBE-032, PROBE-040). A source that is gone (deleted, no longer executable, the
-directory removed) is simply forgotten, so its facts clear.
+A broken probe must not wipe what an earlier run detected: which devices each source
+named, and what a failure leaves unconfirmed, is ``labelsources``' bookkeeping
+(PROBE-030..032, PROBE-040); this module runs the sources and feeds it. A source that
+is gone (deleted, no longer executable, the directory removed) is simply forgotten, so
+its facts clear.
 
 MIG (EXT-MIG): the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
 lists each GPU's MIG instances. An instance is a device of its own, ``gpu<i>.mig<j>``,
@@ -20,10 +18,10 @@ name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, wh
 keeps the controller from granting it. The latest listing is kept (``inventory``): a
 job on an instance needs its UUID, and ``devices: auto`` takes its device names from it.
 
-Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``, ``classify``,
-``labels_payload``), running one probe as its own process group with a timeout and
-capped output (``run_probe``), and the pass with its memory (``Prober``), which gets
-its clock, its process runner and its ``PATH`` lookup injected so tests can drive it.
+Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``), running one probe
+as its own process group with a timeout and capped output (``run_probe``), and the pass
+(``Prober``), which gets its clock, its process runner and its ``PATH`` lookup injected
+so tests can drive it.
 """
 
 from __future__ import annotations
@@ -36,13 +34,13 @@ import shutil
 import signal
 import stat
 import subprocess
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations, mig
-from resource_controller.worker import gpus, procs
+from resource_controller.worker import gpus, labelsources, procs
 from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
@@ -66,8 +64,10 @@ STDERR_NOTE = 200
 BUILTIN = "builtin"
 NVIDIA = "nvidia-smi"
 
-Facts = dict[str, str]
-LabelsPayload = dict[str, Facts] | None
+Facts = labelsources.Facts
+LabelsPayload = labelsources.LabelsPayload
+#: What a pass found (``labelsources``).
+Pass = labelsources.Pass
 
 
 # ---- built-in facts (PROBE-004) -----------------------------------------------
@@ -197,88 +197,6 @@ def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
     return facts, warnings
 
 
-@dataclass
-class Classified:
-    """One source's facts sorted into host-wide and per-device ones (PROBE-024)."""
-
-    host: Facts = field(default_factory=dict)
-    devices: dict[str, Facts] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def named(self) -> frozenset[str]:
-        """The devices this source named (device-scoped keys accepted), PROBE-030."""
-        return frozenset(name for name, facts in self.devices.items() if facts)
-
-
-def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classified:
-    """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device (PROBE-024).
-
-    An empty key, one that starts or ends with ``.``, or one whose prefix before a ``.``
-    is not a configured device (the longest such prefix counts, for names with dots:
-    ``gpu0.mig1``) is dropped with a warning, never promoted to
-    a host fact: ``gpu0.model`` on a host whose devices are named otherwise would stamp
-    one model on every device.
-    """
-    out = Classified()
-    for key, value in facts.items():
-        if not key:
-            out.warnings.append("empty key dropped")
-        elif "." not in key:
-            out.host[key] = value
-        elif key.startswith(".") or key.endswith("."):
-            out.warnings.append(f"key {key!r} starts or ends with '.'; dropped")
-        else:
-            device = _device_prefix(key, device_names)
-            if device is not None:
-                out.devices.setdefault(device, {})[key[len(device) + 1 :]] = value
-            else:
-                out.warnings.append(f"key {key!r} names no configured device; dropped")
-    return out
-
-
-def _device_prefix(key: str, device_names: Collection[str]) -> str | None:
-    """The longest configured device name that ``key`` starts with, followed by a dot.
-
-    A name without dots is the part before the first dot (PROBE-024); a MIG instance's
-    name has one (``gpu0.mig1.uuid`` is ``gpu0.mig1``'s ``uuid``), so longer prefixes
-    are tried first.
-    """
-    end = key.rfind(".")
-    while end > 0:
-        if key[:end] in device_names:
-            return key[:end]
-        end = key.rfind(".", 0, end)
-    return None
-
-
-def labels_payload(
-    host: Mapping[str, str],
-    devices: Mapping[str, Mapping[str, str]],
-    unconfirmed: Collection[str],
-    device_names: Iterable[str],
-) -> LabelsPayload:
-    """The ``labels`` field of PROBE-040.
-
-    ``None`` (JSON ``null``: say nothing) when the pass found no fact anywhere.
-    Otherwise host facts under ``""`` (when there are any) and, for every configured
-    device: its facts when it has some; ``{}`` (a trustworthy clear) when it has none
-    and nothing failed on it; nothing at all when it has none and a failing source
-    used to name it, so the controller keeps what it stored.
-    """
-    names = list(device_names)
-    if not host and not any(devices.get(n) for n in names):
-        return None
-    payload: dict[str, Facts] = {}
-    if host:
-        payload[""] = dict(host)
-    for name in names:
-        facts = devices.get(name) or {}
-        if facts or name not in unconfirmed:
-            payload[name] = dict(facts)
-    return payload
-
-
 # ---- running one probe -----------------------------------------------------------
 
 
@@ -377,16 +295,6 @@ async def run_probe(
 # ---- the pass -----------------------------------------------------------------
 
 
-@dataclass
-class Pass:
-    """What one pass found: host facts, per-device facts, the unconfirmed devices."""
-
-    host: Facts
-    devices: dict[str, Facts]
-    unconfirmed: frozenset[str]
-    labels: LabelsPayload
-
-
 class Prober:
     """Runs passes over one worker's configuration and remembers across them (§16.4).
 
@@ -415,14 +323,10 @@ class Prober:
             lambda argv, timeout: run_probe(argv, timeout, grace=timings.kill_grace)
         )
         self._which = which
-        #: Source → devices it named on its last success in this process (PROBE-030).
-        self.memory: dict[str, frozenset[str]] = {}
+        #: What each source named, across passes (PROBE-030); its one owner.
+        self.sources = labelsources.SourceMemory()
         #: Whether nvidia-smi was on ``PATH`` at the first pass; never updated (PROBE-014).
         self.nvidia_at_start: bool | None = None
-        #: Sources already warned, this failure episode, that their facts will clear.
-        self._clear_warned: set[str] = set()
-        #: Devices already warned, this episode, that they were left out (PROBE-041).
-        self._omit_warned: set[str] = set()
         #: The latest readable ``nvidia-smi -L`` (EXT-MIG); ``None`` before the first.
         self.inventory: gpus.Inventory | None = None
         #: Configured names in conflict with their GPU's MIG mode at the latest pass.
@@ -501,18 +405,13 @@ class Prober:
 
 
 class _PassRun:
-    """The state of one pass while it runs."""
+    """One pass while it runs: its sources, in order, fed into its ``Tally``."""
 
     def __init__(self, prober: Prober, discover: bool = False) -> None:
         self.p = prober
         self.discover = discover
         self.deadline = prober.clock.monotonic() + prober.timings.probe_pass_budget
-        self.host: Facts = {}
-        self.devices: dict[str, Facts] = {n: {} for n in prober.device_names}
-        self.unconfirmed: set[str] = set()
-        self.memory: dict[str, frozenset[str]] = {}
-        #: Sources present this pass (succeeded or failed); the others are forgotten.
-        self.present: set[str] = set()
+        self.tally = prober.sources.tally(prober.device_names)
 
     def remaining(self) -> float:
         return self.deadline - self.p.clock.monotonic()
@@ -520,60 +419,16 @@ class _PassRun:
     def timeout(self) -> float:
         return min(self.p.probe_timeout, self.remaining())
 
-    def absorb(self, source: str, facts: Mapping[str, str]) -> None:
-        """A source succeeded: merge its facts over the earlier ones and remember it."""
-        sorted_facts = classify(facts, self.p.device_names)
-        for warning in sorted_facts.warnings:
-            log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
-        self.host.update(sorted_facts.host)
-        for name, device_facts in sorted_facts.devices.items():
-            self.devices[name].update(device_facts)
-        self.present.add(source)
-        self.memory[source] = sorted_facts.named
-        self.p._clear_warned.discard(source)
-
     def fail(self, source: str) -> None:
-        """A source failed: its remembered devices become unconfirmed (PROBE-031, -032)."""
-        self.present.add(source)
-        previous = self.p.memory.get(source)
-        if previous is not None:
-            self.memory[source] = previous
-        if source == NVIDIA:
-            self.unconfirmed |= previous or self.p._gpu_devices()
-            return
-        if previous:
-            self.unconfirmed |= previous
-        elif source not in self.p._clear_warned:
-            self.p._clear_warned.add(source)
-            log.warning(
-                "probe %s failed and has not named a device in this process: whatever it "
-                "used to report will be cleared rather than preserved",
-                source,
-                extra={"action": "probe_clear"},
-            )
+        """A source failed; nvidia-smi speaks for every GPU device until it named some."""
+        otherwise = self.p._gpu_devices() if source == NVIDIA else None
+        self.tally.fail(source, otherwise=otherwise)
 
     async def go(self) -> Pass:
-        self.absorb(BUILTIN, builtin_facts())
+        self.tally.absorb(BUILTIN, builtin_facts())
         await self.nvidia()
         await self.dropins()
-        p = self.p
-        p.memory = self.memory
-        p._clear_warned &= self.present
-        labels = labels_payload(self.host, self.devices, self.unconfirmed, p.device_names)
-        if labels is None:
-            log.error("probe pass produced no facts at all", extra={"action": "probe_empty"})
-        for name in p.device_names:
-            if labels is not None and name in labels:
-                p._omit_warned.discard(name)
-            elif labels is not None and name not in p._omit_warned:
-                p._omit_warned.add(name)
-                log.warning(
-                    "device %s: a probe that reported it failed and nothing else did; its "
-                    "stored labels are kept as they are",
-                    name,
-                    extra={"action": "probe_omit"},
-                )
-        return Pass(self.host, self.devices, frozenset(self.unconfirmed), labels)
+        return self.tally.finish()
 
     async def nvidia(self) -> None:
         p = self.p
@@ -611,9 +466,9 @@ class _PassRun:
             log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
         if self.discover and listed.gpus:
             p.device_names = listed.device_names()
-            self.devices = {n: self.devices.get(n, {}) for n in p.device_names}
+            self.tally.rename(p.device_names)
         p.remember(listed)
-        self.absorb(NVIDIA, self.gpu_facts(facts, listed))
+        self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
         """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG-1, EXT-MIG-3).
@@ -636,7 +491,7 @@ class _PassRun:
         for name, why in found.items():
             out[f"{name}.{mig.CONFLICT}"] = why
         p.note_conflicts(found)
-        self.unconfirmed |= {n for n in p.device_names if listed.unknown(n)}
+        self.tally.unconfirmed |= {n for n in p.device_names if listed.unknown(n)}
         for name in p.device_names:
             if listed.missing(name):
                 if name not in p._missing_warned:
@@ -650,9 +505,6 @@ class _PassRun:
                 p._missing_warned.discard(name)
         return out
 
-    def remembered_dropins(self) -> list[str]:
-        return [s for s in self.p.memory if s not in (BUILTIN, NVIDIA) and s not in self.present]
-
     async def dropins(self) -> None:
         directory = self.p.probe_dir
         try:
@@ -665,7 +517,7 @@ class _PassRun:
                 procs.os_error_text("open", directory, exc),
                 extra={"action": "probe_dir"},
             )
-            for source in self.remembered_dropins():
+            for source in self.tally.remembered(leave_out=(BUILTIN, NVIDIA)):
                 self.fail(source)
             return
         for name in names:
@@ -705,7 +557,7 @@ class _PassRun:
                 continue
             for warning in warnings:
                 log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
-            self.absorb(source, facts)
+            self.tally.absorb(source, facts)
 
 
 def _whole_gpu_in_mig_mode(key: str, listed: gpus.Inventory) -> bool:

@@ -369,7 +369,7 @@ async def supervise(
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings = DEFAULT,
-    max_runtime: float = 0.0,
+    max_runtime_seconds: float = 0.0,
     idle_timeout: float = 0.0,
     output_grace: float | None = None,
     hangup: asyncio.Future[str] | None = None,
@@ -377,7 +377,7 @@ async def supervise(
     """Watch a started process until it is complete; never raises for the job's sake.
 
     Output goes to ``on_output`` as it is read. ``cancel`` set at any time starts the
-    cancellation path (WRK-096); ``max_runtime`` and ``idle_timeout`` are in seconds,
+    cancellation path (WRK-096); ``max_runtime_seconds`` and ``idle_timeout`` are in seconds,
     zero or less disabling the watchdog (WRK-094). If this task is itself torn down,
     the group is SIGKILLed on the way out.
 
@@ -399,7 +399,7 @@ async def supervise(
             clock,
             proc.at,
             activity,
-            max_runtime,
+            max_runtime_seconds,
             idle_timeout,
             timings.watchdog_period,
             hangup,
@@ -429,7 +429,7 @@ async def _watch(
     clock: Clock,
     started: float,
     activity: _Activity,
-    max_runtime: float,
+    max_runtime_seconds: float,
     idle_timeout: float,
     period: float,
     hangup: asyncio.Future[str] | None = None,
@@ -446,8 +446,8 @@ async def _watch(
                 return hangup.result()
             now = clock.monotonic()
             # Max runtime wins when both are due in the same check (WRK-094).
-            if max_runtime > 0 and now - started > max_runtime:
-                return f"max_runtime exceeded ({durations.render_duration(max_runtime)})"
+            if max_runtime_seconds > 0 and now - started > max_runtime_seconds:
+                return f"max_runtime exceeded ({durations.render_duration(max_runtime_seconds)})"
             if idle_timeout > 0 and now - activity.last > idle_timeout:
                 return f"idle: no output for {durations.render_duration(idle_timeout)}"
             waitables = [
@@ -535,6 +535,6 @@ async def supervise_job(
         cancel=cancel,
         clock=clock,
         timings=timings,
-        max_runtime=float(assignment.max_runtime_seconds or 0),
+        max_runtime_seconds=float(assignment.max_runtime_seconds or 0),
         idle_timeout=float(assignment.idle_timeout_seconds or 0),
     )

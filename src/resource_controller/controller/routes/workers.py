@@ -59,7 +59,7 @@ def _assignment(job: JobRecord) -> wire.Assignment:
         command=job.command,
         cwd=job.cwd or None,
         env=job.env or None,
-        max_runtime_seconds=job.max_runtime or None,
+        max_runtime_seconds=job.max_runtime_seconds or None,
         idle_timeout_seconds=job.idle_timeout or None,
         submitter=job.submitter or None,
         kind=job.kind or None,
