@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-import httpx
-
 from resource_controller import http1, streams11
+from resource_controller.httpxlite import httpx
 
 #: Whether httpx would send plain-http requests through a proxy (``streams11``'s rule).
 proxied = streams11.proxied

@@ -7,20 +7,10 @@ failures come out as ``transport``'s, so the rest of the worker never sees httpx
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 
+from resource_controller.httpxlite import httpx
 from resource_controller.worker.transport import Answer, ConnectFailed, TransportError
-
-# httpx imports its own command-line tool at import time whenever click, rich and
-# pygments happen to be installed (about 80 modules, 4.5 MiB resident); the worker
-# never uses it. A ``None`` entry makes that optional import fail just as httpx
-# expects when they are absent, so it keeps its stub. An httpx already imported by
-# the host process (``rc up``) is left as it is.
-if "httpx" not in sys.modules:
-    sys.modules["httpx._main"] = None  # type: ignore[assignment]
-
-import httpx
 
 #: Overall bound on one request when the caller set none (the caller's bound wins).
 TIMEOUT = 120.0
