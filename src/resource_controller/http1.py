@@ -2,8 +2,8 @@
 
 Three connections speak HTTP/1.1 themselves: the command line's blocking client
 (``client/http11.py``, which must start faster than an HTTP library imports), the
-asyncio transport under the worker's and the asynchronous client's httpx
-(``asynchttp.py``), and the relay's full-duplex streams (``duplex.py``). Each owns only
+asyncio exchanges under the worker's requests and the asynchronous client's httpx
+(``streams11.py``), and the relay's full-duplex streams (``duplex.py``). Each owns only
 its reads and writes; the rules of the format — what a status line, a header line and a
 chunk-size line may look like, how an answer's body is framed, whether the connection
 may carry another request, what an error body says — live here once, so the three

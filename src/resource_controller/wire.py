@@ -34,6 +34,34 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
+#: ``_shape``'s answers by annotation identity, each beside its annotation (which keeps
+#: that identity from being reused).
+_SHAPES: dict[int, tuple[Any, str, Any]] = {}
+
+
+def _shape(annotation: Any) -> tuple[str, Any]:
+    """``("list", item)``, ``("dict", value)`` or ``("", None)`` for ``annotation``.
+
+    Worked out once per annotation: ``null_means_empty`` runs on every field of every
+    body both sides read, and the typing introspection costs more than the body.
+    """
+    known = _SHAPES.get(id(annotation))
+    if known is not None and known[0] is annotation:
+        return known[1], known[2]
+    shape = _unwrap(annotation)
+    origin = typing.get_origin(shape) or shape
+    args = typing.get_args(shape)
+    kind, inner = "", None
+    if origin is list and args:
+        kind, inner = "list", args[0]
+    elif origin is list:
+        kind = "list"
+    elif origin is dict:
+        kind, inner = "dict", (args[1] if len(args) == 2 else None)
+    _SHAPES[id(annotation)] = (annotation, kind, inner)
+    return kind, inner
+
+
 def null_means_empty(annotation: Any, value: Any) -> Any:
     """``value`` with every ``null`` where ``annotation`` takes a list or a map made empty.
 
@@ -41,19 +69,17 @@ def null_means_empty(annotation: Any, value: Any) -> Any:
     writes ``null`` for an empty map or list, e.g. ``{"gpu0": null}``). Anything else,
     a ``null`` string or model included, is left for validation to judge.
     """
-    shape = _unwrap(annotation)
-    origin = typing.get_origin(shape) or shape
-    args = typing.get_args(shape)
-    if origin is list:
+    kind, inner = _shape(annotation)
+    if kind == "list":
         if value is None:
             return []
-        if isinstance(value, list) and args:
-            return [null_means_empty(args[0], v) for v in value]
-    elif origin is dict:
+        if isinstance(value, list) and inner is not None:
+            return [null_means_empty(inner, v) for v in value]
+    elif kind == "dict":
         if value is None:
             return {}
-        if isinstance(value, dict) and len(args) == 2:
-            return {k: null_means_empty(args[1], v) for k, v in value.items()}
+        if isinstance(value, dict) and inner is not None:
+            return {k: null_means_empty(inner, v) for k, v in value.items()}
     return value
 
 

@@ -133,7 +133,7 @@ def test_every_route_against_the_real_controller(live: LiveController) -> None:
             assert (await to.status(job_id, running, 5)).status_code == 200
             await to.append_log(job_id, b"hello\n", a.lease_epoch)
             fault = await to.fault(f"{HOST}:gpu1", channel.fault_body("verify failed: x"), 5)
-            assert fault.status_code == 200, fault.text
+            assert fault.status_code == 200, fault.content
             unknown = await to.fault(f"{HOST}:gpu9", channel.fault_body("x"), 5)
             assert unknown.status_code == 404
             done = channel.status_body(

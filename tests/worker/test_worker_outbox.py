@@ -30,23 +30,28 @@ from worker_helpers import FAST, pids_with_job_prefix, run
 from resource_controller.clock import FakeClock
 from resource_controller.worker import outbox, process
 from resource_controller.worker.timings import Timings
+from resource_controller.worker.transport import Answer
 
 #: A shutdown that gives up on its job tasks quickly.
 QUICK_SHUTDOWN = replace(FAST, shutdown_wait=0.3)
 
 
+def answer(status: int, body: Any = None) -> Answer:
+    """An answer as the worker's transport returns it."""
+    content = json.dumps(body).encode() if body is not None else b""
+    return Answer(status, "", {}, content)
+
+
 class Routes:
     """An ``outbox.Sender`` that hands each attempt to ``post(route, body, timeout)``."""
 
-    def __init__(self, post: Callable[[str, dict[str, Any], float], Awaitable[httpx.Response]]):
+    def __init__(self, post: Callable[[str, dict[str, Any], float], Awaitable[Answer]]):
         self.post = post
 
-    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> httpx.Response:
+    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         return await self.post(f"/v1/jobs/{job_id}/status", dict(body), timeout)
 
-    async def fault(
-        self, device_id: str, body: Mapping[str, Any], timeout: float
-    ) -> httpx.Response:
+    async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         return await self.post(f"/v1/devices/{device_id}/fault", dict(body), timeout)
 
 
@@ -148,7 +153,7 @@ def test_reports_survive_in_files(tmp_path: Path) -> None:  # EXT-OUTBOX-1
     ],
 )
 def test_judge(status: int, body: Any, verdict: outbox.Verdict) -> None:  # EXT-OUTBOX-1
-    resp = httpx.Response(status, json=body) if body else httpx.Response(status)
+    resp = answer(status, body)
     assert outbox.judge(resp) is verdict
 
 
@@ -156,9 +161,9 @@ def test_backoff_doubles_to_its_cap(tmp_path: Path) -> None:  # EXT-OUTBOX-1
     timings = Timings(outbox_backoff=0.02, outbox_backoff_max=0.08)
     times: list[float] = []
 
-    async def post(route: str, body: dict[str, Any], timeout: float) -> httpx.Response:
+    async def post(route: str, body: dict[str, Any], timeout: float) -> Answer:
         times.append(time.monotonic())
-        return httpx.Response(200 if len(times) == 7 else 500)
+        return answer(200 if len(times) == 7 else 500)
 
     async def go() -> outbox.Verdict:
         box = outbox.Outbox.open(str(tmp_path))
@@ -181,11 +186,11 @@ def test_a_fault_lands_before_the_terminal_report_of_its_device(tmp_path: Path) 
     order: list[str] = []
     fault_refusals = [500, 500, 500]
 
-    async def post(route: str, body: dict[str, Any], timeout: float) -> httpx.Response:
+    async def post(route: str, body: dict[str, Any], timeout: float) -> Answer:
         if route.endswith("/fault") and fault_refusals:
-            return httpx.Response(fault_refusals.pop())
+            return answer(fault_refusals.pop())
         order.append(route)
-        return httpx.Response(200)
+        return answer(200)
 
     async def go() -> None:
         box = outbox.Outbox.open(str(tmp_path))
@@ -208,11 +213,11 @@ def test_each_attempt_is_bounded(tmp_path: Path) -> None:
     timings = replace(FAST, report_attempt_timeout=0.05)
     calls: list[float] = []
 
-    async def post(route: str, body: dict[str, Any], timeout: float) -> httpx.Response:
+    async def post(route: str, body: dict[str, Any], timeout: float) -> Answer:
         calls.append(time.monotonic())
         if len(calls) < 3:
             await asyncio.sleep(3600)  # a blackholed controller: no answer, ever
-        return httpx.Response(200)
+        return answer(200)
 
     async def go() -> None:
         box = outbox.Outbox.open(str(tmp_path))

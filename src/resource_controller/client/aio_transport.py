@@ -11,10 +11,9 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import httpx
-
 from resource_controller import asynchttp, errors
 from resource_controller.client import transport
+from resource_controller.httpxlite import httpx
 
 
 def _cause(exc: httpx.HTTPError) -> str:

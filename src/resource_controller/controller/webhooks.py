@@ -18,12 +18,13 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Protocol
 
 from resource_controller.controller.events import stamp
 from resource_controller.core import states
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,9 @@ class Notifier:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
 
     async def _run(self) -> None:
+        # Imported here: only a controller with a webhook URL ever posts one.
+        from resource_controller.httpxlite import httpx
+
         async with httpx.AsyncClient(timeout=self.post_timeout, verify=True) as client:
             while True:
                 notice = await self._queue.get()
@@ -198,6 +202,8 @@ class Notifier:
                     self._queue.task_done()
 
     async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
+        from resource_controller.httpxlite import httpx
+
         wait = self.backoff
         for attempt in range(1, ATTEMPTS + 1):
             if attempt > 1:

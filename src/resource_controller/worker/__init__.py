@@ -4,7 +4,7 @@
 exit status); ``agent`` is one worker's life (start, register, heartbeat, poll,
 shutdown); ``lifecycle`` is one job's life, step by step, from acquisition to release;
 ``channel`` is the typed conversation with the controller, one method per route, over
-``http11``, a plain HTTP/1.1 transport under its httpx client;
+``transport``, HTTP/1.1 of its own (httpx only where it must, ``viahttpx``);
 ``timings`` holds every wait and bound, injected; ``runner`` starts and supervises one
 job's process group; ``procs`` is the only place that signals processes or reads
 ``/proc``; ``logship`` batches job output; ``stragglers`` ends a finished job's escaped
@@ -13,13 +13,3 @@ until the controller answers for good; ``probes`` gathers the host facts sent at
 registration; ``recovery`` decides the recovery proof sent with it; ``reconnect``
 decides when to register again; ``testhooks`` holds the end-to-end tests' overrides.
 """
-
-import sys
-
-# httpx imports its own command-line tool at import time whenever click, rich and
-# pygments happen to be installed (about 80 modules, 4.5 MiB resident); no part of the
-# worker uses it. A ``None`` entry makes that optional import fail just as httpx
-# expects when they are absent, so it keeps its stub. An httpx already imported by
-# the host process (``rc up``) is left as it is.
-if "httpx" not in sys.modules:
-    sys.modules["httpx._main"] = None  # type: ignore[assignment]

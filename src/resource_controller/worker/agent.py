@@ -37,9 +37,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import Any, NamedTuple
-
-import httpx
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resource_controller import wire
 from resource_controller.clock import Clock, SystemClock
@@ -59,6 +57,9 @@ from resource_controller.worker import config as worker_config
 from resource_controller.worker import recovery as recovery_proof
 from resource_controller.worker.channel import RegisterError, StartupError
 from resource_controller.worker.timings import DEFAULT, Timings
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Agent", "RegisterError", "StartupError"]
 

@@ -1,8 +1,8 @@
 """The worker's typed channel to the controller: one method per route it calls (WRK-031).
 
-Every request goes through one ``httpx.AsyncClient`` carrying the bearer token and
-``Content-Type: application/json`` (the log upload too, WRK-030), bounded to 2 minutes
-unless the caller bounds it tighter. Request bodies are built from the wire models
+Every request goes through one sender (``transport``: HTTP/1.1 of its own, httpx only
+where needed) carrying the bearer token and ``Content-Type: application/json`` (the log
+upload too, WRK-030), bounded to 2 minutes unless the caller bounds it tighter. Request bodies are built from the wire models
 (``resource_controller.wire``) and written with every field at its default left out,
 which is exactly the omission rule of each body (WRK-043, WRK-050, WRK-101, WRK-114):
 ``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
@@ -27,25 +27,29 @@ import asyncio
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
-from resource_controller import asynchttp, duplex, http1, wire
+from resource_controller import duplex, http1, streams11, wire
 from resource_controller.clock import Clock
-from resource_controller.worker import reconnect
+from resource_controller.worker import reconnect, transport
+from resource_controller.worker.transport import Answer, Sender
+
+if TYPE_CHECKING:
+    import httpx
 
 #: Overall bound on one non-streaming request (WRK-030).
 HTTP_TIMEOUT = 120.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
+INSTANCE_HEADER_KEY = INSTANCE_HEADER.lower()
 
 #: A connection that was never made: the request was not sent, so another controller
 #: may take it (EXT-PG-5).
-CONNECT_ERRORS = (httpx.ConnectError, ConnectionRefusedError)
+CONNECT_ERRORS = (transport.ConnectFailed, ConnectionRefusedError)
 
-#: Everything that means "no HTTP answer came back".
-TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError)
+#: Everything that means "no HTTP answer came back" (``transport.TransportError`` is one).
+TRANSPORT_ERRORS = (TimeoutError, OSError)
 
 
 class StartupError(Exception):
@@ -63,7 +67,7 @@ class LogSendError(Exception):
 # ---- reading answers -----------------------------------------------------------
 
 
-def status_line(resp: httpx.Response) -> str:
+def status_line(resp: Answer) -> str:
     """``404 Not Found``: how a refusal is named in messages (WRK-045)."""
     return f"{resp.status_code} {resp.reason_phrase}".strip()
 
@@ -75,7 +79,7 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def error_body(resp: httpx.Response) -> tuple[str, str]:
+def error_body(resp: Answer) -> tuple[str, str]:
     """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
     return http1.error_body(resp.content)
 
@@ -181,6 +185,19 @@ def labels_body(request: wire.LabelsPush) -> dict[str, Any]:
 # ---- the channel ---------------------------------------------------------------
 
 
+class _Opened:
+    """``async with channel.open():`` closes the sender on the way out."""
+
+    def __init__(self, sender: transport.Sender) -> None:
+        self.sender = sender
+
+    async def __aenter__(self) -> transport.Sender:
+        return self.sender
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.sender.aclose()
+
+
 class Channel:
     """The worker's requests to one controller, over one client opened by ``open``."""
 
@@ -193,6 +210,7 @@ class Channel:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: requests go through httpx over it (tests inject one)."""
         #: The controllers, in order (EXT-PG-5: ``controller_url`` may list several);
         #: requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
         self._bases = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
@@ -201,7 +219,7 @@ class Channel:
         self._clock = clock
         self._contact = contact
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._client: Sender | None = None
         #: Set by ``register`` (or from the outbox's records before it, EXT-OUTBOX-3).
         #: Single-threaded asyncio: reads and writes never interleave mid-update,
         #: which is all WRK-033 asks for.
@@ -214,19 +232,23 @@ class Channel:
     def _next(self) -> None:
         self._at = (self._at + 1) % len(self._bases)
 
-    def open(self) -> httpx.AsyncClient:
-        """The client; the caller closes it (``async with channel.open():``).
+    def open(self) -> _Opened:
+        """The sender; the caller closes it (``async with channel.open():``).
 
-        Without an injected transport, requests go over ``asynchttp`` (plain HTTP/1.1 on
-        asyncio streams, httpx's own transport for ``https://``), unless a proxy is
-        configured in the environment: only httpx's transport honours that.
+        Without an injected transport, requests go over ``transport.Plain`` (HTTP/1.1 of
+        its own, httpx only for ``https://``), unless a proxy is configured in the
+        environment: only httpx honours that.
         """
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
-        transport = self._transport
-        if transport is None and not asynchttp.proxied(os.environ):
-            transport = asynchttp.Transport()
-        self._client = httpx.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT, transport=transport)
-        return self._client
+        sender: transport.Sender
+        if self._transport is None and not streams11.proxied(os.environ):
+            sender = transport.Plain(headers)
+        else:
+            from resource_controller.worker import viahttpx
+
+            sender = viahttpx.ViaHttpx(headers, self._transport)
+        self._client = sender
+        return _Opened(sender)
 
     async def _request(
         self,
@@ -237,24 +259,26 @@ class Channel:
         content: bytes | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float | None = None,
-    ) -> httpx.Response:
+    ) -> Answer:
         """One request to ``controller_url + path``; any answer counts as contact (WRK-032).
 
         With several controllers listed, a refused connection tries the next at once
         (nothing was sent), and a 5xx sends the following requests to the next."""
         assert self._client is not None, "the channel is not open"
+        target = transport.target_of(path, params)
+        data = transport.json_body(body) if body is not None else content
         for step in range(len(self._bases)):
             try:
                 async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
-                    resp = await self._client.request(
-                        method, self._base + path, json=body, content=content, params=params
-                    )
+                    resp = await self._client.request(method, self._base, target, data)
             except CONNECT_ERRORS:
                 if step == len(self._bases) - 1:
                     raise
                 self._next()
                 continue
-            self._contact.observe(self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER, ""))
+            self._contact.observe(
+                self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER_KEY, "")
+            )
             if resp.status_code >= 500 and len(self._bases) > 1:
                 self._next()
             return resp
@@ -304,15 +328,13 @@ class Channel:
         except (ValueError, ValidationError) as exc:
             return f"undecodable answer: {exc}"
 
-    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> httpx.Response:
+    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         """``POST /v1/jobs/{id}/status`` with a body from ``status_body``."""
         return await self._request(
             "POST", f"/v1/jobs/{job_id}/status", body=dict(body), timeout=timeout
         )
 
-    async def fault(
-        self, device_id: str, body: Mapping[str, Any], timeout: float
-    ) -> httpx.Response:
+    async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         """``POST /v1/devices/{id}/fault`` with a body from ``fault_body``; the ID unescaped."""
         return await self._request(
             "POST", f"/v1/devices/{device_id}/fault", body=dict(body), timeout=timeout

@@ -52,11 +52,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.worker import channel, procs
 from resource_controller.worker.timings import DEFAULT, Timings
+from resource_controller.worker.transport import Answer
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class Report:
             return f"/v1/devices/{self.device_id}/fault"
         return f"/v1/jobs/{self.job_id}/status"
 
-    async def send(self, sender: Sender, timeout: float) -> httpx.Response:
+    async def send(self, sender: Sender, timeout: float) -> Answer:
         """One attempt, on the route its kind names."""
         if self.kind == FAULT:
             return await sender.fault(self.device_id, self.body, timeout)
@@ -450,7 +449,7 @@ class Verdict(enum.Enum):
     RETRY = "retry"
 
 
-def judge(resp: httpx.Response) -> Verdict:
+def judge(resp: Answer) -> Verdict:
     """What an answer means for a report (EXT-OUTBOX-1).
 
     2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already
@@ -474,13 +473,9 @@ class Sender(Protocol):
     ``channel.Channel`` is one.
     """
 
-    async def status(
-        self, job_id: str, body: Mapping[str, Any], timeout: float
-    ) -> httpx.Response: ...
+    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
 
-    async def fault(
-        self, device_id: str, body: Mapping[str, Any], timeout: float
-    ) -> httpx.Response: ...
+    async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
 
 
 def _log_failure(report: Report, problem: str) -> None:

@@ -82,7 +82,9 @@ async def _serve_until_signal(
     for s in watched:
         loop.add_signal_handler(s, first_signal, s)
     try:
-        await agent.Agent(config, clock, timings=timings).run(stop)
+        # The process's environment is fixed once it runs: copied once, not per job.
+        base_env = dict(os.environ)
+        await agent.Agent(config, clock, timings=timings, base_env=base_env).run(stop)
     except agent.StartupError as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from dataclasses import dataclass
 
@@ -52,6 +53,8 @@ class StragglerReport:
 #: A few hundred entries take about a millisecond, less than the hop to a thread and
 #: back costs on a busy host (the GIL hand-off alone can take several).
 INLINE_SCAN_LIMIT = 2048
+#: Bytes per read of an environment: most fit in one.
+READ_SIZE = 65_536
 
 
 def _live(pid: int) -> bool:
@@ -67,27 +70,44 @@ def _matches_in(
     The same verdicts as ``procs.scan_job_ids`` (WRK-121 step 3) in a cheaper order:
     the environment first, since almost no process carries the ID, and the stat (is
     it a zombie?) only for a process that does, or whose environment could not be
-    read (a zombie's unreadable environment is not blindness).
+    read (a zombie's unreadable environment is not blindness). It runs after every
+    job over the whole process table, so each environment is opened relative to one
+    descriptor of ``/proc`` and read in place, without a helper call per process.
     """
     needle = procs.JOB_ID_VAR
     pids: list[int] = []
     blind = False
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        if pid in protected:
-            continue
-        try:
-            raw = procs.read_environ(entry)
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # gone: no match, and not blindness
-        except OSError:
-            blind = blind or _live(pid)
-            continue
-        # Exact equality of the whole value, never a prefix: job "ab" must not sweep "abc".
-        if needle in raw and procs.job_id_in_environ(raw) == job_id and _live(pid):
-            pids.append(pid)
+    try:
+        root = os.open(procs.PROC_ROOT, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return pids, True  # listed a moment ago, unreadable now: nothing seen
+    flags = os.O_RDONLY | os.O_CLOEXEC
+    try:
+        for entry in entries:
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            if pid in protected:
+                continue
+            try:
+                fd = os.open(entry + "/environ", flags, dir_fd=root)
+                try:
+                    raw = chunk = os.read(fd, READ_SIZE)
+                    while chunk:
+                        chunk = os.read(fd, READ_SIZE)
+                        raw += chunk
+                finally:
+                    os.close(fd)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # gone: no match, and not blindness
+            except OSError:
+                blind = blind or _live(pid)
+                continue
+            # Exact equality of the whole value, never a prefix: job "ab" must not sweep "abc".
+            if needle in raw and procs.job_id_in_environ(raw) == job_id and _live(pid):
+                pids.append(pid)
+    finally:
+        os.close(root)
     pids.sort()
     return pids, blind
 
