@@ -4,19 +4,29 @@ a same-run baseline: one controller on SQLite.
 * API throughput: 200 ``true`` jobs submitted through the API, spread over the
   controllers, run by two workers of four devices each that list every controller;
   with 1, 2 and 3 controllers on PostgreSQL and 1 on SQLite.
+  Each worker lists the controllers starting at a different one (``--no-spread``: all
+  in the same order, so every worker talks to the first), so the workers' polls and
+  reports are spread over the controllers as a deployment would spread them. Each
+  figure comes with the CPU each process spent per job (``bench/cpu.py``: the
+  controllers, the workers, their jobs, PostgreSQL, this load generator, and every
+  other process on the machine) and the machine's busy share of its cores: on a
+  machine whose cores the single controller already keeps busy, a second one can only
+  share them.
 * Takeover: with two controllers, the leader is killed with SIGKILL and the time until
   the other's ``/healthz`` says ``leader`` is measured; the killed one is started again
   before the next kill.
 
 PostgreSQL comes from Debian's ``postgresql`` package: the bench starts a throwaway
 cluster of its own (``tests/support/pg.py``). Figures are min/median/max over repeats.
-Usage: ``python bench/controllers.py [--repeats 3] [--kills 10] [--jobs 200] [--json F]``.
+Usage: ``python bench/controllers.py [--repeats 3] [--kills 10] [--jobs 200] [--no-spread]
+[--json F]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -38,6 +48,7 @@ from support import pg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu import Group, Meter, descendants
 from latency import RC, free_port, summary
 
 TOKENS = "wtok:worker,ctok:client,atok:admin"
@@ -68,8 +79,8 @@ class Controllers:
     """``n`` controllers on ``database`` (SQLite in their data directory when empty) and
     the workers, stopped by PID on exit."""
 
-    def __init__(self, tmp: Path, n: int, database: str) -> None:
-        self.tmp, self.database = tmp, database
+    def __init__(self, tmp: Path, n: int, database: str, spread: bool = True) -> None:
+        self.tmp, self.database, self.spread = tmp, database, spread
         self.ports = [free_port() for _ in range(n)]
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
         self.servers: list[subprocess.Popen[bytes] | None] = [None] * n
@@ -91,10 +102,12 @@ class Controllers:
     def __enter__(self) -> Controllers:
         for i in range(len(self.ports)):
             self.start(i)
-        for host in HOSTS:
+        for k, host in enumerate(HOSTS):
             cfg = self.tmp / f"{host}.yaml"
+            first = k % len(self.urls) if self.spread else 0
+            urls = self.urls[first:] + self.urls[:first]
             cfg.write_text(
-                f"controller_url: {','.join(self.urls)}\ntoken: wtok\nhost: {host}\n"
+                f"controller_url: {','.join(urls)}\ntoken: wtok\nhost: {host}\n"
                 f"state_dir: {self.tmp / ('state-' + host)}\n"
                 f"devices: [{', '.join(DEVICES)}]\n"
             )
@@ -148,24 +161,82 @@ async def _throughput(urls: list[str], n: int) -> float:
                 r.raise_for_status()
 
         await asyncio.gather(*(submit(k) for k in range(n)))
-        while True:
-            busy = False
+        for turn in itertools.count():
+            # The checks go round the controllers, as the submits do, so that the
+            # bench's own reads do not weigh on the first alone.
+            c, busy = clients[turn % len(clients)], False
             for state in ("queued", "assigned", "running"):
-                r = await clients[0].get(f"/v1/jobs?state={state}&limit=1")
+                r = await c.get(f"/v1/jobs?state={state}&limit=1")
                 busy = busy or bool(r.json()["jobs"])
+                if busy:
+                    break
             if not busy:
                 return n / (time.perf_counter() - t0)
             await asyncio.sleep(0.02)
+        raise AssertionError("unreachable")
     finally:
         for c in clients:
             await c.aclose()
 
 
-def bench_throughput(tmp: Path, n: int, database: str, jobs: int, repeats: int) -> dict[str, Any]:
-    with Controllers(tmp, n, database) as ctl:
+def _groups(ctl: Controllers, postmaster: int | None) -> list[Group]:
+    """The processes whose CPU a run is charged: ours by name, then every other one."""
+    groups = [
+        Group("controllers", lambda: [p.pid for p in ctl.servers if p is not None]),
+        Group("workers", lambda: [w.pid for w in ctl.workers]),
+        Group("jobs", lambda: [w.pid for w in ctl.workers], "reaped"),
+    ]
+    if postmaster is not None:
+        groups.append(Group("postgres", lambda: descendants(postmaster), "all"))
+    groups += [Group(f"controller{i}", lambda p=p: [p.pid]) for i, p in enumerate(ctl.servers)]  # type: ignore[misc]
+    return groups
+
+
+def bench_throughput(
+    tmp: Path,
+    n: int,
+    database: str,
+    jobs: int,
+    repeats: int,
+    postmaster: int | None = None,
+    spread: bool = True,
+) -> dict[str, Any]:
+    """Jobs/s over ``repeats`` runs, and per run where the CPU went (``cpu.Meter``)."""
+    runs: list[dict[str, float]] = []
+    with Controllers(tmp, n, database, spread) as ctl:
         asyncio.run(_throughput(ctl.urls, 20))  # warm up
-        rates = [asyncio.run(_throughput(ctl.urls, jobs)) for _ in range(repeats)]
-    return summary(rates)
+        for _ in range(repeats):
+            meter = Meter(_groups(ctl, postmaster))
+            meter.start()
+            rate = asyncio.run(_throughput(ctl.urls, jobs))
+            meter.stop()
+            runs.append({"rate": rate, **meter.report(jobs)})
+    out = summary([r["rate"] for r in runs])
+    out["runs"] = runs  # type: ignore[assignment]
+    return out
+
+
+def _cpu_line(runs: list[dict[str, float]], n: int) -> str:
+    """Median CPU ms per job of each process group over the runs, and the machine."""
+
+    def med(key: str) -> float:
+        values = sorted(r.get(key, 0.0) for r in runs)
+        return values[len(values) // 2]
+
+    per = [med(f"ms_per_job.controller{i}") for i in range(n)]
+    each = "/".join(f"{ms:.1f}" for ms in per)
+    ours = sum(
+        med(f"ms_per_job.{g}") for g in ("controllers", "workers", "jobs", "postgres", "client")
+    )
+    others = med("ms_per_job.machine") - ours
+    return (
+        f"    CPU ms/job: controllers {med('ms_per_job.controllers'):.1f} ({each}),"
+        f" workers {med('ms_per_job.workers'):.1f}, jobs {med('ms_per_job.jobs'):.1f},"
+        f" postgres {med('ms_per_job.postgres'):.1f}, client {med('ms_per_job.client'):.1f};"
+        f" ours {ours:.1f}, other processes {max(0.0, others):.1f};"
+        f" machine busy {100 * med('machine_busy'):.0f}% of {os.cpu_count()} cores;"
+        f" a core per controller would cap it at {1000 / max(max(per), 1e-3):.0f} jobs/s"
+    )
 
 
 def _another_leads(ctl: Controllers, old: int) -> Callable[[], bool]:
@@ -193,10 +264,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--no-spread", action="store_true", help="every worker talks to the first")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     machine = f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
     cluster = pg.start()
+    postmaster = int((cluster.root / "data" / "postmaster.pid").read_text().split()[0])
+    spread = not args.no_spread
     results: dict[str, Any] = {"machine": machine}
     try:
         with tempfile.TemporaryDirectory(prefix="rc-bench-") as root:
@@ -213,7 +287,7 @@ def main() -> None:
             for n in (1, 2, 3):
                 url = cluster.fresh_database()
                 results[f"postgresql_{n}"] = bench_throughput(
-                    fresh(), n, url, args.jobs, args.repeats
+                    fresh(), n, url, args.jobs, args.repeats, postmaster, spread
                 )
             results["takeover"] = bench_takeover(fresh(), cluster.fresh_database(), args.kills)
     finally:
@@ -221,12 +295,14 @@ def main() -> None:
     base = results["sqlite_1"]["median"]
     print(f"machine: {machine}")
     print(f"API throughput, {args.jobs} jobs, 8 devices on 2 workers (jobs/s, median min-max):")
+    print(f"  workers spread over the controllers: {'yes' if spread else 'no'}")
     for key in ("sqlite_1", "postgresql_1", "postgresql_2", "postgresql_3"):
         s = results[key]
         print(
             f"  {key:<14} {s['median']:7.1f} ({s['min']:.1f}-{s['max']:.1f})"
             f"  ratio to sqlite_1 {s['median'] / base:.2f}x"
         )
+        print(_cpu_line(s["runs"], int(key.rsplit("_", 1)[1])))
     two_over_one = results["postgresql_2"]["median"] / results["postgresql_1"]["median"]
     print(f"  postgresql 2 controllers / 1: {two_over_one:.2f}x")
     t = results["takeover"]

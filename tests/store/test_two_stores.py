@@ -48,3 +48,55 @@ def test_submits_at_once_through_two_stores_each_get_their_own_place(
     assert len(set(keyed)) == PER_STORE  # each key's two submits answered with one job
     assert len({j.id for j in made}) == 2 * PER_STORE
     assert invariant_violations(raw) == []
+
+
+JOBS = 120
+
+
+def test_grants_through_one_store_and_releases_through_the_other_never_fail(
+    store: Store, database: Path | str, raw: Raw, clock: FakeClock
+) -> None:
+    """One controller's pass grants while another's reports release: both touch the
+    devices and the same submitter's held-device count, in one order on both sides, and a
+    transaction that still loses a race to the other is run again, never a failure."""
+    reg = store.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(4)])
+    for _ in range(JOBS):
+        store.enqueue(NewJob(command=["true"], submitter="same"))
+    other = Store(database, clock)
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def grant() -> None:
+        try:
+            while not done.is_set():
+                store.schedule()
+        except BaseException as exc:  # the test's verdict, not a crash of the thread
+            failures.append(exc)
+            done.set()
+
+    def release() -> None:
+        try:
+            ended = 0
+            while ended < JOBS and not done.is_set():
+                handed, _ = other.take_work(reg.worker_id)
+                for job in handed:
+                    other.report(job.id, lambda _job: None, "succeeded", 0)
+                    ended += 1
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=grant), threading.Thread(target=release)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        done.set()
+        other.close()
+    assert failures == []
+    states = [r["state"] for r in raw.rows("SELECT state FROM jobs")]
+    assert states == ["succeeded"] * JOBS
+    assert invariant_violations(raw) == []

@@ -367,6 +367,8 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     claimed: list[Parked] = []
 
     def hand_out(worker_id: str) -> bool:
+        if any(p.worker_id == worker_id for p in claimed):
+            return True  # claimed by an attempt the store ran again after a lost race
         parked = svc.hub.parked.claim(worker_id)
         if parked is not None:
             claimed.append(parked)

@@ -31,6 +31,7 @@ from resource_controller.store import (
     locks,
     passes,
     queries,
+    races,
     reserved,
     sql,
     sweep,
@@ -164,6 +165,7 @@ class Store:
 
     # ---- queue ----------------------------------------------------------------
 
+    @races.again
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
         def once() -> JobRecord:
             with self._tx("submit") as c:
@@ -183,17 +185,25 @@ class Store:
         """One scheduling pass (STORE-061); the jobs it placed."""
         return self.run_pass().assigned
 
+    @races.again
     def run_pass(self) -> PassResult:
         """One scheduling pass (STORE-061), serialised against everything else: first the
         ends of jobs others wait for (EXT-SHARE-2), then the placements."""
         with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
             ended, self._ended = self._ended, []
-            with self._read() as db:
-                pending = after.noted(db)
-            if pending:
-                with self._tx() as tx:
-                    ended += after.settle(tx, self.now())
-            return PassResult(self._placements(self._tx, self._read), ended)
+            try:
+                with self._read() as db:
+                    pending = after.noted(db)
+                if pending:
+                    with self._tx() as tx:
+                        ended += after.settle(tx, self.now())
+                assigned = self._placements(self._tx, self._read)
+            except BaseException:
+                # Still to be said by the pass that runs next (this one again, when it
+                # lost a race): what the settle committed stays committed.
+                self._ended = ended + self._ended
+                raise
+            return PassResult(assigned, ended)
 
     def _placements(
         self,
@@ -316,20 +326,24 @@ class Store:
         with self._tx() as c:
             return jobs.active(c)
 
+    @races.again
     def cancel_queued(self, job_id: str, reason: str) -> bool:
         with self._tx() as c:
             return jobs.cancel_queued(c, self.now(), job_id, reason)
 
+    @races.again
     def request_kill(
         self, job_id: str, reason: str, finalize_disconnected: bool = False
     ) -> jobs.KillRequest:
         with self._tx("kill") as c:
             return jobs.request_kill(c, self.now(), job_id, reason, finalize_disconnected)
 
+    @races.again
     def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
         with self._tx("handout") as c:
             return jobs.take_work(c, self.now(), worker_id)
 
+    @races.again
     def report(
         self,
         job_id: str,
@@ -348,6 +362,7 @@ class Store:
         self._ended += ended
         return job
 
+    @races.again
     def report_and_pass(
         self,
         job_id: str,
@@ -458,16 +473,19 @@ class Store:
         with self._tx() as c:
             return jobs.logs_to_prune(c, self.now() - retention, limit)
 
+    @races.again
     def mark_logs_pruned(self, job_ids: list[str]) -> None:
         with self._tx() as c:
             jobs.mark_logs_pruned(c, job_ids)
 
     # ---- workers and devices ----------------------------------------------------
 
+    @races.again
     def register(self, host: str, boot_id: str, declared: list[tuple[str, int]]) -> Registration:
         with self._tx("register") as c:
             return devices.register(c, self.now(), host, boot_id, declared)
 
+    @races.again
     def heartbeat(
         self,
         worker_id: str,
@@ -480,6 +498,7 @@ class Store:
         with self._tx("heartbeat") as c:
             return beat.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
+    @races.again
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
         """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting (STORE-121)."""
         with self._tx() as c:
@@ -487,6 +506,7 @@ class Store:
 
     # ---- the reaper -------------------------------------------------------------------
 
+    @races.again
     def sweep(self, rules: expiry.SweepRules) -> SweepResult:
         """One sweep (STORE-100..105): demote the silent, reap, expire; never frees a device."""
         with self._tx("sweep") as c:
@@ -506,6 +526,7 @@ class Store:
         with self._tx() as c:
             return devices.worker_host(c, worker_id)
 
+    @races.again
     def apply_facts(
         self,
         host: str,
@@ -522,23 +543,28 @@ class Store:
         with self._tx() as c:
             return views.devices(c, device_id, kept=self._fleet)
 
+    @races.again
     def clear_device(self, device_id: str) -> bool:
         with self._tx() as c:
             return devices.clear(c, device_id)
 
+    @races.again
     def set_device_state(self, device_id: str, state: str, detail: str = "") -> None:
         with self._tx() as c:
             devices.set_state(c, self.now(), device_id, state, detail)
 
+    @races.again
     def drain_device(self, device_id: str, by: str, reason: str) -> None:
         """EXT-DRAIN-2; ``DeviceNotFound`` for an unknown device."""
         with self._tx() as c:
             devices.drain(c, self.now(), device_id, by, reason)
 
+    @races.again
     def undrain_device(self, device_id: str) -> None:
         with self._tx() as c:
             devices.undrain(c, device_id)
 
+    @races.again
     def retire_device(self, device_id: str) -> None:
         with self._tx() as c:
             devices.retire(c, device_id)

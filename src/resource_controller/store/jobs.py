@@ -381,13 +381,17 @@ def release_job(
     )
     if done != 1:
         raise errors.StoreError(f"job {job.id} changed state under a serialised release")
-    freed = leases.release_for_job(db, now, job.id, util=gpu.util_mean)
+    # The devices first, then the leases: a grant flips its device before it inserts
+    # the lease, and both orders alike keep two controllers' grant and release from
+    # waiting on each other's rows (the device counter, the submitter's held count).
+    freed = queries.live_lease_devices(db, job.id)
     if freed:
         # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
         # an unknown one waits for its worker's next heartbeat.
         moves.move(
             db, DEVICE, Op.RELEASE, queries.id_in(len(freed)), freed, state=DeviceState.READY
         )
+    leases.release_for_job(db, now, job.id, util=gpu.util_mean)
     ended = job._replace(
         state=state,
         exit_code=exit_code,

@@ -295,6 +295,17 @@ def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
     conn.execute(sql, tuple(values[c] for c in cols))
 
 
+def live_lease_devices(conn: Conn, job_id: str) -> list[str]:
+    """The devices of the live leases of ``job_id``, their rows locked for this
+    transaction on PostgreSQL (SQLite has one writer at a time)."""
+    lock = " FOR UPDATE" if conn.postgres else ""
+    rows = conn.execute(
+        "SELECT device_id FROM leases WHERE job_id = ? AND released_at IS NULL" + lock,
+        (job_id,),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
 def release_leases(conn: Conn, now: int, job_id: str) -> list[Held]:
     """Release the live leases of ``job_id`` (STORE-054): what each held, by device."""
     rows = conn.execute(

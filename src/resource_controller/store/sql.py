@@ -169,6 +169,17 @@ def driver_error(exc: BaseException) -> bool:
     return pg is not None and isinstance(exc, pg.Error)
 
 
+#: SQLSTATEs of a transaction the server rolled back because another one won a race
+#: with it: a serialization failure and a deadlock. Run again, it sees the winner's commit.
+LOST_RACE = frozenset({"40001", "40P01"})
+
+
+def lost_race(exc: BaseException | None) -> bool:
+    """``exc`` is PostgreSQL rolling a transaction back for a race with another
+    connection (another controller's): the transaction may simply run again."""
+    return getattr(exc, "sqlstate", None) in LOST_RACE
+
+
 def row_error(exc: BaseException) -> bool:
     """``exc`` is a fault of one row's data (a value out of range, a broken constraint),
     not of the database: the scheduling pass skips that job and goes on."""
