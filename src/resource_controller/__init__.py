@@ -1,7 +1,7 @@
 """resource-controller: exclusive leases on shared hardware, GPUs first.
 
-``from resource_controller import Client`` is the Python way in (EXT-PYAPI-1):
-``Client`` and its asyncio twin ``AsyncClient`` (EXT-PYAPI-4) return typed views
+``from resource_controller import Client`` is the Python way in:
+``Client`` and its asyncio twin ``AsyncClient`` return typed views
 (``Job``, ``Device``, ``Lease``, ``RunResult``, ...). The error types are here too, so
 that callers catch the project's own exceptions without knowing its module layout;
 ``resource_controller.errors`` has one class per wire error code (``API_CODES``).

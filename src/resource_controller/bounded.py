@@ -1,4 +1,4 @@
-"""Pydantic field types that enforce ``core.limits`` (EXT-LIMITS-1, EXT-LIMITS-2).
+"""Pydantic field types that enforce ``core.limits``.
 
 The wire models use these instead of bare ``StrictInt``/``StrictStr``; each refusal
 is a validation error whose message names the limit, which ``controller/deps.py``
@@ -117,7 +117,7 @@ DeviceIds = Annotated[
     list[StrictStr],
     Field(max_length=limits.DEVICE_COUNT.high),
 ]
-#: EXT-SHARE-2: the jobs a job waits for.
+#: The jobs a job waits for.
 AfterIds = Annotated[
     list[StrictStr],
     AfterValidator(_ids(limits.AFTER)),
@@ -149,7 +149,7 @@ HostName = Annotated[StrictStr, AfterValidator(_name("host")), _NAME_SCHEMA]
 DeviceName = Annotated[StrictStr, AfterValidator(_name("device")), _NAME_SCHEMA]
 
 
-# ---- measurements a worker reports (EXT-ACCT-1) ---------------------------------------
+# ---- measurements a worker reports ---------------------------------------------------
 
 
 def _measured(high: float, integral: bool) -> Callable[[Any], Any]:

@@ -1,4 +1,4 @@
-"""Full-duplex HTTP/1.1 streams on asyncio, for the relay halves (TTY-001, WTTY-001, CLI-086).
+"""Full-duplex HTTP/1.1 streams on asyncio, for the relay halves.
 
 A relay POST must see its ``200`` while its request body is still being written, and
 must put each chunk on the wire the moment it is written. Common HTTP clients send the
@@ -46,7 +46,7 @@ class Refused(StreamError):
         return f"{self.status} {self.reason}".strip()
 
     def describe(self) -> str:
-        """``code: message`` when the answer carried the spec's error body (CLI-042)."""
+        """``code: message`` when the answer carried the spec's error body."""
         if self.code:
             return f"{self.code}: {self.detail}" if self.detail else self.code
         return str(self)
@@ -96,7 +96,7 @@ class Stream:
         #: The response headers, names lowercased.
         self.headers: dict[str, str] = {}
 
-    # ---- the request body -------------------------------------------------------
+    # ---- the request body ------------------------------------------------------------
 
     async def write(self, data: bytes) -> None:
         """Send one chunk of the request body now (never buffered into larger blocks)."""
@@ -121,7 +121,7 @@ class Stream:
         except (OSError, RuntimeError) as exc:
             raise StreamError(f"finish: {_cause(exc)}") from exc
 
-    # ---- the response body ------------------------------------------------------
+    # ---- the response body -----------------------------------------------------------
 
     async def read(self) -> bytes:
         """The next piece of the response body; ``b""`` at its end."""
@@ -195,7 +195,7 @@ async def open_stream(
     A ``POST`` gets a chunked request body that stays open (``Stream.write``,
     ``Stream.finish``); the headers are read while it is open. Any other status raises
     ``Refused``; no answer raises ``StreamError``. Neither stream has a timeout once
-    open (WTTY-001): only connecting and the status line are bounded.
+    open: only connecting and the status line are bounded.
     """
     end = Endpoint.parse(base_url)
     context = ssl.create_default_context() if end.scheme == "https" else None

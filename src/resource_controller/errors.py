@@ -4,7 +4,7 @@
     ├── StoreError               500 store_error: the database failed
     ├── NotFound                 404 not_found
     │   ├── JobNotFound
-    │   ├── DeviceNotFound       (404 device_not_found for retire, API-081)
+    │   ├── DeviceNotFound       (404 device_not_found for retire)
     │   └── WorkerNotFound
     ├── BadRequest               400 bad_request
     │   └── InvalidTransition    a state change from an illegal source state
@@ -17,32 +17,32 @@
     ├── Unauthorized             401 unauthorized: missing, malformed or unknown token
     ├── NotJobOwner              403 not_job_owner
     ├── Forbidden                403 forbidden: the token's role is not enough
-    │   └── NotThisHost          a named worker token, another host (EXT-WHO-3)
+    │   └── NotThisHost          a named worker token, another host
     ├── NoDeviceAvailable        409 no_device_available: nothing matching is free (a
     │                            ``no_wait`` submit; the store's direct-allocation fixture)
     ├── NotCancellable           409 not_cancellable
     ├── DeviceNotCleared         409 device_not_cleared
     ├── DeviceBusy               409 device_busy
-    ├── Conflict                 409 conflict: that relay half is already connected (TTY-004)
-    ├── StaleLease               409 stale_lease: an old lease epoch (EXT-EPOCH-3)
+    ├── Conflict                 409 conflict: that relay half is already connected
+    ├── StaleLease               409 stale_lease: an old lease epoch
     ├── LogError                 500 log_error
     ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
     │   │                        a heartbeat over 64 KiB)
     │   ├── ChunkTooLarge        413 chunk_too_large
     │   └── SheetTooLarge        413 sheet_too_large
-    ├── Unsupported              500 unsupported: no full-duplex stream here (TTY-012)
+    ├── Unsupported              500 unsupported: no full-duplex stream here
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
     └── ClientError              raised by the client library
         ├── ApiError             the controller answered with an error body; for every
         │                        code of ``API_CODES`` it is also an instance of that
         │                        code's class above (``except NotJobOwner`` works)
         ├── TransportError       no answer (refused, reset, timed out)
-        ├── NoDeviceError        the client's side of ``NoDeviceAvailable`` (CLI-075)
+        ├── NoDeviceError        the client's side of ``NoDeviceAvailable``
         ├── NotCancellableError  kill refused with 409
-        └── DeviceHeldByAnother  ``rc cp``: someone holds the device (CLI-162, CLI-163)
+        └── DeviceHeldByAnother  ``rc cp``: someone holds the device
 
 The class docstring is the default message, so each error is two lines.
-``API_CODES`` maps every machine code of the wire (API-090, EXT-EPOCH-3) to its class,
+``API_CODES`` maps every machine code of the wire to its class,
 and ``api_error`` builds what the client raises for an error answer.
 """
 
@@ -87,7 +87,7 @@ class DeviceNotFound(NotFound):
 
     One error for every unknown device ID (store.md's error table: set-device-state,
     retire-device; describe in the controller). The wire code is ``not_found`` except for retire, which answers
-    ``device_not_found`` (API-081).
+    ``device_not_found``.
     """
 
     def __init__(self, message: str | None = None, code: str = "not_found") -> None:
@@ -96,7 +96,7 @@ class DeviceNotFound(NotFound):
 
 
 class RetiredDeviceNotFound(DeviceNotFound):
-    """No such device (retire, API-081)."""
+    """No such device (retire)."""
 
     code = "device_not_found"
 

@@ -1,4 +1,4 @@
-"""``rc up``: a controller and a worker for this machine in one process (EXT-UP).
+"""``rc up``: a controller and a worker for this machine in one process.
 
 Nothing to write first: tokens are generated on first start and kept in the data
 directory (mode 0600), the client side is written to the user config file so that
@@ -6,7 +6,7 @@ directory (mode 0600), the client side is written to the user config file so tha
 the GPUs ``nvidia-smi`` lists or, without any, ``slot0..slotN-1``. A GPU in MIG mode
 is offered as its instances, ``gpu<i>.mig<j>``, as ``devices: auto`` offers them: the
 worker half runs with it, so every registration takes what ``nvidia-smi -L`` lists
-then (EXT-MIG-1). Stopping it stops the worker first (its normal shutdown, so running
+then. Stopping it stops the worker first (its normal shutdown, so running
 jobs end ``killed``), then the controller.
 """
 
@@ -59,7 +59,7 @@ def load_or_create_tokens(data: Path) -> tuple[dict[str, str], bool]:
 
 def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
     """``RC_TOKENS`` for the in-process controller; the client token carries the local
-    user's name (EXT-WHO-4), so what this user submits is recorded under it."""
+    user's name, so what this user submits is recorded under it."""
     if user is None:
         try:
             user = os.environ.get("USER") or getpass.getuser()
@@ -73,7 +73,7 @@ def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
 
 def gpu_names() -> list[str]:
     """The devices ``nvidia-smi -L`` lists: ``gpu<i>``, or a GPU in MIG mode's instances
-    ``gpu<i>.mig<j>``; empty when there is none (EXT-UP-2, EXT-MIG-1)."""
+    ``gpu<i>.mig<j>``; empty when there is none."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -100,13 +100,13 @@ def say(log_format: str, message: str, level: str = "INFO") -> None:
     logfmt.say(log_format, message, level, logger="rc.up")
 
 
-#: EXT-HERE-5: how long ``rc up`` waits for its worker to register before giving up.
+#: How long ``rc up`` waits for its worker to register before giving up.
 READY_TIMEOUT = 60.0
 LOCK_FILE = "up.lock"
 
 
 class NotReady(Exception):
-    """The controller or the worker of ``rc up`` could not start (EXT-HERE-5)."""
+    """The controller or the worker of ``rc up`` could not start."""
 
 
 def lock_data_dir(data: Path) -> int:
@@ -168,7 +168,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
     hostname = socket.gethostname()
 
     def ready(offered: list[str]) -> None:
-        """Both halves are up: now the client settings and the banner (EXT-HERE-5)."""
+        """Both halves are up: now the client settings and the banner."""
         update = client_config.update_client_config(url, tokens["client"], force)
         say(
             log_format,
@@ -178,7 +178,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         for line in settings_report(update, url):
             say(log_format, line)
         if fresh and log_format == "json":
-            # Logs never carry a token (EXT-METRICS-2): under JSON the file is named instead.
+            # Logs never carry a token: under JSON the file is named instead.
             say(log_format, f"admin token written to {data / TOKENS_FILE} (mode 0600)")
         elif fresh:
             say(log_format, f"admin token (also in {data / TOKENS_FILE}): {tokens['admin']}")
@@ -226,7 +226,7 @@ def try_line(*, gpus: bool) -> str:
 
 
 def settings_report(update: client_config.ClientConfigUpdate, url: str) -> list[str]:
-    """What ``rc up`` did to the user config file, truthfully (EXT-HERE-5)."""
+    """What ``rc up`` did to the user config file, truthfully."""
     path = update.path
     lines = []
     if "controller" in update.written:
@@ -273,7 +273,7 @@ async def _main(
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
-        # First signal: stop in order. Second: the default action, at once (CLI-055).
+        # First signal: stop in order. Second: the default action, at once.
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_DFL)
@@ -293,7 +293,7 @@ async def _main(
         if serving.done() and not server.started:
             raise NotReady(f"the controller could not start on {url}: {_task_error(serving)}")
         # The worker's outbox lives beside the controller's data, not in /var/lib
-        # (EXT-OUTBOX-1).
+        # .
         config = worker_config.make_config(
             url,
             [] if gpus_listed else names,
@@ -304,7 +304,7 @@ async def _main(
         )
         agent = worker_agent.Agent(config)
         working = asyncio.create_task(agent.run(stop), name="worker")
-        # EXT-HERE-5: the banner only once the worker has registered; a worker that
+        # The banner only once the worker has registered; a worker that
         # cannot start (its state directory in use, registration refused) is an error.
         while not agent.worker_id and not stop.is_set():
             if working.done():

@@ -1,6 +1,6 @@
 """How the long-running processes write their logs: readable text or JSON lines.
 
-``rc serve``, ``rc worker`` and ``rc up`` take ``--log-format text|json`` (EXT-METRICS-2).
+``rc serve``, ``rc worker`` and ``rc up`` take ``--log-format text|json``.
 JSON is one object per line: ``time`` (RFC 3339, UTC), ``level``, ``logger``,
 ``message``, every ``extra`` field the record carries, and ``exc_info`` as a string.
 
@@ -77,7 +77,7 @@ def say(log_format: str, message: str, level: str = "INFO", logger: str = "rc") 
     """One line for the person at the terminal: ``rc: <message>``.
 
     Under ``--log-format json`` it is a JSON record like the log lines around it, so a
-    collector reading stderr gets only JSON (EXT-METRICS-2), the last words of a fatal
+    collector reading stderr gets only JSON, the last words of a fatal
     start-up error included. It is written whatever the log level: a banner or a fatal
     error is what the process has to say, not a log message.
     """

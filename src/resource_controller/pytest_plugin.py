@@ -1,4 +1,4 @@
-"""A pytest plugin: the ``rc_device`` fixture leases a device for one test (EXT-PYAPI-5).
+"""A pytest plugin: the ``rc_device`` fixture leases a device for one test.
 
 Installed with the package (entry point ``pytest11``), so a test suite that needs a
 GPU writes::
@@ -10,7 +10,7 @@ GPU writes::
 The fixture takes a hold (``Client.lease``) before the test and releases it after,
 whether the test passed, failed or was interrupted. For the test's duration it sets
 ``CUDA_VISIBLE_DEVICES`` as the worker sets it for a job on the same devices
-(WRK-076, EXT-GANG-4): the devices' indices when every name yields one, replacing an
+: the devices' indices when every name yields one, replacing an
 inherited value; otherwise the inherited value is left as it is, since a guessed index
 could touch a GPU that was never leased. The previous value comes back afterwards. It
 governs the processes the test starts and CUDA initialised during the test; a CUDA
@@ -87,7 +87,7 @@ def lease_arguments(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 def controller_configured() -> bool:
-    """Whether ``RC_CONTROLLER`` or the user config file names a controller (CLI-010)."""
+    """Whether ``RC_CONTROLLER`` or the user config file names a controller."""
     from resource_controller.client import config
 
     return config.settings().controller_origin() != config.DEFAULT_ORIGIN

@@ -86,21 +86,21 @@ def null_means_empty(annotation: Any, value: Any) -> Any:
 class _Request(BaseModel):
     """A body the controller reads.
 
-    ``null`` for a field means the same as leaving it out (API-001): the field takes its
-    default, which for every list and map field is the empty container or ``None``.
-    Where the default is ``None`` the routes read it as empty (``command``, ``env``,
-    ``running_job_ids``, ``pending_job_ids``), except ``labels``, ``declared_labels`` and
-    ``device_sheets``, where ``None`` means "not sent: leave every device's stored facts
-    alone" (API-032, STORE-144). An empty map names no device and so does exactly the
-    same: ``null`` means empty there too, and never reads as "probes found nothing",
-    which is a device's own empty map.
+     ``null`` for a field means the same as leaving it out: the field takes its
+     default, which for every list and map field is the empty container or ``None``.
+     Where the default is ``None`` the routes read it as empty (``command``, ``env``,
+     ``running_job_ids``, ``pending_job_ids``), except ``labels``, ``declared_labels`` and
+     ``device_sheets``, where ``None`` means "not sent: leave every device's stored facts
+     alone". An empty map names no device and so does exactly the
+     same: ``null`` means empty there too, and never reads as "probes found nothing",
+     which is a device's own empty map.
 
-    Below the top level, a ``null`` where a list or a map belongs is that empty container
-    (EXT-COMPAT-1): ``"declared_labels": {"gpu0": null}`` is ``{"gpu0": {}}``, which
-    replaces gpu0's declared labels with the host-wide ones (or none), as the reference
-    controller does. A ``null`` in place of a string, an integer or a nested object
-    inside a list or map is still refused: the contract never sends one. Strictness is
-    untouched: the conversion only ever produces ``[]`` or ``{}``.
+     Below the top level, a ``null`` where a list or a map belongs is that empty container
+    : ``"declared_labels": {"gpu0": null}`` is ``{"gpu0": {}}``, which
+     replaces gpu0's declared labels with the host-wide ones (or none), as the reference
+     controller does. A ``null`` in place of a string, an integer or a nested object
+     inside a list or map is still refused: the contract never sends one. Strictness is
+     untouched: the conversion only ever produces ``[]`` or ``{}``.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -126,7 +126,7 @@ class _ClientRequest(_Request):
     A client body decides where and how a job runs. Ignored, a misspelt field is a
     setting that silently did not happen (``"device": "vm:gpu3"`` for ``device_id``
     put the job on any device), and so is a field a newer client sends for a feature
-    this controller lacks. Clients leave out every field at its default (CLI-072), so a
+    this controller lacks. Clients leave out every field at its default, so a
     newer client still works here as long as it does not ask for what is missing.
     Worker bodies keep API-001's rule (``_Request``): a worker is a daemon nobody
     watches, and refusing its heartbeat over a field it added would take its devices
@@ -140,7 +140,7 @@ class _Response(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# ---- worker side ---------------------------------------------------------------
+# ---- worker side ---------------------------------------------------------------------
 
 
 class DeviceDecl(_Request):
@@ -180,7 +180,7 @@ class LabelsPush(_Request):
 
 class HeartbeatRequest(_Request):
     running_job_ids: list[StrictStr] | None = None
-    #: Finished jobs whose terminal report still waits in the worker's outbox (EXT-OUTBOX-2).
+    #: Finished jobs whose terminal report still waits in the worker's outbox.
     pending_job_ids: list[StrictStr] | None = None
 
 
@@ -195,9 +195,9 @@ class Assignment(_Response):
     submitter: str | None = None
     kind: str | None = None
     stdio: str | None = None
-    #: Fencing token of the lease (EXT-EPOCH-3a); omitted for epoch 0.
+    #: Fencing token of the lease; omitted for epoch 0.
     lease_epoch: int | None = None
-    #: Every device of the job, ascending; ``device_id`` is the first (EXT-GANG-6).
+    #: Every device of the job, ascending; ``device_id`` is the first.
     device_ids: list[str] | None = None
 
 
@@ -212,7 +212,7 @@ class StatusReport(_Request):
     exit_code: b.ExitCode | None = None
     reason: StrictStr = ""
     lease_epoch: StrictInt | None = None
-    #: What the job's GPUs did (EXT-ACCT-1), sent with the outcome; each omitted when
+    #: What the job's GPUs did, sent with the outcome; each omitted when
     #: nothing was sampled. A value out of its range reads as not sent: a measurement
     #: never costs the outcome it rides with (``bounded.measured``).
     gpu_util_mean: b.UtilPercent = None
@@ -224,7 +224,7 @@ class FaultReport(_Request):
     reason: StrictStr = ""
 
 
-# ---- client side ---------------------------------------------------------------
+# ---- client side ---------------------------------------------------------------------
 
 
 class SubmitRequest(_ClientRequest):
@@ -242,12 +242,12 @@ class SubmitRequest(_ClientRequest):
     kind: StrictStr = ""
     reason: b.Reason = ""
     stdio: StrictStr = ""
-    #: Devices wanted on one host (EXT-GANG-1); ``device_ids`` pins to a list of them
-    #: in place of ``device_id`` (EXT-GANG-6).
+    #: Devices wanted on one host; ``device_ids`` pins to a list of them
+    #: in place of ``device_id``.
     count: b.DeviceCount = 1
     device_ids: b.DeviceIds | None = None
     #: Jobs (full IDs) this one waits for; only ``succeeded`` lets it go on, any end
-    #: with ``after_any`` (EXT-SHARE-2).
+    #: with ``after_any``.
     after: b.AfterIds | None = None
     after_any: StrictBool = False
 
@@ -257,7 +257,7 @@ class KillRequest(_ClientRequest):
 
 
 class DrainRequest(_ClientRequest):
-    """``POST /v1/devices/{id}/drain`` (EXT-DRAIN-3a): who asks, and why."""
+    """``POST /v1/devices/{id}/drain``: who asks, and why."""
 
     submitter: b.Submitter = ""
     reason: b.Reason = ""
@@ -286,16 +286,16 @@ class Job(_Response):
     submitted_at: str
     started_at: str | None = None
     finished_at: str | None = None
-    #: Fencing epoch of the job's latest lease (EXT-EPOCH-2); omitted when none.
+    #: Fencing epoch of the job's latest lease; omitted when none.
     lease_epoch: int | None = None
-    #: Every device of the job, ascending, beside ``device_id`` (the first) (EXT-GANG-6);
+    #: Every device of the job, ascending, beside ``device_id`` (the first);
     #: omitted while it has none.
     device_ids: list[str] | None = None
-    #: The jobs it waits for, as submitted (EXT-SHARE-2), and ``true`` when any end of
+    #: The jobs it waits for, as submitted, and ``true`` when any end of
     #: theirs will do; omitted for a job that named none.
     after: list[str] | None = None
     after_any: bool | None = None
-    #: EXT-ACCT-1: mean GPU utilisation (percent), peak GPU memory (bytes) and the
+    #: Mean GPU utilisation (percent), peak GPU memory (bytes) and the
     #: readings they come from; omitted when nothing was sampled.
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
@@ -303,16 +303,16 @@ class Job(_Response):
 
 
 class WaitingFor(_Response):
-    """What keeps a queued job from one device it could run on (EXT-WHY-1a), or, as the
-    whole list, from every device: its submitter's limit, or the jobs it waits for
-    (EXT-SHARE); ``device_id`` is omitted from those."""
+    """What keeps a queued job from one device it could run on, or, as the
+     whole list, from every device: its submitter's limit, or the jobs it waits for
+    ; ``device_id`` is omitted from those."""
 
     device_id: str | None = None
     #: A held device: the lease's holder, job, kind and grant time.
     holder: str | None = None
     job_id: str | None = None
     kind: str | None = None
-    #: The hold's reason, beside the spec's fields, so a client can name it (EXT-WHY-2).
+    #: The hold's reason, beside the spec's fields, so a client can name it.
     reason: str | None = None
     since: str | None = None
     #: The latest time the holder can keep it; omitted when it has no limit.
@@ -324,21 +324,21 @@ class WaitingFor(_Response):
     quarantine_reason: str | None = None
     #: EXT-DRAIN-2; ``true`` or omitted.
     draining: bool | None = None
-    #: EXT-MIG-3: why the device's name conflicts with its GPU's MIG mode; omitted when
+    #: Why the device's name conflicts with its GPU's MIG mode; omitted when
     #: it does not (an addition: base clients ignore it).
     mig_conflict: str | None = None
-    #: EXT-SHARE-1: the submitter is at its limit of this many devices; the name it
+    #: The submitter is at its limit of this many devices; the name it
     #: counts under.
     submitter_limit: int | None = None
     submitter: str | None = None
-    #: EXT-SHARE-2: a job this one waits for that has not ended.
+    #: A job this one waits for that has not ended.
     after: str | None = None
 
 
 class JobView(_Response):
     job: Job
     queue_position: int | None = None
-    #: EXT-WHY-1a: one entry per candidate device, by device ID; omitted when not queued.
+    #: One entry per candidate device, by device ID; omitted when not queued.
     waiting_for: list[WaitingFor] | None = None
 
 
@@ -362,7 +362,7 @@ class Device(_Response):
     last_heartbeat_at: str
     labels: list[Label] | None = None
     max_runtime_seconds: int | None = None
-    #: EXT-DRAIN-3a: ``true`` or omitted; who, when and why only while draining.
+    #: ``true`` or omitted; who, when and why only while draining.
     draining: bool | None = None
     drained_by: str | None = None
     drained_at: str | None = None
@@ -387,7 +387,7 @@ class State(_Response):
     jobs: list[Job]
     queued: list[Job]
     queued_waiting_seconds: dict[str, int] | None = None
-    #: EXT-WHY-1a: queued job ID -> its ``waiting_for``; omitted when nothing is queued.
+    #: Queued job ID -> its ``waiting_for``; omitted when nothing is queued.
     queued_waiting_for: dict[str, list[WaitingFor]] | None = None
 
 
@@ -398,7 +398,7 @@ class Recovery(_Response):
 
 
 class RecoveryHistory(_Response):
-    """A device's automatic recoveries inside the flap guard's sliding window (STORE-123)."""
+    """A device's automatic recoveries inside the flap guard's sliding window."""
 
     recoveries: list[Recovery]
     #: Automatic recoveries left this window; 0 means the next quarantine waits for a person.
@@ -442,7 +442,7 @@ class Explain(_Response):
 
 class Whoami(_Response):
     role: str
-    #: Only when the token has a name (EXT-WHO-4).
+    #: Only when the token has a name.
     name: str | None = None
 
 
@@ -452,7 +452,7 @@ class Retired(_Response):
 
 
 class UsageTotal(_Response):
-    """A usage window's figures summed over every group (EXT-ACCT-2)."""
+    """A usage window's figures summed over every group."""
 
     jobs: int
     #: Held time × devices, in hours.
@@ -465,7 +465,7 @@ class UsageTotal(_Response):
 
 
 class UsageGroup(_Response):
-    """One submitter's, device's or host's use in the window (EXT-ACCT-2)."""
+    """One submitter's, device's or host's use in the window."""
 
     group: str
     jobs: int
@@ -477,7 +477,7 @@ class UsageGroup(_Response):
 
 
 class Usage(_Response):
-    """``GET /v1/usage``: who held what, largest first (EXT-ACCT-2)."""
+    """``GET /v1/usage``: who held what, largest first."""
 
     by: str
     #: The window: from the start of the hour that holds now minus ``since``, to now.

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class Failure(Exception):
-    """A command failed: ``rc: <message>`` on stderr and exit 1 (CLI-041).
+    """A command failed: ``rc: <message>`` on stderr and exit 1.
 
     Not a click exception, so that the commands that raise it need not load click; the
     group's error handler (``cli/group.py``) and the click-free paths both catch it.
@@ -42,7 +42,7 @@ _INT = r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)"
 
 
 def parse_int(text: str) -> int | None:
-    """An integer flag's value (CLI-006): decimal, ``0x``/``0o`` tolerated; None if invalid."""
+    """An integer flag's value: decimal, ``0x``/``0o`` tolerated; None if invalid."""
     import re
 
     if not re.fullmatch(_INT, text):
@@ -55,7 +55,7 @@ def parse_int(text: str) -> int | None:
 
 
 class Gang:
-    """The devices a ``-d``/DEVICE and ``--count`` ask for (EXT-GANG-1).
+    """The devices a ``-d``/DEVICE and ``--count`` ask for.
 
     A plain class: a dataclass would import ``dataclasses`` (and ``inspect``) at start-up.
     """
@@ -115,7 +115,7 @@ def gang(device: str, count: int, flag: str) -> Gang:
 
 
 def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` values into the submit's ``env`` map (EXT-CLI-2)."""
+    """``--env KEY=VALUE`` values into the submit's ``env`` map."""
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -125,7 +125,7 @@ def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return env
 
 
-#: The longest ceiling the controller takes: ``core.limits.SECONDS`` (EXT-LIMITS-1), 2³¹−1
+#: The longest ceiling the controller takes: ``core.limits.SECONDS``, 2³¹−1
 #: seconds, 68 years. Written here, not imported, so that ``rc run``'s start-up loads no
 #: dataclass machinery; ``tests/cli/test_flags.py`` holds the two equal.
 MAX_CEILING = 2**31 - 1
@@ -136,7 +136,7 @@ MAX_CEILING_TEXT = "596523h14m7s"
 def check_ceiling(flag: str, seconds: float) -> None:
     """Refuse a ceiling the controller could not honour, before any request.
 
-    A positive one under a second would be sent as 0, meaning none (CLI-073); one over
+    A positive one under a second would be sent as 0, meaning none; one over
     ``MAX_CEILING`` the controller refuses naming its wire field, not the flag typed.
     """
     if 0 < seconds < 1:

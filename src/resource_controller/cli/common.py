@@ -1,8 +1,8 @@
 """Pieces every ``rc`` command shares: flag parsing rules, value types, the client.
 
-Flags follow GNU conventions (CLI-001) as click parses them, with one addition click
+Flags follow GNU conventions as click parses them, with one addition click
 lacks: a boolean flag accepts an explicit value (``--no-wait=false``). Durations and
-integers are parsed to the spec's grammar (CLI-005, CLI-006), and a bad value is a
+integers are parsed to the spec's grammar, and a bad value is a
 usage error that names its flag.
 """
 
@@ -94,7 +94,7 @@ else:  # click < 8.3 has no type parameters on ParamType
 
 
 class DurationType(_DurationBase):
-    """A duration flag (CLI-005), converted to seconds as a float; never negative (EXT-CLI-8)."""
+    """A duration flag, converted to seconds as a float; never negative."""
 
     name = "duration"
 
@@ -112,13 +112,13 @@ class DurationType(_DurationBase):
         except durations.DurationError:
             self.fail(f"invalid duration {value!r} (examples: 90s, 30m, 1h30m)", param, ctx)
         if seconds < 0:
-            # EXT-CLI-8: a negative duration is a mistake, never "no limit" (0 is that).
+            # A negative duration is a mistake, never "no limit" (0 is that).
             self.fail(f"duration {value!r} is negative ({self.negative_hint})", param, ctx)
         return seconds
 
 
 class IntType(_IntBase):
-    """An integer flag (CLI-006): decimal, with ``0x``/``0o`` prefixes tolerated."""
+    """An integer flag: decimal, with ``0x``/``0o`` prefixes tolerated."""
 
     name = "integer"
 
@@ -154,7 +154,7 @@ SIZE = SizeType()
 
 
 def output_format(value: str) -> str:
-    """Validate an ``-o`` value before any request (CLI-140, EXT-CLI-3): text or json."""
+    """Validate an ``-o`` value before any request: text or json."""
     lowered = value.lower()
     if lowered not in ("text", "json"):
         raise Failure(f'unknown output format "{value}" (want "text" or "json")')
@@ -163,7 +163,7 @@ def output_format(value: str) -> str:
 
 def check_job_state(state: str) -> None:
     """``rc jobs --state``: an unknown state is refused before any request, listing the valid
-    ones (EXT-CLI-8)."""
+    ones."""
     from resource_controller.core.states import JobState
 
     valid = [s.value for s in JobState]
@@ -172,12 +172,12 @@ def check_job_state(state: str) -> None:
 
 
 def whole_seconds(seconds: float) -> int:
-    """Durations go on the wire as whole seconds, truncated toward zero (CLI-073)."""
+    """Durations go on the wire as whole seconds, truncated toward zero."""
     return int(seconds)
 
 
 def gang(device: str, count: int, flag: str) -> Gang:
-    """``basics.gang``, its refusal as a usage error (before any request, EXT-GANG-1)."""
+    """``basics.gang``, its refusal as a usage error (before any request)."""
     try:
         return basics.gang(device, count, flag)
     except basics.UsageProblem as e:
@@ -185,7 +185,7 @@ def gang(device: str, count: int, flag: str) -> Gang:
 
 
 def as_option() -> Callable[[_F], _F]:
-    """The ``--as`` flag (CLI-030)."""
+    """The ``--as`` flag."""
     return click.option(
         "--as", "as_", default="", metavar="ID", help="Submitter identity (default: derived)."
     )

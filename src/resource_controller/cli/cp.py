@@ -1,13 +1,13 @@
-"""``rc cp``: copy a file or tree to or from a device, as a short pipe-mode job (CLI-160..171).
+"""``rc cp``: copy a file or tree to or from a device, as a short pipe-mode job.
 
 The copy is an ordinary leased job (``stdio: "pipe"``, ``no_wait``, pinned to the
-device) running the box's ``tar``; its archive crosses the relay (TTY-040). It never
+device) running the box's ``tar``; its archive crosses the relay. It never
 queues: a device anyone holds, the caller included, is refused before anything is
-submitted (CLI-162). Archives are streamed entry by entry, never assembled in memory
+submitted. Archives are streamed entry by entry, never assembled in memory
 or on disk: a thread writes (or reads) the tar stream through an OS pipe while the
 event loop moves the bytes over the relay.
 
-What a box sends is untrusted (CLI-168): absolute names, names that escape the
+What a box sends is untrusted: absolute names, names that escape the
 destination and symlinks pointing outside it abort the extraction; hard links,
 devices and FIFOs are skipped; only the 0777 permission bits are applied, explicitly,
 so the umask cannot strip an executable bit.
@@ -34,7 +34,7 @@ from resource_controller.cli.tty import JobWatch
 from resource_controller.client import api
 from resource_controller.core.states import JobState
 
-#: CLI-195: how long the copy job may take to end after the transfer.
+#: How long the copy job may take to end after the transfer.
 COPY_WAIT = 30 * 60.0
 #: Bytes moved per read, both ways.
 BLOCK = 65_536
@@ -52,7 +52,7 @@ class Remote:
 
 
 def parse_side(arg: str) -> Remote | None:
-    """One argument: remote, or ``None`` for a local path (CLI-161)."""
+    """One argument: remote, or ``None`` for a local path."""
     head, colon, tail = arg.rpartition(":")
     if not colon:
         return None
@@ -72,13 +72,13 @@ def parse_side(arg: str) -> Remote | None:
 
 
 def _strip_dir(path: str) -> str:
-    """A directory argument without its trailing ``/``; the root stays ``/`` (CLI-201)."""
+    """A directory argument without its trailing ``/``; the root stays ``/``."""
     stripped = path.rstrip("/")
     return stripped or "/"
 
 
 def upload_target(source: str, remote_path: str) -> tuple[str, str]:
-    """(directory on the box, entry name) for an upload (CLI-164)."""
+    """(directory on the box, entry name) for an upload."""
     base = os.path.basename(os.path.normpath(os.path.abspath(source)))
     if remote_path.endswith("/") or posixpath.basename(remote_path) in ("", ".", ".."):
         return _strip_dir(remote_path), base
@@ -87,7 +87,7 @@ def upload_target(source: str, remote_path: str) -> tuple[str, str]:
 
 
 def download_source(remote_path: str) -> tuple[str, str]:
-    """(directory on the box, entry name) for a download (CLI-167)."""
+    """(directory on the box, entry name) for a download."""
     path = remote_path[:-1] if remote_path.endswith("/") and remote_path != "/" else remote_path
     parent, name = posixpath.split(path)
     if not name:
@@ -108,7 +108,7 @@ def _info(path: str, arcname: str, st: os.stat_result) -> tarfile.TarInfo:
 
 
 def _add(tar: tarfile.TarFile, path: str, arcname: str) -> None:
-    """One entry, and a directory's contents after it in lexical order (CLI-166)."""
+    """One entry, and a directory's contents after it in lexical order."""
     st = os.lstat(path)
     info = _info(path, arcname, st)
     mode = st.st_mode
@@ -207,7 +207,7 @@ def _parent_inside(root: str, target: str, entry: str) -> None:
 
 
 async def _open_relay(base: str, token: str, job_id: str) -> tuple[duplex.Stream, duplex.Stream]:
-    """Output half first, then input (CLI-085); a refusal names the half."""
+    """Output half first, then input; a refusal names the half."""
     path = f"/v1/jobs/{job_id}/tty"
     try:
         out = await duplex.open_stream(base, "GET", f"{path}/out", token)
@@ -228,7 +228,7 @@ def _said(e: duplex.StreamError) -> str:
 async def _send(
     base: str, token: str, job_id: str, produce: Callable[[IO[bytes]], None], local: str
 ) -> None:
-    """Upload (CLI-165): the archive into the input half as it is produced; the output
+    """Upload: the archive into the input half as it is produced; the output
     half drained and discarded; the input half ALWAYS closed afterwards."""
     out, inp = await _open_relay(base, token, job_id)
     watch, watching = _watch(base, token, job_id, out, inp)
@@ -247,7 +247,7 @@ async def _send(
     finally:
         os.close(read_fd)  # a producer still writing gets EPIPE and ends
         with contextlib.suppress(duplex.StreamError):
-            await inp.finish()  # EOF ends the far-side tar (CLI-165)
+            await inp.finish()  # EOF ends the far-side tar
         failure = await producer
         with contextlib.suppress(duplex.StreamError):
             await drain
@@ -302,7 +302,7 @@ async def _stop(task: asyncio.Task[None]) -> None:
 async def _receive(
     base: str, token: str, job_id: str, consume: Callable[[IO[bytes]], None]
 ) -> BaseException | None:
-    """Download (CLI-167): the input half closed at once, the output half extracted."""
+    """Download: the input half closed at once, the output half extracted."""
     out, inp = await _open_relay(base, token, job_id)
     watch, watching = _watch(base, token, job_id, out, inp)
     with contextlib.suppress(duplex.StreamError):
@@ -392,7 +392,7 @@ def _finish(client: api.JsonClient, job_id: str) -> None:
         with client.follow_logs(job_id, follow=False) as stream:
             reason = b"".join(stream).decode(errors="replace").strip()
     except errors.ClientError:
-        reason = ""  # the controller refuses log reads of pipe jobs (LOG-005)
+        reason = ""  # the controller refuses log reads of pipe jobs
     code = job.get("exit_code")
     exited = f"the far side exited {code}" if isinstance(code, int) and code else ""
     reason = reason or job.get("kill_reason") or exited or NO_DETAIL

@@ -2,7 +2,7 @@
 
 Tables and JSON come from the same controller objects (CLI §11-15). Selector
 matching is never reimplemented here: ``rc devices --select`` asks the controller's
-explain route, so it cannot disagree with what a submit would match (CLI-149).
+explain route, so it cannot disagree with what a submit would match.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from resource_controller.client import api
 from resource_controller.core import durations
 from resource_controller.core.mig import CONFLICT as MIG_CONFLICT
 
-#: CLI-196: a heartbeat older than this earns "no contact".
+#: A heartbeat older than this earns "no contact".
 NO_CONTACT_AFTER = 30
 
 
@@ -44,7 +44,7 @@ def devices(selector: str, output: str, as_json: bool) -> None:
     for a submit. States: ready, busy, unknown (no contact for 30 s), unhealthy (out
     of the pool until proven clean or cleared by an admin).
     """
-    # EXT-CLI-3: -o takes a value; a bare -o (the base switch, CLI-148) and --json mean json.
+    # -o takes a value; a bare -o (the base switch) and --json mean json.
     fmt = common.output_format(output)
     if as_json:
         fmt = "json"
@@ -71,7 +71,7 @@ def _device(view: api.Json) -> api.Json:
 
 
 def _device_row(view: api.Json) -> list[str]:
-    """One ``rc devices`` row (CLI-150, EXT-DRAIN-3a)."""
+    """One ``rc devices`` row."""
     device = _device(view)
     state = str(device.get("state") or "")
     heartbeat_age = view.get("heartbeat_age_seconds")
@@ -151,7 +151,7 @@ def _header_block(data: api.Json) -> list[list[str]]:
 
 def mig_conflict(labels: Any) -> str:
     """Why the device's name conflicts with its GPU's MIG mode (the ``mig_conflict``
-    label, EXT-MIG-3); ``""`` when it does not."""
+    label); ``""`` when it does not."""
     for label in labels if isinstance(labels, list) else []:
         if isinstance(label, dict) and label.get("key") == MIG_CONFLICT:
             return str(label.get("value") or "")
@@ -159,8 +159,8 @@ def mig_conflict(labels: Any) -> str:
 
 
 def _with_devices(data: api.Json) -> str:
-    """`` on a,b`` when the holding job has several devices (EXT-GANG-6); else nothing,
-    so a one-device job keeps the base line (CLI-154)."""
+    """`` on a,b`` when the holding job has several devices; else nothing,
+    so a one-device job keeps the base line."""
     for job in data.get("recent_jobs") or []:
         if isinstance(job, dict) and job.get("id") == data.get("job_id"):
             ids = job.get("device_ids")
@@ -170,7 +170,7 @@ def _with_devices(data: api.Json) -> str:
 
 
 def _recoveries_rows(history: Any) -> list[list[str]]:
-    """The flap guard's view (STORE-123): automatic recoveries in the last hour."""
+    """The flap guard's view: automatic recoveries in the last hour."""
     if not isinstance(history, dict) or not history.get("recoveries"):
         return []
     done = history["recoveries"]
@@ -231,7 +231,7 @@ def _recent_block(data: api.Json, timefmt: Any) -> list[list[str]]:
         rows.append(["  (none)"])
         return rows
     now = timefmt.utc_now()
-    # EXT-ACCT-1: a GPU column only when some job measured its GPUs (the base table
+    # A GPU column only when some job measured its GPUs (the base table
     # otherwise, as CLI-154 shows it).
     gpu = any(_gpu_cell(job) != "-" for job in recent)
     rows.append(["  JOB", "STATE", "DURATION", *(["GPU"] if gpu else []), "COMMAND"])

@@ -1,8 +1,8 @@
-"""``rc drain`` and ``rc undrain`` (admin): maintenance without killing work (EXT-DRAIN).
+"""``rc drain`` and ``rc undrain`` (admin): maintenance without killing work.
 
 A draining device finishes what it runs and takes nothing new; jobs may still queue for
 it. ``--host`` and ``--wait`` are worked out here, over ``/v1/state``, so the controller
-needs no route for either (EXT-DRAIN-3a): ``--host`` names every device the state lists
+needs no route for either: ``--host`` names every device the state lists
 on that host, and ``--wait`` polls until none of the named devices has a live lease.
 """
 
@@ -17,7 +17,7 @@ from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.client import api
 
-#: CLI-197: exit code on interrupt (``--wait`` is a waiting command).
+#: Exit code on interrupt (``--wait`` is a waiting command).
 EXIT_INTERRUPTED = 130
 
 

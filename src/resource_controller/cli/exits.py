@@ -1,4 +1,4 @@
-"""How ``rc`` ends: one ``rc: <text>`` line and the exit code (CLI-041..043, CLI-050).
+"""How ``rc`` ends: one ``rc: <text>`` line and the exit code.
 
 Shared by the click group (``cli/group.py``) and the paths that answer without click
 (``cli/main.py``'s pre-rendered pages, ``cli/fastrun.py``), so that a failure reads

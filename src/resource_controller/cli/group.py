@@ -5,9 +5,9 @@ small: a subcommand's module is imported only when that subcommand runs, and
 ``rc --help`` lists commands from a table here instead of importing them all (which
 would pull in the controller and the worker for ``serve``/``worker``/``up``).
 
-Errors surface in one place (CLI-041..043): a usage problem, a controller error or a
+Errors surface in one place: a usage problem, a controller error or a
 transport failure becomes one ``rc: <text>`` line on stderr and exit 1, never a usage
-dump or a traceback (CLI-003).
+dump or a traceback.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class LazyGroup(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> NoReturn:
-        """Run a command line and exit with the code the spec gives it (CLI-050)."""
+        """Run a command line and exit with the code the spec gives it."""
         try:
             rv = super().main(args, prog_name or "rc", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:
@@ -152,7 +152,7 @@ Shell completion, e.g. in ~/.bashrc (zsh_source, fish_source alike):
 
 
 def installed_version() -> str:
-    """The installed package's version (EXT-CLI-8), cheaply: see ``version``."""
+    """The installed package's version, cheaply: see ``version``."""
     from resource_controller import version
 
     return version.installed_version()

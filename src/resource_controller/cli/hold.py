@@ -5,12 +5,12 @@ The command is a shorter cousin of ``rc run``'s state machine (CLI §4.3)::
     SUBMIT -> [WAIT_QUEUE] -> GRANTED -> WAIT_TERMINAL -> EXIT 0
 
 The queue step is ``rc run``'s own (``run.wait_queue``, ``run.cancel``): the same
-position lines, and an interrupt there CANCELs the queued hold (CLI-122). Once
+position lines, and an interrupt there CANCELs the queued hold. Once
 granted the meaning of an interrupt is the opposite of ``rc run``'s: a hold exists
-because a person is present, so leaving means done and ``rc`` RELEASEs it (CLI-126)
+because a person is present, so leaving means done and ``rc`` RELEASEs it
 instead of detaching. Either way the first signal already restored the default
 handlers (``signals``), so a second Ctrl-C during the cancel or release request
-kills ``rc`` at once (CLI-055, CLI-057).
+kills ``rc`` at once.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from resource_controller.cli import basics, common, render, run, signals, timefm
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.client import api
 
-#: ``--ttl``: a duration whose negative is refused (EXT-CLI-8); 0 is refused too, as a
+#: ``--ttl``: a duration whose negative is refused; 0 is refused too, as a
 #: hold for no time, and leaving it out as missing.
 TTL = common.DurationType(negative_hint="a hold needs a positive TTL")
 
@@ -38,7 +38,7 @@ class HoldRequest:
     reason: str
     device: str = ""
     selector: str = ""
-    #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+    #: Several devices on one host, by count or by a list of IDs.
     count: int = 1
     device_ids: tuple[str, ...] = ()
 
@@ -57,7 +57,7 @@ class _Progress:
 
 
 def expires_around(job: api.Json, ttl_seconds: int, now: datetime | None = None) -> str:
-    """The granted line's expiry (CLI-123): ``started_at + ttl`` in UTC with ``Z``.
+    """The granted line's expiry: ``started_at + ttl`` in UTC with ``Z``.
 
     Without a ``started_at`` yet, local now plus the TTL, written with the local UTC
     offset (so it cannot be mistaken for the controller's clock).
@@ -77,12 +77,12 @@ def hold_device(client: api.JsonClient, req: HoldRequest) -> int:
         return _hold(client, req, progress)
     except signals.Interrupted:
         if progress.phase == "queue":
-            run.cancel(client, progress.hold_id)  # CLI-122: exactly as CLI-109
+            run.cancel(client, progress.hold_id)  # Exactly as CLI-109
             return run.EXIT_INTERRUPTED
         if progress.phase == "granted":
             release(client, progress.hold_id)
             return run.EXIT_INTERRUPTED
-        raise  # during the submit: an ordinary failure (exit 1), as for rc run (CLI-105)
+        raise  # during the submit: an ordinary failure (exit 1), as for rc run
 
 
 def _hold(client: api.JsonClient, req: HoldRequest, progress: _Progress) -> int:
@@ -112,9 +112,9 @@ def _hold(client: api.JsonClient, req: HoldRequest, progress: _Progress) -> int:
     )
     render.say(f"(end it early with rc release {hold_id}, or press Ctrl-C here)")
     try:
-        final = client.wait_until_terminal(hold_id)  # CLI-124: no overall bound
+        final = client.wait_until_terminal(hold_id)  # No overall bound
     except errors.ClientError as e:
-        # CLI-125: a lost controller is no reason to free a device a person is using.
+        # A lost controller is no reason to free a device a person is using.
         raise common.Failure(
             f"{e}; hold {hold_id} was not released and still ends at its TTL"
         ) from e
@@ -123,10 +123,10 @@ def _hold(client: api.JsonClient, req: HoldRequest, progress: _Progress) -> int:
 
 
 def release(client: api.JsonClient, hold_id: str) -> None:
-    """RELEASE (CLI-126): end the hold with the resolved submitter, bounded; say how it went.
+    """RELEASE: end the hold with the resolved submitter, bounded; say how it went.
 
     The first signal restored default handling already; done again here so that the
-    request can never run with the handler installed (CLI-057).
+    request can never run with the handler installed.
     """
     signals.restore_defaults()
     try:
@@ -198,7 +198,7 @@ def hold(
     if device and selector:
         raise click.UsageError("a DEVICE and --select cannot be used together")
     wanted = common.gang(device, count, "DEVICE")
-    # Neither: any device (EXT-CLI-1).
+    # Neither: any device.
     if not reason.strip():
         raise click.UsageError("--reason is required: say why you hold the device")
     if ttl is None:
@@ -217,7 +217,7 @@ def hold(
         count=wanted.count,
         device_ids=wanted.device_ids,
     )
-    client = api.JsonClient(submitter=as_ or None)  # resolved once, on first use (CLI-031)
+    client = api.JsonClient(submitter=as_ or None)  # resolved once, on first use
     if as_:
         from resource_controller.cli.whoami import warn_if_replaced
 

@@ -1,7 +1,7 @@
 """Job commands: ``run``, ``kill``, ``release``, ``attach``, ``logs``, ``jobs``, ``ps``.
 
 Each command parses and validates its flags, then calls the client (CLI §4-10). No
-request is made before a check that can fail (CLI-101, CLI-140).
+request is made before a check that can fail.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ if TYPE_CHECKING:
     # Loaded by _client: ``rc run --help`` and the other help pages make no request.
     from resource_controller.client import api
 
-#: CLI-197: exit code on interrupt.
+#: Exit code on interrupt.
 EXIT_INTERRUPTED = 130
 
 
 def _client(as_flag: str = "") -> api.JsonClient:
-    """A client for this invocation; its submitter is resolved once, on first use (CLI-031)."""
+    """A client for this invocation; its submitter is resolved once, on first use."""
     from resource_controller.client import api
 
     return api.JsonClient(submitter=as_flag or None)
@@ -196,7 +196,7 @@ def run(
 def explain_refusal(device: str) -> str:
     """What ``--explain`` takes, said when it is given no selector (CLI-101 (3)).
 
-    The explain route answers what a selector matches (API-064); a pinned device has
+    The explain route answers what a selector matches; a pinned device has
     nothing to match, so it is pointed to where one device's state is shown.
     """
     if device:
@@ -208,13 +208,12 @@ def explain_refusal(device: str) -> str:
 
 
 def _explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
-    """The ``--explain`` report (CLI-102): one request, nothing submitted.
+    """The ``--explain`` report: one request, nothing submitted.
 
     With ``--count N`` a last line names the hosts with N matching devices, from the
     route's own ``matching`` (a device ID is ``host:name``), so the matching is never
-    redone here (CLI-149). When nothing could take the job, the report is followed by
-    a failure (exit 1), as the submit would refuse it (``no_matching_device``,
-    EXT-GANG-2).
+    redone here. When nothing could take the job, the report is followed by
+    a failure (exit 1), as the submit would refuse it (``no_matching_device``).
     """
     data = client.explain(selector)
     matching = list(data.get("matching") or [])
@@ -317,7 +316,7 @@ def release(job_id: str, as_: str) -> None:
 
 
 def _copy_stream(chunks: Any) -> None:
-    """Copy a log stream to stdout, each chunk flushed as it arrives (EXT-LIVE-2)."""
+    """Copy a log stream to stdout, each chunk flushed as it arrives."""
     with chunks:
         for chunk in chunks:
             render.write_bytes(chunk)
@@ -442,10 +441,10 @@ def ps(output: str) -> None:
     controller's job objects on one line, in the table's order, each queued one with
     its waiting_for when the controller tells.
     """
-    fmt = common.output_format(output)  # before any request, as rc jobs (CLI-140)
+    fmt = common.output_format(output)  # before any request, as rc jobs
     state = _client().state()
-    # EXT-WHY-2: a last column says what each queued job waits for, when the controller
-    # tells (``queued_waiting_for``, EXT-WHY-1a); without it the base table (CLI-146).
+    # A last column says what each queued job waits for, when the controller
+    # tells (``queued_waiting_for``); without it the base table.
     waits = state.get("queued_waiting_for")
     if fmt == "json":
         render.out(render.json_compact(_ps_objects(state, waits)))
@@ -466,7 +465,7 @@ def ps(output: str) -> None:
 def _ps_objects(state: api.Json, waits: Any) -> list[api.Json]:
     """``rc ps -o json``: the job objects as ``rc jobs -o json`` prints them, active ones
     first, then the queue in scheduling order; a queued job carries ``waiting_for`` (as
-    ``GET /v1/jobs/{id}`` does beside it, EXT-WHY-1a) when the controller said."""
+    ``GET /v1/jobs/{id}`` does beside it) when the controller said."""
     found: list[api.Json] = list(state.get("jobs") or [])
     for job in state.get("queued") or []:
         entries = waits.get(str(job.get("id") or "")) if isinstance(waits, dict) else None
@@ -475,7 +474,7 @@ def _ps_objects(state: api.Json, waits: Any) -> list[api.Json]:
 
 
 def _waiting_cell(job: api.Json, waits: Any) -> str:
-    """What a queued job waits for, short (EXT-WHY-2); empty when the controller said nothing."""
+    """What a queued job waits for, short; empty when the controller said nothing."""
     from resource_controller.core import waiting
 
     entries = waits.get(str(job.get("id") or "")) if isinstance(waits, dict) else None

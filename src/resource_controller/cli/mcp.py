@@ -1,9 +1,9 @@
-"""``rc mcp``: a Model Context Protocol server on stdio, for AI agents (EXT-MCP-1).
+"""``rc mcp``: a Model Context Protocol server on stdio, for AI agents.
 
 Each tool is one call of the Python API (``Client``), so an agent gets exactly what
-``rc`` does: the same environment and config file (CLI-010..031), the same submitter
+``rc`` does: the same environment and config file, the same submitter
 identity and therefore the same ownership rule (an agent can end only its own jobs
-unless its token is admin, CLI-131), the same error codes. Results are JSON objects;
+unless its token is admin), the same error codes. Results are JSON objects;
 a refusal is a tool error whose text carries the wire code
 (``not_job_owner: ...``), so an agent can act on it.
 
@@ -132,7 +132,7 @@ def _device(d: Any) -> dict[str, Any]:
     return out
 
 
-# ---- the tools (EXT-MCP-1) ------------------------------------------------------
+# ---- the tools -----------------------------------------------------------------------
 
 
 def devices() -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """``rc run`` inside a job: run under the job's own lease instead of queueing behind it
-(EXT-NEST-1).
+.
 
 A job's environment names its job and devices (``RC_JOB_ID``, ``RC_DEVICE``, and
 ``RC_DEVICES`` when the worker sets it). A nested ``rc run`` that asks for one of those
@@ -12,10 +12,10 @@ straggler sweep (``RC_JOB_ID``) cover it as they cover the job.
 The decision, by what was asked:
 
 - ``-d DEVICE``: nested when every named device is held by the job (``-d`` may be a
-  comma-separated list, EXT-GANG-1); any other device takes a new lease as usual;
-- neither ``-d`` nor ``--select`` ("any device", EXT-CLI-1): nested;
+  comma-separated list); any other device takes a new lease as usual;
+- neither ``-d`` nor ``--select`` ("any device"): nested;
 - ``--select S``: nested when a device the job holds matches S (the controller's
-  explain route decides, as for every selector, CLI-149); otherwise a new lease. A
+  explain route decides, as for every selector); otherwise a new lease. A
   selector asks for any device with those labels, and the job already holds one: the
   same reasoning that nests "any device", which the spec spells out.
 

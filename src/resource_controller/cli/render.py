@@ -1,11 +1,11 @@
 """Everything ``rc`` writes: tables, JSON, job output and its own ``rc:`` lines.
 
 Stdout carries data only; what ``rc`` says about its own progress goes to stderr with
-the ``rc: `` prefix (CLI-040). Tables and JSON are built from the same data, and
+the ``rc: `` prefix. Tables and JSON are built from the same data, and
 every write is flushed at once, so that a failed write (a closed pipe, a full disk)
 surfaces as an exception and a non-zero exit instead of a silently lost table
-(CLI-044), and a reader of ``rc run``'s output sees each chunk as it arrives
-(EXT-LIVE-2).
+, and a reader of ``rc run``'s output sees each chunk as it arrives
+.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from typing import Any
 
-#: Spaces after the widest cell of a column (CLI-062).
+#: Spaces after the widest cell of a column.
 PADDING = 2
 
 
@@ -54,14 +54,14 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def command_text(command: Any) -> str:
-    """A job's command as its arguments joined by single spaces, unquoted (CLI-062)."""
+    """A job's command as its arguments joined by single spaces, unquoted."""
     if not command:
         return ""
     return " ".join(str(part) for part in command)
 
 
 def json_compact(value: Any) -> str:
-    """One line of JSON, newline-terminated (``rc jobs -o json``, CLI-143)."""
+    """One line of JSON, newline-terminated (``rc jobs -o json``)."""
     import json  # not at the top: every rc start imports this module, few print JSON
 
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n"

@@ -14,7 +14,7 @@ recorded before each step and consulted in one place:
   still be in use.
 
 The first signal already restored the default handlers (``signals``), so a second
-Ctrl-C during the cancel request kills ``rc`` at once (CLI-055, CLI-057).
+Ctrl-C during the cancel request kills ``rc`` at once.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from resource_controller.cli import basics, render, signals
 from resource_controller.client import api
 from resource_controller.core.states import JobState
 
-#: CLI-193: bound on the final wait after the stream ends.
+#: Bound on the final wait after the stream ends.
 FINAL_WAIT = 300.0
-#: CLI-194: bound on cancelling an abandoned queued job.
+#: Bound on cancelling an abandoned queued job.
 CANCEL_BOUND = 10.0
 #: How long a detach may spend asking whether the job already ended.
 DETACH_CHECK = 2.0
-#: CLI-197: exit code on interrupt.
+#: Exit code on interrupt.
 EXIT_INTERRUPTED = 130
-#: Where the controller's no-wait refusal goes on to say who holds the device (EXT-WHY-2).
+#: Where the controller's no-wait refusal goes on to say who holds the device.
 NOT_QUEUED = "the job was not queued: "
 #: What ``rc`` says when the controller gave no reason.
 NO_DETAIL = "no further detail"
@@ -90,7 +90,7 @@ class RunRequest:
         self.command = command
         self.device = device
         self.selector = selector
-        #: EXT-GANG-1: several devices on one host, by count or by a list of IDs.
+        #: Several devices on one host, by count or by a list of IDs.
         self.count = count
         self.device_ids = device_ids
         self.cwd = cwd
@@ -105,7 +105,7 @@ class RunRequest:
         self.tty = tty
         #: ``-i``: forward this process's stdin to the job, over pipe mode.
         self.interactive = interactive
-        #: EXT-SHARE-2: the jobs (IDs or unique prefixes) it waits for; any end will do
+        #: The jobs (IDs or unique prefixes) it waits for; any end will do
         #: with ``after_any``, else only success.
         self.after = after
         self.after_any = after_any
@@ -159,7 +159,7 @@ def run(client: api.JsonClient, req: RunRequest) -> int:
 
 
 def _detached(client: api.JsonClient, progress: _Progress, *, relayed: bool) -> int:
-    """DETACH (CLI-113): say what becomes of the job, truthfully, and how to reach it.
+    """DETACH: say what becomes of the job, truthfully, and how to reach it.
 
     A job that already ended is not "still running": its own exit code stands. A
     relayed job's terminal or pipe is this process: the worker ends it once we are gone
@@ -205,7 +205,7 @@ def _run_nested_if_held(client: api.JsonClient, req: RunRequest) -> None:
 
 
 def _run(client: api.JsonClient, req: RunRequest, progress: _Progress) -> int:
-    # EXT-SHARE-2: prefixes resolve as for rc logs (EXT-CLI-7), before the submit.
+    # Prefixes resolve as for rc logs, before the submit.
     after = client.resolve_job_ids(req.after) if req.after else []
     try:
         job = client.submit(
@@ -273,7 +273,7 @@ def wait_queue(
         return client.wait_until_scheduled(job_id, on_view=report, deadline=deadline)
     except errors.ClientError as e:
         # Decide "my own --timeout passed" from the clock, never from the error: a
-        # per-poll timeout against a wedged controller looks the same (CLI-079).
+        # per-poll timeout against a wedged controller looks the same.
         if deadline is not None and time.monotonic() >= deadline:
             signals.restore_defaults()
             cancel(client, job_id)
@@ -286,12 +286,12 @@ def wait_queue(
 
 
 class QueueReport:
-    """The queued line (CLI-106): printed for each new position and, with what the job
-    waits for appended (EXT-WHY-2), again whenever that changes.
+    """The queued line: printed for each new position and, with what the job
+    waits for appended, again whenever that changes.
 
     ``rc: queued at position 1 for box:gpu0 — held by alice (job 1b2c3d4e…, hold
     "profiling") for 12m0s, at most until 2026-08-13T14:30:00Z``. The "for" duration is
-    measured on the local clock from the controller's ``since`` (CLI-060); a change of
+    measured on the local clock from the controller's ``since``; a change of
     that duration alone is not a change. A controller that sends no ``waiting_for``
     gets the base line.
     """
@@ -319,7 +319,7 @@ class QueueReport:
 
 
 def cancel(client: api.JsonClient, job_id: str) -> None:
-    """CANCEL (CLI-109, CLI-122): kill the queued job, then say what became of it.
+    """CANCEL: kill the queued job, then say what became of it.
 
     The caller has restored default signal handling (the first signal does that).
     """
@@ -362,18 +362,18 @@ def cancel(client: api.JsonClient, job_id: str) -> None:
 
 
 def _stdio(req: RunRequest) -> str:
-    """The submit's ``stdio`` (CLI-103): ``tty`` only with ``--tty``; ``pipe`` for ``-i``."""
+    """The submit's ``stdio``: ``tty`` only with ``--tty``; ``pipe`` for ``-i``."""
     return "tty" if req.tty else "pipe" if req.interactive else ""
 
 
 def _attach_terminal(client: api.JsonClient, job_id: str) -> None:
-    """TTY (CLI-116, CLI-117): the session; then WAIT_TERMINAL as after a stream."""
+    """TTY: the session; then WAIT_TERMINAL as after a stream."""
     from resource_controller.cli import tty
 
     try:
         tty.attach(client, job_id)
     except tty.NotATerminal as e:
-        # CLI-116: found only after the submit; nobody will ever type into this shell,
+        # Found only after the submit; nobody will ever type into this shell,
         # so it is killed rather than left holding the device (allowed by the spec).
         render.say(f"log stream ended: {e}")
         try:
@@ -383,7 +383,7 @@ def _attach_terminal(client: api.JsonClient, job_id: str) -> None:
 
 
 def _stream(client: api.JsonClient, job_id: str) -> None:
-    """STREAM (CLI-111): copy the job's output to stdout, chunk by chunk, flushed."""
+    """STREAM: copy the job's output to stdout, chunk by chunk, flushed."""
 
     def on_break(e: errors.ClientError) -> None:
         render.say(f"log stream broke ({e}); reconnecting")
@@ -403,7 +403,7 @@ def _stream(client: api.JsonClient, job_id: str) -> None:
 
 
 def _exit_code(job: api.Json) -> int:
-    """EXIT (CLI-114): the job's code, 1 for a non-success without one, else 0."""
+    """EXIT: the job's code, 1 for a non-success without one, else 0."""
     job_id = job.get("id", "")
     code = job.get("exit_code")
     reason = job.get("kill_reason") or ""

@@ -4,7 +4,7 @@ Both parsers of ``rc run`` (click's in ``cli/jobs.py``, and ``cli/fastrun.py`` f
 plain hot-path forms) hand their values to these two functions, so the checks, their
 order and the request built cannot differ between them. A usage problem is raised as
 ``basics.UsageProblem`` (click's side turns it into a usage error); a sub-second
-ceiling as ``basics.Failure`` (CLI-073).
+ceiling as ``basics.Failure``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from resource_controller.cli.run import RunRequest
 
-#: EXT-HERE-2: what ``--here`` takes from the caller's environment, and nothing else:
+#: What ``--here`` takes from the caller's environment, and nothing else:
 #: what decides which interpreter and libraries a command gets. A job's ``env`` is
-#: readable by every client (API-020), so no other variable is ever sent.
+#: readable by every client, so no other variable is ever sent.
 HERE_VARIABLES = (
     "PATH",
     "VIRTUAL_ENV",
@@ -32,7 +32,7 @@ HERE_VARIABLES = (
 
 
 def here_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The ``--here`` variables that are set in ``environ`` (EXT-HERE-2)."""
+    """The ``--here`` variables that are set in ``environ``."""
     return {name: environ[name] for name in HERE_VARIABLES if name in environ}
 
 
@@ -57,12 +57,12 @@ def check(
     return wanted
 
 
-#: EXT-SHARE-2: the most jobs ``--after`` may name (``core.limits.AFTER``).
+#: The most jobs ``--after`` may name (``core.limits.AFTER``).
 AFTER_MAX = 64
 
 
 def after_list(text: str, after_any: bool, no_wait: bool) -> tuple[str, ...]:
-    """``--after JOB[,JOB...]`` as the jobs named, each once, in order (EXT-SHARE-2)."""
+    """``--after JOB[,JOB...]`` as the jobs named, each once, in order."""
     ids = [part.strip() for part in text.split(",")] if text else []
     if any(not part for part in ids):
         raise basics.UsageProblem(f"--after has an empty job ID in {text!r}")
@@ -107,9 +107,9 @@ def request(
         here = config.settings().run_here()
     if here:
         cwd = cwd or os.getcwd()
-        env = {**here_env(os.environ), **env}  # --env wins (EXT-HERE-2)
+        env = {**here_env(os.environ), **env}  # --env wins
     if cwd and not os.path.isabs(cwd):
-        # EXT-HERE-1: relative to where rc runs; an absolute DIR is sent as written.
+        # Relative to where rc runs; an absolute DIR is sent as written.
         cwd = os.path.normpath(os.path.join(os.getcwd(), cwd))
     basics.check_ceiling("--max-runtime", max_runtime)
     basics.check_ceiling("--idle-timeout", idle_timeout)
@@ -118,7 +118,7 @@ def request(
     if tty and not command:
         from resource_controller.cli.tty import DEFAULT_SHELL
 
-        command = tuple(DEFAULT_SHELL)  # CLI-103: the job row always shows a command
+        command = tuple(DEFAULT_SHELL)  # The job row always shows a command
     return run_machine.RunRequest(
         command=list(command),
         device=wanted.device,
@@ -128,7 +128,7 @@ def request(
         cwd=cwd,
         env=env,
         priority=priority,
-        max_runtime_seconds=int(max_runtime),  # whole seconds, toward zero (CLI-073)
+        max_runtime_seconds=int(max_runtime),  # whole seconds, toward zero
         idle_timeout_seconds=int(idle_timeout),
         timeout=timeout,
         no_wait=no_wait,

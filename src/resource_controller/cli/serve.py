@@ -13,7 +13,7 @@ import click
 
 from resource_controller.cli import common
 
-#: ``--log-format`` (EXT-METRICS-2); the same names as ``resource_controller.logfmt.FORMATS``.
+#: ``--log-format``; the same names as ``resource_controller.logfmt.FORMATS``.
 log_format_option = click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -175,7 +175,7 @@ def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
 
 #: ``rc up --devices``: the most generic devices one ``rc up`` declares. Its worker
 #: registers them all in one ``POST /v1/workers/register``, whose body may carry 1 MiB
-#: (``core.limits.BODY_BYTES``, EXT-LIMITS-2), and each ``slotN`` costs some 70 bytes of
+#: (``core.limits.BODY_BYTES``), and each ``slotN`` costs some 70 bytes of
 #: it (its entries in ``devices``, ``labels``, ``declared_labels`` and
 #: ``device_sheets``): about 15,000 fit. The ceiling keeps room for the longest host
 #: name and host labels; ``tests/cli/test_up_devices.py`` builds the worker's own

@@ -1,14 +1,14 @@
-"""SIGINT and SIGTERM: the first one interrupts, the second one kills (CLI-055).
+"""SIGINT and SIGTERM: the first one interrupts, the second one kills.
 
 ``rc`` turns the first signal into an ``Interrupted`` exception, raised from the
 handler so that it also breaks out of a blocking socket read or a sleep (a handler
 that only set a flag would leave ``rc run`` stuck in a log stream that may last
 hours). Before raising, the handler restores the operating system's default action
 for both signals, so a second Ctrl-C, or CI's SIGTERM after a SIGINT, ends the
-process at once, even while ``rc`` is cancelling a queued job (CLI-057).
+process at once, even while ``rc`` is cancelling a queued job.
 
 Each command decides what an interrupt means for it (cancel, detach, or an ordinary
-failure, CLI-056); ``main`` turns an unhandled one into exit 1.
+failure); ``main`` turns an unhandled one into exit 1.
 
 A signal can land while Python runs a finaliser (an ``__del__`` reached by the garbage
 collector, a weakref callback): an exception raised there is reported as "ignored" and

@@ -3,10 +3,10 @@
 Without ``-i`` a job's stdin is ``/dev/null`` and ``rc`` never reads its own. With it
 the job runs with ``stdio: "pipe"``: the relay's input half carries stdin raw, its end
 being the job's stdin EOF, and the output half the job's stdout, raw, to ``rc``'s
-stdout. In pipe mode the job's stderr is kept by the worker, not shown (LOG-005).
+stdout. In pipe mode the job's stderr is kept by the worker, not shown.
 
 A signal to ``rc`` ends the session and surfaces as ``signals.Interrupted``, so
-``rc run`` detaches as from a log stream (CLI-113).
+``rc run`` detaches as from a log stream.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Timestamps for humans (CLI-063) and durations between them (CLI-060).
+"""Timestamps for humans and durations between them.
 
 Kept apart from the rest of the CLI so that ``datetime`` is imported only by the
 commands that print times (``rc jobs``, ``rc describe``), not by ``rc run``.
@@ -13,7 +13,7 @@ from resource_controller.core import durations
 
 
 def utc_now() -> datetime:
-    """The local clock, in UTC: used only for the durations of unfinished jobs (CLI-157)."""
+    """The local clock, in UTC: used only for the durations of unfinished jobs."""
     return datetime.now(UTC)
 
 
@@ -31,10 +31,10 @@ def parse(value: Any) -> datetime | None:
 
 
 def rfc3339(moment: datetime) -> str:
-    """UTC, second precision, ``Z`` suffix (CLI-063)."""
+    """UTC, second precision, ``Z`` suffix."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def compact_between(start: datetime, end: datetime) -> str:
-    """``end - start`` rounded to whole seconds, halves away from zero, compact (CLI-060)."""
+    """``end - start`` rounded to whole seconds, halves away from zero, compact."""
     return durations.compact(durations.round_half_away((end - start).total_seconds()))

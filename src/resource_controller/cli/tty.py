@@ -1,18 +1,18 @@
-"""``rc run --tty``: this terminal, attached to the job's terminal (CLI-115..119).
+"""``rc run --tty``: this terminal, attached to the job's terminal.
 
 The local terminal goes into raw mode for the session, and comes back on every way
 out: the session ending, an error, an exception, a signal. It is restored *before*
-anything else is printed (CLI-117); if restoring fails, the user is told (with
+anything else is printed; if restoring fails, the user is told (with
 ``\\r\\n`` line ends, the terminal being raw) to run ``reset``.
 
-In raw mode Ctrl-C is a byte like any other and goes to the job (CLI-118). A signal
+In raw mode Ctrl-C is a byte like any other and goes to the job. A signal
 that still reaches ``rc`` (SIGTERM, SIGHUP, a SIGINT from ``kill``) ends the session
 and surfaces as ``signals.Interrupted`` once the terminal is back, so ``rc run``
-detaches exactly as it would from a log stream (CLI-113).
+detaches exactly as it would from a log stream.
 
-The session is two relay halves (CLI-085): output opened first, then input, which
+The session is two relay halves: output opened first, then input, which
 carries newline-delimited JSON frames: the window size first and after every
-SIGWINCH, then one data frame per read of stdin, at most 4096 bytes (CLI-088).
+SIGWINCH, then one data frame per read of stdin, at most 4096 bytes.
 
 A job can end before its client's halves are attached (a job that exits at once with
 no output ends its session first); the halves then wait in a fresh session that no
@@ -40,9 +40,9 @@ from resource_controller import duplex
 from resource_controller.cli import common, signals
 from resource_controller.client import api
 
-#: CLI-199: most bytes of one data frame.
+#: Most bytes of one data frame.
 FRAME_BYTES = 4096
-#: CLI-103: what ``--tty`` without a command runs: the box's bash, else its sh.
+#: What ``--tty`` without a command runs: the box's bash, else its sh.
 DEFAULT_SHELL = ["/bin/sh", "-c", "exec $(command -v bash || command -v sh) -i"]
 #: Signals that end the session and detach (the terminal being raw, Ctrl-C is not one).
 DETACHING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -50,11 +50,11 @@ NOT_A_TERMINAL = "--tty needs a terminal on stdin: run rc from a shell, or drop 
 
 
 class NotATerminal(common.Failure):
-    """Stdin is not a terminal (CLI-116)."""
+    """Stdin is not a terminal."""
 
 
 class SessionError(Exception):
-    """The relay failed; the message names the half and the cause (CLI-085)."""
+    """The relay failed; the message names the half and the cause."""
 
 
 def window_size(fd: int) -> tuple[int, int]:
@@ -87,7 +87,7 @@ LAST_BYTES_GRACE = 2.0
 class JobWatch:
     """Calls ``on_end`` once the job is terminal and its last bytes had time to arrive.
 
-    The worker closes its relay halves before it reports the job's end (WTTY-007), so a
+    The worker closes its relay halves before it reports the job's end, so a
     job seen terminal has sent everything it will send; a session still open then is
     one nobody joins.
     """
@@ -137,7 +137,7 @@ class SessionState:
 
 
 def attach(client: api.JsonClient, job_id: str) -> None:
-    """TTY (CLI-117): raw mode, the relay, until the output half ends.
+    """TTY: raw mode, the relay, until the output half ends.
 
     Raises ``NotATerminal`` before touching anything when stdin is not a terminal,
     ``common.Failure`` when the relay fails, ``signals.Interrupted`` for a signal.
@@ -154,14 +154,14 @@ def attach(client: api.JsonClient, job_id: str) -> None:
         tty.setraw(in_fd, termios.TCSANOW)
         state = asyncio.run(_session(base, token, job_id, in_fd, out_fd))
     finally:
-        # First thing on every way out, before any other line (CLI-117).
+        # First thing on every way out, before any other line.
         if not _restore(in_fd, saved):
             sys.stderr.write("\r\nrc: the terminal could not be restored: run reset\r\n")
             sys.stderr.flush()
     if state.signum:
         signals.restore_defaults()
         raise signals.Interrupted(state.signum)
-    signals.install()  # the wait that follows detaches on a signal again (CLI-113)
+    signals.install()  # the wait that follows detaches on a signal again
     if state.error:
         raise common.Failure(state.error)
 
@@ -199,7 +199,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
     winch = _Resizer(inp, in_fd, state)
     loop.add_signal_handler(signal.SIGWINCH, winch.changed)
     try:
-        await winch.send_now()  # the first frame: the size, when known (CLI-088)
+        await winch.send_now()  # the first frame: the size, when known
         await state.stop.wait()
     finally:
         loop.remove_signal_handler(signal.SIGWINCH)
@@ -237,7 +237,7 @@ async def open_half(
 async def copy_output(
     out: duplex.Stream, fd: int, state: SessionState, what: str = "terminal output"
 ) -> None:
-    """The job's bytes to ``fd`` as they come; EOF ends the session (CLI-087)."""
+    """The job's bytes to ``fd`` as they come; EOF ends the session."""
     try:
         while data := await out.read():
             view = memoryview(data)
@@ -287,7 +287,7 @@ async def _send_keys(inp: duplex.Stream, fd: int, state: SessionState) -> None:
 
 
 class _Resizer:
-    """Window changes, coalesced: at most one resize frame in flight (CLI-088)."""
+    """Window changes, coalesced: at most one resize frame in flight."""
 
     def __init__(self, inp: duplex.Stream, fd: int, state: SessionState) -> None:
         self.inp = inp

@@ -1,7 +1,7 @@
-"""``rc usage``: who used the devices, one line per person, device or host (EXT-ACCT-2).
+"""``rc usage``: who used the devices, one line per person, device or host.
 
 Like ``sreport``: the answer to "who used the GPUs last week" from ``GET /v1/usage``.
-The flags are checked before any request (CLI-140), so a ``--since`` that is not a
+The flags are checked before any request, so a ``--since`` that is not a
 duration is refused with its examples instead of a controller's 400.
 """
 

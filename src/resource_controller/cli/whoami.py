@@ -1,4 +1,4 @@
-"""``rc whoami``, and the ``rc run --as`` notice for a named client token (EXT-WHO-4)."""
+"""``rc whoami``, and the ``rc run --as`` notice for a named client token."""
 
 from __future__ import annotations
 

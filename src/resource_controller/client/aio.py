@@ -1,7 +1,7 @@
-"""The asyncio twin of ``Client`` (EXT-PYAPI-4): the same methods, awaited.
+"""The asyncio twin of ``Client``: the same methods, awaited.
 
 Built on ``httpx.AsyncClient`` (already a dependency of the worker), with the
-requests, bodies, error mapping and polling budgets of ``api`` (CLI-070..079): the
+requests, bodies, error mapping and polling budgets of ``api``: the
 two clients can differ only in how they wait, never in what they send. A log follow
 is an async iterator; ``lease()`` is an async context manager.
 
@@ -66,13 +66,13 @@ class AsyncJob(JobInfo):
         return self
 
     async def wait(self, timeout: Duration | None = None) -> AsyncJob:
-        """Until the job ends (CLI-078); ``timeout`` raises ``WaitTimeout``."""
+        """Until the job ends; ``timeout`` raises ``WaitTimeout``."""
         bound = options.seconds(timeout, "timeout") or None
         self._load(await self._client._wait_terminal(self.id, bound))
         return self
 
     async def wait_started(self, timeout: Duration | None = None) -> AsyncJob:
-        """Until the job leaves the queue (CLI-077); ``timeout`` raises ``WaitTimeout``."""
+        """Until the job leaves the queue; ``timeout`` raises ``WaitTimeout``."""
         limit = options.seconds(timeout, "timeout")
         self._load(await self._client._wait_scheduled(self.id, limit or None))
         return self
@@ -100,7 +100,7 @@ class AsyncJob(JobInfo):
         return b"".join([c async for c in self.logs()])
 
     async def kill(self) -> None:
-        """Cancel or stop the job (CLI-130); ownership as for ``Client``."""
+        """Cancel or stop the job; ownership as for ``Client``."""
         await self._client.kill(self.id)
 
     release = kill
@@ -130,7 +130,7 @@ class AsyncLease(LeaseInfo):
     @classmethod
     async def granted(cls, job: AsyncJob) -> AsyncLease:
         """``of`` with the MIG UUIDs of its instances, as their worker last reported them
-        (one describe each, EXT-MIG-2); one that cannot be read is left out."""
+        (one describe each); one that cannot be read is left out."""
         uuids: dict[str, str] = {}
         for device_id in mig_instance_ids(job.device_ids):
             with contextlib.suppress(errors.RcError):
@@ -169,7 +169,7 @@ class AsyncLeaseContext:
 
 
 class AsyncClient:
-    """``Client`` for asyncio programs (EXT-PYAPI-4): same configuration, same methods.
+    """``Client`` for asyncio programs: same configuration, same methods.
 
     Use ``async with AsyncClient() as client:`` or ``await client.aclose()``.
     """
@@ -193,7 +193,7 @@ class AsyncClient:
 
     @property
     def submitter(self) -> str:
-        """The identity sent with submits and kills (CLI-030), resolved once."""
+        """The identity sent with submits and kills, resolved once."""
         if self._submitter is None:
             self._submitter = self._settings.submitter()
         return self._submitter
@@ -208,7 +208,7 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # ---- the requests (CLI-071) ---------------------------------------------
+    # ---- the requests ----------------------------------------------------------------
 
     async def _get_job(self, job_id: str, timeout: float | None = None) -> api.PolledJob:
         path = api.job_path(job_id)
@@ -238,7 +238,7 @@ class AsyncClient:
         job: api.Json = shapes.normalise(data, shapes.JOB)
         return job
 
-    # ---- polling loops: the rules are waits.py's, as api.JsonClient's ----------
+    # ---- polling loops: the rules are waits.py's, as api.JsonClient's ----------------
 
     async def _wait_scheduled(self, job_id: str, limit: float | None) -> api.Json:
         wait = waits.UntilScheduled(job_id, None if limit is None else time.monotonic() + limit)
@@ -275,45 +275,45 @@ class AsyncClient:
                     raise
                 await asyncio.sleep(resume.pause)
 
-    # ---- the fleet ------------------------------------------------------------
+    # ---- the fleet -------------------------------------------------------------------
 
     async def devices(self) -> list[Device]:
-        """Every device with its state and holder, by ID (API-051)."""
+        """Every device with its state and holder, by ID."""
         return [Device.from_view(v) for v in (await self._state()).get("devices") or []]
 
     async def describe(self, device_id: str) -> DeviceDetails:
-        """Everything about one device (API-060)."""
+        """Everything about one device."""
         data = await self._http.request("GET", api.device_path(device_id) + "/describe")
         return DeviceDetails.from_json(shapes.normalise(data, shapes.DESCRIBE))
 
     async def explain(self, selector: str) -> Explanation:
-        """What ``selector`` matches now (API-064); submits nothing."""
+        """What ``selector`` matches now; submits nothing."""
         data = await self._http.request("GET", "/v1/explain", query={"selector": selector})
         return Explanation.from_json(shapes.normalise(data, shapes.EXPLAIN), selector)
 
     async def whoami(self) -> dict[str, str]:
-        """This token's role, and its name when it has one (API-070)."""
+        """This token's role, and its name when it has one."""
         data = await self._http.request("GET", "/v1/whoami")
         return {str(k): str(v) for k, v in (data or {}).items()}
 
     async def usage(self, since: str = "7d", by: str = "submitter", limit: int = 0) -> Usage:
-        """Who held what over the last ``since``, per ``by`` (EXT-ACCT-2), as
+        """Who held what over the last ``since``, per ``by``, as
         ``Client.usage``."""
         check_usage(since, by)
         ask = messages.UsageAsk(since, by, limit)
         return Usage.from_json(ask.read(await self._http.request("GET", ask.path, query=ask.query)))
 
-    # ---- jobs -----------------------------------------------------------------
+    # ---- jobs ------------------------------------------------------------------------
 
     async def job(self, job_id: str) -> AsyncJob:
-        """A handle for an existing job, by ID or unique prefix (EXT-CLI-7)."""
+        """A handle for an existing job, by ID or unique prefix."""
         view = await self._get_job(await self._resolve(job_id))
         return AsyncJob.bind(self, view.job, view.queue_position, view.waiting_for)
 
     async def jobs(
         self, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
     ) -> list[AsyncJob]:
-        """Job history, newest first (API-043); any ``limit``, read a page at a time as
+        """Job history, newest first; any ``limit``, read a page at a time as
         ``Client.jobs`` does."""
         found: list[api.Json] = []
         while True:
@@ -432,7 +432,7 @@ class AsyncClient:
             await self.kill(job_id, timeout=CANCEL_BOUND)
 
     async def kill(self, job_id: str, *, timeout: float | None = None) -> None:
-        """Cancel a queued job or stop a running one (CLI-130, CLI-131)."""
+        """Cancel a queued job or stop a running one."""
         path = api.job_path(await self._resolve(job_id)) + "/kill"
         try:
             await self._http.request(
@@ -442,10 +442,10 @@ class AsyncClient:
             raise api.kill_refusal(e) from e
 
     async def release(self, job_id: str) -> None:
-        """End a hold (or any job) early (CLI-130)."""
+        """End a hold (or any job) early."""
         await self.kill(job_id)
 
-    # ---- holds ----------------------------------------------------------------
+    # ---- holds -----------------------------------------------------------------------
 
     async def hold(
         self,

@@ -26,7 +26,7 @@ def _cause(exc: httpx.HTTPError) -> str:
 
 
 class AsyncTransport:
-    """Requests to one controller (or a fail-over list, EXT-PG-5) with a bearer token."""
+    """Requests to one controller (or a fail-over list) with a bearer token."""
 
     def __init__(
         self,
@@ -42,9 +42,9 @@ class AsyncTransport:
         self._urls = urls
         self._current = 0
         self._origin = origin
-        # Asked only when an empty token is refused: where one was looked for (CLI-011).
+        # Asked only when an empty token is refused: where one was looked for.
         self._missing_token = missing_token if not token else None
-        # CLI-070: both headers always, even with an empty token, so that the controller
+        # Both headers always, even with an empty token, so that the controller
         # answers unauthorized. httpx refuses a value ending in a space (``Bearer ``), so an
         # empty token goes as the bare scheme, which the controller refuses the same way.
         bearer = f"Bearer {token}" if token else "Bearer"
@@ -80,7 +80,7 @@ class AsyncTransport:
         stream: bool,
     ) -> tuple[httpx.Response, str]:
         """Send, failing over to the next base URL when connecting fails, and after a 5xx
-        (a read is sent again there; any other request answers the 5xx, EXT-PG-5)."""
+        (a read is sent again there; any other request answers the 5xx)."""
         content = None if body is None else json.dumps(body).encode()
         suffix = "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
         last: httpx.HTTPError | None = None

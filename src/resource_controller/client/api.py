@@ -1,11 +1,11 @@
-"""``JsonClient``: what the ``rc`` commands and Python programs share (CLI §3, EXT-PYAPI-1).
+"""``JsonClient``: what the ``rc`` commands and Python programs share (CLI §3).
 
 Commands are thin: each one calls a method here, so the command line and the Python
 API cannot disagree about a route, a body or a polling budget. Results are the
 controller's JSON objects as plain dicts (the ``--json`` outputs print them verbatim);
 only the job view, which wraps a job with its queue position, gets a small record.
 
-The two polling loops are the only code in the client that retries (CLI-043). Their
+The two polling loops are the only code in the client that retries. Their
 rules are ``waits.py``'s (shared with the asynchronous client), and their clock and
 sleep are injectable so that tests count polls instead of waiting them out.
 """
@@ -109,7 +109,7 @@ if TYPE_CHECKING:
     from resource_controller.client import transport
 
 
-#: CLI-076: states a job never leaves.
+#: States a job never leaves.
 TERMINAL_STATES = TERMINAL
 #: Jobs holding a device.
 ACTIVE_STATES = ACTIVE
@@ -121,7 +121,7 @@ def _view_id(view: Json) -> str:
 
 
 def _leased(view: Json) -> bool:
-    """A device view with a live lease: the view names its holder or job (API-023)."""
+    """A device view with a live lease: the view names its holder or job."""
     return bool(view.get("holder") or view.get("job_id"))
 
 
@@ -130,7 +130,7 @@ class JsonClient:
     methods, answers as the controller's JSON (what ``rc`` calls; ``Client`` wraps it).
 
     With no arguments the controller URL, token and submitter come from the
-    environment and the user config file, exactly as for ``rc`` (CLI-010..031).
+    environment and the user config file, exactly as for ``rc``.
     """
 
     def __init__(
@@ -153,7 +153,7 @@ class JsonClient:
             tok = token if token is not None else self._settings.token()
             from resource_controller.client import transport
 
-            # Where a missing token was looked for, when the settings were asked (CLI-011).
+            # Where a missing token was looked for, when the settings were asked.
             hint = self._settings.missing_token if token is None else None
             http = transport.Transport(url, tok, origin=origin, missing_token=hint)
         self._http = http
@@ -163,7 +163,7 @@ class JsonClient:
 
     @property
     def submitter(self) -> str:
-        """The identity sent with submits and kills, resolved once (CLI-031)."""
+        """The identity sent with submits and kills, resolved once."""
         if self._submitter is None:
             self._submitter = self._settings.submitter()
         return self._submitter
@@ -173,7 +173,7 @@ class JsonClient:
         self._http.close()
 
     def relay_target(self) -> tuple[str, str]:
-        """(base URL, token) for the relay's full-duplex streams (CLI-085, CLI-086)."""
+        """(base URL, token) for the relay's full-duplex streams."""
         return self._http.base_url, self._http.token
 
     def __enter__(self) -> JsonClient:
@@ -182,7 +182,7 @@ class JsonClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- jobs ------------------------------------------------------------------
+    # ---- jobs ------------------------------------------------------------------------
 
     def submit(
         self,
@@ -206,15 +206,15 @@ class JsonClient:
         after_any: bool = False,
         timeout: float | None = None,
     ) -> Json:
-        """Submit a job or hold (CLI-072) and return the created job.
+        """Submit a job or hold and return the created job.
 
-        Neither ``device`` nor ``selector`` means any device (EXT-CLI-1). ``count`` asks
+        Neither ``device`` nor ``selector`` means any device. ``count`` asks
         for that many devices on one host and ``device_ids`` pins to a list of them in
-        place of ``device``, implying the count (EXT-GANG-1). ``after`` names (by full
+        place of ``device``, implying the count. ``after`` names (by full
         ID, ``resolve_job_ids``) the jobs to wait for: only their success lets it start,
-        any end with ``after_any`` (EXT-SHARE-2). A fresh idempotency key is generated
+        any end with ``after_any``. A fresh idempotency key is generated
         unless one is given (``""`` sends none).
-        Raises ``NoDeviceError`` on 409, whatever the body (CLI-075).
+        Raises ``NoDeviceError`` on 409, whatever the body.
         """
         body = submit_body(
             self.submitter,
@@ -255,13 +255,12 @@ class JsonClient:
         idempotency_key: str | None = None,
         timeout: float | None = None,
     ) -> Json:
-        """Submit a hold: a lease for a person, no command, ending at its TTL (CLI-121).
+        """Submit a hold: a lease for a person, no command, ending at its TTL.
 
         ``ttl_seconds`` goes out as ``max_runtime_seconds`` and must be positive;
-        ``reason`` must not be blank (a hold without one cannot be told from a leak,
-        CLI-120); both raise ``ValueError`` before any request. Neither ``device`` nor
-        ``selector`` means any device (EXT-CLI-1). A fresh idempotency key is sent
-        unless one is given (EXT-CLI-4). Raises ``NoDeviceError`` on 409. End the hold
+        ``reason`` must not be blank (a hold without one cannot be told from a leak); both raise ``ValueError`` before any request. Neither ``device`` nor
+        ``selector`` means any device. A fresh idempotency key is sent
+        unless one is given. Raises ``NoDeviceError`` on 409. End the hold
         early with ``kill``.
         """
         check_hold(ttl_seconds, reason)
@@ -279,14 +278,14 @@ class JsonClient:
         )
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> PolledJob:
-        """One job with its queue position (CLI-071)."""
+        """One job with its queue position."""
         resp = self._http.request("GET", job_path(job_id), timeout=timeout)
         return parse_polled_job(resp.json(), resp.request)
 
     def kill(
         self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
     ) -> None:
-        """Cancel a queued job or stop a running one (CLI-130); ``NotCancellableError`` on 409."""
+        """Cancel a queued job or stop a running one; ``NotCancellableError`` on 409."""
         body = {"submitter": self.submitter if submitter is None else submitter}
         try:
             self._http.request("POST", job_path(job_id) + "/kill", body=body, timeout=timeout)
@@ -302,7 +301,7 @@ class JsonClient:
         submitter: str = "",
         timeout: float | None = None,
     ) -> list[Json]:
-        """Job history, newest first (CLI-141): only non-empty filters are sent.
+        """Job history, newest first: only non-empty filters are sent.
 
         More than one page (``JOBS_PAGE``, the controller's most) is read a page at a
         time, each asking for the jobs ``before`` the last one read; ``timeout``
@@ -318,7 +317,7 @@ class JsonClient:
                 return found
 
     def resolve_job_id(self, given: str, *, timeout: float | None = None) -> str:
-        """The full ID of the job ``given`` names: itself, or a unique prefix (EXT-CLI-7).
+        """The full ID of the job ``given`` names: itself, or a unique prefix.
 
         A complete ID is used as given, without a request. Anything else must be at
         least ``MIN_ID_PREFIX`` characters and is looked up with ``id_prefix``: no match
@@ -331,7 +330,7 @@ class JsonClient:
         return pick_prefix_match(given, data)
 
     def resolve_job_ids(self, given: Sequence[str], *, timeout: float | None = None) -> list[str]:
-        """``resolve_job_id`` of each, in order (``rc run --after``, EXT-SHARE-2)."""
+        """``resolve_job_id`` of each, in order (``rc run --after``)."""
         return [self.resolve_job_id(g, timeout=timeout) for g in given]
 
     def follow_logs(
@@ -340,9 +339,9 @@ class JsonClient:
         """The job's stored output as an iterator of byte chunks; close it when done.
 
         ``follow=None`` sends no query (the route's default: replay, then follow until
-        the job is terminal, CLI-080); ``True``/``False`` send ``?follow=``, ``False``
+        the job is terminal); ``True``/``False`` send ``?follow=``, ``False``
         being the snapshot that never waits. ``offset`` skips bytes already seen
-        (EXT-CLI-5) and is sent only when positive.
+        and is sent only when positive.
         """
         query = logs_query(follow=follow, offset=offset)
         return self._http.stream("GET", job_path(job_id) + "/logs", query=query)
@@ -357,8 +356,7 @@ class JsonClient:
         """Follow the job's output to its end, resuming where a broken stream stopped.
 
         ``waits.StreamResume`` decides where a broken stream reopens and when breaks in
-        a row give up (EXT-CLI-5; with ``reconnect=False`` the first break is final,
-        CLI-081); ``on_break`` hears of each break. A refusal from the controller
+        a row give up (EXT-CLI-5; with ``reconnect=False`` the first break is final); ``on_break`` hears of each break. A refusal from the controller
         (``not_found``, ``logs_not_stored``) is final at once.
         """
         resume = StreamResume(reconnect=reconnect)
@@ -377,7 +375,7 @@ class JsonClient:
                     on_break(e)
                 self._sleep(resume.pause)
 
-    # ---- fleet -----------------------------------------------------------------
+    # ---- fleet -----------------------------------------------------------------------
 
     def state(self, *, timeout: float | None = None) -> Json:
         """Devices, active jobs and the queue (``GET /v1/state``)."""
@@ -387,14 +385,14 @@ class JsonClient:
 
     def explain(self, selector: str, *, timeout: float | None = None) -> Json:
         """What a selector matches right now, and this submitter's limit when one
-        applies (EXT-SHARE-1); submits nothing (CLI-102)."""
+        applies; submits nothing."""
         query = {"selector": selector, "submitter": self.submitter}
         data: Json = self._http.request("GET", "/v1/explain", query=query, timeout=timeout).json()
         out: Json = shapes.normalise(data, shapes.EXPLAIN)
         return out
 
     def describe(self, device_id: str, *, timeout: float | None = None) -> Json:
-        """Everything about one device (CLI-153)."""
+        """Everything about one device."""
         data: Json = self._http.request(
             "GET", device_path(device_id) + "/describe", timeout=timeout
         ).json()
@@ -404,7 +402,7 @@ class JsonClient:
     def usage(
         self, since: str = "", by: str = "", limit: int = 0, *, timeout: float | None = None
     ) -> Json:
-        """Who held what over a window (``GET /v1/usage``, EXT-ACCT-2): ``since`` a
+        """Who held what over a window (``GET /v1/usage``): ``since`` a
         duration (``7d``), ``by`` submitter, device or host, each the controller's
         default when empty; ``limit`` groups at most (0: the controller's default)."""
         ask = UsageAsk(since, by, limit)
@@ -413,23 +411,23 @@ class JsonClient:
         )
 
     def whoami(self, *, timeout: float | None = None) -> Json:
-        """The token's role, and its name when it has one (API-070, EXT-WHO-4)."""
+        """The token's role, and its name when it has one."""
         data: Json = self._http.request("GET", "/v1/whoami", timeout=timeout).json()
         return data
 
     def clear(self, device_id: str, *, timeout: float | None = None) -> None:
-        """(admin) Return a quarantined device to the pool (CLI-175)."""
+        """(admin) Return a quarantined device to the pool."""
         self._http.request("POST", device_path(device_id, segment=True) + "/clear", timeout=timeout)
 
     def retire(self, device_id: str, *, timeout: float | None = None) -> Json:
-        """(admin) Remove a device from the fleet; returns ``{"retired", "note"}`` (CLI-178)."""
+        """(admin) Remove a device from the fleet; returns ``{"retired", "note"}``."""
         data: Json = self._http.request(
             "DELETE", device_path(device_id, segment=True), timeout=timeout
         ).json()
         return data
 
     def drain(self, device_id: str, reason: str = "", *, timeout: float | None = None) -> None:
-        """(admin) Let a device finish what it runs and take nothing new (EXT-DRAIN-3a)."""
+        """(admin) Let a device finish what it runs and take nothing new."""
         self._http.request(
             "POST",
             device_path(device_id, segment=True) + "/drain",
@@ -438,7 +436,7 @@ class JsonClient:
         )
 
     def undrain(self, device_id: str, *, timeout: float | None = None) -> None:
-        """(admin) Let a draining device take work again (EXT-DRAIN-3a)."""
+        """(admin) Let a draining device take work again."""
         self._http.request(
             "POST", device_path(device_id, segment=True) + "/undrain", timeout=timeout
         )
@@ -478,7 +476,7 @@ class JsonClient:
             last = now
             self._sleep(POLL_INTERVAL)
 
-    # ---- polling loops ---------------------------------------------------------
+    # ---- polling loops ---------------------------------------------------------------
 
     def wait_until_scheduled(
         self,
@@ -488,14 +486,14 @@ class JsonClient:
         deadline: float | None = None,
         on_view: Callable[[PolledJob], None] | None = None,
     ) -> Json:
-        """Poll until the job leaves the queue and return it (CLI-077).
+        """Poll until the job leaves the queue and return it.
 
         ``on_position`` hears each new queue position while the job is queued;
         ``on_view`` hears every view polled while it is queued (what it waits for,
         EXT-WHY-2, can change while the position does not).
         ``deadline`` is a ``monotonic`` instant; passing it raises ``WaitTimeout``
         at once. Seventeen consecutive failed polls raise ``PollGiveUp``, which says
-        nothing about the deadline (CLI-079). A returned job may be terminal without
+        nothing about the deadline. A returned job may be terminal without
         ever having started: the caller checks.
         """
         wait = UntilScheduled(job_id, deadline)
@@ -518,7 +516,7 @@ class JsonClient:
             self._sleep(wait.pause(self._monotonic()))
 
     def wait_until_terminal(self, job_id: str, *, bound: float | None = None) -> Json:
-        """Poll until the job is terminal and return it (CLI-078).
+        """Poll until the job is terminal and return it.
 
         ``bound`` (seconds) caps the whole wait; passing it raises ``WaitTimeout``
         naming the bound, the job and its last known state. Six consecutive failed

@@ -1,11 +1,11 @@
-"""Where the client finds its controller, its token and its name (CLI-010..031).
+"""Where the client finds its controller, its token and its name.
 
-Precedence is the same for every setting (CLI-022): the ``--as`` flag (the only flag
+Precedence is the same for every setting: the ``--as`` flag (the only flag
 that exists), then the environment, then the user config file, then a built-in
-default. The file is read lazily and at most once per process (CLI-023): ``rc run``
+default. The file is read lazily and at most once per process: ``rc run``
 with ``RC_CONTROLLER`` and ``RC_TOKEN`` exported never opens it.
 
-A broken file never aborts a command (CLI-024): it costs one ``rc: warning:`` line per
+A broken file never aborts a command: it costs one ``rc: warning:`` line per
 process, and every value it would have supplied counts as absent. A key the client does
 not read (``submiter:``, ``run: {hre: true}``) makes the file broken in that sense, named
 in the warning, rather than being skipped without a word: a typo must not look like a
@@ -36,18 +36,18 @@ if TYPE_CHECKING:
 else:
     from resource_controller.client.records import NamedTuple
 
-#: CLI-010/CLI-199: where the controller is when nothing says otherwise.
+#: Where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"
 
-#: What a transport failure says when nothing configured the controller (EXT-CLI-8).
+#: What a transport failure says when nothing configured the controller.
 DEFAULT_ORIGIN = (
     "is the built-in default; nothing configures a controller: run rc up to start a local"
     " one, or set RC_CONTROLLER"
 )
 
-#: The keys the client reads from the file (CLI-021).
+#: The keys the client reads from the file.
 KEYS = ("controller", "token", "submitter")
-#: The sections and the keys each holds (EXT-HERE-3); any other key is refused by name.
+#: The sections and the keys each holds; any other key is refused by name.
 SECTIONS = {"run": ("here",)}
 #: Every key the file may hold, as a refusal lists them.
 KNOWN_KEYS = "controller, token, submitter and run.here"
@@ -58,7 +58,7 @@ class ConfigError(errors.ClientError):
 
 
 class FileConfig(NamedTuple):
-    """The values found in the user config file; ``None`` means absent (CLI-021).
+    """The values found in the user config file; ``None`` means absent.
 
     A named tuple: ``dataclasses`` (with ``inspect``) costs ``rc run`` more to import.
     """
@@ -69,12 +69,12 @@ class FileConfig(NamedTuple):
     token: str | None = None
     #: Submitter identity, trimmed.
     submitter: str | None = None
-    #: ``run: {here: BOOL}``: whether ``rc run`` runs the job where it is typed (EXT-HERE-3).
+    #: ``run: {here: BOOL}``: whether ``rc run`` runs the job where it is typed.
     run_here: bool | None = None
 
 
 def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
-    """Locate the user config file (CLI-020); raise ``ConfigError`` when that is impossible."""
+    """Locate the user config file; raise ``ConfigError`` when that is impossible."""
     from pathlib import Path
 
     return Path(config_location(env, platform))
@@ -115,7 +115,7 @@ def _posix_text(path: str) -> str:
 _SIMPLE_LINE = re.compile(
     r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
 )
-# One ``key: {sub: true}`` line (``run: {here: true}``, EXT-HERE-3): a flow mapping of
+# One ``key: {sub: true}`` line (``run: {here: true}``): a flow mapping of
 # one plain key to a boolean, which YAML reads the same way.
 _FLAG_LINE = re.compile(
     r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+\{[ \t]*([A-Za-z_]+):[ \t]+(true|false)[ \t]*\}[ \t]*(?:#.*)?"
@@ -187,7 +187,7 @@ def _key_text(yaml: Any, node: Any) -> str:
 
 
 def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> dict[str, bool]:
-    """The ``run`` mapping (EXT-HERE-3): ``here`` must be a boolean; any other key goes
+    """The ``run`` mapping: ``here`` must be a boolean; any other key goes
     to ``unknown`` as ``run.<key>``."""
     if node.tag == "tag:yaml.org,2002:null":
         return {}
@@ -233,7 +233,7 @@ def _one_line(text: str) -> str:
 
 
 def parse_config(text: str, path: Path | str) -> FileConfig:
-    """Turn the file's text into values (CLI-021); raise ``ConfigError`` if it is broken."""
+    """Turn the file's text into values; raise ``ConfigError`` if it is broken."""
     values: Mapping[str, object] | None = _parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
@@ -288,7 +288,7 @@ class Settings:
     """Connection settings and identity for one process, reading the file on demand.
 
     ``env`` defaults to the live environment; tests pass their own mapping. ``warn``
-    receives the one warning a broken file earns (CLI-024).
+    receives the one warning a broken file earns.
     """
 
     def __init__(
@@ -301,12 +301,12 @@ class Settings:
         self._file: FileConfig | None = None
         #: Where the file was looked for (``""``: not located), once it was read.
         self._location = ""
-        #: Why the file's values count as absent, when they do (CLI-024).
+        #: Why the file's values count as absent, when they do.
         self._problem = ""
 
     @property
     def file(self) -> FileConfig:
-        """The config file's values, read on first use and then remembered (CLI-023)."""
+        """The config file's values, read on first use and then remembered."""
         if self._file is None:
             try:
                 self._location = config_location(self._env)
@@ -319,12 +319,12 @@ class Settings:
         return self._file
 
     def controller(self) -> str:
-        """Controller base URL(s) without trailing slashes (CLI-010, CLI-201)."""
+        """Controller base URL(s) without trailing slashes."""
         url = self._env.get("RC_CONTROLLER", "") or self.file.controller or DEFAULT_CONTROLLER
         return url.rstrip("/")
 
     def controller_origin(self) -> str:
-        """Where ``controller()`` came from, for an unreachable-controller error (EXT-CLI-8)."""
+        """Where ``controller()`` came from, for an unreachable-controller error."""
         if self._env.get("RC_CONTROLLER", ""):
             return "from RC_CONTROLLER"
         if self.file.controller:
@@ -335,7 +335,7 @@ class Settings:
         return DEFAULT_ORIGIN
 
     def token(self) -> str:
-        """Bearer token; empty when none is configured, which the controller refuses (CLI-011)."""
+        """Bearer token; empty when none is configured, which the controller refuses."""
         return self._env.get("RC_TOKEN", "") or self.file.token or ""
 
     def missing_token(self) -> str:
@@ -359,7 +359,7 @@ class Settings:
         )
 
     def run_here(self) -> bool:
-        """``run: {here: true}`` in the config file (EXT-HERE-3); false when absent."""
+        """``run: {here: true}`` in the config file; false when absent."""
         return bool(self.file.run_here)
 
     def submitter(self, as_flag: str = "") -> str:
@@ -375,7 +375,7 @@ class Settings:
 
 
 def derived_submitter(env: Mapping[str, str]) -> str:
-    """``<USER>@<hostname>`` plus ``/<session>`` when a session ID is set (CLI-030 step 4)."""
+    """``<USER>@<hostname>`` plus ``/<session>`` when a session ID is set."""
     try:
         host = os.uname().nodename
     except (AttributeError, OSError):
@@ -389,7 +389,7 @@ _PROCESS_SETTINGS: Settings | None = None
 
 
 def settings() -> Settings:
-    """The process-wide settings, so the file is read at most once per process (CLI-023)."""
+    """The process-wide settings, so the file is read at most once per process."""
     global _PROCESS_SETTINGS
     if _PROCESS_SETTINGS is None:
         _PROCESS_SETTINGS = Settings()
@@ -426,7 +426,7 @@ def _render(values: Mapping[str, object]) -> str:
 
 
 class ClientConfigUpdate(NamedTuple):
-    """What ``update_client_config`` did, so that ``rc up`` can say it (EXT-HERE-5)."""
+    """What ``update_client_config`` did, so that ``rc up`` can say it."""
 
     path: Path
     #: Keys given new values.
@@ -441,7 +441,7 @@ def write_client_config(
     force: bool,
     env: Mapping[str, str] | None = None,
 ) -> Path:
-    """Record the client side of a local setup in the user config file (EXT-UP-3).
+    """Record the client side of a local setup in the user config file.
 
     The path written; ``update_client_config`` also says what was kept.
     """
@@ -454,11 +454,11 @@ def update_client_config(
     force: bool,
     env: Mapping[str, str] | None = None,
 ) -> ClientConfigUpdate:
-    """Record the client side of a local setup in the user config file (EXT-UP-3).
+    """Record the client side of a local setup in the user config file.
 
     Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
     pointed ``rc`` at a shared controller must not find it silently redirected. The
-    file also gains ``run: {here: true}`` (EXT-HERE-3) unless ``run.here`` is already
+    file also gains ``run: {here: true}`` unless ``run.here`` is already
     set: that is a preference, so even ``force`` keeps it. ``submitter`` is kept. A key
     the client does not read is refused (``ConfigError``) without ``force``, and dropped
     with it, so that what ``rc up`` leaves behind is a file ``rc`` uses. The file is written atomically with mode 0600 since it holds a
@@ -484,7 +484,7 @@ def update_client_config(
             existing = {}
     unknown = unknown_key_names(existing)
     if unknown and not force:
-        # Kept, such a key would leave a file every rc command refuses (CLI-024).
+        # Kept, such a key would leave a file every rc command refuses.
         raise unknown_keys(path, unknown, "; fix or remove it, or rc up --force drops it")
     existing = _known_only(existing)
     written: list[str] = []

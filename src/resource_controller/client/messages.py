@@ -1,4 +1,4 @@
-"""What the client puts on the wire and how it reads the answers (CLI-072..075, EXT-CLI-7).
+"""What the client puts on the wire and how it reads the answers.
 
 Pure pieces with no connection: request paths, the submit body, the refusals a status
 maps to, the job view, and the job-ID prefix lookup. ``api.JsonClient`` and the asyncio
@@ -25,7 +25,7 @@ else:
 
     Json = dict  # the same at run time; the parameters are the type checker's
 
-#: EXT-CLI-7: the shortest job ID prefix the client resolves, and how many of the jobs
+#: The shortest job ID prefix the client resolves, and how many of the jobs
 #: an ambiguous one matches are named.
 MIN_ID_PREFIX = 6
 
@@ -38,7 +38,7 @@ _FULL_JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 
 class JobIdError(errors.ClientError):
-    """A job ID prefix that is too short or matches several jobs (EXT-CLI-7)."""
+    """A job ID prefix that is too short or matches several jobs."""
 
 
 class PolledJob(NamedTuple):
@@ -51,7 +51,7 @@ class PolledJob(NamedTuple):
     job: Json
     #: 0 when the job is not queued (the controller omits the key then).
     queue_position: int = 0
-    #: What the queued job waits for, one entry per device (EXT-WHY-1a); empty otherwise.
+    #: What the queued job waits for, one entry per device; empty otherwise.
     #: (The default list is shared: nothing ever appends to a view's.)
     waiting_for: list[Json] = []  # noqa: RUF012
 
@@ -62,7 +62,7 @@ class PolledJob(NamedTuple):
 
 
 def exit_status(code: int) -> int:
-    """The process exit status for a job's non-zero code (CLI-050).
+    """The process exit status for a job's non-zero code.
 
     As the OS would present it (mod 256, so -1 reads 255), except that a multiple of
     256 becomes 1: a failed job must never read as success.
@@ -72,7 +72,7 @@ def exit_status(code: int) -> int:
 
 
 def new_idempotency_key() -> str:
-    """A fresh random UUID4 (CLI-074), without paying for the ``uuid`` module's import."""
+    """A fresh random UUID4, without paying for the ``uuid`` module's import."""
     b = bytearray(os.urandom(16))
     b[6] = (b[6] & 0x0F) | 0x40
     b[8] = (b[8] & 0x3F) | 0x80
@@ -81,12 +81,12 @@ def new_idempotency_key() -> str:
 
 
 def job_path(job_id: str) -> str:
-    """``/v1/jobs/{id}`` with the ID inserted as typed (CLI-071); only what HTTP forbids is escaped."""
+    """``/v1/jobs/{id}`` with the ID inserted as typed; only what HTTP forbids is escaped."""
     return "/v1/jobs/" + urls.quote(job_id, safe="/:@!$&'()*+,;=")
 
 
 def device_path(device_id: str, *, segment: bool = False) -> str:
-    """``/v1/devices/{id}``; the ``:`` of a device ID is never percent-encoded (CLI-071).
+    """``/v1/devices/{id}``; the ``:`` of a device ID is never percent-encoded.
 
     ``segment`` encodes every other reserved character, as ``clear`` and ``retire`` do.
     """
@@ -121,10 +121,10 @@ def submit_body(
     after: Sequence[str] = (),
     after_any: bool = False,
 ) -> Json:
-    """The submit body (CLI-072): zero and empty values left out, ``command`` and
-    ``submitter`` always sent; ``count`` only when it is not 1 and no ``device_ids``
-    list implies it (EXT-GANG-6); ``after`` the full IDs of the jobs it waits for
-    (EXT-SHARE-2)."""
+    """The submit body: zero and empty values left out, ``command`` and
+     ``submitter`` always sent; ``count`` only when it is not 1 and no ``device_ids``
+     list implies it; ``after`` the full IDs of the jobs it waits for
+    ."""
     body: dict[str, Any] = {"submitter": submitter}
     if command is not None:
         body["command"] = list(command)
@@ -153,7 +153,7 @@ def submit_body(
 
 
 def check_hold(ttl_seconds: int, reason: str) -> None:
-    """A hold's own rules, checked before any request (CLI-120): a positive TTL and a reason."""
+    """A hold's own rules, checked before any request: a positive TTL and a reason."""
     if ttl_seconds <= 0:
         raise ValueError(f"a hold needs a positive TTL (got {ttl_seconds}s)")
     if not reason.strip():
@@ -161,14 +161,14 @@ def check_hold(ttl_seconds: int, reason: str) -> None:
 
 
 def submit_refusal(e: errors.ApiError) -> errors.ClientError:
-    """A submit's error as raised: any 409 is ``NoDeviceError`` (CLI-075)."""
+    """A submit's error as raised: any 409 is ``NoDeviceError``."""
     if e.status == 409:
         return errors.NoDeviceError(_controller_message(e) or None)
     return e
 
 
 def kill_refusal(e: errors.ApiError) -> errors.ClientError:
-    """A kill's error as raised: a 409 is ``NotCancellableError`` with the message (CLI-075)."""
+    """A kill's error as raised: a 409 is ``NotCancellableError`` with the message."""
     if e.status == 409:
         return errors.NotCancellableError(_controller_message(e) or "job not cancellable")
     return e
@@ -189,7 +189,7 @@ def parse_polled_job(data: Any, request: str) -> PolledJob:
     )
 
 
-#: The most jobs one ``GET /v1/jobs`` answers (API-043). A longer listing is read a page
+#: The most jobs one ``GET /v1/jobs`` answers. A longer listing is read a page
 #: at a time, each page asking for the jobs ``before`` the last one read.
 JOBS_PAGE = 200
 
@@ -197,7 +197,7 @@ JOBS_PAGE = 200
 def jobs_query(
     device: str, state: str, submitter: str, limit: int, before: str = ""
 ) -> dict[str, str]:
-    """``GET /v1/jobs``'s query: only what is set (CLI-141); a ``limit`` of 0 is the
+    """``GET /v1/jobs``'s query: only what is set; a ``limit`` of 0 is the
     controller's default."""
     query = {"device": device, "limit": str(limit) if limit else "", "state": state}
     query.update(submitter=submitter, before=before)
@@ -215,7 +215,7 @@ def add_jobs_page(found: list[Json], data: Any, asked: int) -> bool:
 
     None does after a short page, or when the caller set no limit. A page that repeats
     a job already read ends the listing too: a controller without ``before`` (the
-    reference, EXT-COMPAT-2) answers the first page again, and is read once.
+    reference) answers the first page again, and is read once.
     """
     page: list[Json] = shapes.normalise(data, shapes.JOB_LIST).get("jobs") or []
     seen = {j.get("id") for j in found}
@@ -226,7 +226,7 @@ def add_jobs_page(found: list[Json], data: Any, asked: int) -> bool:
 
 
 def prefix_query(given: str) -> dict[str, str] | None:
-    """The lookup that resolves a job ID prefix (EXT-CLI-7); ``None`` for a complete ID.
+    """The lookup that resolves a job ID prefix; ``None`` for a complete ID.
 
     Raises ``JobIdError`` for a prefix shorter than ``MIN_ID_PREFIX``.
     """
@@ -259,7 +259,7 @@ def pick_prefix_match(given: str, data: Any) -> str:
 
 
 def logs_query(*, follow: bool | None = None, offset: int = 0) -> dict[str, str] | None:
-    """``GET /v1/jobs/{id}/logs``'s query (CLI-080, EXT-CLI-5): ``follow`` only when
+    """``GET /v1/jobs/{id}/logs``'s query: ``follow`` only when
     given (None is the route's default), ``offset`` only when positive; None when empty."""
     query: dict[str, str] = {}
     if follow is not None:
@@ -270,7 +270,7 @@ def logs_query(*, follow: bool | None = None, offset: int = 0) -> dict[str, str]
 
 
 class UsageAsk:
-    """One ``GET /v1/usage`` (EXT-ACCT-2) without I/O: what to send and how to read the
+    """One ``GET /v1/usage`` without I/O: what to send and how to read the
     answer, so the blocking and the asyncio clients ask and read it alike."""
 
     path = "/v1/usage"

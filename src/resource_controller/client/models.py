@@ -1,4 +1,4 @@
-"""Typed views of the controller's objects for the Python API (EXT-PYAPI-1).
+"""Typed views of the controller's objects for the Python API.
 
 Plain dataclasses built from the JSON the controller sends (controller-api.md §5),
 so that ``job.exit_code`` is an ``int | None`` rather than a dict lookup, and a field
@@ -67,7 +67,7 @@ def timestamp(value: Any) -> datetime | None:
 
 @dataclass
 class JobInfo:
-    """A job or hold as the controller last described it (API-020, EXT-EPOCH-2, EXT-GANG-6).
+    """A job or hold as the controller last described it.
 
     Omitted fields read as their empty value: ``""``, ``0``, ``[]``, ``{}`` or ``None``
     (``exit_code`` stays ``None`` until the job reports one, so that "no code yet" and
@@ -82,7 +82,7 @@ class JobInfo:
     selector: str = ""
     #: The device, ``""`` until a selector or any-device job is placed.
     device_id: str = ""
-    #: Every device the job holds (EXT-GANG-6); ``[device_id]`` from a controller that
+    #: Every device the job holds; ``[device_id]`` from a controller that
     #: sends no list, ``[]`` while unplaced.
     device_ids: list[str] = field(default_factory=list)
     worker_id: str = ""
@@ -98,21 +98,21 @@ class JobInfo:
     #: The reason given at submit (a hold's stated reason).
     reason: str = ""
     stdio: str = ""
-    #: The fencing epoch of its latest lease (EXT-EPOCH-2); 0 when it never had one.
+    #: The fencing epoch of its latest lease; 0 when it never had one.
     lease_epoch: int = 0
     submitted_at: datetime | None = None
     queued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    #: 1-based place in the queue while queued, else 0 (API-045).
+    #: 1-based place in the queue while queued, else 0.
     queue_position: int = 0
-    #: What a queued job waits for, one entry per device (EXT-WHY-1a), as sent; or
-    #: its submitter's limit, or the jobs it waits for (EXT-SHARE).
+    #: What a queued job waits for, one entry per device, as sent; or
+    #: its submitter's limit, or the jobs it waits for.
     waiting_for: list[Json] = field(default_factory=list)
-    #: The jobs it waits for, as submitted (EXT-SHARE-2), and whether any end will do.
+    #: The jobs it waits for, as submitted, and whether any end will do.
     after: list[str] = field(default_factory=list)
     after_any: bool = False
-    #: What its GPUs did, once it ended (EXT-ACCT-1): mean utilisation in percent,
+    #: What its GPUs did, once it ended: mean utilisation in percent,
     #: peak memory in bytes, readings taken; ``None`` when nothing was sampled.
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
@@ -170,7 +170,7 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class Label:
-    """One label row of a device (API-022): a probe's (``detected``) or the config's."""
+    """One label row of a device: a probe's (``detected``) or the config's."""
 
     key: str
     value: str
@@ -205,7 +205,7 @@ def effective_labels(labels: list[Label]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Device:
-    """A device and who holds it (API-021, API-023; EXT-CLI-6, EXT-DRAIN-3a).
+    """A device and who holds it.
 
     From ``devices()`` every field is filled; from ``describe()`` the holder's
     ``kind``, ``reason`` and ``command`` are not part of the answer and stay empty.
@@ -219,7 +219,7 @@ class Device:
     state: str = ""
     last_heartbeat_at: datetime | None = None
     labels: list[Label] = field(default_factory=list)
-    #: The device's runtime ceiling in seconds (EXT-CLI-6); 0 when it has none.
+    #: The device's runtime ceiling in seconds; 0 when it has none.
     max_runtime_seconds: int = 0
     draining: bool = False
     #: The live lease's holder (its job's submitter), job and kind; ``""`` when free.
@@ -245,7 +245,7 @@ class Device:
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> Device:
-        """A device view (API-023) or a describe answer (API-060)."""
+        """A device view or a describe answer."""
         dev = view.get("device")
         d: Mapping[str, Any] = dev if isinstance(dev, dict) else {}
         return cls(
@@ -272,14 +272,14 @@ class Device:
 
 @dataclass(frozen=True)
 class DeviceDetails:
-    """Everything about one device (API-060): the device, its usage sheet, recent jobs."""
+    """Everything about one device: the device, its usage sheet, recent jobs."""
 
     device: Device
     #: The usage sheet shown (the host-wide one when ``sheet_is_host_wide``), ``""`` if none.
     sheet: str = ""
     sheet_is_host_wide: bool = False
     sheet_updated_at: datetime | None = None
-    #: ``"<label key>/<source>"`` to seconds since that label was confirmed (API-061).
+    #: ``"<label key>/<source>"`` to seconds since that label was confirmed.
     label_age_seconds: dict[str, int] = field(default_factory=dict)
     #: Up to five jobs on this device, newest submission first.
     recent_jobs: list[JobInfo] = field(default_factory=list)
@@ -312,7 +312,7 @@ class DeviceDetails:
 
 @dataclass(frozen=True)
 class Explanation:
-    """What a selector matches right now (API-064); nothing was submitted."""
+    """What a selector matches right now; nothing was submitted."""
 
     selector: str
     #: Every matching device ID, sorted.
@@ -323,7 +323,7 @@ class Explanation:
     queue_depth: int = 0
     #: When nothing matches: what the devices have for the selector's keys; else "".
     hint: str = ""
-    #: The asking submitter's limit when one applies (EXT-SHARE-1): the name it counts
+    #: The asking submitter's limit when one applies: the name it counts
     #: under, the limit in devices, and the devices it holds; None when none applies.
     submitter: str = ""
     submitter_limit: int | None = None
@@ -347,7 +347,7 @@ class Explanation:
 class RunResult:
     """How ``run()`` ended: the exit code ``rc run`` would exit with, and the job."""
 
-    #: 0 for ``succeeded``; the job's non-zero code as the OS presents it (CLI-050);
+    #: 0 for ``succeeded``; the job's non-zero code as the OS presents it;
     #: 1 for a job that ended otherwise with no code (killed while queued, lost, ...).
     exit_code: int
     job: JobInfo
@@ -366,7 +366,7 @@ class RunResult:
 
 
 def run_exit_code(job: JobInfo) -> int:
-    """``rc run``'s exit code for a finished job (CLI-050, CLI-114)."""
+    """``rc run``'s exit code for a finished job."""
     if job.exit_code:
         return exit_status(job.exit_code)
     return 0 if job.succeeded else 1
@@ -374,17 +374,17 @@ def run_exit_code(job: JobInfo) -> int:
 
 @dataclass(frozen=True)
 class LeaseInfo:
-    """A granted hold (EXT-PYAPI-3): what code on the device host needs to use it."""
+    """A granted hold: what code on the device host needs to use it."""
 
     #: The hold's job ID; ``release()`` (or leaving the ``with`` block) ends it.
     id: str
-    #: The first device, and every device when several were asked for (EXT-GANG-6).
+    #: The first device, and every device when several were asked for.
     device_id: str
     device_ids: list[str]
-    #: The fencing epoch (EXT-EPOCH-2), for stamping writes to shared storage; 0 if none.
+    #: The fencing epoch, for stamping writes to shared storage; 0 if none.
     epoch: int
-    #: What to put in ``CUDA_VISIBLE_DEVICES``: the devices' trailing indices (WRK-077),
-    #: a MIG instance's UUID as its worker last reported it (EXT-MIG-2), or ``None``
+    #: What to put in ``CUDA_VISIBLE_DEVICES``: the devices' trailing indices,
+    #: a MIG instance's UUID as its worker last reported it, or ``None``
     #: when a device has neither (as the worker leaves it unset).
     cuda_visible_devices: str | None
     #: The hold's TTL in seconds: the controller ends it then, whatever happens here.
@@ -392,7 +392,7 @@ class LeaseInfo:
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables a job on these devices would get (WRK-076, EXT-GANG-4, EXT-EPOCH-2)."""
+        """The variables a job on these devices would get."""
         env = {"RC_DEVICE": self.device_id, "RC_DEVICES": ",".join(self.device_ids)}
         if self.cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
@@ -416,13 +416,13 @@ class LeaseInfo:
 
 
 def mig_instance_ids(device_ids: Sequence[str]) -> list[str]:
-    """The device IDs that name MIG instances (``host:gpu<i>.mig<j>``, EXT-MIG-1): only
+    """The device IDs that name MIG instances (``host:gpu<i>.mig<j>``): only
     their worker knows their UUID, which a lease must ask for."""
     return [d for d in device_ids if mig.is_instance(d.partition(":")[2])]
 
 
 def detected_uuid(describe: Mapping[str, Any]) -> str:
-    """The detected ``uuid`` label in a device's describe answer (API-060); ``""`` if none."""
+    """The detected ``uuid`` label in a device's describe answer; ``""`` if none."""
     labels = describe.get("labels")
     for label in labels if isinstance(labels, list) else []:
         if isinstance(label, dict) and (label.get("key"), label.get("source")) == (
@@ -435,7 +435,7 @@ def detected_uuid(describe: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class UsageGroup:
-    """One submitter's, device's or host's use over a window (EXT-ACCT-2)."""
+    """One submitter's, device's or host's use over a window."""
 
     #: The submitter, the device ID or the host; ``""`` for a window's total.
     group: str
@@ -464,7 +464,7 @@ class UsageGroup:
 
 @dataclass(frozen=True)
 class Usage:
-    """Who held what over a window, largest first (``Client.usage``, EXT-ACCT-2)."""
+    """Who held what over a window, largest first (``Client.usage``)."""
 
     #: ``submitter``, ``device`` or ``host``.
     by: str

@@ -1,7 +1,6 @@
-"""Argument checks shared by ``Client`` and ``AsyncClient`` (EXT-PYAPI-1..4).
+"""Argument checks shared by ``Client`` and ``AsyncClient``.
 
-Both clients take durations as seconds or as the CLI's duration text (``"30m"``,
-CLI-005) and refuse what ``rc`` refuses, before any request, with a message that
+Both clients take durations as seconds or as the CLI's duration text (``"30m"``) and refuse what ``rc`` refuses, before any request, with a message that
 names the argument: a flag either works or is refused.
 """
 
@@ -26,7 +25,7 @@ class CountNotHonoured(errors.ClientError):
 
 
 def seconds(value: Duration | None, what: str) -> float:
-    """``value`` in seconds; ``None`` is 0 (none). Negative is refused (EXT-CLI-8)."""
+    """``value`` in seconds; ``None`` is 0 (none). Negative is refused."""
     if value is None:
         return 0.0
     if isinstance(value, bool):
@@ -48,7 +47,7 @@ def seconds(value: Duration | None, what: str) -> float:
 
 
 def ceiling(value: Duration | None, what: str) -> int:
-    """A runtime ceiling in whole seconds (CLI-073): under one second but positive is refused."""
+    """A runtime ceiling in whole seconds: under one second but positive is refused."""
     out = seconds(value, what)
     if 0 < out < 1:
         raise ValueError(
@@ -60,8 +59,8 @@ def ceiling(value: Duration | None, what: str) -> int:
 
 def after_ids(after: object, after_any: bool, no_wait: bool) -> list[str]:
     """The jobs ``after`` names, each once, in order, as IDs or prefixes still to resolve
-    (EXT-SHARE-2): one ID, a comma-separated string of them, a job handle, or a list of
-    either. Checked before any request, as ``rc run --after`` checks them."""
+    : one ID, a comma-separated string of them, a job handle, or a list of
+     either. Checked before any request, as ``rc run --after`` checks them."""
     from resource_controller.client.models import JobInfo
 
     items: list[object]
@@ -107,7 +106,7 @@ class Target:
 
 
 def target(device: str | Sequence[str], select: str, count: int) -> Target:
-    """Check a request's devices before any request (CLI-101, EXT-GANG-1).
+    """Check a request's devices before any request.
 
     ``device`` is one ID, or several on one host as a list (or a comma-separated
     string, as ``-d`` takes them), which implies the count; ``device`` and ``select``
@@ -145,7 +144,7 @@ def check_argv(argv: Sequence[str]) -> list[str]:
 def default_reason() -> str:
     """A lease's reason when the caller gave none: which program on which host holds it.
 
-    A hold without a reason cannot be told from a leak (CLI-120); this one names the
+    A hold without a reason cannot be told from a leak; this one names the
     process, which is what a person looking at ``rc devices`` needs to find it.
     """
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
@@ -171,7 +170,7 @@ def count_shortfall(job: api.Json, count: int) -> str:
 
 
 def check_usage(since: str, by: str) -> None:
-    """``usage()``'s arguments as the controller will read them (EXT-ACCT-2):
+    """``usage()``'s arguments as the controller will read them:
     ``ValueError`` naming the one that is wrong, before any request."""
     from resource_controller.core import usage
 

@@ -1,7 +1,7 @@
 """Where the controller's answers hold lists and maps, so that ``null`` reads as empty.
 
 The reference controller's JSON encoder writes ``null`` for an empty list or map
-(EXT-COMPAT-1): a job's ``"env": null``, a state's ``"queued": null``. This client
+: a job's ``"env": null``, a state's ``"queued": null``. This client
 reads such an answer as if the controller had written ``[]``/``{}`` where the field is
 always present, and as if it had left the key out where this project omits it when
 empty, so commands and ``--json`` output see the shapes this project's controller
@@ -77,7 +77,7 @@ def normalise(value: Any, shape: Shape | None) -> Any:
         if v is None:
             if key in shape.keep and sub is not None:
                 out[key] = normalise(None, sub)
-            # else: null for an optional field means the same as absent (API-001)
+            # else: null for an optional field means the same as absent
             continue
         out[key] = normalise(v, sub)
     return out
@@ -89,7 +89,7 @@ JOB = Obj(
     {"command": List(), "env": Map(), "device_ids": List(), "after": List()},
     keep=frozenset({"command"}),
 )
-#: EXT-WHY-1a: a queued job's ``waiting_for`` entries hold no lists or maps.
+#: A queued job's ``waiting_for`` entries hold no lists or maps.
 WAITING_FOR = List()
 JOB_VIEW = Obj({"job": JOB, "waiting_for": WAITING_FOR})
 JOB_LIST = Obj({"jobs": List(JOB)}, keep=frozenset({"jobs"}))
@@ -117,5 +117,5 @@ DESCRIBE = Obj(
     }
 )
 EXPLAIN = Obj({"matching": List(), "free": List()}, keep=frozenset({"matching", "free"}))
-#: EXT-ACCT-2: ``GET /v1/usage``; no group holds a list or a map.
+#: ``GET /v1/usage``; no group holds a list or a map.
 USAGE = Obj({"groups": List(Obj()), "total": Obj()}, keep=frozenset({"groups"}))

@@ -1,4 +1,4 @@
-"""The Python API: ``from resource_controller import Client`` (EXT-PYAPI-1..3).
+"""The Python API: ``from resource_controller import Client``.
 
 A typed layer over ``api.JsonClient``, the object the ``rc`` commands use, so that the
 Python API and the command line send the same requests, poll on the same budgets and
@@ -44,9 +44,9 @@ from resource_controller.client.models import (
 )
 from resource_controller.client.options import Duration, check_usage
 
-#: CLI-193: bound on the final wait after the output stream ends.
+#: Bound on the final wait after the output stream ends.
 FINAL_WAIT = 300.0
-#: CLI-194: bound on cancelling a queued job or releasing a lease.
+#: Bound on cancelling a queued job or releasing a lease.
 CANCEL_BOUND = 10.0
 
 WaitTimeout = api.WaitTimeout
@@ -73,7 +73,7 @@ class NotGranted(errors.ClientError):
 
 
 def write_stdout(chunk: bytes) -> None:
-    """Copy output to this process's stdout as it arrives, flushed (EXT-LIVE-2)."""
+    """Copy output to this process's stdout as it arrives, flushed."""
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is not None:
         sys.stdout.flush()
@@ -122,7 +122,7 @@ class Job(JobInfo):
         return self._view(self._client.low.get_job(self.id))
 
     def wait(self, timeout: Duration | None = None) -> Job:
-        """Block until the job ends and return itself, updated (CLI-078).
+        """Block until the job ends and return itself, updated.
 
         ``timeout`` bounds the wait (seconds or ``"10m"``); passing it raises
         ``WaitTimeout`` and leaves the job alone. Six consecutive failed polls raise
@@ -133,7 +133,7 @@ class Job(JobInfo):
         return self
 
     def wait_started(self, timeout: Duration | None = None) -> Job:
-        """Block until the job leaves the queue (CLI-077); it may have ended without starting.
+        """Block until the job leaves the queue; it may have ended without starting.
 
         ``timeout`` raises ``WaitTimeout`` and leaves the job queued.
         """
@@ -143,9 +143,9 @@ class Job(JobInfo):
         return self
 
     def logs(self, follow: bool = False, *, text: bool = False) -> Iterator[Any]:
-        """The job's stored output (LOG-003): what is stored now, or with ``follow=True``
-        everything until the job ends, resuming a broken stream where it stopped
-        (EXT-CLI-5). Chunks are ``bytes``, or ``str`` with ``text=True``.
+        """The job's stored output: what is stored now, or with ``follow=True``
+         everything until the job ends, resuming a broken stream where it stopped
+        . Chunks are ``bytes``, or ``str`` with ``text=True``.
         """
         low = self._client.low
         if follow:
@@ -159,9 +159,9 @@ class Job(JobInfo):
         return b"".join(self.logs())
 
     def kill(self) -> None:
-        """Cancel the job if queued, or have its worker stop it (CLI-130).
+        """Cancel the job if queued, or have its worker stop it.
 
-        Only its submitter (this client's, CLI-030) or an admin token may (CLI-131):
+        Only its submitter (this client's) or an admin token may:
         otherwise ``NotJobOwner``. An ended job raises ``NotCancellableError``.
         """
         self._client.kill(self.id)
@@ -175,7 +175,7 @@ def _closing(stream: Any) -> Iterator[bytes]:
 
 
 class Lease(LeaseInfo):
-    """Devices held for this process (EXT-PYAPI-3): ids, ``cuda_visible_devices``, epoch."""
+    """Devices held for this process: ids, ``cuda_visible_devices``, epoch."""
 
     _job: Job
 
@@ -199,7 +199,7 @@ class Lease(LeaseInfo):
 
 def mig_uuids_of(client: Client, device_ids: Sequence[str]) -> dict[str, str]:
     """Device name -> MIG UUID of each MIG instance among ``device_ids``, as its worker
-    last reported it (one describe each, EXT-MIG-2); one that cannot be read is left
+    last reported it (one describe each); one that cannot be read is left
     out, so ``CUDA_VISIBLE_DEVICES`` is left unset rather than guessed."""
     uuids: dict[str, str] = {}
     for device_id in mig_instance_ids(device_ids):
@@ -256,10 +256,10 @@ class LeaseContext:
 
 
 class Client:
-    """Talk to one controller as the current user, with typed results (EXT-PYAPI-1).
+    """Talk to one controller as the current user, with typed results.
 
     With no arguments the controller URL, token and submitter come from the same
-    environment variables and user config file as ``rc`` (CLI-010..031). Close it
+    environment variables and user config file as ``rc``. Close it
     (or use it as a context manager) to drop the kept-alive connection.
     """
 
@@ -275,7 +275,7 @@ class Client:
 
     @property
     def submitter(self) -> str:
-        """The identity sent with submits and kills (CLI-030), resolved once."""
+        """The identity sent with submits and kills, resolved once."""
         return self.low.submitter
 
     def close(self) -> None:
@@ -288,43 +288,43 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- the fleet -------------------------------------------------------------
+    # ---- the fleet -------------------------------------------------------------------
 
     def devices(self) -> list[Device]:
-        """Every device with its state and holder, by ID (API-051)."""
+        """Every device with its state and holder, by ID."""
         return [Device.from_view(v) for v in self.low.state().get("devices") or []]
 
     def describe(self, device_id: str) -> DeviceDetails:
-        """Everything about one device (API-060); unknown is ``NotFound``."""
+        """Everything about one device; unknown is ``NotFound``."""
         return DeviceDetails.from_json(self.low.describe(device_id))
 
     def explain(self, selector: str) -> Explanation:
-        """What ``selector`` matches now and which are free (API-064); submits nothing."""
+        """What ``selector`` matches now and which are free; submits nothing."""
         return Explanation.from_json(self.low.explain(selector), selector)
 
     def whoami(self) -> dict[str, str]:
-        """This token's role, and its name when it has one (API-070)."""
+        """This token's role, and its name when it has one."""
         return {str(k): str(v) for k, v in self.low.whoami().items()}
 
     def usage(self, since: str = "7d", by: str = "submitter", limit: int = 0) -> Usage:
         """Who held what over the last ``since`` (``7d``, ``36h``, ``2w``), per
-        submitter, device or host, largest first (EXT-ACCT-2): jobs, device-hours,
+        submitter, device or host, largest first: jobs, device-hours,
         GPU-hours weighted by utilisation where known, and each group's share. A
         ``since`` that is not a duration is ``ValueError`` before any request."""
         check_usage(since, by)
         return Usage.from_json(self.low.usage(since, by, limit))
 
-    # ---- jobs ------------------------------------------------------------------
+    # ---- jobs ------------------------------------------------------------------------
 
     def job(self, job_id: str) -> Job:
-        """A handle for an existing job, by ID or unique prefix of 6+ characters (EXT-CLI-7)."""
+        """A handle for an existing job, by ID or unique prefix of 6+ characters."""
         view = self.low.get_job(self.low.resolve_job_id(job_id))
         return Job.bind(self, view.job, view.queue_position, view.waiting_for)
 
     def jobs(
         self, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
     ) -> list[Job]:
-        """Job history, newest first, finished jobs included (API-043).
+        """Job history, newest first, finished jobs included.
 
         Any ``limit``: past the controller's page (200) the history is read a page at
         a time (``GET /v1/jobs?before=``); 0 is the controller's default.
@@ -348,16 +348,16 @@ class Client:
         after: str | JobInfo | Sequence[str | JobInfo] | None = None,
         after_any: bool = False,
     ) -> Job:
-        """Queue ``argv`` for a device and return its ``Job`` at once (EXT-PYAPI-2).
+        """Queue ``argv`` for a device and return its ``Job`` at once.
 
-        ``device`` is an exact ID (``host:gpu0``), or several on one host as a list
-        (all at once, EXT-GANG-1), ``select`` a label selector; with neither, any
-        device (EXT-CLI-1). ``count`` asks for several devices on one host (EXT-GANG).
-        ``no_wait`` refuses with ``NoDeviceError`` instead of queueing. ``after`` names the
-        jobs it waits for (handles, IDs or unique prefixes of 6+ characters, at most 64):
-        it starts only once each has succeeded, or ended in any state with ``after_any``;
-        if one ends otherwise, it ends ``killed`` with ``dependency_failed: <ID>``
-        (EXT-SHARE-2).
+         ``device`` is an exact ID (``host:gpu0``), or several on one host as a list
+         (all at once), ``select`` a label selector; with neither, any
+         device. ``count`` asks for several devices on one host.
+         ``no_wait`` refuses with ``NoDeviceError`` instead of queueing. ``after`` names the
+         jobs it waits for (handles, IDs or unique prefixes of 6+ characters, at most 64):
+         it starts only once each has succeeded, or ended in any state with ``after_any``;
+         if one ends otherwise, it ends ``killed`` with ``dependency_failed: <ID>``
+        .
         """
         command = options.check_argv(argv)
         want = options.target(device, select, count)
@@ -399,7 +399,7 @@ class Client:
         check: bool = False,
         on_output: Callable[[bytes], object] | None = None,
     ) -> RunResult:
-        """Run ``argv`` on a device and block until it ends, like ``rc run`` (EXT-PYAPI-2).
+        """Run ``argv`` on a device and block until it ends, like ``rc run``.
 
         Queues while the device is busy; ``timeout`` gives up queueing after that long
         (cancels the job, raises ``WaitTimeout``). The output goes to this process's
@@ -446,7 +446,7 @@ class Client:
     def _taken(self, submit: Callable[[], Job]) -> Job:
         """``submit()``, a Ctrl-C that lands before its answer held back until the job
         is known, then cancelling it: the controller may have queued it already, and a
-        job nobody waits for must not keep its place (CLI-106)."""
+        job nobody waits for must not keep its place."""
         with _interrupts_held_back() as interrupted:
             job = submit()
         if interrupted:
@@ -455,7 +455,7 @@ class Client:
         return job
 
     def _leave_queue(self, job: Job, timeout: Duration | None, count: int) -> None:
-        """WAIT_QUEUE (CLI-106..109): an interrupt or our own deadline cancels the job."""
+        """WAIT_QUEUE: an interrupt or our own deadline cancels the job."""
         limit = options.seconds(timeout, "timeout")
         if job.state == "queued":
             try:
@@ -474,14 +474,14 @@ class Client:
             self.low.kill(job_id, timeout=CANCEL_BOUND)
 
     def kill(self, job_id: str, *, timeout: float | None = None) -> None:
-        """Cancel a queued job or stop a running one, by ID or prefix (CLI-130, CLI-131)."""
+        """Cancel a queued job or stop a running one, by ID or prefix."""
         self.low.kill(self.low.resolve_job_id(job_id), timeout=timeout)
 
     def release(self, job_id: str) -> None:
-        """End a hold (or any job) early: the same operation as ``kill`` (CLI-130)."""
+        """End a hold (or any job) early: the same operation as ``kill``."""
         self.kill(job_id)
 
-    # ---- holds -----------------------------------------------------------------
+    # ---- holds -----------------------------------------------------------------------
 
     def hold(
         self,
@@ -494,7 +494,7 @@ class Client:
         timeout: Duration | None = None,
         wait: bool = True,
     ) -> Job:
-        """Take a hold as ``rc hold`` does and return it once granted (CLI-121, CLI-122).
+        """Take a hold as ``rc hold`` does and return it once granted.
 
         ``ttl`` is required: the controller ends the hold then even if this process
         dies. ``reason`` defaults to naming this program, pid and host. Queues while
@@ -535,7 +535,7 @@ class Client:
         count: int = 1,
         timeout: Duration | None = None,
     ) -> LeaseContext:
-        """``with client.lease(ttl="30m") as lease:`` holds devices for the block (EXT-PYAPI-3).
+        """``with client.lease(ttl="30m") as lease:`` holds devices for the block.
 
         Entering waits until the hold is granted (as ``hold``) and gives a ``Lease``
         with ``device_ids``, ``cuda_visible_devices`` and ``epoch``; leaving the block

@@ -14,15 +14,15 @@ Every failure leaves here as one of two errors from ``errors``:
 
 - ``ApiError``: the controller answered non-2xx. Its ``{"error", "message"}`` body
   becomes ``<code>: <message>``, raised as that code's class (``errors.API_CODES``); anything else becomes "controller returned
-  <status> <reason>" (CLI-042).
+  <status> <reason>".
 - ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
-  request and the cause (CLI-043).
+  request and the cause.
 
 Nothing here retries a request the controller may have seen. The one exception to
 "never resend" is a request that failed on a kept-alive connection the controller
 had already closed while idle: such a request never reached it, so it is sent once
 more on a fresh connection. Several comma-separated base URLs fail over to the next
-one only when a connection cannot be opened at all (EXT-PG-5).
+one only when a connection cannot be opened at all.
 """
 
 from __future__ import annotations
@@ -110,10 +110,10 @@ def describe_cause(exc: BaseException) -> str:
 
 
 def api_error(status: int, reason: str, body: bytes, missing_token: str = "") -> errors.ApiError:
-    """Map a non-2xx answer onto ``ApiError`` (CLI-042).
+    """Map a non-2xx answer onto ``ApiError``.
 
     ``missing_token`` says where the client looked for a token it did not find; it is
-    added to an ``unauthorized`` answer, the one a missing token earns (CLI-011).
+    added to an ``unauthorized`` answer, the one a missing token earns.
     """
     code, message = http1.error_body(body)
     if code:
@@ -197,7 +197,7 @@ class Transport:
         missing_token: Callable[[], str] | None = None,
     ) -> None:
         """``origin`` says where ``base_url`` came from (``from RC_CONTROLLER``, ...); an
-        error that the controller cannot be reached names it (EXT-CLI-8).
+        error that the controller cannot be reached names it.
         ``missing_token``, asked only when an empty token is refused, says where the
         client looked for one (``config.Settings.missing_token``)."""
         self._origin = origin
@@ -220,7 +220,7 @@ class Transport:
         return self._token
 
     def _headers(self) -> dict[str, str]:
-        # CLI-070: both headers on every request, even with an empty token, so the
+        # Both headers on every request, even with an empty token, so the
         # controller answers "unauthorized" instead of the client guessing.
         return {
             "Authorization": f"Bearer {self._token}",
@@ -343,7 +343,7 @@ class Transport:
         )
         self._keep(conn, resp)
         if resp.status >= 500 and self._fail_over() and method == "GET":
-            # Another controller of the list may answer (EXT-PG-5); a read is safe to repeat.
+            # Another controller of the list may answer; a read is safe to repeat.
             conn, resp, data, request = self._exchange(
                 method, path, query, payload, timeout, whole=True
             )
@@ -373,7 +373,7 @@ class Transport:
 
     def _fail_over(self) -> bool:
         """Send the next requests to the next controller of the list (after a 5xx: that
-        one cannot serve now, EXT-PG-5); False when there is no other."""
+        one cannot serve now); False when there is no other."""
         if len(self._bases) < 2:
             return False
         self.close()

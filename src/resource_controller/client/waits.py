@@ -1,5 +1,4 @@
-"""The client's polling waits and output follows as rules without I/O (CLI-077..079,
-CLI-190..192, EXT-CLI-5).
+"""The client's polling waits and output follows as rules without I/O.
 
 ``api.JsonClient`` polls with blocking calls and ``aio.AsyncClient`` with awaited ones;
 both loops only carry out what a wait here decides: how long the next poll may take,
@@ -15,15 +14,15 @@ from resource_controller import errors
 from resource_controller.client.messages import PolledJob
 from resource_controller.core.states import TERMINAL, JobState
 
-#: CLI-190: pause between polls in both wait loops.
+#: Pause between polls in both wait loops.
 POLL_INTERVAL = 0.5
-#: CLI-191: per-poll timeout and the failure count that gives up, wait-until-scheduled.
+#: Per-poll timeout and the failure count that gives up, wait-until-scheduled.
 SCHEDULED_POLL_TIMEOUT = 1.0
 SCHEDULED_GIVE_UP = 17
-#: CLI-192: the same for wait-until-terminal.
+#: The same for wait-until-terminal.
 TERMINAL_POLL_TIMEOUT = 10.0
 TERMINAL_GIVE_UP = 6
-#: EXT-CLI-5: consecutive reconnects of a broken log stream that deliver nothing
+#: Consecutive reconnects of a broken log stream that deliver nothing
 #: before ``rc run`` gives up on the output (about 8 s, as wait-until-scheduled).
 STREAM_GIVE_UP = 17
 
@@ -47,7 +46,7 @@ def seconds_text(seconds: float) -> str:
 
 
 class UntilScheduled:
-    """Until the job leaves the queue (CLI-077); the job returned may be terminal
+    """Until the job leaves the queue; the job returned may be terminal
     without ever having started: the caller checks."""
 
     poll_timeout = SCHEDULED_POLL_TIMEOUT
@@ -69,7 +68,7 @@ class UntilScheduled:
         return min(self.poll_timeout, remaining)
 
     def failed(self, error: errors.ClientError) -> None:
-        """One more failed poll; raises ``PollGiveUp`` at the limit (CLI-079)."""
+        """One more failed poll; raises ``PollGiveUp`` at the limit."""
         self.failures += 1
         if self.failures >= self.give_up:
             raise PollGiveUp(self.given_up(error)) from error
@@ -96,7 +95,7 @@ class UntilScheduled:
 
 
 class UntilTerminal(UntilScheduled):
-    """Until the job ends (CLI-078); messages name its last known state."""
+    """Until the job ends; messages name its last known state."""
 
     poll_timeout = TERMINAL_POLL_TIMEOUT
     give_up = TERMINAL_GIVE_UP
@@ -125,7 +124,7 @@ class UntilTerminal(UntilScheduled):
 
 
 class StreamResume:
-    """Following a job's output to its end (EXT-CLI-5): a broken stream is reopened at
+    """Following a job's output to its end: a broken stream is reopened at
     the byte offset already delivered, so nothing is lost or repeated, until
     ``STREAM_GIVE_UP`` attempts in a row deliver nothing."""
 
@@ -133,7 +132,7 @@ class StreamResume:
     pause = POLL_INTERVAL
 
     def __init__(self, *, reconnect: bool = True) -> None:
-        #: With ``reconnect=False`` the first break is final (CLI-081).
+        #: With ``reconnect=False`` the first break is final.
         self.reconnect = reconnect
         #: Bytes delivered so far: where the next stream starts.
         self.offset = 0

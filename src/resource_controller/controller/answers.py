@@ -1,5 +1,5 @@
 """Errors as the wire's ``{"error", "message"}`` bodies, for the app's handlers and the
-hot routes alike, so both answer a failure the same way (API-002, API-003)."""
+hot routes alike, so both answer a failure the same way."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Errors are mapped to the wire in one place: every ``RcError`` becomes the spec's
 ``{"error", "message"}`` body with its status; anything unexpected is a generic
-``500 store_error`` that leaks no driver text (API-002, API-003).
+``500 store_error`` that leaks no driver text.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 class InstanceHeader:
-    """Stamps ``Rc-Controller-Instance`` on every response, errors and 404s included (AUTH-020)."""
+    """Stamps ``Rc-Controller-Instance`` on every response, errors and 404s included."""
 
     def __init__(self, app: ASGIApp, instance: str) -> None:
         self.app = app
@@ -60,7 +60,7 @@ class InstanceHeader:
 
 
 class CatchAll:
-    """Answers an unexpected exception with the generic ``500 store_error`` (API-003).
+    """Answers an unexpected exception with the generic ``500 store_error``.
 
     Starlette's catch-all handler answers too, but then re-raises to the server, which
     resets the keep-alive connection under the client's next request. Caught here, the
@@ -91,7 +91,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     """Build the ASGI app around ``svc``; ``run_loops`` starts the reaper and scheduler loops."""
 
     async def device_views() -> list[Any]:
-        """The list ``GET /v1/devices`` answers, for a "devices" event (EVT-012)."""
+        """The list ``GET /v1/devices`` answers, for a "devices" event."""
         snaps = await svc.db(svc.store.device_snapshots)
         now = svc.now()
         return [render.device_view_body(s, now) for s in snaps]
@@ -101,11 +101,11 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = []
-        if svc.settings.webhook_url:  # HOOKN-001: no URL, no queue and no task
+        if svc.settings.webhook_url:  # No URL, no queue and no task
             svc.hub.notifier = webhooks.Notifier(svc.settings.webhook_url, svc.metrics)
             svc.hub.notifier.start()
         if run_loops:
-            # SRV-020/SRV-032: the start instant and the hold-off, fixed once, before the loops.
+            # The start instant and the hold-off, fixed once, before the loops.
             started = svc.clock.now()
             hold_off_until = started + svc.settings.hold_off
             tasks = [
@@ -117,7 +117,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
         if not svc.peers.alone:
             tasks.append(asyncio.create_task(svc.peers.run(svc.hub), name="peers"))
-        if svc.settings.limits_file:  # EXT-SHARE-1: SIGHUP reads it again
+        if svc.settings.limits_file:  # SIGHUP reads it again
             tasks.append(asyncio.create_task(loops.limits_on_hangup(svc), name="limits"))
         try:
             yield
@@ -129,7 +129,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            # SRV-050 step 3: after requests and loops stopped, before the store closes.
+            # After requests and loops stopped, before the store closes.
             if svc.hub.notifier is not None:
                 await svc.hub.notifier.close()
 
@@ -139,7 +139,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
-        # A path that matches no route is a 404 (AUTH-030), never a redirect to another path.
+        # A path that matches no route is a 404, never a redirect to another path.
         redirect_slashes=False,
     )
     app.state.services = svc
@@ -171,7 +171,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
-            # AUTH-030: the Allow header names every method of the path, not only the
+            # The Allow header names every method of the path, not only the
             # methods of the first route that matched it.
             exc.headers = {**(exc.headers or {}), "Allow": ", ".join(_allowed(app, request))}
         return await http_exception_handler(request, exc)

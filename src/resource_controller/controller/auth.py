@@ -1,6 +1,6 @@
-"""Role tokens from ``RC_TOKENS`` and the bearer check (SRV-004..006, AUTH-001..004).
+"""Role tokens from ``RC_TOKENS`` and the bearer check.
 
-An entry is ``token:role`` or ``token:role:name`` (EXT-WHO-1). Tokens are compared in
+An entry is ``token:role`` or ``token:role:name``. Tokens are compared in
 constant time and never logged. ``admin`` satisfies every role; ``worker`` and
 ``client`` are disjoint.
 """
@@ -20,7 +20,7 @@ class TokenError(ValueError):
 
 
 def parse_tokens(value: str | None) -> dict[str, Caller]:
-    """Parse ``token:role[:name]`` entries, refusing anything ambiguous (SRV-005, EXT-WHO-1).
+    """Parse ``token:role[:name]`` entries, refusing anything ambiguous.
 
     The role is the text between the first and second colon; after the second colon
     comes the name, which must be 1-64 characters of ``A-Z a-z 0-9 . _ @ / -``.
@@ -73,5 +73,5 @@ class Authenticator:
 
 
 def satisfies(role: Role, required: Role) -> bool:
-    """Admin implies every role; worker and client are disjoint (AUTH-002)."""
+    """Admin implies every role; worker and client are disjoint."""
     return role == Role.ADMIN or role == required

@@ -1,7 +1,7 @@
 """The dashboard page (controller-api.md §13): one self-contained HTML document.
 
 The HTML, CSS and script are kept as separate files under ``static/`` for editing and
-joined here into one page with the style and script inline (DASH-001, DASH-002). The
+joined here into one page with the style and script inline. The
 page is assembled once per process; the Content-Security-Policy allows exactly that
 inline style and script (by hash), requests to this controller only, and ``data:``
 images (the tab icon), so nothing else can run or be fetched even if text slipped in.

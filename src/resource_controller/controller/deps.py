@@ -1,7 +1,7 @@
 """What every route needs: the services bundle, the caller (role and name), and body parsing.
 
 Bodies are parsed here rather than by the framework so that authentication is always
-checked first (AUTH-003) and a bad body is our ``400 bad_request``, never a 422.
+checked first and a bad body is our ``400 bad_request``, never a 422.
 """
 
 from __future__ import annotations
@@ -44,27 +44,27 @@ class Settings:
     """
 
     retain_disconnected_jobs: bool = False
-    #: Seconds between safety-net scheduling passes (SRV-030).
+    #: Seconds between safety-net scheduling passes.
     schedule_interval: float = 1.0
-    #: Seconds between reaper passes; the first runs one interval after start (SRV-031).
+    #: Seconds between reaper passes; the first runs one interval after start.
     sweep_interval: float = expiry.SWEEP_INTERVAL
-    #: Worker silence before its devices go ``unknown`` (STORE-100).
+    #: Worker silence before its devices go ``unknown``.
     grace: float = expiry.GRACE
     #: Worker silence before it is written off (``worker_lost``, jobs ``lost``).
     unhealthy_after: float = expiry.UNHEALTHY_AFTER
-    #: Start-up window without lease expiry or write-off: start + this (SRV-032).
+    #: Start-up window without lease expiry or write-off: start + this.
     hold_off: float = expiry.HOLD_OFF
-    #: Where webhook events go (SRV-002); empty means no notifier at all (HOOKN-001).
+    #: Where webhook events go; empty means no notifier at all.
     webhook_url: str = ""
     #: ``--priority-aging``: seconds of waiting per step of effective priority; 0 = off
-    #: (EXT-FAIR-1).
+    #:.
     priority_aging: int = 0
     #: ``--log-retention``: stored output of jobs ended longer ago is deleted; 0 = kept
-    #: (EXT-KEEP-1).
+    #:.
     log_retention: int = 0
-    #: ``--max-log-bytes``: the cap on one job's stored output; 0 = none (EXT-KEEP-1).
+    #: ``--max-log-bytes``: the cap on one job's stored output; 0 = none.
     max_log_bytes: int = DEFAULT_MAX_BYTES
-    #: ``--max-devices-per-submitter``: the default submitter limit; 0 = none (EXT-SHARE-1).
+    #: ``--max-devices-per-submitter``: the default submitter limit; 0 = none.
     max_devices_per_submitter: int = 0
     #: ``--limits``: the limits file, read at start-up and again on SIGHUP; '' = none.
     limits_file: str = ""
@@ -82,7 +82,7 @@ class Services:
     hub: Hub = field(default_factory=Hub)
     metrics: Metrics = field(default_factory=Metrics)
     instance: str = field(default_factory=lambda: str(uuid.uuid4()))
-    #: One thread runs every store call: store operations are serialised (STORE-002)
+    #: One thread runs every store call: store operations are serialised
     #: and the event loop never blocks on a database commit.
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
@@ -122,10 +122,10 @@ def forbidden(role: Role, required: Role) -> errors.Forbidden:
 
 
 def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
-    """A dependency that authenticates the caller and checks its role (AUTH-001..003).
+    """A dependency that authenticates the caller and checks its role.
 
-    It yields the token's ``Caller`` (role and optional name, EXT-WHO-1) for the routes
-    whose rules depend on who calls (EXT-WHO-2, EXT-WHO-3).
+    It yields the token's ``Caller`` (role and optional name) for the routes
+    whose rules depend on who calls.
     """
 
     async def check(request: Request) -> Caller:
@@ -137,7 +137,7 @@ def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
 
 def authorize(svc: Services, header: str | None, required: Role) -> Caller:
     """The caller of an ``Authorization`` header, refused unless its role satisfies
-    ``required`` (AUTH-001..003)."""
+    ``required``."""
     token = svc.auth.bearer(header)
     caller = svc.auth.caller_of(token) if token else None
     if caller is None:
@@ -149,10 +149,9 @@ def authorize(svc: Services, header: str | None, required: Role) -> Caller:
 
 def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
     """Validate a JSON body; absent fields default. Unknown fields are ignored in worker
-    bodies (API-001) and refused by name in client bodies (``wire._ClientRequest``).
+    bodies and refused by name in client bodies (``wire._ClientRequest``).
 
-    ``null`` handling (absent at the top, empty where a list or map belongs: API-001,
-    EXT-COMPAT-1) lives on the request models themselves (``wire._Request``).
+    ``null`` handling (absent at the top, empty where a list or map belongs: API-001) lives on the request models themselves (``wire._Request``).
     """
     if not raw.strip():
         if not empty_ok:
@@ -225,7 +224,7 @@ def unknown_fields(names: list[str], model: type[pydantic.BaseModel]) -> str:
 async def read_capped(
     request: Request, cap: int, what: str = "JSON body", code: str = "body_too_large"
 ) -> bytes:
-    """The raw body, refused with ``413`` once it passes ``cap`` bytes (EXT-LIMITS-2).
+    """The raw body, refused with ``413`` once it passes ``cap`` bytes.
 
     A declared ``Content-Length`` over the cap is refused before a byte is read; a
     chunked (or lying) body is counted while it streams, and nothing past the cap is

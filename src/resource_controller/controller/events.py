@@ -1,13 +1,13 @@
-"""The event stream's in-process broadcaster (EVT-001..014).
+"""The event stream's in-process broadcaster.
 
 Events are nudges ("something changed, refetch ``/v1/state``"), never a change log:
-nothing is stored or replayed (EVT-004). Each subscriber has a bounded buffer of
+nothing is stored or replayed. Each subscriber has a bounded buffer of
 ``BUFFER`` frames; publishing never blocks, and a full buffer drops the event for
-that subscriber only (EVT-005). The route (``routes/events.py``) writes each frame
+that subscriber only. The route (``routes/events.py``) writes each frame
 under a ``WRITE_DEADLINE`` and cuts a reader that cannot take one in time.
 
 Only ``wake.apply`` publishes, after the change that implies the event committed.
-Exactly two kinds exist, ``jobs`` and ``devices`` (EVT-014).
+Exactly two kinds exist, ``jobs`` and ``devices``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-BUFFER = 32  #: frames per subscriber (EVT-005)
-KEEPALIVE = 20.0  #: seconds between ``: keepalive`` comments (EVT-003)
-WRITE_DEADLINE = 10.0  #: seconds one frame may take to be accepted (EVT-005)
+BUFFER = 32  #: frames per subscriber
+KEEPALIVE = 20.0  #: seconds between ``: keepalive`` comments
+WRITE_DEADLINE = 10.0  #: seconds one frame may take to be accepted
 KEEPALIVE_FRAME = b": keepalive\n\n"
 
 JOBS = "jobs"
@@ -31,7 +31,7 @@ DEVICES = "devices"
 
 
 def stamp(at: float) -> str:
-    """RFC 3339 UTC with a Z and sub-second digits, trailing zeros trimmed (API-004)."""
+    """RFC 3339 UTC with a Z and sub-second digits, trailing zeros trimmed."""
     moment = datetime.fromtimestamp(at, UTC)
     whole = moment.strftime("%Y-%m-%dT%H:%M:%S")
     fraction = f"{moment.microsecond:06d}".rstrip("0")
@@ -39,7 +39,7 @@ def stamp(at: float) -> str:
 
 
 def frame(kind: str, at: float, payload: Any = None, *, with_payload: bool = False) -> bytes:
-    """One ``data: <compact JSON>`` line and a blank line (EVT-002)."""
+    """One ``data: <compact JSON>`` line and a blank line."""
     body: dict[str, Any] = {"kind": kind, "at": stamp(at)}
     if with_payload:
         body["payload"] = payload
@@ -55,13 +55,13 @@ class Subscription:
 
 
 class Broadcaster:
-    """Fan-out of frames to every connected reader; publishing never blocks (EVT-005)."""
+    """Fan-out of frames to every connected reader; publishing never blocks."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self._subs: set[Subscription] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Reads the device views as ``GET /v1/devices`` answers them (EVT-012).
+        #: Reads the device views as ``GET /v1/devices`` answers them.
         self.devices_source: Callable[[], Awaitable[list[Any]]] | None = None
 
     @property
@@ -88,19 +88,19 @@ class Broadcaster:
                 sub.dropped += 1
 
     def job(self, job_id: str, state: str) -> None:
-        """``jobs`` with ``{"job_id", "state"}`` (EVT-010)."""
+        """``jobs`` with ``{"job_id", "state"}``."""
         self.publish(JOBS, {"job_id": job_id, "state": state}, with_payload=True)
 
     def jobs_nudge(self) -> None:
-        """``jobs`` with no payload: a scheduler pass assigned work (EVT-011)."""
+        """``jobs`` with no payload: a scheduler pass assigned work."""
         self.publish(JOBS)
 
     def devices_nudge(self) -> None:
-        """``devices`` with no payload: a sweep took devices out (EVT-013)."""
+        """``devices`` with no payload: a sweep took devices out."""
         self.publish(DEVICES)
 
     def devices_changed(self) -> None:
-        """``devices`` with the full device list (EVT-012), read only when someone listens.
+        """``devices`` with the full device list, read only when someone listens.
 
         The read runs after the commit, on the store thread; a failure skips the event.
         """

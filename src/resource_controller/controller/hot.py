@@ -8,7 +8,7 @@ calls the very route functions the framework would (``routes/jobs.py``,
 ``routes/workers.py``) with a Starlette ``Request``, after the same role check their
 dependencies make, in the same order (AUTH-003: authentication before the body). The
 answers and error bodies are the app's own (``answers.error_answer``); the request timer
-observes the same route templates (EXT-METRICS-1). Anything else — another method, a
+observes the same route templates. Anything else — another method, a
 path with an extra or empty segment — goes to the framework unchanged, so 404, 405
 and every other route behave exactly as before.
 """

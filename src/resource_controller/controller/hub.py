@@ -59,16 +59,16 @@ class Hub:
         self.schedule = asyncio.Event()
         self.shutting_down = asyncio.Event()
         self.events = Broadcaster(time.time)
-        #: None unless a webhook URL is configured (HOOKN-001).
+        #: None unless a webhook URL is configured.
         self.notifier: Notifier | None = None
-        #: The interactive relay's sessions, in memory only (TTY-002).
+        #: The interactive relay's sessions, in memory only.
         self.relay = Relay()
         #: Where a committed change's wake-ups go for the other controllers sharing the
         #: database (``controller/peers.py``); None when there are none.
         self.forward: Callable[[Wake], None] | None = None
 
     def kick_scheduler(self) -> None:
-        """Ask for a scheduling pass soon (EXT-FAST-1); kicks close together coalesce."""
+        """Ask for a scheduling pass soon; kicks close together coalesce."""
         self.schedule.set()
 
     def wake_everyone(self) -> None:
@@ -79,5 +79,5 @@ class Hub:
         self.events.devices_nudge()
 
     def job_changed(self, job_id: str) -> None:
-        """A job's state changed: followers of its log re-check it (EXT-FAST-2)."""
+        """A job's state changed: followers of its log re-check it."""
         self.logs.wake(job_id)

@@ -1,18 +1,18 @@
 """Background loops: the scheduler pass and the reaper.
 
 Scheduler: a pass runs right after every change that can place a queued job
-(EXT-FAST-1); kicks that arrive while a pass runs coalesce into the next one. The
+; kicks that arrive while a pass runs coalesce into the next one. The
 periodic pass (1 s) only matters if a kick was somehow missed, and runs only on the
 leading controller (EXT-PG-8, ``controller/peers.py``), as do the reaper and log
 retention; a kicked pass runs where its change landed, serialised with every other
 controller's by the store.
 
-Reaper (SRV-031): every sweep interval, first one interval after start, one sweep
+Reaper: every sweep interval, first one interval after start, one sweep
 judged by ``core.expiry``: worker silence demotes devices, and once the start-up
-hold-off (SRV-032) has passed and the stall guard allows it, written-off workers'
+hold-off has passed and the stall guard allows it, written-off workers'
 jobs are lost and lapsed leases expire. A sweep never frees a device. Errors are
 logged and the loop carries on at the next tick. The same tick runs one bounded log
-retention pass when ``--log-retention`` is set (EXT-KEEP-1).
+retention pass when ``--log-retention`` is set.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def scheduler(svc: Services) -> None:
 
 
 async def limits_on_hangup(svc: Services) -> None:
-    """Read the limits file again on every SIGHUP (EXT-SHARE-1), one reading at a time."""
+    """Read the limits file again on every SIGHUP, one reading at a time."""
     loop = asyncio.get_running_loop()
     hangup = asyncio.Event()
     try:
@@ -81,7 +81,7 @@ async def _stopping(svc: Services, seconds: float) -> bool:
 
 
 async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
-    """Sweep every ``sweep_interval`` (SRV-031) with the hold-off fixed at start (SRV-032).
+    """Sweep every ``sweep_interval`` with the hold-off fixed at start.
 
     ``started`` is the controller's start instant on its clock; it seeds the stall
     guard, so a first pass that comes far later than scheduled is caught too.
@@ -125,7 +125,7 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
 
 
 async def _prune_logs(svc: Services) -> None:
-    """One bounded retention pass on the reaper's tick (EXT-KEEP-1); errors are logged."""
+    """One bounded retention pass on the reaper's tick; errors are logged."""
     if svc.settings.log_retention <= 0:
         return
     try:
@@ -138,7 +138,7 @@ async def _prune_logs(svc: Services) -> None:
 
 async def _after_sweep(svc: Services, result: SweepResult) -> None:
     """Say what the sweep took out (its wake-ups were applied by ``perform``): log lines,
-    then the webhook events of HOOKN-020 from reads made after the commit (STORE-170..172)."""
+    then the webhook events of HOOKN-020 from reads made after the commit."""
     if result.devices_unknown:
         log.info("devices unknown (worker silent): %s", ", ".join(sorted(result.devices_unknown)))
     if not result.alarming:
@@ -151,7 +151,7 @@ async def _after_sweep(svc: Services, result: SweepResult) -> None:
         log.warning("jobs lost, worker lost: %s", ", ".join(sorted(result.jobs_lost)))
     where: dict[str, str] | None = {}
     if result.leases_expired:
-        # A separate read after the sweep committed (STORE-171); failing, it only costs names.
+        # A separate read after the sweep committed; failing, it only costs names.
         try:
             where = await svc.db(svc.store.lease_devices, result.leases_expired)
         except Exception:

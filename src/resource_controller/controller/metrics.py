@@ -1,4 +1,4 @@
-"""Prometheus metrics for ``GET /metrics`` (EXT-METRICS-1).
+"""Prometheus metrics for ``GET /metrics``.
 
 Each controller has its own registry. Counters and histograms are observed where
 things happen (a hand-out, a scheduling pass, a sweep, a webhook delivery, a request);

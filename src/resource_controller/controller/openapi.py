@@ -1,7 +1,7 @@
-"""The published OpenAPI document: what every route really takes and answers (EXT-LIMITS-5).
+"""The published OpenAPI document: what every route really takes and answers.
 
 Request bodies are parsed by hand (``deps.body``) so that authentication always comes
-first (AUTH-003) and a bad body is our ``400 bad_request``; the framework therefore
+first and a bad body is our ``400 bad_request``; the framework therefore
 sees no body, query parameter or security on the routes. This module adds them from
 one table, so a fuzzer reading the document reaches every field: the wire models as
 request bodies, the query parameters each route reads, the bearer scheme with the
@@ -51,7 +51,7 @@ class Op:
     #: Documented server-side failures the route can answer (the spec names them).
     failures: dict[str, str] = field(default_factory=dict)
     #: Answers with a fixed small JSON object: status -> (description, example). A role
-    #: of "none" means no token at all (EXT-METRICS-3).
+    #: of "none" means no token at all.
     json: dict[str, tuple[str, dict[str, str | bool]]] = field(default_factory=dict)
 
 

@@ -1,16 +1,16 @@
 """Several controllers on one PostgreSQL database: which one leads, and the wake-ups
 that cross from one to the others.
 
-Leadership (EXT-PG-8): the controller holding a session advisory lock, on a connection
+Leadership: the controller holding a session advisory lock, on a connection
 of its own, runs the periodic scheduling pass, the reaper and log retention. The others
 try the lock every ``TICK``, so one of them leads within a second or two of the
 leader's death: PostgreSQL ends a dead client's session and its locks with it. A
 leader checks its connection every ``TICK`` as well, and steps down (the flag first,
 before anything else) when the check fails or outlasts ``CHECK_BOUND``. Exclusivity
 never rests on this lock: it is the allocation transaction's and the live-lease
-index's (STORE-010), which every controller's grants go through.
+index's, which every controller's grants go through.
 
-Wake-ups (EXT-PG-3): the wake-ups of each committed change (``wake.Wake``) go out on
+Wake-ups: the wake-ups of each committed change (``wake.Wake``) go out on
 one LISTEN/NOTIFY channel, and every other controller applies them to its own hub, so
 a worker long-polling B learns at once of an assignment A made, and B's event stream
 carries A's changes. A wake-up is a hint (``hub.py``): one lost costs a poll timeout,

@@ -1,14 +1,14 @@
 """The interactive relay (controller-api.md §11): sessions pairing a job's four halves.
 
-A session is keyed by job ID and lives only in memory (TTY-002): two *directions*
+A session is keyed by job ID and lives only in memory: two *directions*
 (output, worker to client; input, client to worker), each an unbuffered hand-off
 between one writing half and one reading half. A writer's bytes are acknowledged only
-once the reader has taken them (TTY-010), so a writer whose peer has not dialled in
+once the reader has taken them, so a writer whose peer has not dialled in
 yet simply waits, and the relay never holds more than one chunk per direction: the
 HTTP server's own flow control pushes back on the sender from there (backpressure,
 never an unbounded buffer).
 
-Ending rules (TTY-020..022): an output half ending discards the whole session; an
+Ending rules: an output half ending discards the whole session; an
 input half ending closes only the input direction, and a fresh input direction is
 created when input halves attach again; the last half leaving forgets the session,
 and a late unwind never touches a newer session for the same job.
@@ -19,7 +19,7 @@ client went away learns it while its job is quiet. A session whose worker is att
 with no client half for ``CLIENT_ABSENT`` seconds is discarded the same way: its client
 left before the worker dialled in, or never came (README, "Using it on one machine").
 
-Nothing here touches the store or parses a byte (TTY-003, TTY-030).
+Nothing here touches the store or parses a byte.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 #: The largest chunk handed over in one piece (the spec's relay frame line limit,
 #: TTY-031): a bigger write is handed over in pieces of at most this size.
 FRAME_MAX = 1_048_576
-#: Every write to a GET half's socket must finish within this (TTY-013).
+#: Every write to a GET half's socket must finish within this.
 WRITE_DEADLINE = 10.0
-#: A POST half blocked this long while it is alone in its session gives up (TTY-014).
+#: A POST half blocked this long while it is alone in its session gives up.
 HANDOFF_GUARD = 60.0
 #: A session with worker halves and no client half for this long is over: the client
 #: left or never came, and nobody can ever attach to the job's terminal or pipe again.
@@ -42,7 +42,7 @@ CLIENT_ABSENT = 10.0
 
 
 class Half(enum.Enum):
-    """The four streams of a session (TTY-001)."""
+    """The four streams of a session."""
 
     CLIENT_OUT = "client-out"
     WORKER_OUT = "worker-out"
@@ -59,7 +59,7 @@ class Half(enum.Enum):
 
 
 class Conflict(Exception):
-    """That half of the session already has a connection (TTY-004)."""
+    """That half of the session already has a connection."""
 
 
 class Pipe:
@@ -147,7 +147,7 @@ class Session:
     output: Pipe = field(default_factory=Pipe)
     input: Pipe = field(default_factory=Pipe)
     halves: set[Half] = field(default_factory=set)
-    #: Set once the session is discarded (TTY-020): over for every half.
+    #: Set once the session is discarded: over for every half.
     over: asyncio.Event = field(default_factory=asyncio.Event)
     #: Armed while worker halves wait with no client half (``CLIENT_ABSENT``).
     absent_timer: asyncio.TimerHandle | None = None
@@ -195,7 +195,7 @@ class Relay:
         if half in session.halves:
             raise Conflict(f"the {half.value} half of job {job_id}'s session is already connected")
         if not half.is_output and session.input.closed:
-            # TTY-021: input halves dialling again get a fresh input direction, once the
+            # Input halves dialling again get a fresh input direction, once the
             # other input half of the old one has let go of it.
             other = Half.WORKER_IN if half is Half.CLIENT_IN else Half.CLIENT_IN
             if other not in session.halves:
@@ -224,10 +224,10 @@ class Relay:
     def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
         """``half`` is over (``pipe`` being the direction it joined): apply its rule.
 
-        A writer ending is end of stream for its reader; a reader ending closes the
-        direction, so a writer blocked on it wakes. An output half ending discards the
-        whole session (TTY-020); an input half closes only its input direction
-        (TTY-021). The last half out forgets the session (TTY-022).
+         A writer ending is end of stream for its reader; a reader ending closes the
+         direction, so a writer blocked on it wakes. An output half ending discards the
+         whole session; an input half closes only its input direction
+        . The last half out forgets the session.
         """
         if half in (Half.WORKER_OUT, Half.CLIENT_IN):
             pipe.end()

@@ -59,7 +59,7 @@ def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=8192)
 def ts(seconds: int | None) -> str | None:
-    """RFC 3339 UTC with a Z, whole seconds (API-004); None stays None.
+    """RFC 3339 UTC with a Z, whole seconds; None stays None.
 
     Cached: a fleet's heartbeats and a queue's submits fall on few distinct seconds, and
     ``/v1/state`` formats four instants per device and per job.
@@ -70,7 +70,7 @@ def ts(seconds: int | None) -> str | None:
 
 
 def job(j: JobRecord) -> wire.Job:
-    """The Job object (API-020): empty and zero fields become omitted."""
+    """The Job object: empty and zero fields become omitted."""
     return _new(
         wire.Job,
         id=j.id,
@@ -106,9 +106,9 @@ def job(j: JobRecord) -> wire.Job:
 
 
 def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
-    """The Device object (API-023) as its JSON object: omitted fields absent, in the
+    """The Device object as its JSON object: omitted fields absent, in the
     wire model's order. EXT-CLI-6: the runtime ceiling is always there, 0 when none;
-    EXT-DRAIN-3a: ``draining`` only when true, who, when and why only while draining
+    ``draining`` only when true, who, when and why only while draining
     and non-empty."""
     out: dict[str, Any] = {
         "id": d.id,
@@ -146,14 +146,14 @@ _UNHEALTHY = DeviceState.UNHEALTHY.value
 
 
 def quarantine_text(d: DeviceRecord) -> str | None:
-    """The detail when there is one, else the category; only for unhealthy devices (STORE-033)."""
+    """The detail when there is one, else the category; only for unhealthy devices."""
     if d.state != _UNHEALTHY:
         return None
     return d.quarantine_detail or d.quarantine_reason or None
 
 
 def device_view_body(s: DeviceSnapshot, now: int) -> dict[str, Any]:
-    """The device view (API-023) as its JSON object, omitted fields absent.
+    """The device view as its JSON object, omitted fields absent.
 
     A plain object, not a model: ``/v1/state`` and ``/v1/devices`` render one per
     device, and two models or more per device (device, view, each label) were most
@@ -194,7 +194,7 @@ def json_body(value: Any) -> bytes:
 
 
 def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
-    """A queued job's ``waiting_for`` (EXT-WHY-1a): empty and absent facts are omitted."""
+    """A queued job's ``waiting_for``: empty and absent facts are omitted."""
     return [
         _new(
             wire.WaitingFor,
@@ -219,7 +219,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
 
 
 def usage(w: acct.Window) -> wire.Usage:
-    """A usage window (EXT-ACCT-2): hours to the thousandth, shares to four places; the
+    """A usage window: hours to the thousandth, shares to four places; the
     GPU-hours and the sampled part only where some utilisation is known."""
 
     def known(f: acct.Figures) -> dict[str, Any]:

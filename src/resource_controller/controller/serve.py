@@ -1,8 +1,8 @@
-"""``rc serve``: start-up order, binding, signals and staged shutdown (SRV-020, SRV-050).
+"""``rc serve``: start-up order, binding, signals and staged shutdown.
 
 Tokens are validated before the data directory is touched and before any socket is
 bound; every start-up failure is one ``rc: <message>`` line and exit status 1. We bind
-the listening socket ourselves so a port in use fails fast (SRV-021) instead of
+the listening socket ourselves so a port in use fails fast instead of
 surfacing from inside the server after the loops have started.
 
 Test hook (never for users, never documented outside this module): the environment
@@ -46,7 +46,7 @@ from resource_controller.store.logs import MIN_MAX_BYTES, JobLogs, LogStore
 
 log = logging.getLogger("rc.controller")
 
-GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal (SRV-050)
+GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal
 
 
 class StartupError(Exception):
@@ -166,7 +166,7 @@ def open_services(
 
 
 def share_limits(settings: Settings) -> SubmitterLimits:
-    """The submitter limits at start-up (EXT-SHARE-1): the limits file when one is given,
+    """The submitter limits at start-up: the limits file when one is given,
     else ``--max-devices-per-submitter`` for everyone; ``LimitsError`` naming the line."""
     if settings.limits_file:
         return sharelimits.load(settings.limits_file, settings.max_devices_per_submitter)
@@ -176,8 +176,7 @@ def share_limits(settings: Settings) -> SubmitterLimits:
 
 
 def open_logs(store: Store, data: Path, max_bytes: int) -> JobLogs:
-    """Job output: in the database when several controllers may share it (PostgreSQL,
-    EXT-PG-4), else files under ``<data>/logs``."""
+    """Job output: in the database when several controllers may share it (PostgreSQL), else files under ``<data>/logs``."""
     if store.database_url is not None:
         return DatabaseLogStore(store.database_url, max_bytes)
     return LogStore(data / "logs", max_bytes)
@@ -224,10 +223,10 @@ def policy(
 ) -> dict[str, int]:
     """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
 
-    Stored instants are whole seconds (STORE-004), so a positive duration under one
+    Stored instants are whole seconds, so a positive duration under one
     second could only be rounded into something else: it is refused, as is a cap too
-    small to hold a head, the marker and a tail (EXT-FAIR-1, EXT-KEEP-1). A submitter
-    limit is a number of devices, at least 1: no flag is no limit (EXT-SHARE-1).
+    small to hold a head, the marker and a tail. A submitter
+    limit is a number of devices, at least 1: no flag is no limit.
     """
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
@@ -255,7 +254,7 @@ WEBHOOK_ENV = "RC_WEBHOOK_URL"
 
 
 def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
-    """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier (SRV-002)."""
+    """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier."""
     env = os.environ if environ is None else environ
     return flag or env.get(WEBHOOK_ENV, "")
 
@@ -275,10 +274,10 @@ def run(
     ``policy`` holds the ``Settings`` fields ``rc serve``'s flags set: ``priority_aging``,
     ``log_retention``, ``max_log_bytes`` and ``max_devices_per_submitter``, already
     validated; ``limits_file`` is read at start-up (a bad one stops it, naming the line)
-    and again on SIGHUP (EXT-SHARE-1).
+    and again on SIGHUP.
     """
     logfmt.configure(log_format, logging.INFO)
-    # EXT-METRICS-2: events at the default level, not migration steps or requests.
+    # Events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:

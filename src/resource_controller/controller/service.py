@@ -52,21 +52,21 @@ log = logging.getLogger(__name__)
 SHEET_CAP = 65536
 
 
-# ---- client: jobs ------------------------------------------------------------------
+# ---- client: jobs --------------------------------------------------------------------
 
 
 async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
-    """Enqueue, run one scheduling pass at once, answer with the job (API-042)."""
-    # EXT-WHO-2: a named token's submit is recorded under its name.
+    """Enqueue, run one scheduling pass at once, answer with the job."""
+    # A named token's submit is recorded under its name.
     req.submitter = identity.recorded_submitter(caller, req.submitter)
     new = submits.validate_submit(req)
-    # EXT-SHARE-1: the name its submitter limit counts under.
+    # The name its submitter limit counts under.
     new = dataclasses.replace(new, share_name=identity.share_name(caller, req.submitter))
     submits.check_limit(svc.store.limits, new)
 
     def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
         job = svc.store.enqueue(new)
-        # API-042: whatever fails after the enqueue (a database error or anything
+        # Whatever fails after the enqueue (a database error or anything
         # unexpected) cancels the just-queued job, so it never lingers half-submitted.
         try:
             done = svc.store.schedule_after(job)
@@ -85,9 +85,9 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     wake = Wake(scheduled=True) | Wake.poll(a.worker_id for a in done.assigned)
     wake |= _ended_by_pass(done, skip=job.id)
     if not (req.no_wait and job.queued):
-        if job.terminal:  # failed by its pass: a job it named had already failed (EXT-SHARE-2)
+        if job.terminal:  # failed by its pass: a job it named had already failed
             wake |= Wake.jobs_ended([job.id])
-        return Done(job, wake | Wake.job(job.id, job.state))  # EVT-010: after the pass
+        return Done(job, wake | Wake.job(job.id, job.state))  # After the pass
     try:
         why = await svc.db(_why_busy, svc, job)
         if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
@@ -102,7 +102,7 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
 
 
 def _ended_by_pass(done: PassResult, skip: str = "") -> Wake:
-    """The wake-ups of the waiting jobs a pass ended ``dependency_failed`` (EXT-SHARE-2):
+    """The wake-ups of the waiting jobs a pass ended ``dependency_failed``:
     their followers finish and the event stream says so; ``skip`` is announced by its
     caller."""
     ids = [j for j in done.ended if j != skip]
@@ -124,12 +124,12 @@ def _why_busy(svc: Services, job: JobRecord) -> str:
 
 
 async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
-    """Cancel a queued job or flag an active one for its worker (API-046, EXT-WHO-2)."""
+    """Cancel a queued job or flag an active one for its worker."""
     job = await svc.db(svc.store.job, job_id)
     if not identity.may_end(caller, job.submitter, req.submitter):
         who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
         raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
-    # A named token's reason names who it is, as its submits do (EXT-WHO-2).
+    # A named token's reason names who it is, as its submits do.
     submitter = identity.recorded_submitter(caller, req.submitter)
     reason = states.kill_reason(submitter, admin=caller.admin)
     if job.state == JobState.QUEUED:
@@ -151,14 +151,14 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
             None,
             wake | Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, JobState.KILLED),
         )
-    return Done(None, wake | Wake.job(job_id, job.state))  # handed to the worker (EVT-010)
+    return Done(None, wake | Wake.job(job_id, job.state))  # handed to the worker
 
 
 # ---- worker: registration and facts --------------------------------------------------
 
 
 def check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> None:
-    """Refuse the whole request when any sheet is over 64 KiB (STORE-152)."""
+    """Refuse the whole request when any sheet is over 64 KiB."""
     if sheet is not None and len(sheet.encode()) > SHEET_CAP:
         raise errors.TooLarge("host sheet exceeds 65536 bytes", code="sheet_too_large")
     for name, text in (device_sheets or {}).items():
@@ -169,7 +169,7 @@ def check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> Non
 
 
 def proof_of(recovery: wire.RecoveryProof | None) -> expiry.Proof | None:
-    """The registration's recovery proof; absent means none (API-030, STORE-120)."""
+    """The registration's recovery proof; absent means none."""
     if recovery is None:
         return None
     return expiry.Proof(
@@ -183,8 +183,8 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     """Upsert the worker and its devices, recover what its proof allows, store its facts."""
     if not req.host:
         raise errors.BadRequest("host must not be empty")
-    # EXT-WHO-3: a named worker token speaks only for its own host. An admin token
-    # (which satisfies worker routes, AUTH-002) keeps its override, named or not.
+    # A named worker token speaks only for its own host. An admin token
+    # (which satisfies worker routes) keeps its override, named or not.
     if caller.role == Role.WORKER and caller.name is not None and req.host != caller.name:
         raise errors.NotThisHost(
             f"a worker token named {caller.name!r} cannot register host {req.host!r}"
@@ -195,14 +195,14 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     proof = proof_of(req.recovery)
 
     def apply() -> tuple[Registration, AutoRecovery]:
-        # STORE-113: upsert (with ceilings) -> auto-recovery -> labels and sheets, each
+        # Upsert (with ceilings) -> auto-recovery -> labels and sheets, each
         # its own transaction. Recovery comes after the upsert because it most often
         # lifts the ``registration`` quarantine the upsert itself has just written.
         reg = svc.store.register(req.host, req.boot_id, declared)
         try:
             recovery = svc.store.auto_recover(reg.worker_id, proof)
         except Exception:
-            # API-031 step 6: logged, never fails the registration; the devices simply
+            # Logged, never fails the registration; the devices simply
             # stay quarantined, which nothing schedules onto.
             log.exception("automatic recovery for worker %s failed", req.host)
             recovery = AutoRecovery()
@@ -212,7 +212,7 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
         return reg, recovery
 
     reg, recovery = await svc.db(apply)
-    # EXT-METRICS-2: a registration is one of the events a quiet controller still logs.
+    # A registration is one of the events a quiet controller still logs.
     log.info("worker %s registered: %d devices", req.host, len(names))
     for job_id in reg.reaped:
         log.warning("job %s lost: worker %s re-registered", job_id, req.host)
@@ -251,7 +251,7 @@ def _say_mig_conflicts(req: wire.RegisterRequest, reg: Registration) -> None:
 
 
 async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Done[None]:
-    """Replace the worker's labels and sheets (API-032); only for its registered host."""
+    """Replace the worker's labels and sheets; only for its registered host."""
     if not req.host:
         raise errors.BadRequest("host must not be empty")
     host = await svc.db(svc.store.worker_host, worker_id)
@@ -276,10 +276,10 @@ async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Do
 async def poll(
     svc: Services, worker_id: str, wait: float, gone: asyncio.Future[None]
 ) -> Done[tuple[list[JobRecord], list[str]]]:
-    """Long poll (API-034): hand out assignments and due kills, or wait to be woken.
+    """Long poll: hand out assignments and due kills, or wait to be woken.
 
     Empty lists once ``wait`` seconds pass, the controller shuts down or the caller is
-    ``gone``. The hand-out moves each job to ``running`` in the store (STORE-080).
+    ``gone``. The hand-out moves each job to ``running`` in the store.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
@@ -312,15 +312,15 @@ def _handed(
     svc: Services, handed: list[JobRecord], kills: list[str]
 ) -> Done[tuple[list[JobRecord], list[str]]]:
     now = svc.clock.now()
-    for j in handed:  # EXT-METRICS-1: submit to start is submit to hand-out
+    for j in handed:  # Submit to start is submit to hand-out
         svc.metrics.submit_to_start.observe(max(0.0, now - j.submitted_at))
     return Done((handed, kills))
 
 
 async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -> Done[None]:
-    """Renew the named jobs' leases and restore the devices they prove (API-035, STORE-096)."""
+    """Renew the named jobs' leases and restore the devices they prove."""
     # Pending jobs (finished, report still in the worker's outbox) keep their leases and
-    # their devices busy until the report lands (EXT-OUTBOX-2).
+    # their devices busy until the report lands.
     moved = await svc.db(
         svc.store.heartbeat,
         worker_id,
@@ -334,10 +334,10 @@ async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -
 
 
 async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes) -> Done[None]:
-    """Store a chunk of the job's output; a stale lease epoch is refused (EXT-EPOCH-3)."""
+    """Store a chunk of the job's output; a stale lease epoch is refused."""
     if epoch is not None:
         job = await svc.db(svc.store.job, job_id)
-        # ASCII digits only, and short: int() refuses "²" and 5,000-digit text (EXT-LIMITS-5).
+        # ASCII digits only, and short: int() refuses "²" and 5,000-digit text.
         current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
         if not current or int(epoch) != job.lease_epoch:
             raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
@@ -349,7 +349,7 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
 
 
 async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> Done[None]:
-    """A worker reports ``running`` or the outcome (API-037/038); terminal frees the lease."""
+    """A worker reports ``running`` or the outcome; terminal frees the lease."""
 
     def check(job: JobRecord) -> None:
         if not req.worker_id or req.worker_id != job.worker_id:
@@ -375,7 +375,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         return parked is not None
 
     def record() -> tuple[JobRecord, PassResult | None]:
-        # The ownership checks, the change and (EXT-FAST-1) the pass a release calls for
+        # The ownership checks, the change and the pass a release calls for
         # are one transaction on the store thread: the freed device is handed on without
         # a round through the scheduler loop, and to a waiting poll of its worker in the
         # same commit. A failed pass is left to that loop. The claimed polls are answered
@@ -393,10 +393,10 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
 
     before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id
-    announce = Wake.job(job_id, req.state)  # EVT-010: repeats publish again
+    announce = Wake.job(job_id, req.state)  # Repeats publish again
     if not device_id:
         return Done(None, announce)
-    # HOOKN-010: a first terminal report of a non-hold job whose reason is a watchdog's.
+    # A first terminal report of a non-hold job whose reason is a watchdog's.
     trip = (
         before.state not in TERMINAL
         and before.kind != Kind.HOLD
@@ -410,7 +410,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
                 ),
             )
         )
-    # EXT-METRICS-2: a job ending is an event; its start is the worker's to log.
+    # A job ending is an event; its start is the worker's to log.
     log.info(
         "job %s %s on %s%s",
         job_id,
@@ -420,7 +420,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     )
     if done is None:
         passed = Wake(schedule=True)
-    else:  # EVT-011: a pass that assigned is announced, as the scheduler loop does
+    else:  # A pass that assigned is announced, as the scheduler loop does
         passed = Wake(scheduled=True, assigned=bool(done.assigned)) | Wake.poll(
             a.worker_id for a in done.assigned
         )
@@ -429,13 +429,13 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
 
 
 async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[None]:
-    """The host takes a device out itself (API-039); only an admin clears a fault."""
+    """The host takes a device out itself; only an admin clears a fault."""
     if not req.reason:
         raise errors.BadRequest("reason must not be empty")
 
     def quarantine() -> str:
         svc.store.set_device_state(device_id, DeviceState.UNHEALTHY, req.reason)
-        try:  # a separate read after the commit: it only names the job (HOOKN-011)
+        try:  # a separate read after the commit: it only names the job
             return svc.store.active_job_on(device_id)
         except Exception:
             log.exception("reading the job on faulted device %s failed", device_id)
@@ -451,7 +451,7 @@ async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[No
 
 
 async def usage(svc: Services, by: str, since: str, limit: int) -> Done[acct.Window]:
-    """Who held what over the window (EXT-ACCT-2): from the usage rollup, two rows per
+    """Who held what over the window: from the usage rollup, two rows per
     group; a bad ``by``, ``since`` or ``limit`` is ``400 bad_request`` naming it."""
     try:
         acct.check_by(by)
@@ -467,7 +467,7 @@ async def usage(svc: Services, by: str, since: str, limit: int) -> Done[acct.Win
 
 
 async def clear(svc: Services, device_id: str) -> Done[None]:
-    """Return a quarantined, lease-free device to the pool (API-080)."""
+    """Return a quarantined, lease-free device to the pool."""
     if not await svc.db(svc.store.clear_device, device_id):
         raise errors.DeviceNotCleared(
             f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
@@ -477,7 +477,7 @@ async def clear(svc: Services, device_id: str) -> Done[None]:
 
 
 async def retire(svc: Services, device_id: str) -> Done[None]:
-    """Delete a lease-free device (API-081); an unknown one is ``404 device_not_found``."""
+    """Delete a lease-free device; an unknown one is ``404 device_not_found``."""
     await svc.db(svc.store.retire_device, device_id)
     log.info("device %s retired", device_id)
     return Done(None, Wake(devices=True))
@@ -486,7 +486,7 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
 async def drain(
     svc: Services, caller: Caller, device_id: str, req: wire.DrainRequest
 ) -> Done[None]:
-    """Flag a device draining (EXT-DRAIN-3a); a pass follows, as the device's
+    """Flag a device draining; a pass follows, as the device's
     reservations are gone and the jobs waiting for it now wait for others."""
     by = identity.recorded_submitter(caller, req.submitter)
     await svc.db(svc.store.drain_device, device_id, by, req.reason)
@@ -495,7 +495,7 @@ async def drain(
 
 
 async def undrain(svc: Services, device_id: str) -> Done[None]:
-    """Clear the drain flag (EXT-DRAIN-3a): the device takes work again, so a pass follows."""
+    """Clear the drain flag: the device takes work again, so a pass follows."""
     await svc.db(svc.store.undrain_device, device_id)
     log.info("device %s undrained", device_id)
     return Done(None, Wake(schedule=True, devices=True))
@@ -505,8 +505,8 @@ async def undrain(svc: Services, device_id: str) -> Done[None]:
 
 
 async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
-    """One scheduling pass (SRV-030): wake the long poll of every worker it assigned to,
-    and the followers of the waiting jobs it ended (EXT-SHARE-2)."""
+    """One scheduling pass: wake the long poll of every worker it assigned to,
+    and the followers of the waiting jobs it ended."""
     done = await svc.db(svc.store.run_pass)
     assigned = done.assigned
     wake = Wake.poll(a.worker_id for a in assigned) | Wake(assigned=bool(assigned))
@@ -514,7 +514,7 @@ async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
 
 
 async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
-    """Read the limits file again (SIGHUP, EXT-SHARE-1). A good file replaces the limits
+    """Read the limits file again (SIGHUP). A good file replaces the limits
     in force and a pass follows (a raised limit may place jobs); a bad one is logged,
     naming the line, and the limits in force stay."""
     from resource_controller.controller import sharelimits
@@ -535,7 +535,7 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
-    """One reaper sweep (SRV-031): followers of ended jobs finish; a pass may place work.
+    """One reaper sweep: followers of ended jobs finish; a pass may place work.
 
     A sweep never frees a device, but a device gone ``unknown`` or out can change what a
     queued job waits for, so a pass follows whenever it took anything out.
@@ -552,15 +552,15 @@ async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
     )
 
 
-#: Jobs whose stored output one retention pass deletes at most (EXT-KEEP-1): a long
+#: Jobs whose stored output one retention pass deletes at most: a long
 #: backlog is worked off over several passes instead of holding the store thread.
 RETENTION_BATCH = 200
 
 
 async def prune_logs(svc: Services) -> Done[list[str]]:
     """Delete the stored output of jobs that ended longer ago than ``--log-retention``
-    (EXT-KEEP-1); the job rows stay. Files go first, then the mark, so a pass cut short
-    only leaves a job to be looked at again."""
+    ; the job rows stay. Files go first, then the mark, so a pass cut short
+     only leaves a job to be looked at again."""
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])

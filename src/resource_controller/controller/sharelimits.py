@@ -1,4 +1,4 @@
-"""The limits file of ``rc serve --limits FILE`` (EXT-SHARE-1): how many devices each
+"""The limits file of ``rc serve --limits FILE``: how many devices each
 submitter may hold at once.
 
 ```yaml

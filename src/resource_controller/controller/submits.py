@@ -68,7 +68,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
 
 
 def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
-    """The jobs a submit waits for (EXT-SHARE-2), each once, in the order given; whether
+    """The jobs a submit waits for, each once, in the order given; whether
     each exists is the store's to say, in the enqueue's transaction."""
     ids = list(req.after or [])
     if any(not i for i in ids):
@@ -84,7 +84,7 @@ def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
 
 def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
     """A job asking for more devices than its submitter may ever hold could never start
-    (EXT-SHARE-1): ``400 bad_request`` at submit instead of a queue for ever."""
+    : ``400 bad_request`` at submit instead of a queue for ever."""
     limit = limits.of(new.share_name)
     count = len(new.device_ids) or max(1, new.count)
     if limit is not None and count > limit:
@@ -95,7 +95,7 @@ def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
-    """``count`` and ``device_ids`` checked against each other (EXT-GANG-6).
+    """``count`` and ``device_ids`` checked against each other.
 
     ``device_ids`` takes the place of ``device_id`` and ``selector``; its length is the
     count (a ``count`` other than that is refused, not overridden), its devices are
@@ -126,7 +126,7 @@ def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
     overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
     if overlap:
-        # EXT-MIG-3: a GPU and its MIG instance are never leased at once, so such a job
+        # A GPU and its MIG instance are never leased at once, so such a job
         # could never start, and meanwhile its claim would hold both back from others.
         whole, part = overlap[0]
         raise errors.BadRequest(

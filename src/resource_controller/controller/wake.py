@@ -4,8 +4,8 @@ Every controller operation (``controller/service.py``) and background loop retur
 ``Done``: its outcome plus a ``Wake`` naming the wake-ups the committed change implies.
 ``perform`` awaits the operation, then ``apply`` turns the ``Wake`` into hub calls, so
 nothing is ever woken from inside a transaction and no route calls the hub by hand.
-``apply`` is also the one publisher of event-stream messages (EVT-010..013) and the one
-place webhook events are queued (HOOKN-003), so both only ever follow a commit.
+``apply`` is also the one publisher of event-stream messages and the one
+place webhook events are queued, so both only ever follow a commit.
 
 A forgotten ``perform`` is a type error: a route gets a ``Done``, not the value it renders.
 """
@@ -29,29 +29,29 @@ _NONE: frozenset[str] = frozenset()
 class Wake:
     """The wake-ups a committed change implies; empty means nothing to wake."""
 
-    #: A scheduling pass soon: the change can make a queued job placeable (EXT-FAST-1).
+    #: A scheduling pass soon: the change can make a queued job placeable.
     schedule: bool = False
     #: A pass already ran right after the change, inside the operation (submit's
-    #: immediate pass, API-042): it is that change's EXT-FAST-1 pass; nothing to kick.
+    #: immediate pass): it is that change's EXT-FAST-1 pass; nothing to kick.
     scheduled: bool = False
-    #: Jobs that reached a terminal state: their log followers finish (EXT-FAST-2).
+    #: Jobs that reached a terminal state: their log followers finish.
     #: The reaper's expired leases may name a lease ID here; it wakes nobody.
     ended: frozenset[str] = _NONE
-    #: Workers whose long poll has something new: an assignment or a kill (API-034).
+    #: Workers whose long poll has something new: an assignment or a kill.
     workers: frozenset[str] = _NONE
-    #: Jobs with newly stored output: their log followers read it (LOG-003).
+    #: Jobs with newly stored output: their log followers read it.
     output: frozenset[str] = _NONE
     #: The device table changed (registration, labels, fault, clear, retire, a sweep
-    #: that took devices out): what a "devices" event will announce (EVT-012, EVT-013).
+    #: that took devices out): what a "devices" event will announce.
     devices: bool = False
-    #: Job states to announce on the event stream, in order: (job ID, state) (EVT-010).
+    #: Job states to announce on the event stream, in order: (job ID, state).
     jobs: tuple[tuple[str, str], ...] = ()
-    #: A scheduler-loop pass assigned at least one job: a bare "jobs" event (EVT-011).
+    #: A scheduler-loop pass assigned at least one job: a bare "jobs" event.
     assigned: bool = False
     #: A sweep marked a device unhealthy, lost a job or expired a lease: a bare
-    #: "devices" event (EVT-013), never the full list.
+    #: "devices" event, never the full list.
     swept: bool = False
-    #: Webhook events raised by the change, stamped when raised (HOOKN-010..016).
+    #: Webhook events raised by the change, stamped when raised.
     notices: tuple[Notice, ...] = ()
     #: Every long poll and log follower re-checks: another controller's change too
     #: large to name each (``controller/peers.py``).
@@ -74,7 +74,7 @@ class Wake:
 
     @property
     def passes(self) -> bool:
-        """A scheduling pass follows the change: kicked here, or already run (EXT-FAST-1)."""
+        """A scheduling pass follows the change: kicked here, or already run."""
         return self.schedule or self.scheduled
 
     @staticmethod

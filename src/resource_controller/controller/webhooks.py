@@ -1,13 +1,13 @@
-"""Webhook notifications (HOOKN-001..040): seven kinds, a bounded queue, best effort.
+"""Webhook notifications: seven kinds, a bounded queue, best effort.
 
-Raising an event never blocks and never fails its caller (HOOKN-003): it goes into a
+Raising an event never blocks and never fails its caller: it goes into a
 FIFO of ``QUEUE`` entries or is dropped and counted. One task delivers events one at
 a time, in order, with ``ATTEMPTS`` tries, backoff 1 s then 2 s, each POST bounded by
-``POST_TIMEOUT`` (HOOKN-004). No signature or secret is sent (HOOKN-005). On shutdown
+``POST_TIMEOUT``. No signature or secret is sent. On shutdown
 the queue closes and what it holds is delivered for at most ``DRAIN`` seconds, then
-the rest is abandoned with a log line (HOOKN-040).
+the rest is abandoned with a log line.
 
-With no URL configured there is no notifier at all (HOOKN-001): ``Hub.notifier`` is
+With no URL configured there is no notifier at all: ``Hub.notifier`` is
 ``None`` and ``wake.apply`` drops the notices.
 """
 
@@ -42,7 +42,7 @@ WORKER_LOST = "worker_lost"
 DEVICE_RECOVERED = "device_recovered"
 JOB_LOST = "job_lost"
 LEASE_EXPIRED = "lease_expired"
-#: The seven kinds, and no others (HOOKN-010..016, API-104).
+#: The seven kinds, and no others.
 KINDS = (
     WATCHDOG_TRIP,
     VERIFY_FAILED,
@@ -53,14 +53,14 @@ KINDS = (
     LEASE_EXPIRED,
 )
 
-#: A terminal reason that is a watchdog trip starts with one of these (HOOKN-010).
+#: A terminal reason that is a watchdog trip starts with one of these.
 WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
 VERIFY_PREFIX = "verify failed: "
 
 
 @dataclass(frozen=True)
 class Notice:
-    """One webhook event, stamped when raised (HOOKN-002)."""
+    """One webhook event, stamped when raised."""
 
     event: str
     at: float
@@ -83,7 +83,7 @@ def is_watchdog_trip(reason: str) -> bool:
 
 
 def fault_notice(at: float, device: str, job: str, reason: str) -> Notice:
-    """A fault report: ``verify_failed`` by its prefix, else ``device_unhealthy`` (HOOKN-011/012a)."""
+    """A fault report: ``verify_failed`` by its prefix, else ``device_unhealthy``."""
     kind = VERIFY_FAILED if reason.startswith(VERIFY_PREFIX) else DEVICE_UNHEALTHY
     return Notice(kind, at, device=device, job=job, reason=reason)
 
@@ -96,7 +96,7 @@ def sweep_notices(
     reasons: dict[str, str] | None,
     lease_devices: dict[str, str] | None,
 ) -> list[Notice]:
-    """The events of one committed sweep, in HOOKN-020's order (STORE-172).
+    """The events of one committed sweep, in HOOKN-020's order.
 
     ``reasons`` are the current quarantine categories and ``lease_devices`` the devices
     behind expired leases, both read after the sweep; ``None`` when that read failed,
@@ -151,7 +151,7 @@ class _NoCounters:
 
 
 class Notifier:
-    """The bounded queue and its one delivery task (HOOKN-003, HOOKN-004)."""
+    """The bounded queue and its one delivery task."""
 
     def __init__(
         self,
@@ -172,7 +172,7 @@ class Notifier:
         self.delivered = 0
 
     def emit(self, notice: Notice) -> None:
-        """Queue one event; never blocks, never raises (HOOKN-003)."""
+        """Queue one event; never blocks, never raises."""
         if self._closed:
             self.dropped += 1
             self.counters.dropped(notice.event, "shutdown")
@@ -232,7 +232,7 @@ class Notifier:
         )
 
     async def close(self, bound: float = DRAIN) -> None:
-        """Stop accepting events, deliver what is queued within ``bound`` s (HOOKN-040)."""
+        """Stop accepting events, deliver what is queued within ``bound`` s."""
         self._closed = True
         task = self._task
         if task is None:

@@ -1,5 +1,4 @@
-"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES`` (WRK-077, EXT-GANG-4,
-EXT-MIG-2).
+"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``.
 
 Shared by the worker, which sets ``CUDA_VISIBLE_DEVICES`` for a job, and the Python
 client, whose ``lease()`` tells code on the device host the same value, so the two
@@ -22,12 +21,12 @@ _ASCII_DIGITS = frozenset("0123456789")
 
 
 def device_index(device_id: str) -> str | None:
-    """The trailing index of a device ID's name, verbatim (WRK-077), or ``None``.
+    """The trailing index of a device ID's name, verbatim, or ``None``.
 
     ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
     digits count, and a run that does not fit a signed 64-bit integer is no index:
     setting a wrong index would let a job touch a GPU it was never leased. A MIG
-    instance (``box:gpu0.mig1``) has none either: its ``1`` is not GPU 1 (EXT-MIG-2).
+    instance (``box:gpu0.mig1``) has none either: its ``1`` is not GPU 1.
     """
     _, colon, name = device_id.partition(":")
     if not colon or not name or mig.is_instance(name):
@@ -55,7 +54,7 @@ def cuda_visible_devices(
     device_ids: Sequence[str], mig_uuids: Mapping[str, str] | None = None
 ) -> str | None:
     """Comma-joined ``visible_id`` of every device, or ``None`` if any has none
-    (EXT-GANG-4, EXT-MIG-2)."""
+    ."""
     ids = [visible_id(d, mig_uuids) for d in device_ids]
     if not ids or any(i is None for i in ids):
         return None

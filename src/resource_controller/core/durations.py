@@ -79,12 +79,12 @@ def render_duration(seconds: float) -> str:
 
 
 def round_half_away(x: float) -> int:
-    """Round to the nearest integer, halves away from zero (CLI-060)."""
+    """Round to the nearest integer, halves away from zero."""
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
 def compact(seconds: int) -> str:
-    """Compact whole-second duration for tables (CLI-060): ``15s``, ``2m5s``, ``25h1m1s``."""
+    """Compact whole-second duration for tables: ``15s``, ``2m5s``, ``25h1m1s``."""
     if seconds < 0:
         return "-" + compact(-seconds)
     if seconds < 60:
@@ -95,7 +95,7 @@ def compact(seconds: int) -> str:
 
 
 def age(seconds: int | None) -> str:
-    """Human age from a controller-computed number of seconds (CLI-061)."""
+    """Human age from a controller-computed number of seconds."""
     if seconds is None:
         return "age unknown (controller may be out of date)"
     m = abs(seconds)

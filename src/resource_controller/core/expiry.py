@@ -4,7 +4,7 @@ Nothing here reads a clock or a database. The store's sweep (``store/sweep.py``)
 auto-recovery read rows, ask these functions what each row deserves, and apply the
 answers; the reaper loop asks ``StallGuard`` whether this pass may judge at all. The
 governing rule is the spec's: silence is never proof. Silence may take a device out
-of the pool (``unknown``, then ``unhealthy``), never put one back (STORE-022, STORE-183).
+of the pool (``unknown``, then ``unhealthy``), never put one back.
 
 Every instant is Unix seconds on the controller's clock; every duration is seconds.
 """
@@ -16,26 +16,26 @@ from enum import Enum
 
 from resource_controller.core.states import DeviceState, Kind
 
-# ---- numbers (store.md §23, controller-api.md §14) ----------------------------------
+# ---- numbers (store.md §23, controller-api.md §14) -----------------------------------
 
-GRACE = 30.0  #: worker silence before its devices go ``unknown`` (STORE-100)
+GRACE = 30.0  #: worker silence before its devices go ``unknown``
 UNHEALTHY_AFTER = 300.0  #: silence before a worker is written off (``worker_lost``)
-SWEEP_INTERVAL = 10.0  #: seconds between reaper passes (SRV-031)
-HOLD_OFF = 30.0  #: start-up window without expiry or write-off (SRV-032)
+SWEEP_INTERVAL = 10.0  #: seconds between reaper passes
+HOLD_OFF = 30.0  #: start-up window without expiry or write-off
 
-FLAP_LIMIT = 3  #: automatic recoveries per device inside one window (STORE-122)
+FLAP_LIMIT = 3  #: automatic recoveries per device inside one window
 FLAP_WINDOW = 3600  #: the sliding window, seconds; a recovery exactly this old still counts
 
 STALL_FACTOR = 3.0  #: a pass later than this many intervals after the previous one is stalled
 RESUME_PASSES = 3  #: on-schedule passes after a stall before the reaper judges again
 
 
-# ---- silence ------------------------------------------------------------------------
+# ---- silence -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SweepRules:
-    """What one sweep is allowed to conclude (STORE-100, STORE-105).
+    """What one sweep is allowed to conclude.
 
     ``hold_off_until`` is the start-up hold-off instant (``None``: always judging);
     ``stalled`` is the stall guard's veto for this pass (see ``StallGuard``).
@@ -48,7 +48,7 @@ class SweepRules:
     stalled: bool = False
 
     def judging(self, now: float) -> bool:
-        """May this pass expire leases and write workers off? Read once per sweep (STORE-100).
+        """May this pass expire leases and write workers off? Read once per sweep.
 
         Judging needs the start-up hold-off to have elapsed (``now >= hold_off_until``)
         and the stall guard not to have vetoed the pass.
@@ -59,15 +59,15 @@ class SweepRules:
 
 
 class Demotion(Enum):
-    """What worker silence does to one device in one sweep (STORE-101)."""
+    """What worker silence does to one device in one sweep."""
 
     #: Nothing: the worker was heard recently enough, or the device is already out.
     NONE = "none"
     #: ``ready``/``busy`` -> ``unknown``, reason ``''``. Undone by the next heartbeat.
     UNKNOWN = "unknown"
-    #: -> ``unhealthy``/``worker_lost``, and its active jobs are reaped (STORE-102).
+    #: -> ``unhealthy``/``worker_lost``, and its active jobs are reaped.
     WRITE_OFF = "write_off"
-    #: Already ``unhealthy``: keeps its reason (STORE-031) but its jobs are still reaped.
+    #: Already ``unhealthy``: keeps its reason but its jobs are still reaped.
     REAP_ONLY = "reap_only"
 
 
@@ -101,28 +101,28 @@ def quiet_floor(rules: SweepRules, judging: bool) -> float:
     return min(rules.grace, rules.unhealthy_after) if judging else rules.grace
 
 
-# ---- leases -------------------------------------------------------------------------
+# ---- leases --------------------------------------------------------------------------
 
 
 def lease_expired(expires_at: float, now: float) -> bool:
-    """A lease is expired once its deadline is reached: at exactly ``expires_at`` it is (STORE-053)."""
+    """A lease is expired once its deadline is reached: at exactly ``expires_at`` it is."""
     return expires_at <= now
 
 
 def lease_expires(
     expires_at: float, kind: str, now: float, rules: SweepRules, judging: bool
 ) -> bool:
-    """Does this sweep end this live lease (STORE-103)?
+    """Does this sweep end this live lease?
 
     Only when judging, only once its deadline is reached, and in retention mode never
-    for a ``job``-kind lease (holds keep their TTL, STORE-105).
+    for a ``job``-kind lease (holds keep their TTL).
     """
     if not judging or not lease_expired(expires_at, now):
         return False
     return not (rules.retain and kind == Kind.JOB)
 
 
-# ---- the stall guard ----------------------------------------------------------------
+# ---- the stall guard -----------------------------------------------------------------
 
 
 def stalled(previous: float | None, current: float, interval: float) -> bool:
@@ -135,7 +135,7 @@ def stalled(previous: float | None, current: float, interval: float) -> bool:
     forward) is seen the same way the sweep would see the resulting silence.
 
     Why this guard exists (our addition to the spec, in the spirit of its start-up
-    hold-off, SRV-032): the sweep judges silence and deadlines from stored timestamps,
+    hold-off): the sweep judges silence and deadlines from stored timestamps,
     and those kept running while this controller was not listening. A worker that
     heartbeated faithfully into a paused controller looks exactly like a dead one on
     the first pass after the pause, because its heartbeats are still queued behind
@@ -183,12 +183,12 @@ class StallGuard:
         return self.steady == 0
 
 
-# ---- recovery proofs and the flap guard ---------------------------------------------
+# ---- recovery proofs and the flap guard ----------------------------------------------
 
 
 @dataclass(frozen=True)
 class Proof:
-    """A worker's recovery proof at registration (STORE-120); all false means none."""
+    """A worker's recovery proof at registration; all false means none."""
 
     isolated: bool = False
     survivors_checked: bool = False
@@ -214,7 +214,7 @@ class Proof:
 
 
 def flap_cutoff(now: float) -> float:
-    """Recoveries at or after this instant are inside the sliding window (STORE-122).
+    """Recoveries at or after this instant are inside the sliding window.
 
     A recovery exactly ``FLAP_WINDOW`` old still counts; pruning removes rows strictly
     older (``at < cutoff``).
@@ -228,5 +228,5 @@ def flap_allows(recent: int) -> bool:
 
 
 def flap_remaining(recent: int) -> int:
-    """Automatic recoveries left before the next quarantine waits for a person (STORE-123)."""
+    """Automatic recoveries left before the next quarantine waits for a person."""
     return max(0, FLAP_LIMIT - recent)

@@ -1,8 +1,8 @@
-"""Who is calling, and which jobs a caller may end (AUTH-005, API-046, EXT-WHO-1..3).
+"""Who is calling, and which jobs a caller may end.
 
 In the base the submitter is a label the caller asserts. A token may carry a name
-(EXT-WHO-1); a named client token owns that name: what it submits is recorded under the
-name, and it may end only jobs recorded under the name (EXT-WHO-2). Imports nothing
+; a named client token owns that name: what it submits is recorded under the
+name, and it may end only jobs recorded under the name. Imports nothing
 from the project but the role words.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from resource_controller.core.states import Role
 
-#: A token's name: 1-64 characters of ``A-Z a-z 0-9 . _ @ / -`` (EXT-WHO-1).
+#: A token's name: 1-64 characters of ``A-Z a-z 0-9 . _ @ / -``.
 NAME_MAX = 64
 _NAME = re.compile(r"[A-Za-z0-9._@/-]{1,64}")
 
@@ -24,7 +24,7 @@ def valid_name(name: str) -> bool:
 
 def as_name(text: str) -> str | None:
     """``text`` made into a valid name: other characters become ``_``, cut to 64;
-    None when nothing is left (``rc up`` names its client token after the user, EXT-WHO-4)."""
+    None when nothing is left (``rc up`` names its client token after the user)."""
     name = re.sub(r"[^A-Za-z0-9._@/-]", "_", text)[:NAME_MAX]
     return name or None
 
@@ -42,13 +42,13 @@ class Caller:
 
     @property
     def owner(self) -> str | None:
-        """The name this caller owns, if any: only a named client token owns one (EXT-WHO-2)."""
+        """The name this caller owns, if any: only a named client token owns one."""
         return self.name if self.role == Role.CLIENT else None
 
 
 def under(name: str, submitter: str) -> bool:
     """True when ``submitter`` is ``name`` or ``name`` followed by ``@`` or ``/`` and more
-    (``alice``, ``alice@host``, ``alice/session``; not ``alicex``) (EXT-WHO-2)."""
+    (``alice``, ``alice@host``, ``alice/session``; not ``alicex``)."""
     if submitter == name:
         return True
     return submitter.startswith(name) and submitter[len(name) : len(name) + 1] in ("@", "/")
@@ -57,12 +57,12 @@ def under(name: str, submitter: str) -> bool:
 def recorded_submitter(caller: Caller, asserted: str) -> str:
     """The submitter a submit (or a kill's reason) records for what the body asserts.
 
-    A named client token: the assertion when it lies under the name, else the name
-    (EXT-WHO-2). A named admin token keeps the override and records the assertion as
-    given, falling back to its name only when there is none: the admin may end anyone's
-    job anyway (API-046), so binding what it submits would guard nothing, and an
-    operator does submit on behalf of others (a maintenance hold in someone's name).
-    Every other token records the assertion unchanged (AUTH-005).
+     A named client token: the assertion when it lies under the name, else the name
+    . A named admin token keeps the override and records the assertion as
+     given, falling back to its name only when there is none: the admin may end anyone's
+     job anyway, so binding what it submits would guard nothing, and an
+     operator does submit on behalf of others (a maintenance hold in someone's name).
+     Every other token records the assertion unchanged.
     """
     owner = caller.owner
     if owner is not None:
@@ -73,7 +73,7 @@ def recorded_submitter(caller: Caller, asserted: str) -> str:
 
 
 def share_name(caller: Caller, recorded: str) -> str:
-    """The name a submit counts under for its submitter limit (EXT-SHARE-1): a named
+    """The name a submit counts under for its submitter limit: a named
     client token's name (``alice`` for ``alice@host/session``, which lies under it), else
     the recorded submitter. A named admin token submits on behalf of others, so what it
     records is what counts."""
@@ -83,8 +83,8 @@ def share_name(caller: Caller, recorded: str) -> str:
 def may_end(caller: Caller, job_submitter: str, asserted: str) -> bool:
     """Whether ``caller`` may kill or release a job recorded under ``job_submitter``.
 
-    Admin: always (the override, API-046). A named client token: only jobs under its
-    name, whatever the body asserts (EXT-WHO-2). Any other client: the assertion must
+    Admin: always (the override). A named client token: only jobs under its
+    name, whatever the body asserts. Any other client: the assertion must
     equal the job's submitter (API-046 step 2; an accident guard, not authentication).
     """
     if caller.admin:

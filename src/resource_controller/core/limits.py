@@ -1,4 +1,4 @@
-"""The bounds on what a request may carry (extensions.md EXT-LIMITS-1, EXT-LIMITS-2).
+"""The bounds on what a request may carry (extensions.md EXT-LIMITS-1).
 
 One table, read by the wire models (``wire.py``) and the body reader
 (``controller/deps.py``), so that a limit is written once. Every number here is the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 KIB = 1024
 MIB = 1024 * KIB
 
-#: Largest JSON request body, read no further (EXT-LIMITS-2): bounds a request's memory.
+#: Largest JSON request body, read no further: bounds a request's memory.
 BODY_BYTES = MIB
 
 
@@ -41,7 +41,7 @@ class Size:
     unit: str = ""  #: what ``count`` counts ("arguments", "entries")
 
 
-#: Seconds a job may run or idle, or a device's ceiling: 0..2³¹−1, 68 years (EXT-LIMITS-1).
+#: Seconds a job may run or idle, or a device's ceiling: 0..2³¹−1, 68 years.
 #: Why: a deadline now + runtime + margin must fit every database's 64-bit integer.
 SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any database")
 
@@ -49,12 +49,12 @@ SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any
 #: Why: the column is a plain integer; nothing outside 32 bits is a real exit status.
 EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column is an integer")
 
-#: Devices one job may ask for on one host (EXT-GANG-1, EXT-GANG-6).
+#: Devices one job may ask for on one host.
 #: Why a ceiling: a count no host could hold is refused at submit anyway; the bound
 #: keeps a ``device_ids`` list, and the work done per job in a pass, small.
 DEVICE_COUNT = IntRange(1, 1024, "more devices than any one host carries")
 
-#: Submit's strings and collections (EXT-LIMITS-2).
+#: Submit's strings and collections.
 COMMAND = Size(256 * KIB, "an argv the kernel would run", count=4096, unit="arguments")
 ENV = Size(256 * KIB, "an environment the kernel would accept", count=1024, unit="entries")
 CWD = Size(4 * KIB, "a path the kernel would accept (PATH_MAX)")
@@ -63,11 +63,11 @@ SUBMITTER = Size(KIB, "a label, not a document")
 REASON = Size(KIB, "a label, not a document")
 IDEMPOTENCY_KEY = Size(256, "a key, not a payload")
 
-#: The jobs one job may wait for (EXT-SHARE-2), and one job ID's length.
+#: The jobs one job may wait for, and one job ID's length.
 #: Why: the list is checked, stored and shown with the job; a job ID is a UUID (36).
 AFTER = Size(64, "a job ID is a UUID", count=64, unit="job IDs")
 
-#: Host and device names (EXT-LIMITS-2): what one URL path segment carries unescaped.
+#: Host and device names: what one URL path segment carries unescaped.
 NAME_CHARS = 128
 NAME_ALPHABET = "A-Z a-z 0-9 . _ -"
 _NAME = re.compile(r"[A-Za-z0-9._-]*")

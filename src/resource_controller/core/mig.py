@@ -1,4 +1,4 @@
-"""MIG instances as devices (EXT-MIG): their names, and which devices share one GPU.
+"""MIG instances as devices: their names, and which devices share one GPU.
 
 A GPU in MIG mode is offered as its instances, ``gpu<i>.mig<j>`` (``j`` the MIG device
 index ``nvidia-smi -L`` prints), instead of ``gpu<i>``. The worker, the controller and

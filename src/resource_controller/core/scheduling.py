@@ -3,19 +3,18 @@
 The one copy of each scheduling rule, used by enqueue (the submit-time check), the
 scheduling pass, explain and queue positions:
 
-- queue order (STORE-060) as a key function, so a different order (priority aging,
-  EXT-FAIR-1) is a different key, not a rewrite;
-- the candidate rule (STORE-061, STORE-064, SEL-010, EXT-CLI-1a): a pinned job may use
+- queue order as a key function, so a different order (priority aging) is a different key, not a rewrite;
+- the candidate rule: a pinned job may use
   its device; a selector job, or a job with neither (any device), the devices its
   selector matches in any state, filtered by their runtime ceilings;
-- reservation planning (STORE-061, STORE-062): ``Planner`` takes one job at a time in
+- reservation planning: ``Planner`` takes one job at a time in
   queue order and says which devices to try and which to claim when none of them can
   be had. ``run_pass`` is the pass itself: it walks a queue, asks the planner, and
   tells it how each placement went; the store runs it over the database with one
   assignment transaction per placement, ``plan`` over a snapshot, assuming every
   placement succeeds.
 
-Several devices per job (EXT-GANG-1..3): a job carries a device ``count`` (N devices
+Several devices per job: a job carries a device ``count`` (N devices
 on ONE host) and, when pinned to a list, its ``device_ids``. A choice is then N devices
 of one host, and a blocked N-device job claims devices on one host only (``Offer.claim``):
 
@@ -32,9 +31,9 @@ of one host, and a blocked N-device job claims devices on one host only (``Offer
 
 A device carries a ``draining`` flag (EXT-DRAIN-2: still matched and pinnable, never
 assigned or reserved), and a device whose name conflicts with its GPU's MIG mode (the
-``mig_conflict`` label, EXT-MIG-3) is held out the same way.
+``mig_conflict`` label) is held out the same way.
 
-A fair share between people (EXT-SHARE):
+A fair share between people:
 
 - submitter limits (``SubmitterLimits``): a job whose submitter already holds so many
   devices that this job's would pass the limit is neither placed nor claims anything,
@@ -66,20 +65,20 @@ class DeviceSnap:
     host: str = ""
     state: str = DeviceState.READY
     max_runtime_seconds: int = 0  #: declared runtime ceiling; 0 = none
-    labels: Mapping[str, str] = field(default_factory=dict)  #: effective labels (STORE-142)
+    labels: Mapping[str, str] = field(default_factory=dict)  #: effective labels
     draining: bool = False  #: EXT-DRAIN-2
-    #: Why its name conflicts with its GPU's MIG mode (EXT-MIG-3); ``""`` when it does not.
+    #: Why its name conflicts with its GPU's MIG mode; ``""`` when it does not.
     mig_conflict: str = ""
 
     @property
     def held_out(self) -> bool:
         """Never assigned or reserved, though still matched and pinnable: draining
-        (EXT-DRAIN-2) or in MIG conflict (EXT-MIG-3)."""
+        or in MIG conflict."""
         return self.draining or bool(self.mig_conflict)
 
     @property
     def schedulable(self) -> bool:
-        """May be assigned now: ``ready`` (STORE-020) and not held out."""
+        """May be assigned now: ``ready`` and not held out."""
         return self.state == _READY and not self.held_out
 
 
@@ -101,18 +100,18 @@ class JobSnap:
     selector: str = ""  #: normalised selector; '' = pinned or any device
     device_id: str = ""  #: the pinned device; '' until assigned otherwise
     max_runtime_seconds: int = 0
-    count: int = 1  #: devices wanted on one host (EXT-GANG-1)
+    count: int = 1  #: devices wanted on one host
     #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
     device_ids: tuple[str, ...] = ()
-    #: The name its submitter limit counts it under (EXT-SHARE-1): the named token's
+    #: The name its submitter limit counts it under: the named token's
     #: name where EXT-WHO applies, else the recorded submitter.
     share: str = ""
-    #: Jobs it still waits for (EXT-SHARE-2); above 0 it is not eligible for a pass.
+    #: Jobs it still waits for; above 0 it is not eligible for a pass.
     after_open: int = 0
 
     @property
     def pinned(self) -> bool:
-        """Pinned to ``device_id`` (STORE-056 step 4); a job with neither is "any device"."""
+        """Pinned to ``device_id``; a job with neither is "any device"."""
         return self.selector == "" and self.device_id != ""
 
     @property
@@ -124,13 +123,13 @@ class JobSnap:
 #: A queue order: sorts jobs ascending, first = next to schedule.
 QueueKey = Callable[[JobSnap], Any]
 
-#: The priorities a submit may ask for (API-041); aging never lifts a job past the top.
+#: The priorities a submit may ask for; aging never lifts a job past the top.
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
 
 
 def queue_key(job: JobSnap) -> tuple[int, int, int]:
-    """Priority descending, then ``queued_at``, then ``seq`` (STORE-060)."""
+    """Priority descending, then ``queued_at``, then ``seq``."""
     return (-job.priority, job.queued_at, job.seq)
 
 
@@ -149,7 +148,7 @@ def effective_priority(priority: int, queued_at: int, now: int, aging: int) -> i
 
 
 def aged_queue_key(now: int, aging: int) -> QueueKey:
-    """The queue order with priority aging at ``now`` (EXT-FAIR-1): effective priority
+    """The queue order with priority aging at ``now``: effective priority
     descending, then ``queued_at``, then ``seq``; ``queue_key`` itself when aging is off."""
     if aging <= 0:
         return queue_key
@@ -165,12 +164,12 @@ def aged_queue_key(now: int, aging: int) -> QueueKey:
 
 
 def tolerates(device: DeviceSnap, runtime: int) -> bool:
-    """The device's ceiling admits a job asking for ``runtime`` (0 = none) (STORE-056, STORE-064)."""
+    """The device's ceiling admits a job asking for ``runtime`` (0 = none)."""
     return runtime == 0 or device.max_runtime_seconds == 0 or device.max_runtime_seconds >= runtime
 
 
 def effective_runtime(requested: int, ceiling: int) -> int:
-    """A job that asked for no runtime inherits the device's ceiling (STORE-056 step 4, STORE-065).
+    """A job that asked for no runtime inherits the device's ceiling.
 
     Only a positive request is a runtime of its own: a stored negative one (from before
     EXT-LIMITS-1 refused it) must not escape the ceiling either.
@@ -181,7 +180,7 @@ def effective_runtime(requested: int, ceiling: int) -> int:
 def matching(
     selector: selectors.Selector | None, devices: Iterable[DeviceSnap]
 ) -> list[DeviceSnap]:
-    """Devices in any state whose labels satisfy ``selector``, by ID; None = every device (SEL-010)."""
+    """Devices in any state whose labels satisfy ``selector``, by ID; None = every device."""
     found = (d for d in devices if selector is None or selector.matches(d.labels))
     return sorted(found, key=_BY_ID)
 
@@ -201,7 +200,7 @@ def eligible(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
 
 
 def candidates(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
-    """Devices the job may be placed on, in the order to try them (STORE-061, STORE-064).
+    """Devices the job may be placed on, in the order to try them.
 
     Pinned: its device, never ceiling-filtered at schedule time (the ceiling was
     applied at enqueue). Otherwise the matching devices whose ceiling tolerates the
@@ -213,10 +212,10 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap]) -> list[str]:
 
 
 def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
-    """The runtime of a job on several devices: the smallest declared ceiling wins (EXT-GANG-5).
+    """The runtime of a job on several devices: the smallest declared ceiling wins.
 
     A job that asked for none inherits the smallest positive ceiling among them (0 when
-    none has one), as a one-device job inherits its device's (STORE-065 step 3).
+    none has one), as a one-device job inherits its device's.
     """
     declared = [c for c in ceilings if c > 0]
     return effective_runtime(requested, min(declared) if declared else 0)
@@ -237,7 +236,7 @@ def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
 
 
 def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
-    """The job waits for one of ``device_ids`` (explain's queue depth, API-064).
+    """The job waits for one of ``device_ids`` (explain's queue depth).
 
     A stored selector that no longer parses competes for nothing.
     """
@@ -248,7 +247,7 @@ def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) 
 
 
 def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queue_key) -> int:
-    """1-based position of queued ``job`` among ``queued`` (STORE-070).
+    """1-based position of queued ``job`` among ``queued``.
 
     Pinned: 1 + the jobs pinned to the same device ahead of it. Otherwise 1 + every
     queued job ahead of it (an upper bound: its candidates can change between passes).
@@ -269,9 +268,9 @@ class Offer:
     available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
     choices: Sequence[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
     #: What it claims if none of its choices can be had: every available candidate for a
-    #: one-device job; N devices of one host for an N-device job (EXT-GANG-3).
+    #: one-device job; N devices of one host for an N-device job.
     claim: list[str] = field(default_factory=list)
-    #: The submitter limit that keeps it waiting (EXT-SHARE-1): it has no choices and
+    #: The submitter limit that keeps it waiting: it has no choices and
     #: claims nothing; None when no limit stands in its way.
     limit: int | None = None
 
@@ -369,15 +368,15 @@ def _member(ids: set[str], device_id: str, present: bool) -> None:
 
 
 class Planner:
-    """The decisions of one scheduling pass (STORE-061, STORE-062), one job at a time.
+    """The decisions of one scheduling pass, one job at a time.
 
     Call ``offer`` for each job in queue order; then ``placed`` when one of its choices
     was assigned, ``blocked`` when none could be (it then claims all its available
     candidates for the rest of the pass), or neither when the job turned out to have
-    left the queue (it claims nothing, STORE-063) or its offer named a submitter limit.
+    left the queue (it claims nothing) or its offer named a submitter limit.
 
     ``limits`` and ``held`` (devices held per share name when the pass began) are the
-    submitter limits (EXT-SHARE-1); what the pass places is added to ``held`` as it goes.
+    submitter limits; what the pass places is added to ``held`` as it goes.
     """
 
     def __init__(
@@ -428,14 +427,14 @@ class Planner:
 
     def limited(self, share: str, count: int) -> int | None:
         """The submitter limit that keeps a job of ``share`` asking for ``count`` devices
-        waiting now (EXT-SHARE-1); None when none does."""
+        waiting now; None when none does."""
         if not self.limited_on:
             return None
         return over_limit(self.limits, self.held, share, count)
 
     def offer(self, job: JobSnap) -> Offer:
         """The job's candidates, the unclaimed ones, and the device sets to try; a job its
-        submitter limit keeps waiting gets none of them and claims nothing (EXT-SHARE-1).
+        submitter limit keeps waiting gets none of them and claims nothing.
 
         Raises ``SelectorError`` when its selector no longer parses.
         """
@@ -532,7 +531,7 @@ class Placement(StrEnum):
 
     PLACED = "placed"
     #: The job left the queue since it was read (or its row cannot be read): it claims
-    #: nothing (STORE-063).
+    #: nothing.
     GONE = "gone"
     #: A device of the choice could not be had: the next choice is tried.
     NOT_READY = "not_ready"
@@ -569,19 +568,19 @@ class Plan:
     assignments: dict[str, tuple[str, ...]]  #: job -> the devices it gets
     reservations: dict[str, str]  #: device -> the job that waits for it
     unparsable: list[str]  #: jobs skipped because their selector no longer parses
-    #: Jobs a submitter limit kept waiting (EXT-SHARE-1), with that limit.
+    #: Jobs a submitter limit kept waiting, with that limit.
     limited: dict[str, int] = field(default_factory=dict)
     #: Jobs no device of the fleet could ever run.
     unmatched: list[str] = field(default_factory=list)
 
 
 def run_pass(queue: Queue, planner: Planner, place: Place) -> Plan:
-    """One scheduling pass (STORE-061, STORE-062): each job in queue order is placed on
-    the first of its choices that ``place`` can give it, or claims what it waits for.
+    """One scheduling pass: each job in queue order is placed on
+     the first of its choices that ``place`` can give it, or claims what it waits for.
 
-    Once every device that could be reserved is claimed, no job further back can be
-    placed or claim one, save a job pinned to a device the fleet no longer has
-    (STORE-062): those the queue finds at once, and the walk stops."""
+     Once every device that could be reserved is claimed, no job further back can be
+     placed or claim one, save a job pinned to a device the fleet no longer has
+    : those the queue finds at once, and the walk stops."""
     assignments: dict[str, tuple[str, ...]] = {}
     unparsable: list[str] = []
     limited: dict[str, int] = {}
@@ -630,10 +629,10 @@ def run_pass(queue: Queue, planner: Planner, place: Place) -> Plan:
 
 def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:
     """Each device with no row is claimed by the first job pinned to it, unless that
-    job's submitter is at the limit (EXT-SHARE-1)."""
+    job's submitter is at the limit."""
     for job in jobs:
         if job.pinned and planner.limited(job.share, job.count) is None:
-            for device_id in job.pins:  # a pinned list claims all of it (EXT-GANG-3)
+            for device_id in job.pins:  # a pinned list claims all of it
                 planner.reserve(device_id, job.id)
 
 
@@ -670,7 +669,7 @@ def plan(
 ) -> Plan:
     """A whole pass on a snapshot, as if every assignment it tries succeeds.
 
-    Jobs still waiting for others (EXT-SHARE-2) take no part; ``limits`` and ``held``
-    are the submitter limits and the devices each share name holds (EXT-SHARE-1)."""
+    Jobs still waiting for others take no part; ``limits`` and ``held``
+    are the submitter limits and the devices each share name holds."""
     planner = Planner(devices, limits, held)
     return run_pass(SnapshotQueue(jobs, key, planner.by_id), planner, _assume_placed)

@@ -1,4 +1,4 @@
-"""Label selectors: parse, normalise, and match against a device's labels (SEL-001..010).
+"""Label selectors: parse, normalise, and match against a device's labels.
 
 A selector is a conjunction of ``key op value`` terms. Quantities (``40G``,
 ``81920M``) compare numerically; a term whose key a device lacks never matches, not
@@ -20,7 +20,7 @@ rather than silently matching nothing:
 ``no_match_hint`` says, for a selector that matched no device, which values the
 devices have for the keys it used.
 
-Parsing and matching take time linear in the text (EXT-LIMITS-3): both are small
+Parsing and matching take time linear in the text: both are small
 hand-written scanners that look at each character a bounded number of times, and
 the number literal of SEL-006 is checked by a finite automaton, never by a
 backtracking pattern. A ``Meter`` passed in counts the characters examined, so tests
@@ -43,10 +43,10 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 #: Size prefixes this module does not scale by: a selector value using one is refused.
 _UNSUPPORTED_PREFIXES = frozenset("PEZY")
-_DIGITS = frozenset("0123456789")  # ASCII digits only (SEL-006)
+_DIGITS = frozenset("0123456789")  # ASCII digits only
 _SPECIAL = frozenset(s + w for s in ("", "+", "-") for w in ("inf", "infinity")) | {
     "nan"
-}  # case-insensitive, ASCII (SEL-006)
+}  # case-insensitive, ASCII
 
 
 class SelectorError(ValueError):
@@ -54,7 +54,7 @@ class SelectorError(ValueError):
 
 
 class Meter:
-    """Counts the characters a parse or a match examines (EXT-LIMITS-3)."""
+    """Counts the characters a parse or a match examines."""
 
     __slots__ = ("steps",)
 
@@ -95,7 +95,7 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int, int]:
 
 
 def parse(text: str, meter: Meter | None = None) -> Selector:
-    """Parse a selector (SEL-001..003); raise ``SelectorError`` naming the bad part.
+    """Parse a selector; raise ``SelectorError`` naming the bad part.
 
     One left-to-right pass per term finds the first occurrence of every operator and
     counts operator characters; SEL-002's order then picks the split.
@@ -184,7 +184,7 @@ def _charge(meter: Meter | None, steps: int) -> None:
 
 
 def normalise(text: str) -> str:
-    """The stored form: ``vendor=nvidia,vram>=40G`` (SEL-004)."""
+    """The stored form: ``vendor=nvidia,vram>=40G``."""
     return str(parse(text))
 
 

@@ -1,4 +1,4 @@
-"""A fair share between people (EXT-SHARE), as pure rules: how many devices each
+"""A fair share between people, as pure rules: how many devices each
 submitter may hold at once, which names are at their limit, and whether a job's end
 lets the jobs waiting for it go on. The scheduling pass (``scheduling.Planner``) applies
 the limits; the store settles the dependencies (``store/after.py``)."""
@@ -17,7 +17,7 @@ LIMIT_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class SubmitterLimits:
-    """How many devices each submitter may hold at once (EXT-SHARE-1): per name, and a
+    """How many devices each submitter may hold at once: per name, and a
     default for every other name (``"*"`` in the limits file, or
     ``--max-devices-per-submitter``); ``None`` = no limit."""
 
@@ -43,7 +43,7 @@ def over_limit(
     placed now (its devices and those ``share`` holds would pass it); None when it may be.
 
     ``held`` is every device ``share`` holds: live leases of its jobs and holds, each
-    device of a gang counted (EXT-SHARE-1)."""
+    device of a gang counted."""
     limit = limits.of(share)
     if limit is None or held.get(share, 0) + max(1, count) <= limit:
         return None
@@ -52,7 +52,7 @@ def over_limit(
 
 def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
     """The names no job of whose can be placed now, however small: each holds its limit
-    or more (EXT-SHARE-1). A pass can leave their jobs unread; what it places only ever
+    or more. A pass can leave their jobs unread; what it places only ever
     adds to what a name holds. The default's names are not listed: only held ones."""
     names = set(held) | set(limits.names)
     out = []
@@ -65,6 +65,6 @@ def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
 
 def dependency_met(ended: str, after_any: bool) -> bool:
     """A job a waiting job named has ended in state ``ended``: whether that lets the
-    waiting job go on (EXT-SHARE-2). ``after_any``: any end will do; otherwise only
+    waiting job go on. ``after_any``: any end will do; otherwise only
     ``succeeded``, and any other end fails the waiting job (``dependency_failed``)."""
     return after_any or ended == JobState.SUCCEEDED

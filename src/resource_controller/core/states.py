@@ -1,7 +1,7 @@
 """States and reason words (store.md §3-5).
 
 Imports nothing from the project. Which state may follow which, and by what operation,
-is the transition table in ``core.transitions`` (STORE-021, STORE-041).
+is the transition table in ``core.transitions``.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
-#: Terminal job states: a job in one of these never changes state again (STORE-040).
+#: Terminal job states: a job in one of these never changes state again.
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST})
-#: Jobs that hold a live lease (STORE-181).
+#: Jobs that hold a live lease.
 ACTIVE = frozenset({JobState.ASSIGNED, JobState.RUNNING})
 ALL_JOB_STATES = frozenset(JobState)
 
 
 class Quarantine(StrEnum):
-    """Stored ``quarantine_reason`` values (STORE-030)."""
+    """Stored ``quarantine_reason`` values."""
 
     FAULT = "fault"
     WORKER_LOST = "worker_lost"
@@ -64,7 +64,7 @@ class Stdio(StrEnum):
     PIPE = "pipe"
 
 
-# Kill reasons the controller itself writes (STORE-043, STORE-041).
+# Kill reasons the controller itself writes.
 REASON_WORKER_LOST = "worker lost"
 REASON_LEASE_EXPIRED = "lease expired"
 REASON_REREGISTERED = "worker re-registered"
@@ -72,18 +72,18 @@ REASON_HOST_REBOOTED = "host rebooted"
 REASON_NO_WAIT = "no-wait: device busy"
 REASON_SUBMIT_SCHEDULE = "submit failed: could not schedule"
 REASON_SUBMIT_READ = "submit failed: could not read job"
-#: A job another waited for ended otherwise than it needed (EXT-SHARE-2); the job's ID follows.
+#: A job another waited for ended otherwise than it needed; the job's ID follows.
 REASON_DEPENDENCY_FAILED = "dependency_failed: "
 
 
 def dependency_failed(job_id: str) -> str:
     """``dependency_failed: JOB``: the kill reason of a job whose dependency ``job_id`` did
-    not end as it needed (EXT-SHARE-2)."""
+    not end as it needed."""
     return REASON_DEPENDENCY_FAILED + job_id
 
 
 def kill_reason(submitter: str, *, admin: bool) -> str:
-    """The reason the API records when it ends a job itself (STORE-043)."""
+    """The reason the API records when it ends a job itself."""
     if not admin:
         return f"killed by {submitter}"
     return "killed by admin override" + (f" (as {submitter})" if submitter else "")

@@ -1,4 +1,4 @@
-"""The transition tables: every legal state move of a device (STORE-021) and a job (STORE-041).
+"""The transition tables: every legal state move of a device and a job.
 
 Each table is keyed by the operation that makes the move. An entry names the source
 states the move may start from and the states it may end in; ``None`` stands for
@@ -23,29 +23,29 @@ from resource_controller.core.states import ACTIVE, TERMINAL, DeviceState, JobSt
 class Op(StrEnum):
     """The operations that move a device or a job, named after their call sites."""
 
-    REGISTER_NEW = "register_new"  # registration declares a new device (STORE-110 step 5)
-    REDECLARE = "redeclare"  # registration re-declares an existing device (STORE-110 step 5)
-    REAP = "reap"  # registration reap without reboot proof (STORE-111)
-    REAP_REBOOT = "reap_reboot"  # registration reap with reboot proof (STORE-111)
-    REBOOT_RECOVER = "reboot_recover"  # reboot proof lifts recoverable quarantines (STORE-110)
+    REGISTER_NEW = "register_new"  # registration declares a new device
+    REDECLARE = "redeclare"  # registration re-declares an existing device
+    REAP = "reap"  # registration reap without reboot proof
+    REAP_REBOOT = "reap_reboot"  # registration reap with reboot proof
+    REBOOT_RECOVER = "reboot_recover"  # reboot proof lifts recoverable quarantines
     ENQUEUE = "enqueue"  # STORE-056
     ASSIGN = "assign"  # STORE-065
-    MARK_RUNNING = "mark_running"  # hand-out (STORE-080)
-    RELEASE = "release"  # the worker's terminal report (STORE-082)
+    MARK_RUNNING = "mark_running"  # hand-out
+    RELEASE = "release"  # the worker's terminal report
     CANCEL_QUEUED = "cancel_queued"  # STORE-090
-    DEPENDENCY_FAILED = "dependency_failed"  # a job it waited for ended otherwise (EXT-SHARE-2)
+    DEPENDENCY_FAILED = "dependency_failed"  # a job it waited for ended otherwise
     KILL_FINALIZE = "kill_finalize"  # STORE-092
     HEARTBEAT_RESTORE = "heartbeat_restore"  # STORE-096 step 2b
     HEARTBEAT_BUSY = "heartbeat_busy"  # STORE-096 step 4
     HEARTBEAT_READY = "heartbeat_ready"  # STORE-096 step 5
-    SWEEP_UNKNOWN = "sweep_unknown"  # silence >= grace (STORE-101)
-    WRITE_OFF = "write_off"  # silence >= unhealthy-after (STORE-101, STORE-102)
-    EXPIRE = "expire"  # a lapsed lease (STORE-103)
-    AUTO_RECOVER = "auto_recover"  # a recovery proof, flap guard permitting (STORE-121)
-    CLEAR = "clear"  # operator clear (STORE-130)
-    FAULT = "fault"  # the host's fault report (STORE-131)
-    HOST_REPORT = "host_report"  # the host's own report of any other state (STORE-131)
-    RETIRE = "retire"  # the row is deleted (STORE-133)
+    SWEEP_UNKNOWN = "sweep_unknown"  # silence >= grace
+    WRITE_OFF = "write_off"  # silence >= unhealthy-after
+    EXPIRE = "expire"  # a lapsed lease
+    AUTO_RECOVER = "auto_recover"  # a recovery proof, flap guard permitting
+    CLEAR = "clear"  # operator clear
+    FAULT = "fault"  # the host's fault report
+    HOST_REPORT = "host_report"  # the host's own report of any other state
+    RETIRE = "retire"  # the row is deleted
 
 
 #: A state, or ``None`` for "no row".
@@ -97,14 +97,14 @@ _ANY = frozenset(DeviceState)
 _NOT_UNHEALTHY = frozenset({_R, _B, _U})
 
 #: STORE-021. "Any -> unhealthy, keeps reason" is written as "not unhealthy -> unhealthy":
-#: an already unhealthy device is left exactly as it is (STORE-031); only a fault report
+#: an already unhealthy device is left exactly as it is; only a fault report
 #: moves an unhealthy device again (fault wins).
 DEVICE = Machine(
     "device",
     {
         Op.REGISTER_NEW: _m(None, _R),
         Op.ASSIGN: _m(_R, _B),
-        Op.RELEASE: _m(_B, _R),  # only if still busy (STORE-082)
+        Op.RELEASE: _m(_B, _R),  # only if still busy
         Op.SWEEP_UNKNOWN: _m({_R, _B}, _U),  # reason ''
         Op.WRITE_OFF: _m(_NOT_UNHEALTHY, _H),  # worker_lost; outside the startup window
         Op.EXPIRE: _m(_NOT_UNHEALTHY, _H),  # lease_expired, keeps reason

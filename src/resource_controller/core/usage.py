@@ -1,8 +1,8 @@
-"""Accounting rules (EXT-ACCT-2): what a usage window is, and what a group's figures mean.
+"""Accounting rules: what a usage window is, and what a group's figures mean.
 
 A lease adds its held time (release minus grant, in whole seconds) to its device, its
 holder, its host and the pair of the two, in the hour it is released; a job's mean GPU
-utilisation (EXT-ACCT-1), when the worker measured one, weights that time into
+utilisation, when the worker measured one, weights that time into
 GPU-seconds. The store keeps running totals per group and the totals at the end of
 every hour a group was active (``store/usage.py``), so a window is "now" minus "the end
 of the last active hour before the window": an answer costs two rows per group,
@@ -41,7 +41,7 @@ class UsageError(ValueError):
 def parse_since(text: str) -> int:
     """``--since`` text as whole seconds: ``7d``, ``36h``, ``2w``, ``1d12h``, ``90m``.
 
-    The duration grammar of the other flags (CLI-005) with days and weeks added, since
+    The duration grammar of the other flags with days and weeks added, since
     a usage window is counted in them; positive, at most ``MAX_SINCE``.
     """
     s = text.strip()

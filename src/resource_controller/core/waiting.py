@@ -1,24 +1,24 @@
-"""Why a queued job waits (EXT-WHY-1, EXT-WHY-1a, EXT-WHY-2): pure functions over a snapshot.
+"""Why a queued job waits: pure functions over a snapshot.
 
 For each device a queued job could run on (its candidates, ``scheduling.candidates``,
 sorted by device ID) one ``Blocker`` says what stands between the job and the device:
 
 - a live lease: who holds it (submitter, job ID, kind, the hold's reason), since when,
   and the latest time the holder can keep it (``Holding.until``);
-- a reservation by a queued job AHEAD of this one (STORE-062): that job's ID. The
+- a reservation by a queued job AHEAD of this one: that job's ID. The
   job's own reservation is no blocker, and a stale row naming a job that has left the
-  queue or now sorts behind is ignored (the next pass rebuilds the rows, STORE-061);
+  queue or now sorts behind is ignored (the next pass rebuilds the rows);
 - the device out of the pool (``unknown``, ``unhealthy``): its state and, when
-  unhealthy, the quarantine text as the device view shows it (API-023);
-- draining (EXT-DRAIN-2): still a candidate, never assigned or reserved;
-- its name in conflict with its GPU's MIG mode (EXT-MIG-3): held out as a draining
+  unhealthy, the quarantine text as the device view shows it;
+- draining: still a candidate, never assigned or reserved;
+- its name in conflict with its GPU's MIG mode: held out as a draining
   device is, with the worker's words for why.
 
 Facts combine: a held device that a job ahead also reserved carries both. A
 ``Blocker`` with nothing but ``device_id`` is a device nothing keeps from the job right
 now (the next scheduling pass places it), or a pinned device that no longer exists.
 
-Two reasons stand before every device (EXT-SHARE), and then are the whole answer:
+Two reasons stand before every device, and then are the whole answer:
 
 - the job waits for other jobs to end: one entry ``after`` per job not yet ended;
 - its submitter is at the limit: one entry with ``submitter_limit`` and ``submitter``.
@@ -43,7 +43,7 @@ from resource_controller.core import durations, scheduling, selectors, share
 from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
 from resource_controller.core.states import DeviceState, Kind
 
-#: Device states that are out of the pool (STORE-020): only a proof or a person returns them.
+#: Device states that are out of the pool: only a proof or a person returns them.
 OUT_OF_POOL = frozenset({DeviceState.UNKNOWN, DeviceState.UNHEALTHY})
 
 #: How many devices a one-line summary names before "and N more".
@@ -58,7 +58,7 @@ class Holding:
     holder: str
     job_id: str = ""  #: '' for a job-less lease
     kind: str = Kind.JOB
-    reason: str = ""  #: the hold's reason (copied to the lease at grant, STORE-050)
+    reason: str = ""  #: the hold's reason (copied to the lease at grant)
     acquired_at: int = 0
     expires_at: int = 0
     #: The holding job's effective ``max_runtime_seconds`` (after ceiling inheritance, STORE-065
@@ -69,15 +69,15 @@ class Holding:
     def until(self) -> int | None:
         """The latest time the holder can keep the device, or None when it has no limit.
 
-        EXT-WHY-1 names it: the holder's runtime ceiling or hold TTL. The controller
-        writes the effective runtime into the job at grant (STORE-065 step 3), and the
-        grant instant is the lease's ``acquired_at``, so the limit is ``acquired_at +
-        runtime``. The worker's watchdog counts from the process start, a poll later,
-        so the holder ends within moments of this instant. The lease's ``expires_at`` is
-        not used: it adds the 10 min backstop margin and every heartbeat renews it
-        (STORE-052), so it bounds nothing while the worker reports. A job with no
-        runtime has no limit (None). A lease with no job behind it is renewed by no
-        heartbeat (they name jobs, STORE-096), so its ``expires_at`` is its end.
+         EXT-WHY-1 names it: the holder's runtime ceiling or hold TTL. The controller
+         writes the effective runtime into the job at grant, and the
+         grant instant is the lease's ``acquired_at``, so the limit is ``acquired_at +
+         runtime``. The worker's watchdog counts from the process start, a poll later,
+         so the holder ends within moments of this instant. The lease's ``expires_at`` is
+         not used: it adds the 10 min backstop margin and every heartbeat renews it
+        , so it bounds nothing while the worker reports. A job with no
+         runtime has no limit (None). A lease with no job behind it is renewed by no
+         heartbeat (they name jobs), so its ``expires_at`` is its end.
         """
         if self.runtime is None:
             return self.expires_at
@@ -86,7 +86,7 @@ class Holding:
 
 @dataclass(frozen=True)
 class Blocker:
-    """One entry of ``waiting_for`` (EXT-WHY-1a); empty or None fields are omitted."""
+    """One entry of ``waiting_for``; empty or None fields are omitted."""
 
     device_id: str = ""
     holder: str = ""
@@ -100,10 +100,10 @@ class Blocker:
     quarantine_reason: str = ""
     draining: bool = False
     mig_conflict: str = ""  #: EXT-MIG-3
-    #: EXT-SHARE-1: the submitter's limit in devices, and the name it counts under.
+    #: The submitter's limit in devices, and the name it counts under.
     submitter_limit: int | None = None
     submitter: str = ""
-    #: EXT-SHARE-2: a job this one waits for that has not ended.
+    #: A job this one waits for that has not ended.
     after: str = ""
 
     @property
@@ -118,14 +118,14 @@ class Snapshot:
     devices: Sequence[DeviceSnap]
     queued: Sequence[JobSnap]
     leases: Sequence[Holding] = ()
-    #: Device -> the job whose reservation row claims it (the last pass's, STORE-061).
+    #: Device -> the job whose reservation row claims it (the last pass's).
     reservations: Mapping[str, str] = field(default_factory=dict)
     #: Device -> quarantine text (the detail, else the category), for unhealthy devices.
     quarantine: Mapping[str, str] = field(default_factory=dict)
-    #: EXT-SHARE-1: the submitter limits, and the devices each share name holds.
+    #: The submitter limits, and the devices each share name holds.
     limits: share.SubmitterLimits = share.NO_LIMITS
     held: Mapping[str, int] = field(default_factory=dict)
-    #: EXT-SHARE-2: queued job -> the jobs it waits for that have not ended, in its order.
+    #: Queued job -> the jobs it waits for that have not ended, in its order.
     after: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
@@ -203,7 +203,7 @@ def waiting_for_all(snap: Snapshot, key: QueueKey = queue_key) -> dict[str, list
 
 
 def _instant(value: Any) -> int | None:
-    """Unix seconds of an RFC 3339 ``...Z`` instant as the controller writes them (API-004)."""
+    """Unix seconds of an RFC 3339 ``...Z`` instant as the controller writes them."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -213,7 +213,7 @@ def _instant(value: Any) -> int | None:
 
 
 def from_wire(entry: Mapping[str, Any]) -> Blocker:
-    """A ``waiting_for`` entry as the controller sent it (EXT-WHY-1a), for the client's words.
+    """A ``waiting_for`` entry as the controller sent it, for the client's words.
 
     Unreadable values read as absent: a client must still print its queued line.
     """
@@ -253,7 +253,7 @@ def blockers_from_wire(entries: Any) -> list[Blocker]:
 
 
 def short_id(job_id: str) -> str:
-    """A job ID cut to 8 characters and an ellipsis: enough for ``rc kill`` (EXT-CLI-7)."""
+    """A job ID cut to 8 characters and an ellipsis: enough for ``rc kill``."""
     return job_id if len(job_id) <= 8 else job_id[:8] + "…"
 
 
@@ -282,8 +282,8 @@ def limit_text(limit: int, submitter: str) -> str:
 def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
     """One blocker in words, e.g. ``held by alice (job 1b2c3d4e…, hold "profiling") for
     12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063), or
-    ``at the limit of 4 devices for alice`` (EXT-SHARE-1), or ``after job 1b2c3d4e…, not
-    ended yet`` (EXT-SHARE-2)."""
+    ``at the limit of 4 devices for alice``, or ``after job 1b2c3d4e…, not
+    ended yet``."""
     if b.submitter_limit is not None:
         return limit_text(b.submitter_limit, b.submitter)
     if b.after:
@@ -321,7 +321,7 @@ def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
         return "no device it could run on exists"
     if pinned and len(blockers) == 1:
         return phrase(blockers[0], now, with_device=False)
-    if blockers[0].after:  # EXT-SHARE-2: the jobs it waits for, in one clause
+    if blockers[0].after:  # The jobs it waits for, in one clause
         ids = [short_id(b.after) for b in blockers[:SHOWN]]
         more = f" and {len(blockers) - SHOWN} more" if len(blockers) > SHOWN else ""
         return f"after job {', '.join(ids)}{more}, not ended yet"
@@ -332,7 +332,7 @@ def summary(blockers: Sequence[Blocker], now: int, *, pinned: bool) -> str:
 
 
 def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
-    """A short ``rc ps`` cell: who or what keeps each device (EXT-WHY-2, CLI-146)."""
+    """A short ``rc ps`` cell: who or what keeps each device."""
 
     if blockers and blockers[0].submitter_limit is not None:  # EXT-SHARE-1
         b = blockers[0]

@@ -1,4 +1,4 @@
-"""Jobs that wait for other jobs (EXT-SHARE-2): the edges, and what an end does to them.
+"""Jobs that wait for other jobs: the edges, and what an end does to them.
 
 A job submitted with ``after`` gets one ``job_after`` row per job it waits for that has
 not ended (or has ended in a way that fails it), and ``after_open`` counts them; while
@@ -108,7 +108,7 @@ def _position(order: str) -> Callable[[str], int]:
 
 
 def _fail(db: sql.Db, now: int, job_id: str, other: str) -> bool:
-    """End a queued job ``killed``, ``dependency_failed: <other>`` (EXT-SHARE-2)."""
+    """End a queued job ``killed``, ``dependency_failed: <other>``."""
     done = moves.move(
         db,
         JOB,
@@ -142,7 +142,7 @@ def _queued(db: sql.Db, job_ids: list[str]) -> dict[str, tuple[bool, str]]:
 
 def pending(db: sql.Db, job_ids: Sequence[str]) -> dict[str, list[str]]:
     """Queued job -> the jobs it waits for that have not ended, for ``waiting_for``
-    (EXT-SHARE-2); jobs waiting for none are absent."""
+    ; jobs waiting for none are absent."""
     out: dict[str, list[str]] = {}
     for at in range(0, len(job_ids), _CHUNK):
         part = job_ids[at : at + _CHUNK]

@@ -1,4 +1,4 @@
-"""The heartbeat (STORE-096) as prebuilt SQL on the driver's connection.
+"""The heartbeat as prebuilt SQL on the driver's connection.
 
 A fleet of 1,250 workers sends 125 heartbeats a second, so this is the controller's
 most frequent write. Built through SQLAlchemy Core it was nine statements compiled per
@@ -24,7 +24,7 @@ _LIVE_LEASE = (
 )
 _FLAGGED = "jobs.worker_id = ? AND jobs.state = 'killed' AND jobs.kill_requested = 1"
 #: A device behind a killed job whose kill is not yet final (its worker still names it),
-#: by the job's device or by any lease of a several-device job (EXT-GANG-5).
+#: by the job's device or by any lease of a several-device job.
 _FLAGGED_KILLED = (
     f"EXISTS (SELECT 1 FROM jobs WHERE jobs.device_id = devices.id AND {_FLAGGED})"
     " OR EXISTS (SELECT 1 FROM leases, jobs WHERE leases.device_id = devices.id"
@@ -44,14 +44,14 @@ def heartbeat(
     retain: bool,
     pending: Sequence[str] | None = None,
 ) -> bool:
-    """Record a heartbeat (STORE-096): renew the named jobs' leases, restore devices it proves.
+    """Record a heartbeat: renew the named jobs' leases, restore devices it proves.
 
     True when it moved a device's state: only then can the heartbeat have changed what
     a scheduling pass would do, so only then does it need one (a fleet of idle workers
     heartbeating must not run a pass per heartbeat).
 
     ``pending`` are jobs that finished but whose terminal report still waits in the
-    worker's outbox (EXT-OUTBOX-2). They count as named in every step: their leases
+    worker's outbox. They count as named in every step: their leases
     are renewed, their devices stay (or return to) ``busy``, a ``worker_lost`` device
     behind one is restored, and a finalised kill's flag stays set. *Why: until the
     report lands, the controller has not recorded what happened on the device, so

@@ -1,16 +1,16 @@
 """Workers and devices: registration, heartbeats, labels, sheets and operator actions.
 
-Registration means "a fresh worker process with nothing running" (STORE-110/111):
+Registration means "a fresh worker process with nothing running":
 whatever the controller still thinks is in flight on that worker is settled here,
 and the devices that backed it are quarantined unless the host's boot ID changed
 (a reboot proves nothing survived). Silence is never proof: no path in this module
 makes an occupied-looking device ``ready`` without one of the proofs the spec lists.
 
 A registration that declares ``gpu0.mig0`` where the host had ``gpu0`` (or the reverse:
-a GPU put in or out of MIG mode, EXT-MIG-1) leaves the old name's row, as it leaves
+a GPU put in or out of MIG mode) leaves the old name's row, as it leaves
 every undeclared device; but that row stands for the same silicon, so it is marked with
 the detected label ``mig_conflict`` and never granted again until a registration
-declares it once more (EXT-MIG-3).
+declares it once more.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _RECOVERABLE_IN = f"quarantine_reason IN ({sql.marks(len(_RECOVERABLE))})"
 
 
 def _quarantine(conn: queries.Conn, device_id: str, reason: str) -> None:
-    """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy (STORE-031)."""
+    """Make a device unhealthy with ``reason``, keeping the reason of one already unhealthy."""
     moves.move(
         conn,
         DEVICE,
@@ -77,7 +77,7 @@ def register(
     boot_id: str,
     declared: list[tuple[str, int]],
 ) -> Registration:
-    """Upsert the worker, reap its in-flight jobs, declare its devices and their ceilings (STORE-110..112)."""
+    """Upsert the worker, reap its in-flight jobs, declare its devices and their ceilings."""
     worker_id = worker_id_for(host)
     stored = conn.value("SELECT boot_id FROM workers WHERE id = ?", (worker_id,))
     reboot = bool(stored) and bool(boot_id) and stored != boot_id
@@ -90,7 +90,7 @@ def register(
     reaped = _reap(conn, now, worker_id, reboot)
     if reboot:
         # A host down longer than the write-off has nothing in flight left to key off;
-        # the reboot itself proves its devices are empty (STORE-110 step 4).
+        # the reboot itself proves its devices are empty.
         moves.move(
             conn,
             DEVICE,
@@ -167,7 +167,7 @@ def _mark_superseded(
 
 
 def _reap(conn: queries.Conn, now: int, worker_id: str, reboot: bool) -> list[str]:
-    """End the worker's in-flight jobs as ``lost`` and settle their devices (STORE-111)."""
+    """End the worker's in-flight jobs as ``lost`` and settle their devices."""
     reaped = queries.jobs_where(
         conn, f"worker_id = ? AND state IN ({sql.marks(len(_ACTIVE))})", (worker_id, *_ACTIVE)
     )
@@ -202,7 +202,7 @@ def _reap(conn: queries.Conn, now: int, worker_id: str, reboot: bool) -> list[st
 
 
 def worker_host(conn: queries.Conn, worker_id: str) -> str:
-    """The registered host of a worker; ``WorkerNotFound`` when unknown (STORE-132)."""
+    """The registered host of a worker; ``WorkerNotFound`` when unknown."""
     host = conn.value("SELECT host FROM workers WHERE id = ?", (worker_id,))
     if host is None:
         raise errors.WorkerNotFound(f"no such worker: {worker_id}")
@@ -219,7 +219,7 @@ def apply_facts(
     sheet: str | None,
     device_sheets: Mapping[str, str] | None,
 ) -> None:
-    """Store labels and usage sheets for the named devices (STORE-141..144, STORE-153)."""
+    """Store labels and usage sheets for the named devices."""
     for source, facts in (("detected", labels), ("declared", declared)):
         if facts is None:
             continue
@@ -257,7 +257,7 @@ def _upsert_doc(conn: queries.Conn, now: int, host: str, device_id: str, body: s
 
 
 def clear(conn: queries.Conn, device_id: str) -> bool:
-    """An operator returns an unhealthy, unleased device to the pool (STORE-130)."""
+    """An operator returns an unhealthy, unleased device to the pool."""
     done = moves.move(
         conn,
         DEVICE,
@@ -272,7 +272,7 @@ def clear(conn: queries.Conn, device_id: str) -> bool:
 
 
 def set_state(conn: queries.Conn, now: int, device_id: str, state: str, detail: str) -> None:
-    """The host's own report; ``unhealthy`` is a ``fault`` that overwrites any reason (STORE-131)."""
+    """The host's own report; ``unhealthy`` is a ``fault`` that overwrites any reason."""
     values: dict[str, object] = {"last_heartbeat_at": now}
     if state == DeviceState.UNHEALTHY:
         op = Op.FAULT
@@ -286,7 +286,7 @@ def set_state(conn: queries.Conn, now: int, device_id: str, state: str, detail: 
 
 
 def retire(conn: queries.Conn, device_id: str) -> None:
-    """Remove a device and everything keyed to it except job history (STORE-133)."""
+    """Remove a device and everything keyed to it except job history."""
     if queries.device(conn, device_id) is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}", code="device_not_found")
     if conn.one(_LIVE_LEASE_ON, (device_id,)):
@@ -300,7 +300,7 @@ _LIVE_LEASE_ON = "SELECT 1 FROM leases WHERE device_id = ? AND released_at IS NU
 
 
 def drain(conn: queries.Conn, now: int, device_id: str, by: str, reason: str) -> None:
-    """Flag a device draining (EXT-DRAIN-2): what it runs finishes, nothing new is placed.
+    """Flag a device draining: what it runs finishes, nothing new is placed.
 
     Not a state: the device keeps its state, its lease and its place for selectors and
     pinned submits. Draining again replaces who, when and why. ``DeviceNotFound`` for
@@ -331,13 +331,13 @@ def undrain(conn: queries.Conn, device_id: str) -> None:
 def auto_recover(
     conn: queries.Conn, now: int, worker_id: str, proof: expiry.Proof | None
 ) -> AutoRecovery:
-    """Return this worker's recoverable quarantines to the pool on a valid proof (STORE-121).
+    """Return this worker's recoverable quarantines to the pool on a valid proof.
 
     Candidates: the worker's own ``unhealthy`` devices whose reason is recoverable
     (``worker_lost``, ``lease_expired``, ``registration``) and that hold no live lease,
     in device-ID order. Never ``fault`` (the host said the hardware is unfit), never
     ``''`` (cause unknown), never another worker's device. Each candidate is judged by
-    the flap guard (STORE-122): at most 3 automatic recoveries per sliding hour, then
+    the flap guard: at most 3 automatic recoveries per sliding hour, then
     it waits for a person. *Why: repeated quarantine-and-return cycles signal a real
     fault that automatic looping would hide.*
     """
@@ -383,7 +383,7 @@ def auto_recover(
 
 
 def recovery_history(conn: queries.Conn, now: int, device_id: str) -> RecoveryHistory:
-    """The device's automatic recoveries inside the window, newest first (STORE-123).
+    """The device's automatic recoveries inside the window, newest first.
 
     Filters by the window itself rather than trusting pruning, which only happens for
     devices being considered for recovery. An unknown device has an empty history.

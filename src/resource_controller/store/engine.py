@@ -1,7 +1,7 @@
 """Open the database: a SQLite file (the default) or a PostgreSQL URL, and migrate it.
 
 SQLite in WAL mode with ``synchronous=FULL`` (a granted lease must survive power
-loss) and a 5000 ms busy timeout (STORE-001). PostgreSQL through psycopg 3. On both,
+loss) and a 5000 ms busy timeout. PostgreSQL through psycopg 3. On both,
 the driver's own transaction handling is off (autocommit), and the store begins each
 transaction itself (``sql.Db.begin``: ``BEGIN IMMEDIATE`` on SQLite, so the
 allocation transaction holds the write lock from its first statement).
@@ -140,7 +140,7 @@ def _strpos(text: str | None, part: str | None) -> int | None:
 
 def _known_revision(script: ScriptDirectory, revision: str) -> bool:
     # Alembic raises (CommandError) for a revision it cannot locate rather than
-    # returning None, so an unknown, newer revision must be caught here (STORE-006).
+    # returning None, so an unknown, newer revision must be caught here.
     try:
         return script.get_revision(revision) is not None
     except CommandError:

@@ -1,9 +1,9 @@
 """``Store``: the one door to the database.
 
 Owns the engine, the clock and a process-wide lock. Every public method is one
-transaction (STORE-002) taken under that lock, so within one controller process
+transaction taken under that lock, so within one controller process
 store operations are serialised (one writer at a time), and reads ``now`` from the
-clock exactly once (STORE-005). The domain modules (``jobs``, ``leases``, ``devices``,
+clock exactly once. The domain modules (``jobs``, ``leases``, ``devices``,
 ``views``) hold the SQL; this class only opens transactions and passes ``now``.
 """
 
@@ -59,7 +59,7 @@ class Store:
     def __init__(self, database: Path | str, clock: Clock, priority_aging: int = 0) -> None:
         """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
         self.clock = clock
-        #: Seconds of waiting per step of effective priority; 0 = off (EXT-FAIR-1).
+        #: Seconds of waiting per step of effective priority; 0 = off.
         self.aging = max(0, int(priority_aging))
         self._engine = engine.create_engine(database)
         engine.migrate(self._engine)
@@ -79,15 +79,15 @@ class Store:
         self._fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
         self._reserved = reserved.KeptReservations()
-        #: The submitter limits (EXT-SHARE-1); the controller sets them, and sets them
+        #: The submitter limits; the controller sets them, and sets them
         #: again when the limits file is read again.
         self.limits = share.NO_LIMITS
-        #: Waiting jobs a report's transaction ended ``dependency_failed`` (EXT-SHARE-2)
+        #: Waiting jobs a report's transaction ended ``dependency_failed``
         #: since a pass last said which: the pass that follows the report says so.
         self._ended: list[str] = []
 
     def _key(self, now: int) -> scheduling.QueueKey:
-        """The queue order at ``now``: aged when ``--priority-aging`` is on (EXT-FAIR-1)."""
+        """The queue order at ``now``: aged when ``--priority-aging`` is on."""
         return scheduling.aged_queue_key(now, self.aging)
 
     def close(self) -> None:
@@ -97,7 +97,7 @@ class Store:
             self._engine.dispose()
 
     def now(self) -> int:
-        """Whole Unix seconds, truncated (STORE-004)."""
+        """Whole Unix seconds, truncated."""
         return int(self.clock.now())
 
     def _usable(self) -> sql.Db:
@@ -163,7 +163,7 @@ class Store:
             except db.errors as exc:
                 raise self._failed(exc) from exc
 
-    # ---- queue ----------------------------------------------------------------
+    # ---- queue -----------------------------------------------------------------------
 
     @races.again
     def enqueue(self, req: jobs.NewJob) -> JobRecord:
@@ -182,13 +182,13 @@ class Store:
         return once()
 
     def schedule(self) -> list[Assigned]:
-        """One scheduling pass (STORE-061); the jobs it placed."""
+        """One scheduling pass; the jobs it placed."""
         return self.run_pass().assigned
 
     @races.again
     def run_pass(self) -> PassResult:
-        """One scheduling pass (STORE-061), serialised against everything else: first the
-        ends of jobs others wait for (EXT-SHARE-2), then the placements."""
+        """One scheduling pass, serialised against everything else: first the
+        ends of jobs others wait for, then the placements."""
         with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
             ended, self._ended = self._ended, []
             try:
@@ -227,13 +227,13 @@ class Store:
         return assigned
 
     def schedule_after(self, job: JobRecord) -> PassResult:
-        """The pass right after ``job``'s enqueue (API-042), skipped when it cannot change
+        """The pass right after ``job``'s enqueue, skipped when it cannot change
         anything: the last pass placed nothing and ended with every device claimed, the
         enqueue is the only transaction since (SQLite's ``data_version`` rules out another
         process), and the job queues behind where that walk ended, pinned to no device
-        it did not see. Such a job can neither be placed nor reserve (STORE-062), so the
+        it did not see. Such a job can neither be placed nor reserve, so the
         pass would write exactly what is there. Not with aging on: ``now`` moves the
-        order (EXT-FAIR-1)."""
+        order."""
         with self._lock:
             s = self._settled
             if s is not None and self._gen == s[0] + 1 and self._behind(job, s[2]):
@@ -245,7 +245,7 @@ class Store:
 
     @staticmethod
     def _behind(job: JobRecord, end: passes.PassEnd) -> bool:
-        # A job waiting for others may be failed by this very pass (EXT-SHARE-2).
+        # A job waiting for others may be failed by this very pass.
         if not job.queued or end.last is None or job.after_ids:
             return False
         snap = job.snap()
@@ -262,7 +262,7 @@ class Store:
 
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
-        (API-045, EXT-WHY-1a); ``None`` for a job that is not queued."""
+        ; ``None`` for a job that is not queued."""
         with self._tx() as c:
             job = queries.job(c, job_id)
             if not job.queued:
@@ -275,7 +275,7 @@ class Store:
             )
 
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
-        """What a queued job waits for now (EXT-WHY-1); ``[]`` once it left the queue."""
+        """What a queued job waits for now; ``[]`` once it left the queue."""
         with self._tx() as c:
             return views.waiting_for(c, job, self._key(self.now()), self._fleet, self.limits)
 
@@ -297,7 +297,7 @@ class Store:
             return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
 
     def ping(self) -> None:
-        """One cheap read; raises when the store cannot answer (EXT-METRICS-3)."""
+        """One cheap read; raises when the store cannot answer."""
         with self._read() as c:
             c.value("SELECT 1")
 
@@ -305,7 +305,7 @@ class Store:
         self,
     ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
         """Devices by state, jobs by state, each worker host's last heartbeat
-        (EXT-METRICS-1), the devices each submitter holds (EXT-SHARE-1)."""
+        , the devices each submitter holds."""
         with self._tx() as c:
             devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
             jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
@@ -354,8 +354,8 @@ class Store:
         gpu: GpuUse = NO_GPU_USE,
     ) -> JobRecord:
         """A worker's status report in one transaction: read the job, let ``check`` refuse
-        it (raising writes nothing), then ``running`` (STORE-080) or the release
-        (STORE-082) with what the job's GPUs did (EXT-ACCT-1). Returns the job as it was
+        it (raising writes nothing), then ``running`` or the release
+        with what the job's GPUs did. Returns the job as it was
         before the report."""
         with self._tx("running" if state == JobState.RUNNING else "finish") as c:
             job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
@@ -374,14 +374,14 @@ class Store:
         hand_out: Callable[[str], bool] | None = None,
     ) -> tuple[JobRecord, PassResult | None]:
         """``report``, and for a terminal one that freed devices the pass it calls for
-        (EXT-FAST-1), in ONE commit: the device is handed on in the transaction that
-        frees it, one durable commit instead of two. Each placement is a savepoint, so a
-        lost race undoes only itself; a pass that fails undoes only the pass (logged,
-        None), and the report commits alone for the scheduler loop to place after.
+        , in ONE commit: the device is handed on in the transaction that
+         frees it, one durable commit instead of two. Each placement is a savepoint, so a
+         lost race undoes only itself; a pass that fails undoes only the pass (logged,
+         None), and the report commits alone for the scheduler loop to place after.
 
-        ``hand_out(worker_id)`` says whether a long poll of that worker waits for work
-        and is now promised this commit's answer: for each such worker the pass placed
-        on, the hand-out (``take_work``) joins the commit too, in ``PassResult.handed``.
+         ``hand_out(worker_id)`` says whether a long poll of that worker waits for work
+         and is now promised this commit's answer: for each such worker the pass placed
+         on, the hand-out (``take_work``) joins the commit too, in ``PassResult.handed``.
         """
         if state == JobState.RUNNING:
             return self.report(job_id, check, state, exit_code, reason, gpu), None
@@ -448,12 +448,12 @@ class Store:
         if state not in TERMINAL:
             raise errors.InvalidTransition(f"state {state!r} is not terminal")
         jobs.release_job(c, now, job, state, exit_code, reason, gpu)
-        # The jobs waiting for this one are settled in the same commit (EXT-SHARE-2),
+        # The jobs waiting for this one are settled in the same commit,
         # so the pass places the next of a chain at once.
         return job, after.settle(c, now)
 
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
-        """Who held what over the last ``since`` seconds, by ``by`` (EXT-ACCT-2): the
+        """Who held what over the last ``since`` seconds, by ``by``: the
         rollup's two rows per group, in one statement."""
         acct.check_by(by)
         with self._read() as c:
@@ -464,12 +464,12 @@ class Store:
 
     def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
         """Device-and-submitter totals of the pairs active in the last ``within``
-        seconds, for ``/metrics`` (EXT-ACCT-3)."""
+        seconds, for ``/metrics``."""
         with self._read() as c:
             return rollup.recent_pairs(c, acct.window_start(self.now(), within))
 
     def logs_to_prune(self, retention: int, limit: int) -> list[str]:
-        """Jobs ended more than ``retention`` seconds ago with output still stored (EXT-KEEP-1)."""
+        """Jobs ended more than ``retention`` seconds ago with output still stored."""
         with self._tx() as c:
             return jobs.logs_to_prune(c, self.now() - retention, limit)
 
@@ -478,7 +478,7 @@ class Store:
         with self._tx() as c:
             jobs.mark_logs_pruned(c, job_ids)
 
-    # ---- workers and devices ----------------------------------------------------
+    # ---- workers and devices ---------------------------------------------------------
 
     @races.again
     def register(self, host: str, boot_id: str, declared: list[tuple[str, int]]) -> Registration:
@@ -493,14 +493,14 @@ class Store:
         retain: bool = False,
         pending: list[str] | None = None,
     ) -> bool:
-        """STORE-096; ``pending`` (EXT-OUTBOX-2) counts as named in every step. True when
+        """STORE-096; ``pending`` counts as named in every step. True when
         a device changed state."""
         with self._tx("heartbeat") as c:
             return beat.heartbeat(c, self.now(), worker_id, running, retain, pending)
 
     @races.again
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
-        """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting (STORE-121)."""
+        """Lift this worker's recoverable quarantines on a valid proof, flap guard permitting."""
         with self._tx() as c:
             return devices.auto_recover(c, self.now(), worker_id, proof)
 
@@ -508,17 +508,17 @@ class Store:
 
     @races.again
     def sweep(self, rules: expiry.SweepRules) -> SweepResult:
-        """One sweep (STORE-100..105): demote the silent, reap, expire; never frees a device."""
+        """One sweep: demote the silent, reap, expire; never frees a device."""
         with self._tx("sweep") as c:
             return sweep.sweep(c, self.now(), rules)
 
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
-        """Post-sweep read (STORE-170)."""
+        """Post-sweep read."""
         with self._tx() as c:
             return views.quarantine_column(c, ids, "quarantine_reason")
 
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
-        """Post-sweep read (STORE-171): lease or job ID -> device."""
+        """Post-sweep read: lease or job ID -> device."""
         with self._tx() as c:
             return views.lease_devices(c, ids)
 
@@ -574,7 +574,7 @@ class Store:
             return views.explain(c, selector, self._fleet)
 
     def describe(self, device_id: str) -> views.Description | None:
-        """Everything describe shows, read in one transaction (API-060)."""
+        """Everything describe shows, read in one transaction."""
         with self._tx() as c:
             snaps = views.devices(c, device_id)
             if not snaps:
@@ -594,7 +594,7 @@ class Store:
         self,
     ) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[Blocker]]]:
         """Devices, active jobs, the queue and what each queued job waits for, in one
-        transaction (API-052, EXT-WHY-1a): one gathering for the whole queue, not a read
+        transaction: one gathering for the whole queue, not a read
         per job."""
         with self._tx() as c:
             now = self.now()

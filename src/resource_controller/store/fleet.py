@@ -12,7 +12,7 @@ device, and a heartbeat that only stamps ``last_heartbeat_at`` costs nothing.
 not read it; ``leases.assign`` reads ID, worker and runtime ceiling). ``current`` is
 the views': it reads the heartbeat stamps alone and brings every record up to date.
 Staleness cannot hand out a device twice in any case: each assignment re-checks the
-device inside its transaction and the unique index referees the lease (STORE-063).
+device inside its transaction and the unique index referees the lease.
 A transaction that rolled back may have been read here: the store calls
 ``after_rollback``.
 """
@@ -48,7 +48,7 @@ def label_rows(db: queries.Conn, ids: list[str] | None = None) -> dict[str, list
 
 
 def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
-    """Key -> effective value: declared, overlaid by detected (STORE-142). ``labels`` in
+    """Key -> effective value: declared, overlaid by detected. ``labels`` in
     key-then-source order, so for each key the detected value comes last and wins."""
     if not labels:
         return None

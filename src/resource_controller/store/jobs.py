@@ -1,6 +1,6 @@
 """The queue: enqueue, cancel, kill flags, hand-out and terminal reports (store.md §7, §9-11).
 
-Enqueue never assigns (STORE-055): the scheduling pass in ``leases.py`` is the only
+Enqueue never assigns: the scheduling pass in ``leases.py`` is the only
 place a device changes hands, so a client told a queue position is never overtaken
 by a side door. Every state change here is a move from the transition table
 (``core.transitions``, applied by ``store.moves``), which adds the legal source states
@@ -32,14 +32,14 @@ from resource_controller.store import after as dependencies
 from resource_controller.store import fleet, leases, moves, queries
 from resource_controller.store.records import NO_GPU_USE, GpuUse, JobRecord, Release
 
-KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again (STORE-094)
+KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
 
 
 @dataclass(frozen=True)
 class NewJob:
-    """What a submitter asks for; validated by the API layer first (API-041)."""
+    """What a submitter asks for; validated by the API layer first."""
 
     command: list[str]
     submitter: str
@@ -54,12 +54,12 @@ class NewJob:
     kind: str = Kind.JOB
     reason: str = ""
     stdio: str = ""
-    #: Devices wanted on one host (EXT-GANG-1); ``device_ids`` pins to a list of them.
+    #: Devices wanted on one host; ``device_ids`` pins to a list of them.
     count: int = 1
     device_ids: tuple[str, ...] = ()
-    #: The name the submitter limit counts it under (EXT-SHARE-1); '' = ``submitter``.
+    #: The name the submitter limit counts it under; '' = ``submitter``.
     share_name: str = ""
-    #: Jobs it waits for, and whether any end will do or only ``succeeded`` (EXT-SHARE-2).
+    #: Jobs it waits for, and whether any end will do or only ``succeeded``.
     after: tuple[str, ...] = ()
     after_any: bool = False
 
@@ -70,7 +70,7 @@ def enqueue(
     req: NewJob,
     snapshot: Callable[[], list[DeviceSnap]] | None = None,
 ) -> JobRecord:
-    """Record a job in state ``queued`` (STORE-056), or return the job that has its key.
+    """Record a job in state ``queued``, or return the job that has its key.
 
     ``snapshot`` gives the fleet as the scheduling rules read it (the store's
     ``FleetSnapshot``), for the submit-time check of a selector or any-device job; the
@@ -93,12 +93,12 @@ def enqueue(
     runtime = int(req.max_runtime_seconds)
     for name, value in (("max_runtime_seconds", runtime), ("idle_timeout", int(req.idle_timeout))):
         if not limits.SECONDS.low <= value <= limits.SECONDS.high:
-            # The API refuses these first (EXT-LIMITS-1); never store a runtime that
+            # The API refuses these first; never store a runtime that
             # escapes a ceiling (negative) or overflows a lease deadline (huge).
             raise errors.BadRequest(f"{name} must be in {limits.SECONDS.text()} seconds")
     selector_text = ""
     if not req.device_id and not pins:
-        # Selector job, or "any device" when no selector is given (EXT-CLI-1a).
+        # Selector job, or "any device" when no selector is given.
         parsed = selectors.parse(req.selector) if req.selector else None
         selector_text = str(parsed) if parsed else ""
         devices = snapshot() if snapshot else fleet.FleetSnapshot().read(conn)[1]
@@ -112,7 +112,7 @@ def enqueue(
             hint = selectors.no_match_hint(parsed, [d.labels for d in devices])
             raise errors.NoMatchingDevice(f"no device matches {what}: {hint}")
         if not scheduling.could_ever_fit(count, matches):
-            # EXT-GANG-2: no single host has enough of them, now or ever.
+            # No single host has enough of them, now or ever.
             raise errors.NoMatchingDevice(f"no host has {count} devices matching {what}")
         if not scheduling.could_ever_fit(
             count, (d for d in matches if scheduling.tolerates(d, runtime))
@@ -184,7 +184,7 @@ def enqueue(
 
 def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int) -> int:
     """STORE-056 step 4 for each device of a pinned list: all exist, on one host, each
-    ceiling admits the request; a job asking for none gets the smallest (EXT-GANG-5)."""
+    ceiling admits the request; a job asking for none gets the smallest."""
     rows = {d.id: d for d in queries.all_devices(conn) if d.id in pins}
     for device_id in pins:
         dev = rows.get(device_id)
@@ -201,9 +201,9 @@ def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int
 
 
 def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int = 0) -> int:
-    """1-based position among queued jobs ahead of it; 0 when not queued (STORE-070).
+    """1-based position among queued jobs ahead of it; 0 when not queued.
 
-    With aging on, "ahead" is by effective priority at ``now`` (EXT-FAIR-1)."""
+    With aging on, "ahead" is by effective priority at ``now``."""
     if not job.queued:
         return 0
     key = scheduling.aged_queue_key(now, aging)
@@ -211,7 +211,7 @@ def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int 
 
 
 def cancel_queued(conn: queries.Conn, now: int, job_id: str, reason: str) -> bool:
-    """queued -> killed; False (nothing changed) for any other state (STORE-090)."""
+    """queued -> killed; False (nothing changed) for any other state."""
     db = conn
     done = moves.move(
         db,
@@ -234,7 +234,7 @@ class KillRequest(StrEnum):
 
     #: Flagged for its worker, which stops the process and reports.
     REQUESTED = "requested"
-    #: Its worker is gone: ended here, its devices kept out (STORE-092).
+    #: Its worker is gone: ended here, its devices kept out.
     FINALIZED = "finalized"
     #: It had already ended.
     NOT_CANCELLABLE = "not_cancellable"
@@ -243,12 +243,12 @@ class KillRequest(StrEnum):
 def request_kill(
     conn: queries.Conn, now: int, job_id: str, reason: str, finalize_disconnected: bool
 ) -> KillRequest:
-    """Flag an active job for its worker, or end it here when its worker is gone (STORE-091..093)."""
+    """Flag an active job for its worker, or end it here when its worker is gone."""
     job = queries.job(conn, job_id)
     if not job.active:
         return KillRequest.NOT_CANCELLABLE
     # A several-device job's devices share one worker, so they go quiet together; any
-    # one of them proving the worker gone is enough (EXT-GANG-5).
+    # one of them proving the worker gone is enough.
     devs = [queries.device(conn, d) for d in job.devices]
     disconnected = any(
         dev is not None
@@ -274,7 +274,7 @@ def request_kill(
             kill_requested=1,
             kill_delivered_at=0,
         )
-        # The device stays out: nothing proves it is empty (STORE-092).
+        # The device stays out: nothing proves it is empty.
         leases.release_for_job(conn, now, job_id)
         return KillRequest.FINALIZED
     conn.execute(
@@ -287,9 +287,9 @@ def take_work(conn: queries.Conn, now: int, worker_id: str) -> tuple[list[JobRec
     """Hand out this worker's assigned jobs and its due kill flags, in one transaction.
 
     Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
-    written, and only the poll whose update changed it gets it (STORE-080, API-034), so
+    written, and only the poll whose update changed it gets it, so
     a retried or concurrent poll never starts a job twice. Kill flags are a take: each
-    is stamped delivered and not offered again for 30 s (STORE-094).
+    is stamped delivered and not offered again for 30 s.
     """
     db = conn
     rows = moves.move_returning(
@@ -319,7 +319,7 @@ _RETURNING = ", ".join(queries.JOB_COLS)
 
 
 def mark_running(conn: queries.Conn, now: int, job_id: str) -> None:
-    """assigned -> running; a no-op for any other state or an unknown ID (STORE-080)."""
+    """assigned -> running; a no-op for any other state or an unknown ID."""
     moves.move(
         conn,
         JOB,
@@ -340,7 +340,7 @@ def release(
     reason: str,
     gpu: GpuUse = NO_GPU_USE,
 ) -> Release:
-    """The worker's terminal report: end the job, release its leases, free a busy device (STORE-082)."""
+    """The worker's terminal report: end the job, release its leases, free a busy device."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
     return release_job(conn, now, queries.job(conn, job_id), state, exit_code, reason, gpu)
@@ -356,7 +356,7 @@ def release_job(
     gpu: GpuUse = NO_GPU_USE,
 ) -> Release:
     """``release`` of a job already read in this transaction; ``gpu`` is what the worker
-    measured of its GPUs (EXT-ACCT-1), kept with the outcome and weighting the usage
+    measured of its GPUs, kept with the outcome and weighting the usage
     rollup's GPU-hours."""
     if job.terminal:
         return Release(job=job, was_terminal=True)
@@ -413,9 +413,9 @@ def list_jobs(
     id_prefix: str = "",
     before: str = "",
 ) -> list[JobRecord]:
-    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2).
+    """Newest first, ties by ID descending, with lease epochs.
 
-    ``id_prefix`` keeps jobs whose ID starts with it (EXT-CLI-7), compared as a plain
+    ``id_prefix`` keeps jobs whose ID starts with it, compared as a plain
     substring so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
     ``before`` keeps the jobs that come after that job in this order, whatever its own
     state: the next page of a listing (``GET /v1/jobs?before=``). A job never leaves
@@ -432,21 +432,21 @@ def list_jobs(
 
 
 def queued(conn: queries.Conn, now: int = 0, aging: int = 0) -> list[JobRecord]:
-    """Queued jobs in scheduling order (STORE-071), aged at ``now`` when on (EXT-FAIR-1)."""
+    """Queued jobs in scheduling order, aged at ``now`` when on."""
     return queries.jobs_where(
         conn, "jobs.state = ?", (str(JobState.QUEUED),), order=queries.queue_order(now, aging)
     )
 
 
 def active(conn: queries.Conn) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first (STORE-072), with their lease
-    epochs (EXT-EPOCH-2)."""
+    """Assigned and running jobs, newest submission first, with their lease
+    epochs."""
     return queries.active_jobs(conn)
 
 
 def logs_to_prune(conn: queries.Conn, cutoff: int, limit: int) -> list[str]:
     """Jobs that ended before ``cutoff`` whose stored output is not yet deleted, oldest
-    end first, at most ``limit`` (EXT-KEEP-1); found through ``jobs_log_retention``."""
+    end first, at most ``limit``; found through ``jobs_log_retention``."""
     rows = conn.execute(
         "SELECT id FROM jobs WHERE logs_pruned = 0 AND finished_at IS NOT NULL"
         " AND finished_at < ? ORDER BY finished_at, id LIMIT ?",
@@ -456,7 +456,7 @@ def logs_to_prune(conn: queries.Conn, cutoff: int, limit: int) -> list[str]:
 
 
 def mark_logs_pruned(conn: queries.Conn, job_ids: list[str]) -> None:
-    """Record that these jobs' stored output is gone; the job rows stay (EXT-KEEP-1)."""
+    """Record that these jobs' stored output is gone; the job rows stay."""
     if job_ids:
         conn.execute(
             f"UPDATE jobs SET logs_pruned = 1 WHERE {queries.id_in(len(job_ids))}", job_ids

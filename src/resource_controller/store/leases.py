@@ -2,13 +2,12 @@
 
 A device changes hands only here, in ``assign``: one transaction that checks the
 device is ``ready`` and the job still ``queued``, flips both, and inserts the lease.
-A device that shares its GPU with another of its host (``gpu0`` and ``gpu0.mig1``,
-EXT-MIG-3) is not flipped while that one holds a live lease, so the whole GPU and its
+A device that shares its GPU with another of its host (``gpu0`` and ``gpu0.mig1``) is not flipped while that one holds a live lease, so the whole GPU and its
 MIG instances are never leased at once, whatever any worker reports.
 The partial unique index ``leases_one_live_per_device`` refuses a second live lease
-even if every check above it were wrong (STORE-010); its violation surfaces as
+even if every check above it were wrong; its violation surfaces as
 ``LiveLeaseConflict``, never as a silent skip. Every lease carries an epoch from a
-counter that never goes back (EXT-EPOCH-1), so a fencing token is never reused even
+counter that never goes back, so a fencing token is never reused even
 after retire deletes lease rows.
 """
 
@@ -34,7 +33,7 @@ from resource_controller.store.records import (
 
 log = logging.getLogger(__name__)
 
-NO_RUNTIME_TTL = 5 * 60  #: lease TTL for a job without a runtime (STORE-052)
+NO_RUNTIME_TTL = 5 * 60  #: lease TTL for a job without a runtime
 RUNTIME_MARGIN = 10 * 60  #: margin over a job's runtime: the worker's watchdog fires first
 RENEWAL = 15 * 60  #: a heartbeat naming the job renews its lease to now + this
 
@@ -42,7 +41,7 @@ EPOCH_COUNTER = "lease_epoch"
 
 
 def deadline(now: int, runtime: int) -> int:
-    """The grant-time ``expires_at`` for a job with effective runtime ``runtime`` (STORE-052)."""
+    """The grant-time ``expires_at`` for a job with effective runtime ``runtime``."""
     return now + (runtime + RUNTIME_MARGIN if runtime > 0 else NO_RUNTIME_TTL)
 
 
@@ -78,12 +77,12 @@ def release_for_job(
     util: float | None = None,
     first: Sequence[usage.Held] = (),
 ) -> list[str]:
-    """Release the live leases of ``job_id`` (never of job ``''``); return their devices (STORE-054).
+    """Release the live leases of ``job_id`` (never of job ``''``); return their devices.
 
-    What they held goes into the usage rollup in this transaction (EXT-ACCT-2), with
+    What they held goes into the usage rollup in this transaction, with
     ``first``, the job's leases the caller already released (an expiry ends the lapsed
     one by its own ID), so that a several-device job counts once; ``util`` is the job's
-    measured mean GPU utilisation, if any (EXT-ACCT-1).
+    measured mean GPU utilisation, if any.
     """
     released = queries.release_leases(conn, now, job_id) if job_id else []
     usage.account(conn, now, [*first, *released], util)
@@ -91,7 +90,7 @@ def release_for_job(
 
 
 def live(conn: queries.Conn) -> list[LeaseRecord]:
-    """Live leases, oldest first (STORE-163)."""
+    """Live leases, oldest first."""
     return [lease_record(r) for r in conn.execute(_LIVE)]
 
 
@@ -126,20 +125,20 @@ class _NotReady(Exception):
 def assign(
     conn: queries.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
 ) -> Placement:
-    """Give ``devices`` to queued ``job`` (STORE-065, EXT-GANG-2); how that went.
+    """Give ``devices`` to queued ``job``; how that went.
 
     ``job`` and the devices come from the pass's snapshot. The conditional updates
-    re-check both inside this transaction, devices first (STORE-063), so a stale
+    re-check both inside this transaction, devices first, so a stale
     snapshot can never hand out a device that is not ``ready``; the unique index
     still referees each lease insert. Several devices are all or nothing: every one
     flips and gets its lease in this one transaction, or the transaction rolls back.
     Their leases are granted in ascending ID order, so their epochs are consecutive
-    and the job's ``lease_epoch`` (the largest) is the last device's (EXT-EPOCH-3a).
+    and the job's ``lease_epoch`` (the largest) is the last device's.
     """
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
     if mig.overlapping(d.name for d in group):
-        return Placement.NOT_READY  # one job, one GPU twice: never (EXT-MIG-3)
+        return Placement.NOT_READY  # one job, one GPU twice: never
     db = conn
     flipped = moves.move(
         db,

@@ -1,6 +1,6 @@
 """The PostgreSQL advisory lock keys of the project, in one place so that none collides.
 
-Several controllers share one database (EXT-PG-2); each key names one thing only one
+Several controllers share one database; each key names one thing only one
 of them may do at a time.
 """
 

@@ -1,11 +1,11 @@
-"""Job output in the database, for several controllers sharing one (EXT-PG-4).
+"""Job output in the database, for several controllers sharing one.
 
 A worker's chunks may reach any controller and a follower may read from any other, so
 on PostgreSQL the output lives in two tables (migration 0009) rather than in one
 controller's files: ``log_chunks`` holds the bytes, each chunk a row, and ``job_logs``
 one row per job with the head's length and how many bytes the tail was ever given.
 
-The cap (EXT-KEEP-1) is ``store/logs.py``'s, chunk by chunk: the head takes the first
+The cap is ``store/logs.py``'s, chunk by chunk: the head takes the first
 half of the cap and only grows, so an offset a follower reached always names the same
 byte; everything after goes to the tail, whose chunks wholly older than its last
 ``Layout.ring`` bytes are deleted. A reader sees the same view as of the files: the head,

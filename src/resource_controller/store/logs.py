@@ -1,9 +1,9 @@
-"""Job output: one append-only file per job under ``<data>/logs`` (LOG-001), capped (EXT-KEEP-1).
+"""Job output: one append-only file per job under ``<data>/logs``, capped.
 
 Chunks are appended verbatim in arrival order. A job ID that is not a safe file name is
 refused, so no request can write outside the log directory.
 
-The cap (``--max-log-bytes``, default 256 MiB, EXT-KEEP-1) keeps a job's head and tail
+The cap (``--max-log-bytes``, default 256 MiB) keeps a job's head and tail
 with a marker between, without ever holding the log in memory:
 
 - ``<id>.log`` takes the first half of the cap, and only ever grows, so a byte offset a
@@ -20,7 +20,7 @@ tail) reaches it once the job is terminal, when the ring no longer moves. A one-
 snapshot of a running job's capped log is the view as it stands; bytes the job writes
 while it is read may overwrite ring bytes not yet sent.
 
-Reads never hold a whole log in memory (EXT-LIMITS-4): a snapshot is read chunk by
+Reads never hold a whole log in memory: a snapshot is read chunk by
 chunk with ``pread``, and an offset past the end reads nothing, however large.
 """
 
@@ -40,7 +40,7 @@ from resource_controller.store import private
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 READ_CHUNK = 32 * 1024
-#: Largest log offset a reader may ask for (EXT-LIMITS-1).
+#: Largest log offset a reader may ask for.
 MAX_OFFSET = 2**63 - 1
 #: EXT-KEEP-1's default cap on one job's stored output.
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -52,7 +52,7 @@ _HEADER = struct.Struct(">QQ")  #: the ring file's header: bytes written, ring s
 
 
 def marker(dropped: int) -> bytes:
-    """The line that stands where output was dropped (EXT-KEEP-1)."""
+    """The line that stands where output was dropped."""
     return (
         f"\n[rc: {dropped} bytes of output dropped here: the log is capped by"
         " --max-log-bytes, which keeps its head and its tail]\n"
@@ -83,7 +83,7 @@ Piece = tuple[int | bytes | PieceReader, int, int]
 
 
 class Snapshot:
-    """The bytes of one log from an offset up to its size when opened (EXT-LIMITS-4).
+    """The bytes of one log from an offset up to its size when opened.
 
     The view is a list of pieces (the head file, the marker, the ring in order); each
     ``read`` is one bounded ``pread`` of one piece, and the files stay open until
@@ -128,7 +128,7 @@ class Snapshot:
 
 class JobLogs(ABC):
     """Where the controller keeps job output: files here (``LogStore``), or the database
-    when several controllers share one (``store/logrows.py``, EXT-PG-4). Each says how
+    when several controllers share one (``store/logrows.py``). Each says how
     to append, snapshot and delete; the rest follows from those, here."""
 
     layout: Layout | None
@@ -151,7 +151,7 @@ class JobLogs(ABC):
         """Remove a job's stored output (EXT-KEEP-1 retention); True when there was some."""
 
     def touch(self, job_id: str) -> None:
-        """Create an empty log so a follower may attach before the first byte (LOG-003)."""
+        """Create an empty log so a follower may attach before the first byte."""
         self.append(job_id, b"")
 
     def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
@@ -172,7 +172,7 @@ class JobLogs(ABC):
 
 
 def check_id(job_id: str) -> str:
-    """``job_id`` when it is a safe file name; ``LogError`` otherwise (LOG-001)."""
+    """``job_id`` when it is a safe file name; ``LogError`` otherwise."""
     if not _SAFE_ID.match(job_id) or job_id in (".", ".."):
         raise errors.LogError(f"job id {job_id!r} cannot name a log file")
     return job_id
@@ -182,7 +182,7 @@ class LogStore(JobLogs):
     """Append and read job logs; files are created on first append, mode 0600, in a
     0700 directory (``store.private``).
 
-    ``max_bytes`` caps each job's stored output (EXT-KEEP-1); 0 stores everything.
+    ``max_bytes`` caps each job's stored output; 0 stores everything.
     """
 
     remote = False
@@ -199,7 +199,7 @@ class LogStore(JobLogs):
         return self.directory / f"{check_id(job_id)}.log"
 
     def tail_path(self, job_id: str) -> Path:
-        """The ring of a log past its head (EXT-KEEP-1)."""
+        """The ring of a log past its head."""
         return self.path(job_id).with_suffix(".tail")
 
     def append(self, job_id: str, chunk: bytes) -> None:

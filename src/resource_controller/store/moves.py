@@ -4,7 +4,7 @@
 the row condition and the values to write. It adds ``state IN (<the op's sources>)`` to
 the condition, refuses a target state the op does not list, executes, and returns the
 row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
-the same for the "no row" ends of the table (STORE-021, STORE-041).
+the same for the "no row" ends of the table.
 
 Every statement built here reaches ``sql.Db.execute`` labelled ``entity:op``, and a
 debug log line names the op and how many rows it moved: that is how a reader (or the

@@ -43,7 +43,7 @@ WHOLE_BATCH = 512
 
 
 class QueueWalk:
-    """The queue in scheduling order (aged at ``now`` when ``aging`` is on, EXT-FAIR-1),
+    """The queue in scheduling order (aged at ``now`` when ``aging`` is on),
     read a page at a time (keyset on the order), the first page small: the
     ``core.scheduling.Queue`` the pass runs over.
 
@@ -64,7 +64,7 @@ class QueueWalk:
     ) -> None:
         self._read = read
         self._now, self._aging = now, aging
-        #: Share names whose jobs are not read: each is at its limit (EXT-SHARE-1).
+        #: Share names whose jobs are not read: each is at its limit.
         self._skip = skip
         #: The devices the pass sees: a pin to any other is a vanished device's.
         self._known = known
@@ -182,7 +182,7 @@ _skipped: set[str] = set()
 
 
 def _report_skip(job_id: str, why: str) -> None:
-    """Log a job the pass cannot handle, with its ID (EXT-LIMITS-3); once per job."""
+    """Log a job the pass cannot handle, with its ID; once per job."""
     if job_id in _skipped:
         log.debug("queued job %s skipped again: %s", job_id, why)
         return
@@ -220,7 +220,7 @@ class _Placer:
             return self._place(job, choice)
         except Exception as exc:
             # Its assignment rolled back and it claims nothing; the jobs behind it are
-            # still placed (EXT-LIMITS-3).
+            # still placed.
             if not _row_fault(exc):
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
@@ -250,7 +250,7 @@ class PassEnd:
     saturated: bool = False
     #: ``queue_key`` of the last job the walk read: every job behind it was unplaceable.
     last: tuple[int, int, int] | None = None
-    #: The devices the pass saw (a pin to any other is a vanished device's, STORE-062).
+    #: The devices the pass saw (a pin to any other is a vanished device's).
     devices: frozenset[str] = frozenset()
 
 
@@ -264,10 +264,10 @@ def schedule_pass(
     kept: KeptReservations | None = None,
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> list[Assigned]:
-    """One scheduling pass (STORE-061): FIFO by priority, reservations for the blocked.
+    """One scheduling pass: FIFO by priority, reservations for the blocked.
 
-    ``aging`` > 0 orders by effective priority at ``now`` instead (EXT-FAIR-1).
-    ``limits`` are the submitter limits (EXT-SHARE-1): the devices each share name holds
+    ``aging`` > 0 orders by effective priority at ``now`` instead.
+    ``limits`` are the submitter limits: the devices each share name holds
     are read when any applies. Runs with the store lock held throughout, so nothing of
     this process interleaves; each assignment is its own transaction
     (``transaction()``), and the reservation rows are rewritten once at the end, only
@@ -286,7 +286,7 @@ def schedule_pass(
             by_id, index = fleet.index(tx)
             held = held_by_share(tx) if limits.on else {}
     if not waiting:
-        # Nothing waits, so nothing is placed and no reservation stands (STORE-062);
+        # Nothing waits, so nothing is placed and no reservation stands;
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
             _rewrite(transaction, kept, now, {})
@@ -306,7 +306,7 @@ def schedule_pass(
         key = walk.key_of(walk.last) if walk.last is not None else None
         end.saturated, end.devices = planner.saturated(), frozenset(by_id)
         end.last = (-key[0], key[1], key[2]) if key else None
-    # Each assignment already deleted its device's row (STORE-065 step 6).
+    # Each assignment already deleted its device's row.
     taken = planner.taken
     current = (
         {d: j for d, j in old_reservations.items() if d not in taken} if taken else old_reservations
@@ -317,7 +317,7 @@ def schedule_pass(
 
 
 def held_by_share(db: sql.Db) -> dict[str, int]:
-    """The devices each share name holds (EXT-SHARE-1), as migration 0010's triggers keep
+    """The devices each share name holds, as migration 0010's triggers keep
     them from the live leases."""
     return {str(name): int(n) for name, n in db.execute(_HELD)}
 

@@ -37,22 +37,22 @@ _DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
 _DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
 _ALL_DEVICES = _DEVICES + " ORDER BY id"
 _QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
-#: A queued job that waits for no other job (EXT-SHARE-2): the only kind a pass places.
+#: A queued job that waits for no other job: the only kind a pass places.
 ELIGIBLE = "jobs.after_open = 0"
 #: A job pinned to one device and nothing more (no selector, no list, one device): all
-#: the pass does with one is claim its device or place it there (STORE-062).
+#: the pass does with one is claim its device or place it there.
 PLAIN_PIN = (
     "(jobs.device_id != '' AND jobs.selector = '' AND jobs.device_ids = ''"
     " AND jobs.device_count <= 1)"
 )
-#: The name a job's submitter limit counts it under (EXT-SHARE-1): its ``share_name``,
+#: The name a job's submitter limit counts it under: its ``share_name``,
 #: else (a row written before it had one) its submitter.
 SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_name END)"
 #: What the scheduling pass reads of each queued job: the rules' columns only (the whole
 #: row, whose command and environment are most of its bytes, is read by ID on
 #: placement). Its first ``WALK_WIDTH`` are all a long pinned queue needs of a row: ID,
 #: device, whether it is a plain pin, and the name its submitter limit counts it under
-#: (EXT-SHARE-1); every column read costs about as much as any other (~0.1 µs a row,
+#:; every column read costs about as much as any other (~0.1 µs a row,
 #: most of a walk over 10,000 pinned jobs).
 QUEUE_COLS: tuple[str, ...] = (
     "id",
@@ -104,8 +104,8 @@ def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
 
 
 def active_jobs(conn: Conn) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first (STORE-072), with their lease
-    epochs (EXT-EPOCH-2): ``/v1/state`` reads one per held device."""
+    """Assigned and running jobs, newest submission first, with their lease
+    epochs: ``/v1/state`` reads one per held device."""
     marks = ", ".join("?" * len(_ACTIVE))
     sql = (
         f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.state IN ({marks})"
@@ -148,7 +148,7 @@ def any_queued(conn: Conn) -> bool:
 
 
 def replace_reservations(conn: Conn, now: int, rows: Iterable[tuple[str, str]]) -> None:
-    """Rewrite the reservation rows (STORE-061): all deleted, ``rows`` (job, device) written."""
+    """Rewrite the reservation rows: all deleted, ``rows`` (job, device) written."""
     db = conn
     db.execute("DELETE FROM reservations")
     db.many(
@@ -174,8 +174,8 @@ def queue_page(
     """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each as
     ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is the
     (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
-    end are not eligible (EXT-SHARE-2) and are left out, as are the jobs counted under a
-    name in ``skip`` (names at their limit, EXT-SHARE-1)."""
+    end are not eligible and are left out, as are the jobs counted under a
+    name in ``skip`` (names at their limit)."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND " + ELIGIBLE
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
@@ -229,8 +229,8 @@ def list_jobs(
     id_prefix: str = "",
     after: tuple[int, str] | None = None,
 ) -> list[JobRecord]:
-    """Newest first, ties by ID descending (STORE-161), with lease epochs (EXT-EPOCH-2);
-    ``id_prefix`` compared as a plain prefix, never a pattern (EXT-CLI-7); with
+    """Newest first, ties by ID descending, with lease epochs;
+    ``id_prefix`` compared as a plain prefix, never a pattern; with
     ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it; with
     ``device``, only the jobs on it (``on_device``)."""
     where: list[str] = []
@@ -273,7 +273,7 @@ _NEXT_COUNTER = (
 
 def next_seq(conn: Conn) -> int:
     """The next job's place in submission order. A counter row, not ``max(seq) + 1``:
-    its lock orders submits that several controllers make at once (EXT-PG-2)."""
+    its lock orders submits that several controllers make at once."""
     return int(conn.value(_NEXT_SEQ, (SEQ_COUNTER,)))
 
 
@@ -289,7 +289,7 @@ def next_counter(conn: Conn, name: str) -> int:
 
 
 def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
-    """Insert a lease row; the partial unique index refuses a second live one (STORE-010)."""
+    """Insert a lease row; the partial unique index refuses a second live one."""
     cols = tuple(values)
     sql = f"INSERT INTO leases ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
     conn.execute(sql, tuple(values[c] for c in cols))
@@ -307,7 +307,7 @@ def live_lease_devices(conn: Conn, job_id: str) -> list[str]:
 
 
 def release_leases(conn: Conn, now: int, job_id: str) -> list[Held]:
-    """Release the live leases of ``job_id`` (STORE-054): what each held, by device."""
+    """Release the live leases of ``job_id``: what each held, by device."""
     rows = conn.execute(
         "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
         " RETURNING device_id, holder, acquired_at",
@@ -327,7 +327,7 @@ def release_lease(conn: Conn, now: int, lease_id: str) -> list[Held]:
 
 
 def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:
-    """Each job's newest lease epoch (EXT-EPOCH-2), one grouped read."""
+    """Each job's newest lease epoch, one grouped read."""
     marks = ", ".join("?" * len(job_ids))
     rows = conn.execute(
         f"SELECT job_id, max(epoch) FROM leases WHERE job_id IN ({marks}) GROUP BY job_id",
@@ -337,7 +337,7 @@ def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:
 
 
 def due_kills(conn: Conn, worker_id: str, cutoff: int, states: Sequence[str]) -> list[str]:
-    """Jobs of the worker flagged for a kill not offered since ``cutoff`` (STORE-094)."""
+    """Jobs of the worker flagged for a kill not offered since ``cutoff``."""
     marks = ", ".join("?" * len(states))
     rows = conn.execute(
         "SELECT id FROM jobs WHERE worker_id = ? AND kill_requested = 1"
@@ -352,12 +352,12 @@ def mark_kills_delivered(conn: Conn, job_ids: Sequence[str], now: int) -> None:
     conn.execute(f"UPDATE jobs SET kill_delivered_at = ? WHERE id IN ({marks})", (now, *job_ids))
 
 
-#: ``core.scheduling.queue_key`` as SQL (STORE-060), for reading the queue in order.
+#: ``core.scheduling.queue_key`` as SQL, for reading the queue in order.
 QUEUE_ORDER = "jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC"
 
 
 def effective_priority_sql(now: int, aging: int) -> str:
-    """``core.scheduling.effective_priority`` as SQL (EXT-FAIR-1); the plain priority when
+    """``core.scheduling.effective_priority`` as SQL; the plain priority when
     aging is off. Integer division of a non-negative wait is the rule's floor. ``now`` and
     ``aging`` are integers of ours, so they are written into the text."""
     if aging <= 0:
@@ -415,7 +415,7 @@ def jobs_where(
 
 
 def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
-    """The records with each job's newest lease epoch, read in one grouped query (EXT-EPOCH-2)."""
+    """The records with each job's newest lease epoch, read in one grouped query."""
     if not records:
         return records
     found = epochs(conn, [r.id for r in records])
@@ -449,7 +449,7 @@ def queued_snaps(conn: Conn) -> list[JobSnap]:
 
 
 def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:
-    """Jobs on ``device_id``: their one device, or one of a several-device job's (EXT-GANG-1),
+    """Jobs on ``device_id``: their one device, or one of a several-device job's,
     as a condition and its parameters. Matched as a whole comma-delimited item by
     position, never by pattern, so ``h:g1`` never matches ``h:g10``."""
     item = f",{device_id},"

@@ -1,5 +1,5 @@
 """Running a store operation again when PostgreSQL rolled it back for a race with
-another controller's transaction (EXT-PG-7).
+another controller's transaction.
 
 Several controllers write the same rows: the device counters their triggers keep, the
 count of devices each submitter holds, the lease epoch. Transactions that take such

@@ -43,18 +43,18 @@ class JobRecord(NamedTuple):
     reason: str
     stdio: str
     device_count: int = 1
-    #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
+    #: 1 once the retention pass deleted the job's stored output.
     logs_pruned: int = 0
-    #: A several-device job's devices by ID (EXT-GANG-1); () for a one-device job.
+    #: A several-device job's devices by ID; () for a one-device job.
     device_ids: tuple[str, ...] = ()
-    #: The name its submitter limit counts it under (EXT-SHARE-1); '' on old rows.
+    #: The name its submitter limit counts it under; '' on old rows.
     share_name: str = ""
-    #: The jobs it waits for, as given (EXT-SHARE-2); any end will do (1) or only
+    #: The jobs it waits for, as given; any end will do (1) or only
     #: ``succeeded`` (0); how many of them it still waits for.
     after_ids: tuple[str, ...] = ()
     after_any: int = 0
     after_open: int = 0
-    #: What the worker measured of its GPUs (EXT-ACCT-1); None when nothing was sampled.
+    #: What the worker measured of its GPUs; None when nothing was sampled.
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     gpu_samples: int | None = None
@@ -98,7 +98,7 @@ class JobRecord(NamedTuple):
 
     @property
     def share(self) -> str:
-        """The name its submitter limit counts it under (EXT-SHARE-1)."""
+        """The name its submitter limit counts it under."""
         return self.share_name or self.submitter
 
     def columns(self) -> dict[str, Any]:
@@ -131,7 +131,7 @@ class DeviceRecord(NamedTuple):
     max_runtime_seconds: int
     quarantine_reason: str
     quarantine_detail: str
-    #: EXT-DRAIN-2: finishes what it runs, takes nothing new; who, when (0: never) and why.
+    #: Finishes what it runs, takes nothing new; who, when (0: never) and why.
     draining: int = 0
     drained_by: str = ""
     drained_at: int = 0
@@ -188,7 +188,7 @@ class Registration:
     reboot_proof: bool
     reaped: list[str] = field(default_factory=list)
     #: Devices of the host this registration no longer declares whose GPU a declared
-    #: one now stands for (EXT-MIG-3): ID -> the declared names, marked ``mig_conflict``.
+    #: one now stands for: ID -> the declared names, marked ``mig_conflict``.
     superseded: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -201,7 +201,7 @@ class Assigned:
 @dataclass(frozen=True)
 class PassResult:
     """What one scheduling pass did: the jobs it placed, and the waiting jobs it ended
-    because a job they named ended otherwise than they needed (EXT-SHARE-2)."""
+    because a job they named ended otherwise than they needed."""
 
     assigned: list[Assigned] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
@@ -211,7 +211,7 @@ class PassResult:
 
 @dataclass(frozen=True)
 class GpuUse:
-    """What a terminal report says the job's GPUs did (EXT-ACCT-1); each part None when
+    """What a terminal report says the job's GPUs did; each part None when
     the worker measured nothing of it."""
 
     util_mean: float | None = None
@@ -232,7 +232,7 @@ class Release:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep changed (STORE-104); lists of IDs, order unspecified.
+    """What one sweep changed; lists of IDs, order unspecified.
 
     ``devices_unhealthy`` holds only silence write-offs: a device quarantined by an
     expired lease is reported through its lease (``leases_expired`` holds the job ID,
@@ -262,7 +262,7 @@ class Recovered:
 
 @dataclass(frozen=True)
 class AutoRecovery:
-    """Outcome of auto-recover (STORE-121): who came back, who the flap guard held back."""
+    """Outcome of auto-recover: who came back, who the flap guard held back."""
 
     recovered: list[Recovered] = field(default_factory=list)
     #: Candidates skipped because they already recovered 3 times this hour.
@@ -277,7 +277,7 @@ class RecoveryEntry:
 
 @dataclass(frozen=True)
 class RecoveryHistory:
-    """One device's automatic recoveries inside the sliding window (STORE-123)."""
+    """One device's automatic recoveries inside the sliding window."""
 
     recoveries: list[RecoveryEntry]
     remaining: int

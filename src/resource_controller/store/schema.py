@@ -1,8 +1,8 @@
 """The tables, as SQLAlchemy Core metadata (store.md §2).
 
-No foreign keys (STORE-007): job history must outlive the hardware it ran on. The
+No foreign keys: job history must outlive the hardware it ran on. The
 partial unique index ``leases_one_live_per_device`` is the whole exclusivity
-guarantee (STORE-010): a second live lease on a device fails to insert even if every
+guarantee: a second live lease on a device fails to insert even if every
 check above it were wrong. The Alembic migrations create exactly these objects.
 """
 
@@ -33,7 +33,7 @@ devices = sa.Table(
     sa.Column("max_runtime_seconds", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("quarantine_reason", sa.Text, nullable=False, server_default=""),
     sa.Column("quarantine_detail", sa.Text, nullable=False, server_default=""),
-    #: EXT-DRAIN-2: a flag beside the state (finish what runs, take nothing new), with
+    #: A flag beside the state (finish what runs, take nothing new), with
     #: who set it, when and why; cleared by undrain.
     sa.Column("draining", sa.Integer, nullable=False, server_default="0"),
     sa.Column("drained_by", sa.Text, nullable=False, server_default=""),
@@ -69,22 +69,22 @@ jobs = sa.Table(
     sa.Column("kind", sa.Text, nullable=False, server_default="job"),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("stdio", sa.Text, nullable=False, server_default=""),
-    #: How many devices the job needs on one host (EXT-GANG-1).
+    #: How many devices the job needs on one host.
     sa.Column("device_count", sa.Integer, nullable=False, server_default="1"),
-    #: 1 once the retention pass deleted the job's stored output (EXT-KEEP-1).
+    #: 1 once the retention pass deleted the job's stored output.
     sa.Column("logs_pruned", sa.Integer, nullable=False, server_default="0"),
     #: A several-device job's devices, comma-separated by ID (a device ID holds no comma,
     #: EXT-LIMITS-2): the pinned list from enqueue, or what the assignment gave it.
     #: ``''`` for a one-device job, whose ``device_id`` says it all.
     sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
-    #: The name the job's submitter limit counts it under (EXT-SHARE-1).
+    #: The name the job's submitter limit counts it under.
     sa.Column("share_name", sa.Text, nullable=False, server_default=""),
-    #: The jobs it waits for, comma-separated, as given (EXT-SHARE-2); whether any end
+    #: The jobs it waits for, comma-separated, as given; whether any end
     #: will do (1) or only ``succeeded`` (0); how many it still waits for (0: eligible).
     sa.Column("after_ids", sa.Text, nullable=False, server_default=""),
     sa.Column("after_any", sa.Integer, nullable=False, server_default="0"),
     sa.Column("after_open", sa.Integer, nullable=False, server_default="0"),
-    #: What the worker measured of the job's GPUs (EXT-ACCT-1), NULL when nothing was
+    #: What the worker measured of the job's GPUs, NULL when nothing was
     #: sampled: mean utilisation in percent, peak memory in bytes, readings taken.
     sa.Column("gpu_util_mean", sa.Float, nullable=True),
     sa.Column("gpu_mem_peak_bytes", sa.BigInteger, nullable=True),
@@ -103,7 +103,7 @@ leases = sa.Table(
     sa.Column("released_at", sa.BigInteger, nullable=True),
     sa.Column("kind", sa.Text, nullable=False, server_default="job"),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
-    #: Fencing token, strictly increasing across every lease ever granted (EXT-EPOCH-1).
+    #: Fencing token, strictly increasing across every lease ever granted.
     sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
 )
 
@@ -181,7 +181,7 @@ log_chunks = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
-#: One row per job and a job it waits for (EXT-SHARE-2); ``ended`` is the state that job
+#: One row per job and a job it waits for; ``ended`` is the state that job
 #: ended in, noted by migration 0010's trigger, '' while it has not.
 job_after = sa.Table(
     "job_after",
@@ -191,7 +191,7 @@ job_after = sa.Table(
     sa.Column("ended", sa.Text, nullable=False, server_default=""),
 )
 
-#: Devices held per share name (EXT-SHARE-1), kept by migration 0010's triggers on
+#: Devices held per share name, kept by migration 0010's triggers on
 #: ``leases``; a name holding nothing has no row.
 share_held = sa.Table(
     "share_held",
@@ -213,7 +213,7 @@ usage_totals = sa.Table(
     sa.Column("held_seconds", sa.BigInteger, nullable=False),
     sa.Column("sampled_seconds", sa.BigInteger, nullable=False),
     sa.Column("weighted_seconds", sa.Float, nullable=False),
-    #: The mean GPU utilisation of the group's latest job that reported one (EXT-ACCT-3).
+    #: The mean GPU utilisation of the group's latest job that reported one.
     sa.Column("last_util", sa.Float, nullable=True),
     sqlite_with_rowid=False,
 )

@@ -1,13 +1,13 @@
 """The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT.
 
 One transaction, in the spec's order: demote devices by their worker's silence
-(STORE-101), reap the jobs of written-off workers unless in retention mode
-(STORE-102), then, only when judging, expire lapsed leases (STORE-103). Which row
+, reap the jobs of written-off workers unless in retention mode
+, then, only when judging, expire lapsed leases. Which row
 deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
 only reads them and applies the verdicts, each a move from the transition table
 (``store.moves``: conditional on the op's legal source states).
 
-No statement here ever writes ``ready`` (STORE-022, STORE-183): the sweep only ever
+No statement here ever writes ``ready``: the sweep only ever
 learns that something stopped reporting, and no news from a worker says nothing about
 what is on its devices. Expiry quarantines rather than frees for the same reason: it
 says the holder stopped renewing, not that the hardware is idle.
@@ -32,7 +32,7 @@ _ACTIVE = tuple(s.value for s in ACTIVE)
 
 
 def sweep(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> SweepResult:
-    """One sweep at ``now`` under ``rules`` (STORE-100..105)."""
+    """One sweep at ``now`` under ``rules``."""
     judging = rules.judging(now)  # read once: devices and leases judged consistently
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
     lost = [] if rules.retain else _reap(conn, now, reap)
@@ -61,7 +61,7 @@ _QUIET = (
 def _demote(
     conn: queries.Conn, now: int, rules: expiry.SweepRules, judging: bool
 ) -> tuple[list[str], list[str], list[str]]:
-    """Apply silence verdicts (STORE-101); returns (unknown, newly unhealthy, reap set)."""
+    """Apply silence verdicts; returns (unknown, newly unhealthy, reap set)."""
     # Only devices whose worker has been quiet long enough for some verdict; one second
     # of margin so that float rounding of ``now - floor`` never leaves one out (the rule
     # below still decides each row read).
@@ -86,7 +86,7 @@ def _demote(
             if done == 1:
                 unknown.append(device_id)
         elif verdict is expiry.Demotion.WRITE_OFF:
-            # Only a device not already unhealthy: an existing reason is kept (STORE-031).
+            # Only a device not already unhealthy: an existing reason is kept.
             done = moves.move(
                 conn,
                 DEVICE,
@@ -106,11 +106,11 @@ def _demote(
 
 
 def _reap(conn: queries.Conn, now: int, reap: list[str]) -> list[str]:
-    """Every active job on a written-off device -> ``lost``, whatever its worker (STORE-102)."""
+    """Every active job on a written-off device -> ``lost``, whatever its worker."""
     if not reap:
         return []
     marks = sql.marks(len(reap))
-    # A several-device job is on a device by any of its live leases (EXT-GANG-5).
+    # A several-device job is on a device by any of its live leases.
     victims = [
         str(r[0])
         for r in conn.execute(
@@ -139,7 +139,7 @@ def _reap(conn: queries.Conn, now: int, reap: list[str]) -> list[str]:
 
 
 def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]:
-    """End every lapsed live lease by its own ID and quarantine its device (STORE-103).
+    """End every lapsed live lease by its own ID and quarantine its device.
 
     Read after the reap, so leases the reap released are not seen again.
     """
@@ -151,13 +151,13 @@ def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]
     for lease_id, device_id, job_id, expires_at, kind in live:
         if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
             continue
-        # By the lease's own ID: job_id may be '' (STORE-054).
+        # By the lease's own ID: job_id may be ''.
         ended = queries.release_lease(conn, now, lease_id)
         if not ended:
             continue  # a sibling of a several-device job whose lease expired first
         # Expiry ends all of a job's leases together, and none of its devices is
-        # proven empty (EXT-GANG-5): each sibling's device is quarantined too. The
-        # rollup takes the lapsed lease with its siblings: one job (EXT-ACCT-2).
+        # proven empty: each sibling's device is quarantined too. The
+        # rollup takes the lapsed lease with its siblings: one job.
         siblings = leases.release_for_job(conn, now, job_id, first=ended)
         quarantined = [device_id, *siblings]
         moves.move(

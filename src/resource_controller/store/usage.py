@@ -1,4 +1,4 @@
-"""The usage rollup (EXT-ACCT-2): what each lease held, summed as it is released.
+"""The usage rollup: what each lease held, summed as it is released.
 
 Every statement that releases a lease hands the released rows here, in the same
 transaction, so the rollup can never disagree with the leases. Two tables
@@ -15,7 +15,7 @@ are kept for four ``dim``s: ``submitter`` (the lease's holder), ``device``, ``ho
 and ``pair`` (``"<device> <submitter>"``, what ``/metrics`` reads: EXT-ACCT-3).
 
 The rollup is its own: nothing here reads ``jobs`` rows, so deleting old jobs or their
-output (EXT-KEEP) never changes a figure.
+output never changes a figure.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from resource_controller.core import usage
 from resource_controller.store import sql
 
-#: ``dim`` of the device-and-submitter groups (EXT-ACCT-3); keyed ``"<device> <holder>"``:
-#: a device ID never holds a space (EXT-LIMITS-2).
+#: ``dim`` of the device-and-submitter groups; keyed ``"<device> <holder>"``:
+#: a device ID never holds a space.
 PAIR = "pair"
 DIMS = (*usage.BY, PAIR)
 
@@ -106,7 +106,7 @@ def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = Non
 
     ``held`` are one job's leases (a several-device job's all at once, so the job
     counts once for its submitter and host); ``util`` is its mean GPU utilisation in
-    percent when measured (EXT-ACCT-1), which weights its held time.
+    percent when measured, which weights its held time.
     """
     if not held:
         return
@@ -161,7 +161,7 @@ def window(db: sql.Db, dim: str, first_hour: int) -> list[usage.Group]:
 
 @dataclass(frozen=True)
 class PairTotals:
-    """One device-and-submitter group's running totals, for ``/metrics`` (EXT-ACCT-3)."""
+    """One device-and-submitter group's running totals, for ``/metrics``."""
 
     device_id: str
     submitter: str

@@ -39,7 +39,7 @@ def devices(
     commands: dict[str, list[str]] | None = None,
     kept: fleet.FleetSnapshot | None = None,
 ) -> list[DeviceSnapshot]:
-    """Every device (or one) with its labels and live lease, ordered by ID (API-023).
+    """Every device (or one) with its labels and live lease, ordered by ID.
 
     Plain SQL on the driver's connection: ``/v1/state`` and ``/v1/devices`` read the
     whole fleet, and SQLAlchemy's row handling was most of that read at 10,000 devices.
@@ -80,7 +80,7 @@ class Sheet:
 
 
 def sheet_for(conn: queries.Conn, device: DeviceRecord) -> Sheet:
-    """The device's own usage sheet, or the host-wide one when its body is empty (STORE-154)."""
+    """The device's own usage sheet, or the host-wide one when its body is empty."""
 
     def read(device_id: str) -> tuple[str, int | None]:
         r = conn.one(
@@ -102,7 +102,7 @@ def recent_jobs(conn: queries.Conn, device_id: str, n: int = 5) -> list[JobRecor
 
 @dataclass(frozen=True)
 class Description:
-    """What describe shows for one device (API-060), plus its flap-guard history."""
+    """What describe shows for one device, plus its flap-guard history."""
 
     snapshot: DeviceSnapshot
     sheet: Sheet
@@ -121,7 +121,7 @@ class Explanation:
 
 
 def explain(conn: queries.Conn, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
-    """What a selector would match right now, from one snapshot (API-064): ``kept``, the
+    """What a selector would match right now, from one snapshot: ``kept``, the
     store's, when given."""
     parsed = selectors.parse(text)
     _, snaps = (kept or fleet.FleetSnapshot()).read(conn)
@@ -151,7 +151,7 @@ def wait_snapshot(
     limits: share.SubmitterLimits = share.NO_LIMITS,
     order: dict[str, tuple[str, ...]] | None = None,
 ) -> waiting.Snapshot:
-    """What the why-rules read (EXT-WHY-1), in three queries however long the queue.
+    """What the why-rules read, in three queries however long the queue.
 
     Devices with their effective labels (from ``kept``, the store's snapshot, when
     given), every live lease with its job's effective runtime (``None`` for a lease no
@@ -202,9 +202,9 @@ def waiting_for(
     kept: fleet.FleetSnapshot | None = None,
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> list[waiting.Blocker]:
-    """What one queued job waits for (EXT-WHY-1); ``[]`` for a job not queued. ``key`` is
-    the queue order that decides who is ahead (aged, EXT-FAIR-1); ``limits`` the
-    submitter limits (EXT-SHARE-1)."""
+    """What one queued job waits for; ``[]`` for a job not queued. ``key`` is
+    the queue order that decides who is ahead (aged); ``limits`` the
+    submitter limits."""
     if not job.queued:
         return []
     snap = wait_snapshot(conn, queries.queued_snaps(conn), kept, limits, {job.id: job.after_ids})
@@ -218,7 +218,7 @@ def waiting_for_all(
     kept: fleet.FleetSnapshot | None = None,
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> dict[str, list[waiting.Blocker]]:
-    """What every queued job waits for, from one snapshot (``/v1/state``, EXT-WHY-1a)."""
+    """What every queued job waits for, from one snapshot (``/v1/state``)."""
     if not queued:
         return {}
     order = {j.id: j.after_ids for j in queued if j.after_open}
@@ -227,7 +227,7 @@ def waiting_for_all(
 
 
 def active_job_on(conn: queries.Conn, device_id: str) -> str:
-    """The newest assigned/running job on a device, or ''; for fault events (STORE-074)."""
+    """The newest assigned/running job on a device, or ''; for fault events."""
     on, params = queries.on_device(device_id)
     found = conn.value(
         f"SELECT id FROM jobs WHERE {on} AND state IN (?, ?)"
@@ -242,7 +242,7 @@ def active_job_on(conn: queries.Conn, device_id: str) -> str:
 
 def quarantine_column(conn: queries.Conn, ids: list[str], column: str) -> dict[str, str]:
     """Device ID -> current ``quarantine_reason`` or ``quarantine_detail`` for every ID
-    with a row (STORE-170); IDs without a row are absent."""
+    with a row; IDs without a row are absent."""
     if not ids:
         return {}
     if column not in _QUARANTINE_COLUMNS:
@@ -255,7 +255,7 @@ _QUARANTINE_COLUMNS = frozenset({"quarantine_reason", "quarantine_detail"})
 
 
 def lease_devices(conn: queries.Conn, ids: list[str]) -> dict[str, str]:
-    """Lease or job ID -> device, from live or released lease rows (STORE-171).
+    """Lease or job ID -> device, from live or released lease rows.
 
     ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
     only remaining link to the device just quarantined. Rows are applied oldest

@@ -3,31 +3,31 @@
 The worker never accepts a connection; every exchange is a request it makes through
 its ``channel`` to the controller. After registering it runs two loops: a heartbeat
 naming exactly the jobs it supervises, and those whose outcome still waits in the
-outbox (the controller renews only the leases named, WRK-051, EXT-OUTBOX-2), and a
+outbox (the controller renews only the leases named), and a
 poll loop that hands each new job to its ``lifecycle`` in a task of its own. Shutdown
 only *asks* jobs to stop, through the same cancellation path as a kill flag; their
-outcomes still reach the outbox (WRK-073).
+outcomes still reach the outbox.
 
-Start-up (WRK-040, EXT-OUTBOX-3): open the state directory; deliver whatever the
+Start-up: open the state directory; deliver whatever the
 previous run left in the outbox (registering first would reap those jobs as lost);
 register with a recovery proof (``recovery``); then serve. Every answer from the
 controller feeds the reconnection tracker (``reconnect``); when it says the controller
 has forgotten us, the poll loop registers again, but only while nothing is supervised
-and the outbox is empty (WRK-150).
+and the outbox is empty.
 
 The agent runs as its own process (``process``) or inside a loop that also serves a
 controller (``Agent(config).run(stop)``, for ``rc up``). Every wait it makes comes from
 one injected ``Timings``. Every registration runs a probe pass and reads the usage
 sheets (``probes``, ``sheets``); a third loop repeats that every ``probe_interval`` and
-pushes the result on the labels route (PROBE-050), under the same lock as registration
-(WRK-042). Lease hooks and verify scripts belong to the ``lifecycle``; the agent runs
+pushes the result on the labels route, under the same lock as registration
+. Lease hooks and verify scripts belong to the ``lifecycle``; the agent runs
 their start-up release pass before the first poll and drains armed releases at
-shutdown (HOOK-025, HOOK-030).
+shutdown.
 
-With ``devices: auto`` (EXT-MIG-1) the devices are what the registration's probe pass
+With ``devices: auto`` the devices are what the registration's probe pass
 finds ``nvidia-smi -L`` listing; an interval pass that finds another set (a GPU put in
 or out of MIG mode, instances created again) makes a re-registration owed, which the
-poll loop makes once nothing runs (WRK-150), and meanwhile the pushed labels mark the
+poll loop makes once nothing runs, and meanwhile the pushed labels mark the
 devices that no longer fit (``mig_conflict``).
 """
 
@@ -89,25 +89,25 @@ class Agent:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self.timings = timings
-        #: Contact history and the re-registration debt (WRK-032, WRK-151).
+        #: Contact history and the re-registration debt.
         self.contact = reconnect.Reconnect(rng, timings)
         self.channel = channel.Channel(
             config.controller_url, config.token, self.clock, self.contact, transport=transport
         )
-        #: Reports that must reach the controller; opened by ``run`` (EXT-OUTBOX).
+        #: Reports that must reach the controller; opened by ``run``.
         self.outbox: outbox.Outbox | None = None
         #: What happens to each job; built by ``run`` once the outbox is open.
         self.life: lifecycle.Lifecycle | None = None
         self._base_env = base_env
-        #: Every job ID this process started or pre-killed; never pruned (WRK-070).
+        #: Every job ID this process started or pre-killed; never pruned.
         self._seen: set[str] = set()
-        #: Tasks the shutdown must wait for (WRK-067).
+        #: Tasks the shutdown must wait for.
         self._tasks = tasks.Tracker()
         self._shutting_down = False
         #: The jobs the shutdown cancelled, by ID, for whoever stopped this worker to report.
         self.stopped_jobs: list[str] = []
         #: The devices offered: the configuration's, or with ``devices: auto`` what the
-        #: latest registration's pass found (EXT-MIG-1).
+        #: latest registration's pass found.
         self.devices: tuple[worker_config.DeviceConfig, ...] = config.devices
         #: Probe passes and their memory across passes (§16).
         self.prober = probes.Prober(
@@ -118,10 +118,10 @@ class Agent:
             timings=timings,
         )
         #: Held around a pass and the request built from it, so registrations and
-        #: interval pushes never overlap (WRK-042).
+        #: interval pushes never overlap.
         self._facts_lock = asyncio.Lock()
 
-    # ---- state read by tests and by the heartbeat ---------------------------------
+    # ---- state read by tests and by the heartbeat ------------------------------------
 
     @property
     def worker_id(self) -> str:
@@ -129,14 +129,14 @@ class Agent:
 
     @property
     def supervised_job_ids(self) -> list[str]:
-        """The jobs this process supervises whose outcome is not yet in the outbox (WRK-051)."""
+        """The jobs this process supervises whose outcome is not yet in the outbox."""
         pending = set(self.pending_job_ids)
         jobs = self.life.jobs if self.life is not None else {}
         return [j for j in jobs if j not in pending]
 
     @property
     def pending_job_ids(self) -> list[str]:
-        """Finished jobs whose terminal report waits in the outbox (EXT-OUTBOX-2)."""
+        """Finished jobs whose terminal report waits in the outbox."""
         return self.outbox.pending_job_ids() if self.outbox is not None else []
 
     @property
@@ -144,13 +144,13 @@ class Agent:
         assert self.life is not None, "the agent is not running"
         return self.life
 
-    # ---- running -----------------------------------------------------------------
+    # ---- running ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, serve until ``stop`` is set, then shut down gracefully (§12).
 
         Raises ``StartupError`` when the state directory cannot be used, and
-        ``RegisterError`` if the first registration fails (WRK-002); returns quietly if
+        ``RegisterError`` if the first registration fails; returns quietly if
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
@@ -200,7 +200,7 @@ class Agent:
         return True
 
     async def _deliver_leftovers(self, stop: asyncio.Event) -> bool:
-        """Deliver what the previous run left in the outbox, before registering (EXT-OUTBOX-3).
+        """Deliver what the previous run left in the outbox, before registering.
 
         Registration reaps every job the controller thinks is in flight here, so an
         outcome still in the outbox would be recorded ``lost`` and its device
@@ -257,16 +257,16 @@ class Agent:
             await self._shutdown(poll, heartbeat, probing, stopping)
 
     async def _release_then_poll(self) -> None:
-        """The start-up release pass, then the poll loop (WRK-040 steps 5-6, HOOK-030).
+        """The start-up release pass, then the poll loop.
 
-        One task, so that shutdown cancels a pass still running (WRK-130 step 1).
+        One task, so that shutdown cancels a pass still running.
         """
         await self._life.hooks.startup_pass()
         await self._poll_loop()
 
     async def _shutdown(self, *loops: asyncio.Task[Any]) -> None:
         """Stop polling and heartbeats, cancel every job, wait a bounded time, then fire
-        every armed release (WRK-130, HOOK-025)."""
+        every armed release."""
         self._shutting_down = True
         for task in loops:
             task.cancel()
@@ -285,7 +285,7 @@ class Agent:
         log.info("shutdown: waiting for %d job task(s)", len(jobs), extra={"action": "shutdown"})
         _, pending = await asyncio.wait(jobs, timeout=self.timings.shutdown_wait)
         if pending:
-            # WRK-131: the window is a bound, not a promise. Outcomes already in the
+            # The window is a bound, not a promise. Outcomes already in the
             # outbox stay on disk and are re-sent at the next start; jobs abandoned
             # before that are reconciled by the controller, which keeps the devices out.
             log.error(
@@ -296,10 +296,10 @@ class Agent:
             )
             await self._tasks.abandon(list(pending), self.timings.abandon_wait)
 
-    # ---- registration ------------------------------------------------------------
+    # ---- registration ----------------------------------------------------------------
 
     async def gather_facts(self, *, registering: bool = False) -> HostFacts:
-        """One probe pass and a fresh read of the usage sheets (PROBE-002, SHEET-001).
+        """One probe pass and a fresh read of the usage sheets.
 
         The caller holds ``_facts_lock``. Probes run as processes awaited on the loop;
         the sheets are read in a thread; neither holds up the heartbeat or the poll loop.
@@ -355,12 +355,12 @@ class Agent:
     def registration(
         self, facts: HostFacts, proof: recovery_proof.Claims | None = None
     ) -> wire.RegisterRequest:
-        """What ``POST /v1/workers/register`` says (WRK-043).
+        """What ``POST /v1/workers/register`` says.
 
-        ``recovery`` only when the proof claims something (WRK-140); ``labels`` an
+        ``recovery`` only when the proof claims something; ``labels`` an
         explicit null when the pass found nothing; declared labels for every device,
-        empty ones included, so removing a label clears it (WRK-044); the sheets that
-        could be read (SHEET-003, SHEET-004).
+        empty ones included, so removing a label clears it; the sheets that
+        could be read.
         """
         cfg = self.config
         return wire.RegisterRequest(
@@ -378,7 +378,7 @@ class Agent:
         )
 
     def labels_push(self, facts: HostFacts) -> wire.LabelsPush:
-        """What ``POST /v1/workers/{id}/labels`` says: the registration's fields (PROBE-050)."""
+        """What ``POST /v1/workers/{id}/labels`` says: the registration's fields."""
         cfg = self.config
         return wire.LabelsPush(
             host=cfg.host,
@@ -390,7 +390,7 @@ class Agent:
         )
 
     async def _proof(self) -> recovery_proof.Claims:
-        """The recovery proof, computed only while nothing is supervised (WRK-046).
+        """The recovery proof, computed only while nothing is supervised.
 
         Both callers (start-up, idle re-registration) guarantee that; should a job be
         in hand anyway, the scan would find it, so nothing is claimed.
@@ -402,7 +402,7 @@ class Agent:
     async def register(self) -> str:
         """Register and store the worker ID; raise ``RegisterError`` on any failure.
 
-        Success settles any re-registration debt (WRK-153): a fresh registration is
+        Success settles any re-registration debt: a fresh registration is
         exactly what the debt asked for.
         """
         proof = await self._proof()
@@ -420,10 +420,10 @@ class Agent:
         )
         return worker_id
 
-    # ---- probes and sheets -------------------------------------------------------
+    # ---- probes and sheets -----------------------------------------------------------
 
     async def _probe_loop(self) -> None:
-        """Every ``probe_interval`` after registration, a pass and its push (PROBE-002).
+        """Every ``probe_interval`` after registration, a pass and its push.
 
         The interval runs from the end of one push to the start of the next pass, so a
         pass that overruns it delays the next one and passes never pile up.
@@ -433,7 +433,7 @@ class Agent:
             await self.push_facts()
 
     async def push_facts(self) -> bool:
-        """One pass pushed on the labels route; a failure is a warning (PROBE-050).
+        """One pass pushed on the labels route; a failure is a warning.
 
         Never the registration route: registering a live worker reaps its own jobs.
         """
@@ -445,10 +445,10 @@ class Agent:
             log.warning("labels push failed: %s", problem, extra={"action": "labels_push"})
         return not problem
 
-    # ---- heartbeat ---------------------------------------------------------------
+    # ---- heartbeat -------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        """Every interval, name exactly the supervised jobs (WRK-050..052)."""
+        """Every interval, name exactly the supervised jobs."""
         loop = asyncio.get_running_loop()
         interval = self.config.heartbeat_interval
         next_at = loop.time() + interval
@@ -459,17 +459,17 @@ class Agent:
             await self.heartbeat()
 
     async def heartbeat(self) -> bool:
-        """Send one heartbeat; a failure is a warning, never retried (WRK-052).
+        """Send one heartbeat; a failure is a warning, never retried.
 
-        Running: supervised, outcome not yet queued (WRK-050, WRK-051). Pending: outcome
-        in the outbox, not yet answered for good (EXT-OUTBOX-2). Never a job in both.
+        Running: supervised, outcome not yet queued. Pending: outcome
+        in the outbox, not yet answered for good. Never a job in both.
         """
         problem = await self.channel.heartbeat(self.supervised_job_ids, self.pending_job_ids)
         if problem:
             log.warning("heartbeat failed: %s", problem, extra={"action": "heartbeat"})
         return not problem
 
-    # ---- poll loop ---------------------------------------------------------------
+    # ---- poll loop -------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
         """Long-poll forever; errors back off 2 s, quick idle polls leave 250 ms (§6)."""
@@ -481,7 +481,7 @@ class Agent:
                 await asyncio.sleep(self.timings.poll_error_backoff)
             elif started == 0:
                 took = self.clock.monotonic() - asked
-                await self.maybe_reregister()  # WRK-062: before the idle gap
+                await self.maybe_reregister()  # Before the idle gap
                 gap = self.idle_gap(took)
                 if gap > 0:
                     await asyncio.sleep(gap)
@@ -497,7 +497,7 @@ class Agent:
         return self.timings.idle_poll_gap if took < self.config.poll_wait / 2 else 0.0
 
     async def maybe_reregister(self) -> bool:
-        """Register again if it is owed, due, and safe right now (WRK-150..153).
+        """Register again if it is owed, due, and safe right now.
 
         Safe means nothing is supervised (registration reaps whatever the controller
         thinks runs here; declining for that is silent) and the outbox is empty
@@ -539,7 +539,7 @@ class Agent:
         return self._dispatch(answer)
 
     def _dispatch(self, answer: channel.PollAnswer) -> int:
-        """Deliver kills, then accept assignments (WRK-065, WRK-066, WRK-070).
+        """Deliver kills, then accept assignments.
 
         Synchronous on purpose: every job enters the supervised set and the shutdown
         tracker before the poll loop can be interrupted.

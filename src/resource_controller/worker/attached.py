@@ -5,17 +5,17 @@ which must answer ``200`` before the process starts; a failure to open either is
 job's outcome (exit code −1, ``attach <stdio> stdio: open output stream: ...``), and
 the job then goes on through verify, its report and release like any other. After the
 run (supervision and the output drain), the PTY master is closed, then both streams
-(closing the output body ends the session at the controller, WTTY-007).
+(closing the output body ends the session at the controller).
 
 The controller answers the output half only when the session is over. An answer (or
 a broken connection) while the job still runs means nobody can see its output or
 type into it again: its client left, or the relay was lost. The job is then ended
 through the cancellation path, ``killed`` with that reason, so a relayed job never
 holds its device for a client that is gone. Input ending alone never ends the job
-(WTTY-005).
+.
 
 The mode-specific parts live beside this: ``tty`` (the terminal and its frames) and
-``pipe`` (raw stdin and stdout, CP-001).
+``pipe`` (raw stdin and stdout).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ REASON_CLIENT_LEFT = "client left"
 
 
 def is_attached(assignment: wire.Assignment) -> bool:
-    """Whether the job's stdio goes through the relay (WTTY-001)."""
+    """Whether the job's stdio goes through the relay."""
     return (assignment.stdio or "") in ATTACHED
 
 
@@ -80,7 +80,7 @@ async def hang_up(
 
 
 class RelaySink:
-    """The job's output into the relay's output body, chunk by chunk (WTTY-002).
+    """The job's output into the relay's output body, chunk by chunk.
 
     Awaiting a write is the back-pressure: a reader who is slow (or not there yet)
     slows the job's output, never a buffer. A broken stream is logged once; the job

@@ -1,20 +1,20 @@
-"""The worker's typed channel to the controller: one method per route it calls (WRK-031).
+"""The worker's typed channel to the controller: one method per route it calls.
 
 Every request goes through one sender (``transport``: HTTP/1.1 of its own, httpx only
 where needed) carrying the bearer token and ``Content-Type: application/json`` (the log
-upload too, WRK-030), bounded to 2 minutes unless the caller bounds it tighter. Request bodies are built from the wire models
+upload too), bounded to 2 minutes unless the caller bounds it tighter. Request bodies are built from the wire models
 (``resource_controller.wire``) and written with every field at its default left out,
-which is exactly the omission rule of each body (WRK-043, WRK-050, WRK-101, WRK-114):
+which is exactly the omission rule of each body:
 ``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
 ``max_runtime_seconds`` absent when 0, ``reason`` absent when there is none. The one
 field that must be written even at its default is the registration's ``labels``: an
 explicit ``null`` when the probe pass found nothing, since absent, null and ``{}`` mean
 different things to the controller.
 
-Every answer, whatever its status, is *contact* (WRK-032) and feeds the reconnection
+Every answer, whatever its status, is *contact* and feeds the reconnection
 tracker with its time and its ``Rc-Controller-Instance``; a request that got no answer
 raises one of ``TRANSPORT_ERRORS`` and is not contact. The worker ID the worker-scoped
-routes use is the one the last registration returned (WRK-033).
+routes use is the one the last registration returned.
 
 This module also says how a failure reads in the logs (``status_line``, ``error_text``,
 ``error_body``), so that the agent, the job's lifecycle and the outbox name "no answer"
@@ -39,13 +39,13 @@ from resource_controller.worker.transport import Answer, Sender
 if TYPE_CHECKING:
     import httpx
 
-#: Overall bound on one non-streaming request (WRK-030).
+#: Overall bound on one non-streaming request.
 HTTP_TIMEOUT = 120.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
 INSTANCE_HEADER_KEY = INSTANCE_HEADER.lower()
 
 #: A connection that was never made: the request was not sent, so another controller
-#: may take it (EXT-PG-5).
+#: may take it.
 CONNECT_ERRORS = (transport.ConnectFailed, ConnectionRefusedError)
 
 #: Everything that means "no HTTP answer came back" (``transport.TransportError`` is one).
@@ -53,7 +53,7 @@ TRANSPORT_ERRORS = (TimeoutError, OSError)
 
 
 class StartupError(Exception):
-    """The worker cannot start; the message is the ``rc: <message>`` line (WRK-002)."""
+    """The worker cannot start; the message is the ``rc: <message>`` line."""
 
 
 class RegisterError(StartupError):
@@ -64,11 +64,11 @@ class LogSendError(Exception):
     """The controller refused a log chunk."""
 
 
-# ---- reading answers -----------------------------------------------------------
+# ---- reading answers -----------------------------------------------------------------
 
 
 def status_line(resp: Answer) -> str:
-    """``404 Not Found``: how a refusal is named in messages (WRK-045)."""
+    """``404 Not Found``: how a refusal is named in messages."""
     return f"{resp.status_code} {resp.reason_phrase}".strip()
 
 
@@ -85,14 +85,14 @@ def error_body(resp: Answer) -> tuple[str, str]:
 
 
 class PollAnswer(NamedTuple):
-    """What one successful poll carried (WRK-060): 204 is both lists empty."""
+    """What one successful poll carried: 204 is both lists empty."""
 
     assignments: list[wire.Assignment]
     kills: list[str]
 
 
 def parse_poll_body(body: bytes) -> PollAnswer:
-    """Decode a 200 poll answer (WRK-060, WRK-064); raise ``ValueError`` if undecodable.
+    """Decode a 200 poll answer; raise ``ValueError`` if undecodable.
 
     Either list may be absent or null, and so may any list or map inside an assignment
     (``"env": null``, the reference controller's empty map: EXT-COMPAT-1). Unknown
@@ -120,7 +120,7 @@ def parse_poll_body(body: bytes) -> PollAnswer:
     return PollAnswer(assignments, list(raw_kills))
 
 
-# ---- writing bodies ------------------------------------------------------------
+# ---- writing bodies ------------------------------------------------------------------
 
 
 def body_of(model: BaseModel, *, always: Sequence[str] = ()) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def status_body(
     lease_epoch: int | None = None,
     gpu: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``POST /v1/jobs/{id}/status`` (WRK-101, WRK-110, EXT-EPOCH-3).
+    """``POST /v1/jobs/{id}/status``.
 
     ``exit_code`` and ``reason`` only when given; the epoch only when the assignment
     carried one; ``gpu``, what the job's GPUs did (EXT-ACCT-1: ``gpu_util_mean``,
@@ -160,12 +160,12 @@ def status_body(
 
 
 def fault_body(reason: str) -> dict[str, Any]:
-    """``POST /v1/devices/{id}/fault``: ``{"reason": ...}`` (WRK-114)."""
+    """``POST /v1/devices/{id}/fault``: ``{"reason": ...}``."""
     return body_of(wire.FaultReport(reason=reason), always=("reason",))
 
 
 def heartbeat_body(running: Sequence[str], pending: Sequence[str]) -> dict[str, Any]:
-    """Running and pending jobs, each list omitted when empty (WRK-050, EXT-OUTBOX-2)."""
+    """Running and pending jobs, each list omitted when empty."""
     request = wire.HeartbeatRequest(
         running_job_ids=list(running) or None, pending_job_ids=list(pending) or None
     )
@@ -173,16 +173,16 @@ def heartbeat_body(running: Sequence[str], pending: Sequence[str]) -> dict[str, 
 
 
 def registration_body(request: wire.RegisterRequest) -> dict[str, Any]:
-    """``POST /v1/workers/register`` (WRK-043): ``labels`` always, as ``null`` if empty."""
+    """``POST /v1/workers/register``: ``labels`` always, as ``null`` if empty."""
     return body_of(request, always=("labels", "declared_labels"))
 
 
 def labels_body(request: wire.LabelsPush) -> dict[str, Any]:
-    """``POST /v1/workers/{id}/labels`` (PROBE-050): the registration's field rules."""
+    """``POST /v1/workers/{id}/labels``: the registration's field rules."""
     return body_of(request, always=("labels", "declared_labels"))
 
 
-# ---- the channel ---------------------------------------------------------------
+# ---- the channel ---------------------------------------------------------------------
 
 
 class _Opened:
@@ -220,7 +220,7 @@ class Channel:
         self._contact = contact
         self._transport = transport
         self._client: Sender | None = None
-        #: Set by ``register`` (or from the outbox's records before it, EXT-OUTBOX-3).
+        #: Set by ``register`` (or from the outbox's records before it).
         #: Single-threaded asyncio: reads and writes never interleave mid-update,
         #: which is all WRK-033 asks for.
         self.worker_id = ""
@@ -260,7 +260,7 @@ class Channel:
         params: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Answer:
-        """One request to ``controller_url + path``; any answer counts as contact (WRK-032).
+        """One request to ``controller_url + path``; any answer counts as contact.
 
         With several controllers listed, a refused connection tries the next at once
         (nothing was sent), and a 5xx sends the following requests to the next."""
@@ -284,7 +284,7 @@ class Channel:
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
-    # ---- one method per route --------------------------------------------------
+    # ---- one method per route --------------------------------------------------------
 
     async def register(self, request: wire.RegisterRequest) -> str:
         """Register; store and return the worker ID. ``RegisterError`` on any failure."""
@@ -304,7 +304,7 @@ class Channel:
         return worker_id
 
     async def heartbeat(self, running: Sequence[str], pending: Sequence[str]) -> str:
-        """One heartbeat; ``""`` when accepted, else what went wrong (WRK-052)."""
+        """One heartbeat; ``""`` when accepted, else what went wrong."""
         body = heartbeat_body(running, pending)
         try:
             resp = await self._request("POST", f"/v1/workers/{self.worker_id}/heartbeat", body=body)
@@ -313,7 +313,7 @@ class Channel:
         return "" if resp.is_success else f"controller returned {status_line(resp)}"
 
     async def poll(self, wait: str) -> PollAnswer | str:
-        """One long poll (WRK-060): the answer, or what made it a poll error."""
+        """One long poll: the answer, or what made it a poll error."""
         path = f"/v1/workers/{self.worker_id}/assignments"
         try:
             resp = await self._request("GET", path, params={"wait": wait})
@@ -341,14 +341,14 @@ class Channel:
         )
 
     async def append_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> None:
-        """Raw output bytes, epoch echoed (WRK-083, EXT-EPOCH-3a); ``LogSendError`` if refused."""
+        """Raw output bytes, epoch echoed; ``LogSendError`` if refused."""
         params = {"lease_epoch": str(lease_epoch)} if lease_epoch else None
         resp = await self._request("POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params)
         if not resp.is_success:
             raise LogSendError(f"controller returned {status_line(resp)}")
 
     async def relay_output(self, job_id: str) -> duplex.Stream:
-        """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open (WTTY-001 step 1).
+        """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open.
 
         Returns once the ``200`` arrived; ``duplex.Refused`` names any other status and
         ``duplex.StreamError`` a stream that could not be opened.
@@ -356,7 +356,7 @@ class Channel:
         return await self._relay("POST", job_id, "out", "application/octet-stream")
 
     async def relay_input(self, job_id: str) -> duplex.Stream:
-        """Open ``GET /v1/jobs/{id}/tty/in``, the input stream (WTTY-001 step 2)."""
+        """Open ``GET /v1/jobs/{id}/tty/in``, the input stream."""
         return await self._relay("GET", job_id, "in", "application/json")
 
     async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> duplex.Stream:
@@ -374,7 +374,7 @@ class Channel:
         return stream
 
     async def push_labels(self, request: wire.LabelsPush) -> str:
-        """The interval labels push (PROBE-050); ``""`` when accepted, else the problem."""
+        """The interval labels push; ``""`` when accepted, else the problem."""
         try:
             resp = await self._request(
                 "POST", f"/v1/workers/{self.worker_id}/labels", body=labels_body(request)

@@ -4,13 +4,13 @@ Two layers. The *file* models mirror what a person writes, strictly: durations m
 strings (a bare ``30`` is an error, not "seconds"), unknown keys are refused by name,
 and label values keep their literal YAML text. The resolved ``WorkerConfig`` is what
 the rest of the worker reads: durations in seconds, every default applied by the one
-idempotent ``apply_defaults`` (WRK-010), whether it came from a file or was built in
+idempotent ``apply_defaults``, whether it came from a file or was built in
 code (``make_config``, used by ``rc up`` and tests).
 
 Unset never means unbounded: a zero or negative duration gets its default, because a
 zero hook timeout would be a hook with no limit.
 
-``devices: auto`` (EXT-MIG-1) instead of a list: the devices are what ``nvidia-smi``
+``devices: auto`` instead of a list: the devices are what ``nvidia-smi``
 lists at each registration, MIG instances included (``devices_auto``; ``devices`` is
 then empty and the agent fills it in).
 """
@@ -33,7 +33,7 @@ from resource_controller.worker import procs, yamltext
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/etc/rc/worker.yaml"
-#: ``devices: auto``: what nvidia-smi lists, MIG instances included (EXT-MIG-1).
+#: ``devices: auto``: what nvidia-smi lists, MIG instances included.
 AUTO = "auto"
 
 # Defaults of §2.1, in seconds for durations.
@@ -48,12 +48,12 @@ DEFAULT_VERIFY_DIR = "/etc/rc/verify.d"
 DEFAULT_VERIFY_TIMEOUT = 30.0
 DEFAULT_VERIFY_PASS_BUDGET = 120.0
 DEFAULT_SHEET_DIR = "/etc/rc"
-#: EXT-ACCT-1: how often a running job's GPUs are sampled; 0 turns sampling off.
+#: How often a running job's GPUs are sampled; 0 turns sampling off.
 DEFAULT_GPU_SAMPLE_INTERVAL = 10.0
 #: The shortest interval taken: each reading is a process, and a shorter period would
 #: be a busy loop of them beside the job.
 MIN_GPU_SAMPLE_INTERVAL = 0.1
-#: Parent of the default state directory for root; ``<parent>/<host>`` (EXT-OUTBOX-1).
+#: Parent of the default state directory for root; ``<parent>/<host>``.
 ROOT_STATE_PARENT = "/var/lib/rc-worker"
 #: Under ``$XDG_STATE_HOME`` (default ``~/.local/state``) for anyone else.
 USER_STATE_SUBDIR = "rc-worker"
@@ -66,11 +66,11 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message is the whole one-line story."""
 
 
-# ---- the resolved configuration ------------------------------------------------
+# ---- the resolved configuration ------------------------------------------------------
 
 
 class DeviceConfig(BaseModel):
-    """One offered device, after defaults (WRK-015, WRK-016)."""
+    """One offered device, after defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -84,12 +84,12 @@ class DeviceConfig(BaseModel):
     #: Effective hook timeout and release linger: own, else host, else 60s / 30s.
     timeout: float = 0.0
     release_linger: float = 0.0
-    #: Declared labels, sent verbatim on every registration (WRK-044).
+    #: Declared labels, sent verbatim on every registration.
     labels: dict[str, str] = Field(default_factory=dict)
 
     @property
     def max_runtime_seconds(self) -> int:
-        """The ceiling as the wire carries it: whole seconds, truncated (WRK-019)."""
+        """The ceiling as the wire carries it: whole seconds, truncated."""
         return int(self.max_runtime)
 
 
@@ -124,7 +124,7 @@ class WorkerConfig(BaseModel):
     verify_pass_budget: float = DEFAULT_VERIFY_PASS_BUDGET
     sheet_dir: str = DEFAULT_SHEET_DIR
     require_manual_clear: bool = False
-    #: Empty until ``apply_defaults`` gives it the per-host default (EXT-OUTBOX-1).
+    #: Empty until ``apply_defaults`` gives it the per-host default.
     state_dir: str = ""
     #: EXT-ACCT-1; unlike the other durations, 0 is a value (off), not "unset".
     gpu_sample_interval: float = DEFAULT_GPU_SAMPLE_INTERVAL
@@ -147,7 +147,7 @@ def _path_component(host: str) -> str:
 def default_state_dir(
     host: str, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """The state directory when ``state_dir`` is unset: one per host name (EXT-OUTBOX-1).
+    """The state directory when ``state_dir`` is unset: one per host name.
 
     ``/var/lib/rc-worker/<host>`` for root (euid 0); ``$XDG_STATE_HOME/rc-worker/<host>``
     for anyone else, ``$XDG_STATE_HOME`` defaulting to ``~/.local/state`` (a relative
@@ -175,7 +175,7 @@ def default_state_dir(
 def apply_defaults(
     config: WorkerConfig, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> WorkerConfig:
-    """Give every unset value its default (WRK-010, WRK-016); applying it twice is a no-op.
+    """Give every unset value its default; applying it twice is a no-op.
 
     Zero or negative durations and empty paths count as unset. A device's hook timeout
     and linger resolve to its own value, else the host's, else the built-in default.
@@ -243,7 +243,7 @@ def validate_config(config: WorkerConfig, where: str) -> None:
         if not d.name:
             raise ConfigError(f"device entry needs a name in {where}")
         if not limits.name_ok(d.name):
-            # The controller refuses it at registration (EXT-LIMITS-2): say so at start-up.
+            # The controller refuses it at registration: say so at start-up.
             raise ConfigError(
                 f"device name {d.name!r} in {where} must be at most {limits.NAME_CHARS} "
                 f"characters of {limits.NAME_ALPHABET}"
@@ -260,7 +260,7 @@ def validate_config(config: WorkerConfig, where: str) -> None:
                 "the largest ceiling the controller accepts (EXT-LIMITS-1)"
             )
         if 0 < d.max_runtime < 1:
-            # WRK-019: the wire carries whole seconds, so 500ms would become 0, which
+            # The wire carries whole seconds, so 500ms would become 0, which
             # means "no ceiling": the opposite of what was written.
             raise ConfigError(
                 f'device "{d.name}": max_runtime {durations.render_duration(d.max_runtime)} '
@@ -293,7 +293,7 @@ def make_config(
     return config
 
 
-# ---- the file ------------------------------------------------------------------
+# ---- the file ------------------------------------------------------------------------
 
 
 class _FileModel(BaseModel):
@@ -364,7 +364,7 @@ def _loc_text(loc: Sequence[int | str]) -> str:
 
 
 def _describe(exc: ValidationError) -> str:
-    """One line naming the offending key; unknown keys say so plainly (WRK-013)."""
+    """One line naming the offending key; unknown keys say so plainly."""
     errors = exc.errors()
     # A device entry is a union (bare name or mapping) and reports one error per
     # branch; entries reaching validation as mappings are explained by the mapping one.
@@ -395,7 +395,7 @@ def _seconds(text: str | None, key: str) -> float:
 
 
 def _manual_clear_from_env(value: str | None) -> bool:
-    """``RC_REQUIRE_MANUAL_CLEAR`` (WRK-021): it can only ever turn the setting on."""
+    """``RC_REQUIRE_MANUAL_CLEAR``: it can only ever turn the setting on."""
     text = (value or "").strip()
     if not text or text in _OFF_WORDS:
         return False
@@ -415,7 +415,7 @@ def load_config(
     """Read, validate and default ``worker.yaml``, then apply WRK-020/021.
 
     ``environ`` and ``euid`` (this process's by default) also decide the default
-    ``state_dir`` (EXT-OUTBOX-1).
+    ``state_dir``.
 
     Raises ``ConfigError`` whose message is the exact one-liner of §2.3.
     """
@@ -480,7 +480,7 @@ def load_config(
         )
     token = raw.token or ""
     if not token:
-        # WRK-020: only when the file says nothing; an explicit file token always wins.
+        # Only when the file says nothing; an explicit file token always wins.
         token = env.get("RC_TOKEN", "").strip()
     manual = bool(raw.require_manual_clear) or _manual_clear_from_env(
         env.get("RC_REQUIRE_MANUAL_CLEAR")

@@ -1,4 +1,4 @@
-"""A host's GPUs and MIG instances as ``nvidia-smi -L`` lists them (EXT-MIG-1..3).
+"""A host's GPUs and MIG instances as ``nvidia-smi -L`` lists them.
 
 ``nvidia-smi -L`` prints one line per GPU and, under a GPU in MIG mode, one line per
 MIG device::
@@ -15,7 +15,7 @@ and whether a configured name conflicts with its GPU's mode.
 Damaged output never raises: a GPU line without its UUID still counts as that GPU; a
 MIG line that cannot be read still puts its GPU in MIG mode (it has instances, just
 not one we can name), and the instance it was is *unknown* this time rather than
-absent, so the probe keeps what it reported before (PROBE-031's rule).
+absent, so the probe keeps what it reported before.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Inventory:
 
     def device_names(self) -> list[str]:
         """The devices this host has: ``gpu<i>``, or a MIG-mode GPU's instances
-        ``gpu<i>.mig<j>`` (by ``j``) instead (EXT-MIG-1); GPUs in index order."""
+        ``gpu<i>.mig<j>`` (by ``j``) instead; GPUs in index order."""
         names: list[str] = []
         for g in sorted(self.gpus, key=lambda g: g.index):
             if g.mig_mode:
@@ -135,7 +135,7 @@ class Inventory:
         )
 
     def conflict(self, name: str) -> str:
-        """Why ``name`` cannot stand for silicon on this host (EXT-MIG-3); ``""`` if it can.
+        """Why ``name`` cannot stand for silicon on this host; ``""`` if it can.
 
         ``gpu<i>`` while GPU i is in MIG mode, ``gpu<i>.mig<j>`` while it is not, or an
         instance its GPU does not have. A name of another form never conflicts; a GPU
@@ -221,7 +221,7 @@ def parse_list(text: str) -> tuple[Inventory, list[str]]:
 def instance_facts(
     inventory: Inventory, gpu_facts: Mapping[str, str], names: Collection[str]
 ) -> dict[str, str]:
-    """``gpu<i>.mig<j>.*`` facts of every listed instance among ``names`` (EXT-MIG-1).
+    """``gpu<i>.mig<j>.*`` facts of every listed instance among ``names``.
 
     ``mig_profile``, ``vram`` (the profile's memory), ``parent``, ``uuid``, and the
     parent GPU's ``vendor``, ``model`` and ``driver`` (from the ``--query-gpu`` facts
@@ -247,7 +247,7 @@ def instance_facts(
 
 
 def conflicts(inventory: Inventory, names: Collection[str]) -> dict[str, str]:
-    """Configured name → why it conflicts with its GPU's MIG mode (EXT-MIG-3)."""
+    """Configured name → why it conflicts with its GPU's MIG mode."""
     out: dict[str, str] = {}
     for name in names:
         why = inventory.conflict(name)

@@ -1,4 +1,4 @@
-"""What a job's GPUs did while it ran (EXT-ACCT-1): sampled in the background, never waited for.
+"""What a job's GPUs did while it ran: sampled in the background, never waited for.
 
 Every ``gpu_sample_interval`` (worker.yaml, 10 s by default, 0 = off) while a job runs,
 each of its GPU devices is asked, as its own bounded process::
@@ -36,7 +36,7 @@ from resource_controller.worker import probes
 log = logging.getLogger(__name__)
 
 NVIDIA_SMI = probes.NVIDIA_SMI
-#: EXT-ACCT-1: exactly this query; ``-i <target>`` is added per device.
+#: Exactly this query; ``-i <target>`` is added per device.
 QUERY_ARGS = (
     "--query-gpu=utilization.gpu,memory.used",
     "--format=csv,noheader,nounits",
@@ -112,7 +112,7 @@ class Tally:
             self.mem_peak = max(self.mem_peak or 0, r.mem_bytes)
 
     def fields(self) -> dict[str, Any]:
-        """The terminal report's fields: only those some reading gave (EXT-ACCT-1)."""
+        """The terminal report's fields: only those some reading gave."""
         out: dict[str, Any] = {}
         if self._util_n:
             out["gpu_util_mean"] = round(self._util_sum / self._util_n, 1)

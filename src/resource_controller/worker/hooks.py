@@ -1,26 +1,26 @@
 """Lease lifecycle hooks: ``on_acquire`` before a job touches its device, ``on_release``
-after the device has been idle for its linger (worker.md §18, HOOK-001..031).
+after the device has been idle for its linger (worker.md §18).
 
 A hook is a path run directly (no shell, no arguments), in its own process group, under
 the device's effective timeout through the job's cancellation path (``runner``), with
-stdout and stderr combined and captured in full (HOOK-001). Its environment is the
+stdout and stderr combined and captured in full. Its environment is the
 worker's plus ``RC_EVENT``, ``RC_DEVICE``, ``RC_JOB_ID``, ``RC_SUBMITTER`` and
-``CUDA_VISIBLE_DEVICES`` when the device name yields an index (HOOK-002).
+``CUDA_VISIBLE_DEVICES`` when the device name yields an index.
 
-Per-device state (HOOK-006, HOOK-007) lives only for devices with a hook: ``held``, the
+Per-device state lives only for devices with a hook: ``held``, the
 pending release timer and its generation, the acquire epoch, and the job that armed the
 release. One lock per device is held for the whole of a hook run, so one device's hooks
 never overlap while devices never wait on each other.
 
-- ``acquire`` (HOOK-010): stops a pending release; a device still held runs no hook
+- ``acquire``: stops a pending release; a device still held runs no hook
   (a burst of back-to-back jobs runs one ``on_acquire``); returns the new epoch.
-- ``release`` (HOOK-020): arms the linger timer, unless a later job re-acquired the
-  device meanwhile (the epoch rule, HOOK-021). When the timer fires, ``on_release``
-  runs and the device is no longer held (HOOK-022), so a burst runs one release.
-- ``startup_pass`` (HOOK-030/031): every ``on_release`` once before the first poll,
+- ``release``: arms the linger timer, unless a later job re-acquired the
+  device meanwhile (the epoch rule). When the timer fires, ``on_release``
+  runs and the device is no longer held, so a burst runs one release.
+- ``startup_pass``: every ``on_release`` once before the first poll,
   bounded; the state is not touched. Nothing is persisted: one unconditional pass heals
   a crash and a clean restart alike, which is why ``on_release`` must be idempotent.
-- ``drain`` (HOOK-025): at shutdown, every armed-but-unfired timer fires at once, all
+- ``drain``: at shutdown, every armed-but-unfired timer fires at once, all
   within one budget.
 
 The linger counts on the injected clock, checked every ``Timings.linger_check``, so a
@@ -45,7 +45,7 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: The output tail sent to the controller (HOOK-005).
+#: The output tail sent to the controller.
 OUTPUT_TAIL = 4096
 
 ACQUIRE = "acquire"
@@ -61,11 +61,11 @@ _CANCELLATION = frozenset({runner.REASON_CANCELLED, runner.REASON_SURVIVORS})
 class HookResult:
     """How one hook run ended."""
 
-    #: ``""`` on success, else ``hook <path>: <detail>`` (HOOK-003).
+    #: ``""`` on success, else ``hook <path>: <detail>``.
     error: str
     #: The combined output, in full.
     output: bytes = b""
-    #: Ended by our own cancellation (kill flag, shutdown), not by the hook (HOOK-013).
+    #: Ended by our own cancellation (kill flag, shutdown), not by the hook.
     cancelled: bool = False
 
     @property
@@ -74,13 +74,13 @@ class HookResult:
 
     @property
     def tail(self) -> str:
-        """The last ``OUTPUT_TAIL`` bytes of the output, as text (HOOK-005)."""
+        """The last ``OUTPUT_TAIL`` bytes of the output, as text."""
         return self.output[-OUTPUT_TAIL:].decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
 class AcquireFailed:
-    """The acquire hook did not succeed: the job must not run (HOOK-012, HOOK-013)."""
+    """The acquire hook did not succeed: the job must not run."""
 
     result: HookResult
 
@@ -107,11 +107,11 @@ def hook_env(
     submitter: str,
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The worker's environment plus the hook variables (HOOK-002).
+    """The worker's environment plus the hook variables.
 
-    ``CUDA_VISIBLE_DEVICES`` is set from the device name when it yields an index
-    (WRK-077), or to a MIG instance's UUID from ``mig_uuids`` (EXT-MIG-2), replacing an
-    inherited value; otherwise the inherited one passes.
+     ``CUDA_VISIBLE_DEVICES`` is set from the device name when it yields an index
+    , or to a MIG instance's UUID from ``mig_uuids``, replacing an
+     inherited value; otherwise the inherited one passes.
     """
     env = dict(base_env)
     env["RC_EVENT"] = event
@@ -133,7 +133,7 @@ async def run_hook(
     clock: Clock,
     timings: Timings,
 ) -> HookResult:
-    """Run one hook to its end (HOOK-001, HOOK-003); never raises for the hook's sake.
+    """Run one hook to its end; never raises for the hook's sake.
 
     If this task is torn down, the hook's group is SIGKILLed on the way out (the
     runner's rule), which is how a budget cuts a hook short.
@@ -164,7 +164,7 @@ async def run_hook(
 
 
 def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> None:
-    """Success at debug with its output; failure at error with all of it (HOOK-004)."""
+    """Success at debug with its output; failure at error with all of it."""
     text = result.output.decode("utf-8", errors="replace")
     if result.ok:
         log.debug(
@@ -187,7 +187,7 @@ def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> N
 
 @dataclass(eq=False)
 class DeviceHooks:
-    """One device's held state (HOOK-007)."""
+    """One device's held state."""
 
     device_id: str
     on_acquire: str | None
@@ -198,7 +198,7 @@ class DeviceHooks:
     held: bool = False
     #: The pending release: sleeping until the linger ends, then releasing.
     timer: asyncio.Task[None] | None = None
-    #: Bumped whenever a pending release is stopped or re-armed (HOOK-010, HOOK-020).
+    #: Bumped whenever a pending release is stopped or re-armed.
     generation: int = 0
     #: Bumped at every acquisition; a release carries the epoch of its job.
     epoch: int = 0
@@ -233,7 +233,7 @@ class Hooks:
         self._base_env = base_env
         #: The host's MIG instances' UUIDs as last listed, for ``CUDA_VISIBLE_DEVICES``.
         self._mig_uuids = mig_uuids
-        #: Only devices with a hook have state at all (HOOK-006); config order.
+        #: Only devices with a hook have state at all; config order.
         self.devices: dict[str, DeviceHooks] = {
             config.device_id(d.name): DeviceHooks(
                 config.device_id(d.name), d.on_acquire, d.on_release, d.timeout, d.release_linger
@@ -269,16 +269,16 @@ class Hooks:
         _log_result(event, dev.device_id, job_id, result)
         return result
 
-    # ---- acquire (HOOK-010..013) --------------------------------------------------
+    # ---- acquire ---------------------------------------------------------------------
 
     async def acquire(
         self, device_id: str, job_id: str, submitter: str, cancel: asyncio.Event
     ) -> int | AcquireFailed:
         """Acquire ``device_id`` for a job; the epoch, or why the job must not run.
 
-        A device without hooks is always acquired, at epoch 0 (HOOK-006). The hook runs
-        inside the job's cancellation scope ``cancel`` (HOOK-011); waiting for an
-        in-flight release of the same device is part of acquiring (HOOK-007).
+        A device without hooks is always acquired, at epoch 0. The hook runs
+        inside the job's cancellation scope ``cancel``; waiting for an
+        in-flight release of the same device is part of acquiring.
         """
         dev = self.devices.get(device_id)
         if dev is None:
@@ -301,7 +301,7 @@ class Hooks:
             dev.epoch += 1
             return dev.epoch
 
-    # ---- release and linger (HOOK-020..025) ---------------------------------------
+    # ---- release and linger ----------------------------------------------------------
 
     async def release(self, device_id: str, epoch: int, job_id: str, submitter: str) -> None:
         """Arm the device's release after its linger, for the job that acquired at ``epoch``."""
@@ -335,7 +335,7 @@ class Hooks:
         await self._fire(dev, generation)
 
     async def _fire(self, dev: DeviceHooks, generation: int) -> None:
-        """The release itself (HOOK-022): only if nothing stopped or re-armed it."""
+        """The release itself: only if nothing stopped or re-armed it."""
         async with dev.lock:
             if dev.generation != generation:
                 return
@@ -345,7 +345,7 @@ class Hooks:
                     result = await self._run(
                         dev, dev.on_release, RELEASE, dev.release_job_id, dev.release_submitter
                     )
-                    if not result.ok:  # HOOK-024: logged, never a quarantine
+                    if not result.ok:  # Logged, never a quarantine
                         log.error(
                             "device %s: release hook failed (the device is free anyway): "
                             "%s; output tail: %r",
@@ -366,7 +366,7 @@ class Hooks:
         return [d.device_id for d in self.devices.values() if d.timer is not None and not d.firing]
 
     async def drain(self, budget: float | None = None) -> None:
-        """Fire every armed-but-unfired release now, within one budget (HOOK-025).
+        """Fire every armed-but-unfired release now, within one budget.
 
         A release already executing from its timer is not waited for; one cut short
         by the budget is killed and left to the next start-up pass.
@@ -409,7 +409,7 @@ class Hooks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    # ---- start-up release pass (HOOK-030, HOOK-031) --------------------------------
+    # ---- start-up release pass -------------------------------------------------------
 
     async def startup_pass(self, budget: float | None = None) -> None:
         """Every ``on_release`` once, in config order, bounded; the state is untouched."""

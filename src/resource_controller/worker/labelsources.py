@@ -1,7 +1,7 @@
 """Label-source bookkeeping: which devices each probe source named, and what a pass may
-say about them (PROBE-024, PROBE-030..032, PROBE-040, PROBE-041).
+say about them.
 
-The controller reads absence, ``null`` and ``{}`` differently (API-032), and a pass uses
+The controller reads absence, ``null`` and ``{}`` differently, and a pass uses
 that to keep a broken probe from wiping what an earlier run detected: every source
 remembers which devices it named on its last success; when it fails, those devices are
 *unconfirmed* and, unless something else still reports a fact for them, left out of the
@@ -29,7 +29,7 @@ LabelsPayload = dict[str, Facts] | None
 
 @dataclass
 class Classified:
-    """One source's facts sorted into host-wide and per-device ones (PROBE-024)."""
+    """One source's facts sorted into host-wide and per-device ones."""
 
     host: Facts = field(default_factory=dict)
     devices: dict[str, Facts] = field(default_factory=dict)
@@ -42,7 +42,7 @@ class Classified:
 
 
 def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classified:
-    """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device (PROBE-024).
+    """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device.
 
     An empty key, one that starts or ends with ``.``, or one whose prefix before a ``.``
     is not a configured device (the longest such prefix counts, for names with dots:
@@ -70,7 +70,7 @@ def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classif
 def _device_prefix(key: str, device_names: Collection[str]) -> str | None:
     """The longest configured device name that ``key`` starts with, followed by a dot.
 
-    A name without dots is the part before the first dot (PROBE-024); a MIG instance's
+    A name without dots is the part before the first dot; a MIG instance's
     name has one (``gpu0.mig1.uuid`` is ``gpu0.mig1``'s ``uuid``), so longer prefixes
     are tried first.
     """
@@ -124,11 +124,11 @@ class SourceMemory:
     already given; passes change it only through their ``Tally``."""
 
     def __init__(self) -> None:
-        #: Source → devices it named on its last success in this process (PROBE-030).
+        #: Source → devices it named on its last success in this process.
         self.named: dict[str, frozenset[str]] = {}
         #: Sources already warned, this failure episode, that their facts will clear.
         self._clear_warned: set[str] = set()
-        #: Devices already warned, this episode, that they were left out (PROBE-041).
+        #: Devices already warned, this episode, that they were left out.
         self._omit_warned: set[str] = set()
 
     def tally(self, device_names: Iterable[str]) -> Tally:
@@ -170,7 +170,7 @@ class Tally:
         self._memory._clear_warned.discard(source)
 
     def fail(self, source: str, *, otherwise: frozenset[str] | None = None) -> None:
-        """A source failed: its remembered devices become unconfirmed (PROBE-031, -032).
+        """A source failed: its remembered devices become unconfirmed.
 
         ``otherwise``: the devices it speaks for when it has named none yet in this
         process (nvidia-smi: every GPU device), which then need no warning that their

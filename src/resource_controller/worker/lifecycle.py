@@ -1,50 +1,50 @@
-"""One job's life on this worker, step by step (WRK-072).
+"""One job's life on this worker, step by step.
 
 ``Lifecycle.run`` is the whole story of a job, in order:
 
-0. **GPUs** (EXT-MIG-2, EXT-MIG-3): a job on a MIG instance gets its UUID from a
+0. **GPUs**: a job on a MIG instance gets its UUID from a
    fresh ``nvidia-smi -L`` (instances may have been created again since the last
    probe pass); a job on a device whose name conflicts with its GPU's MIG mode, or on
    an instance whose UUID nobody can tell, never runs: it ends ``failed`` with the
    reason, before any hook touches the device;
 1. **acquire** the device: the acquire hook, inside the job's cancellation scope
-   (HOOK-010, HOOK-011). On failure the job never runs: the fault is reported, then
-   the job ``failed`` with ``acquire hook failed: ...`` (HOOK-012); interrupted by its
-   own cancellation, the job is ``killed`` and nothing is faulted (HOOK-013);
-2. **report running**: one attempt, in the background (WRK-113);
+  . On failure the job never runs: the fault is reported, then
+   the job ``failed`` with ``acquire hook failed: ...``; interrupted by its
+   own cancellation, the job is ``killed`` and nothing is faulted;
+2. **report running**: one attempt, in the background;
 3. **start**: the environment, the command, the spawn (``runner.start_job``); an
    attached job (``tty``, ``pipe``) first opens its relay streams (``attached``);
 4. **supervise**: watchdogs, the cancellation path, output batched into log appends
-   (``runner.supervise_job``, ``logship``), then the final flush (WRK-086); meanwhile
-   the job's GPU devices are sampled in the background (``gpusample``, EXT-ACCT-1),
+   (``runner.supervise_job``, ``logship``), then the final flush; meanwhile
+   the job's GPU devices are sampled in the background (``gpusample``),
    and the sampler is stopped, never waited for, the moment the process is over: its
    figures ride with the outcome;
 5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
-   logged, never changing the outcome (WRK-120..122); this overlaps the final flush;
+   logged, never changing the outcome; this overlaps the final flush;
 6. **verify** the device (``verify``, VERIFY-): on failure the device fault is reported
    (durable, and ordered before the terminal report by the outbox) so that the
    controller takes the device out of the pool before it frees it; the job's own
-   outcome is unchanged (VERIFY-008, WRK-074);
+   outcome is unchanged;
 7. **report** the outcome: queued in the outbox (the job is then *pending*, no longer
-   *running*, EXT-OUTBOX-2), made durable, delivered until the controller answers for
-   good (EXT-OUTBOX-1); with no verify script to run, it is queued and written while
+   *running*), made durable, delivered until the controller answers for
+   good; with no verify script to run, it is queued and written while
    steps 4-5 end, and only its delivery waits for them;
 8. **release** the device: the release is armed with this job's acquire epoch and
-   runs after the device's linger (``hooks``, HOOK-020..023);
+   runs after the device's linger (``hooks``);
 9. leave the supervised set.
 
-A job on several devices (EXT-GANG-5) takes the per-device steps for each of its
+A job on several devices takes the per-device steps for each of its
 devices, in ascending ID order: every acquire hook (a failure faults that device, the
 ones already acquired are released, and the job fails), every verify pass (a failure
 quarantines that device alone) and every release.
 
-Holds take exactly the same steps (WRK-127). Only the job's cancellation scope (a kill
+Holds take exactly the same steps. Only the job's cancellation scope (a kill
 flag, a watchdog, shutdown) interrupts steps 1 and 3-4; steps 4-8 are never cut short
-by shutdown (WRK-073), which only *asks* a job to stop. A job task that is itself torn
+by shutdown, which only *asks* a job to stop. A job task that is itself torn
 down (the shutdown window expired) kills its group and its stragglers on the way out.
 
 Reports outside a job's run live here too: the terminal report of a job killed before
-it started (WRK-066) and device fault reports (WRK-114), both through the outbox.
+it started and device fault reports, both through the outbox.
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ log = logging.getLogger(__name__)
 _NO_DEVICES = worker_config.WorkerConfig(controller_url="")
 
 REASON_PREKILLED = "killed before this worker started it"
-#: A job refused because a device's name conflicts with its GPU's MIG mode (EXT-MIG-3).
+#: A job refused because a device's name conflicts with its GPU's MIG mode.
 REASON_MIG_CONFLICT = "mig conflict: "
-#: A job refused because a MIG instance's UUID is unknown (EXT-MIG-2).
+#: A job refused because a MIG instance's UUID is unknown.
 REASON_MIG_UNKNOWN = "mig device unknown: "
 
-#: Starts a job-side task and registers it with the shutdown tracker (WRK-067).
+#: Starts a job-side task and registers it with the shutdown tracker.
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
@@ -101,11 +101,11 @@ class SupervisedJob:
     #: What a cancellation is reported as: ``cancelled`` for a kill flag, the shutdown's
     #: own words when the worker is stopping, so the job's owner learns which it was.
     cancel_reason: str = runner.REASON_CANCELLED
-    #: Each device's acquire epoch (HOOK-010), which its release must match (HOOK-020).
+    #: Each device's acquire epoch, which its release must match.
     epochs: dict[str, int] = field(default_factory=dict)
-    #: The MIG UUID of each of its devices that is a MIG instance (EXT-MIG-2).
+    #: The MIG UUID of each of its devices that is a MIG instance.
     mig_uuids: dict[str, str] = field(default_factory=dict)
-    #: What its GPUs did while it ran (EXT-ACCT-1), the terminal report's fields.
+    #: What its GPUs did while it ran, the terminal report's fields.
     gpu: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -114,7 +114,7 @@ class SupervisedJob:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        """Every device of the job (EXT-GANG-6); a controller that sends no list means one."""
+        """Every device of the job; a controller that sends no list means one."""
         return device_ids_of(self.assignment)
 
     @property
@@ -143,14 +143,14 @@ class Lifecycle:
         gpus: probes.Prober | None = None,
     ) -> None:
         self.channel = to_controller
-        #: What the probes know of the host's GPUs (EXT-MIG); ``None``: nothing to check.
+        #: What the probes know of the host's GPUs; ``None``: nothing to check.
         self.gpus = gpus
         self.box = box
         self.clock = clock
         self.timings = timings
         self._track = track
         self._base_env = base_env
-        #: Where the verify pass looks, and its bounds (VERIFY-001, VERIFY-004, VERIFY-007);
+        #: Where the verify pass looks, and its bounds;
         #: ``None`` turns the pass off (a lifecycle built without a configuration).
         self.verify_dir = config.verify_dir if config is not None else None
         self.verify_timeout = config.verify_timeout if config is not None else 0.0
@@ -163,7 +163,7 @@ class Lifecycle:
             base_env=base_env,
             mig_uuids=gpus.mig_uuids if gpus is not None else None,
         )
-        #: GPU sampling while a job runs (EXT-ACCT-1): its period (0: off), the bound on
+        #: GPU sampling while a job runs: its period (0: off), the bound on
         #: each reading, and each device's labels, declared and (``detected``, kept
         #: current by the agent's probe passes) found, which say what ``-i`` names.
         self.gpu_interval = config.gpu_sample_interval if config is not None else 0.0
@@ -174,19 +174,19 @@ class Lifecycle:
             probes.run_probe, grace=timings.kill_grace
         )
         #: Jobs under supervision whose outcome is not queued yet, in start order
-        #: (WRK-051). A job enters before its acquire step and leaves the moment its
+        #:. A job enters before its acquire step and leaves the moment its
         #: terminal report is queued.
         self.jobs: dict[str, SupervisedJob] = {}
 
     def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> SupervisedJob:
-        """Enter the supervised set (WRK-072 step 1); the caller starts ``run`` at once."""
+        """Enter the supervised set; the caller starts ``run`` at once."""
         job = SupervisedJob(assignment)
         if cancelled:
             job.cancel.set()
         self.jobs[assignment.job_id] = job
         return job
 
-    # ---- the story of one job ------------------------------------------------------
+    # ---- the story of one job --------------------------------------------------------
 
     async def run(self, job: SupervisedJob) -> None:
         """Every step of WRK-072 for one job, in order."""
@@ -216,7 +216,7 @@ class Lifecycle:
                 await self.abandon(job, running, output)
                 raise
             finally:
-                # At once, never waiting for a reading in flight (EXT-ACCT-1).
+                # At once, never waiting for a reading in flight.
                 job.gpu = sampler.stop() if sampler is not None else {}
             if outcome.reason == runner.REASON_CANCELLED:
                 outcome = dataclasses.replace(outcome, reason=job.cancel_reason)
@@ -236,11 +236,11 @@ class Lifecycle:
 
         The final flush and the sweep overlap: one waits on the controller, the other
         reads ``/proc``, and neither sends anything the other must precede. Both end
-        before the outcome is delivered (WRK-086, WRK-120). When the verify directory
+        before the outcome is delivered. When the verify directory
         holds nothing to run, the pass is clean whenever it would run, so the report
         is queued and written to disk meanwhile, and only its delivery waits; with
         scripts present, the pass runs after the sweep and before the report is
-        queued, so a fault it finds is ordered first (VERIFY-008).
+        queued, so a fault it finds is ordered first.
         """
         if not self.verify_has_work():
             report = self.queue_report(job, outcome)
@@ -256,8 +256,8 @@ class Lifecycle:
         await self.report(job, outcome)
 
     async def check_gpus(self, job: SupervisedJob) -> str:
-        """Why the job must not run on its devices (EXT-MIG-3), ``""`` when it may; fills
-        in ``job.mig_uuids`` (EXT-MIG-2).
+        """Why the job must not run on its devices, ``""`` when it may; fills
+        in ``job.mig_uuids``.
 
         Only names of GPUs and MIG instances are looked at. An instance's UUID comes
         from a fresh ``nvidia-smi -L`` (the latest one when that fails); a whole GPU's
@@ -297,12 +297,12 @@ class Lifecycle:
         await self.submit(report)
 
     async def acquire(self, job: SupervisedJob) -> bool:
-        """Acquire the device before the job touches it (HOOK-010..013).
+        """Acquire the device before the job touches it.
 
-        ``False`` when the job must not run; its reports are then already queued: for
-        a failed hook the fault first, then the job ``failed`` without an exit code
-        (HOOK-012); for a hook our own cancellation interrupted, the job ``killed`` and
-        no fault (HOOK-013). Neither schedules a release: nothing is held.
+         ``False`` when the job must not run; its reports are then already queued: for
+         a failed hook the fault first, then the job ``failed`` without an exit code
+        ; for a hook our own cancellation interrupted, the job ``killed`` and
+         no fault. Neither schedules a release: nothing is held.
         """
         a = job.assignment
         failed: tuple[str, hooks.AcquireFailed] | None = None
@@ -314,7 +314,7 @@ class Lifecycle:
             job.epochs[device_id] = got
         if failed is None:
             return True
-        # The devices acquired before the failure are given back (HOOK-020).
+        # The devices acquired before the failure are given back.
         await self.release(job)
         device_id, got = failed
         reason = got.reason
@@ -338,7 +338,7 @@ class Lifecycle:
         return False
 
     async def report_running(self, job: SupervisedJob) -> None:
-        """Belt and braces: one attempt, failure only logged (WRK-113).
+        """Belt and braces: one attempt, failure only logged.
 
         The controller marked the job running at hand-out, so this must not delay the
         start: it runs in its own task.
@@ -363,7 +363,7 @@ class Lifecycle:
         )
 
     def output_of(self, job: SupervisedJob) -> logship.LogShipper:
-        """The job's output, batched into log appends echoing its epoch (WRK-083)."""
+        """The job's output, batched into log appends echoing its epoch."""
         a = job.assignment
         return logship.LogShipper(
             functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
@@ -372,7 +372,7 @@ class Lifecycle:
         )
 
     def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
-        """Sample the job's GPU devices while it runs (EXT-ACCT-1), started here; None
+        """Sample the job's GPU devices while it runs, started here; None
         when sampling is off or none of its devices is a GPU."""
         if self.gpu_interval <= 0:
             return None
@@ -394,7 +394,7 @@ class Lifecycle:
         return sampler
 
     async def start(self, job: SupervisedJob) -> runner.Started | runner.Outcome:
-        """Environment, command, spawn (WRK-075..081); a start error is the outcome."""
+        """Environment, command, spawn; a start error is the outcome."""
         return await runner.start_job(
             job.assignment, clock=self.clock, base_env=self._base_env, mig_uuids=job.mig_uuids
         )
@@ -405,7 +405,7 @@ class Lifecycle:
         started: runner.Started | runner.Outcome,
         output: logship.LogShipper,
     ) -> runner.Outcome:
-        """Watch the started process under its watchdogs until complete (§8, WRK-094).
+        """Watch the started process under its watchdogs until complete (§8).
 
         A start error is already the outcome.
         """
@@ -422,7 +422,7 @@ class Lifecycle:
 
     async def run_attached(self, job: SupervisedJob, output: logship.LogShipper) -> runner.Outcome:
         """Steps 3-4 for a ``tty`` or ``pipe`` job: relay streams, spawn, supervise
-        (WTTY-001..008, CP-001); only the job's stdio differs (WTTY-008)."""
+        ; only the job's stdio differs."""
         return await attached.run(
             job.assignment,
             to_controller=self.channel,
@@ -451,12 +451,12 @@ class Lifecycle:
         stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
 
     async def verify(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
-        """The verify pass for each of the job's devices (VERIFY-001..009), before its report.
+        """The verify pass for each of the job's devices, before its report.
 
         On failure the fault is reported and made durable here, so the terminal report
-        queued next can never reach the controller first (VERIFY-008): the controller
+        queued next can never reach the controller first: the controller
         frees the device the instant that report lands. A failure quarantines that
-        device alone (EXT-GANG-5). ``outcome`` stays as it is: a dirty device says
+        device alone. ``outcome`` stays as it is: a dirty device says
         nothing about the run.
         """
         for device_id in job.device_ids:
@@ -492,7 +492,7 @@ class Lifecycle:
     def verify_has_work(self) -> bool:
         """Whether the verify pass could run anything: its directory has a file in it.
 
-        A missing directory turns the pass off (VERIFY-001); an unreadable one is the
+        A missing directory turns the pass off; an unreadable one is the
         pass's own failure to report, so it counts as work.
         """
         if self.verify_dir is None:
@@ -506,7 +506,7 @@ class Lifecycle:
             return True
 
     async def report(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
-        """Queue the terminal report, make it durable, deliver it (WRK-101, EXT-OUTBOX)."""
+        """Queue the terminal report, make it durable, deliver it."""
         await self.submit(self.queue_report(job, outcome))
 
     def queue_report(self, job: SupervisedJob, outcome: runner.Outcome) -> outbox.Report:
@@ -529,24 +529,24 @@ class Lifecycle:
             gpu=job.gpu,
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
-        # From here on the job is pending, no longer running (EXT-OUTBOX-2).
+        # From here on the job is pending, no longer running.
         self.jobs.pop(a.job_id, None)
         return report
 
     async def release(self, job: SupervisedJob) -> None:
-        """Arm each acquired device's release with this job's acquire epoch (HOOK-020).
+        """Arm each acquired device's release with this job's acquire epoch.
 
         The release hook runs once the device has been idle for its linger; a later
-        job that acquired meanwhile keeps it (HOOK-021, HOOK-023).
+        job that acquired meanwhile keeps it.
         """
         a = job.assignment
         for device_id, epoch in job.epochs.items():
             await self.hooks.release(device_id, epoch, a.job_id, job.submitter)
 
-    # ---- reports outside a job's run -----------------------------------------------
+    # ---- reports outside a job's run -------------------------------------------------
 
     def report_prekilled(self, assignment: wire.Assignment) -> None:
-        """A kill arrived with the assignment: report it killed, nothing ran (WRK-066).
+        """A kill arrived with the assignment: report it killed, nothing ran.
 
         Queued here, synchronously, so the outbox is never empty while this report is
         owed (a re-registration would reap the job as lost); delivered in a tracked
@@ -562,17 +562,17 @@ class Lifecycle:
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
-        """Queue a device fault report (WRK-114) and deliver it in its own tracked task.
+        """Queue a device fault report and deliver it in its own tracked task.
 
         Returns once the report is durable, so a terminal report queued afterwards can
-        never reach the disk (or the controller) without it (VERIFY-008, HOOK-012).
+        never reach the disk (or the controller) without it.
         """
         report = self.box.add_fault(device_id, reason, job_id)
         await self.box.persist(report)
         self._track(self.deliver(report), job_id or device_id)
 
     async def submit(self, report: outbox.Report) -> None:
-        """Make a queued report durable, then deliver it (EXT-OUTBOX-1)."""
+        """Make a queued report durable, then deliver it."""
         await self.box.persist(report)
         await self.deliver(report)
 

@@ -1,4 +1,4 @@
-"""Batching a job's output into log appends (WRK-083..086).
+"""Batching a job's output into log appends.
 
 Output is gathered into a batch and handed to a sender: one second after the first
 byte of a batch, or at once when the batch reaches 64 KiB. All sends go through one
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 #: A batch is sent this long after its first byte (``Timings.log_flush_after``).
 FLUSH_AFTER = 1.0
-#: A batch this large is sent at once (WRK-083); far below the 1 MiB chunk limit.
+#: A batch this large is sent at once; far below the 1 MiB chunk limit.
 FLUSH_BYTES = 65_536
 
 #: Delivers one chunk; raising means the chunk was lost.
@@ -71,7 +71,7 @@ class LogShipper:
             self._timer = asyncio.create_task(self._flush_later(), name=f"logflush-{self._label}")
 
     async def close(self) -> None:
-        """Final flush (WRK-086): send what remains and wait until every send is done."""
+        """Final flush: send what remains and wait until every send is done."""
         if self._closed:
             return
         self._closed = True

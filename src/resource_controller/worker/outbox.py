@@ -1,12 +1,12 @@
-"""The outbox: a job's outcome is never lost to a controller outage (EXT-OUTBOX).
+"""The outbox: a job's outcome is never lost to a controller outage.
 
 The terminal report is what frees a device, and the fault report is what keeps a dirty
-one out of the pool. The base design gave up on them after about 28 seconds (WRK-112),
+one out of the pool. The base design gave up on them after about 28 seconds,
 so a controller down for longer lost the job's real outcome: the lease expired, the job
 was recorded ``lost`` and the device quarantined although nothing went wrong on the
 host. Here every such report is written to disk before its first attempt and retried,
 with backoff capped at ``Timings.outbox_backoff_max``, until the controller answers 2xx or refuses it
-for good (EXT-OUTBOX-1):
+for good:
 
 - 404: the job or device is unknown (a controller whose database was replaced);
 - 409 ``stale_lease``: the report belongs to a lease that is no longer the job's;
@@ -15,7 +15,7 @@ for good (EXT-OUTBOX-1):
 Anything else (transport errors, 5xx, other 4xx) is retried: the answer that keeps a
 possibly-occupied device out of the pool wins, and while a job's report waits here the
 worker names the job as pending in its heartbeats, which keeps its lease (and so its
-device) held without the job being treated as running (EXT-OUTBOX-2).
+device) held without the job being treated as running.
 
 On disk: the directory ``<state_dir>/outbox`` (mode 0700) holds one file per report,
 ``<seq>-<kind>.json`` with a zero-padded sequence number that orders them, containing
@@ -34,8 +34,7 @@ removal a crash undoes only re-sends a report the controller takes as a repeat).
 worker uses the directory, so two processes never send the same reports.
 
 Order: a report waits for every earlier *fault* report naming one of its devices, so a
-job's terminal report never overtakes the fault found at its end (VERIFY-008,
-HOOK-012): the controller frees the device the moment the terminal report lands.
+job's terminal report never overtakes the fault found at its end: the controller frees the device the moment the terminal report lands.
 Reports for unrelated devices never wait for each other.
 """
 
@@ -169,7 +168,7 @@ def _decode(name: str, raw: bytes) -> Report:
     )
 
 
-# ---- the files -----------------------------------------------------------------
+# ---- the files -----------------------------------------------------------------------
 
 
 def _fsync_dir(directory: str) -> None:
@@ -221,7 +220,7 @@ def _make_dir(path: str) -> None:
         raise OutboxError("state_dir: " + procs.os_error_text("mkdir", path, exc)) from exc
 
 
-# ---- the outbox ----------------------------------------------------------------
+# ---- the outbox ----------------------------------------------------------------------
 
 
 class Outbox:
@@ -241,7 +240,7 @@ class Outbox:
         """Create ``state_dir`` if missing (0700), lock it and load what a previous run left.
 
         Raises ``OutboxError`` when the directory cannot be created, locked or read: a
-        worker that cannot keep its reports must not start (EXT-OUTBOX-1).
+        worker that cannot keep its reports must not start.
         """
         _make_dir(state_dir)
         lock_path = os.path.join(state_dir, LOCK_FILE)
@@ -253,7 +252,7 @@ class Outbox:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            # EXT-OUTBOX-1: the default is per host name, so this is a second worker
+            # The default is per host name, so this is a second worker
             # with the same host (or an explicit state_dir shared by mistake).
             raise OutboxError(
                 f"state_dir {state_dir} is in use by another worker process "
@@ -328,7 +327,7 @@ class Outbox:
         self._reports[report.seq] = report
         self._empty.clear()
 
-    # ---- reading ---------------------------------------------------------------
+    # ---- reading ---------------------------------------------------------------------
 
     @property
     def empty(self) -> bool:
@@ -342,7 +341,7 @@ class Outbox:
         return [self._reports[s] for s in sorted(self._reports)]
 
     def pending_job_ids(self) -> list[str]:
-        """Jobs whose terminal report waits here: named as pending in heartbeats (EXT-OUTBOX-2)."""
+        """Jobs whose terminal report waits here: named as pending in heartbeats."""
         seen: dict[str, None] = {}
         for report in self.reports():
             if report.kind == STATUS:
@@ -361,14 +360,14 @@ class Outbox:
             if r.seq < report.seq and r.kind == FAULT and mine.intersection(r.device_ids)
         ]
 
-    # ---- writing ---------------------------------------------------------------
+    # ---- writing ---------------------------------------------------------------------
 
     def add_status(self, job_id: str, device_ids: Sequence[str], body: dict[str, Any]) -> Report:
         """Take a terminal report in (in memory at once; ``persist`` makes it durable)."""
         return self._add(STATUS, job_id, "", tuple(device_ids), body)
 
     def add_fault(self, device_id: str, reason: str, job_id: str = "") -> Report:
-        """Take a device fault report in (WRK-114)."""
+        """Take a device fault report in."""
         return self._add(FAULT, job_id, device_id, (device_id,), channel.fault_body(reason))
 
     def _add(
@@ -423,7 +422,7 @@ class Outbox:
             try:
                 if report.kind == STATUS:
                     # A terminal report a crash brings back is re-sent and answered
-                    # as a silent success (API-038 step 6): one unlink, no fsync, no
+                    # as a silent success: one unlink, no fsync, no
                     # thread. A fault report brought back would take a device the
                     # operator may have cleared out again, so its removal is durable.
                     _remove(report.path, durably=False)
@@ -440,7 +439,7 @@ class Outbox:
                 )
 
 
-# ---- delivery ------------------------------------------------------------------
+# ---- delivery ------------------------------------------------------------------------
 
 
 class Verdict(enum.Enum):
@@ -450,7 +449,7 @@ class Verdict(enum.Enum):
 
 
 def judge(resp: Answer) -> Verdict:
-    """What an answer means for a report (EXT-OUTBOX-1).
+    """What an answer means for a report.
 
     2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already
     terminal refuse it for good. The last is recognised by the word "terminal" in the

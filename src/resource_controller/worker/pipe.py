@@ -1,4 +1,4 @@
-"""Pipe mode: raw stdin and stdout through the relay, no terminal (CP-001, CP-002).
+"""Pipe mode: raw stdin and stdout through the relay, no terminal.
 
 Byte-exact both ways (a PTY's line discipline would rewrite a tar stream): the input
 stream's bytes feed the process's stdin, its stdout goes raw up the output stream,
@@ -26,9 +26,9 @@ PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
 
 
 async def feed_stdin(inp: duplex.Stream, started: runner.Started) -> None:
-    """Copy the input stream into the process's stdin; its end closes stdin (CP-001).
+    """Copy the input stream into the process's stdin; its end closes stdin.
 
-    A write error to stdin is not reported (CP-002): the process chose not to read.
+    A write error to stdin is not reported: the process chose not to read.
     """
     proto = started.proto
     stdin = started.transport.get_pipe_transport(0)

@@ -1,17 +1,17 @@
 """Capability probes: the facts a host and its devices report as detected labels (§16).
 
-A *pass* gathers, in order, the built-in host facts (PROBE-004), what ``nvidia-smi``
-says about each GPU (PROBE-010..014) and what every executable drop-in in
-``probe_dir`` prints (PROBE-020..024); later sources overwrite earlier ones key by key.
-Its result is the ``labels`` field of a registration or a labels push (PROBE-040).
+A *pass* gathers, in order, the built-in host facts, what ``nvidia-smi``
+says about each GPU and what every executable drop-in in
+``probe_dir`` prints; later sources overwrite earlier ones key by key.
+Its result is the ``labels`` field of a registration or a labels push.
 
 A broken probe must not wipe what an earlier run detected: which devices each source
 named, and what a failure leaves unconfirmed, is ``labelsources``' bookkeeping
-(PROBE-030..032, PROBE-040); this module runs the sources and feeds it. A source that
+; this module runs the sources and feeds it. A source that
 is gone (deleted, no longer executable, the directory removed) is simply forgotten, so
 its facts clear.
 
-MIG (EXT-MIG): the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
+MIG: the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
 lists each GPU's MIG instances. An instance is a device of its own, ``gpu<i>.mig<j>``,
 with its profile, memory, parent, UUID and its GPU's model and driver; a configured
 name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, which
@@ -50,15 +50,15 @@ MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
-#: PROBE-010: exactly this query, so the four fields arrive in this order.
+#: Exactly this query, so the four fields arrive in this order.
 NVIDIA_SMI = "nvidia-smi"
 NVIDIA_SMI_ARGS = (
     "--query-gpu=name,memory.total,memory.free,driver_version",
     "--format=csv,noheader,nounits",
 )
-#: Each captured stream of a probe is kept up to this many bytes (PROBE-010, PROBE-021).
+#: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
-#: A failing drop-in's stderr is quoted in the log up to this many characters (PROBE-022).
+#: A failing drop-in's stderr is quoted in the log up to this many characters.
 STDERR_NOTE = 200
 #: Source names of PROBE-030 other than a drop-in's path.
 BUILTIN = "builtin"
@@ -70,7 +70,7 @@ LabelsPayload = labelsources.LabelsPayload
 Pass = labelsources.Pass
 
 
-# ---- built-in facts (PROBE-004) -----------------------------------------------
+# ---- built-in facts ------------------------------------------------------------------
 
 
 def _cpus() -> str | None:
@@ -122,11 +122,11 @@ def builtin_facts() -> Facts:
     return facts
 
 
-# ---- parsing -------------------------------------------------------------------
+# ---- parsing -------------------------------------------------------------------------
 
 
 def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
-    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012, PROBE-013).
+    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings.
 
     Line *i* of the trimmed output is GPU *i*; a blank line is skipped and a line
     without exactly four fields is skipped with a warning, each still consuming its
@@ -153,7 +153,7 @@ def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
 
 
 class DropinError(ValueError):
-    """A drop-in's stdout is not one JSON object (PROBE-022)."""
+    """A drop-in's stdout is not one JSON object."""
 
 
 def _refuse_constant(name: str) -> Any:
@@ -163,11 +163,11 @@ def _refuse_constant(name: str) -> Any:
 def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
     """A drop-in's stdout as facts, and warnings; ``DropinError`` if it is not usable.
 
-    Exactly one JSON object, whitespace around it allowed (PROBE-022). Values
-    (PROBE-023): a string as is; a number as its literal text (``1.50`` stays ``1.50``);
-    ``true``/``false`` as words; ``null`` drops the key silently; an object or an array
-    drops it with a warning. ``NaN`` and ``Infinity`` are not JSON. The last of
-    duplicate keys wins. A bare top-level ``null`` is a success reporting nothing.
+     Exactly one JSON object, whitespace around it allowed. Values
+    : a string as is; a number as its literal text (``1.50`` stays ``1.50``);
+     ``true``/``false`` as words; ``null`` drops the key silently; an object or an array
+     drops it with a warning. ``NaN`` and ``Infinity`` are not JSON. The last of
+     duplicate keys wins. A bare top-level ``null`` is a success reporting nothing.
     """
     try:
         text = stdout.decode("utf-8")
@@ -197,12 +197,12 @@ def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
     return facts, warnings
 
 
-# ---- running one probe -----------------------------------------------------------
+# ---- running one probe ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Run:
-    """How one probe process went (PROBE-011, PROBE-022)."""
+    """How one probe process went."""
 
     #: Started, exited 0, not killed, stdout within the cap.
     ok: bool
@@ -243,8 +243,8 @@ async def run_probe(
     """Run one probe directly, as its own process group, bounded by ``timeout``.
 
     No arguments beyond ``argv``, the worker's own environment, stdin ``/dev/null``,
-    stdout and stderr captured separately up to ``cap`` each (PROBE-021). Over time it
-    is stopped the way a cancelled job is (TERM the group, ``grace``, KILL, PROBE-003);
+    stdout and stderr captured separately up to ``cap`` each. Over time it
+    is stopped the way a cancelled job is (TERM the group, ``grace``, KILL);
     a task cancelled meanwhile kills the group on its way out.
     """
     try:
@@ -292,7 +292,7 @@ async def run_probe(
     return Run(True, stdout, stderr)
 
 
-# ---- the pass -----------------------------------------------------------------
+# ---- the pass ------------------------------------------------------------------------
 
 
 class Prober:
@@ -323,11 +323,11 @@ class Prober:
             lambda argv, timeout: run_probe(argv, timeout, grace=timings.kill_grace)
         )
         self._which = which
-        #: What each source named, across passes (PROBE-030); its one owner.
+        #: What each source named, across passes; its one owner.
         self.sources = labelsources.SourceMemory()
-        #: Whether nvidia-smi was on ``PATH`` at the first pass; never updated (PROBE-014).
+        #: Whether nvidia-smi was on ``PATH`` at the first pass; never updated.
         self.nvidia_at_start: bool | None = None
-        #: The latest readable ``nvidia-smi -L`` (EXT-MIG); ``None`` before the first.
+        #: The latest readable ``nvidia-smi -L``; ``None`` before the first.
         self.inventory: gpus.Inventory | None = None
         #: Configured names in conflict with their GPU's MIG mode at the latest pass.
         self.conflicts: dict[str, str] = {}
@@ -335,7 +335,7 @@ class Prober:
         self._missing_warned: set[str] = set()
 
     async def run_pass(self, *, discover: bool = False) -> Pass:
-        """One pass (PROBE-001..003): never raises for a probe's failure.
+        """One pass: never raises for a probe's failure.
 
         ``discover`` (``devices: auto``, at a registration): the devices become what
         this pass's ``nvidia-smi -L`` lists, MIG instances included; when nvidia-smi
@@ -387,7 +387,7 @@ class Prober:
         self.inventory = listed
 
     def note_conflicts(self, found: dict[str, str]) -> None:
-        """Say each new conflict, and each one that ended (EXT-MIG-3)."""
+        """Say each new conflict, and each one that ended."""
         for name, why in sorted(found.items()):
             if self.conflicts.get(name) != why:
                 log.warning(
@@ -471,7 +471,7 @@ class _PassRun:
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
-        """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG-1, EXT-MIG-3).
+        """The query's ``gpu<i>.*`` facts with the listing's.
 
         A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to
         a device configured by its own name (which then also gets ``mig_conflict``);
@@ -510,7 +510,7 @@ class _PassRun:
         try:
             names = sorted(os.listdir(directory), key=os.fsencode)
         except FileNotFoundError:
-            return  # PROBE-033: no directory, no drop-ins; their memories are forgotten
+            return  # No directory, no drop-ins; their memories are forgotten
         except OSError as exc:
             log.warning(
                 "probe_dir unreadable, keeping what its probes reported: %s",
@@ -534,7 +534,7 @@ class _PassRun:
                 self.fail(source)
                 continue
             if stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o111:
-                continue  # not a source this pass (PROBE-020)
+                continue  # not a source this pass
             if self.remaining() <= 0:
                 log.warning(
                     "probe %s skipped: the pass exceeded its %s budget",

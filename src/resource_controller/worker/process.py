@@ -1,10 +1,10 @@
 """``rc worker`` as a process: logging, the configuration, signals, the exit status.
 
 The first SIGINT or SIGTERM starts the graceful shutdown; the handlers go the moment it
-arrives, so a second one takes the default action (WRK-003). Exit status 1 when the
+arrives, so a second one takes the default action. Exit status 1 when the
 configuration, the state directory or the first registration fails, with one ``rc: ``
-line on stderr (WRK-002); 0 after a signal-initiated shutdown, even one that had to
-abandon jobs (WRK-004).
+line on stderr; 0 after a signal-initiated shutdown, even one that had to
+abandon jobs.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from resource_controller.worker.timings import Timings
 #: the name they always had.
 log = logging.getLogger("resource_controller.worker.agent")
 
-#: Libraries that log every request at INFO; kept to their warnings (EXT-METRICS-2).
+#: Libraries that log every request at INFO; kept to their warnings.
 QUIET_LOGGERS = ("httpx", "httpcore")
-#: The logger a fatal start-up line is recorded under, in JSON (EXT-METRICS-2).
+#: The logger a fatal start-up line is recorded under, in JSON.
 LOGGER = "rc.worker"
 
 
@@ -67,7 +67,7 @@ async def _serve_until_signal(
     watched = (signal.SIGINT, signal.SIGTERM)
 
     def first_signal(signum: int) -> None:
-        # WRK-003: the handlers go the moment the first signal arrives, so a second
+        # The handlers go the moment the first signal arrives, so a second
         # one takes the default action and ends the process at once.
         for s in watched:
             loop.remove_signal_handler(s)
@@ -114,7 +114,7 @@ def run_worker(
 
 
 def _setup_logging(log_format: str = "text") -> None:
-    """Readable text on stderr; at the default level, events only (EXT-METRICS-2).
+    """Readable text on stderr; at the default level, events only.
 
     Registration, a job starting and ending, warnings: not every poll, heartbeat and
     report, so a quiet fleet writes almost nothing.

@@ -1,13 +1,13 @@
 """Signals, process groups and `/proc`: the worker's only contact with other processes.
 
-Everything the worker spawns leads its own process group (WRK-090), so "the job" is a
+Everything the worker spawns leads its own process group, so "the job" is a
 group ID, not a PID: a training script's data loaders and a shell's background
 children live and die with it. This module answers the two questions supervision asks
 of a group (is anything in it still alive, and how to make it stop), and the one the
 straggler pass and the recovery proof ask of the whole table (who still carries an
-``RC_JOB_ID``, WRK-121, WRK-141). Deciding *when* to ask is the callers' business.
+``RC_JOB_ID``). Deciding *when* to ask is the callers' business.
 
-"Alive" deliberately ignores zombies (WRK-092): an exited-but-unreaped member is not
+"Alive" deliberately ignores zombies: an exited-but-unreaped member is not
 holding a GPU, and counting it once made ordinary successful jobs report themselves
 killed.
 """
@@ -22,16 +22,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-#: Where the kernel publishes the boot ID (WRK-135). Tests point it elsewhere
+#: Where the kernel publishes the boot ID. Tests point it elsewhere
 #: (end-to-end tests through ``RC_TEST_BOOT_ID_PATH``, see ``testhooks``).
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-#: Fallback source of a boot identity: the ``btime`` line (WRK-135).
+#: Fallback source of a boot identity: the ``btime`` line.
 PROC_STAT_PATH = "/proc/stat"
-#: Root of the process table scanned for group members (WRK-092).
+#: Root of the process table scanned for group members.
 PROC_ROOT = "/proc"
 
 #: Straggler reap: how long to wait for a SIGKILLed group to empty, and how often to
-#: look (WRK-096 step 4, WRK-099). *(test hook)*
+#: look. *(test hook)*
 STRAGGLER_BOUND = 2.0
 STRAGGLER_POLL = 0.02
 #: How long members already inside exit() get to finish it before counting as
@@ -79,7 +79,7 @@ def os_error_text(operation: str, path: str, exc: OSError) -> str:
     return f"{operation} {path}: {description.lower()}"
 
 
-# ---- /proc ---------------------------------------------------------------------
+# ---- /proc ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def parse_stat(line: str) -> ProcStat | None:
     """Parse one ``/proc/<pid>/stat`` line; ``None`` when it is not one.
 
     The command name sits in parentheses and may itself contain spaces and ``)``, so
-    the fields are located after the *last* ``)`` (WRK-093).
+    the fields are located after the *last* ``)``.
     """
     end = line.rfind(")")
     if end < 0:
@@ -170,7 +170,7 @@ def _live_members(pgid: int) -> list[ProcStat] | None:
 
 @dataclass(frozen=True)
 class SessionOf:
-    """Every process whose session ID is ``sid``: an interactive job's target (WTTY-006).
+    """Every process whose session ID is ``sid``: an interactive job's target.
 
     A shell under a terminal moves its pipelines into process groups of their own (job
     control), so for a ``tty`` job "the job" is the session the shell leads, not one
@@ -213,7 +213,7 @@ def _live_of(target: Target) -> list[ProcStat] | None:
 
 
 def target_alive(target: Target) -> bool:
-    """``group_alive`` for a group; for a session, any non-zombie member (WTTY-006)."""
+    """``group_alive`` for a group; for a session, any non-zombie member."""
     if isinstance(target, SessionOf):
         members = _live_of(target)
         return members is None or bool(members)
@@ -234,12 +234,12 @@ def signal_target(target: Target, signum: int) -> bool:
 
 def _group_has_live_member(pgid: int) -> bool:
     members = _live_members(pgid)
-    # Blind is not empty: a group we cannot see is treated as alive (WRK-092).
+    # Blind is not empty: a group we cannot see is treated as alive.
     return members is None or bool(members)
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie (WRK-092).
+    """Whether process group ``pgid`` has a member that is not a zombie.
 
     The cheap existence check (signal 0) comes first; only if something answers is
     ``/proc`` scanned, because an unreaped zombie answers signal 0 too.
@@ -253,7 +253,7 @@ def group_alive(pgid: int) -> bool:
     return _group_has_live_member(pgid)
 
 
-# ---- environments: who carries which RC_JOB_ID ----------------------------------
+# ---- environments: who carries which RC_JOB_ID ---------------------------------------
 
 JOB_ID_VAR = b"RC_JOB_ID="
 
@@ -261,8 +261,8 @@ JOB_ID_VAR = b"RC_JOB_ID="
 def job_id_in_environ(raw: bytes) -> str:
     """The value of the first non-empty ``RC_JOB_ID=`` entry of a NUL-separated environ.
 
-    ``""`` when there is none. Hooks run with an empty ``RC_JOB_ID=`` (HOOK-002), which
-    names no job, so a later non-empty entry still counts (WRK-121 step 3).
+    ``""`` when there is none. Hooks run with an empty ``RC_JOB_ID=``, which
+    names no job, so a later non-empty entry still counts.
     """
     for item in raw.split(b"\0"):
         if item.startswith(JOB_ID_VAR) and len(item) > len(JOB_ID_VAR):
@@ -281,12 +281,12 @@ class JobIdScan:
     #: Some live process's environment could not be read (permission): the scan may
     #: have missed a carrier, so "none found" is not "none exist".
     blind: bool
-    #: Every live process seen, carriers or not (for the isolation check, WRK-141).
+    #: Every live process seen, carriers or not (for the isolation check).
     live: frozenset[int] = frozenset()
 
 
 def scan_job_ids(exclude: Collection[int] = ()) -> JobIdScan:
-    """Read the ``RC_JOB_ID`` of every live process not in ``exclude`` (WRK-121, WRK-141).
+    """Read the ``RC_JOB_ID`` of every live process not in ``exclude``.
 
     Non-numeric entries, processes whose stat cannot be read and zombies are skipped;
     a process that vanishes mid-scan (not found, no such process) is neither a carrier
@@ -325,7 +325,7 @@ def scan_job_ids(exclude: Collection[int] = ()) -> JobIdScan:
 
 
 def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
-    """``pid`` (default: this process) and every ancestor up to init (WRK-121 step 2).
+    """``pid`` (default: this process) and every ancestor up to init.
 
     The walk follows parent PIDs through ``/proc/<pid>/stat`` and ends at the first
     entry it cannot read. A worker started from inside a job inherits that job's
@@ -353,13 +353,13 @@ def signal_pid(pid: int, signum: int) -> bool:
     return True
 
 
-# ---- signals -------------------------------------------------------------------
+# ---- signals -------------------------------------------------------------------------
 
 
 def signal_group(pgid: int, signum: int) -> bool:
     """Send ``signum`` to every member of group ``pgid``; ``True`` if it was delivered.
 
-    "Delivered" means the call succeeded for at least one member (WRK-096 step 2);
+    "Delivered" means the call succeeded for at least one member;
     an empty or foreign group is simply not delivered to.
     """
     if pgid <= 1:
@@ -400,7 +400,7 @@ async def reap_group(pgid: Target) -> bool:
     """SIGKILL whatever is left in group (or session) ``pgid`` and wait for it to empty.
 
     Polls every ``STRAGGLER_POLL`` for at most ``STRAGGLER_BOUND`` seconds and returns
-    whether the group emptied (WRK-096 step 4, WRK-099).
+    whether the group emptied.
     """
     signal_target(pgid, signal.SIGKILL)
     loop = asyncio.get_running_loop()
@@ -417,7 +417,7 @@ async def reap_group(pgid: Target) -> bool:
 class Teardown:
     """What the escalation had to do, which decides how the result is labelled."""
 
-    #: SIGTERM reached at least one member (WRK-096 step 2).
+    #: SIGTERM reached at least one member.
     term_delivered: bool
     #: The group was still alive after the leader was gone, so it was SIGKILLed again.
     stragglers: bool
@@ -432,7 +432,7 @@ async def escalate(
     *,
     grace: float,
 ) -> Teardown:
-    """TERM, wait up to ``grace``, KILL, then reap stragglers (WRK-096 steps 2-4).
+    """TERM, wait up to ``grace``, KILL, then reap stragglers.
 
     ``finished`` are the futures whose completion means the process is done (leader
     exited and its output drained); ``leader`` completes when the leader has exited and
@@ -464,13 +464,13 @@ def kill_group_now(pgid: Target) -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
-# ---- boot identity -------------------------------------------------------------
+# ---- boot identity -------------------------------------------------------------------
 
 _boot_id: str | None = None
 
 
 def read_boot_id() -> str:
-    """Read the boot identity afresh (WRK-135); ``""`` when nothing says it."""
+    """Read the boot identity afresh; ``""`` when nothing says it."""
     try:
         with open(BOOT_ID_PATH, encoding="utf-8") as f:
             value = f.read().strip()
@@ -489,7 +489,7 @@ def read_boot_id() -> str:
 
 
 def boot_id() -> str:
-    """The boot identity, read once per process and cached (WRK-135)."""
+    """The boot identity, read once per process and cached."""
     global _boot_id
     if _boot_id is None:
         _boot_id = read_boot_id()

@@ -1,4 +1,4 @@
-"""When to register again: the reconnection tracker (WRK-032, WRK-150..155).
+"""When to register again: the reconnection tracker.
 
 A controller that lost track of this worker (it was silent for longer than the
 controller's horizon, or the controller itself restarted: a new
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class Reconnect:
-    """Contact history and the re-registration debt (WRK-151..153)."""
+    """Contact history and the re-registration debt."""
 
     def __init__(self, rng: random.Random | None = None, timings: Timings = DEFAULT) -> None:
         self._rng = rng or random.Random()
@@ -50,7 +50,7 @@ class Reconnect:
         return self.due_at is not None
 
     def observe(self, at: float, instance: str) -> None:
-        """Record one contact at ``at`` (WRK-151); arm when it proves we were forgotten."""
+        """Record one contact at ``at``; arm when it proves we were forgotten."""
         reason = ""
         if self.last_at is not None and at - self.last_at >= self.timings.reregister_after:
             reason = f"no contact for {durations.render_duration(at - self.last_at)}"
@@ -69,7 +69,7 @@ class Reconnect:
         self._arm(now, reason)
 
     def _arm(self, now: float, reason: str) -> None:
-        """Owe a re-registration, due a random moment ahead, unless already owed (WRK-152)."""
+        """Owe a re-registration, due a random moment ahead, unless already owed."""
         if self.due_at is not None:
             return  # a second reason never moves the appointment
         delay = self._rng.random() * self.timings.reregister_jitter
@@ -86,7 +86,7 @@ class Reconnect:
         return self.due_at is not None and now >= self.due_at
 
     def attempting(self, now: float) -> None:
-        """An attempt starts: a failure is retried no sooner than the retry interval (WRK-153)."""
+        """An attempt starts: a failure is retried no sooner than the retry interval."""
         self.due_at = now + self.timings.reregister_retry
 
     def settled(self) -> None:

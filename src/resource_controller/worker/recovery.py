@@ -1,12 +1,12 @@
-"""The recovery proof sent at registration (WRK-140..143).
+"""The recovery proof sent at registration.
 
 When a worker dies mid-job, the controller quarantines that job's device: nothing
 proves the job's processes died with the worker. A registering worker can offer that
 proof from what it observes, and the controller then returns the device to the pool on
-its own (STORE-120, STORE-121). Every field is a positive claim; silence is never
+its own. Every field is a positive claim; silence is never
 proof, so anything the worker cannot see makes it claim nothing.
 
-The decision, in order (WRK-141):
+The decision, in order:
 
 1. ``require_manual_clear`` → no claim (logged, so an operator sees why devices never
    come back on their own). This beats even a provable isolation.
@@ -18,11 +18,11 @@ The decision, in order (WRK-141):
    environment unreadable → no claim ("unable to look" is not "found nothing"); none
    and nothing hidden → ``survivors_checked``; ``/proc`` unreadable → no claim.
 
-Only our own PID is excluded, not our ancestors (WRK-142): a worker started from inside
+Only our own PID is excluded, not our ancestors: a worker started from inside
 a job errs toward keeping devices quarantined. The mode is derived, never configured:
 a flag that must match reality eventually will not.
 
-The proof must be computed while the worker supervises nothing (WRK-046): a scan taken
+The proof must be computed while the worker supervises nothing: a scan taken
 while our own job runs would find that job. The agent only registers at start-up and
 when idle.
 """
@@ -37,12 +37,12 @@ from resource_controller.worker import procs
 log = logging.getLogger(__name__)
 
 #: The claims of a recovery proof as the wire carries them: only the true fields, ``{}``
-#: for "no claim". The controller reads them into ``core.expiry.Proof`` (STORE-120).
+#: for "no claim". The controller reads them into ``core.expiry.Proof``.
 Claims = dict[str, bool]
 
 
 def compute(require_manual_clear: bool, *, own_pid: int | None = None) -> Claims:
-    """Decide the proof from what ``/proc`` shows right now (WRK-141).
+    """Decide the proof from what ``/proc`` shows right now.
 
     ``own_pid`` defaults to this process; tests name another one to stand in for it
     inside a ``/proc`` tree of their own.

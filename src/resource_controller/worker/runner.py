@@ -3,16 +3,16 @@
 Two steps, which the job's lifecycle takes in turn. ``start_job`` builds the
 environment and the command and spawns it: directly (no shell), in a new session (so
 it leads its own process group), with ``/dev/null`` as stdin and stdout and stderr on
-one pipe, so the stored log is the interleaving the job actually produced (WRK-075..081).
+one pipe, so the stored log is the interleaving the job actually produced.
 ``supervise_job`` watches it until it is *complete*: the leader has exited **and** the
 pipe reached end of file, so a background child still holding the pipe keeps the job
-running (WRK-082). ``run_job`` does both.
+running. ``run_job`` does both.
 
 While it runs, two watchdogs are checked every ``Timings.watchdog_period`` on the
-injected clock (WRK-094). A kill flag, a shutdown and a watchdog trip all take the same
-cancellation path (WRK-096): TERM the group, give it ``Timings.kill_grace``, KILL it,
+injected clock. A kill flag, a shutdown and a watchdog trip all take the same
+cancellation path: TERM the group, give it ``Timings.kill_grace``, KILL it,
 reap stragglers. A clean exit that leaves live members in the group is not a success
-either (WRK-099): they are killed and the job is reported killed, because a leader that
+either: they are killed and the job is reported killed, because a leader that
 exits 0 while its background child keeps the GPU is not an unremarkable success.
 """
 
@@ -39,9 +39,9 @@ from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Output is read in blocks of at most this many bytes (WRK-084).
+#: Output is read in blocks of at most this many bytes.
 READ_BLOCK = 65_536
-#: What a hold runs, whatever the assignment says (WRK-125): 2³¹−1 seconds, which
+#: What a hold runs, whatever the assignment says: 2³¹−1 seconds, which
 #: busybox ``sleep`` accepts too.
 SLEEPER = ("sleep", "2147483647")
 
@@ -60,7 +60,7 @@ OutputSink = Callable[[bytes], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a process ended, already mapped onto a job state (WRK-099..101)."""
+    """How a process ended, already mapped onto a job state."""
 
     state: JobState
     #: Exit status, 128+signal for a signal death, -1 when it never started.
@@ -69,7 +69,7 @@ class Outcome:
     reason: str = ""
 
 
-# ---- environment and command ---------------------------------------------------
+# ---- environment and command ---------------------------------------------------------
 
 
 def build_env(
@@ -77,7 +77,7 @@ def build_env(
     base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The job's environment (WRK-075..077, EXT-EPOCH-2, EXT-LIVE-1, EXT-MIG-2).
+    """The job's environment.
 
     Worker environment, overlaid with the job's ``env``; ``CUDA_VISIBLE_DEVICES`` from
     the device name (a MIG instance's UUID from ``mig_uuids``, device name → ``MIG-...``)
@@ -85,7 +85,7 @@ def build_env(
     set it; and the ``RC_*`` identity variables, which always win.
     """
     job_env = assignment.env or {}
-    # EXT-GANG-4: every device, ascending; a controller that sends no list means one.
+    # Every device, ascending; a controller that sends no list means one.
     device_ids = list(assignment.device_ids or [assignment.device_id])
     env = dict(base_env)
     # A worker started inside a job inherits that job's fencing token and device
@@ -108,7 +108,7 @@ def build_env(
 
 
 def job_argv(assignment: wire.Assignment) -> list[str]:
-    """The command to run: the assignment's, or the sleeper for a hold (WRK-080, WRK-125)."""
+    """The command to run: the assignment's, or the sleeper for a hold."""
     if assignment.kind == Kind.HOLD:
         return list(SLEEPER)
     return list(assignment.command)
@@ -119,7 +119,7 @@ class _StartError(Exception):
 
 
 def check_cwd(cwd: str) -> str | None:
-    """Why the job cannot run in ``cwd``, naming it (EXT-HERE-4), or ``None`` if it can.
+    """Why the job cannot run in ``cwd``, naming it, or ``None`` if it can.
 
     Checked before the spawn, because the error a failed ``chdir`` in the child comes
     back with is easily read as the program's (``exec /usr/bin/pwd: no such file or
@@ -149,22 +149,22 @@ def _resolve(name: str, env: Mapping[str, str]) -> str:
     raise _StartError(f"exec {name}: executable file not found in $PATH")
 
 
-# ---- supervision ---------------------------------------------------------------
+# ---- supervision ---------------------------------------------------------------------
 
 
 class _Protocol(asyncio.SubprocessProtocol):
     """Feeds the output pipe into a reader and notes the leader's exit on its own.
 
     ``Process.wait()`` from asyncio also waits for the pipes to close, but the
-    cancellation path must tell "leader reaped" from "output drained" (WRK-096 step 3).
+    cancellation path must tell "leader reaped" from "output drained".
     """
 
     def __init__(self, *, separate_stderr: bool = False) -> None:
         self.output = asyncio.StreamReader(limit=READ_BLOCK)
-        #: The stderr pipe's reader, when stderr has a pipe of its own (pipe mode, CP-001).
+        #: The stderr pipe's reader, when stderr has a pipe of its own (pipe mode).
         self.errors = asyncio.StreamReader(limit=READ_BLOCK) if separate_stderr else None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        #: Clear while the stdin pipe's buffer is full (pipe mode feeds it, CP-002).
+        #: Clear while the stdin pipe's buffer is full (pipe mode feeds it).
         self.writable = asyncio.Event()
         self.writable.set()
         #: Set once the process closed its stdin (or it was never a pipe).
@@ -231,7 +231,7 @@ async def _pump(
             log.exception("output sink failed", extra={"action": "output_sink_failed"})
 
 
-#: The output copy, for a job's second output stream (pipe mode's stderr, CP-001).
+#: The output copy, for a job's second output stream (pipe mode's stderr).
 copy_output = _pump
 
 
@@ -243,7 +243,7 @@ def exit_code_of(returncode: int | None) -> int:
 
 
 def _plain_outcome(returncode: int | None) -> Outcome:
-    """The real result of a process nobody signalled (WRK-099, WRK-100)."""
+    """The real result of a process nobody signalled."""
     code = exit_code_of(returncode)
     if returncode is not None and returncode < 0:
         return Outcome(JobState.KILLED, code, "signal: " + procs.signal_word(-returncode))
@@ -251,7 +251,7 @@ def _plain_outcome(returncode: int | None) -> Outcome:
 
 
 async def _after_exit(pgid: procs.Target, returncode: int | None) -> Outcome:
-    """A finished process's outcome, after reaping what it left in its group (WRK-099)."""
+    """A finished process's outcome, after reaping what it left in its group."""
     outcome = _plain_outcome(returncode)
     await procs.settle_group(pgid)
     if procs.target_alive(pgid):
@@ -286,7 +286,7 @@ class Started:
         self.activity = _Activity(self.at)
 
 
-#: The logs-mode standard streams: no input, stdout and stderr on one pipe (WRK-081).
+#: The logs-mode standard streams: no input, stdout and stderr on one pipe.
 LOGS_STDIO: tuple[Any, Any, Any] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
 
@@ -299,9 +299,9 @@ async def start(
     stdio: tuple[Any, Any, Any] = LOGS_STDIO,
     preexec: Callable[[], None] | None = None,
 ) -> Started | Outcome:
-    """Spawn ``argv`` in a new session with output on one pipe (WRK-079..081).
+    """Spawn ``argv`` in a new session with output on one pipe.
 
-    Returns the start error as an ``Outcome`` (WRK-100) when there is nothing to run,
+    Returns the start error as an ``Outcome`` when there is nothing to run,
     the directory is unusable or the program cannot be executed. The caller must hand
     a ``Started`` to ``supervise`` at once: only ``supervise`` ever ends the group.
     Attached jobs pass their own ``stdio`` (a terminal, or three pipes) and, for a
@@ -348,7 +348,7 @@ async def start(
     except OSError as exc:
         # Python names the directory when chdir failed and the program otherwise (but
         # not every event loop says which): a directory that fails the check now was
-        # what failed, whatever the error names (EXT-HERE-4).
+        # what failed, whatever the error names.
         problem = check_cwd(cwd) if cwd else None
         if problem is not None:
             return Outcome(JobState.FAILED, -1, problem)
@@ -377,11 +377,11 @@ async def supervise(
     """Watch a started process until it is complete; never raises for the job's sake.
 
     Output goes to ``on_output`` as it is read. ``cancel`` set at any time starts the
-    cancellation path (WRK-096); ``max_runtime_seconds`` and ``idle_timeout`` are in seconds,
-    zero or less disabling the watchdog (WRK-094). If this task is itself torn down,
+    cancellation path; ``max_runtime_seconds`` and ``idle_timeout`` are in seconds,
+    zero or less disabling the watchdog. If this task is itself torn down,
     the group is SIGKILLed on the way out.
 
-    ``output_grace`` is for a terminal (WTTY-006, WTTY-007): the job is complete when
+    ``output_grace`` is for a terminal: the job is complete when
     its leader exited, whoever still holds the terminal, and the output then gets at
     most that long to drain. Without it, complete means exited *and* output at its end.
 
@@ -409,7 +409,7 @@ async def supervise(
         else:
             outcome = await _cancel(proc, None if on_exit else pump, trip, timings.kill_grace)
         if output_grace is not None and not pump.done():
-            await asyncio.wait([pump], timeout=output_grace)  # WTTY-007: the last screen
+            await asyncio.wait([pump], timeout=output_grace)  # The last screen
         return outcome
     except BaseException:
         # Our own task is being torn down (abandoned at shutdown): never leave the
@@ -445,7 +445,7 @@ async def _watch(
             if hangup is not None and hangup.done() and not hangup.cancelled():
                 return hangup.result()
             now = clock.monotonic()
-            # Max runtime wins when both are due in the same check (WRK-094).
+            # Max runtime wins when both are due in the same check.
             if max_runtime_seconds > 0 and now - started > max_runtime_seconds:
                 return f"max_runtime exceeded ({durations.render_duration(max_runtime_seconds)})"
             if idle_timeout > 0 and now - activity.last > idle_timeout:
@@ -461,7 +461,7 @@ async def _watch(
 async def _cancel(
     proc: Started, pump: asyncio.Task[None] | None, trip: str, grace: float
 ) -> Outcome:
-    """The cancellation path (WRK-096) for a process that is not complete yet.
+    """The cancellation path for a process that is not complete yet.
 
     ``pump`` is ``None`` when completion does not wait for the output (a terminal).
     """
@@ -513,7 +513,7 @@ async def start_job(
     """Start one assignment in logs mode (§7.4): its environment, its command, the spawn.
 
     Attached modes (``tty``, ``pipe``) go through ``attached`` instead, which opens the
-    relay streams first (WTTY-001). ``mig_uuids``: ``build_env``'s.
+    relay streams first. ``mig_uuids``: ``build_env``'s.
     """
     env = build_env(assignment, os.environ if base_env is None else base_env, mig_uuids)
     return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
@@ -528,7 +528,7 @@ async def supervise_job(
     clock: Clock,
     timings: Timings = DEFAULT,
 ) -> Outcome:
-    """Supervise a started assignment under its own watchdogs (WRK-094, WRK-126)."""
+    """Supervise a started assignment under its own watchdogs."""
     return await supervise(
         started,
         on_output=on_output,

@@ -2,11 +2,11 @@
 
 ``<sheet_dir>/host.md`` is the host-wide sheet and ``<sheet_dir>/host.d/<device>.md``
 each device's own. They are read fresh at every registration and every labels push;
-nothing watches them (SHEET-001). A missing file is the empty sheet, which clears the
+nothing watches them. A missing file is the empty sheet, which clears the
 stored copy; any other read error is "unknown", and an unknown sheet is left out of
-the request so the controller keeps what it has (SHEET-002..004).
+the request so the controller keeps what it has.
 
-A sheet is capped at 64 KiB (SHEET-005) because the controller refuses a larger one
+A sheet is capped at 64 KiB because the controller refuses a larger one
 with 413 for the whole request, which would lock the host out of registration.
 """
 
@@ -21,7 +21,7 @@ from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
 
-#: SHEET-005: the largest sheet sent, in UTF-8 bytes, marker included.
+#: The largest sheet sent, in UTF-8 bytes, marker included.
 SHEET_CAP = 65_536
 TRUNCATION_MARKER = "\n...(truncated: sheet exceeds 64KB)\n"
 HOST_SHEET = "host.md"
@@ -29,7 +29,7 @@ DEVICE_SHEETS = "host.d"
 
 
 def cap(raw: bytes, where: str = "sheet") -> str:
-    """``raw`` as text within ``SHEET_CAP`` bytes (SHEET-005).
+    """``raw`` as text within ``SHEET_CAP`` bytes.
 
     Bytes that are not UTF-8 become U+FFFD. Text longer than the cap is cut at
     ``SHEET_CAP - len(marker)`` bytes, moved back to the start of a character, and
@@ -71,7 +71,7 @@ def read_sheet(path: str) -> str | None:
 
 @dataclass(frozen=True)
 class Sheets:
-    """The ``sheet`` and ``device_sheets`` fields of a request (SHEET-003, SHEET-004)."""
+    """The ``sheet`` and ``device_sheets`` fields of a request."""
 
     #: ``None`` when the host sheet is unknown (the field is then left out).
     sheet: str | None

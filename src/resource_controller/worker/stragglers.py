@@ -1,4 +1,4 @@
-"""Ending a finished job's stragglers by their ``RC_JOB_ID`` (WRK-120..123).
+"""Ending a finished job's stragglers by their ``RC_JOB_ID``.
 
 A child that calls ``setsid`` (a daemon, tmux, ``nohup ... &`` under a new session)
 leaves the job's process group and session, so tearing the job's target down never
@@ -9,10 +9,10 @@ job's ID and ends them: SIGTERM first, SIGKILL for whatever is left.
 This pass (the spec's "straggler sweep", not to be confused with the controller's
 reaper) only reports. It never changes the job's state, exit code or reason: a job
 that exited 0 and left a detached process is a successful job, and whether the device
-is still dirty is the verify pass's business (WRK-122). Hooks, probes and verify
+is still dirty is the verify pass's business. Hooks, probes and verify
 scripts are never swept (their ``RC_JOB_ID`` names the job they serve).
 
-Known residual (WRK-123): a process that re-execs with a scrubbed environment is
+Known residual: a process that re-execs with a scrubbed environment is
 invisible here.
 """
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StragglerReport:
-    """What one pass saw and did (WRK-122); nothing else comes out of it."""
+    """What one pass saw and did; nothing else comes out of it."""
 
     #: ``/proc`` was read (false for an empty job ID or an unreadable ``/proc``).
     scanned: bool
@@ -67,7 +67,7 @@ def _matches_in(
 ) -> tuple[list[int], bool]:
     """The live PIDs among ``entries`` carrying exactly ``job_id``, and blindness.
 
-    The same verdicts as ``procs.scan_job_ids`` (WRK-121 step 3) in a cheaper order:
+    The same verdicts as ``procs.scan_job_ids`` in a cheaper order:
     the environment first, since almost no process carries the ID, and the stat (is
     it a zombie?) only for a process that does, or whose environment could not be
     read (a zombie's unreadable environment is not blindness). It runs after every
@@ -172,7 +172,7 @@ async def _phase(
 
 
 async def clear(job_id: str, timings: Timings = DEFAULT) -> StragglerReport:
-    """Find and end every live process carrying ``RC_JOB_ID=<job_id>`` (WRK-121).
+    """Find and end every live process carrying ``RC_JOB_ID=<job_id>``.
 
     SIGTERM for ``timings.straggler_term``, then SIGKILL for ``straggler_kill``,
     re-scanning every ``straggler_poll``.
@@ -213,7 +213,7 @@ def kill_now(job_id: str) -> None:
 
 
 def log_report(job_id: str, report: StragglerReport) -> None:
-    """Log what the pass found (WRK-122): error when something survived SIGKILL."""
+    """Log what the pass found: error when something survived SIGKILL."""
     extra = {"action": "sweep", "job_id": job_id}
     pids = ", ".join(str(p) for p in report.remaining)
     if report.remaining:

@@ -2,7 +2,7 @@
 
 Every task the poll loop starts for a job (its lifecycle, a pre-killed report, a fault
 report's delivery) is registered with the shutdown tracker in the same step as it is
-created, so the shutdown wait always sees it (WRK-067). A task's failure is logged,
+created, so the shutdown wait always sees it. A task's failure is logged,
 never lost with the task.
 """
 
@@ -49,7 +49,7 @@ class Tracker:
         self._tasks: dict[asyncio.Task[None], str] = {}
 
     def track(self, coro: Coroutine[Any, Any, None], job_id: str) -> None:
-        """Start a job-side task and register it in the same step (WRK-067)."""
+        """Start a job-side task and register it in the same step."""
         task = asyncio.create_task(guard(coro, f"job {job_id}"), name=f"job-{job_id}")
         self._tasks[task] = job_id
         task.add_done_callback(self._untrack)

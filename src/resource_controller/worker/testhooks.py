@@ -5,7 +5,7 @@ they must simulate a reboot and cannot wait five minutes for a re-registration. 
 variables let them, and nothing else reads them:
 
 - ``RC_TEST_BOOT_ID_PATH``: the file read as the kernel's boot ID instead of
-  ``/proc/sys/kernel/random/boot_id`` (WRK-135); writing a new value there and
+  ``/proc/sys/kernel/random/boot_id``; writing a new value there and
   restarting the worker looks like a reboot to the controller.
 - ``RC_TEST_TIMINGS``: comma-separated ``name=seconds`` pairs overriding fields of the
   worker's ``Timings``, parsed by ``Timings.from_text`` (an unknown name, a name given

@@ -1,6 +1,6 @@
 """The worker's clocks: every wait, bound and back-off a test may shorten, in one object.
 
-``Timings()`` carries the spec's values (worker.md §23, EXT-OUTBOX-1, EXT-FAST-4). The
+``Timings()`` carries the spec's values (worker.md §23). The
 agent receives one and hands it to everything that waits: the job's lifecycle, the
 runner, the straggler pass, the outbox, the reconnection tracker, the log shipper.
 Tests build their own (``Timings(kill_grace=0.5)``) instead of patching modules; the
@@ -31,7 +31,7 @@ class TimingsError(Exception):
 class Timings:
     """Seconds, every one of them; the defaults are the shipped values."""
 
-    # ---- the poll loop and shutdown (WRK-061, WRK-062, EXT-FAST-4, WRK-130) ----
+    # ---- the poll loop and shutdown ----
     #: Wait after a failed poll.
     poll_error_backoff: float = 2.0
     #: Minimum gap after a poll that started nothing and came back early.
@@ -41,34 +41,34 @@ class Timings:
     #: After abandoning, how long to wait for the cancelled tasks to kill their groups.
     abandon_wait: float = 5.0
 
-    # ---- supervision (WRK-094, WRK-096) ----
+    # ---- supervision ----
     #: SIGTERM → SIGKILL grace on the cancellation path.
     kill_grace: float = 10.0
     #: How often the watchdogs are checked.
     watchdog_period: float = 0.1
 
-    # ---- output (WRK-083) ----
+    # ---- output ----
     #: A batch of output is sent this long after its first byte.
     log_flush_after: float = 1.0
     #: After a terminal job ends, how long its last output gets to reach the relay
-    #: before the PTY master is closed (WTTY-007).
+    #: before the PTY master is closed.
     pty_drain: float = 2.0
 
-    # ---- ending a job's stragglers by RC_JOB_ID (WRK-121) ----
+    # ---- ending a job's stragglers by RC_JOB_ID ----
     #: Length of the SIGTERM phase, then of the SIGKILL phase.
     straggler_term: float = 2.0
     straggler_kill: float = 2.0
     #: How often each phase re-scans ``/proc``.
     straggler_poll: float = 0.02
 
-    # ---- reports through the outbox (WRK-112, EXT-OUTBOX-1) ----
+    # ---- reports through the outbox ----
     #: First wait after a failed attempt; doubles up to ``outbox_backoff_max``.
     outbox_backoff: float = 0.2
     outbox_backoff_max: float = 10.0
     #: Bound on one attempt of a report (and on the ``running`` report).
     report_attempt_timeout: float = 5.0
 
-    # ---- lease lifecycle hooks (HOOK-022, HOOK-025, HOOK-031) ----
+    # ---- lease lifecycle hooks ----
     #: How often an armed release linger looks at the clock (the linger itself is
     #: configured per device; this only bounds how late it fires on a fake clock).
     linger_check: float = 0.25
@@ -77,7 +77,7 @@ class Timings:
     #: The start-up release pass, for all devices together.
     startup_release_budget: float = 120.0
 
-    # ---- re-registration (WRK-151..154) ----
+    # ---- re-registration ----
     #: Silence after which the next contact arms a re-registration.
     reregister_after: float = 300.0
     #: Arming picks the appointment uniformly in ``[0, reregister_jitter)`` ahead.
@@ -85,7 +85,7 @@ class Timings:
     #: An attempt moves the appointment this far ahead first.
     reregister_retry: float = 60.0
 
-    # ---- capability probes (PROBE-003) ----
+    # ---- capability probes ----
     #: Bound on one whole probe pass; probes not reached in it are skipped.
     probe_pass_budget: float = 30.0
 

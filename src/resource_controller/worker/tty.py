@@ -1,9 +1,9 @@
-"""A job under a pseudo-terminal: the terminal itself and its input frames (WTTY-003..005).
+"""A job under a pseudo-terminal: the terminal itself and its input frames.
 
 The child leads a new session whose controlling terminal is the PTY slave, on fds 0, 1
-and 2; the window starts at 24 × 80 (WTTY-003). The worker keeps the master: raw bytes
-read from it are the job's output (WTTY-004), and the input stream's frames are
-written to it or resize it (WTTY-005). Resizing the master makes the kernel send
+and 2; the window starts at 24 × 80. The worker keeps the master: raw bytes
+read from it are the job's output, and the input stream's frames are
+written to it or resize it. Resizing the master makes the kernel send
 SIGWINCH to the terminal's foreground process group, as a local terminal would.
 """
 
@@ -28,10 +28,10 @@ from resource_controller.worker import procs, runner
 
 log = logging.getLogger(__name__)
 
-#: The window size set before the process starts (WTTY-003).
+#: The window size set before the process starts.
 DEFAULT_ROWS = 24
 DEFAULT_COLS = 80
-#: The longest input frame line (WTTY-005, TTY-031).
+#: The longest input frame line.
 LINE_MAX = 1_048_576
 #: The largest window dimension a frame may carry.
 DIMENSION_MAX = 65_535
@@ -65,7 +65,7 @@ class _Feeder(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # EIO once the last slave holder is gone: the normal end (WTTY-004).
+        # EIO once the last slave holder is gone: the normal end.
         if not self.reader.at_eof():
             self.reader.feed_eof()
 
@@ -116,7 +116,7 @@ class Terminal:
         set_size(self.master, rows, cols)
 
     def close(self) -> None:
-        """Close the master unconditionally (WTTY-007); safe to repeat."""
+        """Close the master unconditionally; safe to repeat."""
         if self._closed:
             return
         self._closed = True
@@ -129,7 +129,7 @@ class Terminal:
 async def start(
     argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, clock: Clock
 ) -> tuple[runner.Started, Terminal] | runner.Outcome:
-    """Spawn ``argv`` under a fresh PTY (WTTY-003); a failure is the job's outcome."""
+    """Spawn ``argv`` under a fresh PTY; a failure is the job's outcome."""
     try:
         master, slave = os.openpty()
     except OSError as exc:
@@ -152,7 +152,7 @@ async def start(
     if isinstance(started, runner.Outcome):
         os.close(master)
         return started
-    started.target = procs.SessionOf(started.pgid)  # WTTY-006: the whole session
+    started.target = procs.SessionOf(started.pgid)  # The whole session
     terminal = Terminal(master)
     await terminal.connect(started.proto.output)
     return started, terminal
@@ -163,7 +163,7 @@ class InputEnded(Exception):
 
 
 async def forward_input(stream: duplex.Stream, terminal: Terminal, job_id: str) -> None:
-    """Apply the input stream's frames to the terminal until it ends (WTTY-005).
+    """Apply the input stream's frames to the terminal until it ends.
 
     Input ending never ends the job: this returns, and the job keeps running.
     """

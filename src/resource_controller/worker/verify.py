@@ -1,26 +1,26 @@
-"""The verify pass: proving a device clean after each job (worker.md §17, VERIFY-001..009).
+"""The verify pass: proving a device clean after each job (worker.md §17).
 
 After a job's process tree is gone and before its terminal report, every entry of
-``verify_dir`` that is not a directory runs, in byte order of its name (VERIFY-003):
+``verify_dir`` that is not a directory runs, in byte order of its name:
 
 - a missing ``verify_dir`` turns the pass off ("clean", no delay); one that cannot be
-  listed fails it (VERIFY-001, VERIFY-002): one ``chmod 000`` must not silently mark
+  listed fails it: one ``chmod 000`` must not silently mark
   every device verified;
 - an entry whose ``stat`` fails (a dangling symlink) fails the pass; one with no
   execute bit at all is skipped with a warning naming it and its mode; the rest run;
 - each script runs directly, in its own process group, bounded by ``verify_timeout``
   through the cancellation path, with ``RC_EVENT=verify``, ``RC_DEVICE``, ``RC_JOB_ID``,
-  ``RC_SUBMITTER`` and ``CUDA_VISIBLE_DEVICES`` (VERIFY-004); stdout and stderr are
+  ``RC_SUBMITTER`` and ``CUDA_VISIBLE_DEVICES``; stdout and stderr are
   captured apart, 64 KiB each;
 - exit 0 passes; anything else fails, with ``verify failed: <name>: <detail>[: <stderr
-  tail>]`` (VERIFY-005, VERIFY-006). Every script still runs after a failure; the first
+  tail>]``. Every script still runs after a failure; the first
   failure's reason is the one kept;
 - the whole pass is bounded by ``verify_pass_budget`` on the injected clock; a script
   running when it expires is cut short, and an unfinished pass has proven nothing
-  (VERIFY-007).
+ .
 
 What the caller does with a failure (the fault report before the terminal report, the
-job's own outcome unchanged, VERIFY-008) is the lifecycle's business.
+job's own outcome unchanged) is the lifecycle's business.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: Each of stdout and stderr is captured up to this many bytes (VERIFY-004).
+#: Each of stdout and stderr is captured up to this many bytes.
 CAPTURE_CAP = 65_536
-#: The stderr tail in a failure reason (VERIFY-006).
+#: The stderr tail in a failure reason.
 STDERR_TAIL = 200
 
 PREFIX = "verify failed: "
@@ -78,7 +78,7 @@ def stderr_tail(stderr: bytes, truncated: bool) -> str:
 
 
 def failure_reason(name: str, run: ScriptRun) -> str:
-    """``verify failed: <name>: <detail>[: <stderr tail>]`` (VERIFY-006)."""
+    """``verify failed: <name>: <detail>[: <stderr tail>]``."""
     reason = f"{PREFIX}{name}: {run.detail}"
     tail = stderr_tail(run.stderr, run.stderr_truncated)
     return f"{reason}: {tail}" if tail else reason
@@ -91,7 +91,7 @@ def verify_env(
     submitter: str,
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The worker's environment plus the verify variables (VERIFY-004): a hook's, with
+    """The worker's environment plus the verify variables: a hook's, with
     ``RC_EVENT=verify``."""
     return hooks.hook_env(base_env, "verify", device_id, job_id, submitter, mig_uuids)
 
@@ -129,11 +129,11 @@ class _Capture(asyncio.SubprocessProtocol):
 async def run_script(
     path: str, env: Mapping[str, str], *, timeout: float, clock: Clock, timings: Timings
 ) -> ScriptRun:
-    """Run one script to its end under ``timeout`` (VERIFY-004, VERIFY-005).
+    """Run one script to its end under ``timeout``.
 
     Complete when the leader has exited and both pipes reached end of file. A timeout
     takes the cancellation path (TERM, grace, KILL, reap); a clean exit that leaves
-    live members in the group is a kill too (WRK-099). Torn down itself, it SIGKILLs
+    live members in the group is a kill too. Torn down itself, it SIGKILLs
     the group on the way out.
     """
     loop = asyncio.get_running_loop()
@@ -179,7 +179,7 @@ async def run_script(
 
 
 async def _after_exit(pgid: int, returncode: int | None) -> str:
-    """The detail of a script nobody signalled: ``""`` for a clean pass (WRK-099)."""
+    """The detail of a script nobody signalled: ``""`` for a clean pass."""
     code = runner.exit_code_of(returncode)
     if returncode is not None and returncode < 0:
         detail = "signal: " + procs.signal_word(-returncode)
@@ -222,12 +222,12 @@ async def verify_pass(
     base_env: Mapping[str, str] | None = None,
     mig_uuids: Mapping[str, str] | None = None,
 ) -> Pass:
-    """Run the pass for one device after one job (VERIFY-001..007); ``mig_uuids`` for
-    ``CUDA_VISIBLE_DEVICES`` on a MIG instance (EXT-MIG-2)."""
+    """Run the pass for one device after one job; ``mig_uuids`` for
+    ``CUDA_VISIBLE_DEVICES`` on a MIG instance."""
     try:
         entries = list(os.scandir(verify_dir))
     except FileNotFoundError:
-        return Pass()  # VERIFY-001: off
+        return Pass()  # Off
     except OSError as exc:
         return Pass(PREFIX + "read verify_dir: " + procs.os_error_text("open", verify_dir, exc))
     names = sorted((e.name for e in entries if not e.is_dir(follow_symlinks=False)), key=_sort_key)

@@ -1,7 +1,7 @@
 """Reading ``worker.yaml`` as YAML while keeping the literal text of label values.
 
 ``3`` must become ``"3"`` and ``1.50`` must stay ``"1.50"`` in ``devices[].labels``
-(WRK-015), which a plain load cannot promise, so label mappings are read from the node
+, which a plain load cannot promise, so label mappings are read from the node
 tree; everything else is loaded as usual.
 """
 
@@ -13,7 +13,7 @@ import yaml
 
 
 def read(text: str) -> Any:
-    """Load YAML, keeping the literal text of every ``devices[].labels`` value (WRK-015).
+    """Load YAML, keeping the literal text of every ``devices[].labels`` value.
 
     ``3`` must become ``"3"`` and ``1.50`` must stay ``"1.50"``, which a plain load
     cannot promise, so label mappings are read from the node tree.

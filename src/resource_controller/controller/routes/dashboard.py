@@ -1,4 +1,4 @@
-"""``GET /``: the dashboard page, no token required (DASH-001, AUTH-001)."""
+"""``GET /``: the dashboard page, no token required."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""``GET /v1/events``: the server-sent event stream (EVT-001..006, AUTH-004).
+"""``GET /v1/events``: the server-sent event stream.
 
 The one route that also takes its token as ``?token=``, for a browser ``EventSource``
 that cannot set headers; the query is read only when the header carries no token.
 Frames come from the in-process broadcaster (``controller/events.py``); every write
-has a 10 s deadline and a reader that misses it is cut and unsubscribed (EVT-005).
+has a 10 s deadline and a reader that misses it is cut and unsubscribed.
 """
 
 from __future__ import annotations

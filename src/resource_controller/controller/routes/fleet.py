@@ -1,5 +1,5 @@
 """Client and admin fleet routes (controller-api.md §7.6-7.12): devices, state, describe,
-explain, usage (EXT-ACCT-2), whoami, clear, retire."""
+explain, usage, whoami, clear, retire."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ async def state(svc: Svc) -> Response:
 
 
 def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
-    """The flap-guard history describe carries beside its base fields (STORE-123)."""
+    """The flap-guard history describe carries beside its base fields."""
     return wire.RecoveryHistory(
         recoveries=[wire.Recovery(at=render.ts(r.at) or "", reason=r.reason) for r in h.recoveries],
         remaining=h.remaining,
@@ -102,7 +102,7 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     text = request.query_params.get("selector") or ""
     if not text:
         raise errors.BadRequest("selector is required")
-    if limits.utf8_len(text) > limits.SELECTOR.size:  # as on submit (EXT-LIMITS-2)
+    if limits.utf8_len(text) > limits.SELECTOR.size:  # as on submit
         raise errors.BadRequest(f"selector: at most {limits.SELECTOR.size} bytes")
     try:
         selectors.validate(text)
@@ -119,7 +119,7 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
         queue_depth=ex.queue_depth,
         hint=ex.hint or None,
     )
-    # EXT-SHARE-1: the asking submitter's limit, under the name a submit would count.
+    # The asking submitter's limit, under the name a submit would count.
     share = identity.share_name(caller, identity.recorded_submitter(caller, asserted))
     limit = svc.store.limits.of(share) if share else None
     if limit is not None:
@@ -131,7 +131,7 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
 
 @router.get("/v1/usage", dependencies=[Client], response_model=wire.Usage)
 async def usage(request: Request, svc: Svc) -> Response:
-    """Who held what over a window, per group (EXT-ACCT-2): ``since`` (default 7d),
+    """Who held what over a window, per group: ``since`` (default 7d),
     ``by`` (submitter, device or host), ``limit`` groups at most (default 1000)."""
     q = request.query_params
     window = await perform(
@@ -147,7 +147,7 @@ async def usage(request: Request, svc: Svc) -> Response:
 
 
 def _usage_limit(raw: str | None) -> int:
-    """``limit``: ASCII digits only, and short (EXT-LIMITS-5); the range is the service's."""
+    """``limit``: ASCII digits only, and short; the range is the service's."""
     if not raw:
         return acct.MAX_GROUPS
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
@@ -157,7 +157,7 @@ def _usage_limit(raw: str | None) -> int:
 
 @router.get("/v1/whoami", response_model=wire.Whoami)
 async def whoami(caller: ClientCaller) -> Response:
-    """The caller's role, and its name when the token has one (API-070, EXT-WHO-4)."""
+    """The caller's role, and its name when the token has one."""
     return _json(wire.Whoami(role=caller.role.value, name=caller.name))
 
 

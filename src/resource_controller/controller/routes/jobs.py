@@ -25,7 +25,7 @@ Svc = Annotated[Services, Depends(deps.services)]
 Client = Depends(deps.require(Role.CLIENT))
 ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
-#: Safety-net re-check of a followed job's state when no wake-up arrives (LOG-003 step 4).
+#: Safety-net re-check of a followed job's state when no wake-up arrives.
 FOLLOW_RECHECK = 1.0
 #: Bytes per read of a log snapshot: large enough to be quick, small enough to stay bounded.
 SNAPSHOT_CHUNK = 256 * 1024
@@ -33,7 +33,7 @@ SNAPSHOT_CHUNK = 256 * 1024
 
 @router.post("/v1/jobs", status_code=201, response_model=wire.Job, response_model_exclude_none=True)
 async def submit(request: Request, svc: Svc, caller: ClientCaller) -> Response:
-    """Enqueue, run one scheduling pass at once, answer with the job (API-042)."""
+    """Enqueue, run one scheduling pass at once, answer with the job."""
     req = await deps.body(request, wire.SubmitRequest)
     job = await perform(svc.hub, service.submit(svc, caller, req))
     body = render.job(job).model_dump_json(exclude_none=True)
@@ -46,7 +46,7 @@ def _limit(raw: str | None) -> int:
     text = raw[1:] if raw[:1] in "+-" else raw
     if not text.isascii() or not text.isdigit():
         raise errors.BadRequest(f"limit must be an integer in 1..200, got {raw[:40]!r}")
-    if len(text.lstrip("0")) > 3:  # int() refuses 5,000-digit text (EXT-LIMITS-5)
+    if len(text.lstrip("0")) > 3:  # int() refuses 5,000-digit text
         raise errors.BadRequest(f"limit must be in 1..200, got {raw[:40]!r}")
     value = int(raw)
     if not 1 <= value <= 200:
@@ -88,7 +88,7 @@ async def get_job(job_id: str, svc: Svc) -> Response:
 
 @router.post("/v1/jobs/{job_id}/kill")
 async def kill(job_id: str, request: Request, svc: Svc, caller: ClientCaller) -> Response:
-    """Cancel a queued job or flag an active one for its worker (API-046, EXT-WHO-2)."""
+    """Cancel a queued job or flag an active one for its worker."""
     req = await deps.body(request, wire.KillRequest, empty_ok=False)
     await perform(svc.hub, service.kill(svc, caller, job_id, req))
     return Response(status_code=200)
@@ -104,7 +104,7 @@ def _follow_param(request: Request) -> bool:
 
 
 def _offset_param(request: Request) -> int:
-    """A byte count in 0..2^63-1 (EXT-CLI-5, EXT-LIMITS-1); anything else is 400."""
+    """A byte count in 0..2^63-1; anything else is 400."""
     raw = request.query_params.get("offset")
     if raw is None:
         return 0
@@ -121,7 +121,7 @@ TEXT_HEADERS = {"X-Content-Type-Options": "nosniff"}
 
 @router.get("/v1/jobs/{job_id}/logs", dependencies=[Client])
 async def logs(job_id: str, request: Request, svc: Svc) -> Response:
-    """Snapshot, or replay-then-follow until the job is terminal (LOG-003, EXT-FAST-2)."""
+    """Snapshot, or replay-then-follow until the job is terminal."""
     follow = _follow_param(request)
     offset = _offset_param(request)
     job = await svc.db(svc.store.job, job_id)
@@ -139,7 +139,7 @@ async def logs(job_id: str, request: Request, svc: Svc) -> Response:
 
 
 async def _stream(snap: Snapshot, chunk: int = SNAPSHOT_CHUNK) -> AsyncIterator[bytes]:
-    """A snapshot's bytes, one bounded read at a time, each off the event loop (EXT-LIMITS-4)."""
+    """A snapshot's bytes, one bounded read at a time, each off the event loop."""
     try:
         while data := await asyncio.to_thread(snap.read, chunk):
             yield data
@@ -149,7 +149,7 @@ async def _stream(snap: Snapshot, chunk: int = SNAPSHOT_CHUNK) -> AsyncIterator[
 
 async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
     """Send every stored byte, then new bytes as they land; end once the job is terminal."""
-    # Open with an empty chunk so the status line and headers flush at once (LOG-003).
+    # Open with an empty chunk so the status line and headers flush at once.
     yield b""
     while True:
         woken = svc.hub.logs.waiter(job_id)

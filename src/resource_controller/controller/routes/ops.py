@@ -1,5 +1,5 @@
-"""Operational routes beside the API: ``GET /healthz`` (EXT-METRICS-3) and ``GET /metrics``
-(EXT-METRICS-1)."""
+"""Operational routes beside the API: ``GET /healthz`` and ``GET /metrics``
+."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ HEALTH_BOUND = 5.0
 @router.get("/healthz", response_class=JSONResponse)
 async def healthz(request: Request) -> JSONResponse:
     """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise; with
-    whether this controller leads (EXT-PG-8)."""
+    whether this controller leads."""
     svc: Services = request.app.state.services
     try:
         async with asyncio.timeout(HEALTH_BOUND):
@@ -38,11 +38,11 @@ async def healthz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", dependencies=[Depends(deps.require(Role.CLIENT))])
 async def scrape(request: Request) -> Response:
-    """Prometheus text; the state gauges from one grouped read, now (EXT-METRICS-1)."""
+    """Prometheus text; the state gauges from one grouped read, now."""
     svc: Services = request.app.state.services
 
     def read() -> tuple[metrics.Counts, list[PairTotals]]:
-        # EXT-ACCT-3: the device-and-submitter pairs active lately, from the usage rollup.
+        # The device-and-submitter pairs active lately, from the usage rollup.
         return svc.store.metric_counts(), svc.store.usage_pairs(metrics.PAIRS_WITHIN)
 
     counts, pairs = await svc.db(read)

@@ -1,12 +1,12 @@
-"""The four relay routes (controller-api.md §11, TTY-001..022).
+"""The four relay routes (controller-api.md §11).
 
 Each route authenticates (its role: worker halves are worker routes, client halves
-client routes, TTY-001), looks the job up once (TTY-003), joins the session (``409
-conflict`` if that half is taken, TTY-004) and answers ``200`` at once, headers
-flushed before any payload (TTY-011). The stream itself runs in the response object,
+client routes), looks the job up once, joins the session (``409
+conflict`` if that half is taken) and answers ``200`` at once, headers
+flushed before any payload. The stream itself runs in the response object,
 which gets the raw ASGI channels: a POST half keeps reading its request body after
-the ``200`` went out (TTY-012), a GET half writes under a per-write deadline
-(TTY-013) while it watches for its client going away (TTY-015).
+the ``200`` went out, a GET half writes under a per-write deadline
+ while it watches for its client going away.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ Svc = Annotated[Services, Depends(deps.services)]
 ClientRole = Depends(deps.require(Role.CLIENT))
 WorkerRole = Depends(deps.require(Role.WORKER))
 
-#: Response content types per half (TTY-011).
+#: Response content types per half.
 OCTETS = "application/octet-stream"
 NDJSON = "application/x-ndjson"
 TEXT = "text/plain; charset=utf-8"
@@ -42,10 +42,10 @@ _SENDERS = frozenset({Half.WORKER_OUT, Half.CLIENT_IN})
 
 
 async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Session:
-    """The one store read (TTY-003), then the session slot (TTY-004)."""
+    """The one store read, then the session slot."""
     await svc.db(svc.store.job, job_id)  # unknown: 404 not_found; failure: 500
     if half in _SENDERS and http_version != "1.1":
-        # TTY-012: a POST half needs its body to keep streaming after the 200, which
+        # A POST half needs its body to keep streaming after the 200, which
         # this server does on HTTP/1.1 only.
         raise errors.Unsupported(
             f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
@@ -82,7 +82,7 @@ class _Relayed(Response):
             self.relay.half_ended(self.session, self.half, self.pipe)
 
     async def _pump_body(self, receive: Receive) -> None:
-        """A POST half: hand each piece of the request body to the peer (TTY-010, TTY-014).
+        """A POST half: hand each piece of the request body to the peer.
 
         It ends with its sender's body, or as soon as the session is over or the
         controller stops, whichever comes first.
@@ -106,7 +106,7 @@ class _Relayed(Response):
                 return  # the sender went away
             data: bytes = got.get("body", b"")
             if data and not await self._hand_over(self.pipe, data):
-                return  # the direction closed: refuse what follows (TTY-020)
+                return  # the direction closed: refuse what follows
             if not got.get("more_body", False):
                 return  # end of stream: the process exited, or stdin EOF
 
@@ -120,7 +120,7 @@ class _Relayed(Response):
                         ok = await pipe.taken(ticket)
                     break
                 except TimeoutError:
-                    # TTY-014: give up only when blocked that long AND alone in the
+                    # Give up only when blocked that long AND alone in the
                     # session; a peer that is attached (or still coming) re-arms it.
                     if self.session.alone(self.half):
                         pipe.close()
@@ -141,7 +141,7 @@ class _Relayed(Response):
                     chunk.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await chunk
-                    return False  # TTY-015: noticed even while idle
+                    return False  # Noticed even while idle
                 data = chunk.result()
                 if data is None:
                     return True
@@ -149,7 +149,7 @@ class _Relayed(Response):
                     async with asyncio.timeout(self.relay.write_deadline):
                         await send({"type": "http.response.body", "body": data, "more_body": True})
                 except TimeoutError:
-                    return False  # TTY-013: a peer that accepts nothing is dropped
+                    return False  # A peer that accepts nothing is dropped
         finally:
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -42,7 +42,7 @@ async def push_labels(worker_id: str, request: Request, svc: Svc) -> Response:
 
 
 def parse_wait(raw: str | None) -> float:
-    """The long-poll wait: honoured only in (0, 1 min], else 30 s (API-034)."""
+    """The long-poll wait: honoured only in (0, 1 min], else 30 s."""
     if raw is None:
         return DEFAULT_WAIT
     try:
@@ -77,7 +77,7 @@ def _assignment(job: JobRecord) -> wire.Assignment:
     responses={204: {"description": "nothing to do before the wait ran out"}},
 )
 async def assignments(worker_id: str, request: Request, svc: Svc) -> Response:
-    """Long poll (API-034): hand out assignments and due kills, or wait to be woken."""
+    """Long poll: hand out assignments and due kills, or wait to be woken."""
     wait = parse_wait(request.query_params.get("wait"))
     disconnected = asyncio.ensure_future(_disconnect(request))
     try:
@@ -118,7 +118,7 @@ async def append_log(job_id: str, request: Request, svc: Svc) -> Response:
 
 @router.post("/v1/jobs/{job_id}/status", dependencies=[Worker])
 async def status(job_id: str, request: Request, svc: Svc) -> Response:
-    """A worker reports ``running`` or the outcome (API-037/038)."""
+    """A worker reports ``running`` or the outcome."""
     req = await deps.body(request, wire.StatusReport)
     await perform(svc.hub, service.report_status(svc, job_id, req))
     return Response(status_code=200)
@@ -126,7 +126,7 @@ async def status(job_id: str, request: Request, svc: Svc) -> Response:
 
 @router.post("/v1/devices/{device_id}/fault", dependencies=[Worker])
 async def fault(device_id: str, request: Request, svc: Svc) -> Response:
-    """The host takes a device out itself (API-039); only an admin clears a fault."""
+    """The host takes a device out itself; only an admin clears a fault."""
     req = await deps.body(request, wire.FaultReport)
     await perform(svc.hub, service.fault(svc, device_id, req))
     return Response(status_code=200)

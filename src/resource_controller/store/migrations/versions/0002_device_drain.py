@@ -1,4 +1,4 @@
-"""device drain flag (EXT-DRAIN-2)
+"""device drain flag
 
 Revision ID: 0002
 Revises: 0001

@@ -1,4 +1,4 @@
-"""mark jobs whose stored output the retention pass deleted (EXT-KEEP-1)
+"""mark jobs whose stored output the retention pass deleted
 
 Revision ID: 0003
 Revises: 0002

@@ -1,4 +1,4 @@
-"""jobs.device_ids: the devices of a several-device job (EXT-GANG-1)
+"""jobs.device_ids: the devices of a several-device job
 
 Revision ID: 0004
 Revises: 0003

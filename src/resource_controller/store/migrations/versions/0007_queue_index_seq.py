@@ -1,6 +1,6 @@
 """jobs_queue: the whole scheduling order in the index, ``seq`` included
 
-The queue is read in (priority DESC, queued_at, seq) order (STORE-060). Without ``seq``
+The queue is read in (priority DESC, queued_at, seq) order. Without ``seq``
 in the index every page of a pass sorted each run of jobs queued in the same second
 (whole-second stamps: most of a burst) in a temporary B-tree; a pass over 10,000 queued
 jobs spent ~60 ms reading its pages, ~35 ms with the index in full order.

@@ -1,4 +1,4 @@
-"""A fair share between people (EXT-SHARE): submitter limits and job dependencies
+"""A fair share between people: submitter limits and job dependencies
 
 - ``jobs.share_name``: the name the job's submitter limit counts it under (the named
   token's name where EXT-WHO applies, else the recorded submitter).

@@ -1,4 +1,4 @@
-"""accounting: a job's measured GPU use, and the usage rollup (EXT-ACCT-1, EXT-ACCT-2)
+"""accounting: a job's measured GPU use, and the usage rollup
 
 ``jobs`` gains what the worker measured of the job's GPUs (NULL when nothing was
 sampled). ``usage_totals`` and ``usage_marks`` hold, per submitter, device, host and
