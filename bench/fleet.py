@@ -485,14 +485,14 @@ def time_passes(data: Path, repeats: int, limit: int = 0) -> dict[str, float]:
     settles its own before serving (else a full collection of this process's heap lands
     in one pass in a few: 12.9 ms against 50.8 ms). ``limit``: every submitter may hold
     that many devices (EXT-SHARE-1)."""
-    from resource_controller.controller.serve import settle_heap
+    from resource_controller import heap
     from resource_controller.core.share import SubmitterLimits
 
     with store_at(data) as store:
         if limit:
             store.limits = SubmitterLimits(default=limit)
         store.schedule()  # warm: statements compiled, pages cached
-        settle_heap()
+        heap.settle()
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()

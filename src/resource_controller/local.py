@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from resource_controller import logfmt
+from resource_controller import heap, logfmt
 from resource_controller.client import config as client_config
 from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
@@ -185,6 +185,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         say(log_format, dashboard_line(url, data / TOKENS_FILE, update.path))
         say(log_format, try_line(gpus=bool(gpus)))
 
+    heap.settle()
     try:
         # The stock loop, not uvloop: the worker half runs on the loop ``rc worker``
         # runs on, so its pipes, terminals and child processes behave as tested there.

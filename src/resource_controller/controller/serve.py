@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import os
 import signal
@@ -30,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from resource_controller import crashpoints, logfmt
+from resource_controller import crashpoints, heap, logfmt
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
 from resource_controller.controller import sharelimits
@@ -309,35 +308,13 @@ def run(
         log.info("submitter limits: %s", sharelimits.describe(svc.store.limits))
     log.info("controller listening addr=%s data=%s", addr, data)
     server = make_server(svc)
-    settle_heap()
+    heap.settle()
     try:
         _run_loop(server.serve(sockets=[sock]))
     finally:
         svc.executor.shutdown(wait=True)
         svc.store.close()
     return 0
-
-
-#: Allocations (net) between young collections, and young collections per older one:
-#: 700 / 10 / 10 by default.
-GC_THRESHOLDS = (50_000, 20, 20)
-
-
-def settle_heap() -> None:
-    """Freeze what start-up built and collect less often, once, before serving.
-
-    With 10,000 devices, a full collection walked the whole heap for 80-330 ms with
-    nothing to free, and every ``/v1/state`` (tens of thousands of objects alive while
-    it renders) set one off: those pauses were the tail of every request
-    (``bench/README.md``). The modules,
-    the app and the store's first reads never become garbage, so they leave the
-    collector's view (``gc.freeze``); fewer, larger young collections let a request's
-    short-lived objects die by reference count before any collection sees them.
-    Cyclic garbage is still collected, only later.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _run_loop(main: object) -> None:

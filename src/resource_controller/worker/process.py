@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from resource_controller import logfmt
+from resource_controller import heap, logfmt
 from resource_controller.clock import Clock
 from resource_controller.worker import agent, testhooks
 from resource_controller.worker import config as worker_config
@@ -110,6 +110,7 @@ def run_worker(
     except testhooks.TestHookError as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1
+    heap.settle()
     return asyncio.run(_serve_until_signal(config, clock, timings, log_format))
 
 

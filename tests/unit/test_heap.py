@@ -1,5 +1,6 @@
-"""``rc serve`` settles its heap before serving: what start-up built leaves the collector's
-view, young collections are rarer, and cyclic garbage made afterwards is still freed."""
+"""``rc serve``, ``rc worker`` and ``rc up`` settle their heap before serving: what
+start-up built leaves the collector's view, young collections are rarer, and cyclic
+garbage made afterwards is still freed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from resource_controller.controller import serve
+from resource_controller import heap
 
 
 @pytest.fixture
@@ -29,8 +30,8 @@ class _Node:
 
 def test_start_up_objects_are_frozen_and_later_cycles_still_collected(restored_gc: None) -> None:
     survivor = _Node()
-    serve.settle_heap()
-    assert gc.get_threshold() == serve.GC_THRESHOLDS
+    heap.settle()
+    assert gc.get_threshold() == heap.GC_THRESHOLDS
     assert gc.get_freeze_count() > 0
     assert not any(o is survivor for o in gc.get_objects())  # out of every collection
     a, b = _Node(), _Node()
