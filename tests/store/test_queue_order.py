@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 )
 @given(
     jobs=st.lists(
-        st.tuples(st.integers(-1, 1), st.sampled_from([0, 0, 1]), st.booleans()),
+        st.tuples(
+            st.integers(-1, 1),
+            st.sampled_from([0, 0, 1]),
+            st.sampled_from(["", "box:gpu0", "box:gpu1", "gang"]),
+        ),
         min_size=1,
         max_size=9,
     )
@@ -38,13 +42,18 @@ def test_sql_order_paging_and_positions_follow_the_key(
     make: Factory,
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
-    jobs: list[tuple[int, int, bool]],
+    jobs: list[tuple[int, int, str]],
 ) -> None:
+    # Positions are counted in SQL (``queries.ahead_of``, pins matched there): pinned
+    # jobs on either device and a gang pinned to both hold it to the rule's count.
     if store_helpers.device(store, "box:gpu0") is None:
         make.worker()
-    for priority, wait, pinned in jobs:
+    for priority, wait, pin in jobs:
         clock.advance(wait)
-        make.submit(device="box:gpu0" if pinned else "", priority=priority)
+        if pin == "gang":
+            make.submit(device_ids=("box:gpu0", "box:gpu1"), count=2, priority=priority)
+        else:
+            make.submit(device=pin, priority=priority)
     queued = store.queued_jobs()
     assert [j.id for j in queued] == [
         j.id for j in sorted(queued, key=lambda j: queue_key(j.snap()))

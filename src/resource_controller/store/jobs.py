@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from resource_controller import errors
 from resource_controller.core import limits, scheduling, selectors
@@ -206,8 +207,19 @@ def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int 
     With aging on, "ahead" is by effective priority at ``now``."""
     if not job.queued:
         return 0
-    key = scheduling.aged_queue_key(now, aging)
-    return scheduling.queue_position(job.snap(), queries.queued_snaps(conn), key)
+    # ``scheduling.queue_position``'s rule as one count: a queued job's view is polled
+    # every half second by whoever waits for it, and building every queued job to
+    # compare keys cost 6 ms a view at 1,500 queued.
+    ahead, params = queries.ahead_of(job.priority, job.queued_at, job.seq, now, aging)
+    text = f"SELECT count(*) FROM jobs WHERE jobs.state = ? AND jobs.id != ? AND {ahead}"
+    args: tuple[Any, ...] = (str(JobState.QUEUED), job.id, *params)
+    snap = job.snap()
+    if snap.pinned:
+        ons = [queries.on_device(pin) for pin in snap.pins]
+        text += " AND jobs.selector = '' AND jobs.device_id != ''"
+        text += " AND (" + " OR ".join(cond for cond, _ in ons) + ")"
+        args += tuple(a for _, pin_args in ons for a in pin_args)
+    return 1 + int(conn.value(text, args) or 0)
 
 
 def cancel_queued(conn: queries.Conn, now: int, job_id: str, reason: str) -> bool:

@@ -394,6 +394,20 @@ def behind(
     return text, (p, p, queued_at, p, queued_at, seq)
 
 
+def ahead_of(
+    priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0
+) -> tuple[str, tuple[Any, ...]]:
+    """Jobs before the one with this key in ``queue_order(now, aging)`` (``behind``'s
+    mirror), as a condition and its parameters."""
+    prio = effective_priority_sql(now, aging)
+    p = scheduling.effective_priority(priority, queued_at, now, aging)
+    text = (
+        f"({prio} > ? OR ({prio} = ? AND jobs.queued_at < ?)"
+        f" OR ({prio} = ? AND jobs.queued_at = ? AND jobs.seq < ?))"
+    )
+    return text, (p, p, queued_at, p, queued_at, seq)
+
+
 def jobs_where(
     conn: Conn,
     where: str = "",
@@ -428,8 +442,10 @@ _QUEUED_SNAPS = (
 )
 
 
-def queued_snaps(conn: Conn) -> list[JobSnap]:
-    """Every queued job as the scheduling rules read it (for queue positions)."""
+def queued_snaps(conn: Conn, reserving: bool = False) -> list[JobSnap]:
+    """Every queued job as the scheduling rules read it; ``reserving``: only those that
+    hold a reservation of the last pass."""
+    text = _QUEUED_SNAPS + (" AND id IN (SELECT job_id FROM reservations)" if reserving else "")
     return [
         JobSnap(
             id=r[0],
@@ -444,7 +460,7 @@ def queued_snaps(conn: Conn) -> list[JobSnap]:
             share=r[9],
             after_open=r[10],
         )
-        for r in conn.execute(_QUEUED_SNAPS, (str(JobState.QUEUED),))
+        for r in conn.execute(text, (str(JobState.QUEUED),))
     ]
 
 

@@ -207,7 +207,10 @@ def waiting_for(
     submitter limits."""
     if not job.queued:
         return []
-    snap = wait_snapshot(conn, queries.queued_snaps(conn), kept, limits, {job.id: job.after_ids})
+    # Of the rest of the queue, the rules read only whether a job reserving a candidate
+    # is ahead of this one: the reservers are all they need, however long the queue.
+    queued = [job.snap(), *(s for s in queries.queued_snaps(conn, True) if s.id != job.id)]
+    snap = wait_snapshot(conn, queued, kept, limits, {job.id: job.after_ids})
     return waiting.waiting_for(job.snap(), snap, key)
 
 
