@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Factory
 from resource_controller.clock import FakeClock
 from resource_controller.store import views
 from resource_controller.store.facade import Store
+from resource_controller.store.jobs import NewJob
 
 PINS = ["", "box:gpu0", "box:gpu1", "box:gpu2", "gang", "gang"]
 
@@ -28,20 +28,22 @@ def test_one_jobs_waits_are_what_the_whole_queue_says_of_it(
 ) -> None:
     store = Store(tmp_path_factory.mktemp("waits") / "rc.db", FakeClock())
     try:
-        _check(store, Factory(store), jobs, busy)
+        _check(store, jobs, busy)
     finally:
         store.close()
 
 
-def _check(store: Store, make: Factory, jobs: list[tuple[str, int]], busy: set[str]) -> None:
-    make.worker(devices=3)
+def _check(store: Store, jobs: list[tuple[str, int]], busy: set[str]) -> None:
+    store.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(3)])
     for device in sorted(busy):
-        make.start(device=device)
+        store.enqueue(NewJob(command=["x"], submitter="holder", device_id=device))
+    store.schedule()  # the busy devices are taken
     for pin, priority in jobs:
-        if pin == "gang":
-            make.submit(count=2, priority=priority)  # claims what it cannot yet have
+        if pin == "gang":  # claims what it cannot yet have
+            req = NewJob(command=["x"], submitter="a", count=2, priority=priority)
         else:
-            make.submit(device=pin, priority=priority)
+            req = NewJob(command=["x"], submitter="a", device_id=pin, priority=priority)
+        store.enqueue(req)
     store.schedule()
     queued = store.queued_jobs()
     with store._tx() as c:
