@@ -30,6 +30,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from resource_controller.clock import SystemClock
+from resource_controller.store import engine
 from resource_controller.store import schema as t
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
@@ -59,7 +60,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "rc.db", SystemClock())
         ids = seed(store, 2000)
-        conn = store._conn  # the store's own connection, as its transactions use it
+        store.close()
+        # One connection as the store opens its own, under SQLAlchemy for the Core ways.
+        conn = engine.create_engine(Path(tmp) / "rc.db").connect()
         driver = conn.connection.driver_connection
         assert driver is not None
         jobs = t.jobs

@@ -55,5 +55,5 @@ def test_an_unreachable_server_stops_it_with_one_line_hiding_the_password(
     code, err = _serve(tmp_path, env_database=url)
     assert code == 1
     (line,) = err.splitlines()
-    assert line.startswith("rc: cannot reach the database postgresql+psycopg://rc:***@/rc")
+    assert line.startswith("rc: cannot reach the database postgresql://rc:***@/rc")
     assert "s3cret" not in err

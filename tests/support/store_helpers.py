@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.store import devices as device_ops
-from resource_controller.store import jobs, leases, queries, schema, views
+from resource_controller.store import engine, jobs, leases, queries, schema, views
 from resource_controller.store.facade import Store
 from resource_controller.store.records import (
     DeviceRecord,
@@ -112,8 +112,12 @@ def allocate_directly(
 def _by_name(store: Store, table: sa.Table, order: sa.Column[Any]) -> list[dict[str, Any]]:
     """Every row of ``table`` as a column-name mapping, through SQLAlchemy on a connection
     of its own: the reference the store's positional reads are held to."""
-    with store._engine.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(sa.select(table).order_by(order))]
+    eng = engine.create_engine(store.database.target)
+    try:
+        with eng.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(sa.select(table).order_by(order))]
+    finally:
+        eng.dispose()
 
 
 def jobs_by_name(store: Store) -> list[JobRecord]:

@@ -5,39 +5,32 @@ loss) and a 5000 ms busy timeout. PostgreSQL through psycopg 3. On both,
 the driver's own transaction handling is off (autocommit), and the store begins each
 transaction itself (``sql.Db.begin``: ``BEGIN IMMEDIATE`` on SQLite, so the
 allocation transaction holds the write lock from its first statement).
+
+The store talks to the driver alone. SQLAlchemy and Alembic (about 25 MiB resident
+between them) are loaded only to migrate a database that is not at ``HEAD``.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import sqlalchemy as sa
 
 from resource_controller import errors
 from resource_controller.store import locks, private
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: The newest migration's revision: a database already there is opened without loading
-#: Alembic (about 12 MiB of a controller's resident memory). A test holds it to the
-#: migrations directory's head.
+#: SQLAlchemy or Alembic. A test holds it to the migrations directory's head.
 HEAD = "0012"
-
-
-def _alembic_config(connection: sa.Connection) -> Config:
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes["connection"] = connection
-    return cfg
-
 
 #: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
@@ -58,50 +51,62 @@ def check_database(database: str) -> str:
     return database
 
 
-def create_engine(database: Path | str) -> sa.Engine:
-    """An engine on the SQLite file at ``database``, or on the PostgreSQL URL it is."""
-    if is_postgres(database):
-        return _postgres_engine(str(database))
-    return _sqlite_engine(Path(database))
+@dataclass(frozen=True)
+class Database:
+    """Where the state lives: a SQLite file or a PostgreSQL server, and how to connect."""
+
+    #: The SQLite file, or the PostgreSQL URL as libpq takes it (``postgresql://``).
+    target: Path | str
+    #: ``sqlite`` or ``postgresql``, as ``sql.Db`` is told.
+    dialect: str
+
+    @classmethod
+    def at(cls, database: Path | str) -> Database:
+        """The database at a SQLite path or a ``postgresql://`` URL."""
+        if not is_postgres(database):
+            return cls(Path(database), "sqlite")
+        url = str(database)
+        for scheme in POSTGRES_SCHEMES:
+            if url.startswith(scheme):
+                return cls("postgresql://" + url[len(scheme) :], "postgresql")
+        raise AssertionError("unreachable: is_postgres matched a scheme")
+
+    @property
+    def libpq_url(self) -> str | None:
+        """The PostgreSQL URL for connections outside the store (the controllers'
+        leadership and wake-ups); None for SQLite."""
+        return str(self.target) if self.dialect == "postgresql" else None
+
+    def where(self) -> str:
+        """The database for a message: the file, or the URL with its password hidden."""
+        if self.dialect == "sqlite":
+            return str(self.target)
+        parts = urllib.parse.urlsplit(str(self.target))
+        if parts.password is None:
+            return str(self.target)
+        user = urllib.parse.unquote(parts.username or "")
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+    def connect(self) -> Any:
+        """The store's connection: the driver's own, in autocommit."""
+        if self.dialect == "postgresql":
+            return _postgres_connection(str(self.target))
+        return _sqlite_connection(Path(self.target))
 
 
-def _postgres_engine(url: str) -> sa.Engine:
-    for scheme in POSTGRES_SCHEMES:
-        if url.startswith(scheme):
-            url = "postgresql+psycopg://" + url[len(scheme) :]
-            break
+def _postgres_connection(url: str) -> Any:
     try:
-        import psycopg  # noqa: F401
+        import psycopg
     except ImportError as exc:
         raise errors.StoreError(
             "a postgresql:// database needs psycopg: install rc with its postgresql extra"
         ) from exc
-    return sa.create_engine(url, poolclass=sa.pool.NullPool)
+    return psycopg.connect(url, autocommit=True)
 
 
-def libpq_url(engine: sa.Engine) -> str | None:
-    """The PostgreSQL database as a libpq URL (for connections outside the store, such as
-    the controllers' leadership and wake-ups); None for SQLite."""
-    if engine.dialect.name != "postgresql":
-        return None
-    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def open_driver(engine: sa.Engine) -> tuple[sa.Connection, Any]:
-    """A connection for the store and the driver's connection under it, in autocommit:
-    ``sql.Db`` begins and ends each transaction itself."""
-    conn = engine.connect()
-    if engine.dialect.name == "postgresql":
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-    driver = conn.connection.driver_connection
-    assert driver is not None, "a connection just opened has its driver's"
-    if engine.dialect.name == "postgresql":
-        driver.autocommit = True
-    return conn, driver
-
-
-def _sqlite_engine(path: Path) -> sa.Engine:
-    """An engine on the SQLite file at ``path`` with the project's pragmas.
+def _sqlite_connection(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path`` with the project's pragmas.
 
     The file is created 0600 before SQLite opens it; its WAL and shared-memory files
     take the same mode from it.
@@ -110,23 +115,47 @@ def _sqlite_engine(path: Path) -> sa.Engine:
     for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if side.exists():
             private.private_file(side)
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=5.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA foreign_keys=ON")
+    # PostgreSQL's ``strpos``, so the store's SQL reads the same on both.
+    conn.create_function("strpos", 2, _strpos, deterministic=True)
+    return conn
+
+
+def _strpos(text: str | None, part: str | None) -> int | None:
+    """1-based position of ``part`` in ``text``, 0 when absent (PostgreSQL's ``strpos``)."""
+    if text is None or part is None:
+        return None
+    return text.find(part) + 1
+
+
+def open_driver(database: Database) -> Any:
+    """The store's connection; ``StoreError`` naming the database when it cannot be made."""
+    try:
+        return database.connect()
+    except errors.StoreError:
+        raise
+    except Exception as exc:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise errors.StoreError(f"cannot reach the database {database.where()}: {cause}") from exc
+
+
+def create_engine(database: Path | str) -> sa.Engine:
+    """A SQLAlchemy engine on the database, for Alembic: the migrations' connection."""
+    import sqlalchemy as sa
+
+    db = Database.at(database)
+    if db.dialect == "postgresql":
+        url = "postgresql+psycopg://" + str(db.target)[len("postgresql://") :]
+        return sa.create_engine(url, poolclass=sa.pool.NullPool)
     engine = sa.create_engine(
-        f"sqlite:///{path}",
-        connect_args={"check_same_thread": False, "timeout": 5.0},
+        "sqlite://",
+        creator=lambda: _sqlite_connection(Path(db.target)),
         poolclass=sa.pool.StaticPool,
     )
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        cur = dbapi_connection.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=FULL")
-        cur.execute("PRAGMA busy_timeout=5000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
-        # PostgreSQL's ``strpos``, so the store's SQL reads the same on both.
-        dbapi_connection.create_function("strpos", 2, _strpos, deterministic=True)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
@@ -138,11 +167,13 @@ def _sqlite_engine(path: Path) -> sa.Engine:
     return engine
 
 
-def _strpos(text: str | None, part: str | None) -> int | None:
-    """1-based position of ``part`` in ``text``, 0 when absent (PostgreSQL's ``strpos``)."""
-    if text is None or part is None:
-        return None
-    return text.find(part) + 1
+def _alembic_config(connection: sa.Connection) -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
 
 
 def _known_revision(script: ScriptDirectory, revision: str) -> bool:
@@ -156,39 +187,49 @@ def _known_revision(script: ScriptDirectory, revision: str) -> bool:
         return False
 
 
-def _current(conn: sa.Connection) -> str | None:
-    """The schema revision Alembic stamped, without Alembic; None when there is none yet."""
-    if not sa.inspect(conn).has_table("alembic_version"):
+def current_revision(driver: Any, dialect: str) -> str | None:
+    """The schema revision Alembic stamped, read without it; None when there is none."""
+    if dialect == "postgresql":
+        found = driver.execute("SELECT to_regclass('alembic_version')").fetchone()[0]
+    else:
+        found = driver.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+        ).fetchone()
+    if not found:
         return None
-    row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
-    conn.rollback()  # leave no transaction open for Alembic to find
+    row = driver.execute("SELECT version_num FROM alembic_version").fetchone()
     return None if row is None else str(row[0])
 
 
-def migrate(engine: sa.Engine) -> None:
-    """Bring the schema to the newest revision; refuse a database from a newer version."""
-    try:
-        conn = engine.connect()
-    except sa.exc.OperationalError as exc:
-        where = engine.url.render_as_string(hide_password=True)
-        cause = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-        raise errors.StoreError(f"cannot reach the database {where}: {cause}") from exc
-    with conn:
-        if _current(conn) == HEAD:
-            return
-        from alembic import command
-        from alembic.runtime.migration import MigrationContext
-        from alembic.script import ScriptDirectory
+def migrate(database: Database, driver: Any) -> None:
+    """Bring the schema to the newest revision; refuse a database from a newer version.
 
-        if engine.dialect.name == "postgresql":
-            # Controllers starting together: one migrates, the others wait here, then
-            # find the schema current.
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": locks.MIGRATION})
-        script = ScriptDirectory.from_config(_alembic_config(conn))
-        current = MigrationContext.configure(conn).get_current_revision()
-        if current is not None and not _known_revision(script, current):
-            raise errors.StoreError(
-                f"database schema revision {current} was written by a newer version of rc"
-            )
-        command.upgrade(_alembic_config(conn), "head")
-        conn.commit()
+    ``driver``, the store's connection, answers whether there is anything to do; the
+    migration itself runs on a connection of Alembic's own."""
+    if current_revision(driver, database.dialect) == HEAD:
+        return
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    engine = create_engine(database.target)
+    try:
+        with engine.connect() as conn:
+            if database.dialect == "postgresql":
+                import sqlalchemy as sa
+
+                # Controllers starting together: one migrates, the others wait here,
+                # then find the schema current.
+                conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": locks.MIGRATION}
+                )
+            script = ScriptDirectory.from_config(_alembic_config(conn))
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current is not None and not _known_revision(script, current):
+                raise errors.StoreError(
+                    f"database schema revision {current} was written by a newer version of rc"
+                )
+            command.upgrade(_alembic_config(conn), "head")
+            conn.commit()
+    finally:
+        engine.dispose()

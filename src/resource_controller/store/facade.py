@@ -61,13 +61,17 @@ class Store:
         self.clock = clock
         #: Seconds of waiting per step of effective priority; 0 = off.
         self.aging = max(0, int(priority_aging))
-        self._engine = engine.create_engine(database)
-        engine.migrate(self._engine)
+        self.database = engine.Database.at(database)
+        driver = engine.open_driver(self.database)
+        try:
+            engine.migrate(self.database, driver)
+        except BaseException:
+            driver.close()
+            raise
         #: The PostgreSQL database as a libpq URL, for the controllers' own connections;
         #: None on SQLite.
-        self.database_url = engine.libpq_url(self._engine)
-        self._conn, driver = engine.open_driver(self._engine)
-        self._db = sql.Db(driver, self._engine.dialect.name)
+        self.database_url = self.database.libpq_url
+        self._db = sql.Db(driver, self.database.dialect)
         self._lock = threading.RLock()
         self._closed = False
         #: Transactions this store has run (each may have written), for ``schedule_after``.
@@ -93,8 +97,7 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self._conn.close()
-            self._engine.dispose()
+            self._db.driver.close()
 
     def now(self) -> int:
         """Whole Unix seconds, truncated."""
@@ -109,12 +112,12 @@ class Store:
         if self._closed:
             raise errors.StoreError("the store is closed")
         with suppress(Exception):  # already gone with the server
-            self._conn.close()
+            self._db.driver.close()
         try:
-            self._conn, driver = engine.open_driver(self._engine)
+            driver = engine.open_driver(self.database)
         except Exception as exc:
             raise errors.StoreUnavailable("the database cannot be reached") from exc
-        self._db = sql.Db(driver, self._engine.dialect.name)
+        self._db = sql.Db(driver, self.database.dialect)
         self._fleet.forget()
         self._reserved.forget()
         self._settled = None
