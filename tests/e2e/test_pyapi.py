@@ -288,7 +288,10 @@ def test_async_lease_releases_on_an_exception_and_on_cancel(fleet: Cluster) -> N
                     assert lease.cuda_visible_devices == "1" and lease.epoch > 0
                     assert held(fleet) == {"box:gpu1": lease.id}
                     raise KeyError("inside")
-            wait_for(lambda: not held(fleet), 20, "the async lease to be released")
+            # Waited for off the loop: the client's own tasks must keep running meanwhile.
+            await asyncio.to_thread(
+                wait_for, lambda: not held(fleet), 20, "the async lease to be released"
+            )
 
             async def hold_forever() -> None:
                 async with client.lease(device="box:gpu1", ttl=60):
@@ -299,7 +302,9 @@ def test_async_lease_releases_on_an_exception_and_on_cancel(fleet: Cluster) -> N
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            wait_for(lambda: not held(fleet), 20, "the cancelled lease to be released")
+            await asyncio.to_thread(
+                wait_for, lambda: not held(fleet), 20, "the cancelled lease to be released"
+            )
 
     asyncio.run(main())
 

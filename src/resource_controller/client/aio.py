@@ -231,12 +231,28 @@ class AsyncClient:
 
     async def _submit(self, command: Sequence[str] | None, **kw: Any) -> api.Json:
         body = api.submit_body(self.submitter, command, **kw)
+        # The exchange runs shielded: a task cancelled while the answer is on its way
+        # waits for it, cancels the job the controller may have committed, and only then
+        # stops, so no hold or job is left behind that nobody knows the ID of.
+        sent = asyncio.ensure_future(self._http.request("POST", "/v1/jobs", body=body))
         try:
-            data = await self._http.request("POST", "/v1/jobs", body=body)
+            data = await asyncio.shield(sent)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._withdraw(sent))
+            raise
         except errors.ApiError as e:
             raise api.submit_refusal(e) from e
         job: api.Json = shapes.normalise(data, shapes.JOB)
         return job
+
+    async def _withdraw(self, sent: asyncio.Future[Any]) -> None:
+        """Cancel the job a submit abandoned by its caller made, once its answer names it."""
+        try:
+            data = await asyncio.wait_for(sent, CANCEL_BOUND)
+            job_id = str(shapes.normalise(data, shapes.JOB)["id"])
+        except Exception:
+            return  # refused or never answered: no job to cancel
+        await self._cancel(job_id)
 
     # ---- polling loops: the rules are waits.py's, as api.JsonClient's ----------------
 
