@@ -27,6 +27,7 @@ so tests can drive it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -273,6 +274,10 @@ async def run_probe(
             procs.signal_group(pgid, signal.SIGKILL)  # a background child left behind
     except BaseException:
         procs.kill_group_now(pgid)
+        # Reaped and its pipes read to their end before going on: a transport left to
+        # the collector warns when its event loop has closed meanwhile.
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(asyncio.wait({out, err, exited})), 1.0)
         raise
     finally:
         for task in (out, err, exited):
