@@ -68,3 +68,27 @@ def test_alone_it_leads_from_the_start_and_sends_nothing() -> None:
     alone = peers.Peers(None, "me", lambda: 42.0)
     assert alone.alone and alone.leading and alone.since == 42.0
     alone.forward(Wake(workers=frozenset({"w"})))  # no outbox: dropped, no error
+
+
+def test_a_wake_for_everyone_crosses_as_such() -> None:
+    assert peers.decode(peers.encode("me", Wake(everyone=True))) == ("me", Wake(everyone=True))
+
+
+def test_a_lone_controller_sends_nothing_until_another_arrives_then_wakes_everyone() -> None:
+    async def go() -> None:
+        link = peers.Peers("postgresql://unused", "me", lambda: 0.0)
+        link._outbox = asyncio.Queue()
+        wake = Wake(workers=frozenset({"w"}))
+        link.forward(wake)  # who else listens is not known yet: sent
+        link._count(1)  # alone
+        link.forward(wake)
+        assert link._outbox.qsize() == 1 and link.others == 0
+        link._outbox.get_nowait()
+        link._count(2)  # another arrived: what was not sent is made up for
+        assert link._outbox.get_nowait() == Wake(everyone=True)
+        link.forward(wake)
+        assert link._outbox.get_nowait() == wake
+        link._count(2)  # no newcomer: nothing more
+        assert link._outbox.empty()
+
+    asyncio.run(go())

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from resource_controller.clock import FakeClock
 from resource_controller.core import states
 from resource_controller.core.expiry import GRACE, SweepRules
-from resource_controller.store import passes, queries
+from resource_controller.store import passes, queries, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, JobRecord
 from support import store_helpers
@@ -282,3 +282,31 @@ def test_the_kept_reservations_see_every_writer(store: Store, make: Factory, raw
         db.execute("DELETE FROM reservations WHERE device_id = ?", (d1,))
     store.schedule()
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}
+
+
+def test_a_pass_writes_only_the_reservation_rows_that_changed(
+    store: Store, make: Factory, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement is a round trip to a database server: a pass that moves one
+    reservation writes that row in one statement, not every row again."""
+    devs = make.worker(devices=4)
+    for dev in devs:
+        make.start(device=dev)
+    first = {dev: make.submit(device=dev).id for dev in devs}
+    store.schedule()
+    assert _reservation_rows(raw) == first
+    store.cancel_queued(first[devs[1]], "done")  # deletes its row
+    second = make.submit(device=devs[1]).id
+    statements: list[str] = []
+    monkeypatch.setattr(sql, "watchers", [lambda text, move: statements.append(text)])
+    assert store.schedule() == []
+    writes = [s for s in statements if "reservations" in s and not s.startswith("SELECT")]
+    assert len(writes) == 1 and writes[0].startswith("INSERT")
+    assert _reservation_rows(raw) == {**first, devs[1]: second}
+    # Two rows go (their jobs cancelled, none waits behind them): one statement.
+    for dev in devs[2:]:
+        store.cancel_queued(first[dev], "done")
+    statements.clear()
+    store.schedule()
+    assert _reservation_rows(raw) == {devs[0]: first[devs[0]], devs[1]: second}
+    assert not [s for s in statements if "reservations" in s and not s.startswith("SELECT")]

@@ -17,6 +17,12 @@ carries A's changes. A wake-up is a hint (``hub.py``): one lost costs a poll tim
 never correctness. A scheduling kick is not sent: the controller where a change
 lands runs that change's pass itself.
 
+Presence: each controller holds a shared advisory lock while it listens, and counts
+the holders at each tick. A controller that finds itself alone on the database sends
+nothing (a notification nobody hears still costs a round trip a change); when it sees
+another arrive it sends one "wake everyone", so that what it did not send meanwhile
+costs the newcomer's waiters nothing.
+
 On SQLite there is one controller: it leads from the start and sends nothing.
 """
 
@@ -56,6 +62,9 @@ class Peers:
         #: When it last began to lead (its clock); the reaper's hold-off counts from here.
         self.since: float | None = clock() if url is None else None
         self._outbox: asyncio.Queue[Wake] | None = None
+        #: How many other controllers listen on the database, as of the last tick;
+        #: None until the first (wake-ups are sent while it is not known).
+        self.others: int | None = None
 
     @property
     def alone(self) -> bool:
@@ -63,7 +72,7 @@ class Peers:
 
     def forward(self, wake: Wake) -> None:
         """Queue a committed change's wake-ups for the other controllers (``wake.apply``)."""
-        if self._outbox is not None and crosses(wake):
+        if self._outbox is not None and self.others != 0 and crosses(wake):
             self._outbox.put_nowait(wake)
 
     async def run(self, hub: Hub) -> None:
@@ -109,12 +118,23 @@ class Peers:
 
     async def _tick(self, link: PeerLink, hub: Hub) -> None:
         if self.leading:
-            await link.check()
+            self._count(await link.check())
             return
-        if await link.try_lead():
+        leads, present = await link.try_lead()
+        self._count(present)
+        if leads:
             self.leading, self.since = True, self._clock()
             log.info("this controller leads (scheduler, reaper and retention run here)")
             apply(hub, SCHEDULE, forward=False)
+
+    def _count(self, present: int) -> None:
+        """Note how many controllers are present (this one among them). One that
+        arrived since the last tick missed what a lone controller did not send: it is
+        told to wake everyone."""
+        others = max(0, present - 1)
+        if self.others == 0 and others > 0 and self._outbox is not None:
+            self._outbox.put_nowait(Wake(everyone=True))
+        self.others = others
 
     def _receive(self, hub: Hub, payload: str) -> None:
         try:
@@ -166,6 +186,8 @@ def crosses(wake: Wake) -> bool:
 
 def encode(instance: str, wake: Wake) -> str:
     """The notification payload of ``wake`` (its webhook notices stay with their origin)."""
+    if wake.everyone:
+        return json.dumps({"from": instance, "everyone": True})
     text = json.dumps(
         {
             "from": instance,

@@ -388,9 +388,10 @@ class Store:
         """
         if state == JobState.RUNNING:
             return self.report(job_id, check, state, exit_code, reason, gpu), None
-        with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
+        with self._lock:
             try:
                 with self._tx("finish") as c:
+                    c.exclusive_until_commit(locks.SCHEDULING_PASS)
                     job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
                     if not job.device_id:
                         self._ended += ended

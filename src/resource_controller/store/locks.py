@@ -10,3 +10,6 @@ MIGRATION = 0x7263_0001
 SCHEDULING_PASS = 0x7263_0002
 #: Leadership (held for as long as a controller leads, on a connection of its own).
 LEADER = 0x7263_0003
+#: Presence: every controller holds it shared on its listening connection, so each can
+#: count the others (a lone one has nobody to send its wake-ups to).
+PRESENT = 0x7263_0004

@@ -289,7 +289,7 @@ def schedule_pass(
         # Nothing waits, so nothing is placed and no reservation stands;
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
-            _rewrite(transaction, kept, now, {})
+            _rewrite(transaction, kept, now, old_reservations, {})
         return []
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.
@@ -312,7 +312,7 @@ def schedule_pass(
         {d: j for d, j in old_reservations.items() if d not in taken} if taken else old_reservations
     )
     if plan.reservations != current:
-        _rewrite(transaction, kept, now, plan.reservations)
+        _rewrite(transaction, kept, now, current, plan.reservations)
     return placer.assigned
 
 
@@ -325,9 +325,14 @@ def held_by_share(db: sql.Db) -> dict[str, int]:
 _HELD = "SELECT share_name, devices FROM share_held WHERE devices > 0"
 
 
-def _rewrite(transaction: Read, kept: KeptReservations, now: int, rows: dict[str, str]) -> None:
-    """Replace the reservation rows with ``rows`` (device -> job), and keep them."""
+def _rewrite(
+    transaction: Read, kept: KeptReservations, now: int, old: dict[str, str], rows: dict[str, str]
+) -> None:
+    """Turn the reservation rows ``old`` into ``rows`` (device -> job), writing only what
+    differs, and keep them."""
     kept.forget()  # until the write commits
+    gone = [d for d in old if d not in rows]
+    changed = sorted((j, d) for d, j in rows.items() if old.get(d) != j)
     with transaction() as tx:
-        queries.replace_reservations(tx, now, sorted((j, d) for d, j in rows.items()))
+        queries.update_reservations(tx, now, gone, changed)
     kept.wrote(tx, dict(rows))

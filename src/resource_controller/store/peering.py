@@ -18,6 +18,16 @@ from resource_controller.store import locks
 CHANNEL = "rc_wake"
 
 
+#: The controllers listening on this database: the sessions holding ``locks.PRESENT``
+#: (a key below 2**32 is ``objid`` in ``pg_locks``, its ``classid`` 0).
+_PRESENT = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND mode = 'ShareLock' AND classid = 0 AND objsubid = 1"
+    f" AND objid = {locks.PRESENT}"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
 def _gone(exc: Exception) -> ConnectionError:
     text = str(exc).strip()
     return ConnectionError(text.splitlines()[0] if text else type(exc).__name__)
@@ -56,18 +66,22 @@ class PeerLink:
         except psycopg.Error as exc:
             raise _gone(exc) from exc
 
-    async def try_lead(self) -> bool:
-        """Take the leadership lock if no other session holds it; held until this
-        connection ends."""
-        row = await self._run("SELECT pg_try_advisory_lock(%s)", (locks.LEADER,))
-        return bool(row and row[0])
+    async def try_lead(self) -> tuple[bool, int]:
+        """Take the leadership lock if no other session holds it (held until this
+        connection ends); and how many controllers are present."""
+        row = await self._run(f"SELECT pg_try_advisory_lock(%s), ({_PRESENT})", (locks.LEADER,))
+        return bool(row and row[0]), int(row[1]) if row else 0
 
-    async def check(self) -> None:
-        """A round trip: raises when the connection (and a lock it held) is gone."""
-        await self._run("SELECT 1")
+    async def check(self) -> int:
+        """A round trip that raises when the connection (and a lock it held) is gone;
+        how many controllers are present."""
+        row = await self._run(_PRESENT)
+        return int(row[0]) if row else 0
 
     async def listen(self) -> None:
+        """Receive wake-ups, then say so: present (``locks.PRESENT``) means listening."""
         await self._run(f"LISTEN {CHANNEL}")
+        await self._run("SELECT pg_advisory_lock_shared(%s)", (locks.PRESENT,))
 
     async def notify(self, payload: str) -> None:
         await self._run("SELECT pg_notify(%s, %s)", (CHANNEL, payload))

@@ -10,7 +10,7 @@ for flags.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from resource_controller import errors
@@ -147,14 +147,32 @@ def any_queued(conn: Conn) -> bool:
     return row is not None
 
 
-def replace_reservations(conn: Conn, now: int, rows: Iterable[tuple[str, str]]) -> None:
-    """Rewrite the reservation rows: all deleted, ``rows`` (job, device) written."""
-    db = conn
-    db.execute("DELETE FROM reservations")
-    db.many(
-        "INSERT INTO reservations (job_id, device_id, created_at) VALUES (?, ?, ?)",
-        [(j, d, now) for j, d in rows],
-    )
+def update_reservations(
+    conn: Conn, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]]
+) -> None:
+    """Bring the reservation rows to a pass's plan in at most a few statements: the rows
+    of the ``gone`` devices deleted, ``rows`` (job, device) written over their device's
+    row or added. A pass changes a few rows of many, and each statement is a round trip
+    to a database server: rewriting them all cost a statement a row."""
+    for at in range(0, len(gone), _ROWS_A_STATEMENT):
+        devices = gone[at : at + _ROWS_A_STATEMENT]
+        conn.execute(
+            f"DELETE FROM reservations WHERE device_id IN ({sql.marks(len(devices))})", devices
+        )
+    for at in range(0, len(rows), _ROWS_A_STATEMENT):
+        part = rows[at : at + _ROWS_A_STATEMENT]
+        values = ", ".join(["(?, ?, ?)"] * len(part))
+        conn.execute(
+            f"INSERT INTO reservations (job_id, device_id, created_at) VALUES {values}"
+            " ON CONFLICT (device_id) DO UPDATE SET job_id = excluded.job_id,"
+            " created_at = excluded.created_at",
+            [v for job_id, device_id in part for v in (job_id, device_id, now)],
+        )
+
+
+#: Rows of one reservation statement: three parameters each stay well under SQLite's
+#: limit of 32,766 a statement.
+_ROWS_A_STATEMENT = 1000
 
 
 def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> None:
