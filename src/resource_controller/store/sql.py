@@ -130,6 +130,16 @@ class Db:
             return None
         return int(self.driver.execute("PRAGMA data_version").fetchone()[0])
 
+    def quiet_mark(self) -> int | None:
+        """PostgreSQL: one past the newest finished transaction ID, when no transaction
+        is in progress below it; None while one is (or on SQLite). Each transaction that
+        writes takes the next ID when it first writes, so once a mark is read, the next
+        is exactly one more only if a single transaction wrote and finished meanwhile."""
+        if not self.postgres:
+            return None
+        row = self.driver.execute(_QUIET_MARK).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def execute(self, sql: str, params: Sequence[Any] = (), move: str = "") -> Cursor:
         """Run one statement; ``move`` names the state move it makes (``store.moves``)."""
         if watchers:
@@ -160,6 +170,12 @@ class Db:
         """The first column of the first row, or None when there is no row."""
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
+
+
+_QUIET_MARK = (
+    "SELECT CASE WHEN pg_snapshot_xmin(s) = pg_snapshot_xmax(s)"
+    " THEN pg_snapshot_xmax(s)::text::bigint END FROM pg_current_snapshot() AS s"
+)
 
 
 def marks(n: int) -> str:
