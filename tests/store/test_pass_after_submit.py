@@ -95,3 +95,19 @@ def test_a_submit_with_an_idempotency_key_passes_on_postgresql(
     # On PostgreSQL whether the submit wrote is not known, and the mark cannot tell
     # the submit's commit from another's: the pass runs. SQLite counts others' only.
     assert _passed(store, job.id, statements) == (backend == "postgresql")
+
+
+def test_the_record_a_submit_returns_is_the_one_stored(store: Store, make: Factory) -> None:
+    """The API answers a submit whose pass left the job alone with the record the
+    enqueue returned, without reading it back: it must be the stored one."""
+    make.worker(devices=2, max_runtime_seconds=3600)
+    first = make.submit()
+    jobs = [
+        first,
+        make.submit(device="box:gpu1", env={"A": "1"}, priority=3, max_runtime_seconds=60),
+        make.submit(after=[first.id], reason="r", idle_timeout=5),
+        make.submit(device_ids=("box:gpu0", "box:gpu1")),
+        make.submit(count=2, cwd="/tmp", share_name="team"),
+        make.submit(idempotency_key="k", command=("a", "b")),
+    ]
+    assert [store.job(j.id) for j in jobs] == jobs

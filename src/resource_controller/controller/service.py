@@ -74,6 +74,8 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
             log.exception("scheduling pass after submit of job %s failed", job.id)
             svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
             raise errors.StoreError("could not schedule the job") from None
+        if job.id not in done.ended and all(a.job_id != job.id for a in done.assigned):
+            return job, done  # the pass left it as it was written
         try:
             return svc.store.job(job.id), done
         except Exception:

@@ -217,8 +217,10 @@ class Store:
         self,
         transaction: Callable[[], AbstractContextManager[sql.Db]],
         read: Callable[[], AbstractContextManager[sql.Db]],
+        write: Callable[[], AbstractContextManager[sql.Db]] | None = None,
     ) -> list[Assigned]:
-        """The placing part of a pass, each placement in a ``transaction()`` of its own."""
+        """The placing part of a pass, each placement in a ``transaction()`` of its own,
+        the reservation rows written in ``write()`` (default ``transaction()``)."""
         end = passes.PassEnd()
         assigned = passes.schedule_pass(
             self.now(),
@@ -229,6 +231,7 @@ class Store:
             self._fleet,
             self._reserved,
             self.limits,
+            write,
         )
         settled = self.aging <= 0 and end.saturated and not assigned
         self._settled = (self._gen, self._commit_mark(), end) if settled else None
@@ -418,7 +421,7 @@ class Store:
                     try:
                         with c.savepoint("pass"):
                             assigned = self._placements(
-                                lambda: c.savepoint("placement"), lambda: nullcontext(c)
+                                lambda: c.savepoint("placement"), self._within(c), self._within(c)
                             )
                             handed = self._hand_out(c, assigned, hand_out)
                     except Exception:
@@ -431,6 +434,11 @@ class Store:
                 self._forget_pass()  # what the pass kept was never committed
                 raise
             return job, PassResult(assigned, self._take_ended() + ended, handed)
+
+    @staticmethod
+    def _within(c: sql.Db) -> Callable[[], AbstractContextManager[sql.Db]]:
+        """Reads and writes in the open transaction ``c``, as the pass asks for them."""
+        return lambda: nullcontext(c)
 
     def _hand_out(
         self, c: sql.Db, assigned: list[Assigned], hand_out: Callable[[str], bool] | None

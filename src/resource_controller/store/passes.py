@@ -263,6 +263,7 @@ def schedule_pass(
     fleet: FleetSnapshot | None = None,
     kept: KeptReservations | None = None,
     limits: share.SubmitterLimits = share.NO_LIMITS,
+    write: Read | None = None,
 ) -> list[Assigned]:
     """One scheduling pass: FIFO by priority, reservations for the blocked.
 
@@ -274,9 +275,12 @@ def schedule_pass(
     when they changed. ``read`` (default ``transaction``) serves the reads. ``end``,
     when given, is filled in with how the walk ended. ``fleet`` is the store's snapshot
     of the devices, brought up to date here (``store/fleet.py``); ``kept`` is the
-    store's copy of the reservation rows (``store/reserved.py``).
+    store's copy of the reservation rows (``store/reserved.py``). ``write`` (default
+    ``transaction``) is where they are written: a pass already inside a transaction of
+    its own needs no savepoint round trips for them.
     """
     read = read or transaction
+    write = write or transaction
     fleet = fleet or FleetSnapshot()
     kept = kept or KeptReservations()
     with read() as tx:
@@ -289,7 +293,7 @@ def schedule_pass(
         # Nothing waits, so nothing is placed and no reservation stands;
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
-            _rewrite(transaction, kept, now, old_reservations, {})
+            _rewrite(write, kept, now, old_reservations, {})
         return []
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.
@@ -312,7 +316,7 @@ def schedule_pass(
         {d: j for d, j in old_reservations.items() if d not in taken} if taken else old_reservations
     )
     if plan.reservations != current:
-        _rewrite(transaction, kept, now, current, plan.reservations)
+        _rewrite(write, kept, now, current, plan.reservations)
     return placer.assigned
 
 
