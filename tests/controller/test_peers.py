@@ -92,3 +92,20 @@ def test_a_lone_controller_sends_nothing_until_another_arrives_then_wakes_everyo
         assert link._outbox.empty()
 
     asyncio.run(go())
+
+
+def test_a_hello_from_another_ends_being_alone_at_once() -> None:
+    async def go() -> None:
+        hub = Hub()
+        link = peers.Peers("postgresql://unused", "me", lambda: 0.0)
+        link._outbox = asyncio.Queue()
+        link._count(1)
+        link._receive(hub, peers.hello("me"))  # one's own: nothing
+        assert link.others == 0 and link._outbox.empty()
+        link._receive(hub, peers.hello("other"))
+        assert link.others == 1
+        assert link._outbox.get_nowait() == Wake(everyone=True)
+        link.forward(Wake(workers=frozenset({"w"})))
+        assert not link._outbox.empty()
+
+    asyncio.run(go())

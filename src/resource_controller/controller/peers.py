@@ -18,10 +18,11 @@ never correctness. A scheduling kick is not sent: the controller where a change
 lands runs that change's pass itself.
 
 Presence: each controller holds a shared advisory lock while it listens, and counts
-the holders at each tick. A controller that finds itself alone on the database sends
-nothing (a notification nobody hears still costs a round trip a change); when it sees
-another arrive it sends one "wake everyone", so that what it did not send meanwhile
-costs the newcomer's waiters nothing.
+the holders at each tick; one that begins to listen says ``hello`` on the channel. A
+controller that finds itself alone on the database sends nothing (a notification
+nobody hears still costs a round trip a change); when it hears another arrive it sends
+one "wake everyone", so that what it did not send meanwhile costs the newcomer's
+waiters nothing.
 
 On SQLite there is one controller: it leads from the start and sends nothing.
 """
@@ -108,6 +109,9 @@ class Peers:
         link = await PeerLink.open(self.url, CHECK_BOUND * 2)
         try:
             await link.listen()
+            # Say so at once: a lone controller stops dropping its wake-ups on hearing
+            # it, not a tick later.
+            await link.notify(hello(self.instance))
             while not hub.shutting_down.is_set():
                 async with asyncio.timeout(CHECK_BOUND):
                     await self._tick(link, hub)
@@ -143,6 +147,9 @@ class Peers:
             log.warning("ignored a malformed wake-up from another controller")
             return
         if sender == self.instance:
+            return
+        if wake is None:  # another controller began to listen
+            self._count((self.others or 0) + 2)
             return
         apply(hub, wake, forward=False)
 
@@ -206,10 +213,17 @@ def encode(instance: str, wake: Wake) -> str:
     return text
 
 
-def decode(payload: str) -> tuple[str, Wake]:
-    """(sender, wake-ups)."""
+def hello(instance: str) -> str:
+    """The payload a controller sends when it begins to listen."""
+    return json.dumps({"from": instance, "hello": True})
+
+
+def decode(payload: str) -> tuple[str, Wake | None]:
+    """(sender, wake-ups); None for a ``hello``."""
     body = json.loads(payload)
     sender = str(body["from"])
+    if body.get("hello"):
+        return sender, None
     if body.get("everyone"):
         return sender, Wake(everyone=True)
     return sender, Wake(
