@@ -1,4 +1,4 @@
-"""The store's scheduling pass does what ``core.scheduling.plan`` decides (STORE-061,
+"""The store's scheduling pass does what ``core.passloop.plan`` decides (STORE-061,
 STORE-062, EXT-GANG-2/3, EXT-DRAIN, EXT-SHARE-1/2: submitter limits and jobs waiting for
 others).
 
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from resource_controller import errors
 from resource_controller.clock import FakeClock
-from resource_controller.core import scheduling, share
+from resource_controller.core import passloop, share
 from resource_controller.store import passes, queries
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
@@ -81,7 +81,7 @@ def _pass_is_the_plan(store: Store) -> None:
         fleet = FleetSnapshot().read(db)[1]
     queued = [j.snap() for j in store.queued_jobs()]
     held = store.held_by_share()
-    expected = scheduling.plan(queued, fleet, store._key(store.now()), store.limits, held)
+    expected = passloop.plan(queued, fleet, store._key(store.now()), store.limits, held)
 
     placed = store.schedule()
 

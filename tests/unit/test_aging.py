@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resource_controller.core import scheduling
+from resource_controller.core import passloop
 from resource_controller.core.scheduling import (
     PRIORITY_MAX,
     DeviceSnap,
@@ -53,6 +53,6 @@ def test_a_pass_with_aging_places_the_aged_job_first() -> None:
         JobSnap("low", seq=1, priority=-1, queued_at=T0),
         JobSnap("high", seq=2, priority=1, queued_at=T0 + 100),
     ]
-    assert scheduling.plan(jobs, devices).assignments == {"high": ("box:gpu0",)}
-    aged = scheduling.plan(jobs, devices, aged_queue_key(T0 + 100, 50))
+    assert passloop.plan(jobs, devices).assignments == {"high": ("box:gpu0",)}
+    aged = passloop.plan(jobs, devices, aged_queue_key(T0 + 100, 50))
     assert aged.assignments == {"low": ("box:gpu0",)}

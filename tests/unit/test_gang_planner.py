@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
+from resource_controller.core.passloop import plan
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
     Planner,
     could_ever_fit,
     gang_runtime,
-    plan,
     queue_position,
 )
 

@@ -16,19 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resource_controller.core import selectors
+from resource_controller.core.passloop import Placement, SnapshotQueue, plan, run_pass
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
-    Placement,
     Planner,
-    SnapshotQueue,
     candidates,
     competes,
     matching,
-    plan,
     queue_key,
     queue_position,
-    run_pass,
     tolerates,
 )
 

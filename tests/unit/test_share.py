@@ -7,11 +7,11 @@ import pytest
 
 from resource_controller.core import identity, limits, share, states, waiting
 from resource_controller.core.identity import Caller
+from resource_controller.core.passloop import plan
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
     Planner,
-    plan,
 )
 from resource_controller.core.share import SubmitterLimits, over_limit
 from resource_controller.core.states import Role

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resource_controller.core import selectors, waiting
-from resource_controller.core.scheduling import DeviceSnap, JobSnap, candidates, plan, queue_key
+from resource_controller.core.passloop import plan
+from resource_controller.core.scheduling import DeviceSnap, JobSnap, candidates, queue_key
 from resource_controller.core.waiting import Blocker, Holding, Snapshot
 
 IDS = [f"h{h}:g{g}" for h in range(2) for g in range(3)]

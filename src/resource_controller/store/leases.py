@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 
 from resource_controller import crashpoints, errors
 from resource_controller.core import mig, scheduling
-from resource_controller.core.scheduling import Placement
+from resource_controller.core.passloop import Placement
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
 from resource_controller.store import moves, queries, sql, usage

@@ -1,4 +1,4 @@
-"""The scheduling pass on the database: ``core.scheduling.run_pass`` over the queue as
+"""The scheduling pass on the database: ``core.passloop.run_pass`` over the queue as
 the store reads it, each placement one assignment transaction (``leases.assign``).
 
 The rules decide (``core.scheduling``); this module only reads what they need, a page
@@ -17,8 +17,9 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from resource_controller import crashpoints, errors
-from resource_controller.core import scheduling, share
-from resource_controller.core.scheduling import JobSnap, Placement
+from resource_controller.core import passloop, scheduling, share
+from resource_controller.core.passloop import Placement
+from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, split_ids
@@ -45,7 +46,7 @@ WHOLE_BATCH = 512
 class QueueWalk:
     """The queue in scheduling order (aged at ``now`` when ``aging`` is on),
     read a page at a time (keyset on the order), the first page small: the
-    ``core.scheduling.Queue`` the pass runs over.
+    ``core.passloop.Queue`` the pass runs over.
 
     A page after one made mostly of plain pins is read narrow (``queries.WALK_WIDTH``
     columns): a plain pin behind an unavailable device needs nothing more, and every
@@ -301,7 +302,7 @@ def schedule_pass(
     walk = QueueWalk(read, now, aging, skip, by_id)
     planner = scheduling.Planner(index, limits, held)
     placer = _Placer(transaction, read, now, by_id)
-    plan = scheduling.run_pass(walk, planner, placer)
+    plan = passloop.run_pass(walk, planner, placer)
     for job_id in plan.unparsable:
         log.error("queued job %s has a selector that no longer parses", job_id)
     for job_id in plan.unmatched:
