@@ -33,6 +33,7 @@ from resource_controller.store import (
     queries,
     races,
     reserved,
+    settled,
     sql,
     sweep,
     views,
@@ -76,11 +77,8 @@ class Store:
         self._closed = False
         #: Transactions this store has run (each may have written), for ``schedule_after``.
         self._gen = 0
-        #: (``_gen``, ``_commit_mark()``, how it ended) of the last pass that
-        #: placed nothing and ended with every device claimed; None otherwise.
-        self._settled: tuple[int, int | None, passes.PassEnd] | None = None
-        #: The job the last enqueue surely inserted (``schedule_after``).
-        self._inserted: str | None = None
+        #: What the last pass left, for skipping the pass after a submit.
+        self._settled = settled.SettledQueue()
         #: The devices as the pass reads them, reread only where they changed.
         self._fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
@@ -122,7 +120,7 @@ class Store:
         self._db = sql.Db(driver, self.database.dialect)
         self._fleet.forget()
         self._reserved.forget()
-        self._settled = None
+        self._settled.forget()
         return self._db
 
     def _failed(self, exc: BaseException) -> errors.StoreError:
@@ -175,8 +173,7 @@ class Store:
         def once() -> JobRecord:
             with self._tx("submit") as c:
                 job = jobs.enqueue(c, self.now(), req, lambda: self._fleet.read(c)[1])
-            # Without a key the job is surely new, and its commit wrote (``schedule_after``).
-            self._inserted = None if req.idempotency_key else job.id
+            self._settled.enqueued(job, keyed=bool(req.idempotency_key))
             return job
 
         try:
@@ -233,53 +230,17 @@ class Store:
             self.limits,
             write,
         )
-        settled = self.aging <= 0 and end.saturated and not assigned
-        self._settled = (self._gen, self._commit_mark(), end) if settled else None
+        quiet = self.aging <= 0 and end.saturated and not assigned
+        self._settled.passed(self._db, self._gen, end, quiet)
         return assigned
 
     def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue, skipped when it cannot change
-        anything: the last pass placed nothing and ended with every device claimed, the
-        enqueue is the only transaction since (``_commit_mark`` rules out another
-        process), and the job queues behind where that walk ended, pinned to no device
-        it did not see. Such a job can neither be placed nor reserve, so the
-        pass would write exactly what is there. Not with aging on: ``now`` moves the
-        order."""
+        anything (``store/settled.py``)."""
         with self._lock:
-            s = self._settled
-            if (
-                s is not None
-                and s[1] is not None
-                and self._gen == s[0] + 1
-                and self._behind(job, s[2])
-            ):
-                # SQLite's mark counts other connections' commits only; PostgreSQL's moves
-                # by one for each transaction that wrote, so by one for the enqueue, which
-                # surely wrote only when no idempotency key could have found an old job.
-                own = 1 if self._db.postgres else 0
-                if not own or self._inserted == job.id:
-                    mark = self._commit_mark()
-                    if mark is not None and mark == s[1] + own:
-                        self._settled = (self._gen, mark, s[2])
-                        return PassResult()
+            if self._settled.skips(self._db, self._gen, job):
+                return PassResult()
             return self.run_pass()
-
-    @staticmethod
-    def _behind(job: JobRecord, end: passes.PassEnd) -> bool:
-        # A job waiting for others may be failed by this very pass.
-        if not job.queued or end.last is None or job.after_ids:
-            return False
-        snap = job.snap()
-        known = not snap.pinned or all(d in end.devices for d in snap.pins)
-        return known and scheduling.queue_key(snap) > end.last
-
-    def _commit_mark(self) -> int | None:
-        """A number that tells whether another process committed since it was read
-        (SQLite's ``data_version``; PostgreSQL's ``Db.quiet_mark``); None: unknown."""
-        if not self._db.postgres:
-            return self._db.data_version()
-        # Inside a transaction (a report's pass) this connection's own is in progress.
-        return None if self._db.in_transaction else self._db.quiet_mark()
 
     def job(self, job_id: str) -> JobRecord:
         with self._read() as c:
@@ -451,7 +412,7 @@ class Store:
         return {w: jobs.take_work(c, now, w) for w in workers if hand_out(w)}
 
     def _forget_pass(self) -> None:
-        self._settled = None
+        self._settled.forget()
         self._reserved.forget()
 
     def _take_ended(self) -> list[str]:
