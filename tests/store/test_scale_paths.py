@@ -232,16 +232,23 @@ def _reservation_rows(raw: Raw) -> dict[str, str]:
     return {r["device_id"]: r["job_id"] for r in raw.rows("SELECT * FROM reservations")}
 
 
-@pytest.mark.sqlite_only
-def test_a_pass_with_nothing_changed_reads_no_reservation_row(
-    store: Store, make: Factory, raw: Raw
-) -> None:
-    devs = make.worker(devices=3)
+def _each_device_busy_and_reserved(store: Store, make: Factory, raw: Raw, n: int) -> dict[str, str]:
+    """``n`` devices, each running a job and reserved by one pinned to it: device -> the
+    waiting job, as a pass wrote the reservation rows."""
+    devs = make.worker(devices=n)
     for dev in devs:
         make.start(device=dev)
     waiting = {dev: make.submit(device=dev).id for dev in devs}
     store.schedule()
     assert _reservation_rows(raw) == waiting
+    return waiting
+
+
+@pytest.mark.sqlite_only
+def test_a_pass_with_nothing_changed_reads_no_reservation_row(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    waiting = _each_device_busy_and_reserved(store, make, raw, 3)
     statements: list[str] = []
     store._db.driver.set_trace_callback(statements.append)
     try:
@@ -289,12 +296,8 @@ def test_a_pass_writes_only_the_reservation_rows_that_changed(
 ) -> None:
     """Each statement is a round trip to a database server: a pass that moves one
     reservation writes that row in one statement, not every row again."""
-    devs = make.worker(devices=4)
-    for dev in devs:
-        make.start(device=dev)
-    first = {dev: make.submit(device=dev).id for dev in devs}
-    store.schedule()
-    assert _reservation_rows(raw) == first
+    first = _each_device_busy_and_reserved(store, make, raw, 4)
+    devs = list(first)
     store.cancel_queued(first[devs[1]], "done")  # deletes its row
     second = make.submit(device=devs[1]).id
     statements: list[str] = []
