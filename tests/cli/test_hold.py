@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from cli.conftest import Rc
+from cli.conftest import Rc, rc_in_background
 from client.live import ADMIN, CLIENT, WORKER, FakeWorker, LiveController, until_killed
 from resource_controller import errors
 from resource_controller.cli import common, signals
@@ -208,20 +207,6 @@ def client(controller: LiveController) -> api.JsonClient:
     return api.JsonClient(controller.url, CLIENT, submitter="tester")
 
 
-def in_background(call: Callable[[], Result]) -> Callable[[float], Result]:
-    """Start ``call`` in a thread; the returned function waits for its result."""
-    out: list[Result] = []
-    thread = threading.Thread(target=lambda: out.append(call()), daemon=True)
-    thread.start()
-
-    def result(timeout: float) -> Result:
-        thread.join(timeout)
-        assert out, "rc hold did not finish"
-        return out[0]
-
-    return result
-
-
 def wait_for(predicate: Callable[[], Any], timeout: float = 10) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -241,10 +226,8 @@ def test_granted_then_released_elsewhere_exits_0(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = play_hold
-    result_of = in_background(
-        lambda: run_rc(
-            "hold", "box:gpu1", "--ttl", "10m30.9s", "--reason", "manual profiling", env=env
-        )
+    result_of = rc_in_background(
+        "hold", "box:gpu1", "--ttl", "10m30.9s", "--reason", "manual profiling", env=env
     )
     hold = wait_for(lambda: active_hold(client))
     other = api.JsonClient(client._http.base_url, CLIENT, submitter="tester")
@@ -289,9 +272,7 @@ def test_queued_hold_is_granted_when_the_device_frees(
     blocker = client.submit(["block"], device="box:gpu0")
     worker.behaviour = until_killed
     wait_for(lambda: client.get_job(blocker["id"]).state == "running")
-    result_of = in_background(
-        lambda: run_rc("hold", "box:gpu0", "--ttl", "1s", "--reason", "r", env=env)
-    )
+    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1s", "--reason", "r", env=env)
     wait_for(lambda: client.state()["queued"])
     time.sleep(0.6)  # at least one queue poll
     worker.behaviour = play_hold
@@ -314,9 +295,7 @@ def test_hold_killed_while_queued_was_never_granted(
     worker.behaviour = until_killed
     blocker = client.submit(["block"], device="box:gpu0")
     wait_for(lambda: client.get_job(blocker["id"]).state == "running")
-    result_of = in_background(
-        lambda: run_rc("hold", "box:gpu0", "--ttl", "1m", "--reason", "r", env=env)
-    )
+    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1m", "--reason", "r", env=env)
     queued = wait_for(lambda: client.state()["queued"])
     admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(queued[0]["id"])

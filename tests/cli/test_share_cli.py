@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.conftest import Rc
+from cli.conftest import Rc, rc_in_background
 from cli.test_live import occupy, wait_state
-from cli.test_waiting import in_background, wait_for_queue
+from cli.test_waiting import wait_for_queue
 from client.live import CLIENT, FakeWorker, LiveController, run_for_real
 from resource_controller.client import api
 from resource_controller.core.share import SubmitterLimits
@@ -104,7 +104,7 @@ def test_ps_and_run_say_submitter_limit(
 ) -> None:
     controller.svc.store.limits = SubmitterLimits(names={"tester": 1})
     blocker = occupy(client, worker, "box:gpu0")
-    result_of = in_background(lambda: run_rc("run", "--", "echo", "mine", env=env))
+    result_of = rc_in_background("run", "--", "echo", "mine", env=env)
     wait_for_queue(client)
     ps = run_rc("ps", env=env).stdout.splitlines()
     row = next(r for r in ps if "queued" in r)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import threading
 import time
-from typing import Any
 
 import pytest
 
-from cli.conftest import Rc
+from cli.conftest import Rc, rc_in_background
 from cli.test_hold import play_hold
 from cli.test_live import occupy, wait_state
 from client.live import ADMIN, CLIENT, WORKER, FakeWorker, LiveController, run_for_real
@@ -26,23 +24,6 @@ def env(controller: LiveController) -> dict[str, str]:
 @pytest.fixture
 def client(controller: LiveController) -> api.JsonClient:
     return api.JsonClient(controller.url, CLIENT, submitter="tester")
-
-
-def in_background(fn: Any) -> Any:
-    out: dict[str, Any] = {}
-    done = threading.Event()
-
-    def go() -> None:
-        out["result"] = fn()
-        done.set()
-
-    threading.Thread(target=go, daemon=True).start()
-
-    def result(timeout: float) -> Any:
-        assert done.wait(timeout)
-        return out["result"]
-
-    return result
 
 
 def hold_for(client: api.JsonClient, worker: FakeWorker, who: str, ttl: int = 1800) -> str:
@@ -62,9 +43,7 @@ def test_run_prints_the_holder_then_again_when_the_blocker_changes(
     controller: LiveController,
 ) -> None:
     blocker = occupy(client, worker, who="alice")
-    result_of = in_background(
-        lambda: run_rc("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
-    )
+    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
     wait_for_queue(client)
     time.sleep(1.2)  # a few queue polls: the blocker is unchanged, nothing is printed again
     # The device is quarantined under the running job: same position, new blocker.
@@ -104,9 +83,7 @@ def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
 ) -> None:
     # ``rc hold`` shares ``rc run``'s queue wait (CLI-122 = CLI-106).
     first = hold_for(client, worker, "alice")
-    result_of = in_background(
-        lambda: run_rc("hold", "box:gpu0", "--ttl", "1s", "--reason", "mine", env=env)
-    )
+    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1s", "--reason", "mine", env=env)
     wait_for_queue(client)
     time.sleep(0.8)
     ps = run_rc("ps", env=env).stdout.splitlines()
