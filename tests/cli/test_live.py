@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli.conftest import Rc
+from cli.conftest import Rc, rc_in_background
 from client.live import ADMIN, CLIENT, FakeWorker, LiveController, run_for_real, until_killed
 from resource_controller.client import api
 
@@ -275,21 +274,13 @@ def test_run_reports_position_changes(
 ) -> None:
     blocker = occupy(client, worker)
     ahead = client.submit(["true"], device="box:gpu0")
-    done = threading.Event()
-    out: dict[str, Any] = {}
-
-    def go() -> None:
-        out["result"] = run_rc("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
-        done.set()
-
-    threading.Thread(target=go, daemon=True).start()
+    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
     time.sleep(1.2)
     client.kill(ahead["id"])
     time.sleep(1.0)
     worker.behaviour = run_for_real
     client.kill(blocker)
-    assert done.wait(15)
-    result = out["result"]
+    result = result_of(15)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     assert [line.split(" — ")[0] for line in lines[:2]] == [
@@ -318,22 +309,14 @@ def test_run_never_started(
     run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     occupy(client, worker)
-    done = threading.Event()
-    out: dict[str, Any] = {}
-
-    def go() -> None:
-        out["result"] = run_rc("run", "-d", "box:gpu0", "--", "true", env=env)
-        done.set()
-
-    threading.Thread(target=go, daemon=True).start()
+    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "true", env=env)
     deadline = time.monotonic() + 5
     while not client.state()["queued"]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(client.state()["queued"][0]["id"])
-    assert done.wait(10)
-    result = out["result"]
+    result = result_of(10)
     assert result.exit_code == 1
     last = result.stderr.splitlines()[-1]
     assert (
