@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,30 +40,82 @@ class Finished:
     stderr: str
 
 
-def rc_in_background(*args: str, env: dict[str, str]) -> Callable[[float], Finished]:
-    """Start ``rc`` as a process of its own; the returned function waits for it.
+class BackgroundRc:
+    """``rc`` started as a process of its own, its stderr read line by line as it comes.
 
     A process, not a thread: ``CliRunner`` swaps ``sys.stdout`` and ``sys.stderr`` for
     the whole interpreter, so a second in-process ``rc`` started meanwhile would capture
-    what the first one prints.
+    what the first one prints. Reading stderr as it comes lets a test wait for what
+    ``rc`` has said (``said``) instead of sleeping for it.
     """
-    rc = str(Path(sys.executable).parent / "rc")
-    proc = subprocess.Popen(
-        [rc, *args],
-        env={**os.environ, **env},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
-    def result(timeout: float) -> Finished:
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        rc = str(Path(sys.executable).parent / "rc")
+        self.proc = subprocess.Popen(
+            [rc, *args],
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._lines: list[str] = []
+        self._out: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read_stderr, daemon=True),
+            threading.Thread(target=self._read_stdout, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        self._out.append(self.proc.stdout.read())
+
+    def said(self, text: str, times: int = 1, timeout: float = 15) -> None:
+        """Wait until ``times`` lines of stderr contain ``text``."""
+
+        def enough() -> bool:
+            return sum(text in line for line in self._lines) >= times
+
+        with self._changed:
+            assert self._changed.wait_for(enough, timeout), (text, self._lines)
+
+    def result(self, timeout: float) -> Finished:
+        """Wait for ``rc`` to exit (killed past ``timeout``) and return what it left."""
         try:
-            out, err = proc.communicate(timeout=timeout)
+            self.proc.wait(timeout)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
-        return Finished(proc.returncode, out, err)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(5)
+        for reader in self._readers:
+            reader.join(5)
+        return Finished(self.proc.returncode, "".join(self._out), "".join(self._lines))
 
-    return result
+
+Spawn = Callable[..., BackgroundRc]
+
+
+@pytest.fixture
+def spawn_rc() -> Iterator[Spawn]:
+    """Start ``rc`` in the background (``BackgroundRc``); any left running are killed."""
+    started: list[BackgroundRc] = []
+
+    def spawn(*args: str, env: dict[str, str]) -> BackgroundRc:
+        started.append(BackgroundRc(*args, env=env))
+        return started[-1]
+
+    yield spawn
+    for background in started:
+        if background.proc.poll() is None:
+            background.proc.kill()
+            background.proc.wait(5)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from cli.conftest import Rc, rc_in_background
+from cli.conftest import Rc, Spawn
 from client.live import ADMIN, CLIENT, WORKER, FakeWorker, LiveController, until_killed
 from resource_controller import errors
 from resource_controller.cli import common, signals
@@ -223,16 +223,16 @@ def active_hold(client: api.JsonClient) -> api.Json | None:
 
 
 def test_granted_then_released_elsewhere_exits_0(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = play_hold
-    result_of = rc_in_background(
+    background = spawn_rc(
         "hold", "box:gpu1", "--ttl", "10m30.9s", "--reason", "manual profiling", env=env
     )
     hold = wait_for(lambda: active_hold(client))
     other = api.JsonClient(client._http.base_url, CLIENT, submitter="tester")
     other.kill(hold["id"])  # rc release from another terminal
-    result = result_of(15)
+    result = background.result(15)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()
@@ -267,17 +267,16 @@ def test_ttl_expiry_exits_0_with_the_reason(
 
 
 def test_queued_hold_is_granted_when_the_device_frees(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = client.submit(["block"], device="box:gpu0")
     worker.behaviour = until_killed
     wait_for(lambda: client.get_job(blocker["id"]).state == "running")
-    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1s", "--reason", "r", env=env)
-    wait_for(lambda: client.state()["queued"])
-    time.sleep(0.6)  # at least one queue poll
+    background = spawn_rc("hold", "box:gpu0", "--ttl", "1s", "--reason", "r", env=env)
+    background.said("queued at position 1")
     worker.behaviour = play_hold
     client.kill(blocker["id"])
-    result = result_of(15)
+    result = background.result(15)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     # CLI-122 = CLI-106, with what it waits for appended (EXT-WHY-2)
@@ -290,16 +289,16 @@ def test_queued_hold_is_granted_when_the_device_frees(
 
 
 def test_hold_killed_while_queued_was_never_granted(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     worker.behaviour = until_killed
     blocker = client.submit(["block"], device="box:gpu0")
     wait_for(lambda: client.get_job(blocker["id"]).state == "running")
-    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1m", "--reason", "r", env=env)
+    background = spawn_rc("hold", "box:gpu0", "--ttl", "1m", "--reason", "r", env=env)
     queued = wait_for(lambda: client.state()["queued"])
     admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(queued[0]["id"])
-    result = result_of(10)
+    result = background.result(10)
     assert result.exit_code == 1
     last = result.stderr.splitlines()[-1]
     assert queued[0]["id"] in last and "never granted" in last and "killed" in last

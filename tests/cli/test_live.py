@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cli.conftest import Rc, rc_in_background
+from cli.conftest import Rc, Spawn
 from client.live import ADMIN, CLIENT, FakeWorker, LiveController, run_for_real, until_killed
 from resource_controller.client import api
 
@@ -270,17 +270,17 @@ def test_run_queues_then_gives_up_and_cancels(
 
 
 def test_run_reports_position_changes(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     blocker = occupy(client, worker)
     ahead = client.submit(["true"], device="box:gpu0")
-    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
-    time.sleep(1.2)
+    background = spawn_rc("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
+    background.said("queued at position 2")
     client.kill(ahead["id"])
-    time.sleep(1.0)
+    background.said("queued at position 1")
     worker.behaviour = run_for_real
     client.kill(blocker)
-    result = result_of(15)
+    result = background.result(15)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     assert [line.split(" — ")[0] for line in lines[:2]] == [
@@ -306,17 +306,17 @@ def test_run_no_wait_busy(
 
 
 def test_run_never_started(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     occupy(client, worker)
-    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "true", env=env)
+    background = spawn_rc("run", "-d", "box:gpu0", "--", "true", env=env)
     deadline = time.monotonic() + 5
     while not client.state()["queued"]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     admin = api.JsonClient(client._http.base_url, ADMIN, submitter="root")
     admin.kill(client.state()["queued"][0]["id"])
-    result = result_of(10)
+    result = background.result(10)
     assert result.exit_code == 1
     last = result.stderr.splitlines()[-1]
     assert (

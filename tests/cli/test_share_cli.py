@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.conftest import Rc, rc_in_background
+from cli.conftest import Rc, Spawn
 from cli.test_live import occupy, wait_state
 from cli.test_waiting import wait_for_queue
 from client.live import CLIENT, FakeWorker, LiveController, run_for_real
@@ -97,6 +97,7 @@ def test_ctrl_c_while_waiting_for_a_job_cancels(
 
 def test_ps_and_run_say_submitter_limit(
     run_rc: Rc,
+    spawn_rc: Spawn,
     env: dict[str, str],
     worker: FakeWorker,
     client: api.JsonClient,
@@ -104,8 +105,8 @@ def test_ps_and_run_say_submitter_limit(
 ) -> None:
     controller.svc.store.limits = SubmitterLimits(names={"tester": 1})
     blocker = occupy(client, worker, "box:gpu0")
-    result_of = rc_in_background("run", "--", "echo", "mine", env=env)
-    wait_for_queue(client)
+    background = spawn_rc("run", "--", "echo", "mine", env=env)
+    background.said("queued at position")
     ps = run_rc("ps", env=env).stdout.splitlines()
     row = next(r for r in ps if "queued" in r)
     assert row.rstrip().endswith("submitter_limit: at the limit of 1 devices for tester"), ps
@@ -117,7 +118,7 @@ def test_ps_and_run_say_submitter_limit(
     ]
     worker.behaviour = run_for_real
     client.kill(blocker)
-    result = result_of(15)
+    result = background.result(15)
     assert result.exit_code == 0, result.stderr
     first = result.stderr.splitlines()[0]
     assert re.fullmatch(

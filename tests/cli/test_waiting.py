@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cli.conftest import Rc, rc_in_background
+from cli.conftest import Rc, Spawn
 from cli.test_hold import play_hold
 from cli.test_live import occupy, wait_state
 from client.live import ADMIN, CLIENT, WORKER, FakeWorker, LiveController, run_for_real
@@ -36,28 +36,28 @@ def hold_for(client: api.JsonClient, worker: FakeWorker, who: str, ttl: int = 18
 
 
 def test_run_prints_the_holder_then_again_when_the_blocker_changes(
-    run_rc: Rc,
+    spawn_rc: Spawn,
     env: dict[str, str],
     worker: FakeWorker,
     client: api.JsonClient,
     controller: LiveController,
 ) -> None:
     blocker = occupy(client, worker, who="alice")
-    result_of = rc_in_background("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
-    wait_for_queue(client)
+    background = spawn_rc("run", "-d", "box:gpu0", "--", "echo", "mine", env=env)
+    background.said("queued at position 1")
     time.sleep(1.2)  # a few queue polls: the blocker is unchanged, nothing is printed again
     # The device is quarantined under the running job: same position, new blocker.
     controller.http(WORKER).request(
         "POST", "/v1/devices/box:gpu0/fault", body={"reason": "fan stuck"}
     )
-    time.sleep(1.2)
+    background.said("queued at position 1", times=2)
     admin = api.JsonClient(controller.url, ADMIN, submitter="tester")
     admin.kill(blocker)  # the lease goes; the device stays out of the pool
     wait_state(client, blocker, "killed")
-    time.sleep(1.2)
+    background.said("queued at position 1", times=3)
     worker.behaviour = run_for_real
     controller.http(ADMIN).request("POST", "/v1/devices/box:gpu0/clear")
-    result = result_of(15)
+    result = background.result(15)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     prefix = "rc: queued at position 1 for box:gpu0 — "
@@ -79,16 +79,19 @@ def wait_for_queue(client: api.JsonClient) -> None:
 
 
 def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    run_rc: Rc,
+    spawn_rc: Spawn,
+    env: dict[str, str],
+    worker: FakeWorker,
+    client: api.JsonClient,
 ) -> None:
     # ``rc hold`` shares ``rc run``'s queue wait (CLI-122 = CLI-106).
     first = hold_for(client, worker, "alice")
-    result_of = rc_in_background("hold", "box:gpu0", "--ttl", "1s", "--reason", "mine", env=env)
-    wait_for_queue(client)
-    time.sleep(0.8)
+    background = spawn_rc("hold", "box:gpu0", "--ttl", "1s", "--reason", "mine", env=env)
+    background.said("queued at position 1")
     ps = run_rc("ps", env=env).stdout.splitlines()
     api.JsonClient(client._http.base_url, CLIENT, submitter="alice").kill(first)
-    result = result_of(15)
+    result = background.result(15)
     line = result.stderr.splitlines()[0]
     assert re.fullmatch(
         rf"rc: queued at position 1 for box:gpu0 — held by alice \(job {first[:8]}…, hold"
