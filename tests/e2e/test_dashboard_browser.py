@@ -71,10 +71,11 @@ def probe_dir(tmp: Path, facts: dict[str, str]) -> Path:
     return d
 
 
-def submit(cluster: Cluster, device: str, command: list[str], submitter: str = "tester") -> Json:
-    status, job = cluster.api(
-        "POST", "/v1/jobs", {"device_id": device, "command": command, "submitter": submitter}
-    )
+def submit(
+    cluster: Cluster, device: str, command: list[str], submitter: str = "tester", **fields: Any
+) -> Json:
+    body = {"device_id": device, "command": command, "submitter": submitter, **fields}
+    status, job = cluster.api("POST", "/v1/jobs", body)
     assert status == 201, job
     return job
 
@@ -367,3 +368,81 @@ def test_a_draining_device_says_so_in_words(cluster: Cluster, page: Browser) -> 
         assert "draining" not in b.text("#summary")
     finally:
         proxy.close()
+
+
+def test_the_claim_bar_is_the_share_of_the_time_limit_used(cluster: Cluster, page: Browser) -> None:
+    # DASH-025: full when held without a limit, the share of the limit used, empty when free.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0", "gpu1", "gpu2"])
+    limited = submit(cluster, "box:gpu0", ["sleep", "120"], max_runtime_seconds=600)
+    unlimited = submit(cluster, "box:gpu1", ["sleep", "120"])
+    try:
+        for job in (limited, unlimited):
+            cluster.wait_job(job["id"], lambda j: j["state"] == "running")
+        wait_for(
+            lambda: cluster.api("GET", "/v1/devices/box:gpu0/describe")[1]["elapsed_seconds"],
+            10,
+            "a second of the limit used",
+        )
+        b = page
+        sign_in(b, cluster.url)
+        bars = {device: claim_bar(b, device) for device in ("box:gpu0", "box:gpu1", "box:gpu2")}
+        assert 0 < bars["box:gpu0"] <= 0.05, bars  # 1-30 s of 600
+        assert bars["box:gpu1"] == 1 and bars["box:gpu2"] == 0, bars
+    finally:
+        for job in (limited, unlimited):
+            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+            kill_job_processes(job["id"])
+
+
+def claim_bar(b: Browser, device: str) -> float:
+    """The claim bar's value in ``device``'s panel, opened from its row and closed again."""
+    b.js("__row(arguments[0]).click()", device)
+    b.wait(lambda: b.text("#panel-body h2") == device, 10, f"the panel of {device}")
+    value = float(b.js("return document.querySelector('#panel progress').value"))
+    b.js("document.getElementById('close').click()")
+    return value
+
+
+#: Installed before the page's own script: the 5 s state poll slowed to ten minutes,
+#: and every ``/v1/state`` answer held back 1.5 s after it arrived, counted while held.
+SLOW_STATE_JS = """
+window.__stateInFlight = 0;
+const realInterval = window.setInterval;
+window.setInterval = (f, ms, ...rest) => realInterval(f, ms >= 5000 ? 600000 : ms, ...rest);
+const realFetch = window.fetch;
+window.fetch = async (...args) => {
+  if (!String(args[0]).startsWith('/v1/state')) return realFetch(...args);
+  window.__stateInFlight++;
+  try {
+    const answer = await realFetch(...args);
+    await new Promise((done) => setTimeout(done, 1500));
+    return answer;
+  } finally { window.__stateInFlight--; }
+};
+"""
+
+
+def test_an_event_during_a_state_fetch_is_refreshed_after_it(
+    cluster: Cluster, page: Browser
+) -> None:
+    # DASH-028: an event that arrives while a fetch is out (whose snapshot predates it)
+    # gets a fetch of its own once that one ends, not the next poll's.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    blocker = submit(cluster, "box:gpu0", ["sleep", "120"])
+    queued: list[Json] = []
+    try:
+        cluster.wait_job(blocker["id"], lambda j: j["state"] == "running")
+        b = page
+        b.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": SLOW_STATE_JS})
+        sign_in(b, cluster.url)
+        b.wait(lambda: b.js("return window.__stateInFlight === 0"), 10, "the sign-in fetch")
+        queued.append(submit(cluster, "box:gpu0", ["echo", "first-behind"]))
+        b.wait(lambda: b.js("return window.__stateInFlight === 1"), 10, "the event's fetch")
+        queued.append(submit(cluster, "box:gpu0", ["echo", "second-behind"]))
+        b.wait(lambda: "second-behind" in b.text("#work-list"), 8, "the second job listed")
+    finally:
+        for job in (*queued, blocker):
+            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+        kill_job_processes(blocker["id"])

@@ -112,10 +112,13 @@
       }
     };
   }
-  let inFlight = false;
+  // One fetch at a time; a refresh asked for meanwhile runs once it ends, so that a
+  // change whose event arrived during the fetch is never left to the next poll (DASH-028).
+  let inFlight = false, again = false;
   async function refresh() {
-    if (inFlight || !token()) return;
-    inFlight = true;
+    if (!token()) return;
+    if (inFlight) { again = true; return; }
+    inFlight = true; again = false;
     try {
       const r = await api("/v1/state");
       if (r.status === 401 || r.status === 403) return gate("The controller refused the token (" + r.status + ").");
@@ -126,7 +129,7 @@
       for (const j of next.jobs.concat(next.queued)) knownJobs.set(j.id, j);
       render(); freshness();
     } catch (e) { showResult("cannot reach the controller", true); }
-    finally { inFlight = false; }
+    finally { inFlight = false; if (again) refresh(); }
   }
   function freshness() {
     const f = $("fresh");
@@ -400,6 +403,14 @@
     $("panel").hidden = false; $("backdrop").hidden = false;
     rerenderPanel();
   }
+  // The claim bar (DASH-025): empty when free; the share of the holder's time limit
+  // used, or full when its job has none.
+  function claimed(info) {
+    if (info.holder === undefined) return 0;
+    const job = knownJobs.get(info.job_id);
+    const limit = job ? job.max_runtime_seconds : 0;
+    return limit > 0 ? Math.min(1, Math.max(0, info.elapsed_seconds / limit)) : 1;
+  }
   const openDevice = (id, stack) => openPanel({ type: "device", id: id }, stack);
   const openJob = (id, stack) => openPanel({ type: "job", id: id }, stack);
   function closePanel() { panelStack = []; stopOutput(); $("panel").hidden = true; $("backdrop").hidden = true; }
@@ -433,7 +444,7 @@
       const b = el("button", null, "Return to pool"); b.addEventListener("click", () => clearDevice(Object.assign({}, view, { device: d, quarantine_reason: info.quarantine_reason }))); out.push(b);
     }
     if (info.holder === undefined) { const b = el("button", null, "Retire"); b.addEventListener("click", () => retireDevice(d.id)); out.push(" ", b); }
-    const claim = el("progress", { max: "1", value: info.holder !== undefined ? "1" : "0", "aria-label": "claim" });
+    const claim = el("progress", { max: "1", value: String(claimed(info)), "aria-label": "claim" });
     out.push(el("h3", null, "Hardware"), el("p", null, portrait(d) || "no hardware summary in its labels", " ", claim));
     const labels = info.labels || [];
     if (labels.length) {
