@@ -6,9 +6,11 @@ import re
 import time
 from typing import Any
 
+import pytest
 from controller_harness import Follower, Harness, assert_empty_ok, assert_error
 
 from resource_controller import errors
+from resource_controller.controller.routes import jobs as job_routes
 
 T0 = "2027-01-15T08:00:00Z"  #: the fake clock's start, as the API writes it (API-004)
 ZERO_INSTANT = "0001-01-01T00:00:00Z"
@@ -534,6 +536,26 @@ def test_follow_replays_then_streams_and_ends_on_the_terminal_report(rc: Harness
     f.future.result(timeout=5)
 
 
+def test_an_append_wakes_every_follower_of_the_job_at_once(
+    rc: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LOG-004: one append notifies all current followers; with the periodic re-check out
+    # of reach, only that wake-up can bring them the new bytes.
+    monkeypatch.setattr(job_routes, "FOLLOW_RECHECK", 60.0)
+    job_id, wid = rc.running_job()
+    rc.append(job_id, b"before\n")
+    followers = [Follower(rc, job_id), Follower(rc, job_id)]
+    for f in followers:
+        assert f.next()[0] == "headers"
+        assert f.read_until(b"before\n") == b"before\n"  # replayed; now each waits
+    rc.append(job_id, b"woken\n")
+    for f in followers:
+        assert f.read_until(b"woken\n", timeout=2) == b"woken\n"
+    assert_empty_ok(rc.report(job_id, wid, "succeeded", exit_code=0))
+    for f in followers:
+        assert f.next()[0] == "end"
+
+
 def test_follow_flushes_headers_before_any_output(rc: Harness) -> None:
     # LOG-003 step 1-2: a follower may attach before the first byte; headers come at once.
     rc.register()
@@ -754,6 +776,23 @@ def test_describe_sheet_choice(rc: Harness) -> None:
     # A device sheet stored as "" falls back to the host's too (the body decides).
     empty_own = describe("gpu2")
     assert empty_own["sheet"] == "# host\n" and empty_own["sheet_is_host_wide"] is True
+
+
+def test_describe_keeps_a_device_sheet_that_later_registrations_do_not_name(
+    rc: Harness,
+) -> None:
+    # STORE-153: a device's sheet is written only when its name is a key of
+    # device_sheets; registrations and pushes listing the device without one leave it.
+    wid = rc.register("gpubox", ("gpu0", "gpu1"), device_sheets={"gpu1": "# mine"})
+    rc.clock.advance(5)
+    rc.register("gpubox", ("gpu0", "gpu1"))
+    rc.register("gpubox", ("gpu0", "gpu1"), device_sheets={})
+    rc.register("gpubox", ("gpu0", "gpu1"), device_sheets={"gpu0": "# other"})
+    push = {"host": "gpubox", "devices": ["gpu0", "gpu1"], "device_sheets": {}}
+    assert_empty_ok(rc.worker.post(f"/v1/workers/{wid}/labels", json=push))
+    d = rc.client.get("/v1/devices/gpubox:gpu1/describe").json()
+    assert d["sheet"] == "# mine" and "sheet_is_host_wide" not in d
+    assert d["sheet_updated_at"] == T0  # not rewritten since
 
 
 def test_describe_host_sheet_replaced_by_empty(rc: Harness) -> None:
