@@ -9,11 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_controller import HOST, LiveController
+from live_controller import HOST, LiveController, submit
 from worker_helpers import run
 
 from resource_controller import wire
-from resource_controller.clock import SystemClock
+from resource_controller.clock import FakeClock, SystemClock
 from resource_controller.worker import channel, reconnect
 
 # ---- bodies --------------------------------------------------------------------
@@ -150,6 +150,34 @@ def test_every_route_against_the_real_controller(live: LiveController) -> None:
             async with refused.open():
                 problem = await refused.poll("1s")
             assert problem == "controller returned 401 Unauthorized"
+
+    run(go(), 30)
+
+
+def test_opening_the_relay_halves_does_not_feed_the_tracker(live: LiveController) -> None:
+    """A relay half's 200 is no contact: the tracker keeps its last contact and owes
+    nothing, however long after that the halves open (WRK-032, WRK-151)."""
+    clock = FakeClock()
+    contact = reconnect.Reconnect()
+    to = channel.Channel(live.url, "wtok", clock, contact)
+
+    async def go() -> None:
+        async with to.open():
+            await to.register(
+                wire.RegisterRequest(host=HOST, devices=[wire.DeviceDecl(name="gpu0")])
+            )
+            with live.client() as client:
+                job_id = submit(client, command=["true"])
+            answer = await to.poll("5s")
+            assert isinstance(answer, channel.PollAnswer) and answer.assignments
+            seen = contact.last_at
+            assert seen is not None and contact.instance == live.svc.instance
+            clock.advance(contact.timings.reregister_after * 2)
+            out = await to.relay_output(job_id)
+            inp = await to.relay_input(job_id)
+            out.close()
+            inp.close()
+            assert (contact.last_at, contact.owed) == (seen, False)
 
     run(go(), 30)
 

@@ -360,7 +360,9 @@ class Channel:
         return await self._relay("GET", job_id, "in", "application/json")
 
     async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> duplex.Stream:
-        stream = await duplex.open_stream(
+        """One half of a terminal's relay. Its answer is no contact (WRK-032): a relay
+        stream never feeds the reconnection tracker."""
+        return await duplex.open_stream(
             self._base,
             method,
             f"/v1/jobs/{job_id}/tty/{half}",
@@ -368,10 +370,6 @@ class Channel:
             content_type=content_type,
             connect_timeout=HTTP_TIMEOUT,
         )
-        self._contact.observe(
-            self._clock.monotonic(), stream.headers.get("rc-controller-instance", "")
-        )
-        return stream
 
     async def push_labels(self, request: wire.LabelsPush) -> str:
         """The interval labels push; ``""`` when accepted, else the problem."""
