@@ -245,6 +245,62 @@ def test_hook_hanging_past_its_timeout_is_killed(tmp_path: Path) -> None:  # HOO
     )
 
 
+def test_a_timed_out_hooks_error_log_names_its_exit_code(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # HOOK-004
+    acquire = script(tmp_path / "acq", "echo waiting; exec sleep 30")
+    config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire, timeout=0.3))
+
+    async def go() -> None:
+        h = hooks.Hooks(config, clock=SystemClock(), timings=T)
+        with caplog.at_level(logging.ERROR, logger="resource_controller.worker.hooks"):
+            assert isinstance(
+                await h.acquire("box:gpu0", "j", "", asyncio.Event()), hooks.AcquireFailed
+            )
+
+    run(go())
+    (record,) = caplog.records
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == (
+        f"device box:gpu0: acquire hook failed: hook {acquire}: max_runtime exceeded (300ms); "
+        "exit code 143; output: 'waiting\\n'"
+    )
+
+
+def test_a_hook_that_exited_0_leaving_stragglers_logs_exit_code_0(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # HOOK-004
+    acquire = script(tmp_path / "acq", "sleep 30 >/dev/null 2>&1 &\nexit 0")
+    config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire))
+
+    async def go() -> None:
+        h = hooks.Hooks(config, clock=FakeClock(), timings=T)
+        with caplog.at_level(logging.ERROR, logger="resource_controller.worker.hooks"):
+            assert isinstance(
+                await h.acquire("box:gpu0", "j", "", asyncio.Event()), hooks.AcquireFailed
+            )
+
+    run(go())
+    (record,) = caplog.records
+    assert "stragglers reaped after exit; exit code 0;" in record.getMessage()
+
+
+def test_a_successful_hooks_output_is_logged_at_debug_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # HOOK-004
+    acquire = script(tmp_path / "acq", "echo persistence-mode-on")
+    config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire))
+
+    async def go() -> None:
+        h = hooks.Hooks(config, clock=FakeClock(), timings=T)
+        with caplog.at_level(logging.DEBUG, logger="resource_controller.worker.hooks"):
+            assert await h.acquire("box:gpu0", "j", "", asyncio.Event()) == 1
+
+    run(go())
+    mentions = [r for r in caplog.records if "persistence-mode-on" in r.getMessage()]
+    assert [r.levelno for r in mentions] == [logging.DEBUG]
+
+
 def test_hook_leaving_a_live_process_in_its_group_fails(tmp_path: Path) -> None:  # HOOK-003
     acquire = script(tmp_path / "acq", "sleep 30 >/dev/null 2>&1 &\nexit 0")
     config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire))

@@ -67,6 +67,8 @@ class HookResult:
     output: bytes = b""
     #: Ended by our own cancellation (kill flag, shutdown), not by the hook.
     cancelled: bool = False
+    #: Exit status, 128+signal for a signal death, -1 when it never started.
+    exit_code: int = -1
 
     @property
     def ok(self) -> bool:
@@ -140,7 +142,7 @@ async def run_hook(
     """
     started = await runner.start([path], env=env, cwd=None, clock=clock)
     if isinstance(started, runner.Outcome):
-        return HookResult(f"hook {path}: {started.reason}")
+        return HookResult(f"hook {path}: {started.reason}", exit_code=started.exit_code)
     output = bytearray()
 
     async def keep(chunk: bytes) -> None:
@@ -154,17 +156,22 @@ async def run_hook(
         timings=timings,
         max_runtime_seconds=timeout,
     )
+    code = outcome.exit_code
     if outcome.state == JobState.SUCCEEDED:
-        return HookResult("", bytes(output))
+        return HookResult("", bytes(output), exit_code=code)
     if outcome.state == JobState.KILLED:
         return HookResult(
-            f"hook {path}: {outcome.reason}", bytes(output), outcome.reason in _CANCELLATION
+            f"hook {path}: {outcome.reason}",
+            bytes(output),
+            outcome.reason in _CANCELLATION,
+            exit_code=code,
         )
-    return HookResult(f"hook {path}: exited {outcome.exit_code}", bytes(output))
+    return HookResult(f"hook {path}: exited {code}", bytes(output), exit_code=code)
 
 
 def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> None:
-    """Success at debug with its output; failure at error with all of it."""
+    """Success at debug with its output; failure at error with all of it, exit code
+    included (HOOK-004)."""
     text = result.output.decode("utf-8", errors="replace")
     if result.ok:
         log.debug(
@@ -176,10 +183,11 @@ def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> N
         )
         return
     log.error(
-        "device %s: %s hook failed: %s; output: %r",
+        "device %s: %s hook failed: %s; exit code %d; output: %r",
         device_id,
         what,
         result.error,
+        result.exit_code,
         text,
         extra={"action": f"hook_{what}_failed", "device_id": device_id, "job_id": job_id},
     )
