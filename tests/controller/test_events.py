@@ -4,14 +4,17 @@ their own loopback ports (one that records, one that never answers)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
 import json
+import logging
 import queue
 import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -35,17 +38,21 @@ SEEN: dict[str, set[str]] = {"events": set(), "webhooks": set()}
 
 
 class Recorder:
-    """A webhook receiver on loopback that records every POST and answers 200."""
+    """A webhook receiver on loopback that records every POST (and when it came) and
+    answers each of ``answers`` in turn, then 200."""
 
-    def __init__(self) -> None:
+    def __init__(self, answers: Iterable[int] = ()) -> None:
         self.bodies: queue.Queue[tuple[dict[str, Any], dict[str, str]]] = queue.Queue()
+        self.answers = list(answers)
+        self.times: list[float] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                outer.times.append(time.monotonic())
                 outer.bodies.put((json.loads(raw), dict(self.headers)))
-                self.send_response(200)
+                self.send_response(outer.answers.pop(0) if outer.answers else 200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -492,6 +499,83 @@ def test_the_queue_is_bounded_and_drops_without_blocking() -> None:  # HOOKN-003
         return n._queue.qsize(), n.dropped
 
     assert asyncio.run(go()) == (webhooks.QUEUE, 11)
+
+
+def deliver_one(
+    url: str, backoff: float = webhooks.FIRST_BACKOFF, post_timeout: float = webhooks.POST_TIMEOUT
+) -> webhooks.Notifier:
+    """Run a notifier until its one event is delivered or dropped."""
+
+    async def go() -> webhooks.Notifier:
+        n = webhooks.Notifier(url, backoff=backoff, post_timeout=post_timeout)
+        n.start()
+        n.emit(webhooks.Notice("worker_lost", 0.0, device="gpubox:gpu0"))
+        async with asyncio.timeout(10):
+            while n.delivered + n.dropped == 0:
+                await asyncio.sleep(0.01)
+        await n.close(1.0)
+        return n
+
+    return asyncio.run(go())
+
+
+def test_the_delivery_bounds_are_the_specs() -> None:  # HOOKN-004
+    n = webhooks.Notifier("http://127.0.0.1:9/")
+    assert (webhooks.ATTEMPTS, n.backoff, n.post_timeout) == (3, 1.0, 10.0)
+
+
+def test_a_failed_post_is_retried_after_the_backoff_then_delivered() -> None:  # HOOKN-004
+    receiver = Recorder(answers=[500, 500])
+    try:
+        n = deliver_one(receiver.url, backoff=0.2)
+    finally:
+        receiver.close()
+    assert (n.delivered, n.dropped, receiver.bodies.qsize()) == (1, 0, 3)
+    first, second = (b - a for a, b in itertools.pairwise(receiver.times))
+    assert 0.2 <= first < 0.4 <= second < 0.7  # the backoff, then twice it
+
+
+def test_an_event_refused_three_times_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # HOOKN-004
+    receiver = Recorder(answers=[500] * 4)
+    try:
+        with caplog.at_level(logging.WARNING, logger="resource_controller.controller.webhooks"):
+            n = deliver_one(receiver.url, backoff=0.01)
+    finally:
+        receiver.close()
+    assert (n.delivered, n.dropped, receiver.bodies.qsize()) == (0, 1, 3)
+    assert receiver.answers == [500]  # no fourth attempt
+    assert "webhook worker_lost event dropped after 3 attempts: status 500" in caplog.text
+
+
+def test_each_post_is_bounded_and_a_timeout_is_a_failed_attempt() -> None:  # HOOKN-004
+    silent = Silent()
+    try:
+        started = time.monotonic()
+        n = deliver_one(silent.url, backoff=0.01, post_timeout=0.2)
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert (n.delivered, n.dropped) == (0, 1)
+    assert 0.6 <= took < 3.0
+
+
+def test_a_delivery_carries_no_credentials() -> None:  # HOOKN-005
+    receiver = Recorder()
+    try:
+        n = deliver_one(receiver.url)
+        body, headers = receiver.bodies.get(timeout=1)
+    finally:
+        receiver.close()
+    assert n.delivered == 1 and body["event"] == "worker_lost"
+    names = {k.lower() for k in headers}
+    assert names <= {"host", "accept", "accept-encoding", "connection", "user-agent"} | {
+        "content-length",
+        "content-type",
+    }, names
+    assert not any(word in name for name in names for word in ("auth", "token", "sign", "secret"))
+    assert not any(v.lower().startswith(("bearer", "basic")) for v in headers.values())
 
 
 def test_sweep_mapping_degrades_when_reads_fail() -> None:  # HOOKN-020

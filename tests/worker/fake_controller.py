@@ -21,7 +21,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -45,6 +45,9 @@ class FakeController:
         self.registrations: list[dict[str, Any]] = []
         self.heartbeats: list[dict[str, Any]] = []
         self.heartbeat_paths: list[str] = []
+        self.heartbeat_times: list[float] = []
+        #: What every heartbeat is answered.
+        self.heartbeat_status = 200
         #: Bodies of ``POST /v1/workers/{id}/labels`` (PROBE-050), in order.
         self.label_pushes: list[dict[str, Any]] = []
         self.statuses: list[tuple[str, dict[str, Any]]] = []
@@ -119,8 +122,9 @@ class FakeController:
             body = json.loads(request.content or b"{}")
             self.heartbeats.append(body)
             self.heartbeat_paths.append(path)
+            self.heartbeat_times.append(time.monotonic())
             self.events.append(("heartbeat", "", body))
-            return httpx.Response(200)
+            return httpx.Response(self.heartbeat_status)
         if parts[:2] == ["v1", "workers"] and parts[3] == "labels":
             body = json.loads(request.content)
             self.label_pushes.append(body)
@@ -172,12 +176,21 @@ class FakeController:
         return httpx.Response(200)
 
 
-def make_config(**settings: Any) -> wc.WorkerConfig:
+#: The devices ``make_config`` declares unless told otherwise.
+DEVICES: tuple[str | wc.DeviceConfig, ...] = (
+    "gpu0",
+    wc.DeviceConfig(name="gpu1", max_runtime=3600.9, labels={"rack": "r3"}),
+)
+
+
+def make_config(
+    *, devices: Sequence[str | wc.DeviceConfig] = DEVICES, **settings: Any
+) -> wc.WorkerConfig:
     settings.setdefault("heartbeat_interval", 0.1)
     settings.setdefault("state_dir", worker_helpers.STATE_DIR)
     return wc.make_config(
         "http://controller.test",
-        ["gpu0", wc.DeviceConfig(name="gpu1", max_runtime=3600.9, labels={"rack": "r3"})],
+        list(devices),
         token="worker-token",
         host="box",
         **settings,

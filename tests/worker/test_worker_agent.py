@@ -33,6 +33,7 @@ from resource_controller import wire
 from resource_controller.clock import FakeClock
 from resource_controller.worker import agent as agent_mod
 from resource_controller.worker import channel, probes, process, procs
+from resource_controller.worker import config as wc
 from resource_controller.worker.timings import Timings
 
 # ---- registration --------------------------------------------------------------
@@ -233,6 +234,48 @@ def test_heartbeat_names_exactly_the_supervised_jobs() -> None:  # WRK-050, WRK-
     named = [h for h in ctl.heartbeats if h]
     assert named and all(h == {"running_job_ids": [a["job_id"]]} for h in named)
     assert all(h == {} for h in ctl.heartbeats[after:])
+
+
+def test_a_devices_configured_max_runtime_is_not_reapplied() -> None:  # WRK-095
+    ctl = FakeController()
+    a = job(["sleep", "1.5"])  # no max_runtime_seconds: the controller folded nothing in
+    ctl.hand_out(a)
+    config = make_config(devices=[wc.DeviceConfig(name="gpu0", max_runtime=1)])
+
+    async def go() -> None:
+        r = await Running(ctl, config).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"])))
+        await r.finish()
+
+    run(go())
+    assert ctl.registrations[0]["devices"] == [{"name": "gpu0", "max_runtime_seconds": 1}]
+    assert ctl.terminal(a["job_id"]) == [{"state": "succeeded", "exit_code": 0, "worker_id": "w-1"}]
+
+
+def test_a_failed_heartbeat_is_one_warning_and_is_not_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # WRK-052
+    ctl = FakeController()
+    ctl.heartbeat_status = 500
+    interval = 0.2
+
+    async def go() -> None:
+        with caplog.at_level(logging.WARNING, logger="resource_controller.worker.agent"):
+            r = await Running(ctl, make_config(heartbeat_interval=interval)).started()
+            await until(lambda: len(ctl.heartbeat_times) >= 3)
+            polls = len(ctl.poll_times)
+            await until(lambda: len(ctl.poll_times) >= polls + 2)  # polling goes on
+            assert not r.task.done()
+            await r.finish()
+
+    run(go())
+    warned = [r for r in caplog.records if r.getMessage().startswith("heartbeat failed")]
+    assert len(warned) == len(ctl.heartbeat_times)  # one warning per heartbeat sent
+    assert {(r.levelno, r.getMessage()) for r in warned} == {
+        (logging.WARNING, "heartbeat failed: controller returned 500 Internal Server Error")
+    }
+    gaps = [b - a for a, b in itertools.pairwise(ctl.heartbeat_times)]
+    assert all(interval * 0.8 <= g < interval * 2.5 for g in gaps), gaps
 
 
 def test_kill_flag_cancels_a_running_job() -> None:  # WRK-065, WRK-096

@@ -366,6 +366,38 @@ def test_a_dropin_that_never_named_a_device_warns_once_per_episode(
 
 
 @pytest.mark.usefixtures("no_builtins")
+def test_an_omitted_device_is_warned_once_per_episode(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # PROBE-041
+    d = tmp_path / "probe.d"
+    d.mkdir()
+    script(d, "10-gpu", "true")
+    source = str(d / "10-gpu")
+    fake = FakeProbes()
+    fake.answers[source] = ok({"gpu0.model": "H100"})
+    p = prober(tmp_path, fake)
+    broken = Run(False, problem="exit status 1")
+
+    def omitted_warnings() -> int:
+        return sum(
+            r.levelno == logging.WARNING and r.getMessage().startswith("device gpu0: a probe")
+            for r in caplog.records
+        )
+
+    with caplog.at_level(logging.WARNING, logger="resource_controller.worker.probes"):
+        labels(p)
+        fake.answers[source] = broken
+        for _ in range(3):
+            assert labels(p) == {"": {"cpus": "8"}, "gpu1": {}}
+        assert omitted_warnings() == 1
+        fake.answers[source] = ok({"gpu0.model": "H100"})
+        assert labels(p) == {"": {"cpus": "8"}, "gpu0": {"model": "H100"}, "gpu1": {}}
+        fake.answers[source] = broken
+        labels(p)
+        assert omitted_warnings() == 2  # the success ended the episode
+
+
+@pytest.mark.usefixtures("no_builtins")
 def test_a_dangling_symlink_is_a_failure_of_that_source(tmp_path: Path) -> None:  # PROBE-020
     d = tmp_path / "probe.d"
     d.mkdir()

@@ -28,11 +28,14 @@ from resource_controller.worker import procs, recovery
 ME = 4242  # stands in for the worker's own PID inside fake trees
 
 
-def proc(root: Path, pid: int, environ: bytes | None = b"", *, state: str = "S") -> None:
-    """One ``/proc/<pid>``; ``environ=None`` makes the environment unreadable."""
+def proc(
+    root: Path, pid: int, environ: bytes | None = b"", *, state: str = "S", ppid: int = 1
+) -> None:
+    """One ``/proc/<pid>``, child of ``ppid``; ``environ=None`` makes the environment
+    unreadable."""
     d = root / str(pid)
     d.mkdir(parents=True)
-    (d / "stat").write_text(f"{pid} (p {pid}) {state} 1 {pid} {pid} 0 -1 0\n")
+    (d / "stat").write_text(f"{pid} (p {pid}) {state} {ppid} {pid} {pid} 0 -1 0\n")
     if environ is None:
         (d / "environ").mkdir()
     else:
@@ -86,6 +89,19 @@ def test_survivor_found(tree: Path) -> None:  # WRK-141 step 3
     proc(tree, 10, b"PATH=/bin\0")
     proc(tree, 11, None)  # blindness elsewhere does not matter once one is found
     proc(tree, 12, b"RC_JOB_ID=\0RC_JOB_ID=old-job\0")
+    assert recovery.compute(False, own_pid=ME) == {
+        "survivors_checked": True,
+        "survivors_found": True,
+    }
+
+
+def test_an_ancestor_carrying_a_job_id_is_a_survivor(tree: Path) -> None:  # WRK-142
+    """A worker started from inside a job: its parent and grandparent carry the job's
+    RC_JOB_ID and are not excluded, only the worker's own PID is."""
+    proc(tree, 30, b"RC_JOB_ID=outer-job\0")
+    proc(tree, 20, b"RC_JOB_ID=outer-job\0", ppid=30)
+    proc(tree, ME, b"RC_JOB_ID=outer-job\0", ppid=20)
+    assert procs.self_and_ancestors(ME) == {ME, 20, 30, 1}  # the parentage is real
     assert recovery.compute(False, own_pid=ME) == {
         "survivors_checked": True,
         "survivors_found": True,
