@@ -446,3 +446,84 @@ def test_an_event_during_a_state_fetch_is_refreshed_after_it(
         for job in (*queued, blocker):
             cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
         kill_job_processes(blocker["id"])
+
+
+#: A usage sheet with one of each block (DASH-060) and inline rule (DASH-061), and
+#: markup that must stay text.
+SHEET = """# Box rules
+Book it in **#gpu** first, _please_;
+see [the wiki](http://wiki.example/box) and `nvidia-smi`. <b>raw</b>
+
+```
+<i>verbatim</i> **not bold**
+```
+---
+### Scratch
+> Scratch is wiped
+> every Sunday.
+- one
+- two
+1. first
+2) second
+"""
+
+
+def test_a_sheet_renders_as_markdown_made_of_text_and_a_quarantine_is_explained(
+    cluster: Cluster, page: Browser, tmp_path: Path
+) -> None:
+    sheets = tmp_path / "sheets"
+    sheets.mkdir()
+    (sheets / "host.md").write_text(SHEET)
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0", "gpu1"], extra=f"sheet_dir: {sheets}\n")
+    # DASH-041's case below: a failed verify on gpu1 (before any panel caches it).
+    status, _ = cluster.api(
+        "POST",
+        "/v1/devices/box:gpu1/fault",
+        {"reason": "verify failed: pid 7 holds the card"},
+        token="wtok",
+    )
+    assert status == 200
+    b = page
+    sign_in(b, cluster.url)
+    b.js("__row('box:gpu0').click()")
+    b.wait(lambda: "Box rules" in b.text("#panel .sheet"), 10, "the sheet in the panel")
+    shape = b.js(
+        """
+        const s = document.querySelector('#panel .sheet');
+        const tags = (css) => [...s.querySelectorAll(css)].map((e) => e.textContent);
+        return {
+          blocks: [...s.children].map((e) => e.tagName.toLowerCase()),
+          strong: tags('strong'), em: tags('em'), code: tags('code'), pre: tags('pre'),
+          quote: tags('blockquote'), items: tags('li'), links: s.querySelectorAll('a, [href]').length,
+          markup: s.querySelectorAll('b, i').length, para: tags('p'),
+        };
+        """
+    )
+    # DASH-060: heading, paragraph, code block, rule, lower heading, one quote, and an
+    # unordered list then an ordered one.
+    assert shape["blocks"] == ["h4", "p", "pre", "hr", "h5", "blockquote", "ul", "ol"], shape
+    assert shape["pre"] == ["<i>verbatim</i> **not bold**"]
+    assert shape["quote"] == ["Scratch is wiped every Sunday."]
+    assert shape["items"] == ["one", "two", "first", "second"]
+    # DASH-061: inline rules; a link is flattened to text, raw HTML stays literal.
+    assert shape["strong"] == ["#gpu"] and shape["em"] == ["please"]
+    assert shape["code"] == ["nvidia-smi"] and shape["links"] == 0 and shape["markup"] == 0
+    assert shape["para"] == [
+        "Book it in #gpu first, please; see the wiki (http://wiki.example/box) and"
+        " nvidia-smi. <b>raw</b>"
+    ], shape
+
+    # DASH-041: a failed verify reads as a check that found the device not clean, the
+    # host's own words quoted apart, the prefix not shown.
+    b.js("document.getElementById('close').click()")
+    b.wait(lambda: pill(b, "box:gpu1") == "out of the pool", 10, "gpu1 out of the pool")
+    b.js("__row('box:gpu1').click()")
+    b.wait(lambda: "Out of the pool" in b.text("#panel-body"), 10, "the explanation")
+    panel = b.text("#panel-body")
+    assert "a check after the last job found the device not clean" in panel, panel
+    assert b.js(
+        "return [...document.querySelectorAll('#panel-body > blockquote')]"
+        ".map((q) => q.textContent)"
+    ) == ["pid 7 holds the card"]
+    assert "verify failed" not in panel and "return it to the pool" in panel, panel
