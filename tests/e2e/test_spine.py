@@ -197,3 +197,16 @@ def test_rc_up_serves_rc_run_from_another_process(tmp_path: Path) -> None:
         assert (cfg.stat().st_mode & 0o777) == 0o600
     finally:
         assert stop(up, signal.SIGINT, timeout=30) == 0
+    # EXT-UP-1: no XDG_DATA_HOME, so the state is under ~/.local/share/rc.
+    state = tmp_path / ".local/share/rc"
+    assert (state / "up-tokens").is_file() and (state / "rc.db").is_file()
+    banner = up.stderr.read().decode() if up.stderr else ""
+    assert f"rc: controller on http://127.0.0.1:{port} (data {state}); devices: " in banner
+    # EXT-UP-4: where the dashboard is, which token it wants, and what to try (no GPU here).
+    dashboard = (
+        f"rc: dashboard: http://127.0.0.1:{port}/ (paste the admin token from"
+        f" {state / 'up-tokens'} to act on anything, or the client token in {cfg} for your"
+        " own jobs)\n"
+    )
+    try_line = "rc: try:  rc run -- hostname   |   rc devices   |   rc ps   (Ctrl-C stops)\n"
+    assert dashboard + try_line in banner, banner

@@ -7,10 +7,12 @@ attributes before and after.
 
 from __future__ import annotations
 
+import secrets
 import signal
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +147,37 @@ def test_tty_output_is_never_stored(box: Cluster, terminals: list[PtyRc]) -> Non
     _status, jobs = box.api("GET", "/v1/jobs")
     r = box.rc("logs", jobs["jobs"][0]["id"])
     assert r.returncode == 1 and "logs_not_stored" in r.stderr, r
+
+
+def files_holding(data: Path, marker: bytes) -> list[Path]:
+    """The files under ``data`` (database, its journal, job logs, anything) holding ``marker``."""
+    found = []
+    for path in data.rglob("*"):
+        try:
+            if path.is_file() and marker in path.read_bytes():
+                found.append(path)
+        except FileNotFoundError:
+            continue  # a journal or temporary file gone meanwhile
+    return found
+
+
+def test_no_byte_of_a_terminal_session_reaches_the_disk(
+    box: Cluster, terminals: list[PtyRc]
+) -> None:
+    # TTY-002: the relay is a splice, not a store. Neither what was typed nor what the job
+    # printed is written anywhere under the data directory; the job prints its marker
+    # in two halves, so that the command (which is stored) does not hold it.
+    typed, half = secrets.token_hex(8).encode(), secrets.token_hex(8)
+    t = start(box, terminals, "--", "sh", "-c", f"read x; printf '%s%s\\n' tty {half}")
+    t.expect(f"on {box.dev}".encode())
+    t.type(typed + b"\r")
+    t.expect(f"tty{half}".encode())
+    assert typed in t.seen
+    assert t.wait() == 0
+    # The same scan finds a normal job's output, stored as it should be.
+    r = box.rc("run", "-d", box.dev, "--", "sh", "-c", f"printf '%s%s\\n' log {half}")
+    assert r.returncode == 0 and r.stdout == f"log{half}\n", r
+    data = box.tmp / "data"
+    assert files_holding(data, f"log{half}".encode())
+    assert files_holding(data, typed) == []
+    assert files_holding(data, f"tty{half}".encode()) == []
