@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -527,3 +528,248 @@ def test_a_sheet_renders_as_markdown_made_of_text_and_a_quarantine_is_explained(
         ".map((q) => q.textContent)"
     ) == ["pid 7 holds the card"]
     assert "verify failed" not in panel and "return it to the pool" in panel, panel
+
+
+class RefusingProxy(DrainingProxy):
+    """The same proxy, marking nothing, whose ``/v1/state`` answers ``refuse`` (a status)
+    once it is set; every state fetch and event-stream open is counted on arrival."""
+
+    def __init__(self, upstream: str) -> None:
+        self.refuse = 0
+        self.lock = threading.Lock()
+        self.requests = {"/v1/state": 0, "/v1/events": 0}
+        super().__init__(upstream, "", {})
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.requests)
+
+    def forward(self, h: BaseHTTPRequestHandler) -> None:
+        path = h.path.split("?")[0]
+        with self.lock:
+            if path in self.requests:
+                self.requests[path] += 1
+        if path != "/v1/state" or not self.refuse:
+            super().forward(h)
+            return
+        raw = json.dumps({"error": "unauthorized", "message": "token refused"}).encode()
+        h.send_response(self.refuse)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(raw)))
+        h.end_headers()
+        h.wfile.write(raw)
+
+
+#: Installed before the page's own script: the 5 s state poll and the 5 s wait before
+#: reopening a dropped event stream both brought down to 200 ms.
+FAST_POLL_JS = """
+const realInterval = window.setInterval, realTimeout = window.setTimeout;
+window.setInterval = (f, ms, ...rest) => realInterval(f, ms >= 5000 ? 200 : ms, ...rest);
+window.setTimeout = (f, ms, ...rest) => realTimeout(f, ms >= 5000 ? 200 : ms, ...rest);
+"""
+
+
+def gate_shown(b: Browser) -> bool:
+    return bool(b.js("return !document.getElementById('gate').hidden"))
+
+
+def refused_back_to_gate(b: Browser, proxy: RefusingProxy, status: int) -> None:
+    """Sign in through ``proxy``, have it refuse the state with ``status``, and check the
+    page is back at the gate, holding no token and asking nothing more (DASH-011)."""
+    proxy.refuse = 0
+    sign_in(b, proxy.url)
+    start = proxy.counts()
+    # Both clocks run at the quick pace, so a page that kept asking would show it.
+    b.wait(
+        lambda: all(n >= start[k] + 3 for k, n in proxy.counts().items()),
+        5,
+        "polls and stream reopens at the quick pace",
+    )
+    proxy.refuse = status
+    b.wait(lambda: gate_shown(b), 5, f"the gate after a {status}")
+    assert b.js("return document.getElementById('main').hidden") is True
+    assert b.js("return Object.keys(sessionStorage)") == []
+    assert f"({status})" in b.text("#gate-error"), b.text("#gate-error")
+    time.sleep(0.3)
+    seen = proxy.counts()
+    time.sleep(1.0)  # five polls and five reopens at the quick pace
+    assert proxy.counts() == seen, (seen, proxy.counts())
+    assert gate_shown(b)
+
+
+def test_a_refused_state_fetch_returns_to_the_gate_and_stops_asking(
+    cluster: Cluster, page: Browser
+) -> None:
+    # DASH-011: 401 or 403 from /v1/state drops the stored token, stops the poll and the
+    # event stream, and shows the gate.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    proxy = RefusingProxy(cluster.url)
+    try:
+        page.driver.execute_cdp_cmd(
+            "Page.addScriptToEvaluateOnNewDocument", {"source": FAST_POLL_JS}
+        )
+        for status in (401, 403):
+            refused_back_to_gate(page, proxy, status)
+    finally:
+        proxy.close()
+
+
+def test_an_admin_session_has_the_badge_and_returns_a_device_without_a_prompt(
+    cluster: Cluster, page: Browser
+) -> None:
+    # DASH-012: the badge for an admin token only. API-102: an admin session clears with
+    # its own token, so the confirmation is the only dialog.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0", "gpu1"])
+    status, _ = cluster.api(
+        "POST", "/v1/devices/box:gpu1/fault", {"reason": "ECC errors"}, token="wtok"
+    )
+    assert status == 200
+    b = page
+    sign_in(b, cluster.url, token="ctok")
+    assert b.js("return document.getElementById('badge').hidden") is True
+    b.js("sessionStorage.clear()")
+    sign_in(b, cluster.url, token="atok")
+    assert b.js("return document.getElementById('badge').hidden") is False
+    assert b.text("#badge") == "admin"
+
+    b.wait(lambda: pill(b, "box:gpu1") == "out of the pool", 10, "gpu1 out of the pool")
+    b.js("__row('box:gpu1').querySelector('button').click()")
+    confirm = b.wait(b.alert_text, 5, "the confirmation")
+    assert confirm.startswith("Return box:gpu1 to the pool?"), confirm
+    b.driver.switch_to.alert.accept()
+    b.wait(lambda: b.alert_text() or "back in the pool" in b.text("#result"), 10, "the clear's end")
+    assert b.alert_text() is None, "a second dialog opened"
+    assert b.text("#result") == "box:gpu1 is back in the pool."
+    b.wait(lambda: pill(b, "box:gpu1") == "free", 10, "gpu1 shown free again")
+    _, info = cluster.api("GET", "/v1/devices/box:gpu1/describe")
+    assert info["device"]["state"] == "ready", info
+
+
+def type_identity(b: Browser, name: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    b.driver.find_element(By.ID, "identity").send_keys(name)
+
+
+def kill_buttons(b: Browser, css: str) -> list[str]:
+    """The texts of the Kill/Release controls under ``css``."""
+    return list(
+        b.js(
+            "return [...document.querySelectorAll(arguments[0] + ' button')]"
+            ".map((x) => x.textContent).filter((t) => t === 'Kill' || t === 'Release')",
+            css,
+        )
+    )
+
+
+def test_kill_controls_wait_for_an_identity_that_a_reload_forgets(
+    cluster: Cluster, page: Browser
+) -> None:
+    # DASH-014: no kill control until a name is typed; the name lives in memory only.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    job = submit(cluster, "box:gpu0", ["sleep", "120"])
+    try:
+        cluster.wait_job(job["id"], lambda j: j["state"] == "running")
+        b = page
+        sign_in(b, cluster.url)
+        b.wait(lambda: "running" in b.text("#work-list"), 10, "the job listed")
+        assert kill_buttons(b, "#work-list") == []
+        b.js("document.querySelector('#work-list li').click()")
+        b.wait(lambda: "Copy" in b.text("#panel-body"), 10, "the job panel")
+        assert kill_buttons(b, "#panel-body") == []
+        b.js("document.getElementById('close').click()")
+
+        type_identity(b, "tester")
+        b.wait(lambda: kill_buttons(b, "#work-list") == ["Kill"], 5, "a Kill control")
+
+        b.driver.refresh()
+        b.wait(
+            lambda: b.text("#fresh") == "live" and "running" in b.text("#work-list"),
+            10,
+            "the page after a reload",
+        )
+        assert b.js("return document.getElementById('identity').value") == ""
+        assert kill_buttons(b, "#work-list") == []
+    finally:
+        cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+        kill_job_processes(job["id"])
+
+
+def test_the_summary_sentence_counts_devices_and_waits(cluster: Cluster, page: Browser) -> None:
+    # DASH-021: the empty sentences, then the counts with the out-of-pool part emphasised
+    # and the queue with its longest wait.
+    cluster.start_controller()
+    b = page
+    sign_in(b, cluster.url)
+    assert b.text("#summary") == "No devices yet."
+    assert b.text("#queue-summary") == "Nothing waiting."
+
+    cluster.start_worker("box", ["gpu0", "gpu1", "gpu2", "gpu3"])
+    status, _ = cluster.api(
+        "POST", "/v1/devices/box:gpu1/fault", {"reason": "ECC errors"}, token="wtok"
+    )
+    assert status == 200
+    running = submit(cluster, "box:gpu0", ["sleep", "120"])
+    queued = submit(cluster, "box:gpu0", ["echo", "behind"])
+    try:
+        cluster.wait_job(running["id"], lambda j: j["state"] == "running")
+        b.wait(
+            lambda: b.text("#summary") == "2 free, 1 in use, 0 not reporting, 1 out of the pool.",
+            15,
+            "the counts sentence",
+        )
+        assert b.js("return document.querySelector('#summary em').className") == "out"
+        assert b.text("#summary em") == "1 out of the pool"
+        queue = b.text("#queue-summary")
+        assert re.fullmatch(r"1 waiting; the longest for \d+ s\.", queue), queue
+    finally:
+        for job in (queued, running):
+            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+        kill_job_processes(running["id"])
+
+
+def open_work(b: Browser, text: str) -> None:
+    """Open the job panel of the work-list row whose text contains ``text``."""
+    find = "[...document.querySelectorAll('#work-list li')].find((li) => li.innerText.includes(arguments[0]))"
+    b.wait(lambda: b.js(f"return !!{find}", text), 10, f"{text} in the work list")
+    b.js(f"{find}.click()", text)
+
+
+def test_the_job_panel_gives_the_queue_position_and_why_it_stopped(
+    cluster: Cluster, page: Browser
+) -> None:
+    # DASH-026: "next in line" at position 1, "N jobs ahead" after it, and the kill_reason
+    # once it has stopped.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    blocker = submit(cluster, "box:gpu0", ["sleep", "120"])
+    first = submit(cluster, "box:gpu0", ["echo", "first-behind"])
+    second = submit(cluster, "box:gpu0", ["echo", "second-behind"])
+    try:
+        cluster.wait_job(blocker["id"], lambda j: j["state"] == "running")
+        b = page
+        sign_in(b, cluster.url)
+        open_work(b, "second-behind")
+        b.wait(lambda: "second-behind" in b.text("#panel-body pre"), 10, "the second's panel")
+        panel = b.text("#panel-body")
+        assert "; 1 job ahead" in panel and "next in line" not in panel, panel
+
+        open_work(b, "first-behind")
+        b.wait(lambda: "first-behind" in b.text("#panel-body pre"), 10, "the first's panel")
+        panel = b.text("#panel-body")
+        assert "; next in line" in panel and "ahead" not in panel, panel
+
+        status, _ = cluster.api("POST", f"/v1/jobs/{first['id']}/kill", {"submitter": "tester"})
+        assert status == 200
+        reason = cluster.wait_job(first["id"], lambda j: j["state"] == "killed")["kill_reason"]
+        assert reason, first
+        b.wait(lambda: f"Why it stopped: {reason}" in b.text("#panel-body"), 10, "why it stopped")
+        assert b.text("#panel-body .pill") == "stopped"
+        assert "Waiting" not in b.text("#panel-body")
+    finally:
+        for job in (second, first, blocker):
+            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+        kill_job_processes(blocker["id"])
