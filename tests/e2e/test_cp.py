@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import signal
+import sqlite3
 import stat
+import subprocess
 import tarfile
 from pathlib import Path
 
-from .cluster import Cluster
+import pytest
+
+from resource_controller.core.states import TERMINAL
+
+from .cluster import Cluster, stop, wait_for
 
 
 def copy(c: Cluster, src: str, dst: str, **env: str) -> tuple[int, str]:
@@ -156,3 +164,38 @@ def test_an_archive_escaping_the_destination_is_refused(cluster: Cluster, tmp_pa
     assert "x/../../escaped" in err and "escapes" in err, err
     assert (dest / "x" / "ok").read_bytes() == b"hi"
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "work" / "escaped").exists()
+
+
+def test_an_interrupt_fails_the_copy_and_leaves_the_job_to_end_by_itself(
+    box: Cluster, tmp_path: Path
+) -> None:
+    # CLI-170: SIGINT mid-transfer is an ordinary failure; the copy job is not killed.
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as f:
+        f.truncate(200 << 20)  # sparse: cheap here, 200 MiB on the wire
+    landed = tmp_path / "remote" / "big.bin"
+    proc = box.popen_rc("cp", str(src), f"{box.dev}:{landed}")
+    try:
+        wait_for(lambda: landed.exists() and landed.stat().st_size > 0, 60, "bytes on the box")
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("rc cp was still running 30 s after its SIGINT")
+    finally:
+        stop(proc)
+    assert proc.returncode == 1, err
+    announced, *failure = err.splitlines()
+    copying = re.escape(f"rc: copying {src} to {box.dev}:{landed}")
+    found = re.fullmatch(rf"{copying} \(job (\S+)\)", announced)
+    assert found, err
+    assert len(failure) == 1 and failure[0].startswith("rc: "), err  # CLI-041
+    # The far side saw a truncated stream and ended by itself, not by the submitter.
+    job = box.wait_job(found[1], lambda j: j["state"] in TERMINAL, timeout=60)
+    assert job["state"] != "succeeded", job
+    assert not (job.get("kill_reason") or "").startswith("killed by"), job
+    # A running job's kill leaves its reason to the worker (STORE-043): the flag tells.
+    with sqlite3.connect(box.tmp / "data" / "rc.db", timeout=10) as db:
+        flagged = db.execute("SELECT kill_requested FROM jobs WHERE id = ?", (job["id"],))
+        assert flagged.fetchone() == (0,), job
+    assert landed.stat().st_size < 200 << 20

@@ -11,6 +11,12 @@ What a box sends is untrusted: absolute names, names that escape the
 destination and symlinks pointing outside it abort the extraction; hard links,
 devices and FIFOs are skipped; only the 0777 permission bits are applied, explicitly,
 so the umask cannot strip an executable bit.
+
+A signal aborts the transfer as an ordinary failure (CLI-170): the event loop hears
+it, the transfer is cancelled and cleans up (the far side sees its stream end
+short), and ``signals.Interrupted`` is raised from ordinary code. A signal raised from
+inside the loop's own machinery would be logged and dropped there, or land while a
+thread pool's lock is held and hang the process's exit.
 """
 
 from __future__ import annotations
@@ -19,16 +25,17 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import signal
 import stat
 import tarfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TypeVar
 
 import click
 
 from resource_controller import duplex, errors
-from resource_controller.cli import common, render
+from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.cli.tty import JobWatch
 from resource_controller.client import api
@@ -41,6 +48,10 @@ BLOCK = 65_536
 UPLOAD_SCRIPT = 'mkdir -p "$0" && exec tar -xf - -C "$0"'
 DOWNLOAD_SCRIPT = 'exec tar -cf - -C "$0" -- "$1"'
 NO_DETAIL = "no further detail"
+#: The signals that abort a transfer.
+ABORTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -293,6 +304,43 @@ def _watch(
     return watch, asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
 
 
+async def _abortable(transfer: Awaitable[T]) -> T:
+    """Run ``transfer`` until it ends, or until the first signal cancels it; then
+    raise ``signals.Interrupted`` once its clean-up has run (CLI-170). A second
+    signal meets the default action: it ends ``rc`` at once."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(transfer)
+    caught = 0
+
+    def unhook() -> None:
+        for sig in ABORTING:
+            loop.remove_signal_handler(sig)
+
+    def abort(signum: int) -> None:
+        nonlocal caught
+        if not caught:
+            caught = signum
+            unhook()
+            signals.restore_defaults()
+            task.cancel()
+
+    try:
+        for sig in ABORTING:
+            loop.add_signal_handler(sig, abort, sig)
+    except ValueError:  # not the main thread: signals stay where they are
+        return await task
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if caught:
+            raise signals.Interrupted(caught) from None
+        raise
+    finally:
+        if not caught:
+            unhook()
+            signals.install()  # what follows the transfer interrupts as before
+
+
 async def _stop(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -418,7 +466,9 @@ def copy(client: api.JsonClient, src: str, dst: str) -> None:
         _check_free(client, remote_dst.device)
         job_id = _submit(client, remote_dst.device, ["/bin/sh", "-c", UPLOAD_SCRIPT, directory])
         render.say(f"copying {src} to {remote_dst.device}:{remote_dst.path} (job {job_id})")
-        asyncio.run(_send(base, token, job_id, lambda f: write_archive(f, src, name), src))
+        asyncio.run(
+            _abortable(_send(base, token, job_id, lambda f: write_archive(f, src, name), src))
+        )
         _finish(client, job_id)
         return
     assert remote_src is not None
@@ -430,7 +480,9 @@ def copy(client: api.JsonClient, src: str, dst: str) -> None:
     _check_free(client, remote_src.device)
     job_id = _submit(client, remote_src.device, ["/bin/sh", "-c", DOWNLOAD_SCRIPT, directory, name])
     render.say(f"fetching {where} to {dst} (job {job_id})")
-    failure = asyncio.run(_receive(base, token, job_id, lambda f: extract(f, dest, rename)))
+    failure = asyncio.run(
+        _abortable(_receive(base, token, job_id, lambda f: extract(f, dest, rename)))
+    )
     if isinstance(failure, UnsafeEntry):
         raise common.Failure(f"{where}: {failure}")
     _finish(client, job_id)  # a far-side failure explains a broken archive best
