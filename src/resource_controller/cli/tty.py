@@ -226,12 +226,9 @@ async def open_half(
 ) -> duplex.Stream:
     try:
         return await duplex.open_stream(base, method, path, token)
-    except duplex.Refused as exc:
-        raise SessionError(
-            f"cannot open the {half} half of the terminal: {exc.describe()}"
-        ) from None
     except duplex.StreamError as exc:
-        raise SessionError(f"cannot open the {half} half of the {what}: {exc}") from None
+        said = exc.describe() if isinstance(exc, duplex.Refused) else str(exc)
+        raise SessionError(f"cannot open the {half} half of the {what}: {said}") from None
 
 
 async def copy_output(
