@@ -47,11 +47,17 @@ QUIET = Settings(schedule_interval=30.0, sweep_interval=3600.0)
 
 
 def open_controller(
-    data: Path, clock: FakeClock, timings: str = "", retain: bool = False, database: str = ""
+    data: Path,
+    clock: FakeClock,
+    timings: str = "",
+    retain: bool = False,
+    database: str = "",
+    webhook_url: str = "",
 ) -> LiveServer:
     """A started controller; ``timings`` as ``RC_TEST_TIMINGS`` would give them;
-    ``database`` a PostgreSQL URL, else SQLite in ``data``."""
-    settings = dataclasses.replace(QUIET, retain_disconnected_jobs=retain)
+    ``database`` a PostgreSQL URL, else SQLite in ``data``; ``webhook_url`` where its
+    notices go (none by default)."""
+    settings = dataclasses.replace(QUIET, retain_disconnected_jobs=retain, webhook_url=webhook_url)
     svc = serve.open_services(
         data, TOKENS, settings, clock, test_timings=timings, database=database
     )

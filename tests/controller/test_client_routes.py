@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 from typing import Any
@@ -950,3 +951,60 @@ def test_retire(rc: Harness) -> None:
     # A worker that still declares it brings it back.
     rc.register()
     assert rc.device("gpubox:gpu0")["device"]["state"] == "ready"
+
+
+# ---- API-009, LOG-002, STORE-162 --------------------------------------------------------
+
+
+def test_a_follow_silent_for_longer_than_any_idle_timeout_still_streams(rc: Harness) -> None:
+    # API-009: no server-wide read, write or idle timeout cuts a follow that has been
+    # silent for over 6 s (uvicorn's own defaults are 5 s); the next chunk comes on the
+    # same stream.
+    job_id, wid = rc.running_job()
+    rc.append(job_id, b"before\n")
+    f = Follower(rc, job_id)
+    assert f.next()[0] == "headers"
+    assert f.read_until(b"before\n") == b"before\n"
+    with pytest.raises(queue.Empty):
+        f.next(timeout=6.5)  # neither an end nor an error while nothing is written
+    rc.append(job_id, b"after\n")
+    assert f.read_until(b"after\n") == b"after\n"
+    assert_empty_ok(rc.report(job_id, wid, "succeeded", exit_code=0))
+    assert f.next()[0] == "end"
+
+
+def test_a_jobs_log_outlives_its_retired_device(rc: Harness) -> None:
+    # LOG-002: nothing is deleted when the job's device is retired.
+    job_id, wid = rc.running_job()
+    rc.append(job_id, b"epoch 1\n")
+    rc.append(job_id, b"epoch 2\n")
+    assert_empty_ok(rc.report(job_id, wid, "succeeded", exit_code=0))
+    assert rc.admin.delete("/v1/devices/gpubox:gpu0").status_code == 200
+    assert rc.client.get("/v1/devices").json() == []
+    for params in [{"follow": "false"}, {}]:
+        r = rc.client.get(f"/v1/jobs/{job_id}/logs", params=params)
+        assert (r.status_code, r.content) == (200, b"epoch 1\nepoch 2\n")
+    assert rc.stored_log(job_id) == b"epoch 1\nepoch 2\n"
+
+
+def test_describe_recent_jobs_include_a_queued_job_pinned_to_the_device(rc: Harness) -> None:
+    # STORE-162: the 5 most recent jobs with the device's ID, newest first, a queued one
+    # pinned to it among them; another device's jobs are not.
+    wid = rc.register("gpubox", ("gpu0", "gpu1"))
+    made = []
+    for _ in range(5):
+        job = rc.submit(device_id="gpubox:gpu0")
+        made.append(job["id"])
+        rc.take(wid)
+        rc.clock.advance(1)
+        assert_empty_ok(rc.report(job["id"], wid, "succeeded", exit_code=0))
+    made.append(rc.submit(device_id="gpubox:gpu0")["id"])  # runs
+    rc.clock.advance(1)
+    queued = rc.submit(device_id="gpubox:gpu0")
+    assert queued["state"] == "queued"
+    made.append(queued["id"])
+    rc.clock.advance(1)
+    rc.submit(device_id="gpubox:gpu1")  # the newest job, elsewhere
+    d = rc.client.get("/v1/devices/gpubox:gpu0/describe").json()
+    assert [j["id"] for j in d["recent_jobs"]] == list(reversed(made))[:5]
+    assert [j["state"] for j in d["recent_jobs"][:2]] == ["queued", "assigned"]

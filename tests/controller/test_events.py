@@ -5,7 +5,6 @@ their own loopback ports (one that records, one that never answers)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import logging
@@ -21,11 +20,17 @@ from typing import Any
 
 import httpx
 import pytest
-from controller_harness import CLIENT, QUIET, TOKENS, WORKER, Harness, assert_empty_ok, assert_error
+from controller_harness import (
+    CLIENT,
+    WORKER,
+    Harness,
+    assert_empty_ok,
+    assert_error,
+    open_controller,
+)
 
 from resource_controller.clock import FakeClock
 from resource_controller.controller import events, serve, webhooks
-from support.served import ServedController
 
 AT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d*[1-9])?Z$")  # API-004, sub-second
 FAST = "sweep_interval=0.02,hold_off=0"
@@ -345,11 +350,11 @@ def test_a_reader_that_stops_reading_is_cut(
 # ---- webhooks ------------------------------------------------------------------------
 
 
-def with_webhook(tmp_path: Path, clock: FakeClock, url: str, timings: str = "") -> Harness:
-    settings = dataclasses.replace(QUIET, webhook_url=url)
-    svc = serve.open_services(tmp_path / "data", TOKENS, settings, clock, test_timings=timings)
-    server = ServedController(svc)
-    server.start()
+def with_webhook(
+    tmp_path: Path, clock: FakeClock, url: str, timings: str = "", database: str = ""
+) -> Harness:
+    """A controller that posts its notices to ``url``; ``database`` as ``open_controller``."""
+    server = open_controller(tmp_path / "data", clock, timings, database=database, webhook_url=url)
     return Harness(server, clock, tmp_path / "data")
 
 
@@ -600,6 +605,58 @@ def test_the_flag_wins_over_the_environment() -> None:  # SRV-002
     assert serve.webhook_url("http://a/", {"RC_WEBHOOK_URL": "http://b/"}) == "http://a/"
     assert serve.webhook_url("", {"RC_WEBHOOK_URL": "http://b/"}) == "http://b/"
     assert serve.webhook_url("", {}) == ""
+
+
+def wait_for_state(rc: Harness, device_id: str, state: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while rc.device(device_id)["device"]["state"] != state:
+        assert time.monotonic() < deadline, rc.device(device_id)
+        time.sleep(0.02)
+
+
+def test_no_notice_for_what_is_not_one_of_the_seven(
+    tmp_path: Path, clock: FakeClock, recorder: Recorder, database: Path | str
+) -> None:
+    """HOOKN-021: a running report, a no_wait refusal, a cancel, an rc kill, a device
+    demoted to unknown and a re-registration raise no notice; a fault before and after
+    each does (HOOKN-011, HOOKN-012), so the receiver is shown to be listening."""
+    url = database if isinstance(database, str) else ""
+    rc = with_webhook(tmp_path, clock, recorder.url, FAST, url)
+    try:
+        wid = rc.register("gpubox", ("gpu0", "gpu1"))
+        rc.fault("gpubox:gpu1", "fan stopped")
+        assert fields(recorder.next()) == ("device_unhealthy", "gpubox:gpu1", "", "fan stopped")
+        killed = rc.submit(device_id="gpubox:gpu0")["id"]
+        rc.take(wid)
+        assert_empty_ok(rc.report(killed, wid, "running"))
+        assert recorder.none_within(0.3)  # HOOKN-021: a running report
+        assert rc.submit_raw(device_id="gpubox:gpu0", no_wait=True).status_code == 409
+        assert recorder.none_within(0.3)  # HOOKN-021: a no_wait refusal
+        cancelled = rc.submit(device_id="gpubox:gpu0")["id"]
+        assert_empty_ok(rc.client.post(f"/v1/jobs/{cancelled}/kill", json={"submitter": "alice"}))
+        assert rc.job(cancelled)["state"] == "killed"
+        assert recorder.none_within(0.3)  # HOOKN-021: a queued job cancelled
+        assert_empty_ok(rc.client.post(f"/v1/jobs/{killed}/kill", json={"submitter": "alice"}))
+        assert_empty_ok(rc.report(killed, wid, "killed", reason="cancelled"))
+        assert rc.job(killed)["state"] == "killed"
+        assert recorder.none_within(0.3)  # HOOKN-021: a running job killed by rc kill
+        stranded = rc.submit(device_id="gpubox:gpu0")["id"]
+        rc.take(wid)
+        rc.clock.advance(60)  # past the 30 s grace, far short of the 300 s write-off
+        wait_for_state(rc, "gpubox:gpu0", "unknown")
+        assert recorder.none_within(0.3)  # HOOKN-021: a device demoted to unknown
+        rc.register("gpubox", ("gpu0", "gpu1"))  # reconciles its stranded job
+        assert rc.job(stranded)["state"] == "lost"
+        assert recorder.none_within(0.3)  # HOOKN-021: a re-registration
+        rc.fault("gpubox:gpu0", "verify failed: leftover pid 42")
+        assert fields(recorder.next()) == (
+            "verify_failed",
+            "gpubox:gpu0",
+            "",
+            "verify failed: leftover pid 42",
+        )
+    finally:
+        rc.close()
 
 
 def test_kinds_seen_in_this_session() -> None:

@@ -1,0 +1,180 @@
+"""A leader that loses its lock stops leading before anything else runs (EXT-PG-8), on a
+real PostgreSQL database: the controller's lock connection is ended (or frozen) from
+outside, and a trace kept on the controller's own event loop shows what ran when."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from controller_harness import Harness, open_controller
+
+from resource_controller.clock import FakeClock
+from resource_controller.controller import peers, service
+from resource_controller.controller.peers import Peers
+from resource_controller.store import locks
+from resource_controller.store.peering import PeerLink
+from support import pg
+
+#: The periodic pass every 50 ms, so a follower that still ran it would do so often.
+TIMINGS = "schedule_interval=0.05"
+
+
+@dataclass
+class Trace:
+    """What ran on the controller's loop, each with whether it led then; a repeat of the
+    entry just before is not kept."""
+
+    peers: Peers | None = None
+    entries: list[tuple[str, bool]] = field(default_factory=list)
+
+    def note(self, kind: str) -> None:
+        if self.peers is None:
+            return
+        entry = (kind, self.peers.leading)
+        if not self.entries or self.entries[-1] != entry:
+            self.entries.append(entry)
+
+    def since_lost(self) -> list[tuple[str, bool]]:
+        taken = list(self.entries)
+        first = next(i for i, (kind, _) in enumerate(taken) if kind == "lost")
+        return taken[first:]
+
+
+def recording_link(trace: Trace) -> type[PeerLink]:
+    """The real link, noting the moment it finds its connection gone."""
+
+    class Recording(PeerLink):
+        async def check(self) -> int:
+            try:
+                return await super().check()
+            except BaseException:  # raised, or cancelled by the check's time bound
+                trace.note("lost")
+                raise
+
+        async def received(self, timeout: float) -> AsyncIterator[str]:
+            try:
+                async for payload in super().received(timeout):
+                    yield payload
+            except ConnectionError:
+                trace.note("lost")
+                raise
+
+    return Recording
+
+
+async def probe(trace: Trace, stop: threading.Event) -> None:
+    """Runs at every turn of the loop: anything that ran between the link's failure and
+    the step-down would let it see the controller still leading."""
+    while not stop.is_set():
+        trace.note("probe")
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def traced(
+    tmp_path: Path, clock: FakeClock, pg_cluster: pg.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Harness, Trace, str]]:
+    """A leading controller on a fresh database, its lock link and its periodic passes
+    traced, and a probe on its loop until the test ends."""
+    trace = Trace()
+    monkeypatch.setattr(peers, "PeerLink", recording_link(trace))
+    real_pass = service.schedule_pass
+
+    def traced_pass(svc: Any) -> Any:
+        trace.note("pass")
+        return real_pass(svc)
+
+    monkeypatch.setattr(service, "schedule_pass", traced_pass)
+    url = pg_cluster.fresh_database()
+    rc = Harness(
+        open_controller(tmp_path / "data", clock, TIMINGS, database=url), clock, tmp_path / "data"
+    )
+    stop = threading.Event()
+    try:
+        trace.peers = rc.svc.peers
+        loop = rc.server.loop
+        assert loop is not None
+        probing = asyncio.run_coroutine_threadsafe(probe(trace, stop), loop)
+        until(lambda: ("pass", True) in trace.entries)  # it leads and runs its pass
+        yield rc, trace, url
+    finally:
+        stop.set()
+        rc.close()
+    probing.result(timeout=5)
+
+
+def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def leader_backend(conn: psycopg.Connection[Any]) -> int:
+    """The server process of the session holding this database's leadership lock."""
+    row = conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND mode = 'ExclusiveLock' AND classid = 0 AND objid = %s AND objsubid = 1"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (locks.LEADER,),
+    ).fetchone()
+    assert row is not None, "nobody holds the leadership lock"
+    return int(row[0])
+
+
+def assert_stepped_down_first(trace: Trace) -> None:
+    """From the failure on, everything that ran saw a follower, and no periodic pass ran."""
+    after = trace.since_lost()
+    assert after[0] == ("lost", True), after[:3]
+    assert after[1] == ("probe", False), after[:3]
+    assert all(not leading for _, leading in after[1:]), after
+    assert "pass" not in {kind for kind, _ in after}, after
+
+
+def test_a_leader_whose_lock_connection_ends_steps_down_first_and_stops_its_pass(
+    traced: tuple[Harness, Trace, str],
+) -> None:
+    """EXT-PG-8: the lock's connection is ended; the flag falls before anything else
+    runs, no periodic pass runs while another holds the lock, and once it is free again
+    the controller leads and passes again."""
+    rc, trace, url = traced
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute("SELECT pg_terminate_backend(%s)", (leader_backend(conn),))
+        conn.execute("SELECT pg_advisory_lock(%s)", (locks.LEADER,))  # taken from it
+        until(lambda: not rc.svc.peers.leading)
+        time.sleep(0.5)  # ten periodic intervals as a follower
+        assert_stepped_down_first(trace)
+    until(lambda: rc.svc.peers.leading)
+    until(lambda: ("pass", True) in trace.since_lost())
+
+
+def test_a_leader_whose_lock_check_hangs_steps_down_first_and_stops_its_pass(
+    traced: tuple[Harness, Trace, str],
+) -> None:
+    """EXT-PG-8: the lock's server process is frozen, so the check never answers; once
+    the check is given up the flag falls before anything else runs, and no periodic pass
+    runs while the frozen session still holds the lock."""
+    rc, trace, url = traced
+    with psycopg.connect(url, autocommit=True) as conn:
+        backend = leader_backend(conn)
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        until(lambda: not rc.svc.peers.leading, timeout=20)
+        time.sleep(0.5)  # ten periodic intervals as a follower
+        assert_stepped_down_first(trace)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(backend, signal.SIGCONT)
+    until(lambda: rc.svc.peers.leading)  # the frozen session ends; the lock is free again
