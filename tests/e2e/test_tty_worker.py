@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 from resource_controller import duplex
 
-from .cluster import Cluster, wait_for
+from .cluster import Cluster, kill_job_processes, wait_for
 
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "killed", "lost")
@@ -288,3 +289,37 @@ def test_pipe_mode_never_waits_for_stdin_a_process_does_not_read(box: Cluster) -
     run(scenario)
     assert bytes(seen) == b"archive\n"
     assert finished(box, job_id)["state"] == "succeeded"
+
+
+def test_the_drain_after_exit_is_bounded_when_an_escapee_holds_the_terminal(
+    box: Cluster, tmp_path: Path
+) -> None:
+    # WTTY-007: a ``setsid`` escapee keeps the terminal open, so its output never reaches
+    # its end; the worker waits 2 s for it, then closes the terminal and the streams.
+    # The shell exits only once the escapee has left its session (WTTY-006 reaps members).
+    out_of_session = tmp_path / "escaped"
+    escape = f"setsid sh -c 'touch {out_of_session}; exec sleep 30' &"
+    wait = (
+        f"i=0; while [ ! -e {out_of_session} ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done"
+    )
+    job_id = submit(box, ["sh", "-c", f"{escape} {wait}; echo bye"])
+    seen = bytearray()
+
+    async def scenario() -> float:
+        out, inp = await attach(box, job_id)
+        await read_until(out, b"bye", seen)
+        began = time.monotonic()
+        async with asyncio.timeout(10):
+            await read_all(out, seen)
+        out.close()
+        inp.close()
+        return time.monotonic() - began
+
+    try:
+        took = run(scenario)
+        job = finished(box, job_id, timeout=10)
+    finally:
+        kill_job_processes(job_id)
+    assert 1 <= took < 6, took  # the escapee did hold it: the wait ran out
+    assert job["state"] == "succeeded", job
+    assert stamp(str(job["finished_at"])) - stamp(str(job["started_at"])) < 6, job

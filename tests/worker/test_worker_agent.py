@@ -236,6 +236,57 @@ def test_heartbeat_names_exactly_the_supervised_jobs() -> None:  # WRK-050, WRK-
     assert all(h == {} for h in ctl.heartbeats[after:])
 
 
+def meet(mine: Path, other: Path) -> list[str]:
+    """A job that marks itself started, then waits (at most ~5 s) for ``other``."""
+    wait = f"i=0; while [ ! -e {other} ]; do i=$((i+1)); [ $i -gt 250 ] && exit 1; sleep 0.02; done"
+    return ["sh", "-c", f"touch {mine}; {wait}; sleep 0.3"]
+
+
+def test_two_jobs_from_one_answer_run_at_the_same_time(tmp_path: Path) -> None:  # WRK-071, WRK-050
+    # Each waits for the other to have started: run one after the other, the first fails.
+    ctl = FakeController()
+    mark_a, mark_b = tmp_path / "a", tmp_path / "b"
+    a = job(meet(mark_a, mark_b))
+    b = job(meet(mark_b, mark_a), device_id="box:gpu1")
+    ctl.hand_out(a, b)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: bool(ctl.terminal(a["job_id"]) and ctl.terminal(b["job_id"])))
+        await r.finish()
+
+    run(go())
+    for j in (a, b):
+        assert ctl.terminal(j["job_id"]) == [
+            {"state": "succeeded", "exit_code": 0, "worker_id": "w-1"}
+        ]
+    both = sorted([a["job_id"], b["job_id"]])
+    assert any(sorted(h.get("running_job_ids", [])) == both for h in ctl.heartbeats)
+
+
+def test_shutdown_waits_for_every_job_of_one_answer(tmp_path: Path) -> None:  # WRK-067
+    ctl = FakeController()
+    a = job(["sh", "-c", f"touch {tmp_path / 'a'}; exec sleep 30"])
+    b = job(["sh", "-c", f"touch {tmp_path / 'b'}; exec sleep 30"], device_id="box:gpu1")
+    ctl.hand_out(a, b)
+
+    async def go() -> None:
+        r = await Running(ctl).started()
+        await until(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists())
+        await r.finish()
+
+    run(go())
+    for j in (a, b):
+        assert ctl.terminal(j["job_id"]) == [
+            {
+                "state": "killed",
+                "exit_code": 143,
+                "worker_id": "w-1",
+                "reason": "cancelled: worker stopped",
+            }
+        ]
+
+
 def test_a_devices_configured_max_runtime_is_not_reapplied() -> None:  # WRK-095
     ctl = FakeController()
     a = job(["sleep", "1.5"])  # no max_runtime_seconds: the controller folded nothing in

@@ -405,6 +405,29 @@ def test_rc_require_manual_clear_never_switches_off_the_file(tmp_path: Path) -> 
     assert cfg.require_manual_clear is True  # WRK-021: ORed
 
 
+def test_no_other_environment_variable_configures_the_worker(tmp_path: Path) -> None:  # WRK-022
+    own = {"RC_TOKEN": "envtok", "RC_REQUIRE_MANUAL_CLEAR": "1", "HOME": str(tmp_path)}
+    others = {
+        "RC_CONTROLLER": "http://elsewhere:1",
+        "RC_CONTROLLER_URL": "http://elsewhere:1",
+        "RC_URL": "http://elsewhere:1",
+        "RC_HOST": "elsewhere",
+        "RC_DEVICES": "gpu7",
+        "RC_POLL_WAIT": "1s",
+        "RC_HEARTBEAT_INTERVAL": "1s",
+        "RC_HOOKS_TIMEOUT": "1s",
+        "RC_RELEASE_LINGER": "1s",
+        "RC_STATE_DIR": str(tmp_path / "elsewhere"),
+    }
+    # Every other key of worker.yaml, spelled as a variable, too.
+    for key in wc.WorkerConfig.model_fields:
+        if key not in ("token", "require_manual_clear"):
+            others.setdefault(f"RC_{key.upper()}", "1s")
+    cfg = load(tmp_path, BASE, own)
+    assert cfg.token == "envtok" and cfg.require_manual_clear is True
+    assert load(tmp_path, BASE, {**own, **others}) == cfg
+
+
 # ---- built in code -------------------------------------------------------------
 
 

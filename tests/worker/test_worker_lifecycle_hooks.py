@@ -209,6 +209,51 @@ def test_hold_runs_the_hooks_and_verify(tmp_path: Path) -> None:  # WRK-127
     ]
 
 
+def test_heartbeats_go_on_during_a_slow_startup_release_pass(tmp_path: Path) -> None:
+    # WRK-041: the heartbeat starts before the pass and names no jobs while it runs.
+    done = tmp_path / "released"
+    release = script(tmp_path / "rel", f"sleep 1; touch {done}")
+    ctl = FakeController()
+
+    async def go() -> None:
+        device = wc.DeviceConfig(name="gpu0", on_release=release)
+        r = await Running(ctl, config(tmp_path, device)).started()
+        await r.finish()
+
+    run(go())
+    assert done.exists()
+    first_poll = ctl.poll_times[0]
+    before = [h for h, t in zip(ctl.heartbeats, ctl.heartbeat_times, strict=True) if t < first_poll]
+    assert len(before) >= 5, (len(before), ctl.heartbeat_times, first_poll)
+    assert all(h == {} for h in before)
+
+
+def test_a_job_ending_at_shutdown_still_ships_output_verifies_and_reports(
+    tmp_path: Path,
+) -> None:
+    # WRK-073: after the SIGTERM, the output, the verify pass and the report go through.
+    verified = tmp_path / "verified"
+    verify_d = tmp_path / "verify.d"
+    verify_d.mkdir()
+    script(verify_d / "v", f"touch {verified}")
+    ctl = FakeController()
+    verified_at_report: list[bool] = []
+    ctl.on_report = lambda _request: verified_at_report.append(verified.exists())
+    j = job(["sh", "-c", "trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.05; done"])
+
+    async def go() -> None:
+        r = await Running(ctl, config(tmp_path, wc.DeviceConfig(name="gpu0"))).started()
+        ctl.hand_out(j)
+        await until(lambda: b"up" in ctl.logs.get(j["job_id"], b""))
+        await r.finish()
+
+    run(go())
+    assert b"bye" in ctl.logs[j["job_id"]]  # written after the SIGTERM
+    (terminal,) = ctl.terminal(j["job_id"])
+    assert terminal["state"] == "killed" and terminal["reason"] == "cancelled: worker stopped"
+    assert verified_at_report == [True]
+
+
 def test_shutdown_drains_an_armed_release(tmp_path: Path) -> None:  # HOOK-025, WRK-130
     log = tmp_path / "hooks.log"
     release = script(tmp_path / "rel", f'echo "$RC_EVENT $RC_JOB_ID" >> {log}')
