@@ -10,10 +10,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -25,6 +25,8 @@ from resource_controller.controller.peers import Peers
 from resource_controller.store import locks
 from resource_controller.store.peering import PeerLink
 from support import pg
+
+T = TypeVar("T")
 
 #: The periodic pass every 50 ms, so a follower that still ran it would do so often.
 TIMINGS = "schedule_interval=0.05"
@@ -55,10 +57,10 @@ def recording_link(trace: Trace) -> type[PeerLink]:
     """The real link, noting the moment it finds its connection gone."""
 
     class Recording(PeerLink):
-        async def check(self) -> int:
+        async def within(self, bound: float, call: Awaitable[T]) -> T:
             try:
-                return await super().check()
-            except BaseException:  # raised, or cancelled by the check's time bound
+                return await super().within(bound, call)
+            except ConnectionError:  # the call failed, or outlasted its bound
                 trace.note("lost")
                 raise
 
@@ -164,14 +166,19 @@ def test_a_leader_whose_lock_check_hangs_steps_down_first_and_stops_its_pass(
     traced: tuple[Harness, Trace, str],
 ) -> None:
     """EXT-PG-8: the lock's server process is frozen, so the check never answers; once
-    the check is given up the flag falls before anything else runs, and no periodic pass
+    the check is given up (after ``CHECK_BOUND``) the flag falls before anything else runs, and no periodic pass
     runs while the frozen session still holds the lock."""
     rc, trace, url = traced
     with psycopg.connect(url, autocommit=True) as conn:
         backend = leader_backend(conn)
     os.kill(backend, signal.SIGSTOP)
+    frozen = time.monotonic()
     try:
         until(lambda: not rc.svc.peers.leading, timeout=20)
+        # Within a tick and the check's bound, not the ten seconds more psycopg would
+        # spend asking the server to cancel the query.
+        took = time.monotonic() - frozen
+        assert took < peers.TICK + peers.CHECK_BOUND + 2, took
         time.sleep(0.5)  # ten periodic intervals as a follower
         assert_stepped_down_first(trace)
     finally:

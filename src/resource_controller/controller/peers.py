@@ -113,8 +113,7 @@ class Peers:
             # it, not a tick later.
             await link.notify(hello(self.instance))
             while not hub.shutting_down.is_set():
-                async with asyncio.timeout(CHECK_BOUND):
-                    await self._tick(link, hub)
+                await link.within(CHECK_BOUND, self._tick(link, hub))
                 async for payload in link.received(TICK):
                     self._receive(hub, payload)
         finally:
@@ -165,8 +164,7 @@ class Peers:
                 try:
                     if link is None or link.closed:
                         link = await PeerLink.open(self.url, CHECK_BOUND * 2)
-                    async with asyncio.timeout(CHECK_BOUND):
-                        await link.notify(encode(self.instance, wake))
+                    await link.within(CHECK_BOUND, link.notify(encode(self.instance, wake)))
                 except (ConnectionError, TimeoutError) as exc:
                     # A hint lost: the others find out at their next poll.
                     log.warning("could not send a wake-up to the other controllers: %s", exc)

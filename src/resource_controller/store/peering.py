@@ -9,13 +9,16 @@ first line: to the caller, whatever went wrong means the link is gone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 from resource_controller.store import locks
 
 #: The LISTEN/NOTIFY channel of wake-ups.
 CHANNEL = "rc_wake"
+
+T = TypeVar("T")
 
 
 #: The controllers listening on this database: the sessions holding ``locks.PRESENT``
@@ -31,6 +34,12 @@ _PRESENT = (
 def _gone(exc: Exception) -> ConnectionError:
     text = str(exc).strip()
     return ConnectionError(text.splitlines()[0] if text else type(exc).__name__)
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    """Collect an abandoned call's end, so that nothing reports it as never retrieved."""
+    with contextlib.suppress(BaseException):
+        task.exception()
 
 
 class PeerLink:
@@ -56,6 +65,23 @@ class PeerLink:
     @property
     def closed(self) -> bool:
         return bool(self._conn.closed)
+
+    async def within(self, bound: float, call: Awaitable[T]) -> T:
+        """``call`` (a use of this link) if it ends within ``bound`` seconds; past that the
+        connection is dropped at once and ``ConnectionError`` raised.
+
+        Not ``asyncio.timeout``: psycopg answers a cancelled query by asking the server
+        to cancel it and waiting up to ten seconds more, and a leader whose check hangs
+        must step down within the bound.
+        """
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=bound)
+        if task in done:
+            return task.result()
+        self._conn.pgconn.finish()  # the socket closes: nothing waits on the server
+        task.add_done_callback(_forget)
+        task.cancel()
+        raise ConnectionError(f"no answer from the database within {bound:g} s")
 
     async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         import psycopg
