@@ -8,8 +8,14 @@ tiny scripts.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import json
 import logging
+import os
+import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -217,6 +223,36 @@ def test_run_probe_kills_the_group_after_its_timeout(tmp_path: Path) -> None:  #
     assert not got.ok and got.problem == "killed after 500ms"
     child = procs.read_stat(int(pidfile.read_text()))
     assert child is None or child.state == "Z"  # the background child went with the group
+
+
+def test_a_cancelled_probe_leaves_no_transport_to_outlive_its_loop(tmp_path: Path) -> None:
+    """A probe cancelled while a child that left its group holds a pipe open: the run
+    gives up waiting for that pipe, and its transport is closed on the way out, not left
+    to the collector after the loop has closed (which raises inside ``__del__``)."""
+    pidfile = tmp_path / "escaped.pid"
+    p = script(tmp_path, "escape", f"setsid sleep 30 & echo $! > {pidfile}; sleep 30")
+
+    async def cancelled_mid_way() -> None:
+        task = asyncio.ensure_future(probes.run_probe([str(p)], 30))
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline, "the probe never started its child"
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    dropped: list[BaseException | None] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: dropped.append(u.exc_value)
+    try:
+        run(cancelled_mid_way())
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert dropped == []
 
 
 # ---- the pass with injected probes (PROBE-001, PROBE-030..034) ----------------------

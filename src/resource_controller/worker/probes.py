@@ -59,6 +59,8 @@ NVIDIA_SMI_ARGS = (
 )
 #: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
+#: A probe's pipe reader buffers this much before it pauses the pipe (asyncio's default).
+READ_LIMIT = 65_536
 #: A failing drop-in's stderr is quoted in the log up to this many characters.
 STDERR_NOTE = 200
 #: Source names of PROBE-030 other than a drop-in's path.
@@ -248,8 +250,12 @@ async def run_probe(
     is stopped the way a cancelled job is (TERM the group, ``grace``, KILL);
     a task cancelled meanwhile kills the group on its way out.
     """
+    loop = asyncio.get_running_loop()
     try:
-        proc = await asyncio.create_subprocess_exec(
+        # ``create_subprocess_exec``, but keeping the transport: closed on the way out,
+        # whatever happened, it never outlives the event loop (its collector would warn).
+        transport, protocol = await loop.subprocess_exec(
+            lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=READ_LIMIT, loop=loop),
             *argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -258,6 +264,7 @@ async def run_probe(
         )
     except OSError as exc:
         return Run(False, problem="start: " + procs.os_error_text("fork/exec", argv[0], exc))
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
     pgid = proc.pid
     out = asyncio.ensure_future(_read_capped(proc.stdout, cap))
     err = asyncio.ensure_future(_read_capped(proc.stderr, cap))
@@ -283,6 +290,7 @@ async def run_probe(
         for task in (out, err, exited):
             if not task.done():
                 task.cancel()
+        transport.close()
     stdout, stdout_over = out.result() if out.done() and not out.cancelled() else (b"", False)
     stderr, _ = err.result() if err.done() and not err.cancelled() else (b"", False)
     code = proc.returncode
