@@ -146,6 +146,9 @@ def test_rc_up_stops_relayed_and_plain_jobs_in_bounded_time_and_says_what_it_did
     up = cluster.start_up()
     mark = cluster.tmp / "started"
     plain = cluster.popen_rc("run", "-d", cluster.dev, "--", "sh", "-c", f"touch {mark}; sleep 60")
+    # The relayed one only once the first runs: submitted together, either may take the
+    # device, and the first would then wait behind a cat that never ends.
+    wait_for(mark.exists, 20, "the first job's process to start")
     relayed = subprocess.Popen(
         [RC, "run", "-i", "-d", cluster.dev, "--", "cat"],
         env=cluster.env(),
@@ -154,7 +157,6 @@ def test_rc_up_stops_relayed_and_plain_jobs_in_bounded_time_and_says_what_it_did
         stderr=subprocess.PIPE,
     )
     cluster.procs.append(relayed)
-    wait_for(mark.exists, 20, "the first job's process to start")
     wait_for(lambda: queued_behind(cluster), 20, "the relayed job to queue behind the first")
     assert up.stdout is None  # rc up's output goes to up.log
     data = cluster.tmp / "data"
