@@ -281,8 +281,8 @@ async def run_probe(
             procs.signal_group(pgid, signal.SIGKILL)  # a background child left behind
     except BaseException:
         procs.kill_group_now(pgid)
-        # Reaped and its pipes read to their end before going on: a transport left to
-        # the collector warns when its event loop has closed meanwhile.
+        # Reaped before going on: the child watcher reports the exit to this loop, which
+        # the cancellation may be about to close.
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(asyncio.shield(asyncio.wait({out, err, exited})), 1.0)
         raise
