@@ -112,13 +112,23 @@ def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Pa
     return url
 
 
-@pytest.fixture
-def store(database: Path | str, clock: FakeClock) -> Iterator[Store]:
+def _opened(database: Path | str, clock: FakeClock) -> Iterator[Store]:
     s = Store(database, clock)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def store(database: Path | str, clock: FakeClock) -> Iterator[Store]:
+    yield from _opened(database, clock)
+
+
+@pytest.fixture
+def other_store(database: Path | str, clock: FakeClock) -> Iterator[Store]:
+    """A second store on the same database: another controller (another process)."""
+    yield from _opened(database, clock)
 
 
 class Factory:

@@ -6,13 +6,10 @@ have found an old job by its key on PostgreSQL, makes the pass run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from resource_controller.clock import FakeClock
 from resource_controller.store import sql
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
@@ -29,16 +26,6 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(sql, "watchers", [lambda text, move: seen.append(text)])
     return seen
-
-
-@pytest.fixture
-def other(database: Path | str, clock: FakeClock) -> Iterator[Store]:
-    """A second store on the same database: another controller (another process)."""
-    s = Store(database, clock)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _passed(store: Store, job_id: str, statements: list[str]) -> bool:
@@ -70,10 +57,10 @@ def test_submits_behind_a_settled_queue_run_no_pass(
 
 
 def test_another_controllers_commit_makes_the_pass_run(
-    store: Store, other: Store, make: Factory, statements: list[str]
+    store: Store, other_store: Store, make: Factory, statements: list[str]
 ) -> None:
     _settled(store, make)
-    other.enqueue(NewJob(command=["x"], submitter="bob"))
+    other_store.enqueue(NewJob(command=["x"], submitter="bob"))
     assert _passed(store, make.submit().id, statements)
     # Settled again, nothing else since: skipped.
     assert not _passed(store, make.submit().id, statements)

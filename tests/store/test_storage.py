@@ -123,9 +123,8 @@ def test_scheduling_passes_of_one_store_never_overlap(
 
 def test_scheduling_passes_of_two_stores_on_one_database_never_overlap(
     store: Store,
+    other_store: Store,
     make: Factory,
-    database: Path | str,
-    clock: FakeClock,
     backend: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -135,12 +134,8 @@ def test_scheduling_passes_of_two_stores_on_one_database_never_overlap(
     make.worker(devices=2)
     for _ in range(6):
         make.submit()
-    other = Store(database, clock)
-    try:
-        overlap = _Overlap(monkeypatch)
-        _run_together([store.run_pass, other.run_pass] * 2)
-    finally:
-        other.close()
+    overlap = _Overlap(monkeypatch)
+    _run_together([store.run_pass, other_store.run_pass] * 2)
     assert (overlap.calls, overlap.most) == (4, 1)
     assert len(store_helpers.live_leases(store)) == 2
 

@@ -4,9 +4,7 @@ writes at the same moment as the other still makes one consistent history."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
-from resource_controller.clock import FakeClock
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 from resource_controller.store.records import JobRecord
@@ -17,32 +15,27 @@ PER_STORE = 40
 
 
 def test_submits_at_once_through_two_stores_each_get_their_own_place(
-    store: Store, database: Path | str, raw: Raw, clock: FakeClock
+    store: Store, other_store: Store, raw: Raw
 ) -> None:
     store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
-    other = Store(database, clock)
     made: list[JobRecord] = []
     keyed: list[str] = []
-    try:
-        start = threading.Barrier(2)
+    start = threading.Barrier(2)
 
-        def submit(s: Store, name: str) -> None:
-            start.wait()
-            for n in range(PER_STORE):
-                made.append(s.enqueue(NewJob(command=["true"], submitter=name)))
-                # The same key through both stores: one job, whichever inserts first.
-                keyed.append(s.enqueue(NewJob(["true"], name, idempotency_key=f"k{n}")).id)
-                s.schedule()
+    def submit(s: Store, name: str) -> None:
+        start.wait()
+        for n in range(PER_STORE):
+            made.append(s.enqueue(NewJob(command=["true"], submitter=name)))
+            # The same key through both stores: one job, whichever inserts first.
+            keyed.append(s.enqueue(NewJob(["true"], name, idempotency_key=f"k{n}")).id)
+            s.schedule()
 
-        threads = [
-            threading.Thread(target=submit, args=(s, n)) for s, n in ((store, "a"), (other, "b"))
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        other.close()
+    pairs = ((store, "a"), (other_store, "b"))
+    threads = [threading.Thread(target=submit, args=pair) for pair in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
     seqs = [r["seq"] for r in raw.rows("SELECT seq FROM jobs")]
     assert len(seqs) == 2 * PER_STORE + PER_STORE and len(set(seqs)) == len(seqs)
     assert len(set(keyed)) == PER_STORE  # each key's two submits answered with one job
@@ -54,7 +47,7 @@ JOBS = 120
 
 
 def test_grants_through_one_store_and_releases_through_the_other_never_fail(
-    store: Store, database: Path | str, raw: Raw, clock: FakeClock
+    store: Store, other_store: Store, raw: Raw
 ) -> None:
     """One controller's pass grants while another's reports release: both touch the
     devices and the same submitter's held-device count, in one order on both sides, and a
@@ -62,7 +55,6 @@ def test_grants_through_one_store_and_releases_through_the_other_never_fail(
     reg = store.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(4)])
     for _ in range(JOBS):
         store.enqueue(NewJob(command=["true"], submitter="same"))
-    other = Store(database, clock)
     failures: list[BaseException] = []
     done = threading.Event()
 
@@ -78,9 +70,9 @@ def test_grants_through_one_store_and_releases_through_the_other_never_fail(
         try:
             ended = 0
             while ended < JOBS and not done.is_set():
-                handed, _ = other.take_work(reg.worker_id)
+                handed, _ = other_store.take_work(reg.worker_id)
                 for job in handed:
-                    other.report(job.id, lambda _job: None, "succeeded", 0)
+                    other_store.report(job.id, lambda _job: None, "succeeded", 0)
                     ended += 1
         except BaseException as exc:
             failures.append(exc)
@@ -95,7 +87,6 @@ def test_grants_through_one_store_and_releases_through_the_other_never_fail(
             t.join(120)
     finally:
         done.set()
-        other.close()
     assert failures == []
     states = [r["state"] for r in raw.rows("SELECT state FROM jobs")]
     assert states == ["succeeded"] * JOBS
