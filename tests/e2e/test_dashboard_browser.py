@@ -81,6 +81,14 @@ def submit(
     return job
 
 
+def end_jobs(cluster: Cluster, *jobs: Json) -> None:
+    """Kill ``jobs`` (queued ones first, as given) and whatever processes they left."""
+    for job in jobs:
+        cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
+    for job in jobs:
+        kill_job_processes(job["id"])
+
+
 def sign_in(b: Browser, url: str, token: str = "ctok", identity: str = "") -> None:
     """Open the page, pass the token gate (DASH-010) and wait for the first snapshot."""
     from selenium.webdriver.common.by import By
@@ -239,10 +247,7 @@ def test_a_hostile_command_is_shown_as_text_and_runs_nothing(
         assert b.js("return document.querySelectorAll('img').length") == 0
         assert b.js("return window.__xss === undefined") is True
     finally:
-        for j in (queued, running):
-            cluster.api("POST", f"/v1/jobs/{j['id']}/kill", {"submitter": "tester"})
-        for j in (running, queued):
-            kill_job_processes(j["id"])
+        end_jobs(cluster, queued, running)
         wait_for(
             lambda: all(
                 cluster.job(j["id"])["state"] in ("killed", "failed") for j in (running, queued)
@@ -391,9 +396,7 @@ def test_the_claim_bar_is_the_share_of_the_time_limit_used(cluster: Cluster, pag
         assert 0 < bars["box:gpu0"] <= 0.05, bars  # 1-30 s of 600
         assert bars["box:gpu1"] == 1 and bars["box:gpu2"] == 0, bars
     finally:
-        for job in (limited, unlimited):
-            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
-            kill_job_processes(job["id"])
+        end_jobs(cluster, limited, unlimited)
 
 
 def claim_bar(b: Browser, device: str) -> float:
@@ -444,9 +447,7 @@ def test_an_event_during_a_state_fetch_is_refreshed_after_it(
         queued.append(submit(cluster, "box:gpu0", ["echo", "second-behind"]))
         b.wait(lambda: "second-behind" in b.text("#work-list"), 8, "the second job listed")
     finally:
-        for job in (*queued, blocker):
-            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
-        kill_job_processes(blocker["id"])
+        end_jobs(cluster, *queued, blocker)
 
 
 #: A usage sheet with one of each block (DASH-060) and inline rule (DASH-061), and
@@ -694,8 +695,7 @@ def test_kill_controls_wait_for_an_identity_that_a_reload_forgets(
         assert b.js("return document.getElementById('identity').value") == ""
         assert kill_buttons(b, "#work-list") == []
     finally:
-        cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
-        kill_job_processes(job["id"])
+        end_jobs(cluster, job)
 
 
 def test_the_summary_sentence_counts_devices_and_waits(cluster: Cluster, page: Browser) -> None:
@@ -726,9 +726,7 @@ def test_the_summary_sentence_counts_devices_and_waits(cluster: Cluster, page: B
         queue = b.text("#queue-summary")
         assert re.fullmatch(r"1 waiting; the longest for \d+ s\.", queue), queue
     finally:
-        for job in (queued, running):
-            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
-        kill_job_processes(running["id"])
+        end_jobs(cluster, queued, running)
 
 
 def open_work(b: Browser, text: str) -> None:
@@ -770,6 +768,4 @@ def test_the_job_panel_gives_the_queue_position_and_why_it_stopped(
         assert b.text("#panel-body .pill") == "stopped"
         assert "Waiting" not in b.text("#panel-body")
     finally:
-        for job in (second, first, blocker):
-            cluster.api("POST", f"/v1/jobs/{job['id']}/kill", {"submitter": "tester"})
-        kill_job_processes(blocker["id"])
+        end_jobs(cluster, second, first, blocker)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from worker_helpers import FAST, run
 
-from resource_controller.clock import FakeClock, SystemClock
+from resource_controller.clock import Clock, FakeClock, SystemClock
 from resource_controller.worker import config as wc
 from resource_controller.worker import hooks
 from resource_controller.worker.timings import Timings
@@ -245,14 +245,13 @@ def test_hook_hanging_past_its_timeout_is_killed(tmp_path: Path) -> None:  # HOO
     )
 
 
-def test_a_timed_out_hooks_error_log_names_its_exit_code(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:  # HOOK-004
-    acquire = script(tmp_path / "acq", "echo waiting; exec sleep 30")
-    config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire, timeout=0.3))
+def _failed_acquire_logged(
+    config: wc.WorkerConfig, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> logging.LogRecord:
+    """Run gpu0's acquire hook, which must fail; the one record it logged, at error."""
 
     async def go() -> None:
-        h = hooks.Hooks(config, clock=SystemClock(), timings=T)
+        h = hooks.Hooks(config, clock=clock, timings=T)
         with caplog.at_level(logging.ERROR, logger="resource_controller.worker.hooks"):
             assert isinstance(
                 await h.acquire("box:gpu0", "j", "", asyncio.Event()), hooks.AcquireFailed
@@ -261,6 +260,15 @@ def test_a_timed_out_hooks_error_log_names_its_exit_code(
     run(go())
     (record,) = caplog.records
     assert record.levelno == logging.ERROR
+    return record
+
+
+def test_a_timed_out_hooks_error_log_names_its_exit_code(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # HOOK-004
+    acquire = script(tmp_path / "acq", "echo waiting; exec sleep 30")
+    config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire, timeout=0.3))
+    record = _failed_acquire_logged(config, SystemClock(), caplog)
     assert record.getMessage() == (
         f"device box:gpu0: acquire hook failed: hook {acquire}: max_runtime exceeded (300ms); "
         "exit code 143; output: 'waiting\\n'"
@@ -272,16 +280,7 @@ def test_a_hook_that_exited_0_leaving_stragglers_logs_exit_code_0(
 ) -> None:  # HOOK-004
     acquire = script(tmp_path / "acq", "sleep 30 >/dev/null 2>&1 &\nexit 0")
     config = make(tmp_path, wc.DeviceConfig(name="gpu0", on_acquire=acquire))
-
-    async def go() -> None:
-        h = hooks.Hooks(config, clock=FakeClock(), timings=T)
-        with caplog.at_level(logging.ERROR, logger="resource_controller.worker.hooks"):
-            assert isinstance(
-                await h.acquire("box:gpu0", "j", "", asyncio.Event()), hooks.AcquireFailed
-            )
-
-    run(go())
-    (record,) = caplog.records
+    record = _failed_acquire_logged(config, FakeClock(), caplog)
     assert "stragglers reaped after exit; exit code 0;" in record.getMessage()
 
 

@@ -192,6 +192,16 @@ def test_payload_without_host_facts_has_no_empty_key() -> None:  # PROBE-040
 # ---- one probe process (PROBE-003, PROBE-011, PROBE-021, PROBE-022) ----------------
 
 
+def one_dropin(tmp: Path, name: str, answer: Run) -> tuple[Path, FakeProbes]:
+    """``probe.d`` holding the one drop-in ``name``, and fake probes answering it so."""
+    d = tmp / "probe.d"
+    d.mkdir()
+    path = script(d, name, "true")
+    fake = FakeProbes()
+    fake.answers[str(path)] = answer
+    return path, fake
+
+
 def script(directory: Path, name: str, body: str, mode: int = 0o755) -> Path:
     path = directory / name
     path.write_text("#!/bin/sh\n" + body + "\n")
@@ -354,12 +364,8 @@ def test_sources_run_in_order_later_ones_overwrite(tmp_path: Path) -> None:  # P
 
 @pytest.mark.usefixtures("no_builtins")
 def test_a_failing_dropin_keeps_the_devices_it_named(tmp_path: Path) -> None:  # PROBE-030/031
-    d = tmp_path / "probe.d"
-    d.mkdir()
-    script(d, "10-gpu", "true")
-    fake = FakeProbes()
-    source = str(d / "10-gpu")
-    fake.answers[source] = ok({"gpu0.model": "H100"})
+    path, fake = one_dropin(tmp_path, "10-gpu", ok({"gpu0.model": "H100"}))
+    source = str(path)
     p = prober(tmp_path, fake)
     assert labels(p) == {"": {"cpus": "8"}, "gpu0": {"model": "H100"}, "gpu1": {}}
     for broken in (Run(False, problem="exit status 1"), Run(True, b"garbage"), ok([1])):
@@ -368,7 +374,7 @@ def test_a_failing_dropin_keeps_the_devices_it_named(tmp_path: Path) -> None:  #
         assert p.sources.named[source] == {"gpu0"}  # carried forward unchanged
     fake.answers[source] = ok({})
     assert labels(p) == {"": {"cpus": "8"}, "gpu0": {}, "gpu1": {}}  # success: clears
-    (d / "10-gpu").unlink()
+    path.unlink()
     labels(p)
     assert source not in p.sources.named  # forgotten once gone
 
@@ -377,12 +383,10 @@ def test_a_failing_dropin_keeps_the_devices_it_named(tmp_path: Path) -> None:  #
 def test_a_dropin_that_never_named_a_device_warns_once_per_episode(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:  # PROBE-031
-    d = tmp_path / "probe.d"
-    d.mkdir()
-    script(d, "10-x", "true")
-    source = str(d / "10-x")
-    fake = FakeProbes()
-    fake.answers[source] = Run(False, problem="exit status 2", stderr=b"E" * 500)
+    path, fake = one_dropin(
+        tmp_path, "10-x", Run(False, problem="exit status 2", stderr=b"E" * 500)
+    )
+    source = str(path)
     p = prober(tmp_path, fake)
 
     def cleared_warnings() -> int:
@@ -405,12 +409,8 @@ def test_a_dropin_that_never_named_a_device_warns_once_per_episode(
 def test_an_omitted_device_is_warned_once_per_episode(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:  # PROBE-041
-    d = tmp_path / "probe.d"
-    d.mkdir()
-    script(d, "10-gpu", "true")
-    source = str(d / "10-gpu")
-    fake = FakeProbes()
-    fake.answers[source] = ok({"gpu0.model": "H100"})
+    path, fake = one_dropin(tmp_path, "10-gpu", ok({"gpu0.model": "H100"}))
+    source = str(path)
     p = prober(tmp_path, fake)
     broken = Run(False, problem="exit status 1")
 
@@ -435,33 +435,26 @@ def test_an_omitted_device_is_warned_once_per_episode(
 
 @pytest.mark.usefixtures("no_builtins")
 def test_a_dangling_symlink_is_a_failure_of_that_source(tmp_path: Path) -> None:  # PROBE-020
-    d = tmp_path / "probe.d"
-    d.mkdir()
-    script(d, "10-gpu", "true")
-    fake = FakeProbes()
-    source = str(d / "10-gpu")
-    fake.answers[source] = ok({"gpu1.rack": "r1"})
+    path, fake = one_dropin(tmp_path, "10-gpu", ok({"gpu1.rack": "r1"}))
+    source = str(path)
     p = prober(tmp_path, fake)
     labels(p)
-    (d / "10-gpu").unlink()
-    (d / "10-gpu").symlink_to(tmp_path / "gone")
+    path.unlink()
+    path.symlink_to(tmp_path / "gone")
     assert labels(p) == {"": {"cpus": "8"}, "gpu0": {}}
     assert p.sources.named[source] == {"gpu1"}
 
 
 @pytest.mark.usefixtures("no_builtins")
 def test_probe_dir_missing_or_unlistable(tmp_path: Path) -> None:  # PROBE-033
-    d = tmp_path / "probe.d"
-    d.mkdir()
-    script(d, "10-gpu", "true")
-    source = str(d / "10-gpu")
-    fake = FakeProbes()
-    fake.answers[source] = ok({"gpu1.rack": "r1"})
+    path, fake = one_dropin(tmp_path, "10-gpu", ok({"gpu1.rack": "r1"}))
+    source = str(path)
     fake.answers[NVIDIA_PATH] = Run(True, b"A, 1, 1, 1\n")
     p = prober(tmp_path, fake, nvidia=[True])
     labels(p)
     # Not a directory any more: every remembered drop-in failed; nvidia-smi is fine.
-    (d / "10-gpu").unlink()
+    path.unlink()
+    d = path.parent
     d.rmdir()
     d.write_text("")
     got = labels(p)
