@@ -3,19 +3,13 @@ submitter limit (EXT-SHARE-1, EXT-SHARE-2), against a live controller and a fake
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from cli.conftest import Rc, Spawn
 from cli.test_live import occupy, wait_state
-from cli.test_waiting import wait_for_queue
 from client.live import CLIENT, FakeWorker, LiveController, run_for_real
 from resource_controller.client import api
 from resource_controller.core.share import SubmitterLimits
@@ -68,29 +62,17 @@ def test_run_after_an_unknown_job_is_refused(
 
 
 def test_ctrl_c_while_waiting_for_a_job_cancels(
-    run_rc: Rc, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
+    spawn_rc: Spawn, env: dict[str, str], worker: FakeWorker, client: api.JsonClient
 ) -> None:
     """A job waiting for others is queued like any other (CLI-109)."""
     blocker = occupy(client, worker, "box:gpu0")
-    rc = str(Path(sys.executable).parent / "rc")
-    proc = subprocess.Popen(
-        [rc, "run", "--after", blocker, "--", "true"],
-        env={**os.environ, **env},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_queue(client)
-        waiting = [j for j in client.state()["queued"] if j.get("after") == [blocker]]
-        assert len(waiting) == 1
-        time.sleep(0.3)  # rc is in its queue wait
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    assert proc.returncode == 130, err
+    background = spawn_rc("run", "--after", blocker, "--", "true", env=env)
+    background.said("queued at position")  # rc is in its queue wait
+    waiting = [j for j in client.state()["queued"] if j.get("after") == [blocker]]
+    assert len(waiting) == 1
+    background.proc.send_signal(signal.SIGINT)
+    result = background.result(15)
+    assert result.exit_code == 130, result.stderr
     assert client.get_job(waiting[0]["id"]).job["state"] == "killed"
     assert client.get_job(blocker).job["state"] == "running"
 

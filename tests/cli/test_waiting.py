@@ -71,13 +71,6 @@ def test_run_prints_the_holder_then_again_when_the_blocker_changes(
     assert result.stdout == "mine\n"
 
 
-def wait_for_queue(client: api.JsonClient) -> None:
-    deadline = time.monotonic() + 10
-    while not client.state()["queued"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 def test_hold_queued_behind_a_hold_names_its_holder_reason_and_end(
     run_rc: Rc,
     spawn_rc: Spawn,
