@@ -59,7 +59,8 @@ def test_sql_order_paging_and_positions_follow_the_key(
         j.id for j in sorted(queued, key=lambda j: queue_key(j.snap()))
     ]
     monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
-    assert [r[0] for r in passes.QueueWalk(store._tx)] == [j.id for j in queued]
+    with store._tx() as c:
+        assert [r[0] for r in passes.QueueWalk(c)] == [j.id for j in queued]
     snaps = [j.snap() for j in queued]
     for j in queued:
         assert store_helpers.job_with_position(store, j.id)[1] == queue_position(j.snap(), snaps)
@@ -108,8 +109,9 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
         queued = store.queued_jobs()
         assert [j.id for j in queued] == [j.id for j in sorted(queued, key=lambda j: key(j.snap()))]
         monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
-        walked = passes.QueueWalk(store._tx, now, aging)
-        assert [r[0] for r in walked] == [j.id for j in queued]
+        with store._tx() as c:
+            walked = [r[0] for r in passes.QueueWalk(c, now, aging)]
+        assert walked == [j.id for j in queued]
         snaps = [j.snap() for j in queued]
         for j in queued:
             assert store_helpers.job_with_position(store, j.id)[1] == queue_position(

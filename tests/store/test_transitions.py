@@ -19,6 +19,7 @@ import pytest
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.selectors import SelectorError
+from resource_controller.core.share import SubmitterLimits
 from resource_controller.store import jobs, leases, passes, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
@@ -1211,11 +1212,12 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
         now: int,
         job: JobRecord,
         device: DeviceRecord,
+        limits: SubmitterLimits,
     ) -> str:
-        if job.id == first.id:  # the cancel commits after the snapshot, before its turn
+        if job.id == first.id:  # the cancel lands after the pass read the queue
             with transaction() as tx:
                 assert jobs.cancel_queued(tx, now, job.id, "killed by alice")
-        return real_try(transaction, now, job, device)
+        return real_try(transaction, now, job, device, limits)
 
     monkeypatch.setattr(leases, "try_assign", cancel_first_then_assign)
     assert store.schedule() == [Assigned(second.id, wid())]

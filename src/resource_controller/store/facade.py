@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from resource_controller import crashpoints, errors
@@ -52,6 +52,9 @@ from resource_controller.store.records import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Work a report's commit handed out, by worker: (jobs now ``running``, kills).
+Handed = dict[str, tuple[list[JobRecord], list[str]]]
 
 
 class Store:
@@ -139,21 +142,36 @@ class Store:
             try:
                 db.begin()
                 try:
-                    yield db
-                    crashpoints.hit(point, ".before_commit")
-                    db.commit()
+                    with self._undone(db):
+                        yield db
+                        crashpoints.hit(point, ".before_commit")
+                        db.commit()
                 except BaseException:
-                    if db.broken:  # the transaction went with the connection
-                        self._fleet.forget()
-                        raise
-                    db.rollback()
-                    self._fleet.after_rollback(db)
+                    if not db.broken:  # else the transaction went with the connection
+                        db.rollback()
                     raise
                 crashpoints.hit(point, ".after_commit")
             except errors.RcError:
                 raise
             except db.errors as exc:
                 raise self._failed(exc) from exc
+
+    @contextmanager
+    def _undone(self, db: sql.Db, savepoint: str = "") -> Iterator[None]:
+        """A transaction, or with ``savepoint`` a part of one: if it fails, what the
+        caches took from it is dropped (it may never have been committed)."""
+        seen = self._fleet.seen
+        try:
+            if savepoint:
+                with db.savepoint(savepoint):
+                    yield
+            else:
+                yield
+        except BaseException:
+            self._fleet.rolled_back(seen)
+            self._reserved.forget()
+            self._settled.forget()
+            raise
 
     @contextmanager
     def _read(self) -> Iterator[sql.Db]:
@@ -192,47 +210,38 @@ class Store:
 
     @races.again
     def run_pass(self) -> PassResult:
-        """One scheduling pass, serialised against everything else: first the
-        ends of jobs others wait for, then the placements."""
-        with self._lock, self._usable().exclusive(locks.SCHEDULING_PASS):
-            ended, self._ended = self._ended, []
-            try:
-                with self._read() as db:
-                    pending = after.noted(db)
-                if pending:
-                    with self._tx() as tx:
-                        ended += after.settle(tx, self.now())
-                assigned = self._placements(self._tx, self._read)
-            except BaseException:
-                # Still to be said by the pass that runs next (this one again, when it
-                # lost a race): what the settle committed stays committed.
-                self._ended = ended + self._ended
-                raise
-            return PassResult(assigned, ended)
+        """One scheduling pass, serialised against every other (``locks.SCHEDULING_PASS``,
+        held to its commit): first the ends of jobs others wait for, then the placements,
+        all in one transaction."""
+        with self._lock:
+            with self._tx() as c:
+                c.exclusive_until_commit(locks.SCHEDULING_PASS)
+                ended = after.settle(c, self.now()) if after.noted(c) else []
+                assigned, end = self._placements(c)
+            return self._passed(assigned, end, ended)
 
-    def _placements(
-        self,
-        transaction: Callable[[], AbstractContextManager[sql.Db]],
-        read: Callable[[], AbstractContextManager[sql.Db]],
-        write: Callable[[], AbstractContextManager[sql.Db]] | None = None,
-    ) -> list[Assigned]:
-        """The placing part of a pass, each placement in a ``transaction()`` of its own,
-        the reservation rows written in ``write()`` (default ``transaction()``)."""
+    def _placements(self, c: sql.Db) -> tuple[list[Assigned], passes.PassEnd]:
+        """The placing part of a pass in the open transaction ``c``, each placement a
+        savepoint of it."""
         end = passes.PassEnd()
         assigned = passes.schedule_pass(
-            self.now(),
-            transaction,
-            self.aging,
-            read,
-            end,
-            self._fleet,
-            self._reserved,
-            self.limits,
-            write,
+            c, self.now(), self.aging, end, self._fleet, self._reserved, self.limits
         )
+        return assigned, end
+
+    def _passed(
+        self,
+        assigned: list[Assigned],
+        end: passes.PassEnd,
+        ended: list[str],
+        handed: Handed | None = None,
+    ) -> PassResult:
+        """A pass committed: note whether it left the queue settled, and what it did."""
+        if assigned:
+            crashpoints.hit("grant", ".after_commit")
         quiet = self.aging <= 0 and end.saturated and not assigned
         self._settled.passed(self._db, self._gen, end, quiet)
-        return assigned
+        return PassResult(assigned, self._take_ended() + ended, handed or {})
 
     def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue, skipped when it cannot change
@@ -372,48 +381,31 @@ class Store:
         if state == JobState.RUNNING:
             return self.report(job_id, check, state, exit_code, reason, gpu), None
         with self._lock:
-            try:
-                with self._tx("finish") as c:
-                    c.exclusive_until_commit(locks.SCHEDULING_PASS)
-                    job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
-                    if not job.device_id:
-                        self._ended += ended
-                        return job, None
+            with self._tx("finish") as c:
+                c.exclusive_until_commit(locks.SCHEDULING_PASS)
+                job, ended = self._report_in(c, job_id, check, state, exit_code, reason, gpu)
+                placed: tuple[list[Assigned], passes.PassEnd, Handed] | None = None
+                if job.device_id:
                     try:
-                        with c.savepoint("pass"):
-                            assigned = self._placements(
-                                lambda: c.savepoint("placement"), self._within(c), self._within(c)
-                            )
-                            handed = self._hand_out(c, assigned, hand_out)
+                        with self._undone(c, savepoint="pass"):
+                            assigned, end = self._placements(c)
+                            placed = assigned, end, self._hand_out(c, assigned, hand_out)
                     except Exception:
                         log.exception("scheduling pass after the report of job %s failed", job_id)
-                        self._fleet.after_rollback(c)
-                        self._forget_pass()
-                        self._ended += ended
-                        return job, None
-            except BaseException:
-                self._forget_pass()  # what the pass kept was never committed
-                raise
-            return job, PassResult(assigned, self._take_ended() + ended, handed)
-
-    @staticmethod
-    def _within(c: sql.Db) -> Callable[[], AbstractContextManager[sql.Db]]:
-        """Reads and writes in the open transaction ``c``, as the pass asks for them."""
-        return lambda: nullcontext(c)
+            if placed is None:
+                self._ended += ended
+                return job, None
+            return job, self._passed(*placed[:2], ended, placed[2])
 
     def _hand_out(
         self, c: sql.Db, assigned: list[Assigned], hand_out: Callable[[str], bool] | None
-    ) -> dict[str, tuple[list[JobRecord], list[str]]]:
+    ) -> Handed:
         """The hand-out of each worker placed on whose waiting poll ``hand_out`` claims."""
         if hand_out is None:
             return {}
         workers = dict.fromkeys(a.worker_id for a in assigned)
         now = self.now()
         return {w: jobs.take_work(c, now, w) for w in workers if hand_out(w)}
-
-    def _forget_pass(self) -> None:
-        self._settled.forget()
-        self._reserved.forget()
 
     def _take_ended(self) -> list[str]:
         ended, self._ended = self._ended, []

@@ -11,10 +11,9 @@ device, and a heartbeat that only stamps ``last_heartbeat_at`` costs nothing.
 ``read`` is the pass's: its records' ``last_heartbeat_at`` may be stale (the rules do
 not read it; ``leases.assign`` reads ID, worker and runtime ceiling). ``current`` is
 the views': it reads the heartbeat stamps alone and brings every record up to date.
-Staleness cannot hand out a device twice in any case: each assignment re-checks the
-device inside its transaction and the unique index referees the lease.
 A transaction that rolled back may have been read here: the store calls
-``after_rollback``.
+``rolled_back``. None of this can make a wrong grant: ``leases.assign`` re-checks every
+condition of a grant against the rows; a stale view only costs an attempt.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from resource_controller.store.records import DeviceRecord, LabelRecord
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
 _NEWEST = "SELECT max(version) FROM device_changes"
-_COUNTER = "SELECT value FROM counters WHERE name = 'fleet_version'"
 _HEARTBEATS = "SELECT id, last_heartbeat_at FROM devices"
 _LABEL_ROWS = "SELECT device_id, key, value, source, updated_at FROM device_labels"
 _LABEL_ORDER = " ORDER BY device_id, key, source"
@@ -75,18 +73,20 @@ class FleetSnapshot:
         self._index = FleetIndex([])
 
     def forget(self) -> None:
-        """Reread everything next time (after a rollback: what was read may never have been)."""
+        """Reread everything next time."""
         self._version = -1
 
-    def after_rollback(self, db: queries.Conn) -> None:
-        """Forget what a rolled-back transaction showed this snapshot, if it showed any:
-        its notes carried versions above the counter's committed value."""
-        try:
-            row = db.execute(_COUNTER).fetchone()
-        except db.errors:
-            self.forget()
-            return
-        if self._version > (row[0] if row else 0):
+    @property
+    def seen(self) -> int:
+        """How far this view has read the change notes; a transaction notes it first."""
+        return self._version
+
+    def rolled_back(self, seen: int) -> None:
+        """A transaction (or a part of one) that began when the view had ``seen`` this far
+        rolled back: if the view read on meanwhile, it may hold what was never committed
+        (the change notes it read carried numbers that the next commit, perhaps another
+        controller's, takes again), so it is read afresh."""
+        if self._version != seen:
             self.forget()
 
     def read(self, conn: queries.Conn) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:

@@ -1,14 +1,16 @@
 """Leases: the unit of exclusivity, and the scheduling pass that grants them.
 
-A device changes hands only here, in ``assign``: one transaction that checks the
-device is ``ready`` and the job still ``queued``, flips both, and inserts the lease.
-A device that shares its GPU with another of its host (``gpu0`` and ``gpu0.mig1``) is not flipped while that one holds a live lease, so the whole GPU and its
-MIG instances are never leased at once, whatever any worker reports.
-The partial unique index ``leases_one_live_per_device`` refuses a second live lease
-even if every check above it were wrong; its violation surfaces as
+A device changes hands only here, in ``assign``: one transaction whose conditional
+updates re-check, against committed rows, every condition a grant depends on: each
+device ``ready`` (not held, not out of the pool), not draining, not in MIG conflict, not
+sharing its GPU with a device of its host that holds a live lease (``gpu0`` and
+``gpu0.mig1``); the job still ``queued``, waiting for no other job, its submitter under
+its limit. What the pass read before (its view of the fleet, the queue page) only
+chooses what to try. The partial unique index ``leases_one_live_per_device`` refuses a
+second live lease even if every check above it were wrong; its violation surfaces as
 ``LiveLeaseConflict``, never as a silent skip. Every lease carries an epoch from a
-counter that never goes back, so a fencing token is never reused even
-after retire deletes lease rows.
+counter that never goes back, so a fencing token is never reused even after retire
+deletes lease rows.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from resource_controller import crashpoints, errors
-from resource_controller.core import mig, scheduling
+from resource_controller.core import mig, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.core.transitions import DEVICE, JOB, Op
@@ -113,6 +115,21 @@ _OVERLAP_HELD = (
     " AND EXISTS (SELECT 1 FROM leases l WHERE l.device_id = s.id AND l.released_at IS NULL))"
 )
 
+#: The devices a grant may flip: ``ready`` (the move's own condition), and neither
+#: draining, nor labelled in MIG conflict, nor sharing a GPU with a held device.
+_GRANTABLE = (
+    " AND draining = 0"
+    # The effective label: a detected value overlays a declared one (``fleet.effective``).
+    " AND coalesce((SELECT c.value FROM device_labels c WHERE c.device_id = devices.id"
+    f" AND c.key = '{mig.CONFLICT}' ORDER BY c.source DESC LIMIT 1), '') = ''"
+    " AND NOT " + _OVERLAP_HELD
+)
+
+#: The job a grant may move: ``queued`` (the move's own condition) and waiting for no
+#: other job; with a submitter limit, the devices its name holds leave room for it.
+_PLACEABLE = "id = ? AND after_open = 0"
+_UNDER_LIMIT = " AND coalesce((SELECT devices FROM share_held WHERE share_name = ?), 0) + ? <= ?"
+
 
 class _NotQueued(Exception):
     """Rolls back an assignment whose job left the queue after its device was flipped."""
@@ -123,14 +140,19 @@ class _NotReady(Exception):
 
 
 def assign(
-    conn: queries.Conn, now: int, job: JobRecord, devices: DeviceRecord | Sequence[DeviceRecord]
+    conn: queries.Conn,
+    now: int,
+    job: JobRecord,
+    devices: DeviceRecord | Sequence[DeviceRecord],
+    limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> Placement:
     """Give ``devices`` to queued ``job``; how that went.
 
-    ``job`` and the devices come from the pass's snapshot. The conditional updates
-    re-check both inside this transaction, devices first, so a stale
-    snapshot can never hand out a device that is not ``ready``; the unique index
-    still referees each lease insert. Several devices are all or nothing: every one
+    ``job`` and the devices come from the pass's view. The conditional updates
+    re-check both inside this transaction, devices first (``_GRANTABLE``, then
+    ``_PLACEABLE`` under ``limits``), so a stale view can never hand out a device
+    it should not; the unique index still referees each lease insert. A job refused
+    is ``GONE`` for this pass. Several devices are all or nothing: every one
     flips and gets its lease in this one transaction, or the transaction rolls back.
     Their leases are granted in ascending ID order, so their epochs are consecutive
     and the job's ``lease_epoch`` (the largest) is the last device's.
@@ -144,7 +166,7 @@ def assign(
         db,
         DEVICE,
         Op.ASSIGN,
-        queries.id_in(len(ids)) + " AND NOT " + _OVERLAP_HELD,
+        queries.id_in(len(ids)) + _GRANTABLE,
         ids,
         state=DeviceState.BUSY,
     )
@@ -155,12 +177,17 @@ def assign(
     runtime = scheduling.gang_runtime(
         job.max_runtime_seconds, (d.max_runtime_seconds for d in group)
     )
+    where, params = _PLACEABLE, list[object]([job.id])
+    limit = limits.of(job.share)
+    if limit is not None:
+        where += _UNDER_LIMIT
+        params += [job.share, len(ids), limit]
     moved = moves.move(
         db,
         JOB,
         Op.ASSIGN,
-        "id = ?",
-        (job.id,),
+        where,
+        params,
         state=JobState.ASSIGNED,
         device_id=ids[0],
         device_ids=join_ids(ids) if len(ids) > 1 else "",
@@ -181,11 +208,12 @@ def try_assign(
     now: int,
     job: JobRecord,
     devices: DeviceRecord | Sequence[DeviceRecord],
+    limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> Placement:
     """``assign`` in a transaction of its own, rolled back whole unless it placed."""
     try:
         with transaction() as tx:
-            return assign(tx, now, job, devices)
+            return assign(tx, now, job, devices, limits)
     except _NotQueued:
         return Placement.GONE
     except _NotReady:

@@ -1,5 +1,6 @@
 """The scheduling pass on the database: ``core.passloop.run_pass`` over the queue as
-the store reads it, each placement one assignment transaction (``leases.assign``).
+the store reads it, in one transaction that holds the pass lock, each placement a
+savepoint of it (``leases.assign``).
 
 The rules decide (``core.scheduling``); this module only reads what they need, a page
 of the queue at a time, and applies what they decide. A pass usually stops early (every
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from resource_controller import crashpoints, errors
+from resource_controller import errors
 from resource_controller.core import passloop, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.scheduling import JobSnap
@@ -26,8 +26,6 @@ from resource_controller.store.records import Assigned, DeviceRecord, JobRecord,
 from resource_controller.store.reserved import KeptReservations
 
 log = logging.getLogger(__name__)
-
-Read = Callable[[], AbstractContextManager[Any]]
 
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
 QUEUE_PAGE = 32  #: the second page; most passes stop within it
@@ -57,13 +55,13 @@ class QueueWalk:
 
     def __init__(
         self,
-        read: Read,
+        db: sql.Db,
         now: int = 0,
         aging: int = 0,
         skip: Sequence[str] = (),
         known: Iterable[str] = (),
     ) -> None:
-        self._read = read
+        self._db = db
         self._now, self._aging = now, aging
         #: Share names whose jobs are not read: each is at its limit.
         self._skip = skip
@@ -81,10 +79,9 @@ class QueueWalk:
         after: tuple[int, int, int] | None = None
         size, narrow = FIRST_PAGE, False
         while True:
-            with self._read() as tx:
-                page = queries.queue_page(
-                    tx, after, size, narrow, self._now, self._aging, self._skip
-                )
+            page = queries.queue_page(
+                self._db, after, size, narrow, self._now, self._aging, self._skip
+            )
             self._page, self._read_to, self._rows = page, 0, {}
             for at, row in enumerate(page):
                 self._at, self.last = at, row  # where ``scheduling_row`` reads on from
@@ -110,8 +107,7 @@ class QueueWalk:
             return None
 
     def pinned_elsewhere(self) -> list[JobSnap]:
-        with self._read() as tx:
-            rows = queries.pinned_elsewhere(tx, list(self._known), self._now, self._aging)
+        rows = queries.pinned_elsewhere(self._db, list(self._known), self._now, self._aging)
         return [job.snap() for job in map(_decode_raw, rows) if job]
 
     def scheduling_row(self, row: Any) -> Any:
@@ -128,8 +124,7 @@ class QueueWalk:
                         ids.append(page[end][0])
                     end += 1
                 self._read_to = end
-            with self._read() as tx:
-                self._rows.update((r[0], r) for r in queries.queue_rows(tx, ids))
+            self._rows.update((r[0], r) for r in queries.queue_rows(self._db, ids))
             found = self._rows.get(job_id)
         return found
 
@@ -137,8 +132,7 @@ class QueueWalk:
         """(priority, queued_at, seq) of a row the walk yielded."""
         if len(row) > queries.WALK_WIDTH:
             return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
-        with self._read() as tx:
-            return queries.queue_key_of(tx, row[0])
+        return queries.queue_key_of(self._db, row[0])
 
 
 _I_SHARE = queries.QUEUE_COLS.index(queries.SHARE)
@@ -201,18 +195,18 @@ def _row_fault(exc: Exception) -> bool:
 
 
 class _Placer:
-    """Places a job as the rules chose: one assignment transaction per choice tried. The
-    whole record (command and environment, most of a row's bytes) is read only here, so
-    a walk over 10,000 waiting jobs decodes none of them."""
+    """Places a job as the rules chose: one savepoint per choice tried. The whole record
+    (command and environment, most of a row's bytes) is read only here, so a walk over
+    10,000 waiting jobs decodes none of them."""
 
     def __init__(
         self,
-        transaction: Read,
-        read: Read,
+        db: sql.Db,
         now: int,
         by_id: dict[str, DeviceRecord],
+        limits: share.SubmitterLimits,
     ) -> None:
-        self._transaction, self._read, self._now, self._by_id = transaction, read, now, by_id
+        self._db, self._now, self._by_id, self._limits = db, now, by_id, limits
         self._record: JobRecord | None = None
         self.assigned: list[Assigned] = []
 
@@ -230,14 +224,14 @@ class _Placer:
     def _place(self, job: JobSnap, choice: tuple[str, ...]) -> Placement:
         record = self._record
         if record is None or record.id != job.id:
-            with self._read() as tx:
-                record = self._record = queries.job(tx, job.id)
-        # Choices are ready devices from the snapshot: nothing readies a device while
-        # the pass holds the lock, and the assignment re-checks inside its transaction.
+            record = self._record = queries.job(self._db, job.id)
+        # Choices are devices the pass's view holds ready; the assignment re-checks
+        # every condition of the grant against the rows.
         group = [self._by_id[d] for d in choice]
-        placement = leases.try_assign(self._transaction, self._now, record, group)
+        placement = leases.try_assign(
+            lambda: self._db.savepoint("placement"), self._now, record, group, self._limits
+        )
         if placement is Placement.PLACED:
-            crashpoints.hit("grant", ".after_commit")
             self.assigned.append(Assigned(job.id, group[0].worker_id))
         return placement
 
@@ -256,52 +250,43 @@ class PassEnd:
 
 
 def schedule_pass(
+    db: sql.Db,
     now: int,
-    transaction: Read,
     aging: int = 0,
-    read: Read | None = None,
     end: PassEnd | None = None,
     fleet: FleetSnapshot | None = None,
     kept: KeptReservations | None = None,
     limits: share.SubmitterLimits = share.NO_LIMITS,
-    write: Read | None = None,
 ) -> list[Assigned]:
-    """One scheduling pass: FIFO by priority, reservations for the blocked.
+    """One scheduling pass in the open transaction ``db``: FIFO by priority,
+    reservations for the blocked.
 
-    ``aging`` > 0 orders by effective priority at ``now`` instead.
-    ``limits`` are the submitter limits: the devices each share name holds
-    are read when any applies. Runs with the store lock held throughout, so nothing of
-    this process interleaves; each assignment is its own transaction
-    (``transaction()``), and the reservation rows are rewritten once at the end, only
-    when they changed. ``read`` (default ``transaction``) serves the reads. ``end``,
-    when given, is filled in with how the walk ended. ``fleet`` is the store's snapshot
-    of the devices, brought up to date here (``store/fleet.py``); ``kept`` is the
-    store's copy of the reservation rows (``store/reserved.py``). ``write`` (default
-    ``transaction``) is where they are written: a pass already inside a transaction of
-    its own needs no savepoint round trips for them.
+    The caller holds the pass lock (``locks.SCHEDULING_PASS``) for the transaction.
+    ``aging`` > 0 orders by effective priority at ``now`` instead. ``limits`` are the
+    submitter limits: the devices each share name holds are read when any applies. Each
+    assignment is a savepoint, and the reservation rows are rewritten once at the end,
+    only when they changed. ``end``, when given, is filled in with how the walk ended.
+    ``fleet`` is the store's view of the devices, brought up to date here
+    (``store/fleet.py``); ``kept`` is the store's copy of the reservation rows
+    (``store/reserved.py``).
     """
-    read = read or transaction
-    write = write or transaction
     fleet = fleet or FleetSnapshot()
     kept = kept or KeptReservations()
-    with read() as tx:
-        waiting = queries.any_queued(tx)
-        old_reservations = kept.read(tx)
-        if waiting:
-            by_id, index = fleet.index(tx)
-            held = held_by_share(tx) if limits.on else {}
-    if not waiting:
+    old_reservations = kept.read(db)
+    if not queries.any_queued(db):
         # Nothing waits, so nothing is placed and no reservation stands;
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
-            _rewrite(write, kept, now, old_reservations, {})
+            _rewrite(db, kept, now, old_reservations, {})
         return []
+    by_id, index = fleet.index(db)
+    held = held_by_share(db) if limits.on else {}
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.
     skip = share.at_limit(limits, held) if limits.on else ()
-    walk = QueueWalk(read, now, aging, skip, by_id)
+    walk = QueueWalk(db, now, aging, skip, by_id)
     planner = scheduling.Planner(index, limits, held)
-    placer = _Placer(transaction, read, now, by_id)
+    placer = _Placer(db, now, by_id, limits)
     plan = passloop.run_pass(walk, planner, placer)
     for job_id in plan.unparsable:
         log.error("queued job %s has a selector that no longer parses", job_id)
@@ -317,7 +302,7 @@ def schedule_pass(
         {d: j for d, j in old_reservations.items() if d not in taken} if taken else old_reservations
     )
     if plan.reservations != current:
-        _rewrite(write, kept, now, current, plan.reservations)
+        _rewrite(db, kept, now, current, plan.reservations)
     return placer.assigned
 
 
@@ -331,13 +316,11 @@ _HELD = "SELECT share_name, devices FROM share_held WHERE devices > 0"
 
 
 def _rewrite(
-    transaction: Read, kept: KeptReservations, now: int, old: dict[str, str], rows: dict[str, str]
+    db: sql.Db, kept: KeptReservations, now: int, old: dict[str, str], rows: dict[str, str]
 ) -> None:
     """Turn the reservation rows ``old`` into ``rows`` (device -> job), writing only what
-    differs, and keep them."""
-    kept.forget()  # until the write commits
+    differs, and keep them (the store forgets them if the transaction rolls back)."""
     gone = [d for d in old if d not in rows]
     changed = sorted((j, d) for d, j in rows.items() if old.get(d) != j)
-    with transaction() as tx:
-        queries.update_reservations(tx, now, gone, changed)
-    kept.wrote(tx, dict(rows))
+    queries.update_reservations(db, now, gone, changed)
+    kept.wrote(db, dict(rows))

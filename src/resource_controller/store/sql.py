@@ -18,7 +18,7 @@ import functools
 import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 #: A row as the driver returns it: a tuple, read by position.
@@ -102,24 +102,11 @@ class Db:
             return bool(self.driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
         return bool(self.driver.in_transaction)
 
-    @contextmanager
-    def exclusive(self, key: int) -> Iterator[None]:
-        """One holder of ``key`` at a time among every connection to the database: a
-        PostgreSQL session advisory lock, for what several controllers must not do at
-        once. On SQLite one process owns the file and its store lock is enough."""
-        if not self.postgres:
-            yield
-            return
-        self.driver.execute("SELECT pg_advisory_lock(%s)", (key,))
-        try:
-            yield
-        finally:
-            with suppress(*self.errors):  # a broken connection took the lock with it
-                self.driver.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
     def exclusive_until_commit(self, key: int) -> None:
-        """``exclusive`` for the rest of the open transaction: PostgreSQL lets it go at
-        the commit or rollback, one round trip fewer than taking and releasing it."""
+        """One holder of ``key`` at a time among every connection to the database, for
+        the rest of the open transaction: a PostgreSQL advisory lock, for what several
+        controllers must not do at once, let go at the commit or rollback. On SQLite one
+        process owns the file and the write lock is enough."""
         if self.postgres:
             self.driver.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
