@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from typing import Protocol
 
 from resource_controller import errors
 from resource_controller.h1 import core
@@ -41,8 +42,20 @@ def open_socket(end: core.Endpoint, timeout: float | None) -> socket.socket:
     return sock
 
 
+class Socket(Protocol):
+    """What a connection uses of its socket (a test's stand-in has just this)."""
+
+    def sendall(self, data: bytes, /) -> None: ...
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def settimeout(self, timeout: float | None, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
 #: How a connection's socket is made: ``open_socket``, or a test's stand-in.
-Opener = Callable[[core.Endpoint, float | None], socket.socket]
+Opener = Callable[[core.Endpoint, float | None], Socket]
 
 
 class Connection:
