@@ -125,8 +125,11 @@ class Exchange:
         conn = self._conn
         try:
             while (got := conn.wire.next()) is None:
-                async with asyncio.timeout(idle):
+                if idle is None:
                     data = await conn.reader.read(READ_SIZE)
+                else:
+                    async with asyncio.timeout(idle):
+                        data = await conn.reader.read(READ_SIZE)
                 conn.wire.feed(data)
         except TimeoutError:
             self.close()
@@ -204,6 +207,41 @@ class Client:
 
         return done
 
+    async def _connection(self, end: core.Endpoint, timeout: float | None, pooled: bool) -> _Conn:
+        """An idle connection to ``end`` (when ``pooled``), or a new one within ``timeout``."""
+        conn = self._take(end) if pooled else None
+        if conn is None:
+            try:
+                streams = await self._connect(end, timeout)
+            except (OSError, TimeoutError) as exc:
+                raise errors.ConnectFailed(core.cause(exc)) from exc
+            conn = _Conn(streams, core.Wire(end.authority))
+        return conn
+
+    async def _exchange(
+        self,
+        conn: _Conn,
+        end: core.Endpoint,
+        request: tuple[str, str, bytes | None],
+        fields: list[tuple[bytes, bytes]] | None,
+        open_body: bool,
+        timeout: float | None,
+    ) -> Exchange:
+        method, target, body = request
+        exchange = Exchange(conn, _close if open_body else self._give_back(end))
+        head = conn.wire.start(
+            method, end.prefix + target, [*self._fields, *(fields or ())], body, open_body=open_body
+        )
+        try:
+            await exchange._send(head)
+        except BaseException:
+            exchange.close()
+            raise
+        got = await exchange._next(timeout)
+        assert isinstance(got, core.Head)
+        exchange.head = got
+        return exchange
+
     async def open(
         self,
         method: str,
@@ -223,31 +261,11 @@ class Client:
         never reused."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        conn = None if open_body else self._take(end)
-        if conn is None:
-            try:
-                streams = await self._connect(
-                    end, timeout if connect_timeout is None else connect_timeout
-                )
-            except (OSError, TimeoutError) as exc:
-                raise errors.ConnectFailed(core.cause(exc)) from exc
-            conn = _Conn(streams, core.Wire(end.authority))
-        done = self._give_back(end) if not open_body else _close
-        exchange = Exchange(conn, done)
-        head = conn.wire.start(
-            method, end.prefix + target, [*self._fields, *(fields or ())], body, open_body=open_body
-        )
-        try:
-            await exchange._send(head)
-        except BaseException:
-            exchange.close()
-            raise
+        bound = timeout if connect_timeout is None else connect_timeout
+        conn = await self._connection(end, bound, not open_body)
         if timeout is not None and connect_timeout is None:
             timeout = max(0.0, timeout - (loop.time() - started))
-        got = await exchange._next(timeout)
-        assert isinstance(got, core.Head)
-        exchange.head = got
-        return exchange
+        return await self._exchange(conn, end, (method, target, body), fields, open_body, timeout)
 
     async def request(
         self,
@@ -261,15 +279,23 @@ class Client:
     ) -> Answer:
         """One request, its whole answer read (at most ``limit`` bytes of the body), all of
         it within ``timeout``: connecting (else ``ConnectFailed``), then the rest (else
-        ``TimedOut``)."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        exchange = await self.open(method, end, target, body, timeout=timeout)
+        ``TimedOut``). One timer bounds it all: this is every request the worker sends."""
+        conn = exchange = None
         try:
-            async with asyncio.timeout_at(deadline):
-                return Answer(exchange.head, await exchange.read_all(None, limit))
+            async with asyncio.timeout(timeout):
+                conn = await self._connection(end, None, True)
+                exchange = await self._exchange(
+                    conn, end, (method, target, body), None, False, None
+                )
+                content = await exchange.read_all(None, limit)
         except TimeoutError:
-            exchange.close()
-            raise errors.TimedOut("timed out") from None
+            if exchange is not None:
+                exchange.close()
+            elif conn is not None:
+                conn.writer.close()
+            kind = errors.ConnectFailed if conn is None else errors.TimedOut
+            raise kind("timed out") from None
+        return Answer(exchange.head, content)
 
     async def aclose(self) -> None:
         """Close every idle connection."""
