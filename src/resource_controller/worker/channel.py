@@ -1,7 +1,8 @@
 """The worker's typed channel to the controller: one method per route it calls.
 
-Every request goes through one ``h1.aio.Client`` carrying the bearer token and ``Content-Type: application/json`` (the log
-upload too), bounded to 2 minutes unless the caller bounds it tighter. Request bodies are built from the wire models
+Every request goes through one ``h1.aio.Client`` carrying the bearer token and
+``Content-Type: application/json`` (the log upload too), bounded to 2 minutes unless the
+caller bounds it tighter. Request bodies are built from the wire models
 (``resource_controller.wire``) and written with every field at its default left out,
 which is exactly the omission rule of each body:
 ``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
