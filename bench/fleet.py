@@ -8,8 +8,8 @@ interval, as a fleet started at different times would), and long-polls
 out its term at once (EXT-FAST-4). An assignment is reported ``running`` and then
 ``succeeded`` at once (phase *drain*), so the queue empties; in phase *hold* it is
 reported ``running`` and named in every heartbeat from then on. All the workers share
-one asyncio loop, each with its own ``httpx.AsyncClient`` over the worker's plain
-HTTP/1.1 transport (``asynchttp.py``), as each ``rc worker`` has.
+one asyncio loop, each with its own client on the worker's HTTP/1.1 (``h1.aio``), as each
+``rc worker`` has.
 
 Per fleet size (``--devices``, 8 devices per worker) it measures, beside
 ``python3 -c pass`` timed in the same run:
@@ -45,6 +45,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import json as jsonlib
 import os
 import random
 import resource
@@ -62,7 +63,8 @@ from typing import Any
 
 import httpx
 
-from resource_controller import asynchttp
+from resource_controller import errors
+from resource_controller.h1 import aio, core
 
 BIN = Path(sys.executable).parent
 RC = str(BIN / "rc")
@@ -190,6 +192,26 @@ class Counters:
     last_error: str = ""
 
 
+class SimHttp:
+    """One simulated worker's requests, on the worker's own client."""
+
+    def __init__(self, url: str) -> None:
+        self.end = core.endpoint(url)
+        headers = {"Authorization": "Bearer wtok", "Content-Type": "application/json"}
+        self.client = aio.Client(headers)
+
+    async def post(self, path: str, json: Any) -> aio.Answer:
+        body = jsonlib.dumps(json).encode()
+        return await self.client.request("POST", self.end, path, body, timeout=120.0)
+
+    async def get(self, path: str, params: dict[str, str]) -> aio.Answer:
+        target = path + "?" + "&".join(f"{k}={v}" for k, v in params.items())
+        return await self.client.request("GET", self.end, target, timeout=120.0)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 class Fleet:
     """The simulated workers, one asyncio task pair each, over one connection pool."""
 
@@ -209,15 +231,7 @@ class Fleet:
         # as each ``rc worker`` has: one pool for the whole fleet made httpcore scan its
         # 2,500 connections on every request, and the simulator, not the controller,
         # was what could not keep up at 10,000 devices.
-        self.http = {
-            w.host: httpx.AsyncClient(
-                base_url=urls[i % len(urls)],
-                headers={"Authorization": "Bearer wtok", "Content-Type": "application/json"},
-                timeout=httpx.Timeout(120.0),
-                transport=asynchttp.Transport(),
-            )
-            for i, w in enumerate(self.workers)
-        }
+        self.http = {w.host: SimHttp(urls[i % len(urls)]) for i, w in enumerate(self.workers)}
         self.tasks: list[asyncio.Task[None]] = []
 
     async def register_all(self, concurrency: int = 16) -> float:
@@ -233,7 +247,7 @@ class Fleet:
             }
             async with gate:
                 r = await self.http[w.host].post("/v1/workers/register", json=body)
-                r.raise_for_status()
+                assert r.is_success, r
                 w.worker_id = r.json()["worker_id"]
             # As rc worker does (WRK-040): heartbeat and poll from its own registration on.
             self.tasks.append(asyncio.create_task(self._heartbeats(w)))
@@ -263,7 +277,7 @@ class Fleet:
                 self.count.heartbeats += 1
                 if not r.is_success:
                     self._failed(f"heartbeat {r.status_code}")
-            except httpx.HTTPError as exc:
+            except errors.TransportError as exc:
                 self._failed(f"heartbeat {exc!r}")
             await asyncio.sleep(self.heartbeat)
 
@@ -273,7 +287,7 @@ class Fleet:
             t0 = time.monotonic()
             try:
                 r = await self.http[w.host].get(path, params={"wait": self.wait})
-            except httpx.HTTPError as exc:
+            except errors.TransportError as exc:
                 self._failed(f"poll {exc!r}")
                 await asyncio.sleep(2)  # WRK-061
                 continue
@@ -302,8 +316,8 @@ class Fleet:
         try:
             r = await self.http[w.host].post(f"/v1/jobs/{job}/status", json=body)
             if not r.is_success:
-                self._failed(f"status {r.status_code} {r.text[:80]}")
-        except httpx.HTTPError as exc:
+                self._failed(f"status {r.status_code} {r.content[:80]!r}")
+        except errors.TransportError as exc:
             self._failed(f"status {exc!r}")
 
 

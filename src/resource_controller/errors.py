@@ -36,7 +36,12 @@
         ├── ApiError             the controller answered with an error body; for every
         │                        code of ``API_CODES`` it is also an instance of that
         │                        code's class above (``except NotJobOwner`` works)
-        ├── TransportError       no answer (refused, reset, timed out)
+        ├── TransportError       no usable answer came back
+        │   ├── ConnectFailed    never connected: nothing was sent (another URL may take it)
+        │   ├── Disconnected     sent, then closed or reset before any answer
+        │   ├── AnswerLost       the answer broke off, or could not be read
+        │   ├── TimedOut         no answer within the caller's bound
+        │   └── Refused          a relay stream answered, but not 200
         ├── NoDeviceError        the client's side of ``NoDeviceAvailable``
         ├── NotCancellableError  kill refused with 409
         └── DeviceHeldByAnother  ``rc cp``: someone holds the device
@@ -250,6 +255,46 @@ class ApiError(ClientError):
 
 class TransportError(ClientError):
     """The controller could not be reached."""
+
+
+class ConnectFailed(TransportError):
+    """The connection was never made (refused, no such host, TLS, connect bound): the
+    request was not sent, so another controller may take it."""
+
+
+class Disconnected(TransportError):
+    """The request went out and the connection closed or reset before any answer: on an
+    idle kept-alive connection, the server had closed it; elsewhere it may have acted."""
+
+
+class AnswerLost(TransportError):
+    """The answer broke off midway, or was not HTTP/1.1 that can be read."""
+
+
+class TimedOut(TransportError):
+    """No answer within the caller's bound."""
+
+
+class Refused(TransportError):
+    """A relay stream's controller answered, but not ``200``: ``status``, ``reason``,
+    and the spec's error body as ``code`` and ``detail`` when it carried one."""
+
+    def __init__(self, status: int, reason: str, code: str, detail: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.code = code
+        self.detail = detail
+        super().__init__(f"controller returned {self.status_line}")
+
+    @property
+    def status_line(self) -> str:
+        return f"{self.status} {self.reason}".strip()
+
+    def describe(self) -> str:
+        """``code: message`` when the answer carried the spec's error body."""
+        if self.code:
+            return f"{self.code}: {self.detail}" if self.detail else self.code
+        return str(self)
 
 
 class NoDeviceError(ClientError, NoDeviceAvailable):

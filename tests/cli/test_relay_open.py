@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from client.live import CLIENT, WORKER, LiveController
-from resource_controller import duplex
 from resource_controller.cli import common, cp, stdin, tty
 from resource_controller.client import api
 from resource_controller.controller.relay import Half
+from resource_controller.h1 import aio
 
 BOUND = 10.0
 
@@ -82,9 +82,7 @@ def test_an_occupied_output_half_fails_naming_it_and_the_input_half_is_never_ope
     # CLI-085: one client per half; the refusal names the output half and `conflict`.
     # CLI-119: a second client on an occupied half is refused.
     async def scenario() -> str:
-        held = await duplex.open_stream(
-            controller.url, "GET", f"/v1/jobs/{pipe_job}/tty/out", CLIENT
-        )
+        held = await aio.relay(controller.url, "GET", f"/v1/jobs/{pipe_job}/tty/out", CLIENT)
         try:
             error = await reported(opener, controller.url, pipe_job)
             await only_one_request_in_flight(controller)

@@ -11,8 +11,11 @@ import sys
 
 import pytest
 
-#: Loaded only by a command that talks to a controller: http.client brings email, ssl.
+#: Loaded only by a command that talks to a controller (h11 brings typing and
+#: dataclasses), or never (http.client brings email and ssl).
 HEAVY = (
+    "h11",
+    "dataclasses",
     "http.client",
     "email",
     "ssl",

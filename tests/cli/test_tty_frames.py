@@ -9,30 +9,40 @@ import json
 import os
 import socket
 
-from resource_controller import duplex, http1
+import h11
+
 from resource_controller.cli import tty
+from resource_controller.h1 import aio
 
 
-def chunks(body: bytes) -> list[bytes]:
-    """The chunks of a chunked request body, up to its last (empty) one."""
+def chunks(sent: bytes) -> list[bytes]:
+    """The chunks of a request's chunked body, as h11's server side reads them."""
+    server = h11.Connection(h11.SERVER)
+    server.receive_data(sent)
     out: list[bytes] = []
-    while True:
-        line, _, body = body.partition(b"\r\n")
-        size = http1.chunk_size(line + b"\r\n")
-        if size == 0:
-            return out
-        out.append(body[:size])
-        assert body[size : size + 2] == b"\r\n"
-        body = body[size + 2 :]
+    piece = b""
+    while not isinstance(event := server.next_event(), h11.EndOfMessage):
+        assert event is not h11.NEED_DATA, "the body did not end"
+        if isinstance(event, h11.Data):
+            piece += event.data
+            if event.chunk_end:
+                out.append(piece)
+                piece = b""
+    return out
 
 
 async def send_keys(data: bytes) -> bytes:
     """Feed ``data`` through a pipe to ``rc``'s stdin reader; what reached the relay."""
     ours, theirs = socket.socketpair()
     read_fd, write_fd = os.pipe()
+    # The relay's answer is there before the request: the stream opens at once.
+    ours.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+    async def connect(*_: object) -> aio.Streams:
+        return await asyncio.open_connection(sock=theirs)
+
     try:
-        reader, writer = await asyncio.open_connection(sock=theirs)
-        stream = duplex.Stream(reader, writer, chunked=True)
+        stream = await aio.relay("http://relay.test", "POST", "/in", "t", connect=connect)
         os.write(write_fd, data)  # all of it at once: reads may return more than a frame
         os.close(write_fd)
         write_fd = -1

@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from client.fake_controller import FakeController, Reply
 from resource_controller import errors
 from resource_controller.client import api, transport
 
-Reply = Callable[[str, str, dict[str, Any]], Any]
 
-
-class FakeHTTP:
-    """Stands in for ``Transport``: records requests, answers from a function."""
-
-    def __init__(self, reply: Reply) -> None:
-        self.reply = reply
-        self.calls: list[tuple[str, str, dict[str, Any]]] = []
-
-    def request(self, method: str, path: str, **kw: Any) -> transport.Response:
-        self.calls.append((method, path, kw))
-        value = self.reply(method, path, kw)
-        if isinstance(value, BaseException):
-            raise value
-        return transport.Response(200, json.dumps(value).encode(), f"{method} {path}")
-
-    def stream(self, method: str, path: str, **kw: Any) -> Any:
-        self.calls.append((method, path, kw))
-        return self.reply(method, path, kw)
-
-    def close(self) -> None:
-        pass
+def refused(*_: Any) -> errors.TransportError:
+    return errors.TransportError("GET x: connection refused")
 
 
 class FakeTime:
@@ -50,20 +29,19 @@ class FakeTime:
         return self.now
 
 
-def make(reply: Reply, clock: FakeTime | None = None) -> tuple[api.JsonClient, FakeHTTP, FakeTime]:
-    http = FakeHTTP(reply)
+def make(
+    reply: Reply, clock: FakeTime | None = None
+) -> tuple[api.JsonClient, FakeController, FakeTime]:
+    """A client whose own transport reaches ``reply`` through its connection opener."""
+    http = FakeController(reply)
     clock = clock or FakeTime()
     client = api.JsonClient(
-        http=http,  # type: ignore[arg-type]
+        http=transport.Transport("http://ctl.test", "t", opener=http.open),
         submitter="alice@box",
         sleep=clock.sleep,
         monotonic=clock.monotonic,
     )
     return client, http, clock
-
-
-def refused(*_: Any) -> errors.TransportError:
-    return errors.TransportError("GET x: connection refused")
 
 
 # ---- CLI-072, CLI-074, CLI-075: submit and kill ------------------------------------------

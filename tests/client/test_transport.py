@@ -96,7 +96,7 @@ def test_every_request_carries_bearer_and_json_type(stub: Stub) -> None:
     assert t.request("GET", "/v1/state").json() == {"devices": []}
     assert t.request("POST", "/v1/jobs", body={"a": 1}).status == 201
     for seen in stub.seen:
-        assert seen["headers"]["Authorization"] == "Bearer "  # sent even when empty
+        assert seen["headers"]["Authorization"] == "Bearer"  # sent even when empty
         assert seen["headers"]["Content-Type"] == "application/json"
     assert json.loads(stub.seen[1]["body"]) == {"a": 1}
 

@@ -8,6 +8,7 @@ transport error naming it, as ``http.client`` did.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import json
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from resource_controller import errors
-from resource_controller.client import transport
+from resource_controller.client import aio_transport, transport
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -117,3 +118,25 @@ def test_an_untrusted_certificate_fails_the_request(
     assert str(info.value).startswith(f"GET {url}/v1/state: ")
     assert "certificate verify failed" in str(info.value)
     assert peers == []
+
+
+def test_the_asyncio_shell_checks_the_certificate_the_same_way(
+    tls_stub: tuple[str, Path, list[Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The asynchronous client, the worker and webhooks: TLS through ``ssl`` too."""
+    url, cert_file, peers = tls_stub
+
+    async def get() -> Any:
+        t = aio_transport.AsyncTransport(url, "t")
+        try:
+            return await t.request("GET", "/v1/state", timeout=10)
+        finally:
+            await t.aclose()
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    assert asyncio.run(get()) == {"path": "/v1/state"}
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    with pytest.raises(errors.ConnectFailed, match="certificate verify failed"):
+        asyncio.run(get())
+    assert len(peers) == 1

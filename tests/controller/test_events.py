@@ -50,12 +50,15 @@ class Recorder:
         self.bodies: queue.Queue[tuple[dict[str, Any], dict[str, str]]] = queue.Queue()
         self.answers = list(answers)
         self.times: list[float] = []
+        #: Each POST's request target.
+        self.paths: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
                 outer.times.append(time.monotonic())
+                outer.paths.append(self.path)
                 outer.bodies.put((json.loads(raw), dict(self.headers)))
                 self.send_response(outer.answers.pop(0) if outer.answers else 200)
                 self.send_header("Content-Length", "0")
@@ -742,3 +745,25 @@ def test_webhook_deliveries_and_drops_are_counted(
             time.sleep(0.02)
     finally:
         rc.close()
+
+
+def test_a_webhook_url_that_cannot_be_posted_to_stops_the_start() -> None:
+    # Nothing goes through a proxy: one meant for the URL is named, not bypassed.
+    proxied = {"HTTPS_PROXY": "http://proxy.test:3128"}
+    with pytest.raises(serve.StartupError, match=r"^HTTPS_PROXY is set, but hooks\.test"):
+        serve.webhook_url("https://hooks.test/x", proxied)
+    assert serve.webhook_url("https://hooks.test/x", {**proxied, "no_proxy": "hooks.test"})
+    assert serve.webhook_url("http://hooks.test/x", proxied)  # for https:// only
+    with pytest.raises(serve.StartupError, match=r"^webhook URL 'ftp://h/' is not an http"):
+        serve.webhook_url("ftp://h/", {})
+
+
+def test_the_path_and_query_of_the_url_are_posted_to() -> None:
+    receiver = Recorder()
+    try:
+        n = deliver_one(receiver.url + "/in?key=abc")
+        receiver.bodies.get(timeout=1)
+    finally:
+        receiver.close()
+    assert n.delivered == 1
+    assert receiver.paths == ["/hook/in?key=abc"]

@@ -1,6 +1,6 @@
 """The relay routes over real HTTP (controller-api.md §11): roles, pairing, ends, bounds.
 
-Every half is opened with ``duplex`` (the worker's and the client's own full-duplex
+Every half is opened with ``h1.aio.relay`` (the worker's and the client's own full-duplex
 HTTP/1.1 code), against the real server, so a POST half is seen answering ``200`` while
 its body is still open (TTY-011, TTY-012).
 """
@@ -14,8 +14,9 @@ from typing import TypeVar
 import pytest
 from controller_harness import ADMIN, CLIENT, WORKER, Harness, assert_error
 
-from resource_controller import duplex
+from resource_controller import errors
 from resource_controller.controller.relay import FRAME_MAX
+from resource_controller.h1 import aio
 
 T = TypeVar("T")
 BOUND = 10.0
@@ -31,11 +32,11 @@ def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(bounded())
 
 
-async def open_half(rc: Harness, job_id: str, method: str, tail: str, token: str) -> duplex.Stream:
-    return await duplex.open_stream(rc.url, method, f"/v1/jobs/{job_id}{tail}", token)
+async def open_half(rc: Harness, job_id: str, method: str, tail: str, token: str) -> aio.Exchange:
+    return await aio.relay(rc.url, method, f"/v1/jobs/{job_id}{tail}", token)
 
 
-async def read_exactly(stream: duplex.Stream, size: int) -> bytes:
+async def read_exactly(stream: aio.Exchange, size: int) -> bytes:
     got = b""
     async with asyncio.timeout(BOUND):
         while len(got) < size:
@@ -45,7 +46,7 @@ async def read_exactly(stream: duplex.Stream, size: int) -> bytes:
     return got
 
 
-async def read_to_end(stream: duplex.Stream) -> bytes:
+async def read_to_end(stream: aio.Exchange) -> bytes:
     got = b""
     async with asyncio.timeout(BOUND):
         while piece := await stream.read():
@@ -164,11 +165,11 @@ def test_a_second_connection_for_a_half_is_conflict_and_the_first_keeps_working(
 
     async def scenario() -> None:
         c_out = await open_half(rc, job_id, "GET", OUT, CLIENT)
-        with pytest.raises(duplex.Refused) as refused:
+        with pytest.raises(errors.Refused) as refused:
             await open_half(rc, job_id, "GET", OUT, CLIENT)
         assert refused.value.status == 409 and refused.value.code == "conflict"
         w_out = await open_half(rc, job_id, "POST", OUT, WORKER)
-        with pytest.raises(duplex.Refused) as again:
+        with pytest.raises(errors.Refused) as again:
             await open_half(rc, job_id, "POST", OUT, ADMIN)
         assert again.value.code == "conflict"
         await w_out.write(b"ok")

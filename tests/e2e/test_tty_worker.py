@@ -1,7 +1,7 @@
 """The worker end of an interactive job under real processes (WTTY-001..008).
 
 A real ``rc serve`` and ``rc worker``; the operator's halves are opened with the
-client's own full-duplex streams (``duplex``), frames written by hand, so these tests
+client's own full-duplex streams (``h1.aio.relay``), frames written by hand, so these tests
 pin the worker's side of the wire without the CLI in between.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from resource_controller import duplex
+from resource_controller.h1 import aio
 
 from .cluster import Cluster, kill_job_processes, wait_for
 
@@ -52,20 +52,20 @@ def submit(c: Cluster, command: list[str], stdio: str = "tty") -> str:
     return str(job["id"])
 
 
-async def attach(c: Cluster, job_id: str) -> tuple[duplex.Stream, duplex.Stream]:
-    out = await duplex.open_stream(c.url, "GET", f"/v1/jobs/{job_id}/tty/out", "ctok")
-    inp = await duplex.open_stream(c.url, "POST", f"/v1/jobs/{job_id}/tty/in", "ctok")
+async def attach(c: Cluster, job_id: str) -> tuple[aio.Exchange, aio.Exchange]:
+    out = await aio.relay(c.url, "GET", f"/v1/jobs/{job_id}/tty/out", "ctok")
+    inp = await aio.relay(c.url, "POST", f"/v1/jobs/{job_id}/tty/in", "ctok")
     return out, inp
 
 
-async def read_until(out: duplex.Stream, marker: bytes, seen: bytearray) -> None:
+async def read_until(out: aio.Exchange, marker: bytes, seen: bytearray) -> None:
     while marker not in seen:
         piece = await out.read()
         assert piece, f"output ended before {marker!r}: {bytes(seen)!r}"
         seen += piece
 
 
-async def read_all(out: duplex.Stream, seen: bytearray) -> None:
+async def read_all(out: aio.Exchange, seen: bytearray) -> None:
     while piece := await out.read():
         seen += piece
 
@@ -231,7 +231,7 @@ def test_a_relay_that_cannot_be_opened_fails_the_job_and_names_the_stream(
     job_id = submit(box, ["sleep", "30"])
 
     async def scenario() -> dict[str, Any]:
-        squatter = await duplex.open_stream(box.url, "POST", f"/v1/jobs/{job_id}/tty/out", "atok")
+        squatter = await aio.relay(box.url, "POST", f"/v1/jobs/{job_id}/tty/out", "atok")
         status, _ = box.api("POST", f"/v1/jobs/{hold['id']}/kill", {"submitter": "t"})
         assert status == 200
         job = await asyncio.to_thread(finished, box, job_id)

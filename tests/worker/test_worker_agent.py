@@ -1,8 +1,8 @@
 """The agent's conversation with a controller (§3-7, §9, §12).
 
-The controller here is ``fake_controller.FakeController``, a small in-memory
-implementation of the worker routes of controller-api.md §6, reached through httpx's
-transport hook; the jobs it hands out are real processes. The last tests run ``rc
+The controller here is ``fake_controller.FakeController``, a small implementation of
+the worker routes of controller-api.md §6 speaking HTTP/1.1 (h11's server side) on
+connections the worker's own client opens; the jobs it hands out are real processes. The last tests run ``rc
 worker`` as a real process against the real controller on loopback to check exit
 statuses and signals.
 """
@@ -23,9 +23,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
-from fake_controller import FakeController, Running, job, make_config, outbox_files, until
+from fake_controller import (
+    FakeController,
+    Reply,
+    Request,
+    Running,
+    job,
+    make_config,
+    outbox_files,
+    until,
+)
 from live_controller import TERMINAL, LiveController, start_worker, submit, wait_state
 from worker_helpers import FAST, kill_test_processes, pids_with_job_prefix, run
 
@@ -70,8 +78,9 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
     for request in ctl.requests:
         assert request.headers["authorization"] == "Bearer worker-token"
         assert request.headers["content-type"] == "application/json"
-    poll = next(q for q in ctl.requests if q.url.path.endswith("/assignments"))
-    assert str(poll.url) == "http://controller.test/v1/workers/w-1/assignments?wait=30s"
+    poll = next(q for q in ctl.requests if q.path.endswith("/assignments"))
+    assert poll.headers["host"] == "controller.test"
+    assert poll.target == "/v1/workers/w-1/assignments?wait=30s"
     assert ctl.heartbeats[0] == {}  # WRK-050: field omitted when nothing runs
     assert r.agent.contact.instance == "instance-a"  # WRK-032
     assert r.agent.contact.last_at is not None
@@ -88,7 +97,7 @@ def test_labels_are_an_explicit_null_when_nothing_was_found(
         await (await Running(ctl).started()).finish()
 
     run(go())
-    raw = next(q for q in ctl.requests if q.url.path == "/v1/workers/register").content
+    raw = next(q for q in ctl.requests if q.path == "/v1/workers/register").content
     assert json.loads(raw)["labels"] is None
     assert b'"labels":null' in raw
 
@@ -434,8 +443,8 @@ def test_terminal_report_attempts_are_bounded() -> None:
     original = ctl._route
     blackholed: list[float] = []
 
-    async def blackhole(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
+    async def blackhole(request: Request) -> Reply:
+        path = request.path
         if path.endswith("/status") and len(blackholed) < 3 and b'"running"' not in request.content:
             blackholed.append(time.monotonic())
             await asyncio.sleep(3600)
@@ -461,10 +470,10 @@ def test_terminal_report_attempts_are_bounded() -> None:
 def test_poll_errors_back_off_and_retry() -> None:  # WRK-060, WRK-061
     ctl = FakeController()
     ctl.answers = [
-        httpx.Response(500),
-        httpx.Response(200, content=b"not json"),
-        httpx.Response(200, json=["a list"]),
-        httpx.Response(200, json={"assignments": [{"job_id": "x"}]}),  # no command
+        Reply(500),
+        Reply(200, content=b"not json"),
+        Reply(200, json=["a list"]),
+        Reply(200, json={"assignments": [{"job_id": "x"}]}),  # no command
     ]
     a = job(["true"])
     ctl.hand_out(a)

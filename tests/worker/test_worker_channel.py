@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_controller import Reply, Request, Wire
 from live_controller import HOST, LiveController, submit
 from worker_helpers import run
 
@@ -17,6 +18,12 @@ from resource_controller.clock import FakeClock, SystemClock
 from resource_controller.worker import channel, reconnect
 
 # ---- bodies --------------------------------------------------------------------
+
+
+def test_targets_quote_what_a_path_cannot_carry() -> None:
+    assert channel.target_of("/v1/devices/box:gpu0/fault") == "/v1/devices/box:gpu0/fault"
+    assert channel.target_of("/v1/devices/a b/ü") == "/v1/devices/a%20b/%C3%BC"
+    assert channel.target_of("/v1/x", {"wait": "30s"}) == "/v1/x?wait=30s"
 
 
 def test_status_bodies_omit_what_is_not_there() -> None:  # WRK-101, WRK-113, EXT-EPOCH-3
@@ -198,15 +205,11 @@ def test_transport_errors_are_not_contact() -> None:  # WRK-032
 
 
 def test_a_refused_log_chunk_raises() -> None:  # WRK-085
-    async def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(413, json={"error": "too_large", "message": "x"})
+    async def refuse(request: Request) -> Reply:
+        return Reply(413, json={"error": "too_large", "message": "x"})
 
     to = channel.Channel(
-        "http://c.test",
-        "t",
-        SystemClock(),
-        reconnect.Reconnect(),
-        transport=httpx.MockTransport(refuse),
+        "http://c.test", "t", SystemClock(), reconnect.Reconnect(), connect=Wire(refuse).connect
     )
 
     async def go() -> None:
@@ -251,3 +254,25 @@ def test_a_list_of_refusing_controllers_is_no_answer() -> None:  # EXT-PG-5
             assert "connect call failed" in (await to.heartbeat([], [])).lower()
 
     run(go())
+
+
+def test_a_proxy_meant_for_the_controller_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing goes through a proxy, so one set for the controller is refused by name
+    instead of being bypassed; ``NO_PROXY`` naming the host lets it start."""
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://proxy.test:3128")
+    to = channel.Channel(
+        "https://c.test, http://d.test:8080", "t", SystemClock(), reconnect.Reconnect()
+    )
+    with pytest.raises(channel.StartupError, match=r"^http_proxy is set, .*d\.test to NO_PROXY"):
+        to.open()
+    monkeypatch.setenv("NO_PROXY", "localhost,.test")
+    run(_open_and_close(to))
+
+
+async def _open_and_close(to: channel.Channel) -> None:
+    async with to.open():
+        pass

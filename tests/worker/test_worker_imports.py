@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-#: Loaded only on a rare path (https, a proxy, an injected transport) or never.
+#: Never loaded: the worker's HTTP is ``h1``'s, on h11.
 FORBIDDEN = (
     "httpx",
     "httpcore",
@@ -47,7 +47,7 @@ def test_the_worker_loads_no_http_library_nor_controller_framework() -> None:
 
 
 def test_a_plain_http_request_loads_no_http_library() -> None:
-    """Opening the channel and sending one request (refused) stays on our own HTTP/1.1."""
+    """Opening the channel and sending one request (refused) stays on ``h1``."""
     code = (
         "import asyncio, os, socket\n"
         "os.environ.pop('http_proxy', None); os.environ.pop('HTTP_PROXY', None)\n"

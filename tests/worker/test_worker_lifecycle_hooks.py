@@ -121,9 +121,9 @@ def test_failed_verify_faults_before_the_report_and_keeps_the_exit_code(tmp_path
     first_terminal = next(
         i
         for i, q in enumerate(ctl.requests)
-        if q.url.path.endswith("/status") and json.loads(q.content)["state"] != "running"
+        if q.path.endswith("/status") and json.loads(q.content)["state"] != "running"
     )
-    fault_request = next(i for i, q in enumerate(ctl.requests) if q.url.path.endswith("/fault"))
+    fault_request = next(i for i, q in enumerate(ctl.requests) if q.path.endswith("/fault"))
     assert fault_request < first_terminal
 
 

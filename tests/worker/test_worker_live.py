@@ -3,15 +3,16 @@ an outcome that outlives a worker restart, and a controller restart.
 
 The controller (``rc serve``'s app and store) runs in its own thread and event loop on
 an ephemeral 127.0.0.1 port; the agent runs in the test's loop; a client submits jobs
-over HTTP. Nothing is faked on either side; where a test needs the network to fail, an
-httpx transport in front of the real one refuses that request.
+over HTTP. Nothing is faked on either side; where a test needs the network to fail,
+``Recording``, in front of the real controller where the agent opens its connections,
+leaves that request unanswered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import worker_helpers
+from fake_controller import Reply, Request, Unreachable, Wire
 from live_controller import HOST, LiveController
 from worker_helpers import FAST, SESSION_PREFIX, run
 
@@ -150,24 +152,41 @@ def test_shutdown_reports_running_jobs_killed(controller: LiveController) -> Non
 # ---- outcomes survive, controllers restart ---------------------------------------
 
 
-class Recording(httpx.AsyncHTTPTransport):
-    """The real transport, noting each request; ``refuse`` makes matching ones fail
-    as a refused connection would."""
+class Recording:
+    """Plugged in where the agent opens its connections: each request is noted, then
+    passed to the real controller (``refuse``: matching ones go unanswered, their
+    connection closed, as when the controller is unreachable)."""
 
-    def __init__(self, refuse: Any = None) -> None:
-        super().__init__()
+    def __init__(self, url: str, refuse: Callable[[Request], bool] | None = None) -> None:
         self.seen: list[tuple[str, str]] = []
         self.refuse = refuse
+        self.connect = Wire(self._forward).connect
+        self._upstream = httpx.AsyncClient(base_url=url, timeout=None)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append((request.method, request.url.path))
+    async def _forward(self, request: Request) -> Reply:
+        self.seen.append((request.method, request.path))
         if self.refuse is not None and self.refuse(request):
-            raise httpx.ConnectError("refused by the test", request=request)
-        return await super().handle_async_request(request)
+            raise Unreachable
+        passed = {
+            k: v for k, v in request.headers.items() if k in ("authorization", "content-type")
+        }
+        resp = await self._upstream.request(
+            request.method, request.target, content=request.content, headers=passed
+        )
+        reply = Reply(resp.status_code, content=resp.content)
+        reply.headers = {
+            k: v
+            for k, v in resp.headers.items()
+            if k not in ("content-length", "transfer-encoding")
+        }
+        return reply
+
+    async def aclose(self) -> None:
+        await self._upstream.aclose()
 
 
-def terminal_report(request: httpx.Request) -> bool:
-    return request.url.path.endswith("/status") and b'"running"' not in request.content
+def terminal_report(request: Request) -> bool:
+    return request.path.endswith("/status") and b'"running"' not in request.content
 
 
 def test_outcome_outlives_a_worker_restart(
@@ -180,8 +199,10 @@ def test_outcome_outlives_a_worker_restart(
             base_url=controller.url, headers={"Authorization": "Bearer ctok"}, timeout=10
         )
         # The first worker runs the job but none of its terminal reports gets through.
-        refusing = Recording(refuse=terminal_report)
-        first = agent_mod.Agent(live_config(controller.url), transport=refusing, timings=timings)
+        refusing = Recording(controller.url, refuse=terminal_report)
+        first = agent_mod.Agent(
+            live_config(controller.url), connect=refusing.connect, timings=timings
+        )
         stop = asyncio.Event()
         task = asyncio.create_task(first.run(stop))
         await until_polling(refusing, task)
@@ -194,8 +215,8 @@ def test_outcome_outlives_a_worker_restart(
         await asyncio.wait_for(task, 20)
         assert (await until_state(client, job_id, {"running"}))["state"] == "running"
         # A new process on the same state directory: delivers, then registers.
-        seen = Recording()
-        second = agent_mod.Agent(live_config(controller.url), transport=seen, timings=timings)
+        seen = Recording(controller.url)
+        second = agent_mod.Agent(live_config(controller.url), connect=seen.connect, timings=timings)
         stop = asyncio.Event()
         task = asyncio.create_task(second.run(stop))
         await until_polling(seen, task)
@@ -204,6 +225,8 @@ def test_outcome_outlives_a_worker_restart(
         stop.set()
         await asyncio.wait_for(task, 20)
         await client.aclose()
+        await refusing.aclose()
+        await seen.aclose()
         assert (job["state"], job["exit_code"]) == ("failed", 5)  # the real outcome
         paths = [path for _, path in seen.seen]
         assert paths.index(f"/v1/jobs/{job_id}/status") < paths.index("/v1/workers/register")
@@ -220,9 +243,11 @@ def test_a_controller_restart_leads_to_a_reregistration(
 
     async def go() -> LiveController:
         nonlocal ctl
-        seen = Recording()
+        seen = Recording(ctl.url)
         timings = replace(FAST, reregister_jitter=0.05)
-        agent = agent_mod.Agent(live_config(ctl.url, poll_wait=1), transport=seen, timings=timings)
+        agent = agent_mod.Agent(
+            live_config(ctl.url, poll_wait=1), connect=seen.connect, timings=timings
+        )
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
         try:
@@ -246,6 +271,7 @@ def test_a_controller_restart_leads_to_a_reregistration(
         finally:
             stop.set()
             await asyncio.wait_for(task, 20)
+            await seen.aclose()
         return ctl
 
     try:

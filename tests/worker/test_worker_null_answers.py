@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
-from fake_controller import FakeController, Running, job, until
+from fake_controller import FakeController, Reply, Running, job, until
 from worker_helpers import run
 
 
@@ -17,7 +16,7 @@ def test_assignment_with_null_env_and_null_kills_runs_and_reports() -> None:
     ctl = FakeController()
     a = job(["sh", "-c", 'echo "ok${A-}"'])
     body = {"assignments": [{**a, "env": None, "cwd": None}], "kills": None}
-    ctl.answers.append(httpx.Response(200, content=json.dumps(body).encode()))
+    ctl.answers.append(Reply(200, content=json.dumps(body).encode()))
 
     async def go() -> None:
         r = await Running(ctl).started()
@@ -34,7 +33,7 @@ def test_kills_only_answer_with_null_assignments_is_understood() -> None:
     long = job(["sleep", "30"])
     ctl.hand_out(long)
     kill = {"assignments": None, "kills": [long["job_id"]]}
-    ctl.answers.append(httpx.Response(200, content=json.dumps(kill).encode()))
+    ctl.answers.append(Reply(200, content=json.dumps(kill).encode()))
 
     async def go() -> None:
         r = await Running(ctl).started()

@@ -20,26 +20,34 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import worker_helpers
-from fake_controller import FakeController, Running, job, make_config, outbox_files, until
+from fake_controller import (
+    FakeController,
+    Reply,
+    Running,
+    job,
+    make_config,
+    outbox_files,
+    until,
+)
 from live_controller import LiveController, start_worker, submit
 from worker_helpers import FAST, pids_with_job_prefix, run
 
 from resource_controller.clock import FakeClock
+from resource_controller.h1 import core
+from resource_controller.h1.aio import Answer
 from resource_controller.worker import outbox, process
 from resource_controller.worker.timings import Timings
-from resource_controller.worker.transport import Answer
 
 #: A shutdown that gives up on its job tasks quickly.
 QUICK_SHUTDOWN = replace(FAST, shutdown_wait=0.3)
 
 
 def answer(status: int, body: Any = None) -> Answer:
-    """An answer as the worker's transport returns it."""
+    """An answer as the worker's client returns it."""
     content = json.dumps(body).encode() if body is not None else b""
-    return Answer(status, "", {}, content)
+    return Answer(core.Head(status, "", {}), content)
 
 
 class Routes:
@@ -280,13 +288,13 @@ def test_durable_before_the_first_attempt_and_pending_meanwhile() -> None:
 @pytest.mark.parametrize(
     "refusal",
     [
-        httpx.Response(404, json={"error": "not_found", "message": "no such job"}),
-        httpx.Response(409, json={"error": "stale_lease", "message": "lease epoch 3 is old"}),
-        httpx.Response(409, json={"error": "conflict", "message": "job is already terminal"}),
+        Reply(404, json={"error": "not_found", "message": "no such job"}),
+        Reply(409, json={"error": "stale_lease", "message": "lease epoch 3 is old"}),
+        Reply(409, json={"error": "conflict", "message": "job is already terminal"}),
     ],
     ids=["404", "stale_lease", "terminal"],
 )
-def test_definitive_refusals_drop_the_report(refusal: httpx.Response) -> None:  # EXT-OUTBOX-1
+def test_definitive_refusals_drop_the_report(refusal: Reply) -> None:  # EXT-OUTBOX-1
     ctl = FakeController()
     ctl.terminal_failures = [500, refusal]
     a = job(["true"])

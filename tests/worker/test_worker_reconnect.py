@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 import random
 
-import httpx
 import pytest
-from fake_controller import FakeController, Running, job, until
+from fake_controller import FakeController, Reply, Running, job, until
 from worker_helpers import run
 
 from resource_controller.clock import FakeClock
@@ -198,7 +197,7 @@ def test_checked_only_after_a_successful_idle_poll() -> None:  # WRK-150, WRK-06
         r = await Running(ctl, clock=clock, rng=random.Random(SEED)).started()
         ctl.instance = "instance-b"
         await until(lambda: r.agent.contact.owed)
-        ctl.answers = [httpx.Response(500) for _ in range(5)]
+        ctl.answers = [Reply(500) for _ in range(5)]
         await until(lambda: len(ctl.answers) < 5)  # polls are failing from here on
         clock.advance(60)
         await until(lambda: len(ctl.registrations) == 2)

@@ -34,12 +34,13 @@ from typing import IO, TypeVar
 
 import click
 
-from resource_controller import duplex, errors
+from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.cli.tty import JobWatch
 from resource_controller.client import api
 from resource_controller.core.states import JobState
+from resource_controller.h1 import aio
 
 #: How long the copy job may take to end after the transfer.
 COPY_WAIT = 30 * 60.0
@@ -217,23 +218,23 @@ def _parent_inside(root: str, target: str, entry: str) -> None:
 # ---- moving the bytes -------------------------------------------------------------------
 
 
-async def _open_relay(base: str, token: str, job_id: str) -> tuple[duplex.Stream, duplex.Stream]:
+async def _open_relay(base: str, token: str, job_id: str) -> tuple[aio.Exchange, aio.Exchange]:
     """Output half first, then input; a refusal names the half."""
     path = f"/v1/jobs/{job_id}/tty"
     try:
-        out = await duplex.open_stream(base, "GET", f"{path}/out", token)
-    except duplex.StreamError as e:
+        out = await aio.relay(base, "GET", f"{path}/out", token)
+    except errors.TransportError as e:
         raise common.Failure(f"cannot open the copy's output half: {_said(e)}") from None
     try:
-        inp = await duplex.open_stream(base, "POST", f"{path}/in", token)
-    except duplex.StreamError as e:
+        inp = await aio.relay(base, "POST", f"{path}/in", token)
+    except errors.TransportError as e:
         out.close()
         raise common.Failure(f"cannot open the copy's input half: {_said(e)}") from None
     return out, inp
 
 
-def _said(e: duplex.StreamError) -> str:
-    return e.describe() if isinstance(e, duplex.Refused) else str(e)
+def _said(e: errors.TransportError) -> str:
+    return e.describe() if isinstance(e, errors.Refused) else str(e)
 
 
 async def _send(
@@ -251,16 +252,16 @@ async def _send(
         while block := await asyncio.to_thread(os.read, read_fd, BLOCK):
             try:
                 await inp.write(block)
-            except duplex.StreamError as e:
+            except errors.TransportError as e:
                 if not watch.ended:  # else the job's own end explains it
                     sent_error = f"sending {local}: {e}"
                 break
     finally:
         os.close(read_fd)  # a producer still writing gets EPIPE and ends
-        with contextlib.suppress(duplex.StreamError):
+        with contextlib.suppress(errors.TransportError):
             await inp.finish()  # EOF ends the far-side tar
         failure = await producer
-        with contextlib.suppress(duplex.StreamError):
+        with contextlib.suppress(errors.TransportError):
             await drain
         await _stop(watching)
         out.close()
@@ -286,13 +287,13 @@ def _produce(produce: Callable[[IO[bytes]], None], fd: int) -> BaseException | N
     return None
 
 
-async def _discard(out: duplex.Stream) -> None:
+async def _discard(out: aio.Exchange) -> None:
     while await out.read():
         pass
 
 
 def _watch(
-    base: str, token: str, job_id: str, *streams: duplex.Stream
+    base: str, token: str, job_id: str, *streams: aio.Exchange
 ) -> tuple[JobWatch, asyncio.Task[None]]:
     """End the session (close ``streams``) once the job is over without it."""
 
@@ -353,7 +354,7 @@ async def _receive(
     """Download: the input half closed at once, the output half extracted."""
     out, inp = await _open_relay(base, token, job_id)
     watch, watching = _watch(base, token, job_id, out, inp)
-    with contextlib.suppress(duplex.StreamError):
+    with contextlib.suppress(errors.TransportError):
         await inp.finish()
     read_fd, write_fd = os.pipe()
     consumer = asyncio.create_task(asyncio.to_thread(_consume, consume, read_fd))
@@ -364,7 +365,7 @@ async def _receive(
                 await asyncio.to_thread(_write_all, write_fd, block)
             except BrokenPipeError:
                 break  # the extraction stopped; it says why
-    except duplex.StreamError as e:
+    except errors.TransportError as e:
         # Ended by the watch: the job ended without the session, its outcome says why.
         broke = "" if watch.ended else f"the copy's output broke: {e}"
     finally:

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from resource_controller import duplex
+from resource_controller import errors
 from resource_controller.cli import common, signals
 from resource_controller.cli.tty import (
     JobWatch,
@@ -29,6 +29,7 @@ from resource_controller.cli.tty import (
     readable,
 )
 from resource_controller.client import api
+from resource_controller.h1 import aio
 
 #: Bytes per read of stdin.
 BLOCK = 65_536
@@ -89,7 +90,7 @@ async def _read(fd: int, pollable: bool) -> bytes:
     return await asyncio.to_thread(os.read, fd, BLOCK)  # a regular file never blocks long
 
 
-async def _copy_in(inp: duplex.Stream, fd: int) -> None:
+async def _copy_in(inp: aio.Exchange, fd: int) -> None:
     """Stdin, raw, until its end, which closes the input half (the job's stdin EOF)."""
     pollable = True
     try:
@@ -102,5 +103,5 @@ async def _copy_in(inp: duplex.Stream, fd: int) -> None:
         while data := await _read(fd, pollable):
             await inp.write(data)
         await inp.finish()
-    except (duplex.StreamError, OSError):
+    except (errors.TransportError, OSError):
         return  # input refused or unreadable: the output still ends the session

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from resource_controller import duplex
+from resource_controller import errors
 from resource_controller.cli import common, signals
 from resource_controller.client import api
+from resource_controller.h1 import aio
 
 #: Most bytes of one data frame.
 FRAME_BYTES = 4096
@@ -109,10 +110,8 @@ class JobWatch:
 
     async def _terminal(self) -> bool:
         try:
-            stream = await duplex.open_stream(
-                self.base, "GET", self.path, self.token, connect_timeout=10.0
-            )
-        except duplex.StreamError:
+            stream = await aio.relay(self.base, "GET", self.path, self.token, timeout=10.0)
+        except errors.TransportError:
             return False  # asked again at the next check
         try:
             body = b""
@@ -120,7 +119,7 @@ class JobWatch:
                 while piece := await stream.read():
                     body += piece
             state = (json.loads(body).get("job") or {}).get("state")
-        except (duplex.StreamError, TimeoutError, ValueError, AttributeError):
+        except (errors.TransportError, TimeoutError, ValueError, AttributeError):
             return False
         finally:
             stream.close()
@@ -209,7 +208,7 @@ async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) 
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         winch.cancel()
-        with contextlib.suppress(duplex.StreamError):
+        with contextlib.suppress(errors.TransportError):
             await asyncio.wait_for(inp.finish(), 1.0)
         out.close()
         inp.close()
@@ -223,16 +222,16 @@ def on_signal(state: SessionState, signum: int) -> None:
 
 async def open_half(
     base: str, method: str, path: str, token: str, half: str, what: str = "terminal"
-) -> duplex.Stream:
+) -> aio.Exchange:
     try:
-        return await duplex.open_stream(base, method, path, token)
-    except duplex.StreamError as exc:
-        said = exc.describe() if isinstance(exc, duplex.Refused) else str(exc)
+        return await aio.relay(base, method, path, token)
+    except errors.TransportError as exc:
+        said = exc.describe() if isinstance(exc, errors.Refused) else str(exc)
         raise SessionError(f"cannot open the {half} half of the {what}: {said}") from None
 
 
 async def copy_output(
-    out: duplex.Stream, fd: int, state: SessionState, what: str = "terminal output"
+    out: aio.Exchange, fd: int, state: SessionState, what: str = "terminal output"
 ) -> None:
     """The job's bytes to ``fd`` as they come; EOF ends the session."""
     try:
@@ -240,7 +239,7 @@ async def copy_output(
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-    except duplex.StreamError as exc:
+    except errors.TransportError as exc:
         state.error = state.error or f"{what} ended: {exc}"
     except OSError as exc:
         state.error = state.error or f"cannot write output: {exc.strerror or exc}"
@@ -263,7 +262,7 @@ async def readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
-async def _send_keys(inp: duplex.Stream, fd: int, state: SessionState) -> None:
+async def _send_keys(inp: aio.Exchange, fd: int, state: SessionState) -> None:
     """One data frame per read of stdin; stdin's end closes the input half only."""
     try:
         while True:
@@ -276,7 +275,7 @@ async def _send_keys(inp: duplex.Stream, fd: int, state: SessionState) -> None:
                 await inp.finish()  # stdin EOF: the job's input ends, the job goes on
                 return
             await inp.write(data_frame(data))
-    except duplex.StreamError:
+    except errors.TransportError:
         return  # input refused or broken: output still decides the session's end
     except OSError as exc:
         state.error = state.error or f"cannot read the terminal: {exc.strerror or exc}"
@@ -286,7 +285,7 @@ async def _send_keys(inp: duplex.Stream, fd: int, state: SessionState) -> None:
 class _Resizer:
     """Window changes, coalesced: at most one resize frame in flight."""
 
-    def __init__(self, inp: duplex.Stream, fd: int, state: SessionState) -> None:
+    def __init__(self, inp: aio.Exchange, fd: int, state: SessionState) -> None:
         self.inp = inp
         self.fd = fd
         self.state = state
@@ -310,7 +309,7 @@ class _Resizer:
         rows, cols = window_size(self.fd)
         if rows <= 0 or cols <= 0:
             return  # zero dimensions are never sent
-        with contextlib.suppress(duplex.StreamError):
+        with contextlib.suppress(errors.TransportError):
             await self.inp.write(resize_frame(rows, cols))
 
     def cancel(self) -> None:

@@ -1,6 +1,6 @@
 """The asyncio twin of ``Client``: the same methods, awaited.
 
-Built on ``httpx.AsyncClient`` (already a dependency of the worker), with the
+Built on ``h1.aio``, the worker's HTTP/1.1 (through ``aio_transport``), with the
 requests, bodies, error mapping and polling budgets of ``api``: the
 two clients can differ only in how they wait, never in what they send. A log follow
 is an async iterator; ``lease()`` is an async context manager.

@@ -104,8 +104,8 @@ from resource_controller.core.states import ACTIVE, TERMINAL
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
-    # Imported when a JsonClient first needs it: http.client pulls in email and ssl, and
-    # every command's --help (and the Python API's views) would pay for it otherwise.
+    # Imported when a JsonClient first needs it: h11 pulls in typing and dataclasses,
+    # and every command's --help (and the Python API's views) would pay for it otherwise.
     from resource_controller.client import transport
 
 

@@ -1,38 +1,37 @@
-"""Synchronous HTTP to the controller, on the standard library alone.
+"""Synchronous HTTP to the controller: the blocking shell of ``h1`` with routes, errors, fail-over.
 
-``rc run -- true`` is on people's hot path, and importing a full HTTP client costs
-more than everything else ``rc`` does before its first request, so this module speaks
-HTTP/1.1 on a plain socket (``http11``; not ``http.client``, which loads ``email`` and
-``ssl``): one kept-alive connection, which a long-lived stream (log follow) borrows
-and gives back once the stream has ended cleanly, so that ``rc run``'s submit, follow
-and final poll share one connection; and a timeout chosen per request, because only
-the callers know what is bounded (CLI-070: no overall timeout; the polling loops
-bound each poll themselves). A request made while a stream holds the connection
-opens another.
+``rc run -- true`` is on people's hot path, so the connection is ``h1.blocking``'s plain
+socket (not ``http.client``, which loads ``email`` and ``ssl``): one kept-alive
+connection, which a long-lived stream (log follow) borrows and gives back once the
+stream has ended cleanly, so that ``rc run``'s submit, follow and final poll share one
+connection; and a timeout chosen per request, because only the callers know what is
+bounded (CLI-070: no overall timeout; the polling loops bound each poll themselves).
+A request made while a stream holds the connection opens another.
 
 Every failure leaves here as one of two errors from ``errors``:
 
 - ``ApiError``: the controller answered non-2xx. Its ``{"error", "message"}`` body
   becomes ``<code>: <message>``, raised as that code's class (``errors.API_CODES``); anything else becomes "controller returned
   <status> <reason>".
-- ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
-  request and the cause.
+- ``TransportError``: no usable answer (one of its kinds: refused, DNS, reset, timed
+  out), naming the request and the cause.
 
 Nothing here retries a request the controller may have seen. The one exception to
 "never resend" is a request that failed on a kept-alive connection the controller
-had already closed while idle: such a request never reached it, so it is sent once
-more on a fresh connection. Several comma-separated base URLs fail over to the next
-one only when a connection cannot be opened at all.
+had already closed while idle (``Disconnected`` on a reused connection): such a
+request never reached it, so it is sent once more on a fresh connection. Several
+comma-separated base URLs fail over to the next one only when a connection cannot be
+opened at all.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator, Mapping
 
-from resource_controller import errors, http1
-from resource_controller.client import http11, urls
+from resource_controller import errors
+from resource_controller.client import urls
+from resource_controller.h1 import blocking, core
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
@@ -40,16 +39,8 @@ if TYPE_CHECKING:
 else:
     from resource_controller.client.records import NamedTuple
 
-#: Bytes asked for per read while streaming; a chunk is written out as soon as it arrives.
-STREAM_READ_SIZE = 64 * 1024
-
-# Failures that mean "the idle kept-alive connection was closed under us".
-_STALE_CONNECTION = (
-    http11.RemoteDisconnected,
-    ConnectionResetError,
-    ConnectionAbortedError,
-    BrokenPipeError,
-)
+#: Bound on connecting when the request sets none: an unanswered SYN never hangs ``rc``.
+CONNECT_TIMEOUT = 30.0
 
 
 class Response(NamedTuple):
@@ -74,10 +65,7 @@ class _Base(NamedTuple):
     """One controller base URL, taken apart once."""
 
     url: str
-    scheme: str
-    host: str
-    port: int
-    prefix: str
+    end: core.Endpoint
 
 
 def _parse_base(url: str) -> _Base:
@@ -90,23 +78,7 @@ def _parse_base(url: str) -> _Base:
             f"controller URL {url!r} is not an http:// or https:// URL (check RC_CONTROLLER)"
         )
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    return _Base(url, parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
-
-
-def describe_cause(exc: BaseException) -> str:
-    """A short, human reason for a transport failure."""
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if isinstance(exc, http11.RemoteDisconnected):
-        return "the controller closed the connection without answering"
-    if isinstance(exc, http11.IncompleteRead):
-        return "the controller closed the connection mid-response"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve host: {exc.strerror or exc}"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[:1].lower() + exc.strerror[1:]
-    text = str(exc)
-    return text or type(exc).__name__
+    return _Base(url, core.Endpoint(parts.scheme, parts.hostname, port, parts.path.rstrip("/")))
 
 
 def api_error(status: int, reason: str, body: bytes, missing_token: str = "") -> errors.ApiError:
@@ -115,7 +87,7 @@ def api_error(status: int, reason: str, body: bytes, missing_token: str = "") ->
     ``missing_token`` says where the client looked for a token it did not find; it is
     added to an ``unauthorized`` answer, the one a missing token earns.
     """
-    code, message = http1.error_body(body)
+    code, message = core.error_body(body)
     if code:
         if missing_token and code == "unauthorized":
             message = f"{message}; {missing_token}" if message else missing_token
@@ -139,13 +111,11 @@ class Stream:
 
     def __init__(
         self,
-        conn: http11.Connection,
-        resp: http11.Response,
+        conn: blocking.Connection,
         request: str,
-        keep: Callable[[http11.Connection, http11.Response], None] | None = None,
+        keep: Callable[[blocking.Connection], None] | None = None,
     ) -> None:
-        self._conn: http11.Connection | None = conn
-        self._resp = resp
+        self._conn: blocking.Connection | None = conn
         self._keep = keep
         self.request = request
 
@@ -156,10 +126,10 @@ class Stream:
         if self._conn is None:
             raise StopIteration
         try:
-            chunk = self._resp.read1(STREAM_READ_SIZE)
-        except (OSError, http11.ProtocolError) as e:
+            chunk = self._conn.read()
+        except errors.TransportError as e:
             self.close()
-            raise errors.TransportError(f"{self.request}: {describe_cause(e)}") from e
+            raise type(e)(f"{self.request}: {e}") from e
         except BaseException:
             self.close()
             raise
@@ -167,7 +137,7 @@ class Stream:
             return chunk
         conn, self._conn = self._conn, None
         if self._keep is not None:
-            self._keep(conn, self._resp)
+            self._keep(conn)
         else:
             conn.close()
         raise StopIteration
@@ -195,19 +165,29 @@ class Transport:
         *,
         origin: str = "",
         missing_token: Callable[[], str] | None = None,
+        opener: blocking.Opener = blocking.open_socket,
     ) -> None:
         """``origin`` says where ``base_url`` came from (``from RC_CONTROLLER``, ...); an
         error that the controller cannot be reached names it.
         ``missing_token``, asked only when an empty token is refused, says where the
-        client looked for one (``config.Settings.missing_token``)."""
+        client looked for one (``config.Settings.missing_token``). ``opener`` makes the
+        connections' sockets (tests put a fake controller there)."""
         self._origin = origin
         self._missing_token = missing_token
+        self._opener = opener
         urls = [u.strip().rstrip("/") for u in base_url.split(",")]
         urls = [u for u in urls if u] or [base_url]
         self._bases = [_parse_base(u) for u in urls]
         self._current = 0
         self._token = token
-        self._conn: http11.Connection | None = None
+        self._conn: blocking.Connection | None = None
+        # Both headers on every request, even with an empty token, so the controller
+        # answers "unauthorized" instead of the client guessing.
+        self._fields = [
+            (b"Authorization", core.bearer(token).encode("latin-1")),
+            (b"Content-Type", b"application/json"),
+            (b"Accept-Encoding", b"identity"),
+        ]
 
     @property
     def base_url(self) -> str:
@@ -219,49 +199,39 @@ class Transport:
         """The bearer token (for streams this transport does not carry, the relay)."""
         return self._token
 
-    def _headers(self) -> dict[str, str]:
-        # Both headers on every request, even with an empty token, so the
-        # controller answers "unauthorized" instead of the client guessing.
-        return {
-            "Authorization": f"Bearer {self._token}",
-            "Content-Type": "application/json",
-        }
-
     def _target(self, base: _Base, path: str, query: Mapping[str, str] | None) -> str:
-        target = base.prefix + path
+        target = base.end.prefix + path
         if query:
             target += "?" + urls.urlencode(sorted(query.items()))
         return target
 
-    def _connect(self, base: _Base, timeout: float | None) -> http11.Connection:
-        return http11.Connection(base.host, base.port, tls=base.scheme == "https", timeout=timeout)
-
-    def _open(self, timeout: float | None, request: str) -> http11.Connection:
+    def _open(self, timeout: float | None, request: str) -> blocking.Connection:
         """Open a connection, failing over between base URLs only when connecting fails."""
-        first_error: BaseException | None = None
+        first_error: errors.ConnectFailed | None = None
+        bound = CONNECT_TIMEOUT if timeout is None else timeout
         for step in range(len(self._bases)):
             index = (self._current + step) % len(self._bases)
             try:
-                conn = self._connect(self._bases[index], timeout)
-            except OSError as e:
+                conn = blocking.Connection(self._bases[index].end, bound, self._opener)
+            except errors.ConnectFailed as e:
                 first_error = first_error or e
                 continue
             self._current = index
             return conn
         assert first_error is not None
-        message = f"{request}: {describe_cause(first_error)}"
+        message = f"{request}: {first_error}"
         if self._origin:
             urls = ", ".join(b.url for b in self._bases)
             plural = "s" if len(self._bases) > 1 else ""
             message += f" (controller{plural} {urls} {self._origin})"
-        raise errors.TransportError(message) from first_error
+        raise errors.ConnectFailed(message) from first_error
 
-    def _refusal(self, resp: http11.Response, data: bytes) -> errors.ApiError:
+    def _refusal(self, head: core.Head, data: bytes) -> errors.ApiError:
         """The error for a non-2xx answer, saying where a missing token was looked for."""
         hint = ""
-        if not self._token and self._missing_token is not None and resp.status == 401:
+        if not self._token and self._missing_token is not None and head.status == 401:
             hint = self._missing_token()
-        return api_error(resp.status, resp.reason, data, hint)
+        return api_error(head.status, head.reason, data, hint)
 
     def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
         base = self._bases[self._current]
@@ -269,21 +239,21 @@ class Transport:
             "?" + urls.urlencode(sorted(query.items())) if query else ""
         )
 
-    def _take(self, timeout: float | None, request: str) -> tuple[http11.Connection, bool]:
-        """The kept-alive connection (True: reused) or a new one, bounded by ``timeout``."""
+    def _take(self, timeout: float | None, request: str) -> blocking.Connection:
+        """The kept-alive connection or a new one, bounded by ``timeout``."""
         conn = self._conn
         self._conn = None
         if conn is None:
-            return self._open(timeout, request), False
+            conn = self._open(timeout, request)
         conn.settimeout(timeout)
-        return conn, True
+        return conn
 
-    def _keep(self, conn: http11.Connection, resp: http11.Response) -> None:
+    def _keep(self, conn: blocking.Connection) -> None:
         """Keep ``conn`` for the next request if its answer was read whole and it stays open."""
-        if resp.will_close or not resp.complete or self._conn is not None:
-            conn.close()
-        else:
+        if self._conn is None and conn.recycle():
             self._conn = conn
+        else:
+            conn.close()
 
     def _exchange(
         self,
@@ -294,7 +264,7 @@ class Transport:
         timeout: float | None,
         *,
         whole: bool,
-    ) -> tuple[http11.Connection, http11.Response, bytes, str]:
+    ) -> tuple[blocking.Connection, core.Head, bytes, str]:
         """Send one request and read the answer's head (and, if ``whole``, its body).
 
         A kept-alive connection the controller closed while idle fails before the
@@ -302,25 +272,24 @@ class Transport:
         """
         request = self._describe(method, path, query)
         for attempt in (0, 1):
-            conn, reused = self._take(timeout, request)
+            conn = self._take(timeout, request)
             request = self._describe(method, path, query)
             target = self._target(self._bases[self._current], path, query)
             try:
-                conn.send(method, target, self._headers(), payload)
-                resp = conn.response(method)
-                data = resp.read() if whole or not 200 <= resp.status < 300 else b""
-            except _STALE_CONNECTION as e:
+                head = conn.request(method, target, self._fields, payload)
+                data = conn.read_all() if whole or not 200 <= head.status < 300 else b""
+            except errors.Disconnected as e:
                 conn.close()
-                if reused and attempt == 0:
+                if conn.reused and attempt == 0:
                     continue
-                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
-            except (OSError, http11.ProtocolError) as e:
+                raise errors.Disconnected(f"{request}: {e}") from e
+            except errors.TransportError as e:
                 conn.close()
-                raise errors.TransportError(f"{request}: {describe_cause(e)}") from e
+                raise type(e)(f"{request}: {e}") from e
             except BaseException:
                 conn.close()
                 raise
-            return conn, resp, data, request
+            return conn, head, data, request
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(
@@ -335,22 +304,23 @@ class Transport:
         """Send one request and read the whole answer; raise unless it is 2xx.
 
         ``body`` is serialised as JSON when not ``None``. ``timeout`` bounds connecting
-        and each socket read; ``None`` waits as long as it takes.
+        and each socket read; ``None`` waits as long as it takes (connecting, at most
+        ``CONNECT_TIMEOUT``).
         """
         payload = None if body is None else json.dumps(body).encode()
-        conn, resp, data, request = self._exchange(
+        conn, head, data, request = self._exchange(
             method, path, query, payload, timeout, whole=True
         )
-        self._keep(conn, resp)
-        if resp.status >= 500 and self._fail_over() and method == "GET":
+        self._keep(conn)
+        if head.status >= 500 and self._fail_over() and method == "GET":
             # Another controller of the list may answer; a read is safe to repeat.
-            conn, resp, data, request = self._exchange(
+            conn, head, data, request = self._exchange(
                 method, path, query, payload, timeout, whole=True
             )
-            self._keep(conn, resp)
-        if not 200 <= resp.status < 300:
-            raise self._refusal(resp, data)
-        return Response(resp.status, data, request)
+            self._keep(conn)
+        if not 200 <= head.status < 300:
+            raise self._refusal(head, data)
+        return Response(head.status, data, request)
 
     def stream(
         self,
@@ -363,13 +333,14 @@ class Transport:
         """Open a long-lived response, on the kept-alive connection if there is one.
 
         The status is checked before returning, so a refusal (``not_found``,
-        ``logs_not_stored``) raises here rather than while iterating.
+        ``logs_not_stored``) raises here rather than while iterating. ``timeout``
+        bounds connecting and each read, the idle time between two pieces too.
         """
-        conn, resp, data, request = self._exchange(method, path, query, None, timeout, whole=False)
-        if not 200 <= resp.status < 300:
-            self._keep(conn, resp)
-            raise self._refusal(resp, data)
-        return Stream(conn, resp, request, self._keep)
+        conn, head, data, request = self._exchange(method, path, query, None, timeout, whole=False)
+        if not 200 <= head.status < 300:
+            self._keep(conn)
+            raise self._refusal(head, data)
+        return Stream(conn, request, self._keep)
 
     def _fail_over(self) -> bool:
         """Send the next requests to the next controller of the list (after a 5xx: that

@@ -32,7 +32,7 @@ import uvicorn
 from resource_controller import crashpoints, heap, logfmt
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.controller import app as app_module
-from resource_controller.controller import sharelimits
+from resource_controller.controller import sharelimits, webhooks
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core import testtimings
@@ -253,9 +253,13 @@ WEBHOOK_ENV = "RC_WEBHOOK_URL"
 
 
 def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
-    """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier."""
+    """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier.
+    ``StartupError`` for a URL that cannot be posted to (``webhooks.check_url``)."""
     env = os.environ if environ is None else environ
-    return flag or env.get(WEBHOOK_ENV, "")
+    url = flag or env.get(WEBHOOK_ENV, "")
+    if url and (problem := webhooks.check_url(url, env)):
+        raise StartupError(problem)
+    return url
 
 
 def run(
@@ -277,7 +281,7 @@ def run(
     """
     logfmt.configure(log_format, logging.INFO)
     # Events at the default level, not migration steps or requests.
-    for name in ("alembic", "uvicorn.access", "httpx", "httpcore"):
+    for name in ("alembic", "uvicorn.access"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
         svc = open_services(

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from resource_controller import errors
 from resource_controller.controller.events import stamp
 from resource_controller.core import states
-
-if TYPE_CHECKING:
-    import httpx
+from resource_controller.h1 import aio, core
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,29 @@ class _NoCounters:
         pass
 
 
+def _where(url: str) -> tuple[core.Endpoint | None, str]:
+    """The endpoint and the request target (path and query, as given) of ``url``."""
+    import urllib.parse
+
+    try:
+        end = core.endpoint(url)
+    except ValueError:
+        return None, ""
+    parts = urllib.parse.urlsplit(url.strip())
+    query = "?" + parts.query if parts.query else ""
+    return end._replace(prefix=""), (parts.path or "/") + query
+
+
+def check_url(url: str, environ: Mapping[str, str]) -> str:
+    """What is wrong with ``url`` as a webhook URL, or ``""``: not http(s), or meant
+    for a proxy set in ``environ`` (none is supported: ``core.proxy_refusal``)."""
+    try:
+        end = core.endpoint(url)
+    except ValueError as exc:
+        return f"webhook URL {exc}"
+    return core.proxy_refusal(end, environ)
+
+
 class Notifier:
     """The bounded queue and its one delivery task."""
 
@@ -190,39 +213,38 @@ class Notifier:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
 
     async def _run(self) -> None:
-        # Imported here: only a controller with a webhook URL ever posts one.
-        from resource_controller.httpxlite import httpx
-
-        async with httpx.AsyncClient(timeout=self.post_timeout, verify=True) as client:
+        client = aio.Client({"Content-Type": "application/json"})
+        try:
             while True:
                 notice = await self._queue.get()
                 try:
                     await self._deliver(client, notice)
                 finally:
                     self._queue.task_done()
+        finally:
+            await client.aclose()
 
-    async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
-        from resource_controller.httpxlite import httpx
-
+    async def _deliver(self, client: aio.Client, notice: Notice) -> None:
+        end, target = _where(self.url)
         wait = self.backoff
         for attempt in range(1, ATTEMPTS + 1):
             if attempt > 1:
                 await asyncio.sleep(wait)
                 wait *= 2
+            if end is None:
+                problem = "not an http:// or https:// URL"
+                break
+            body = json.dumps(notice.body()).encode()
             try:
-                async with asyncio.timeout(self.post_timeout):
-                    async with client.stream("POST", self.url, json=notice.body()) as r:
-                        size = 0
-                        async for part in r.aiter_raw():
-                            size += len(part)
-                            if size >= RESPONSE_DRAIN:
-                                break
-                    if 200 <= r.status_code < 300:
-                        self.delivered += 1
-                        self.counters.delivered(notice.event)
-                        return
-                    problem = f"status {r.status_code}"
-            except (httpx.HTTPError, TimeoutError, OSError) as exc:
+                r = await client.request(
+                    "POST", end, target, body, timeout=self.post_timeout, limit=RESPONSE_DRAIN
+                )
+                if r.is_success:
+                    self.delivered += 1
+                    self.counters.delivered(notice.event)
+                    return
+                problem = f"status {r.status_code}"
+            except errors.TransportError as exc:
                 problem = type(exc).__name__
             log.debug("webhook %s attempt %d failed: %s", notice.event, attempt, problem)
         self.dropped += 1

@@ -4,7 +4,7 @@
 exit status); ``agent`` is one worker's life (start, register, heartbeat, poll,
 shutdown); ``lifecycle`` is one job's life, step by step, from acquisition to release;
 ``channel`` is the typed conversation with the controller, one method per route, over
-``transport``, HTTP/1.1 of its own (httpx only where it must, ``viahttpx``);
+``h1.aio``;
 ``timings`` holds every wait and bound, injected; ``runner`` starts and supervises one
 job's process group; ``procs`` is the only place that signals processes or reads
 ``/proc``; ``logship`` batches job output; ``stragglers`` ends a finished job's escaped

@@ -37,11 +37,12 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from resource_controller import wire
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations
+from resource_controller.h1 import aio
 from resource_controller.worker import (
     channel,
     lifecycle,
@@ -57,9 +58,6 @@ from resource_controller.worker import config as worker_config
 from resource_controller.worker import recovery as recovery_proof
 from resource_controller.worker.channel import RegisterError, StartupError
 from resource_controller.worker.timings import DEFAULT, Timings
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["Agent", "RegisterError", "StartupError"]
 
@@ -81,7 +79,7 @@ class Agent:
         config: worker_config.WorkerConfig,
         clock: Clock | None = None,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        connect: aio.Connect = aio.open_tcp,
         base_env: Mapping[str, str] | None = None,
         rng: random.Random | None = None,
         timings: Timings = DEFAULT,
@@ -92,7 +90,7 @@ class Agent:
         #: Contact history and the re-registration debt.
         self.contact = reconnect.Reconnect(rng, timings)
         self.channel = channel.Channel(
-            config.controller_url, config.token, self.clock, self.contact, transport=transport
+            config.controller_url, config.token, self.clock, self.contact, connect=connect
         )
         #: Reports that must reach the controller; opened by ``run``.
         self.outbox: outbox.Outbox | None = None

@@ -25,9 +25,10 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from resource_controller import duplex, wire
+from resource_controller import errors, wire
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState, Stdio
+from resource_controller.h1 import aio
 from resource_controller.worker import channel, runner, tty
 from resource_controller.worker.timings import Timings
 
@@ -45,23 +46,21 @@ def is_attached(assignment: wire.Assignment) -> bool:
     return (assignment.stdio or "") in ATTACHED
 
 
-def _problem(exc: duplex.StreamError) -> str:
+def _problem(exc: errors.TransportError) -> str:
     return str(exc)
 
 
-async def session_over(output: duplex.Stream) -> str:
+async def session_over(output: aio.Exchange) -> str:
     """Returns once the controller ended the output half: why the session is over."""
     try:
         while await output.read():
             pass
-    except duplex.StreamError as exc:
+    except errors.TransportError as exc:
         return f"relay lost: {exc}"
     return REASON_CLIENT_LEFT
 
 
-async def hang_up(
-    output: duplex.Stream, over: asyncio.Task[str], wait: float = ANSWER_WAIT
-) -> None:
+async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = ANSWER_WAIT) -> None:
     """End the output body, then wait (bounded) for the relay's answer before closing.
 
     A server may drop body bytes it received but has not read once the sender hangs up
@@ -70,7 +69,7 @@ async def hang_up(
     answer lost the last chunks of ``rc cp`` downloads. ``over`` is the one reader of
     the answer (``session_over``).
     """
-    with contextlib.suppress(duplex.StreamError):
+    with contextlib.suppress(errors.TransportError):
         await output.finish()
     await asyncio.wait([over], timeout=wait)
     over.cancel()
@@ -87,7 +86,7 @@ class RelaySink:
     runs on under supervision, as a job whose client went away does.
     """
 
-    def __init__(self, stream: duplex.Stream, job_id: str) -> None:
+    def __init__(self, stream: aio.Exchange, job_id: str) -> None:
         self.stream = stream
         self.job_id = job_id
         self.broken = False
@@ -97,7 +96,7 @@ class RelaySink:
             return
         try:
             await self.stream.write(data)
-        except duplex.StreamError as exc:
+        except errors.TransportError as exc:
             self.broken = True
             log.warning(
                 "job %s: relay output stream broke: %s",
@@ -125,11 +124,11 @@ async def run(
     job_id = assignment.job_id
     try:
         output = await to_controller.relay_output(job_id)
-    except duplex.StreamError as exc:
+    except errors.TransportError as exc:
         return _attach_failed(mode, "output", exc)
     try:
         inp = await to_controller.relay_input(job_id)
-    except duplex.StreamError as exc:
+    except errors.TransportError as exc:
         output.close()
         return _attach_failed(mode, "input", exc)
     over = asyncio.create_task(session_over(output), name=f"relay-over-{job_id}")
@@ -160,7 +159,7 @@ async def run(
         inp.close()
 
 
-def _attach_failed(mode: str, which: str, exc: duplex.StreamError) -> runner.Outcome:
+def _attach_failed(mode: str, which: str, exc: errors.TransportError) -> runner.Outcome:
     reason = f"attach {mode} stdio: open {which} stream: {_problem(exc)}"
     return runner.Outcome(JobState.FAILED, -1, reason)
 
@@ -169,8 +168,8 @@ async def _run_tty(
     assignment: wire.Assignment,
     argv: list[str],
     env: dict[str, str],
-    output: duplex.Stream,
-    inp: duplex.Stream,
+    output: aio.Exchange,
+    inp: aio.Exchange,
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings,

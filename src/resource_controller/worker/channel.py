@@ -1,8 +1,8 @@
 """The worker's typed channel to the controller: one method per route it calls.
 
-Every request goes through one sender (``transport``: HTTP/1.1 of its own, httpx only
-where needed) carrying the bearer token and ``Content-Type: application/json`` (the log
-upload too), bounded to 2 minutes unless the caller bounds it tighter. Request bodies are built from the wire models
+Every request goes through one ``h1.aio.Client`` carrying the bearer token and
+``Content-Type: application/json`` (the log upload too), bounded to 2 minutes unless the
+caller bounds it tighter. Request bodies are built from the wire models
 (``resource_controller.wire``) and written with every field at its default left out,
 which is exactly the omission rule of each body:
 ``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
@@ -23,21 +23,19 @@ and "refused" the same way.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from resource_controller import duplex, http1, streams11, wire
+from resource_controller import errors, wire
 from resource_controller.clock import Clock
-from resource_controller.worker import reconnect, transport
-from resource_controller.worker.transport import Answer, Sender
-
-if TYPE_CHECKING:
-    import httpx
+from resource_controller.h1 import aio, core
+from resource_controller.h1.aio import Answer
+from resource_controller.worker import reconnect
 
 #: Overall bound on one non-streaming request.
 HTTP_TIMEOUT = 120.0
@@ -46,10 +44,11 @@ INSTANCE_HEADER_KEY = INSTANCE_HEADER.lower()
 
 #: A connection that was never made: the request was not sent, so another controller
 #: may take it.
-CONNECT_ERRORS = (transport.ConnectFailed, ConnectionRefusedError)
+CONNECT_ERRORS = (errors.ConnectFailed,)
 
-#: Everything that means "no HTTP answer came back" (``transport.TransportError`` is one).
-TRANSPORT_ERRORS = (TimeoutError, OSError)
+#: Everything that means "no HTTP answer came back" (a caller's own bound is a
+#: ``TimeoutError``).
+TRANSPORT_ERRORS = (errors.TransportError, TimeoutError)
 
 
 class StartupError(Exception):
@@ -74,14 +73,14 @@ def status_line(resp: Answer) -> str:
 
 def error_text(exc: BaseException) -> str:
     """A transport error in one line; a bare timeout says so rather than nothing."""
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, errors.TimedOut)):
         return "request timed out"
     return str(exc) or type(exc).__name__
 
 
 def error_body(resp: Answer) -> tuple[str, str]:
     """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
-    return http1.error_body(resp.content)
+    return core.error_body(resp.content)
 
 
 class PollAnswer(NamedTuple):
@@ -185,17 +184,25 @@ def labels_body(request: wire.LabelsPush) -> dict[str, Any]:
 # ---- the channel ---------------------------------------------------------------------
 
 
+def target_of(path: str, params: Mapping[str, str] | None = None) -> str:
+    """``path`` percent-encoded where it must be (IDs go in unescaped), then the query."""
+    target = urllib.parse.quote(path, safe="/!$&'()*+,;=:@[]%")
+    if params:
+        target += "?" + urllib.parse.urlencode(params)
+    return target
+
+
 class _Opened:
-    """``async with channel.open():`` closes the sender on the way out."""
+    """``async with channel.open():`` closes the client on the way out."""
 
-    def __init__(self, sender: transport.Sender) -> None:
-        self.sender = sender
+    def __init__(self, client: aio.Client) -> None:
+        self.client = client
 
-    async def __aenter__(self) -> transport.Sender:
-        return self.sender
+    async def __aenter__(self) -> aio.Client:
+        return self.client
 
     async def __aexit__(self, *_: object) -> None:
-        await self.sender.aclose()
+        await self.client.aclose()
 
 
 class Channel:
@@ -208,18 +215,19 @@ class Channel:
         clock: Clock,
         contact: reconnect.Reconnect,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        connect: aio.Connect = aio.open_tcp,
     ) -> None:
-        """``transport``: requests go through httpx over it (tests inject one)."""
+        """``connect`` opens the connections (tests put a fake controller behind it)."""
         #: The controllers, in order (EXT-PG-5: ``controller_url`` may list several);
         #: requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
         self._bases = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        self._ends: list[core.Endpoint] = []
         self._at = 0
         self._token = token
         self._clock = clock
         self._contact = contact
-        self._transport = transport
-        self._client: Sender | None = None
+        self._connect = connect
+        self._client: aio.Client | None = None
         #: Set by ``register`` (or from the outbox's records before it).
         #: Single-threaded asyncio: reads and writes never interleave mid-update,
         #: which is all WRK-033 asks for.
@@ -233,22 +241,20 @@ class Channel:
         self._at = (self._at + 1) % len(self._bases)
 
     def open(self) -> _Opened:
-        """The sender; the caller closes it (``async with channel.open():``).
+        """The client; the caller closes it (``async with channel.open():``).
 
-        Without an injected transport, requests go over ``transport.Plain`` (HTTP/1.1 of
-        its own, httpx only for ``https://``), unless a proxy is configured in the
-        environment: only httpx honours that.
-        """
-        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
-        sender: transport.Sender
-        if self._transport is None and not streams11.proxied(os.environ):
-            sender = transport.Plain(headers)
-        else:
-            from resource_controller.worker import viahttpx
-
-            sender = viahttpx.ViaHttpx(headers, self._transport)
-        self._client = sender
-        return _Opened(sender)
+        ``StartupError`` for a controller URL that is not one, or one a proxy set in
+        the environment is meant to carry (``core.proxy_refusal``)."""
+        try:
+            self._ends = [core.endpoint(url) for url in self._bases]
+        except ValueError as exc:
+            raise StartupError(f"controller_url {exc}") from None
+        for end in self._ends:
+            if refusal := core.proxy_refusal(end, os.environ):
+                raise StartupError(refusal)
+        headers = {"Authorization": core.bearer(self._token), "Content-Type": "application/json"}
+        self._client = aio.Client(headers, connect=self._connect)
+        return _Opened(self._client)
 
     async def _request(
         self,
@@ -265,12 +271,14 @@ class Channel:
         With several controllers listed, a refused connection tries the next at once
         (nothing was sent), and a 5xx sends the following requests to the next."""
         assert self._client is not None, "the channel is not open"
-        target = transport.target_of(path, params)
-        data = transport.json_body(body) if body is not None else content
+        target = target_of(path, params)
+        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else content
+        bound = HTTP_TIMEOUT if timeout is None else timeout
         for step in range(len(self._bases)):
             try:
-                async with asyncio.timeout(HTTP_TIMEOUT if timeout is None else timeout):
-                    resp = await self._client.request(method, self._base, target, data)
+                resp = await self._client.request(
+                    method, self._ends[self._at], target, data, timeout=bound
+                )
             except CONNECT_ERRORS:
                 if step == len(self._bases) - 1:
                     raise
@@ -347,28 +355,29 @@ class Channel:
         if not resp.is_success:
             raise LogSendError(f"controller returned {status_line(resp)}")
 
-    async def relay_output(self, job_id: str) -> duplex.Stream:
+    async def relay_output(self, job_id: str) -> aio.Exchange:
         """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open.
 
-        Returns once the ``200`` arrived; ``duplex.Refused`` names any other status and
-        ``duplex.StreamError`` a stream that could not be opened.
+        Returns once the ``200`` arrived; ``errors.Refused`` names any other status and
+        another ``errors.TransportError`` a stream that could not be opened.
         """
         return await self._relay("POST", job_id, "out", "application/octet-stream")
 
-    async def relay_input(self, job_id: str) -> duplex.Stream:
+    async def relay_input(self, job_id: str) -> aio.Exchange:
         """Open ``GET /v1/jobs/{id}/tty/in``, the input stream."""
         return await self._relay("GET", job_id, "in", "application/json")
 
-    async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> duplex.Stream:
+    async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> aio.Exchange:
         """One half of a terminal's relay. Its answer is no contact (WRK-032): a relay
         stream never feeds the reconnection tracker."""
-        return await duplex.open_stream(
+        return await aio.relay(
             self._base,
             method,
             f"/v1/jobs/{job_id}/tty/{half}",
             self._token,
             content_type=content_type,
-            connect_timeout=HTTP_TIMEOUT,
+            timeout=HTTP_TIMEOUT,
+            connect=self._connect,
         )
 
     async def push_labels(self, request: wire.LabelsPush) -> str:

@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from resource_controller.clock import Clock, SystemClock
+from resource_controller.h1.aio import Answer
 from resource_controller.worker import channel, procs
 from resource_controller.worker.timings import DEFAULT, Timings
-from resource_controller.worker.transport import Answer
 
 log = logging.getLogger(__name__)
 

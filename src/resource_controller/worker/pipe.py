@@ -15,8 +15,9 @@ import contextlib
 import logging
 import subprocess
 
-from resource_controller import duplex, wire
+from resource_controller import errors, wire
 from resource_controller.clock import Clock
+from resource_controller.h1 import aio
 from resource_controller.worker import runner
 from resource_controller.worker.timings import Timings
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
 
 
-async def feed_stdin(inp: duplex.Stream, started: runner.Started) -> None:
+async def feed_stdin(inp: aio.Exchange, started: runner.Started) -> None:
     """Copy the input stream into the process's stdin; its end closes stdin.
 
     A write error to stdin is not reported: the process chose not to read.
@@ -42,7 +43,7 @@ async def feed_stdin(inp: duplex.Stream, started: runner.Started) -> None:
             closed.cancel()
             if not read.done():
                 read.cancel()
-                with contextlib.suppress(asyncio.CancelledError, duplex.StreamError):
+                with contextlib.suppress(asyncio.CancelledError, errors.TransportError):
                     await read
                 return
             data = read.result()
@@ -50,7 +51,7 @@ async def feed_stdin(inp: duplex.Stream, started: runner.Started) -> None:
                 return  # the client closed its input: stdin EOF
             stdin.write(data)
             await proto.writable.wait()
-    except (duplex.StreamError, OSError, RuntimeError):
+    except (errors.TransportError, OSError, RuntimeError):
         return
     finally:
         with contextlib.suppress(OSError, RuntimeError):
@@ -62,8 +63,8 @@ async def run(
     argv: list[str],
     env: dict[str, str],
     *,
-    output: duplex.Stream,
-    inp: duplex.Stream,
+    output: aio.Exchange,
+    inp: aio.Exchange,
     sink: runner.OutputSink,
     on_log: runner.OutputSink,
     cancel: asyncio.Event,

@@ -25,8 +25,6 @@ from resource_controller.worker.timings import Timings
 #: the name they always had.
 log = logging.getLogger("resource_controller.worker.agent")
 
-#: Libraries that log every request at INFO; kept to their warnings.
-QUIET_LOGGERS = ("httpx", "httpcore")
 #: The logger a fatal start-up line is recorded under, in JSON.
 LOGGER = "rc.worker"
 
@@ -121,8 +119,6 @@ def _setup_logging(log_format: str = "text") -> None:
     report, so a quiet fleet writes almost nothing.
     """
     logfmt.configure(log_format, logging.INFO, stream=sys.stderr)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(config_path: str = worker_config.DEFAULT_PATH, log_format: str = "text") -> int:

@@ -21,9 +21,10 @@ import struct
 import termios
 from collections.abc import Mapping, Sequence
 
-from resource_controller import duplex
+from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
+from resource_controller.h1 import aio
 from resource_controller.worker import procs, runner
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ class InputEnded(Exception):
     """Input processing ends here; the message is the warning (empty: silently)."""
 
 
-async def forward_input(stream: duplex.Stream, terminal: Terminal, job_id: str) -> None:
+async def forward_input(stream: aio.Exchange, terminal: Terminal, job_id: str) -> None:
     """Apply the input stream's frames to the terminal until it ends.
 
     Input ending never ends the job: this returns, and the job keeps running.
@@ -179,12 +180,12 @@ async def forward_input(stream: duplex.Stream, terminal: Terminal, job_id: str) 
             )
 
 
-async def _frames(stream: duplex.Stream, terminal: Terminal) -> None:
+async def _frames(stream: aio.Exchange, terminal: Terminal) -> None:
     pending = bytearray()
     while True:
         try:
             piece = await stream.read()
-        except duplex.StreamError as exc:
+        except errors.TransportError as exc:
             raise InputEnded(f"input stream: {exc}") from None
         if not piece:
             return  # end of stream: silently

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from resource_controller import duplex
+from resource_controller.h1 import aio
 from resource_controller.worker import attached
 
 
@@ -41,7 +41,7 @@ def test_hang_up_returns_only_after_the_answer_ends() -> None:
         server = await _server(answered, body, delay=0.3)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            stream = await duplex.open_stream(f"http://127.0.0.1:{port}", "POST", "/x", "t")
+            stream = await aio.relay(f"http://127.0.0.1:{port}", "POST", "/x", "t")
             over = asyncio.create_task(attached.session_over(stream))
             await stream.write(b"last bytes")
             await attached.hang_up(stream, over, wait=5.0)
@@ -58,7 +58,7 @@ def test_an_answer_that_never_comes_is_waited_for_a_bounded_time() -> None:
         server = await _server(answered, bytearray(), delay=30.0)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            stream = await duplex.open_stream(f"http://127.0.0.1:{port}", "POST", "/x", "t")
+            stream = await aio.relay(f"http://127.0.0.1:{port}", "POST", "/x", "t")
             loop = asyncio.get_running_loop()
             began = loop.time()
             over = asyncio.create_task(attached.session_over(stream))
