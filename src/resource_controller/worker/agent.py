@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -96,6 +97,8 @@ class Agent:
         )
         #: Reports that must reach the controller; opened by ``run``.
         self.outbox: outbox.Outbox | None = None
+        #: Which jobs were this worker's, for the recovery proof; opened by ``run``.
+        self.journal: recovery_proof.Journal | None = None
         #: What happens to each job; built by ``run`` once the outbox is open.
         self.life: lifecycle.Lifecycle | None = None
         self._base_env = base_env
@@ -154,11 +157,13 @@ class Agent:
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
+        fresh = not os.path.isdir(self.config.state_dir)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
         except outbox.OutboxError as exc:
             raise StartupError(str(exc)) from exc
         self.outbox = box
+        self.journal = recovery_proof.Journal.open(self.config.state_dir, fresh=fresh)
         self.life = lifecycle.Lifecycle(
             to_controller=self.channel,
             box=box,
@@ -168,6 +173,7 @@ class Agent:
             base_env=self._base_env,
             config=self.config,
             gpus=self.prober,
+            journal=self.journal,
         )
         # A job whose outcome the previous run left here must never run again.
         self._seen.update(box.pending_job_ids())
@@ -395,9 +401,11 @@ class Agent:
         Both callers (start-up, idle re-registration) guarantee that; should a job be
         in hand anyway, the scan would find it, so nothing is claimed.
         """
-        if self._life.jobs:
+        if self._life.jobs or self.journal is None:
             return {}
-        return await asyncio.to_thread(recovery_proof.compute, self.config.require_manual_clear)
+        return await asyncio.to_thread(
+            recovery_proof.compute, self.config.require_manual_clear, self.journal
+        )
 
     async def register(self) -> str:
         """Register and store the worker ID; raise ``RegisterError`` on any failure.
