@@ -93,7 +93,12 @@ class Agent:
         #: Contact history and the re-registration debt.
         self.contact = reconnect.Reconnect(rng, timings)
         self.channel = channel.Channel(
-            config.controller_url, config.token, self.clock, self.contact, transport=transport
+            config.controller_url,
+            config.token,
+            self.clock,
+            self.contact,
+            transport=transport,
+            timings=timings,
         )
         #: Reports that must reach the controller; opened by ``run``.
         self.outbox: outbox.Outbox | None = None
@@ -480,11 +485,11 @@ class Agent:
     # ---- poll loop -------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
-        """Long-poll forever; errors back off 2 s, quick idle polls leave 250 ms (§6)."""
-        wait = durations.render_duration(self.config.poll_wait)
+        """Long-poll forever; quick idle polls leave 250 ms (§6), and a poll error backs
+        off 2 s: with several controllers, only once each of them failed it in turn."""
         while True:
             asked = self.clock.monotonic()
-            started = await self.poll_once(wait)
+            started = await self.poll_once(self.config.poll_wait)
             if started is None:
                 await asyncio.sleep(self.timings.poll_error_backoff)
             elif started == 0:
@@ -538,7 +543,7 @@ class Agent:
             return False
         return True
 
-    async def poll_once(self, wait: str) -> int | None:
+    async def poll_once(self, wait: float) -> int | None:
         """One poll; the number of jobs it started, or ``None`` after a poll error."""
         answer = await self.channel.poll(wait)
         if isinstance(answer, str):
