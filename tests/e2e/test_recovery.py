@@ -256,3 +256,39 @@ def _two_workers_on_one_host(cluster: Cluster) -> None:
         for job in (theirs, mine, again):
             if job:
                 kill_job_processes(job)
+
+
+def test_output_the_controller_cannot_store_for_a_while_arrives_once_before_the_outcome(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The controller's log store fails for real (a directory where the job's log file
+    is: every append answers 500 log_error) while the job prints and ends. The worker
+    keeps that output in its outbox and holds the outcome back behind it; once the store
+    works again every byte is stored once, in order, and only then does the job end
+    (WRK-072, WRK-085, EXT-OUTBOX-1)."""
+    cluster.start_controller(env=FAST_CONTROLLER)
+    cluster.start_worker("box", ["gpu0"], env={"RC_TEST_TIMINGS": "outbox_backoff_max=0.5"})
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    lines = [f"line {i}" for i in range(60)]
+    script = (
+        f"echo first; while [ ! -e {go} ]; do sleep 0.05; done; "
+        f"for l in {' '.join(f'{n}' for n in range(60))}; do echo line $l; sleep 0.02; done; "
+        f"touch {ended}"
+    )
+    job = submit(cluster, "box:gpu0", "sh", "-c", script)
+    stored = cluster.tmp / "data" / "logs" / f"{job}.log"
+    wait_for(lambda: stored.exists() and stored.read_bytes() == b"first\n", 20, "the first line")
+    aside = stored.with_name("aside")
+    os.replace(stored, aside)
+    stored.mkdir()  # from here every append of this job fails in the store
+    go.touch()
+    wait_for(ended.exists, 20, "the job to print everything and end")
+    time.sleep(2)  # its output is retried meanwhile, and refused
+    assert cluster.job(job)["state"] == "running"  # the outcome waits behind the output
+    stored.rmdir()
+    os.replace(aside, stored)
+    final = cluster.wait_job(job, lambda j: j["state"] not in ("assigned", "running"), 30)
+    assert final["state"] == "succeeded", final
+    assert stored.read_text() == "first\n" + "".join(f"{line}\n" for line in lines)
+    r = cluster.rc("logs", job)
+    assert r.returncode == 0 and r.stdout == stored.read_text(), r.stderr

@@ -72,10 +72,6 @@ class RegisterError(StartupError):
     """Registration failed; the message is the ``register: ...`` line of WRK-045."""
 
 
-class LogSendError(Exception):
-    """The controller refused a log chunk."""
-
-
 # ---- reading answers -----------------------------------------------------------------
 
 
@@ -372,12 +368,15 @@ class Channel:
             "POST", f"/v1/devices/{device_id}/fault", body=dict(body), timeout=timeout
         )
 
-    async def append_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> None:
-        """Raw output bytes, epoch echoed; ``LogSendError`` if refused."""
+    async def append_log(
+        self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
+    ) -> Answer:
+        """Raw output bytes, epoch echoed. Never sent twice here: a chunk the controller
+        may have stored already is its caller's to send again or not (``logship``)."""
         params = {"lease_epoch": str(lease_epoch)} if lease_epoch else None
-        resp = await self._request("POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params)
-        if not resp.is_success:
-            raise LogSendError(f"controller returned {status_line(resp)}")
+        return await self._request(
+            "POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params, timeout=timeout
+        )
 
     async def relay_output(self, job_id: str) -> duplex.Stream:
         """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open.

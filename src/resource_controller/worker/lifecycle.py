@@ -372,13 +372,23 @@ class Lifecycle:
         )
 
     def output_of(self, job: SupervisedJob) -> logship.LogShipper:
-        """The job's output, batched into log appends echoing its epoch."""
+        """The job's output, batched into log appends echoing its epoch; what the
+        controller does not take goes through the outbox."""
         a = job.assignment
         return logship.LogShipper(
             functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
+            functools.partial(self.keep_output, a),
             label=a.job_id,
             flush_after=self.timings.log_flush_after,
         )
+
+    async def keep_output(self, a: wire.Assignment, chunk: bytes) -> asyncio.Event:
+        """A chunk the controller did not take: durable in the outbox, delivered in
+        order and before the job's terminal report (WRK-072: the final flush first)."""
+        report = self.box.add_log(a.job_id, chunk, a.lease_epoch)
+        await self.box.persist(report)
+        self._track(self.deliver(report), a.job_id)
+        return report.gone
 
     def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
         """Sample the job's GPU devices while it runs, started here; None
