@@ -72,6 +72,8 @@ class Cluster:
     controller: subprocess.Popen[bytes] | None = None
     #: The one device of a ``box`` fixture, whichever setup runs it.
     dev: str = "box:gpu0"
+    #: A command workers run under (``nsenter ... --``); none by default.
+    worker_wrap: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -200,7 +202,7 @@ class Cluster:
         """``controller_url``: what the worker dials (several, comma-separated, for a
         fleet of controllers); this cluster's controller by default. ``devices`` as a
         string is the value of ``devices:`` itself (``auto``, EXT-MIG-1); the wait is
-        then for any device of the host."""
+        then for any device of the host. The worker runs under ``worker_wrap``."""
         cfg = self.tmp / f"worker-{host}.yaml"
         listed = (
             [f"devices: {devices}"]
@@ -218,7 +220,7 @@ class Cluster:
         cfg.write_text("\n".join(lines) + "\n" + extra)
         log = open(self.tmp / f"worker-{host}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [RC, "worker", "-c", str(cfg), *args],
+            [*self.worker_wrap, RC, "worker", "-c", str(cfg), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, **(env or {})),
@@ -292,6 +294,15 @@ def pids_with_job(job_id: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (for a process started under a wrapper)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
 
 
 def kill_job_processes(job_id: str) -> None:

@@ -122,3 +122,22 @@ def test_killing_the_leader_loses_no_job_and_doubles_none(
         intervals.sort()
         for (_, end), (start, _) in itertools.pairwise(intervals):
             assert end <= start, (device, intervals)  # never two jobs on one device
+
+
+def test_a_frozen_controller_is_left_for_the_next(fleet: tuple[Cluster, Cluster]) -> None:
+    """EXT-PG-5: a SIGSTOPped controller keeps its connections open and answers nothing.
+    The worker long-polling it leaves it once the poll's bound (its wait plus a margin)
+    is out, and takes the job the other controller placed meanwhile; its reports go
+    there too."""
+    a, b = fleet
+    a.start_worker("box", ["gpu0"], extra="poll_wait: 3s\n", controller_url=f"{a.url},{b.url}")
+    frozen = a.controller
+    assert frozen is not None
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        status, job = b.api("POST", "/v1/jobs", {"command": ["true"], "submitter": "s"})
+        assert status == 201, job
+        done = b.wait_job(job["id"], lambda j: j["state"] == "succeeded", timeout=30)
+        assert done["exit_code"] == 0
+    finally:
+        frozen.send_signal(signal.SIGCONT)

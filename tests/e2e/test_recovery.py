@@ -6,11 +6,26 @@ and ``rc worker``; the shipped defaults are the spec's.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from .cluster import Cluster, Json, kill_job_processes, pids_with_job, stop, wait_for
+import pytest
+
+from .cluster import (
+    Cluster,
+    Json,
+    children,
+    kill_job_processes,
+    pids_with_job,
+    stop,
+    wait_for,
+)
 
 FAST_CONTROLLER = {"RC_TEST_TIMINGS": "sweep_interval=0.5,grace=2,unhealthy_after=6,hold_off=2"}
 FAST_WORKER = {"RC_TEST_TIMINGS": "reregister_after=4,reregister_jitter=0.2,reregister_retry=1"}
@@ -162,3 +177,118 @@ def test_outcomes_survive_a_controller_outage(cluster: Cluster) -> None:
     time.sleep(3)  # a few sweeps after the hold-off
     for i in range(2):
         assert device(cluster, f"box:gpu{i}")["device"]["state"] == "ready"
+
+
+@contextlib.contextmanager
+def pid_namespace() -> Iterator[tuple[str, ...]]:
+    """A PID namespace with a ``/proc`` of its own, and the wrapper that starts a process
+    inside it; everything in it dies with it.
+
+    On this test machine PID 1's environment cannot be read, which makes every survivor
+    scan blind (no proof, WRK-141); in the namespace every process can be read.
+    """
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
+        pytest.skip("needs root, unshare and nsenter")
+    init = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sleep", "infinity"]
+    )
+    try:
+        (inner,) = wait_for(lambda: children(init.pid), 10, "the namespace's init")
+        yield ("nsenter", "--target", str(inner), "--pid", "--mount", "--")
+    finally:
+        stop(init, signal.SIGKILL)
+
+
+def test_another_workers_job_on_the_host_is_no_survivor(cluster: Cluster) -> None:
+    """Two workers on one host, each with its own state_dir: one is SIGKILLed mid-job and
+    its job dies with it, the other's job runs on. The restarted worker's proof returns
+    its device (the other's job is not its survivor), its own sweeps leave the other's
+    job alone, and a real survivor of its own job still keeps its device out (WRK-141,
+    WRK-120)."""
+    cluster.start_controller(env=FAST_CONTROLLER)
+    with pid_namespace() as inside:
+        cluster.worker_wrap = inside
+        _two_workers_on_one_host(cluster)
+
+
+def _two_workers_on_one_host(cluster: Cluster) -> None:
+    def start_one() -> int:
+        wrapper = cluster.start_worker("one", ["gpu0"], env=FAST_WORKER)
+        pids: list[int] = wait_for(lambda: children(wrapper.pid), 10, "worker one's process")
+        return pids[0]
+
+    worker = start_one()
+    cluster.start_worker("two", ["gpu0"], env=FAST_WORKER)
+    theirs = submit(cluster, "two:gpu0", "sleep", "300")
+    mine = submit(cluster, "one:gpu0", "sleep", "300")
+    again = ""
+    try:
+        for job in (theirs, mine):
+            running(cluster, job)
+        wait_for(lambda: pids_with_job(theirs) and pids_with_job(mine), 10, "the jobs' processes")
+        os.kill(worker, signal.SIGKILL)
+        kill_job_processes(mine)  # the job truly died with its worker
+        wait_for(lambda: not pids_with_job(mine), 10, "the killed job's processes to go")
+        worker = start_one()
+        final = cluster.wait_job(mine, lambda j: j["state"] == "lost")
+        assert final["kill_reason"] == "worker re-registered"
+        wait_for(
+            lambda: device(cluster, "one:gpu0")["device"]["state"] == "ready",
+            10,
+            "the proof to return one:gpu0 to the pool",
+        )
+        quick = submit(cluster, "one:gpu0", "true")
+        assert cluster.wait_job(quick, lambda j: j["state"] == "succeeded")["exit_code"] == 0
+        assert pids_with_job(theirs), "the other worker's job must run on"
+        assert cluster.job(theirs)["state"] == "running"
+
+        again = submit(cluster, "one:gpu0", "sleep", "300")
+        running(cluster, again)
+        wait_for(lambda: pids_with_job(again), 10, "the second job's process")
+        os.kill(worker, signal.SIGKILL)
+        start_one()
+        cluster.wait_job(again, lambda j: j["state"] == "lost")
+        view = device(cluster, "one:gpu0")
+        assert view["device"]["state"] == "unhealthy", view  # its own survivor: no proof
+        assert view["quarantine_reason"] == "registration"
+        assert device(cluster, "two:gpu0")["device"]["state"] == "busy"
+    finally:
+        for job in (theirs, mine, again):
+            if job:
+                kill_job_processes(job)
+
+
+def test_output_the_controller_cannot_store_for_a_while_arrives_once_before_the_outcome(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The controller's log store fails for real (a directory where the job's log file
+    is: every append answers 500 log_error) while the job prints and ends. The worker
+    keeps that output in its outbox and holds the outcome back behind it; once the store
+    works again every byte is stored once, in order, and only then does the job end
+    (WRK-072, WRK-085, EXT-OUTBOX-1)."""
+    cluster.start_controller(env=FAST_CONTROLLER)
+    cluster.start_worker("box", ["gpu0"], env={"RC_TEST_TIMINGS": "outbox_backoff_max=0.5"})
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    lines = [f"line {i}" for i in range(60)]
+    script = (
+        f"echo first; while [ ! -e {go} ]; do sleep 0.05; done; "
+        f"for l in {' '.join(f'{n}' for n in range(60))}; do echo line $l; sleep 0.02; done; "
+        f"touch {ended}"
+    )
+    job = submit(cluster, "box:gpu0", "sh", "-c", script)
+    stored = cluster.tmp / "data" / "logs" / f"{job}.log"
+    wait_for(lambda: stored.exists() and stored.read_bytes() == b"first\n", 20, "the first line")
+    aside = stored.with_name("aside")
+    os.replace(stored, aside)
+    stored.mkdir()  # from here every append of this job fails in the store
+    go.touch()
+    wait_for(ended.exists, 20, "the job to print everything and end")
+    time.sleep(2)  # its output is retried meanwhile, and refused
+    assert cluster.job(job)["state"] == "running"  # the outcome waits behind the output
+    stored.rmdir()
+    os.replace(aside, stored)
+    final = cluster.wait_job(job, lambda j: j["state"] not in ("assigned", "running"), 30)
+    assert final["state"] == "succeeded", final
+    assert stored.read_text() == "first\n" + "".join(f"{line}\n" for line in lines)
+    r = cluster.rc("logs", job)
+    assert r.returncode == 0 and r.stdout == stored.read_text(), r.stderr

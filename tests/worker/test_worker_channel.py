@@ -4,7 +4,10 @@ real controller served on loopback (WRK-030..033, WRK-043, WRK-050, WRK-101, WRK
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+import socket
+import struct
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,7 @@ from worker_helpers import run
 from resource_controller import wire
 from resource_controller.clock import FakeClock, SystemClock
 from resource_controller.worker import channel, reconnect
+from resource_controller.worker.timings import Timings
 
 # ---- bodies --------------------------------------------------------------------
 
@@ -131,14 +135,14 @@ def test_every_route_against_the_real_controller(live: LiveController) -> None:
             )
             assert r.status_code == 201, r.text
             job_id = r.json()["id"]
-            answer = await to.poll("5s")
+            answer = await to.poll(5.0)
             assert isinstance(answer, channel.PollAnswer)
             (a,) = answer.assignments
             assert (a.job_id, a.device_id, a.command) == (job_id, f"{HOST}:gpu0", ["true"])
             assert await to.heartbeat([job_id], []) == ""
             running = channel.status_body(worker_id, "running", lease_epoch=a.lease_epoch)
             assert (await to.status(job_id, running, 5)).status_code == 200
-            await to.append_log(job_id, b"hello\n", a.lease_epoch)
+            assert (await to.append_log(job_id, b"hello\n", a.lease_epoch)).status_code == 200
             fault = await to.fault(f"{HOST}:gpu1", channel.fault_body("verify failed: x"), 5)
             assert fault.status_code == 200, fault.content
             unknown = await to.fault(f"{HOST}:gpu9", channel.fault_body("x"), 5)
@@ -155,7 +159,7 @@ def test_every_route_against_the_real_controller(live: LiveController) -> None:
             refused = channel.Channel(live.url, "not-a-token", SystemClock(), contact)
             refused.worker_id = worker_id
             async with refused.open():
-                problem = await refused.poll("1s")
+                problem = await refused.poll(1.0)
             assert problem == "controller returned 401 Unauthorized"
 
     run(go(), 30)
@@ -175,7 +179,7 @@ def test_opening_the_relay_halves_does_not_feed_the_tracker(live: LiveController
             )
             with live.client() as client:
                 job_id = submit(client, command=["true"])
-            answer = await to.poll("5s")
+            answer = await to.poll(5.0)
             assert isinstance(answer, channel.PollAnswer) and answer.assignments
             seen = contact.last_at
             assert seen is not None and contact.instance == live.svc.instance
@@ -198,13 +202,13 @@ def test_transport_errors_are_not_contact() -> None:  # WRK-032
             with pytest.raises(channel.RegisterError, match=r"^register: "):
                 await to.register(wire.RegisterRequest(host="h"))
             assert await to.heartbeat([], [])  # a problem, named
-            assert isinstance(await to.poll("1s"), str)
+            assert isinstance(await to.poll(1.0), str)
 
     run(go(), 30)
     assert contact.last_at is None
 
 
-def test_a_refused_log_chunk_raises() -> None:  # WRK-085
+def test_a_refused_log_chunk_is_its_answer() -> None:  # WRK-085
     async def refuse(request: Request) -> Reply:
         return Reply(413, json={"error": "too_large", "message": "x"})
 
@@ -214,8 +218,7 @@ def test_a_refused_log_chunk_raises() -> None:  # WRK-085
 
     async def go() -> None:
         async with to.open():
-            with pytest.raises(channel.LogSendError, match="413"):
-                await to.append_log("j", b"x", None)
+            assert (await to.append_log("j", b"x", None)).status_code == 413
 
     asyncio.run(go())
 
@@ -276,3 +279,79 @@ def test_a_proxy_meant_for_the_controller_stops_the_start(
 async def _open_and_close(to: channel.Channel) -> None:
     async with to.open():
         pass
+
+
+@contextlib.asynccontextmanager
+async def _listener(mode: str) -> AsyncIterator[str]:
+    """A loopback controller that takes each request, then resets the connection
+    (``reset``: it died mid-request) or never answers (``frozen``: SIGSTOPped)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+        if mode == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+
+
+def test_a_controller_that_resets_a_request_is_left_for_the_next(
+    live: LiveController,
+) -> None:  # EXT-PG-5: a controller that died under a request
+    contact = reconnect.Reconnect()
+
+    async def go() -> None:
+        async with _listener("reset") as dead:
+            both = f"{dead},{live.url}"
+            to = channel.Channel(both, "wtok", SystemClock(), contact)
+            async with to.open():
+                worker_id = await to.register(wire.RegisterRequest(host=HOST, devices=[]))
+            # A poll may arrive twice: the next controller takes it at once.
+            polling = channel.Channel(both, "wtok", SystemClock(), contact)
+            polling.worker_id = worker_id
+            async with polling.open():
+                assert await polling.poll(0.1) == channel.PollAnswer([], [])
+            # A report may not: it fails, and the following requests go to the next.
+            reporting = channel.Channel(both, "wtok", SystemClock(), contact)
+            reporting.worker_id = worker_id
+            async with reporting.open():
+                with pytest.raises(channel.TRANSPORT_ERRORS):
+                    await reporting.fault(f"{HOST}:gpu0", {"reason": "x"}, 5.0)
+                assert await reporting.heartbeat([], []) == ""
+
+    run(go(), 30)
+
+
+def test_a_frozen_controller_is_left_after_a_bounded_wait(
+    live: LiveController,
+) -> None:  # EXT-PG-5: a controller that accepts and never answers
+    timings = Timings(request_timeout=0.3, poll_margin=0.3)
+    contact = reconnect.Reconnect()
+
+    async def go() -> None:
+        async with _listener("frozen") as frozen:
+            both = f"{frozen},{live.url}"
+            to = channel.Channel(both, "wtok", SystemClock(), contact, timings=timings)
+            async with to.open():
+                worker_id = await to.register(wire.RegisterRequest(host=HOST, devices=[]))
+            polling = channel.Channel(both, "wtok", SystemClock(), contact, timings=timings)
+            polling.worker_id = worker_id
+            async with polling.open():
+                assert await polling.poll(0.5) == channel.PollAnswer([], [])
+            alone = channel.Channel(frozen, "wtok", SystemClock(), contact, timings=timings)
+            alone.worker_id = worker_id
+            async with alone.open():
+                assert await alone.heartbeat([], []) == "request timed out"
+
+    run(go(), 20)

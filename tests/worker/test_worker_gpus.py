@@ -444,6 +444,37 @@ def test_a_gpu_that_disappears(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     assert "gpu0" not in got and got["gpu1"] == {}
 
 
+def test_a_failing_listing_leaves_the_mig_layout_as_it_was_and_reports_the_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # EXT-MIG-1, EXT-MIG-3, PROBE-012, PROBE-032: the fake nvidia-smi on PATH
+    fake = nvsmi.FakeNvidiaSmi(tmp_path, "a100-40gb-mig")
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    names = ["gpu0", "gpu0.mig0", "gpu0.mig1", "gpu1"]
+
+    def real(devices: Sequence[str]) -> probes.Prober:
+        return probes.Prober(devices, str(tmp_path / "no-probe.d"), 5.0, timings=Timings())
+
+    p, auto = real(names), real([])
+    first, listed = payload(p), payload(auto, discover=True)
+    assert first["gpu1"]["vram_free"] == "40327M"
+    assert first["gpu0"][mig.CONFLICT].startswith("GPU 0 is in MIG mode")
+    fake.use("a100-40gb-mig-list-fails")
+    got = payload(p)
+    assert fake.calls()[-1] == "-L"
+    assert got["gpu1"] == {**first["gpu1"], "vram_free": "20113M"}  # what the query found
+    # The layout is unknown, not absent: the MIG facts and the conflict stand as they were.
+    for name in ("gpu0", "gpu0.mig0", "gpu0.mig1"):
+        assert got[name] == first[name]
+    assert p.device_names == names
+    # devices: auto keeps the devices the last listing named; no whole GPU is made up.
+    again = payload(auto, discover=True)
+    assert auto.device_names == ["gpu0.mig0", "gpu0.mig1", "gpu0.mig2", "gpu1"]
+    assert again == {**listed, "gpu1": got["gpu1"]}
+    # Never listed in this process: what the controller stored stands for every GPU.
+    assert set(payload(real(names))) == {""}
+
+
 def test_dotted_device_names_take_their_own_keys() -> None:  # PROBE-024 with MIG names
     names = ["gpu0", "gpu0.mig1"]
     sorted_facts = labelsources.classify(

@@ -62,6 +62,12 @@ class Routes:
     async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         return await self.post(f"/v1/devices/{device_id}/fault", dict(body), timeout)
 
+    async def append_log(
+        self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
+    ) -> Answer:
+        body = {"chunk": chunk, "lease_epoch": lease_epoch}
+        return await self.post(f"/v1/jobs/{job_id}/logs", body, timeout or 0.0)
+
 
 # ---- the store -----------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -90,10 +91,17 @@ class Agent:
         #: Contact history and the re-registration debt.
         self.contact = reconnect.Reconnect(rng, timings)
         self.channel = channel.Channel(
-            config.controller_url, config.token, self.clock, self.contact, connect=connect
+            config.controller_url,
+            config.token,
+            self.clock,
+            self.contact,
+            connect=connect,
+            timings=timings,
         )
         #: Reports that must reach the controller; opened by ``run``.
         self.outbox: outbox.Outbox | None = None
+        #: Which jobs were this worker's, for the recovery proof; opened by ``run``.
+        self.journal: recovery_proof.Journal | None = None
         #: What happens to each job; built by ``run`` once the outbox is open.
         self.life: lifecycle.Lifecycle | None = None
         self._base_env = base_env
@@ -152,11 +160,13 @@ class Agent:
         ``stop`` is set before registration completes. Reports still in the outbox when
         it returns stay on disk for the next start.
         """
+        fresh = not os.path.isdir(self.config.state_dir)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
         except outbox.OutboxError as exc:
             raise StartupError(str(exc)) from exc
         self.outbox = box
+        self.journal = recovery_proof.Journal.open(self.config.state_dir, fresh=fresh)
         self.life = lifecycle.Lifecycle(
             to_controller=self.channel,
             box=box,
@@ -166,6 +176,7 @@ class Agent:
             base_env=self._base_env,
             config=self.config,
             gpus=self.prober,
+            journal=self.journal,
         )
         # A job whose outcome the previous run left here must never run again.
         self._seen.update(box.pending_job_ids())
@@ -393,9 +404,11 @@ class Agent:
         Both callers (start-up, idle re-registration) guarantee that; should a job be
         in hand anyway, the scan would find it, so nothing is claimed.
         """
-        if self._life.jobs:
+        if self._life.jobs or self.journal is None:
             return {}
-        return await asyncio.to_thread(recovery_proof.compute, self.config.require_manual_clear)
+        return await asyncio.to_thread(
+            recovery_proof.compute, self.config.require_manual_clear, self.journal
+        )
 
     async def register(self) -> str:
         """Register and store the worker ID; raise ``RegisterError`` on any failure.
@@ -470,11 +483,11 @@ class Agent:
     # ---- poll loop -------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
-        """Long-poll forever; errors back off 2 s, quick idle polls leave 250 ms (§6)."""
-        wait = durations.render_duration(self.config.poll_wait)
+        """Long-poll forever; quick idle polls leave 250 ms (§6), and a poll error backs
+        off 2 s: with several controllers, only once each of them failed it in turn."""
         while True:
             asked = self.clock.monotonic()
-            started = await self.poll_once(wait)
+            started = await self.poll_once(self.config.poll_wait)
             if started is None:
                 await asyncio.sleep(self.timings.poll_error_backoff)
             elif started == 0:
@@ -528,7 +541,7 @@ class Agent:
             return False
         return True
 
-    async def poll_once(self, wait: str) -> int | None:
+    async def poll_once(self, wait: float) -> int | None:
         """One poll; the number of jobs it started, or ``None`` after a poll error."""
         answer = await self.channel.poll(wait)
         if isinstance(answer, str):

@@ -1,8 +1,10 @@
 """The worker's typed channel to the controller: one method per route it calls.
 
 Every request goes through one ``h1.aio.Client`` carrying the bearer token and
-``Content-Type: application/json`` (the log upload too), bounded to 2 minutes unless the
-caller bounds it tighter. Request bodies are built from the wire models
+``Content-Type: application/json`` (the log upload too), bounded by
+``Timings.request_timeout`` unless the caller bounds it otherwise; a long poll by its
+own wait plus ``Timings.poll_margin``; the relay streams only in how long their
+connection may take. Request bodies are built from the wire models
 (``resource_controller.wire``) and written with every field at its default left out,
 which is exactly the omission rule of each body:
 ``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
@@ -15,6 +17,14 @@ Every answer, whatever its status, is *contact* and feeds the reconnection
 tracker with its time and its ``Rc-Controller-Instance``; a request that got no answer
 raises one of ``TRANSPORT_ERRORS`` and is not contact. The worker ID the worker-scoped
 routes use is the one the last registration returned.
+
+Several controllers (EXT-PG-5, ``controller_url`` a comma-separated list): requests go
+to one until it fails to answer (refused, reset, timed out) or answers 5xx; the
+following ones then go to the next. A request that was never sent (refused) is tried on
+the next at once, and so is one that may safely arrive twice (a poll, a registration, a
+heartbeat, a labels push); the others (a report, a log chunk) are their caller's to
+retry. Each controller is tried once per request, so only a failure of every one in a
+row reaches the caller's back-off.
 
 This module also says how a failure reads in the logs (``status_line``, ``error_text``,
 ``error_body``), so that the agent, the job's lifecycle and the outbox name "no answer"
@@ -33,12 +43,14 @@ from pydantic import BaseModel, ValidationError
 
 from resource_controller import errors, wire
 from resource_controller.clock import Clock
+from resource_controller.core import durations
 from resource_controller.h1 import aio, core
 from resource_controller.h1.aio import Answer
 from resource_controller.worker import reconnect
+from resource_controller.worker.timings import DEFAULT, Timings
 
-#: Overall bound on one non-streaming request.
-HTTP_TIMEOUT = 120.0
+#: Bound on opening a relay stream (a streaming request has no overall bound).
+RELAY_CONNECT_TIMEOUT = 120.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
 INSTANCE_HEADER_KEY = INSTANCE_HEADER.lower()
 
@@ -57,10 +69,6 @@ class StartupError(Exception):
 
 class RegisterError(StartupError):
     """Registration failed; the message is the ``register: ...`` line of WRK-045."""
-
-
-class LogSendError(Exception):
-    """The controller refused a log chunk."""
 
 
 # ---- reading answers -----------------------------------------------------------------
@@ -216,8 +224,10 @@ class Channel:
         contact: reconnect.Reconnect,
         *,
         connect: aio.Connect = aio.open_tcp,
+        timings: Timings = DEFAULT,
     ) -> None:
         """``connect`` opens the connections (tests put a fake controller behind it)."""
+        self._timings = timings
         #: The controllers, in order (EXT-PG-5: ``controller_url`` may list several);
         #: requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
         self._bases = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
@@ -265,30 +275,42 @@ class Channel:
         content: bytes | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        again: bool = False,
     ) -> Answer:
         """One request to ``controller_url + path``; any answer counts as contact.
 
-        With several controllers listed, a refused connection tries the next at once
-        (nothing was sent), and a 5xx sends the following requests to the next."""
+        With several controllers listed, a controller that gave no answer or a 5xx is
+        left for the next; the request itself goes to the next at once when it was never
+        sent, or when it may arrive twice (``again``). The last failure is the caller's.
+        """
         assert self._client is not None, "the channel is not open"
         target = target_of(path, params)
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else content
-        bound = HTTP_TIMEOUT if timeout is None else timeout
+        bound = self._timings.request_timeout if timeout is None else timeout
+        several = len(self._bases) > 1
         for step in range(len(self._bases)):
+            last = step == len(self._bases) - 1
             try:
                 resp = await self._client.request(
                     method, self._ends[self._at], target, data, timeout=bound
                 )
             except CONNECT_ERRORS:
-                if step == len(self._bases) - 1:
-                    raise
                 self._next()
+                if last:
+                    raise
+                continue
+            except TRANSPORT_ERRORS:
+                self._next()
+                if last or not again:
+                    raise
                 continue
             self._contact.observe(
                 self._clock.monotonic(), resp.headers.get(INSTANCE_HEADER_KEY, "")
             )
-            if resp.status_code >= 500 and len(self._bases) > 1:
+            if resp.status_code >= 500 and several:
                 self._next()
+                if again and not last:
+                    continue
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -298,7 +320,7 @@ class Channel:
         """Register; store and return the worker ID. ``RegisterError`` on any failure."""
         try:
             resp = await self._request(
-                "POST", "/v1/workers/register", body=registration_body(request)
+                "POST", "/v1/workers/register", body=registration_body(request), again=True
             )
         except TRANSPORT_ERRORS as exc:
             raise RegisterError(f"register: {error_text(exc)}") from exc
@@ -315,16 +337,21 @@ class Channel:
         """One heartbeat; ``""`` when accepted, else what went wrong."""
         body = heartbeat_body(running, pending)
         try:
-            resp = await self._request("POST", f"/v1/workers/{self.worker_id}/heartbeat", body=body)
+            resp = await self._request(
+                "POST", f"/v1/workers/{self.worker_id}/heartbeat", body=body, again=True
+            )
         except TRANSPORT_ERRORS as exc:
             return error_text(exc)
         return "" if resp.is_success else f"controller returned {status_line(resp)}"
 
-    async def poll(self, wait: str) -> PollAnswer | str:
-        """One long poll: the answer, or what made it a poll error."""
+    async def poll(self, wait: float) -> PollAnswer | str:
+        """One long poll asking the controller to wait up to ``wait`` seconds: the answer,
+        or what made it a poll error."""
         path = f"/v1/workers/{self.worker_id}/assignments"
+        params = {"wait": durations.render_duration(wait)}
+        bound = wait + self._timings.poll_margin
         try:
-            resp = await self._request("GET", path, params={"wait": wait})
+            resp = await self._request("GET", path, params=params, timeout=bound, again=True)
         except TRANSPORT_ERRORS as exc:
             return error_text(exc)
         if resp.status_code == 204:
@@ -348,12 +375,15 @@ class Channel:
             "POST", f"/v1/devices/{device_id}/fault", body=dict(body), timeout=timeout
         )
 
-    async def append_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> None:
-        """Raw output bytes, epoch echoed; ``LogSendError`` if refused."""
+    async def append_log(
+        self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
+    ) -> Answer:
+        """Raw output bytes, epoch echoed. Never sent twice here: a chunk the controller
+        may have stored already is its caller's to send again or not (``logship``)."""
         params = {"lease_epoch": str(lease_epoch)} if lease_epoch else None
-        resp = await self._request("POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params)
-        if not resp.is_success:
-            raise LogSendError(f"controller returned {status_line(resp)}")
+        return await self._request(
+            "POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params, timeout=timeout
+        )
 
     async def relay_output(self, job_id: str) -> aio.Exchange:
         """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open.
@@ -376,7 +406,7 @@ class Channel:
             f"/v1/jobs/{job_id}/tty/{half}",
             self._token,
             content_type=content_type,
-            timeout=HTTP_TIMEOUT,
+            timeout=RELAY_CONNECT_TIMEOUT,
             connect=self._connect,
         )
 
@@ -384,7 +414,10 @@ class Channel:
         """The interval labels push; ``""`` when accepted, else the problem."""
         try:
             resp = await self._request(
-                "POST", f"/v1/workers/{self.worker_id}/labels", body=labels_body(request)
+                "POST",
+                f"/v1/workers/{self.worker_id}/labels",
+                body=labels_body(request),
+                again=True,
             )
         except TRANSPORT_ERRORS as exc:
             return error_text(exc)

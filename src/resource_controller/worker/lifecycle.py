@@ -70,6 +70,7 @@ from resource_controller.worker import (
     logship,
     outbox,
     probes,
+    recovery,
     runner,
     stragglers,
 )
@@ -141,8 +142,12 @@ class Lifecycle:
         base_env: Mapping[str, str] | None = None,
         config: worker_config.WorkerConfig | None = None,
         gpus: probes.Prober | None = None,
+        journal: recovery.Journal | None = None,
     ) -> None:
         self.channel = to_controller
+        #: Where each job is recorded as this worker's until nothing of it is left, for
+        #: the recovery proof; ``None``: not recorded.
+        self.journal = journal
         #: What the probes know of the host's GPUs; ``None``: nothing to check.
         self.gpus = gpus
         self.box = box
@@ -196,6 +201,8 @@ class Lifecycle:
             ",".join(job.device_ids),
             extra={"action": "job_start", "job_id": job.job_id},
         )
+        if self.journal is not None:
+            self.journal.started(job.job_id)  # before a hook or the job carries its ID
         try:
             refused = await self.check_gpus(job)
             if refused:
@@ -294,6 +301,7 @@ class Lifecycle:
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
         self.jobs.pop(a.job_id, None)
+        self.ended(job)
         await self.submit(report)
 
     async def acquire(self, job: SupervisedJob) -> bool:
@@ -334,6 +342,7 @@ class Lifecycle:
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
         self.jobs.pop(a.job_id, None)
+        self.ended(job)
         await self.submit(report)
         return False
 
@@ -363,13 +372,23 @@ class Lifecycle:
         )
 
     def output_of(self, job: SupervisedJob) -> logship.LogShipper:
-        """The job's output, batched into log appends echoing its epoch."""
+        """The job's output, batched into log appends echoing its epoch; what the
+        controller does not take goes through the outbox."""
         a = job.assignment
         return logship.LogShipper(
             functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
+            functools.partial(self.keep_output, a),
             label=a.job_id,
             flush_after=self.timings.log_flush_after,
         )
+
+    async def keep_output(self, a: wire.Assignment, chunk: bytes) -> asyncio.Event:
+        """A chunk the controller did not take: durable in the outbox, delivered in
+        order and before the job's terminal report (WRK-072: the final flush first)."""
+        report = self.box.add_log(a.job_id, chunk, a.lease_epoch)
+        await self.box.persist(report)
+        self._track(self.deliver(report), a.job_id)
+        return report.gone
 
     def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
         """Sample the job's GPU devices while it runs, started here; None
@@ -448,7 +467,16 @@ class Lifecycle:
 
         WRK-072 step 7, WRK-120..122.
         """
-        stragglers.log_report(job.job_id, await stragglers.clear(job.job_id, self.timings))
+        report = await stragglers.clear(job.job_id, self.timings)
+        stragglers.log_report(job.job_id, report)
+        if report.clean:
+            self.ended(job)
+
+    def ended(self, job: SupervisedJob) -> None:
+        """Nothing carrying the job's ID is left (its process never started, or a clean
+        sweep found none): it no longer withholds a recovery proof."""
+        if self.journal is not None:
+            self.journal.ended(job.job_id)
 
     async def verify(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
         """The verify pass for each of the job's devices, before its report.

@@ -7,8 +7,14 @@ batches were cut: a timer flush can never overtake a size flush. A size flush wa
 its own send (back-pressure on the reader is acceptable); a timer flush does not, so
 new output keeps flowing into a fresh batch while a send is in flight.
 
-A failed send loses that chunk, with a warning: logs are never retried, and nothing
-here caps a job's total output.
+A chunk the controller did not take (no answer, a 5xx) is never lost: it is handed to
+``keep`` (the outbox: on disk, retried, delivered in order before the job's terminal
+report), and so is every later chunk until the kept ones are delivered; then sends go
+straight out again. A send that succeeds touches no disk. A chunk refused for good (see
+``outbox.judge``: a stale lease, a job gone, too large) is dropped with a warning.
+A retry after an answer that was lost may store a chunk twice: the append route has no
+way to say which bytes it holds, and output is never dropped to avoid that. Nothing here
+caps a job's total output.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from resource_controller.h1.aio import Answer
+from resource_controller.worker import channel, outbox
+
 log = logging.getLogger(__name__)
 
 #: A batch is sent this long after its first byte (``Timings.log_flush_after``).
@@ -25,8 +34,11 @@ FLUSH_AFTER = 1.0
 #: A batch this large is sent at once; far below the 1 MiB chunk limit.
 FLUSH_BYTES = 65_536
 
-#: Delivers one chunk; raising means the chunk was lost.
-Sender = Callable[[bytes], Awaitable[None]]
+#: One attempt at one chunk: the controller's answer, or one of ``channel.TRANSPORT_ERRORS``.
+Sender = Callable[[bytes], Awaitable[Answer]]
+#: Keeps a chunk for later delivery, in order; the event is set once it is answered
+#: for good.
+Keeper = Callable[[bytes], Awaitable[asyncio.Event]]
 
 _Item = tuple[bytes, asyncio.Future[None] | None]
 
@@ -37,12 +49,17 @@ class LogShipper:
     def __init__(
         self,
         send: Sender,
+        keep: Keeper,
         *,
         label: str = "",
         flush_after: float = FLUSH_AFTER,
         flush_bytes: int = FLUSH_BYTES,
     ) -> None:
         self._send = send
+        self._keep = keep
+        #: Set once the latest kept chunk is answered for good; until then chunks queue
+        #: behind it.
+        self._behind: asyncio.Event | None = None
         self._label = label
         self._flush_after = flush_after
         self._flush_bytes = flush_bytes
@@ -51,8 +68,9 @@ class LogShipper:
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._drainer: asyncio.Task[None] | None = None
         self._closed = False
-        #: Bytes handed to the sender successfully, and bytes lost to failed sends.
+        #: Bytes the controller took at once, bytes kept for later, bytes it refused.
         self.sent_bytes = 0
+        self.kept_bytes = 0
         self.lost_bytes = 0
 
     async def write(self, data: bytes) -> None:
@@ -118,18 +136,42 @@ class LogShipper:
                 return
             chunk, done = item
             try:
-                await self._send(chunk)
-            except Exception as exc:  # a lost chunk is a warning, never a failed job
-                self.lost_bytes += len(chunk)
-                log.warning(
-                    "job %s: %d bytes of output lost: %s",
-                    self._label,
-                    len(chunk),
-                    str(exc) or type(exc).__name__,
-                    extra={"action": "log_chunk_lost", "job_id": self._label},
-                )
-            else:
-                self.sent_bytes += len(chunk)
+                await self._ship(chunk)
             finally:
                 if done is not None and not done.done():
                     done.set_result(None)
+
+    async def _ship(self, chunk: bytes) -> None:
+        """Send one chunk straight, or keep it: behind kept ones, or when not taken."""
+        if self._behind is None or self._behind.is_set():
+            try:
+                resp = await self._send(chunk)
+            except channel.TRANSPORT_ERRORS as exc:
+                problem = channel.error_text(exc)
+            else:
+                verdict = outbox.judge(resp, outbox.LOG)
+                if verdict is outbox.Verdict.DELIVERED:
+                    self.sent_bytes += len(chunk)
+                    return
+                if verdict is outbox.Verdict.REFUSED:
+                    self.lost_bytes += len(chunk)
+                    log.warning(
+                        "job %s: %d bytes of output refused for good (%s: %s); dropped",
+                        self._label,
+                        len(chunk),
+                        channel.status_line(resp),
+                        channel.error_body(resp)[1] or "no detail",
+                        extra={"action": "log_chunk_lost", "job_id": self._label},
+                    )
+                    return
+                problem = f"controller returned {channel.status_line(resp)}"
+            log.warning(
+                "job %s: %d bytes of output not taken (%s); kept in the outbox, and the "
+                "output after them too, until they are delivered",
+                self._label,
+                len(chunk),
+                problem,
+                extra={"action": "log_chunk_kept", "job_id": self._label},
+            )
+        self._behind = await self._keep(chunk)
+        self.kept_bytes += len(chunk)

@@ -1,7 +1,8 @@
-"""The outbox: a job's outcome is never lost to a controller outage.
+"""The outbox: a job's outcome, and its output, are never lost to a controller outage.
 
 The terminal report is what frees a device, and the fault report is what keeps a dirty
-one out of the pool. The base design gave up on them after about 28 seconds,
+one out of the pool. A chunk of a job's output the controller did not take comes here
+too (``logship``): kept and delivered in order, before the job's terminal report. The base design gave up on them after about 28 seconds,
 so a controller down for longer lost the job's real outcome: the lease expired, the job
 was recorded ``lost`` and the device quarantined although nothing went wrong on the
 host. Here every such report is written to disk before its first attempt and retried,
@@ -12,7 +13,8 @@ for good:
 - 409 ``stale_lease``: the report belongs to a lease that is no longer the job's;
 - 409 saying the job is already terminal.
 
-Anything else (transport errors, 5xx, other 4xx) is retried: the answer that keeps a
+A chunk of output is refused for good by any 400, 404, 409, 413 or 422 (it is dropped
+with a warning). Anything else (transport errors, 5xx, other 4xx) is retried: the answer that keeps a
 possibly-occupied device out of the pool wins, and while a job's report waits here the
 worker names the job as pending in its heartbeats, which keeps its lease (and so its
 device) held without the job being treated as running.
@@ -21,12 +23,14 @@ On disk: the directory ``<state_dir>/outbox`` (mode 0700) holds one file per rep
 ``<seq>-<kind>.json`` with a zero-padded sequence number that orders them, containing
 one JSON object::
 
-    {"version": 1, "kind": "status" | "fault", "job_id": "...", "device_id": "...",
+    {"version": 1, "kind": "status" | "fault" | "log", "job_id": "...", "device_id": "...",
      "device_ids": ["..."], "body": {...}, "created_at": <unix seconds>}
 
 ``body`` is the exact request body (``worker_id`` and ``lease_epoch`` included, so a
 restarted worker re-sends what the old process meant); the route follows from the kind:
-``POST /v1/jobs/{job_id}/status`` or ``POST /v1/devices/{device_id}/fault``. A file is
+``POST /v1/jobs/{job_id}/status``, ``POST /v1/devices/{device_id}/fault``, or for a
+``log`` ``POST /v1/jobs/{job_id}/logs`` with the bytes of ``"chunk"`` (base64) and the
+``lease_epoch`` of its body. A file is
 written under a temporary name, fsynced, renamed into place and the directory fsynced,
 so after a crash a report file is either whole or absent. It is removed once the
 controller has answered for good; for a terminal report without a directory fsync (a
@@ -35,12 +39,15 @@ worker uses the directory, so two processes never send the same reports.
 
 Order: a report waits for every earlier *fault* report naming one of its devices, so a
 job's terminal report never overtakes the fault found at its end: the controller frees the device the moment the terminal report lands.
-Reports for unrelated devices never wait for each other.
+A chunk of output waits for the job's earlier chunks, and the job's terminal report for
+all of them. Reports for unrelated devices never wait for each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import enum
 import fcntl
@@ -69,7 +76,10 @@ LOCK_FILE = "lock"
 FORMAT_VERSION = 1
 STATUS = "status"
 FAULT = "fault"
-_KINDS = (STATUS, FAULT)
+LOG = "log"
+_KINDS = (STATUS, FAULT, LOG)
+#: What refuses a chunk of output for good: retrying it would never help.
+LOG_REFUSALS = frozenset({400, 404, 409, 413, 422})
 
 
 class OutboxError(Exception):
@@ -90,6 +100,8 @@ class Report:
     device_ids: tuple[str, ...]
     body: dict[str, Any]
     created_at: float
+    #: The output a ``log`` report carries.
+    chunk: bytes = b""
     #: Its file once durable; ``""`` before that, or when the disk refused it.
     path: str = ""
     attempts: int = 0
@@ -101,12 +113,19 @@ class Report:
         """The route its kind names (what ``send`` calls through the sender)."""
         if self.kind == FAULT:
             return f"/v1/devices/{self.device_id}/fault"
+        if self.kind == LOG:
+            return f"/v1/jobs/{self.job_id}/logs"
         return f"/v1/jobs/{self.job_id}/status"
 
     async def send(self, sender: Sender, timeout: float) -> Answer:
         """One attempt, on the route its kind names."""
         if self.kind == FAULT:
             return await sender.fault(self.device_id, self.body, timeout)
+        if self.kind == LOG:
+            epoch = self.body.get("lease_epoch")
+            return await sender.append_log(
+                self.job_id, self.chunk, epoch if isinstance(epoch, int) else None, timeout
+            )
         return await sender.status(self.job_id, self.body, timeout)
 
     @property
@@ -114,6 +133,8 @@ class Report:
         """How logs name it."""
         if self.kind == FAULT:
             return f"device {self.device_id}: fault report"
+        if self.kind == LOG:
+            return f"job {self.job_id}: {len(self.chunk)} bytes of output"
         return f"job {self.job_id}: terminal report ({self.body.get('state', '?')})"
 
     @property
@@ -121,18 +142,18 @@ class Report:
         return f"{self.seq:012d}-{self.kind}.json"
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "version": FORMAT_VERSION,
-                "kind": self.kind,
-                "job_id": self.job_id,
-                "device_id": self.device_id,
-                "device_ids": list(self.device_ids),
-                "body": self.body,
-                "created_at": self.created_at,
-            },
-            sort_keys=True,
-        ).encode()
+        record = {
+            "version": FORMAT_VERSION,
+            "kind": self.kind,
+            "job_id": self.job_id,
+            "device_id": self.device_id,
+            "device_ids": list(self.device_ids),
+            "body": self.body,
+            "created_at": self.created_at,
+        }
+        if self.kind == LOG:
+            record["chunk"] = base64.b64encode(self.chunk).decode("ascii")
+        return json.dumps(record, sort_keys=True).encode()
 
 
 def _decode(name: str, raw: bytes) -> Report:
@@ -153,10 +174,16 @@ def _decode(name: str, raw: bytes) -> Report:
         raise ValueError("job_id and device_id must be strings")
     if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
         raise ValueError("device_ids must be a list of strings")
-    if (kind == STATUS and not job_id) or (kind == FAULT and not device_id):
+    if (kind != FAULT and not job_id) or (kind == FAULT and not device_id):
         raise ValueError("the report names no target")
     if not isinstance(created, int | float):
         raise ValueError("created_at must be a number")
+    chunk = b""
+    if kind == LOG:
+        try:
+            chunk = base64.b64decode(data.get("chunk", ""), validate=True)
+        except (TypeError, binascii.Error) as exc:
+            raise ValueError("chunk is not base64") from exc
     return Report(
         seq=int(seq_text),
         kind=kind,
@@ -165,6 +192,7 @@ def _decode(name: str, raw: bytes) -> Report:
         device_ids=tuple(device_ids),
         body=body,
         created_at=float(created),
+        chunk=chunk,
     )
 
 
@@ -352,12 +380,20 @@ class Outbox:
         await self._empty.wait()
 
     def predecessors(self, report: Report) -> list[Report]:
-        """Earlier fault reports about one of its devices: they must land first."""
+        """What must land first: earlier fault reports about one of its devices, and the
+        job's output (its earlier chunks; every chunk, for its terminal report)."""
         mine = set(report.device_ids)
+        output = report.kind in (LOG, STATUS)
         return [
             r
             for r in self.reports()
-            if r.seq < report.seq and r.kind == FAULT and mine.intersection(r.device_ids)
+            if (r.seq < report.seq and r.kind == FAULT and mine.intersection(r.device_ids))
+            or (
+                output
+                and r.kind == LOG
+                and r.job_id == report.job_id
+                and (r.seq < report.seq or report.kind == STATUS)
+            )
         ]
 
     # ---- writing ---------------------------------------------------------------------
@@ -369,6 +405,13 @@ class Outbox:
     def add_fault(self, device_id: str, reason: str, job_id: str = "") -> Report:
         """Take a device fault report in."""
         return self._add(FAULT, job_id, device_id, (device_id,), channel.fault_body(reason))
+
+    def add_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> Report:
+        """Take in a chunk of output the controller did not take."""
+        body = {"lease_epoch": lease_epoch} if lease_epoch else {}
+        report = self._add(LOG, job_id, "", (), body)
+        report.chunk = chunk
+        return report
 
     def _add(
         self,
@@ -424,7 +467,8 @@ class Outbox:
                     # A terminal report a crash brings back is re-sent and answered
                     # as a silent success: one unlink, no fsync, no
                     # thread. A fault report brought back would take a device the
-                    # operator may have cleared out again, so its removal is durable.
+                    # operator may have cleared out again, and a chunk of output would
+                    # be stored twice, so their removal is durable.
                     _remove(report.path, durably=False)
                 else:
                     await asyncio.to_thread(_remove, report.path, durably=True)
@@ -448,16 +492,17 @@ class Verdict(enum.Enum):
     RETRY = "retry"
 
 
-def judge(resp: Answer) -> Verdict:
-    """What an answer means for a report.
+def judge(resp: Answer, kind: str = STATUS) -> Verdict:
+    """What an answer means for a report of ``kind``.
 
     2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already
     terminal refuse it for good. The last is recognised by the word "terminal" in the
-    error code or message, since no code is reserved for it. Everything else is retried.
+    error code or message, since no code is reserved for it. A chunk of output is also
+    refused by the answers in ``LOG_REFUSALS``. Everything else is retried.
     """
     if resp.is_success:
         return Verdict.DELIVERED
-    if resp.status_code == 404:
+    if resp.status_code == 404 or (kind == LOG and resp.status_code in LOG_REFUSALS):
         return Verdict.REFUSED
     if resp.status_code == 409:
         code, message = channel.error_body(resp)
@@ -475,6 +520,10 @@ class Sender(Protocol):
     async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
 
     async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
+
+    async def append_log(
+        self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
+    ) -> Answer: ...
 
 
 def _log_failure(report: Report, problem: str) -> None:
@@ -515,7 +564,7 @@ async def deliver(
         except channel.TRANSPORT_ERRORS as exc:
             problem = channel.error_text(exc)
         else:
-            verdict = judge(resp)
+            verdict = judge(resp, report.kind)
             if verdict is not Verdict.RETRY:
                 await box.discard(report)
                 if verdict is Verdict.REFUSED:

@@ -17,6 +17,9 @@ with its profile, memory, parent, UUID and its GPU's model and driver; a configu
 name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, which
 keeps the controller from granting it. The latest listing is kept (``inventory``): a
 job on an instance needs its UUID, and ``devices: auto`` takes its device names from it.
+A ``-L`` that fails leaves the MIG layout unknown, not absent: the query's facts are
+reported over the latest listing, so the MIG facts stand as they were (with no listing
+yet in this process, the GPU devices are left out and the controller keeps its own).
 
 Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``), running one probe
 as its own process group with a timeout and capped output (``run_probe``), and the pass
@@ -465,23 +468,37 @@ class _PassRun:
             _warn_failed(NVIDIA, run)
             self.fail(NVIDIA)
             return
-        if self.remaining() <= 0:
-            self.fail(NVIDIA)
-            return
-        listing = await p._run([path, *gpus.LIST_ARGS], self.timeout())
-        if not listing.ok:
-            _warn_failed(NVIDIA + " -L", listing)
-            self.fail(NVIDIA)
-            return
         facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        listed, more = gpus.parse_list(listing.stdout.decode("utf-8", "replace"))
-        for warning in warnings + more:
+        for warning in warnings:
             log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        if self.discover and listed.gpus:
-            p.device_names = listed.device_names()
-            self.tally.rename(p.device_names)
-        p.remember(listed)
+        listed = await self.listing(path)
+        if listed is None:
+            # The MIG layout is unknown this time, not absent: the latest one stands, so
+            # the query's facts are reported and the MIG facts stay as they were. With
+            # none in this process, what the controller stored stands for every GPU.
+            listed = p.inventory
+            if listed is None:
+                self.fail(NVIDIA)
+                return
+        else:
+            if self.discover and listed.gpus:
+                p.device_names = listed.device_names()
+                self.tally.rename(p.device_names)
+            p.remember(listed)
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
+
+    async def listing(self, path: str) -> gpus.Inventory | None:
+        """This pass's ``nvidia-smi -L``; ``None`` when it failed or the budget ran out."""
+        if self.remaining() <= 0:
+            return None
+        run = await self.p._run([path, *gpus.LIST_ARGS], self.timeout())
+        if not run.ok:
+            _warn_failed(NVIDIA + " -L", run)
+            return None
+        listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
+        for warning in warnings:
+            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
+        return listed
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
         """The query's ``gpu<i>.*`` facts with the listing's.

@@ -13,10 +13,18 @@ The decision, in order:
 2. Isolation: this process is PID 1, ``/proc`` is readable and shows no other live
    process → ``{"isolated": true}`` (a container whose only process is the worker:
    whatever the old job ran died with the old namespace).
-3. Survivor check: any live process other than this one carrying a non-empty
-   ``RC_JOB_ID`` → ``survivors_checked`` and ``survivors_found``; none, but some
-   environment unreadable → no claim ("unable to look" is not "found nothing"); none
-   and nothing hidden → ``survivors_checked``; ``/proc`` unreadable → no claim.
+3. Survivor check: any live process other than this one carrying the ``RC_JOB_ID`` of
+   one of *this worker's* jobs → ``survivors_checked`` and ``survivors_found``; none,
+   but some environment unreadable → no claim ("unable to look" is not "found
+   nothing"); none and nothing hidden → ``survivors_checked``; ``/proc`` unreadable →
+   no claim.
+
+Which jobs are this worker's is the ``Journal``'s, in its state directory: a record per
+job, made before anything carrying the job's ID runs and removed once a clean sweep
+showed nothing of it left. Another worker's jobs on the same host are no survivors of
+ours, so they never keep our devices out. When the journal cannot say (it was never
+kept there, a record could not be written, it cannot be read), any carrier might be
+ours and nothing is claimed.
 
 Only our own PID is excluded, not our ancestors: a worker started from inside
 a job errs toward keeping devices quarantined. The mode is derived, never configured:
@@ -29,8 +37,12 @@ when idle.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import re
+from collections.abc import Iterable
 
 from resource_controller.worker import procs
 
@@ -40,12 +52,111 @@ log = logging.getLogger(__name__)
 #: for "no claim". The controller reads them into ``core.expiry.Proof``.
 Claims = dict[str, bool]
 
+#: The journal's directory under ``state_dir``, and the file that says it is complete.
+JOURNAL_DIR = "jobs"
+COMPLETE = ".complete"
+#: A job ID used as a record's name as it is; any other is named by its hash.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}\Z")
 
-def compute(require_manual_clear: bool, *, own_pid: int | None = None) -> Claims:
-    """Decide the proof from what ``/proc`` shows right now.
+
+def record_name(job_id: str) -> str:
+    """The file name of a job's record: its ID when that is a plain name, else a hash
+    (``#`` never starts a plain one)."""
+    if _PLAIN_NAME.match(job_id):
+        return job_id
+    raw = job_id.encode("utf-8", errors="surrogateescape")
+    return "#" + hashlib.sha256(raw).hexdigest()[:40]
+
+
+class Journal:
+    """The jobs this worker started whose processes may still live, one empty file each.
+
+    Written without fsync: it answers for a worker process that died, never for a host
+    that did (a reboot is proven by the boot ID, and took every job with it). Complete
+    only while ``COMPLETE`` is there: a record that could not be written removes it
+    (a removal needs no free space), and a directory of an older worker never had it.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    @classmethod
+    def open(cls, state_dir: str, *, fresh: bool) -> Journal:
+        """The journal of ``state_dir``, created if missing: complete (and empty) only
+        when the state directory itself is ``fresh``, since no earlier process of this
+        worker can have started a job without it."""
+        journal = cls(os.path.join(state_dir, JOURNAL_DIR))
+        try:
+            if not os.path.isdir(journal.directory):
+                os.mkdir(journal.directory, 0o700)
+                if fresh:
+                    journal._touch(COMPLETE)
+        except OSError as exc:
+            log.error(
+                "recovery journal: %s; no recovery proof will be claimed while processes "
+                "carry an RC_JOB_ID",
+                procs.os_error_text("create", journal.directory, exc),
+                extra={"action": "recovery_journal"},
+            )
+        return journal
+
+    def _touch(self, name: str) -> None:
+        os.close(os.open(os.path.join(self.directory, name), os.O_WRONLY | os.O_CREAT, 0o600))
+
+    def started(self, job_id: str) -> None:
+        """Record a job before anything of it runs; failing, the journal is incomplete."""
+        try:
+            self._touch(record_name(job_id))
+        except OSError as exc:
+            log.error(
+                "job %s: cannot record it in %s (%s); until a scan shows nothing left of it, "
+                "no recovery proof will be claimed",
+                job_id,
+                self.directory,
+                exc.strerror or exc,
+                extra={"action": "recovery_journal", "job_id": job_id},
+            )
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.directory, COMPLETE))
+
+    def ended(self, job_id: str) -> None:
+        """Nothing of the job is left; a record that stays only withholds a proof."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.directory, record_name(job_id)))
+
+    def read(self) -> frozenset[str] | None:
+        """The records' names; ``None`` when the journal cannot say which jobs are ours."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return None
+        if COMPLETE not in names:
+            return None
+        return frozenset(n for n in names if n != COMPLETE)
+
+    def settle(self, listed: frozenset[str] | None, carried: Iterable[str]) -> None:
+        """After a scan that saw every environment: ``carried`` are the job IDs still
+        carried. Records of jobs nothing carries go; an incomplete journal takes every
+        carried job as possibly ours and is complete from then on."""
+        alive = {record_name(j) for j in carried}
+        try:
+            if listed is None:
+                for name in sorted(alive):
+                    self._touch(name)
+                self._touch(COMPLETE)
+                return
+            for name in listed - alive:
+                os.unlink(os.path.join(self.directory, name))
+        except OSError:
+            pass  # left as it was: at worst a proof withheld
+
+
+def compute(require_manual_clear: bool, journal: Journal, *, own_pid: int | None = None) -> Claims:
+    """Decide the proof from what ``/proc`` shows right now and settle the journal.
 
     ``own_pid`` defaults to this process; tests name another one to stand in for it
-    inside a ``/proc`` tree of their own.
+    inside a ``/proc`` tree of their own. Run only while no job is being started: a
+    record made during the scan could look like a job nothing carries.
     """
     pid = os.getpid() if own_pid is None else own_pid
     extra = {"action": "recovery_proof"}
@@ -56,18 +167,32 @@ def compute(require_manual_clear: bool, *, own_pid: int | None = None) -> Claims
             extra=extra,
         )
         return {}
+    listed = journal.read()
     scan = procs.scan_job_ids(exclude=(pid,))
+    if scan.readable and not scan.blind:
+        journal.settle(listed, scan.carriers.values())
     if pid == 1 and scan.readable and not scan.live:
         log.info("recovery proof: isolated (PID 1, alone in its PID namespace)", extra=extra)
         return {"isolated": True}
     if not scan.readable:
         log.warning("recovery proof: none (%s cannot be read)", procs.PROC_ROOT, extra=extra)
         return {}
-    if scan.carriers:
-        pid_found, job_id = min(scan.carriers.items())
+    ours = {p: j for p, j in scan.carriers.items() if listed is None or record_name(j) in listed}
+    if ours and listed is None:
         log.info(
-            "recovery proof: survivors found (%d process(es) carry RC_JOB_ID, e.g. pid %d with %s)",
-            len(scan.carriers),
+            "recovery proof: none (%d process(es) carry RC_JOB_ID and %s cannot say which "
+            "jobs were this worker's)",
+            len(ours),
+            journal.directory,
+            extra=extra,
+        )
+        return {}
+    if ours:
+        pid_found, job_id = min(ours.items())
+        log.info(
+            "recovery proof: survivors found (%d process(es) carry the RC_JOB_ID of a job "
+            "of this worker, e.g. pid %d with %s)",
+            len(ours),
             pid_found,
             job_id,
             extra=extra,

@@ -36,6 +36,11 @@ class Timings:
     poll_error_backoff: float = 2.0
     #: Minimum gap after a poll that started nothing and came back early.
     idle_poll_gap: float = 0.25
+    #: Bound on one non-streaming request to a controller, a long poll's excepted: a
+    #: frozen controller (its connections open, nothing answering) is left after it.
+    request_timeout: float = 5.0
+    #: A long poll is bounded by the wait it asks for plus this.
+    poll_margin: float = 2.0
     #: How long shutdown waits for job tasks before abandoning them.
     shutdown_wait: float = 45.0
     #: After abandoning, how long to wait for the cancelled tasks to kill their groups.
