@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from support import interleave, pg
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40, help="most steps in one example")
     ap.add_argument("--backend", choices=("sqlite", "postgresql"), default="postgresql")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shrink", action="store_true", help="shrink a failing example (slow)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -54,6 +55,7 @@ def main() -> None:
             deadline=None,
             database=None,
             derandomize=False,
+            phases=list(Phase) if args.shrink else [Phase.explicit, Phase.generate],
             suppress_health_check=list(HealthCheck),
         )
         @given(plan=st.lists(interleave.steps(), min_size=args.steps // 2, max_size=args.steps))

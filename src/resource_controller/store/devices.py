@@ -79,6 +79,7 @@ def register(
 ) -> Registration:
     """Upsert the worker, reap its in-flight jobs, declare its devices and their ceilings."""
     worker_id = worker_id_for(host)
+    queries.lock_worker_devices(conn, worker_id)
     stored = conn.value("SELECT boot_id FROM workers WHERE id = ?", (worker_id,))
     reboot = bool(stored) and bool(boot_id) and stored != boot_id
     conn.execute(

@@ -313,6 +313,18 @@ def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
     conn.execute(sql, tuple(values[c] for c in cols))
 
 
+def lock_worker_devices(conn: Conn, worker_id: str) -> None:
+    """Lock the rows of a worker's devices, in ID order as grants take them, for the
+    rest of the transaction (PostgreSQL; SQLite has one writer at a time). A
+    transaction that reads the worker's jobs and leases and then moves its devices
+    takes this first: under READ COMMITTED a grant committing between its read and its
+    write would otherwise be undone by the write (a busy device made ready)."""
+    if conn.postgres:
+        conn.execute(
+            "SELECT id FROM devices WHERE worker_id = ? ORDER BY id FOR UPDATE", (worker_id,)
+        )
+
+
 def live_lease_devices(conn: Conn, job_id: str) -> list[str]:
     """The devices of the live leases of ``job_id``, their rows locked for this
     transaction on PostgreSQL (SQLite has one writer at a time)."""
