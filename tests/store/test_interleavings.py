@@ -49,11 +49,21 @@ REGISTER_BESIDE_A_GRANT = [
     Step(Op("report", 0, 0, 0), together=Op("register", 1, 0, 1)),
 ]
 
+#: Found by reading the retire beside a pass: B retires a:gpu0 while A's pass grants it;
+#: B's check for a live lease ran before A's grant committed.
+RETIRE_BESIDE_A_GRANT = [
+    Step(Op("fault", 0, 0, 0)),  # a:gpu0 out of the pool
+    Step(Op("submit", 0, 0, 0)),  # a job pinned to it waits
+    Step(Op("clear", 0, 0, 0)),  # back in the pool: the next pass grants it
+    Step(Op("pass", 0, 0, 0), together=Op("retire", 1, 0, 0)),
+]
+
 
 @pytest.mark.parametrize("stores", [2, 3])
 @RUNS
 @example(plan=ROLLED_BACK_VIEW)
 @example(plan=REGISTER_BESIDE_A_GRANT)
+@example(plan=RETIRE_BESIDE_A_GRANT)
 @given(plan=st.lists(interleave.steps(), min_size=1, max_size=30))
 def test_every_interleaving_keeps_one_device_one_job(
     stores: int,

@@ -464,6 +464,9 @@ class World:
         leases = self.raw.rows("SELECT id, device_id, job_id, epoch, released_at FROM leases")
         devices = {r["id"]: r for r in self.raw.rows("SELECT id, state, draining FROM devices")}
         live = [lease for lease in leases if lease["released_at"] is None]
+        for lease in live:
+            if lease["device_id"] not in devices:
+                bad.append(f"live lease {lease['id']} of {lease['job_id']} on a retired device")
         # Acknowledged changes are never lost.
         for job_id in self._jobs:
             if job_id not in jobs:

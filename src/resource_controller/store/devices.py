@@ -288,7 +288,7 @@ def set_state(conn: queries.Conn, now: int, device_id: str, state: str, detail: 
 
 def retire(conn: queries.Conn, device_id: str) -> None:
     """Remove a device and everything keyed to it except job history."""
-    if queries.device(conn, device_id) is None:
+    if queries.device(conn, device_id, lock=True) is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}", code="device_not_found")
     if conn.one(_LIVE_LEASE_ON, (device_id,)):
         raise errors.DeviceBusy(f"a live lease holds {device_id}: kill or release it first")

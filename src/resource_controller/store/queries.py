@@ -126,8 +126,11 @@ device_record = DeviceRecord._make
 _job = JobRecord._make
 
 
-def device(conn: Conn, device_id: str) -> DeviceRecord | None:
-    row = conn.execute(_DEVICE_BY_ID, (device_id,)).fetchone()
+def device(conn: Conn, device_id: str, *, lock: bool = False) -> DeviceRecord | None:
+    """The device, its row locked for the transaction with ``lock`` (PostgreSQL): what
+    the caller decides from it then cannot change under it (``lock_worker_devices``)."""
+    text = _DEVICE_BY_ID + (" FOR UPDATE" if lock and conn.postgres else "")
+    row = conn.execute(text, (device_id,)).fetchone()
     return device_record(row) if row else None
 
 
