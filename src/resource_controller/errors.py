@@ -32,6 +32,8 @@
     │   └── SheetTooLarge        413 sheet_too_large
     ├── Unsupported              500 unsupported: no full-duplex stream here
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
+    ├── NotLeading               internal: a leader-only write by a controller whose
+    │                            leadership epoch is over (``store/leadership.py``)
     └── ClientError              raised by the client library
         ├── ApiError             the controller answered with an error body; for every
         │                        code of ``API_CODES`` it is also an instance of that
@@ -230,6 +232,10 @@ class Unsupported(RcError):
 
 class LiveLeaseConflict(RcError):
     """The one-live-lease-per-device index refused a second lease."""
+
+
+class NotLeading(RcError):
+    """This controller no longer leads: nothing was written."""
 
 
 class ClientError(RcError):

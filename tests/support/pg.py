@@ -56,6 +56,11 @@ class Cluster:
     def socket_dir(self) -> Path:
         return self.root / "sock"
 
+    @property
+    def log(self) -> Path:
+        """The server's log: each line names its session's PID and application."""
+        return self.root / "server.log"
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://rc@/{database}?host={self.socket_dir}"
 
@@ -145,6 +150,8 @@ def start() -> Cluster:
     options = (
         f"-k {root / 'sock'} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
         " -c full_page_writes=off -c max_connections=200"
+        # Each line names its session's application: a controller's is "rc <its PID>".
+        " -c log_line_prefix='%m [%p] %a: '"
     )
     subprocess.run(
         [

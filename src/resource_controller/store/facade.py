@@ -28,6 +28,7 @@ from resource_controller.store import (
     engine,
     fleet,
     jobs,
+    leadership,
     locks,
     passes,
     queries,
@@ -460,14 +461,19 @@ class Store:
         with self._read() as c:
             return rollup.recent_pairs(c, acct.window_start(self.now(), within))
 
-    def logs_to_prune(self, retention: int, limit: int) -> list[str]:
-        """Jobs ended more than ``retention`` seconds ago with output still stored."""
+    def logs_to_prune(
+        self, retention: int, limit: int, fence: leadership.Fence | None = None
+    ) -> list[str]:
+        """Jobs ended more than ``retention`` seconds ago with output still stored, for
+        the leader of ``fence`` only (``NotLeading`` else)."""
         with self._tx() as c:
+            leadership.hold(c, fence)
             return jobs.logs_to_prune(c, self.now() - retention, limit)
 
     @races.again
-    def mark_logs_pruned(self, job_ids: list[str]) -> None:
+    def mark_logs_pruned(self, job_ids: list[str], fence: leadership.Fence | None = None) -> None:
         with self._tx() as c:
+            leadership.hold(c, fence)
             jobs.mark_logs_pruned(c, job_ids)
 
     # ---- workers and devices ---------------------------------------------------------
@@ -499,9 +505,12 @@ class Store:
     # ---- the reaper -------------------------------------------------------------------
 
     @races.again
-    def sweep(self, rules: expiry.SweepRules) -> SweepResult:
-        """One sweep: demote the silent, reap, expire; never frees a device."""
+    def sweep(self, rules: expiry.SweepRules, fence: leadership.Fence | None = None) -> SweepResult:
+        """One sweep: demote the silent, reap, expire; never frees a device. Made only by
+        the leader of ``fence`` (``NotLeading`` else, nothing written); None: the one
+        controller of a SQLite store."""
         with self._tx("sweep") as c:
+            leadership.hold(c, fence)
             return sweep.sweep(c, self.now(), rules)
 
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
