@@ -2,6 +2,8 @@
 
     RcError                      base; ``code`` and ``status`` map it onto the wire
     ├── StoreError               500 store_error: the database failed
+    │   └── StoreUnavailable     it cannot be reached now
+    │       └── ConnectionDropped    before the operation committed: it may run again
     ├── NotFound                 404 not_found
     │   ├── JobNotFound
     │   ├── DeviceNotFound       (404 device_not_found for retire)
@@ -71,6 +73,11 @@ class StoreUnavailable(StoreError):
     The spec's ``store_error``, answered 503 so that clients move to the next controller."""
 
     status = 503
+
+
+class ConnectionDropped(StoreUnavailable):
+    """The database connection dropped before the operation committed anything: it may
+    run again on a new one (``store/races.py`` does, once)."""
 
 
 class NotFound(RcError):

@@ -97,6 +97,30 @@ class Cluster:
         self.created.append(name)
         return self.url(name)
 
+    def restart(self) -> None:
+        """Restart the server as an operator would (``pg_ctl restart -m fast``): every
+        session is told ``terminating connection due to administrator command`` and
+        closed; the server is back, on the same socket, when this returns."""
+        subprocess.run(
+            [
+                *_as_postgres(),
+                str(self.bins / "pg_ctl"),
+                "-D",
+                str(self.root / "data"),
+                "-l",
+                str(self.log),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
+
     def stop(self) -> None:
         subprocess.run(
             [

@@ -12,6 +12,7 @@ between them) are loaded only to migrate a database that is not at ``HEAD``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import urllib.parse
@@ -190,6 +191,21 @@ def _strpos(text: str | None, part: str | None) -> int | None:
     if text is None or part is None:
         return None
     return text.find(part) + 1
+
+
+def dropped(driver: Any) -> bool:
+    """Whether the server closed ``driver``'s connection while it stood idle (a restart,
+    an administrator, an idle limit): its goodbye (an error message) and then the end of
+    the stream are there to read without waiting, where a live connection has nothing,
+    so this costs two reads that find nothing. Never on SQLite."""
+    if isinstance(driver, sqlite3.Connection):
+        return False
+    import psycopg
+
+    with contextlib.suppress(psycopg.OperationalError):  # the end: broken from here
+        for _ in range(2):
+            driver.pgconn.consume_input()
+    return bool(driver.closed)
 
 
 def open_driver(database: Database) -> Any:
