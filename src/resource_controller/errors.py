@@ -70,9 +70,8 @@ class StoreError(RcError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached now; another controller, or a retry, may answer.
-    The spec's ``store_error``, answered 503 so that clients move to the next controller."""
-
-    status = 503
+    On the wire the spec's ``500 store_error``: clients move to the next controller on
+    any 5xx (EXT-PG-5)."""
 
 
 class ConnectionDropped(StoreUnavailable):
