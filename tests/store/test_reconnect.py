@@ -102,6 +102,27 @@ def test_an_operation_whose_connection_drops_before_its_commit_runs_once_more(
     assert [j.id for j in store.list_jobs()] == [job.id]
 
 
+def test_the_pass_after_a_submit_runs_again_whole_when_its_connection_drops_midway(
+    store: Store, make: Factory, postgres: None
+) -> None:
+    make.worker(devices=1)
+    job = make.submit()  # no pass yet: the one after it is the test's
+    dropped: list[int] = []
+
+    def drop_once(text: str, move: str) -> None:
+        if text.startswith("INSERT INTO leases ") and not dropped:
+            dropped.append(1)
+            _drop_connection(store)  # mid-pass, under the pass's lock
+
+    sql.watchers.append(drop_once)
+    try:
+        placed = store.schedule_after(job)
+    finally:
+        sql.watchers.remove(drop_once)
+    assert dropped and [a.job_id for a in placed.assigned] == [job.id]
+    assert store.job(job.id).state == "assigned"
+
+
 def test_a_connection_dropped_at_the_commit_is_unavailable_and_not_run_again(
     store: Store, make: Factory, inserts: list[str], postgres: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -230,7 +230,6 @@ class Store:
                 raise
         return once()
 
-    @races.again
     def schedule(self) -> list[Assigned]:
         """One scheduling pass; the jobs it placed."""
         return self.run_pass().assigned
@@ -279,7 +278,7 @@ class Store:
         self._settled.passed(self._db, self._gen, end, quiet)
         return assigned
 
-    @races.again
+    @races.reconnecting
     def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue, skipped when it cannot change
         anything (``store/settled.py``)."""
@@ -288,12 +287,12 @@ class Store:
                 return PassResult()
             return self.run_pass()
 
-    @races.again
+    @races.reconnecting
     def job(self, job_id: str) -> JobRecord:
         with self._read() as c:
             return queries.job(c, job_id)
 
-    @races.again
+    @races.reconnecting
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
         ; ``None`` for a job that is not queued."""
@@ -308,19 +307,19 @@ class Store:
                 views.waiting_for(c, job, self._key(now), self._fleet, self.limits),
             )
 
-    @races.again
+    @races.reconnecting
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
         """What a queued job waits for now; ``[]`` once it left the queue."""
         with self._tx() as c:
             return views.waiting_for(c, job, self._key(self.now()), self._fleet, self.limits)
 
-    @races.again
+    @races.reconnecting
     def held_by_share(self) -> dict[str, int]:
         """The devices each share name holds now (EXT-SHARE-1, ``/metrics``)."""
         with self._read() as c:
             return passes.held_by_share(c)
 
-    @races.again
+    @races.reconnecting
     def list_jobs(
         self,
         limit: int = 20,
@@ -333,13 +332,13 @@ class Store:
         with self._read() as db:
             return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
 
-    @races.again
+    @races.reconnecting
     def ping(self) -> None:
         """One cheap read; raises when the store cannot answer."""
         with self._read() as c:
             c.value("SELECT 1")
 
-    @races.again
+    @races.reconnecting
     def metric_counts(
         self,
     ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
@@ -357,12 +356,12 @@ class Store:
             held,
         )
 
-    @races.again
+    @races.reconnecting
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.queued(c, self.now(), self.aging)
 
-    @races.again
+    @races.reconnecting
     def active_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.active(c)
@@ -499,7 +498,7 @@ class Store:
         # so the pass places the next of a chain at once.
         return job, after.settle(c, now)
 
-    @races.again
+    @races.reconnecting
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
         """Who held what over the last ``since`` seconds, by ``by``: the
         rollup's two rows per group, in one statement."""
@@ -510,14 +509,14 @@ class Store:
             groups = rollup.window(c, by, first)
         return acct.summarise(by, first * acct.HOUR, now, groups, limit)
 
-    @races.again
+    @races.reconnecting
     def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
         """Device-and-submitter totals of the pairs active in the last ``within``
         seconds, for ``/metrics``."""
         with self._read() as c:
             return rollup.recent_pairs(c, acct.window_start(self.now(), within))
 
-    @races.again
+    @races.reconnecting
     def logs_to_prune(
         self, retention: int, limit: int, fence: leadership.Fence | None = None
     ) -> list[str]:
@@ -570,19 +569,19 @@ class Store:
             leadership.hold(c, fence)
             return sweep.sweep(c, self.now(), rules)
 
-    @races.again
+    @races.reconnecting
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read."""
         with self._tx() as c:
             return views.quarantine_column(c, ids, "quarantine_reason")
 
-    @races.again
+    @races.reconnecting
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read: lease or job ID -> device."""
         with self._tx() as c:
             return views.lease_devices(c, ids)
 
-    @races.again
+    @races.reconnecting
     def worker_host(self, worker_id: str) -> str:
         with self._tx() as c:
             return devices.worker_host(c, worker_id)
@@ -600,7 +599,7 @@ class Store:
         with self._tx() as c:
             devices.apply_facts(c, self.now(), host, names, labels, declared, sheet, device_sheets)
 
-    @races.again
+    @races.reconnecting
     def device_snapshots(self, device_id: str | None = None) -> list[DeviceSnapshot]:
         with self._tx() as c:
             return views.devices(c, device_id, kept=self._fleet)
@@ -631,12 +630,12 @@ class Store:
         with self._tx() as c:
             devices.retire(c, device_id)
 
-    @races.again
+    @races.reconnecting
     def explain(self, selector: str) -> views.Explanation:
         with self._tx() as c:
             return views.explain(c, selector, self._fleet)
 
-    @races.again
+    @races.reconnecting
     def describe(self, device_id: str) -> views.Description | None:
         """Everything describe shows, read in one transaction."""
         with self._tx() as c:
@@ -650,12 +649,12 @@ class Store:
                 recoveries=devices.recovery_history(c, self.now(), device_id),
             )
 
-    @races.again
+    @races.reconnecting
     def active_job_on(self, device_id: str) -> str:
         with self._tx() as c:
             return views.active_job_on(c, device_id)
 
-    @races.again
+    @races.reconnecting
     def state_view(
         self,
     ) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[Blocker]]]:

@@ -35,7 +35,16 @@ ATTEMPTS = 5
 def again(method: Callable[P, R]) -> Callable[P, R]:
     """``method`` (one store operation), run again while it loses a race, and once more
     when its connection dropped before it committed."""
+    return _rerun(method, ATTEMPTS)
 
+
+def reconnecting(method: Callable[P, R]) -> Callable[P, R]:
+    """``method``, run once more when its connection dropped before it committed: a read
+    (which loses no race), or an operation around one that is ``again`` already."""
+    return _rerun(method, 1)
+
+
+def _rerun(method: Callable[P, R], attempts: int) -> Callable[P, R]:
     @functools.wraps(method)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         attempt, dropped = 1, False
@@ -48,7 +57,7 @@ def again(method: Callable[P, R]) -> Callable[P, R]:
                 dropped = True
                 log.info("%s: the database connection dropped; again on a new one", method.__name__)
             except errors.StoreError as exc:
-                if attempt >= ATTEMPTS or not sql.lost_race(exc.__cause__):
+                if attempt >= attempts or not sql.lost_race(exc.__cause__):
                     raise
                 log.info(
                     "%s lost a race with another controller's transaction (%s); again",
