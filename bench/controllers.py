@@ -12,14 +12,11 @@ a same-run baseline: one controller on SQLite.
   other process on the machine) and the machine's busy share of its cores: on a
   machine whose cores the single controller already keeps busy, a second one can only
   share them.
-* Takeover: with two controllers, the leader is killed with SIGKILL and the time until
-  the other's ``/healthz`` says ``leader`` is measured; the killed one is started again
-  before the next kill.
+Takeover after a leader's death or freeze is ``bench/failover.py``'s.
 
 PostgreSQL comes from Debian's ``postgresql`` package: the bench starts a throwaway
 cluster of its own (``tests/support/pg.py``). Figures are min/median/max over repeats.
-Usage: ``python bench/controllers.py [--repeats 3] [--kills 10] [--jobs 200] [--no-spread]
-[--json F]``.
+Usage: ``python bench/controllers.py [--repeats 3] [--jobs 200] [--no-spread] [--json F]``.
 """
 
 from __future__ import annotations
@@ -239,30 +236,9 @@ def _cpu_line(runs: list[dict[str, float]], n: int) -> str:
     )
 
 
-def _another_leads(ctl: Controllers, old: int) -> Callable[[], bool]:
-    return lambda: ctl.leader() not in (None, old)
-
-
-def bench_takeover(tmp: Path, database: str, kills: int) -> dict[str, Any]:
-    times = []
-    with Controllers(tmp, 2, database) as ctl:
-        for _ in range(kills):
-            _wait(lambda: ctl.leader() is not None, "a leader")
-            old = ctl.leader()
-            assert old is not None
-            victim = ctl.servers[old]
-            assert victim is not None
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(10)
-            times.append(_wait(_another_leads(ctl, old), "the takeover", 15))
-            ctl.start(old)
-    return summary(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--no-spread", action="store_true", help="every worker talks to the first")
     ap.add_argument("--json", type=Path)
@@ -289,7 +265,6 @@ def main() -> None:
                 results[f"postgresql_{n}"] = bench_throughput(
                     fresh(), n, url, args.jobs, args.repeats, postmaster, spread
                 )
-            results["takeover"] = bench_takeover(fresh(), cluster.fresh_database(), args.kills)
     finally:
         cluster.stop()
     base = results["sqlite_1"]["median"]
@@ -305,11 +280,6 @@ def main() -> None:
         print(_cpu_line(s["runs"], int(key.rsplit("_", 1)[1])))
     two_over_one = results["postgresql_2"]["median"] / results["postgresql_1"]["median"]
     print(f"  postgresql 2 controllers / 1: {two_over_one:.2f}x")
-    t = results["takeover"]
-    print(
-        f"takeover after SIGKILL: median {t['median']:.2f} s (min {t['min']:.2f},"
-        f" max {t['max']:.2f}, n={int(t['n'])})"
-    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

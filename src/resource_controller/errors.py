@@ -2,6 +2,8 @@
 
     RcError                      base; ``code`` and ``status`` map it onto the wire
     ├── StoreError               500 store_error: the database failed
+    │   └── StoreUnavailable     it cannot be reached now
+    │       └── ConnectionDropped    before the operation committed: it may run again
     ├── NotFound                 404 not_found
     │   ├── JobNotFound
     │   ├── DeviceNotFound       (404 device_not_found for retire)
@@ -32,6 +34,8 @@
     │   └── SheetTooLarge        413 sheet_too_large
     ├── Unsupported              500 unsupported: no full-duplex stream here
     ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
+    ├── NotLeading               internal: a leader-only write by a controller whose
+    │                            leadership epoch is over (``store/leadership.py``)
     └── ClientError              raised by the client library
         ├── ApiError             the controller answered with an error body; for every
         │                        code of ``API_CODES`` it is also an instance of that
@@ -71,9 +75,13 @@ class StoreError(RcError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached now; another controller, or a retry, may answer.
-    The spec's ``store_error``, answered 503 so that clients move to the next controller."""
+    On the wire the spec's ``500 store_error``: clients move to the next controller on
+    any 5xx (EXT-PG-5)."""
 
-    status = 503
+
+class ConnectionDropped(StoreUnavailable):
+    """The database connection dropped before the operation committed anything: it may
+    run again on a new one (``store/races.py`` does, once)."""
 
 
 class NotFound(RcError):
@@ -235,6 +243,10 @@ class Unsupported(RcError):
 
 class LiveLeaseConflict(RcError):
     """The one-live-lease-per-device index refused a second lease."""
+
+
+class NotLeading(RcError):
+    """This controller no longer leads: nothing was written."""
 
 
 class ClientError(RcError):

@@ -1,6 +1,7 @@
-"""A leader that loses its lock stops leading before anything else runs (EXT-PG-8), on a
-real PostgreSQL database: the controller's lock connection is ended (or frozen) from
-outside, and a trace kept on the controller's own event loop shows what ran when."""
+"""A leader that loses its lease stops leading before anything else runs (EXT-PG-8), on a
+real PostgreSQL database: the controller's link is ended or frozen from outside, the
+lease taken from it, or the controller itself frozen past its lease; a trace kept on the
+controller's own event loop shows what ran when."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from controller_harness import Harness, open_controller
 from resource_controller.clock import FakeClock
 from resource_controller.controller import peers, service
 from resource_controller.controller.peers import Peers
-from resource_controller.store import locks
+from resource_controller.store.leadership import Fence
 from resource_controller.store.peering import PeerLink
 from support import pg
 
@@ -54,9 +55,15 @@ class Trace:
 
 
 def recording_link(trace: Trace) -> type[PeerLink]:
-    """The real link, noting the moment it finds its connection gone."""
+    """The real link, noting the moment it finds its connection or its lease gone."""
 
     class Recording(PeerLink):
+        async def renew(self, fence: Fence, lease: float) -> tuple[bool, int]:
+            kept, present = await super().renew(fence, lease)
+            if not kept:
+                trace.note("lost")
+            return kept, present
+
         async def within(self, bound: float, call: Awaitable[T]) -> T:
             try:
                 return await super().within(bound, call)
@@ -124,15 +131,19 @@ def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def leader_backend(conn: psycopg.Connection[Any]) -> int:
-    """The server process of the session holding this database's leadership lock."""
-    row = conn.execute(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND mode = 'ExclusiveLock' AND classid = 0 AND objid = %s AND objsubid = 1"
-        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        (locks.LEADER,),
-    ).fetchone()
-    assert row is not None, "nobody holds the leadership lock"
+    """The server process of the session renewing the leadership lease."""
+    row = conn.execute("SELECT backend FROM leadership").fetchone()
+    assert row is not None and row[0], "nobody holds the leadership lease"
     return int(row[0])
+
+
+def take_over(conn: psycopg.Connection[Any]) -> None:
+    """Another controller takes the lease, for long, on ``conn``'s session (its end
+    frees the lease at once)."""
+    conn.execute(
+        "UPDATE leadership SET holder = 'other', epoch = epoch + 1,"
+        " backend = pg_backend_pid(), expires_at = extract(epoch FROM clock_timestamp()) + 600"
+    )
 
 
 def assert_stepped_down_first(trace: Trace) -> None:
@@ -144,17 +155,17 @@ def assert_stepped_down_first(trace: Trace) -> None:
     assert "pass" not in {kind for kind, _ in after}, after
 
 
-def test_a_leader_whose_lock_connection_ends_steps_down_first_and_stops_its_pass(
+def test_a_leader_whose_link_ends_steps_down_first_and_stops_its_pass(
     traced: tuple[Harness, Trace, str],
 ) -> None:
-    """EXT-PG-8: the lock's connection is ended; the flag falls before anything else
-    runs, no periodic pass runs while another holds the lock, and once it is free again
-    the controller leads and passes again."""
+    """EXT-PG-8: the link's session is ended while another takes the lease; the flag
+    falls before anything else runs, no periodic pass runs while the other holds it,
+    and once it is free again the controller leads and passes again."""
     rc, trace, url = traced
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '10s'")
-        conn.execute("SELECT pg_terminate_backend(%s)", (leader_backend(conn),))
-        conn.execute("SELECT pg_advisory_lock(%s)", (locks.LEADER,))  # taken from it
+        backend = leader_backend(conn)
+        take_over(conn)
+        conn.execute("SELECT pg_terminate_backend(%s)", (backend,))
         until(lambda: not rc.svc.peers.leading)
         time.sleep(0.5)  # ten periodic intervals as a follower
         assert_stepped_down_first(trace)
@@ -162,12 +173,55 @@ def test_a_leader_whose_lock_connection_ends_steps_down_first_and_stops_its_pass
     until(lambda: ("pass", True) in trace.since_lost())
 
 
-def test_a_leader_whose_lock_check_hangs_steps_down_first_and_stops_its_pass(
+def test_a_leader_whose_lease_is_taken_steps_down_first_at_its_next_renewal(
     traced: tuple[Harness, Trace, str],
 ) -> None:
-    """EXT-PG-8: the lock's server process is frozen, so the check never answers; once
-    the check is given up (after ``CHECK_BOUND``) the flag falls before anything else runs, and no periodic pass
-    runs while the frozen session still holds the lock."""
+    """EXT-PG-8: another controller holds the lease now; the leader's next renewal finds
+    it lost and the flag falls before anything else runs."""
+    rc, trace, url = traced
+    with psycopg.connect(url, autocommit=True) as conn:
+        take_over(conn)
+        until(lambda: not rc.svc.peers.leading, timeout=peers.TICK + peers.CHECK_BOUND + 2)
+        time.sleep(0.5)
+        assert_stepped_down_first(trace)
+        # What it would write as leader is refused (``store/leadership.hold``).
+        row = conn.execute("SELECT epoch FROM leadership").fetchone()
+        assert row is not None and rc.svc.peers.fence == Fence(rc.svc.instance, row[0] - 1)
+
+
+def test_a_leader_frozen_past_its_lease_wakes_a_follower(
+    traced: tuple[Harness, Trace, str],
+) -> None:
+    """EXT-PG-8: the controller's event loop stands still for longer than its lease (as
+    under SIGSTOP) while another takes the lease over; the first thing to run when it
+    wakes already sees a follower, and no periodic pass runs."""
+    rc, trace, url = traced
+    loop = rc.server.loop
+    assert loop is not None
+    woke = threading.Event()
+
+    def freeze() -> None:
+        time.sleep(peers.LEASE + 0.5)
+        trace.note("lost")  # the first thing to run on the loop once it wakes
+        woke.set()
+
+    loop.call_soon_threadsafe(freeze)
+    with psycopg.connect(url, autocommit=True) as conn:
+        take_over(conn)  # its lease lapsed meanwhile: another controller took it
+        assert woke.wait(peers.LEASE + 10)
+        time.sleep(0.5)
+        assert trace.since_lost()[0] == ("lost", False)
+        assert "pass" not in {kind for kind, _ in trace.since_lost()}
+        assert not rc.svc.peers.leading
+    until(lambda: rc.svc.peers.leading)  # the other's session ended: it leads again
+
+
+def test_a_leader_whose_renewal_hangs_steps_down_first_and_stops_its_pass(
+    traced: tuple[Harness, Trace, str],
+) -> None:
+    """EXT-PG-8: the link's server process is frozen, so the renewal never answers; once
+    it is given up (after ``CHECK_BOUND``) the flag falls before anything else runs, and
+    no periodic pass runs while the frozen session keeps its lease from being taken."""
     rc, trace, url = traced
     with psycopg.connect(url, autocommit=True) as conn:
         backend = leader_backend(conn)
@@ -175,7 +229,7 @@ def test_a_leader_whose_lock_check_hangs_steps_down_first_and_stops_its_pass(
     frozen = time.monotonic()
     try:
         until(lambda: not rc.svc.peers.leading, timeout=20)
-        # Within a tick and the check's bound, not the ten seconds more psycopg would
+        # Within a tick and the renewal's bound, not the ten seconds more psycopg would
         # spend asking the server to cancel the query.
         took = time.monotonic() - frozen
         assert took < peers.TICK + peers.CHECK_BOUND + 2, took
@@ -184,4 +238,4 @@ def test_a_leader_whose_lock_check_hangs_steps_down_first_and_stops_its_pass(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(backend, signal.SIGCONT)
-    until(lambda: rc.svc.peers.leading)  # the frozen session ends; the lock is free again
+    until(lambda: rc.svc.peers.leading)  # its lease lapsed: it takes it again

@@ -19,17 +19,17 @@ def test_links_count_the_listening_controllers_of_their_database_only(
         b = await PeerLink.open(url, 5)
         other = await PeerLink.open(elsewhere, 5)
         try:
+            # B leads (a long lease, its session alive): A's tries take nothing and count.
             await a.listen()
-            assert await a.check() == 1
+            assert await b.take("b", 600) == (1, 1)
+            assert await a.take("a", 600) == (None, 1)
             await other.listen()  # another database's controller is not counted
-            assert await a.check() == 1
+            assert await a.take("a", 600) == (None, 1)
             await b.listen()
-            assert await a.check() == 2
-            leads, present = await b.try_lead()
-            assert (leads, present) == (True, 2)
+            assert await a.take("a", 600) == (None, 2)
             await b.close()  # its server session ends a moment after: wait (bounded)
             async with asyncio.timeout(10):
-                while await a.check() != 1:
+                while (await a.take("a", 600))[1] != 1:
                     await asyncio.sleep(0.01)
         finally:
             for link in (a, b, other):

@@ -70,7 +70,7 @@ class Ops:
     def silence(self) -> Done[Any]:
         """Let the worker go quiet past the grace and sweep: its device goes ``unknown``."""
         self.clock.advance(expiry.GRACE + 1)
-        return self.run(service.sweep, expiry.SweepRules(hold_off_until=None))
+        return self.run(service.sweep, expiry.SweepRules(hold_off_until=None), None)
 
     def state_of(self, job_id: str) -> str:
         return self.svc.store.job(job_id).state

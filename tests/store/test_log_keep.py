@@ -208,7 +208,7 @@ def test_the_retention_pass_deletes_old_output_in_bounded_batches(
         monkeypatch.setattr(service, "RETENTION_BATCH", 2)
 
         def prune() -> list[str]:
-            return asyncio.run(service.prune_logs(svc)).value
+            return asyncio.run(service.prune_logs(svc, svc.peers.fence)).value
 
         assert prune() == []  # nothing ended an hour ago yet
         clock.advance(3600)

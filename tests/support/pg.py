@@ -56,6 +56,11 @@ class Cluster:
     def socket_dir(self) -> Path:
         return self.root / "sock"
 
+    @property
+    def log(self) -> Path:
+        """The server's log: each line names its session's PID and application."""
+        return self.root / "server.log"
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://rc@/{database}?host={self.socket_dir}"
 
@@ -91,6 +96,30 @@ class Cluster:
         self.psql(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
         self.created.append(name)
         return self.url(name)
+
+    def restart(self) -> None:
+        """Restart the server as an operator would (``pg_ctl restart -m fast``): every
+        session is told ``terminating connection due to administrator command`` and
+        closed; the server is back, on the same socket, when this returns."""
+        subprocess.run(
+            [
+                *_as_postgres(),
+                str(self.bins / "pg_ctl"),
+                "-D",
+                str(self.root / "data"),
+                "-l",
+                str(self.log),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
 
     def stop(self) -> None:
         subprocess.run(
@@ -145,6 +174,8 @@ def start() -> Cluster:
     options = (
         f"-k {root / 'sock'} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
         " -c full_page_writes=off -c max_connections=200"
+        # Each line names its session's application: a controller's is "rc <its PID>".
+        " -c log_line_prefix='%m [%p] %a: '"
     )
     subprocess.run(
         [

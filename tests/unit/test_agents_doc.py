@@ -60,8 +60,8 @@ def _codes_in_the_code() -> tuple[set[str], dict[str, int]]:
     for _, cls in inspect.getmembers(errors, inspect.isclass):
         if issubclass(cls, errors.RcError):
             by_name[cls.__name__] = cls
-            # The client's side of them has no status; a class that only answers its
-            # parent's code another way (StoreUnavailable: 503) is said in the text.
+            # The client's side of them has no status; a class that only narrows its
+            # parent's meaning (StoreUnavailable) answers the parent's code and status.
             if not issubclass(cls, errors.ClientError) and "code" in vars(cls):
                 statuses[cls.code] = cls.status
     codes = set(statuses)

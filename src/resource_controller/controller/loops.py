@@ -27,6 +27,7 @@ from resource_controller.controller import service, webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import Wake, apply, perform
 from resource_controller.core import expiry
+from resource_controller.store.leadership import Fence
 from resource_controller.store.records import SweepResult
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,9 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
         now = svc.clock.now()
         gap = now - guard.previous if guard.previous is not None else 0.0
         guard = guard.after_pass(now, s.sweep_interval)
-        if not svc.peers.leading or svc.peers.since is None:
+        # Read together: a sweep is judged, and fenced, by the term it began in.
+        since, fence = svc.peers.since, svc.peers.fence
+        if not svc.peers.leading or since is None:
             continue
         if guard.just_stalled:
             log.warning(
@@ -103,18 +106,21 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
                 s.sweep_interval,
                 expiry.RESUME_PASSES,
             )
-        await _prune_logs(svc)
+        await _prune_logs(svc, fence)
         rules = expiry.SweepRules(
             grace=s.grace,
             unhealthy_after=s.unhealthy_after,
             # A controller that began to lead later judges no silence it did not see.
-            hold_off_until=max(hold_off_until, svc.peers.since + s.hold_off),
+            hold_off_until=max(hold_off_until, since + s.hold_off),
             retain=s.retain_disconnected_jobs,
             stalled=not guard.may_judge,
         )
         try:
             with svc.metrics.sweep.time():
-                result = await perform(svc.hub, service.sweep(svc, rules))
+                result = await perform(svc.hub, service.sweep(svc, rules, fence))
+        except errors.NotLeading as exc:
+            log.info("sweep not run: %s", exc)
+            continue
         except errors.RcError as exc:
             log.error("sweep failed: %s", exc)
             continue
@@ -124,12 +130,14 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
         await _after_sweep(svc, result)
 
 
-async def _prune_logs(svc: Services) -> None:
+async def _prune_logs(svc: Services, fence: Fence | None) -> None:
     """One bounded retention pass on the reaper's tick; errors are logged."""
     if svc.settings.log_retention <= 0:
         return
     try:
-        await perform(svc.hub, service.prune_logs(svc))
+        await perform(svc.hub, service.prune_logs(svc, fence))
+    except errors.NotLeading as exc:
+        log.info("log retention pass not run: %s", exc)
     except errors.RcError as exc:
         log.error("log retention pass failed: %s", exc)
     except Exception:

@@ -1,14 +1,19 @@
 """Several controllers on one PostgreSQL database: which one leads, and the wake-ups
 that cross from one to the others.
 
-Leadership: the controller holding a session advisory lock, on a connection
-of its own, runs the periodic scheduling pass, the reaper and log retention. The others
-try the lock every ``TICK``, so one of them leads within a second or two of the
-leader's death: PostgreSQL ends a dead client's session and its locks with it. A
-leader checks its connection every ``TICK`` as well, and steps down (the flag first,
-before anything else) when the check fails or outlasts ``CHECK_BOUND``. Exclusivity
-never rests on this lock: it is the allocation transaction's and the live-lease
-index's, which every controller's grants go through.
+Leadership (``store/leadership.py``): the controller holding the lease row runs the
+periodic scheduling pass, the reaper and log retention. It renews the lease every
+``TICK``; the others try to take it every ``TICK``, and do once it lapsed (``LEASE``
+seconds after its last renewal, on the database's clock) or the session renewing it
+ended (a dead controller's connection closes at once). So leadership ends with the
+leader's progress, whether it died, froze or lost its network: another leads within
+``LEASE + TICK``. A leader steps down (its flag falls before anything else runs) when a
+renewal fails or outlasts ``CHECK_BOUND``, and on its own when it has not renewed within
+``LEASE`` on its monotonic clock: ``leading`` is read against that deadline, so a
+controller that wakes from a freeze does not lead on what it last knew. Every write it
+makes as leader carries its epoch (``fence``), checked in the write's own transaction.
+Exclusivity never rests on leadership: it is the allocation transaction's and the
+live-lease index's, which every controller's grants go through.
 
 Wake-ups: the wake-ups of each committed change (``wake.Wake``) go out on
 one LISTEN/NOTIFY channel, and every other controller applies them to its own hub, so
@@ -33,18 +38,26 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import time
 from collections.abc import Callable
 
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.wake import SCHEDULE, Wake, apply
+from resource_controller.store.leadership import Fence
 from resource_controller.store.peering import PeerLink
 
 log = logging.getLogger(__name__)
 
-#: Seconds between a follower's tries of the lock, and between a leader's checks.
-TICK = 1.0
-#: A check or a try that takes longer than this counts as a lost connection.
+#: Seconds between a follower's tries of the lease, and between a leader's renewals.
+TICK = 0.5
+#: Seconds a renewal holds the lease: a leader that made no progress for this long has
+#: lost it, and another takes over within a ``TICK`` more (EXT-PG-8: within 5 s).
+LEASE = 3.0
+#: A renewal or a try that takes longer than this counts as a lost connection.
 CHECK_BOUND = 2.0
+#: The server ends a tick link idle this long: its controller is frozen.
+LINK_IDLE = 5.0
 #: PostgreSQL refuses a notification payload of 8000 bytes or more; a wake-up that
 #: would not fit is sent as "wake everyone" instead.
 PAYLOAD_MAX = 7900
@@ -53,19 +66,40 @@ PAYLOAD_MAX = 7900
 class Peers:
     """This controller's standing among the others, and its wake-up channel to them."""
 
-    def __init__(self, url: str | None, instance: str, clock: Callable[[], float]) -> None:
-        """``url``: the PostgreSQL database (libpq form) the controllers share; None alone."""
+    def __init__(
+        self,
+        url: str | None,
+        instance: str,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``url``: the PostgreSQL database (libpq form) the controllers share; None alone.
+        ``clock`` dates ``since``; ``monotonic`` times the lease."""
         self.url = url
         self.instance = instance
         self._clock = clock
-        #: This controller leads: only then do the periodic pass and the reaper run.
-        self.leading = url is None
+        self._monotonic = monotonic
+        #: Until when (``monotonic``) the last renewal holds the lease; None: not held.
+        self._until: float | None = math.inf if url is None else None
+        #: The epoch of the lease this controller holds, or last held.
+        self._epoch = 0
         #: When it last began to lead (its clock); the reaper's hold-off counts from here.
         self.since: float | None = clock() if url is None else None
         self._outbox: asyncio.Queue[Wake] | None = None
         #: How many other controllers listen on the database, as of the last tick;
         #: None until the first (wake-ups are sent while it is not known).
         self.others: int | None = None
+
+    @property
+    def leading(self) -> bool:
+        """This controller leads: only then do the periodic pass and the reaper run."""
+        return self._until is not None and self._monotonic() < self._until
+
+    @property
+    def fence(self) -> Fence | None:
+        """What a leader-only write is made under (``store/leadership.hold``): the epoch
+        this controller holds or last held; None alone, where it leads without a lease."""
+        return None if self.url is None else Fence(self.instance, self._epoch)
 
     @property
     def alone(self) -> bool:
@@ -97,16 +131,16 @@ class Peers:
                 await sender
 
     def _step_down(self, why: str) -> None:
-        if self.leading:
+        if self._until is not None:
             log.warning("this controller stopped leading: %s", why or "shutting down")
-        self.leading = False
+        self._until = None
         self.since = None
 
     async def _session(self, hub: Hub) -> None:
-        """One connection's life: LISTEN, then each ``TICK`` try (or check) the lock and
-        apply what the others sent. Any failure ends it, and leadership with it."""
+        """One connection's life: LISTEN, then each ``TICK`` renew (or try to take) the
+        lease and apply what the others sent. Any failure ends it, and leadership with it."""
         assert self.url is not None
-        link = await PeerLink.open(self.url, CHECK_BOUND * 2)
+        link = await PeerLink.open(self.url, CHECK_BOUND * 2, idle=LINK_IDLE)
         try:
             await link.listen()
             # Say so at once: a lone controller stops dropping its wake-ups on hearing
@@ -120,14 +154,25 @@ class Peers:
             await link.close()
 
     async def _tick(self, link: PeerLink, hub: Hub) -> None:
+        asked = self._monotonic()  # the lease runs from before the database saw the ask
+        if self._until is not None and not self.leading:
+            self._step_down(f"its lease lapsed (not renewed for {LEASE:g} s)")
         if self.leading:
-            self._count(await link.check())
+            kept, present = await link.renew(Fence(self.instance, self._epoch), LEASE)
+            self._count(present)
+            if kept:
+                self._until = asked + LEASE
+            else:
+                self._step_down("its lease was lost (lapsed, or another controller took it)")
             return
-        leads, present = await link.try_lead()
+        epoch, present = await link.take(self.instance, LEASE)
         self._count(present)
-        if leads:
-            self.leading, self.since = True, self._clock()
-            log.info("this controller leads (scheduler, reaper and retention run here)")
+        if epoch is not None:
+            self._epoch, self._until, self.since = epoch, asked + LEASE, self._clock()
+            log.info(
+                "this controller leads, epoch %d (scheduler, reaper and retention run here)",
+                epoch,
+            )
             apply(hub, SCHEDULE, forward=False)
 
     def _count(self, present: int) -> None:

@@ -37,6 +37,7 @@ from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role
 from resource_controller.store.jobs import KillRequest
+from resource_controller.store.leadership import Fence
 from resource_controller.store.records import (
     Assigned,
     AutoRecovery,
@@ -536,13 +537,14 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
     return Done(limits, Wake(schedule=True))
 
 
-async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
-    """One reaper sweep: followers of ended jobs finish; a pass may place work.
+async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
+    """One reaper sweep, made under ``fence`` (the leader's epoch, checked in its
+    transaction): followers of ended jobs finish; a pass may place work.
 
     A sweep never frees a device, but a device gone ``unknown`` or out can change what a
     queued job waits for, so a pass follows whenever it took anything out.
     """
-    result = await svc.db(svc.store.sweep, rules)
+    result = await svc.db(svc.store.sweep, rules, fence)
     took_out = bool(result.devices_unknown or result.alarming)
     return Done(
         result,
@@ -559,14 +561,14 @@ async def sweep(svc: Services, rules: expiry.SweepRules) -> Done[SweepResult]:
 RETENTION_BATCH = 200
 
 
-async def prune_logs(svc: Services) -> Done[list[str]]:
+async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
     """Delete the stored output of jobs that ended longer ago than ``--log-retention``
     ; the job rows stay. Files go first, then the mark, so a pass cut short
      only leaves a job to be looked at again."""
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])
-    ids = await svc.db(svc.store.logs_to_prune, retention, RETENTION_BATCH)
+    ids = await svc.db(svc.store.logs_to_prune, retention, RETENTION_BATCH, fence)
     if not ids:
         return Done([])
 
@@ -575,6 +577,6 @@ async def prune_logs(svc: Services) -> Done[list[str]]:
             svc.logs.delete(job_id)
 
     await asyncio.to_thread(delete)
-    await svc.db(svc.store.mark_logs_pruned, ids)
+    await svc.db(svc.store.mark_logs_pruned, ids, fence)
     log.info("deleted the stored output of %d job(s) ended over %ds ago", len(ids), retention)
     return Done(ids)

@@ -12,6 +12,8 @@ between them) are loaded only to migrate a database that is not at ``HEAD``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: The newest migration's revision: a database already there is opened without loading
 #: SQLAlchemy or Alembic. A test holds it to the migrations directory's head.
-HEAD = "0012"
+HEAD = "0013"
 
 #: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
@@ -91,18 +93,77 @@ class Database:
     def connect(self) -> Any:
         """The store's connection: the driver's own, in autocommit."""
         if self.dialect == "postgresql":
-            return _postgres_connection(str(self.target))
+            return connect_postgres(str(self.target))
         return _sqlite_connection(Path(self.target))
 
 
-def _postgres_connection(url: str) -> Any:
+#: What the server does to a session of a controller that froze or was cut off, so that
+#: nothing it holds stalls the others past the 5 s a takeover has (EXT-PG-8): an open
+#: transaction (its row locks, a transaction-level advisory lock, the leadership row's
+#: share lock of a fenced write) ends 3 s after its last statement; a lock wait gives up
+#: after 5 s, by when any frozen holder is gone; a connection whose controller stopped
+#: answering on the network is dropped within 5 s (keep-alives when idle, the user
+#: timeout when data goes unacknowledged; a Unix socket ignores both). Set on every
+#: connection a controller opens; a setting the server does not know is left out.
+SESSION = {
+    "idle_in_transaction_session_timeout": "3s",
+    "lock_timeout": "5s",
+    "tcp_keepalives_idle": "2",
+    "tcp_keepalives_interval": "1",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "5000",
+}
+
+#: libpq's side of the same, where the URL does not say otherwise: the controller gives
+#: up within 5 s on a server it cannot reach, connecting or connected.
+CLIENT = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "2",
+    "keepalives_interval": "1",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "5000",
+}
+
+
+def session_settings(settings: dict[str, str]) -> str:
+    """The one statement that applies ``settings`` to a session (known names only)."""
+    rows = ", ".join(f"('{name}', '{value}')" for name, value in settings.items())
+    return (
+        "SELECT set_config(s.name, s.value, false)"
+        f" FROM (VALUES {rows}) AS s (name, value) JOIN pg_settings p ON p.name = s.name"
+    )
+
+
+_SESSION = session_settings(SESSION)
+
+
+def conninfo(url: str) -> str:
+    """``url`` with ``CLIENT`` added, and this process named in ``pg_stat_activity``."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(url)
+    for name, value in CLIENT.items():
+        params.setdefault(name, value)
+    params.setdefault("fallback_application_name", f"rc {os.getpid()}")
+    return make_conninfo("", **params)
+
+
+def connect_postgres(url: str) -> Any:
+    """A controller's connection to PostgreSQL: autocommit, ``SESSION`` applied."""
     try:
         import psycopg
     except ImportError as exc:
         raise errors.StoreError(
             "a postgresql:// database needs psycopg: install rc with its postgresql extra"
         ) from exc
-    return psycopg.connect(url, autocommit=True)
+    conn = psycopg.connect(conninfo(url), autocommit=True)
+    try:
+        conn.execute(_SESSION)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _sqlite_connection(path: Path) -> sqlite3.Connection:
@@ -130,6 +191,21 @@ def _strpos(text: str | None, part: str | None) -> int | None:
     if text is None or part is None:
         return None
     return text.find(part) + 1
+
+
+def dropped(driver: Any) -> bool:
+    """Whether the server closed ``driver``'s connection while it stood idle (a restart,
+    an administrator, an idle limit): its goodbye (an error message) and then the end of
+    the stream are there to read without waiting, where a live connection has nothing,
+    so this costs two reads that find nothing. Never on SQLite."""
+    if isinstance(driver, sqlite3.Connection):
+        return False
+    import psycopg
+
+    with contextlib.suppress(psycopg.OperationalError):  # the end: broken from here
+        for _ in range(2):
+            driver.pgconn.consume_input()
+    return bool(driver.closed)
 
 
 def open_driver(database: Database) -> Any:

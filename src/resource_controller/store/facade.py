@@ -28,6 +28,7 @@ from resource_controller.store import (
     engine,
     fleet,
     jobs,
+    leadership,
     locks,
     passes,
     queries,
@@ -57,6 +58,30 @@ log = logging.getLogger(__name__)
 Handed = dict[str, tuple[list[JobRecord], list[str]]]
 
 
+class _Serial:
+    """The store's lock (re-entrant), which also knows when an operation starts: at the
+    first use of the connection under its outermost hold."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._fresh = False
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+        self._fresh = self._fresh or self._depth == 1
+
+    def __exit__(self, *_: object) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+    def starting(self) -> bool:
+        """True at the first call under each outermost hold, False after."""
+        fresh, self._fresh = self._fresh, False
+        return fresh
+
+
 class Store:
     """The controller's state, behind serialised transactions."""
 
@@ -76,7 +101,7 @@ class Store:
         #: None on SQLite.
         self.database_url = self.database.libpq_url
         self._db = sql.Db(driver, self.database.dialect)
-        self._lock = threading.RLock()
+        self._lock = _Serial()
         self._closed = False
         #: Transactions this store has run (each may have written), for ``schedule_after``.
         self._gen = 0
@@ -107,13 +132,20 @@ class Store:
         return int(self.clock.now())
 
     def _usable(self) -> sql.Db:
-        """The connection, opened again if the server dropped it (a database restart, a
-        network cut); ``StoreUnavailable`` while it cannot be. What was cached from the
-        old connection is read afresh."""
-        if not self._db.broken:
+        """The connection for an operation. At its start (the first use under the lock's
+        outermost hold), one the server dropped while it stood idle (a restart, an
+        administrator, an idle limit) is replaced first, and what was cached from it is
+        read afresh: the operation never sees it. Later in an operation a dropped one
+        ends it (``ConnectionDropped``), since what ran before may rest on the old
+        session (the pass's session lock); ``races.again`` runs it once more.
+        ``StoreUnavailable`` while the database cannot be reached."""
+        starting = self._lock.starting()
+        if not self._db.broken and not (starting and engine.dropped(self._db.driver)):
             return self._db
         if self._closed:
             raise errors.StoreError("the store is closed")
+        if not starting:
+            raise errors.ConnectionDropped("the database connection dropped")
         with suppress(Exception):  # already gone with the server
             self._db.driver.close()
         try:
@@ -127,24 +159,31 @@ class Store:
         return self._db
 
     def _failed(self, exc: BaseException) -> errors.StoreError:
-        """The error a driver failure becomes: unavailable when the connection went."""
+        """The error a driver failure becomes: ``ConnectionDropped`` when the connection
+        went with it (nothing committed: the operation may run again)."""
         if self._db.broken:
-            return errors.StoreUnavailable("the database cannot be reached")
+            return errors.ConnectionDropped("the database connection dropped")
         return errors.StoreError(f"database error: {type(exc).__name__}")
 
     @contextmanager
     def _tx(self, point: str = "") -> Iterator[sql.Db]:
         """One transaction under the lock; ``point`` names its crash point (a test hook).
-        A driver error becomes ``StoreError`` naming only its type."""
+        A driver error becomes ``StoreError`` naming only its type. A connection lost
+        before the commit wrote nothing (``ConnectionDropped``); one lost at the commit
+        leaves it unknown whether it committed (``StoreUnavailable``, never run again)."""
         with self._lock:
             self._gen += 1
             db = self._usable()
+            committing = False
             try:
                 db.begin()
                 try:
                     with self._undone(db):
                         yield db
                         crashpoints.hit(point, ".before_commit")
+                        if db.broken:  # a failure the operation went on past: no commit
+                            raise errors.ConnectionDropped("the database connection dropped")
+                        committing = True
                         db.commit()
                 except BaseException:
                     if not db.broken:  # else the transaction went with the connection
@@ -154,6 +193,11 @@ class Store:
             except errors.RcError:
                 raise
             except db.errors as exc:
+                if committing and db.broken:
+                    raise errors.StoreUnavailable(
+                        "the database connection dropped at a commit: whether it committed"
+                        " is unknown"
+                    ) from exc
                 raise self._failed(exc) from exc
 
     @contextmanager
@@ -243,6 +287,7 @@ class Store:
         self._settled.passed(self._db, self._gen, end, quiet)
         return PassResult(assigned, self._take_ended() + ended, handed or {})
 
+    @races.reconnecting
     def schedule_after(self, job: JobRecord) -> PassResult:
         """The pass right after ``job``'s enqueue, skipped when it cannot change
         anything (``store/settled.py``)."""
@@ -251,10 +296,12 @@ class Store:
                 return PassResult()
             return self.run_pass()
 
+    @races.reconnecting
     def job(self, job_id: str) -> JobRecord:
         with self._read() as c:
             return queries.job(c, job_id)
 
+    @races.reconnecting
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[Blocker] | None]:
         """The job, its queue position and what it waits for, in one transaction
         ; ``None`` for a job that is not queued."""
@@ -269,16 +316,19 @@ class Store:
                 views.waiting_for(c, job, self._key(now), self._fleet, self.limits),
             )
 
+    @races.reconnecting
     def waiting_for(self, job: JobRecord) -> list[Blocker]:
         """What a queued job waits for now; ``[]`` once it left the queue."""
         with self._tx() as c:
             return views.waiting_for(c, job, self._key(self.now()), self._fleet, self.limits)
 
+    @races.reconnecting
     def held_by_share(self) -> dict[str, int]:
         """The devices each share name holds now (EXT-SHARE-1, ``/metrics``)."""
         with self._read() as c:
             return passes.held_by_share(c)
 
+    @races.reconnecting
     def list_jobs(
         self,
         limit: int = 20,
@@ -291,11 +341,13 @@ class Store:
         with self._read() as db:
             return jobs.list_jobs(db, limit, device, submitter, state, id_prefix, before)
 
+    @races.reconnecting
     def ping(self) -> None:
         """One cheap read; raises when the store cannot answer."""
         with self._read() as c:
             c.value("SELECT 1")
 
+    @races.reconnecting
     def metric_counts(
         self,
     ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
@@ -313,10 +365,12 @@ class Store:
             held,
         )
 
+    @races.reconnecting
     def queued_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.queued(c, self.now(), self.aging)
 
+    @races.reconnecting
     def active_jobs(self) -> list[JobRecord]:
         with self._tx() as c:
             return jobs.active(c)
@@ -436,6 +490,7 @@ class Store:
         # so the pass places the next of a chain at once.
         return job, after.settle(c, now)
 
+    @races.reconnecting
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
         """Who held what over the last ``since`` seconds, by ``by``: the
         rollup's two rows per group, in one statement."""
@@ -446,20 +501,27 @@ class Store:
             groups = rollup.window(c, by, first)
         return acct.summarise(by, first * acct.HOUR, now, groups, limit)
 
+    @races.reconnecting
     def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
         """Device-and-submitter totals of the pairs active in the last ``within``
         seconds, for ``/metrics``."""
         with self._read() as c:
             return rollup.recent_pairs(c, acct.window_start(self.now(), within))
 
-    def logs_to_prune(self, retention: int, limit: int) -> list[str]:
-        """Jobs ended more than ``retention`` seconds ago with output still stored."""
+    @races.reconnecting
+    def logs_to_prune(
+        self, retention: int, limit: int, fence: leadership.Fence | None = None
+    ) -> list[str]:
+        """Jobs ended more than ``retention`` seconds ago with output still stored, for
+        the leader of ``fence`` only (``NotLeading`` else)."""
         with self._tx() as c:
+            leadership.hold(c, fence)
             return jobs.logs_to_prune(c, self.now() - retention, limit)
 
     @races.again
-    def mark_logs_pruned(self, job_ids: list[str]) -> None:
+    def mark_logs_pruned(self, job_ids: list[str], fence: leadership.Fence | None = None) -> None:
         with self._tx() as c:
+            leadership.hold(c, fence)
             jobs.mark_logs_pruned(c, job_ids)
 
     # ---- workers and devices ---------------------------------------------------------
@@ -491,21 +553,27 @@ class Store:
     # ---- the reaper -------------------------------------------------------------------
 
     @races.again
-    def sweep(self, rules: expiry.SweepRules) -> SweepResult:
-        """One sweep: demote the silent, reap, expire; never frees a device."""
+    def sweep(self, rules: expiry.SweepRules, fence: leadership.Fence | None = None) -> SweepResult:
+        """One sweep: demote the silent, reap, expire; never frees a device. Made only by
+        the leader of ``fence`` (``NotLeading`` else, nothing written); None: the one
+        controller of a SQLite store."""
         with self._tx("sweep") as c:
+            leadership.hold(c, fence)
             return sweep.sweep(c, self.now(), rules)
 
+    @races.reconnecting
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read."""
         with self._tx() as c:
             return views.quarantine_column(c, ids, "quarantine_reason")
 
+    @races.reconnecting
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
         """Post-sweep read: lease or job ID -> device."""
         with self._tx() as c:
             return views.lease_devices(c, ids)
 
+    @races.reconnecting
     def worker_host(self, worker_id: str) -> str:
         with self._tx() as c:
             return devices.worker_host(c, worker_id)
@@ -523,6 +591,7 @@ class Store:
         with self._tx() as c:
             devices.apply_facts(c, self.now(), host, names, labels, declared, sheet, device_sheets)
 
+    @races.reconnecting
     def device_snapshots(self, device_id: str | None = None) -> list[DeviceSnapshot]:
         with self._tx() as c:
             return views.devices(c, device_id, kept=self._fleet)
@@ -553,10 +622,12 @@ class Store:
         with self._tx() as c:
             devices.retire(c, device_id)
 
+    @races.reconnecting
     def explain(self, selector: str) -> views.Explanation:
         with self._tx() as c:
             return views.explain(c, selector, self._fleet)
 
+    @races.reconnecting
     def describe(self, device_id: str) -> views.Description | None:
         """Everything describe shows, read in one transaction."""
         with self._tx() as c:
@@ -570,10 +641,12 @@ class Store:
                 recoveries=devices.recovery_history(c, self.now(), device_id),
             )
 
+    @races.reconnecting
     def active_job_on(self, device_id: str) -> str:
         with self._tx() as c:
             return views.active_job_on(c, device_id)
 
+    @races.reconnecting
     def state_view(
         self,
     ) -> tuple[list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[Blocker]]]:

@@ -8,8 +8,7 @@ of them may do at a time.
 MIGRATION = 0x7263_0001
 #: A scheduling pass: two at once could each rewrite the reservation rows.
 SCHEDULING_PASS = 0x7263_0002
-#: Leadership (held for as long as a controller leads, on a connection of its own).
-LEADER = 0x7263_0003
+# 0x7263_0003 named leadership until the lease row took its place (migration 0013).
 #: Presence: every controller holds it shared on its listening connection, so each can
 #: count the others (a lone one has nobody to send its wake-ups to).
 PRESENT = 0x7263_0004

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from resource_controller import crashpoints, errors
+from resource_controller.store import engine
 from resource_controller.store.logs import (
     DEFAULT_MAX_BYTES,
     MAX_OFFSET,
@@ -37,6 +38,11 @@ from resource_controller.store.logs import (
 )
 
 HEAD, TAIL = 0, 1  #: ``log_chunks.part``
+
+
+def _failed(what: str, job_id: str, exc: Exception) -> errors.LogError:
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return errors.LogError(f"{what} log of {job_id} failed: {why}")
 
 
 class DatabaseLogStore(JobLogs):
@@ -55,22 +61,38 @@ class DatabaseLogStore(JobLogs):
         self._connection()  # a database that cannot be reached stops the start
 
     def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        """The connection, opened again first when the server dropped it while it stood
+        idle (a restart: ``engine.dropped``), so that no call is handed a dead one."""
+        if self._conn is not None and engine.dropped(self._conn):
+            self._conn.close()
+            self._conn = None
+        if self._conn is None:
+            self._conn = engine.connect_postgres(self._url)
         return self._conn
 
-    def _run(self, what: str, job_id: str, work: Callable[[Any], Any]) -> Any:
-        """``work(connection)`` under the lock; a broken connection is dropped for the next
-        call, and any database error is a ``LogError`` naming ``what``."""
+    def _run(self, what: str, job_id: str, work: Callable[[Any], Any], again: bool = True) -> Any:
+        """``work(connection)`` under the lock; any database error is a ``LogError``
+        naming ``what``. When the connection went with the error, ``work`` runs once more
+        on a new one, unless ``again`` is False (an append, which may have committed)."""
         with self._lock:
             try:
                 return work(self._connection())
             except self._psycopg.Error as exc:
-                if self._conn is not None and self._conn.broken:
-                    self._conn.close()
-                    self._conn = None
-                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise errors.LogError(f"{what} log of {job_id} failed: {why}") from exc
+                if not (self._drop_broken() and again):
+                    raise _failed(what, job_id, exc) from exc
+            try:
+                return work(self._connection())
+            except self._psycopg.Error as exc:
+                self._drop_broken()
+                raise _failed(what, job_id, exc) from exc
+
+    def _drop_broken(self) -> bool:
+        """Close the connection if the error took it; whether it did."""
+        if self._conn is None or not self._conn.broken:
+            return False
+        self._conn.close()
+        self._conn = None
+        return True
 
     def append(self, job_id: str, chunk: bytes) -> None:
         check_id(job_id)
@@ -81,7 +103,7 @@ class DatabaseLogStore(JobLogs):
                 self._append(conn, job_id, chunk)
             crashpoints.hit("log_append", ".after_write")
 
-        self._run("append to", job_id, write)
+        self._run("append to", job_id, write, again=False)
 
     def _append(self, conn: Any, job_id: str, chunk: bytes) -> None:
         head, written = conn.execute(

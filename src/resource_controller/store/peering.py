@@ -1,5 +1,5 @@
 """A controller's own connection to a database other controllers share (PostgreSQL):
-the leadership lock and the wake-up channel, for ``controller/peers.py``.
+the leadership lease and the wake-up channel, for ``controller/peers.py``.
 
 Asynchronous (psycopg's asyncio connection), so the controller's event loop waits on
 it without a thread. Every driver failure comes out as ``ConnectionError`` with its
@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
-from resource_controller.store import locks
+from resource_controller.store import engine, leadership, locks
 
 #: The LISTEN/NOTIFY channel of wake-ups.
 CHANNEL = "rc_wake"
@@ -49,15 +49,25 @@ class PeerLink:
         self._conn = conn
 
     @classmethod
-    async def open(cls, url: str, bound: float) -> PeerLink:
-        """Connect within ``bound`` seconds."""
+    async def open(cls, url: str, bound: float, idle: float = 0) -> PeerLink:
+        """Connect within ``bound`` seconds. ``idle``: the server ends the session after
+        that many seconds without a statement (a link used every tick, whose controller
+        froze: its LISTEN would hold back the notification queue for everyone)."""
         import psycopg
 
+        settings = dict(engine.SESSION)
+        if idle:
+            settings["idle_session_timeout"] = f"{int(idle * 1000)}ms"
         try:
             async with asyncio.timeout(bound):
                 conn = await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, connect_timeout=max(1, int(bound))
+                    engine.conninfo(url), autocommit=True, connect_timeout=max(2, int(bound))
                 )
+                try:
+                    await conn.execute(engine.session_settings(settings))
+                except BaseException:
+                    await conn.close()
+                    raise
         except psycopg.Error as exc:
             raise _gone(exc) from exc
         return cls(conn)
@@ -92,17 +102,23 @@ class PeerLink:
         except psycopg.Error as exc:
             raise _gone(exc) from exc
 
-    async def try_lead(self) -> tuple[bool, int]:
-        """Take the leadership lock if no other session holds it (held until this
-        connection ends); and how many controllers are present."""
-        row = await self._run(f"SELECT pg_try_advisory_lock(%s), ({_PRESENT})", (locks.LEADER,))
-        return bool(row and row[0]), int(row[1]) if row else 0
+    async def take(self, holder: str, lease: float) -> tuple[int | None, int]:
+        """Take the leadership lease for ``holder`` if it is free (``leadership.TAKE``):
+        the new epoch, else None; and how many controllers are present."""
+        row = await self._run(
+            f"WITH taken AS ({leadership.TAKE}) SELECT (SELECT epoch FROM taken), ({_PRESENT})",
+            (holder, lease),
+        )
+        return (None if row[0] is None else int(row[0])), int(row[1])
 
-    async def check(self) -> int:
-        """A round trip that raises when the connection (and a lock it held) is gone;
-        how many controllers are present."""
-        row = await self._run(_PRESENT)
-        return int(row[0]) if row else 0
+    async def renew(self, fence: leadership.Fence, lease: float) -> tuple[bool, int]:
+        """Renew the lease ``fence`` holds for ``lease`` seconds more: False once it is
+        lost (lapsed, or taken); and how many controllers are present."""
+        row = await self._run(
+            f"WITH kept AS ({leadership.RENEW}) SELECT (SELECT epoch FROM kept), ({_PRESENT})",
+            (lease, fence.holder, fence.epoch),
+        )
+        return row[0] is not None, int(row[1])
 
     async def listen(self) -> None:
         """Receive wake-ups, then say so: present (``locks.PRESENT``) means listening."""

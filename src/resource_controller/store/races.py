@@ -1,12 +1,16 @@
 """Running a store operation again when PostgreSQL rolled it back for a race with
-another controller's transaction.
+another controller's transaction, or once when its connection dropped before it
+committed anything.
 
 Several controllers write the same rows: the device counters their triggers keep, the
 count of devices each submitter holds, the lease epoch. Transactions that take such
 rows in different orders can deadlock, and the server then rolls one of them back. The
 loser wrote nothing, so running it again is safe, and it then sees the winner's commit:
-a grant that loses such a race is retried, never answered with a 500. Any other error
-goes up as it came.
+a grant that loses such a race is retried, never answered with a 500. A connection
+that dropped before the commit (``errors.ConnectionDropped``: a restart, an idle limit
+ending a stalled transaction) took the transaction with it, so the operation runs once
+more on a new connection; one that dropped at the commit may have committed, and goes
+up. Any other error goes up as it came.
 """
 
 from __future__ import annotations
@@ -29,16 +33,31 @@ ATTEMPTS = 5
 
 
 def again(method: Callable[P, R]) -> Callable[P, R]:
-    """``method`` (one store operation), run again while it loses a race."""
+    """``method`` (one store operation), run again while it loses a race, and once more
+    when its connection dropped before it committed."""
+    return _rerun(method, ATTEMPTS)
 
+
+def reconnecting(method: Callable[P, R]) -> Callable[P, R]:
+    """``method``, run once more when its connection dropped before it committed: a read
+    (which loses no race), or an operation around one that is ``again`` already."""
+    return _rerun(method, 1)
+
+
+def _rerun(method: Callable[P, R], attempts: int) -> Callable[P, R]:
     @functools.wraps(method)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        attempt = 1
+        attempt, dropped = 1, False
         while True:
             try:
                 return method(*args, **kwargs)
+            except errors.ConnectionDropped:
+                if dropped:
+                    raise
+                dropped = True
+                log.info("%s: the database connection dropped; again on a new one", method.__name__)
             except errors.StoreError as exc:
-                if attempt >= ATTEMPTS or not sql.lost_race(exc.__cause__):
+                if attempt >= attempts or not sql.lost_race(exc.__cause__):
                     raise
                 log.info(
                     "%s lost a race with another controller's transaction (%s); again",

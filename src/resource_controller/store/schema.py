@@ -232,6 +232,19 @@ usage_marks = sa.Table(
     sqlite_with_rowid=False,
 )
 
+#: The leadership lease on PostgreSQL (EXT-PG-8, ``store/leadership.py``, migration
+#: 0013): one row, the controller that leads, its epoch, the server session renewing it
+#: (``pg_backend_pid``) and the end of its lease in seconds on the database's clock.
+leadership = sa.Table(
+    "leadership",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("holder", sa.Text, nullable=False, server_default=""),
+    sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("backend", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("expires_at", sa.Float, nullable=False, server_default="0"),
+)
+
 sa.Index(
     "leases_one_live_per_device",
     leases.c.device_id,

@@ -1,0 +1,72 @@
+"""Which controller leads on PostgreSQL: a lease in one row (migration 0013), not a lock.
+
+A session advisory lock named the leader before; a frozen process (SIGSTOP, a hung
+host) keeps its session, and the lock with it, for as long as the kernel keeps its TCP
+connection, so nobody took over. A lease ends with its holder's progress instead:
+
+- **Take** (``TAKE``): a controller takes the row when its lease lapsed, on the
+  database's clock, or when the session that renewed it is gone (a dead controller's
+  connection closes at once, so its death is not waited out), with the epoch one more.
+  One statement: two controllers never both take it. A row locked by a fenced write or a
+  renewal in progress is skipped, never waited for.
+- **Renew** (``RENEW``): the holder pushes the lease's end on, while the epoch is still
+  its own and the lease has not lapsed.
+- **Fence** (``hold``): every write a controller makes as leader first checks, in its
+  own transaction, that its epoch still holds, and keeps the row share-locked to the
+  commit, so no takeover passes it half-way: a holder frozen in that transaction has it
+  ended by the server (``engine.SESSION``) before the row can be taken, and a holder that
+  wakes later writes nothing on what it last knew.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from resource_controller import errors
+from resource_controller.store import sql
+
+#: Now on the database's clock, in seconds: every instant of the row is on it, never on
+#: a controller's.
+_NOW = "extract(epoch FROM clock_timestamp())"
+
+#: Take the lease: (holder, lease seconds); the new epoch, or no row. Run, like
+#: ``RENEW``, on a controller's own link (``peering.py``: psycopg's placeholders).
+TAKE = (
+    "UPDATE leadership SET holder = %s, epoch = epoch + 1, backend = pg_backend_pid(),"
+    f" expires_at = {_NOW} + %s"
+    " WHERE id = (SELECT l.id FROM leadership l WHERE l.id = 1"
+    f" AND (l.expires_at <= {_NOW}"
+    " OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend))"
+    " FOR UPDATE OF l SKIP LOCKED) RETURNING epoch"
+)
+
+#: Renew it: (lease seconds, holder, epoch); the epoch, or no row once it is lost.
+RENEW = (
+    f"UPDATE leadership SET expires_at = {_NOW} + %s"
+    f" WHERE id = 1 AND holder = %s AND epoch = %s AND expires_at > {_NOW} RETURNING epoch"
+)
+
+_HOLDS = (
+    "SELECT 1 FROM leadership WHERE id = 1 AND holder = ? AND epoch = ?"
+    f" AND expires_at > {_NOW} FOR KEY SHARE"
+)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The leadership a leader-only write is made under: who, and in which epoch."""
+
+    holder: str
+    epoch: int
+
+
+def hold(db: sql.Db, fence: Fence | None) -> None:
+    """First in a leader-only write's transaction: ``NotLeading`` unless ``fence`` is
+    still the lease's, which then cannot be taken before the commit. None: the one
+    controller of a SQLite store, which leads without a lease."""
+    if fence is None:
+        return
+    if db.one(_HOLDS, (fence.holder, fence.epoch)) is None:
+        raise errors.NotLeading(
+            f"this controller no longer leads (epoch {fence.epoch} is over): nothing written"
+        )
