@@ -50,6 +50,8 @@ class Cluster:
 
     root: Path
     bins: Path
+    #: The server's options, as ``start`` gave them (``up`` starts it with them again).
+    options: str = ""
     created: list[str] = field(default_factory=list)
 
     @property
@@ -120,6 +122,23 @@ class Cluster:
             capture_output=True,
             timeout=90,
         )
+
+    def _pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            [*_as_postgres(), str(self.bins / "pg_ctl"), "-D", str(self.root / "data"), *args],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
+
+    def down(self) -> None:
+        """Stop the server as an operator would (``-m fast``), keeping its data: an
+        outage until ``up``."""
+        self._pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+
+    def up(self) -> None:
+        """Start the server ``down`` stopped, with its options, on the same socket."""
+        self._pg_ctl("-o", self.options, "-l", str(self.log), "-w", "-t", "60", "start")
 
     def stop(self) -> None:
         subprocess.run(
@@ -196,6 +215,6 @@ def start() -> Cluster:
         capture_output=True,
         timeout=90,
     )
-    cluster = Cluster(root=root, bins=bins)
+    cluster = Cluster(root=root, bins=bins, options=options)
     cluster.psql(f"CREATE DATABASE {TEMPLATE}")
     return cluster
