@@ -18,10 +18,10 @@ from typing import Any, Literal
 import pydantic
 
 from resource_controller import wire
+from resource_controller.controller.answers import JSON
 from resource_controller.controller.deps import Route
 
 SCHEMAS = "#/components/schemas/"
-JSON = "application/json"
 
 _ROLE_NOTE = {
     "worker": "Role: worker (a worker or an admin token, AUTH-002).",
