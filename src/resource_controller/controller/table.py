@@ -361,37 +361,37 @@ class Found(NamedTuple):
     others: list[Route]
 
 
-def _parts(path: str) -> tuple[str | None, ...]:
-    """A template's segments, None where a parameter stands."""
-    return tuple(None if part.startswith("{") else part for part in path.split("/"))
-
-
 class Table:
-    """The routes by their number of path segments, for ``find``."""
+    """The routes by their path's segments, a template's parameter (it has one at most,
+    the handler's ``param``) standing as None, so that ``find`` is a dict lookup or two."""
 
     def __init__(self, routes: Sequence[Route]) -> None:
         self.routes = tuple(routes)
-        self._by_size: dict[int, list[tuple[tuple[str | None, ...], Route]]] = {}
+        self._paths: dict[tuple[str | None, ...], list[Route]] = {}
+        #: The segment positions some template has its parameter at.
+        self._slots: list[int] = []
         for route in self.routes:
-            parts = _parts(route.path)
-            self._by_size.setdefault(len(parts), []).append((parts, route))
+            parts = route.path.split("/")
+            params = [i for i, part in enumerate(parts) if part.startswith("{")]
+            if len(params) > 1:
+                raise ValueError(f"{route.path}: a route takes one path parameter at most")
+            key = tuple(None if i in params else part for i, part in enumerate(parts))
+            self._paths.setdefault(key, []).append(route)
+            self._slots += [i for i in params if i not in self._slots]
 
     def find(self, method: str, path: str) -> Found:
-        """The route for ``method`` and ``path``: a parameter matches one non-empty
-        segment, as the decoded path has it (API-007); the first route that fits wins."""
+        """The route for ``method`` and ``path``, whose parameter matches one non-empty
+        segment of the decoded path (API-007); a path with no parameter comes first."""
         segments = path.split("/")
-        others: list[Route] = []
-        for parts, route in self._by_size.get(len(segments), ()):
-            param = ""
-            for want, got in zip(parts, segments, strict=True):
-                if want is None:
-                    if not got:
-                        break
-                    param = got
-                elif want != got:
+        param = ""
+        routes = self._paths.get(tuple(segments))
+        for i in self._slots if routes is None else ():
+            if i < len(segments) and segments[i]:
+                routes = self._paths.get((*segments[:i], None, *segments[i + 1 :]))
+                if routes is not None:
+                    param = segments[i]
                     break
-            else:
-                if route.method == method:
-                    return Found(route, param, others)
-                others.append(route)
-        return Found(None, "", others)
+        for route in routes or ():
+            if route.method == method:
+                return Found(route, param, [])
+        return Found(None, "", routes or [])
