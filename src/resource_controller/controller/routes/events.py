@@ -1,9 +1,10 @@
 """``GET /v1/events``: the server-sent event stream.
 
 The one route that also takes its token as ``?token=``, for a browser ``EventSource``
-that cannot set headers; the query is read only when the header carries no token
-(its route says so: ``query_token`` in ``controller/table.py``). Frames come from the in-process broadcaster (``controller/events.py``); every write
-has a 10 s deadline and a reader that misses it is cut and unsubscribed.
+that cannot set headers; the query is read only when the header carries no token (its
+row in ``controller/table.py`` says ``query_token``). Frames come from the in-process
+broadcaster (``controller/events.py``); every write has a 10 s deadline and a reader
+that misses it is cut and unsubscribed.
 """
 
 from __future__ import annotations
