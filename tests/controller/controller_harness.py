@@ -28,8 +28,8 @@ import httpx
 import psycopg
 
 from resource_controller.clock import FakeClock
-from resource_controller.controller import serve
-from resource_controller.controller.deps import Services, Settings
+from resource_controller.controller import serve, table
+from resource_controller.controller.deps import Route, Services, Settings
 from resource_controller.store.logs import LogStore
 from support.served import ServedController as LiveServer
 
@@ -268,18 +268,10 @@ class Follower:
         return got
 
 
-def route_pairs(app: Any) -> set[tuple[str, str]]:
-    """(method, path) of every route of a FastAPI app, HEAD included; included routers
-    are walked through their effective routes (their prefixes applied), so a router
-    added to the app is seen like a route added to it directly."""
-    found = set()
-    for route in app.routes:
-        contexts = getattr(route, "effective_route_contexts", None)
-        pairs = (
-            [(c.path or c.original_route.path, c.original_route) for c in contexts()]
-            if contexts is not None
-            else [(getattr(route, "path", ""), route)]
-        )
-        for path, original in pairs:
-            found |= {(m, path) for m in getattr(original, "methods", None) or ()}
-    return found
+#: The route table by (lowercase method, template), as the OpenAPI document keys them.
+ROUTES: dict[tuple[str, str], Route] = {(r.method.lower(), r.path): r for r in table.ROUTES}
+
+
+def role_of(route: Route) -> str:
+    """The role a route needs in words; "none" when it takes no token."""
+    return route.role.value if route.role else "none"

@@ -1,6 +1,6 @@
 """Oversized and malformed bodies on every route that takes one (EXT-LIMITS-2, API-001).
 
-The routes come from ``openapi.ROUTES`` (every route with a body model or a raw body),
+The routes come from the route table (``controller/table.py``) (every route with a body model or a raw body),
 so a new body route without a case here fails. Each JSON route gets a body over its
 cap (``413 body_too_large``), text that is not JSON, a JSON value that is not an object,
 every field of its model set to a value of the wrong type, and its spec-named missing
@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pydantic
 import pytest
-from controller_harness import ADMIN, CLIENT, WORKER, Harness, assert_error
+from controller_harness import ADMIN, CLIENT, ROUTES, WORKER, Harness, assert_error, role_of
 from test_limits import _head, _raw_request
 
-from resource_controller.controller import openapi
+from resource_controller.controller.deps import Route
 from resource_controller.controller.routes import workers
 from resource_controller.core import limits
 
@@ -83,8 +83,8 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-def body_routes() -> dict[tuple[str, str], openapi.Op]:
-    return {k: op for k, op in openapi.ROUTES.items() if op.body is not None or op.raw_body}
+def body_routes() -> dict[tuple[str, str], Route]:
+    return {k: op for k, op in ROUTES.items() if op.body is not None or op.raw}
 
 
 def test_every_body_route_has_a_case() -> None:
@@ -125,14 +125,14 @@ def wrong_value(model: type[pydantic.BaseModel], base: dict[str, Any], name: str
 @pytest.mark.parametrize("route", sorted(CASES), ids=lambda r: f"{r[0].upper()} {r[1]}")
 def test_oversized_body_is_a_clear_413(rc: Harness, ids: dict[str, str], route: Any) -> None:
     """EXT-LIMITS-2 / API-035 / API-036: over the route's cap is 413 with the route's code."""
-    op = openapi.ROUTES[route]
+    op = ROUTES[route]
     case = CASES[route]
     cap = case.get("cap", limits.BODY_BYTES)
     code = "chunk_too_large" if case.get("raw") else "body_too_large"
     path = fill(route[1], ids)
     body = b" " * (cap + 1)
     status, err = _raw_request(
-        rc, _head(path, token_for(op.role), f"Content-Length: {cap + 1}\r\n"), [body]
+        rc, _head(path, token_for(role_of(op)), f"Content-Length: {cap + 1}\r\n"), [body]
     )
     assert status == 413, (status, err)
     assert set(err) == {"error", "message"} and err["error"] == code, err
@@ -146,10 +146,10 @@ def test_oversized_body_is_a_clear_413(rc: Harness, ids: dict[str, str], route: 
 def test_malformed_json_is_400_naming_the_field(
     rc: Harness, ids: dict[str, str], route: Any
 ) -> None:
-    op = openapi.ROUTES[route]
+    op = ROUTES[route]
     assert op.body is not None
     case = CASES[route]
-    c = client_for(rc, op.role)
+    c = client_for(rc, role_of(op))
     path = fill(route[1], ids)
     base = json.loads(fill(json.dumps(case["base"]), ids))
     problems: list[str] = []
@@ -215,13 +215,13 @@ def test_a_nul_character_anywhere_in_a_body_is_400_naming_where(
 @pytest.mark.parametrize("route", sorted(CASES), ids=lambda r: f"{r[0].upper()} {r[1]}")
 def test_chunked_body_over_the_cap_is_413(rc: Harness, ids: dict[str, str], route: Any) -> None:
     """No Content-Length to trust: the cap holds while the body streams (EXT-LIMITS-2)."""
-    op = openapi.ROUTES[route]
+    op = ROUTES[route]
     case = CASES[route]
     cap = case.get("cap", limits.BODY_BYTES)
     code = "chunk_too_large" if case.get("raw") else "body_too_large"
     piece = b" " * 65536
     count = cap // len(piece) + 2  # past the cap, and never terminated
-    head = _head(fill(route[1], ids), token_for(op.role), "Transfer-Encoding: chunked\r\n")
+    head = _head(fill(route[1], ids), token_for(role_of(op)), "Transfer-Encoding: chunked\r\n")
     status, err = _raw_request(rc, head, [b"%x\r\n%s\r\n" % (len(piece), piece)] * count)
     assert status == 413 and err["error"] == code, (status, err)
     assert rc.anon.get("/healthz").status_code == 200

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_harness import Harness
-
-from resource_controller.controller import openapi
+from controller_harness import ROUTES, Harness, role_of
 
 
 def _doc(rc: Harness) -> dict[str, Any]:
@@ -28,14 +26,15 @@ def test_every_route_has_security_a_role_and_its_errors(rc: Harness) -> None:
         "description": doc["components"]["securitySchemes"]["bearer"]["description"],
     }
     assert "HTTPValidationError" not in doc["components"]["schemas"]
-    assert {(m, p) for m, p, _ in _ops(doc)} == set(openapi.ROUTES)
+    assert {(m, p) for m, p, _ in _ops(doc)} == set(ROUTES)
     for method, path, op in _ops(doc):
         where = f"{method.upper()} {path}"
-        if openapi.ROUTES[(method, path)].role == "none":  # /healthz (EXT-METRICS-3)
+        role = role_of(ROUTES[(method, path)])
+        if role == "none":  # /healthz (EXT-METRICS-3)
             assert op["security"] == [] and "401" not in op["responses"], where
             continue
         assert op["security"] == [{"bearer": []}], where
-        assert "Role: " + openapi.ROUTES[(method, path)].role in op["description"], where
+        assert "Role: " + role in op["description"], where
         responses = op["responses"]
         assert "422" not in responses, where  # never sent: bodies are parsed by hand
         for status in ("401", "403"):

@@ -1,8 +1,8 @@
 """Every route against every kind of caller, over real HTTP (AUTH-001..004, EXT-WHO-3).
 
 The routes come from the served app itself and are checked against this file's own
-table (written from controller-api.md §4 and extensions.md) and against
-``openapi.ROUTES``: a route added without a matrix entry fails here. Each route is
+table (written from controller-api.md §4 and extensions.md) and against the route
+table's roles (``controller/table.py``): a route added without a matrix entry fails here. Each route is
 called with no token, an unknown token, each role's token and a named worker token of
 another host, on path parameters that exist and ones that do not, and with a valid
 token in ``?token=`` instead of the header (only ``GET /v1/events`` may accept it).
@@ -20,12 +20,11 @@ from typing import Any
 
 import httpx
 import pytest
-from controller_harness import ADMIN, CLIENT, QUIET, START, TOKENS, WORKER, Harness, route_pairs
-from fastapi import FastAPI
+from controller_harness import ADMIN, CLIENT, QUIET, ROUTES, START, TOKENS, WORKER, Harness, role_of
 
 from resource_controller.clock import FakeClock
 from resource_controller.controller import app as app_module
-from resource_controller.controller import hot, openapi, serve
+from resource_controller.controller import serve
 from support.served import ServedController
 
 #: A worker token that may speak only for the host "otherhost" (EXT-WHO-3).
@@ -129,14 +128,10 @@ def rc(tmp_path: Path) -> Iterator[Harness]:
 
 
 def app_routes(rc: Harness) -> set[tuple[str, str]]:
-    """(method, path) of every route the served app answers; HEAD is the framework's echo."""
-    wrapped = rc.server.server.config.app
-    assert isinstance(wrapped, app_module.InstanceHeader), wrapped
-    app = wrapped.app
-    if isinstance(app, hot.HotRoutes):  # the per-job routes served in front of the app
-        app = app.app
-    assert isinstance(app, FastAPI), app
-    return {(m, path) for m, path in route_pairs(app) if m != "HEAD"}
+    """(method, path) of every route the served app answers."""
+    app = rc.server.server.config.app
+    assert isinstance(app, app_module.App), app
+    return {(r.method, r.path) for r in app.table.routes}
 
 
 def test_the_matrix_names_every_route_and_agrees_with_openapi(rc: Harness) -> None:
@@ -145,7 +140,7 @@ def test_the_matrix_names_every_route_and_agrees_with_openapi(rc: Harness) -> No
         f"routes without a matrix entry: {sorted(routes - set(EXPECTED))}; "
         f"matrix entries the app lacks: {sorted(set(EXPECTED) - routes)}"
     )
-    published = {(m.upper(), p): op.role for (m, p), op in openapi.ROUTES.items()}
+    published = {(m.upper(), p): role_of(op) for (m, p), op in ROUTES.items()}
     assert published == EXPECTED
     assert set(REQUESTS) <= set(EXPECTED)
 

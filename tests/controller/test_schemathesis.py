@@ -21,7 +21,7 @@ from typing import Any
 import hypothesis
 import pytest
 import schemathesis
-from controller_harness import ADMIN, CLIENT, WORKER, Harness
+from controller_harness import ADMIN, CLIENT, ROUTES, WORKER, Harness, role_of
 from hypothesis import HealthCheck, Phase
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -33,8 +33,6 @@ from schemathesis.checks import (
 )
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.core.result import Err
-
-from resource_controller.controller import openapi
 
 #: Examples per operation, per generation mode, per role: about a minute in all.
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
@@ -85,7 +83,7 @@ class Tally:
 
 def _auth_answer(role: str, method: str, path: str) -> int | None:
     """The status a caller must get on a route it may not use; ``None`` when it may."""
-    needed = openapi.ROUTES[(method.lower(), path)].role
+    needed = role_of(ROUTES[(method.lower(), path)])
     if needed == "none":
         return None
     if not SATISFIES[role]:

@@ -1,15 +1,23 @@
-"""Errors as the wire's ``{"error", "message"}`` bodies, for the app's handlers and the
-hot routes alike, so both answer a failure the same way."""
+"""Answers as the wire has them: JSON bodies of the response models, and errors as the
+``{"error", "message"}`` bodies, so every route answers a failure the same way."""
 
 from __future__ import annotations
 
 import logging
 
-from fastapi.responses import JSONResponse
+import pydantic
+from starlette.responses import JSONResponse, Response
 
 from resource_controller import errors
 
 log = logging.getLogger("resource_controller.controller.app")
+
+JSON = "application/json"
+
+
+def json(model: pydantic.BaseModel, status: int = 200) -> Response:
+    """A response model as its JSON body, its omitted (None) fields left out."""
+    return Response(model.model_dump_json(exclude_none=True), status_code=status, media_type=JSON)
 
 
 def error_response(code: str, message: str, status: int) -> JSONResponse:
@@ -29,7 +37,7 @@ def unexpected() -> JSONResponse:
 
 
 def error_answer(exc: Exception) -> JSONResponse:
-    """The answer the app's exception handlers give for ``exc`` (raised by a route)."""
+    """The answer to ``exc``, raised by a route: its own code, or the generic 500."""
     if isinstance(exc, errors.RcError):
         return rc_error(exc)
     return unexpected()

@@ -1,110 +1,133 @@
 """``create_app``: the controller's HTTP surface, error mapping and background loops.
 
+One small ASGI app on Starlette's request and response objects serves every route of
+the table (``controller/table.py``), each request in the same steps: find the route
+(404, or 405 naming the path's methods), stamp ``Rc-Controller-Instance``
+(AUTH-020), authenticate and check the role before anything else about the request
+(AUTH-003), read and validate the route's JSON body, call the handler, time the whole
+under the route's template (EXT-METRICS-1).
+
 Errors are mapped to the wire in one place: every ``RcError`` becomes the spec's
 ``{"error", "message"}`` body with its status; anything unexpected is a generic
-``500 store_error`` that leaks no driver text.
+``500 store_error`` that leaks no driver text. An answer is an ordinary response, so
+the keep-alive connection survives it; an exception after a response started (a
+stream) still reaches the server, which cuts the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator
+import time
+import traceback
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
 
-from resource_controller import errors
-from resource_controller.controller import answers, hot, loops, metrics, openapi, render, webhooks
-from resource_controller.controller.answers import error_response
-from resource_controller.controller.deps import Services
-from resource_controller.controller.routes import (
-    dashboard,
-    events,
-    fleet,
-    jobs,
-    ops,
-    tty,
-    workers,
-)
+from resource_controller.controller import answers, deps, loops, render, table, webhooks
+from resource_controller.controller.deps import Call, Route, Services
 
 log = logging.getLogger(__name__)
 
 
-class InstanceHeader:
-    """Stamps ``Rc-Controller-Instance`` on every response, errors and 404s included."""
+class App:
+    """The ASGI app: every request through the route table, the lifespan running the
+    loops."""
 
-    def __init__(self, app: ASGIApp, instance: str) -> None:
-        self.app = app
-        self.header = (b"rc-controller-instance", instance.encode())
+    def __init__(self, svc: Services, routes: Sequence[Route], run_loops: bool) -> None:
+        self.svc = svc
+        self.table = table.Table(routes)
+        self.run_loops = run_loops
+        self.header = (b"rc-controller-instance", svc.instance.encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        method = scope["method"]
+        found = self.table.find(method, scope["path"])
+        begun = False
 
         async def stamped(message: Message) -> None:
+            nonlocal begun
             if message["type"] == "http.response.start":
+                begun = True
                 message["headers"] = [*message.get("headers", []), self.header]
             await send(message)
 
-        await self.app(scope, receive, stamped)
-
-
-class CatchAll:
-    """Answers an unexpected exception with the generic ``500 store_error``.
-
-    Starlette's catch-all handler answers too, but then re-raises to the server, which
-    resets the keep-alive connection under the client's next request. Caught here, the
-    500 is an ordinary response. An exception after the response started still propagates.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
         try:
-            await self.app(scope, receive, tracked)
-        except Exception:
-            if started or scope["type"] != "http":
-                raise
-            log.exception("unhandled error in a route")
-            await error_response("store_error", "internal error", 500)(scope, receive, send)
+            response = await self._answer(found, scope, receive)
+            try:
+                await response(scope, receive, stamped)
+            except Exception:
+                if begun:
+                    raise
+                await answers.unexpected()(scope, receive, stamped)
+        finally:
+            if found.route is not None:
+                template = found.route.path
+            else:  # a 405 is timed under its path's template
+                template = found.others[0].path if found.others else "unmatched"
+            self.svc.metrics.http.labels(method, template).observe(time.perf_counter() - started)
 
+    async def _answer(self, found: table.Found, scope: Scope, receive: Receive) -> Response:
+        route = found.route
+        if route is None:
+            if not found.others:
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            # The Allow header names every method of the path (AUTH-030).
+            allow = ", ".join(sorted({r.method for r in found.others}))
+            return JSONResponse(
+                {"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": allow}
+            )
+        svc = self.svc
+        request = Request(scope, receive)
+        try:
+            caller = None
+            if route.role is not None:
+                fallback = request.query_params.get("token", "") if route.query_token else ""
+                header = request.headers.get("authorization")
+                caller = deps.authorize(svc, header, route.role, fallback)
+            body = None
+            if route.body is not None:
+                raw = await deps.read_capped(request, route.body_cap, route.body_what)
+                body = deps.parse_model(raw, route.body, empty_ok=not route.body_required)
+            return await route.handler(Call(svc, request, caller, found.param, body))
+        except Exception as exc:
+            return answers.error_answer(exc)
 
-def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
-    """Build the ASGI app around ``svc``; ``run_loops`` starts the reaper and scheduler loops."""
-
-    async def device_views() -> list[Any]:
-        """The list ``GET /v1/devices`` answers, for a "devices" event."""
-        snaps = await svc.db(svc.store.device_snapshots)
-        now = svc.now()
-        return [render.device_view_body(s, now) for s in snaps]
-
-    svc.hub.events.devices_source = device_views
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """The ASGI lifespan protocol around ``running``, as Starlette's router speaks it."""
+        await receive()  # lifespan.startup
+        started = False
+        try:
+            async with self.running():
+                await send({"type": "lifespan.startup.complete"})
+                started = True
+                await receive()  # lifespan.shutdown
+        except BaseException:
+            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+            await send({"type": failed, "message": traceback.format_exc()})
+            raise
+        await send({"type": "lifespan.shutdown.complete"})
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def running(self) -> AsyncIterator[None]:
+        """The webhook notifier and the background tasks, for as long as the app serves."""
+        svc = self.svc
         tasks = []
         if svc.settings.webhook_url:  # No URL, no queue and no task
             svc.hub.notifier = webhooks.Notifier(svc.settings.webhook_url, svc.metrics)
             svc.hub.notifier.start()
-        if run_loops:
+        if self.run_loops:
             # The start instant and the hold-off, fixed once, before the loops.
             started = svc.clock.now()
             hold_off_until = started + svc.settings.hold_off
@@ -133,88 +156,20 @@ def create_app(svc: Services, *, run_loops: bool = True) -> FastAPI:
             if svc.hub.notifier is not None:
                 await svc.hub.notifier.close()
 
-    app = FastAPI(
-        title="resource-controller",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        lifespan=lifespan,
-        # A path that matches no route is a 404, never a redirect to another path.
-        redirect_slashes=False,
-    )
-    app.state.services = svc
-    app.add_middleware(CatchAll)
-    app.add_middleware(metrics.RequestTimer, metrics=svc.metrics)  # EXT-METRICS-1
-    for router in (
-        workers.router,
-        jobs.router,
-        fleet.router,
-        events.router,
-        ops.router,
-        tty.router,
-        dashboard.router,
-    ):
-        app.include_router(router)
 
-    published: list[str] = []
+def create_app(svc: Services, *, run_loops: bool = True) -> App:
+    """Build the ASGI app around ``svc``; ``run_loops`` starts the reaper and scheduler loops."""
 
-    @app.get("/openapi.json", include_in_schema=False)
-    async def openapi_json(request: Request) -> Response:
-        from resource_controller.controller.deps import require
-        from resource_controller.core.states import Role
+    async def device_views() -> list[Any]:
+        """The list ``GET /v1/devices`` answers, for a "devices" event."""
+        snaps = await svc.db(svc.store.device_snapshots)
+        now = svc.now()
+        return [render.device_view_body(s, now) for s in snaps]
 
-        await require(Role.CLIENT)(request)
-        if not published:
-            published.append(json.dumps(openapi.document(app)))  # EXT-LIMITS-5
-        return Response(published[0], media_type="application/json")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 405:
-            # The Allow header names every method of the path, not only the
-            # methods of the first route that matched it.
-            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(_allowed(app, request))}
-        return await http_exception_handler(request, exc)
-
-    @app.exception_handler(errors.RcError)
-    async def rc_error(_: Request, exc: errors.RcError) -> JSONResponse:
-        return answers.rc_error(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response("bad_request", "the request is malformed", 400)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return answers.unexpected()
-
-    return app
+    svc.hub.events.devices_source = device_views
+    return App(svc, table.ROUTES, run_loops)
 
 
 async def _end_relay_at_shutdown(svc: Services) -> None:
     await svc.hub.shutting_down.wait()
     svc.hub.relay.close_all()
-
-
-_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
-
-
-def _allowed(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route fully matches on this request's path, sorted."""
-    allowed = []
-    for method in _METHODS:
-        probe: Scope = {
-            "type": "http",
-            "path": request.scope["path"],
-            "root_path": request.scope.get("root_path", ""),
-            "method": method,
-        }
-        if any(route.matches(probe)[0] == Match.FULL for route in app.router.routes):
-            allowed.append(method)
-    return allowed
-
-
-def wrap(app: FastAPI, svc: Services) -> Any:
-    """The ASGI callable to serve: the hot routes in front of the app (``hot.py``), both
-    behind the instance-header stamp."""
-    return InstanceHeader(hot.HotRoutes(app, svc), svc.instance)

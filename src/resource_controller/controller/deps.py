@@ -1,4 +1,5 @@
-"""What every route needs: the services bundle, the caller (role and name), and body parsing.
+"""What every route needs: the services bundle, the route itself, the call a handler gets
+(caller, path parameter, body), authentication and body parsing.
 
 Bodies are parsed here rather than by the framework so that authentication is always
 checked first and a bad body is our ``400 bad_request``, never a 422.
@@ -9,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pydantic
 import pydantic_core
-from fastapi import Request
+from starlette.requests import Request
+from starlette.responses import Response
 
 from resource_controller import errors
 from resource_controller.clock import Clock
@@ -105,12 +107,6 @@ class Services:
         return int(self.clock.now())
 
 
-async def services(request: Request) -> Services:
-    """The bundle (async, so FastAPI does not hop to a worker thread to get it)."""
-    svc: Services = request.app.state.services
-    return svc
-
-
 def unauthorized() -> errors.Unauthorized:
     """401: no usable token."""
     return errors.Unauthorized("a valid bearer token is required")
@@ -121,24 +117,83 @@ def forbidden(role: Role, required: Role) -> errors.Forbidden:
     return errors.Forbidden(f"a {role.value} token cannot use a {required.value} route")
 
 
-def require(required: Role) -> Callable[[Request], Awaitable[Caller]]:
-    """A dependency that authenticates the caller and checks its role.
+@dataclass(slots=True)
+class Call:
+    """One request as its handler gets it, once the route's role and body were checked."""
 
-    It yields the token's ``Caller`` (role and optional name) for the routes
-    whose rules depend on who calls.
-    """
+    svc: Services
+    request: Request
+    #: The token's caller (role and optional name); None on the routes without a token.
+    caller: Caller | None
+    #: The path's one parameter (a job, worker or device ID); '' when it has none.
+    param: str = ""
+    #: The route's JSON body, validated; None when the route takes none.
+    body: Any = None
 
-    async def check(request: Request) -> Caller:
-        svc: Services = request.app.state.services
-        return authorize(svc, request.headers.get("authorization"), required)
+    @property
+    def who(self) -> Caller:
+        """The caller of a route that takes a token: dispatch authenticated it."""
+        if self.caller is None:
+            raise TypeError("this route takes no token, so it has no caller")
+        return self.caller
 
-    return check
+
+Handler = Callable[[Call], Awaitable[Response]]
 
 
-def authorize(svc: Services, header: str | None, required: Role) -> Caller:
-    """The caller of an ``Authorization`` header, refused unless its role satisfies
-    ``required``."""
-    token = svc.auth.bearer(header)
+@dataclass(frozen=True)
+class Query:
+    """A query parameter a route reads, as the OpenAPI document describes it."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: dispatch, authentication, the request timer's template and the
+    OpenAPI document all read it (``controller/table.py`` lists them)."""
+
+    method: str
+    #: The template: ``{name}`` is one non-empty path segment, the handler's ``param``.
+    path: str
+    #: The role the token must satisfy (AUTH-002); None: no token at all.
+    role: Role | None
+    handler: Handler
+    #: The JSON body dispatch reads (after authentication, AUTH-003) and validates.
+    body: type[pydantic.BaseModel] | None = None
+    #: An empty body is refused instead of read as ``{}``.
+    body_required: bool = False
+    #: The body's cap in bytes, and what a refusal calls it.
+    body_cap: int = limits.BODY_BYTES
+    body_what: str = "JSON body"
+    #: AUTH-004: the token may come as ``?token=`` when the header has none.
+    query_token: bool = False
+    # What the OpenAPI document says besides (controller-api.md §4, §6, §7).
+    #: The success's status and, for a JSON answer, its type.
+    status: int = 200
+    answer: Any = None
+    #: Statuses answered with an ``ErrorBody`` besides 401 and 403.
+    errors: tuple[int, ...] = ()
+    #: A documented 500 and what it means.
+    failure: str = ""
+    #: What a raw (not JSON) request body carries, for a route that reads it itself.
+    raw: str = ""
+    query: tuple[Query, ...] = ()
+    #: Answers without a body: status -> description.
+    empty: dict[int, str] = field(default_factory=dict)
+    #: A success that is not JSON: (media type, description).
+    text: tuple[str, str] | None = None
+    #: Answers with a small fixed JSON object: status -> (description, example).
+    examples: dict[int, tuple[str, dict[str, str | bool]]] = field(default_factory=dict)
+
+
+def authorize(svc: Services, header: str | None, required: Role, fallback: str = "") -> Caller:
+    """The caller of an ``Authorization`` header (or of ``fallback`` when the header
+    carries no token: AUTH-004), refused unless its role satisfies ``required``."""
+    token = svc.auth.bearer(header) or fallback
     caller = svc.auth.caller_of(token) if token else None
     if caller is None:
         raise unauthorized()
@@ -231,26 +286,13 @@ async def read_capped(
     read or kept, so an oversized request costs at most ``cap`` bytes of memory.
     """
     declared = request.headers.get("content-length", "")
-    return await read_stream(request.stream(), declared, cap, what, code)
-
-
-async def read_stream(
-    stream: AsyncIterator[bytes], declared: str, cap: int, what: str, code: str
-) -> bytes:
-    """``read_capped`` over a body's chunks and its declared ``Content-Length`` text."""
     if declared.isascii() and declared.isdigit() and len(declared) <= 20 and int(declared) > cap:
         raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)
     parts: list[bytes] = []
     size = 0
-    async for part in stream:
+    async for part in request.stream():
         size += len(part)
         if size > cap:
             raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)
         parts.append(part)
     return b"".join(parts)
-
-
-async def body(request: Request, model: type[M], *, empty_ok: bool = True) -> M:
-    """Read (at most ``limits.BODY_BYTES``) and validate a JSON body."""
-    raw = await read_capped(request, limits.BODY_BYTES)
-    return parse_model(raw, model, empty_ok=empty_ok)

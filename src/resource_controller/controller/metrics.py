@@ -9,13 +9,11 @@ the real state and never a running tally that could drift.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.store.usage import PairTotals
@@ -118,6 +116,9 @@ class Metrics:
             ["event", "reason"],
             registry=r,
         )
+        #: Observed by dispatch (``controller/app.py``) for every request, under its
+        #: route's template (never the raw path: ``unmatched`` when none), streams until
+        #: they end.
         self.http = Histogram(
             "rc_http_request_duration_seconds",
             "HTTP request durations by route template.",
@@ -137,29 +138,3 @@ class Metrics:
         self.state.now = now
         self.state.pairs = pairs
         return generate_latest(self.registry)
-
-
-class RequestTimer:
-    """Times every HTTP request, labelled by its route template (never the raw path).
-
-    Requests that match no route are counted under ``route="unmatched"``, so a scan of
-    random paths cannot grow the label set. Streams are timed until they end.
-    """
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.metrics.http.labels(scope.get("method", ""), template).observe(
-                time.perf_counter() - started
-            )

@@ -198,9 +198,8 @@ class Server(uvicorn.Server):
 
 
 def make_server(svc: Services) -> Server:
-    app = app_module.create_app(svc)
     config = uvicorn.Config(
-        app_module.wrap(app, svc),
+        app_module.create_app(svc),
         log_level="warning",
         # uvicorn's own messages go through the root handler, in the chosen format.
         log_config=None,

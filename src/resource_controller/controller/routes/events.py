@@ -1,9 +1,10 @@
 """``GET /v1/events``: the server-sent event stream.
 
 The one route that also takes its token as ``?token=``, for a browser ``EventSource``
-that cannot set headers; the query is read only when the header carries no token.
-Frames come from the in-process broadcaster (``controller/events.py``); every write
-has a 10 s deadline and a reader that misses it is cut and unsubscribed.
+that cannot set headers; the query is read only when the header carries no token (its
+row in ``controller/table.py`` says ``query_token``). Frames come from the in-process
+broadcaster (``controller/events.py``); every write has a 10 s deadline and a reader
+that misses it is cut and unsubscribed.
 """
 
 from __future__ import annotations
@@ -12,34 +13,18 @@ import asyncio
 import contextlib
 import logging
 
-from fastapi import APIRouter, Request, Response
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import events
-from resource_controller.controller.auth import satisfies
-from resource_controller.controller.deps import Services, forbidden, unauthorized
-from resource_controller.core.states import Role
+from resource_controller.controller.deps import Call, Services
 
 log = logging.getLogger(__name__)
-
-router = APIRouter()
 
 HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
-
-
-def authenticate(request: Request, svc: Services) -> None:
-    """AUTH-004: the header's token if it has one, else ``?token=``; role client."""
-    token = svc.auth.bearer(request.headers.get("authorization"))
-    if not token:
-        token = request.query_params.get("token", "")
-    caller = svc.auth.caller_of(token) if token else None
-    if caller is None:
-        raise unauthorized()
-    if not satisfies(caller.role, Role.CLIENT):
-        raise forbidden(caller.role, Role.CLIENT)
 
 
 class EventStream(Response):
@@ -117,8 +102,5 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-@router.get("/v1/events", response_class=Response)
-async def stream(request: Request) -> Response:
-    svc: Services = request.app.state.services
-    authenticate(request, svc)
-    return EventStream(svc)
+async def stream(call: Call) -> Response:
+    return EventStream(call.svc)

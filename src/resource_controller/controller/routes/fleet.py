@@ -3,43 +3,28 @@ explain, usage, whoami, clear, retire."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request, Response
+from starlette.responses import Response
 
 from resource_controller import errors, wire
-from resource_controller.controller import deps, render, service
-from resource_controller.controller.deps import Services
+from resource_controller.controller import answers, render, service
+from resource_controller.controller.answers import JSON
+from resource_controller.controller.deps import Call
 from resource_controller.controller.wake import perform
 from resource_controller.core import identity, limits, selectors
 from resource_controller.core import usage as acct
-from resource_controller.core.identity import Caller
-from resource_controller.core.states import Role
 from resource_controller.store.records import RecoveryHistory
 
-router = APIRouter()
-Svc = Annotated[Services, Depends(deps.services)]
-Client = Depends(deps.require(Role.CLIENT))
-Admin = Depends(deps.require(Role.ADMIN))
-ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
-
-def _json(model: wire._Response, status: int = 200) -> Response:
-    return Response(
-        model.model_dump_json(exclude_none=True), status_code=status, media_type="application/json"
-    )
-
-
-@router.get("/v1/devices", dependencies=[Client], response_model=list[wire.DeviceView])
-async def devices(svc: Svc) -> Response:
+async def devices(call: Call) -> Response:
+    svc = call.svc
     snaps = await svc.db(svc.store.device_snapshots)
     now = svc.now()
     body = render.json_body([render.device_view_body(s, now) for s in snaps])
-    return Response(body, media_type="application/json")
+    return Response(body, media_type=JSON)
 
 
-@router.get("/v1/state", dependencies=[Client], response_model=wire.State)
-async def state(svc: Svc) -> Response:
+async def state(call: Call) -> Response:
+    svc = call.svc
     snaps, active, queued, waits = await svc.db(svc.store.state_view)
     now = svc.now()
     # wire.State's fields in its order, its parts unvalidated (render._new) and the
@@ -56,7 +41,7 @@ async def state(svc: Svc) -> Response:
         out["queued_waiting_for"] = {  # EXT-WHY-1a
             j.id: render.waiting_for(waits.get(j.id, [])) for j in queued
         }
-    return Response(render.json_body(out), media_type="application/json")
+    return Response(render.json_body(out), media_type=JSON)
 
 
 def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
@@ -69,8 +54,8 @@ def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
     )
 
 
-@router.get("/v1/devices/{device_id}/describe", dependencies=[Client], response_model=wire.Describe)
-async def describe(device_id: str, svc: Svc) -> Response:
+async def describe(call: Call) -> Response:
+    svc, device_id = call.svc, call.param
     found = await svc.db(svc.store.describe, device_id)
     if found is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
@@ -94,11 +79,11 @@ async def describe(device_id: str, svc: Svc) -> Response:
         recent_jobs=[render.job(j) for j in recent] or None,
         recoveries=_recoveries(found.recoveries),
     )
-    return _json(out)
+    return answers.json(out)
 
 
-@router.get("/v1/explain", response_model=wire.Explain)
-async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
+async def explain(call: Call) -> Response:
+    svc, request = call.svc, call.request
     text = request.query_params.get("selector") or ""
     if not text:
         raise errors.BadRequest("selector is required")
@@ -120,30 +105,30 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
         hint=ex.hint or None,
     )
     # The asking submitter's limit, under the name a submit would count.
+    caller = call.who
     share = identity.share_name(caller, identity.recorded_submitter(caller, asserted))
     limit = svc.store.limits.of(share) if share else None
     if limit is not None:
         held = await svc.db(svc.store.held_by_share)
         out.submitter, out.submitter_limit = share, limit
         out.submitter_held = held.get(share, 0)
-    return _json(out)
+    return answers.json(out)
 
 
-@router.get("/v1/usage", dependencies=[Client], response_model=wire.Usage)
-async def usage(request: Request, svc: Svc) -> Response:
+async def usage(call: Call) -> Response:
     """Who held what over a window, per group: ``since`` (default 7d),
     ``by`` (submitter, device or host), ``limit`` groups at most (default 1000)."""
-    q = request.query_params
+    q = call.request.query_params
     window = await perform(
-        svc.hub,
+        call.svc.hub,
         service.usage(
-            svc,
+            call.svc,
             q.get("by") or acct.DEFAULT_BY,
             q.get("since") or acct.DEFAULT_SINCE,
             _usage_limit(q.get("limit")),
         ),
     )
-    return _json(render.usage(window))
+    return answers.json(render.usage(window))
 
 
 def _usage_limit(raw: str | None) -> int:
@@ -155,42 +140,33 @@ def _usage_limit(raw: str | None) -> int:
     return int(raw)
 
 
-@router.get("/v1/whoami", response_model=wire.Whoami)
-async def whoami(caller: ClientCaller) -> Response:
+async def whoami(call: Call) -> Response:
     """The caller's role, and its name when the token has one."""
-    return _json(wire.Whoami(role=caller.role.value, name=caller.name))
+    return answers.json(wire.Whoami(role=call.who.role.value, name=call.who.name))
 
 
-@router.post("/v1/devices/{device_id}/clear", dependencies=[Admin])
-async def clear(device_id: str, svc: Svc) -> Response:
-    await perform(svc.hub, service.clear(svc, device_id))
+async def clear(call: Call) -> Response:
+    await perform(call.svc.hub, service.clear(call.svc, call.param))
     return Response(status_code=200)
 
 
-AdminCaller = Annotated[Caller, Depends(deps.require(Role.ADMIN))]
-
-
-@router.post("/v1/devices/{device_id}/drain")
-async def drain(device_id: str, request: Request, caller: AdminCaller, svc: Svc) -> Response:
+async def drain(call: Call) -> Response:
     """EXT-DRAIN-3a: 200 with an empty body; draining again replaces who, when and why."""
-    req = await deps.body(request, wire.DrainRequest)
-    await perform(svc.hub, service.drain(svc, caller, device_id, req))
+    await perform(call.svc.hub, service.drain(call.svc, call.who, call.param, call.body))
     return Response(status_code=200)
 
 
-@router.post("/v1/devices/{device_id}/undrain", dependencies=[Admin])
-async def undrain(device_id: str, svc: Svc) -> Response:
+async def undrain(call: Call) -> Response:
     """EXT-DRAIN-3a: no body; a device that is not draining is left as it is."""
-    await perform(svc.hub, service.undrain(svc, device_id))
+    await perform(call.svc.hub, service.undrain(call.svc, call.param))
     return Response(status_code=200)
 
 
-@router.delete("/v1/devices/{device_id}", dependencies=[Admin], response_model=wire.Retired)
-async def retire(device_id: str, svc: Svc) -> Response:
-    await perform(svc.hub, service.retire(svc, device_id))
-    return _json(
+async def retire(call: Call) -> Response:
+    await perform(call.svc.hub, service.retire(call.svc, call.param))
+    return answers.json(
         wire.Retired(
-            retired=device_id,
+            retired=call.param,
             note="a worker that still declares this device will recreate it on its next registration",
         )
     )

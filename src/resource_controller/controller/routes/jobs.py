@@ -6,24 +6,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import StreamingResponse
+from starlette.datastructures import QueryParams
+from starlette.responses import Response, StreamingResponse
 
 from resource_controller import errors, wire
-from resource_controller.controller import deps, render, service
-from resource_controller.controller.deps import Services
+from resource_controller.controller import answers, render, service
+from resource_controller.controller.deps import Call, Services
 from resource_controller.controller.wake import perform
-from resource_controller.core.identity import Caller
-from resource_controller.core.states import ALL_JOB_STATES, JobState, Role, Stdio
+from resource_controller.core.states import ALL_JOB_STATES, JobState, Stdio
 from resource_controller.store.logs import MAX_OFFSET, READ_CHUNK, Snapshot
 
 log = logging.getLogger(__name__)
-router = APIRouter()
-Svc = Annotated[Services, Depends(deps.services)]
-Client = Depends(deps.require(Role.CLIENT))
-ClientCaller = Annotated[Caller, Depends(deps.require(Role.CLIENT))]
 
 #: Safety-net re-check of a followed job's state when no wake-up arrives.
 FOLLOW_RECHECK = 1.0
@@ -31,13 +25,10 @@ FOLLOW_RECHECK = 1.0
 SNAPSHOT_CHUNK = 256 * 1024
 
 
-@router.post("/v1/jobs", status_code=201, response_model=wire.Job, response_model_exclude_none=True)
-async def submit(request: Request, svc: Svc, caller: ClientCaller) -> Response:
+async def submit(call: Call) -> Response:
     """Enqueue, run one scheduling pass at once, answer with the job."""
-    req = await deps.body(request, wire.SubmitRequest)
-    job = await perform(svc.hub, service.submit(svc, caller, req))
-    body = render.job(job).model_dump_json(exclude_none=True)
-    return Response(body, status_code=201, media_type="application/json")
+    job = await perform(call.svc.hub, service.submit(call.svc, call.who, call.body))
+    return answers.json(render.job(job), 201)
 
 
 def _limit(raw: str | None) -> int:
@@ -54,9 +45,8 @@ def _limit(raw: str | None) -> int:
     return value
 
 
-@router.get("/v1/jobs", dependencies=[Client], response_model=wire.JobList)
-async def list_jobs(request: Request, svc: Svc) -> Response:
-    q = request.query_params
+async def list_jobs(call: Call) -> Response:
+    svc, q = call.svc, call.request.query_params
     limit = _limit(q.get("limit"))
     state = q.get("state") or ""
     if state and state not in ALL_JOB_STATES:
@@ -71,31 +61,28 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
         q.get("id_prefix") or "",  # EXT-CLI-7
         q.get("before") or "",  # the next page: the jobs after this one (docs/agents.md)
     )
-    out = wire.JobList(jobs=[render.job(j) for j in found])
-    return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
+    return answers.json(wire.JobList(jobs=[render.job(j) for j in found]))
 
 
-@router.get("/v1/jobs/{job_id}", dependencies=[Client], response_model=wire.JobView)
-async def get_job(job_id: str, svc: Svc) -> Response:
-    job, position, waits = await svc.db(svc.store.job_view, job_id)
+async def get_job(call: Call) -> Response:
+    svc = call.svc
+    job, position, waits = await svc.db(svc.store.job_view, call.param)
     out = wire.JobView(
         job=render.job(job),
         queue_position=position or None,
         waiting_for=None if waits is None else render.waiting_for(waits),  # EXT-WHY-1a
     )
-    return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
+    return answers.json(out)
 
 
-@router.post("/v1/jobs/{job_id}/kill")
-async def kill(job_id: str, request: Request, svc: Svc, caller: ClientCaller) -> Response:
+async def kill(call: Call) -> Response:
     """Cancel a queued job or flag an active one for its worker."""
-    req = await deps.body(request, wire.KillRequest, empty_ok=False)
-    await perform(svc.hub, service.kill(svc, caller, job_id, req))
+    await perform(call.svc.hub, service.kill(call.svc, call.who, call.param, call.body))
     return Response(status_code=200)
 
 
-def _follow_param(request: Request) -> bool:
-    values = request.query_params.getlist("follow")
+def _follow_param(query: QueryParams) -> bool:
+    values = query.getlist("follow")
     if not values:
         return True
     if len(values) > 1 or values[0] not in ("true", "false"):
@@ -103,9 +90,9 @@ def _follow_param(request: Request) -> bool:
     return values[0] == "true"
 
 
-def _offset_param(request: Request) -> int:
+def _offset_param(query: QueryParams) -> int:
     """A byte count in 0..2^63-1; anything else is 400."""
-    raw = request.query_params.get("offset")
+    raw = query.get("offset")
     if raw is None:
         return 0
     if not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > 19:
@@ -119,11 +106,11 @@ def _offset_param(request: Request) -> int:
 TEXT_HEADERS = {"X-Content-Type-Options": "nosniff"}
 
 
-@router.get("/v1/jobs/{job_id}/logs", dependencies=[Client])
-async def logs(job_id: str, request: Request, svc: Svc) -> Response:
+async def logs(call: Call) -> Response:
     """Snapshot, or replay-then-follow until the job is terminal."""
-    follow = _follow_param(request)
-    offset = _offset_param(request)
+    svc, job_id, query = call.svc, call.param, call.request.query_params
+    follow = _follow_param(query)
+    offset = _offset_param(query)
     job = await svc.db(svc.store.job, job_id)
     if job.stdio in (Stdio.TTY, Stdio.PIPE):
         raise errors.LogsNotStored(f"logs are not stored for attached ({job.stdio}) jobs")

@@ -6,27 +6,22 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
-from resource_controller.controller import deps, metrics
-from resource_controller.controller.deps import Services
-from resource_controller.core.states import Role
+from resource_controller.controller import metrics
+from resource_controller.controller.deps import Call
 from resource_controller.store.usage import PairTotals
 
 log = logging.getLogger(__name__)
-
-router = APIRouter()
 
 #: Seconds the store gets to answer a health read before the answer is 503.
 HEALTH_BOUND = 5.0
 
 
-@router.get("/healthz", response_class=JSONResponse)
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(call: Call) -> JSONResponse:
     """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise; with
     whether this controller leads."""
-    svc: Services = request.app.state.services
+    svc = call.svc
     try:
         async with asyncio.timeout(HEALTH_BOUND):
             await svc.db(svc.store.ping)
@@ -36,10 +31,9 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "leader": svc.peers.leading})
 
 
-@router.get("/metrics", dependencies=[Depends(deps.require(Role.CLIENT))])
-async def scrape(request: Request) -> Response:
+async def scrape(call: Call) -> Response:
     """Prometheus text; the state gauges from one grouped read, now."""
-    svc: Services = request.app.state.services
+    svc = call.svc
 
     def read() -> tuple[metrics.Counts, list[PairTotals]]:
         # The device-and-submitter pairs active lately, from the usage rollup.

@@ -1,34 +1,25 @@
 """The four relay routes (controller-api.md §11).
 
-Each route authenticates (its role: worker halves are worker routes, client halves
-client routes), looks the job up once, joins the session (``409
-conflict`` if that half is taken) and answers ``200`` at once, headers
-flushed before any payload. The stream itself runs in the response object,
-which gets the raw ASGI channels: a POST half keeps reading its request body after
-the ``200`` went out, a GET half writes under a per-write deadline
- while it watches for its client going away.
+Dispatch checks each route's role (worker halves are worker routes, client halves
+client routes: ``controller/table.py``); the route looks the job up once, joins the
+session (``409 conflict`` if that half is taken) and answers ``200`` at once, headers
+flushed before any payload. The stream itself runs in the response object, which gets
+the raw ASGI channels: a POST half keeps reading its request body after the ``200``
+went out, a GET half writes under a per-write deadline while it watches for its client
+going away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller import deps
-from resource_controller.controller.deps import Services
+from resource_controller.controller.deps import Call, Services
 from resource_controller.controller.relay import FRAME_MAX, Conflict, Half, Pipe, Relay, Session
-from resource_controller.core.states import Role
-
-router = APIRouter()
-Svc = Annotated[Services, Depends(deps.services)]
-ClientRole = Depends(deps.require(Role.CLIENT))
-WorkerRole = Depends(deps.require(Role.WORKER))
 
 #: Response content types per half.
 OCTETS = "application/octet-stream"
@@ -162,30 +153,26 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _open(svc: Services, job_id: str, half: Half, media: str, version: str) -> Response:
-    session = await _join(svc, job_id, half, version)
-    return _Relayed(svc.hub.relay, session, half, media)
+async def _open(call: Call, half: Half, media: str) -> Response:
+    session = await _join(call.svc, call.param, half, call.request.scope["http_version"])
+    return _Relayed(call.svc.hub.relay, session, half, media)
 
 
-@router.get("/v1/jobs/{job_id}/tty/out", dependencies=[ClientRole])
-async def client_out(job_id: str, svc: Svc, request: Request) -> Response:
+async def client_out(call: Call) -> Response:
     """The job's output, to the operator (TTY-001 client-out)."""
-    return await _open(svc, job_id, Half.CLIENT_OUT, OCTETS, request.scope["http_version"])
+    return await _open(call, Half.CLIENT_OUT, OCTETS)
 
 
-@router.post("/v1/jobs/{job_id}/tty/in", dependencies=[ClientRole])
-async def client_in(job_id: str, svc: Svc, request: Request) -> Response:
+async def client_in(call: Call) -> Response:
     """Operator input, from the request body (TTY-001 client-in)."""
-    return await _open(svc, job_id, Half.CLIENT_IN, TEXT, request.scope["http_version"])
+    return await _open(call, Half.CLIENT_IN, TEXT)
 
 
-@router.post("/v1/jobs/{job_id}/tty/out", dependencies=[WorkerRole])
-async def worker_out(job_id: str, svc: Svc, request: Request) -> Response:
+async def worker_out(call: Call) -> Response:
     """The job's output, from the box (TTY-001 worker-out)."""
-    return await _open(svc, job_id, Half.WORKER_OUT, TEXT, request.scope["http_version"])
+    return await _open(call, Half.WORKER_OUT, TEXT)
 
 
-@router.get("/v1/jobs/{job_id}/tty/in", dependencies=[WorkerRole])
-async def worker_in(job_id: str, svc: Svc, request: Request) -> Response:
+async def worker_in(call: Call) -> Response:
     """Operator input, to the box (TTY-001 worker-in)."""
-    return await _open(svc, job_id, Half.WORKER_IN, NDJSON, request.scope["http_version"])
+    return await _open(call, Half.WORKER_IN, NDJSON)

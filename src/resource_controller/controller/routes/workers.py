@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from resource_controller import wire
-from resource_controller.controller import deps, service
-from resource_controller.controller.deps import Services
+from resource_controller.controller import answers, deps, service
+from resource_controller.controller.deps import Call
 from resource_controller.controller.wake import perform
 from resource_controller.core import durations
-from resource_controller.core.identity import Caller
-from resource_controller.core.states import Role
 from resource_controller.store.records import JobRecord
-
-router = APIRouter()
-Svc = Annotated[Services, Depends(deps.services)]
-Worker = Depends(deps.require(Role.WORKER))
-WorkerCaller = Annotated[Caller, Depends(deps.require(Role.WORKER))]
 
 HEARTBEAT_CAP = 65536
 CHUNK_CAP = 1024 * 1024
@@ -27,17 +20,13 @@ DEFAULT_WAIT = 30.0
 MAX_WAIT = 60.0
 
 
-@router.post("/v1/workers/register", response_model=wire.RegisterResponse)
-async def register(request: Request, svc: Svc, caller: WorkerCaller) -> wire.RegisterResponse:
-    req = await deps.body(request, wire.RegisterRequest)
-    reg = await perform(svc.hub, service.register(svc, caller, req))
-    return wire.RegisterResponse(worker_id=reg.worker_id)
+async def register(call: Call) -> Response:
+    reg = await perform(call.svc.hub, service.register(call.svc, call.who, call.body))
+    return answers.json(wire.RegisterResponse(worker_id=reg.worker_id))
 
 
-@router.post("/v1/workers/{worker_id}/labels", dependencies=[Worker])
-async def push_labels(worker_id: str, request: Request, svc: Svc) -> Response:
-    req = await deps.body(request, wire.LabelsPush)
-    await perform(svc.hub, service.push_labels(svc, worker_id, req))
+async def push_labels(call: Call) -> Response:
+    await perform(call.svc.hub, service.push_labels(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
@@ -69,27 +58,20 @@ def _assignment(job: JobRecord) -> wire.Assignment:
     )
 
 
-@router.get(
-    "/v1/workers/{worker_id}/assignments",
-    dependencies=[Worker],
-    response_model=wire.AssignmentsResponse,
-    response_model_exclude_none=True,
-    responses={204: {"description": "nothing to do before the wait ran out"}},
-)
-async def assignments(worker_id: str, request: Request, svc: Svc) -> Response:
+async def assignments(call: Call) -> Response:
     """Long poll: hand out assignments and due kills, or wait to be woken."""
+    svc, request = call.svc, call.request
     wait = parse_wait(request.query_params.get("wait"))
     disconnected = asyncio.ensure_future(_disconnect(request))
     try:
-        handed, kills = await perform(svc.hub, service.poll(svc, worker_id, wait, disconnected))
+        handed, kills = await perform(svc.hub, service.poll(svc, call.param, wait, disconnected))
     finally:
         disconnected.cancel()
     if not (handed or kills):
         return Response(status_code=204)
-    out = wire.AssignmentsResponse(
-        assignments=[_assignment(j) for j in handed], kills=kills or None
+    return answers.json(
+        wire.AssignmentsResponse(assignments=[_assignment(j) for j in handed], kills=kills or None)
     )
-    return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 async def _disconnect(request: Request) -> None:
@@ -100,33 +82,26 @@ async def _disconnect(request: Request) -> None:
             return
 
 
-@router.post("/v1/workers/{worker_id}/heartbeat", dependencies=[Worker])
-async def heartbeat(worker_id: str, request: Request, svc: Svc) -> Response:
-    raw = await deps.read_capped(request, HEARTBEAT_CAP, "heartbeat body")
-    req = deps.parse_model(raw, wire.HeartbeatRequest)
-    await perform(svc.hub, service.heartbeat(svc, worker_id, req))
+async def heartbeat(call: Call) -> Response:
+    await perform(call.svc.hub, service.heartbeat(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
-@router.post("/v1/jobs/{job_id}/logs", dependencies=[Worker])
-async def append_log(job_id: str, request: Request, svc: Svc) -> Response:
+async def append_log(call: Call) -> Response:
+    request = call.request
     chunk = await deps.read_capped(request, CHUNK_CAP, "log chunk", code="chunk_too_large")
     epoch = request.query_params.get("lease_epoch")
-    await perform(svc.hub, service.append_log(svc, job_id, epoch, chunk))
+    await perform(call.svc.hub, service.append_log(call.svc, call.param, epoch, chunk))
     return Response(status_code=200)
 
 
-@router.post("/v1/jobs/{job_id}/status", dependencies=[Worker])
-async def status(job_id: str, request: Request, svc: Svc) -> Response:
+async def status(call: Call) -> Response:
     """A worker reports ``running`` or the outcome."""
-    req = await deps.body(request, wire.StatusReport)
-    await perform(svc.hub, service.report_status(svc, job_id, req))
+    await perform(call.svc.hub, service.report_status(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
-@router.post("/v1/devices/{device_id}/fault", dependencies=[Worker])
-async def fault(device_id: str, request: Request, svc: Svc) -> Response:
+async def fault(call: Call) -> Response:
     """The host takes a device out itself; only an admin clears a fault."""
-    req = await deps.body(request, wire.FaultReport)
-    await perform(svc.hub, service.fault(svc, device_id, req))
+    await perform(call.svc.hub, service.fault(call.svc, call.param, call.body))
     return Response(status_code=200)
