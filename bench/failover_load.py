@@ -73,11 +73,14 @@ class Clients:
         env = dict(os.environ, RC_CONTROLLER=",".join(urls), RC_TOKEN="ctok")
         while not self.stop.is_set():
             code = rng.choice((0, 0, 0, 3, 9))
+            lines = rng.randint(1, 40)
             script = (
                 f'echo "start $RC_JOB_ID $RC_DEVICE $(date +%s.%N)" >> {self.runs};'
+                f' i=0; while [ $i -lt {lines} ]; do echo "out $i of {lines}"; i=$((i+1)); done;'
                 f" sleep 0.{rng.randint(1, 5)};"
                 f' echo "end $RC_JOB_ID $RC_DEVICE $(date +%s.%N)" >> {self.runs}; exit {code}'
             )
+            expected = "".join(f"out {i} of {lines}\n" for i in range(lines))
             began = time.monotonic()
             try:
                 done = subprocess.run(
@@ -87,9 +90,9 @@ class Clients:
                     text=True,
                     timeout=RUN_BOUND,
                 )
-                exit_code, err = done.returncode, done.stderr
+                exit_code, err, got = done.returncode, done.stderr, done.stdout
             except subprocess.TimeoutExpired as exc:
-                exit_code, err = -1, str(exc.stderr or "") + "\n(hung)"
+                exit_code, err, got = -1, str(exc.stderr or "") + "\n(hung)", ""
             found = ANNOUNCE.search(err)
             with self._lock:
                 self.results.append(
@@ -97,6 +100,11 @@ class Clients:
                         "want": code,
                         "exit": exit_code,
                         "job": found[1] if found else "",
+                        # Output: what rc printed of what the job wrote (a job that
+                        # never ran wrote nothing).
+                        "bytes_expected": len(expected) if found else 0,
+                        "bytes_missing": max(0, len(expected) - len(got)) if found else 0,
+                        "output_intact": got == expected or not found,
                         "stderr": err,
                         "began": began,
                         "took": time.monotonic() - began,
@@ -202,6 +210,9 @@ def judge(clients: Clients, runs: Path, db: dict[str, Any]) -> dict[str, Any]:
         ],
         "other_stderr_lines": dict(noted.most_common(8)),
         "acknowledged_not_ended": len(never_ended),
+        "output_bytes_expected": sum(r["bytes_expected"] for r in results),
+        "output_bytes_missing": sum(r["bytes_missing"] for r in results),
+        "outputs_not_intact": sum(1 for r in results if not r["output_intact"]),
         "lost": db["states"].get("lost", 0),
         "run_twice": sum(1 for n in starts.values() if n > 1),
         "overlapping_runs": len(overlaps),
