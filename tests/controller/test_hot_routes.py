@@ -59,7 +59,7 @@ async def _call(app: Any, method: str, path: str, body: bytes, query: bytes, tok
 @pytest.fixture
 def services(tmp_path: Path) -> Services:
     svc = serve.open_services(tmp_path / "data", TOKENS, Settings(), FakeClock(1_800_000_000.0))
-    svc.store.register("h", "boot", [("d0", 0)])
+    svc.store.devices.register("h", "boot", [("d0", 0)])
     return svc
 
 
@@ -127,8 +127,8 @@ def test_the_hot_path_answers_as_the_framework_does(
 
 
 def test_a_job_read_and_a_status_report_answer_alike(services: Services) -> None:
-    job = services.store.enqueue(NewJob(command=["true"], submitter="a"))
-    services.store.schedule()
+    job = services.store.queue.enqueue(NewJob(command=["true"], submitter="a"))
+    services.store.queue.run_pass()
     app = app_module.create_app(services, run_loops=False)
     plain = app_module.InstanceHeader(app, services.instance)
     served = app_module.wrap(app, services)
@@ -140,7 +140,10 @@ def test_a_job_read_and_a_status_report_answer_alike(services: Services) -> None
         for t in (plain, served)
     ]
     assert read[0] == read[1]
-    report = b'{"worker_id":"%s","state":"running"}' % services.store.job(job.id).worker_id.encode()
+    report = (
+        b'{"worker_id":"%s","state":"running"}'
+        % services.store.views.job(job.id).worker_id.encode()
+    )
     answers = [
         asyncio.run(_call(t, "POST", f"/v1/jobs/{job.id}/status", report, b"", b"wtok"))
         for t in (plain, served)

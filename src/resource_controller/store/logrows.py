@@ -185,7 +185,10 @@ class DatabaseLogStore(JobLogs):
                     " WHERE job_id = %s AND part = %s AND at = %s",
                     (pos + 1, n, job_id, part, at),
                 ).fetchone()
-                return bytes(row[0]) if row else b""
+                if row is None:
+                    return b""
+                (data,) = row
+                return bytes(data)
 
             data: bytes = self._run("read the", job_id, fetch)
             return data

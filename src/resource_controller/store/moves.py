@@ -4,7 +4,8 @@
 the row condition and the values to write. It adds ``state IN (<the op's sources>)`` to
 the condition, refuses a target state the op does not list, executes, and returns the
 row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
-the same for the "no row" ends of the table.
+the same for the "no row" ends of the table; ``end_job`` and ``set_devices`` are the
+two moves most ops make (a job ended with its reason, devices with their quarantine).
 
 Every statement built here reaches ``sql.Db.execute`` labelled ``entity:op``, and a
 debug log line names the op and how many rows it moved: that is how a reader (or the
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from resource_controller import errors
-from resource_controller.core.transitions import Machine, Op
+from resource_controller.core.transitions import DEVICE, JOB, Machine, Op
 from resource_controller.store import sql
 
 log = logging.getLogger(__name__)
@@ -139,3 +140,37 @@ def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[An
     n = int(db.execute(text, tuple(params), label).rowcount)
     log.debug("%s: %d row(s) removed", label, n)
     return n
+
+
+def end_job(
+    db: sql.Db, op: Op, job_id: str, state: str, reason: str, now: int, **values: Any
+) -> int:
+    """``move`` of one job to the terminal ``state``, with its reason and its end
+    (STORE-041: ``kill_reason``, ``finished_at``) and ``values``; 1 when it moved."""
+    return move(
+        db, JOB, op, "id = ?", (job_id,), state=state, kill_reason=reason, finished_at=now, **values
+    )
+
+
+def set_devices(
+    db: sql.Db,
+    op: Op,
+    where: str,
+    params: Sequence[Any],
+    state: str,
+    reason: str = "",
+    **values: Any,
+) -> int:
+    """``move`` of devices to ``state`` with the quarantine ``reason`` ('' out of one) and
+    no detail (STORE-032), and ``values``; the row count."""
+    return move(
+        db,
+        DEVICE,
+        op,
+        where,
+        params,
+        state=state,
+        quarantine_reason=reason,
+        quarantine_detail="",
+        **values,
+    )

@@ -21,9 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-#: A row as the driver returns it: a tuple, read by position.
-Row = Sequence[Any]
-
 
 class Cursor(Protocol):
     """What the store uses of a DBAPI cursor."""
@@ -52,7 +49,7 @@ class Db:
         #: ``sqlite`` or ``postgresql``: where the store's SQL differs, it asks this.
         self.dialect = dialect
         self.postgres = dialect == "postgresql"
-        self._translate = _to_format if self.postgres else _QMARK
+        self._translate = _to_format if self.postgres else str
         # SQLite: take the write lock at once, so a transaction never fails half-way for
         # want of it. PostgreSQL locks rows as statements reach them.
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
@@ -196,13 +193,6 @@ def row_error(exc: BaseException) -> bool:
         return True
     pg = sys.modules.get("psycopg")
     return pg is not None and isinstance(exc, (pg.DataError, pg.IntegrityError))
-
-
-def _qmark(sql: str) -> str:
-    return sql
-
-
-_QMARK = _qmark
 
 
 @functools.lru_cache(maxsize=4096)

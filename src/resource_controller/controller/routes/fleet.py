@@ -32,7 +32,7 @@ def _json(model: wire._Response, status: int = 200) -> Response:
 
 @router.get("/v1/devices", dependencies=[Client], response_model=list[wire.DeviceView])
 async def devices(svc: Svc) -> Response:
-    snaps = await svc.db(svc.store.device_snapshots)
+    snaps = await svc.db(svc.store.views.devices)
     now = svc.now()
     body = render.json_body([render.device_view_body(s, now) for s in snaps])
     return Response(body, media_type="application/json")
@@ -40,7 +40,7 @@ async def devices(svc: Svc) -> Response:
 
 @router.get("/v1/state", dependencies=[Client], response_model=wire.State)
 async def state(svc: Svc) -> Response:
-    snaps, active, queued, waits = await svc.db(svc.store.state_view)
+    snaps, active, queued, waits = await svc.db(svc.store.views.state_view)
     now = svc.now()
     # wire.State's fields in its order, its parts unvalidated (render._new) and the
     # device views plain objects (render.device_view_body).
@@ -71,7 +71,7 @@ def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
 
 @router.get("/v1/devices/{device_id}/describe", dependencies=[Client], response_model=wire.Describe)
 async def describe(device_id: str, svc: Svc) -> Response:
-    found = await svc.db(svc.store.describe, device_id)
+    found = await svc.db(svc.store.views.describe, device_id)
     if found is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
     snap, sheet, recent = found.snapshot, found.sheet, found.recent_jobs
@@ -111,7 +111,7 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     asserted = request.query_params.get("submitter") or ""
     if limits.utf8_len(asserted) > limits.SUBMITTER.size:
         raise errors.BadRequest(f"submitter: at most {limits.SUBMITTER.size} bytes")
-    ex = await svc.db(svc.store.explain, text)
+    ex = await svc.db(svc.store.views.explain, text)
     out = wire.Explain(
         selector=ex.selector,
         matching=ex.matching,
@@ -123,7 +123,7 @@ async def explain(request: Request, svc: Svc, caller: ClientCaller) -> Response:
     share = identity.share_name(caller, identity.recorded_submitter(caller, asserted))
     limit = svc.store.limits.of(share) if share else None
     if limit is not None:
-        held = await svc.db(svc.store.held_by_share)
+        held = await svc.db(svc.store.views.held_by_share)
         out.submitter, out.submitter_limit = share, limit
         out.submitter_held = held.get(share, 0)
     return _json(out)

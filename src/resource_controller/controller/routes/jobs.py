@@ -63,7 +63,7 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
         valid = ", ".join(s.value for s in JobState)
         raise errors.BadRequest(f"unknown state {state!r} (valid states: {valid})")
     found = await svc.db(
-        svc.store.list_jobs,
+        svc.store.views.list_jobs,
         limit,
         q.get("device") or "",
         q.get("submitter") or "",
@@ -77,7 +77,7 @@ async def list_jobs(request: Request, svc: Svc) -> Response:
 
 @router.get("/v1/jobs/{job_id}", dependencies=[Client], response_model=wire.JobView)
 async def get_job(job_id: str, svc: Svc) -> Response:
-    job, position, waits = await svc.db(svc.store.job_view, job_id)
+    job, position, waits = await svc.db(svc.store.queue.job_view, job_id)
     out = wire.JobView(
         job=render.job(job),
         queue_position=position or None,
@@ -124,7 +124,7 @@ async def logs(job_id: str, request: Request, svc: Svc) -> Response:
     """Snapshot, or replay-then-follow until the job is terminal."""
     follow = _follow_param(request)
     offset = _offset_param(request)
-    job = await svc.db(svc.store.job, job_id)
+    job = await svc.db(svc.store.views.job, job_id)
     if job.stdio in (Stdio.TTY, Stdio.PIPE):
         raise errors.LogsNotStored(f"logs are not stored for attached ({job.stdio}) jobs")
     media = "text/plain; charset=utf-8"
@@ -153,7 +153,7 @@ async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[byte
     yield b""
     while True:
         woken = svc.hub.logs.waiter(job_id)
-        job = await svc.db(svc.store.job, job_id)
+        job = await svc.db(svc.store.views.job, job_id)
         # Read after the state: every chunk appended before a terminal commit is sent.
         # While the job runs only bytes that never move are sent (EXT-KEEP-1: a capped
         # log's tail is a ring until the job ends).
