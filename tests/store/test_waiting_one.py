@@ -47,6 +47,6 @@ def _check(store: Store, jobs: list[tuple[str, int]], busy: set[str]) -> None:
     store.queue.run_pass()
     queued = store.views.queued()
     with store.tx() as c:
-        every = queue_jobs.waiting_for_all(c, queued, store.key(store.now()), store.fleet)
+        every = queue_jobs.waiting_for_all(c, store, queued, store.now())
     for job in queued:
         assert store.queue.waiting_for(job) == every[job.id], job

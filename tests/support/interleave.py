@@ -7,7 +7,7 @@ reaches (the transaction rolls back, or it committed and its caller never heard)
 runs two operations of two stores at once: the first pauses at its first
 ``before_commit`` point, inside its open transaction, while the second runs (and may
 block on what the first holds), then the first goes on. Crash points are
-``resource_controller.crashpoints``' names, reached through ``Store._tx``.
+``resource_controller.crashpoints``' names, reached through ``Store.tx``.
 
 After every step ``World.check`` reads the database on a connection of its own and
 lists every breach: two live leases on a device, a grant on a device that was draining,

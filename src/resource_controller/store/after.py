@@ -15,7 +15,7 @@ pass. A cycle cannot form: a job can only name jobs that already exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from resource_controller import errors
 from resource_controller.core import share, states
@@ -83,23 +83,15 @@ def settle(db: sql.Db, now: int) -> list[str]:
             after_any, order = waiting[job_id]
             failed = [other for other, state in ends if not share.dependency_met(state, after_any)]
             if failed:
-                first = min(failed, key=_position(order))
+                # The first of them in its ``after_ids`` (an unknown one last).
+                names = order.split(",")
+                first = min(failed, key=lambda j: names.index(j) if j in names else len(names))
                 if _fail(db, now, job_id, first):
                     ended.append(job_id)
                 continue
             db.execute(
                 "UPDATE jobs SET after_open = after_open - ? WHERE id = ?", (len(ends), job_id)
             )
-
-
-def _position(order: str) -> Callable[[str], int]:
-    """A job's place in a waiting job's ``after_ids`` (an unknown one last)."""
-    names = order.split(",")
-
-    def at(job_id: str) -> int:
-        return names.index(job_id) if job_id in names else len(names)
-
-    return at
 
 
 def _fail(db: sql.Db, now: int, job_id: str, other: str) -> bool:

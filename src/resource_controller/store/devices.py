@@ -1,17 +1,14 @@
 """Workers and devices (store.md §13-17): registration, facts (labels and sheets),
 faults, clears, drains, retirement, automatic recovery and the reaper's sweep.
 
-Registration means "a fresh worker process with nothing running":
-whatever the controller still thinks is in flight on that worker is settled here,
-and the devices that backed it are quarantined unless the host's boot ID changed
-(a reboot proves nothing survived). Silence is never proof: no path in this module
-makes an occupied-looking device ``ready`` without one of the proofs the spec lists.
-
-A registration that declares ``gpu0.mig0`` where the host had ``gpu0`` (or the reverse:
-a GPU put in or out of MIG mode) leaves the old name's row, as it leaves
-every undeclared device; but that row stands for the same silicon, so it is marked with
-the detected label ``mig_conflict`` and never granted again until a registration
-declares it once more.
+Registration means "a fresh worker process with nothing running": whatever is still
+in flight on that worker is settled here, and the devices that backed it are
+quarantined unless the host's boot ID changed (a reboot proves nothing survived).
+Silence is never proof: nothing here makes an occupied-looking device ``ready``
+without one of the proofs the spec lists. A registration that declares ``gpu0.mig0``
+where the host had ``gpu0`` (or the reverse) leaves the old name's row, as it leaves
+every undeclared device, but marks it ``mig_conflict``: it stands for the same silicon
+and is never granted until a registration declares it again.
 """
 
 from __future__ import annotations
@@ -82,17 +79,10 @@ class Devices:
 
     @races.again
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
-        """STORE-121: return this worker's recoverable quarantines to the pool on a valid
-        proof.
-
-        Candidates: the worker's own ``unhealthy`` devices whose reason is recoverable
-        (``worker_lost``, ``lease_expired``, ``registration``) and that hold no live
-        lease, in device-ID order. Never ``fault`` (the host said the hardware is unfit),
-        never ``''`` (cause unknown), never another worker's device. Each candidate is
-        judged by the flap guard: at most 3 automatic recoveries per sliding hour, then
-        it waits for a person. *Why: repeated quarantine-and-return cycles signal a real
-        fault that automatic looping would hide.*
-        """
+        """STORE-121: on a valid proof, the worker's own unleased devices quarantined for
+        a recoverable reason (never ``fault``, never ``''``) return to the pool, in ID
+        order, each as the flap guard allows: at most 3 a sliding hour, then it waits for
+        a person, since repeated returns signal a real fault that looping would hide."""
         if proof is None or not proof.proves_clean:
             return AutoRecovery()
         with self._core.tx() as c:

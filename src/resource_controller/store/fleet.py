@@ -53,11 +53,6 @@ def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
     return {lb.key: lb.value for lb in labels}
 
 
-def _with_heartbeat(record: DeviceRecord, stamp: int) -> DeviceRecord:
-    """``record`` with another ``last_heartbeat_at``."""
-    return record._replace(last_heartbeat_at=stamp)
-
-
 class FleetSnapshot:
     """Devices by ID with their labels and scheduling snapshots, brought up to date on
     each read. Every method runs under the store's lock; nothing returned may be changed,
@@ -120,7 +115,7 @@ class FleetSnapshot:
             record = records[snap.id]
             stamp = stamps[snap.id]
             if record.last_heartbeat_at != stamp:
-                record = records[snap.id] = _with_heartbeat(record, stamp)
+                record = records[snap.id] = record._replace(last_heartbeat_at=stamp)
             out.append(record)
         return out, self._labels
 

@@ -3,10 +3,10 @@ pass and what a queued job waits for.
 
 Enqueue never assigns: the scheduling pass (``passes.py``, each placement by
 ``leases.assign``) is the only place a device changes hands, so a client told a queue
-position is never overtaken by a side door. What a submit asks for was checked before
-the store sees it (``controller/submits.py``); enqueue checks only what needs the
-database: the devices it names exist, its selector matches a registered device, its
-key's job. Every state change is a move of the transition table (``store.moves``).
+position is never overtaken by a side door. A submit was checked before the store sees
+it (``controller/submits.py``); enqueue checks what needs the database: the devices it
+names exist and admit its runtime, its selector matches a registered device, its key's
+job, the jobs it waits for.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from enum import StrEnum
 from typing import Any
 
 from resource_controller import crashpoints, errors
-from resource_controller.core import scheduling, selectors, share, waiting
+from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import DeviceState, JobState, Kind, Quarantine
 from resource_controller.core.transitions import JOB, Op
 from resource_controller.store import (
     after,
-    fleet,
     leases,
     locks,
     moves,
@@ -157,16 +156,8 @@ class Queue:
             with core.tx() as c:
                 c.exclusive_until_commit(locks.SCHEDULING_PASS)
                 ended = after.settle(c, core.now()) if after.noted(c) else []
-                assigned, end = self.place(c)
+                assigned, end = passes.schedule_pass(c, core)
             return self.passed(assigned, end, ended)
-
-    def place(self, c: sql.Db) -> tuple[list[Assigned], passes.PassEnd]:
-        """The placing part of a pass in the open transaction ``c``, which holds the
-        pass lock; each placement a savepoint of it."""
-        core = self._core
-        return passes.schedule_pass(
-            c, core.now(), core.aging, core.fleet, core.reserved, core.limits
-        )
 
     def passed(
         self,
@@ -208,15 +199,13 @@ class Queue:
             if not job.queued:
                 return job, 0, None
             now = core.now()
-            position = _position(c, job, now, core.aging)
-            return job, position, waiting_for(c, job, core.key(now), core.fleet, core.limits)
+            return job, _position(c, job, now, core.aging), waiting_for(c, core, job, now)
 
     @races.reconnecting
     def waiting_for(self, job: JobRecord) -> list[waiting.Blocker]:
         """What a queued job waits for now; ``[]`` once it left the queue."""
-        core = self._core
-        with core.tx() as c:
-            return waiting_for(c, job, core.key(core.now()), core.fleet, core.limits)
+        with self._core.tx() as c:
+            return waiting_for(c, self._core, job, self._core.now())
 
 
 def enqueue(
@@ -357,37 +346,23 @@ _HOLDINGS = (
 
 
 def wait_snapshot(
-    conn: sql.Db,
-    queued: list[JobSnap],
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-    order: dict[str, tuple[str, ...]] | None = None,
+    conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
 ) -> waiting.Snapshot:
     """What the why-rules read, in three queries however long the queue.
 
-    Devices with their effective labels (from ``kept``, the store's snapshot, when
-    given), every live lease with its job's effective runtime (``None`` for a lease no
-    job row backs), the reservation rows of the last pass, and the quarantine text of
-    unhealthy devices as the device view shows it (API-023: the detail when there is
-    one, else the category). With EXT-SHARE: the devices each share name holds when a
-    limit applies, and, for the queued jobs that wait for others, those not yet ended,
-    in the order of ``order`` (job -> its ``after_ids``).
+    Devices with their effective labels (the store's fleet view), every live lease with
+    its job's effective runtime (``None`` for a lease no job row backs), the reservation
+    rows of the last pass, and the quarantine text of unhealthy devices as the device
+    view shows it (API-023: the detail when there is one, else the category). With
+    EXT-SHARE: the devices each share name holds when a limit applies, and, for the
+    queued jobs that wait for others, those not yet ended, in the order of ``order``
+    (job -> its ``after_ids``).
     """
-    records, snaps = (kept or fleet.FleetSnapshot()).read(conn)
+    limits = core.limits
+    records, snaps = core.fleet.read(conn)
     holdings = [
-        waiting.Holding(
-            device_id=device_id,
-            holder=holder,
-            job_id=job_id,
-            kind=kind,
-            reason=reason,
-            acquired_at=acquired_at,
-            expires_at=expires_at,
-            runtime=runtime if job_id and runtime is not None else None,
-        )
-        for device_id, holder, job_id, kind, reason, acquired_at, expires_at, runtime in (
-            conn.execute(_HOLDINGS)
-        )
+        waiting.Holding(device, holder, job_id, kind, why, since, until, ran if job_id else None)
+        for device, holder, job_id, kind, why, since, until, ran in conn.execute(_HOLDINGS)
     ]
     reservations = dict(conn.all("SELECT device_id, job_id FROM reservations"))
     quarantine = {
@@ -399,41 +374,30 @@ def wait_snapshot(
     waiting_jobs = [j.id for j in queued if j.after_open]
     pending = after.pending(conn, waiting_jobs) if waiting_jobs else {}
     for job_id, ids in pending.items():
-        given = (order or {}).get(job_id, ())
+        given = order.get(job_id, ())
         ids.sort(key=lambda i: given.index(i) if i in given else len(given))
     return waiting.Snapshot(
         snaps, queued, holdings, reservations, quarantine, limits, held, pending
     )
 
 
-def waiting_for(
-    conn: sql.Db,
-    job: JobRecord,
-    key: scheduling.QueueKey = scheduling.queue_key,
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-) -> list[waiting.Blocker]:
-    """What one queued job waits for; ``[]`` for a job not queued. ``key`` is the queue
-    order that decides who is ahead (aged); ``limits`` the submitter limits."""
+def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[waiting.Blocker]:
+    """What one queued job waits for at ``now``; ``[]`` for a job not queued."""
     if not job.queued:
         return []
     # Of the rest of the queue, the rules read only whether a job reserving a candidate
     # is ahead of this one: the reservers are all they need, however long the queue.
     queued = [job.snap(), *(s for s in queries.queued_snaps(conn, True) if s.id != job.id)]
-    snap = wait_snapshot(conn, queued, kept, limits, {job.id: job.after_ids})
-    return waiting.waiting_for(job.snap(), snap, key)
+    snap = wait_snapshot(conn, core, queued, {job.id: job.after_ids})
+    return waiting.waiting_for(job.snap(), snap, core.key(now))
 
 
 def waiting_for_all(
-    conn: sql.Db,
-    queued: list[JobRecord],
-    key: scheduling.QueueKey = scheduling.queue_key,
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
+    conn: sql.Db, core: Core, queued: list[JobRecord], now: int
 ) -> dict[str, list[waiting.Blocker]]:
-    """What every queued job waits for, from one snapshot (``/v1/state``)."""
+    """What every queued job waits for at ``now``, from one snapshot (``/v1/state``)."""
     if not queued:
         return {}
     order = {j.id: j.after_ids for j in queued if j.after_open}
-    snap = wait_snapshot(conn, [j.snap() for j in queued], kept, limits, order)
-    return waiting.waiting_for_all(snap, key)
+    snap = wait_snapshot(conn, core, [j.snap() for j in queued], order)
+    return waiting.waiting_for_all(snap, core.key(now))

@@ -163,7 +163,8 @@ class DatabaseLogStore(JobLogs):
         ]
         if not settled:
             return Snapshot(pieces, offset)
-        written = int(meta[1])
+        _head, tail_written = meta
+        written = int(tail_written)
         ring = self.layout.ring if self.layout is not None else written
         start = max(0, written - ring)  #: where the tail's kept bytes begin
         if start:

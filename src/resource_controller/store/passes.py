@@ -16,16 +16,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from resource_controller import errors
 from resource_controller.core import passloop, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
-from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.queries import QueueEntry, QueueRow
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, split_ids
+
+if TYPE_CHECKING:
+    from resource_controller.store.base import Core
 
 log = logging.getLogger(__name__)
 
@@ -242,23 +244,16 @@ class PassEnd:
     devices: frozenset[str] = frozenset()
 
 
-def schedule_pass(
-    db: sql.Db,
-    now: int,
-    aging: int,
-    fleet: FleetSnapshot,
-    kept: KeptReservations,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-) -> tuple[list[Assigned], PassEnd]:
+def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     """One scheduling pass in the open transaction ``db``, which holds the pass lock
-    (``locks.SCHEDULING_PASS``): FIFO by priority (effective priority at ``now`` with
-    ``aging`` > 0), reservations for the blocked; what it placed and how it ended.
+    (``locks.SCHEDULING_PASS``): FIFO by priority (effective priority now with
+    ``--priority-aging``), reservations for the blocked; what it placed and how it ended.
 
-    ``limits`` are the submitter limits: the devices each share name holds are read when
-    any applies. Each assignment is a savepoint, and the reservation rows are rewritten
-    once at the end, only when they changed. ``fleet`` is the store's view of the
-    devices, brought up to date here; ``kept`` its copy of the reservation rows.
+    The devices each share name holds are read when a submitter limit applies. Each
+    assignment is a savepoint, and the reservation rows are rewritten once at the end,
+    only when they changed. The store's fleet view is brought up to date here.
     """
+    now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
     if not queries.any_queued(db):
         # Nothing waits, so nothing is placed and no reservation stands;
@@ -266,7 +261,7 @@ def schedule_pass(
         if old_reservations:
             _rewrite(db, kept, now, old_reservations, {})
         return [], PassEnd()
-    by_id, index = fleet.index(db)
+    by_id, index = core.fleet.index(db)
     held = held_by_share(db) if limits.on else {}
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.

@@ -101,14 +101,15 @@ class Reports:
                 if job.device_id:
                     try:
                         with core.undone(c, savepoint="pass"):
-                            assigned, end = self._queue.place(c)
+                            assigned, end = passes.schedule_pass(c, core)
                             placed = assigned, end, self._hand_out(c, assigned, hand_out)
                     except Exception:
                         log.exception("scheduling pass after the report of job %s failed", job_id)
             if placed is None:
                 self._queue.noted_ended(ended)
                 return job, None
-            return job, self._queue.passed(*placed[:2], ended, placed[2])
+            assigned, end, handed = placed
+            return job, self._queue.passed(assigned, end, ended, handed)
 
     def _hand_out(
         self, c: sql.Db, assigned: list[Assigned], hand_out: Callable[[str], bool] | None

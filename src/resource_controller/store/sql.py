@@ -112,7 +112,8 @@ class Db:
         None where the database has no such thing, and a cache must not lean on it."""
         if self.postgres:
             return None
-        return int(self.driver.execute("PRAGMA data_version").fetchone()[0])
+        (version,) = self.driver.execute("PRAGMA data_version").fetchone()
+        return int(version)
 
     def quiet_mark(self) -> int | None:
         """PostgreSQL: one past the newest finished transaction ID, when no transaction
@@ -121,8 +122,8 @@ class Db:
         is exactly one more only if a single transaction wrote and finished meanwhile."""
         if not self.postgres:
             return None
-        row = self.driver.execute(_QUIET_MARK).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        (mark,) = self.driver.execute(_QUIET_MARK).fetchone() or (None,)
+        return None if mark is None else int(mark)
 
     def execute(self, sql: str, params: Sequence[Any] = (), move: str = "") -> Cursor:
         """Run one statement; ``move`` names the state move it makes (``store.moves``)."""
@@ -152,8 +153,8 @@ class Db:
 
     def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first column of the first row, or None when there is no row."""
-        row = self.execute(sql, params).fetchone()
-        return None if row is None else row[0]
+        (first, *_) = self.execute(sql, params).fetchone() or (None,)
+        return first
 
 
 _QUIET_MARK = (

@@ -1,16 +1,15 @@
 """The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT.
 
-One transaction, in the spec's order: demote devices by their worker's silence
-, reap the jobs of written-off workers unless in retention mode
-, then, only when judging, expire lapsed leases. Which row
-deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
-only reads them and applies the verdicts, each a move from the transition table
-(``store.moves``: conditional on the op's legal source states).
+One transaction (``Devices.sweep``), in the spec's order: demote devices by their
+worker's silence, reap the jobs of written-off workers unless in retention mode, then,
+only when judging, expire lapsed leases. ``core.expiry`` decides what each row
+deserves; this module reads the rows and applies the verdicts, each a move of the
+transition table (``store.moves``).
 
-No statement here ever writes ``ready``: the sweep only ever
-learns that something stopped reporting, and no news from a worker says nothing about
-what is on its devices. Expiry quarantines rather than frees for the same reason: it
-says the holder stopped renewing, not that the hardware is idle.
+No statement here ever writes ``ready``: the sweep only ever learns that something
+stopped reporting, and no news from a worker says nothing about what is on its devices.
+Expiry quarantines rather than frees for the same reason: it says the holder stopped
+renewing, not that the hardware is idle.
 """
 
 from __future__ import annotations
@@ -37,13 +36,7 @@ def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
     lost = [] if rules.retain else _reap(conn, now, reap)
     expired = _expire(conn, now, rules) if judging else []
-    return SweepResult(
-        devices_unknown=unknown,
-        devices_unhealthy=unhealthy,
-        jobs_lost=lost,
-        leases_expired=expired,
-        judging=judging,
-    )
+    return SweepResult(unknown, unhealthy, lost, expired, judging)
 
 
 #: Devices whose worker was last heard at or before ``?``, by device ID. An inner join: a

@@ -56,14 +56,10 @@ class Views:
         id_prefix: str = "",
         before: str = "",
     ) -> list[JobRecord]:
-        """STORE-161: newest first, ties by ID descending, with lease epochs.
-
-        ``id_prefix`` keeps jobs whose ID starts with it, compared as a plain substring
-        so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
-        ``before`` keeps the jobs that come after that job in this order, whatever its
-        own state: the next page of a listing (``GET /v1/jobs?before=``). A job never
-        leaves the table and its ``submitted_at`` never changes, so the cursor stays.
-        """
+        """STORE-161: newest first, ties by ID descending, with lease epochs. ``id_prefix``
+        is compared as a plain substring (``%`` and ``_`` are never wildcards); ``before``
+        keeps the jobs after that one in this order, whatever its state (the next page of
+        ``GET /v1/jobs``: a job's row and its ``submitted_at`` never go)."""
         if not 1 <= limit <= 200:
             raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
         with self._core.read() as c:
@@ -99,7 +95,7 @@ class Views:
         with core.tx() as c:
             now = core.now()
             queued = _queued(c, now, core.aging)
-            waits = jobs.waiting_for_all(c, queued, core.key(now), core.fleet, core.limits)
+            waits = jobs.waiting_for_all(c, core, queued, now)
             active = _active(c)
             held = device_snapshots(c, commands={j.id: j.command for j in active}, kept=core.fleet)
             return held, active, queued, waits
@@ -302,12 +298,10 @@ def list_jobs(
             raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
         where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
         params += [at, at, before]
-    if submitter:
-        where.append("jobs.submitter = ?")
-        params.append(submitter)
-    if state:
-        where.append("jobs.state = ?")
-        params.append(state)
+    for column, value in (("submitter", submitter), ("state", state)):
+        if value:
+            where.append(f"jobs.{column} = ?")
+            params.append(value)
     if id_prefix:
         where.append("substr(jobs.id, 1, ?) = ?")
         params += [len(id_prefix), id_prefix]
@@ -376,22 +370,15 @@ _LIVE_WITH_COMMAND = (
 def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
     """STORE-154: the device's own usage sheet, or the host-wide one when its body is
     empty."""
-
-    def read(device_id: str) -> tuple[str, int | None]:
-        found = conn.one(
-            "SELECT body, updated_at FROM host_docs WHERE host = ? AND device_id = ?",
-            (device.host, device_id),
-        )
-        if found is None:
-            return "", None
-        body, at = found
-        return str(body), at
-
-    body, at = read(device.id)
+    rows = conn.all(
+        "SELECT device_id, body, updated_at FROM host_docs WHERE host = ? AND device_id IN (?, '')",
+        (device.host, device.id),
+    )
+    sheets = {device_id: (str(body), at) for device_id, body, at in rows}
+    body, at = sheets.get(device.id, ("", None))
     if body:
         return Sheet(body, at, False)
-    body, at = read("")
-    return Sheet(body, at, True)
+    return Sheet(*sheets.get("", ("", None)), True)
 
 
 def recovery_history(conn: sql.Db, now: int, device_id: str) -> RecoveryHistory:
