@@ -36,10 +36,17 @@ def measure(n: int) -> dict[str, float]:
     tokens = "wtok:worker,ctok:client,atok:admin"
     data = Path(tempfile.mkdtemp(prefix="rc-dispatch-")) / "data"
     svc = serve.open_services(data, tokens, Settings(), FakeClock(1_800_000_000.0))
-    svc.store.register("h", "boot", [("d0", 0)])
-    job = svc.store.enqueue(NewJob(command=["true"], submitter="a"))
-    svc.store.schedule()
-    wid = svc.store.job(job.id).worker_id
+    store: Any = svc.store
+    if hasattr(store, "queue"):  # the store by aggregate
+        store.devices.register("h", "boot", [("d0", 0)])
+        job = store.queue.enqueue(NewJob(command=["true"], submitter="a"))
+        store.queue.run_pass()
+        wid = store.views.job(job.id).worker_id
+    else:  # trees before it (dfc1614 and older)
+        store.register("h", "boot", [("d0", 0)])
+        job = store.enqueue(NewJob(command=["true"], submitter="a"))
+        store.schedule()
+        wid = store.job(job.id).worker_id
     app: Any = app_module.create_app(svc, run_loops=False)
     if hasattr(app_module, "wrap"):  # trees before the route table (dfc1614 and older)
         app = app_module.wrap(app, svc)

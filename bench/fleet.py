@@ -460,7 +460,7 @@ def hold_every_device(data: Path, holders: int = 0) -> list[str]:
     from support import store_helpers
 
     with store_at(data) as store:
-        ids = [s.device.id for s in store.device_snapshots()]
+        ids = [s.device.id for s in store.views.devices()]
         for i, device_id in enumerate(ids):
             who = user(i % holders) if holders else "holder"
             with contextlib.suppress(Exception):
@@ -479,7 +479,7 @@ def register_fleet(data: Path, devices: int) -> None:
     with store_at(data) as store:
         for w in range(-(-devices // PER_WORKER)):
             names = [f"gpu{i}" for i in range(min(PER_WORKER, devices - w * PER_WORKER))]
-            store.register(f"host{w:05d}", "boot", [(n, 0) for n in names])
+            store.devices.register(f"host{w:05d}", "boot", [(n, 0) for n in names])
 
 
 def enqueue(
@@ -491,7 +491,7 @@ def enqueue(
         for i in range(n):
             pin = rng.choice(pins) if pins else ""
             who = user(i % submitters) if submitters else "bench"
-            store.enqueue(NewJob(command=["true"], submitter=who, device_id=pin))
+            store.queue.enqueue(NewJob(command=["true"], submitter=who, device_id=pin))
 
 
 def time_passes(data: Path, repeats: int, limit: int = 0) -> dict[str, float]:
@@ -505,12 +505,12 @@ def time_passes(data: Path, repeats: int, limit: int = 0) -> dict[str, float]:
     with store_at(data) as store:
         if limit:
             store.limits = SubmitterLimits(default=limit)
-        store.schedule()  # warm: statements compiled, pages cached
+        store.queue.run_pass()  # warm: statements compiled, pages cached
         heap.settle()
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            store.schedule()
+            store.queue.run_pass()
             samples.append(time.perf_counter() - t0)
     return summary(samples)
 

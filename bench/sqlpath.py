@@ -37,10 +37,10 @@ from resource_controller.store.jobs import NewJob
 
 
 def seed(store: Store, n: int) -> list[str]:
-    store.register("h", "boot", [("d0", 0)])
+    store.devices.register("h", "boot", [("d0", 0)])
     ids = []
     for _ in range(n):
-        job = store.enqueue(NewJob(command=["true"], submitter="bench", device_id="h:d0"))
+        job = store.queue.enqueue(NewJob(command=["true"], submitter="bench", device_id="h:d0"))
         ids.append(job.id)
     return ids
 

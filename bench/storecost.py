@@ -2,8 +2,8 @@
 
 Opens a real store (SQLite file, WAL, ``synchronous=FULL``) with one worker and four
 devices, submits ``--jobs`` jobs the way ``POST /v1/jobs`` does (enqueue, one pass, read
-back), then plays the worker: hand-out, ``running``, terminal report, and the pass that
-report kicks. Prints CPU per job (thread CPU, so fsync waits are not counted) and wall
+back), then plays the worker: hand-out, ``running``, and the terminal report with the pass it
+runs in its commit. Prints CPU per job (thread CPU, so fsync waits are not counted) and wall
 time per job, and with ``--profile`` the top of the cProfile table by own time.
 Usage: ``python bench/storecost.py [--jobs 200] [--profile 25]``.
 """
@@ -24,19 +24,20 @@ from resource_controller.store.records import JobRecord
 
 
 def run(store: Store, n: int) -> None:
-    worker = store.register("benchbox", "boot", [(f"slot{i}", 0) for i in range(4)]).worker_id
+    worker = store.devices.register(
+        "benchbox", "boot", [(f"slot{i}", 0) for i in range(4)]
+    ).worker_id
     for _ in range(n):
-        job = store.enqueue(NewJob(command=["true"], submitter="bench"))
-        store.schedule_after(job)
-        store.job(job.id)
+        job = store.queue.enqueue(NewJob(command=["true"], submitter="bench"))
+        store.queue.schedule_after(job)
+        store.views.job(job.id)
     done = 0
     while done < n:
-        handed, _ = store.take_work(worker)
+        handed, _ = store.reports.take_work(worker)
         for j in handed:
-            store.report(j.id, _owned, "running")
+            store.reports.status(j.id, _owned, "running")
         for j in handed:
-            store.report(j.id, _owned, "succeeded", 0, "")
-            store.schedule()
+            store.reports.status(j.id, _owned, "succeeded", 0, "")
             done += 1
 
 

@@ -99,7 +99,7 @@ def build(store: Store, args: argparse.Namespace, now: int) -> dict[str, float]:
             leases.append((str(uuid.uuid4()), d, who, job_id, end - held, end + 600, end))
         plan.append((end, [usage.Held(d, who, job_id, held) for d in mine], util))
     t0 = time.perf_counter()
-    with store._tx() as db:
+    with store.tx() as db:
         db.many(
             "INSERT INTO jobs (id, seq, command, submitter, state, device_id, worker_id,"
             " submitted_at, started_at, finished_at, device_ids, gpu_util_mean)"
@@ -115,11 +115,11 @@ def build(store: Store, args: argparse.Namespace, now: int) -> dict[str, float]:
     t0 = time.perf_counter()
     cpu0 = time.thread_time()
     for i in range(0, len(plan), 10_000):
-        with store._tx() as db:
+        with store.tx() as db:
             for end, held_rows, util in plan[i : i + 10_000]:
                 usage.account(db, end, held_rows, util)
     rollup_s, rollup_cpu = time.perf_counter() - t0, time.thread_time() - cpu0
-    with store._read() as db:
+    with store.read() as db:
         marks = db.value("SELECT count(*) FROM usage_marks")
         totals = db.value("SELECT count(*) FROM usage_totals")
     return {
@@ -144,7 +144,7 @@ _DIRECT = {
 def direct(store: Store, by: str, since: int) -> int:
     """The same question from the leases themselves, by an index on their release time:
     what the rollup replaces. Returns the number of groups."""
-    with store._read() as db:
+    with store.read() as db:
         rows = db.all(
             f"SELECT {_DIRECT[by]}, count(DISTINCT job_id), sum(released_at - acquired_at)"
             f" FROM leases WHERE released_at >= ? GROUP BY {_DIRECT[by]}",
@@ -289,14 +289,14 @@ def main() -> None:
             )
             results: dict[str, Any] = {}
             print(f"{'by':10} {'since':6} {'groups':>6}  store min/med/max ms  direct (leases)")
-            with store._tx() as db:
+            with store.tx() as db:
                 db.execute("CREATE INDEX bench_leases_released ON leases (released_at)")
                 db.execute("ANALYZE")
             for by in args.by:
                 for since_text in args.since:
                     since = acct.parse_since(since_text)
-                    groups = len(store.usage(by, since).groups)
-                    t_store = _timed(functools.partial(store.usage, by, since), args.repeats)
+                    groups = len(store.views.usage(by, since).groups)
+                    t_store = _timed(functools.partial(store.views.usage, by, since), args.repeats)
                     t_direct = _timed(functools.partial(direct, store, by, since), 3)
                     results[f"{by}/{since_text}"] = {
                         "groups": groups,

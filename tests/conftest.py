@@ -146,7 +146,7 @@ class Factory:
     ) -> list[str]:
         """Register ``host`` with ``gpu0..gpu{devices-1}``; return their device IDs."""
         names = [f"gpu{i}" for i in range(devices)]
-        self.store.register(host, boot_id, [(n, max_runtime_seconds) for n in names])
+        self.store.devices.register(host, boot_id, [(n, max_runtime_seconds) for n in names])
         return [f"{host}:{n}" for n in names]
 
     def submit(
@@ -157,7 +157,7 @@ class Factory:
         command: tuple[str, ...] = ("train",),
         **kw: Any,
     ) -> JobRecord:
-        return self.store.enqueue(
+        return self.store.queue.enqueue(
             NewJob(
                 command=list(command),
                 submitter=submitter,
@@ -170,11 +170,11 @@ class Factory:
     def start(self, device: str = "", **kw: Any) -> JobRecord:
         """Submit, run a scheduling pass and hand the job out; return it as now stored."""
         job = self.submit(device=device, **kw)
-        self.store.schedule()
-        placed = self.store.job(job.id)
+        self.store.queue.run_pass()
+        placed = self.store.views.job(job.id)
         assert placed.state == "assigned", placed.state
-        self.store.take_work(placed.worker_id)
-        return self.store.job(job.id)
+        self.store.reports.take_work(placed.worker_id)
+        return self.store.views.job(job.id)
 
 
 @pytest.fixture

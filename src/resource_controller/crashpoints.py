@@ -7,7 +7,7 @@ database is intact and nothing acknowledged was lost. The process ends with
 ``os._exit(CRASH_STATUS)``: no ``finally``, no ``atexit``, no flush, no commit, the
 same as ``kill -9`` at that instant.
 
-The store's transactions name their point (``Store._tx``), reached twice: as
+The store's transactions name their point (``Core.tx``), reached twice: as
 ``<name>.before_commit`` inside the transaction after its writes, and as
 ``<name>.after_commit`` once it committed but before anyone was told. The log store's
 appends are ``log_append.before_write`` and ``log_append.after_write``.

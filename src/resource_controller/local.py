@@ -341,7 +341,7 @@ async def _report_stop(svc: Services, job_ids: list[str], tell: Callable[[str], 
     ended = []
     for job_id in job_ids:
         try:
-            ended.append(await svc.db(svc.store.job, job_id))
+            ended.append(await svc.db(svc.store.views.job, job_id))
         except Exception as exc:  # the stop goes on; it says what it could not read
             tell(f"stopping: could not read job {job_id}: {exc}")
     if ended:
@@ -349,8 +349,8 @@ async def _report_stop(svc: Services, job_ids: list[str], tell: Callable[[str], 
         tell(f"stopping: the worker ended {len(ended)} running job(s): {jobs}")
         await asyncio.sleep(CLIENT_LINGER)
     try:
-        queued = await svc.db(svc.store.queued_jobs)
-        active = [j for j in await svc.db(svc.store.active_jobs) if j.id not in job_ids]
+        queued = await svc.db(svc.store.views.queued)
+        active = [j for j in await svc.db(svc.store.views.active) if j.id not in job_ids]
     except Exception as exc:
         tell(f"stopping: could not read the queue: {exc}")
     else:

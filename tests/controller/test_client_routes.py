@@ -634,8 +634,8 @@ def test_unexpected_failures_are_generic_500s(rc: Harness, monkeypatch: Any) -> 
     def store_down(*_: Any) -> Any:
         raise errors.StoreError("database error: OperationalError")
 
-    monkeypatch.setattr(rc.svc.store, "list_jobs", broken)
-    monkeypatch.setattr(rc.svc.store, "job_view", store_down)
+    monkeypatch.setattr(rc.svc.store.views, "list_jobs", broken)
+    monkeypatch.setattr(rc.svc.store.queue, "job_view", store_down)
     msg = assert_error(rc.client.get("/v1/jobs"), 500, "store_error")
     assert "secret" not in msg and "OperationalError" not in msg
     # The answer is an ordinary response: the same keep-alive connection serves the next

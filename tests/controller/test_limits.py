@@ -172,16 +172,16 @@ def test_unexpected_failure_in_the_submit_pass_cancels_the_job(
 ) -> None:
     """API-042 step 2: any failure of the pass (not only a database error) cancels."""
     rc.register()
-    real = rc.svc.store.run_pass
+    real = rc.svc.store.queue.run_pass
 
     def broken() -> Any:
         raise OverflowError("Python int too large to convert to SQLite INTEGER")
 
-    monkeypatch.setattr(rc.svc.store, "run_pass", broken)
+    monkeypatch.setattr(rc.svc.store.queue, "run_pass", broken)
     assert_error(rc.submit_raw(device_id="gpubox:gpu0"), 500, "store_error")
     [job] = rc.client.get("/v1/jobs").json()["jobs"]
     assert job["state"] == "killed" and job["kill_reason"] == states.REASON_SUBMIT_SCHEDULE
-    monkeypatch.setattr(rc.svc.store, "run_pass", real)
+    monkeypatch.setattr(rc.svc.store.queue, "run_pass", real)
     assert rc.submit(device_id="gpubox:gpu0")["state"] == "assigned"
 
 

@@ -25,13 +25,13 @@ def test_the_report_hands_the_next_job_to_the_waiting_poll_in_one_commit(rc: Har
     assert second["state"] == "queued"
     polled = rc.background(rc.poll, wid, "10s")
     _wait_parked(rc)
-    commits = rc.svc.store._gen
+    commits = rc.svc.store.gen
     assert rc.report(first, wid, "succeeded", exit_code=0).status_code == 200
     r = polled.result(timeout=10)
     assert r.status_code == 200, r.text
     assert [a["job_id"] for a in r.json()["assignments"]] == [second["id"]]
     # The release, the grant and the hand-out: one transaction, the poll's none.
-    assert rc.svc.store._gen == commits + 1
+    assert rc.svc.store.gen == commits + 1
     assert rc.job(second["id"])["state"] == "running"
     assert len(rc.svc.hub.parked) == 0
 

@@ -160,9 +160,9 @@ def test_inside_the_start_up_hold_off_only_unknown_then_the_same_verdict(
     data = tmp_path / "data"
     data.mkdir()
     store = Store(data / "rc.db", clock)
-    store.register("gpubox", "boot-1", [("gpu0", 0)])
-    job = store.enqueue(NewJob(command=["train"], submitter="alice", device_id="gpubox:gpu0"))
-    store.schedule()
+    store.devices.register("gpubox", "boot-1", [("gpu0", 0)])
+    job = store.queue.enqueue(NewJob(command=["train"], submitter="alice", device_id="gpubox:gpu0"))
+    store.queue.run_pass()
     store.close()
     clock.advance(600)
     rc = Harness(open_controller(data, clock, "sweep_interval=0.02,hold_off=30"), clock, data)
@@ -333,7 +333,7 @@ def test_a_recovery_failure_never_fails_the_registration(
     def broken(*_: Any) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(rc.svc.store, "auto_recover", broken)
+    monkeypatch.setattr(rc.svc.store.devices, "auto_recover", broken)
     r = rc.worker.post(
         "/v1/workers/register",
         json={"host": "gpubox", "devices": [{"name": "gpu0"}], "recovery": {"isolated": True}},

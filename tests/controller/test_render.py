@@ -47,26 +47,26 @@ def _body_as_validated(body: dict[str, Any]) -> str:
 
 def _fleet(store: Store, make: Factory, clock: FakeClock) -> None:
     [gpu0, gpu1, gpu2, gpu3] = make.worker(devices=4, max_runtime_seconds=3600)
-    store.apply_facts(
+    store.devices.apply_facts(
         "box", ["gpu0"], {"gpu0": {"vram": "80G"}}, {"gpu0": {"rack": "a"}}, None, None
     )
     make.start(device=gpu0, env={"A": "1"}, priority=3, max_runtime_seconds=60)
     make.start(device=gpu1)
-    store.drain_device(gpu2, "ops", "maintenance")
-    store.set_device_state(gpu3, "unhealthy", "probe failed: ecc")
+    store.devices.drain(gpu2, "ops", "maintenance")
+    store.devices.set_state(gpu3, "unhealthy", "probe failed: ecc")
     clock.advance(5)
     make.submit(device=gpu0, idempotency_key="k1")
     make.submit(selector="vram>=40G", priority=-2)
     make.submit()
     make.submit(device_ids=(gpu0, gpu1), count=2)
-    store.schedule()
+    store.queue.run_pass()
 
 
 def test_every_builder_gives_what_validation_would(
     store: Store, make: Factory, clock: FakeClock
 ) -> None:
     _fleet(store, make, clock)
-    snaps, active, queued, waits = store.state_view()
+    snaps, active, queued, waits = store.views.state_view()
     assert len(snaps) == 4 and len(active) == 2 and len(queued) == 4
     views = [_body_as_validated(render.device_view_body(s, store.now())) for s in snaps]
     assert any('"draining":true' in v for v in views)
@@ -85,4 +85,4 @@ def test_an_ended_job_renders_as_validated(store: Store, make: Factory) -> None:
     [dev, _] = make.worker()
     job = make.start(device=dev)
     store_helpers.release(store, job.id, "failed", 3, "exit status 3")
-    _same_as_validated(render.job(store.job(job.id)))
+    _same_as_validated(render.job(store.views.job(job.id)))

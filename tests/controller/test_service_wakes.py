@@ -73,7 +73,7 @@ class Ops:
         return self.run(service.sweep, expiry.SweepRules(hold_off_until=None), None)
 
     def state_of(self, job_id: str) -> str:
-        return self.svc.store.job(job_id).state
+        return self.svc.store.views.job(job_id).state
 
     def close(self) -> None:
         self.loop.close()

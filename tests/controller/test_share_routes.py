@@ -95,6 +95,14 @@ def test_after_waits_then_runs_and_the_view_says_so(rc: Harness) -> None:
     assert rc.job(second["id"])["state"] == "assigned"  # the report's own pass (EXT-FAST-1)
 
 
+def test_a_job_named_twice_is_waited_for_once(rc: Harness) -> None:
+    first, worker = rc.running_job()
+    second = rc.submit(after=[first, first])
+    assert second["after"] == [first]
+    finish(rc, first, worker)
+    assert rc.job(second["id"])["state"] == "assigned"
+
+
 def test_a_failed_dependency_ends_the_waiting_job_killed(rc: Harness) -> None:
     first, worker = rc.running_job()
     second = rc.submit(after=[first])

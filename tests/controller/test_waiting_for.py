@@ -144,20 +144,20 @@ def test_state_carries_queued_waiting_for_beside_waiting_seconds(rc: Harness) ->
 
 
 def test_state_answers_for_a_long_queue_in_one_gathering(rc: Harness, monkeypatch: Any) -> None:
-    from resource_controller.store import views
+    from resource_controller.store import jobs
 
     rc.register("gpubox", ("gpu0",))
     rc.fault("gpubox:gpu0", "fan stuck")
     for _ in range(20):
         rc.submit(device_id="gpubox:gpu0")
     calls: list[int] = []
-    real = views.wait_snapshot
+    real = jobs.wait_snapshot
 
     def counted(conn: Any, queued: Any, *rest: Any) -> Any:
         calls.append(1)
         return real(conn, queued, *rest)
 
-    monkeypatch.setattr(views, "wait_snapshot", counted)
+    monkeypatch.setattr(jobs, "wait_snapshot", counted)
     state = rc.client.get("/v1/state").json()
     assert len(state["queued_waiting_for"]) == 20 and calls == [1]
 

@@ -64,7 +64,7 @@ class Reaper:
         rules = expiry.SweepRules(
             hold_off_until=self.hold_off_until, stalled=not self.guard.may_judge
         )
-        return self.store.sweep(rules)
+        return self.store.devices.sweep(rules)
 
     def on_schedule(self, passes: int, heartbeat: list[str] | None = None) -> list[SweepResult]:
         """``passes`` passes one interval apart; before each, h0 names ``heartbeat`` (None: silent)."""
@@ -72,7 +72,7 @@ class Reaper:
         for _ in range(passes):
             self.clock.advance(INTERVAL)
             if heartbeat is not None:
-                self.store.heartbeat(wid("h0"), heartbeat)
+                self.store.reports.heartbeat(wid("h0"), heartbeat)
             out.append(self.run())
         return out
 
@@ -87,7 +87,7 @@ def raw(store: Store, tmp_path: Path) -> Iterator[Raw]:
 
 
 def fleet(store: Store) -> None:
-    store.register("h0", "boot-1", [("gpu0", 0)])
+    store.devices.register("h0", "boot-1", [("gpu0", 0)])
 
 
 def running(store: Store, hold_ttl: int = 0) -> str:
@@ -96,9 +96,9 @@ def running(store: Store, hold_ttl: int = 0) -> str:
         req = NewJob(["hold"], "alice", device_id=DEVICE, kind="hold", max_runtime_seconds=hold_ttl)
     else:
         req = NewJob(["run"], "alice", device_id=DEVICE)
-    job = store.enqueue(req)
-    assert [a.job_id for a in store.schedule()] == [job.id]
-    handed, _ = store.take_work(wid("h0"))
+    job = store.queue.enqueue(req)
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [job.id]
+    handed, _ = store.reports.take_work(wid("h0"))
     assert [j.id for j in handed] == [job.id]  # a hold too: its worker knows it holds
     return job.id
 
@@ -135,7 +135,7 @@ def test_hours_forward_with_the_worker_heartbeating_loses_nothing(
     for result in reaper.on_schedule(expiry.RESUME_PASSES + 3, heartbeat=[job]):
         assert result.jobs_lost == [] and result.leases_expired == []
         assert_sound(raw)
-    assert store.job(job).state == "running"
+    assert store.views.job(job).state == "running"
     assert device(store) == ("busy", "")
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 900  # renewed on the new timeline
@@ -148,15 +148,15 @@ def test_hours_forward_with_the_worker_silent_quarantines_never_frees(
     job = running(store)
     reaper = Reaper(store, clock)
     reaper.on_schedule(3, heartbeat=[job])
-    queued = store.enqueue(NewJob(command=["next"], submitter="bob", device_id=DEVICE))
+    queued = store.queue.enqueue(NewJob(command=["next"], submitter="bob", device_id=DEVICE))
     clock.advance(5 * HOUR)
     results = [reaper.run(), *reaper.on_schedule(expiry.RESUME_PASSES)]
     assert [r.judging for r in results] == [False, False, False, True]
     assert results[-1].jobs_lost == [job]  # written off once judging resumes
     assert device(store) == ("unhealthy", "worker_lost")
-    assert store.job(job).kill_reason == "worker lost"
-    assert store.schedule() == []  # a quarantined device is handed to nobody
-    assert store.job(queued.id).state == "queued"
+    assert store.views.job(job).kill_reason == "worker lost"
+    assert store.queue.run_pass().assigned == []  # a quarantined device is handed to nobody
+    assert store.views.job(queued.id).state == "queued"
     assert_sound(raw)
 
 
@@ -169,12 +169,15 @@ def test_hours_forward_expires_a_hold_into_quarantine(
     reaper.on_schedule(3, heartbeat=[])
     clock.advance(2 * HOUR)  # far past the hold's TTL
     reaper.run()
-    assert store.job(hold).state == "running"  # the stalled pass judges nothing
+    assert store.views.job(hold).state == "running"  # the stalled pass judges nothing
     results = reaper.on_schedule(expiry.RESUME_PASSES, heartbeat=[])
     assert results[-1].leases_expired == [hold]
-    assert store.job(hold).state == "lost" and store.job(hold).kill_reason == "lease expired"
+    assert (
+        store.views.job(hold).state == "lost"
+        and store.views.job(hold).kill_reason == "lease expired"
+    )
     assert device(store) == ("unhealthy", "lease_expired")  # STORE-103: not back in the pool
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert_sound(raw)
 
 
@@ -188,7 +191,7 @@ def test_a_forward_step_during_the_hold_off_still_waits_for_steady_passes(
     reaper = Reaper(store, clock, hold_off=expiry.HOLD_OFF)
     clock.advance(HOUR)
     assert not reaper.run().judging
-    assert store.job(job).state == "running"
+    assert store.views.job(job).state == "running"
 
 
 # ---- backward --------------------------------------------------------------------------
@@ -204,7 +207,7 @@ def test_hours_back_mid_lease_renews_on_the_new_timeline_and_judges_silence_from
     clock.advance(-3 * HOUR)
     for result in reaper.on_schedule(100, heartbeat=[job]):  # 1000 s, longer than a lease
         assert result.jobs_lost == [] and result.leases_expired == [] and result.judging
-    assert store.job(job).state == "running" and device(store) == ("busy", "")
+    assert store.views.job(job).state == "running" and device(store) == ("busy", "")
     assert [x.expires_at for x in store_helpers.live_leases(store)] == [store.now() + 900]
     # Silence is counted from the last heartbeat on the stepped-back clock: 300 s of it
     # write the worker off, as on any other timeline.
@@ -217,9 +220,9 @@ def test_hours_back_mid_lease_renews_on_the_new_timeline_and_judges_silence_from
 def test_a_backward_step_does_not_revive_an_expired_lease_or_a_written_off_worker(
     store: Store, clock: FakeClock, raw: Raw
 ) -> None:
-    store.register("h0", "boot-1", [("gpu0", 0), ("gpu1", 0)])
+    store.devices.register("h0", "boot-1", [("gpu0", 0), ("gpu1", 0)])
     job = running(store)
-    hold = store.enqueue(
+    hold = store.queue.enqueue(
         NewJob(
             command=["hold"],
             submitter="a",
@@ -228,24 +231,24 @@ def test_a_backward_step_does_not_revive_an_expired_lease_or_a_written_off_worke
             max_runtime_seconds=60,
         )
     )
-    assert [a.job_id for a in store.schedule()] == [hold.id]
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [hold.id]
     reaper = Reaper(store, clock)
     reaper.on_schedule(70, heartbeat=[job])  # 700 s: past the hold's TTL and margin
-    assert store.job(hold.id).state == "lost"
+    assert store.views.job(hold.id).state == "lost"
     reaper.on_schedule(31)  # the worker falls silent: written off
-    assert store.job(job).state == "lost"
+    assert store.views.job(job).state == "lost"
     before = {d.id: (d.state, d.quarantine_reason) for d in store_helpers.devices(store)}
     assert before == {
         DEVICE: ("unhealthy", "worker_lost"),
         "h0:gpu1": ("unhealthy", "lease_expired"),
     }
     clock.advance(-2 * HOUR)  # now earlier than every deadline that already passed
-    store.heartbeat(wid("h0"), [job, hold.id])  # the worker is back and names both
+    store.reports.heartbeat(wid("h0"), [job, hold.id])  # the worker is back and names both
     reaper.on_schedule(3, heartbeat=[job, hold.id])
-    assert store.job(job).state == "lost" and store.job(hold.id).state == "lost"
+    assert store.views.job(job).state == "lost" and store.views.job(hold.id).state == "lost"
     assert {d.id: (d.state, d.quarantine_reason) for d in store_helpers.devices(store)} == before
     assert store_helpers.live_leases(store) == []
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert_sound(raw)
 
 
@@ -261,7 +264,7 @@ def test_a_backward_step_past_the_start_reenters_the_hold_off_and_frees_nothing(
     clock.advance(-HOUR)
     results = reaper.on_schedule(40)  # 400 s of silence, all before the hold-off instant
     assert not any(r.judging for r in results)
-    assert store.job(job).state == "running" and device(store) == ("busy", "")
+    assert store.views.job(job).state == "running" and device(store) == ("busy", "")
 
 
 def test_a_silent_worker_is_judged_from_its_last_heartbeat_after_a_step_back(
@@ -298,11 +301,13 @@ def test_a_backward_step_after_a_recovery_keeps_the_flap_guard_counting(
     proof = expiry.Proof(isolated=True)
     for _ in range(expiry.FLAP_LIMIT):
         raw.force_device(DEVICE, "unhealthy", "worker_lost")  # as a write-off leaves it
-        assert [r.device_id for r in store.auto_recover(wid("h0"), proof).recovered] == [DEVICE]
+        assert [r.device_id for r in store.devices.auto_recover(wid("h0"), proof).recovered] == [
+            DEVICE
+        ]
         clock.advance(60)
     clock.advance(-2 * HOUR)
     raw.force_device(DEVICE, "unhealthy", "worker_lost")
-    out = store.auto_recover(wid("h0"), proof)
+    out = store.devices.auto_recover(wid("h0"), proof)
     assert out.recovered == [] and out.held_back == [DEVICE]
     assert device(store) == ("unhealthy", "worker_lost")
     store_helpers.recovery_history(store, DEVICE)  # the read tolerates stamps in the future
@@ -314,12 +319,12 @@ def test_priority_aging_ages_nothing_on_a_clock_behind_the_queue(tmp_path: Path)
     try:
         fleet(store)
         first = running(store)
-        a = store.enqueue(NewJob(command=["a"], submitter="x", device_id=DEVICE))
+        a = store.queue.enqueue(NewJob(command=["a"], submitter="x", device_id=DEVICE))
         clock.advance(-HOUR)
-        b = store.enqueue(NewJob(command=["b"], submitter="x", device_id=DEVICE, priority=1))
-        assert [j.id for j in store.queued_jobs()] == [b.id, a.id]  # priority still rules
+        b = store.queue.enqueue(NewJob(command=["b"], submitter="x", device_id=DEVICE, priority=1))
+        assert [j.id for j in store.views.queued()] == [b.id, a.id]  # priority still rules
         store_helpers.release(store, first, "succeeded", 0, "done")
-        assert [x.job_id for x in store.schedule()] == [b.id]
+        assert [x.job_id for x in store.queue.run_pass().assigned] == [b.id]
     finally:
         store.close()
 
@@ -332,17 +337,19 @@ def test_a_draining_device_through_steps_both_ways(
 ) -> None:
     fleet(store)
     job = running(store)
-    store.drain_device(DEVICE, "ops", "swap")
+    store.devices.drain(DEVICE, "ops", "swap")
     reaper = Reaper(store, clock)
     reaper.on_schedule(2, heartbeat=[job])
     clock.advance(-HOUR)
     reaper.on_schedule(2, heartbeat=[job])
     store_helpers.release(store, job, "succeeded", 0, "done")
-    queued = store.enqueue(NewJob(command=["n"], submitter="b", device_id=DEVICE))
+    queued = store.queue.enqueue(NewJob(command=["n"], submitter="b", device_id=DEVICE))
     clock.advance(3 * HOUR)
     reaper.on_schedule(4, heartbeat=[])
-    assert store.schedule() == []  # draining: nothing new placed, whichever way time went
-    assert store.job(queued.id).state == "queued"
+    assert (
+        store.queue.run_pass().assigned == []
+    )  # draining: nothing new placed, whichever way time went
+    assert store.views.job(queued.id).state == "queued"
     assert_sound(raw)
 
 

@@ -41,9 +41,8 @@ def test_bad_values_are_refused_naming_the_variable(text: str, message: str) -> 
 def test_every_point_is_reached_from_the_store() -> None:
     """A listed point no write path reaches would make its crash test pass vacuously."""
     text = "\n".join(p.read_text() for p in (SRC / "store").glob("*.py"))
-    # Every name a transaction is opened with, a chosen one included
-    # (``_tx("running" if ... else "finish")``).
-    calls = re.findall(r"_tx\(([^()]*)\)", text)
+    # Every name a transaction is opened with (``core.tx("finish")``).
+    calls = re.findall(r"\.tx\(([^()]*)\)", text)
     named = {name for call in calls for name in re.findall(r'"([a-z_]+)"', call)}
     hits = set(re.findall(r'crashpoints\.hit\("([a-z_]+)", "(\.[a-z_]+)"\)', text))
     reached = {f"{n}{phase}" for n in named for phase in (".before_commit", ".after_commit")}

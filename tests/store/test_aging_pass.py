@@ -18,14 +18,14 @@ def run_stream(tmp_path: Path, aging: int) -> tuple[int | None, int]:
     clock = FakeClock()
     store = Store(tmp_path / f"rc-{aging}.db", clock, priority_aging=aging)
     try:
-        store.register("box", "b", [("gpu0", 0)])
+        store.devices.register("box", "b", [("gpu0", 0)])
 
         def submit(priority: int) -> str:
-            job = store.enqueue(NewJob(command=["x"], submitter="a", priority=priority))
+            job = store.queue.enqueue(NewJob(command=["x"], submitter="a", priority=priority))
             return job.id
 
         running = submit(5)
-        store.schedule()
+        store.queue.run_pass()
         low = submit(-5)
         submit(5)
         ran = 1
@@ -33,7 +33,7 @@ def run_stream(tmp_path: Path, aging: int) -> tuple[int | None, int]:
             clock.advance(60)
             store_helpers.release(store, running, "succeeded", 0)
             submit(5)
-            (placed,) = store.schedule()
+            (placed,) = store.queue.run_pass().assigned
             if placed.job_id == low:
                 return minute, ran
             running = placed.job_id

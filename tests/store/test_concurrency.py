@@ -37,7 +37,7 @@ def _client(
         op = rng.random()
         if op < 0.35:
             kind = rng.choice(["pinned", "pinned", "selector", "any"])
-            job = store.enqueue(
+            job = store.queue.enqueue(
                 NewJob(
                     command=["run"],
                     submitter=f"client{seed}",
@@ -50,23 +50,23 @@ def _client(
             if kind == "pinned":
                 pinned.append(job.id)
         elif op < 0.55:
-            placed = store.schedule()
+            placed = store.queue.run_pass().assigned
             assert len(placed) <= len(DEVICES)
         elif op < 0.70:
-            store.take_work(WORKER)
+            store.reports.take_work(WORKER)
         elif op < 0.92:
-            active = store.active_jobs()
+            active = store.views.active()
             if active:
                 victim = rng.choice(active)
                 store_helpers.release(store, victim.id, rng.choice(TERMINAL), 0, "done")
         elif op < 0.96:
-            queued = store.queued_jobs()
+            queued = store.views.queued()
             if queued:
-                store.cancel_queued(rng.choice(queued).id, f"killed by client{seed}")
+                store.queue.cancel(rng.choice(queued).id, f"killed by client{seed}")
         else:
-            store.heartbeat(WORKER, [j.id for j in store.active_jobs()])
+            store.reports.heartbeat(WORKER, [j.id for j in store.views.active()])
         # Checks inside each operation: one read transaction, so one consistent view.
-        active = store.active_jobs()
+        active = store.views.active()
         assert len(active) <= len(DEVICES)
         assert len({j.device_id for j in active}) == len(active)
 
@@ -91,8 +91,8 @@ def test_sixteen_threads_never_share_a_device(tmp_path: Path) -> None:
     store = Store(path, FakeClock())
     raw = Raw(path)
     try:
-        store.register("box", "boot-1", [(n, 0) for n in NAMES])
-        store.apply_facts(
+        store.devices.register("box", "boot-1", [(n, 0) for n in NAMES])
+        store.devices.apply_facts(
             "box", NAMES, {n: {"kind": "ab"[i % 2]} for i, n in enumerate(NAMES)}, None, None, None
         )
         start = threading.Barrier(THREADS)
@@ -136,11 +136,11 @@ def test_sixteen_threads_never_share_a_device(tmp_path: Path) -> None:
 
         # Drain: the queue empties and every job ends terminal, every device ready.
         for _ in range(10 * len(all_ids) + 10):
-            store.schedule()
-            store.take_work(WORKER)
-            for j in store.active_jobs():
+            store.queue.run_pass()
+            store.reports.take_work(WORKER)
+            for j in store.views.active():
                 store_helpers.release(store, j.id, "succeeded", 0)
-            if not store.queued_jobs() and not store.active_jobs():
+            if not store.views.queued() and not store.views.active():
                 break
         states = {r["state"] for r in raw.rows("SELECT state FROM jobs")}
         assert states <= set(TERMINAL)

@@ -28,14 +28,14 @@ def test_drain_records_who_when_and_why_and_draining_again_replaces_them(
 ) -> None:
     # EXT-DRAIN-3a: "Draining again replaces who, when and reason."
     d0, _ = make.worker()
-    store.drain_device(d0, "ops", "driver upgrade")
+    store.devices.drain(d0, "ops", "driver upgrade")
     first = store_helpers.device(store, d0)
     assert first is not None
     assert (first.draining, first.drained_by, first.drain_reason) == (1, "ops", "driver upgrade")
     assert first.drained_at == store.now()
     assert first.state == "ready"  # a flag beside the state, not a state
     clock.advance(60)
-    store.drain_device(d0, "bob", "")
+    store.devices.drain(d0, "bob", "")
     again = store_helpers.device(store, d0)
     assert again is not None
     assert (again.drained_by, again.drain_reason, again.drained_at) == ("bob", "", store.now())
@@ -45,9 +45,9 @@ def test_undrain_clears_the_flag_and_leaves_a_device_not_draining_alone(
     store: Store, make: Factory
 ) -> None:
     d0, d1 = make.worker()
-    store.drain_device(d0, "ops", "upgrade")
-    store.undrain_device(d0)
-    store.undrain_device(d1)  # not draining: changes nothing
+    store.devices.drain(d0, "ops", "upgrade")
+    store.devices.undrain(d0)
+    store.devices.undrain(d1)  # not draining: changes nothing
     for d in (d0, d1):
         rec = store_helpers.device(store, d)
         assert rec is not None
@@ -57,9 +57,9 @@ def test_undrain_clears_the_flag_and_leaves_a_device_not_draining_alone(
 def test_unknown_devices_are_not_found(store: Store, make: Factory) -> None:
     make.worker()
     with pytest.raises(errors.DeviceNotFound):
-        store.drain_device("box:gpu9", "ops", "")
+        store.devices.drain("box:gpu9", "ops", "")
     with pytest.raises(errors.DeviceNotFound):
-        store.undrain_device("box:gpu9")
+        store.devices.undrain("box:gpu9")
 
 
 def test_a_draining_device_is_never_assigned_but_a_pinned_job_queues_for_it(
@@ -68,27 +68,29 @@ def test_a_draining_device_is_never_assigned_but_a_pinned_job_queues_for_it(
     # EXT-DRAIN-2: "a draining device still counts as existing for ... pinned submits
     # (a job may queue for it), but is never assigned".
     d0, _ = make.worker()
-    store.drain_device(d0, "ops", "")
+    store.devices.drain(d0, "ops", "")
     pinned = make.submit(device=d0)
-    assert store.schedule() == []
-    assert store.job(pinned.id).state == "queued"
-    store.undrain_device(d0)
-    assert [a.job_id for a in store.schedule()] == [pinned.id]
+    assert store.queue.run_pass().assigned == []
+    assert store.views.job(pinned.id).state == "queued"
+    store.devices.undrain(d0)
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [pinned.id]
 
 
 def test_selector_and_any_device_jobs_go_around_a_draining_device(
     store: Store, make: Factory
 ) -> None:
     d0, d1 = make.worker()
-    store.drain_device(d0, "ops", "")
+    store.devices.drain(d0, "ops", "")
     anyone = make.submit()
-    store.schedule()
-    assert store.job(anyone.id).device_id == d1
+    store.queue.run_pass()
+    assert store.views.job(anyone.id).device_id == d1
     # With d1 busy and d0 draining, the next waits and reserves only d1 (never d0).
     waiting = make.submit()
-    assert store.schedule() == []
-    assert store.job(waiting.id).state == "queued"
-    assert [b.device_id for b in store.waiting_for(store.job(waiting.id)) if b.draining] == [d0]
+    assert store.queue.run_pass().assigned == []
+    assert store.views.job(waiting.id).state == "queued"
+    assert [
+        b.device_id for b in store.queue.waiting_for(store.views.job(waiting.id)) if b.draining
+    ] == [d0]
 
 
 def test_a_draining_device_is_never_reserved(store: Store, make: Factory, raw: Raw) -> None:
@@ -97,23 +99,23 @@ def test_a_draining_device_is_never_reserved(store: Store, make: Factory, raw: R
     (d0,) = make.worker(devices=1)
     make.start(device=d0)
     queued = make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     assert {(r["job_id"], r["device_id"]) for r in raw.rows("SELECT * FROM reservations")} == {
         (queued.id, d0)
     }
-    store.drain_device(d0, "ops", "")
+    store.devices.drain(d0, "ops", "")
     assert raw.rows("SELECT * FROM reservations") == []
-    store.schedule()
+    store.queue.run_pass()
     assert raw.rows("SELECT * FROM reservations") == []
 
 
 def test_waiting_for_names_the_draining_device(store: Store, make: Factory) -> None:
     # EXT-WHY-1: "or that the device is ... draining".
     (d0,) = make.worker(devices=1)
-    store.drain_device(d0, "ops", "")
+    store.devices.drain(d0, "ops", "")
     job = make.submit(device=d0)
-    store.schedule()
-    (blocker,) = store.waiting_for(store.job(job.id))
+    store.queue.run_pass()
+    (blocker,) = store.queue.waiting_for(store.views.job(job.id))
     assert blocker.device_id == d0
     assert blocker.draining
 
@@ -121,11 +123,11 @@ def test_waiting_for_names_the_draining_device(store: Store, make: Factory) -> N
 def test_explain_leaves_draining_devices_out_of_free(store: Store, make: Factory) -> None:
     # EXT-DRAIN-3a: "The explain route's free leaves draining devices out."
     d0, d1 = make.worker()
-    store.apply_facts(
+    store.devices.apply_facts(
         "box", ["gpu0", "gpu1"], {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}}, None, None, None
     )
-    store.drain_device(d0, "ops", "")
-    ex = store.explain("k=a")
+    store.devices.drain(d0, "ops", "")
+    ex = store.views.explain("k=a")
     assert ex.matching == [d0, d1]  # still there for selectors (EXT-DRAIN-2)
     assert ex.free == [d1]
 
@@ -154,7 +156,7 @@ def test_a_database_from_before_draining_gains_the_columns(
         rec = store_helpers.device(store, "box:gpu0")
         assert rec is not None
         assert (rec.draining, rec.drained_by, rec.drained_at, rec.drain_reason) == (0, "", 0, "")
-        store.drain_device("box:gpu0", "ops", "r")
+        store.devices.drain("box:gpu0", "ops", "r")
         assert store_helpers.device(store, "box:gpu0").draining == 1  # type: ignore[union-attr]
     finally:
         store.close()

@@ -51,13 +51,13 @@ def test_direct_allocation_ttl_key_and_refusal(
 
 def test_active_job_on_a_device(store: Store, make: Factory, raw: Raw) -> None:
     d0, d1 = make.worker()
-    assert store.active_job_on(d0) == ""
+    assert store.views.active_job_on(d0) == ""
     started = make.start(device=d0)
     raw.force_device(d1, "unhealthy", "fault")
     make.submit(device=d1)  # stays queued: a queued job is not active on its device
-    store.schedule()
-    assert store.active_job_on(d0) == started.id
-    assert store.active_job_on(d1) == ""
+    store.queue.run_pass()
+    assert store.views.active_job_on(d0) == started.id
+    assert store.views.active_job_on(d1) == ""
     store_helpers.release(store, started.id, "succeeded", 0)
-    assert store.active_job_on(d0) == ""
-    assert store.active_job_on("box:nope") == ""
+    assert store.views.active_job_on(d0) == ""
+    assert store.views.active_job_on("box:nope") == ""

@@ -33,14 +33,14 @@ DEVICES = [f"{h}:gpu{i}" for h in HOSTS for i in range(3)]
 
 
 def _fresh(store: Store) -> tuple[dict[str, Any], list[Any]]:
-    with store._read() as db:
+    with store.read() as db:
         records, snaps = FleetSnapshot().read(db)
     return records, snaps
 
 
 def _kept(store: Store) -> tuple[dict[str, Any], list[Any]]:
-    with store._read() as db:
-        return store._fleet.read(db)
+    with store.read() as db:
+        return store.fleet.read(db)
 
 
 def _assert_current(store: Store) -> None:
@@ -52,10 +52,10 @@ def _assert_current(store: Store) -> None:
     assert sorted(scheduled) == sorted(fresh)
     # The views' read: every column of every record, heartbeat stamps included, and
     # every label record, as a plain read of the tables gives them.
-    with store._read() as db:
-        rows, labels = store._fleet.current(db)
+    with store.read() as db:
+        rows, labels = store.fleet.current(db)
         fresh_labels = fleet.label_rows(db)
-        _, index = store._fleet.index(db)
+        _, index = store.fleet.index(db)
     # The planner's index, updated per changed device, is the one a fresh build gives,
     # and every candidate list it kept is what the rule gives on today's fleet.
     built = FleetIndex(fresh_snaps)
@@ -82,9 +82,9 @@ def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[An
     try:
         if kind == "register":
             names = [f"gpu{i}" for i in range(index + 1)]
-            store.register(host, f"boot-{flag % 2}", [(n, 60 * flag) for n in names])
+            store.devices.register(host, f"boot-{flag % 2}", [(n, 60 * flag) for n in names])
         elif kind == "facts":
-            store.apply_facts(
+            store.devices.apply_facts(
                 host,
                 [f"gpu{index}"],
                 {f"gpu{index}": {"vram": f"{40 * flag}G"}},
@@ -93,30 +93,30 @@ def _apply(store: Store, make: Factory, raw: Raw, clock: FakeClock, op: tuple[An
                 None,
             )
         elif kind == "drain":
-            store.drain_device(device, "ops", "r")
+            store.devices.drain(device, "ops", "r")
         elif kind == "undrain":
-            store.undrain_device(device)
+            store.devices.undrain(device)
         elif kind == "unhealthy":
-            store.set_device_state(device, "unhealthy", "probe")
+            store.devices.set_state(device, "unhealthy", "probe")
         elif kind == "clear":
-            store.clear_device(device)
+            store.devices.clear(device)
         elif kind == "retire":
-            store.retire_device(device)
+            store.devices.retire(device)
         elif kind == "submit":
             if flag == 2:
                 make.submit(selector="vram>=40G", max_runtime_seconds=30)
             else:
                 make.submit(device=device if flag % 2 else "")
-            store.schedule()
+            store.queue.run_pass()
         elif kind == "finish":
-            for job in store.active_jobs()[:1]:
+            for job in store.views.active()[:1]:
                 store_helpers.release(store, job.id, "succeeded", 0)
-            store.schedule()
+            store.queue.run_pass()
         elif kind == "heartbeat":
-            store.heartbeat(wid(host), [j.id for j in store.active_jobs()])
+            store.reports.heartbeat(wid(host), [j.id for j in store.views.active()])
         elif kind == "sweep":
             clock.advance(40 * flag)
-            store.sweep(SweepRules(hold_off_until=None))
+            store.devices.sweep(SweepRules(hold_off_until=None))
         elif kind == "hand_edit":
             raw.write("UPDATE devices SET state = 'unknown' WHERE id = ?", device)
         elif kind == "label_edit":
@@ -161,12 +161,12 @@ def test_the_kept_snapshot_is_a_fresh_read_after_every_write(
         _assert_current(store)
     # Leave the file empty of devices for the next example (the fixture is shared).
     for device in DEVICES:
-        for job in store.active_jobs():
+        for job in store.views.active():
             store_helpers.release(store, job.id, "succeeded", 0)
-        for job in store.queued_jobs():
-            store.cancel_queued(job.id, "done")
+        for job in store.views.queued():
+            store.queue.cancel(job.id, "done")
         with contextlib.suppress(errors.RcError):
-            store.retire_device(device)
+            store.devices.retire(device)
     _assert_current(store)
 
 
@@ -174,7 +174,7 @@ def test_a_routine_heartbeat_notes_no_device(store: Store, make: Factory, raw: R
     make.worker(devices=4)
     _kept(store)
     before = raw.rows("SELECT device_id, version FROM device_changes ORDER BY device_id")
-    assert store.heartbeat(wid(), []) is False
+    assert store.reports.heartbeat(wid(), []) is False
     after = raw.rows("SELECT device_id, version FROM device_changes ORDER BY device_id")
     assert [tuple(r) for r in after] == [tuple(r) for r in before]
 
@@ -221,10 +221,10 @@ def test_the_views_see_a_fresh_heartbeat_stamp(
     store: Store, make: Factory, clock: FakeClock
 ) -> None:
     make.worker(devices=2)
-    before = {s.device.id: s.device.last_heartbeat_at for s in store.device_snapshots()}
+    before = {s.device.id: s.device.last_heartbeat_at for s in store.views.devices()}
     clock.advance(7)
-    store.heartbeat(wid(), [])
-    after = {s.device.id: s.device.last_heartbeat_at for s in store.device_snapshots()}
+    store.reports.heartbeat(wid(), [])
+    after = {s.device.id: s.device.last_heartbeat_at for s in store.views.devices()}
     assert after == {d: at + 7 for d, at in before.items()}
 
 
@@ -235,9 +235,9 @@ def test_a_rolled_back_write_it_read_is_forgotten(store: Store, make: Factory) -
     class Undo(Exception):
         pass
 
-    with contextlib.suppress(Undo), store._tx() as c:
+    with contextlib.suppress(Undo), store.tx() as c:
         c.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,), "device:forced")
-        records, _ = store._fleet.read(c)
+        records, _ = store.fleet.read(c)
         assert records[dev].state == "unhealthy"  # read inside the transaction
         raise Undo
     _assert_current(store)
@@ -247,15 +247,15 @@ def test_a_rolled_back_write_it_read_is_forgotten(store: Store, make: Factory) -
 def test_a_rollback_it_did_not_read_keeps_the_snapshot(store: Store, make: Factory) -> None:
     [dev, *_] = make.worker(devices=2)
     _kept(store)
-    kept_version = store._fleet._version
+    kept_version = store.fleet._version
 
     class Undo(Exception):
         pass
 
-    with contextlib.suppress(Undo), store._tx() as c:
+    with contextlib.suppress(Undo), store.tx() as c:
         c.execute("UPDATE devices SET state = 'unhealthy' WHERE id = ?", (dev,), "device:forced")
         raise Undo
-    assert store._fleet._version == kept_version  # nothing to reread: no full read next
+    assert store.fleet._version == kept_version  # nothing to reread: no full read next
     _assert_current(store)
 
 
@@ -292,29 +292,31 @@ def test_kept_candidates_follow_labels_ceilings_and_devices(
     store: Store, make: Factory, raw: Raw
 ) -> None:
     a0, a1 = make.worker("a", devices=2)
-    store.apply_facts("a", ["gpu0", "gpu1"], {"gpu0": {"vram": "80G"}}, None, None, None)
+    store.devices.apply_facts("a", ["gpu0", "gpu1"], {"gpu0": {"vram": "80G"}}, None, None, None)
     blocker = make.start(device=a0)
     make.submit()  # any device: placed on a1
     make.submit(selector="vram>=40G", max_runtime_seconds=30)  # waits for a0
-    store.schedule()
+    store.queue.run_pass()
     _assert_current(store)
-    with store._read() as db:
-        kept = dict(store._fleet.index(db)[1].matches)
+    with store.read() as db:
+        kept = dict(store.fleet.index(db)[1].matches)
     assert kept == {("", 0): [a0, a1], ("vram>=40G", 30): [a0]}
     store_helpers.release(store, blocker.id, "succeeded", 0)  # a state change only: the lists stay
-    with store._read() as db:
-        index = store._fleet.index(db)[1]
+    with store.read() as db:
+        index = store.fleet.index(db)[1]
         assert index.matches[("", 0)] is kept[("", 0)]
     for change in (
-        lambda: store.apply_facts("a", ["gpu1"], {"gpu1": {"vram": "80G"}}, None, None, None),
-        lambda: store.register("a", "boot-1", [("gpu0", 20), ("gpu1", 0)]),
+        lambda: store.devices.apply_facts(
+            "a", ["gpu1"], {"gpu1": {"vram": "80G"}}, None, None, None
+        ),
+        lambda: store.devices.register("a", "boot-1", [("gpu0", 20), ("gpu1", 0)]),
         lambda: make.worker("b", devices=1),
-        lambda: store.retire_device("b:gpu0"),
+        lambda: store.devices.retire("b:gpu0"),
     ):
         make.submit(selector="vram>=40G", max_runtime_seconds=30)
         make.submit()
-        store.schedule()  # fills the lists again
-        for job in store.active_jobs():
+        store.queue.run_pass()  # fills the lists again
+        for job in store.views.active():
             store_helpers.release(store, job.id, "succeeded", 0)
         change()
         _assert_current(store)

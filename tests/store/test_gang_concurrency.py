@@ -41,13 +41,13 @@ def _wid(host: str) -> str:
 
 
 def _register(store: Store, host: str, boot: str) -> None:
-    store.register(host, boot, [(f"gpu{i}", 0) for i in range(HOSTS[host])])
+    store.devices.register(host, boot, [(f"gpu{i}", 0) for i in range(HOSTS[host])])
 
 
 def _check_rows(store: Store) -> None:
     """The store's own answer, in one read: N devices per active job, none shared."""
     seen: set[str] = set()
-    for job in store.active_jobs():
+    for job in store.views.active():
         devices = set(job.devices)
         assert len(devices) == job.device_count, job
         assert len({d.split(":")[0] for d in devices}) == 1, job
@@ -63,11 +63,13 @@ def _submit(store: Store, rng: random.Random, who: str) -> None:
         if how == "pinned":
             names = rng.sample(range(HOSTS[host]), count)
             ids = tuple(f"{host}:gpu{i}" for i in names)
-            store.enqueue(NewJob(command=["x"], submitter=who, device_ids=ids))
+            store.queue.enqueue(NewJob(command=["x"], submitter=who, device_ids=ids))
         elif how == "selector":
-            store.enqueue(NewJob(command=["x"], submitter=who, selector="kind=x", count=count))
+            store.queue.enqueue(
+                NewJob(command=["x"], submitter=who, selector="kind=x", count=count)
+            )
         else:
-            store.enqueue(NewJob(command=["x"], submitter=who, count=count))
+            store.queue.enqueue(NewJob(command=["x"], submitter=who, count=count))
     except errors.NoMatchingDevice:
         pass  # a selector whose hosts lack enough matches (EXT-GANG-2): refused, fine
 
@@ -76,21 +78,21 @@ def _step(store: Store, clock: FakeClock, rng: random.Random, op: str, who: str)
     if op == "submit":
         _submit(store, rng, who)
     elif op == "schedule":
-        store.schedule()
+        store.queue.run_pass()
     elif op == "take":
-        store.take_work(_wid(rng.choice(sorted(HOSTS))))
+        store.reports.take_work(_wid(rng.choice(sorted(HOSTS))))
     elif op == "release":
-        active = store.active_jobs()
+        active = store.views.active()
         if active:
             store_helpers.release(store, rng.choice(active).id, rng.choice(TERMINAL), 0, "done")
     elif op == "cancel":
-        queued = store.queued_jobs()
+        queued = store.views.queued()
         if queued:
-            store.cancel_queued(rng.choice(queued).id, f"killed by {who}")
+            store.queue.cancel(rng.choice(queued).id, f"killed by {who}")
     elif op == "kill":
-        active = store.active_jobs()
+        active = store.views.active()
         if active:
-            store.request_kill(rng.choice(active).id, f"killed by {who}", True)
+            store.queue.request_kill(rng.choice(active).id, f"killed by {who}", True)
     elif op == "death":
         host = rng.choice(sorted(HOSTS))
         if rng.random() < 0.5:
@@ -100,7 +102,7 @@ def _step(store: Store, clock: FakeClock, rng: random.Random, op: str, who: str)
             # Everyone silent past unhealthy-after: the sweep writes the fleet off,
             # then both workers return after a reboot (proof: a new boot ID).
             clock.advance(6 * 60)
-            store.sweep(expiry.SweepRules())
+            store.devices.sweep(expiry.SweepRules())
             for h in sorted(HOSTS):
                 _register(store, h, f"boot-{uuid.uuid4()}")
 
@@ -140,7 +142,9 @@ def test_concurrent_mixed_sizes_never_split_or_share(plans: list[list[tuple[str,
             for host in HOSTS:
                 _register(store, host, "boot-0")
                 names = [f"gpu{i}" for i in range(HOSTS[host])]
-                store.apply_facts(host, names, {n: {"kind": "x"} for n in names}, None, None, None)
+                store.devices.apply_facts(
+                    host, names, {n: {"kind": "x"} for n in names}, None, None, None
+                )
             failures: list[BaseException] = []
             found: list[str] = []
             rounds = [0]
@@ -183,12 +187,12 @@ def test_concurrent_mixed_sizes_never_split_or_share(plans: list[list[tuple[str,
             for host in HOSTS:
                 _register(store, host, f"boot-{uuid.uuid4()}")
             for _ in range(200):
-                store.schedule()
+                store.queue.run_pass()
                 for host in HOSTS:
-                    store.take_work(_wid(host))
-                for job in store.active_jobs():
+                    store.reports.take_work(_wid(host))
+                for job in store.views.active():
                     store_helpers.release(store, job.id, "succeeded", 0)
-                if not store.queued_jobs() and not store.active_jobs():
+                if not store.views.queued() and not store.views.active():
                     break
             states = {r["state"] for r in raw.rows("SELECT state FROM jobs")}
             assert states <= set(TERMINAL)

@@ -43,24 +43,24 @@ def test_a_rolled_back_view_never_hands_out_a_device_another_store_drained(
         if point + phase == "finish.before_commit":
             raise Injected
 
-    real_rollback = a._db.rollback
+    real_rollback = a.db.rollback
 
     def rollback_then_b_drains() -> None:
         real_rollback()
-        a._db.rollback = real_rollback  # type: ignore[method-assign]
-        b.drain_device(y, "ops", "driver upgrade")
+        a.db.rollback = real_rollback  # type: ignore[method-assign]
+        b.devices.drain(y, "ops", "driver upgrade")
 
     monkeypatch.setattr(crashpoints, "hit", fault_at_finish)
-    a._db.rollback = rollback_then_b_drains  # type: ignore[method-assign]
+    a.db.rollback = rollback_then_b_drains  # type: ignore[method-assign]
     with pytest.raises(Injected):
-        a.report_and_pass(holder.id, lambda _job: None, "succeeded", 0)
+        a.reports.status(holder.id, lambda _job: None, "succeeded", 0)
     monkeypatch.undo()
 
     assert store_helpers.device(b, y).draining == 1  # type: ignore[union-attr]
-    late = a.enqueue(NewJob(command=["train"], submitter="bob"))
-    a.schedule()
-    assert a.job(late.id).state == "queued"  # X still held, Y draining
-    assert a.job(waiting.id).state == "queued"
+    late = a.queue.enqueue(NewJob(command=["train"], submitter="bob"))
+    a.queue.run_pass()
+    assert a.views.job(late.id).state == "queued"  # X still held, Y draining
+    assert a.views.job(waiting.id).state == "queued"
     assert raw.live_leases(y) == []
     assert invariant_violations(raw) == []
 
@@ -76,7 +76,7 @@ def _stale(store: Store, device_id: str) -> DeviceRecord:
 def _grant(
     store: Store, job_id: str, record: DeviceRecord, **limits: share.SubmitterLimits
 ) -> Placement:
-    return leases.try_assign(store._tx, store.now(), store.job(job_id), record, **limits)
+    return leases.try_assign(store.tx, store.now(), store.views.job(job_id), record, **limits)
 
 
 def test_a_stale_record_of_a_device_drained_since_is_not_granted(
@@ -85,9 +85,9 @@ def test_a_stale_record_of_a_device_drained_since_is_not_granted(
     (d0,) = make.worker(devices=1)
     job = make.submit(device=d0)
     record = _stale(store, d0)
-    store.drain_device(d0, "ops", "")
+    store.devices.drain(d0, "ops", "")
     assert _grant(store, job.id, record) is Placement.NOT_READY
-    assert raw.live_leases(d0) == [] and store.job(job.id).state == "queued"
+    assert raw.live_leases(d0) == [] and store.views.job(job.id).state == "queued"
 
 
 def test_a_stale_record_of_a_device_marked_in_mig_conflict_is_not_granted(
@@ -97,7 +97,7 @@ def test_a_stale_record_of_a_device_marked_in_mig_conflict_is_not_granted(
     job = make.submit(device=d0)
     record = _stale(store, d0)
     conflict = {"gpu0": {"mig_conflict": "GPU 0 is in MIG mode"}}
-    store.apply_facts("box", ["gpu0"], conflict, None, None, None)
+    store.devices.apply_facts("box", ["gpu0"], conflict, None, None, None)
     assert _grant(store, job.id, record) is Placement.NOT_READY
     assert raw.live_leases(d0) == []
 
@@ -109,7 +109,7 @@ def test_a_job_still_waiting_for_another_is_not_granted(
     first = make.start(device=d0)
     later = make.submit(device=d1, after=(first.id,))
     assert _grant(store, later.id, _stale(store, d1)) is Placement.GONE
-    assert raw.live_leases(d1) == [] and store.job(later.id).state == "queued"
+    assert raw.live_leases(d1) == [] and store.views.job(later.id).state == "queued"
 
 
 def test_a_job_whose_submitter_reached_its_limit_is_not_granted(

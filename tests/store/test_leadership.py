@@ -81,7 +81,7 @@ def test_the_lease_is_taken_once_it_lapsed_or_its_session_ended_never_while_rene
 def test_a_sweep_under_an_epoch_that_is_over_writes_nothing(
     url: str, pg_store: Store, clock: FakeClock
 ) -> None:
-    pg_store.register("box", "boot-1", [("gpu0", 0)])
+    pg_store.devices.register("box", "boot-1", [("gpu0", 0)])
     device = "box:gpu0"
     clock.advance(31)  # the worker silent past the grace: a sweep would demote its device
 
@@ -97,16 +97,16 @@ def test_a_sweep_under_an_epoch_that_is_over_writes_nothing(
     assert asyncio.run(take("new"))[0] == 2
     for stale in (Fence("old", 1), Fence("new", 1), Fence("old", 2)):
         with pytest.raises(errors.NotLeading):
-            pg_store.sweep(SweepRules(), stale)
+            pg_store.devices.sweep(SweepRules(), stale)
         with pytest.raises(errors.NotLeading):
-            pg_store.logs_to_prune(0, 10, stale)
+            pg_store.views.logs_to_prune(0, 10, stale)
         with pytest.raises(errors.NotLeading):
-            pg_store.mark_logs_pruned(["x"], stale)
-    assert pg_store.device_snapshots(device)[0].device.state == "ready"  # nothing written
-    assert pg_store.sweep(SweepRules(), Fence("new", 2)).devices_unknown == [device]
+            pg_store.views.mark_logs_pruned(["x"], stale)
+    assert pg_store.views.devices(device)[0].device.state == "ready"  # nothing written
+    assert pg_store.devices.sweep(SweepRules(), Fence("new", 2)).devices_unknown == [device]
     lapse(url)  # nobody renewed it: even its own leader's epoch no longer holds
     with pytest.raises(errors.NotLeading):
-        pg_store.sweep(SweepRules(), Fence("new", 2))
+        pg_store.devices.sweep(SweepRules(), Fence("new", 2))
 
 
 def test_a_fenced_write_left_open_holds_off_a_takeover_until_the_server_ends_it(

@@ -70,6 +70,15 @@ def stored(logs: JobLogs, job_id: str, settled: bool = True) -> bytes:
         snap.close()
 
 
+def stored_bytes(logs: JobLogs, job_id: str) -> int:
+    """The length of the stored view (head, marker and tail) of a job's log."""
+    snap = logs.snapshot(job_id)
+    try:
+        return snap.end
+    finally:
+        snap.close()
+
+
 def test_one_megabyte_under_a_64k_cap_keeps_head_marker_and_tail(
     open_logs: OpenLogs, tmp_path: Path
 ) -> None:
@@ -84,7 +93,7 @@ def test_one_megabyte_under_a_64k_cap_keeps_head_marker_and_tail(
     assert m is not None, got[HEAD : HEAD + 200]
     assert int(m.group(1)) == len(data) - HEAD - TAIL
     assert got[m.end() :] == data[-TAIL:]
-    assert logs.stored_bytes("job1") == len(got)
+    assert stored_bytes(logs, "job1") == len(got)
     if not isinstance(logs, LogStore):
         return
     # On disk: the head file never grew past its half; the ring never past its size.
@@ -137,7 +146,7 @@ def test_without_a_cap_everything_is_stored(open_logs: OpenLogs, tmp_path: Path)
     logs.append("all", data[100:])
     assert stored(logs, "all") == data
     assert not (tmp_path / "all.tail").exists()
-    assert logs.stored_bytes("all") == len(data) and logs.stored_bytes("none") == 0
+    assert stored_bytes(logs, "all") == len(data) and stored_bytes(logs, "none") == 0
 
 
 def test_a_ring_keeps_its_size_when_the_cap_changes(tmp_path: Path) -> None:
@@ -180,13 +189,13 @@ def test_logs_to_prune_are_jobs_ended_before_the_cutoff_oldest_first(
     recent = finish(store, make, d0, clock)
     queued = make.submit(device=d0, command=("never",))
     clock.advance(60)
-    assert store.logs_to_prune(600, 2) == old[:2]
-    assert store.logs_to_prune(600, 10) == old
-    store.mark_logs_pruned(old[:2])
-    assert store.logs_to_prune(600, 10) == [old[2]]
-    assert store.logs_to_prune(30, 10) == [old[2], recent]
-    assert queued.id not in store.logs_to_prune(0, 100)
-    assert store.job(old[0]).state == "succeeded"  # the row stays
+    assert store.views.logs_to_prune(600, 2) == old[:2]
+    assert store.views.logs_to_prune(600, 10) == old
+    store.views.mark_logs_pruned(old[:2])
+    assert store.views.logs_to_prune(600, 10) == [old[2]]
+    assert store.views.logs_to_prune(30, 10) == [old[2], recent]
+    assert queued.id not in store.views.logs_to_prune(0, 100)
+    assert store.views.job(old[0]).state == "succeeded"  # the row stays
 
 
 def test_the_retention_pass_deletes_old_output_in_bounded_batches(
@@ -196,11 +205,13 @@ def test_the_retention_pass_deletes_old_output_in_bounded_batches(
     settings = dataclasses.replace(Settings(), log_retention=3600)
     svc = serve.open_services(tmp_path / "data", "wtok:worker", settings, clock)
     try:
-        svc.store.register("box", "b", [("gpu0", 0)])
+        svc.store.devices.register("box", "b", [("gpu0", 0)])
         ids = []
         for _ in range(5):
-            job = svc.store.enqueue(NewJob(command=["x"], submitter="a", device_id="box:gpu0"))
-            svc.store.schedule()
+            job = svc.store.queue.enqueue(
+                NewJob(command=["x"], submitter="a", device_id="box:gpu0")
+            )
+            svc.store.queue.run_pass()
             svc.logs.append(job.id, b"output\n")
             store_helpers.release(svc.store, job.id, "succeeded", 0)
             ids.append(job.id)
@@ -217,8 +228,8 @@ def test_the_retention_pass_deletes_old_output_in_bounded_batches(
         assert prune() == ids[4:]
         assert prune() == []
         for job_id in ids:
-            assert svc.logs.read(job_id) == b""
-            assert svc.store.job(job_id).state == "succeeded"
+            assert stored(svc.logs, job_id) == b""
+            assert svc.store.views.job(job_id).state == "succeeded"
     finally:
         svc.executor.shutdown(wait=True)
         svc.store.close()

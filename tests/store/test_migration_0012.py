@@ -44,8 +44,8 @@ def test_migration_0012_renames_the_runtime_columns_down_and_up(database: Path |
     from alembic import command
 
     store = Store(database, FakeClock())
-    store.register("box", "b", [("gpu0", 600)])
-    job = store.enqueue(NewJob(["x"], "alice", device_id=DEVICE, max_runtime_seconds=60))
+    store.devices.register("box", "b", [("gpu0", 600)])
+    job = store.queue.enqueue(NewJob(["x"], "alice", device_id=DEVICE, max_runtime_seconds=60))
     store.close()
     eng = engine.create_engine(database)
     try:
@@ -64,10 +64,10 @@ def test_migration_0012_renames_the_runtime_columns_down_and_up(database: Path |
         eng.dispose()
     store = Store(database, FakeClock())
     try:
-        assert store.job(job.id).max_runtime_seconds == 60
+        assert store.views.job(job.id).max_runtime_seconds == 60
         assert store_helpers.device(store, DEVICE).max_runtime_seconds == 30  # type: ignore[union-attr]
         # The share triggers on ``jobs`` (migration 0010) survived both renames.
         store_helpers.allocate_directly(store, "box:gpu0", "bob")
-        assert store.held_by_share() == {"bob": 1}
+        assert store.views.held_by_share() == {"bob": 1}
     finally:
         store.close()

@@ -37,7 +37,7 @@ def _state(raw: Raw, table: str, row_id: str) -> str | None:
 
 def _try(store: Store, machine: Machine, op: Op, row_id: str, target: str | None) -> int | str:
     try:
-        with store._tx() as c:
+        with store.tx() as c:
             if target is None:
                 return moves.remove(c, machine, op, "id = ?", (row_id,))
             return moves.move(c, machine, op, "id = ?", (row_id,), state=target)
@@ -91,14 +91,14 @@ def test_rows_are_created_only_by_ops_from_no_row(store: Store, raw: Raw, make: 
             seq = 1 + raw.rows("SELECT MAX(seq) AS n FROM jobs")[0]["n"]
             row = template | {"id": f"{op}-{target}", "seq": seq, "state": target}
             try:
-                with store._tx() as c:
+                with store.tx() as c:
                     moves.create(c, JOB, op, row)
                 got = "created"
             except errors.InvalidTransition:
                 got = "refused"
             want = "created" if move.allows(None, target) else "refused"
             assert got == want, (op, target)
-    with store._tx() as c, pytest.raises(errors.InvalidTransition):
+    with store.tx() as c, pytest.raises(errors.InvalidTransition):
         moves.create(c, DEVICE, Op.CLEAR, {"id": "x:y", "state": DeviceState.READY})
 
 
@@ -139,7 +139,7 @@ def test_the_guard_notices_a_state_write_that_bypasses_the_helper(
     store: Store, make: Factory
 ) -> None:
     (device,) = make.worker(devices=1)
-    with store._tx() as c:
+    with store.tx() as c:
         c.execute(
             "UPDATE devices SET last_heartbeat_at = 1, state = 'busy' WHERE id = ?", (device,)
         )
@@ -147,7 +147,7 @@ def test_the_guard_notices_a_state_write_that_bypasses_the_helper(
         c.execute("UPDATE jobs SET kill_requested = 1 WHERE state = 'running'")  # nor this
     assert len(move_guard.bypasses) == 1 and "UPDATE devices" in move_guard.bypasses[0]
     move_guard.bypasses.clear()
-    with store._tx() as c:
+    with store.tx() as c:
         c.execute("DELETE FROM jobs WHERE id = ?", ("nope",))
         c.execute(
             "INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at)"

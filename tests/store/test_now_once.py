@@ -36,7 +36,7 @@ def test_registration_stamps_the_worker_and_its_devices_with_one_instant(
 ) -> None:
     # STORE-005: a first registration (rows created) and a second (rows updated).
     for _ in range(2):
-        store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0), ("gpu2", 0)])
+        store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0), ("gpu2", 0)])
         beats = {raw.worker(wid())["last_heartbeat_at"]}
         beats |= {d.last_heartbeat_at for d in store_helpers.devices(store)}
         assert len(beats) == 1, beats
@@ -55,7 +55,7 @@ def test_a_grant_deadline_is_counted_from_the_grant_instant(store: Store, make: 
     d0, d1 = make.worker(devices=2)
     plain = make.submit(device=d0)
     limited = make.submit(device=d1, max_runtime_seconds=60)
-    store.schedule()
+    store.queue.run_pass()
     terms = {x.job_id: x.expires_at - x.acquired_at for x in store_helpers.live_leases(store)}
     assert terms == {plain.id: 300, limited.id: 60 + 600}
 
@@ -66,8 +66,8 @@ def test_jobs_one_sweep_loses_all_end_at_one_instant(
     # STORE-005 with STORE-041: finished_at (and each lease's released_at) is the sweep's now.
     jobs = [make.start(d) for d in make.worker(devices=2) + make.worker("other", devices=1)]
     clock.advance(300)
-    result = store.sweep(SweepRules())
+    result = store.devices.sweep(SweepRules())
     assert sorted(result.jobs_lost) == sorted(j.id for j in jobs)
-    ended = {store.job(j.id).finished_at for j in jobs}
+    ended = {store.views.job(j.id).finished_at for j in jobs}
     ended |= {lease["released_at"] for j in jobs for lease in raw.leases_of(j.id)}
     assert len(ended) == 1, ended

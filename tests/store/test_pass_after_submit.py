@@ -31,7 +31,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _passed(store: Store, job_id: str, statements: list[str]) -> bool:
     """Run the pass after ``job_id``'s submit; whether it read the queue."""
     statements.clear()
-    assert store.schedule_after(store.job(job_id)).assigned == []
+    assert store.queue.schedule_after(store.views.job(job_id)).assigned == []
     return any(_QUEUE_READ in s for s in statements)
 
 
@@ -41,7 +41,7 @@ def _settled(store: Store, make: Factory) -> tuple[str, str]:
     [device] = make.worker(devices=1)
     running = make.start(device=device)
     waiting = make.submit()
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     return running.id, waiting.id
 
 
@@ -53,14 +53,14 @@ def test_submits_behind_a_settled_queue_run_no_pass(
         assert not _passed(store, make.submit().id, statements)
     # Nothing was lost by skipping: the first in line is placed when the device frees.
     store_helpers.release(store, running, "succeeded", 0)
-    assert [a.job_id for a in store.schedule()] == [waiting]
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [waiting]
 
 
 def test_another_controllers_commit_makes_the_pass_run(
     store: Store, other_store: Store, make: Factory, statements: list[str]
 ) -> None:
     _settled(store, make)
-    other_store.enqueue(NewJob(command=["x"], submitter="bob"))
+    other_store.queue.enqueue(NewJob(command=["x"], submitter="bob"))
     assert _passed(store, make.submit().id, statements)
     # Settled again, nothing else since: skipped.
     assert not _passed(store, make.submit().id, statements)
@@ -70,7 +70,7 @@ def test_a_transaction_between_the_pass_and_the_submit_makes_the_pass_run(
     store: Store, make: Factory, statements: list[str]
 ) -> None:
     running, _ = _settled(store, make)
-    store.request_kill(running, "stop")  # this process's own write
+    store.queue.request_kill(running, "stop")  # this process's own write
     assert _passed(store, make.submit().id, statements)
 
 
@@ -92,9 +92,9 @@ def test_the_record_a_submit_returns_is_the_one_stored(store: Store, make: Facto
     jobs = [
         first,
         make.submit(device="box:gpu1", env={"A": "1"}, priority=3, max_runtime_seconds=60),
-        make.submit(after=[first.id], reason="r", idle_timeout=5),
+        make.submit(after=(first.id,), reason="r", idle_timeout=5),
         make.submit(device_ids=("box:gpu0", "box:gpu1")),
         make.submit(count=2, cwd="/tmp", share_name="team"),
         make.submit(idempotency_key="k", command=("a", "b")),
     ]
-    assert [store.job(j.id) for j in jobs] == jobs
+    assert [store.views.job(j.id) for j in jobs] == jobs

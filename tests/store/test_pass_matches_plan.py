@@ -11,6 +11,7 @@ held to the plan the rules make on the same snapshot.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core import passloop, share
-from resource_controller.store import passes, queries
+from resource_controller.store import passes, queries, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot
 from resource_controller.store.jobs import NewJob
@@ -62,35 +63,35 @@ def _fleet(store: Store, fates: list[str]) -> None:
     """Three hosts of three devices (``kind`` big, big, small), each then given its fate."""
     for host in HOSTS:
         names = [f"gpu{i}" for i in range(3)]
-        store.register(host, "boot", [(n, 0) for n in names])
+        store.devices.register(host, "boot", [(n, 0) for n in names])
         kinds = {n: {"kind": "big" if i < 2 else "small"} for i, n in enumerate(names)}
-        store.apply_facts(host, names, None, kinds, None, None)
+        store.devices.apply_facts(host, names, None, kinds, None, None)
     for device_id, fate in zip(DEVICES, fates, strict=True):
         if fate == "held":
             store_helpers.allocate_directly(store, device_id, "holder")
         elif fate == "draining":
-            store.drain_device(device_id, "ops", "maintenance")
+            store.devices.drain(device_id, "ops", "maintenance")
         elif fate == "unhealthy":
-            store.set_device_state(device_id, "unhealthy", "test")
+            store.devices.set_state(device_id, "unhealthy", "test")
 
 
 def _pass_is_the_plan(store: Store) -> None:
     """One pass places and reserves exactly what ``plan`` decides on the same snapshot,
     in the store's queue order (aged at its clock when aging is on, EXT-FAIR-1)."""
-    with store._read() as db:
+    with store.read() as db:
         fleet = FleetSnapshot().read(db)[1]
-    queued = [j.snap() for j in store.queued_jobs()]
-    held = store.held_by_share()
-    expected = passloop.plan(queued, fleet, store._key(store.now()), store.limits, held)
+    queued = [j.snap() for j in store.views.queued()]
+    held = store.views.held_by_share()
+    expected = passloop.plan(queued, fleet, store.key(store.now()), store.limits, held)
 
-    placed = store.schedule()
+    placed = store.queue.run_pass().assigned
 
     got = {}
     for a in placed:
-        job = store.job(a.job_id)
+        job = store.views.job(a.job_id)
         got[job.id] = tuple(sorted(job.device_ids or (job.device_id,)))
     assert got == {j: tuple(sorted(ds)) for j, ds in expected.assignments.items()}
-    with store._read() as db:
+    with store.read() as db:
         rows = dict(db.execute("SELECT device_id, job_id FROM reservations").fetchall())
     assert rows == expected.reservations
 
@@ -163,7 +164,7 @@ def test_the_pass_places_and_reserves_what_the_plan_does(
             if after is not None and queued:  # EXT-SHARE-2: waits for an earlier one
                 fields["after"] = (queued[after % len(queued)],)
             with contextlib.suppress(errors.RcError):  # asks no host could ever meet
-                job = store.enqueue(NewJob(command=["x"], priority=priority, **fields))
+                job = store.queue.enqueue(NewJob(command=["x"], priority=priority, **fields))
                 queued.append(job.id)
         clock.advance(later)  # aged, a job's place moves with the clock
         _pass_is_the_plan(store)
@@ -193,11 +194,11 @@ def test_narrow_pages_read_the_rows_a_turn_needs(
     ]
     for ask in asks:
         clock.advance(1)
-        store.enqueue(NewJob(command=["x"], submitter="s", **ask))
+        store.queue.enqueue(NewJob(command=["x"], submitter="s", **ask))
     reads: list[int] = []
     queue_rows = queries.queue_rows
 
-    def counted(conn: queries.Conn, job_ids: list[str]) -> list[object]:
+    def counted(conn: sql.Db, job_ids: list[str]) -> Sequence[object]:
         reads.append(len(job_ids))
         return queue_rows(conn, job_ids)
 

@@ -44,7 +44,7 @@ def test_sql_order_paging_and_positions_follow_the_key(
     monkeypatch: pytest.MonkeyPatch,
     jobs: list[tuple[int, int, str]],
 ) -> None:
-    # Positions are counted in SQL (``queries.ahead_of``, pins matched there): pinned
+    # Positions are counted in SQL (``queries.behind``, ahead; pins matched there): pinned
     # jobs on either device and a gang pinned to both hold it to the rule's count.
     if store_helpers.device(store, "box:gpu0") is None:
         make.worker()
@@ -54,18 +54,18 @@ def test_sql_order_paging_and_positions_follow_the_key(
             make.submit(device_ids=("box:gpu0", "box:gpu1"), count=2, priority=priority)
         else:
             make.submit(device=pin, priority=priority)
-    queued = store.queued_jobs()
+    queued = store.views.queued()
     assert [j.id for j in queued] == [
         j.id for j in sorted(queued, key=lambda j: queue_key(j.snap()))
     ]
     monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
-    with store._tx() as c:
+    with store.tx() as c:
         assert [r[0] for r in passes.QueueWalk(c)] == [j.id for j in queued]
     snaps = [j.snap() for j in queued]
     for j in queued:
         assert store_helpers.job_with_position(store, j.id)[1] == queue_position(j.snap(), snaps)
     for j in queued:
-        store.cancel_queued(j.id, "done")
+        store.queue.cancel(j.id, "done")
 
 
 @settings(
@@ -92,10 +92,10 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
     clock = FakeClock()
     store = Store(tmp_path_factory.mktemp("aged") / "rc.db", clock, priority_aging=aging)
     try:
-        store.register("box", "b", [("gpu0", 0)])
+        store.devices.register("box", "b", [("gpu0", 0)])
         for priority, wait, pinned in jobs:
             clock.advance(wait)
-            store.enqueue(
+            store.queue.enqueue(
                 NewJob(
                     command=["x"],
                     submitter="a",
@@ -106,10 +106,10 @@ def test_aged_sql_order_paging_and_positions_follow_the_aged_key(
         clock.advance(later)
         now = store.now()
         key = aged_queue_key(now, aging)
-        queued = store.queued_jobs()
+        queued = store.views.queued()
         assert [j.id for j in queued] == [j.id for j in sorted(queued, key=lambda j: key(j.snap()))]
         monkeypatch.setattr(passes, "QUEUE_PAGE", 2)
-        with store._tx() as c:
+        with store.tx() as c:
             walked = [r[0] for r in passes.QueueWalk(c, now, aging)]
         assert walked == [j.id for j in queued]
         snaps = [j.snap() for j in queued]

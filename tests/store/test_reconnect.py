@@ -35,7 +35,7 @@ def postgres(backend: str) -> None:
 def _drop_connection(store: Store) -> None:
     """End the store's server session from another connection, as a restart would,
     waiting (up to 5 s) until it has ended."""
-    pid = store._db.driver.info.backend_pid
+    pid = store.db.driver.info.backend_pid
     with psycopg.connect(store.database_url or "", autocommit=True) as admin:
         row = admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()
     assert row is not None and row[0]
@@ -63,11 +63,11 @@ def test_after_a_server_restart_the_next_read_and_the_next_write_succeed(
     make.worker(devices=1)
     job = make.submit()
     pg_cluster.restart()
-    assert store.job(job.id).id == job.id  # the read after the restart
+    assert store.views.job(job.id).id == job.id  # the read after the restart
     pg_cluster.restart()
     second = make.submit()  # the write after the restart
-    assert {j.id for j in store.list_jobs()} == {second.id, job.id}
-    assert [a.job_id for a in store.schedule()] == [job.id]
+    assert {j.id for j in store.views.list_jobs()} == {second.id, job.id}
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [job.id]
 
 
 def test_a_dropped_connection_is_replaced_before_the_next_operation(
@@ -76,10 +76,10 @@ def test_a_dropped_connection_is_replaced_before_the_next_operation(
     make.worker(devices=1)
     job = make.submit()
     _drop_connection(store)
-    assert store.job(job.id).id == job.id
+    assert store.views.job(job.id).id == job.id
     _drop_connection(store)
     second = make.submit()
-    assert {j.id for j in store.list_jobs()} == {second.id, job.id}
+    assert {j.id for j in store.views.list_jobs()} == {second.id, job.id}
 
 
 def test_an_operation_whose_connection_drops_before_its_commit_runs_once_more(
@@ -99,7 +99,7 @@ def test_an_operation_whose_connection_drops_before_its_commit_runs_once_more(
     finally:
         sql.watchers.remove(drop_once)
     assert len(inserts) == 2  # the first went with the connection, unwritten
-    assert [j.id for j in store.list_jobs()] == [job.id]
+    assert [j.id for j in store.views.list_jobs()] == [job.id]
 
 
 def test_the_pass_after_a_submit_runs_again_whole_when_its_connection_drops_midway(
@@ -116,11 +116,11 @@ def test_the_pass_after_a_submit_runs_again_whole_when_its_connection_drops_midw
 
     sql.watchers.append(drop_once)
     try:
-        placed = store.schedule_after(job)
+        placed = store.queue.schedule_after(job)
     finally:
         sql.watchers.remove(drop_once)
     assert dropped and [a.job_id for a in placed.assigned] == [job.id]
-    assert store.job(job.id).state == "assigned"
+    assert store.views.job(job.id).state == "assigned"
 
 
 def test_a_connection_dropped_at_the_commit_is_unavailable_and_not_run_again(
@@ -140,7 +140,7 @@ def test_a_connection_dropped_at_the_commit_is_unavailable_and_not_run_again(
     assert failed.value.code == "store_error"
     assert len(inserts) == 1  # whether it committed is unknown: never run twice
     monkeypatch.undo()
-    assert store.list_jobs() == []  # (here it had not: the server never saw the COMMIT)
+    assert store.views.list_jobs() == []  # (here it had not: the server never saw the COMMIT)
 
 
 def _whole(logs: DatabaseLogStore, job_id: str) -> bytes:
@@ -191,7 +191,7 @@ def test_controllers_started_at_once_on_an_old_database_migrate_it_once(
             (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchall()
         assert version[0] == ScriptDirectory(str(engine.MIGRATIONS)).get_current_head()
         for store in stores:
-            assert store.list_jobs() == []
+            assert store.views.list_jobs() == []
     finally:
         for store in stores:
             store.close()

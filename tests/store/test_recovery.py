@@ -54,7 +54,7 @@ def test_no_valid_proof_recovers_nothing_and_writes_nothing(
 ) -> None:
     (d0,) = make.worker(devices=1)
     raw.force_device(d0, "unhealthy", "worker_lost")
-    out = store.auto_recover(wid(), proof)
+    out = store.devices.auto_recover(wid(), proof)
     assert out.recovered == [] and out.held_back == []
     assert state_of(store, d0)[:2] == ("unhealthy", "worker_lost")
     assert raw.count("device_recoveries") == 0
@@ -70,7 +70,7 @@ def test_recoverable_quarantines_return_in_device_order(
     raw.force_device(d0, "unhealthy", "registration", "reaped")
     raw.force_device(d1, "unhealthy", "lease_expired", "lapsed")
     now = store.now()
-    out = store.auto_recover(wid(), proof)
+    out = store.devices.auto_recover(wid(), proof)
     assert out.recovered == [
         Recovered(d0, "registration"),
         Recovered(d1, "lease_expired"),
@@ -90,7 +90,7 @@ def test_never_fault_never_unknown_cause(
     # STORE-121: "Never fault, never ''"; STORE-030 ('' is cause unknown); STORE-184.
     (d0,) = make.worker(devices=1)
     raw.force_device(d0, "unhealthy", reason, "keep me")
-    assert store.auto_recover(wid(), ISOLATED).recovered == []
+    assert store.devices.auto_recover(wid(), ISOLATED).recovered == []
     assert state_of(store, d0) == ("unhealthy", reason, "keep me")
 
 
@@ -99,7 +99,7 @@ def test_never_another_workers_device(store: Store, make: Factory, raw: Raw) -> 
     (theirs,) = make.worker(host="other", devices=1)
     raw.force_device(mine, "unhealthy", "worker_lost")
     raw.force_device(theirs, "unhealthy", "worker_lost")
-    assert store.auto_recover(wid(), ISOLATED).recovered == [Recovered(mine, "worker_lost")]
+    assert store.devices.auto_recover(wid(), ISOLATED).recovered == [Recovered(mine, "worker_lost")]
     assert state_of(store, theirs)[:2] == ("unhealthy", "worker_lost")
 
 
@@ -112,7 +112,7 @@ def test_only_unhealthy_devices_are_candidates(
         make.start(d0)
     else:
         raw.force_device(d0, state)
-    assert store.auto_recover(wid(), ISOLATED).recovered == []
+    assert store.devices.auto_recover(wid(), ISOLATED).recovered == []
     assert state_of(store, d0)[0] == state
 
 
@@ -121,10 +121,10 @@ def test_never_a_device_with_a_live_lease(store: Store, make: Factory, raw: Raw)
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     raw.force_device(d0, "unhealthy", "registration")
-    assert store.auto_recover(wid(), ISOLATED).recovered == []
+    assert store.devices.auto_recover(wid(), ISOLATED).recovered == []
     assert state_of(store, d0)[:2] == ("unhealthy", "registration")
     store_helpers.release(store, job.id, "succeeded", 0)
-    assert store.auto_recover(wid(), ISOLATED).recovered == [Recovered(d0, "registration")]
+    assert store.devices.auto_recover(wid(), ISOLATED).recovered == [Recovered(d0, "registration")]
 
 
 def test_the_registration_sequence_lifts_the_quarantine_it_just_wrote(
@@ -134,12 +134,14 @@ def test_the_registration_sequence_lifts_the_quarantine_it_just_wrote(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     clock.advance(5)
-    reg = store.register("box", "boot-1", [("gpu0", 0)])  # same boot: no reboot proof
+    reg = store.devices.register("box", "boot-1", [("gpu0", 0)])  # same boot: no reboot proof
     assert reg.reaped == [job.id]
     assert state_of(store, d0)[:2] == ("unhealthy", "registration")
-    assert store.auto_recover(reg.worker_id, CLEAN).recovered == [Recovered(d0, "registration")]
+    assert store.devices.auto_recover(reg.worker_id, CLEAN).recovered == [
+        Recovered(d0, "registration")
+    ]
     assert state_of(store, d0) == ("ready", "", "")
-    assert store.job(job.id).state == "lost"  # recovery frees the device, not the job
+    assert store.views.job(job.id).state == "lost"  # recovery frees the device, not the job
 
 
 def test_a_written_off_worker_recovers_on_proof(
@@ -148,10 +150,10 @@ def test_a_written_off_worker_recovers_on_proof(
     d0, d1 = make.worker()
     job = make.start(d0)
     clock.advance(400)
-    store.sweep(SweepRules())
-    assert store.job(job.id).state == "lost"
-    store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
-    out = store.auto_recover(wid(), ISOLATED)
+    store.devices.sweep(SweepRules())
+    assert store.views.job(job.id).state == "lost"
+    store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
+    out = store.devices.auto_recover(wid(), ISOLATED)
     assert out.recovered == [Recovered(d0, "worker_lost"), Recovered(d1, "worker_lost")]
 
 
@@ -160,7 +162,7 @@ def test_a_written_off_worker_recovers_on_proof(
 
 def quarantine_and_recover(store: Store, raw: Raw, device_id: str) -> bool:
     raw.force_device(device_id, "unhealthy", "worker_lost")
-    out = store.auto_recover(wid(), ISOLATED)
+    out = store.devices.auto_recover(wid(), ISOLATED)
     assert [r.device_id for r in out.recovered] + out.held_back == [device_id]
     return bool(out.recovered)
 
@@ -181,10 +183,10 @@ def test_three_recoveries_per_sliding_hour_with_the_exact_edge(
     assert state_of(store, d0)[:2] == ("unhealthy", "worker_lost")
     # At exactly one hour after the first, the first still counts.
     clock.set(first + 3600)
-    assert store.auto_recover(wid(), ISOLATED).held_back == [d0]
+    assert store.devices.auto_recover(wid(), ISOLATED).held_back == [d0]
     # One second later it has left the window (the window slides; no latch).
     clock.advance(1)
-    out = store.auto_recover(wid(), ISOLATED)
+    out = store.devices.auto_recover(wid(), ISOLATED)
     assert out.recovered == [Recovered(d0, "worker_lost")] and out.held_back == []
     # Pruned: rows older than the hour are gone; the three inside it remain.
     assert [at for at, _ in recoveries(raw, d0)] == [first + 600, first + 1200, first + 3601]
@@ -197,7 +199,7 @@ def test_pruning_is_lazy_and_only_for_devices_considered(
     for d in (d0, d1):
         raw.write("INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, 1, 'x')", d)
     raw.force_device(d0, "unhealthy", "worker_lost")
-    store.auto_recover(wid(), ISOLATED)
+    store.devices.auto_recover(wid(), ISOLATED)
     assert [at for at, _ in recoveries(raw, d0)] == [store.now()]
     assert recoveries(raw, d1) == [(1, "x")]  # not a candidate: untouched
 
@@ -210,7 +212,7 @@ def test_an_operator_clear_does_not_reset_the_count(
         assert quarantine_and_recover(store, raw, d0)
         clock.advance(60)
     raw.force_device(d0, "unhealthy", "worker_lost")
-    assert store.clear_device(d0)
+    assert store.devices.clear(d0)
     assert not quarantine_and_recover(store, raw, d0)
 
 
@@ -224,7 +226,7 @@ def test_reboot_recovery_neither_counts_nor_is_limited(
         clock.advance(60)
     raw.force_device(d0, "unhealthy", "worker_lost")
     assert not quarantine_and_recover(store, raw, d0)  # the guard holds it
-    store.register("box", "boot-2", [("gpu0", 0)])  # the host rebooted
+    store.devices.register("box", "boot-2", [("gpu0", 0)])  # the host rebooted
     assert state_of(store, d0) == ("ready", "", "")
     assert len(recoveries(raw, d0)) == 3  # not counted
 
@@ -236,7 +238,7 @@ def test_flap_counts_survive_retire_and_recreate(
     (d0,) = make.worker(devices=1)
     for _ in range(3):
         assert quarantine_and_recover(store, raw, d0)
-    store.retire_device(d0)
+    store.devices.retire(d0)
     make.worker(devices=1)
     assert not quarantine_and_recover(store, raw, d0)
 
@@ -255,10 +257,10 @@ def test_recovery_history(store: Store, make: Factory, raw: Raw, clock: FakeCloc
         start - 3601,
     )
     raw.force_device(d0, "unhealthy", "registration")
-    store.auto_recover(wid(), ISOLATED)
+    store.devices.auto_recover(wid(), ISOLATED)
     clock.advance(100)
     raw.force_device(d0, "unhealthy", "lease_expired")
-    store.auto_recover(wid(), CLEAN)
+    store.devices.auto_recover(wid(), CLEAN)
     h = store_helpers.recovery_history(store, d0)
     assert h.recoveries == [
         RecoveryEntry(start + 100, "lease_expired"),

@@ -31,13 +31,13 @@ def test_the_freed_device_goes_to_the_next_job_in_the_reports_commit(
     (d0,) = make.worker(devices=1)
     first = make.start(d0)
     second = make.submit(device=d0)
-    commits = store._gen
-    before, done = store.report_and_pass(first.id, _ok, "succeeded", 0)
-    assert store._gen == commits + 1  # one transaction: the release and the grant
+    commits = store.gen
+    before, done = store.reports.status(first.id, _ok, "succeeded", 0)
+    assert store.gen == commits + 1  # one transaction: the release and the grant
     assert before.id == first.id and done is not None
     assert done.assigned == [Assigned(second.id, wid())]
-    assert store.job(first.id).state == "succeeded"
-    assert store.job(second.id).state == "assigned"
+    assert store.views.job(first.id).state == "succeeded"
+    assert store.views.job(second.id).state == "assigned"
     assert [lease["device_id"] for lease in raw.leases_of(second.id)] == [d0]
     assert invariant_violations(raw) == []
 
@@ -45,9 +45,9 @@ def test_the_freed_device_goes_to_the_next_job_in_the_reports_commit(
 def test_a_running_report_runs_no_pass(store: Store, make: Factory) -> None:
     (d0,) = make.worker(devices=1)
     job = make.submit(device=d0)
-    store.schedule()
-    _, done = store.report_and_pass(job.id, _ok, "running")
-    assert done is None and store.job(job.id).state == "running"
+    store.queue.run_pass()
+    _, done = store.reports.status(job.id, _ok, "running")
+    assert done is None and store.views.job(job.id).state == "running"
 
 
 def test_a_failing_pass_is_undone_alone_and_the_report_commits(
@@ -64,16 +64,16 @@ def test_a_failing_pass_is_undone_alone_and_the_report_commits(
         raise RuntimeError("the pass broke")
 
     monkeypatch.setattr(passes, "schedule_pass", place_then_fail)
-    _, done = store.report_and_pass(first.id, _ok, "failed", 3)
+    _, done = store.reports.status(first.id, _ok, "failed", 3)
     assert done is None
-    assert store.job(first.id).state == "failed" and store.job(first.id).exit_code == 3
+    assert store.views.job(first.id).state == "failed" and store.views.job(first.id).exit_code == 3
     # What the pass placed is undone with it: both still queued, no lease, no reservation.
-    assert [store.job(j.id).state for j in (second, third)] == ["queued", "queued"]
+    assert [store.views.job(j.id).state for j in (second, third)] == ["queued", "queued"]
     assert raw.leases_of(second.id) == [] and raw.leases_of(third.id) == []
     assert invariant_violations(raw) == []
     monkeypatch.setattr(passes, "schedule_pass", real)
     # The next pass places them, the caches not fooled by what was undone.
-    placed = {a.job_id for a in store.schedule()}
+    placed = {a.job_id for a in store.queue.run_pass().assigned}
     assert placed == {second.id, third.id}
     assert invariant_violations(raw) == []
 
@@ -89,9 +89,12 @@ def test_a_refused_report_writes_nothing_and_places_nothing(
         raise PermissionError("not yours")
 
     with pytest.raises(PermissionError):
-        store.report_and_pass(first.id, refuse, "succeeded", 0)
-    assert store.job(first.id).state == "running" and store.job(second.id).state == "queued"
+        store.reports.status(first.id, refuse, "succeeded", 0)
+    assert (
+        store.views.job(first.id).state == "running"
+        and store.views.job(second.id).state == "queued"
+    )
     # The store's kept pass state was dropped with the transaction: the next report hands on.
-    _, done = store.report_and_pass(first.id, _ok, "succeeded", 0)
+    _, done = store.reports.status(first.id, _ok, "succeeded", 0)
     assert done is not None and done.assigned == [Assigned(second.id, wid())]
     assert invariant_violations(raw) == []

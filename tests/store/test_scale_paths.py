@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 def test_a_routine_heartbeat_moves_no_device(store: Store, make: Factory) -> None:
     make.worker()
-    assert store.heartbeat(wid(), []) is False
+    assert store.reports.heartbeat(wid(), []) is False
     job = make.start()
-    assert store.heartbeat(wid(), [job.id]) is False
+    assert store.reports.heartbeat(wid(), [job.id]) is False
 
 
 def test_a_heartbeat_after_silence_reports_the_devices_it_moved(
@@ -39,16 +39,16 @@ def test_a_heartbeat_after_silence_reports_the_devices_it_moved(
 ) -> None:
     [dev, _] = make.worker()
     clock.advance(GRACE + 1)
-    assert store.sweep(SweepRules(hold_off_until=None)).devices_unknown
+    assert store.devices.sweep(SweepRules(hold_off_until=None)).devices_unknown
     assert state_of(store, dev)[0] == "unknown"
-    assert store.heartbeat(wid(), []) is True
+    assert store.reports.heartbeat(wid(), []) is True
     assert state_of(store, dev)[0] == "ready"
-    assert store.heartbeat(wid(), []) is False
+    assert store.reports.heartbeat(wid(), []) is False
 
 
 def test_an_unknown_worker_heartbeat_moves_nothing(store: Store, make: Factory) -> None:
     make.worker()
-    assert store.heartbeat(wid("nobody"), []) is False
+    assert store.reports.heartbeat(wid("nobody"), []) is False
 
 
 def test_a_pass_on_an_empty_queue_clears_reservations_left_behind(
@@ -57,12 +57,12 @@ def test_a_pass_on_an_empty_queue_clears_reservations_left_behind(
     [dev, _] = make.worker()
     make.start(device=dev)  # dev is busy
     waiting = make.submit(device=dev)
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert [r["job_id"] for r in raw.rows("SELECT job_id FROM reservations")] == [waiting.id]
     # Stop the queue's only job behind the store's back, as a crash between the cancel
     # and the next pass would leave it: the row outlives its job.
     raw.write("UPDATE jobs SET state = 'killed' WHERE id = ?", waiting.id)
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert raw.rows("SELECT * FROM reservations") == []
 
 
@@ -70,10 +70,10 @@ def test_a_pass_on_an_empty_queue_places_nothing_and_a_queued_job_is_still_place
     store: Store, make: Factory
 ) -> None:
     [dev, _] = make.worker()
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     job = make.submit(device=dev)
-    assert [a.job_id for a in store.schedule()] == [job.id]
-    assert store.job(job.id).state == states.JobState.ASSIGNED
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [job.id]
+    assert store.views.job(job.id).state == states.JobState.ASSIGNED
 
 
 @pytest.mark.sqlite_only
@@ -102,7 +102,7 @@ def test_records_read_by_position_equal_records_read_by_name(store: Store, make:
     make.submit(device_ids=(devs[1], devs[2]))
     by_name = store_helpers.jobs_by_name(store)
     devices_by_name = store_helpers.devices_by_name(store)
-    with store._tx() as c:
+    with store.tx() as c:
         by_position = queries.jobs_where(c, order="jobs.seq ASC")
         devices_by_position = queries.all_devices(c)
     assert len(by_name) == 4 and by_position == by_name
@@ -127,7 +127,7 @@ def test_a_pass_decodes_only_the_jobs_it_places(
         return real(row, *rest)
 
     monkeypatch.setattr(queries, "job_record", counted)
-    assert store.schedule() == [Assigned(placed.id, wid())]
+    assert store.queue.run_pass().assigned == [Assigned(placed.id, wid())]
     assert decoded == [placed.id]
     # The head of the pinned queue still holds its device's reservation (STORE-062).
     rows = raw.rows("SELECT job_id, device_id FROM reservations")
@@ -180,8 +180,11 @@ def test_the_pass_reads_a_row_as_the_record_does(
     columns = record.columns()
     plain = int(bool(record.device_id) and not selector and not pins.count(",") and count == 1)
     computed = {queries.PLAIN_PIN: plain, queries.SHARE: record.share}  # EXT-SHARE-1
-    row = tuple(computed[c] if c in computed else columns[c] for c in queries.QUEUE_COLS)
-    assert passes._snap(row) == record.snap()
+    row = [
+        computed[c] if c in computed else columns[c.removeprefix("jobs.")]
+        for c in queries.QUEUE_COLS
+    ]
+    assert passes._snap(queries.queue_row(row)) == record.snap()
 
 
 def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:
@@ -190,7 +193,7 @@ def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: 
     built by column name, and the state view's devices, which take each
     holder's command from the active jobs, equal the devices read on their own."""
 
-    from resource_controller.store import jobs, views
+    from resource_controller.store import views
 
     devs = make.worker(devices=4)
     make.start(device=devs[0], env={"A": "1"})
@@ -198,11 +201,11 @@ def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: 
     make.submit(device=devs[0])
     by_name = {j.id: j for j in store_helpers.jobs_by_name(store)}
     devices_by_name = store_helpers.devices_by_name(store)
-    with store._tx() as c:
+    with store.tx() as c:
         assert queries.all_devices(c) == devices_by_name
-        active = jobs.active(c)
-        alone = views.devices(c)
-        with_commands = views.devices(c, commands={j.id: j.command for j in active})
+        active = views._active(c)
+        alone = views.device_snapshots(c)
+        with_commands = views.device_snapshots(c, commands={j.id: j.command for j in active})
     assert [j.id for j in active] == sorted(
         (j.id for j in by_name.values() if j.state in states.ACTIVE),
         key=lambda i: (by_name[i].submitted_at, by_name[i].seq),
@@ -239,7 +242,7 @@ def _each_device_busy_and_reserved(store: Store, make: Factory, raw: Raw, n: int
     for dev in devs:
         make.start(device=dev)
     waiting = {dev: make.submit(device=dev).id for dev in devs}
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == waiting
     return waiting
 
@@ -250,11 +253,11 @@ def test_a_pass_with_nothing_changed_reads_no_reservation_row(
 ) -> None:
     waiting = _each_device_busy_and_reserved(store, make, raw, 3)
     statements: list[str] = []
-    store._db.driver.set_trace_callback(statements.append)
+    store.db.driver.set_trace_callback(statements.append)
     try:
-        assert store.schedule() == []
+        assert store.queue.run_pass().assigned == []
     finally:
-        store._db.driver.set_trace_callback(None)
+        store.db.driver.set_trace_callback(None)
     reads = [s for s in statements if "FROM reservations" in s and "count(*)" not in s]
     assert reads == [] and any("count(*) FROM reservations" in s for s in statements)
     assert _reservation_rows(raw) == waiting
@@ -264,30 +267,30 @@ def test_the_kept_reservations_see_every_writer(store: Store, make: Factory, raw
     d0, d1, d2 = make.worker(devices=3)
     holders = {d: make.start(device=d) for d in (d0, d1, d2)}
     first = {d: make.submit(device=d).id for d in (d0, d1, d2)}
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == first
     # Another connection swaps a row for one of its own (the count stays): the pass
     # sees the file changed, reads the rows, and puts back what it plans.
     raw.write("UPDATE reservations SET job_id = 'stranger' WHERE device_id = ?", d1)
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == first
     # An in-process delete (the job cancelled): the next job for d2 reserves it.
-    store.cancel_queued(first[d2], "done")
+    store.queue.cancel(first[d2], "done")
     second = make.submit(device=d2).id
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == {d0: first[d0], d1: first[d1], d2: second}
     # An assignment deletes its device's row; the pass after it leaves the rest.
     store_helpers.release(store, holders[d0].id, "succeeded", 0)
-    placed = {a.job_id for a in store.schedule()}
+    placed = {a.job_id for a in store.queue.run_pass().assigned}
     assert placed == {first[d0]}
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}
     # A row deleted through the store's own connection (no writer does that to a row
     # whose job still waits, but nothing else tells the pass): the count does.
-    with store._tx() as db:
+    with store.tx() as db:
         db.execute("DELETE FROM reservations WHERE device_id = ?", (d1,))
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == {d1: first[d1], d2: second}
 
 
@@ -298,18 +301,18 @@ def test_a_pass_writes_only_the_reservation_rows_that_changed(
     reservation writes that row in one statement, not every row again."""
     first = _each_device_busy_and_reserved(store, make, raw, 4)
     devs = list(first)
-    store.cancel_queued(first[devs[1]], "done")  # deletes its row
+    store.queue.cancel(first[devs[1]], "done")  # deletes its row
     second = make.submit(device=devs[1]).id
     statements: list[str] = []
     monkeypatch.setattr(sql, "watchers", [lambda text, move: statements.append(text)])
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     writes = [s for s in statements if "reservations" in s and not s.startswith("SELECT")]
     assert len(writes) == 1 and writes[0].startswith("INSERT")
     assert _reservation_rows(raw) == {**first, devs[1]: second}
     # Two rows go (their jobs cancelled, none waits behind them): one statement.
     for dev in devs[2:]:
-        store.cancel_queued(first[dev], "done")
+        store.queue.cancel(first[dev], "done")
     statements.clear()
-    store.schedule()
+    store.queue.run_pass()
     assert _reservation_rows(raw) == {devs[0]: first[devs[0]], devs[1]: second}
     assert not [s for s in statements if "reservations" in s and not s.startswith("SELECT")]

@@ -4,6 +4,7 @@ and jobs that wait for other jobs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,27 +50,27 @@ def test_held_devices_follow_every_grant_and_release(
     a = make.start(device=devs[0], submitter="alice")
     gang = make.submit(submitter="bob", count=2)
     hold = make.submit(submitter="alice", kind="hold", max_runtime_seconds=60, reason="r")
-    store.schedule()
-    assert store.held_by_share() == held_by_leases(raw) == {"alice": 2, "bob": 2}
+    store.queue.run_pass()
+    assert store.views.held_by_share() == held_by_leases(raw) == {"alice": 2, "bob": 2}
     finish(store, a.id)
-    assert store.held_by_share() == held_by_leases(raw) == {"alice": 1, "bob": 2}
+    assert store.views.held_by_share() == held_by_leases(raw) == {"alice": 1, "bob": 2}
     # A kill finalised at the controller releases the leases too (STORE-092).
-    store.set_device_state(store.job(gang.id).device_id, "unknown")
-    store.request_kill(gang.id, "killed by bob", finalize_disconnected=True)
-    assert store.held_by_share() == held_by_leases(raw) == {"alice": 1}
+    store.devices.set_state(store.views.job(gang.id).device_id, "unknown")
+    store.queue.request_kill(gang.id, "killed by bob", finalize_disconnected=True)
+    assert store.views.held_by_share() == held_by_leases(raw) == {"alice": 1}
     # A lease that expires (STORE-103) leaves the count.
     clock.advance(3600)
-    store.sweep(SweepRules(grace=10**9, unhealthy_after=10**9))
-    assert store.job(hold.id).state == "lost"
-    assert store.held_by_share() == held_by_leases(raw) == {}
+    store.devices.sweep(SweepRules(grace=10**9, unhealthy_after=10**9))
+    assert store.views.job(hold.id).state == "lost"
+    assert store.views.held_by_share() == held_by_leases(raw) == {}
 
 
 def test_a_job_less_lease_counts_under_its_holder(store: Store, make: Factory, raw: Raw) -> None:
     devs = make.worker(devices=1)
     lease = raw.insert_jobless_lease(devs[0], 0, 99)
-    assert store.held_by_share() == {"nobody": 1}
+    assert store.views.held_by_share() == {"nobody": 1}
     raw.write("DELETE FROM leases WHERE id = ?", lease)
-    assert store.held_by_share() == {}
+    assert store.views.held_by_share() == {}
 
 
 # ---- EXT-SHARE-1: limits in the pass --------------------------------------------------------
@@ -82,18 +83,18 @@ def test_a_submitter_at_its_limit_queues_and_others_are_placed(
     store.limits = SubmitterLimits(default=2)
     mine = [make.submit(submitter="alice") for _ in range(3)]
     theirs = make.submit(submitter="bob")
-    placed = {a.job_id for a in store.schedule()}
+    placed = {a.job_id for a in store.queue.run_pass().assigned}
     assert placed == {mine[0].id, mine[1].id, theirs.id}
-    assert store.job(mine[2].id).state == "queued"
+    assert store.views.job(mine[2].id).state == "queued"
     # It claims nothing: the fourth device stays free for anyone but alice.
     assert raw.rows("SELECT * FROM reservations") == []
-    assert store.waiting_for(store.job(mine[2].id)) == [
+    assert store.queue.waiting_for(store.views.job(mine[2].id)) == [
         waiting.Blocker(submitter_limit=2, submitter="alice")
     ]
     later = make.submit(submitter="carol")
-    assert [a.job_id for a in store.schedule()] == [later.id]
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [later.id]
     finish(store, mine[0].id)
-    assert [a.job_id for a in store.schedule()] == [mine[2].id]
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [mine[2].id]
 
 
 def test_a_pinned_job_at_its_limit_does_not_reserve_its_device(
@@ -104,8 +105,8 @@ def test_a_pinned_job_at_its_limit_does_not_reserve_its_device(
     make.start(device=devs[0], submitter="alice")
     blocked = make.submit(device=devs[1], submitter="alice")
     behind = make.submit(device=devs[1], submitter="bob")
-    assert [a.job_id for a in store.schedule()] == [behind.id]
-    assert store.job(blocked.id).state == "queued"
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [behind.id]
+    assert store.views.job(blocked.id).state == "queued"
     assert raw.rows("SELECT * FROM reservations") == []
 
 
@@ -115,21 +116,21 @@ def test_holds_and_gangs_count_each_device(store: Store, make: Factory) -> None:
     make.submit(submitter="alice", kind="hold", max_runtime_seconds=60, reason="profiling")
     gang = make.submit(submitter="alice", count=2)
     over = make.submit(submitter="alice", count=1)
-    store.schedule()
-    assert store.job(gang.id).state == "assigned"
-    assert store.job(over.id).state == "queued"
-    assert store.held_by_share() == {"alice": 3}
+    store.queue.run_pass()
+    assert store.views.job(gang.id).state == "assigned"
+    assert store.views.job(over.id).state == "queued"
+    assert store.views.held_by_share() == {"alice": 3}
 
 
 def test_raising_a_limit_places_the_job_at_the_next_pass(store: Store, make: Factory) -> None:
     make.worker(devices=2)
     store.limits = SubmitterLimits(default=1)
     first, second = make.submit(), make.submit()
-    store.schedule()
-    assert store.job(second.id).state == "queued"
+    store.queue.run_pass()
+    assert store.views.job(second.id).state == "queued"
     store.limits = SubmitterLimits(default=2)
-    assert [a.job_id for a in store.schedule()] == [second.id]
-    assert store.job(first.id).state == "assigned"
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [second.id]
+    assert store.views.job(first.id).state == "assigned"
 
 
 def test_a_limit_counts_under_the_share_name(store: Store, make: Factory) -> None:
@@ -139,8 +140,8 @@ def test_a_limit_counts_under_the_share_name(store: Store, make: Factory) -> Non
     a1 = make.submit(submitter="alice@laptop", share_name="alice")
     a2 = make.submit(submitter="alice@server", share_name="alice")
     free = make.submit(submitter="alice@elsewhere")  # no token name: its own name
-    placed = {a.job_id for a in store.schedule()}
-    assert placed == {a1.id, free.id} and store.job(a2.id).state == "queued"
+    placed = {a.job_id for a in store.queue.run_pass().assigned}
+    assert placed == {a1.id, free.id} and store.views.job(a2.id).state == "queued"
 
 
 # ---- EXT-SHARE-2: jobs that wait for jobs ----------------------------------------------------
@@ -151,14 +152,14 @@ def test_a_job_waits_until_every_named_job_succeeded(store: Store, make: Factory
     a = make.start(device=devs[0])
     b = make.start(device=devs[1], submitter="bob")  # another submitter's job: allowed
     c = make.submit(after=(a.id, b.id))
-    assert store.job(c.id).after_open == 2
-    assert store.schedule() == []
-    assert [w.after for w in store.waiting_for(store.job(c.id))] == [a.id, b.id]
+    assert store.views.job(c.id).after_open == 2
+    assert store.queue.run_pass().assigned == []
+    assert [w.after for w in store.queue.waiting_for(store.views.job(c.id))] == [a.id, b.id]
     finish(store, a.id)
-    assert store.schedule() == [] and store.job(c.id).state == "queued"
-    assert [w.after for w in store.waiting_for(store.job(c.id))] == [b.id]
+    assert store.queue.run_pass().assigned == [] and store.views.job(c.id).state == "queued"
+    assert [w.after for w in store.queue.waiting_for(store.views.job(c.id))] == [b.id]
     finish(store, b.id)
-    assert [x.job_id for x in store.schedule()] == [c.id]
+    assert [x.job_id for x in store.queue.run_pass().assigned] == [c.id]
 
 
 def test_a_job_whose_dependency_fails_ends_killed_and_so_does_its_chain(
@@ -170,11 +171,11 @@ def test_a_job_whose_dependency_fails_ends_killed_and_so_does_its_chain(
     c = make.submit(after=(b.id,))
     anyway = make.submit(after=(b.id,), after_any=True)
     finish(store, a.id, "failed")
-    done = store.run_pass()
+    done = store.queue.run_pass()
     assert set(done.ended) == {b.id, c.id}
-    assert store.job(b.id).state == "killed"
-    assert store.job(b.id).kill_reason == f"dependency_failed: {a.id}"
-    assert store.job(c.id).kill_reason == f"dependency_failed: {b.id}"
+    assert store.views.job(b.id).state == "killed"
+    assert store.views.job(b.id).kill_reason == f"dependency_failed: {a.id}"
+    assert store.views.job(c.id).kill_reason == f"dependency_failed: {b.id}"
     assert [x.job_id for x in done.assigned] == [anyway.id]  # any end will do
 
 
@@ -183,9 +184,9 @@ def test_a_cancelled_dependency_fails_the_job_behind_it(store: Store, make: Fact
     make.start(device=devs[0])
     a = make.submit(device=devs[0])  # queued behind the running one
     b = make.submit(after=(a.id,))
-    assert store.cancel_queued(a.id, "killed by alice")
-    assert store.run_pass().ended == [b.id]
-    assert store.job(b.id).kill_reason == f"dependency_failed: {a.id}"
+    assert store.queue.cancel(a.id, "killed by alice")
+    assert store.queue.run_pass().ended == [b.id]
+    assert store.views.job(b.id).kill_reason == f"dependency_failed: {a.id}"
 
 
 def test_a_dependency_already_ended_at_submit(store: Store, make: Factory) -> None:
@@ -197,9 +198,9 @@ def test_a_dependency_already_ended_at_submit(store: Store, make: Factory) -> No
     free = make.submit(after=(ok.id,))
     assert free.after_open == 0  # met already: nothing to wait for
     failed = make.submit(after=(ok.id, bad.id))
-    done = store.run_pass()
+    done = store.queue.run_pass()
     assert done.ended == [failed.id]
-    assert store.job(failed.id).kill_reason == f"dependency_failed: {bad.id}"
+    assert store.views.job(failed.id).kill_reason == f"dependency_failed: {bad.id}"
     assert [x.job_id for x in done.assigned] == [free.id]
 
 
@@ -208,16 +209,7 @@ def test_an_unknown_job_is_refused_by_name(store: Store, make: Factory) -> None:
     a = make.submit()
     with pytest.raises(errors.BadRequest, match="after: no job has the ID 'nope'"):
         make.submit(after=(a.id, "nope"))
-    assert [j.id for j in store.queued_jobs()] == [a.id]  # nothing half-written
-
-
-def test_a_job_named_twice_is_waited_for_once(store: Store, make: Factory) -> None:
-    devs = make.worker(devices=1)
-    a = make.start(device=devs[0])
-    b = make.submit(after=(a.id, a.id))
-    assert b.after_ids == (a.id,) and b.after_open == 1
-    finish(store, a.id)
-    assert [x.job_id for x in store.schedule()] == [b.id]
+    assert [j.id for j in store.views.queued()] == [a.id]  # nothing half-written
 
 
 def test_a_waiting_job_holds_no_place_in_front_of_others(
@@ -227,8 +219,8 @@ def test_a_waiting_job_holds_no_place_in_front_of_others(
     a = make.start(device=devs[0])
     waiting_job = make.submit(device=devs[1], after=(a.id,), priority=5)
     other = make.submit(device=devs[1])
-    assert [x.job_id for x in store.schedule()] == [other.id]
-    assert store.job(waiting_job.id).state == "queued"
+    assert [x.job_id for x in store.queue.run_pass().assigned] == [other.id]
+    assert store.views.job(waiting_job.id).state == "queued"
     assert raw.rows("SELECT * FROM reservations") == []
 
 
@@ -238,7 +230,7 @@ def test_every_waiting_job_in_the_state_view(store: Store, make: Factory) -> Non
     b = make.submit(after=(a.id,))
     store.limits = SubmitterLimits(default=1)
     c = make.submit()
-    _, _, queued, waits = store.state_view()
+    _, _, queued, waits = store.views.state_view()
     assert [j.id for j in queued] == [b.id, c.id]
     assert waits[b.id] == [waiting.Blocker(after=a.id)]
     assert waits[c.id] == [waiting.Blocker(submitter_limit=1, submitter="alice")]
@@ -249,7 +241,7 @@ def test_migration_0010_goes_down_and_up(tmp_path: Path) -> None:
 
     db = tmp_path / "rc.db"
     store = Store(db, FakeClock())
-    store.register("box", "b", [("gpu0", 0)])
+    store.devices.register("box", "b", [("gpu0", 0)])
     store_helpers.allocate_directly(store, "box:gpu0", "alice")
     store.close()
     eng = engine.create_engine(db)
@@ -260,7 +252,7 @@ def test_migration_0010_goes_down_and_up(tmp_path: Path) -> None:
     eng.dispose()
     store = Store(db, FakeClock())
     try:
-        assert store.held_by_share() == {"alice": 1}  # rebuilt from the live leases
+        assert store.views.held_by_share() == {"alice": 1}  # rebuilt from the live leases
     finally:
         store.close()
 
@@ -281,13 +273,13 @@ def test_the_pass_reads_no_job_of_a_name_at_its_limit(
     read: list[str] = []
     page = queries.queue_page
 
-    def counted(*args: object, **kw: object) -> list[object]:
+    def counted(*args: object, **kw: object) -> Sequence[object]:
         rows = page(*args, **kw)  # type: ignore[arg-type]
-        read.extend(str(r[0]) for r in rows)
+        read.extend(r.id for r in rows)
         return rows
 
     monkeypatch.setattr(queries, "queue_page", counted)
-    assert [a.job_id for a in store.schedule()] == [bob.id]
+    assert [a.job_id for a in store.queue.run_pass().assigned] == [bob.id]
     assert read == [bob.id]
 
 
@@ -301,6 +293,6 @@ def test_many_jobs_waiting_for_one_end_together(
     devs = make.worker(devices=1)
     first = make.start(device=devs[0])
     waiting = {make.submit(after=(first.id,)).id for _ in range(30)}
-    assert len(after.pending(store._db, sorted(waiting))) == 30
+    assert len(after.pending(store.db, sorted(waiting))) == 30
     finish(store, first.id, "failed")
-    assert set(store.run_pass().ended) == waiting
+    assert set(store.queue.run_pass().ended) == waiting

@@ -160,7 +160,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _finish(self, job_id: str, state: str, kill_reason: str | None = None) -> None:
         self.expected[job_id] = state
-        j = self.store.job(job_id)
+        j = self.store.views.job(job_id)
         assert j.state == state
         assert kill_reason is None or j.kill_reason == kill_reason, (j.kill_reason, kill_reason)
         self.finished[job_id] = (j.state, j.exit_code, j.kill_reason, j.finished_at)
@@ -187,7 +187,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.boots[host] = self.boots.get(host, 0) + 1
         names = [f"gpu{i}" for i in range(n)]
         in_flight = {j for j in self._jobs_in(*ACTIVE) if self.worker_of[j] == wid(host)}
-        reg = self.store.register(
+        reg = self.store.devices.register(
             host, f"boot-{self.boots[host]}", list(zip(names, ceilings, strict=False))
         )
         assert set(reg.reaped) == in_flight
@@ -196,7 +196,7 @@ class StoreMachine(RuleBasedStateMachine):
         for job_id in reg.reaped:
             self._finish(job_id, "lost")
         facts = {name: {"kind": "ab"[i % 2], "idx": str(i)} for i, name in enumerate(names)}
-        self.store.apply_facts(host, names, facts, None, None, None)
+        self.store.devices.apply_facts(host, names, facts, None, None, None)
         for name, f in facts.items():
             self.labels[f"{host}:{name}"] = f
 
@@ -228,13 +228,13 @@ class StoreMachine(RuleBasedStateMachine):
         )
         before = len(self.expected)
         try:
-            job = self.store.enqueue(req)
+            job = self.store.queue.enqueue(req)
         except (errors.NoMatchingDevice, errors.RuntimeAboveCeiling):
-            assert len(self.store.list_jobs(limit=200)) == before  # nothing written
+            assert len(self.store.views.list_jobs(limit=200)) == before  # nothing written
             return
         except errors.UnknownDevice:
             assert store_helpers.device(self.store, device) is None  # pinned to a retired device
-            assert len(self.store.list_jobs(limit=200)) == before
+            assert len(self.store.views.list_jobs(limit=200)) == before
             return
         if key in self.keys:  # STORE-056 step 3: the same job back, unchanged
             assert job.id == self.keys[key]
@@ -249,17 +249,17 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def schedule(self) -> None:
         self._may("assign")
-        placed = self.store.schedule()
+        placed = self.store.queue.run_pass().assigned
         event(f"pass placed {len(placed)}")
         for a in placed:
             assert self.expected[a.job_id] == "queued"
             self.expected[a.job_id] = "assigned"
             self.worker_of[a.job_id] = a.worker_id
         devices = {d.id: d for d in store_helpers.devices(self.store)}
-        queued = {j.id: j for j in self.store.queued_jobs()}
+        queued = {j.id: j for j in self.store.views.queued()}
 
         def order(job_id: str) -> tuple[int, int, int]:
-            j = self.store.job(job_id)
+            j = self.store.views.job(job_id)
             return (-j.priority, j.queued_at, j.seq)
 
         for a in placed:
@@ -300,12 +300,12 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(host=st.sampled_from(HOSTS))
     def take_work(self, host: str) -> None:
         mine_assigned = {j for j in self._jobs_in("assigned") if self.worker_of[j] == wid(host)}
-        handed, kills = self.store.take_work(wid(host))
+        handed, kills = self.store.reports.take_work(wid(host))
         assert {j.id for j in handed} == mine_assigned  # STORE-080: each handed out once
         for j in handed:
             self.expected[j.id] = "running"
         for job_id in kills:
-            j = self.store.job(job_id)
+            j = self.store.views.job(job_id)
             assert j.worker_id == wid(host) and j.kill_requested == 1
             assert j.state in ("assigned", "running", "killed")
 
@@ -334,11 +334,11 @@ class StoreMachine(RuleBasedStateMachine):
         model = self.expected[job_id]
         disconnected = False
         if model in ACTIVE:
-            dev_state, reason = self._device_state(self.store.job(job_id).device_id)
+            dev_state, reason = self._device_state(self.store.views.job(job_id).device_id)
             disconnected = dev_state == "unknown" or (
                 dev_state == "unhealthy" and reason == "worker_lost"
             )
-        outcome = self.store.request_kill(job_id, "killed by alice", finalize)
+        outcome = self.store.queue.request_kill(job_id, "killed by alice", finalize)
         if model not in ACTIVE:
             assert outcome == "not_cancellable"  # STORE-091
         elif finalize and disconnected:
@@ -347,14 +347,14 @@ class StoreMachine(RuleBasedStateMachine):
             event("kill finalized")
         else:
             assert outcome == "requested"  # STORE-093
-            assert self.store.job(job_id).kill_requested == 1
+            assert self.store.views.job(job_id).kill_requested == 1
 
     @precondition(lambda self: self.expected)
     @rule(data=st.data())
     def cancel_queued(self, data: st.DataObject) -> None:
         job_id = self._pick(data, "queued")
         was_queued = self.expected[job_id] == "queued"
-        assert self.store.cancel_queued(job_id, "killed by alice") is was_queued  # STORE-090
+        assert self.store.queue.cancel(job_id, "killed by alice") is was_queued  # STORE-090
         if was_queued:
             self._finish(job_id, "killed")
 
@@ -364,7 +364,7 @@ class StoreMachine(RuleBasedStateMachine):
         ids = st.sampled_from([*self.expected, "bogus"])
         named = data.draw(st.lists(ids, max_size=4))
         pending = data.draw(st.lists(ids, max_size=2))  # EXT-OUTBOX-2: counts as named
-        self.store.heartbeat(wid(host), named, retain, pending=pending)
+        self.store.reports.heartbeat(wid(host), named, retain, pending=pending)
         now = self.store.now()
         renewed = {
             j
@@ -386,21 +386,21 @@ class StoreMachine(RuleBasedStateMachine):
         if store_helpers.device(self.store, device) is None:  # retired
             if what == "fault":
                 try:
-                    self.store.set_device_state(device, "unhealthy", "verify failed")
+                    self.store.devices.set_state(device, "unhealthy", "verify failed")
                 except errors.DeviceNotFound:
                     return
                 raise AssertionError("STORE-131: a fault on no row must be DeviceNotFound")
             if what == "clear":
-                assert self.store.clear_device(device) is False
+                assert self.store.devices.clear(device) is False
             return
         state, _ = self._device_state(device)
         if what == "fault":  # the host's own report (STORE-131)
-            self.store.set_device_state(device, "unhealthy", "verify failed")
+            self.store.devices.set_state(device, "unhealthy", "verify failed")
             assert self._device_state(device) == ("unhealthy", "fault")
             self.faulted.add(device)
         elif what == "clear":  # STORE-130
             leased = any(x.device_id == device for x in store_helpers.live_leases(self.store))
-            cleared = self.store.clear_device(device)
+            cleared = self.store.devices.clear(device)
             assert cleared is (state == "unhealthy" and not leased)
             if cleared:
                 self.faulted.discard(device)
@@ -420,12 +420,12 @@ class StoreMachine(RuleBasedStateMachine):
         """
         self._may("fault report", *SWEEP[:2])
         job_id = data.draw(st.sampled_from(self._jobs_in(*ACTIVE)))
-        device = self.store.job(job_id).device_id
+        device = self.store.views.job(job_id).device_id
         if store_helpers.device(self.store, device) is None:
             return
         state, _ = self._device_state(device)
         if what == "fault":
-            self.store.set_device_state(device, "unhealthy", "verify failed")
+            self.store.devices.set_state(device, "unhealthy", "verify failed")
             self.faulted.add(device)
             event("fault under a running job")
             if data.draw(st.booleans()):  # and the worker reports the job's end (STORE-082)
@@ -458,7 +458,7 @@ class StoreMachine(RuleBasedStateMachine):
             if other != host and other in self.boots:
                 mine = [j for j in self._jobs_in(*ACTIVE) if self.worker_of[j] == wid(other)]
                 named = [j for j in mine if data.draw(st.booleans())]
-                self.store.heartbeat(wid(other), named)
+                self.store.reports.heartbeat(wid(other), named)
 
     @precondition(lambda self: self._jobs_in(*ACTIVE))
     @rule(seconds=st.sampled_from([300, 901]), retain=st.booleans(), data=st.data())
@@ -527,7 +527,7 @@ class StoreMachine(RuleBasedStateMachine):
             and x.expires_at <= now
             and not (retain and x.kind == "job")
         }
-        result = self.store.sweep(rules)
+        result = self.store.devices.sweep(rules)
         assert result.judging is judging
         assert set(result.devices_unknown) == unknown
         assert set(result.devices_unhealthy) == unhealthy
@@ -563,7 +563,7 @@ class StoreMachine(RuleBasedStateMachine):
         existed = store_helpers.device(self.store, device) is not None
         leased = any(x.device_id == device for x in store_helpers.live_leases(self.store))
         try:
-            self.store.retire_device(device)
+            self.store.devices.retire(device)
         except errors.DeviceNotFound:
             assert not existed
             return
@@ -596,7 +596,7 @@ class StoreMachine(RuleBasedStateMachine):
                         held.append(d.id)
                     else:
                         want.append((d.id, d.quarantine_reason))
-        out = self.store.auto_recover(wid(host), proof)
+        out = self.store.devices.auto_recover(wid(host), proof)
         assert [(r.device_id, r.reason) for r in out.recovered] == want
         assert out.held_back == held
         for device, _ in want:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def _pragmas(store: Store) -> tuple[str, int]:
     """The journal mode and busy timeout of the store's own connection."""
-    driver = store._db.driver
+    driver = store.db.driver
     mode = driver.execute("PRAGMA journal_mode").fetchone()[0]
     timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0]
     return str(mode), int(timeout)
@@ -116,7 +116,7 @@ def test_scheduling_passes_of_one_store_never_overlap(
     for _ in range(6):
         make.submit()
     overlap = _Overlap(monkeypatch)
-    _run_together([store.run_pass] * 4)
+    _run_together([store.queue.run_pass] * 4)
     assert (overlap.calls, overlap.most) == (4, 1)
     assert len(store_helpers.live_leases(store)) == 2
 
@@ -135,7 +135,7 @@ def test_scheduling_passes_of_two_stores_on_one_database_never_overlap(
     for _ in range(6):
         make.submit()
     overlap = _Overlap(monkeypatch)
-    _run_together([store.run_pass, other_store.run_pass] * 2)
+    _run_together([store.queue.run_pass, other_store.queue.run_pass] * 2)
     assert (overlap.calls, overlap.most) == (4, 1)
     assert len(store_helpers.live_leases(store)) == 2
 

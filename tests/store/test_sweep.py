@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def sweep(store: Store, **rules: Any) -> SweepResult:
-    return store.sweep(SweepRules(**rules))
+    return store.devices.sweep(SweepRules(**rules))
 
 
 def reported(result: SweepResult) -> tuple[set[str], set[str], set[str], set[str]]:
@@ -72,7 +72,7 @@ def test_grace_demotes_ready_and_busy_devices_to_unknown(
     assert state_of(store, d0) == ("unknown", "", "")
     assert state_of(store, d1) == ("unknown", "", "")
     # Unknown is not a quarantine: the job runs on, its lease is untouched.
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
     assert len(raw.live_leases(d0)) == 1
     # Already unknown: not reported again.
     clock.advance(10)
@@ -86,7 +86,7 @@ def test_a_silent_worker_is_written_off_after_five_minutes(
     d0, d1, d2 = make.worker(devices=3)
     running = make.start(d0)
     assigned = make.submit(device=d2)
-    store.schedule()  # assigned, never handed out
+    store.queue.run_pass()  # assigned, never handed out
     clock.advance(30)
     sweep(store)  # d0..d2 unknown on the way
     clock.advance(270)  # 300 s of silence
@@ -96,7 +96,7 @@ def test_a_silent_worker_is_written_off_after_five_minutes(
     for d in (d0, d1, d2):
         assert state_of(store, d) == ("unhealthy", "worker_lost", "")
     for job_id in (running.id, assigned.id):
-        j = store.job(job_id)
+        j = store.views.job(job_id)
         assert (j.state, j.kill_reason, j.finished_at) == ("lost", "worker lost", now)
         assert [r["released_at"] for r in raw.leases_of(job_id)] == [now]
     # Idempotent: nothing is reported twice.
@@ -120,7 +120,7 @@ def test_only_the_silent_workers_devices_are_touched(
     (theirs,) = make.worker(host="other", devices=1)
     job = make.start(theirs)
     clock.advance(299)
-    store.heartbeat(wid("other"), [job.id])
+    store.reports.heartbeat(wid("other"), [job.id])
     clock.advance(1)
     assert reported(sweep(store)) == (set(), {mine}, set(), set())
     assert state_of(store, theirs)[0] == "busy"
@@ -138,7 +138,7 @@ def test_an_unhealthy_device_keeps_its_reason_but_its_jobs_are_reaped(
     clock.advance(300)
     assert reported(sweep(store)) == (set(), set(), {job.id}, set())
     assert state_of(store, d0) == ("unhealthy", reason, "the detail")
-    assert store.job(job.id).kill_reason == "worker lost"
+    assert store.views.job(job.id).kill_reason == "worker lost"
 
 
 def test_the_reap_takes_every_active_job_on_the_device_whatever_its_worker(
@@ -182,7 +182,7 @@ def test_inside_the_window_only_unknown_then_the_same_verdict_after(
     result = sweep(store, **window)
     assert not result.judging
     assert reported(result) == ({d0, d1}, set(), set(), set())  # unknown, nothing more
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == deadline  # it forgives nothing: no deadline moved
     clock.advance(29)
@@ -200,10 +200,10 @@ def test_inside_the_window_no_lease_expires(store: Store, make: Factory, clock: 
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     clock.advance(300)
-    store.heartbeat(wid(), [])  # the worker lives but never named the job
+    store.reports.heartbeat(wid(), [])  # the worker lives but never named the job
     result = sweep(store, hold_off_until=store.now() + 1)
     assert reported(result) == NOTHING
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
     clock.advance(1)
     assert reported(sweep(store, hold_off_until=store.now())) == (set(), set(), set(), {job.id})
 
@@ -221,14 +221,14 @@ def test_a_lease_expires_at_exactly_its_deadline(
     job = make.start(d0)
     (lease,) = store_helpers.live_leases(store)
     clock.advance(lease.expires_at - store.now() - 1)
-    store.heartbeat(wid(), [])  # alive, but the job is never named: nobody renews it
+    store.reports.heartbeat(wid(), [])  # alive, but the job is never named: nobody renews it
     assert reported(sweep(store)) == NOTHING
     clock.advance(1)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     now = store.now()
     assert now == lease.expires_at
     assert reported(sweep(store)) == (set(), set(), set(), {job.id})
-    j = store.job(job.id)
+    j = store.views.job(job.id)
     assert (j.state, j.kill_reason, j.finished_at) == ("lost", "lease expired", now)
     assert state_of(store, d0) == ("unhealthy", "lease_expired", "")  # quarantined, not freed
     assert [r["released_at"] for r in raw.leases_of(job.id)] == [now]
@@ -239,9 +239,9 @@ def test_a_renewed_lease_does_not_expire(store: Store, make: Factory, clock: Fak
     job = make.start(d0)
     for _ in range(6):  # an hour of honest work, heartbeats every 10 minutes
         clock.advance(600)
-        store.heartbeat(wid(), [job.id])
+        store.reports.heartbeat(wid(), [job.id])
         assert reported(sweep(store)) == NOTHING
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
 
 
 @pytest.mark.parametrize("reason", ["fault", "registration", "worker_lost", ""])
@@ -253,7 +253,7 @@ def test_expiry_keeps_an_existing_reason(
     job = make.start(d0)
     raw.force_device(d0, "unhealthy", reason, "the detail")
     clock.advance(300)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert reported(sweep(store)) == (set(), set(), set(), {job.id})
     assert state_of(store, d0) == ("unhealthy", reason, "the detail")
 
@@ -269,7 +269,7 @@ def test_a_job_less_lease_is_released_by_its_own_id_and_reported_by_it(
     expired = raw.insert_jobless_lease(d0, now, now + 10)
     later = raw.insert_jobless_lease(d1, now, now + 100)
     clock.advance(10)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert reported(sweep(store)) == (set(), set(), set(), {expired})
     assert raw.live_leases(d0) == []
     assert [r["id"] for r in raw.live_leases(d1)] == [later]  # another '' lease untouched
@@ -285,11 +285,11 @@ def test_a_lease_whose_job_already_ended_is_released_but_not_reported(
     job = make.start(d0)
     raw.write("UPDATE jobs SET state = 'failed' WHERE id = ?", job.id)  # a stray row
     clock.advance(300)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert reported(sweep(store)) == NOTHING
     assert raw.live_leases(d0) == []
     assert state_of(store, d0)[0] == "unhealthy"
-    assert store.job(job.id).state == "failed"
+    assert store.views.job(job.id).state == "failed"
 
 
 def test_leases_the_reap_released_are_not_expired_again(
@@ -300,7 +300,7 @@ def test_leases_the_reap_released_are_not_expired_again(
     job = make.start(d0)
     clock.advance(1000)  # silent and past the lease deadline at once
     assert reported(sweep(store)) == (set(), {d0}, {job.id}, set())
-    assert store.job(job.id).kill_reason == "worker lost"
+    assert store.views.job(job.id).kill_reason == "worker lost"
     assert state_of(store, d0) == ("unhealthy", "worker_lost", "")
 
 
@@ -308,10 +308,10 @@ def test_a_hold_expires_with_its_ttl(store: Store, make: Factory, clock: FakeClo
     (d0,) = make.worker(devices=1)
     hold = make.start(d0, kind="hold", reason="debugging", max_runtime_seconds=60)
     clock.advance(659)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert reported(sweep(store)) == NOTHING
     clock.advance(1)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert reported(sweep(store)) == (set(), set(), set(), {hold.id})
 
 
@@ -333,7 +333,7 @@ def test_retention_demotes_but_never_loses_a_job_to_silence(
     # Hours later the job is still running and its lease still live: job leases never expire.
     clock.advance(6 * 3600)
     assert reported(sweep(store, retain=True)) == NOTHING
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
     assert len(raw.live_leases(d0)) == 1
 
 
@@ -342,10 +342,10 @@ def test_retention_still_expires_holds(store: Store, make: Factory, clock: FakeC
     job = make.start(d0)
     hold = make.start(d1, kind="hold", reason="debugging", max_runtime_seconds=60)
     clock.advance(3600)
-    store.heartbeat(wid(), [])  # the worker is alive; neither lease is renewed
+    store.reports.heartbeat(wid(), [])  # the worker is alive; neither lease is renewed
     assert reported(sweep(store, retain=True)) == (set(), set(), set(), {hold.id})
     assert state_of(store, d1) == ("unhealthy", "lease_expired", "")
-    assert store.job(job.id).state == "running"
+    assert store.views.job(job.id).state == "running"
     assert state_of(store, d0)[0] == "busy"
 
 
@@ -358,7 +358,7 @@ def test_retention_worker_lost_device_returns_busy_when_its_job_is_named(
     clock.advance(400)
     sweep(store, retain=True)
     assert state_of(store, d0)[1] == "worker_lost"
-    store.heartbeat(wid(), [job.id], retain=True)
+    store.reports.heartbeat(wid(), [job.id], retain=True)
     assert state_of(store, d0) == ("busy", "", "")
     assert store_helpers.live_leases(store)[0].expires_at == store.now() + 900
     assert state_of(store, d1) == ("unhealthy", "worker_lost", "")  # unleased: stays out
@@ -371,7 +371,7 @@ def test_default_mode_write_off_is_not_undone_by_naming_the_lost_job(
     job = make.start(d0)
     clock.advance(300)
     sweep(store)
-    store.heartbeat(wid(), [job.id])  # the job is lost: naming it proves nothing now
+    store.reports.heartbeat(wid(), [job.id])  # the job is lost: naming it proves nothing now
     assert state_of(store, d0) == ("unhealthy", "worker_lost", "")
 
 
@@ -412,7 +412,7 @@ def test_a_heartbeat_after_silence_returns_unknown_devices(
     job = make.start(d0)
     clock.advance(45)
     assert set(sweep(store, retain=retain).devices_unknown) == {d0, d1}
-    store.heartbeat(wid(), [job.id], retain=retain)
+    store.reports.heartbeat(wid(), [job.id], retain=retain)
     assert state_of(store, d0) == ("busy", "", "")
     assert state_of(store, d1) == ("ready", "", "")
 
@@ -425,7 +425,7 @@ def test_pending_jobs_are_renewed_like_running_ones(
     running = make.start(d0)
     pending = make.start(d1)
     clock.advance(120)
-    store.heartbeat(wid(), [running.id], pending=[pending.id])
+    store.reports.heartbeat(wid(), [running.id], pending=[pending.id])
     now = store.now()
     assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         running.id: now + 900,
@@ -436,7 +436,7 @@ def test_pending_jobs_are_renewed_like_running_ones(
     their_job = make.start(theirs)
     before = {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}[their_job.id]
     clock.advance(5)
-    store.heartbeat(wid(), [], pending=[their_job.id])
+    store.reports.heartbeat(wid(), [], pending=[their_job.id])
     assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}[
         their_job.id
     ] == before
@@ -451,7 +451,7 @@ def test_a_pending_job_keeps_its_device_busy_through_a_long_outage(
     job = make.start(d0)
     for _ in range(8):  # two hours with the terminal report stuck in the outbox
         clock.advance(840)
-        store.heartbeat(wid(), [], pending=[job.id])
+        store.reports.heartbeat(wid(), [], pending=[job.id])
         assert reported(sweep(store)) == NOTHING
         assert state_of(store, d0) == ("busy", "", "")
     out = store_helpers.release(store, job.id, "succeeded", 0, "")
@@ -469,7 +469,7 @@ def test_pending_names_return_an_unknown_device_to_busy(
     clock.advance(60)
     sweep(store, retain=retain)
     assert state_of(store, d0)[0] == "unknown"
-    store.heartbeat(wid(), [], retain=retain, pending=[job.id])
+    store.reports.heartbeat(wid(), [], retain=retain, pending=[job.id])
     assert state_of(store, d0) == ("busy", "", "")
 
 
@@ -481,7 +481,7 @@ def test_pending_names_restore_a_worker_lost_device(
     job = make.start(d0)
     clock.advance(400)
     sweep(store, retain=True)
-    store.heartbeat(wid(), [], retain=True, pending=[job.id])
+    store.reports.heartbeat(wid(), [], retain=True, pending=[job.id])
     assert state_of(store, d0) == ("busy", "", "")
 
 
@@ -494,15 +494,18 @@ def test_a_pending_finalised_kill_keeps_its_device_out_until_the_report_lands(
     job = make.start(d0)
     clock.advance(60)
     sweep(store, retain=True)
-    assert store.request_kill(job.id, "killed by alice", finalize_disconnected=True) == "finalized"
-    store.heartbeat(wid(), [], retain=True, pending=[job.id])
+    assert (
+        store.queue.request_kill(job.id, "killed by alice", finalize_disconnected=True)
+        == "finalized"
+    )
+    store.reports.heartbeat(wid(), [], retain=True, pending=[job.id])
     assert state_of(store, d0)[0] == "unknown"
-    assert store.job(job.id).kill_requested == 1
+    assert store.views.job(job.id).kill_requested == 1
     assert store_helpers.release(
         store, job.id, "succeeded", 0
     ).was_terminal  # the late report: no change
-    store.heartbeat(wid(), [], retain=True)
-    assert store.job(job.id).state == "killed"
+    store.reports.heartbeat(wid(), [], retain=True)
+    assert store.views.job(job.id).state == "killed"
     assert state_of(store, d0)[0] == "ready"
 
 
@@ -514,13 +517,13 @@ def test_a_terminal_report_from_the_same_worker_is_accepted_after_its_restart(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     clock.advance(200)
-    store.heartbeat(wid(), [], pending=[job.id])
-    assert store.job(job.id).worker_id == wid()
+    store.reports.heartbeat(wid(), [], pending=[job.id])
+    assert store.views.job(job.id).worker_id == wid()
     out = store_helpers.release(store, job.id, "failed", 3, "exit status 3")
     assert (out.job.state, out.job.exit_code) == ("failed", 3)
     assert state_of(store, d0)[0] == "ready"
     # Its registration afterwards finds nothing in flight to reap.
-    assert store.register("box", "boot-1", [("gpu0", 0)]).reaped == []
+    assert store.devices.register("box", "boot-1", [("gpu0", 0)]).reaped == []
 
 
 # ======================================================================================
@@ -532,9 +535,12 @@ def test_quarantine_reasons_and_details(store: Store, make: Factory, raw: Raw) -
     # STORE-170.
     d0, d1 = make.worker()
     raw.force_device(d0, "unhealthy", "lease_expired", "lapsed")
-    assert store.quarantine_reasons([d0, d1, "nope:gpu9"]) == {d0: "lease_expired", d1: ""}
+    assert store.views.quarantine_reasons([d0, d1, "nope:gpu9"]) == {d0: "lease_expired", d1: ""}
     assert store_helpers.quarantine_details(store, [d0, "nope:gpu9"]) == {d0: "lapsed"}
-    assert store.quarantine_reasons([]) == {} and store_helpers.quarantine_details(store, []) == {}
+    assert (
+        store.views.quarantine_reasons([]) == {}
+        and store_helpers.quarantine_details(store, []) == {}
+    )
 
 
 def test_lease_devices_maps_expired_ids_to_devices(
@@ -550,10 +556,10 @@ def test_lease_devices_maps_expired_ids_to_devices(
     raw.force_device(d1, "busy")
     jobless = raw.insert_jobless_lease(d1, now, now + 5)
     clock.advance(300)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     result = sweep(store)
     assert set(result.leases_expired) == {job.id, jobless}
     (job_lease,) = raw.leases_of(job.id)
-    got = store.lease_devices([*result.leases_expired, "nothing"])
+    got = store.views.lease_devices([*result.leases_expired, "nothing"])
     assert got == {job.id: d0, job_lease["id"]: d0, jobless: d1}
-    assert store.lease_devices([]) == {}
+    assert store.views.lease_devices([]) == {}

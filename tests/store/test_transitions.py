@@ -20,7 +20,8 @@ from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.selectors import SelectorError
 from resource_controller.core.share import SubmitterLimits
-from resource_controller.store import jobs, leases, passes, sql
+from resource_controller.core.transitions import JOB, Op
+from resource_controller.store import jobs, leases, moves, passes, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 from support import store_helpers
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 def label(store: Store, host: str, per_device: dict[str, dict[str, str]]) -> None:
     """Replace the detected labels of the named devices of ``host``."""
     names = [n for n in per_device if n]
-    store.apply_facts(host, names, per_device, None, None, None)
+    store.devices.apply_facts(host, names, per_device, None, None, None)
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def _invariants_hold_after_each_test(raw: Raw) -> Iterator[None]:
 def test_registration_declares_new_devices_ready(store: Store, raw: Raw) -> None:
     # STORE-021 row "(no row) -> ready"; STORE-110 step 5; STORE-112.
     now = store.now()
-    reg = store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 3600), ("gpu2", -5)])
+    reg = store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 3600), ("gpu2", -5)])
     assert reg.worker_id == wid() and not reg.reboot_proof and reg.reaped == []
     devs = {d.id: d for d in store_helpers.devices(store)}
     assert sorted(devs) == ["box:gpu0", "box:gpu1", "box:gpu2"]
@@ -75,8 +76,8 @@ def test_assignment_makes_the_device_busy_and_grants_a_lease(
     )
     clock.advance(5)
     now = store.now()
-    assert store.schedule() == [Assigned(job.id, wid())]
-    j = store.job(job.id)
+    assert store.queue.run_pass().assigned == [Assigned(job.id, wid())]
+    j = store.views.job(job.id)
     assert (j.state, j.device_id, j.worker_id, j.started_at) == ("assigned", d0, wid(), None)
     assert state_of(store, d0)[0] == "busy"
     (lease,) = store_helpers.live_leases(store)
@@ -96,7 +97,7 @@ def test_release_ends_the_job_and_frees_its_busy_device(
     now = store.now()
     out = store_helpers.release(store, job.id, terminal, exit_code=3, reason="the reason")
     assert not out.was_terminal
-    j = store.job(job.id)
+    j = store.views.job(job.id)
     assert (j.state, j.exit_code, j.kill_reason, j.finished_at) == (
         terminal,
         3,
@@ -113,14 +114,14 @@ def test_release_leaves_a_faulted_device_out_of_the_pool(store: Store, make: Fac
     # STORE-082 step 4: an unhealthy device stays out; STORE-131 does not touch the job.
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
-    store.set_device_state(d0, "unhealthy", "verify: ecc errors")
-    assert store.job(job.id).state == "running"
+    store.devices.set_state(d0, "unhealthy", "verify: ecc errors")
+    assert store.views.job(job.id).state == "running"
     store_helpers.release(store, job.id, "failed", 1, "exit status 1")
     assert state_of(store, d0) == ("unhealthy", "fault", "verify: ecc errors")
     assert store_helpers.live_leases(store) == []
     waiting = make.submit(device=d0)
-    assert store.schedule() == []
-    assert store.job(waiting.id).state == "queued"
+    assert store.queue.run_pass().assigned == []
+    assert store.views.job(waiting.id).state == "queued"
 
 
 def test_release_leaves_an_unknown_device_for_the_next_heartbeat(
@@ -132,7 +133,7 @@ def test_release_leaves_an_unknown_device_for_the_next_heartbeat(
     raw.force_device(d0, "unknown")
     store_helpers.release(store, job.id, "succeeded", 0)
     assert state_of(store, d0)[0] == "unknown"
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert state_of(store, d0)[0] == "ready"
 
 
@@ -151,23 +152,23 @@ def test_registration_without_reboot_proof_reaps_and_quarantines(
     d0, d1 = make.worker(devices=2, boot_id=old_boot)
     running = make.start(d0)
     assigned = make.submit(device=d1)
-    store.schedule()
-    assert store.job(assigned.id).state == "assigned"
+    store.queue.run_pass()
+    assert store.views.job(assigned.id).state == "assigned"
     clock.advance(3)
     now = store.now()
-    reg = store.register("box", new_boot, [("gpu0", 0), ("gpu1", 0)])
+    reg = store.devices.register("box", new_boot, [("gpu0", 0), ("gpu1", 0)])
     assert not reg.reboot_proof
     assert sorted(reg.reaped) == sorted([running.id, assigned.id])
     for job_id in (running.id, assigned.id):
-        j = store.job(job_id)
+        j = store.views.job(job_id)
         assert (j.state, j.kill_reason, j.finished_at) == ("lost", "worker re-registered", now)
         assert [r["released_at"] for r in raw.leases_of(job_id)] == [now]
     assert state_of(store, d0) == ("unhealthy", "registration", "")
     assert state_of(store, d1) == ("unhealthy", "registration", "")
     assert raw.worker(wid())["boot_id"] == new_boot  # overwritten, even with ''
     waiting = make.submit(device=d0)
-    assert store.schedule() == []
-    assert store.job(waiting.id).state == "queued"
+    assert store.queue.run_pass().assigned == []
+    assert store.views.job(waiting.id).state == "queued"
 
 
 def test_registration_with_nothing_in_flight_reaps_nothing(store: Store, make: Factory) -> None:
@@ -177,10 +178,10 @@ def test_registration_with_nothing_in_flight_reaps_nothing(store: Store, make: F
     store_helpers.release(store, done.id, "succeeded", 0)
     queued = make.submit(device=d0, priority=-1)
     other = make.submit(device=d0, priority=-1)
-    store.cancel_queued(other.id, "killed by alice")
-    reg = store.register("box", "boot-1", [("gpu0", 0)])
+    store.queue.cancel(other.id, "killed by alice")
+    reg = store.devices.register("box", "boot-1", [("gpu0", 0)])
     assert reg.reaped == []
-    assert [store.job(j.id).state for j in (done, queued, other)] == [
+    assert [store.views.job(j.id).state for j in (done, queued, other)] == [
         "succeeded",
         "queued",
         "killed",
@@ -196,11 +197,11 @@ def test_registration_quarantine_keeps_an_existing_reason(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     if reason == "fault":
-        store.set_device_state(d0, "unhealthy", "ecc errors")
+        store.devices.set_state(d0, "unhealthy", "ecc errors")
     else:
         raw.force_device(d0, "unhealthy", reason, "ecc errors")
-    store.register("box", "boot-1", [("gpu0", 0)])
-    assert store.job(job.id).state == "lost"
+    store.devices.register("box", "boot-1", [("gpu0", 0)])
+    assert store.views.job(job.id).state == "lost"
     assert state_of(store, d0) == ("unhealthy", reason, "ecc errors")
 
 
@@ -214,12 +215,15 @@ def test_registration_with_reboot_proof_frees_the_devices_of_reaped_jobs(
     j1 = make.start(d1)
     j2 = make.start(d2)
     raw.force_device(d1, "unknown")
-    store.set_device_state(d2, "unhealthy", "bad ecc")
-    reg = store.register("box", "boot-2", [("gpu0", 0), ("gpu1", 0), ("gpu2", 0)])
+    store.devices.set_state(d2, "unhealthy", "bad ecc")
+    reg = store.devices.register("box", "boot-2", [("gpu0", 0), ("gpu1", 0), ("gpu2", 0)])
     assert reg.reboot_proof
     assert sorted(reg.reaped) == sorted([j0.id, j1.id, j2.id])
     for j in (j0, j1, j2):
-        assert (store.job(j.id).state, store.job(j.id).kill_reason) == ("lost", "host rebooted")
+        assert (store.views.job(j.id).state, store.views.job(j.id).kill_reason) == (
+            "lost",
+            "host rebooted",
+        )
     assert state_of(store, d0) == ("ready", "", "")
     assert state_of(store, d1) == ("ready", "", "")
     assert state_of(store, d2) == ("unhealthy", "fault", "bad ecc")
@@ -234,8 +238,8 @@ def test_reap_settles_a_device_the_registration_no_longer_declares(
     # registration no longer declares that device."
     _d0, d1 = make.worker(devices=2, boot_id="boot-1")
     job = make.start(d1)
-    store.register("box", boot, [("gpu0", 0)])
-    assert store.job(job.id).state == "lost"
+    store.devices.register("box", boot, [("gpu0", 0)])
+    assert store.views.job(job.id).state == "lost"
     assert state_of(store, d1)[0] == expected
 
 
@@ -258,7 +262,7 @@ def test_reboot_proof_recovers_recoverable_quarantines(
     (other,) = make.worker(host="other", devices=1)
     raw.force_device(d0, "unhealthy", reason, "what happened")
     raw.force_device(other, "unhealthy", "worker_lost", "")
-    store.register("box", "boot-2", [("gpu0", 0)])
+    store.devices.register("box", "boot-2", [("gpu0", 0)])
     if recovered:
         assert state_of(store, d0) == ("ready", "", "")
     else:
@@ -270,7 +274,7 @@ def test_unchanged_boot_id_recovers_nothing(store: Store, make: Factory, raw: Ra
     # STORE-110 step 1: an unchanged boot ID proves nothing.
     (d0,) = make.worker(devices=1, boot_id="boot-1")
     raw.force_device(d0, "unhealthy", "worker_lost")
-    store.register("box", "boot-1", [("gpu0", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0)])
     assert state_of(store, d0) == ("unhealthy", "worker_lost", "")
 
 
@@ -281,7 +285,7 @@ def test_reboot_proof_does_not_recover_a_device_with_a_live_lease(
     (d0,) = make.worker(devices=1, boot_id="boot-1")
     raw.force_device(d0, "unhealthy", "lease_expired")
     lease_id = raw.insert_jobless_lease(d0, store.now(), store.now() + 300)
-    store.register("box", "boot-2", [("gpu0", 0)])
+    store.devices.register("box", "boot-2", [("gpu0", 0)])
     assert state_of(store, d0) == ("unhealthy", "lease_expired", "")
     assert [r["id"] for r in raw.live_leases(d0)] == [lease_id]
 
@@ -292,7 +296,7 @@ def test_registration_redeclares_an_unknown_device_ready(
     # STORE-021 "ready, busy, unknown -> ready: registration re-declares the device".
     d0, d1 = make.worker(devices=2)
     raw.force_device(d0, "unknown")
-    store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
     assert state_of(store, d0) == ("ready", "", "")
     assert state_of(store, d1) == ("ready", "", "")
 
@@ -302,10 +306,10 @@ def test_registration_keeps_an_unhealthy_device_and_rewrites_its_ceiling(
 ) -> None:
     # STORE-110 step 5: unhealthy keeps state and reason; STORE-112: ceiling rewritten,
     # 0 clears it; heartbeat stamp updated.
-    store.register("box", "boot-1", [("gpu0", 600)])
-    store.set_device_state("box:gpu0", "unhealthy", "hook failed")
+    store.devices.register("box", "boot-1", [("gpu0", 600)])
+    store.devices.set_state("box:gpu0", "unhealthy", "hook failed")
     clock.advance(50)
-    store.register("box", "boot-1", [("gpu0", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0)])
     d = store_helpers.device(store, "box:gpu0")
     assert d is not None
     assert (d.state, d.quarantine_reason, d.quarantine_detail) == (
@@ -328,7 +332,7 @@ def test_heartbeat_from_an_unknown_worker_is_a_noop(store: Store, make: Factory)
     # STORE-096: an unknown worker ID makes every step a no-op and is not an error.
     make.worker(devices=1)
     before = store_helpers.devices(store)
-    store.heartbeat(wid("nobody"), ["no-such-job"])
+    store.reports.heartbeat(wid("nobody"), ["no-such-job"])
     assert store_helpers.devices(store) == before
 
 
@@ -340,7 +344,7 @@ def test_heartbeat_stamps_the_worker_and_all_its_devices(
     (other,) = make.worker(host="other", devices=1)
     start = store.now()
     clock.advance(20)
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert raw.worker(wid())["last_heartbeat_at"] == start + 20
     assert raw.worker(wid("other"))["last_heartbeat_at"] == start
     assert {d.id: d.last_heartbeat_at for d in store_helpers.devices(store)} == {
@@ -363,7 +367,7 @@ def test_heartbeat_renews_named_leases_to_fifteen_minutes_even_if_earlier(
         silent.id: granted,
     }
     clock.advance(10)
-    store.heartbeat(wid(), [named.id])
+    store.reports.heartbeat(wid(), [named.id])
     assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == {
         named.id: store.now() + 900,  # earlier than the grant-time deadline: overwritten
         silent.id: granted,
@@ -381,7 +385,7 @@ def test_heartbeat_renews_nothing_for_other_workers_or_inactive_jobs(
     blocker = make.start(mine)
     before = {x.job_id: x.expires_at for x in store_helpers.live_leases(store)}
     clock.advance(100)
-    store.heartbeat(wid(), [their_job.id, queued.id])
+    store.reports.heartbeat(wid(), [their_job.id, queued.id])
     assert {x.job_id: x.expires_at for x in store_helpers.live_leases(store)} == before
     assert blocker.id in before
 
@@ -397,11 +401,11 @@ def test_heartbeat_naming_a_job_restores_its_worker_lost_device(
     raw.force_device(d0, "unhealthy", "worker_lost", "silent 5m")
     raw.force_device(d1, "unhealthy", "worker_lost", "silent 5m")
     clock.advance(9)
-    store.heartbeat(wid(), [named.id], retain=retain)
+    store.reports.heartbeat(wid(), [named.id], retain=retain)
     assert state_of(store, d0) == ("busy", "", "")
     assert store_helpers.device(store, d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
     assert state_of(store, d1) == ("unhealthy", "worker_lost", "silent 5m")
-    assert store.job(unnamed.id).state == "running"
+    assert store.views.job(unnamed.id).state == "running"
 
 
 @pytest.mark.parametrize("reason", ["fault", "lease_expired", "registration", ""])
@@ -412,8 +416,8 @@ def test_heartbeat_never_restores_another_quarantine(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     raw.force_device(d0, "unhealthy", reason, "detail")
-    store.heartbeat(wid(), [job.id])
-    store.heartbeat(wid(), [job.id], retain=True)
+    store.reports.heartbeat(wid(), [job.id])
+    store.reports.heartbeat(wid(), [job.id], retain=True)
     assert state_of(store, d0) == ("unhealthy", reason, "detail")
 
 
@@ -424,7 +428,7 @@ def test_unknown_leased_device_returns_busy_in_default_mode(
     (d0,) = make.worker(devices=1)
     make.start(d0)
     raw.force_device(d0, "unknown")
-    store.heartbeat(wid(), [])
+    store.reports.heartbeat(wid(), [])
     assert state_of(store, d0)[0] == "busy"
 
 
@@ -436,11 +440,11 @@ def test_unknown_leased_device_needs_its_job_named_in_retention_mode(
     job0 = make.start(d0)
     job1 = make.start(d1)
     raw.force_device(d0, "unknown")
-    store.heartbeat(wid(), [], retain=True)
+    store.reports.heartbeat(wid(), [], retain=True)
     assert state_of(store, d0)[0] == "unknown"
-    store.heartbeat(wid(), [job1.id], retain=True)
+    store.reports.heartbeat(wid(), [job1.id], retain=True)
     assert state_of(store, d0)[0] == "unknown"
-    store.heartbeat(wid(), [job0.id], retain=True)
+    store.reports.heartbeat(wid(), [job0.id], retain=True)
     assert state_of(store, d0)[0] == "busy"
 
 
@@ -451,7 +455,7 @@ def test_unknown_unleased_device_returns_ready(
     # STORE-096 step 5; STORE-021 "unknown -> ready".
     (d0,) = make.worker(devices=1)
     raw.force_device(d0, "unknown")
-    store.heartbeat(wid(), [], retain=retain)
+    store.reports.heartbeat(wid(), [], retain=retain)
     assert state_of(store, d0) == ("ready", "", "")
 
 
@@ -463,14 +467,17 @@ def test_finalised_kill_keeps_the_device_unknown_while_the_job_is_still_named(
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
     raw.force_device(d0, "unknown")
-    assert store.request_kill(job.id, "killed by alice", finalize_disconnected=True) == "finalized"
-    store.heartbeat(wid(), [job.id])
+    assert (
+        store.queue.request_kill(job.id, "killed by alice", finalize_disconnected=True)
+        == "finalized"
+    )
+    store.reports.heartbeat(wid(), [job.id])
     assert state_of(store, d0)[0] == "unknown"
-    assert store.job(job.id).kill_requested == 1
-    store.heartbeat(wid(), [])
-    assert store.job(job.id).kill_requested == 0
+    assert store.views.job(job.id).kill_requested == 1
+    store.reports.heartbeat(wid(), [])
+    assert store.views.job(job.id).kill_requested == 0
     assert state_of(store, d0)[0] == "ready"  # step 3 runs before step 5
-    assert store.job(job.id).state == "killed"  # STORE-185: only the flag changed
+    assert store.views.job(job.id).state == "killed"  # STORE-185: only the flag changed
 
 
 def test_kill_flag_is_cleared_only_for_this_workers_killed_jobs_not_named(
@@ -484,16 +491,16 @@ def test_kill_flag_is_cleared_only_for_this_workers_killed_jobs_not_named(
     active = make.start(d2)
     their_killed = make.start(theirs)
     for j in (killed_named, killed_unnamed, active, their_killed):
-        assert store.request_kill(j.id, "killed by alice") == "requested"
+        assert store.queue.request_kill(j.id, "killed by alice") == "requested"
     for j in (killed_named, killed_unnamed, their_killed):
         store_helpers.release(store, j.id, "killed", None, "cancelled")
-    store.heartbeat(wid(), [killed_named.id])
-    flags = {j.id: store.job(j.id).kill_requested for j in (killed_named, killed_unnamed)}
+    store.reports.heartbeat(wid(), [killed_named.id])
+    flags = {j.id: store.views.job(j.id).kill_requested for j in (killed_named, killed_unnamed)}
     assert flags == {killed_named.id: 1, killed_unnamed.id: 0}
-    assert store.job(active.id).kill_requested == 1  # not killed yet: the worker still acts
-    assert store.job(their_killed.id).kill_requested == 1
-    store.heartbeat(wid(), [])
-    assert store.job(killed_named.id).kill_requested == 0
+    assert store.views.job(active.id).kill_requested == 1  # not killed yet: the worker still acts
+    assert store.views.job(their_killed.id).kill_requested == 1
+    store.reports.heartbeat(wid(), [])
+    assert store.views.job(killed_named.id).kill_requested == 0
 
 
 # ---- host reports, operator clear, retire (STORE-130..133) -------------------------------
@@ -511,26 +518,26 @@ def test_fault_report_overwrites_any_state_and_reason(
     elif before in ("registration", "worker_lost"):
         raw.force_device(d0, "unhealthy", before, "old detail")
     clock.advance(11)
-    store.set_device_state(d0, "unhealthy", "hook on_acquire failed: exit 2")
+    store.devices.set_state(d0, "unhealthy", "hook on_acquire failed: exit 2")
     assert state_of(store, d0) == ("unhealthy", "fault", "hook on_acquire failed: exit 2")
     assert store_helpers.device(store, d0).last_heartbeat_at == store.now()  # type: ignore[union-attr]
     if job is not None:
-        assert store.job(job.id).state == "running"  # jobs and leases untouched
+        assert store.views.job(job.id).state == "running"  # jobs and leases untouched
         assert [x.job_id for x in store_helpers.live_leases(store)] == [job.id]
 
 
 def test_host_report_of_another_state_clears_reason_and_detail(store: Store, make: Factory) -> None:
     # STORE-131: "For any other state: reason and detail cleared."
     (d0,) = make.worker(devices=1)
-    store.set_device_state(d0, "unhealthy", "bad")
-    store.set_device_state(d0, "ready")
+    store.devices.set_state(d0, "unhealthy", "bad")
+    store.devices.set_state(d0, "ready")
     assert state_of(store, d0) == ("ready", "", "")
 
 
 def test_host_report_for_an_unknown_device_is_not_found(store: Store) -> None:
     # STORE-131: never a silent success.
     with pytest.raises(errors.DeviceNotFound):
-        store.set_device_state("box:nope", "unhealthy", "x")
+        store.devices.set_state("box:nope", "unhealthy", "x")
 
 
 def test_operator_clear_returns_an_unleased_unhealthy_device(
@@ -538,10 +545,10 @@ def test_operator_clear_returns_an_unleased_unhealthy_device(
 ) -> None:
     # STORE-130; STORE-032.
     d0, d1 = make.worker(devices=2)
-    store.set_device_state(d0, "unhealthy", "fault text")
+    store.devices.set_state(d0, "unhealthy", "fault text")
     raw.force_device(d1, "unhealthy", "", "legacy")
-    assert store.clear_device(d0) is True
-    assert store.clear_device(d1) is True
+    assert store.devices.clear(d0) is True
+    assert store.devices.clear(d1) is True
     assert state_of(store, d0) == ("ready", "", "")
     assert state_of(store, d1) == ("ready", "", "")
 
@@ -550,25 +557,25 @@ def test_operator_clear_refuses_everything_else(store: Store, make: Factory, raw
     # STORE-130: not unhealthy (incl. unknown), a live lease, or an unknown ID -> false.
     d0, d1, d2, d3 = make.worker(devices=4)
     leased = make.start(d0)
-    store.set_device_state(d0, "unhealthy", "verify failed")
+    store.devices.set_state(d0, "unhealthy", "verify failed")
     make.start(d1)
     raw.force_device(d2, "unknown")
     for device_id in (d0, d1, d2, d3, "box:nope"):
-        assert store.clear_device(device_id) is False
+        assert store.devices.clear(device_id) is False
     assert state_of(store, d0) == ("unhealthy", "fault", "verify failed")
     assert [state_of(store, d)[0] for d in (d1, d2, d3)] == ["busy", "unknown", "ready"]
-    assert store.job(leased.id).state == "running"
+    assert store.views.job(leased.id).state == "running"
 
 
 def test_retire_refuses_unknown_and_leased_devices(store: Store, make: Factory) -> None:
     # STORE-133 (the store's not-found type for retire carries the API's device_not_found).
     (d0,) = make.worker(devices=1)
     with pytest.raises(errors.DeviceNotFound) as exc:
-        store.retire_device("box:nope")
+        store.devices.retire("box:nope")
     assert (exc.value.status, exc.value.code) == (404, "device_not_found")
     make.start(d0)
     with pytest.raises(errors.DeviceBusy):
-        store.retire_device(d0)
+        store.devices.retire(d0)
     assert store_helpers.device(store, d0) is not None
 
 
@@ -577,7 +584,7 @@ def test_retire_deletes_what_is_keyed_to_the_device_and_keeps_history(
 ) -> None:
     # STORE-133; STORE-021 "any -> (row deleted)"; STORE-007 (jobs outlive hardware).
     d0, d1 = make.worker(devices=2)
-    store.apply_facts(
+    store.devices.apply_facts(
         "box",
         ["gpu0", "gpu1"],
         {"": {"vendor": "nvidia"}, "gpu0": {}, "gpu1": {}},
@@ -587,12 +594,12 @@ def test_retire_deletes_what_is_keyed_to_the_device_and_keeps_history(
     )
     done = make.start(d0)
     store_helpers.release(store, done.id, "succeeded", 0)
-    store.set_device_state(d0, "unhealthy", "dead")
+    store.devices.set_state(d0, "unhealthy", "dead")
     waiting = make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     assert raw.reservations() == {(waiting.id, d0)}
     raw.write("INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, 1, 'x')", d0)
-    store.retire_device(d0)
+    store.devices.retire(d0)
     assert store_helpers.device(store, d0) is None
     assert raw.rows("SELECT * FROM device_labels WHERE device_id = ?", d0) == []
     assert raw.rows("SELECT * FROM leases WHERE device_id = ?", d0) == []
@@ -600,16 +607,16 @@ def test_retire_deletes_what_is_keyed_to_the_device_and_keeps_history(
     docs = {r["device_id"]: r["body"] for r in raw.rows("SELECT * FROM host_docs")}
     assert docs == {"": "host-wide notes", d1: "gpu1 notes"}
     assert len(raw.rows("SELECT * FROM device_recoveries WHERE device_id = ?", d0)) == 1
-    assert store.job(done.id).device_id == d0  # history kept
+    assert store.views.job(done.id).device_id == d0  # history kept
     assert len(raw.rows("SELECT * FROM device_labels WHERE device_id = ?", d1)) == 1
     # A queued job pinned to the retired device stays queued (and reserves its ID).
-    store.schedule()
-    assert store.job(waiting.id).state == "queued"
+    store.queue.run_pass()
+    assert store.views.job(waiting.id).state == "queued"
     assert raw.reservations() == {(waiting.id, d0)}
     # The worker still declares it: the next registration recreates it, ready.
-    store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
     assert state_of(store, d0) == ("ready", "", "")
-    assert store.schedule() == [Assigned(waiting.id, wid())]
+    assert store.queue.run_pass().assigned == [Assigned(waiting.id, wid())]
 
 
 # ======================================================================================
@@ -687,9 +694,6 @@ def test_seq_increases_with_every_insert(store: Store, make: Factory) -> None:
 @pytest.mark.parametrize(
     ("kw", "error"),
     [
-        ({"command": ()}, errors.BadRequest),
-        ({"submitter": ""}, errors.BadRequest),
-        ({"device": "box:gpu0", "selector": "a=b"}, errors.BadRequest),
         ({"selector": "vendor"}, SelectorError),
         ({"selector": "a=b,,c=d"}, SelectorError),
     ],
@@ -697,11 +701,11 @@ def test_seq_increases_with_every_insert(store: Store, make: Factory) -> None:
 def test_enqueue_validation(
     store: Store, make: Factory, kw: dict[str, object], error: type
 ) -> None:
-    # STORE-056 steps 1-2.
+    # STORE-056 step 2; step 1 is the submit's (tests/controller/test_client_routes.py).
     make.worker(devices=1)
     with pytest.raises(error):
         make.submit(**kw)  # type: ignore[arg-type]
-    assert store.list_jobs(limit=200) == []
+    assert store.views.list_jobs(limit=200) == []
 
 
 def test_idempotent_submit_returns_the_existing_job_unchanged(store: Store, make: Factory) -> None:
@@ -711,22 +715,22 @@ def test_idempotent_submit_returns_the_existing_job_unchanged(store: Store, make
     assert first.idempotency_key == "k1"
     again = make.submit(device=d1, submitter="mallory", command=("rm",), idempotency_key="k1")
     assert again == first
-    store.schedule()
+    store.queue.run_pass()
     store_helpers.release(store, first.id, "failed", 2, "boom")
     after = make.submit(device=d0, idempotency_key="k1")
     assert (after.id, after.state) == (first.id, "failed")
-    assert len(store.list_jobs(limit=200)) == 1
+    assert len(store.views.list_jobs(limit=200)) == 1
 
 
 def test_a_retried_pinned_submit_returns_the_job_before_the_device_checks(
     store: Store, make: Factory
 ) -> None:
     # STORE-057: the idempotency lookup comes before UnknownDevice/RuntimeAboveCeiling.
-    store.register("box", "boot-1", [("gpu0", 600)])
+    store.devices.register("box", "boot-1", [("gpu0", 600)])
     job = make.submit(device="box:gpu0", idempotency_key="k")
     assert job.max_runtime_seconds == 600  # inherited
     assert make.submit(device="box:gpu0", max_runtime_seconds=10_000, idempotency_key="k") == job
-    store.retire_device("box:gpu0")
+    store.devices.retire("box:gpu0")
     assert make.submit(device="box:gpu0", idempotency_key="k") == job
     with pytest.raises(errors.UnknownDevice):
         make.submit(device="box:gpu0", idempotency_key="other")
@@ -756,7 +760,7 @@ def test_selector_matching_nothing_is_refused(store: Store, make: Factory) -> No
     label(store, "box", {"gpu0": {"vendor": "nvidia"}, "gpu1": {"vendor": "amd"}})
     with pytest.raises(errors.NoMatchingDevice, match="vendor=intel"):
         make.submit(selector=" vendor = intel ")
-    store.set_device_state(d0, "unhealthy", "x")
+    store.devices.set_state(d0, "unhealthy", "x")
     assert make.submit(selector="vendor=nvidia").state == "queued"
 
 
@@ -769,7 +773,7 @@ def test_any_device_submit_with_an_empty_fleet_is_refused(store: Store, make: Fa
 def test_pinned_runtime_above_the_ceiling_is_refused(store: Store, make: Factory) -> None:
     # STORE-056 step 4: requested > C -> RuntimeAboveCeiling naming device and C;
     # requested <= C is kept; requested 0 inherits C.
-    store.register("box", "boot-1", [("gpu0", 600)])
+    store.devices.register("box", "boot-1", [("gpu0", 600)])
     with pytest.raises(errors.RuntimeAboveCeiling, match=r"box:gpu0.*600"):
         make.submit(device="box:gpu0", max_runtime_seconds=601)
     assert make.submit(device="box:gpu0", max_runtime_seconds=600).max_runtime_seconds == 600
@@ -781,7 +785,7 @@ def test_selector_runtime_above_every_matching_ceiling_is_refused(
     store: Store, make: Factory
 ) -> None:
     # STORE-056 step 2: message names the selector, R and the highest matching ceiling.
-    store.register("box", "boot-1", [("gpu0", 600), ("gpu1", 1200), ("gpu2", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 600), ("gpu1", 1200), ("gpu2", 0)])
     label(store, "box", {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}, "gpu2": {"k": "b"}})
     with pytest.raises(errors.RuntimeAboveCeiling) as exc:
         make.submit(selector="k=a", max_runtime_seconds=1800)
@@ -795,10 +799,10 @@ def test_selector_runtime_above_every_matching_ceiling_is_refused(
 
 def test_pinned_job_lease_uses_the_inherited_ceiling(store: Store, make: Factory) -> None:
     # STORE-056 step 4 inheritance at enqueue; STORE-052 "now + R + 10 min".
-    store.register("box", "boot-1", [("gpu0", 900)])
+    store.devices.register("box", "boot-1", [("gpu0", 900)])
     job = make.submit(device="box:gpu0")
     assert job.max_runtime_seconds == 900
-    store.schedule()
+    store.queue.run_pass()
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 900 + 600
 
@@ -807,12 +811,12 @@ def test_selector_job_inherits_the_landing_devices_ceiling_at_assignment(
     store: Store, make: Factory
 ) -> None:
     # STORE-065 step 3; STORE-052.
-    store.register("box", "boot-1", [("gpu0", 900)])
+    store.devices.register("box", "boot-1", [("gpu0", 900)])
     label(store, "box", {"gpu0": {"k": "a"}})
     job = make.submit(selector="k=a")
     assert job.max_runtime_seconds == 0
-    store.schedule()
-    assert store.job(job.id).max_runtime_seconds == 900
+    store.queue.run_pass()
+    assert store.views.job(job.id).max_runtime_seconds == 900
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 1500
 
@@ -821,7 +825,7 @@ def test_lease_without_runtime_lasts_five_minutes(store: Store, make: Factory) -
     # STORE-052 first row.
     (d0,) = make.worker(devices=1)
     make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at - lease.acquired_at == 300
 
@@ -836,21 +840,24 @@ def test_mark_running_moves_only_assigned_jobs(
     d0, d1 = make.worker(devices=2)
     job = make.submit(device=d0)
     queued = make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     clock.advance(3)
     store_helpers.mark_running(store, job.id)
     started = store.now()
-    assert (store.job(job.id).state, store.job(job.id).started_at) == ("running", started)
+    assert (store.views.job(job.id).state, store.views.job(job.id).started_at) == (
+        "running",
+        started,
+    )
     clock.advance(3)
     store_helpers.mark_running(store, job.id)
     store_helpers.mark_running(store, queued.id)
     store_helpers.mark_running(store, "no-such-job")
-    assert store.job(job.id).started_at == started
-    assert store.job(queued.id).state == "queued"
+    assert store.views.job(job.id).started_at == started
+    assert store.views.job(queued.id).state == "queued"
     done = make.start(d1)
     store_helpers.release(store, done.id, "succeeded", 0)
     store_helpers.mark_running(store, done.id)
-    assert store.job(done.id).state == "succeeded"
+    assert store.views.job(done.id).state == "succeeded"
 
 
 def test_take_work_hands_each_assignment_out_once(
@@ -863,13 +870,13 @@ def test_take_work_hands_each_assignment_out_once(
     clock.advance(1)
     b = make.submit(device=d1)
     c = make.submit(device=theirs)
-    store.schedule()
-    handed, kills = store.take_work(wid())
+    store.queue.run_pass()
+    handed, kills = store.reports.take_work(wid())
     assert [j.id for j in handed] == [a.id, b.id]
     assert all(j.state == "running" and j.started_at == store.now() for j in handed)
     assert kills == []
-    assert store.take_work(wid()) == ([], [])
-    assert store.job(c.id).state == "assigned"
+    assert store.reports.take_work(wid()) == ([], [])
+    assert store.views.job(c.id).state == "assigned"
 
 
 def test_release_of_a_terminal_job_changes_nothing(
@@ -879,11 +886,11 @@ def test_release_of_a_terminal_job_changes_nothing(
     d0, _ = make.worker(devices=2)
     job = make.start(d0)
     store_helpers.release(store, job.id, "succeeded", 0, "")
-    before = store.job(job.id)
+    before = store.views.job(job.id)
     clock.advance(60)
     again = store_helpers.release(store, job.id, "killed", 137, "cancelled")
     assert again.was_terminal and again.job == before
-    assert store.job(job.id) == before
+    assert store.views.job(job.id) == before
     assert state_of(store, d0)[0] == "ready"
 
 
@@ -894,7 +901,7 @@ def test_release_of_a_queued_job_is_refused(store: Store, make: Factory) -> None
     queued = make.submit(device=d0)
     with pytest.raises(errors.InvalidTransition):
         store_helpers.release(store, queued.id, "succeeded", 0)
-    assert store.job(queued.id) == queued
+    assert store.views.job(queued.id) == queued
     assert state_of(store, d0)[0] == "busy"
     assert [x.job_id for x in store_helpers.live_leases(store)] == [running.id]
 
@@ -906,7 +913,7 @@ def test_release_needs_a_terminal_state(store: Store, make: Factory, bad: str) -
     job = make.start(d0)
     with pytest.raises(errors.BadRequest):
         store_helpers.release(store, job.id, bad, 0)
-    assert store.job(job.id) == job
+    assert store.views.job(job.id) == job
 
 
 def test_release_of_an_unknown_job_is_not_found(store: Store) -> None:
@@ -923,22 +930,22 @@ def test_cancel_queued(store: Store, make: Factory, raw: Raw, clock: FakeClock) 
     (d0,) = make.worker(devices=1)
     running = make.start(d0)
     job = make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     assert raw.reservations() == {(job.id, d0)}
     clock.advance(2)
-    assert store.cancel_queued(job.id, "no-wait: device busy") is True
-    j = store.job(job.id)
+    assert store.queue.cancel(job.id, "no-wait: device busy") is True
+    j = store.views.job(job.id)
     assert (j.state, j.kill_reason, j.finished_at) == (
         "killed",
         "no-wait: device busy",
         store.now(),
     )
     assert raw.reservations() == set()
-    assert store.cancel_queued(job.id, "again") is False
-    assert store.job(job.id) == j
-    assert store.cancel_queued(running.id, "x") is False
-    assert store.job(running.id).state == "running"
-    assert store.cancel_queued("no-such-job", "x") is False
+    assert store.queue.cancel(job.id, "again") is False
+    assert store.views.job(job.id) == j
+    assert store.queue.cancel(running.id, "x") is False
+    assert store.views.job(running.id).state == "running"
+    assert store.queue.cancel("no-such-job", "x") is False
 
 
 @pytest.mark.parametrize("taken", [False, True])
@@ -947,10 +954,10 @@ def test_request_kill_flags_an_active_job(store: Store, make: Factory, taken: bo
     (d0,) = make.worker(devices=1)
     job = make.start(d0) if taken else make.submit(device=d0)
     if not taken:
-        store.schedule()
-    before = store.job(job.id)
-    assert store.request_kill(job.id, "killed by alice") == "requested"
-    j = store.job(job.id)
+        store.queue.run_pass()
+    before = store.views.job(job.id)
+    assert store.queue.request_kill(job.id, "killed by alice") == "requested"
+    j = store.views.job(job.id)
     assert (j.kill_requested, j.kill_delivered_at, j.kill_reason) == (1, 0, "")
     assert j.state == before.state
     assert state_of(store, d0)[0] == "busy"
@@ -966,9 +973,11 @@ def test_kill_is_finalised_when_the_worker_is_disconnected(
     job = make.start(d0)
     raw.force_device(d0, dev_state, reason)
     clock.advance(4)
-    outcome = store.request_kill(job.id, "killed by admin override", finalize_disconnected=True)
+    outcome = store.queue.request_kill(
+        job.id, "killed by admin override", finalize_disconnected=True
+    )
     assert outcome == "finalized"
-    j = store.job(job.id)
+    j = store.views.job(job.id)
     assert (j.state, j.kill_reason, j.finished_at) == (
         "killed",
         "killed by admin override",
@@ -997,10 +1006,10 @@ def test_kill_is_only_requested_otherwise(
     job = make.start(d0)
     if dev_state != "busy":
         raw.force_device(d0, dev_state, reason)
-    assert store.request_kill(job.id, "killed by bob", finalize_disconnected=finalize) == (
+    assert store.queue.request_kill(job.id, "killed by bob", finalize_disconnected=finalize) == (
         "requested"
     )
-    j = store.job(job.id)
+    j = store.views.job(job.id)
     assert (j.state, j.kill_requested, j.kill_reason) == ("running", 1, "")
     assert len(store_helpers.live_leases(store)) == 1
 
@@ -1013,12 +1022,14 @@ def test_kill_of_a_queued_or_finished_job_is_not_cancellable(store: Store, make:
     queued = make.submit(device=d0, priority=-1)
     blocker = make.start(d0)
     for job in (queued, done):
-        before = store.job(job.id)
-        assert store.request_kill(job.id, "x", finalize_disconnected=True) == "not_cancellable"
-        assert store.job(job.id) == before
-    assert store.job(blocker.id).state == "running"
+        before = store.views.job(job.id)
+        assert (
+            store.queue.request_kill(job.id, "x", finalize_disconnected=True) == "not_cancellable"
+        )
+        assert store.views.job(job.id) == before
+    assert store.views.job(blocker.id).state == "running"
     with pytest.raises(errors.JobNotFound):
-        store.request_kill("no-such-job", "x")
+        store.queue.request_kill("no-such-job", "x")
 
 
 def test_kill_flag_is_redelivered_only_after_thirty_quiet_seconds(
@@ -1028,19 +1039,19 @@ def test_kill_flag_is_redelivered_only_after_thirty_quiet_seconds(
     (d0,) = make.worker(devices=1)
     make.worker(host="other", devices=1)
     job = make.start(d0)
-    assert store.request_kill(job.id, "killed by alice") == "requested"
-    assert store.take_work(wid("other")) == ([], [])
-    assert store.take_work(wid()) == ([], [job.id])
-    assert store.job(job.id).kill_delivered_at == store.now()
-    assert store.take_work(wid()) == ([], [])
+    assert store.queue.request_kill(job.id, "killed by alice") == "requested"
+    assert store.reports.take_work(wid("other")) == ([], [])
+    assert store.reports.take_work(wid()) == ([], [job.id])
+    assert store.views.job(job.id).kill_delivered_at == store.now()
+    assert store.reports.take_work(wid()) == ([], [])
     clock.advance(29)
-    assert store.take_work(wid()) == ([], [])
+    assert store.reports.take_work(wid()) == ([], [])
     clock.advance(1)
-    assert store.take_work(wid()) == ([], [job.id])
+    assert store.reports.take_work(wid()) == ([], [job.id])
     # Re-issuing the kill resets the stamp: offered on the very next poll (STORE-093).
     clock.advance(5)
-    store.request_kill(job.id, "killed by alice")
-    assert store.take_work(wid()) == ([], [job.id])
+    store.queue.request_kill(job.id, "killed by alice")
+    assert store.reports.take_work(wid()) == ([], [job.id])
 
 
 def test_a_killed_jobs_flag_is_offered_until_a_heartbeat_clears_it(
@@ -1049,14 +1060,14 @@ def test_a_killed_jobs_flag_is_offered_until_a_heartbeat_clears_it(
     # STORE-094 (state killed qualifies); STORE-095.
     (d0,) = make.worker(devices=1)
     job = make.start(d0)
-    store.request_kill(job.id, "killed by alice")
-    assert store.take_work(wid())[1] == [job.id]
+    store.queue.request_kill(job.id, "killed by alice")
+    assert store.reports.take_work(wid())[1] == [job.id]
     store_helpers.release(store, job.id, "killed", None, "cancelled")
     clock.advance(30)
-    assert store.take_work(wid())[1] == [job.id]
-    store.heartbeat(wid(), [])
+    assert store.reports.take_work(wid())[1] == [job.id]
+    store.reports.heartbeat(wid(), [])
     clock.advance(30)
-    assert store.take_work(wid())[1] == []
+    assert store.reports.take_work(wid())[1] == []
 
 
 # ======================================================================================
@@ -1078,9 +1089,9 @@ def test_higher_priority_goes_first_and_equal_priority_is_fifo(
     order = []
     for _ in range(4):
         store_helpers.release(store, current.id, "succeeded", 0)
-        (placed,) = store.schedule()
+        (placed,) = store.queue.run_pass().assigned
         order.append(placed.job_id)
-        current = store.job(placed.job_id)
+        current = store.views.job(placed.job_id)
     assert order == [high.id, a.id, b.id, low.id]
 
 
@@ -1090,13 +1101,13 @@ def test_fifo_within_one_second_follows_seq(store: Store, make: Factory) -> None
     current = make.start(d0)
     queued = [make.submit(device=d0) for _ in range(8)]
     assert len({j.queued_at for j in queued}) == 1
-    assert [j.id for j in store.queued_jobs()] == [j.id for j in queued]
+    assert [j.id for j in store.views.queued()] == [j.id for j in queued]
     order = []
     for _ in queued:
         store_helpers.release(store, current.id, "succeeded", 0)
-        (placed,) = store.schedule()
+        (placed,) = store.queue.run_pass().assigned
         order.append(placed.job_id)
-        current = store.job(placed.job_id)
+        current = store.views.job(placed.job_id)
     assert order == [j.id for j in queued]
 
 
@@ -1106,8 +1117,8 @@ def test_selector_job_takes_the_first_ready_match_in_id_order(store: Store, make
     label(store, "box", {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}, "gpu2": {"k": "a"}})
     make.start(d0)
     job = make.submit(selector="k=a")
-    store.schedule()
-    assert store.job(job.id).device_id == d1
+    store.queue.run_pass()
+    assert store.views.job(job.id).device_id == d1
     assert state_of(store, d2)[0] == "ready"
 
 
@@ -1135,8 +1146,8 @@ def test_reservations_claim_every_candidate_and_prune_per_candidate(
     narrow = make.submit(selector="pool=x")
     other = make.submit(selector="pool=y")
     late = make.submit(selector="pool=x")
-    assert store.schedule() == [Assigned(narrow.id, wid())]
-    assert store.job(narrow.id).device_id == d2
+    assert store.queue.run_pass().assigned == [Assigned(narrow.id, wid())]
+    assert store.views.job(narrow.id).device_id == d2
     assert raw.reservations() == {
         (head.id, d0),
         (head.id, d1),
@@ -1145,9 +1156,9 @@ def test_reservations_claim_every_candidate_and_prune_per_candidate(
     }
     # The head job holds up every device it matches: gpu1 goes to it, not to the pinned job.
     store_helpers.release(store, blocker1.id, "succeeded", 0)
-    assert store.schedule() == [Assigned(head.id, wid())]
-    assert store.job(head.id).device_id == d1
-    assert store.job(pinned.id).state == "queued"
+    assert store.queue.run_pass().assigned == [Assigned(head.id, wid())]
+    assert store.views.job(head.id).device_id == d1
+    assert store.views.job(pinned.id).state == "queued"
     assert (pinned.id, d1) in raw.reservations()
 
 
@@ -1163,15 +1174,15 @@ def test_a_pinned_job_reserves_its_unavailable_device(
     if how == "busy":
         make.start(d0)
     elif how == "unhealthy":
-        store.set_device_state(d0, "unhealthy", "x")
+        store.devices.set_state(d0, "unhealthy", "x")
     elif how == "unknown":
         raw.force_device(d0, "unknown")
     job = make.submit(device=d0)
     behind = make.submit(selector=behind_selector)
     if how == "retired":
-        store.retire_device(d0)
-    placed = store.schedule()
-    assert store.job(job.id).state == "queued"
+        store.devices.retire(d0)
+    placed = store.queue.run_pass().assigned
+    assert store.views.job(job.id).state == "queued"
     assert (job.id, d0) in raw.reservations()
     if how == "retired":
         assert placed == [Assigned(behind.id, wid())]
@@ -1186,14 +1197,14 @@ def test_reservation_rows_describe_the_latest_pass(store: Store, make: Factory, 
     (d0,) = make.worker(devices=1)
     first = make.start(d0)
     waiting = make.submit(device=d0)
-    store.schedule()
+    store.queue.run_pass()
     assert raw.reservations() == {(waiting.id, d0)}
     store_helpers.release(store, first.id, "succeeded", 0)
     urgent = make.submit(device=d0, priority=5)
-    assert store.schedule() == [Assigned(urgent.id, wid())]
+    assert store.queue.run_pass().assigned == [Assigned(urgent.id, wid())]
     assert raw.reservations() == {(waiting.id, d0)}
-    store.cancel_queued(waiting.id, "killed by alice")
-    store.schedule()
+    store.queue.cancel(waiting.id, "killed by alice")
+    store.queue.run_pass()
     assert raw.reservations() == set()
 
 
@@ -1216,12 +1227,22 @@ def test_a_job_cancelled_during_the_pass_does_not_block_the_next(
     ) -> str:
         if job.id == first.id:  # the cancel lands after the pass read the queue
             with transaction() as tx:
-                assert jobs.cancel_queued(tx, now, job.id, "killed by alice")
+                reason = "killed by alice"
+                assert moves.move(
+                    tx,
+                    JOB,
+                    Op.CANCEL_QUEUED,
+                    "id = ?",
+                    (job.id,),
+                    state="killed",
+                    kill_reason=reason,
+                    finished_at=now,
+                )
         return real_try(transaction, now, job, device, limits)
 
     monkeypatch.setattr(leases, "try_assign", cancel_first_then_assign)
-    assert store.schedule() == [Assigned(second.id, wid())]
-    assert store.job(first.id).state == "killed"
+    assert store.queue.run_pass().assigned == [Assigned(second.id, wid())]
+    assert store.views.job(first.id).state == "killed"
     assert raw.reservations() == set()
 
 
@@ -1234,24 +1255,24 @@ def test_a_selector_that_no_longer_parses_does_not_wedge_the_queue(
     broken = make.submit(selector="k=a", priority=5)
     raw.write("UPDATE jobs SET selector = 'k' WHERE id = ?", broken.id)
     good = make.submit(device=d0)
-    assert store.schedule() == [Assigned(good.id, wid())]
-    assert store.job(broken.id).state == "queued"
+    assert store.queue.run_pass().assigned == [Assigned(good.id, wid())]
+    assert store.views.job(broken.id).state == "queued"
 
 
 def test_selector_jobs_are_ceiling_filtered_on_every_pass(
     store: Store, make: Factory, raw: Raw
 ) -> None:
     # STORE-064 / STORE-061: candidates with ceiling 0 or >= R only.
-    store.register("box", "boot-1", [("gpu0", 600), ("gpu1", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 600), ("gpu1", 0)])
     label(store, "box", {"gpu0": {"k": "a"}, "gpu1": {"k": "a"}})
     blocker = make.start("box:gpu1")
     job = make.submit(selector="k=a", max_runtime_seconds=3600)
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert state_of(store, "box:gpu0")[0] == "ready"
     assert raw.reservations() == {(job.id, "box:gpu1")}
     store_helpers.release(store, blocker.id, "succeeded", 0)
-    assert store.schedule() == [Assigned(job.id, wid())]
-    assert store.job(job.id).device_id == "box:gpu1"
+    assert store.queue.run_pass().assigned == [Assigned(job.id, wid())]
+    assert store.views.job(job.id).device_id == "box:gpu1"
 
 
 def test_a_ceiling_lowered_after_enqueue_keeps_a_selector_job_off_the_device(
@@ -1259,26 +1280,26 @@ def test_a_ceiling_lowered_after_enqueue_keeps_a_selector_job_off_the_device(
 ) -> None:
     # STORE-064: the scheduler never places a job where enqueue would have refused it;
     # no candidates -> no reservation.
-    store.register("box", "boot-1", [("gpu0", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0)])
     label(store, "box", {"gpu0": {"k": "a"}})
     job = make.submit(selector="k=a", max_runtime_seconds=3600)
-    store.set_device_state("box:gpu0", "unhealthy", "maintenance")
-    store.register("box", "boot-1", [("gpu0", 600)])
-    assert store.clear_device("box:gpu0")
-    assert store.schedule() == []
-    assert store.job(job.id).state == "queued"
+    store.devices.set_state("box:gpu0", "unhealthy", "maintenance")
+    store.devices.register("box", "boot-1", [("gpu0", 600)])
+    assert store.devices.clear("box:gpu0")
+    assert store.queue.run_pass().assigned == []
+    assert store.views.job(job.id).state == "queued"
     assert raw.reservations() == set()
 
 
 def test_pinned_jobs_are_not_ceiling_filtered_at_schedule_time(store: Store, make: Factory) -> None:
     # STORE-064: the pinned job's ceiling was applied at enqueue.
-    store.register("box", "boot-1", [("gpu0", 3600)])
+    store.devices.register("box", "boot-1", [("gpu0", 3600)])
     job = make.submit(device="box:gpu0", max_runtime_seconds=3000)
-    store.set_device_state("box:gpu0", "unhealthy", "maintenance")
-    store.register("box", "boot-1", [("gpu0", 600)])
-    assert store.clear_device("box:gpu0")
-    assert store.schedule() == [Assigned(job.id, wid())]
-    assert store.job(job.id).max_runtime_seconds == 3000
+    store.devices.set_state("box:gpu0", "unhealthy", "maintenance")
+    store.devices.register("box", "boot-1", [("gpu0", 600)])
+    assert store.devices.clear("box:gpu0")
+    assert store.queue.run_pass().assigned == [Assigned(job.id, wid())]
+    assert store.views.job(job.id).max_runtime_seconds == 3000
     (lease,) = store_helpers.live_leases(store)
     assert lease.expires_at == store.now() + 3000 + 600
 
@@ -1289,8 +1310,8 @@ def test_any_device_jobs_take_any_ready_device(store: Store, make: Factory) -> N
     make.start(d0)
     job = make.submit()
     assert (job.selector, job.device_id) == ("", "")
-    assert store.schedule() == [Assigned(job.id, wid())]
-    assert store.job(job.id).device_id == d1
+    assert store.queue.run_pass().assigned == [Assigned(job.id, wid())]
+    assert store.views.job(job.id).device_id == d1
 
 
 # ======================================================================================
@@ -1323,7 +1344,7 @@ def test_queue_positions(store: Store, make: Factory, clock: FakeClock) -> None:
         s2.id: 6,  # behind p4, p1, s1, p2, p3
     }
     assert store_helpers.job_with_position(store, running.id)[1] == 0
-    store.cancel_queued(p1.id, "x")
+    store.queue.cancel(p1.id, "x")
     assert store_helpers.job_with_position(store, p1.id)[1] == 0
     assert store_helpers.job_with_position(store, p3.id)[1] == 2
     with pytest.raises(errors.JobNotFound):
@@ -1340,7 +1361,7 @@ def test_queued_jobs_are_listed_in_scheduling_order(
     clock.advance(1)
     b = make.submit(device=d0, priority=1)
     c = make.submit()
-    assert [j.id for j in store.queued_jobs()] == [b.id, a.id, c.id]
+    assert [j.id for j in store.views.queued()] == [b.id, a.id, c.id]
 
 
 def test_list_jobs_order_filters_and_limits(store: Store, make: Factory, clock: FakeClock) -> None:
@@ -1352,18 +1373,18 @@ def test_list_jobs_order_filters_and_limits(store: Store, make: Factory, clock: 
     clock.advance(10)
     d = make.submit(device=d1, submitter="alice")
     tied = sorted([a, b, c], key=lambda j: j.id, reverse=True)
-    assert [j.id for j in store.list_jobs(limit=200)] == [d.id] + [j.id for j in tied]
-    assert [j.id for j in store.list_jobs(limit=2)] == [d.id, tied[0].id]
-    assert [j.id for j in store.list_jobs(limit=1)] == [d.id]
-    assert {j.id for j in store.list_jobs(device=d0)} == {a.id, c.id}
-    assert [j.id for j in store.list_jobs(device=d0, submitter="bob")] == [c.id]
-    store.schedule()
-    assert {j.id for j in store.list_jobs(state="queued")} == {c.id, d.id}
-    assert store.list_jobs(submitter="nobody") == []
-    assert store.list_jobs(device=d1, state="succeeded") == []
+    assert [j.id for j in store.views.list_jobs(limit=200)] == [d.id] + [j.id for j in tied]
+    assert [j.id for j in store.views.list_jobs(limit=2)] == [d.id, tied[0].id]
+    assert [j.id for j in store.views.list_jobs(limit=1)] == [d.id]
+    assert {j.id for j in store.views.list_jobs(device=d0)} == {a.id, c.id}
+    assert [j.id for j in store.views.list_jobs(device=d0, submitter="bob")] == [c.id]
+    store.queue.run_pass()
+    assert {j.id for j in store.views.list_jobs(state="queued")} == {c.id, d.id}
+    assert store.views.list_jobs(submitter="nobody") == []
+    assert store.views.list_jobs(device=d1, state="succeeded") == []
     for bad in (0, -1, 201):
         with pytest.raises(errors.BadRequest):
-            store.list_jobs(limit=bad)
+            store.views.list_jobs(limit=bad)
 
 
 def test_list_jobs_by_id_prefix_has_no_wildcards(
@@ -1382,7 +1403,7 @@ def test_list_jobs_by_id_prefix_has_no_wildcards(
             clock.advance(1)
 
     def found(prefix: str, **kw: object) -> list[str]:
-        return [j.id for j in store.list_jobs(id_prefix=prefix, **kw)]  # type: ignore[arg-type]
+        return [j.id for j in store.views.list_jobs(id_prefix=prefix, **kw)]  # type: ignore[arg-type]
 
     assert found("abcdef") == ["abcdef-4", "abcdef-2"]
     assert found("abcdef", limit=1) == ["abcdef-4"]
@@ -1399,7 +1420,7 @@ def test_list_jobs_by_id_prefix_has_no_wildcards(
 def test_job_not_found(store: Store) -> None:
     # STORE-160.
     with pytest.raises(errors.JobNotFound):
-        store.job("no-such-job")
+        store.views.job("no-such-job")
 
 
 # ======================================================================================
@@ -1414,15 +1435,15 @@ def test_epochs_strictly_increase_and_survive_retire(store: Store, make: Factory
     for device in (d0, d1, d0):
         job = make.start(device)
         (lease,) = raw.leases_of(job.id)
-        assert store.job(job.id).lease_epoch == lease["epoch"]
+        assert store.views.job(job.id).lease_epoch == lease["epoch"]
         epochs.append(lease["epoch"])
         store_helpers.release(store, job.id, "succeeded", 0)
-    store.retire_device(d0)
-    store.retire_device(d1)
+    store.devices.retire(d0)
+    store.devices.retire(d1)
     assert raw.count("leases") == 0
     make.worker(devices=2)
     job = make.start(d0)
-    epochs.append(store.job(job.id).lease_epoch)
+    epochs.append(store.views.job(job.id).lease_epoch)
     assert epochs[0] > 0
     assert all(x < y for x, y in itertools.pairwise(epochs))
 
@@ -1436,7 +1457,7 @@ def test_the_database_refuses_a_second_live_lease(
     other = make.submit(device=d1)
 
     def insert(lease_id: str, released_at: int | None) -> None:
-        with store._tx() as c:
+        with store.tx() as c:
             c.execute(
                 "INSERT INTO leases (id, device_id, holder, job_id, acquired_at, expires_at,"
                 " released_at, epoch) VALUES (?, ?, 'mallory', '', 1, 2, ?, 0)",
@@ -1447,7 +1468,7 @@ def test_the_database_refuses_a_second_live_lease(
         insert("second", None)
     cause = refused.value.__cause__
     assert cause is not None and sql.row_error(cause)  # the index's refusal, not an outage
-    with pytest.raises(errors.LiveLeaseConflict), store._tx() as c:
+    with pytest.raises(errors.LiveLeaseConflict), store.tx() as c:
         leases.grant(c, store.now(), other, d0, 0)
     insert("old", 1)  # released rows are history, not live leases
     assert [x.job_id for x in store_helpers.live_leases(store)] == [job.id]
@@ -1463,20 +1484,24 @@ def test_reopening_a_database_keeps_its_state(tmp_path: Path, clock: FakeClock) 
     path = tmp_path / "again.db"
     first = Store(path, clock)
     try:
-        first.register("box", "boot-1", [("gpu0", 0)])
-        job = first.enqueue(jobs.NewJob(command=["x"], submitter="alice", device_id="box:gpu0"))
-        first.schedule()
-        epoch = first.job(job.id).lease_epoch
+        first.devices.register("box", "boot-1", [("gpu0", 0)])
+        job = first.queue.enqueue(
+            jobs.NewJob(command=["x"], submitter="alice", device_id="box:gpu0")
+        )
+        first.queue.run_pass()
+        epoch = first.views.job(job.id).lease_epoch
         store_helpers.release(first, job.id, "succeeded", 0)
     finally:
         first.close()
     second = Store(path, clock)
     try:
-        assert second.job(job.id).state == "succeeded"
-        again = second.enqueue(jobs.NewJob(command=["x"], submitter="a", device_id="box:gpu0"))
+        assert second.views.job(job.id).state == "succeeded"
+        again = second.queue.enqueue(
+            jobs.NewJob(command=["x"], submitter="a", device_id="box:gpu0")
+        )
         assert again.seq > job.seq
-        second.schedule()
-        assert second.job(again.id).lease_epoch > epoch
+        second.queue.run_pass()
+        assert second.views.job(again.id).lease_epoch > epoch
     finally:
         second.close()
 
@@ -1501,10 +1526,10 @@ def test_assigning_a_job_that_left_the_queue_leaves_the_device_ready(
     # device check (which runs first) had already flipped it inside the transaction.
     (d0,) = make.worker(devices=1)
     job = make.submit(device=d0)
-    assert store.cancel_queued(job.id, "killed by alice")
+    assert store.queue.cancel(job.id, "killed by alice")
     device = store_helpers.device(store, d0)
     assert device is not None
-    outcome = leases.try_assign(store._tx, store.now(), job, device)
+    outcome = leases.try_assign(store.tx, store.now(), job, device)
     assert outcome == "gone"
     assert store_helpers.device(store, d0).state == "ready"  # type: ignore[union-attr]
     assert store_helpers.live_leases(store) == []
@@ -1516,8 +1541,8 @@ def test_the_pass_reads_past_its_first_page_of_the_queue(store: Store, make: Fac
     make.start(device=d0)
     blocked = [make.submit(device=d0) for _ in range(passes.QUEUE_PAGE + 5)]
     late = make.submit(device=d1)
-    assert store.schedule() == [Assigned(late.id, wid())]
-    assert all(store.job(j.id).state == "queued" for j in blocked)
+    assert store.queue.run_pass().assigned == [Assigned(late.id, wid())]
+    assert all(store.views.job(j.id).state == "queued" for j in blocked)
 
 
 def test_jobs_pinned_to_a_vanished_device_reserve_it_after_the_walk_stops(
@@ -1532,5 +1557,5 @@ def test_jobs_pinned_to_a_vanished_device_reserve_it_after_the_walk_stops(
     raw.write("UPDATE jobs SET device_id = 'box:gone' WHERE id = ?", ghost.id)
     behind = make.submit(device=d0)
     raw.write("UPDATE jobs SET device_id = 'box:gone' WHERE id = ?", behind.id)
-    assert store.schedule() == []
+    assert store.queue.run_pass().assigned == []
     assert raw.reservations() == {(ahead.id, d0), (ghost.id, "box:gone")}

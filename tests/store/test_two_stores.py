@@ -17,7 +17,7 @@ PER_STORE = 40
 def test_submits_at_once_through_two_stores_each_get_their_own_place(
     store: Store, other_store: Store, raw: Raw
 ) -> None:
-    store.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
+    store.devices.register("box", "boot-1", [("gpu0", 0), ("gpu1", 0)])
     made: list[JobRecord] = []
     keyed: list[str] = []
     start = threading.Barrier(2)
@@ -25,10 +25,10 @@ def test_submits_at_once_through_two_stores_each_get_their_own_place(
     def submit(s: Store, name: str) -> None:
         start.wait()
         for n in range(PER_STORE):
-            made.append(s.enqueue(NewJob(command=["true"], submitter=name)))
+            made.append(s.queue.enqueue(NewJob(command=["true"], submitter=name)))
             # The same key through both stores: one job, whichever inserts first.
-            keyed.append(s.enqueue(NewJob(["true"], name, idempotency_key=f"k{n}")).id)
-            s.schedule()
+            keyed.append(s.queue.enqueue(NewJob(["true"], name, idempotency_key=f"k{n}")).id)
+            s.queue.run_pass()
 
     pairs = ((store, "a"), (other_store, "b"))
     threads = [threading.Thread(target=submit, args=pair) for pair in pairs]
@@ -49,19 +49,20 @@ JOBS = 120
 def test_grants_through_one_store_and_releases_through_the_other_never_fail(
     store: Store, other_store: Store, raw: Raw
 ) -> None:
-    """One controller's pass grants while another's reports release: both touch the
-    devices and the same submitter's held-device count, in one order on both sides, and a
-    transaction that still loses a race to the other is run again, never a failure."""
-    reg = store.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(4)])
+    """One controller's pass grants while another's reports release (and place, in their
+    own commits): both touch the devices and the same submitter's held-device count, in
+    one order on both sides, and a transaction that still loses a race to the other is
+    run again, never a failure."""
+    reg = store.devices.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(4)])
     for _ in range(JOBS):
-        store.enqueue(NewJob(command=["true"], submitter="same"))
+        store.queue.enqueue(NewJob(command=["true"], submitter="same"))
     failures: list[BaseException] = []
     done = threading.Event()
 
     def grant() -> None:
         try:
             while not done.is_set():
-                store.schedule()
+                store.queue.run_pass()
         except BaseException as exc:  # the test's verdict, not a crash of the thread
             failures.append(exc)
             done.set()
@@ -70,9 +71,9 @@ def test_grants_through_one_store_and_releases_through_the_other_never_fail(
         try:
             ended = 0
             while ended < JOBS and not done.is_set():
-                handed, _ = other_store.take_work(reg.worker_id)
+                handed, _ = other_store.reports.take_work(reg.worker_id)
                 for job in handed:
-                    other_store.report(job.id, lambda _job: None, "succeeded", 0)
+                    other_store.reports.status(job.id, lambda _job: None, "succeeded", 0)
                     ended += 1
         except BaseException as exc:
             failures.append(exc)

@@ -31,11 +31,11 @@ DAY = 86_400
 
 def report(store: Store, job_id: str, state: str = "succeeded", gpu: GpuUse | None = None) -> None:
     """The worker's terminal report, its ownership checks passed."""
-    store.report(job_id, lambda _job: None, state, 0, "", gpu or GpuUse())
+    store.reports.status(job_id, lambda _job: None, state, 0, "", gpu or GpuUse())
 
 
 def table(store: Store, by: str = "submitter", since: int = 7 * DAY) -> dict[str, usage.Figures]:
-    return {g.key: g.figures for g in store.usage(by, since).groups}
+    return {g.key: g.figures for g in store.views.usage(by, since).groups}
 
 
 def test_a_reported_job_keeps_its_gpu_use_and_adds_its_held_time(
@@ -47,7 +47,7 @@ def test_a_reported_job_keeps_its_gpu_use_and_adds_its_held_time(
     job = make.start(d0, submitter="alice")
     clock.advance(3600)
     report(store, job.id, gpu=GpuUse(util_mean=50.0, mem_peak_bytes=3 << 30, samples=360))
-    ended = store.job(job.id)
+    ended = store.views.job(job.id)
     assert (ended.gpu_util_mean, ended.gpu_mem_peak_bytes, ended.gpu_samples) == (
         50.0,
         3 << 30,
@@ -66,9 +66,9 @@ def test_nothing_measured_leaves_the_fields_absent_and_the_gpu_hours_unknown(
     job = make.start(d0)
     clock.advance(90)
     report(store, job.id)
-    ended = store.job(job.id)
+    ended = store.views.job(job.id)
     assert (ended.gpu_util_mean, ended.gpu_mem_peak_bytes, ended.gpu_samples) == (None, None, None)
-    (group,) = store.usage("submitter", DAY).groups
+    (group,) = store.views.usage("submitter", DAY).groups
     assert group.figures == usage.Figures(1, 90, 0, 0.0)
     assert usage.gpu_hours(group.figures) is None
 
@@ -98,12 +98,12 @@ def test_groups_come_largest_first_with_their_share_and_the_fleet_total(
     report(store, a.id)
     clock.advance(200)
     report(store, b.id)
-    w = store.usage("submitter", DAY)
+    w = store.views.usage("submitter", DAY)
     assert [g.key for g in w.groups] == ["bob", "alice"]
     assert w.total == usage.Figures(2, 400, 0, 0.0)
     assert [usage.share(g.figures, w.total) for g in w.groups] == [0.75, 0.25]
     assert w.more == 0
-    capped = store.usage("submitter", DAY, limit=1)
+    capped = store.views.usage("submitter", DAY, limit=1)
     assert [g.key for g in capped.groups] == ["bob"] and capped.more == 1
     assert capped.total == w.total  # the total counts every group
 
@@ -121,7 +121,7 @@ def test_the_window_starts_on_the_hour_that_holds_now_minus_since(
     report(store, new.id)
     now = store.now()
     # since 1h: the window starts at the beginning of hour H+1: only the new job.
-    w = store.usage("submitter", 3600)
+    w = store.views.usage("submitter", 3600)
     assert w.start == (now - 3600) // 3600 * 3600 and w.end == now
     assert table(store, since=3600) == {"alice": usage.Figures(1, 50, 0, 0.0)}
     # since 3h reaches back into hour H-1: both.
@@ -132,7 +132,7 @@ def test_jobs_that_never_held_a_device_add_nothing(store: Store, make: Factory) 
     (d0,) = make.worker(devices=1)
     make.start(d0)
     queued = make.submit(device=d0)
-    assert store.cancel_queued(queued.id, "killed by alice")
+    assert store.queue.cancel(queued.id, "killed by alice")
     assert table(store, since=DAY) == {}
 
 
@@ -146,22 +146,22 @@ def test_lost_and_finalized_jobs_count_the_time_they_held(
     job = make.start(d0, submitter="k")
     if how == "expiry":
         clock.advance(300)  # alive, but nobody renews the lease: it lapses at 300 s
-        store.heartbeat(wid(), [])
-        store.sweep(SweepRules())
+        store.reports.heartbeat(wid(), [])
+        store.devices.sweep(SweepRules())
         held = 300
     elif how == "write_off":
         clock.advance(30)
-        store.sweep(SweepRules())  # silent for 30 s: unknown
+        store.devices.sweep(SweepRules())  # silent for 30 s: unknown
         clock.advance(270)
-        store.sweep(SweepRules())  # and at 5 min written off, its job lost
+        store.devices.sweep(SweepRules())  # and at 5 min written off, its job lost
         held = 300
     else:
         clock.advance(31)
-        store.sweep(SweepRules())
-        outcome = store.request_kill(job.id, "killed by k", finalize_disconnected=True)
+        store.devices.sweep(SweepRules())
+        outcome = store.queue.request_kill(job.id, "killed by k", finalize_disconnected=True)
         assert outcome.value == "finalized"
         held = 31
-    assert store.job(job.id).state in ("lost", "killed")
+    assert store.views.job(job.id).state in ("lost", "killed")
     assert table(store, since=DAY) == {"k": usage.Figures(1, held, 0, 0.0)}
 
 
@@ -169,9 +169,9 @@ def test_an_expired_gang_counts_once(store: Store, make: Factory, clock: FakeClo
     make.worker(devices=2)
     job = make.start(submitter="g", count=2)
     clock.advance(300)
-    store.heartbeat(wid(), [])
-    store.sweep(SweepRules())
-    assert store.job(job.id).state == "lost"
+    store.reports.heartbeat(wid(), [])
+    store.devices.sweep(SweepRules())
+    assert store.views.job(job.id).state == "lost"
     assert table(store, since=DAY) == {"g": usage.Figures(1, 600, 0, 0.0)}
 
 
@@ -183,7 +183,7 @@ def test_a_repeated_report_adds_nothing(store: Store, make: Factory, clock: Fake
     report(store, job.id, gpu=GpuUse(util_mean=10.0, samples=1))
     report(store, job.id, gpu=GpuUse(util_mean=90.0, samples=9))
     assert table(store, since=DAY) == {"alice": usage.Figures(1, 10, 10, 1.0)}
-    assert store.job(job.id).gpu_util_mean == 10.0
+    assert store.views.job(job.id).gpu_util_mean == 10.0
 
 
 def test_a_clock_stepped_back_never_breaks_the_running_sums(
@@ -211,16 +211,16 @@ def test_device_and_submitter_pairs_for_metrics(
     b = make.start(d1, submitter="alice")
     clock.advance(40)
     report(store, b.id)
-    pairs = {(p.device_id, p.submitter): p for p in store.usage_pairs(DAY)}
+    pairs = {(p.device_id, p.submitter): p for p in store.views.usage_pairs(DAY)}
     assert pairs[(d0, "alice")].held_seconds == 60 and pairs[(d0, "alice")].last_util == 70.0
     assert pairs[(d1, "alice")].held_seconds == 40 and pairs[(d1, "alice")].last_util is None
     clock.advance(3 * DAY)
-    assert store.usage_pairs(DAY) == []  # only pairs active in the window are listed
+    assert store.views.usage_pairs(DAY) == []  # only pairs active in the window are listed
 
 
 def test_a_grouping_the_rollup_does_not_keep_is_refused(store: Store) -> None:
     with pytest.raises(usage.UsageError, match="by: 'pair'"):
-        store.usage("pair", DAY)
+        store.views.usage("pair", DAY)
 
 
 def test_usage_survives_the_retention_pass(store: Store, make: Factory, clock: FakeClock) -> None:
@@ -230,8 +230,8 @@ def test_usage_survives_the_retention_pass(store: Store, make: Factory, clock: F
     clock.advance(20)
     report(store, job.id)
     clock.advance(DAY)
-    assert store.logs_to_prune(60, 10) == [job.id]
-    store.mark_logs_pruned([job.id])
+    assert store.views.logs_to_prune(60, 10) == [job.id]
+    store.views.mark_logs_pruned([job.id])
     assert table(store, since=2 * DAY) == {"alice": usage.Figures(1, 20, 0, 0.0)}
 
 
@@ -280,7 +280,7 @@ def test_a_store_from_before_accounting_fills_the_rollup_from_its_leases(
             "box:gpu1": usage.Figures(1, 300, 0, 0.0),
         }
         # The rollup goes on from there.
-        store.register("box", "b", [("gpu0", 0), ("gpu1", 0)])
+        store.devices.register("box", "b", [("gpu0", 0), ("gpu1", 0)])
         job = store_helpers.allocate_directly(store, "box:gpu0", "alice")
         clock.advance(100)
         report(store, job.id, gpu=GpuUse(util_mean=100.0, samples=1))

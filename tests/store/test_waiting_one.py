@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
-from resource_controller.store import views
+from resource_controller.store import jobs as queue_jobs
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 
@@ -34,19 +34,19 @@ def test_one_jobs_waits_are_what_the_whole_queue_says_of_it(
 
 
 def _check(store: Store, jobs: list[tuple[str, int]], busy: set[str]) -> None:
-    store.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(3)])
+    store.devices.register("box", "boot-1", [(f"gpu{i}", 0) for i in range(3)])
     for device in sorted(busy):
-        store.enqueue(NewJob(command=["x"], submitter="holder", device_id=device))
-    store.schedule()  # the busy devices are taken
+        store.queue.enqueue(NewJob(command=["x"], submitter="holder", device_id=device))
+    store.queue.run_pass()  # the busy devices are taken
     for pin, priority in jobs:
         if pin == "gang":  # claims what it cannot yet have
             req = NewJob(command=["x"], submitter="a", count=2, priority=priority)
         else:
             req = NewJob(command=["x"], submitter="a", device_id=pin, priority=priority)
-        store.enqueue(req)
-    store.schedule()
-    queued = store.queued_jobs()
-    with store._tx() as c:
-        every = views.waiting_for_all(c, queued, store._key(store.now()), store._fleet)
+        store.queue.enqueue(req)
+    store.queue.run_pass()
+    queued = store.views.queued()
+    with store.tx() as c:
+        every = queue_jobs.waiting_for_all(c, store, queued, store.now())
     for job in queued:
-        assert store.waiting_for(job) == every[job.id], job
+        assert store.queue.waiting_for(job) == every[job.id], job

@@ -7,7 +7,7 @@ reaches (the transaction rolls back, or it committed and its caller never heard)
 runs two operations of two stores at once: the first pauses at its first
 ``before_commit`` point, inside its open transaction, while the second runs (and may
 block on what the first holds), then the first goes on. Crash points are
-``resource_controller.crashpoints``' names, reached through ``Store._tx``.
+``resource_controller.crashpoints``' names, reached through ``Store.tx``.
 
 After every step ``World.check`` reads the database on a connection of its own and
 lists every breach: two live leases on a device, a grant on a device that was draining,
@@ -349,16 +349,16 @@ class World:
             job = NewJob(["train"], submitter, after=(after,), after_any=op.pick % 2 == 1)
         elif shape == 5:
             job = NewJob(["train"], submitter, device_ids=tuple(DEVICES[:2]))
-        made = store.enqueue(job)
+        made = store.queue.enqueue(job)
         self._jobs.append(made.id)
-        store.schedule_after(made)
+        store.queue.schedule_after(made)
 
     def _op_pass(self, store: Store, op: Op) -> None:
-        store.run_pass()
+        store.queue.run_pass()
 
     def _op_handout(self, store: Store, op: Op) -> None:
         host = list(HOSTS)[op.pick % len(HOSTS)]
-        handed, _ = store.take_work(worker_id_for(host))
+        handed, _ = store.reports.take_work(worker_id_for(host))
         for job in handed:
             if job.id in self._handed:
                 raise AssertionError(f"job {job.id} handed out twice")
@@ -367,7 +367,7 @@ class World:
     def _op_running(self, store: Store, op: Op) -> None:
         job = self._pick([r["id"] for r in self._job_rows("WHERE state = 'assigned'")], op)
         if job is not None:
-            store.report(job, _active, JobState.RUNNING)
+            store.reports.status(job, _active, JobState.RUNNING)
 
     def _op_report(self, store: Store, op: Op) -> None:
         job = self._pick(
@@ -376,7 +376,7 @@ class World:
         if job is None:
             return
         state = (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED)[op.variant % 3]
-        store.report_and_pass(job, _active, state, 0 if state == JobState.SUCCEEDED else 1)
+        store.reports.status(job, _active, state, 0 if state == JobState.SUCCEEDED else 1)
         self._ended[job] = state
 
     def _op_kill(self, store: Store, op: Op) -> None:
@@ -385,10 +385,10 @@ class World:
         if row is None:
             return
         if row["state"] == JobState.QUEUED:
-            if store.cancel_queued(row["id"], "killed by ann"):
+            if store.queue.cancel(row["id"], "killed by ann"):
                 self._ended[row["id"]] = JobState.KILLED
             return
-        outcome = store.request_kill(row["id"], "killed by ann", op.variant % 2 == 1)
+        outcome = store.queue.request_kill(row["id"], "killed by ann", op.variant % 2 == 1)
         if outcome is KillRequest.FINALIZED:
             self._ended[row["id"]] = JobState.KILLED
 
@@ -396,20 +396,20 @@ class World:
         return DEVICES[op.pick % len(DEVICES)]
 
     def _op_drain(self, store: Store, op: Op) -> None:
-        store.drain_device(self._device(op), "ops", "maintenance")
+        store.devices.drain(self._device(op), "ops", "maintenance")
         self._draining[self._device(op)] = True
 
     def _op_undrain(self, store: Store, op: Op) -> None:
-        store.undrain_device(self._device(op))
+        store.devices.undrain(self._device(op))
         self._draining[self._device(op)] = False
 
     def _op_retire(self, store: Store, op: Op) -> None:
-        store.retire_device(self._device(op))
+        store.devices.retire(self._device(op))
         self._retired.add(self._device(op))
         self._draining.pop(self._device(op), None)
 
     def _register(self, store: Store, host: str, boot: str) -> None:
-        store.register(host, boot, [(n, 0) for n in HOSTS[host]])
+        store.devices.register(host, boot, [(n, 0) for n in HOSTS[host]])
         for name in HOSTS[host]:
             self._retired.discard(f"{host}:{name}")
 
@@ -423,16 +423,16 @@ class World:
         running = [
             r["id"] for r in self._job_rows("WHERE state = 'running'") if r["worker_id"] == worker
         ]
-        store.heartbeat(worker, running)
+        store.reports.heartbeat(worker, running)
 
     def _op_fault(self, store: Store, op: Op) -> None:
-        store.set_device_state(self._device(op), "unhealthy", "injected fault")
+        store.devices.set_state(self._device(op), "unhealthy", "injected fault")
 
     def _op_clear(self, store: Store, op: Op) -> None:
-        store.clear_device(self._device(op))
+        store.devices.clear(self._device(op))
 
     def _op_sweep(self, store: Store, op: Op) -> None:
-        store.sweep(expiry.SweepRules())
+        store.devices.sweep(expiry.SweepRules())
 
     def _op_tick(self, store: Store, op: Op) -> None:
         self.clock.advance((1, 20, 200, 2000)[op.variant % 4])

@@ -1,77 +1,90 @@
 """Store reads and writes that only tests (and the benches) make.
 
-The controller never calls these, so they live beside the tests rather than on
-``Store``: each is one transaction on the store's own lock, crash points and error
-mapping (``Store._tx``), exactly as a ``Store`` method would run it.
+The controller never calls these, so they live beside the tests rather than in the
+store: each is one transaction of the store's core (``Store.tx``: its lock, crash points
+and error mapping), exactly as an aggregate's operation would run it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from resource_controller import errors
-from resource_controller.store import devices as device_ops
-from resource_controller.store import engine, jobs, leases, queries, schema, views
+from resource_controller.store import engine, jobs, leases, queries, reports, schema, views
 from resource_controller.store.facade import Store
 from resource_controller.store.records import (
     DeviceRecord,
     JobRecord,
     LeaseRecord,
     RecoveryHistory,
-    Release,
     split_ids,
 )
 
 
+@dataclass(frozen=True)
+class Release:
+    """Outcome of a terminal report: the job as it is now, and whether it already was
+    terminal."""
+
+    job: JobRecord
+    was_terminal: bool
+
+
 def job_with_position(store: Store, job_id: str) -> tuple[JobRecord, int]:
     """The job and its 1-based queue position (0 once it left the queue)."""
-    with store._tx() as c:
-        job = queries.job(c, job_id)
-        return job, jobs.queue_position(c, job, store.now(), store.aging)
+    job, position, _ = store.queue.job_view(job_id)
+    return job, position
 
 
 def mark_running(store: Store, job_id: str) -> None:
     """The worker's ``running`` report without its checks (STORE-080)."""
-    with store._tx("running") as c:
-        jobs.mark_running(c, store.now(), job_id)
+    with store.tx("running") as c:
+        reports.mark_running(c, store.now(), job_id)
 
 
 def release(
     store: Store, job_id: str, state: str, exit_code: int | None = None, reason: str = ""
 ) -> Release:
     """The worker's terminal report without its checks (STORE-082)."""
-    with store._tx("finish") as c:
-        return jobs.release(c, store.now(), job_id, state, exit_code, reason)
+    with store.tx("finish") as c:
+        job = queries.job(c, job_id)
+        reports.release_job(c, store.now(), job, state, exit_code, reason)
+        return Release(queries.job(c, job_id), job.terminal)
 
 
 def recovery_history(store: Store, device_id: str) -> RecoveryHistory:
     """Automatic recoveries inside the sliding hour, newest first (STORE-123)."""
-    with store._tx() as c:
-        return device_ops.recovery_history(c, store.now(), device_id)
+    with store.tx() as c:
+        return views.recovery_history(c, store.now(), device_id)
 
 
 def quarantine_details(store: Store, ids: list[str]) -> dict[str, str]:
     """Each device's quarantine detail (STORE-170)."""
-    with store._tx() as c:
-        return views.quarantine_column(c, ids, "quarantine_detail")
+    return {d.id: d.quarantine_detail for d in devices(store) if d.id in ids}
 
 
 def device(store: Store, device_id: str) -> DeviceRecord | None:
-    with store._tx() as c:
+    with store.tx() as c:
         return queries.device(c, device_id)
 
 
 def devices(store: Store) -> list[DeviceRecord]:
-    with store._tx() as c:
+    with store.tx() as c:
         return queries.all_devices(c)
 
 
 def live_leases(store: Store) -> list[LeaseRecord]:
-    with store._tx() as c:
-        return leases.live(c)
+    """Live leases, oldest first."""
+    with store.tx() as c:
+        text = f"SELECT {', '.join(LeaseRecord._fields)} FROM leases"
+        return [
+            LeaseRecord._make(r)
+            for r in c.all(text + " WHERE released_at IS NULL ORDER BY acquired_at")
+        ]
 
 
 def allocate_directly(
@@ -79,25 +92,19 @@ def allocate_directly(
 ) -> JobRecord:
     """Mark a ready device busy under a new assigned job (STORE-069): a test fixture, so
     it lives here, where no API can reach it."""
-    with store._tx() as c:
+    with store.tx() as c:
         now = store.now()
         if key:
-            existing = queries.job_id_with_key(c, key)
+            existing = c.value("SELECT id FROM jobs WHERE idempotency_key = ?", (key,))
             if existing:
                 return queries.job(c, existing)
         dev = queries.device(c, device_id)
         if dev is None or dev.state != "ready":
             raise errors.NoDeviceAvailable(f"{device_id} is not ready")
-        job = jobs.enqueue(
-            c,
-            now,
-            jobs.NewJob(
-                command=["fixture"],
-                submitter=submitter,
-                device_id=device_id,
-                idempotency_key=key,
-            ),
+        new = jobs.NewJob(
+            command=["fixture"], submitter=submitter, device_id=device_id, idempotency_key=key
         )
+        job = jobs.enqueue(c, now, new, lambda: [])
         c.execute("UPDATE jobs SET queued_at = 0, max_runtime_seconds = 0 WHERE id = ?", (job.id,))
         outcome = leases.assign(c, now, job, dev)
         assert outcome == "placed", outcome

@@ -108,13 +108,13 @@ def test_a_worker_process_reports_the_simulated_boot_id(
     ctl = LiveController(tmp_path / "data")
     # The real controller, with one spy: what its store is asked to register.
     registered: list[str] = []
-    register = ctl.svc.store.register
+    register = ctl.svc.store.devices.register
 
     def spy(host: str, boot_id: str, *rest: Any) -> Any:
         registered.append(boot_id)
         return register(host, boot_id, *rest)
 
-    monkeypatch.setattr(ctl.svc.store, "register", spy)
+    monkeypatch.setattr(ctl.svc.store.devices, "register", spy)
     p = start_worker(tmp_path, ctl.url, tmp_path / "state", env=env)
     try:
         wait_for(lambda: bool(registered), 15)

@@ -162,7 +162,7 @@ def create_app(svc: Services, *, run_loops: bool = True) -> App:
 
     async def device_views() -> list[Any]:
         """The list ``GET /v1/devices`` answers, for a "devices" event."""
-        snaps = await svc.db(svc.store.device_snapshots)
+        snaps = await svc.db(svc.store.views.devices)
         now = svc.now()
         return [render.device_view_body(s, now) for s in snaps]
 

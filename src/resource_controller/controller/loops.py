@@ -161,7 +161,7 @@ async def _after_sweep(svc: Services, result: SweepResult) -> None:
     if result.leases_expired:
         # A separate read after the sweep committed; failing, it only costs names.
         try:
-            where = await svc.db(svc.store.lease_devices, result.leases_expired)
+            where = await svc.db(svc.store.views.lease_devices, result.leases_expired)
         except Exception:
             log.exception("reading the devices of expired leases failed")
             where = None
@@ -180,7 +180,7 @@ async def _notify_sweep(svc: Services, result: SweepResult, where: dict[str, str
     affected = sorted({*result.devices_unhealthy, *(where or {}).values()})
     reasons: dict[str, str] | None
     try:
-        reasons = await svc.db(svc.store.quarantine_reasons, affected) if affected else {}
+        reasons = await svc.db(svc.store.views.quarantine_reasons, affected) if affected else {}
     except Exception:
         log.exception("reading the quarantine categories after a sweep failed")
         reasons = None

@@ -66,22 +66,22 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
     submits.check_limit(svc.store.limits, new)
 
     def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
-        job = svc.store.enqueue(new)
+        job = svc.store.queue.enqueue(new)
         # Whatever fails after the enqueue (a database error or anything
         # unexpected) cancels the just-queued job, so it never lingers half-submitted.
         try:
-            done = svc.store.schedule_after(job)
+            done = svc.store.queue.schedule_after(job)
         except Exception:
             log.exception("scheduling pass after submit of job %s failed", job.id)
-            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_SCHEDULE)
+            svc.store.queue.cancel(job.id, states.REASON_SUBMIT_SCHEDULE)
             raise errors.StoreError("could not schedule the job") from None
         if job.id not in done.ended and all(a.job_id != job.id for a in done.assigned):
             return job, done  # the pass left it as it was written
         try:
-            return svc.store.job(job.id), done
+            return svc.store.views.job(job.id), done
         except Exception:
             log.exception("reading back job %s after submit failed", job.id)
-            svc.store.cancel_queued(job.id, states.REASON_SUBMIT_READ)
+            svc.store.queue.cancel(job.id, states.REASON_SUBMIT_READ)
             raise errors.StoreError("could not read the job back") from None
 
     job, done = await svc.db(enqueue_and_schedule)
@@ -93,12 +93,12 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
         return Done(job, wake | Wake.job(job.id, job.state))  # After the pass
     try:
         why = await svc.db(_why_busy, svc, job)
-        if await svc.db(svc.store.cancel_queued, job.id, states.REASON_NO_WAIT):
+        if await svc.db(svc.store.queue.cancel, job.id, states.REASON_NO_WAIT):
             target = ",".join(new.device_ids) or new.device_id or new.selector or "any device"
             refused = errors.NoDeviceAvailable(f"{target} is busy; the job was not queued{why}")
             ended = Wake.jobs_ended([job.id]) | Wake.job(job.id, JobState.KILLED)
             return Done(job, wake | ended, error=refused)
-        raced = await svc.db(svc.store.job, job.id)
+        raced = await svc.db(svc.store.views.job, job.id)
         return Done(raced, wake | Wake.job(raced.id, raced.state))
     except errors.RcError as exc:  # the pass's assignments are committed: still wake them
         return Done(job, wake, error=exc)
@@ -119,7 +119,7 @@ def _why_busy(svc: Services, job: JobRecord) -> str:
     """``: <who holds what>`` for a no-wait refusal (EXT-WHY-2 extends CLI-104), read
     before the cancel; best effort, so the refusal never depends on it."""
     try:
-        waits = svc.store.waiting_for(job)
+        waits = svc.store.queue.waiting_for(job)
     except Exception:
         log.exception("reading what job %s waits for failed", job.id)
         return ""
@@ -128,7 +128,7 @@ def _why_busy(svc: Services, job: JobRecord) -> str:
 
 async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
     """Cancel a queued job or flag an active one for its worker."""
-    job = await svc.db(svc.store.job, job_id)
+    job = await svc.db(svc.store.views.job, job_id)
     if not identity.may_end(caller, job.submitter, req.submitter):
         who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
         raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
@@ -136,7 +136,7 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     submitter = identity.recorded_submitter(caller, req.submitter)
     reason = states.kill_reason(submitter, admin=caller.admin)
     if job.state == JobState.QUEUED:
-        if not await svc.db(svc.store.cancel_queued, job_id, reason):
+        if not await svc.db(svc.store.queue.cancel, job_id, reason):
             raise errors.NotCancellable(f"job {job_id} already started")
         return Done(
             None, Wake.jobs_ended([job_id], schedule=True) | Wake.job(job_id, JobState.KILLED)
@@ -144,7 +144,7 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     if job.state not in states.ACTIVE:
         raise errors.NotCancellable(f"job {job_id} already finished")
     outcome = await svc.db(
-        svc.store.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
+        svc.store.queue.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
     )
     if outcome is KillRequest.NOT_CANCELLABLE:
         raise errors.NotCancellable(f"job {job_id} already finished")
@@ -201,15 +201,15 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
         # Upsert (with ceilings) -> auto-recovery -> labels and sheets, each
         # its own transaction. Recovery comes after the upsert because it most often
         # lifts the ``registration`` quarantine the upsert itself has just written.
-        reg = svc.store.register(req.host, req.boot_id, declared)
+        reg = svc.store.devices.register(req.host, req.boot_id, declared)
         try:
-            recovery = svc.store.auto_recover(reg.worker_id, proof)
+            recovery = svc.store.devices.auto_recover(reg.worker_id, proof)
         except Exception:
             # Logged, never fails the registration; the devices simply
             # stay quarantined, which nothing schedules onto.
             log.exception("automatic recovery for worker %s failed", req.host)
             recovery = AutoRecovery()
-        svc.store.apply_facts(
+        svc.store.devices.apply_facts(
             req.host, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
         )
         return reg, recovery
@@ -257,12 +257,12 @@ async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Do
     """Replace the worker's labels and sheets; only for its registered host."""
     if not req.host:
         raise errors.BadRequest("host must not be empty")
-    host = await svc.db(svc.store.worker_host, worker_id)
+    host = await svc.db(svc.store.devices.worker_host, worker_id)
     if host != req.host:
         raise errors.BadRequest(f"worker {worker_id} is registered as {host!r}, not {req.host!r}")
     check_sheets(req.sheet, req.device_sheets)
     await svc.db(
-        svc.store.apply_facts,
+        svc.store.devices.apply_facts,
         req.host,
         req.devices,
         req.labels,
@@ -290,7 +290,7 @@ async def poll(
         woken = svc.hub.workers.waiter(worker_id)
         if gone.done():
             return Done(([], []))
-        handed, kills = await svc.db(svc.store.take_work, worker_id)
+        handed, kills = await svc.db(svc.store.reports.take_work, worker_id)
         if handed or kills:
             return _handed(svc, handed, kills)
         remaining = deadline - loop.time()
@@ -325,7 +325,7 @@ async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -
     # Pending jobs (finished, report still in the worker's outbox) keep their leases and
     # their devices busy until the report lands.
     moved = await svc.db(
-        svc.store.heartbeat,
+        svc.store.reports.heartbeat,
         worker_id,
         list(req.running_job_ids or []),
         svc.settings.retain_disconnected_jobs,
@@ -339,7 +339,7 @@ async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -
 async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes) -> Done[None]:
     """Store a chunk of the job's output; a stale lease epoch is refused."""
     if epoch is not None:
-        job = await svc.db(svc.store.job, job_id)
+        job = await svc.db(svc.store.views.job, job_id)
         # ASCII digits only, and short: int() refuses "²" and 5,000-digit text.
         current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
         if not current or int(epoch) != job.lease_epoch:
@@ -385,7 +385,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         # here, once the transaction ended, whatever becomes of this request.
         result: PassResult | None = None
         try:
-            before, result = svc.store.report_and_pass(
+            before, result = svc.store.reports.status(
                 job_id, check, req.state, req.exit_code, req.reason, gpu, hand_out
             )
             return before, result
@@ -437,9 +437,9 @@ async def fault(svc: Services, device_id: str, req: wire.FaultReport) -> Done[No
         raise errors.BadRequest("reason must not be empty")
 
     def quarantine() -> str:
-        svc.store.set_device_state(device_id, DeviceState.UNHEALTHY, req.reason)
+        svc.store.devices.set_state(device_id, DeviceState.UNHEALTHY, req.reason)
         try:  # a separate read after the commit: it only names the job
-            return svc.store.active_job_on(device_id)
+            return svc.store.views.active_job_on(device_id)
         except Exception:
             log.exception("reading the job on faulted device %s failed", device_id)
             return ""
@@ -463,7 +463,7 @@ async def usage(svc: Services, by: str, since: str, limit: int) -> Done[acct.Win
         raise errors.BadRequest(str(exc)) from None
     if not 1 <= limit <= acct.MAX_GROUPS:
         raise errors.BadRequest(f"limit: must be in 1..{acct.MAX_GROUPS}, got {limit}")
-    return Done(await svc.db(svc.store.usage, by, seconds, limit))
+    return Done(await svc.db(svc.store.views.usage, by, seconds, limit))
 
 
 # ---- admin: the fleet ----------------------------------------------------------------
@@ -471,7 +471,7 @@ async def usage(svc: Services, by: str, since: str, limit: int) -> Done[acct.Win
 
 async def clear(svc: Services, device_id: str) -> Done[None]:
     """Return a quarantined, lease-free device to the pool."""
-    if not await svc.db(svc.store.clear_device, device_id):
+    if not await svc.db(svc.store.devices.clear, device_id):
         raise errors.DeviceNotCleared(
             f"{device_id} was not cleared: it must exist, be unhealthy and have no live lease"
         )
@@ -481,7 +481,7 @@ async def clear(svc: Services, device_id: str) -> Done[None]:
 
 async def retire(svc: Services, device_id: str) -> Done[None]:
     """Delete a lease-free device; an unknown one is ``404 device_not_found``."""
-    await svc.db(svc.store.retire_device, device_id)
+    await svc.db(svc.store.devices.retire, device_id)
     log.info("device %s retired", device_id)
     return Done(None, Wake(devices=True))
 
@@ -492,14 +492,14 @@ async def drain(
     """Flag a device draining; a pass follows, as the device's
     reservations are gone and the jobs waiting for it now wait for others."""
     by = identity.recorded_submitter(caller, req.submitter)
-    await svc.db(svc.store.drain_device, device_id, by, req.reason)
+    await svc.db(svc.store.devices.drain, device_id, by, req.reason)
     log.info("device %s draining, by %s%s", device_id, by, f": {req.reason}" if req.reason else "")
     return Done(None, Wake(schedule=True, devices=True))
 
 
 async def undrain(svc: Services, device_id: str) -> Done[None]:
     """Clear the drain flag: the device takes work again, so a pass follows."""
-    await svc.db(svc.store.undrain_device, device_id)
+    await svc.db(svc.store.devices.undrain, device_id)
     log.info("device %s undrained", device_id)
     return Done(None, Wake(schedule=True, devices=True))
 
@@ -510,7 +510,7 @@ async def undrain(svc: Services, device_id: str) -> Done[None]:
 async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
     """One scheduling pass: wake the long poll of every worker it assigned to,
     and the followers of the waiting jobs it ended."""
-    done = await svc.db(svc.store.run_pass)
+    done = await svc.db(svc.store.queue.run_pass)
     assigned = done.assigned
     wake = Wake.poll(a.worker_id for a in assigned) | Wake(assigned=bool(assigned))
     return Done(assigned, wake | _ended_by_pass(done))
@@ -544,7 +544,7 @@ async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) ->
     A sweep never frees a device, but a device gone ``unknown`` or out can change what a
     queued job waits for, so a pass follows whenever it took anything out.
     """
-    result = await svc.db(svc.store.sweep, rules, fence)
+    result = await svc.db(svc.store.devices.sweep, rules, fence)
     took_out = bool(result.devices_unknown or result.alarming)
     return Done(
         result,
@@ -568,7 +568,7 @@ async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])
-    ids = await svc.db(svc.store.logs_to_prune, retention, RETENTION_BATCH, fence)
+    ids = await svc.db(svc.store.views.logs_to_prune, retention, RETENTION_BATCH, fence)
     if not ids:
         return Done([])
 
@@ -577,6 +577,6 @@ async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
             svc.logs.delete(job_id)
 
     await asyncio.to_thread(delete)
-    await svc.db(svc.store.mark_logs_pruned, ids, fence)
+    await svc.db(svc.store.views.mark_logs_pruned, ids, fence)
     log.info("deleted the stored output of %d job(s) ended over %ds ago", len(ids), retention)
     return Done(ids)

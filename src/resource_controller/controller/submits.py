@@ -1,6 +1,9 @@
 """What a submit asks for, checked and made into the store's ``NewJob`` before the
 store sees it: the command, the devices (a pin, a list or a selector with a count), the
-ceilings, the jobs it waits for, and the submitter's limit. Pure: no store, no I/O."""
+jobs it waits for, and the submitter's limit; with the bounds of ``wire``'s types, every
+check a submit must pass that needs no database. Pure: no store, no I/O. The store
+checks the rest: the devices named exist, the selector matches one, the ceilings, the
+key's job, the jobs waited for (``store/jobs.enqueue``)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
     if req.device_id and req.selector:
         raise errors.BadRequest("give device_id or selector, not both")
     count, device_ids = _gang(req)
+    device_id = req.device_id
+    if len(device_ids) == 1:  # a list of one is an ordinary pin
+        device_id, device_ids = device_ids[0], ()
     if not req.submitter:
         raise errors.BadRequest("submitter must not be empty")
     low, top = scheduling.PRIORITY_MIN, scheduling.PRIORITY_MAX
@@ -49,7 +55,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
     return NewJob(
         command=command,
         submitter=req.submitter,
-        device_id=req.device_id,
+        device_id=device_id,
         selector=req.selector,
         cwd=req.cwd,
         env=dict(req.env) if req.env else None,

@@ -15,12 +15,12 @@ pass. A cycle cannot form: a job can only name jobs that already exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from resource_controller import errors
 from resource_controller.core import share, states
 from resource_controller.core.states import TERMINAL, JobState
-from resource_controller.core.transitions import JOB, Op
+from resource_controller.core.transitions import Op
 from resource_controller.store import moves, sql
 
 _TERMINAL = frozenset(s.value for s in TERMINAL)
@@ -30,9 +30,9 @@ _ANY_NOTED = "SELECT 1 FROM job_after WHERE ended != '' LIMIT 1"
 _TAKE_NOTED = "DELETE FROM job_after WHERE ended != '' RETURNING job_id, after_id, ended"
 
 
-def edges(db: sql.Db, after: Sequence[str], after_any: bool) -> list[tuple[str, str]]:
-    """The ``job_after`` rows (job waited for, ``ended``) of a job about to be enqueued
-    waiting for ``after``; ``BadRequest`` naming the first ID no job has.
+def wait(db: sql.Db, job_id: str, after: Sequence[str], after_any: bool) -> int:
+    """Write the ``job_after`` rows of a job about to be enqueued waiting for ``after``;
+    how many it waits for (``after_open``). ``BadRequest`` naming the first ID no job has.
 
     A job that already ended in a way that meets the rule needs no row; one that ended
     otherwise gets a row already noted, so the submit's pass fails the new job. On
@@ -41,28 +41,23 @@ def edges(db: sql.Db, after: Sequence[str], after_any: bool) -> list[tuple[str, 
     job would wait for ever.
     """
     if not after:
-        return []
+        return 0
     text = f"SELECT id, state FROM jobs WHERE id IN ({sql.marks(len(after))})"
     if db.postgres:
         text += " FOR SHARE"
     found = {str(i): str(s) for i, s in db.execute(text, tuple(after))}
-    out: list[tuple[str, str]] = []
-    for job_id in after:
-        state = found.get(job_id)
+    rows: list[tuple[str, str, str]] = []
+    for other in after:
+        state = found.get(other)
         if state is None:
-            raise errors.BadRequest(f"after: no job has the ID {job_id[:80]!r}")
+            raise errors.BadRequest(f"after: no job has the ID {other[:80]!r}")
         if state not in _TERMINAL:
-            out.append((job_id, ""))
+            rows.append((job_id, other, ""))
         elif not share.dependency_met(state, after_any):
-            out.append((job_id, state))
-    return out
-
-
-def insert(db: sql.Db, job_id: str, rows: Sequence[tuple[str, str]]) -> None:
-    db.many(
-        "INSERT INTO job_after (job_id, after_id, ended) VALUES (?, ?, ?)",
-        [(job_id, other, ended) for other, ended in rows],
-    )
+            rows.append((job_id, other, state))
+    if rows:
+        db.many("INSERT INTO job_after (job_id, after_id, ended) VALUES (?, ?, ?)", rows)
+    return len(rows)
 
 
 def noted(db: sql.Db) -> bool:
@@ -88,7 +83,9 @@ def settle(db: sql.Db, now: int) -> list[str]:
             after_any, order = waiting[job_id]
             failed = [other for other, state in ends if not share.dependency_met(state, after_any)]
             if failed:
-                first = min(failed, key=_position(order))
+                # The first of them in its ``after_ids`` (an unknown one last).
+                names = order.split(",")
+                first = min(failed, key=lambda j: names.index(j) if j in names else len(names))
                 if _fail(db, now, job_id, first):
                     ended.append(job_id)
                 continue
@@ -97,29 +94,10 @@ def settle(db: sql.Db, now: int) -> list[str]:
             )
 
 
-def _position(order: str) -> Callable[[str], int]:
-    """A job's place in a waiting job's ``after_ids`` (an unknown one last)."""
-    names = order.split(",")
-
-    def at(job_id: str) -> int:
-        return names.index(job_id) if job_id in names else len(names)
-
-    return at
-
-
 def _fail(db: sql.Db, now: int, job_id: str, other: str) -> bool:
     """End a queued job ``killed``, ``dependency_failed: <other>``."""
-    done = moves.move(
-        db,
-        JOB,
-        Op.DEPENDENCY_FAILED,
-        "id = ?",
-        (job_id,),
-        state=JobState.KILLED,
-        kill_reason=states.dependency_failed(other),
-        finished_at=now,
-    )
-    if done != 1:
+    reason = states.dependency_failed(other)
+    if moves.end_job(db, Op.DEPENDENCY_FAILED, job_id, JobState.KILLED, reason, now) != 1:
         return False
     db.execute("DELETE FROM job_after WHERE job_id = ?", (job_id,))
     db.execute("DELETE FROM reservations WHERE job_id = ?", (job_id,))
@@ -136,7 +114,7 @@ def _queued(db: sql.Db, job_ids: list[str]) -> dict[str, tuple[bool, str]]:
             f" WHERE id IN ({sql.marks(len(part))}) AND state = ?",
             (*part, str(JobState.QUEUED)),
         )
-        out.update((str(r[0]), (bool(r[1]), str(r[2]))) for r in rows)
+        out.update((str(i), (bool(any_end), str(ids))) for i, any_end, ids in rows)
     return out
 
 

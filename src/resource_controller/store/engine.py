@@ -266,15 +266,16 @@ def _known_revision(script: ScriptDirectory, revision: str) -> bool:
 def current_revision(driver: Any, dialect: str) -> str | None:
     """The schema revision Alembic stamped, read without it; None when there is none."""
     if dialect == "postgresql":
-        found = driver.execute("SELECT to_regclass('alembic_version')").fetchone()[0]
+        (found,) = driver.execute("SELECT to_regclass('alembic_version')").fetchone()
     else:
         found = driver.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
         ).fetchone()
     if not found:
         return None
-    row = driver.execute("SELECT version_num FROM alembic_version").fetchone()
-    return None if row is None else str(row[0])
+    for (version,) in driver.execute("SELECT version_num FROM alembic_version"):
+        return str(version)
+    return None
 
 
 def migrate(database: Database, driver: Any) -> None:

@@ -19,7 +19,7 @@ condition of a grant against the rows; a stale view only costs an attempt.
 from __future__ import annotations
 
 from resource_controller.core.scheduling import DeviceSnap, FleetIndex
-from resource_controller.store import queries
+from resource_controller.store import queries, sql
 from resource_controller.store.records import DeviceRecord, LabelRecord
 
 _CHANGED = "SELECT device_id, version FROM device_changes WHERE version > ?"
@@ -31,7 +31,7 @@ _CHUNK = 500  #: ids per ``IN (...)`` read, well under SQLite's parameter limit
 _label = LabelRecord._make
 
 
-def label_rows(db: queries.Conn, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
+def label_rows(db: sql.Db, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
     """Label records by device, each device's by key then source (the views' order);
     every device's, or those of ``ids``."""
     if ids is None:
@@ -40,8 +40,8 @@ def label_rows(db: queries.Conn, ids: list[str] | None = None) -> dict[str, list
         where = " WHERE device_id IN (" + ", ".join("?" * len(ids)) + ")"
         rows = db.execute(_LABEL_ROWS + where + _LABEL_ORDER, tuple(ids))
     out: dict[str, list[LabelRecord]] = {}
-    for r in rows:
-        out.setdefault(r[0], []).append(_label(r))
+    for label in map(_label, rows):
+        out.setdefault(label.device_id, []).append(label)
     return out
 
 
@@ -51,11 +51,6 @@ def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
     if not labels:
         return None
     return {lb.key: lb.value for lb in labels}
-
-
-def _with_heartbeat(record: DeviceRecord, stamp: int) -> DeviceRecord:
-    """``record`` with another ``last_heartbeat_at``."""
-    return record._replace(last_heartbeat_at=stamp)
 
 
 class FleetSnapshot:
@@ -89,10 +84,9 @@ class FleetSnapshot:
         if self._version != seen:
             self.forget()
 
-    def read(self, conn: queries.Conn) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
+    def read(self, db: sql.Db) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
         """(records by ID, snapshots by ID ascending), current as of this read but for the
         records' heartbeat stamps."""
-        db = conn
         if self._version < 0:
             self._full(db)
         else:
@@ -102,18 +96,15 @@ class FleetSnapshot:
                 self._reread(db, [d for d, _ in changed])
         return self._records, self._ordered
 
-    def index(self, conn: queries.Conn) -> tuple[dict[str, DeviceRecord], FleetIndex]:
+    def index(self, conn: sql.Db) -> tuple[dict[str, DeviceRecord], FleetIndex]:
         """``read``, with the snapshots as the planner's index of them (kept too)."""
         records, _ = self.read(conn)
         return records, self._index
 
-    def current(
-        self, conn: queries.Conn
-    ) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
+    def current(self, db: sql.Db) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
         """Every device record by ID ascending, current in every column, and the label
         records by device: the fleet views' read, one two-column scan of ``devices``
         beside the changes."""
-        db = conn
         records, ordered = self.read(db)
         stamps = dict(db.execute(_HEARTBEATS).fetchall())
         if stamps.keys() != records.keys():  # a device the notes missed: no writer does
@@ -124,13 +115,13 @@ class FleetSnapshot:
             record = records[snap.id]
             stamp = stamps[snap.id]
             if record.last_heartbeat_at != stamp:
-                record = records[snap.id] = _with_heartbeat(record, stamp)
+                record = records[snap.id] = record._replace(last_heartbeat_at=stamp)
             out.append(record)
         return out, self._labels
 
-    def _full(self, db: queries.Conn) -> None:
+    def _full(self, db: sql.Db) -> None:
         # The mark first: a change between it and the read is reread next time.
-        newest = db.execute(_NEWEST).fetchone()[0]
+        newest = db.value(_NEWEST)
         devices = queries.all_devices(db)
         self._labels = label_rows(db)
         self._records = {d.id: d for d in devices}
@@ -140,7 +131,7 @@ class FleetSnapshot:
         self._index = FleetIndex(self._ordered)
         self._version = int(newest or 0)
 
-    def _reread(self, db: queries.Conn, ids: list[str]) -> None:
+    def _reread(self, db: sql.Db, ids: list[str]) -> None:
         known = len(self._snaps)
         seen: set[str] = set()
         changed: list[DeviceSnap] = []

@@ -1,46 +1,53 @@
-"""The queue: enqueue, cancel, kill flags, hand-out and terminal reports (store.md §7, §9-11).
+"""The queue and the pass (store.md §7-9, §11): enqueue, cancel, kill, the scheduling
+pass and what a queued job waits for.
 
-Enqueue never assigns: the scheduling pass in ``leases.py`` is the only
-place a device changes hands, so a client told a queue position is never overtaken
-by a side door. Every state change here is a move from the transition table
-(``core.transitions``, applied by ``store.moves``), which adds the legal source states
-to its WHERE clause; callers check the row count. Which devices a job may use, the
-queue order and queue positions are ``core.scheduling``'s.
+Enqueue never assigns: the scheduling pass (``passes.py``, each placement by
+``leases.assign``) is the only place a device changes hands, so a client told a queue
+position is never overtaken by a side door. A submit was checked before the store sees
+it (``controller/submits.py``); enqueue checks what needs the database: the devices it
+names exist and admit its runtime, its selector matches a registered device, its key's
+job, the jobs it waits for.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from resource_controller import errors
-from resource_controller.core import limits, scheduling, selectors
-from resource_controller.core.scheduling import DeviceSnap
-from resource_controller.core.states import (
-    ACTIVE,
-    TERMINAL,
-    DeviceState,
-    JobState,
-    Kind,
-    Quarantine,
+from resource_controller import crashpoints, errors
+from resource_controller.core import scheduling, selectors, waiting
+from resource_controller.core.scheduling import DeviceSnap, JobSnap
+from resource_controller.core.states import DeviceState, JobState, Kind, Quarantine
+from resource_controller.core.transitions import JOB, Op
+from resource_controller.store import (
+    after,
+    leases,
+    locks,
+    moves,
+    passes,
+    queries,
+    races,
+    sql,
 )
-from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import after as dependencies
-from resource_controller.store import fleet, leases, moves, queries
-from resource_controller.store.records import NO_GPU_USE, GpuUse, JobRecord, Release
+from resource_controller.store.base import Core
+from resource_controller.store.records import Assigned, JobRecord, PassResult
 
-KILL_REDELIVERY = 30  #: seconds before an undelivered kill flag is offered again
+log = logging.getLogger(__name__)
 
-_ACTIVE = tuple(s.value for s in ACTIVE)
+#: A plain string: compared once per device (an enum member costs four times as much).
+_UNHEALTHY = DeviceState.UNHEALTHY.value
+#: Work a report's commit handed out, by worker: (jobs now ``running``, kills).
+Handed = dict[str, tuple[list[JobRecord], list[str]]]
 
 
 @dataclass(frozen=True)
 class NewJob:
-    """What a submitter asks for; validated by the API layer first."""
+    """What a submitter asks for, as ``controller/submits.py`` admitted it: a pinned
+    list sorted, a list of one made a plain pin, ``after`` named once each."""
 
     command: list[str]
     submitter: str
@@ -65,94 +72,174 @@ class NewJob:
     after_any: bool = False
 
 
-def enqueue(
-    conn: queries.Conn,
-    now: int,
-    req: NewJob,
-    snapshot: Callable[[], list[DeviceSnap]] | None = None,
-) -> JobRecord:
-    """Record a job in state ``queued``, or return the job that has its key.
+class KillRequest(StrEnum):
+    """What asking to kill an active job did."""
 
-    ``snapshot`` gives the fleet as the scheduling rules read it (the store's
-    ``FleetSnapshot``), for the submit-time check of a selector or any-device job; the
-    whole fleet is read when it is not given."""
-    if not req.command:
-        raise errors.BadRequest("command must not be empty")
-    if not req.submitter:
-        raise errors.BadRequest("submitter must not be empty")
-    if req.device_id and req.selector:
-        raise errors.BadRequest("give device_id or selector, not both")
-    pins = tuple(sorted(req.device_ids))
-    if pins and (req.device_id or req.selector):
-        raise errors.BadRequest("device_ids takes the place of device_id and selector")
-    count = len(pins) if pins else req.count
-    if count < 1 or (pins and req.count not in (1, len(pins))) or (req.device_id and count != 1):
-        raise errors.BadRequest(f"count {req.count} does not fit the devices asked for")
-    if len(pins) == 1:  # a list of one is an ordinary pin
-        req = dataclasses.replace(req, device_id=pins[0], device_ids=())
-        pins = ()
+    #: Flagged for its worker, which stops the process and reports.
+    REQUESTED = "requested"
+    #: Its worker is gone: ended here, its devices kept out.
+    FINALIZED = "finalized"
+    #: It had already ended.
+    NOT_CANCELLABLE = "not_cancellable"
+
+
+class Queue:
+    """The queue's operations, each in the core's one transaction context."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        #: Waiting jobs a report's transaction ended ``dependency_failed`` since a pass
+        #: last said which: the pass that follows the report says so.
+        self._ended: list[str] = []
+
+    @races.again
+    def enqueue(self, req: NewJob) -> JobRecord:
+        """STORE-056: record a job ``queued``, or return the job that has its key."""
+        core = self._core
+
+        def once() -> JobRecord:
+            with core.tx("submit") as c:
+                job = enqueue(c, core.now(), req, lambda: core.fleet.read(c)[1])
+            core.settled.enqueued(job, keyed=bool(req.idempotency_key))
+            return job
+
+        try:
+            return once()
+        except errors.StoreError as exc:
+            # Another controller inserted the same idempotency key meanwhile (its row was
+            # not there to see): the key's job is the answer, as if it had been.
+            lost_race = exc.__cause__ is not None and sql.row_error(exc.__cause__)
+            if not (req.idempotency_key and lost_race):
+                raise
+        return once()
+
+    @races.again
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """STORE-090: queued -> killed; False (nothing changed) for any other state."""
+        with self._core.tx() as c:
+            done = moves.end_job(
+                c, Op.CANCEL_QUEUED, job_id, JobState.KILLED, reason, self._core.now()
+            )
+            if done == 1:
+                c.execute("DELETE FROM reservations WHERE job_id = ?", (job_id,))
+            return done == 1
+
+    @races.again
+    def request_kill(
+        self, job_id: str, reason: str, finalize_disconnected: bool = False
+    ) -> KillRequest:
+        """STORE-091..093: flag an active job for its worker, or end it here when its
+        worker is gone and ``finalize_disconnected``."""
+        with self._core.tx("kill") as c:
+            job = queries.job(c, job_id)
+            if not job.active:
+                return KillRequest.NOT_CANCELLABLE
+            if finalize_disconnected and _disconnected(c, job):
+                now = self._core.now()
+                flag = {"kill_requested": 1, "kill_delivered_at": 0}
+                moves.end_job(c, Op.KILL_FINALIZE, job_id, JobState.KILLED, reason, now, **flag)
+                # The device stays out: nothing proves it is empty.
+                leases.release_for_job(c, now, job_id)
+                return KillRequest.FINALIZED
+            c.execute(
+                "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0 WHERE id = ?", (job_id,)
+            )
+            return KillRequest.REQUESTED
+
+    @races.again
+    def run_pass(self) -> PassResult:
+        """One scheduling pass, serialised against every other (``locks.SCHEDULING_PASS``,
+        held to its commit): first the ends of jobs others wait for, then the placements,
+        all in one transaction."""
+        core = self._core
+        with core.lock:
+            with core.tx() as c:
+                c.exclusive_until_commit(locks.SCHEDULING_PASS)
+                ended = after.settle(c, core.now()) if after.noted(c) else []
+                assigned, end = passes.schedule_pass(c, core)
+            return self.passed(assigned, end, ended)
+
+    def passed(
+        self,
+        assigned: list[Assigned],
+        end: passes.PassEnd,
+        ended: list[str],
+        handed: Handed | None = None,
+    ) -> PassResult:
+        """A pass committed: note whether it left the queue settled, and what it did."""
+        core = self._core
+        if assigned:
+            crashpoints.hit("grant", ".after_commit")
+        quiet = core.aging <= 0 and end.saturated and not assigned
+        core.settled.passed(core.db, core.gen, end, quiet)
+        ended, self._ended = self._ended + ended, []
+        return PassResult(assigned, ended, handed or {})
+
+    def noted_ended(self, ended: list[str]) -> None:
+        """A report ended these waiting jobs: the next pass says so."""
+        self._ended += ended
+
+    @races.reconnecting
+    def schedule_after(self, job: JobRecord) -> PassResult:
+        """The pass right after ``job``'s enqueue, skipped when it cannot change
+        anything (``passes.SettledQueue``)."""
+        core = self._core
+        with core.lock:
+            if core.settled.skips(core.db, core.gen, job):
+                return PassResult()
+            return self.run_pass()
+
+    @races.reconnecting
+    def job_view(self, job_id: str) -> tuple[JobRecord, int, list[waiting.Blocker] | None]:
+        """The job, its 1-based queue position (STORE-070) and what it waits for, in one
+        transaction; 0 and ``None`` for a job that is not queued."""
+        core = self._core
+        with core.tx() as c:
+            job = queries.job(c, job_id)
+            if not job.queued:
+                return job, 0, None
+            now = core.now()
+            return job, _position(c, job, now, core.aging), waiting_for(c, core, job, now)
+
+    @races.reconnecting
+    def waiting_for(self, job: JobRecord) -> list[waiting.Blocker]:
+        """What a queued job waits for now; ``[]`` once it left the queue."""
+        with self._core.tx() as c:
+            return waiting_for(c, self._core, job, self._core.now())
+
+
+def enqueue(
+    conn: sql.Db, now: int, req: NewJob, fleet: Callable[[], list[DeviceSnap]]
+) -> JobRecord:
+    """STORE-056 in the open transaction; ``fleet`` gives the devices as the scheduling
+    rules read them, for a selector or any-device job."""
     runtime = int(req.max_runtime_seconds)
-    for name, value in (("max_runtime_seconds", runtime), ("idle_timeout", int(req.idle_timeout))):
-        if not limits.SECONDS.low <= value <= limits.SECONDS.high:
-            # The API refuses these first; never store a runtime that
-            # escapes a ceiling (negative) or overflows a lease deadline (huge).
-            raise errors.BadRequest(f"{name} must be in {limits.SECONDS.text()} seconds")
-    selector_text = ""
+    pins = req.device_ids
+    count = len(pins) or req.count
+    parsed = selectors.parse(req.selector) if req.selector else None
     if not req.device_id and not pins:
-        # Selector job, or "any device" when no selector is given.
-        parsed = selectors.parse(req.selector) if req.selector else None
-        selector_text = str(parsed) if parsed else ""
-        devices = snapshot() if snapshot else fleet.FleetSnapshot().read(conn)[1]
-        # In any order: the checks below only count hosts (sorting 10,000 devices by ID
-        # for them was a fifth of a submit's CPU).
-        matches = devices if parsed is None else [d for d in devices if parsed.matches(d.labels)]
-        what = f"selector {selector_text!r}" if parsed else "any device"
-        if not matches:
-            if parsed is None:
-                raise errors.NoMatchingDevice("no devices are registered")
-            hint = selectors.no_match_hint(parsed, [d.labels for d in devices])
-            raise errors.NoMatchingDevice(f"no device matches {what}: {hint}")
-        if not scheduling.could_ever_fit(count, matches):
-            # No single host has enough of them, now or ever.
-            raise errors.NoMatchingDevice(f"no host has {count} devices matching {what}")
-        if not scheduling.could_ever_fit(
-            count, (d for d in matches if scheduling.tolerates(d, runtime))
-        ):
-            highest = max(d.max_runtime_seconds for d in matches)
-            raise errors.RuntimeAboveCeiling(
-                f"{what}: requested runtime {runtime}s is above every matching device's "
-                f"ceiling (highest {highest}s)"
-                + (f" on every host with {count} of them" if count > 1 else "")
-            )
+        _check_fits(parsed, count, runtime, fleet())
     if req.idempotency_key:
-        existing = queries.job_id_with_key(conn, req.idempotency_key)
+        existing = conn.value(
+            "SELECT id FROM jobs WHERE idempotency_key = ?", (req.idempotency_key,)
+        )
         if existing is not None:
-            return queries.job(conn, existing)
-    if req.device_id:
-        dev = queries.device(conn, req.device_id)
-        if dev is None:
-            raise errors.UnknownDevice(f"unknown device {req.device_id!r}: no worker registered it")
-        if not scheduling.tolerates(dev.snap(), runtime):
-            raise errors.RuntimeAboveCeiling(
-                f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime_seconds}s"
-            )
-        runtime = scheduling.effective_runtime(runtime, dev.max_runtime_seconds)
-    if pins:
-        runtime = _pinned_gang_runtime(conn, pins, runtime)
-    waiting_for = tuple(dict.fromkeys(req.after))  # a job named twice is waited for once
-    waits = dependencies.edges(conn, waiting_for, req.after_any)  # EXT-SHARE-2
-    seq = queries.next_seq(conn)
+            return queries.job(conn, str(existing))
+    if req.device_id or pins:
+        runtime = _pinned_runtime(conn, pins or (req.device_id,), runtime)
+    job_id = str(uuid.uuid4())
+    waits = after.wait(conn, job_id, req.after, req.after_any)  # EXT-SHARE-2
     job = JobRecord(
-        id=str(uuid.uuid4()),
-        seq=seq,
-        selector=selector_text,
+        id=job_id,
+        seq=queries.next_seq(conn),
+        selector=str(parsed) if parsed else "",
         command=list(req.command),
         cwd=req.cwd,
         env=dict(req.env or {}),
         submitter=req.submitter,
         idempotency_key=req.idempotency_key or None,
         state=JobState.QUEUED,
-        device_id=req.device_id,
+        device_id=pins[0] if pins else req.device_id,
         worker_id="",
         exit_code=None,
         kill_reason="",
@@ -165,28 +252,51 @@ def enqueue(
         queued_at=now,
         kill_requested=0,
         kill_delivered_at=0,
-        kind=req.kind or Kind.JOB,
+        kind=req.kind,
         reason=req.reason,
         stdio=req.stdio,
         device_count=count,
         device_ids=pins,
         share_name=req.share_name or req.submitter,
-        after_ids=waiting_for,
+        after_ids=req.after,
         after_any=int(req.after_any),
-        after_open=len(waits),
+        after_open=waits,
     )
-    if pins:
-        job = job._replace(device_id=pins[0])
     moves.create(conn, JOB, Op.ENQUEUE, job.columns())
-    if waits:
-        dependencies.insert(conn, job.id, waits)
     return job
 
 
-def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int) -> int:
-    """STORE-056 step 4 for each device of a pinned list: all exist, on one host, each
-    ceiling admits the request; a job asking for none gets the smallest."""
-    rows = {d.id: d for d in queries.all_devices(conn) if d.id in pins}
+def _check_fits(
+    parsed: selectors.Selector | None, count: int, runtime: int, devices: list[DeviceSnap]
+) -> None:
+    """STORE-056 step 2 and EXT-GANG-2 on the registered devices, whatever their state:
+    some match, some host has ``count`` of them, and enough of those admit the runtime."""
+    # In any order: the checks only count hosts (sorting 10,000 devices by ID for them
+    # was a fifth of a submit's CPU).
+    matches = devices if parsed is None else [d for d in devices if parsed.matches(d.labels)]
+    what = f"selector {str(parsed)!r}" if parsed else "any device"
+    if not matches:
+        if parsed is None:
+            raise errors.NoMatchingDevice("no devices are registered")
+        hint = selectors.no_match_hint(parsed, [d.labels for d in devices])
+        raise errors.NoMatchingDevice(f"no device matches {what}: {hint}")
+    if not scheduling.could_ever_fit(count, matches):
+        raise errors.NoMatchingDevice(f"no host has {count} devices matching {what}")
+    if not scheduling.could_ever_fit(
+        count, (d for d in matches if scheduling.tolerates(d, runtime))
+    ):
+        highest = max(d.max_runtime_seconds for d in matches)
+        raise errors.RuntimeAboveCeiling(
+            f"{what}: requested runtime {runtime}s is above every matching device's "
+            f"ceiling (highest {highest}s)"
+            + (f" on every host with {count} of them" if count > 1 else "")
+        )
+
+
+def _pinned_runtime(conn: sql.Db, pins: tuple[str, ...], runtime: int) -> int:
+    """STORE-056 step 4 for each pinned device: it exists and its ceiling admits the
+    request; a job asking for none inherits the smallest ceiling (EXT-GANG-5)."""
+    rows = {d.id: d for d in queries.devices_by_id(conn, pins)}
     for device_id in pins:
         dev = rows.get(device_id)
         if dev is None:
@@ -195,22 +305,28 @@ def _pinned_gang_runtime(conn: queries.Conn, pins: tuple[str, ...], runtime: int
             raise errors.RuntimeAboveCeiling(
                 f"requested runtime {runtime}s is above {dev.id}'s ceiling of {dev.max_runtime_seconds}s"
             )
-    hosts = sorted({rows[d].host for d in pins})
-    if len(hosts) > 1:
-        raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
     return scheduling.gang_runtime(runtime, (rows[d].max_runtime_seconds for d in pins))
 
 
-def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int = 0) -> int:
-    """1-based position among queued jobs ahead of it; 0 when not queued.
+def _disconnected(conn: sql.Db, job: JobRecord) -> bool:
+    """The job's worker is gone (STORE-092): a device of it ``unknown``, or out for
+    ``worker_lost``. A several-device job's devices share one worker, so they go quiet
+    together: any one of them is proof enough."""
+    for dev in queries.devices_by_id(conn, job.devices):
+        if dev.state == DeviceState.UNKNOWN or (
+            dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST
+        ):
+            return True
+    return False
 
-    With aging on, "ahead" is by effective priority at ``now``."""
-    if not job.queued:
-        return 0
+
+def _position(conn: sql.Db, job: JobRecord, now: int, aging: int) -> int:
+    """1 + the queued jobs ahead of ``job`` (by effective priority at ``now`` with aging
+    on); a pinned job counts only those pinned to one of its devices (STORE-070)."""
     # ``scheduling.queue_position``'s rule as one count: a queued job's view is polled
     # every half second by whoever waits for it, and building every queued job to
     # compare keys cost 6 ms a view at 1,500 queued.
-    ahead, params = queries.ahead_of(job.priority, job.queued_at, job.seq, now, aging)
+    ahead, params = queries.behind(job.priority, job.queued_at, job.seq, now, aging, ahead=True)
     text = f"SELECT count(*) FROM jobs WHERE jobs.state = ? AND jobs.id != ? AND {ahead}"
     args: tuple[Any, ...] = (str(JobState.QUEUED), job.id, *params)
     snap = job.snap()
@@ -222,254 +338,66 @@ def queue_position(conn: queries.Conn, job: JobRecord, now: int = 0, aging: int 
     return 1 + int(conn.value(text, args) or 0)
 
 
-def cancel_queued(conn: queries.Conn, now: int, job_id: str, reason: str) -> bool:
-    """queued -> killed; False (nothing changed) for any other state."""
-    db = conn
-    done = moves.move(
-        db,
-        JOB,
-        Op.CANCEL_QUEUED,
-        "id = ?",
-        (job_id,),
-        state=JobState.KILLED,
-        kill_reason=reason,
-        finished_at=now,
-    )
-    if done != 1:
-        return False
-    db.execute("DELETE FROM reservations WHERE job_id = ?", (job_id,))
-    return True
+_HOLDINGS = (
+    "SELECT leases.device_id, leases.holder, leases.job_id, leases.kind, leases.reason,"
+    " leases.acquired_at, leases.expires_at, jobs.max_runtime_seconds FROM leases"
+    " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
+)
 
 
-class KillRequest(StrEnum):
-    """What asking to kill an active job did."""
+def wait_snapshot(
+    conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
+) -> waiting.Snapshot:
+    """What the why-rules read, in three queries however long the queue.
 
-    #: Flagged for its worker, which stops the process and reports.
-    REQUESTED = "requested"
-    #: Its worker is gone: ended here, its devices kept out.
-    FINALIZED = "finalized"
-    #: It had already ended.
-    NOT_CANCELLABLE = "not_cancellable"
-
-
-def request_kill(
-    conn: queries.Conn, now: int, job_id: str, reason: str, finalize_disconnected: bool
-) -> KillRequest:
-    """Flag an active job for its worker, or end it here when its worker is gone."""
-    job = queries.job(conn, job_id)
-    if not job.active:
-        return KillRequest.NOT_CANCELLABLE
-    # A several-device job's devices share one worker, so they go quiet together; any
-    # one of them proving the worker gone is enough.
-    devs = [queries.device(conn, d) for d in job.devices]
-    disconnected = any(
-        dev is not None
-        and (
-            dev.state == DeviceState.UNKNOWN
-            or (
-                dev.state == DeviceState.UNHEALTHY
-                and dev.quarantine_reason == Quarantine.WORKER_LOST
-            )
-        )
-        for dev in devs
-    )
-    if finalize_disconnected and disconnected:
-        moves.move(
-            conn,
-            JOB,
-            Op.KILL_FINALIZE,
-            "id = ?",
-            (job_id,),
-            state=JobState.KILLED,
-            kill_reason=reason,
-            finished_at=now,
-            kill_requested=1,
-            kill_delivered_at=0,
-        )
-        # The device stays out: nothing proves it is empty.
-        leases.release_for_job(conn, now, job_id)
-        return KillRequest.FINALIZED
-    conn.execute(
-        "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0 WHERE id = ?", (job_id,)
-    )
-    return KillRequest.REQUESTED
-
-
-def take_work(conn: queries.Conn, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
-    """Hand out this worker's assigned jobs and its due kill flags, in one transaction.
-
-    Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
-    written, and only the poll whose update changed it gets it, so
-    a retried or concurrent poll never starts a job twice. Kill flags are a take: each
-    is stamped delivered and not offered again for 30 s.
+    Devices with their effective labels (the store's fleet view), every live lease with
+    its job's effective runtime (``None`` for a lease no job row backs), the reservation
+    rows of the last pass, and the quarantine text of unhealthy devices as the device
+    view shows it (API-023: the detail when there is one, else the category). With
+    EXT-SHARE: the devices each share name holds when a limit applies, and, for the
+    queued jobs that wait for others, those not yet ended, in the order of ``order``
+    (job -> its ``after_ids``).
     """
-    db = conn
-    rows = moves.move_returning(
-        db,
-        JOB,
-        Op.MARK_RUNNING,
-        "worker_id = ?",
-        (worker_id,),
-        _RETURNING,
-        state=JobState.RUNNING,
-        started_at=now,
-    )
-    handed: list[JobRecord] = []
-    if rows:
-        epochs = queries.epochs(db, [r[0] for r in rows])
-        handed = sorted(
-            (queries.job_record(r, epochs.get(r[0], 0)) for r in rows),
-            key=lambda job: (job.submitted_at, job.seq),
-        )
-    due = queries.due_kills(db, worker_id, now - KILL_REDELIVERY, [*_ACTIVE, JobState.KILLED])
-    if due:
-        queries.mark_kills_delivered(db, due, now)
-    return handed, due
-
-
-_RETURNING = ", ".join(queries.JOB_COLS)
-
-
-def mark_running(conn: queries.Conn, now: int, job_id: str) -> None:
-    """assigned -> running; a no-op for any other state or an unknown ID."""
-    moves.move(
-        conn,
-        JOB,
-        Op.MARK_RUNNING,
-        "id = ?",
-        (job_id,),
-        state=JobState.RUNNING,
-        started_at=now,
+    limits = core.limits
+    records, snaps = core.fleet.read(conn)
+    holdings = [
+        waiting.Holding(device, holder, job_id, kind, why, since, until, ran if job_id else None)
+        for device, holder, job_id, kind, why, since, until, ran in conn.execute(_HOLDINGS)
+    ]
+    reservations = dict(conn.all("SELECT device_id, job_id FROM reservations"))
+    quarantine = {
+        d.id: d.quarantine_detail or d.quarantine_reason
+        for d in records.values()
+        if d.state == _UNHEALTHY
+    }
+    held = passes.held_by_share(conn) if limits.on else {}
+    waiting_jobs = [j.id for j in queued if j.after_open]
+    pending = after.pending(conn, waiting_jobs) if waiting_jobs else {}
+    for job_id, ids in pending.items():
+        given = order.get(job_id, ())
+        ids.sort(key=lambda i: given.index(i) if i in given else len(given))
+    return waiting.Snapshot(
+        snaps, queued, holdings, reservations, quarantine, limits, held, pending
     )
 
 
-def release(
-    conn: queries.Conn,
-    now: int,
-    job_id: str,
-    state: str,
-    exit_code: int | None,
-    reason: str,
-    gpu: GpuUse = NO_GPU_USE,
-) -> Release:
-    """The worker's terminal report: end the job, release its leases, free a busy device."""
-    if state not in TERMINAL:
-        raise errors.InvalidTransition(f"state {state!r} is not terminal")
-    return release_job(conn, now, queries.job(conn, job_id), state, exit_code, reason, gpu)
+def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[waiting.Blocker]:
+    """What one queued job waits for at ``now``; ``[]`` for a job not queued."""
+    if not job.queued:
+        return []
+    # Of the rest of the queue, the rules read only whether a job reserving a candidate
+    # is ahead of this one: the reservers are all they need, however long the queue.
+    queued = [job.snap(), *(s for s in queries.queued_snaps(conn, True) if s.id != job.id)]
+    snap = wait_snapshot(conn, core, queued, {job.id: job.after_ids})
+    return waiting.waiting_for(job.snap(), snap, core.key(now))
 
 
-def release_job(
-    conn: queries.Conn,
-    now: int,
-    job: JobRecord,
-    state: str,
-    exit_code: int | None,
-    reason: str,
-    gpu: GpuUse = NO_GPU_USE,
-) -> Release:
-    """``release`` of a job already read in this transaction; ``gpu`` is what the worker
-    measured of its GPUs, kept with the outcome and weighting the usage
-    rollup's GPU-hours."""
-    if job.terminal:
-        return Release(job=job, was_terminal=True)
-    if not job.active:
-        raise errors.InvalidTransition(
-            f"job {job.id} is {job.state}; only an active job can be released"
-        )
-    db = conn
-    done = moves.move(
-        db,
-        JOB,
-        Op.RELEASE,
-        "id = ?",
-        (job.id,),
-        state=state,
-        exit_code=exit_code,
-        kill_reason=reason,
-        finished_at=now,
-        gpu_util_mean=gpu.util_mean,
-        gpu_mem_peak_bytes=gpu.mem_peak_bytes,
-        gpu_samples=gpu.samples,
-    )
-    if done != 1:
-        raise errors.StoreError(f"job {job.id} changed state under a serialised release")
-    # The devices first, then the leases: a grant flips its device before it inserts
-    # the lease, and both orders alike keep two controllers' grant and release from
-    # waiting on each other's rows (the device counter, the submitter's held count).
-    freed = queries.live_lease_devices(db, job.id)
-    if freed:
-        # Only a busy device returns: an unhealthy one (faulted by verify) stays out,
-        # an unknown one waits for its worker's next heartbeat.
-        moves.move(
-            db, DEVICE, Op.RELEASE, queries.id_in(len(freed)), freed, state=DeviceState.READY
-        )
-    leases.release_for_job(db, now, job.id, util=gpu.util_mean)
-    ended = job._replace(
-        state=state,
-        exit_code=exit_code,
-        kill_reason=reason,
-        finished_at=now,
-        gpu_util_mean=gpu.util_mean,
-        gpu_mem_peak_bytes=gpu.mem_peak_bytes,
-        gpu_samples=gpu.samples,
-    )
-    return Release(job=ended, was_terminal=False)
-
-
-def list_jobs(
-    conn: queries.Conn,
-    limit: int,
-    device: str = "",
-    submitter: str = "",
-    state: str = "",
-    id_prefix: str = "",
-    before: str = "",
-) -> list[JobRecord]:
-    """Newest first, ties by ID descending, with lease epochs.
-
-    ``id_prefix`` keeps jobs whose ID starts with it, compared as a plain
-    substring so that ``%`` and ``_`` are never wildcards, on SQLite as on PostgreSQL.
-    ``before`` keeps the jobs that come after that job in this order, whatever its own
-    state: the next page of a listing (``GET /v1/jobs?before=``). A job never leaves
-    the table and its ``submitted_at`` never changes, so the cursor stays where it was.
-    """
-    if not 1 <= limit <= 200:
-        raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
-    after = None
-    if before:
-        after = queries.submitted_at(conn, before)
-        if after is None:
-            raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
-    return queries.list_jobs(conn, limit, device, submitter, state, id_prefix, after)
-
-
-def queued(conn: queries.Conn, now: int = 0, aging: int = 0) -> list[JobRecord]:
-    """Queued jobs in scheduling order, aged at ``now`` when on."""
-    return queries.jobs_where(
-        conn, "jobs.state = ?", (str(JobState.QUEUED),), order=queries.queue_order(now, aging)
-    )
-
-
-def active(conn: queries.Conn) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first, with their lease
-    epochs."""
-    return queries.active_jobs(conn)
-
-
-def logs_to_prune(conn: queries.Conn, cutoff: int, limit: int) -> list[str]:
-    """Jobs that ended before ``cutoff`` whose stored output is not yet deleted, oldest
-    end first, at most ``limit``; found through ``jobs_log_retention``."""
-    rows = conn.execute(
-        "SELECT id FROM jobs WHERE logs_pruned = 0 AND finished_at IS NOT NULL"
-        " AND finished_at < ? ORDER BY finished_at, id LIMIT ?",
-        (cutoff, limit),
-    )
-    return [str(r[0]) for r in rows]
-
-
-def mark_logs_pruned(conn: queries.Conn, job_ids: list[str]) -> None:
-    """Record that these jobs' stored output is gone; the job rows stay."""
-    if job_ids:
-        conn.execute(
-            f"UPDATE jobs SET logs_pruned = 1 WHERE {queries.id_in(len(job_ids))}", job_ids
-        )
+def waiting_for_all(
+    conn: sql.Db, core: Core, queued: list[JobRecord], now: int
+) -> dict[str, list[waiting.Blocker]]:
+    """What every queued job waits for at ``now``, from one snapshot (``/v1/state``)."""
+    if not queued:
+        return {}
+    order = {j.id: j.after_ids for j in queued if j.after_open}
+    snap = wait_snapshot(conn, core, [j.snap() for j in queued], order)
+    return waiting.waiting_for_all(snap, core.key(now))

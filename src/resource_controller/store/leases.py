@@ -1,4 +1,4 @@
-"""Leases: the unit of exclusivity, and the scheduling pass that grants them.
+"""Leases: the unit of exclusivity, granted by the scheduling pass's placements.
 
 A device changes hands only here, in ``assign``: one transaction whose conditional
 updates re-check, against committed rows, every condition a grant depends on: each
@@ -40,6 +40,11 @@ RUNTIME_MARGIN = 10 * 60  #: margin over a job's runtime: the worker's watchdog 
 RENEWAL = 15 * 60  #: a heartbeat naming the job renews its lease to now + this
 
 EPOCH_COUNTER = "lease_epoch"
+#: A lease row; the partial unique index refuses a second live one.
+_INSERT = (
+    f"INSERT INTO leases ({', '.join(LeaseRecord._fields)})"
+    f" VALUES ({sql.marks(len(LeaseRecord._fields))})"
+)
 
 
 def deadline(now: int, runtime: int) -> int:
@@ -47,9 +52,7 @@ def deadline(now: int, runtime: int) -> int:
     return now + (runtime + RUNTIME_MARGIN if runtime > 0 else NO_RUNTIME_TTL)
 
 
-def grant(
-    conn: queries.Conn, now: int, job: JobRecord, device_id: str, runtime: int
-) -> LeaseRecord:
+def grant(conn: sql.Db, now: int, job: JobRecord, device_id: str, runtime: int) -> LeaseRecord:
     """Insert the live lease for ``job`` on ``device_id``; the unique index is the referee."""
     lease = LeaseRecord(
         id=str(uuid.uuid4()),
@@ -64,7 +67,7 @@ def grant(
         epoch=queries.next_counter(conn, EPOCH_COUNTER),
     )
     try:
-        queries.insert_lease(conn, lease._asdict())
+        conn.execute(_INSERT, lease)
     except conn.integrity_errors as exc:
         raise errors.LiveLeaseConflict(
             f"device {device_id} already has a live lease; refusing a second one"
@@ -73,7 +76,7 @@ def grant(
 
 
 def release_for_job(
-    conn: queries.Conn,
+    conn: sql.Db,
     now: int,
     job_id: str,
     util: float | None = None,
@@ -89,16 +92,6 @@ def release_for_job(
     released = queries.release_leases(conn, now, job_id) if job_id else []
     usage.account(conn, now, [*first, *released], util)
     return sorted(h.device_id for h in released)
-
-
-def live(conn: queries.Conn) -> list[LeaseRecord]:
-    """Live leases, oldest first."""
-    return [lease_record(r) for r in conn.execute(_LIVE)]
-
-
-_LEASE_COLS = ", ".join(LeaseRecord._fields)
-_LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE released_at IS NULL ORDER BY acquired_at"
-lease_record = LeaseRecord._make
 
 
 #: The device row at hand shares its GPU with another device of its host that holds a
@@ -140,7 +133,7 @@ class _NotReady(Exception):
 
 
 def assign(
-    conn: queries.Conn,
+    conn: sql.Db,
     now: int,
     job: JobRecord,
     devices: DeviceRecord | Sequence[DeviceRecord],
@@ -161,9 +154,8 @@ def assign(
     ids = [d.id for d in group]
     if mig.overlapping(d.name for d in group):
         return Placement.NOT_READY  # one job, one GPU twice: never
-    db = conn
     flipped = moves.move(
-        db,
+        conn,
         DEVICE,
         Op.ASSIGN,
         queries.id_in(len(ids)) + _GRANTABLE,
@@ -183,7 +175,7 @@ def assign(
         where += _UNDER_LIMIT
         params += [job.share, len(ids), limit]
     moved = moves.move(
-        db,
+        conn,
         JOB,
         Op.ASSIGN,
         where,
@@ -197,8 +189,8 @@ def assign(
     if moved != 1:
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction
     for device_id in ids:
-        grant(db, now, job, device_id, runtime)
-    queries.delete_reservations_of_devices(db, ids)
+        grant(conn, now, job, device_id, runtime)
+    queries.delete_reservations_of_devices(conn, ids)
     crashpoints.hit("grant", ".before_commit")
     return Placement.PLACED
 

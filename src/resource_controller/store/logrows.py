@@ -163,7 +163,8 @@ class DatabaseLogStore(JobLogs):
         ]
         if not settled:
             return Snapshot(pieces, offset)
-        written = int(meta[1])
+        _head, tail_written = meta
+        written = int(tail_written)
         ring = self.layout.ring if self.layout is not None else written
         start = max(0, written - ring)  #: where the tail's kept bytes begin
         if start:
@@ -185,7 +186,10 @@ class DatabaseLogStore(JobLogs):
                     " WHERE job_id = %s AND part = %s AND at = %s",
                     (pos + 1, n, job_id, part, at),
                 ).fetchone()
-                return bytes(row[0]) if row else b""
+                if row is None:
+                    return b""
+                (data,) = row
+                return bytes(data)
 
             data: bytes = self._run("read the", job_id, fetch)
             return data

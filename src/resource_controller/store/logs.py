@@ -154,22 +154,6 @@ class JobLogs(ABC):
         """Create an empty log so a follower may attach before the first byte."""
         self.append(job_id, b"")
 
-    def read(self, job_id: str, offset: int = 0, limit: int = READ_CHUNK) -> bytes:
-        """Up to ``limit`` bytes from ``offset``; empty when nothing (more) is stored."""
-        snap = self.snapshot(job_id, offset)
-        try:
-            return snap.read(limit)
-        finally:
-            snap.close()
-
-    def stored_bytes(self, job_id: str) -> int:
-        """The length of the stored view (head, marker and tail) of a job's log."""
-        snap = self.snapshot(job_id)
-        try:
-            return snap.end
-        finally:
-            snap.close()
-
 
 def check_id(job_id: str) -> str:
     """``job_id`` when it is a safe file name; ``LogError`` otherwise."""

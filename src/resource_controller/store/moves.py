@@ -4,7 +4,8 @@
 the row condition and the values to write. It adds ``state IN (<the op's sources>)`` to
 the condition, refuses a target state the op does not list, executes, and returns the
 row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
-the same for the "no row" ends of the table.
+the same for the "no row" ends of the table; ``end_job`` and ``set_devices`` are the
+two moves most ops make (a job ended with its reason, devices with their quarantine).
 
 Every statement built here reaches ``sql.Db.execute`` labelled ``entity:op``, and a
 debug log line names the op and how many rows it moved: that is how a reader (or the
@@ -19,16 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from resource_controller import errors
-from resource_controller.core.transitions import Machine, Op
+from resource_controller.core.transitions import DEVICE, JOB, Machine, Op
 from resource_controller.store import sql
 
 log = logging.getLogger(__name__)
 
 _TABLES: dict[str, str] = {"device": "devices", "job": "jobs"}
-
-
-def _table(machine: Machine) -> str:
-    return _TABLES[machine.entity]
 
 
 def _label(machine: Machine, op: Op) -> str:
@@ -57,17 +54,28 @@ def _update_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], ret
     text = _SQL.get(cache)
     if text is None:
         assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
-        text = (
-            f"UPDATE {_table(machine)} SET {assigns} WHERE ({where}) AND {_in_sources(machine, op)}"
-        )
+        text = f"UPDATE {_TABLES[machine.entity]} SET {assigns} WHERE ({where}) AND {_in_sources(machine, op)}"
         if returning:
             text += f" RETURNING {returning}"
         _SQL[cache] = text
     return text
 
 
-def _seen(machine: Machine, op: Op, n: int, state: object) -> None:
-    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
+def _update(
+    db: sql.Db,
+    machine: Machine,
+    op: Op,
+    where: str,
+    params: Sequence[Any],
+    returning: str,
+    state: str,
+    values: dict[str, Any],
+) -> sql.Cursor:
+    """The move's one statement, run."""
+    _check_target(machine, op, state)
+    keys = tuple(values)
+    text = _update_sql(machine, op, where, keys, returning)
+    return db.execute(text, (str(state), *(values[k] for k in keys), *params), _label(machine, op))
 
 
 def move(
@@ -82,12 +90,8 @@ def move(
 ) -> int:
     """Move the rows matching ``where`` (SQL text, ``?`` for each of ``params``) and the
     op's sources to ``state``, writing ``values`` beside it; the row count."""
-    _check_target(machine, op, state)
-    keys = tuple(values)
-    text = _update_sql(machine, op, where, keys, "")
-    args = (str(state), *(values[k] for k in keys), *params)
-    n = int(db.execute(text, args, _label(machine, op)).rowcount)
-    _seen(machine, op, n, state)
+    n = int(_update(db, machine, op, where, params, "", state, values).rowcount)
+    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
     return n
 
 
@@ -103,12 +107,8 @@ def move_returning(
     **values: Any,
 ) -> list[Any]:
     """As ``move``, returning the moved rows' ``returning`` columns (SQL text)."""
-    _check_target(machine, op, state)
-    keys = tuple(values)
-    text = _update_sql(machine, op, where, keys, returning)
-    args = (str(state), *(values[k] for k in keys), *params)
-    rows = db.execute(text, args, _label(machine, op)).fetchall()
-    _seen(machine, op, len(rows), state)
+    rows = _update(db, machine, op, where, params, returning, state, values).fetchall()
+    log.debug("%s: %d row(s) -> %s", _label(machine, op), len(rows), state)
     return rows
 
 
@@ -121,7 +121,7 @@ def create(db: sql.Db, machine: Machine, op: Op, values: dict[str, Any]) -> None
     text = _SQL.get(("create", machine.entity, cols))
     if text is None:
         marks = ", ".join("?" * len(cols))
-        text = f"INSERT INTO {_table(machine)} ({', '.join(cols)}) VALUES ({marks})"
+        text = f"INSERT INTO {_TABLES[machine.entity]} ({', '.join(cols)}) VALUES ({marks})"
         _SQL[("create", machine.entity, cols)] = text
     label = _label(machine, op)
     db.execute(text, tuple(values[c] for c in cols), label)
@@ -134,8 +134,44 @@ def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[An
     label = _label(machine, op)
     text = _SQL.get(("remove", machine.entity, op, where))
     if text is None:
-        text = f"DELETE FROM {_table(machine)} WHERE ({where}) AND {_in_sources(machine, op)}"
+        text = (
+            f"DELETE FROM {_TABLES[machine.entity]} WHERE ({where}) AND {_in_sources(machine, op)}"
+        )
         _SQL[("remove", machine.entity, op, where)] = text
     n = int(db.execute(text, tuple(params), label).rowcount)
     log.debug("%s: %d row(s) removed", label, n)
     return n
+
+
+def end_job(
+    db: sql.Db, op: Op, job_id: str, state: str, reason: str, now: int, **values: Any
+) -> int:
+    """``move`` of one job to the terminal ``state``, with its reason and its end
+    (STORE-041: ``kill_reason``, ``finished_at``) and ``values``; 1 when it moved."""
+    return move(
+        db, JOB, op, "id = ?", (job_id,), state=state, kill_reason=reason, finished_at=now, **values
+    )
+
+
+def set_devices(
+    db: sql.Db,
+    op: Op,
+    where: str,
+    params: Sequence[Any],
+    state: str,
+    reason: str = "",
+    **values: Any,
+) -> int:
+    """``move`` of devices to ``state`` with the quarantine ``reason`` ('' out of one) and
+    no detail (STORE-032), and ``values``; the row count."""
+    return move(
+        db,
+        DEVICE,
+        op,
+        where,
+        params,
+        state=state,
+        quarantine_reason=reason,
+        quarantine_detail="",
+        **values,
+    )

@@ -6,7 +6,9 @@ The rules decide (``core.scheduling``); this module only reads what they need, a
 of the queue at a time, and applies what they decide. A pass usually stops early (every
 device claimed), so reading the whole queue each time would make each submit cost
 O(queue length); and a long pinned queue behind busy devices needs, of each job, only
-the first columns of its row (``queries.WALK_WIDTH``).
+the first columns of its row (``queries.WALK_WIDTH``). Between passes the store keeps
+what the last one left: the reservation rows (``KeptReservations``), and whether the
+queue was settled, so that the pass after a submit may be skipped (``SettledQueue``).
 """
 
 from __future__ import annotations
@@ -14,16 +16,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from resource_controller import errors
 from resource_controller.core import passloop, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
-from resource_controller.store.fleet import FleetSnapshot
+from resource_controller.store.queries import QueueEntry, QueueRow
 from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, split_ids
-from resource_controller.store.reserved import KeptReservations
+
+if TYPE_CHECKING:
+    from resource_controller.store.base import Core
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +50,11 @@ class QueueWalk:
     read a page at a time (keyset on the order), the first page small: the
     ``core.passloop.Queue`` the pass runs over.
 
-    A page after one made mostly of plain pins is read narrow (``queries.WALK_WIDTH``
-    columns): a plain pin behind an unavailable device needs nothing more, and every
-    column costs about as much to read. The scheduling columns of a narrow row whose
-    turn needs them (``snap``) are read with those of the jobs behind it that are not
-    plain pins, up to ``WHOLE_BATCH``, in one query.
+    A page after one made mostly of plain pins is read narrow (``QueueEntry`` rows): a
+    plain pin behind an unavailable device needs nothing more, and every column costs
+    about as much to read. The ``QueueRow`` of a narrow row whose turn needs it
+    (``snap``) is read with those of the jobs behind it that are not plain pins, up to
+    ``WHOLE_BATCH``, in one query.
     """
 
     def __init__(
@@ -67,15 +71,15 @@ class QueueWalk:
         self._skip = skip
         #: The devices the pass sees: a pin to any other is a vanished device's.
         self._known = known
-        self._page: list[Any] = []
+        self._page: Sequence[QueueRow | QueueEntry] = []
         self._at = 0  #: the index on a narrow page of the row last yielded
         #: The rows before this index that are not plain pins are in ``_rows``.
         self._read_to = 0
-        self._rows: dict[str, Any] = {}
+        self._rows: dict[str, QueueRow] = {}
         #: The row last yielded: where the walk ended.
-        self.last: Any = None
+        self.last: QueueRow | QueueEntry | None = None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[QueueRow | QueueEntry]:
         after: tuple[int, int, int] | None = None
         size, narrow = FIRST_PAGE, False
         while True:
@@ -91,85 +95,76 @@ class QueueWalk:
             after = self.key_of(page[-1])
             if after is None:
                 return  # the page's last job is gone: nothing to seek past
-            narrow = [r[2] for r in page].count(1) * 2 > len(page)
+            narrow = sum(bool(r.plain_pin) for r in page) * 2 > len(page)
             size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
 
-    def snap(self, row: Any) -> JobSnap | None:
+    def snap(self, entry: Sequence[Any]) -> JobSnap | None:
         """The job of a row the walk yielded; None once it is gone or cannot be read
         (EXT-LIMITS-3: one bad row never stops the fleet)."""
+        row = cast(QueueRow | QueueEntry, entry)
         try:
-            whole = row if len(row) > queries.WALK_WIDTH else self.scheduling_row(row)
+            whole = row if isinstance(row, QueueRow) else self.scheduling_row(row)
             return None if whole is None else _snap(whole)
         except Exception as exc:
             if not _row_fault(exc):
                 raise
-            _report_skip(str(row[0]), f"{type(exc).__name__}: {exc}")
+            _report_skip(str(row.id), f"{type(exc).__name__}: {exc}")
             return None
 
     def pinned_elsewhere(self) -> list[JobSnap]:
         rows = queries.pinned_elsewhere(self._db, list(self._known), self._now, self._aging)
         return [job.snap() for job in map(_decode_raw, rows) if job]
 
-    def scheduling_row(self, row: Any) -> Any:
-        """The ``queries.QUEUE_COLS`` of narrow ``row``, the row last yielded (``None`` once
-        the job is gone)."""
-        job_id = row[0]
-        found = self._rows.get(job_id)
+    def scheduling_row(self, row: QueueEntry) -> QueueRow | None:
+        """The ``QueueRow`` of narrow ``row``, the row last yielded (``None`` once the job
+        is gone)."""
+        found = self._rows.get(row.id)
         if found is None:
-            ids = [job_id]
+            ids = [row.id]
             page, end = self._page, self._at + 1
             if end > self._read_to:
                 while end < len(page) and len(ids) <= WHOLE_BATCH:
-                    if not page[end][2]:
-                        ids.append(page[end][0])
+                    if not page[end].plain_pin:
+                        ids.append(page[end].id)
                     end += 1
                 self._read_to = end
-            self._rows.update((r[0], r) for r in queries.queue_rows(self._db, ids))
-            found = self._rows.get(job_id)
+            self._rows.update((r.id, r) for r in queries.queue_rows(self._db, ids))
+            found = self._rows.get(row.id)
         return found
 
-    def key_of(self, row: Any) -> tuple[int, int, int] | None:
+    def key_of(self, row: QueueRow | QueueEntry) -> tuple[int, int, int] | None:
         """(priority, queued_at, seq) of a row the walk yielded."""
-        if len(row) > queries.WALK_WIDTH:
-            return (row[_I_PRIORITY], row[_I_QUEUED_AT], row[_I_SEQ])
-        return queries.queue_key_of(self._db, row[0])
+        if isinstance(row, QueueRow):
+            return row.priority, row.queued_at, row.seq
+        return queries.queue_key_of(self._db, row.id)
 
 
-_I_SHARE = queries.QUEUE_COLS.index(queries.SHARE)
-_I_PRIORITY = queries.QUEUE_COLS.index("priority")
-_I_QUEUED_AT = queries.QUEUE_COLS.index("queued_at")
-_I_SEQ = queries.QUEUE_COLS.index("seq")
-_I_SELECTOR = queries.QUEUE_COLS.index("selector")
-_I_DEVICE_ID = queries.QUEUE_COLS.index("device_id")
-_I_DEVICE_IDS = queries.QUEUE_COLS.index("device_ids")
-_I_MAX_RUNTIME = queries.QUEUE_COLS.index("max_runtime_seconds")
-_I_COUNT = queries.QUEUE_COLS.index("device_count")
-
-
-def _snap(row: Any) -> JobSnap:
-    """What the rules read of a job, from its ``queries.QUEUE_COLS`` (as ``JobRecord.snap``
-    would from the whole row, which is read only when the job is placed)."""
-    ids = row[_I_DEVICE_IDS]
+def _snap(row: QueueRow) -> JobSnap:
+    """What the rules read of a job, from its ``QueueRow`` (as ``JobRecord.snap`` would
+    from the whole row, which is read only when the job is placed)."""
     return JobSnap(
-        id=row[0],
-        seq=row[_I_SEQ],
-        priority=row[_I_PRIORITY],
-        queued_at=row[_I_QUEUED_AT],
-        selector=row[_I_SELECTOR],
-        device_id=row[_I_DEVICE_ID],
-        max_runtime_seconds=row[_I_MAX_RUNTIME],
-        count=max(1, row[_I_COUNT]),
-        device_ids=split_ids(ids) if ids else (),
-        share=row[_I_SHARE],
+        id=row.id,
+        seq=row.seq,
+        priority=row.priority,
+        queued_at=row.queued_at,
+        selector=row.selector,
+        device_id=row.device_id,
+        max_runtime_seconds=row.max_runtime_seconds,
+        count=max(1, row.device_count),
+        device_ids=split_ids(row.device_ids) if row.device_ids else (),
+        share=row.share,
     )
 
 
-def _decode_raw(row: Any) -> JobRecord | None:
+def _decode_raw(row: Sequence[Any]) -> JobRecord | None:
     try:
         return queries.job_record(row)
     except Exception:
-        _report_skip(str(row[0]), "its row cannot be read")
+        _report_skip(str(row[_JOB_ID]), "its row cannot be read")
         return None
+
+
+_JOB_ID = queries.JOB_COLS.index("id")
 
 
 #: Jobs already reported as skipped; a pass runs every second, the log says it once.
@@ -239,7 +234,7 @@ class _Placer:
 @dataclasses.dataclass
 class PassEnd:
     """How a pass ended, so the store can tell when a pass right after it would change
-    nothing (``Store.schedule_after``)."""
+    nothing (``Queue.schedule_after``)."""
 
     #: Every reservable device was claimed when the walk ended.
     saturated: bool = False
@@ -249,37 +244,24 @@ class PassEnd:
     devices: frozenset[str] = frozenset()
 
 
-def schedule_pass(
-    db: sql.Db,
-    now: int,
-    aging: int = 0,
-    end: PassEnd | None = None,
-    fleet: FleetSnapshot | None = None,
-    kept: KeptReservations | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-) -> list[Assigned]:
-    """One scheduling pass in the open transaction ``db``: FIFO by priority,
-    reservations for the blocked.
+def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
+    """One scheduling pass in the open transaction ``db``, which holds the pass lock
+    (``locks.SCHEDULING_PASS``): FIFO by priority (effective priority now with
+    ``--priority-aging``), reservations for the blocked; what it placed and how it ended.
 
-    The caller holds the pass lock (``locks.SCHEDULING_PASS``) for the transaction.
-    ``aging`` > 0 orders by effective priority at ``now`` instead. ``limits`` are the
-    submitter limits: the devices each share name holds are read when any applies. Each
+    The devices each share name holds are read when a submitter limit applies. Each
     assignment is a savepoint, and the reservation rows are rewritten once at the end,
-    only when they changed. ``end``, when given, is filled in with how the walk ended.
-    ``fleet`` is the store's view of the devices, brought up to date here
-    (``store/fleet.py``); ``kept`` is the store's copy of the reservation rows
-    (``store/reserved.py``).
+    only when they changed. The store's fleet view is brought up to date here.
     """
-    fleet = fleet or FleetSnapshot()
-    kept = kept or KeptReservations()
+    now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
     if not queries.any_queued(db):
         # Nothing waits, so nothing is placed and no reservation stands;
         # a pass on an empty queue reads no device, or every kick costs O(fleet).
         if old_reservations:
             _rewrite(db, kept, now, old_reservations, {})
-        return []
-    by_id, index = fleet.index(db)
+        return [], PassEnd()
+    by_id, index = core.fleet.index(db)
     held = held_by_share(db) if limits.on else {}
     # Names at their limit when the pass begins stay there (what it places only adds):
     # their jobs are not read at all, which is most of a queue from people at their limit.
@@ -292,10 +274,11 @@ def schedule_pass(
         log.error("queued job %s has a selector that no longer parses", job_id)
     for job_id in plan.unmatched:
         log.warning("queued job %s matches no device it could run on", job_id)
-    if end is not None:
-        key = walk.key_of(walk.last) if walk.last is not None else None
-        end.saturated, end.devices = planner.saturated(), frozenset(by_id)
-        end.last = (-key[0], key[1], key[2]) if key else None
+    end = PassEnd(planner.saturated(), devices=frozenset(by_id))
+    key = walk.key_of(walk.last) if walk.last is not None else None
+    if key is not None:
+        priority, queued_at, seq = key
+        end.last = (-priority, queued_at, seq)
     # Each assignment already deleted its device's row.
     taken = planner.taken
     current = (
@@ -303,7 +286,7 @@ def schedule_pass(
     )
     if plan.reservations != current:
         _rewrite(db, kept, now, current, plan.reservations)
-    return placer.assigned
+    return placer.assigned, end
 
 
 def held_by_share(db: sql.Db) -> dict[str, int]:
@@ -324,3 +307,122 @@ def _rewrite(
     changed = sorted((j, d) for d, j in rows.items() if old.get(d) != j)
     queries.update_reservations(db, now, gone, changed)
     kept.wrote(db, dict(rows))
+
+
+_ROWS = "SELECT device_id, job_id FROM reservations"
+_COUNT = "SELECT count(*) FROM reservations"
+
+
+class KeptReservations:
+    """The reservation rows (device -> job) as the last pass wrote or read them; used
+    under the store's lock.
+
+    A pass compares the reservations it plans with the rows there (STORE-061: rewritten
+    only when they changed), and over a long queue on a busy fleet there are thousands of
+    rows: reading them back was a tenth of a pass over 10,000 pinned jobs. Only the pass
+    inserts reservation rows; every other writer deletes (an assignment its device's, a
+    cancel its job's, a retirement its device's). So while no other connection has written
+    the file (SQLite's ``data_version``) and the table holds as many rows as the pass left,
+    they are the rows it left, and one count stands for reading them. Where the database
+    has no such number (PostgreSQL, where other controllers write), the rows are read
+    every time.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, str] | None = None  #: None = read them next time
+        self._version: int | None = None  #: ``data_version`` when they were kept
+
+    def read(self, db: sql.Db) -> dict[str, str]:
+        """The rows there now (device -> job); the caller must not change what it gets."""
+        version = db.data_version()
+        kept = self._rows
+        unchanged = kept is not None and version is not None and version == self._version
+        if kept is not None and unchanged and db.value(_COUNT) == len(kept):
+            return kept
+        rows = dict(db.all(_ROWS))
+        self._rows, self._version = rows, version
+        return rows
+
+    def wrote(self, conn: sql.Db, rows: dict[str, str]) -> None:
+        """The pass committed exactly ``rows``."""
+        self._rows = rows
+        self._version = conn.data_version()
+
+    def forget(self) -> None:
+        self._rows = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settled:
+    gen: int  #: the store's transaction count when the pass ended
+    mark: int  #: the commit mark then
+    end: PassEnd
+
+
+class SettledQueue:
+    """What the last pass left, if the queue was settled, so that the store skips the
+    pass right after a submit that would change nothing; used under the store's lock.
+
+    A pass that placed nothing and ended with every device claimed leaves the queue
+    settled: a job submitted behind where its walk ended, pinned to no device it did not
+    see, can neither be placed nor reserve, so the pass after its submit would write
+    exactly what is there. That holds only while nothing else committed meanwhile: no
+    other transaction of this store (its transaction count), and no other process (a
+    commit mark: SQLite's ``data_version``, or PostgreSQL's transaction IDs,
+    ``sql.Db.quiet_mark``). Not with priority aging on: ``now`` moves the order. A bursty
+    submitter otherwise pays a whole pass a submit behind a busy fleet.
+    """
+
+    def __init__(self) -> None:
+        self._last: _Settled | None = None
+        #: The job the last enqueue surely inserted (its commit surely wrote).
+        self._inserted: str | None = None
+
+    def forget(self) -> None:
+        self._last = None
+
+    def enqueued(self, job: JobRecord, keyed: bool) -> None:
+        """A submit committed ``job``; with an idempotency key it may have found an old
+        job and written nothing."""
+        self._inserted = None if keyed else job.id
+
+    def passed(self, db: sql.Db, gen: int, end: PassEnd, settled: bool) -> None:
+        """A pass ended at transaction count ``gen``; ``settled``: it placed nothing and
+        claimed every device, with aging off."""
+        mark = _commit_mark(db) if settled else None
+        self._last = None if mark is None else _Settled(gen, mark, end)
+
+    def skips(self, db: sql.Db, gen: int, job: JobRecord) -> bool:
+        """Whether the pass after ``job``'s submit (the transaction ``gen``) may be
+        skipped; if so the queue stays settled."""
+        s = self._last
+        if s is None or gen != s.gen + 1 or not _behind(job, s.end):
+            return False
+        # SQLite's mark counts other connections' commits only; PostgreSQL's moves by
+        # one for each transaction that wrote, so by one for the submit's own.
+        own = 1 if db.postgres else 0
+        if own and self._inserted != job.id:
+            return False
+        mark = _commit_mark(db)
+        if mark is None or mark != s.mark + own:
+            return False
+        self._last = _Settled(gen, mark, s.end)
+        return True
+
+
+def _behind(job: JobRecord, end: PassEnd) -> bool:
+    # A job waiting for others may be failed by this very pass.
+    if not job.queued or end.last is None or job.after_ids:
+        return False
+    snap = job.snap()
+    known = not snap.pinned or all(d in end.devices for d in snap.pins)
+    return known and scheduling.queue_key(snap) > end.last
+
+
+def _commit_mark(db: sql.Db) -> int | None:
+    """A number that tells whether another process committed since it was read; None:
+    unknown."""
+    if not db.postgres:
+        return db.data_version()
+    # Inside a transaction (a report's pass) this connection's own is in progress.
+    return None if db.in_transaction else db.quiet_mark()

@@ -109,7 +109,8 @@ class PeerLink:
             f"WITH taken AS ({leadership.TAKE}) SELECT (SELECT epoch FROM taken), ({_PRESENT})",
             (holder, lease),
         )
-        return (None if row[0] is None else int(row[0])), int(row[1])
+        epoch, present = row
+        return (None if epoch is None else int(epoch)), int(present)
 
     async def renew(self, fence: leadership.Fence, lease: float) -> tuple[bool, int]:
         """Renew the lease ``fence`` holds for ``lease`` seconds more: False once it is
@@ -118,7 +119,8 @@ class PeerLink:
             f"WITH kept AS ({leadership.RENEW}) SELECT (SELECT epoch FROM kept), ({_PRESENT})",
             (lease, fence.holder, fence.epoch),
         )
-        return row[0] is not None, int(row[1])
+        epoch, present = row
+        return epoch is not None, int(present)
 
     async def listen(self) -> None:
         """Receive wake-ups, then say so: present (``locks.PRESENT``) means listening."""

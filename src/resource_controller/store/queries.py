@@ -1,42 +1,47 @@
 """The store's shared reads and small writes, as SQL text on ``sql.Db``.
 
-Column lists are the records' fields in their order, so a row builds its record
-positionally (a table column with no field fails ``from_row``, which the store tests
-compare against). Every statement here runs on SQLite and PostgreSQL alike: ``?``
-placeholders (``Db`` rewrites them for psycopg), no dialect-only functions, integers
-for flags.
+Column lists are named by the records' fields in their order, so a row builds its
+record by ``_make`` (the store tests hold every table column to a field). Every
+statement here runs on SQLite and PostgreSQL alike: ``?`` placeholders (``Db`` rewrites
+them for psycopg), no dialect-only functions, integers for flags.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from resource_controller import errors
 from resource_controller.core import scheduling
 from resource_controller.core.scheduling import JobSnap
-from resource_controller.core.states import ACTIVE, JobState
+from resource_controller.core.states import JobState
 from resource_controller.store import sql
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 from resource_controller.store.usage import Held
 
-Conn = sql.Db
-
-#: ``JobRecord``'s fields but the epoch, in its order, so a row builds a record
-#: positionally.
-JOB_COLS: tuple[str, ...] = tuple(name for name in JobRecord._fields if name != "lease_epoch")
+#: ``JobRecord``'s fields but the epoch (the last), in its order: a row of them, with or
+#: without the epoch after them, builds a record (``job_record``).
+JOB_COLS: tuple[str, ...] = JobRecord._fields[:-1]
 #: In ``DeviceRecord``'s field order, so a row builds a record positionally (a third of
 #: the cost of a mapping, and ``/v1/state`` builds one per device).
 DEVICE_COLS: tuple[str, ...] = DeviceRecord._fields
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
-_EPOCH = "(SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id)"
-_JOB_BY_ID = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.id = ?"
+#: Every column of a job and its newest lease epoch: a whole ``JobRecord``.
+JOB_WITH_EPOCH = (
+    f"SELECT {_JOB_LIST}, (SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id) FROM jobs"
+)
+_JOB_BY_ID = JOB_WITH_EPOCH + " WHERE jobs.id = ?"
 _DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
 _DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
 _ALL_DEVICES = _DEVICES + " ORDER BY id"
 _QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+#: The device of the ``devices`` row at hand holds a live lease.
+LEASED = (
+    "EXISTS (SELECT 1 FROM leases WHERE leases.device_id = devices.id"
+    " AND leases.released_at IS NULL)"
+)
 #: A queued job that waits for no other job: the only kind a pass places.
 ELIGIBLE = "jobs.after_open = 0"
 #: A job pinned to one device and nothing more (no selector, no list, one device): all
@@ -48,41 +53,52 @@ PLAIN_PIN = (
 #: The name a job's submitter limit counts it under: its ``share_name``,
 #: else (a row written before it had one) its submitter.
 SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_name END)"
-#: What the scheduling pass reads of each queued job: the rules' columns only (the whole
-#: row, whose command and environment are most of its bytes, is read by ID on
-#: placement). Its first ``WALK_WIDTH`` are all a long pinned queue needs of a row: ID,
-#: device, whether it is a plain pin, and the name its submitter limit counts it under
-#:; every column read costs about as much as any other (~0.1 µs a row,
-#: most of a walk over 10,000 pinned jobs).
-QUEUE_COLS: tuple[str, ...] = (
-    "id",
-    "device_id",
-    PLAIN_PIN,
-    SHARE,
-    "seq",
-    "priority",
-    "queued_at",
-    "selector",
-    "max_runtime_seconds",
-    "device_count",
-    "device_ids",
-)
-WALK_WIDTH = 4
 
 
-def _select(columns: tuple[str, ...]) -> str:
-    return "SELECT " + ", ".join(c if c.startswith("(") else "jobs." + c for c in columns)
+class QueueRow(NamedTuple):
+    """What the scheduling pass reads of each queued job: the rules' columns only (the
+    whole row, whose command and environment are most of its bytes, is read by ID on
+    placement). Its first ``WALK_WIDTH`` (``QueueEntry``, ``core.passloop``'s entry) are
+    all a long pinned queue needs of a row; every column read costs about as much as
+    any other (~0.1 µs a row, most of a walk over 10,000 pinned jobs)."""
+
+    id: str
+    device_id: str
+    #: Pinned to one device and nothing more (``PLAIN_PIN``).
+    plain_pin: int
+    #: The name its submitter limit counts it under (``SHARE``).
+    share: str
+    seq: int
+    priority: int
+    queued_at: int
+    selector: str
+    max_runtime_seconds: int
+    device_count: int
+    device_ids: str
 
 
-_QUEUE_SCHED = _select(QUEUE_COLS)
-_QUEUE_WALK = _select(QUEUE_COLS[:WALK_WIDTH])
+class QueueEntry(NamedTuple):
+    """The first ``WALK_WIDTH`` columns of a ``QueueRow``: a narrow page's rows."""
+
+    id: str
+    device_id: str
+    plain_pin: int
+    share: str
+
+
+WALK_WIDTH = len(QueueEntry._fields)
+_COMPUTED = {"plain_pin": PLAIN_PIN, "share": SHARE}
+QUEUE_COLS: tuple[str, ...] = tuple(_COMPUTED.get(c, "jobs." + c) for c in QueueRow._fields)
+_QUEUE_SCHED = "SELECT " + ", ".join(QUEUE_COLS)
+_QUEUE_WALK = "SELECT " + ", ".join(QUEUE_COLS[:WALK_WIDTH])
+queue_row = QueueRow._make
+queue_entry = QueueEntry._make
 
 _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
 _I_DEVICE_IDS = JOB_COLS.index("device_ids")
 _I_AFTER_IDS = JOB_COLS.index("after_ids")
 _N_JOB_COLS = len(JOB_COLS)
-_ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
 
 
 def id_in(n: int) -> str:
@@ -90,43 +106,34 @@ def id_in(n: int) -> str:
     return "id IN (" + ", ".join("?" * n) + ")"
 
 
-def job_record(row: Sequence[Any], lease_epoch: int = 0) -> JobRecord:
-    """A ``jobs`` row read in ``JOB_COLS`` order (``JobRecord``'s fields but the epoch) as
-    a record, decoded as ``JobRecord.from_row`` does; extra trailing columns are ignored."""
-    values = list(row[:_N_JOB_COLS])
+def job_record(row: Sequence[Any]) -> JobRecord:
+    """A ``jobs`` row read in ``JOB_COLS`` order, with its lease epoch after them or
+    without (0), as a record: the JSON and list columns decoded."""
+    values = list(row)
+    if len(values) == _N_JOB_COLS:
+        values.append(0)
     values[_I_COMMAND] = json.loads(values[_I_COMMAND])
     env = values[_I_ENV]
     values[_I_ENV] = json.loads(env) if env and env != "{}" else {}
     values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
     values[_I_AFTER_IDS] = split_ids(values[_I_AFTER_IDS] or "")
-    values.append(lease_epoch or 0)
+    values[-1] = values[-1] or 0
     return _job(values)
 
 
-def active_jobs(conn: Conn) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first, with their lease
-    epochs: ``/v1/state`` reads one per held device."""
-    marks = ", ".join("?" * len(_ACTIVE))
-    sql = (
-        f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs WHERE jobs.state IN ({marks})"
-        " ORDER BY jobs.submitted_at DESC, jobs.seq DESC"
-    )
-    return [job_record(r, r[-1]) for r in conn.execute(sql, _ACTIVE)]
-
-
-def job(conn: Conn, job_id: str) -> JobRecord:
+def job(conn: sql.Db, job_id: str) -> JobRecord:
     """The job with its newest lease epoch, in one statement; ``JobNotFound`` when unknown."""
-    row = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
+    row = conn.one(_JOB_BY_ID, (job_id,))
     if row is None:
         raise errors.JobNotFound(f"no such job: {job_id}")
-    return job_record(row, row[-1] or 0)
+    return job_record(row)
 
 
 device_record = DeviceRecord._make
 _job = JobRecord._make
 
 
-def device(conn: Conn, device_id: str, *, lock: bool = False) -> DeviceRecord | None:
+def device(conn: sql.Db, device_id: str, *, lock: bool = False) -> DeviceRecord | None:
     """The device, its row locked for the transaction with ``lock`` (PostgreSQL): what
     the caller decides from it then cannot change under it (``lock_worker_devices``)."""
     text = _DEVICE_BY_ID + (" FOR UPDATE" if lock and conn.postgres else "")
@@ -134,24 +141,24 @@ def device(conn: Conn, device_id: str, *, lock: bool = False) -> DeviceRecord | 
     return device_record(row) if row else None
 
 
-def all_devices(conn: Conn) -> list[DeviceRecord]:
+def all_devices(conn: sql.Db) -> list[DeviceRecord]:
     return [device_record(r) for r in conn.execute(_ALL_DEVICES)]
 
 
-def devices_by_id(conn: Conn, ids: Sequence[str]) -> list[DeviceRecord]:
+def devices_by_id(conn: sql.Db, ids: Sequence[str]) -> list[DeviceRecord]:
     """The devices among ``ids`` that exist, by ID."""
     sql = f"{_DEVICES} WHERE {id_in(len(ids))} ORDER BY id"
     return [device_record(r) for r in conn.execute(sql, tuple(ids))]
 
 
-def any_queued(conn: Conn) -> bool:
+def any_queued(conn: sql.Db) -> bool:
     """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
     row = conn.one("SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (str(JobState.QUEUED),))
     return row is not None
 
 
 def update_reservations(
-    conn: Conn, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]]
+    conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]]
 ) -> None:
     """Bring the reservation rows to a pass's plan in at most a few statements: the rows
     of the ``gone`` devices deleted, ``rows`` (job, device) written over their device's
@@ -178,22 +185,22 @@ def update_reservations(
 _ROWS_A_STATEMENT = 1000
 
 
-def delete_reservations_of_devices(conn: Conn, device_ids: Sequence[str]) -> None:
-    marks = ", ".join("?" * len(device_ids))
-    conn.execute(f"DELETE FROM reservations WHERE device_id IN ({marks})", tuple(device_ids))
+def delete_reservations_of_devices(conn: sql.Db, device_ids: Sequence[str]) -> None:
+    text = f"DELETE FROM reservations WHERE device_id IN ({sql.marks(len(device_ids))})"
+    conn.execute(text, tuple(device_ids))
 
 
 def queue_page(
-    conn: Conn,
+    conn: sql.Db,
     after: tuple[int, int, int] | None,
     limit: int,
     narrow: bool = False,
     now: int = 0,
     aging: int = 0,
     skip: Sequence[str] = (),
-) -> list[Any]:
-    """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each as
-    ``QUEUE_COLS`` (``narrow``: only the first ``WALK_WIDTH``); ``after`` is the
+) -> Sequence[QueueRow | QueueEntry]:
+    """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each a
+    ``QueueRow`` (``narrow``: a ``QueueEntry``); ``after`` is the
     (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
     end are not eligible and are left out, as are the jobs counted under a
     name in ``skip`` (names at their limit)."""
@@ -208,24 +215,26 @@ def queue_page(
         text += " AND " + cond
         params += args
     text += f" ORDER BY {queue_order(now, aging)} LIMIT ?"
-    return conn.execute(text, (*params, limit)).fetchall()
+    rows = conn.all(text, (*params, limit))
+    return list(map(queue_entry, rows)) if narrow else list(map(queue_row, rows))
 
 
-def queue_rows(conn: Conn, job_ids: Sequence[str]) -> list[Any]:
-    """The ``QUEUE_COLS`` of the jobs among ``job_ids`` (in no order)."""
-    sql = f"{_QUEUE_SCHED} FROM jobs WHERE jobs.{id_in(len(job_ids))}"
-    return conn.execute(sql, tuple(job_ids)).fetchall()
+def queue_rows(conn: sql.Db, job_ids: Sequence[str]) -> list[QueueRow]:
+    """The ``QueueRow``s of the jobs among ``job_ids`` (in no order)."""
+    text = f"{_QUEUE_SCHED} FROM jobs WHERE jobs.{id_in(len(job_ids))}"
+    return list(map(queue_row, conn.all(text, tuple(job_ids))))
 
 
-def queue_key_of(conn: Conn, job_id: str) -> tuple[int, int, int] | None:
+def queue_key_of(conn: sql.Db, job_id: str) -> tuple[int, int, int] | None:
     """The job's (priority, queued_at, seq): where it stands in the queue's order."""
-    row = conn.execute(
-        "SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,)
-    ).fetchone()
-    return None if row is None else (row[0], row[1], row[2])
+    row = conn.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,))
+    if row is None:
+        return None
+    priority, queued_at, seq = row
+    return priority, queued_at, seq
 
 
-def pinned_elsewhere(conn: Conn, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
+def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
     """Raw queued rows of eligible jobs pinned to a device not in ``known`` (one with no
     row), in ``queue_order(now, aging)``."""
     text = _QUEUE + " AND jobs.device_id != '' AND " + ELIGIBLE
@@ -233,51 +242,6 @@ def pinned_elsewhere(conn: Conn, known: Sequence[str], now: int = 0, aging: int 
         text += f" AND jobs.device_id NOT IN ({sql.marks(len(known))})"
     text += f" ORDER BY {queue_order(now, aging)}"
     return conn.execute(text, (str(JobState.QUEUED), *known)).fetchall()
-
-
-def submitted_at(conn: Conn, job_id: str) -> tuple[int, str] | None:
-    """Where a job stands in the listing's order: its ``submitted_at`` and ID."""
-    row = conn.execute("SELECT submitted_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    return None if row is None else (int(row[0]), job_id)
-
-
-def list_jobs(
-    conn: Conn,
-    limit: int,
-    device: str = "",
-    submitter: str = "",
-    state: str = "",
-    id_prefix: str = "",
-    after: tuple[int, str] | None = None,
-) -> list[JobRecord]:
-    """Newest first, ties by ID descending, with lease epochs;
-    ``id_prefix`` compared as a plain prefix, never a pattern; with
-    ``after`` (a ``submitted_at`` and an ID), only the jobs that come after it; with
-    ``device``, only the jobs on it (``on_device``)."""
-    where: list[str] = []
-    params: list[Any] = []
-    if device:
-        text, args = on_device(device)
-        where.append(text)
-        params += args
-    if after is not None:
-        where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
-        params += [after[0], after[0], after[1]]
-    if submitter:
-        where.append("jobs.submitter = ?")
-        params.append(submitter)
-    if state:
-        where.append("jobs.state = ?")
-        params.append(state)
-    if id_prefix:
-        where.append("substr(jobs.id, 1, ?) = ?")
-        params += [len(id_prefix), id_prefix]
-    sql = f"SELECT {_JOB_LIST}, {_EPOCH} FROM jobs"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY jobs.submitted_at DESC, jobs.id DESC LIMIT ?"
-    rows = conn.execute(sql, (*params, limit)).fetchall()
-    return [job_record(r, r[-1] or 0) for r in rows]
 
 
 #: The counter of ``jobs.seq``, seeded from the jobs there the first time.
@@ -292,31 +256,19 @@ _NEXT_COUNTER = (
 )
 
 
-def next_seq(conn: Conn) -> int:
+def next_seq(conn: sql.Db) -> int:
     """The next job's place in submission order. A counter row, not ``max(seq) + 1``:
     its lock orders submits that several controllers make at once."""
     return int(conn.value(_NEXT_SEQ, (SEQ_COUNTER,)))
 
 
-def job_id_with_key(conn: Conn, key: str) -> str | None:
-    row = conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?", (key,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def next_counter(conn: Conn, name: str) -> int:
+def next_counter(conn: sql.Db, name: str) -> int:
     """Increment and return the named counter (starts at 1); inside the caller's
     transaction, in one statement, so two controllers never take one number."""
     return int(conn.value(_NEXT_COUNTER, (name,)))
 
 
-def insert_lease(conn: Conn, values: dict[str, Any]) -> None:
-    """Insert a lease row; the partial unique index refuses a second live one."""
-    cols = tuple(values)
-    sql = f"INSERT INTO leases ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    conn.execute(sql, tuple(values[c] for c in cols))
-
-
-def lock_worker_devices(conn: Conn, worker_id: str) -> None:
+def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
     """Lock the rows of a worker's devices, in ID order as grants take them, for the
     rest of the transaction (PostgreSQL; SQLite has one writer at a time). A
     transaction that reads the worker's jobs and leases and then moves its devices
@@ -328,18 +280,17 @@ def lock_worker_devices(conn: Conn, worker_id: str) -> None:
         )
 
 
-def live_lease_devices(conn: Conn, job_id: str) -> list[str]:
+def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
     """The devices of the live leases of ``job_id``, their rows locked for this
     transaction on PostgreSQL (SQLite has one writer at a time)."""
     lock = " FOR UPDATE" if conn.postgres else ""
-    rows = conn.execute(
-        "SELECT device_id FROM leases WHERE job_id = ? AND released_at IS NULL" + lock,
-        (job_id,),
-    ).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    rows = conn.all(
+        "SELECT device_id FROM leases WHERE job_id = ? AND released_at IS NULL" + lock, (job_id,)
+    )
+    return sorted(str(device_id) for (device_id,) in rows)
 
 
-def release_leases(conn: Conn, now: int, job_id: str) -> list[Held]:
+def release_leases(conn: sql.Db, now: int, job_id: str) -> list[Held]:
     """Release the live leases of ``job_id``: what each held, by device."""
     rows = conn.execute(
         "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
@@ -349,7 +300,7 @@ def release_leases(conn: Conn, now: int, job_id: str) -> list[Held]:
     return sorted(Held(str(d), str(h), job_id, now - int(a)) for d, h, a in rows)
 
 
-def release_lease(conn: Conn, now: int, lease_id: str) -> list[Held]:
+def release_lease(conn: sql.Db, now: int, lease_id: str) -> list[Held]:
     """Release one live lease by its own ID; what it held, or [] when it was not live."""
     rows = conn.execute(
         "UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL"
@@ -357,32 +308,6 @@ def release_lease(conn: Conn, now: int, lease_id: str) -> list[Held]:
         (now, lease_id),
     ).fetchall()
     return [Held(str(d), str(h), str(j), now - int(a)) for d, h, j, a in rows]
-
-
-def epochs(conn: Conn, job_ids: Sequence[str]) -> dict[str, int]:
-    """Each job's newest lease epoch, one grouped read."""
-    marks = ", ".join("?" * len(job_ids))
-    rows = conn.execute(
-        f"SELECT job_id, max(epoch) FROM leases WHERE job_id IN ({marks}) GROUP BY job_id",
-        tuple(job_ids),
-    )
-    return {str(j): int(e or 0) for j, e in rows}
-
-
-def due_kills(conn: Conn, worker_id: str, cutoff: int, states: Sequence[str]) -> list[str]:
-    """Jobs of the worker flagged for a kill not offered since ``cutoff``."""
-    marks = ", ".join("?" * len(states))
-    rows = conn.execute(
-        "SELECT id FROM jobs WHERE worker_id = ? AND kill_requested = 1"
-        f" AND state IN ({marks}) AND kill_delivered_at <= ?",
-        (worker_id, *states, cutoff),
-    )
-    return [str(r[0]) for r in rows]
-
-
-def mark_kills_delivered(conn: Conn, job_ids: Sequence[str], now: int) -> None:
-    marks = ", ".join("?" * len(job_ids))
-    conn.execute(f"UPDATE jobs SET kill_delivered_at = ? WHERE id IN ({marks})", (now, *job_ids))
 
 
 #: ``core.scheduling.queue_key`` as SQL, for reading the queue in order.
@@ -414,35 +339,23 @@ def queue_order(now: int = 0, aging: int = 0) -> str:
 
 
 def behind(
-    priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0
+    priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0, ahead: bool = False
 ) -> tuple[str, tuple[Any, ...]]:
-    """Jobs after the one with this key in ``queue_order(now, aging)``: the keyset for
-    reading the queue a page at a time, as a condition and its parameters."""
+    """Jobs after the one with this key in ``queue_order(now, aging)`` (``ahead``: before
+    it), as a condition and its parameters: the keyset for reading the queue a page at a
+    time, and a queue position's count."""
     prio = effective_priority_sql(now, aging)
     p = scheduling.effective_priority(priority, queued_at, now, aging)
+    first, then = (">", "<") if ahead else ("<", ">")
     text = (
-        f"({prio} < ? OR ({prio} = ? AND jobs.queued_at > ?)"
-        f" OR ({prio} = ? AND jobs.queued_at = ? AND jobs.seq > ?))"
-    )
-    return text, (p, p, queued_at, p, queued_at, seq)
-
-
-def ahead_of(
-    priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0
-) -> tuple[str, tuple[Any, ...]]:
-    """Jobs before the one with this key in ``queue_order(now, aging)`` (``behind``'s
-    mirror), as a condition and its parameters."""
-    prio = effective_priority_sql(now, aging)
-    p = scheduling.effective_priority(priority, queued_at, now, aging)
-    text = (
-        f"({prio} > ? OR ({prio} = ? AND jobs.queued_at < ?)"
-        f" OR ({prio} = ? AND jobs.queued_at = ? AND jobs.seq < ?))"
+        f"({prio} {first} ? OR ({prio} = ? AND jobs.queued_at {then} ?)"
+        f" OR ({prio} = ? AND jobs.queued_at = ? AND jobs.seq {then} ?))"
     )
     return text, (p, p, queued_at, p, queued_at, seq)
 
 
 def jobs_where(
-    conn: Conn,
+    conn: sql.Db,
     where: str = "",
     params: Sequence[Any] = (),
     order: str = "",
@@ -461,39 +374,20 @@ def jobs_where(
     return [job_record(r) for r in conn.execute(text, args)]
 
 
-def with_epochs(conn: Conn, records: list[JobRecord]) -> list[JobRecord]:
-    """The records with each job's newest lease epoch, read in one grouped query."""
-    if not records:
-        return records
-    found = epochs(conn, [r.id for r in records])
-    return [r._replace(lease_epoch=found.get(r.id, 0)) for r in records]
-
-
 _QUEUED_SNAPS = (
     "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime_seconds, device_count,"
     f" device_ids, {SHARE}, after_open FROM jobs WHERE state = ?"
 )
 
 
-def queued_snaps(conn: Conn, reserving: bool = False) -> list[JobSnap]:
+def queued_snaps(conn: sql.Db, reserving: bool = False) -> list[JobSnap]:
     """Every queued job as the scheduling rules read it; ``reserving``: only those that
     hold a reservation of the last pass."""
     text = _QUEUED_SNAPS + (" AND id IN (SELECT job_id FROM reservations)" if reserving else "")
+    rows = conn.execute(text, (str(JobState.QUEUED),))
     return [
-        JobSnap(
-            id=r[0],
-            seq=r[1],
-            priority=r[2],
-            queued_at=r[3],
-            selector=r[4],
-            device_id=r[5],
-            max_runtime_seconds=r[6],
-            count=r[7],
-            device_ids=split_ids(r[8] or ""),
-            share=r[9],
-            after_open=r[10],
-        )
-        for r in conn.execute(text, (str(JobState.QUEUED),))
+        JobSnap(i, seq, prio, at, sel, dev, runtime, count, split_ids(ids or ""), who, waits)
+        for i, seq, prio, at, sel, dev, runtime, count, ids, who, waits in rows
     ]
 
 

@@ -223,14 +223,6 @@ NO_GPU_USE = GpuUse()
 
 
 @dataclass(frozen=True)
-class Release:
-    """Outcome of a terminal report: the job as it is now, and whether it already was terminal."""
-
-    job: JobRecord
-    was_terminal: bool
-
-
-@dataclass(frozen=True)
 class SweepResult:
     """What one sweep changed; lists of IDs, order unspecified.
 

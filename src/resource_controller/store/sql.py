@@ -21,9 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-#: A row as the driver returns it: a tuple, read by position.
-Row = Sequence[Any]
-
 
 class Cursor(Protocol):
     """What the store uses of a DBAPI cursor."""
@@ -52,7 +49,7 @@ class Db:
         #: ``sqlite`` or ``postgresql``: where the store's SQL differs, it asks this.
         self.dialect = dialect
         self.postgres = dialect == "postgresql"
-        self._translate = _to_format if self.postgres else _QMARK
+        self._translate = _to_format if self.postgres else str
         # SQLite: take the write lock at once, so a transaction never fails half-way for
         # want of it. PostgreSQL locks rows as statements reach them.
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
@@ -115,7 +112,8 @@ class Db:
         None where the database has no such thing, and a cache must not lean on it."""
         if self.postgres:
             return None
-        return int(self.driver.execute("PRAGMA data_version").fetchone()[0])
+        (version,) = self.driver.execute("PRAGMA data_version").fetchone()
+        return int(version)
 
     def quiet_mark(self) -> int | None:
         """PostgreSQL: one past the newest finished transaction ID, when no transaction
@@ -124,8 +122,8 @@ class Db:
         is exactly one more only if a single transaction wrote and finished meanwhile."""
         if not self.postgres:
             return None
-        row = self.driver.execute(_QUIET_MARK).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        (mark,) = self.driver.execute(_QUIET_MARK).fetchone() or (None,)
+        return None if mark is None else int(mark)
 
     def execute(self, sql: str, params: Sequence[Any] = (), move: str = "") -> Cursor:
         """Run one statement; ``move`` names the state move it makes (``store.moves``)."""
@@ -155,8 +153,8 @@ class Db:
 
     def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first column of the first row, or None when there is no row."""
-        row = self.execute(sql, params).fetchone()
-        return None if row is None else row[0]
+        (first, *_) = self.execute(sql, params).fetchone() or (None,)
+        return first
 
 
 _QUIET_MARK = (
@@ -196,13 +194,6 @@ def row_error(exc: BaseException) -> bool:
         return True
     pg = sys.modules.get("psycopg")
     return pg is not None and isinstance(exc, (pg.DataError, pg.IntegrityError))
-
-
-def _qmark(sql: str) -> str:
-    return sql
-
-
-_QMARK = _qmark
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,16 +1,15 @@
 """The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT.
 
-One transaction, in the spec's order: demote devices by their worker's silence
-, reap the jobs of written-off workers unless in retention mode
-, then, only when judging, expire lapsed leases. Which row
-deserves what is decided by ``core.expiry`` from the rows and ``now``; this module
-only reads them and applies the verdicts, each a move from the transition table
-(``store.moves``: conditional on the op's legal source states).
+One transaction (``Devices.sweep``), in the spec's order: demote devices by their
+worker's silence, reap the jobs of written-off workers unless in retention mode, then,
+only when judging, expire lapsed leases. ``core.expiry`` decides what each row
+deserves; this module reads the rows and applies the verdicts, each a move of the
+transition table (``store.moves``).
 
-No statement here ever writes ``ready``: the sweep only ever
-learns that something stopped reporting, and no news from a worker says nothing about
-what is on its devices. Expiry quarantines rather than frees for the same reason: it
-says the holder stopped renewing, not that the hardware is idle.
+No statement here ever writes ``ready``: the sweep only ever learns that something
+stopped reporting, and no news from a worker says nothing about what is on its devices.
+Expiry quarantines rather than frees for the same reason: it says the holder stopped
+renewing, not that the hardware is idle.
 """
 
 from __future__ import annotations
@@ -24,26 +23,20 @@ from resource_controller.core.states import (
     JobState,
     Quarantine,
 )
-from resource_controller.core.transitions import DEVICE, JOB, Op
+from resource_controller.core.transitions import Op
 from resource_controller.store import leases, moves, queries, sql
 from resource_controller.store.records import SweepResult
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
 
 
-def sweep(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> SweepResult:
+def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
     """One sweep at ``now`` under ``rules``."""
     judging = rules.judging(now)  # read once: devices and leases judged consistently
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
     lost = [] if rules.retain else _reap(conn, now, reap)
     expired = _expire(conn, now, rules) if judging else []
-    return SweepResult(
-        devices_unknown=unknown,
-        devices_unhealthy=unhealthy,
-        jobs_lost=lost,
-        leases_expired=expired,
-        judging=judging,
-    )
+    return SweepResult(unknown, unhealthy, lost, expired, judging)
 
 
 #: Devices whose worker was last heard at or before ``?``, by device ID. An inner join: a
@@ -59,7 +52,7 @@ _QUIET = (
 
 
 def _demote(
-    conn: queries.Conn, now: int, rules: expiry.SweepRules, judging: bool
+    conn: sql.Db, now: int, rules: expiry.SweepRules, judging: bool
 ) -> tuple[list[str], list[str], list[str]]:
     """Apply silence verdicts; returns (unknown, newly unhealthy, reap set)."""
     # Only devices whose worker has been quiet long enough for some verdict; one second
@@ -72,32 +65,14 @@ def _demote(
     reap: list[str] = []
     for device_id, state, heard_at in rows:
         verdict = expiry.demotion(state, heard_at, now, rules, judging)
+        one = (device_id,)
         if verdict is expiry.Demotion.UNKNOWN:
-            done = moves.move(
-                conn,
-                DEVICE,
-                Op.SWEEP_UNKNOWN,
-                "id = ?",
-                (device_id,),
-                state=DeviceState.UNKNOWN,
-                quarantine_reason="",
-                quarantine_detail="",
-            )
-            if done == 1:
+            if moves.set_devices(conn, Op.SWEEP_UNKNOWN, "id = ?", one, DeviceState.UNKNOWN):
                 unknown.append(device_id)
         elif verdict is expiry.Demotion.WRITE_OFF:
             # Only a device not already unhealthy: an existing reason is kept.
-            done = moves.move(
-                conn,
-                DEVICE,
-                Op.WRITE_OFF,
-                "id = ?",
-                (device_id,),
-                state=DeviceState.UNHEALTHY,
-                quarantine_reason=Quarantine.WORKER_LOST,
-                quarantine_detail="",
-            )
-            if done == 1:
+            out, why = DeviceState.UNHEALTHY, Quarantine.WORKER_LOST
+            if moves.set_devices(conn, Op.WRITE_OFF, "id = ?", one, out, why):
                 unhealthy.append(device_id)
             reap.append(device_id)
         elif verdict is expiry.Demotion.REAP_ONLY:
@@ -105,15 +80,15 @@ def _demote(
     return unknown, unhealthy, reap
 
 
-def _reap(conn: queries.Conn, now: int, reap: list[str]) -> list[str]:
+def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
     """Every active job on a written-off device -> ``lost``, whatever its worker."""
     if not reap:
         return []
     marks = sql.marks(len(reap))
     # A several-device job is on a device by any of its live leases.
     victims = [
-        str(r[0])
-        for r in conn.execute(
+        str(job_id)
+        for (job_id,) in conn.execute(
             f"SELECT id FROM jobs WHERE (device_id IN ({marks}) OR id IN"
             f" (SELECT job_id FROM leases WHERE device_id IN ({marks}) AND released_at IS NULL))"
             f" AND state IN ({sql.marks(len(_ACTIVE))}) ORDER BY seq",
@@ -122,23 +97,13 @@ def _reap(conn: queries.Conn, now: int, reap: list[str]) -> list[str]:
     ]
     lost: list[str] = []
     for job_id in victims:
-        done = moves.move(
-            conn,
-            JOB,
-            Op.WRITE_OFF,
-            "id = ?",
-            (job_id,),
-            state=JobState.LOST,
-            kill_reason=REASON_WORKER_LOST,
-            finished_at=now,
-        )
-        if done == 1:
+        if moves.end_job(conn, Op.WRITE_OFF, job_id, JobState.LOST, REASON_WORKER_LOST, now):
             leases.release_for_job(conn, now, job_id)
             lost.append(job_id)
     return lost
 
 
-def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]:
+def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
     """End every lapsed live lease by its own ID and quarantine its device.
 
     Read after the reap, so leases the reap released are not seen again.
@@ -160,29 +125,11 @@ def _expire(conn: queries.Conn, now: int, rules: expiry.SweepRules) -> list[str]
         # rollup takes the lapsed lease with its siblings: one job.
         siblings = leases.release_for_job(conn, now, job_id, first=ended)
         quarantined = [device_id, *siblings]
-        moves.move(
-            conn,
-            DEVICE,
-            Op.EXPIRE,
-            queries.id_in(len(quarantined)),
-            quarantined,
-            state=DeviceState.UNHEALTHY,
-            quarantine_reason=Quarantine.LEASE_EXPIRED,
-            quarantine_detail="",
-        )
+        where, out = queries.id_in(len(quarantined)), DeviceState.UNHEALTHY
+        moves.set_devices(conn, Op.EXPIRE, where, quarantined, out, Quarantine.LEASE_EXPIRED)
         if not job_id:
             reported.append(lease_id)
             continue
-        done = moves.move(
-            conn,
-            JOB,
-            Op.EXPIRE,
-            "id = ?",
-            (job_id,),
-            state=JobState.LOST,
-            kill_reason=REASON_LEASE_EXPIRED,
-            finished_at=now,
-        )
-        if done == 1:
+        if moves.end_job(conn, Op.EXPIRE, job_id, JobState.LOST, REASON_LEASE_EXPIRED, now):
             reported.append(job_id)
     return reported

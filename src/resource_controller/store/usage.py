@@ -20,6 +20,7 @@ output never changes a figure.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,6 @@ from resource_controller.store import sql
 #: ``dim`` of the device-and-submitter groups; keyed ``"<device> <holder>"``:
 #: a device ID never holds a space.
 PAIR = "pair"
-DIMS = (*usage.BY, PAIR)
 
 
 @dataclass(frozen=True, order=True)
@@ -57,48 +57,40 @@ def split_pair(key: str) -> tuple[str, str]:
     return device, holder
 
 
-_UPSERT_TOTALS: dict[int, str] = {}
-_UPSERT_MARKS: dict[int, str] = {}
-
-
+@functools.cache
 def _totals_sql(n: int) -> str:
-    text = _UPSERT_TOTALS.get(n)
-    if text is None:
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n)
-        text = (
-            "INSERT INTO usage_totals (dim, key, last_hour, jobs, held_seconds,"
-            f" sampled_seconds, weighted_seconds, last_util) VALUES {values}"
-            " ON CONFLICT (dim, key) DO UPDATE SET"
-            # Never back in time: a clock stepped back must not write a mark before one
-            # already written, or the marks would stop being running sums.
-            " last_hour = CASE WHEN excluded.last_hour > usage_totals.last_hour"
-            " THEN excluded.last_hour ELSE usage_totals.last_hour END,"
-            " jobs = usage_totals.jobs + excluded.jobs,"
-            " held_seconds = usage_totals.held_seconds + excluded.held_seconds,"
-            " sampled_seconds = usage_totals.sampled_seconds + excluded.sampled_seconds,"
-            " weighted_seconds = usage_totals.weighted_seconds + excluded.weighted_seconds,"
-            " last_util = coalesce(excluded.last_util, usage_totals.last_util)"
-            " RETURNING dim, key, last_hour, jobs, held_seconds, sampled_seconds,"
-            " weighted_seconds"
-        )
-        _UPSERT_TOTALS[n] = text
-    return text
+    """The upsert of ``n`` groups' totals, returning them as they now stand."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n)
+    return (
+        "INSERT INTO usage_totals (dim, key, last_hour, jobs, held_seconds,"
+        f" sampled_seconds, weighted_seconds, last_util) VALUES {values}"
+        " ON CONFLICT (dim, key) DO UPDATE SET"
+        # Never back in time: a clock stepped back must not write a mark before one
+        # already written, or the marks would stop being running sums.
+        " last_hour = CASE WHEN excluded.last_hour > usage_totals.last_hour"
+        " THEN excluded.last_hour ELSE usage_totals.last_hour END,"
+        " jobs = usage_totals.jobs + excluded.jobs,"
+        " held_seconds = usage_totals.held_seconds + excluded.held_seconds,"
+        " sampled_seconds = usage_totals.sampled_seconds + excluded.sampled_seconds,"
+        " weighted_seconds = usage_totals.weighted_seconds + excluded.weighted_seconds,"
+        " last_util = coalesce(excluded.last_util, usage_totals.last_util)"
+        " RETURNING dim, key, last_hour, jobs, held_seconds, sampled_seconds,"
+        " weighted_seconds"
+    )
 
 
+@functools.cache
 def _marks_sql(n: int) -> str:
-    text = _UPSERT_MARKS.get(n)
-    if text is None:
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * n)
-        text = (
-            "INSERT INTO usage_marks (dim, key, hour, jobs, held_seconds, sampled_seconds,"
-            f" weighted_seconds) VALUES {values}"
-            " ON CONFLICT (dim, key, hour) DO UPDATE SET jobs = excluded.jobs,"
-            " held_seconds = excluded.held_seconds,"
-            " sampled_seconds = excluded.sampled_seconds,"
-            " weighted_seconds = excluded.weighted_seconds"
-        )
-        _UPSERT_MARKS[n] = text
-    return text
+    """The upsert of ``n`` groups' sums at the end of an hour."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * n)
+    return (
+        "INSERT INTO usage_marks (dim, key, hour, jobs, held_seconds, sampled_seconds,"
+        f" weighted_seconds) VALUES {values}"
+        " ON CONFLICT (dim, key, hour) DO UPDATE SET jobs = excluded.jobs,"
+        " held_seconds = excluded.held_seconds,"
+        " sampled_seconds = excluded.sampled_seconds,"
+        " weighted_seconds = excluded.weighted_seconds"
+    )
 
 
 def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = None) -> None:
@@ -152,10 +144,13 @@ def window(db: sql.Db, dim: str, first_hour: int) -> list[usage.Group]:
     """Each group of ``dim`` active since the start of ``first_hour``, with its sums
     since then (totals minus the last mark before it): two rows read per group."""
     out = []
-    for r in db.execute(_WINDOW, (first_hour, dim, first_hour)):
-        now = usage.Figures(int(r[1]), int(r[2]), int(r[3]), float(r[4]))
-        before = usage.Figures(int(r[5] or 0), int(r[6] or 0), int(r[7] or 0), float(r[8] or 0))
-        out.append(usage.Group(str(r[0]), now - before))
+    for key, jobs, held, sampled, weighted, *mark in db.execute(
+        _WINDOW, (first_hour, dim, first_hour)
+    ):
+        now = usage.Figures(int(jobs), int(held), int(sampled), float(weighted))
+        b_jobs, b_held, b_sampled, b_weighted = (v or 0 for v in mark)
+        before = usage.Figures(int(b_jobs), int(b_held), int(b_sampled), float(b_weighted))
+        out.append(usage.Group(str(key), now - before))
     return out
 
 

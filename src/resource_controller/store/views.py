@@ -1,75 +1,251 @@
-"""Reads that join several tables for the fleet views, describe and explain."""
+"""What the controller shows (store.md §20-21): jobs and their lists, the fleet views,
+describe, explain, what queued jobs wait for, usage, the metrics' counts, the reads
+after a sweep, and the job history's one write, the mark that its output was deleted.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
-from resource_controller.core import scheduling, selectors, share, waiting
-from resource_controller.core.scheduling import JobSnap
-from resource_controller.core.states import DeviceState, JobState
-from resource_controller.store import after, fleet, jobs, passes, queries, sql
+from resource_controller import errors
+from resource_controller.core import expiry, scheduling, selectors, waiting
+from resource_controller.core import usage as acct
+from resource_controller.core.states import ACTIVE, JobState
+from resource_controller.store import fleet, jobs, leadership, passes, queries, races, sql
+from resource_controller.store import usage as rollup
+from resource_controller.store.base import Core
 from resource_controller.store.records import (
     DeviceRecord,
     DeviceSnapshot,
     JobRecord,
     LabelRecord,
     LeaseRecord,
+    RecoveryEntry,
     RecoveryHistory,
 )
 
-_LEASE_FIELDS = list(LeaseRecord._fields)
+_ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
+_LEASE_COLS = ", ".join("leases." + n for n in LeaseRecord._fields)
+_LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE leases.released_at IS NULL"
 _lease = LeaseRecord._make
 _snapshot = DeviceSnapshot._make
-#: A plain string: compared once per device (an enum member costs four times as much).
-_UNHEALTHY = DeviceState.UNHEALTHY.value
-_HELD = (
-    f"SELECT {', '.join('leases.' + n for n in _LEASE_FIELDS)}, jobs.command FROM leases"
-    " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
-)
-_HELD_ONLY = (
-    f"SELECT {', '.join('leases.' + n for n in _LEASE_FIELDS)} FROM leases"
-    " WHERE leases.released_at IS NULL"
-)
 
 
-def devices(
-    conn: queries.Conn,
-    device_id: str | None = None,
-    commands: dict[str, list[str]] | None = None,
-    kept: fleet.FleetSnapshot | None = None,
-) -> list[DeviceSnapshot]:
-    """Every device (or one) with its labels and live lease, ordered by ID.
+class Views:
+    """The controller's reads, each in the core's one transaction context (or one read
+    outside any), with the fleet view the pass keeps."""
 
-    Plain SQL on the driver's connection: ``/v1/state`` and ``/v1/devices`` read the
-    whole fleet, and SQLAlchemy's row handling was most of that read at 10,000 devices.
-    The whole fleet's records and labels come from ``kept`` (the store's snapshot, which
-    rereads only what changed; a fresh one when none is given). ``commands`` (job ID to
-    command, every active job's) spares decoding each holder's command again when the
-    caller has read the active jobs anyway.
-    """
-    db = conn
-    held_sql = _HELD_ONLY if commands is not None else _HELD
-    if device_id is None:
-        rows, labels = (kept or fleet.FleetSnapshot()).current(db)
-        held_rows = db.execute(held_sql)
-    else:
-        found = queries.device(db, device_id)
-        rows = [found] if found else []
-        labels = fleet.label_rows(db, [device_id])
-        held_rows = db.execute(held_sql + " AND leases.device_id = ?", (device_id,))
-    held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
-    for r in held_rows:
-        if commands is not None:
-            lease = _lease(r)
-            command = commands.get(lease.job_id)
-        else:
-            lease = _lease(r[:-1])
-            command = json.loads(r[-1]) if r[-1] else None
-        held[lease.device_id] = (lease, command)
-    none = (None, None)
-    no_labels: list[LabelRecord] = []
-    return [_snapshot((d, labels.get(d.id, no_labels), *held.get(d.id, none))) for d in rows]
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    @races.reconnecting
+    def job(self, job_id: str) -> JobRecord:
+        """STORE-160: the job with its newest lease epoch; ``JobNotFound`` when unknown."""
+        with self._core.read() as c:
+            return queries.job(c, job_id)
+
+    @races.reconnecting
+    def list_jobs(
+        self,
+        limit: int = 20,
+        device: str = "",
+        submitter: str = "",
+        state: str = "",
+        id_prefix: str = "",
+        before: str = "",
+    ) -> list[JobRecord]:
+        """STORE-161: newest first, ties by ID descending, with lease epochs. ``id_prefix``
+        is compared as a plain substring (``%`` and ``_`` are never wildcards); ``before``
+        keeps the jobs after that one in this order, whatever its state (the next page of
+        ``GET /v1/jobs``: a job's row and its ``submitted_at`` never go)."""
+        if not 1 <= limit <= 200:
+            raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
+        with self._core.read() as c:
+            return list_jobs(c, limit, device, submitter, state, id_prefix, before)
+
+    @races.reconnecting
+    def queued(self) -> list[JobRecord]:
+        """STORE-071: queued jobs in scheduling order, aged now when aging is on."""
+        with self._core.tx() as c:
+            return _queued(c, self._core.now(), self._core.aging)
+
+    @races.reconnecting
+    def active(self) -> list[JobRecord]:
+        """STORE-072: assigned and running jobs, newest submission first."""
+        with self._core.tx() as c:
+            return _active(c)
+
+    @races.reconnecting
+    def devices(self, device_id: str | None = None) -> list[DeviceSnapshot]:
+        """STORE-163: every device (or one) with its labels and live lease, by ID."""
+        with self._core.tx() as c:
+            return device_snapshots(c, device_id, kept=self._core.fleet)
+
+    @races.reconnecting
+    def state_view(
+        self,
+    ) -> tuple[
+        list[DeviceSnapshot], list[JobRecord], list[JobRecord], dict[str, list[waiting.Blocker]]
+    ]:
+        """Devices, active jobs, the queue and what each queued job waits for, in one
+        transaction: one gathering for the whole queue, not a read per job."""
+        core = self._core
+        with core.tx() as c:
+            now = core.now()
+            queued = _queued(c, now, core.aging)
+            waits = jobs.waiting_for_all(c, core, queued, now)
+            active = _active(c)
+            held = device_snapshots(c, commands={j.id: j.command for j in active}, kept=core.fleet)
+            return held, active, queued, waits
+
+    @races.reconnecting
+    def describe(self, device_id: str) -> Description | None:
+        """Everything describe shows of a device, read in one transaction."""
+        with self._core.tx() as c:
+            snaps = device_snapshots(c, device_id)
+            if not snaps:
+                return None
+            return Description(
+                snapshot=snaps[0],
+                sheet=_sheet_for(c, snaps[0].device),
+                recent_jobs=list_jobs(c, 5, device_id),  # STORE-162
+                recoveries=recovery_history(c, self._core.now(), device_id),
+            )
+
+    @races.reconnecting
+    def explain(self, text: str) -> Explanation:
+        """What a selector would match right now, from the store's fleet view."""
+        parsed = selectors.parse(text)
+        with self._core.tx() as c:
+            _, snaps = self._core.fleet.read(c)
+            matching = scheduling.matching(parsed, snaps)
+            ids = {d.id for d in matching}
+            depth = sum(scheduling.competes(j.snap(), ids, snaps) for j in _queued(c))
+            return Explanation(
+                selector=text,
+                matching=sorted(ids),
+                free=[d.id for d in matching if d.schedulable],
+                queue_depth=depth,
+                hint="" if ids else selectors.no_match_hint(parsed, [d.labels for d in snaps]),
+            )
+
+    @races.reconnecting
+    def active_job_on(self, device_id: str) -> str:
+        """STORE-074: the newest assigned/running job on a device, or ''; for fault
+        events."""
+        on, params = queries.on_device(device_id)
+        with self._core.read() as c:
+            found = c.value(
+                f"SELECT id FROM jobs WHERE {on} AND state IN (?, ?)"
+                " ORDER BY submitted_at DESC, seq DESC LIMIT 1",
+                (*params, str(JobState.ASSIGNED), str(JobState.RUNNING)),
+            )
+        return str(found) if found else ""
+
+    @races.reconnecting
+    def held_by_share(self) -> dict[str, int]:
+        """The devices each share name holds now (EXT-SHARE-1, ``/metrics``)."""
+        with self._core.read() as c:
+            return passes.held_by_share(c)
+
+    @races.reconnecting
+    def metric_counts(
+        self,
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
+        """Devices by state, jobs by state, each worker host's last heartbeat, the
+        devices each submitter holds."""
+        with self._core.tx() as c:
+            devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
+            jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
+            beats = c.all("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host")
+            held = passes.held_by_share(c)
+        return (
+            {str(s): int(n) for s, n in devs},
+            {str(s): int(n) for s, n in jbs},
+            {str(h): int(t) for h, t in beats},
+            held,
+        )
+
+    @races.reconnecting
+    def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
+        """Who held what over the last ``since`` seconds, by ``by``: the rollup's two
+        rows per group, in one statement."""
+        acct.check_by(by)
+        with self._core.read() as c:
+            now = self._core.now()
+            first = acct.window_start(now, since)
+            groups = rollup.window(c, by, first)
+        return acct.summarise(by, first * acct.HOUR, now, groups, limit)
+
+    @races.reconnecting
+    def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
+        """Device-and-submitter totals of the pairs active in the last ``within``
+        seconds, for ``/metrics``."""
+        with self._core.read() as c:
+            return rollup.recent_pairs(c, acct.window_start(self._core.now(), within))
+
+    @races.reconnecting
+    def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
+        """STORE-170, after a sweep: device ID -> its current ``quarantine_reason``, for
+        every ID with a row."""
+        if not ids:
+            return {}
+        with self._core.read() as c:
+            rows = c.all(
+                f"SELECT id, quarantine_reason FROM devices WHERE {queries.id_in(len(ids))}", ids
+            )
+        return {str(device_id): str(reason) for device_id, reason in rows}
+
+    @races.reconnecting
+    def lease_devices(self, ids: list[str]) -> dict[str, str]:
+        """STORE-171, after a sweep: lease or job ID -> device, from live or released
+        lease rows, oldest ``acquired_at`` first so that the newest wins.
+
+        ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
+        only remaining link to the device just quarantined.
+        """
+        if not ids:
+            return {}
+        out: dict[str, str] = {}
+        with self._core.read() as c:
+            rows = c.all(
+                f"SELECT id, job_id, device_id FROM leases WHERE {queries.id_in(len(ids))}"
+                f" OR job_id IN ({sql.marks(len(ids))}) ORDER BY acquired_at, id",
+                (*ids, *ids),
+            )
+        for lease_id, job_id, device_id in rows:
+            out[lease_id] = device_id
+            if job_id:
+                out[job_id] = device_id
+        return out
+
+    @races.reconnecting
+    def logs_to_prune(
+        self, retention: int, limit: int, fence: leadership.Fence | None = None
+    ) -> list[str]:
+        """Jobs ended more than ``retention`` seconds ago whose stored output is not yet
+        deleted, oldest end first, at most ``limit`` (index ``jobs_log_retention``); for
+        the leader of ``fence`` only (``NotLeading`` else)."""
+        with self._core.tx() as c:
+            leadership.hold(c, fence)
+            rows = c.all(
+                "SELECT id FROM jobs WHERE logs_pruned = 0 AND finished_at IS NOT NULL"
+                " AND finished_at < ? ORDER BY finished_at, id LIMIT ?",
+                (self._core.now() - retention, limit),
+            )
+        return [str(job_id) for (job_id,) in rows]
+
+    @races.again
+    def mark_logs_pruned(self, job_ids: list[str], fence: leadership.Fence | None = None) -> None:
+        """Record that these jobs' stored output is gone; the job rows stay."""
+        with self._core.tx() as c:
+            leadership.hold(c, fence)
+            if job_ids:
+                c.execute(
+                    f"UPDATE jobs SET logs_pruned = 1 WHERE {queries.id_in(len(job_ids))}", job_ids
+                )
 
 
 @dataclass(frozen=True)
@@ -77,27 +253,6 @@ class Sheet:
     body: str
     updated_at: int | None
     host_wide: bool
-
-
-def sheet_for(conn: queries.Conn, device: DeviceRecord) -> Sheet:
-    """The device's own usage sheet, or the host-wide one when its body is empty."""
-
-    def read(device_id: str) -> tuple[str, int | None]:
-        r = conn.one(
-            "SELECT body, updated_at FROM host_docs WHERE host = ? AND device_id = ?",
-            (device.host, device_id),
-        )
-        return (r[0], r[1]) if r else ("", None)
-
-    body, at = read(device.id)
-    if body:
-        return Sheet(body, at, False)
-    body, at = read("")
-    return Sheet(body, at, True)
-
-
-def recent_jobs(conn: queries.Conn, device_id: str, n: int = 5) -> list[JobRecord]:
-    return jobs.list_jobs(conn, n, device=device_id)
 
 
 @dataclass(frozen=True)
@@ -120,161 +275,126 @@ class Explanation:
     hint: str = ""
 
 
-def explain(conn: queries.Conn, text: str, kept: fleet.FleetSnapshot | None = None) -> Explanation:
-    """What a selector would match right now, from one snapshot: ``kept``, the
-    store's, when given."""
-    parsed = selectors.parse(text)
-    _, snaps = (kept or fleet.FleetSnapshot()).read(conn)
-    matching = scheduling.matching(parsed, snaps)
-    ids = {d.id for d in matching}
-    depth = sum(scheduling.competes(j.snap(), ids, snaps) for j in jobs.queued(conn))
-    return Explanation(
-        selector=text,
-        matching=sorted(ids),
-        free=[d.id for d in matching if d.schedulable],
-        queue_depth=depth,
-        hint="" if ids else selectors.no_match_hint(parsed, [d.labels for d in snaps]),
+def list_jobs(
+    conn: sql.Db,
+    limit: int,
+    device: str = "",
+    submitter: str = "",
+    state: str = "",
+    id_prefix: str = "",
+    before: str = "",
+) -> list[JobRecord]:
+    """``Views.list_jobs`` in the open transaction; with ``device``, only the jobs on it
+    (``queries.on_device``)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if device:
+        text, args = queries.on_device(device)
+        where.append(text)
+        params += args
+    if before:
+        at = conn.value("SELECT submitted_at FROM jobs WHERE id = ?", (before,))
+        if at is None:
+            raise errors.BadRequest(f"before: no job has the ID {before[:40]!r}")
+        where.append("(jobs.submitted_at < ? OR (jobs.submitted_at = ? AND jobs.id < ?))")
+        params += [at, at, before]
+    for column, value in (("submitter", submitter), ("state", state)):
+        if value:
+            where.append(f"jobs.{column} = ?")
+            params.append(value)
+    if id_prefix:
+        where.append("substr(jobs.id, 1, ?) = ?")
+        params += [len(id_prefix), id_prefix]
+    text = queries.JOB_WITH_EPOCH + (" WHERE " + " AND ".join(where) if where else "")
+    text += " ORDER BY jobs.submitted_at DESC, jobs.id DESC LIMIT ?"
+    return [queries.job_record(r) for r in conn.execute(text, (*params, limit))]
+
+
+def _queued(conn: sql.Db, now: int = 0, aging: int = 0) -> list[JobRecord]:
+    """Queued jobs in scheduling order, aged at ``now`` when on."""
+    order = queries.queue_order(now, aging)
+    return queries.jobs_where(conn, "jobs.state = ?", (str(JobState.QUEUED),), order=order)
+
+
+def _active(conn: sql.Db) -> list[JobRecord]:
+    """Assigned and running jobs, newest submission first, with their lease epochs:
+    ``/v1/state`` reads one per held device."""
+    text = (
+        f"{queries.JOB_WITH_EPOCH} WHERE jobs.state IN ({sql.marks(len(_ACTIVE))})"
+        " ORDER BY jobs.submitted_at DESC, jobs.seq DESC"
     )
+    return [queries.job_record(r) for r in conn.execute(text, _ACTIVE)]
 
 
-_HOLDINGS = (
-    "SELECT leases.device_id, leases.holder, leases.job_id, leases.kind, leases.reason,"
-    " leases.acquired_at, leases.expires_at, jobs.max_runtime_seconds FROM leases"
-    " LEFT JOIN jobs ON jobs.id = leases.job_id WHERE leases.released_at IS NULL"
+def device_snapshots(
+    conn: sql.Db,
+    device_id: str | None = None,
+    commands: dict[str, list[str]] | None = None,
+    kept: fleet.FleetSnapshot | None = None,
+) -> list[DeviceSnapshot]:
+    """Every device (or one) with its labels and live lease, ordered by ID.
+
+    The whole fleet's records and labels come from ``kept`` (the store's snapshot, which
+    rereads only what changed; a fresh one when none is given). ``commands`` (job ID to
+    command, every active job's) spares decoding each holder's command again when the
+    caller has read the active jobs anyway.
+    """
+    if device_id is None:
+        rows, labels = (kept or fleet.FleetSnapshot()).current(conn)
+        live = conn.execute(_LIVE if commands is not None else _LIVE_WITH_COMMAND)
+    else:
+        found = queries.device(conn, device_id)
+        rows = [found] if found else []
+        labels = fleet.label_rows(conn, [device_id])
+        text = (_LIVE if commands is not None else _LIVE_WITH_COMMAND) + " AND leases.device_id = ?"
+        live = conn.execute(text, (device_id,))
+    held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
+    if commands is not None:
+        for lease in map(_lease, live):
+            held[lease.device_id] = (lease, commands.get(lease.job_id))
+    else:
+        for *lease_row, command in live:
+            lease = _lease(lease_row)
+            held[lease.device_id] = (lease, json.loads(command) if command else None)
+    none = (None, None)
+    no_labels: list[LabelRecord] = []
+    return [_snapshot((d, labels.get(d.id, no_labels), *held.get(d.id, none))) for d in rows]
+
+
+_LIVE_WITH_COMMAND = (
+    f"SELECT {_LEASE_COLS}, jobs.command FROM leases LEFT JOIN jobs ON jobs.id = leases.job_id"
+    " WHERE leases.released_at IS NULL"
 )
 
 
-def wait_snapshot(
-    conn: queries.Conn,
-    queued: list[JobSnap],
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-    order: dict[str, tuple[str, ...]] | None = None,
-) -> waiting.Snapshot:
-    """What the why-rules read, in three queries however long the queue.
+def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
+    """STORE-154: the device's own usage sheet, or the host-wide one when its body is
+    empty."""
+    rows = conn.all(
+        "SELECT device_id, body, updated_at FROM host_docs WHERE host = ? AND device_id IN (?, '')",
+        (device.host, device.id),
+    )
+    sheets = {device_id: (str(body), at) for device_id, body, at in rows}
+    body, at = sheets.get(device.id, ("", None))
+    if body:
+        return Sheet(body, at, False)
+    return Sheet(*sheets.get("", ("", None)), True)
 
-    Devices with their effective labels (from ``kept``, the store's snapshot, when
-    given), every live lease with its job's effective runtime (``None`` for a lease no
-    job row backs), the reservation rows of the last pass, and the quarantine text of
-    unhealthy devices as the device view shows it (API-023: the detail when there is
-    one, else the category). With EXT-SHARE: the devices each share name holds when a
-    limit applies, and, for the queued jobs that wait for others, those not yet ended,
-    in the order of ``order`` (job -> its ``after_ids``).
+
+def recovery_history(conn: sql.Db, now: int, device_id: str) -> RecoveryHistory:
+    """STORE-123: the device's automatic recoveries inside the window, newest first.
+
+    Filters by the window itself rather than trusting pruning, which only happens for
+    devices being considered for recovery. An unknown device has an empty history.
     """
-    db = conn
-    records, snaps = (kept or fleet.FleetSnapshot()).read(db)
-    holdings = [
-        waiting.Holding(
-            device_id=device_id,
-            holder=holder,
-            job_id=job_id,
-            kind=kind,
-            reason=reason,
-            acquired_at=acquired_at,
-            expires_at=expires_at,
-            runtime=runtime if job_id and runtime is not None else None,
-        )
-        for device_id, holder, job_id, kind, reason, acquired_at, expires_at, runtime in (
-            db.execute(_HOLDINGS)
-        )
-    ]
-    reservations = dict(db.execute("SELECT device_id, job_id FROM reservations").fetchall())
-    quarantine = {
-        d.id: d.quarantine_detail or d.quarantine_reason
-        for d in records.values()
-        if d.state == _UNHEALTHY
-    }
-    held = passes.held_by_share(db) if limits.on else {}
-    waiting_jobs = [j.id for j in queued if j.after_open]
-    pending = after.pending(db, waiting_jobs) if waiting_jobs else {}
-    for job_id, ids in pending.items():
-        given = (order or {}).get(job_id, ())
-        ids.sort(key=lambda i: given.index(i) if i in given else len(given))
-    return waiting.Snapshot(
-        snaps, queued, holdings, reservations, quarantine, limits, held, pending
+    rows = conn.all(
+        "SELECT at, reason FROM device_recoveries WHERE device_id = ? AND at >= ?"
+        " ORDER BY at DESC, reason",
+        (device_id, expiry.flap_cutoff(now)),
     )
-
-
-def waiting_for(
-    conn: queries.Conn,
-    job: JobRecord,
-    key: scheduling.QueueKey = scheduling.queue_key,
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-) -> list[waiting.Blocker]:
-    """What one queued job waits for; ``[]`` for a job not queued. ``key`` is
-    the queue order that decides who is ahead (aged); ``limits`` the
-    submitter limits."""
-    if not job.queued:
-        return []
-    # Of the rest of the queue, the rules read only whether a job reserving a candidate
-    # is ahead of this one: the reservers are all they need, however long the queue.
-    queued = [job.snap(), *(s for s in queries.queued_snaps(conn, True) if s.id != job.id)]
-    snap = wait_snapshot(conn, queued, kept, limits, {job.id: job.after_ids})
-    return waiting.waiting_for(job.snap(), snap, key)
-
-
-def waiting_for_all(
-    conn: queries.Conn,
-    queued: list[JobRecord],
-    key: scheduling.QueueKey = scheduling.queue_key,
-    kept: fleet.FleetSnapshot | None = None,
-    limits: share.SubmitterLimits = share.NO_LIMITS,
-) -> dict[str, list[waiting.Blocker]]:
-    """What every queued job waits for, from one snapshot (``/v1/state``)."""
-    if not queued:
-        return {}
-    order = {j.id: j.after_ids for j in queued if j.after_open}
-    snap = wait_snapshot(conn, [j.snap() for j in queued], kept, limits, order)
-    return waiting.waiting_for_all(snap, key)
-
-
-def active_job_on(conn: queries.Conn, device_id: str) -> str:
-    """The newest assigned/running job on a device, or ''; for fault events."""
-    on, params = queries.on_device(device_id)
-    found = conn.value(
-        f"SELECT id FROM jobs WHERE {on} AND state IN (?, ?)"
-        " ORDER BY submitted_at DESC, seq DESC LIMIT 1",
-        (*params, str(JobState.ASSIGNED), str(JobState.RUNNING)),
+    return RecoveryHistory(
+        recoveries=[RecoveryEntry(at=int(at), reason=reason) for at, reason in rows],
+        remaining=expiry.flap_remaining(len(rows)),
+        limit=expiry.FLAP_LIMIT,
+        window=expiry.FLAP_WINDOW,
     )
-    return str(found) if found else ""
-
-
-# ---- post-sweep reads (store.md §21): run after the sweep committed, never inside it ----
-
-
-def quarantine_column(conn: queries.Conn, ids: list[str], column: str) -> dict[str, str]:
-    """Device ID -> current ``quarantine_reason`` or ``quarantine_detail`` for every ID
-    with a row; IDs without a row are absent."""
-    if not ids:
-        return {}
-    if column not in _QUARANTINE_COLUMNS:
-        raise ValueError(f"not a quarantine column: {column!r}")
-    rows = conn.execute(f"SELECT id, {column} FROM devices WHERE {queries.id_in(len(ids))}", ids)
-    return {str(r[0]): str(r[1]) for r in rows}
-
-
-_QUARANTINE_COLUMNS = frozenset({"quarantine_reason", "quarantine_detail"})
-
-
-def lease_devices(conn: queries.Conn, ids: list[str]) -> dict[str, str]:
-    """Lease or job ID -> device, from live or released lease rows.
-
-    ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
-    only remaining link to the device just quarantined. Rows are applied oldest
-    ``acquired_at`` first, so the newest wins.
-    """
-    if not ids:
-        return {}
-    out: dict[str, str] = {}
-    marks = sql.marks(len(ids))
-    rows = conn.execute(
-        f"SELECT id, job_id, device_id FROM leases WHERE id IN ({marks}) OR job_id IN ({marks})"
-        " ORDER BY acquired_at, id",
-        (*ids, *ids),
-    )
-    for lease_id, job_id, device_id in rows:
-        out[lease_id] = device_id
-        if job_id:
-            out[job_id] = device_id
-    return out

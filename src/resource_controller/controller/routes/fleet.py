@@ -17,7 +17,7 @@ from resource_controller.store.records import RecoveryHistory
 
 async def devices(call: Call) -> Response:
     svc = call.svc
-    snaps = await svc.db(svc.store.device_snapshots)
+    snaps = await svc.db(svc.store.views.devices)
     now = svc.now()
     body = render.json_body([render.device_view_body(s, now) for s in snaps])
     return Response(body, media_type=JSON)
@@ -25,7 +25,7 @@ async def devices(call: Call) -> Response:
 
 async def state(call: Call) -> Response:
     svc = call.svc
-    snaps, active, queued, waits = await svc.db(svc.store.state_view)
+    snaps, active, queued, waits = await svc.db(svc.store.views.state_view)
     now = svc.now()
     # wire.State's fields in its order, its parts unvalidated (render._new) and the
     # device views plain objects (render.device_view_body).
@@ -56,7 +56,7 @@ def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
 
 async def describe(call: Call) -> Response:
     svc, device_id = call.svc, call.param
-    found = await svc.db(svc.store.describe, device_id)
+    found = await svc.db(svc.store.views.describe, device_id)
     if found is None:
         raise errors.DeviceNotFound(f"no such device: {device_id}")
     snap, sheet, recent = found.snapshot, found.sheet, found.recent_jobs
@@ -96,7 +96,7 @@ async def explain(call: Call) -> Response:
     asserted = request.query_params.get("submitter") or ""
     if limits.utf8_len(asserted) > limits.SUBMITTER.size:
         raise errors.BadRequest(f"submitter: at most {limits.SUBMITTER.size} bytes")
-    ex = await svc.db(svc.store.explain, text)
+    ex = await svc.db(svc.store.views.explain, text)
     out = wire.Explain(
         selector=ex.selector,
         matching=ex.matching,
@@ -109,7 +109,7 @@ async def explain(call: Call) -> Response:
     share = identity.share_name(caller, identity.recorded_submitter(caller, asserted))
     limit = svc.store.limits.of(share) if share else None
     if limit is not None:
-        held = await svc.db(svc.store.held_by_share)
+        held = await svc.db(svc.store.views.held_by_share)
         out.submitter, out.submitter_limit = share, limit
         out.submitter_held = held.get(share, 0)
     return answers.json(out)

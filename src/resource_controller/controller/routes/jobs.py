@@ -53,7 +53,7 @@ async def list_jobs(call: Call) -> Response:
         valid = ", ".join(s.value for s in JobState)
         raise errors.BadRequest(f"unknown state {state!r} (valid states: {valid})")
     found = await svc.db(
-        svc.store.list_jobs,
+        svc.store.views.list_jobs,
         limit,
         q.get("device") or "",
         q.get("submitter") or "",
@@ -66,7 +66,7 @@ async def list_jobs(call: Call) -> Response:
 
 async def get_job(call: Call) -> Response:
     svc = call.svc
-    job, position, waits = await svc.db(svc.store.job_view, call.param)
+    job, position, waits = await svc.db(svc.store.queue.job_view, call.param)
     out = wire.JobView(
         job=render.job(job),
         queue_position=position or None,
@@ -111,7 +111,7 @@ async def logs(call: Call) -> Response:
     svc, job_id, query = call.svc, call.param, call.request.query_params
     follow = _follow_param(query)
     offset = _offset_param(query)
-    job = await svc.db(svc.store.job, job_id)
+    job = await svc.db(svc.store.views.job, job_id)
     if job.stdio in (Stdio.TTY, Stdio.PIPE):
         raise errors.LogsNotStored(f"logs are not stored for attached ({job.stdio}) jobs")
     media = "text/plain; charset=utf-8"
@@ -140,7 +140,7 @@ async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[byte
     yield b""
     while True:
         woken = svc.hub.logs.waiter(job_id)
-        job = await svc.db(svc.store.job, job_id)
+        job = await svc.db(svc.store.views.job, job_id)
         # Read after the state: every chunk appended before a terminal commit is sent.
         # While the job runs only bytes that never move are sent (EXT-KEEP-1: a capped
         # log's tail is a ring until the job ends).

@@ -37,7 +37,7 @@ async def scrape(call: Call) -> Response:
 
     def read() -> tuple[metrics.Counts, list[PairTotals]]:
         # The device-and-submitter pairs active lately, from the usage rollup.
-        return svc.store.metric_counts(), svc.store.usage_pairs(metrics.PAIRS_WITHIN)
+        return svc.store.views.metric_counts(), svc.store.views.usage_pairs(metrics.PAIRS_WITHIN)
 
     counts, pairs = await svc.db(read)
     body = svc.metrics.render(counts, svc.clock.now(), pairs)

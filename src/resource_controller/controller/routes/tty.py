@@ -34,7 +34,7 @@ _SENDERS = frozenset({Half.WORKER_OUT, Half.CLIENT_IN})
 
 async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Session:
     """The one store read, then the session slot."""
-    await svc.db(svc.store.job, job_id)  # unknown: 404 not_found; failure: 500
+    await svc.db(svc.store.views.job, job_id)  # unknown: 404 not_found; failure: 500
     if half in _SENDERS and http_version != "1.1":
         # A POST half needs its body to keep streaming after the 200, which
         # this server does on HTTP/1.1 only.

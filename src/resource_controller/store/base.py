@@ -1,0 +1,197 @@
+"""The store's core: the connection, the lock, the transaction context, the caches and
+the clock, under every operation of the aggregates (``store/facade.py`` puts them
+together).
+
+Within one controller process store operations are serialised (one writer at a time)
+by a re-entrant lock; each is one transaction (``tx``) or one read outside any
+(``read``), and reads ``now`` from the clock once. The caches (the fleet view, the kept
+reservation rows, the settled queue) are dropped when a transaction that read them
+rolls back (``undone``), as the grant rule asks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from resource_controller import crashpoints, errors
+from resource_controller.clock import Clock
+from resource_controller.core import scheduling, share
+from resource_controller.store import engine, fleet, passes, races, sql
+
+
+class _Serial:
+    """The store's lock (re-entrant), which also knows when an operation starts: at the
+    first use of the connection under its outermost hold."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._fresh = False
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+        self._fresh = self._fresh or self._depth == 1
+
+    def __exit__(self, *_: object) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+    def starting(self) -> bool:
+        """True at the first call under each outermost hold, False after."""
+        fresh, self._fresh = self._fresh, False
+        return fresh
+
+
+class Core:
+    """One database connection behind serialised transactions, and what the
+    operations keep between them."""
+
+    def __init__(self, database: Path | str, clock: Clock, priority_aging: int = 0) -> None:
+        """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
+        self.clock = clock
+        #: Seconds of waiting per step of effective priority; 0 = off.
+        self.aging = max(0, int(priority_aging))
+        self.database = engine.Database.at(database)
+        driver = engine.open_driver(self.database)
+        try:
+            engine.migrate(self.database, driver)
+        except BaseException:
+            driver.close()
+            raise
+        #: The PostgreSQL database as a libpq URL, for the controllers' own connections;
+        #: None on SQLite.
+        self.database_url = self.database.libpq_url
+        self.db = sql.Db(driver, self.database.dialect)
+        self.lock = _Serial()
+        self._closed = False
+        #: Transactions this store has run (each may have written), for ``schedule_after``.
+        self.gen = 0
+        #: What the last pass left, for skipping the pass after a submit.
+        self.settled = passes.SettledQueue()
+        #: The devices as the pass reads them, reread only where they changed.
+        self.fleet = fleet.FleetSnapshot()
+        #: The reservation rows the last pass left, kept so the next need not read them.
+        self.reserved = passes.KeptReservations()
+        #: The submitter limits; the controller sets them, and sets them again when the
+        #: limits file is read again.
+        self.limits = share.NO_LIMITS
+
+    def key(self, now: int) -> scheduling.QueueKey:
+        """The queue order at ``now``: aged when ``--priority-aging`` is on."""
+        return scheduling.aged_queue_key(now, self.aging)
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            self.db.driver.close()
+
+    def now(self) -> int:
+        """Whole Unix seconds, truncated."""
+        return int(self.clock.now())
+
+    @races.reconnecting
+    def ping(self) -> None:
+        """One cheap read; raises when the store cannot answer."""
+        with self.read() as c:
+            c.value("SELECT 1")
+
+    def _usable(self) -> sql.Db:
+        """The connection for an operation. At its start (the first use under the lock's
+        outermost hold), one the server dropped while it stood idle (a restart, an
+        administrator, an idle limit) is replaced first, and what was cached from it is
+        read afresh: the operation never sees it. Later in an operation a dropped one
+        ends it (``ConnectionDropped``), since what ran before may rest on the old
+        session (the pass's session lock); ``races.again`` runs it once more.
+        ``StoreUnavailable`` while the database cannot be reached."""
+        starting = self.lock.starting()
+        if not self.db.broken and not (starting and engine.dropped(self.db.driver)):
+            return self.db
+        if self._closed:
+            raise errors.StoreError("the store is closed")
+        if not starting:
+            raise errors.ConnectionDropped("the database connection dropped")
+        with suppress(Exception):  # already gone with the server
+            self.db.driver.close()
+        try:
+            driver = engine.open_driver(self.database)
+        except Exception as exc:
+            raise errors.StoreUnavailable("the database cannot be reached") from exc
+        self.db = sql.Db(driver, self.database.dialect)
+        self.fleet.forget()
+        self.reserved.forget()
+        self.settled.forget()
+        return self.db
+
+    def _failed(self, exc: BaseException) -> errors.StoreError:
+        """The error a driver failure becomes: ``ConnectionDropped`` when the connection
+        went with it (nothing committed: the operation may run again)."""
+        if self.db.broken:
+            return errors.ConnectionDropped("the database connection dropped")
+        return errors.StoreError(f"database error: {type(exc).__name__}")
+
+    @contextmanager
+    def tx(self, point: str = "") -> Iterator[sql.Db]:
+        """One transaction under the lock; ``point`` names its crash point (a test hook).
+        A driver error becomes ``StoreError`` naming only its type. A connection lost
+        before the commit wrote nothing (``ConnectionDropped``); one lost at the commit
+        leaves it unknown whether it committed (``StoreUnavailable``, never run again)."""
+        with self.lock:
+            self.gen += 1
+            db = self._usable()
+            committing = False
+            try:
+                db.begin()
+                try:
+                    with self.undone(db):
+                        yield db
+                        crashpoints.hit(point, ".before_commit")
+                        if db.broken:  # a failure the operation went on past: no commit
+                            raise errors.ConnectionDropped("the database connection dropped")
+                        committing = True
+                        db.commit()
+                except BaseException:
+                    if not db.broken:  # else the transaction went with the connection
+                        db.rollback()
+                    raise
+                crashpoints.hit(point, ".after_commit")
+            except errors.RcError:
+                raise
+            except db.errors as exc:
+                if committing and db.broken:
+                    raise errors.StoreUnavailable(
+                        "the database connection dropped at a commit: whether it committed"
+                        " is unknown"
+                    ) from exc
+                raise self._failed(exc) from exc
+
+    @contextmanager
+    def undone(self, db: sql.Db, savepoint: str = "") -> Iterator[None]:
+        """A transaction, or with ``savepoint`` a part of one: if it fails, what the
+        caches took from it is dropped (it may never have been committed)."""
+        seen = self.fleet.seen
+        try:
+            if savepoint:
+                with db.savepoint(savepoint):
+                    yield
+            else:
+                yield
+        except BaseException:
+            self.fleet.rolled_back(seen)
+            self.reserved.forget()
+            self.settled.forget()
+            raise
+
+    @contextmanager
+    def read(self) -> Iterator[sql.Db]:
+        """Reads on the driver's connection under the lock, outside any transaction: each
+        statement sees the last commit, and the lock keeps every writer out meanwhile."""
+        with self.lock:
+            db = self._usable()
+            try:
+                yield db
+            except db.errors as exc:
+                raise self._failed(exc) from exc
