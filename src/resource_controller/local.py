@@ -203,7 +203,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
                 gpus_listed=bool(gpus),
             )
         )
-    except (NotReady, client_config.ConfigError) as exc:
+    except (NotReady, client_config.ClientConfigError) as exc:
         say(log_format, str(exc), "ERROR")
         return 1
     finally:

@@ -16,9 +16,9 @@ class Warnings(list[str]):
         self.append(message)
 
 
-def settings(env: dict[str, str]) -> tuple[config.Settings, Warnings]:
+def settings(env: dict[str, str]) -> tuple[config.ClientSettings, Warnings]:
     warnings = Warnings()
-    return config.Settings(env, warn=warnings), warnings
+    return config.ClientSettings(env, warn=warnings), warnings
 
 
 # ---- CLI-020: where the file is -------------------------------------------------------
@@ -48,12 +48,12 @@ def test_macos_application_support() -> None:
 
 
 def test_relative_xdg_is_an_error() -> None:
-    with pytest.raises(config.ConfigError, match="relative"):
+    with pytest.raises(config.ClientConfigError, match="relative"):
         config.config_path({"XDG_CONFIG_HOME": "rel/dir", "HOME": "/home/a"})
 
 
 def test_neither_variable_is_an_error() -> None:
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(config.ClientConfigError):
         config.config_path({})
 
 
@@ -176,7 +176,7 @@ def test_an_unknown_key_is_refused_by_its_dotted_name(
 
 
 def test_every_unknown_key_is_named() -> None:
-    with pytest.raises(config.ConfigError) as exc:
+    with pytest.raises(config.ClientConfigError) as exc:
         config.parse_config('a: "1"\nrun: {b: true}\ntoken: "t"\n', "/c.yaml")
     assert "unknown keys a, run.b" in exc.value.message
 
@@ -222,7 +222,7 @@ def test_default_warning_goes_to_stderr_with_prefix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write(tmp_path / "c.yaml", "controller: [x\n")
-    s = config.Settings({"RC_CONFIG": str(tmp_path / "c.yaml")})
+    s = config.ClientSettings({"RC_CONFIG": str(tmp_path / "c.yaml")})
     s.token()
     s.controller()
     err = capsys.readouterr().err
@@ -304,7 +304,7 @@ def test_write_refuses_a_file_with_an_unknown_key_and_force_drops_it(tmp_path: P
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     text = "submitter: me\nsubmiter: typo\nrun:\n  here: false\n  hre: true\n"
     write(tmp_path / "c.yaml", text)
-    with pytest.raises(config.ConfigError) as exc:
+    with pytest.raises(config.ClientConfigError) as exc:
         config.update_client_config("http://a", "t", force=False, env=env)
     assert "submiter, run.hre" in exc.value.message and "--force" in exc.value.message
     assert (tmp_path / "c.yaml").read_text() == text
@@ -324,7 +324,7 @@ def test_write_with_force_overwrites(tmp_path: Path) -> None:
 def test_write_refuses_to_clobber_a_broken_file_without_force(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     write(tmp_path / "c.yaml", "controller: [broken\n")
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(config.ClientConfigError):
         config.write_client_config("http://a", "t", force=False, env=env)
     assert (tmp_path / "c.yaml").read_text() == "controller: [broken\n"
     config.write_client_config("http://a", "t", force=True, env=env)
