@@ -51,6 +51,8 @@ class Cluster:
     root: Path
     bins: Path
     created: list[str] = field(default_factory=list)
+    #: The server's options, to start it again after ``halt`` (``resume``).
+    options: str = ""
 
     @property
     def socket_dir(self) -> Path:
@@ -92,21 +94,24 @@ class Cluster:
         self.created.append(name)
         return self.url(name)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server, keeping its data: a database outage until ``resume``."""
+        self._ctl("-m", "immediate", "stop")
+
+    def resume(self) -> None:
+        """Start the server ``halt`` stopped, on its data, and wait until it answers."""
+        self._ctl("-o", self.options, "-l", str(self.root / "server.log"), "-w", "start")
+
+    def _ctl(self, *args: str) -> None:
         subprocess.run(
-            [
-                *_as_postgres(),
-                str(self.bins / "pg_ctl"),
-                "-D",
-                str(self.root / "data"),
-                "-m",
-                "immediate",
-                "stop",
-            ],
+            [*_as_postgres(), str(self.bins / "pg_ctl"), "-D", str(self.root / "data"), *args],
             capture_output=True,
             timeout=60,
             check=False,
         )
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -165,6 +170,6 @@ def start() -> Cluster:
         capture_output=True,
         timeout=90,
     )
-    cluster = Cluster(root=root, bins=bins)
+    cluster = Cluster(root=root, bins=bins, options=options)
     cluster.psql(f"CREATE DATABASE {TEMPLATE}")
     return cluster
