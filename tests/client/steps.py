@@ -94,7 +94,7 @@ class Steps:
             if isinstance(piece, BaseException):
                 raise piece
             return piece
-        if isinstance(step, calls.Relay):
+        if isinstance(step, calls.JoinRelay):
             self.relayed.append((step.job_id, step.stdio))
             return None
         answer = self.reply(step)

@@ -106,7 +106,7 @@ def test_a_device_list_implies_its_count(
 def test_each_refusal_names_what_the_caller_gave(
     kw: dict[str, Any], api_words: str, cli_words: str
 ) -> None:
-    with pytest.raises(submit.Refused, match=api_words):
+    with pytest.raises(submit.BadSubmit, match=api_words):
         submit.Submit(["x"], **kw)
     with pytest.raises(ValueError, match=re.escape(cli_words)):
         submit.Submit(["x"], names=submit.CLI, **kw)

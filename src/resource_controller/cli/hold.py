@@ -53,13 +53,13 @@ def expires_around(job: Json, ttl_seconds: int, now: datetime | None = None) -> 
     return local.isoformat(timespec="seconds")
 
 
-def held(wanted: spec.Submit, submitter: str, now: Callable[[], float]) -> Op[machine.Outcome]:
+def held(wanted: spec.Submit, submitter: str, now: Callable[[], float]) -> Op[machine.RunEnd]:
     """``rc hold``'s run: its outcome (exit 0 once the hold ended on its own)."""
     job = yield from machine.submit(wanted, submitter, now)
     hold_id = str(job.get("id", ""))
     if job.get("state") == "queued":
         left = yield from machine.queue(hold_id, wanted.target, submitter, now, kind="hold")
-        if isinstance(left, machine.Outcome):
+        if isinstance(left, machine.RunEnd):
             return left
         job = left
     refused = yield from machine.placed(wanted, submitter, job)
@@ -67,7 +67,7 @@ def held(wanted: spec.Submit, submitter: str, now: Callable[[], float]) -> Op[ma
         return refused
     if job.get("state") in TERMINAL:
         reason = job.get("kill_reason") or machine.NO_DETAIL
-        return machine.Outcome(1, job, f"hold {hold_id} is already {job.get('state')}: {reason}")
+        return machine.RunEnd(1, job, f"hold {hold_id} is already {job.get('state')}: {reason}")
     expiry = expires_around(job, wanted.max_runtime_seconds)
     yield Note(f"hold {hold_id} granted on {machine.devices_text(job)}, expires around {expiry}")
     yield Note(f"(end it early with rc release {hold_id}, or press Ctrl-C here)")
@@ -77,14 +77,14 @@ def held(wanted: spec.Submit, submitter: str, now: Callable[[], float]) -> Op[ma
     except errors.ClientError as e:
         # A lost controller is no reason to free a device a person is using.
         message = f"{e}; hold {hold_id} was not released and still ends at its TTL"
-        return machine.Outcome(1, job, message)
+        return machine.RunEnd(1, job, message)
     except BaseException as e:
         if isinstance(e, Exception | GeneratorExit):
             raise
         yield from release(hold_id, submitter)
-        return machine.Outcome(machine.EXIT_INTERRUPTED, job, "", "interrupted", e)
+        return machine.RunEnd(machine.EXIT_INTERRUPTED, job, "", "interrupted", e)
     yield Note(f"hold {hold_id} ended: {final.get('kill_reason') or final.get('state')}")
-    return machine.Outcome(0, final)
+    return machine.RunEnd(0, final)
 
 
 def release(hold_id: str, submitter: str) -> Op[None]:
@@ -159,7 +159,7 @@ def hold(
         raise click.UsageError("a DEVICE and --select cannot be used together")
     try:
         spec.devices(device, selector, count, NAMES)  # neither: any device
-    except spec.Refused as e:
+    except spec.BadSubmit as e:
         raise click.UsageError(str(e)) from None
     if not reason.strip():
         raise click.UsageError("--reason is required: say why you hold the device")
@@ -172,7 +172,7 @@ def hold(
         )
     try:
         wanted = spec.hold(ttl, reason, NAMES, device=device, select=selector, count=count)
-    except spec.Refused as e:
+    except spec.BadSubmit as e:
         raise basics.Failure(str(e)) from None
     client = api.JsonClient(submitter=as_ or None)  # resolved once, on first use
     if as_:

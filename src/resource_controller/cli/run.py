@@ -282,7 +282,7 @@ def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
             stdio="tty" if values["tty"] else "pipe" if values["interactive"] else "",
             names=spec.CLI,
         )
-    except spec.Refused as e:
+    except spec.BadSubmit as e:
         raise basics.Failure(str(e)) from None
 
 
@@ -300,7 +300,7 @@ def run(argv: list[str]) -> int:
         raise basics.Failure("-d/--device and --select cannot be used together")
     try:
         spec.devices(device, select, values["count"], spec.CLI)
-    except spec.Refused as e:
+    except spec.BadSubmit as e:
         raise basics.Failure(str(e)) from None
     if explain:
         if not select:

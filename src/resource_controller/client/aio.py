@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from resource_controller import errors
 from resource_controller.client import config, machine
@@ -21,13 +22,45 @@ from resource_controller.client.typed import (
     BaseClient,
     BaseJob,
     BaseLease,
+    D,
     Duration,
-    async_chunks,
-    awaited,
     lease_checks,
 )
 
+if TYPE_CHECKING:
+    from resource_controller.client.calls import Op
+
 __all__ = ["AsyncClient", "AsyncJob", "AsyncLease"]
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def awaited(
+    op: Callable[Concatenate[D, P], Op[R]],
+) -> Callable[Concatenate[D, P], Coroutine[Any, Any, R]]:
+    """The operation ``op`` as a coroutine method."""
+
+    @functools.wraps(op)
+    async def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        done: R = await self._drive(op(self, *args, **kwargs))
+        return done
+
+    return method
+
+
+def async_chunks(
+    op: Callable[Concatenate[D, P], Op[Any]],
+) -> Callable[Concatenate[D, P], AsyncIterator[Any]]:
+    """The output of ``op`` as an async iterator."""
+
+    @functools.wraps(op)
+    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Any]:
+        found: AsyncIterator[Any] = self._iterate(op(self, *args, **kwargs))
+        return found
+
+    return method
 
 
 class AsyncJob(BaseJob):

@@ -197,6 +197,6 @@ class AsyncTransport:
             step.stream.close()
         elif isinstance(step, calls.Where):
             return self.bases.url
-        elif isinstance(step, calls.Relay):
+        elif isinstance(step, calls.JoinRelay):
             raise errors.ClientError(f"job {step.job_id}: stdio {step.stdio!r} needs rc")
         return None  # a Note: the API says nothing

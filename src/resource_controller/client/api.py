@@ -13,7 +13,7 @@ import time
 
 from resource_controller import errors
 from resource_controller.client import calls, config, waits
-from resource_controller.client.calls import Call, Json, Note, Out, PolledJob, Relay
+from resource_controller.client.calls import Call, JoinRelay, Json, Note, Out, PolledJob
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class JsonClient:
         elif isinstance(step, Note):
             if say is not None:
                 say(step.text)
-        elif isinstance(step, Relay):
+        elif isinstance(step, JoinRelay):
             if relay is None:
                 raise errors.ClientError(f"job {step.job_id}: stdio {step.stdio!r} needs rc")
             relay(step.job_id, step.stdio)

@@ -126,7 +126,7 @@ class Note(NamedTuple):
     text: str
 
 
-class Relay(NamedTuple):
+class JoinRelay(NamedTuple):
     """Join the job's terminal or stdio (``tty``, ``pipe``) until it ends: ``rc`` only."""
 
     job_id: str

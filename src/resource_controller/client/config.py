@@ -116,28 +116,28 @@ def _posix_text(path: str) -> str:
 
 # One ``key: "json string"`` line, optionally followed by a comment. JSON string
 # syntax is a subset of YAML's double-quoted scalar, so both parsers agree on it.
-_SIMPLE_LINE = re.compile(
+SIMPLE_LINE = re.compile(
     r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
 )
 # One ``key: {sub: true}`` line (``run: {here: true}``): a flow mapping of
 # one plain key to a boolean, which YAML reads the same way.
-_FLAG_LINE = re.compile(
+FLAG_LINE = re.compile(
     r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+\{[ \t]*([A-Za-z_]+):[ \t]+(true|false)[ \t]*\}[ \t]*(?:#.*)?"
 )
 
 
-def _parse_simple(text: str) -> dict[str, object] | None:
-    """Parse the restricted form ``write_client_config`` writes; ``None`` if it is not that."""
+def parse_simple(text: str) -> dict[str, object] | None:
+    """Parse the restricted form ``update_client_config`` writes; ``None`` if it is not that."""
     out: dict[str, object] = {}
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        flag = _FLAG_LINE.fullmatch(line.rstrip())
+        flag = FLAG_LINE.fullmatch(line.rstrip())
         if flag is not None and flag.group(1) not in out:
             out[flag.group(1)] = {flag.group(2): flag.group(3) == "true"}
             continue
-        m = _SIMPLE_LINE.fullmatch(line.rstrip())
+        m = SIMPLE_LINE.fullmatch(line.rstrip())
         if m is None or m.group(1) in out:
             return None
         try:
@@ -159,7 +159,7 @@ def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
-        raise ClientConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
+        raise ClientConfigError(f"cannot parse {path}: {one_line(str(e))}") from e
     out: dict[str, object] = {}
     if root is None:
         return out
@@ -232,13 +232,13 @@ def unknown_keys(path: Path | str, names: list[str], advice: str = "") -> Client
     )
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
 def parse_config(text: str, path: Path | str) -> FileConfig:
     """Turn the file's text into values; raise ``ClientConfigError`` if it is broken."""
-    values: Mapping[str, object] | None = _parse_simple(text)
+    values: Mapping[str, object] | None = parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
     else:
@@ -417,148 +417,3 @@ def reset() -> None:
     """Forget the process-wide settings (after writing the file, and between tests)."""
     global _PROCESS_SETTINGS
     _PROCESS_SETTINGS = None
-
-
-def _render(values: Mapping[str, object]) -> str:
-    """Write values in the restricted form when possible, YAML for anything else."""
-    lines = []
-    rest: dict[str, object] = {}
-    for key, value in values.items():
-        if isinstance(value, str) and _SIMPLE_LINE.fullmatch(f"{key}: {json.dumps(value)}"):
-            lines.append(f"{key}: {json.dumps(value)}\n")
-            continue
-        if isinstance(value, dict) and len(value) == 1:
-            ((sub, flag),) = value.items()
-            line = f"{key}: {{{sub}: {'true' if flag else 'false'}}}"
-            if isinstance(flag, bool) and _FLAG_LINE.fullmatch(line):
-                lines.append(line + "\n")
-                continue
-        rest[key] = value
-    text = "".join(lines)
-    if rest:
-        import yaml
-
-        text += yaml.safe_dump(rest, default_flow_style=False, sort_keys=False)
-    return text
-
-
-class ClientConfigUpdate(NamedTuple):
-    """What ``update_client_config`` did, so that ``rc up`` can say it."""
-
-    path: Path
-    #: Keys given new values.
-    written: tuple[str, ...]
-    #: Keys whose existing value was kept, with that value.
-    kept: Mapping[str, object]
-
-
-def write_client_config(
-    controller: str,
-    token: str,
-    force: bool,
-    env: Mapping[str, str] | None = None,
-) -> Path:
-    """Record the client side of a local setup in the user config file.
-
-    The path written; ``update_client_config`` also says what was kept.
-    """
-    return update_client_config(controller, token, force, env).path
-
-
-def update_client_config(
-    controller: str,
-    token: str,
-    force: bool,
-    env: Mapping[str, str] | None = None,
-) -> ClientConfigUpdate:
-    """Record the client side of a local setup in the user config file.
-
-    Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
-    pointed ``rc`` at a shared controller must not find it silently redirected. The
-    file also gains ``run: {here: true}`` unless ``run.here`` is already
-    set: that is a preference, so even ``force`` keeps it. ``submitter`` is kept. A key
-    the client does not read is refused (``ClientConfigError``) without ``force``, and dropped
-    with it, so that what ``rc up`` leaves behind is a file ``rc`` uses. The file is written atomically with mode 0600 since it holds a
-    credential. A file that exists but cannot be parsed is replaced only with
-    ``force``; without it ``ClientConfigError`` is raised rather than destroying it.
-    """
-    path = config_path(env)
-    existing: dict[str, object] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as e:
-        if not force:
-            raise ClientConfigError(f"cannot read {path}: {e}") from e
-        text = ""
-    if text.strip():
-        try:
-            existing = _load_all(text, path)
-        except ClientConfigError:
-            if not force:
-                raise
-            existing = {}
-    unknown = unknown_key_names(existing)
-    if unknown and not force:
-        # Kept, such a key would leave a file every rc command refuses.
-        raise unknown_keys(path, unknown, "; fix or remove it, or rc up --force drops it")
-    existing = _known_only(existing)
-    written: list[str] = []
-    kept: dict[str, object] = {}
-    for key, value in (("controller", controller), ("token", token)):
-        current = existing.get(key)
-        keep = isinstance(current, str) and current.strip() and not force
-        if keep:
-            kept[key] = current
-        else:
-            existing[key] = value
-            written.append(key)
-    run = existing.get("run")
-    if isinstance(run, dict) and run.get("here") is not None:
-        kept["run.here"] = run["here"]
-    else:
-        existing["run"] = {**(run if isinstance(run, dict) else {}), "here": True}
-        written.append("run.here")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_render(existing))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    reset()
-    return ClientConfigUpdate(path, tuple(written), kept)
-
-
-def _known_only(values: Mapping[str, object]) -> dict[str, object]:
-    """``values`` without the keys the client does not read (``unknown_key_names``)."""
-    out: dict[str, object] = {}
-    for key, value in values.items():
-        if key in SECTIONS and isinstance(value, dict):
-            out[key] = {k: v for k, v in value.items() if k in SECTIONS[key]}
-        elif key in KEYS or key in SECTIONS:
-            out[key] = value
-    return out
-
-
-def _load_all(text: str, path: Path) -> dict[str, object]:
-    """Every key of an existing file, for rewriting it without losing anything."""
-    simple = _parse_simple(text)
-    if simple is not None:
-        return dict(simple)
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ClientConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ClientConfigError(f"cannot parse {path}: the top level is not a mapping")
-    return {str(k): v for k, v in data.items()}

@@ -53,7 +53,7 @@ EXIT_LOST = 75
 NO_DETAIL = "no further detail"
 
 
-class Outcome:
+class RunEnd:
     """How a run (or a hold's wait in the queue) ended, and the exit code it earns.
 
     ``kind``: ``ended`` (the job's end was seen, ``code`` as CLI-114 has it),
@@ -77,7 +77,7 @@ class Outcome:
         self.interrupt = interrupt
 
     def __repr__(self) -> str:
-        return f"Outcome({self.code}, {self.kind!r}, {self.message!r})"
+        return f"RunEnd({self.code}, {self.kind!r}, {self.message!r})"
 
 
 def _interrupt(exc: BaseException) -> bool:
@@ -138,7 +138,7 @@ def queue(
     timeout: float = 0.0,
     kind: str = "job",
     wall: Callable[[], float] | None = None,
-) -> Op[Json | Outcome]:
+) -> Op[Json | RunEnd]:
     """WAIT_QUEUE (CLI-106, CLI-107): the job once it left the queue, or how the wait
     ended. ``timeout`` > 0 is the caller's own deadline, counted from now."""
     deadline = now() + timeout if timeout > 0 else None
@@ -151,18 +151,18 @@ def queue(
         if deadline is not None and now() >= deadline:
             yield from cancel(job_id, submitter, now)
             message = f"gave up waiting for {target} (deadline exceeded)"
-            return Outcome(1, {"id": job_id}, message, "gave_up")
+            return RunEnd(1, {"id": job_id}, message, "gave_up")
         after = "granted" if kind == "hold" else "running"
         message = (
             f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
             f" or already {after}: check rc ps"
         )
-        return Outcome(EXIT_LOST, {"id": job_id}, message, "lost")
+        return RunEnd(EXIT_LOST, {"id": job_id}, message, "lost")
     except BaseException as e:
         if not _interrupt(e):
             raise
         yield from cancel(job_id, submitter, now)
-        return Outcome(EXIT_INTERRUPTED, {"id": job_id}, "", "interrupted", e)
+        return RunEnd(EXIT_INTERRUPTED, {"id": job_id}, "", "interrupted", e)
 
 
 def cancel(job_id: str, submitter: str, now: Callable[[], float]) -> Op[None]:
@@ -201,7 +201,7 @@ def cancel(job_id: str, submitter: str, now: Callable[[], float]) -> Op[None]:
         yield Note(f"job {job_id} finished before it could be cancelled")
 
 
-def never_started(job: Json, target: str, kind: str = "job") -> Outcome | None:
+def never_started(job: Json, target: str, kind: str = "job") -> RunEnd | None:
     """CLI-108: a job that left the queue terminal without ever starting."""
     if job.get("state") not in TERMINAL or job.get("started_at"):
         return None
@@ -210,7 +210,7 @@ def never_started(job: Json, target: str, kind: str = "job") -> Outcome | None:
         f" {'granted' if kind == 'hold' else 'started'} on {devices_text(job) or target}:"
         f" {job.get('kill_reason') or NO_DETAIL}"
     )
-    return Outcome(1, job, message, "never_started")
+    return RunEnd(1, job, message, "never_started")
 
 
 def count_shortfall(job: Json, count: int) -> str:
@@ -231,7 +231,7 @@ def count_shortfall(job: Json, count: int) -> str:
     )
 
 
-def placed(spec: Submit, submitter: str, job: Json) -> Op[Outcome | None]:
+def placed(spec: Submit, submitter: str, job: Json) -> Op[RunEnd | None]:
     """The checks on a job that left the queue: ended without starting, or placed on
     fewer devices than asked for (then it is killed)."""
     kind = "hold" if spec.kind == "hold" else "job"
@@ -243,7 +243,7 @@ def placed(spec: Submit, submitter: str, job: Json) -> Op[Outcome | None]:
         return None
     with contextlib.suppress(errors.ClientError):  # already ended: nothing to free
         yield calls.kill(str(job.get("id", "")), submitter, CANCEL_BOUND)
-    return Outcome(1, job, shortfall, "count")
+    return RunEnd(1, job, shortfall, "count")
 
 
 def run(
@@ -254,7 +254,7 @@ def run(
     timeout: float = 0.0,
     sink: Callable[[bytes], object] | None = None,
     wall: Callable[[], float] | None = None,
-) -> Op[Outcome]:
+) -> Op[RunEnd]:
     """The whole of ``rc run``: its outcome. The job's output goes to ``sink`` (else as
     ``Out`` steps). Submit errors are raised (a 409 as ``NoDeviceError``); an interrupt
     is handled, then carried in the outcome."""
@@ -262,7 +262,7 @@ def run(
     job_id = str(job.get("id", ""))
     if job.get("state") == JobState.QUEUED:
         left = yield from queue(job_id, spec.target, submitter, now, timeout=timeout, wall=wall)
-        if isinstance(left, Outcome):
+        if isinstance(left, RunEnd):
             return left
         job = left
     refused = yield from placed(spec, submitter, job)
@@ -272,7 +272,7 @@ def run(
     yield Note(f"job {job_id} on {device}")
     try:
         if spec.stdio:
-            yield calls.Relay(job_id, spec.stdio)
+            yield calls.JoinRelay(job_id, spec.stdio)
         else:
             try:
                 yield from waits.follow(job_id, now, FINAL_WAIT, sink)
@@ -301,7 +301,7 @@ def run(
     return ended(final)
 
 
-def lost(job: Json, error: errors.ClientError) -> Outcome:
+def lost(job: Json, error: errors.ClientError) -> RunEnd:
     """The run stops without having seen the job end: it says so and where the result
     will be, and leaves the job alone."""
     job_id = job.get("id", "")
@@ -309,10 +309,10 @@ def lost(job: Json, error: errors.ClientError) -> Outcome:
         f"lost contact with job {job_id}: {error}; it may still be running, and rc cannot"
         f" tell how it ends: its result will be in rc jobs, its output in rc logs {job_id}"
     )
-    return Outcome(EXIT_LOST, job, message, "lost")
+    return RunEnd(EXIT_LOST, job, message, "lost")
 
 
-def detach(job_id: str, device: str, relayed: bool, interrupt: BaseException) -> Op[Outcome]:
+def detach(job_id: str, device: str, relayed: bool, interrupt: BaseException) -> Op[RunEnd]:
     """DETACH (CLI-113): say what becomes of the job, truthfully, and how to reach it.
 
     A job that already ended is not "still running": its own exit code stands. A
@@ -339,21 +339,21 @@ def detach(job_id: str, device: str, relayed: bool, interrupt: BaseException) ->
             f" finishes (watch it with rc ps; rc attach {job_id} follows it again,"
             f" rc kill {job_id} stops it)"
         )
-    return Outcome(EXIT_INTERRUPTED, job, "", "detached", interrupt)
+    return RunEnd(EXIT_INTERRUPTED, job, "", "detached", interrupt)
 
 
-def ended(job: Json) -> Outcome:
+def ended(job: Json) -> RunEnd:
     """EXIT (CLI-114): the job's code (its reason said), 1 for a non-success without one
     (said as a failure), else 0."""
     job_id = job.get("id", "")
     code = job.get("exit_code")
     reason = job.get("kill_reason") or ""
     if isinstance(code, int) and code != 0:
-        return Outcome(calls.exit_status(code), job, f"job {job_id}: {reason}" if reason else "")
+        return RunEnd(calls.exit_status(code), job, f"job {job_id}: {reason}" if reason else "")
     state = job.get("state")
     if state != JobState.SUCCEEDED:
-        return Outcome(1, job, f"job {job_id} {state}: {reason or NO_DETAIL}")
-    return Outcome(0, job)
+        return RunEnd(1, job, f"job {job_id} {state}: {reason or NO_DETAIL}")
+    return RunEnd(0, job)
 
 
 class QueueReport:

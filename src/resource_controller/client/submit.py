@@ -3,7 +3,7 @@
 ``rc run``, ``rc hold``, ``rc cp`` and the Python API all build their submit here: each
 hands over what the user gave, under the names the user knows it by (``CLI``: the
 flags; ``API``: the arguments), and every check is made here, before any request,
-with a refusal (``Refused``, a ``ValueError``) that names the flag or argument.
+with a refusal (``BadSubmit``, a ``ValueError``) that names the flag or argument.
 
 ``FIELDS`` is the body as the controller models it (``wire.SubmitRequest``); a test
 holds the two equal, since the model needs pydantic, which ``rc run`` never loads.
@@ -73,7 +73,7 @@ MAX_CEILING_TEXT = "596523h14m7s"
 AFTER_MAX = 64
 
 
-class Refused(ValueError):
+class BadSubmit(ValueError):
     """A submit refused before any request; the message names what is wrong."""
 
 
@@ -174,9 +174,9 @@ def hold(ttl: Any, reason: str, names: Mapping[str, str] = API, **where: Any) ->
     cannot be told from a leak)."""
     ttl_seconds = ceiling(ttl, names["ttl"])
     if ttl_seconds <= 0:
-        raise Refused(f"{names['ttl']} must be positive: a hold for no time holds nothing")
+        raise BadSubmit(f"{names['ttl']} must be positive: a hold for no time holds nothing")
     if not reason.strip():
-        raise Refused("a hold needs a reason: say why you hold the device")
+        raise BadSubmit("a hold needs a reason: say why you hold the device")
     return Submit(None, max_runtime=ttl_seconds, kind="hold", reason=reason, names=names, **where)
 
 
@@ -187,7 +187,7 @@ def argv(command: Any) -> list[str]:
         raise TypeError("argv is a list of strings, e.g. ['python', 'train.py']")
     out = list(command)
     if not out or not all(isinstance(a, str) for a in out):
-        raise Refused("argv must be a non-empty list of strings")
+        raise BadSubmit("argv must be a non-empty list of strings")
     return out
 
 
@@ -203,11 +203,11 @@ def seconds(value: Any, what: str) -> float:
         try:
             value = durations.parse_duration(value.strip())
         except durations.DurationError:
-            raise Refused(
+            raise BadSubmit(
                 f"invalid {what} {value!r} (examples: 90s, 30m, 1h30m, or a number of seconds)"
             ) from None
     if value < 0:
-        raise Refused(f"{what} is negative ({value!r}); 0 means none")
+        raise BadSubmit(f"{what} is negative ({value!r}); 0 means none")
     return float(value)
 
 
@@ -217,12 +217,12 @@ def ceiling(value: Any, what: str) -> int:
     controller takes (EXT-LIMITS-1), naming ``what`` rather than the wire field."""
     out = seconds(value, what)
     if 0 < out < 1:
-        raise Refused(
+        raise BadSubmit(
             f"{what} must be at least 1s: ceilings work at one-second granularity"
             " (a shorter one would be sent as 0, meaning no ceiling)"
         )
     if out > MAX_CEILING:
-        raise Refused(
+        raise BadSubmit(
             f"{what} must be at most {MAX_CEILING_TEXT} ({MAX_CEILING} seconds, about 68 years)"
         )
     return int(out)
@@ -238,26 +238,28 @@ def devices(
     """
     d, c = names["device"], names["count"]
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise Refused(f"{c} must be at least 1, got {count!r}")
+        raise BadSubmit(f"{c} must be at least 1, got {count!r}")
     ids = [i.strip() for i in device.split(",")] if isinstance(device, str) else list(device)
     if not all(isinstance(i, str) for i in ids):
-        raise Refused(f"{d} must name devices by ID, got {device!r}")
+        raise BadSubmit(f"{d} must name devices by ID, got {device!r}")
     ids = [] if ids == [""] else ids
     if ids and select:
-        raise Refused(f"{d} and {names['select']} cannot be used together: give one, not both")
+        raise BadSubmit(f"{d} and {names['select']} cannot be used together: give one, not both")
     if len(ids) <= 1:
         if ids and count != 1:
-            raise Refused(f"{c} {count} with one device: name all {count} as a comma list in {d}")
+            raise BadSubmit(f"{c} {count} with one device: name all {count} as a comma list in {d}")
         return (ids[0] if ids else "", (), count)
     if not all(ids):
-        raise Refused(f"{d} {device!r}: an empty device ID in the list")
+        raise BadSubmit(f"{d} {device!r}: an empty device ID in the list")
     if len(set(ids)) != len(ids):
-        raise Refused(f"{d} {device!r} names a device more than once")
+        raise BadSubmit(f"{d} {device!r} names a device more than once")
     hosts = sorted({i.split(":", 1)[0] for i in ids})
     if len(hosts) > 1:
-        raise Refused(f"{d} {device!r}: the devices must be on one host, not on {', '.join(hosts)}")
+        raise BadSubmit(
+            f"{d} {device!r}: the devices must be on one host, not on {', '.join(hosts)}"
+        )
     if count not in (1, len(ids)):
-        raise Refused(f"{c} {count} does not match the {len(ids)} devices in {d}")
+        raise BadSubmit(f"{c} {count} does not match the {len(ids)} devices in {d}")
     return ("", tuple(sorted(ids)), len(ids))
 
 
@@ -284,16 +286,16 @@ def after_ids(
             raise TypeError(f"{a} must be job IDs or jobs, not {type(item).__name__}")
         if not item.strip():
             where = f" in {after!r}" if isinstance(after, str) else ""
-            raise Refused(f"{a} has an empty job ID{where}")
+            raise BadSubmit(f"{a} has an empty job ID{where}")
         out.append(item.strip())
     out = list(dict.fromkeys(out))
     if after_any and not out:
-        raise Refused(f"{names['after_any']} needs {a}: the jobs to wait for")
+        raise BadSubmit(f"{names['after_any']} needs {a}: the jobs to wait for")
     if out and no_wait:
-        raise Refused(
+        raise BadSubmit(
             f"{a} and {names['no_wait']} cannot be used together: a job that waits for"
             " other jobs cannot start at once"
         )
     if len(out) > AFTER_MAX:
-        raise Refused(f"{a} names {len(out)} jobs; at most {AFTER_MAX}")
+        raise BadSubmit(f"{a} names {len(out)} jobs; at most {AFTER_MAX}")
     return out

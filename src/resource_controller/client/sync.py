@@ -9,9 +9,10 @@ configuration (``RC_CONTROLLER``, ``RC_TOKEN``, ``RC_SUBMITTER``, the user confi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from resource_controller import errors
 from resource_controller.client import api, machine
@@ -19,15 +20,43 @@ from resource_controller.client.typed import (
     BaseClient,
     BaseJob,
     BaseLease,
+    D,
     Duration,
     JobFailed,
     NotGranted,
-    blocking,
-    chunks,
     lease_checks,
 )
 
+if TYPE_CHECKING:
+    from resource_controller.client.calls import Op
+
 __all__ = ["Client", "Job", "JobFailed", "Lease", "NotGranted"]
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def blocking(op: Callable[Concatenate[D, P], Op[R]]) -> Callable[Concatenate[D, P], R]:
+    """The operation ``op`` as a method that blocks until it is done."""
+
+    @functools.wraps(op)
+    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        done: R = self._drive(op(self, *args, **kwargs))
+        return done
+
+    return method
+
+
+def chunks(op: Callable[Concatenate[D, P], Op[Any]]) -> Callable[Concatenate[D, P], Iterator[Any]]:
+    """The output of ``op`` (its ``Out`` steps) as an iterator."""
+
+    @functools.wraps(op)
+    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[Any]:
+        found: Iterator[Any] = self._iterate(op(self, *args, **kwargs))
+        return found
+
+    return method
 
 
 class Job(BaseJob):

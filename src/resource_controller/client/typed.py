@@ -15,12 +15,11 @@ job started it is left running (it holds a live process); a lease is released.
 from __future__ import annotations
 
 import codecs
-import functools
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from resource_controller import errors
 from resource_controller.client import calls, machine, waits
@@ -46,9 +45,6 @@ Duration = float | int | str
 #: What ``after`` takes: job handles, IDs or unique prefixes, one or a list.
 After = str | JobInfo | Sequence[str | JobInfo] | None
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 
 class Driven:
     """A handle whose operations some driver carries out (``_drive``)."""
@@ -61,54 +57,6 @@ class Driven:
 
 
 D = TypeVar("D", bound=Driven)
-
-
-def blocking(op: Callable[Concatenate[D, P], Op[R]]) -> Callable[Concatenate[D, P], R]:
-    """The operation ``op`` as a method that blocks until it is done."""
-
-    @functools.wraps(op)
-    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        done: R = self._drive(op(self, *args, **kwargs))
-        return done
-
-    return method
-
-
-def awaited(
-    op: Callable[Concatenate[D, P], Op[R]],
-) -> Callable[Concatenate[D, P], Coroutine[Any, Any, R]]:
-    """The operation ``op`` as a coroutine method."""
-
-    @functools.wraps(op)
-    async def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        done: R = await self._drive(op(self, *args, **kwargs))
-        return done
-
-    return method
-
-
-def chunks(op: Callable[Concatenate[D, P], Op[Any]]) -> Callable[Concatenate[D, P], Iterator[Any]]:
-    """The output of ``op`` (its ``Out`` steps) as an iterator."""
-
-    @functools.wraps(op)
-    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[Any]:
-        found: Iterator[Any] = self._iterate(op(self, *args, **kwargs))
-        return found
-
-    return method
-
-
-def async_chunks(
-    op: Callable[Concatenate[D, P], Op[Any]],
-) -> Callable[Concatenate[D, P], AsyncIterator[Any]]:
-    """The output of ``op`` as an async iterator."""
-
-    @functools.wraps(op)
-    def method(self: D, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Any]:
-        found: AsyncIterator[Any] = self._iterate(op(self, *args, **kwargs))
-        return found
-
-    return method
 
 
 class JobFailed(errors.ClientError):
@@ -383,20 +331,7 @@ class BaseClient(Driven, Generic[J]):
         ended in any state with ``after_any``; if one ends otherwise, it ends ``killed``
         with ``dependency_failed: <ID>``. Every argument is checked before any request.
         """
-        wanted = spec.Submit(
-            spec.argv(argv),
-            device=device,
-            select=select,
-            count=count,
-            env=env,
-            cwd=cwd,
-            priority=priority,
-            max_runtime=max_runtime,
-            idle_timeout=idle_timeout,
-            no_wait=no_wait,
-            after=after,
-            after_any=after_any,
-        )
+        wanted = _spec(argv, locals())
         return self._bind((yield from machine.submit(wanted, self.submitter, self._now)))
 
     def _run(
@@ -432,20 +367,7 @@ class BaseClient(Driven, Generic[J]):
         out; past that (no controller heard from for 5 minutes) ``LostContact`` is
         raised, naming the job, which is left alone.
         """
-        wanted = spec.Submit(
-            spec.argv(argv),
-            device=device,
-            select=select,
-            count=count,
-            env=env,
-            cwd=cwd,
-            priority=priority,
-            max_runtime=max_runtime,
-            idle_timeout=idle_timeout,
-            no_wait=no_wait,
-            after=after,
-            after_any=after_any,
-        )
+        wanted = _spec(argv, locals())
         limit = spec.seconds(timeout, "timeout")
         captured: list[bytes] = []
         sink = captured.append if capture else on_output or write_stdout
@@ -507,7 +429,7 @@ class BaseClient(Driven, Generic[J]):
                 timeout=limit,
                 kind="hold",
             )
-            if isinstance(left, machine.Outcome):
+            if isinstance(left, machine.RunEnd):
                 _raise_for(left)
             else:
                 data = left
@@ -518,7 +440,19 @@ class BaseClient(Driven, Generic[J]):
         return self._bind(data)
 
 
-def _raise_for(ran: machine.Outcome) -> None:
+#: The arguments of ``submit`` and ``run`` that are the submit's own, by their names.
+_WHERE = (
+    "device", "select", "count", "env", "cwd", "priority", "max_runtime", "idle_timeout",
+    "no_wait", "after", "after_any",
+)  # fmt: skip
+
+
+def _spec(argv: Sequence[str], given: Mapping[str, Any]) -> spec.Submit:
+    """The submit of ``submit``'s or ``run``'s arguments (``given``: their locals)."""
+    return spec.Submit(spec.argv(argv), **{name: given[name] for name in _WHERE})
+
+
+def _raise_for(ran: machine.RunEnd) -> None:
     """Raise the error (or the interrupt) an outcome stands for; a job's end is none."""
     if ran.interrupt is not None:
         raise ran.interrupt
