@@ -81,6 +81,19 @@ def test_a_quiet_wait_goes_on_through_failures_until_nothing_was_heard_for_its_b
     assert got.value.job_id == "j1" and isinstance(got.value, waits.PollGiveUp)
 
 
+def test_a_wait_no_controller_even_connects_to_ends_sooner() -> None:
+    # Every URL refused: none is running (rc up stopped), so 30 s, not 5 min (CLI-193).
+    wait = waits.Wait("j1", terminal=True, now=0.0, quiet=300.0)
+    gone = errors.ConnectFailed("connection refused")
+    wait.failed(errors.TransportError("timed out"), 29.0)  # a frozen one: waited out
+    with pytest.raises(waits.LostContact, match=r"for 30s "):
+        wait.failed(gone, 30.0)
+    steps = Steps(lambda step: gone)
+    with pytest.raises(waits.LostContact, match="for 30s"):
+        follow(steps, quiet=300.0)
+    assert steps.now == pytest.approx(waits.GONE, abs=0.6)
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"), [(5, "5s"), (0.5, "0.5s"), (300, "5m0s"), (3725, "1h2m5s")]
 )

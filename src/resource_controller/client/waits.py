@@ -35,6 +35,9 @@ TERMINAL_GIVE_UP = 6
 #: How long a wait or a follow goes on hearing from no controller before it says it lost
 #: contact, where it waits out an outage (``rc run``: its final wait's bound, CLI-193).
 QUIET = 300.0
+#: That bound while no controller even takes a connection (every URL refused: none is
+#: running, as after ``rc up`` stopped); a restarting one is back well within it.
+GONE = 30.0
 #: How long a follow stays silent before the job is asked after (a follow may be quiet
 #: for long, API-009; the answer shows whether the requests moved to another controller),
 #: and that question's bound.
@@ -121,10 +124,10 @@ class Wait:
     def failed(self, error: errors.ClientError, now: float) -> None:
         """One more failed poll; raises once the wait gives up."""
         self.failures += 1
-        if self.quiet is not None and now - self.heard >= self.quiet:
+        if self.quiet is not None and now - self.heard >= (quiet := _quiet(self.quiet, error)):
             raise LostContact(
                 f"no controller answered about job {self.job_id} for"
-                f" {seconds_text(self.quiet)} (last known state: {self.last_state};"
+                f" {seconds_text(quiet)} (last known state: {self.last_state};"
                 f" last error: {error})",
                 self.job_id,
             ) from error
@@ -152,6 +155,11 @@ class Wait:
         if self.deadline is None:
             return POLL_INTERVAL
         return max(0.0, min(POLL_INTERVAL, self.deadline - now))
+
+
+def _quiet(quiet: float, error: errors.ClientError) -> float:
+    """How long hearing nothing may last, after ``error``: ``GONE`` while none connects."""
+    return min(quiet, GONE) if isinstance(error, errors.ConnectFailed) else quiet
 
 
 def until(wait: Wait, now: Callable[[], float]) -> Op[PolledJob]:
@@ -230,9 +238,9 @@ def follow(
                     continue
         if error is None:
             continue
-        if now() - heard >= quiet:
+        if now() - heard >= (bound := _quiet(quiet, error)):
             raise LostContact(
-                f"no controller answered about job {job_id} for {seconds_text(quiet)}"
+                f"no controller answered about job {job_id} for {seconds_text(bound)}"
                 f" (last error: {error})",
                 job_id,
             ) from error
