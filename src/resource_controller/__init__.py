@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from resource_controller.client.aio import AsyncClient, AsyncJob, AsyncLease
-    from resource_controller.client.api import PollGiveUp, WaitTimeout
     from resource_controller.client.models import (
         Device,
         DeviceDetails,
@@ -38,16 +37,17 @@ if TYPE_CHECKING:
         Usage,
         UsageGroup,
     )
-    from resource_controller.client.options import CountNotHonoured
-    from resource_controller.client.sync import Client, Job, JobFailed, Lease, NotGranted
+    from resource_controller.client.sync import Client, Job, Lease
+    from resource_controller.client.typed import CountNotHonoured, JobFailed, NotGranted
+    from resource_controller.client.waits import LostContact, PollGiveUp, WaitTimeout
 
 #: Public name -> the module that defines it, loaded on first access (PEP 562).
 _LAZY = {
     "Client": "resource_controller.client.sync",
     "Job": "resource_controller.client.sync",
     "Lease": "resource_controller.client.sync",
-    "JobFailed": "resource_controller.client.sync",
-    "NotGranted": "resource_controller.client.sync",
+    "JobFailed": "resource_controller.client.typed",
+    "NotGranted": "resource_controller.client.typed",
     "AsyncClient": "resource_controller.client.aio",
     "AsyncJob": "resource_controller.client.aio",
     "AsyncLease": "resource_controller.client.aio",
@@ -60,9 +60,10 @@ _LAZY = {
     "RunResult": "resource_controller.client.models",
     "Usage": "resource_controller.client.models",
     "UsageGroup": "resource_controller.client.models",
-    "CountNotHonoured": "resource_controller.client.options",
-    "PollGiveUp": "resource_controller.client.api",
-    "WaitTimeout": "resource_controller.client.api",
+    "CountNotHonoured": "resource_controller.client.typed",
+    "LostContact": "resource_controller.client.waits",
+    "PollGiveUp": "resource_controller.client.waits",
+    "WaitTimeout": "resource_controller.client.waits",
 }
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "Label",
     "Lease",
     "LeaseInfo",
+    "LostContact",
     "NoDeviceError",
     "NotCancellableError",
     "NotGranted",

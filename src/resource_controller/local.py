@@ -26,6 +26,7 @@ from pathlib import Path
 
 from resource_controller import heap, logfmt
 from resource_controller.client import config as client_config
+from resource_controller.client import config_write
 from resource_controller.controller import serve as controller
 from resource_controller.controller.deps import Services, Settings
 from resource_controller.core.identity import as_name
@@ -169,7 +170,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
 
     def ready(offered: list[str]) -> None:
         """Both halves are up: now the client settings and the banner."""
-        update = client_config.update_client_config(url, tokens["client"], force)
+        update = config_write.update_client_config(url, tokens["client"], force)
         say(
             log_format,
             f"controller on {url} (data {data}); devices: "
@@ -203,7 +204,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
                 gpus_listed=bool(gpus),
             )
         )
-    except (NotReady, client_config.ConfigError) as exc:
+    except (NotReady, client_config.ClientConfigError) as exc:
         say(log_format, str(exc), "ERROR")
         return 1
     finally:
@@ -226,7 +227,7 @@ def try_line(*, gpus: bool) -> str:
     return f"try:  {first}   |   rc devices   |   rc ps   (Ctrl-C stops)"
 
 
-def settings_report(update: client_config.ClientConfigUpdate, url: str) -> list[str]:
+def settings_report(update: config_write.ClientConfigUpdate, url: str) -> list[str]:
     """What ``rc up`` did to the user config file, truthfully."""
     path = update.path
     lines = []

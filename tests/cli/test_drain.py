@@ -11,7 +11,7 @@ import pytest
 from cli.conftest import Rc
 from client.live import ADMIN, CLIENT, FakeWorker, LiveController
 from resource_controller import errors
-from resource_controller.client import api
+from resource_controller.client import api, waits
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_wait_idle_returns_once_no_named_device_holds_a_lease(
                 user.wait_until_terminal(str(job["id"]), bound=20)
 
         admin = api.JsonClient(controller.url, ADMIN, submitter="ops", sleep=fake_sleep)
-        admin.drain("box:gpu0", "upgrade")
+        admin.device_action("box:gpu0", "drain", {"submitter": "root", "reason": "upgrade"})
         admin.wait_idle(
             ["box:gpu0", "box:gpu1"],
             on_wait=lambda held: seen.append([v["device"]["id"] for v in held]),
@@ -140,7 +140,7 @@ def test_wait_idle_returns_once_no_named_device_holds_a_lease(
 def test_wait_idle_gives_up_after_many_failed_polls() -> None:
     slept: list[float] = []
     client = api.JsonClient("http://127.0.0.1:9", ADMIN, sleep=slept.append)
-    with pytest.raises(api.PollGiveUp):
+    with pytest.raises(waits.PollGiveUp):
         client.wait_idle(["box:gpu0"])
-    assert len(slept) == api.SCHEDULED_GIVE_UP - 1
-    assert isinstance(api.PollGiveUp("x"), errors.ClientError)
+    assert len(slept) == waits.SCHEDULED_GIVE_UP - 1
+    assert isinstance(waits.PollGiveUp("x"), errors.ClientError)

@@ -101,11 +101,12 @@ def test_the_longest_ceiling_reaches_the_submit(run_rc: Rc, flag: str) -> None:
 
 
 def test_the_ceiling_limit_is_the_controllers() -> None:
-    from resource_controller.cli import basics
+    from resource_controller.client import submit
     from resource_controller.core import durations, limits
 
-    assert limits.SECONDS.high == basics.MAX_CEILING
-    assert durations.render_duration(limits.SECONDS.high) == basics.MAX_CEILING_TEXT
+    assert limits.SECONDS.high == submit.MAX_CEILING
+    assert durations.render_duration(limits.SECONDS.high) == submit.MAX_CEILING_TEXT
+    assert limits.AFTER.count == submit.AFTER_MAX
 
 
 @pytest.mark.parametrize("flag", ["--max-runtime", "--idle-timeout", "--timeout"])

@@ -14,10 +14,11 @@ from click.testing import Result
 
 from cli.conftest import Rc, Spawn
 from client.live import ADMIN, CLIENT, WORKER, FakeWorker, LiveController, until_killed
+from client.steps import Steps
 from resource_controller import errors
-from resource_controller.cli import common, signals
 from resource_controller.cli import hold as hold_cli
-from resource_controller.client import api
+from resource_controller.cli import signals
+from resource_controller.client import api, submit
 from resource_controller.core import durations
 
 #: CLI-123 [format]; the expiry in UTC ``Z``, or local with its offset before ``started_at``.
@@ -339,106 +340,77 @@ def test_as_under_a_named_token_says_it_is_replaced(
     assert "--as 'bob' is recorded as 'al'" in first
 
 
-# ---- the state machine's other paths, with a scripted client ------------------------------------
+# ---- the state machine's other paths, with no I/O (``client/steps.py``) -----------------------
 
 
-class Scripted:
-    """Just the client calls ``rc hold`` makes; each answer is a value or an exception."""
-
-    def __init__(self, submitted: dict[str, Any], **answers: Any) -> None:
-        self.submitted = submitted
-        self.answers = answers
-        self.kills: list[tuple[str, float | None]] = []
-
-    def _answer(self, name: str, default: Any) -> Any:
-        value = self.answers.get(name, default)
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    def hold(self, **kw: Any) -> dict[str, Any]:
-        return self._answer("hold", self.submitted)  # type: ignore[no-any-return]
-
-    def wait_until_scheduled(self, job_id: str, **kw: Any) -> dict[str, Any]:
-        return self._answer("scheduled", {**self.submitted, "state": "running"})  # type: ignore[no-any-return]
-
-    def wait_until_terminal(self, job_id: str, **kw: Any) -> dict[str, Any]:
-        return self._answer("terminal", {"id": job_id, "state": "killed"})  # type: ignore[no-any-return]
-
-    def kill(self, job_id: str, *, timeout: float | None = None) -> None:
-        self.kills.append((job_id, timeout))
-        self._answer("kill", None)
-
-    def get_job(self, job_id: str, **kw: Any) -> api.PolledJob:
-        return api.PolledJob(self._answer("refetch", {"id": job_id, "state": "killed"}))
-
-
-REQ = hold_cli.HoldRequest(ttl_seconds=60, reason="r", device="box:gpu0")
 GRANTED_JOB = {"id": "h1", "state": "assigned", "device_id": "box:gpu0"}
 QUEUED_JOB = {"id": "h1", "state": "queued"}
 
 
-def machine(client: Scripted) -> int:
-    return hold_cli.hold_device(client, REQ)  # type: ignore[arg-type]
+def held(submitted: Any, views: list[Any], kill: Any = None) -> tuple[Any, Steps]:
+    """``rc hold box:gpu0 --ttl 1m``'s machine, the controller answering from the lists."""
+
+    def reply(step: Any) -> Any:
+        if step.method == "POST" and step.path == "/v1/jobs":
+            return submitted
+        if step.path.endswith("/kill"):
+            return kill
+        answer = views.pop(0) if len(views) > 1 else views[0]
+        return answer if isinstance(answer, BaseException) else {"job": answer}
+
+    steps = Steps(reply)
+    wanted = submit.hold(60, "r", hold_cli.NAMES, device="box:gpu0")
+    return steps.run(hold_cli.held(wanted, "me", steps.clock)), steps
 
 
-def test_interrupt_while_granted_releases_within_the_bound(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    client = Scripted(GRANTED_JOB, terminal=signals.Interrupted(2))
-    assert machine(client) == 130  # CLI-126
-    assert client.kills == [("h1", 10.0)]  # CLI-057
-    assert capsys.readouterr().err.splitlines()[-1] == "rc: released hold h1"
+def kills(steps: Steps) -> list[Any]:
+    return [c.timeout for c in steps.requests("POST", "/v1/jobs/h1/kill")]
+
+
+def test_interrupt_while_granted_releases_within_the_bound() -> None:
+    done, steps = held(GRANTED_JOB, [signals.Interrupted(2)], kill={})
+    assert done.code == 130  # CLI-126
+    assert kills(steps) == [10.0]  # CLI-057
+    assert steps.notes[-1] == "released hold h1"
 
 
 @pytest.mark.parametrize(
     "error",
     [errors.TransportError("POST /v1/jobs/h1/kill: timed out"), errors.NotCancellableError("done")],
 )
-def test_a_failed_release_still_exits_130(
-    capsys: pytest.CaptureFixture[str], error: errors.ClientError
-) -> None:
-    client = Scripted(GRANTED_JOB, terminal=signals.Interrupted(15), kill=error)
-    assert machine(client) == 130
-    last = capsys.readouterr().err.splitlines()[-1]
-    assert "could not release hold h1" in last and str(error) in last
+def test_a_failed_release_still_exits_130(error: errors.ClientError) -> None:
+    done, steps = held(GRANTED_JOB, [signals.Interrupted(15)], kill=error)
+    assert done.code == 130
+    assert "could not release hold h1" in steps.notes[-1] and str(error) in steps.notes[-1]
 
 
-def test_interrupt_while_queued_cancels(capsys: pytest.CaptureFixture[str]) -> None:
-    client = Scripted(QUEUED_JOB, scheduled=signals.Interrupted(2))
-    assert machine(client) == 130  # CLI-122: CANCEL exactly as CLI-109
-    [(killed, timeout)] = client.kills
-    assert killed == "h1" and timeout == pytest.approx(10.0, abs=0.5)
-    assert capsys.readouterr().err == "rc: cancelled queued job h1\n"
+def test_interrupt_while_queued_cancels() -> None:
+    done, steps = held(QUEUED_JOB, [signals.Interrupted(2), {"id": "h1", "state": "killed"}], {})
+    assert done.code == 130  # CLI-122: CANCEL exactly as CLI-109
+    [timeout] = kills(steps)
+    assert timeout == pytest.approx(10.0, abs=0.5)
+    assert steps.notes == ["cancelled queued job h1"]
 
 
 def test_interrupt_during_the_submit_is_an_ordinary_failure() -> None:
-    client = Scripted(GRANTED_JOB, hold=signals.Interrupted(2))
     with pytest.raises(signals.Interrupted):
-        machine(client)
-    assert client.kills == []
+        held(signals.Interrupted(2), [GRANTED_JOB])
 
 
-def test_give_up_while_granted_fails_and_does_not_release() -> None:
-    client = Scripted(GRANTED_JOB, terminal=api.PollGiveUp("gave up waiting for job h1"))
-    with pytest.raises(common.Failure) as info:
-        machine(client)  # CLI-125
-    assert "h1" in str(info.value) and "TTL" in str(info.value)
-    assert client.kills == []
+def test_a_lost_controller_while_granted_fails_and_does_not_release() -> None:
+    done, steps = held(GRANTED_JOB, [errors.TransportError("refused")])
+    assert done.code == 1 and "h1" in done.message and "TTL" in done.message  # CLI-125
+    assert kills(steps) == [] and steps.now >= 300  # an outage is waited out first
 
 
-def test_give_up_while_queued_loses_track_and_leaves_the_hold() -> None:
-    client = Scripted(QUEUED_JOB, scheduled=api.PollGiveUp("gave up polling job h1"))
-    with pytest.raises(common.Failure) as info:
-        machine(client)  # CLI-122
-    text = str(info.value)
-    assert "lost track of hold h1" in text and "granted" in text and "rc ps" in text
-    assert client.kills == []
+def test_a_lost_controller_while_queued_loses_track_and_leaves_the_hold() -> None:
+    done, steps = held(QUEUED_JOB, [errors.TransportError("refused")])
+    assert done.code == 75  # CLI-122, and contact lost
+    assert "lost track of hold h1" in done.message and "granted" in done.message
+    assert "rc ps" in done.message and kills(steps) == []
 
 
 def test_already_terminal_after_the_queue() -> None:
     ended = {"id": "h1", "state": "killed", "started_at": "2026-08-13T12:00:00Z"}
-    client = Scripted(QUEUED_JOB, scheduled={**ended, "kill_reason": "worker lost"})
-    with pytest.raises(common.Failure) as info:
-        machine(client)
-    assert "h1" in str(info.value) and "already killed" in str(info.value)
+    done, _ = held(QUEUED_JOB, [{**ended, "kill_reason": "worker lost"}])
+    assert done.code == 1 and "h1" in done.message and "already killed" in done.message

@@ -117,6 +117,6 @@ def no_cursor() -> Iterator[str]:
 
 def test_a_controller_without_the_cursor_is_read_once(no_cursor: str) -> None:
     _NoCursor.asked.clear()
-    found = api.JsonClient(no_cursor, CLIENT).jobs(limit=500, timeout=10)
+    found = api.JsonClient(no_cursor, CLIENT).jobs(limit=500)
     assert [j["id"] for j in found] == [f"job-{i:03d}" for i in range(200)]
     assert len(_NoCursor.asked) == 2 and _NoCursor.asked[1]["before"] == ["job-199"]

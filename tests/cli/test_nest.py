@@ -18,7 +18,7 @@ import pytest
 
 from client.live import CLIENT, FakeWorker, LiveController
 from resource_controller.cli import common
-from resource_controller.cli.nest import Lease, chosen_device, current_lease, refuse_limits
+from resource_controller.cli.nest import JobLease, chosen_device, current_lease, refuse_limits
 
 RC = str(Path(sys.executable).parent / "rc")
 JOB = "0b9f3c1e-5a4d-4c2b-9e8f-7a6b5c4d3e2f"
@@ -32,13 +32,15 @@ def test_a_job_environment_names_the_lease() -> None:
     assert current_lease({}) is None
     assert current_lease({"RC_JOB_ID": JOB}) is None
     assert current_lease({"RC_DEVICE": "box:gpu0"}) is None
-    assert current_lease({"RC_JOB_ID": JOB, "RC_DEVICE": "box:gpu0"}) == Lease(JOB, ("box:gpu0",))
+    assert current_lease({"RC_JOB_ID": JOB, "RC_DEVICE": "box:gpu0"}) == JobLease(
+        JOB, ("box:gpu0",)
+    )
     env = {"RC_JOB_ID": JOB, "RC_DEVICE": "box:gpu0", "RC_DEVICES": "box:gpu0,box:gpu1"}
-    assert current_lease(env) == Lease(JOB, ("box:gpu0", "box:gpu1"))
+    assert current_lease(env) == JobLease(JOB, ("box:gpu0", "box:gpu1"))
 
 
 def test_which_requests_the_lease_answers() -> None:
-    lease = Lease(JOB, ("box:gpu0", "box:gpu1"))
+    lease = JobLease(JOB, ("box:gpu0", "box:gpu1"))
     assert chosen_device(lease, "", "", nobody) == "box:gpu0"  # no particular device
     assert chosen_device(lease, "box:gpu1", "", nobody) == "box:gpu1"
     assert chosen_device(lease, "box:gpu0,box:gpu1", "", nobody) == "box:gpu0"
@@ -49,7 +51,7 @@ def test_which_requests_the_lease_answers() -> None:
 
 
 def test_limits_of_its_own_are_refused() -> None:
-    lease = Lease(JOB, ("box:gpu0",))
+    lease = JobLease(JOB, ("box:gpu0",))
     refuse_limits(lease, 0, 0)
     with pytest.raises(common.Failure, match="--max-runtime cannot apply here"):
         refuse_limits(lease, 60, 0)

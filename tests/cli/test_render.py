@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from cli.conftest import Rc
-from resource_controller.cli import render, run, timefmt
-from resource_controller.client import api
+from resource_controller.cli import render, timefmt
+from resource_controller.client import api, calls
 
 
 def strip(text: str) -> list[str]:
@@ -42,7 +42,7 @@ def test_table_empty_last_cell_may_trail_spaces() -> None:
     [(3, 3), (-1, 255), (137, 137), (256, 1), (512, 1), (257, 1), (-256, 1), (1000, 232)],
 )
 def test_exit_status(code: int, status: int) -> None:
-    assert run.exit_status(code) == status
+    assert calls.exit_status(code) == status
 
 
 # ---- fixtures: the controller's answers, fixed ------------------------------------------------

@@ -46,11 +46,11 @@ def test_a_client_still_loads_its_transport_when_built() -> None:
     """... but not ``urllib.parse`` for plain URLs (``client.urls``: ~2.5 ms of ``rc run``)."""
     code = (
         "import sys\n"
-        "from resource_controller.client import api, messages\n"
+        "from resource_controller.client import api, calls\n"
         "c = api.JsonClient(controller='http://127.0.0.1:9', token='t')\n"
-        "path = messages.job_path('8c1f2a44-95b5-4c43-9c0b-2a4b0d6d8f10') + '/logs'\n"
-        "c._http._target(c._http._bases[0], path, {'follow': '1'})\n"
-        "messages.device_path('box:gpu0')\n"
+        "path = calls.job_path('8c1f2a44-95b5-4c43-9c0b-2a4b0d6d8f10') + '/logs'\n"
+        "c._http.bases.target(0, path, {'follow': '1'})\n"
+        "calls.device_path('box:gpu0')\n"
         "print(type(c._http).__module__, 'urllib.parse' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

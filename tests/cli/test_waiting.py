@@ -30,7 +30,7 @@ def hold_for(client: api.JsonClient, worker: FakeWorker, who: str, ttl: int = 18
     """A hold by ``who`` with reason "profiling", granted on box:gpu0."""
     worker.behaviour = play_hold
     other = api.JsonClient(client._http.base_url, CLIENT, submitter=who)
-    h = other.hold(device="box:gpu0", ttl_seconds=ttl, reason="profiling")
+    h = other.submit(None, device="box:gpu0", kind="hold", max_runtime=ttl, reason="profiling")
     wait_state(client, h["id"], "running")
     return str(h["id"])
 

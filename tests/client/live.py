@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from resource_controller.client import transport
+from resource_controller.client.calls import Call
 from resource_controller.clock import SystemClock
 from resource_controller.controller import serve
 from resource_controller.controller.deps import Services, Settings
@@ -41,8 +42,38 @@ class LiveController:
     def stop(self) -> None:
         self.served.stop()
 
-    def http(self, token: str = CLIENT) -> transport.Transport:
-        return transport.Transport(self.url, token)
+    def http(self, token: str = CLIENT) -> Http:
+        return Http(self.url, token)
+
+
+class Answered:
+    """A 2xx answer's JSON, as ``Http.request`` gives it."""
+
+    status = 200
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def json(self) -> Any:
+        return self.data
+
+
+class Http(transport.Transport):
+    """The client's transport with a request made of its parts: what a test sends as a
+    worker or a client, each answer's JSON kept (``None`` for an empty one)."""
+
+    def request(  # type: ignore[override]
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Answered:
+        return Answered(
+            super().request(Call(method, path, body=body, query=query, timeout=timeout))
+        )
 
 
 #: What a fake job does: given the worker and the assignment, return (state, exit code,
@@ -156,9 +187,9 @@ class FakeWorker:
                     return
                 time.sleep(0.05)
                 continue
-            if resp.status != 200:
-                continue
             data = resp.json()
+            if not data:
+                continue
             for job_id in data.get("kills") or []:
                 self.killed(job_id).set()
             for assignment in data.get("assignments") or []:
@@ -181,7 +212,7 @@ class FakeWorker:
             body["exit_code"] = code
         if reason:
             body["reason"] = reason
-        reporter = transport.Transport(self.http.base_url, WORKER)
+        reporter = Http(self.http.base_url, WORKER)
         try:
             reporter.request("POST", f"/v1/jobs/{job_id}/status", body=body, timeout=10)
         except Exception:

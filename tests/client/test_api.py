@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from client.fake_controller import FakeController, Reply
 from resource_controller import errors
-from resource_controller.client import api, transport
+from resource_controller.client import api, transport, waits
 
 
 def refused(*_: Any) -> errors.TransportError:
@@ -67,12 +68,12 @@ def test_submit_body_carries_every_set_field() -> None:
     client, http, _ = make(lambda m, p, kw: {"id": "j1"})
     client.submit(
         ["a"],
-        selector="vram>=40G",
+        select="vram>=40G",
         cwd="/w",
         env={"A": "1"},
         priority=-3,
-        max_runtime_seconds=90,
-        idle_timeout_seconds=5,
+        max_runtime=90,
+        idle_timeout=5.9,
         no_wait=True,
         stdio="tty",
     )
@@ -116,8 +117,8 @@ def test_jobs_query_only_non_empty_filters() -> None:
 def test_paths_keep_the_device_colon() -> None:
     client, http, _ = make(lambda m, p, kw: {"retired": "box:gpu0", "note": ""})
     client.describe("box:gpu0")
-    client.clear("box:gpu/0")
-    client.retire("box:gpu0")
+    client.device_action("box:gpu/0", "clear")
+    client.device_action("box:gpu0", "")
     paths = [p for _, p, _ in http.calls]
     assert paths == [
         "/v1/devices/box:gpu0/describe",
@@ -148,19 +149,11 @@ def view(state: str, position: int = 0) -> dict[str, Any]:
     return out
 
 
-def test_scheduled_reports_position_changes_then_returns() -> None:
-    script = [
-        view("queued", 3),
-        view("queued", 3),
-        view("queued", 2),
-        view("queued", 1),
-        view("assigned"),
-    ]
-    client, http, clock = make(lambda m, p, kw: script.pop(0))
-    positions: list[int] = []
-    job = client.wait_until_scheduled("j", on_position=positions.append)
+def test_scheduled_polls_until_the_job_leaves_the_queue() -> None:
+    script = [view("queued", 3), view("queued", 3), view("queued", 2), view("queued", 1)]
+    client, http, clock = make(lambda m, p, kw: script.pop(0) if script else view("assigned"))
+    job = client.wait_until_scheduled("j")
     assert job["state"] == "assigned"
-    assert positions == [3, 2, 1]
     assert all(kw["timeout"] == 1.0 for _, _, kw in http.calls)  # CLI-191
     assert clock.sleeps == [0.5] * 4  # CLI-190
 
@@ -172,7 +165,7 @@ def test_scheduled_returns_terminal_jobs_too() -> None:
 
 def test_scheduled_gives_up_on_the_17th_consecutive_failure() -> None:
     client, http, _ = make(refused)
-    with pytest.raises(api.PollGiveUp, match=r"job j after 17"):
+    with pytest.raises(waits.PollGiveUp, match=r"job j after 17"):
         client.wait_until_scheduled("j")
     assert len(http.calls) == 17
 
@@ -186,14 +179,14 @@ def test_scheduled_failures_reset_on_success() -> None:
 
 def test_scheduled_non_2xx_counts_as_failure() -> None:
     client, http, _ = make(lambda m, p, kw: errors.ApiError("store_error", "db", 500))
-    with pytest.raises(api.PollGiveUp):
+    with pytest.raises(waits.PollGiveUp):
         client.wait_until_scheduled("j")
     assert len(http.calls) == 17
 
 
 def test_scheduled_deadline_is_a_timeout_not_a_give_up() -> None:
     client, http, clock = make(lambda m, p, kw: view("queued", 1))
-    with pytest.raises(api.WaitTimeout, match="deadline exceeded"):
+    with pytest.raises(waits.WaitTimeout, match="deadline exceeded"):
         client.wait_until_scheduled("j", deadline=1.2)
     assert clock.now == pytest.approx(1.2)
     assert http.calls[-1][2]["timeout"] <= 1.0
@@ -212,21 +205,21 @@ def test_terminal_returns_once_terminal() -> None:
 def test_terminal_gives_up_on_the_6th_failure_naming_last_state() -> None:
     script: list[Any] = [view("running"), *[refused()] * 6]
     client, http, _ = make(lambda m, p, kw: script.pop(0))
-    with pytest.raises(api.PollGiveUp, match=r"job j.*last known state: running"):
+    with pytest.raises(waits.PollGiveUp, match=r"job j.*last known state: running"):
         client.wait_until_terminal("j")
     assert len(http.calls) == 7
 
 
 def test_terminal_unknown_state_when_never_seen() -> None:
     client, _, _ = make(refused)
-    with pytest.raises(api.PollGiveUp, match="last known state: unknown"):
+    with pytest.raises(waits.PollGiveUp, match="last known state: unknown"):
         client.wait_until_terminal("j")
 
 
 def test_terminal_overall_bound_names_bound_job_and_state() -> None:
     client, _, clock = make(lambda m, p, kw: view("assigned"))
     with pytest.raises(
-        api.WaitTimeout, match=r"job j did not finish within 5m0s \(last known state: assigned\)"
+        waits.WaitTimeout, match=r"job j did not finish within 5m0s \(last known state: assigned\)"
     ):
         client.wait_until_terminal("j", bound=300)
     assert clock.now == pytest.approx(300)
@@ -235,46 +228,18 @@ def test_terminal_overall_bound_names_bound_job_and_state() -> None:
 # ---- EXT-CLI-5: resuming a broken stream ------------------------------------------------------
 
 
-class Broken:
+def broken(chunks: list[bytes], breaks: bool) -> Iterator[bytes]:
     """A stream that yields its chunks, then breaks (or ends)."""
-
-    def __init__(self, chunks: list[bytes], breaks: bool) -> None:
-        self.chunks = chunks
-        self.breaks = breaks
-
-    def __iter__(self) -> Broken:
-        return self
-
-    def __next__(self) -> bytes:
-        if self.chunks:
-            return self.chunks.pop(0)
-        if self.breaks:
-            raise errors.TransportError("GET logs: reset")
-        raise StopIteration
-
-    def __enter__(self) -> Broken:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
+    yield from chunks
+    if breaks:
+        raise errors.TransportError("GET logs: reset")
 
 
 def test_output_resumes_at_the_offset_reached() -> None:
-    streams = [Broken([b"abc", b"de"], True), Broken([b"fg"], False)]
+    streams = [broken([b"abc", b"de"], True), broken([b"fg"], False)]
     client, http, _ = make(lambda m, p, kw: streams.pop(0))
-    breaks: list[errors.ClientError] = []
-    assert b"".join(client.output("j", on_break=breaks.append)) == b"abcdefg"
+    assert b"".join(client.output("j")) == b"abcdefg"
     assert [kw["query"] for _, _, kw in http.calls] == [None, {"offset": "5"}]
-    assert len(breaks) == 1
-
-
-def test_output_without_reconnect_raises_the_break() -> None:
-    client, _, _ = make(lambda m, p, kw: Broken([b"x"], True))
-    got = []
-    with pytest.raises(errors.TransportError):
-        for chunk in client.output("j", reconnect=False):
-            got.append(chunk)
-    assert got == [b"x"]
 
 
 def test_output_refusal_is_final() -> None:
@@ -287,14 +252,15 @@ def test_output_refusal_is_final() -> None:
     assert len(http.calls) == 1
 
 
-def test_output_gives_up_after_repeated_empty_attempts() -> None:
+def test_output_waits_out_an_outage_then_says_it_lost_contact() -> None:
     def reply(m: str, p: str, kw: dict[str, Any]) -> Any:
         raise errors.TransportError("refused")
 
-    client, http, _ = make(reply)
-    with pytest.raises(errors.TransportError):
+    client, http, clock = make(reply)
+    with pytest.raises(waits.LostContact) as info:
         list(client.output("j"))
-    assert len(http.calls) == api.STREAM_GIVE_UP
+    assert clock.now >= waits.QUIET and info.value.job_id == "j"
+    assert len(http.calls) == pytest.approx(waits.QUIET / waits.POLL_INTERVAL, abs=2)
 
 
 # ---- EXT-PYAPI-1: configuration from the environment ------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from resource_controller.client import config
+from resource_controller.client import config, config_write
 
 
 class Warnings(list[str]):
@@ -16,9 +16,9 @@ class Warnings(list[str]):
         self.append(message)
 
 
-def settings(env: dict[str, str]) -> tuple[config.Settings, Warnings]:
+def settings(env: dict[str, str]) -> tuple[config.ClientSettings, Warnings]:
     warnings = Warnings()
-    return config.Settings(env, warn=warnings), warnings
+    return config.ClientSettings(env, warn=warnings), warnings
 
 
 # ---- CLI-020: where the file is -------------------------------------------------------
@@ -48,12 +48,12 @@ def test_macos_application_support() -> None:
 
 
 def test_relative_xdg_is_an_error() -> None:
-    with pytest.raises(config.ConfigError, match="relative"):
+    with pytest.raises(config.ClientConfigError, match="relative"):
         config.config_path({"XDG_CONFIG_HOME": "rel/dir", "HOME": "/home/a"})
 
 
 def test_neither_variable_is_an_error() -> None:
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(config.ClientConfigError):
         config.config_path({})
 
 
@@ -176,7 +176,7 @@ def test_an_unknown_key_is_refused_by_its_dotted_name(
 
 
 def test_every_unknown_key_is_named() -> None:
-    with pytest.raises(config.ConfigError) as exc:
+    with pytest.raises(config.ClientConfigError) as exc:
         config.parse_config('a: "1"\nrun: {b: true}\ntoken: "t"\n', "/c.yaml")
     assert "unknown keys a, run.b" in exc.value.message
 
@@ -222,7 +222,7 @@ def test_default_warning_goes_to_stderr_with_prefix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write(tmp_path / "c.yaml", "controller: [x\n")
-    s = config.Settings({"RC_CONFIG": str(tmp_path / "c.yaml")})
+    s = config.ClientSettings({"RC_CONFIG": str(tmp_path / "c.yaml")})
     s.token()
     s.controller()
     err = capsys.readouterr().err
@@ -265,14 +265,14 @@ def test_derived_submitter(tmp_path: Path) -> None:
 def test_simple_form_matches_yaml(text: str) -> None:
     import yaml
 
-    fast = config._parse_simple(text)
+    fast = config.parse_simple(text)
     assert fast is not None
     assert fast == yaml.safe_load(text)
 
 
 @pytest.mark.parametrize("text", ["controller: http://x\n", 'a: "x"\na: "y"\n', "k: 'q'\n"])
 def test_other_forms_go_to_yaml(text: str) -> None:
-    assert config._parse_simple(text) is None
+    assert config.parse_simple(text) is None
 
 
 # ---- EXT-UP-3: writing the client side -----------------------------------------------------
@@ -280,18 +280,20 @@ def test_other_forms_go_to_yaml(text: str) -> None:
 
 def test_write_creates_file_0600_and_reads_back(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path)}
-    path = config.write_client_config("http://127.0.0.1:8080", "ctok-1", force=False, env=env)
+    path = config_write.update_client_config(
+        "http://127.0.0.1:8080", "ctok-1", force=False, env=env
+    ).path
     assert path == tmp_path / ".config/rc/config.yaml"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     s, warnings = settings(env)
     assert (s.controller(), s.token(), warnings) == ("http://127.0.0.1:8080", "ctok-1", [])
-    assert config._parse_simple(path.read_text()) is not None  # the fast form
+    assert config.parse_simple(path.read_text()) is not None  # the fast form
 
 
 def test_write_keeps_existing_values_without_force(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     write(tmp_path / "c.yaml", "controller: http://shared:9\nsubmitter: me\n")
-    config.write_client_config("http://127.0.0.1:8080", "new", force=False, env=env)
+    config_write.update_client_config("http://127.0.0.1:8080", "new", force=False, env=env)
     s, warnings = settings(env)
     assert s.controller() == "http://shared:9"  # kept
     assert s.token() == "new"  # was absent: filled in
@@ -304,11 +306,11 @@ def test_write_refuses_a_file_with_an_unknown_key_and_force_drops_it(tmp_path: P
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     text = "submitter: me\nsubmiter: typo\nrun:\n  here: false\n  hre: true\n"
     write(tmp_path / "c.yaml", text)
-    with pytest.raises(config.ConfigError) as exc:
-        config.update_client_config("http://a", "t", force=False, env=env)
+    with pytest.raises(config.ClientConfigError) as exc:
+        config_write.update_client_config("http://a", "t", force=False, env=env)
     assert "submiter, run.hre" in exc.value.message and "--force" in exc.value.message
     assert (tmp_path / "c.yaml").read_text() == text
-    config.update_client_config("http://a", "t", force=True, env=env)
+    config_write.update_client_config("http://a", "t", force=True, env=env)
     s, warnings = settings(env)
     assert (s.token(), s.file.submitter, s.run_here(), warnings) == ("t", "me", False, [])
 
@@ -316,7 +318,7 @@ def test_write_refuses_a_file_with_an_unknown_key_and_force_drops_it(tmp_path: P
 def test_write_with_force_overwrites(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     write(tmp_path / "c.yaml", 'controller: "http://shared:9"\ntoken: "old"\n')
-    config.write_client_config("http://127.0.0.1:8080", "new", force=True, env=env)
+    config_write.update_client_config("http://127.0.0.1:8080", "new", force=True, env=env)
     s, _ = settings(env)
     assert (s.controller(), s.token()) == ("http://127.0.0.1:8080", "new")
 
@@ -324,10 +326,10 @@ def test_write_with_force_overwrites(tmp_path: Path) -> None:
 def test_write_refuses_to_clobber_a_broken_file_without_force(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
     write(tmp_path / "c.yaml", "controller: [broken\n")
-    with pytest.raises(config.ConfigError):
-        config.write_client_config("http://a", "t", force=False, env=env)
+    with pytest.raises(config.ClientConfigError):
+        config_write.update_client_config("http://a", "t", force=False, env=env)
     assert (tmp_path / "c.yaml").read_text() == "controller: [broken\n"
-    config.write_client_config("http://a", "t", force=True, env=env)
+    config_write.update_client_config("http://a", "t", force=True, env=env)
     assert settings(env)[0].token() == "t"
 
 
@@ -335,7 +337,7 @@ def test_write_resets_process_settings(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("RC_CONFIG", str(tmp_path / "c.yaml"))
     first = config.settings()
     assert first.token() == ""
-    config.write_client_config("http://a", "tok", force=False)
+    config_write.update_client_config("http://a", "tok", force=False)
     assert config.settings() is not first
     assert config.settings().token() == "tok"
 
@@ -360,7 +362,7 @@ def test_run_here_is_read(tmp_path: Path, text: str, here: bool) -> None:
 
 
 def test_the_written_run_here_form_needs_no_yaml() -> None:
-    assert config._parse_simple('run: {here: true}\ntoken: "t"\n') == {
+    assert config.parse_simple('run: {here: true}\ntoken: "t"\n') == {
         "run": {"here": True},
         "token": "t",
     }
@@ -376,16 +378,16 @@ def test_a_bad_run_section_is_a_broken_file(tmp_path: Path, text: str) -> None:
 
 def test_up_writes_run_here_and_says_what_it_kept(tmp_path: Path) -> None:
     env = {"RC_CONFIG": str(tmp_path / "c.yaml")}
-    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
+    done = config_write.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
     assert (done.written, dict(done.kept)) == (("controller", "token", "run.here"), {})
-    assert config._parse_simple((tmp_path / "c.yaml").read_text()) is not None  # fast form
+    assert config.parse_simple((tmp_path / "c.yaml").read_text()) is not None  # fast form
     assert settings(env)[0].run_here() is True
 
     write(tmp_path / "c.yaml", 'controller: "http://shared:9"\nrun: {here: false}\n')
-    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
+    done = config_write.update_client_config("http://127.0.0.1:8080", "tok", force=False, env=env)
     assert done.written == ("token",)
     assert dict(done.kept) == {"controller": "http://shared:9", "run.here": False}
-    done = config.update_client_config("http://127.0.0.1:8080", "tok", force=True, env=env)
+    done = config_write.update_client_config("http://127.0.0.1:8080", "tok", force=True, env=env)
     assert done.written == ("controller", "token") and dict(done.kept) == {"run.here": False}
     s, _ = settings(env)
     assert (s.controller(), s.run_here()) == ("http://127.0.0.1:8080", False)

@@ -67,7 +67,8 @@ def test_every_code_has_its_own_class(code: str, status: int) -> None:
     cls = errors.API_CODES[code]
     assert issubclass(cls, errors.RcError)
     assert cls.code == code and cls.status == status
-    raised = transport.api_error(status, "", f'{{"error": "{code}", "message": "why"}}'.encode())
+    body = f'{{"error": "{code}", "message": "why"}}'.encode()
+    raised = transport.Bases("http://ctl").refusal(status, "", body, "t")
     assert isinstance(raised, cls) and isinstance(raised, errors.ApiError)
     assert (raised.code, raised.status, raised.message) == (code, status, "why")
     assert str(raised) == f"{code}: why"  # CLI-042's rendering is unchanged
@@ -78,7 +79,8 @@ def test_codes_map_to_distinct_classes() -> None:
 
 
 def test_an_unknown_code_is_a_plain_api_error() -> None:
-    raised = transport.api_error(418, "", b'{"error": "teapot", "message": "short"}')
+    body = b'{"error": "teapot", "message": "short"}'
+    raised = transport.Bases("http://ctl").refusal(418, "", body, "t")
     assert type(raised) is errors.ApiError and raised.code == "teapot"
 
 

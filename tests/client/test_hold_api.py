@@ -1,19 +1,14 @@
-"""``Client.hold``: the submit body of a hold (CLI-121, EXT-CLI-1, EXT-CLI-4)."""
+"""The submit of a hold (CLI-121, EXT-CLI-1, EXT-CLI-4), and what cannot be one."""
 
 from __future__ import annotations
 
 import pytest
 
-from client.test_api import make
+from resource_controller.client import submit
 
 
 def test_hold_body_is_exactly_a_hold() -> None:
-    client, http, _ = make(lambda m, p, kw: {"id": "h1", "state": "queued"})
-    job = client.hold(ttl_seconds=1800, reason="manual profiling", device="box:gpu0")
-    assert job == {"id": "h1", "state": "queued"}
-    method, path, kw = http.calls[0]
-    assert (method, path) == ("POST", "/v1/jobs")
-    body = kw["body"]
+    body = submit.hold(1800, "manual profiling", device="box:gpu0").body("alice@box")
     assert set(body) == {
         "kind",
         "device_id",
@@ -31,18 +26,14 @@ def test_hold_body_is_exactly_a_hold() -> None:
 
 
 def test_hold_keys_are_fresh_and_any_device_sends_neither() -> None:
-    client, http, _ = make(lambda m, p, kw: {"id": "h1"})
-    client.hold(ttl_seconds=60, reason="r")
-    client.hold(ttl_seconds=60, reason="r", selector="vram>=40G")
-    first, second = (kw["body"] for _, _, kw in http.calls)
+    first = submit.hold(60, "r").body("me")
+    second = submit.hold("1m", "r", select="vram>=40G").body("me")
     assert "device_id" not in first and "selector" not in first  # EXT-CLI-1
-    assert second["selector"] == "vram>=40G"
+    assert second["selector"] == "vram>=40G" and second["max_runtime_seconds"] == 60
     assert first["idempotency_key"] != second["idempotency_key"]  # EXT-CLI-4
 
 
 @pytest.mark.parametrize(("ttl", "reason"), [(0, "r"), (-5, "r"), (60, ""), (60, "  ")])
 def test_hold_refuses_what_cannot_be_a_hold(ttl: int, reason: str) -> None:
-    client, http, _ = make(lambda m, p, kw: {"id": "h1"})
     with pytest.raises(ValueError):
-        client.hold(ttl_seconds=ttl, reason=reason)
-    assert http.calls == []
+        submit.hold(ttl, reason)

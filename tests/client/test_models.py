@@ -1,4 +1,4 @@
-"""The Python API's typed views and argument checks, without a controller (EXT-PYAPI-1)."""
+"""The Python API's typed views, without a controller (EXT-PYAPI-1)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from resource_controller.client import api, models, options
+from resource_controller.client import machine, models
 
 
 def job(**fields: object) -> models.JobInfo:
@@ -62,7 +62,7 @@ def test_queue_facts_only_while_queued() -> None:
     ],
 )
 def test_run_exit_code_is_rc_runs(fields: dict[str, object], code: int) -> None:  # CLI-050
-    assert models.run_exit_code(job(**fields)) == code
+    assert machine.ended({"id": "j1", **fields}).code == code
 
 
 def test_a_lease_reports_the_workers_cuda_index_and_env() -> None:  # WRK-077, EXT-GANG-4
@@ -117,68 +117,6 @@ def test_devices_read_labels_as_selectors_do() -> None:
     )
     assert device.label_map == {"vram": "16G"} and device.free
     assert not models.Device.from_view({"device": {"state": "ready"}, "job_id": "j"}).free
-
-
-@pytest.mark.parametrize(("value", "out"), [(None, 0.0), (90, 90.0), ("1h30m", 5400.0)])
-def test_durations_take_seconds_or_text(value: options.Duration | None, out: float) -> None:
-    assert options.seconds(value, "ttl") == out
-
-
-@pytest.mark.parametrize(
-    ("value", "message"), [(-1, "negative"), ("2d", "invalid ttl"), ("0.5s", "at least 1s")]
-)
-def test_bad_durations_name_the_argument(value: options.Duration, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        options.ceiling(value, "ttl")
-
-
-def test_target_and_argv_checks() -> None:
-    with pytest.raises(ValueError, match="not both"):
-        options.target("b:gpu0", "vram>=8G", 1)
-    with pytest.raises(ValueError, match="count"):
-        options.target("", "", 0)
-    with pytest.raises(ValueError, match="one device"):
-        options.target("b:gpu0", "", 2)
-    with pytest.raises(ValueError, match="does not match"):
-        options.target(["b:gpu0", "b:gpu1"], "", 3)
-    with pytest.raises(ValueError, match="more than once"):
-        options.target(["b:gpu0", "b:gpu0"], "", 1)
-    with pytest.raises(ValueError, match="not both"):
-        options.target(["b:gpu0", "b:gpu1"], "vram>=8G", 1)
-    with pytest.raises(TypeError, match="list of strings"):
-        options.check_argv("python train.py")
-    with pytest.raises(ValueError, match="non-empty"):
-        options.check_argv([])
-
-
-def test_a_count_the_controller_ignored_is_caught() -> None:
-    placed = {"id": "j", "state": "assigned", "device_id": "b:gpu0"}
-    assert "does not support count" in options.count_shortfall(placed, 2)
-    assert options.count_shortfall(placed, 1) == ""
-    assert options.count_shortfall({**placed, "device_ids": ["b:gpu0", "b:gpu1"]}, 2) == ""
-    assert options.count_shortfall({**placed, "state": "queued"}, 2) == ""
-
-
-def test_count_is_sent_only_when_not_one() -> None:  # EXT-GANG-6
-    assert "count" not in api.submit_body("me", ["x"], count=1)
-    assert api.submit_body("me", ["x"], count=2)["count"] == 2
-
-
-@pytest.mark.parametrize(
-    ("device", "count", "expected"),
-    [
-        ("", 1, options.Target("", (), 1)),
-        ("", 3, options.Target("", (), 3)),
-        ("b:gpu0", 1, options.Target("b:gpu0", (), 1)),
-        (["b:gpu0"], 1, options.Target("b:gpu0", (), 1)),
-        (["b:gpu1", "b:gpu0"], 1, options.Target("", ("b:gpu0", "b:gpu1"), 2)),
-        ("b:gpu1,b:gpu0", 2, options.Target("", ("b:gpu0", "b:gpu1"), 2)),
-    ],
-)
-def test_a_device_list_implies_its_count(
-    device: str | list[str], count: int, expected: options.Target
-) -> None:
-    assert options.target(device, "", count) == expected
 
 
 def test_an_explanation_carries_the_no_match_hint() -> None:

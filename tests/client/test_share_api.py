@@ -1,53 +1,12 @@
-"""The Python API's ``after`` (EXT-SHARE-2, EXT-PYAPI-2): what it sends, what it refuses
-before any request, and a pipeline run against a live controller."""
+"""The Python API's ``after`` (EXT-SHARE-2, EXT-PYAPI-2): a pipeline run against a live
+controller (what it sends and refuses: ``test_submit.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from client.live import CLIENT, FakeWorker, LiveController, run_for_real
 from resource_controller import AsyncClient, Client
-from resource_controller.client import messages, options
-
-
-def test_submit_body_sends_after_only_when_given() -> None:
-    plain = messages.submit_body("me", ["x"])
-    assert "after" not in plain and "after_any" not in plain
-    body = messages.submit_body("me", ["x"], after=["a", "b"], after_any=True)
-    assert body["after"] == ["a", "b"] and body["after_any"] is True
-
-
-@pytest.mark.parametrize(
-    ("after", "after_any", "no_wait", "expected"),
-    [
-        (None, False, False, []),
-        ("abc123", False, False, ["abc123"]),
-        ("abc123, def456,abc123", False, False, ["abc123", "def456"]),
-        (["abc123", "def456"], True, False, ["abc123", "def456"]),
-    ],
-)
-def test_after_ids(after: object, after_any: bool, no_wait: bool, expected: list[str]) -> None:
-    assert options.after_ids(after, after_any, no_wait) == expected
-
-
-@pytest.mark.parametrize(
-    ("after", "after_any", "no_wait", "error", "words"),
-    [
-        (None, True, False, ValueError, "after_any needs after"),
-        ("abc123", False, True, ValueError, "cannot be used together"),
-        (["abc123", ""], False, False, ValueError, "empty job ID"),
-        ([f"j{i}" for i in range(65)], False, False, ValueError, "at most 64"),
-        (42, False, False, TypeError, "job IDs or jobs"),
-        ([42], False, False, TypeError, "job IDs or jobs"),
-    ],
-)
-def test_after_is_refused_before_any_request(
-    after: object, after_any: bool, no_wait: bool, error: type[Exception], words: str
-) -> None:
-    with pytest.raises(error, match=words):
-        options.after_ids(after, after_any, no_wait)
 
 
 def test_a_pipeline_runs_in_order(controller: LiveController, worker: FakeWorker) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from resource_controller import errors
 from resource_controller.client import aio_transport, transport
+from resource_controller.client.calls import Call
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -102,8 +103,8 @@ def test_a_trusted_certificate_serves_requests_on_one_connection(
     url, cert_file, peers = tls_stub
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
     t = transport.Transport(url, "t")
-    assert t.request("GET", "/v1/state").json() == {"path": "/v1/state"}
-    assert t.request("GET", "/v1/whoami").json() == {"path": "/v1/whoami"}
+    assert t.request(Call("GET", "/v1/state")) == {"path": "/v1/state"}
+    assert t.request(Call("GET", "/v1/whoami")) == {"path": "/v1/whoami"}
     assert len(set(peers)) == 1
 
 
@@ -114,7 +115,7 @@ def test_an_untrusted_certificate_fails_the_request(
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
     with pytest.raises(errors.TransportError) as info:
-        transport.Transport(url, "t").request("GET", "/v1/state")
+        transport.Transport(url, "t").request(Call("GET", "/v1/state"))
     assert str(info.value).startswith(f"GET {url}/v1/state: ")
     assert "certificate verify failed" in str(info.value)
     assert peers == []
@@ -129,7 +130,7 @@ def test_the_asyncio_shell_checks_the_certificate_the_same_way(
     async def get() -> Any:
         t = aio_transport.AsyncTransport(url, "t")
         try:
-            return await t.request("GET", "/v1/state", timeout=10)
+            return await t.request(Call("GET", "/v1/state", timeout=10))
         finally:
             await t.aclose()
 

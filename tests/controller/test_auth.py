@@ -357,30 +357,28 @@ def test_every_field_the_clients_send_is_known() -> None:
     # The reference client's submit keys (CLI-072) and what our own client adds
     # (count, device_ids: EXT-GANG-6) are all fields of the submit body.
     from resource_controller import wire
-    from resource_controller.client import messages
+    from resource_controller.client.submit import Submit
 
     cli_072 = {
         "device_id", "selector", "command", "cwd", "env", "submitter", "idempotency_key",
         "priority", "max_runtime_seconds", "idle_timeout_seconds", "no_wait", "kind",
         "reason", "stdio",
     }  # fmt: skip
-    body = messages.submit_body(
-        "alice",
+    one = Submit(
         ["x"],
-        device="h:g",
-        selector="a=b",
+        device="h:g,h:h",
         cwd="/w",
         env={"A": "1"},
         priority=1,
-        max_runtime_seconds=1,
-        idle_timeout_seconds=1,
+        max_runtime=1,
+        idle_timeout=1,
         no_wait=True,
         kind="job",
         reason="r",
         stdio="pipe",
-        count=2,
-        device_ids=["h:g", "h:h"],
-    )
+    ).body("alice")
+    other = Submit(["x"], select="a=b", count=2, after=["j1"], after_any=True)
+    body = {**one, **other.body("alice", after=["j1"])}
     assert set(body) <= set(wire.SubmitRequest.model_fields)
     assert cli_072 <= set(wire.SubmitRequest.model_fields)
 

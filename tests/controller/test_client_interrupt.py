@@ -13,18 +13,20 @@ import pytest
 from controller_harness import Harness
 
 from resource_controller.client.aio import AsyncClient
+from resource_controller.client.calls import Call
 from resource_controller.client.sync import Client
 
 
 def _interrupted_on_return(real: Any) -> Any:
-    """``real``, with a SIGINT to this process just before its answer is handed back."""
+    """``real``, with a SIGINT to this process just before a submit's answer is handed back."""
 
-    def call(*args: Any, **kw: Any) -> Any:
-        answer = real(*args, **kw)
-        os.kill(os.getpid(), signal.SIGINT)
+    def request(call: Call) -> Any:
+        answer = real(call)
+        if (call.method, call.path) == ("POST", "/v1/jobs"):
+            os.kill(os.getpid(), signal.SIGINT)
         return answer
 
-    return call
+    return request
 
 
 @pytest.mark.parametrize("how", ["hold", "run"])
@@ -32,13 +34,12 @@ def test_an_interrupt_during_the_submit_cancels_the_job(rc: Harness, how: str) -
     rc.register(devices=("gpu0",))
     with Client(rc.url, "ctok", submitter="tester") as client:
         first = client.hold(ttl="10m", device="gpubox:gpu0", wait=False)  # the device taken
-        if how == "hold":
-            client.low.hold = _interrupted_on_return(client.low.hold)  # type: ignore[method-assign]
-            with pytest.raises(KeyboardInterrupt):
+        http = client.low._http
+        http.request = _interrupted_on_return(http.request)  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            if how == "hold":
                 client.hold(ttl="10m", device="gpubox:gpu0")
-        else:
-            client.low.submit = _interrupted_on_return(client.low.submit)  # type: ignore[method-assign]
-            with pytest.raises(KeyboardInterrupt):
+            else:
                 client.run(["true"], device="gpubox:gpu0")
         (job,) = [j for j in client.jobs(limit=10) if j.id != first.id]
     assert job.state == "killed" and job.started_at is None  # left the queue
@@ -54,9 +55,9 @@ def test_a_cancel_while_the_async_submit_is_answered_cancels_the_job(rc: Harness
             real = client._http.request
             holding: list[asyncio.Task[Any]] = []
 
-            async def answered_late(method: str, path: str, **kw: Any) -> Any:
-                answer = await real(method, path, **kw)
-                if method == "POST" and path == "/v1/jobs":
+            async def answered_late(call: Call) -> Any:
+                answer = await real(call)
+                if (call.method, call.path) == ("POST", "/v1/jobs"):
                     holding[0].cancel()  # the hold is queued; its answer still on its way
                     await asyncio.sleep(0.05)
                 return answer

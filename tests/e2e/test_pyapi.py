@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from resource_controller import AsyncClient, Client, CountNotHonoured, JobFailed, errors
-from resource_controller.client.api import WaitTimeout
+from resource_controller.client.waits import WaitTimeout
 
 from .cluster import Cluster, free_port, stop, wait_for
 

@@ -17,6 +17,7 @@ import pytest
 
 from resource_controller import wire
 from resource_controller.client import api, shapes, transport
+from resource_controller.client.calls import Call
 from resource_controller.worker.channel import parse_poll_body
 
 # ---- the worker's poll parser --------------------------------------------------------
@@ -71,8 +72,9 @@ class Canned:
     def __init__(self, answers: dict[str, str]) -> None:
         self.answers = answers
 
-    def request(self, method: str, path: str, **_: Any) -> transport.Response:
-        return transport.Response(200, self.answers[path].encode(), f"{method} {path}")
+    def request(self, call: Call) -> Any:
+        request = f"{call.method} {call.path}"
+        return call.answer(transport.decode(self.answers[call.path].encode(), request), request)
 
     def close(self) -> None:
         pass

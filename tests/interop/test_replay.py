@@ -92,10 +92,9 @@ class Replayer:
                 device=a["device_id"],
                 env=a.get("env") or None,
                 cwd=a.get("cwd") or "",
-                max_runtime_seconds=a.get("max_runtime_seconds") or 0,
-                idle_timeout_seconds=a.get("idle_timeout_seconds") or 0,
+                max_runtime=a.get("max_runtime_seconds") or 0,
+                idle_timeout=a.get("idle_timeout_seconds") or 0,
                 kind=a.get("kind") or "",
-                idempotency_key="",
             )
             assert job["state"] == "assigned", job
             self.ids[a["job_id"]] = job["id"]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from resource_controller import errors
-from resource_controller.cli import common, hold, jobs, run
+from resource_controller.cli import common, jobs, run
+from resource_controller.client import calls, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "agents.md"
@@ -114,21 +115,21 @@ def _documented_exit_codes() -> set[str]:
 
 def test_the_exit_code_table_covers_what_the_command_line_does() -> None:
     documented = _documented_exit_codes()
-    assert documented == {"0", "1", "130", "job's code"}
-    assert run.EXIT_INTERRUPTED == jobs.EXIT_INTERRUPTED == 130
+    assert documented == {"0", "1", "75", "130", "job's code"}
+    assert run.EXIT_INTERRUPTED == jobs.EXIT_INTERRUPTED == machine.EXIT_INTERRUPTED == 130
+    assert run.EXIT_LOST == machine.EXIT_LOST == 75  # contact lost: rc run, rc hold
     assert common.Failure.exit_code == 1
     # The job's code as the OS presents it; a multiple of 256 never reads as success.
-    assert [run.exit_status(n) for n in (3, -1, 137, 256, 512)] == [3, 255, 137, 1, 1]
+    assert [calls.exit_status(n) for n in (3, -1, 137, 256, 512)] == [3, 255, 137, 1, 1]
     # Every literal exit status in the command line is one of the table's.
     literal = set()
-    for path in (SRC / "cli").glob("*.py"):
+    for path in [*(SRC / "cli").glob("*.py"), SRC / "client" / "machine.py"]:
         text = path.read_text()
         literal |= set(re.findall(r"(?:SystemExit|_exit|ctx\.exit|sys\.exit)\((\d+)\)", text))
         literal |= set(re.findall(r"EXIT_\w+ = (\d+)", text))
         literal |= set(re.findall(r"exit_code = (\d+)", text))
     assert literal, "the scan found no exit status at all"
     assert literal <= documented, literal - documented
-    assert vars(hold)["run"] is run  # rc hold's 130 is rc run's constant
 
 
 SKILL = ROOT / "skills" / "resource-controller" / "SKILL.md"

@@ -129,9 +129,9 @@ def test_the_kill_reason_names_the_job() -> None:
 
 
 def test_at_most_64_jobs_in_after() -> None:
-    from resource_controller.cli import runargs
+    from resource_controller.client import submit
 
-    assert limits.AFTER.count == 64 == runargs.AFTER_MAX
+    assert limits.AFTER.count == 64 == submit.AFTER_MAX
 
 
 # ---- the name a limit counts under (EXT-SHARE-1 with EXT-WHO) -----------------------------

@@ -15,9 +15,7 @@ import click
 
 from resource_controller.cli import basics
 from resource_controller.cli.basics import Failure as Failure
-from resource_controller.cli.basics import Gang as Gang
-from resource_controller.cli.basics import check_ceiling as check_ceiling
-from resource_controller.cli.basics import devices_text as devices_text
+from resource_controller.client.machine import devices_text as devices_text
 from resource_controller.core import durations
 
 #: Every command answers -h as well as --help (CLI §1).
@@ -169,19 +167,6 @@ def check_job_state(state: str) -> None:
     valid = [s.value for s in JobState]
     if state not in valid:
         raise click.UsageError(f"unknown state {state!r} (valid states: {', '.join(valid)})")
-
-
-def whole_seconds(seconds: float) -> int:
-    """Durations go on the wire as whole seconds, truncated toward zero."""
-    return int(seconds)
-
-
-def gang(device: str, count: int, flag: str) -> Gang:
-    """``basics.gang``, its refusal as a usage error (before any request)."""
-    try:
-        return basics.gang(device, count, flag)
-    except basics.UsageProblem as e:
-        raise click.UsageError(str(e)) from None
 
 
 def as_option() -> Callable[[_F], _F]:

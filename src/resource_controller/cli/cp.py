@@ -29,8 +29,7 @@ import signal
 import stat
 import tarfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import IO, TypeVar
+from typing import IO, NamedTuple, TypeVar
 
 import click
 
@@ -55,8 +54,7 @@ ABORTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Remote:
+class Remote(NamedTuple):
     """``host:name:path``: a device and a path on its host."""
 
     device: str
@@ -245,7 +243,7 @@ async def _send(
     out, inp = await _open_relay(base, token, job_id)
     watch, watching = _watch(base, token, job_id, out, inp)
     read_fd, write_fd = os.pipe()
-    producer = asyncio.create_task(asyncio.to_thread(_produce, produce, write_fd))
+    producer = asyncio.create_task(asyncio.to_thread(_pump, produce, write_fd, "wb"))
     drain = asyncio.create_task(_discard(out))
     sent_error: str = ""
     try:
@@ -276,13 +274,14 @@ async def _send(
         raise common.Failure(sent_error)
 
 
-def _produce(produce: Callable[[IO[bytes]], None], fd: int) -> BaseException | None:
+def _pump(work: Callable[[IO[bytes]], None], fd: int, mode: str) -> BaseException | None:
+    """``work`` on one end of the pipe (a thread); what failed it, if anything."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            produce(f)
+        with os.fdopen(fd, mode) as f:
+            work(f)
     except BrokenPipeError:
         return None  # the sender stopped; it says why
-    except (OSError, tarfile.TarError, common.Failure) as e:
+    except (OSError, tarfile.TarError, common.Failure, UnsafeEntry) as e:
         return e
     return None
 
@@ -357,7 +356,7 @@ async def _receive(
     with contextlib.suppress(errors.TransportError):
         await inp.finish()
     read_fd, write_fd = os.pipe()
-    consumer = asyncio.create_task(asyncio.to_thread(_consume, consume, read_fd))
+    consumer = asyncio.create_task(asyncio.to_thread(_pump, consume, read_fd, "rb"))
     broke = ""
     try:
         while block := await out.read():
@@ -385,15 +384,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _consume(consume: Callable[[IO[bytes]], None], fd: int) -> BaseException | None:
-    try:
-        with os.fdopen(fd, "rb") as f:
-            consume(f)
-    except (OSError, tarfile.TarError, UnsafeEntry) as e:
-        return e
-    return None
-
-
 # ---- the command ------------------------------------------------------------------------
 
 
@@ -416,10 +406,11 @@ def _check_free(client: api.JsonClient, device: str) -> None:
         )
 
 
-def _submit(client: api.JsonClient, device: str, command: list[str]) -> str:
-    """CLI-163: a pinned pipe job that refuses to queue."""
+def _submit(client: api.JsonClient, device: str, *command: str) -> str:
+    """CLI-163: once the device is seen free, a pinned pipe job that refuses to queue."""
+    _check_free(client, device)
     try:
-        job = client.submit(command, device=device, stdio="pipe", no_wait=True)
+        job = client.submit(["/bin/sh", "-c", *command], device=device, stdio="pipe", no_wait=True)
     except errors.NoDeviceError as e:
         raise errors.DeviceHeldByAnother(
             f"{device} was taken between the check and the copy request"
@@ -464,8 +455,7 @@ def copy(client: api.JsonClient, src: str, dst: str) -> None:
         except OSError as e:
             raise common.Failure(f"cannot read {src}: {e.strerror or e}") from None
         directory, name = upload_target(src, remote_dst.path)
-        _check_free(client, remote_dst.device)
-        job_id = _submit(client, remote_dst.device, ["/bin/sh", "-c", UPLOAD_SCRIPT, directory])
+        job_id = _submit(client, remote_dst.device, UPLOAD_SCRIPT, directory)
         render.say(f"copying {src} to {remote_dst.device}:{remote_dst.path} (job {job_id})")
         asyncio.run(
             _abortable(_send(base, token, job_id, lambda f: write_archive(f, src, name), src))
@@ -478,8 +468,7 @@ def copy(client: api.JsonClient, src: str, dst: str) -> None:
     dest = dst if into_dir else (os.path.dirname(dst) or ".")
     rename = None if into_dir else os.path.basename(dst)
     where = f"{remote_src.device}:{remote_src.path}"
-    _check_free(client, remote_src.device)
-    job_id = _submit(client, remote_src.device, ["/bin/sh", "-c", DOWNLOAD_SCRIPT, directory, name])
+    job_id = _submit(client, remote_src.device, DOWNLOAD_SCRIPT, directory, name)
     render.say(f"fetching {where} to {dst} (job {job_id})")
     failure = asyncio.run(
         _abortable(_receive(base, token, job_id, lambda f: extract(f, dest, rename)))

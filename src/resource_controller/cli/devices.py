@@ -274,7 +274,7 @@ def clear(device_id: str) -> None:
     cleared; anything else is device_not_cleared (exit 1). rc describe DEVICE_ID says
     why it was taken out.
     """
-    api.JsonClient().clear(device_id)
+    api.JsonClient().device_action(device_id, "clear")
     render.out(f"cleared {device_id}\n")
 
 
@@ -291,7 +291,7 @@ def retire(device_id: str, yes: bool) -> None:
     if not yes:
         render.say(f"this removes {device_id} from the fleet; re-run with --yes to confirm")
         raise common.Failure("not confirmed")
-    result = api.JsonClient().retire(device_id)
+    result = api.JsonClient().device_action(device_id, "")
     render.out(f"retired {result.get('retired') or device_id}\n")
     note = result.get("note")
     if note:

@@ -63,7 +63,7 @@ def drain(devices: tuple[str, ...], host: str, reason: str, wait: bool, as_: str
     client = api.JsonClient(submitter=as_ or None)
     targets = _targets(client, devices, host)
     for device_id in targets:
-        client.drain(device_id, reason)
+        client.device_action(device_id, "drain", {"submitter": client.submitter, "reason": reason})
         render.out(f"draining {device_id}\n")
     if not wait:
         return
@@ -89,5 +89,5 @@ def undrain(devices: tuple[str, ...], host: str) -> None:
     """(admin) Let draining devices take work again."""
     client = api.JsonClient()
     for device_id in _targets(client, devices, host):
-        client.undrain(device_id)
+        client.device_action(device_id, "undrain")
         render.out(f"undrained {device_id}\n")

@@ -1,7 +1,7 @@
 """How ``rc`` ends: one ``rc: <text>`` line and the exit code.
 
 Shared by the click group (``cli/group.py``) and the paths that answer without click
-(``cli/main.py``'s pre-rendered pages, ``cli/fastrun.py``), so that a failure reads
+(``cli/main.py``'s pre-rendered pages, ``cli/run.py``), so that a failure reads
 and exits the same whichever parsed the command line.
 """
 

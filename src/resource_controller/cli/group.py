@@ -26,7 +26,7 @@ from resource_controller.cli import basics, common, exits, render, signals
 #: (``tests/cli/test_help_pages.py`` checks each entry against the real command).
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
-        "resource_controller.cli.jobs:run",
+        "resource_controller.cli.run:command",
         "Lease a device, run a command on it, stream output.",
     ),
     "hold": (

@@ -1,62 +1,45 @@
 """``rc hold``: lease a device for a person, no command, until TTL, release or Ctrl-C (CLI §5).
 
-The command is a shorter cousin of ``rc run``'s state machine (CLI §4.3)::
+A shorter cousin of ``rc run``'s state machine (CLI §4.3), made of its pieces
+(``client.machine``)::
 
     SUBMIT -> [WAIT_QUEUE] -> GRANTED -> WAIT_TERMINAL -> EXIT 0
 
-The queue step is ``rc run``'s own (``run.wait_queue``, ``run.cancel``): the same
-position lines, and an interrupt there CANCELs the queued hold. Once
-granted the meaning of an interrupt is the opposite of ``rc run``'s: a hold exists
-because a person is present, so leaving means done and ``rc`` RELEASEs it
-instead of detaching. Either way the first signal already restored the default
-handlers (``signals``), so a second Ctrl-C during the cancel or release request
-kills ``rc`` at once.
+The submit and the queue are ``rc run``'s own: the same retries through an outage, the
+same position lines, and an interrupt while queued CANCELs the hold. Once granted the
+meaning of an interrupt is the opposite of ``rc run``'s: a hold exists because a person
+is present, so leaving means done and ``rc`` RELEASEs it instead of detaching. Either
+way the first signal already restored the default handlers (``signals``), so a second
+Ctrl-C during the cancel or release request kills ``rc`` at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from resource_controller import errors
-from resource_controller.cli import basics, common, render, run, signals, timefmt
+from resource_controller.cli import basics, common, render, timefmt
 from resource_controller.cli.common import CONTEXT_SETTINGS
-from resource_controller.client import api
+from resource_controller.client import api, calls, machine, waits
+from resource_controller.client import submit as spec
+from resource_controller.client.calls import Json, Note
+from resource_controller.core.states import TERMINAL
+
+if TYPE_CHECKING:
+    from resource_controller.client.calls import Op
 
 #: ``--ttl``: a duration whose negative is refused; 0 is refused too, as a
 #: hold for no time, and leaving it out as missing.
 TTL = common.DurationType(negative_hint="a hold needs a positive TTL")
+#: The flag names its refusals use: the device is ``rc hold``'s positional.
+NAMES = {**spec.CLI, "device": "DEVICE"}
 
 
-@dataclass(frozen=True)
-class HoldRequest:
-    """What the user asked ``rc hold`` for, validated and converted to wire units."""
-
-    ttl_seconds: int
-    reason: str
-    device: str = ""
-    selector: str = ""
-    #: Several devices on one host, by count or by a list of IDs.
-    count: int = 1
-    device_ids: tuple[str, ...] = ()
-
-    @property
-    def target(self) -> str:
-        """What the user gave to pick a device, verbatim (``<target>``)."""
-        return ",".join(self.device_ids) or self.device or self.selector or "any device"
-
-
-@dataclass
-class _Progress:
-    """How far the hold got; decides what an interrupt means."""
-
-    phase: str = "submit"
-    hold_id: str = ""
-
-
-def expires_around(job: api.Json, ttl_seconds: int, now: datetime | None = None) -> str:
+def expires_around(job: Json, ttl_seconds: int, now: datetime | None = None) -> str:
     """The granted line's expiry: ``started_at + ttl`` in UTC with ``Z``.
 
     Without a ``started_at`` yet, local now plus the TTL, written with the local UTC
@@ -70,73 +53,50 @@ def expires_around(job: api.Json, ttl_seconds: int, now: datetime | None = None)
     return local.isoformat(timespec="seconds")
 
 
-def hold_device(client: api.JsonClient, req: HoldRequest) -> int:
-    """Carry out ``rc hold`` and return its exit code; failures raise ``common.Failure``."""
-    progress = _Progress()
-    try:
-        return _hold(client, req, progress)
-    except signals.Interrupted:
-        if progress.phase == "queue":
-            run.cancel(client, progress.hold_id)  # Exactly as CLI-109
-            return run.EXIT_INTERRUPTED
-        if progress.phase == "granted":
-            release(client, progress.hold_id)
-            return run.EXIT_INTERRUPTED
-        raise  # during the submit: an ordinary failure (exit 1), as for rc run
-
-
-def _hold(client: api.JsonClient, req: HoldRequest, progress: _Progress) -> int:
-    job = client.hold(
-        ttl_seconds=req.ttl_seconds,
-        reason=req.reason,
-        device=req.device,
-        selector=req.selector,
-        count=req.count,
-        device_ids=req.device_ids,
-    )
-    progress.hold_id = hold_id = str(job.get("id", ""))
+def held(wanted: spec.Submit, submitter: str, now: Callable[[], float]) -> Op[machine.RunEnd]:
+    """``rc hold``'s run: its outcome (exit 0 once the hold ended on its own)."""
+    job = yield from machine.submit(wanted, submitter, now)
+    hold_id = str(job.get("id", ""))
     if job.get("state") == "queued":
-        progress.phase = "queue"
-        job = run.wait_queue(client, hold_id, req.target, kind="hold")
-    state = job.get("state")
-    if state in api.TERMINAL_STATES:
-        reason = job.get("kill_reason") or run.NO_DETAIL
-        if not job.get("started_at"):
-            device = common.devices_text(job) or req.target
-            raise common.Failure(f"hold {hold_id} {state}, never granted on {device}: {reason}")
-        raise common.Failure(f"hold {hold_id} is already {state}: {reason}")
-    progress.phase = "granted"
-    device = common.devices_text(job)
-    render.say(
-        f"hold {hold_id} granted on {device}, expires around {expires_around(job, req.ttl_seconds)}"
-    )
-    render.say(f"(end it early with rc release {hold_id}, or press Ctrl-C here)")
+        left = yield from machine.queue(hold_id, wanted.target, submitter, now, kind="hold")
+        if isinstance(left, machine.RunEnd):
+            return left
+        job = left
+    refused = yield from machine.placed(wanted, submitter, job)
+    if refused is not None:
+        return refused
+    if job.get("state") in TERMINAL:
+        reason = job.get("kill_reason") or machine.NO_DETAIL
+        return machine.RunEnd(1, job, f"hold {hold_id} is already {job.get('state')}: {reason}")
+    expiry = expires_around(job, wanted.max_runtime_seconds)
+    yield Note(f"hold {hold_id} granted on {machine.devices_text(job)}, expires around {expiry}")
+    yield Note(f"(end it early with rc release {hold_id}, or press Ctrl-C here)")
+    wait = waits.Wait(hold_id, terminal=True, now=now(), quiet=machine.FINAL_WAIT)
     try:
-        final = client.wait_until_terminal(hold_id)  # No overall bound
+        final = (yield from waits.until(wait, now)).job  # no overall bound
     except errors.ClientError as e:
         # A lost controller is no reason to free a device a person is using.
-        raise common.Failure(
-            f"{e}; hold {hold_id} was not released and still ends at its TTL"
-        ) from e
-    render.say(f"hold {hold_id} ended: {final.get('kill_reason') or final.get('state')}")
-    return 0
+        message = f"{e}; hold {hold_id} was not released and still ends at its TTL"
+        return machine.RunEnd(1, job, message)
+    except BaseException as e:
+        if isinstance(e, Exception | GeneratorExit):
+            raise
+        yield from release(hold_id, submitter)
+        return machine.RunEnd(machine.EXIT_INTERRUPTED, job, "", "interrupted", e)
+    yield Note(f"hold {hold_id} ended: {final.get('kill_reason') or final.get('state')}")
+    return machine.RunEnd(0, final)
 
 
-def release(client: api.JsonClient, hold_id: str) -> None:
-    """RELEASE: end the hold with the resolved submitter, bounded; say how it went.
-
-    The first signal restored default handling already; done again here so that the
-    request can never run with the handler installed.
-    """
-    signals.restore_defaults()
+def release(hold_id: str, submitter: str) -> Op[None]:
+    """RELEASE: end the hold with the resolved submitter, bounded; say how it went."""
     try:
-        client.kill(hold_id, timeout=run.CANCEL_BOUND)
+        yield calls.kill(hold_id, submitter, machine.CANCEL_BOUND)
     except errors.NotCancellableError as e:
-        render.say(f"could not release hold {hold_id}: not_cancellable: {e}")
+        yield Note(f"could not release hold {hold_id}: not_cancellable: {e}")
     except errors.ClientError as e:
-        render.say(f"could not release hold {hold_id}: {e}")
+        yield Note(f"could not release hold {hold_id}: {e}")
     else:
-        render.say(f"released hold {hold_id}")
+        yield Note(f"released hold {hold_id}")
 
 
 @click.command(
@@ -197,31 +157,30 @@ def hold(
     device = devices[0] if devices else ""
     if device and selector:
         raise click.UsageError("a DEVICE and --select cannot be used together")
-    wanted = common.gang(device, count, "DEVICE")
-    # Neither: any device.
+    try:
+        spec.devices(device, selector, count, NAMES)  # neither: any device
+    except spec.BadSubmit as e:
+        raise click.UsageError(str(e)) from None
     if not reason.strip():
         raise click.UsageError("--reason is required: say why you hold the device")
     if ttl is None:
         raise click.UsageError("--ttl is required: how long to hold the device (e.g. --ttl 30m)")
     if ttl <= 0:
         raise click.UsageError(
-            f"--ttl must be in 1s..{basics.MAX_CEILING_TEXT}, got 0: a hold for no time"
+            f"--ttl must be in 1s..{spec.MAX_CEILING_TEXT}, got 0: a hold for no time"
             " holds nothing (e.g. --ttl 30m)"
         )
-    common.check_ceiling("--ttl", ttl)  # CLI-073, EXT-LIMITS-1
-    req = HoldRequest(
-        ttl_seconds=common.whole_seconds(ttl),
-        reason=reason,
-        device=wanted.device,
-        selector=selector,
-        count=wanted.count,
-        device_ids=wanted.device_ids,
-    )
+    try:
+        wanted = spec.hold(ttl, reason, NAMES, device=device, select=selector, count=count)
+    except spec.BadSubmit as e:
+        raise basics.Failure(str(e)) from None
     client = api.JsonClient(submitter=as_ or None)  # resolved once, on first use
     if as_:
         from resource_controller.cli.whoami import warn_if_replaced
 
         warn_if_replaced(client, as_)  # EXT-WHO-4
-    code = hold_device(client, req)
-    if code:
-        raise SystemExit(code)
+    done = client.drive(held(wanted, client.submitter, client.monotonic), say=render.say)
+    if done.message:
+        render.say(done.message)
+    if done.code:
+        raise SystemExit(done.code)

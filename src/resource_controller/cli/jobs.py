@@ -1,7 +1,8 @@
-"""Job commands: ``run``, ``kill``, ``release``, ``attach``, ``logs``, ``jobs``, ``ps``.
+"""Job commands: ``kill``, ``release``, ``attach``, ``logs``, ``jobs``, ``ps``.
 
-Each command parses and validates its flags, then calls the client (CLI §4-10). No
-request is made before a check that can fail.
+Each command parses and validates its flags, then calls the client (CLI §5-10), and
+``rc run --explain``'s report is here (CLI-102). No request is made before a check that
+can fail.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from resource_controller import errors
-from resource_controller.cli import basics, common, render, runargs, signals
+from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 
 if TYPE_CHECKING:
@@ -29,185 +30,7 @@ def _client(as_flag: str = "") -> api.JsonClient:
     return api.JsonClient(submitter=as_flag or None)
 
 
-#: EXT-HERE-2 (kept here for the callers that read them from this module).
-HERE_VARIABLES = runargs.HERE_VARIABLES
-here_env = runargs.here_env
-
-
-@click.command(
-    "run",
-    cls=common.RcCommand,
-    context_settings=CONTEXT_SETTINGS,
-    short_help="Lease a device, run a command on it, stream output.",
-)
-@click.option(
-    "-d",
-    "--device",
-    default="",
-    metavar="DEVICE",
-    help="Exact device ID (host:name), or a comma list of IDs on one host.",
-)
-@click.option("--select", "selector", default="", metavar="SELECTOR", help="Label selector.")
-@click.option(
-    "--count",
-    type=common.INT,
-    default=1,
-    metavar="N",
-    help="Devices wanted on one host, all at once (every one must match --select).",
-)
-@click.option(
-    "--explain",
-    is_flag=True,
-    help="With --select (and --count): show what matches; submit nothing; exit 1 if nothing does.",
-)
-@click.option(
-    "--tty",
-    "tty",
-    is_flag=True,
-    help="Run under a pseudo-terminal and attach this terminal (no command: a shell).",
-)
-@click.option(
-    "-i",
-    "--interactive",
-    is_flag=True,
-    help="Forward stdin to the job (stdout comes back raw; the job's stderr is kept, not"
-    " shown). Without -i (or --tty) stdin is not read: the job's stdin is /dev/null.",
-)
-@click.option("--cwd", default="", metavar="DIR", help="Working directory on the device host.")
-@click.option(
-    "--here/--no-here",
-    default=None,
-    help="Run in this directory with this shell's PATH, virtualenv and library paths"
-    " (default: run.here in the config file).",
-)
-@common.as_option()
-@click.option("--priority", type=common.INT, default=0, help="Queue priority (-10..10).")
-@click.option("--max-runtime", type=common.DURATION, default=0.0, help="Wall-clock ceiling.")
-@click.option("--idle-timeout", type=common.DURATION, default=0.0, help="Kill after silence.")
-@click.option("--timeout", type=common.DURATION, default=0.0, help="Give up queueing after.")
-@click.option("--no-wait", is_flag=True, help="Refuse at once if the device is not free.")
-@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Job variable.")
-@click.option(
-    "--after",
-    default="",
-    metavar="JOB[,JOB...]",
-    help="Start only once these jobs (IDs or prefixes) have all succeeded; if one ends"
-    " otherwise, this one ends killed (dependency_failed).",
-)
-@click.option("--after-any", is_flag=True, help="With --after: once they have ended, however.")
-@click.argument("command", nargs=-1, metavar="[--] COMMAND [ARGS]...")
-def run(
-    device: str,
-    selector: str,
-    count: int,
-    explain: bool,
-    cwd: str,
-    here: bool | None,
-    as_: str,
-    priority: int,
-    max_runtime: float,
-    idle_timeout: float,
-    timeout: float,
-    no_wait: bool,
-    env_pairs: tuple[str, ...],
-    after: str,
-    after_any: bool,
-    command: tuple[str, ...],
-    tty: bool,
-    interactive: bool,
-) -> None:
-    """Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
-
-    With neither -d nor --select any device will do. rc run waits in the queue while
-    nothing suitable is free (saying its position and what it waits for), prints
-    "rc: job ID on DEVICE" on stderr once the job starts, streams its output to stdout
-    and exits with the job's exit code. --timeout bounds only the wait in the queue;
-    --no-wait refuses at once instead of queueing. Stdin is not read unless -i is
-    given; --tty attaches this terminal to the job (a shell when no command is given).
-
-    Ctrl-C while queued cancels the job; Ctrl-C once it runs only detaches: the job
-    keeps running and keeps its device (watch it with rc ps). Both exit 130.
-
-    
-    Examples:
-      rc run -- python train.py                      (any device)
-      rc run --select 'vram>=40G' -- python train.py
-      rc run --select 'model~H100' -- ./train        (model containing H100)
-      rc run -d box:gpu1 --timeout 10m -- ./bench
-      rc run --after 1b2c3d4e -- python eval.py      (once that job succeeded)
-      rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
-      rc run --tty -d box:gpu0                       (a shell on that device)
-      echo data | rc run -i -- cat                   (stdin forwarded)
-
-    
-    Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
-    0 when it succeeded; 130 on Ctrl-C or SIGTERM; 1 for every failure of rc itself
-    (usage, controller or network errors, a --no-wait refusal, --timeout) and for
-    --explain when no device matches.
-    """
-    # CLI-101, in order, with no request before a failing check.
-    try:
-        wanted = runargs.check(
-            command=command,
-            device=device,
-            selector=selector,
-            count=count,
-            explain=explain,
-            tty=tty,
-            interactive=interactive,
-        )
-        if explain and not selector:
-            raise basics.UsageProblem(explain_refusal(device))
-        if not explain:
-            req = runargs.request(
-                wanted,
-                command=command,
-                selector=selector,
-                cwd=cwd,
-                here=here,
-                env_pairs=env_pairs,
-                priority=priority,
-                max_runtime=max_runtime,
-                idle_timeout=idle_timeout,
-                timeout=timeout,
-                no_wait=no_wait,
-                tty=tty,
-                interactive=interactive,
-                after=after,
-                after_any=after_any,
-            )
-    except basics.UsageProblem as e:
-        raise click.UsageError(str(e)) from None
-    if explain:
-        _explain(_client(), selector, wanted.count)
-        return
-    from resource_controller.cli import run as run_machine
-
-    client = _client(as_)
-    if as_:
-        from resource_controller.cli.whoami import warn_if_replaced
-
-        warn_if_replaced(client, as_)  # EXT-WHO-4
-    code = run_machine.run(client, req)
-    if code:
-        raise SystemExit(code)
-
-
-def explain_refusal(device: str) -> str:
-    """What ``--explain`` takes, said when it is given no selector (CLI-101 (3)).
-
-    The explain route answers what a selector matches; a pinned device has
-    nothing to match, so it is pointed to where one device's state is shown.
-    """
-    if device:
-        return (
-            "--explain previews what a --select selector matches, not -d/--device:"
-            " rc describe DEVICE shows whether that device is free and who holds it"
-        )
-    return "--explain needs --select SELECTOR: it previews what the selector matches"
-
-
-def _explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
+def explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
     """The ``--explain`` report: one request, nothing submitted.
 
     With ``--count N`` a last line names the hosts with N matching devices, from the

@@ -3,15 +3,13 @@
 Importing click costs about four times what the bare interpreter does, so the
 invocations people run most pay for it only when they have to:
 
-- ``rc --help``/``-h``/``help`` and ``rc run --help``/``-h``/``help run`` print pages
-  rendered beforehand by click itself (``cli/pages.py``, written by ``cli/pagegen.py``;
-  ``tests/cli/test_pages.py`` renders them again with click and compares them byte
-  for byte, so they cannot drift). They are used only at the width they were rendered
-  for (a terminal of at least ``PAGE_COLUMNS`` columns, or none); a narrower one is
-  rendered by click as before.
+- ``rc --help``/``-h``/``help`` prints a page rendered beforehand by click itself
+  (``cli/pages.py``, written by ``cli/pagegen.py``; ``tests/cli/test_pages.py`` renders
+  it again with click and compares them byte for byte, so they cannot drift). It is
+  used only at the width it was rendered for (a terminal of at least ``PAGE_COLUMNS``
+  columns, or none); a narrower one is rendered by click as before.
 - ``rc --version``/``rc version`` read the version and print it.
-- ``rc run`` in its plain forms is parsed by ``cli/fastrun.py``, which hands anything
-  it does not recognise, and every usage error, to click.
+- ``rc run`` (and ``rc help run``) is parsed by ``cli/run.py``, its only parser.
 
 Everything else goes to the click group in ``cli/group.py``. Its names (``rc``,
 ``COMMANDS``, ...) are still reachable from this module, loaded on first access.
@@ -33,14 +31,7 @@ if TYPE_CHECKING:
 PAGE_COLUMNS = 80
 
 #: argv -> the page it prints (a key of ``pages.PAGES``).
-PAGE_ARGV: dict[tuple[str, ...], str] = {
-    ("--help",): "rc",
-    ("-h",): "rc",
-    ("help",): "rc",
-    ("run", "--help"): "run",
-    ("run", "-h"): "run",
-    ("help", "run"): "run",
-}
+PAGE_ARGV: dict[tuple[str, ...], str] = {("--help",): "rc", ("-h",): "rc", ("help",): "rc"}
 VERSION_ARGV = frozenset({("--version",), ("version",)})
 
 
@@ -93,10 +84,10 @@ def main() -> None:
         page = ready_page(argv)
         if page is not None:
             _print_page(page)
-        if argv[:1] == ["run"]:
-            from resource_controller.cli import fastrun
+        if argv[:1] == ["run"] or argv == ["help", "run"]:
+            from resource_controller.cli import run
 
-            fastrun.main(argv[1:])  # returns only when click must parse the line
+            run.main(argv[1:] if argv[0] == "run" else ["--help"])
     from resource_controller.cli import group
 
     group.rc.main(prog_name="rc")

@@ -295,7 +295,6 @@ def hold(
     and cancels). Returns the hold's job_id, device_ids, cuda_visible_devices and the
     lease epoch. Always release it when done."""
     from resource_controller.client.models import LeaseInfo
-    from resource_controller.client.sync import mig_uuids_of
 
     with _client() as c:
         job = c.hold(
@@ -306,7 +305,7 @@ def hold(
             count=count,
             timeout=timeout_seconds or None,
         )
-        uuids = mig_uuids_of(c, job.device_ids)
+        uuids = c._mig_uuids(job.device_ids)
     lease = LeaseInfo.from_job(job, uuids)
     return {
         **_job(job),

@@ -46,25 +46,25 @@ NOT_FOUND = 127
 NOT_RUNNABLE = 126
 
 
-class Lease(NamedTuple):
+class JobLease(NamedTuple):
     """The job this process runs in, and the devices it holds."""
 
     job_id: str
     devices: tuple[str, ...]
 
 
-def current_lease(environ: Mapping[str, str]) -> Lease | None:
+def current_lease(environ: Mapping[str, str]) -> JobLease | None:
     """The job ``environ`` belongs to, or None outside a job (both variables needed)."""
     job_id = environ.get("RC_JOB_ID", "")
     device = environ.get("RC_DEVICE", "")
     if not job_id or not device:
         return None
     listed = [d for d in environ.get("RC_DEVICES", "").split(",") if d]
-    return Lease(job_id, tuple(dict.fromkeys([device, *listed])))
+    return JobLease(job_id, tuple(dict.fromkeys([device, *listed])))
 
 
 def chosen_device(
-    lease: Lease, device: str, selector: str, matching: Callable[[str], Sequence[str]]
+    lease: JobLease, device: str, selector: str, matching: Callable[[str], Sequence[str]]
 ) -> str | None:
     """The held device a nested run uses, or None when the request needs a new lease.
 
@@ -79,7 +79,7 @@ def chosen_device(
     return lease.devices[0]
 
 
-def refuse_limits(lease: Lease, max_runtime: int, idle_timeout: int) -> None:
+def refuse_limits(lease: JobLease, max_runtime: int, idle_timeout: int) -> None:
     """A nested run cannot carry limits of its own: say so rather than drop them."""
     for flag, value in (("--max-runtime", max_runtime), ("--idle-timeout", idle_timeout)):
         if value:
@@ -91,7 +91,7 @@ def refuse_limits(lease: Lease, max_runtime: int, idle_timeout: int) -> None:
 
 
 def exec_command(
-    lease: Lease, device: str, command: Sequence[str], cwd: str, env: Mapping[str, str]
+    lease: JobLease, device: str, command: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> NoReturn:
     """Replace this process with ``command`` in the job's environment (plus ``env``)."""
     if cwd:

@@ -13,7 +13,7 @@ from pathlib import Path
 from resource_controller.cli import main
 
 #: One argv per page: what click is asked to render it from.
-SOURCES = {"rc": ["--help"], "run": ["run", "--help"]}
+SOURCES = {"rc": ["--help"]}
 
 
 def render(argv: list[str], columns: int = main.PAGE_COLUMNS) -> str:

@@ -1,417 +1,441 @@
-"""``rc run``: submit, wait in the queue, stream, exit with the job's code (CLI §4).
+"""``rc run``: its one parser, its help page, and the driving of ``client.machine`` (CLI §4).
 
-The command is one state machine (CLI §4.3)::
+``rc run -- ./train`` is on people's hot path, and importing click costs it more than
+the rest of its start-up together, so ``rc run`` is parsed here, by the table
+``OPTIONS``, as click parses (CLI-001, CLI-002): GNU-style flags anywhere among the
+command's words up to ``--``, ``--flag=false``, short clusters, the last of a repeated
+value winning, ``--env`` accumulating. ``cli/main.py`` comes here straight away; the
+click group reaches it through ``command``, which declares the same options (for shell
+completion and ``rc help``) and hands its argument list over unparsed.
 
-    SUBMIT -> [WAIT_QUEUE] -> ANNOUNCE -> STREAM -> WAIT_TERMINAL -> EXIT
-
-An interrupt means something different in each phase, which is why the phase is
-recorded before each step and consulted in one place:
-
-- during SUBMIT it is an ordinary failure (exit 1): whether the job exists is unknown;
-- during WAIT_QUEUE the job holds nothing, so it is CANCELled (exit 130);
-- once announced the job holds a device and a live process, so ``rc`` DETACHes and
-  leaves it running (exit 130): a lost terminal must never free a device that may
-  still be in use.
-
-The first signal already restored the default handlers (``signals``), so a second
-Ctrl-C during the cancel request kills ``rc`` at once.
+The run itself is ``client.machine.run``: this module checks the line (CLI-101, in
+order, with no request before a failing check), builds the submit, runs a job under
+the job's own lease when it is inside one (EXT-NEST-1, ``cli/nest.py``), and turns the
+machine's outcome into lines on stderr and the exit code.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
 
 from resource_controller import errors
-from resource_controller.cli import basics, render, signals
-from resource_controller.client import api
-from resource_controller.core.states import JobState
+from resource_controller.cli import basics, exits, render, signals
+from resource_controller.client import machine
+from resource_controller.client import submit as spec
 
-#: Bound on the final wait after the stream ends.
-FINAL_WAIT = 300.0
-#: Bound on cancelling an abandoned queued job.
-CANCEL_BOUND = 10.0
-#: How long a detach may spend asking whether the job already ended.
-DETACH_CHECK = 2.0
-#: Exit code on interrupt.
-EXIT_INTERRUPTED = 130
-#: Where the controller's no-wait refusal goes on to say who holds the device.
-NOT_QUEUED = "the job was not queued: "
-#: What ``rc`` says when the controller gave no reason.
-NO_DETAIL = "no further detail"
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
+    from resource_controller.client import api
 
-class RunRequest:
-    """What the user asked ``rc run`` for, validated and converted to wire units.
+#: Exit codes (CLI-050): interrupted; and contact lost before the job's end was seen.
+EXIT_INTERRUPTED = machine.EXIT_INTERRUPTED
+EXIT_LOST = machine.EXIT_LOST
 
-    A plain class rather than a dataclass: ``dataclasses`` (with ``inspect``) costs
-    ``rc run`` more to import than this whole module. Compared by value.
-    """
+SUMMARY = "Lease a device, run a command on it, stream output."
+DESCRIPTION = """\
+Lease a device (by ID, selector, or any), run COMMAND there and stream its output.
 
-    __slots__ = (
-        "after",
-        "after_any",
-        "command",
-        "count",
-        "cwd",
-        "device",
-        "device_ids",
-        "env",
-        "idle_timeout_seconds",
-        "interactive",
-        "max_runtime_seconds",
-        "no_wait",
-        "priority",
-        "selector",
-        "timeout",
-        "tty",
-    )
+With neither -d nor --select any device will do. rc run waits in the queue while \
+nothing suitable is free (saying its position and what it waits for), prints \
+"rc: job ID on DEVICE" on stderr once the job starts, streams its output to stdout and \
+exits with the job's exit code. --timeout bounds only the wait in the queue; --no-wait \
+refuses at once instead of queueing. Stdin is not read unless -i is given; --tty \
+attaches this terminal to the job (a shell when no command is given).
 
-    def __init__(
-        self,
-        command: Sequence[str],
-        device: str = "",
-        selector: str = "",
-        count: int = 1,
-        device_ids: Sequence[str] = (),
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        priority: int = 0,
-        max_runtime_seconds: int = 0,
-        idle_timeout_seconds: int = 0,
-        timeout: float = 0.0,
-        no_wait: bool = False,
-        tty: bool = False,
-        interactive: bool = False,
-        after: Sequence[str] = (),
-        after_any: bool = False,
-    ) -> None:
-        self.command = command
-        self.device = device
-        self.selector = selector
-        #: Several devices on one host, by count or by a list of IDs.
-        self.count = count
-        self.device_ids = device_ids
-        self.cwd = cwd
-        self.env: Mapping[str, str] = {} if env is None else env
-        self.priority = priority
-        self.max_runtime_seconds = max_runtime_seconds
-        self.idle_timeout_seconds = idle_timeout_seconds
-        #: Seconds to wait in the queue before giving up; <= 0 waits forever.
-        self.timeout = timeout
-        self.no_wait = no_wait
-        #: ``--tty``: attach this terminal to a PTY on the box (CLI §4.5).
-        self.tty = tty
-        #: ``-i``: forward this process's stdin to the job, over pipe mode.
-        self.interactive = interactive
-        #: The jobs (IDs or unique prefixes) it waits for; any end will do
-        #: with ``after_any``, else only success.
-        self.after = after
-        self.after_any = after_any
+Ctrl-C while queued cancels the job; Ctrl-C once it runs only detaches: the job keeps \
+running and keeps its device (watch it with rc ps). Both exit 130. An outage of the \
+controllers is waited out (a submit for 30s, the rest for 5m0s without an answer)."""
+EXAMPLES = """\
+Examples:
+  rc run -- python train.py                      (any device)
+  rc run --select 'vram>=40G' -- python train.py
+  rc run --select 'model~H100' -- ./train        (model containing H100)
+  rc run -d box:gpu1 --timeout 10m -- ./bench
+  rc run --after 1b2c3d4e -- python eval.py      (once that job succeeded)
+  rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
+  rc run --tty -d box:gpu0                       (a shell on that device)
+  echo data | rc run -i -- cat                   (stdin forwarded)
 
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
+Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
+0 when it succeeded; 130 on Ctrl-C or SIGTERM; 75 when rc lost contact with the
+controllers before it saw the job end (it says where the result will be: rc jobs,
+rc logs ID); 1 for every other failure of rc itself (usage, controller or network
+errors, a --no-wait refusal, --timeout) and for --explain when no device matches."""
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunRequest) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(tuple(repr(v) for v in self._values()))
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"RunRequest({fields})"
-
-    @property
-    def target(self) -> str:
-        """What the user gave to pick a device, verbatim (``<target>``)."""
-        return ",".join(self.device_ids) or self.device or self.selector or "any device"
+#: (flags, parameter, kind, metavar, help): every flag of ``rc run``. Kinds: ``flag``
+#: (``--x``, ``--x=false``), ``negatable`` (``--x``/``--no-x``, unset by default),
+#: ``text``, ``int``, ``duration``, ``list`` (repeatable).
+OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
+    (("-d", "--device"), "device", "text", "DEVICE",
+     "Exact device ID (host:name), or a comma list of IDs on one host."),
+    (("--select",), "select", "text", "SELECTOR", "Label selector."),
+    (("--count",), "count", "int", "N",
+     "Devices wanted on one host, all at once (every one must match --select)."),
+    (("--explain",), "explain", "flag", "",
+     "With --select (and --count): show what matches; submit nothing; exit 1 if nothing does."),
+    (("--tty",), "tty", "flag", "",
+     "Run under a pseudo-terminal and attach this terminal (no command: a shell)."),
+    (("-i", "--interactive"), "interactive", "flag", "",
+     "Forward stdin to the job (stdout comes back raw; the job's stderr is kept, not shown)."
+     " Without -i (or --tty) stdin is not read: the job's stdin is /dev/null."),
+    (("--cwd",), "cwd", "text", "DIR", "Working directory on the device host."),
+    (("--here",), "here", "negatable", "",
+     "Run in this directory with this shell's PATH, virtualenv and library paths"
+     " (default: run.here in the config file)."),
+    (("--as",), "as_", "text", "ID", "Submitter identity (default: derived)."),
+    (("--priority",), "priority", "int", "INTEGER", "Queue priority (-10..10)."),
+    (("--max-runtime",), "max_runtime", "duration", "DURATION", "Wall-clock ceiling."),
+    (("--idle-timeout",), "idle_timeout", "duration", "DURATION", "Kill after silence."),
+    (("--timeout",), "timeout", "duration", "DURATION", "Give up queueing after."),
+    (("--no-wait",), "no_wait", "flag", "", "Refuse at once if the device is not free."),
+    (("--env",), "env", "list", "KEY=VALUE", "Job variable."),
+    (("--after",), "after", "text", "JOB[,JOB...]",
+     "Start only once these jobs (IDs or prefixes) have all succeeded; if one ends"
+     " otherwise, this one ends killed (dependency_failed)."),
+    (("--after-any",), "after_any", "flag", "", "With --after: once they have ended, however."),
+)  # fmt: skip
+_DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+#: What ``--here`` takes from the caller's environment, and nothing else (EXT-HERE-2):
+#: what decides which interpreter and libraries a command gets. A job's ``env`` is
+#: readable by every client, so no other variable is ever sent.
+HERE_VARIABLES = (
+    "PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+)
 
 
-#: CLI-050's mapping of a job's code, shared with the Python API's ``run()``.
-exit_status = api.exit_status
+class _Help(Exception):
+    """``-h``/``--help`` on the line: the page, not a run."""
 
 
-class _Progress:
-    """How far the run got; decides what an interrupt means."""
-
-    def __init__(self) -> None:
-        self.phase = "submit"
-        self.job_id = ""
-        self.device = ""
-
-
-def run(client: api.JsonClient, req: RunRequest) -> int:
-    """Carry out ``rc run`` and return its exit code; failures raise ``basics.Failure``."""
-    _run_nested_if_held(client, req)
-    progress = _Progress()
-    try:
-        return _run(client, req, progress)
-    except signals.Interrupted:
-        if progress.phase == "queue":
-            cancel(client, progress.job_id)
-            return EXIT_INTERRUPTED
-        if progress.phase == "attached":
-            signals.restore_defaults()
-            return _detached(client, progress, relayed=req.tty or req.interactive)
-        raise
+def _lookup(name: str) -> tuple[str, str, bool]:
+    """(parameter, kind, negated) of the flag ``name``; a usage error when none has it."""
+    for flags, dest, kind, _metavar, _help in OPTIONS:
+        if name in flags:
+            return dest, kind, False
+        if kind == "negatable" and name == "--no-" + flags[0][2:]:
+            return dest, kind, True
+    raise basics.Failure(f"no such option: {name} (see rc help run)")
 
 
-def _detached(client: api.JsonClient, progress: _Progress, *, relayed: bool) -> int:
-    """DETACH: say what becomes of the job, truthfully, and how to reach it.
+def _value(name: str, kind: str, text: str) -> Any:
+    if kind == "int":
+        number = basics.parse_int(text)
+        if number is None:
+            raise basics.Failure(f"invalid value for {name}: invalid integer {text!r}")
+        return number
+    if kind == "duration":
+        from resource_controller.core import durations
 
-    A job that already ended is not "still running": its own exit code stands. A
-    relayed job's terminal or pipe is this process: the worker ends it once we are gone
-    (reason ``client left``), so saying it holds the device would be wrong too.
-    """
-    job_id, device = progress.job_id, progress.device
-    try:
-        job = client.get_job(job_id, timeout=DETACH_CHECK).job
-    except errors.ClientError:
-        job = {}
-    if job.get("state") in api.TERMINAL_STATES:
-        render.say(f"job {job_id} had already ended ({job.get('state')})")
-        return _exit_code(job)
-    if relayed:
-        render.say(
-            f"detached from job {job_id} on {device}: its terminal or stdio went with rc, so"
-            f" the worker ends it (reason: client left); watch it with rc ps"
+        try:
+            seconds = durations.parse_duration(text)
+        except durations.DurationError:
+            raise basics.Failure(
+                f"invalid value for {name}: invalid duration {text!r} (examples: 90s, 30m, 1h30m)"
+            ) from None
+        if seconds < 0:  # a mistake, never "no limit" (0 is that)
+            raise basics.Failure(
+                f"invalid value for {name}: duration {text!r} is negative (0 means none)"
+            )
+        return seconds
+    return text
+
+
+def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The flags' values and the job's command, as click would read ``argv``."""
+    values: dict[str, Any] = {dest: _DEFAULTS.get(kind) for _f, dest, kind, _m, _h in OPTIONS}
+    values.update(count=1, env=[])
+    command: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            command.extend(argv[i:])
+            break
+        if arg[:1] != "-" or arg == "-":
+            command.append(arg)
+            continue
+        if arg in ("-h", "--help"):
+            raise _Help
+        if arg.startswith("--"):
+            pieces = [arg.partition("=")]
+        else:  # a cluster of short flags; one taking a value takes the rest
+            pieces = []
+            for at, letter in enumerate(arg[1:], 1):
+                if _lookup("-" + letter)[1] != "flag":
+                    rest = arg[at + 1 :]
+                    pieces.append(("-" + letter, "=" if rest else "", rest))
+                    break
+                pieces.append(("-" + letter, "", ""))
+        for name, eq, given in pieces:
+            dest, kind, negated = _lookup(name)
+            if kind in ("flag", "negatable"):
+                if eq and given not in _TRUE | _FALSE:
+                    raise basics.Failure(f"invalid boolean value {given!r} for {name}")
+                values[dest] = (given not in _FALSE if eq else True) != negated
+                continue
+            if not eq:
+                if i >= len(argv):
+                    raise basics.Failure(f"option {name} requires an argument")
+                given, i = argv[i], i + 1
+            if kind == "list":
+                values[dest].append(given)
+            else:
+                values[dest] = _value(name, kind, given)
+    return values, command
+
+
+def page() -> str:
+    """``rc run --help``: usage, description, examples, then every flag."""
+    import textwrap
+
+    def para(text: str) -> str:
+        return textwrap.fill(text, 78, initial_indent="  ", subsequent_indent="  ")
+
+    rows = []
+    for flags, _dest, kind, metavar, help_text in (
+        *OPTIONS,
+        (("-h", "--help"), "", "flag", "", "Show this message and exit."),
+    ):
+        if kind == "negatable":
+            flags = (*flags, "/", "--no-" + flags[0][2:])
+        rows.append(
+            (
+                ", ".join(flags).replace(", /, ", " / ") + (f" {metavar}" if metavar else ""),
+                help_text,
+            )
         )
-        return EXIT_INTERRUPTED
-    render.say(
-        f"detached from job {job_id}; it is STILL RUNNING on {device} and holds it until it"
-        f" finishes (watch it with rc ps; rc attach {job_id} follows it again,"
-        f" rc kill {job_id} stops it)"
+    width = max(len(r[0]) for r in rows) + 4
+    lines = []
+    for left, help_text in rows:
+        wrapped = textwrap.wrap(help_text, 78 - width)
+        lines.append(f"  {left.ljust(width - 2)}{wrapped[0]}")
+        lines.extend(" " * width + more for more in wrapped[1:])
+    body = "\n\n".join(para(p) for p in DESCRIPTION.split("\n\n"))
+    examples = textwrap.indent(EXAMPLES, "  ")
+    return (
+        f"Usage: rc run [OPTIONS] [--] COMMAND [ARGS]...\n\n{body}\n\n{examples}\n\n"
+        "Options:\n" + "\n".join(lines) + "\n"
     )
-    return EXIT_INTERRUPTED
 
 
-def _run_nested_if_held(client: api.JsonClient, req: RunRequest) -> None:
+def here_env(environ: Any) -> dict[str, str]:
+    """The ``--here`` variables that are set in ``environ``."""
+    return {name: environ[name] for name in HERE_VARIABLES if name in environ}
+
+
+def explain_refusal(device: str) -> str:
+    """What ``--explain`` takes, said when it is given no selector (CLI-101 (3)): the
+    explain route answers what a selector matches; a pinned device has nothing to match,
+    so it is pointed to where one device's state is shown."""
+    if device:
+        return (
+            "--explain previews what a --select selector matches, not -d/--device:"
+            " rc describe DEVICE shows whether that device is free and who holds it"
+        )
+    return "--explain needs --select SELECTOR: it previews what the selector matches"
+
+
+def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
+    """The rest of CLI-101 (``--env``, ``--here``, ``--cwd``, ceilings, ``--after``), then
+    the submit; any refusal is ``basics.Failure``."""
+    env = basics.parse_env(values["env"])
+    here = values["here"]
+    if here is None:
+        from resource_controller.client import config
+
+        here = config.settings().run_here()
+    cwd = values["cwd"]
+    if here:
+        cwd = cwd or os.getcwd()
+        env = {**here_env(os.environ), **env}  # --env wins
+    if cwd and not os.path.isabs(cwd):
+        # Relative to where rc runs; an absolute DIR is sent as written (EXT-HERE-1).
+        cwd = os.path.normpath(os.path.join(os.getcwd(), cwd))
+    if values["tty"] and not command:
+        from resource_controller.cli.tty import DEFAULT_SHELL
+
+        command = list(DEFAULT_SHELL)  # the job row always shows a command (CLI-103)
+    try:
+        return spec.Submit(
+            command,
+            device=values["device"],
+            select=values["select"],
+            count=values["count"],
+            cwd=cwd,
+            env=env,
+            priority=values["priority"],
+            max_runtime=values["max_runtime"],
+            idle_timeout=values["idle_timeout"],
+            no_wait=values["no_wait"],
+            after=values["after"],
+            after_any=values["after_any"],
+            stdio="tty" if values["tty"] else "pipe" if values["interactive"] else "",
+            names=spec.CLI,
+        )
+    except spec.BadSubmit as e:
+        raise basics.Failure(str(e)) from None
+
+
+def run(argv: list[str]) -> int:
+    """``rc run ARGV``: its exit code; failures raise ``basics.Failure``."""
+    try:
+        values, command = parse(argv)
+    except _Help:
+        render.out(page())
+        return 0
+    device, select, explain = values["device"], values["select"], values["explain"]
+    if not explain and not values["tty"] and not command:
+        raise basics.Failure("rc run needs a command (put it after --)")
+    if device and select:
+        raise basics.Failure("-d/--device and --select cannot be used together")
+    try:
+        spec.devices(device, select, values["count"], spec.CLI)
+    except spec.BadSubmit as e:
+        raise basics.Failure(str(e)) from None
+    if explain:
+        if not select:
+            raise basics.Failure(explain_refusal(device))
+        from resource_controller.cli import jobs
+
+        jobs.explain(_client(), select, values["count"])
+        return 0
+    if values["tty"] and values["interactive"]:
+        raise basics.Failure("-i and --tty cannot be used together (--tty forwards stdin)")
+    wanted = build(values, command)
+    client = _client(values["as_"])
+    if values["as_"]:
+        from resource_controller.cli.whoami import warn_if_replaced
+
+        warn_if_replaced(client, values["as_"])  # EXT-WHO-4
+    _run_nested_if_held(client, wanted)
+    try:
+        ran = client.drive(
+            machine.run(
+                wanted,
+                client.submitter,
+                client.monotonic,
+                timeout=values["timeout"],
+                sink=render.write_bytes,
+            ),
+            say=render.say,
+            relay=lambda job_id, stdio: _relay(client, job_id, stdio),
+        )
+    except errors.NoDeviceError as e:
+        # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
+        _, named, why = e.message.partition("the job was not queued: ")
+        detail = f": {why}" if named and why else ""
+        raise basics.Failure(f"{wanted.target} is busy and could not be queued{detail}") from e
+    if ran.message:
+        render.say(ran.message)
+    return ran.code
+
+
+def _client(as_flag: str = "") -> api.JsonClient:
+    """A client for this invocation; its submitter is resolved once, on first use."""
+    from resource_controller.client import api
+
+    return api.JsonClient(submitter=as_flag or None)
+
+
+def _run_nested_if_held(client: api.JsonClient, wanted: spec.Submit) -> None:
     """EXT-NEST-1: inside a job, a request the job's own lease answers runs under it
     (``cli/nest.py``); this returns only when a new lease is needed."""
     from resource_controller.cli import nest
 
-    lease = nest.current_lease(os.environ)
-    if lease is None:
+    held = nest.current_lease(os.environ)
+    if held is None:
         return
     device = nest.chosen_device(
-        lease, req.device, req.selector, lambda s: client.explain(s).get("matching") or []
+        held,
+        ",".join(wanted.device_ids) or wanted.device_id,
+        wanted.selector,
+        lambda s: client.explain(s).get("matching") or [],
     )
     if device is None:
         return
-    nest.refuse_limits(lease, req.max_runtime_seconds, req.idle_timeout_seconds)
-    nest.exec_command(lease, device, req.command, req.cwd, req.env)
+    nest.refuse_limits(held, wanted.max_runtime_seconds, wanted.idle_timeout_seconds)
+    nest.exec_command(held, device, wanted.command or [], wanted.cwd, wanted.env)
 
 
-def _run(client: api.JsonClient, req: RunRequest, progress: _Progress) -> int:
-    # Prefixes resolve as for rc logs, before the submit.
-    after = client.resolve_job_ids(req.after) if req.after else []
-    try:
-        job = client.submit(
-            req.command,
-            device=req.device,
-            selector=req.selector,
-            count=req.count,
-            device_ids=req.device_ids,
-            cwd=req.cwd,
-            env=req.env,
-            priority=req.priority,
-            max_runtime_seconds=req.max_runtime_seconds,
-            idle_timeout_seconds=req.idle_timeout_seconds,
-            no_wait=req.no_wait,
-            stdio=_stdio(req),
-            after=after,
-            after_any=req.after_any,
-        )
-    except errors.NoDeviceError as e:
-        # CLI-104, extended by EXT-WHY-2: name the holder the controller named.
-        _, named, why = e.message.partition(NOT_QUEUED)
-        detail = f": {why}" if named and why else ""
-        raise basics.Failure(f"{req.target} is busy and could not be queued{detail}") from e
-    progress.job_id = job_id = str(job.get("id", ""))
-    if job.get("state") == "queued":
-        progress.phase = "queue"
-        job = wait_queue(client, job_id, req.target, timeout=req.timeout)
-    if job.get("state") in api.TERMINAL_STATES and not job.get("started_at"):
-        # Ended in the queue, or by its submit's pass (a job it named had failed).
-        device = basics.devices_text(job) or req.target
-        raise basics.Failure(
-            f"job {job_id} {job.get('state')}, never started on {device}:"
-            f" {job.get('kill_reason') or NO_DETAIL}"
-        )
-    progress.device = basics.devices_text(job)
-    progress.phase = "attached"
-    render.say(f"job {job_id} on {progress.device}")
-    if req.tty:
-        _attach_terminal(client, job_id)
-    elif req.interactive:
+def _relay(client: api.JsonClient, job_id: str, stdio: str) -> None:
+    """RELAY: ``--tty``'s terminal (CLI-117) or ``-i``'s pipes, until the job's output ends."""
+    if stdio == "pipe":
         from resource_controller.cli import stdin
 
         stdin.forward(client, job_id)
-    else:
-        _stream(client, job_id)
-    try:
-        final = client.wait_until_terminal(job_id, bound=FINAL_WAIT)
-    except errors.ClientError as e:
-        raise basics.Failure(str(e)) from e
-    return _exit_code(final)
-
-
-def wait_queue(
-    client: api.JsonClient, job_id: str, target: str, *, timeout: float = 0.0, kind: str = "job"
-) -> api.Json:
-    """WAIT_QUEUE (CLI-106, CLI-107; CLI-122 for a hold): the job once it left the queue.
-
-    Prints each new position; ``timeout`` > 0 is the caller's own deadline, counted
-    from now, after which the job is CANCELled. A poll give-up fails without touching
-    the job. Shared by ``rc run`` and ``rc hold`` (``kind`` names it in messages).
-    """
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    report = QueueReport(target)
-    try:
-        return client.wait_until_scheduled(job_id, on_view=report, deadline=deadline)
-    except errors.ClientError as e:
-        # Decide "my own --timeout passed" from the clock, never from the error: a
-        # per-poll timeout against a wedged controller looks the same.
-        if deadline is not None and time.monotonic() >= deadline:
-            signals.restore_defaults()
-            cancel(client, job_id)
-            raise basics.Failure(f"gave up waiting for {target} (deadline exceeded)") from e
-        after = "granted" if kind == "hold" else "running"
-        raise basics.Failure(
-            f"lost track of {kind} {job_id} while it was queued ({e}); it may still be queued"
-            f" or already {after}: check rc ps"
-        ) from e
-
-
-class QueueReport:
-    """The queued line: printed for each new position and, with what the job
-    waits for appended, again whenever that changes.
-
-    ``rc: queued at position 1 for box:gpu0 — held by alice (job 1b2c3d4e…, hold
-    "profiling") for 12m0s, at most until 2026-08-13T14:30:00Z``. The "for" duration is
-    measured on the local clock from the controller's ``since``; a change of
-    that duration alone is not a change. A controller that sends no ``waiting_for``
-    gets the base line.
-    """
-
-    def __init__(self, target: str, clock: Callable[[], float] = time.time) -> None:
-        self.target = target
-        self.clock = clock
-        self.last: tuple[int, tuple[object, ...]] | None = None
-
-    def __call__(self, view: api.PolledJob) -> None:
-        from resource_controller.core import waiting  # only a queued run pays for it
-
-        blockers = waiting.blockers_from_wire(view.waiting_for)
-        seen = (view.queue_position, tuple(blockers))
-        if seen == self.last:
-            return
-        self.last = seen
-        line = f"queued at position {view.queue_position} for {self.target}"
-        if blockers:
-            job = view.job
-            pinned = not job.get("selector") and bool(job.get("device_id"))
-            now = int(self.clock())
-            line += " — " + waiting.summary(blockers, now, pinned=pinned)
-        render.say(line)
-
-
-def cancel(client: api.JsonClient, job_id: str) -> None:
-    """CANCEL: kill the queued job, then say what became of it.
-
-    The caller has restored default signal handling (the first signal does that).
-    """
-    end = time.monotonic() + CANCEL_BOUND
-
-    def remaining() -> float:
-        return max(0.1, end - time.monotonic())
-
-    try:
-        client.kill(job_id, timeout=remaining())
-        refused = False
-    except errors.NotCancellableError:
-        refused = True
-    except errors.ClientError as e:
-        render.say(f"could not cancel queued job {job_id}: {e}")
         return
-    try:
-        job: api.Json | None = client.get_job(job_id, timeout=remaining()).job
-    except errors.ClientError:
-        job = None
-    active = job is not None and job.get("state") in api.ACTIVE_STATES
-    device = (job or {}).get("device_id") or "its device"
-    if not refused:
-        if active:
-            render.say(
-                f"job {job_id} started on {device} just as it was being cancelled;"
-                " a kill was requested and it is being terminated"
-            )
-        elif job is not None:
-            render.say(f"cancelled queued job {job_id}")
-        else:
-            render.say(f"a kill was requested for job {job_id}")
-    elif active:
-        render.say(
-            f"could not cancel job {job_id}: it is STILL RUNNING on {device} and holds it"
-            " until it finishes; watch it with rc ps"
-        )
-    else:
-        render.say(f"job {job_id} finished before it could be cancelled")
-
-
-def _stdio(req: RunRequest) -> str:
-    """The submit's ``stdio``: ``tty`` only with ``--tty``; ``pipe`` for ``-i``."""
-    return "tty" if req.tty else "pipe" if req.interactive else ""
-
-
-def _attach_terminal(client: api.JsonClient, job_id: str) -> None:
-    """TTY: the session; then WAIT_TERMINAL as after a stream."""
     from resource_controller.cli import tty
 
     try:
         tty.attach(client, job_id)
     except tty.NotATerminal as e:
-        # Found only after the submit; nobody will ever type into this shell,
-        # so it is killed rather than left holding the device (allowed by the spec).
+        # Found only after the submit; nobody will ever type into this shell, so it is
+        # killed rather than left holding the device (CLI-116 allows it).
         render.say(f"log stream ended: {e}")
         try:
-            client.kill(job_id, timeout=CANCEL_BOUND)
+            client.kill(job_id, timeout=machine.CANCEL_BOUND)
         except errors.ClientError as kill_error:
             render.say(f"could not kill job {job_id}: {kill_error}")
 
 
-def _stream(client: api.JsonClient, job_id: str) -> None:
-    """STREAM: copy the job's output to stdout, chunk by chunk, flushed."""
-
-    def on_break(e: errors.ClientError) -> None:
-        render.say(f"log stream broke ({e}); reconnecting")
-
-    chunks = client.output(job_id, on_break=on_break)
+def main(argv: list[str]) -> None:
+    """``rc run ARGV`` without click, and exit: at once, once the output is flushed."""
     try:
-        for chunk in chunks:
-            render.write_bytes(chunk)
-    except errors.ClientError as e:
-        render.say(f"log stream ended: {e}")
-    except (OSError, ValueError) as e:
-        render.say(f"log stream ended: cannot write output: {e}")
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        code = run(argv)
+    except (basics.Failure, signals.Interrupted, errors.RcError) as e:
+        exits.failed(e)
+    except (EOFError, KeyboardInterrupt):
+        exits.say_blank_line()
+        exits.fail("interrupted")
+    except OSError as e:
+        exits.os_error_in_command(e)
+    exits.leave_now(code)
 
 
-def _exit_code(job: api.Json) -> int:
-    """EXIT: the job's code, 1 for a non-success without one, else 0."""
-    job_id = job.get("id", "")
-    code = job.get("exit_code")
-    reason = job.get("kill_reason") or ""
-    if isinstance(code, int) and code != 0:
-        if reason:
-            render.say(f"job {job_id}: {reason}")
-        return exit_status(code)
-    state = job.get("state")
-    if state != JobState.SUCCEEDED:
-        raise basics.Failure(f"job {job_id} {state}: {reason or NO_DETAIL}")
-    return 0
+def __getattr__(name: str) -> Any:
+    """``command``: the click command the group lists (built on first use, with click)."""
+    if name != "command":
+        raise AttributeError(name)
+    import click
+
+    class RunCommand(click.Command):
+        """``rc run`` in the click group: the options are declared for shell completion
+        and ``rc help``; the line itself goes to ``run`` unparsed."""
+
+        def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+            ctx.params = {"argv": list(args)}
+            return []
+
+        def get_help(self, ctx: click.Context) -> str:
+            return page().rstrip("\n")
+
+    params: list[click.Parameter] = []
+    for flags, dest, kind, metavar, help_text in OPTIONS:
+        names = [f"{flags[0]}/--no-{flags[0][2:]}", dest] if kind == "negatable" else [*flags, dest]
+        flag = kind in ("flag", "negatable")
+        params.append(
+            click.Option(
+                names,
+                is_flag=flag,
+                multiple=kind == "list",
+                metavar=metavar or None,
+                help=help_text,
+            )
+        )
+
+    def invoke(argv: list[str]) -> None:
+        code = run(argv)
+        if code:
+            raise SystemExit(code)
+
+    return RunCommand("run", callback=invoke, params=params, short_help=SUMMARY, help=DESCRIPTION)

@@ -39,6 +39,7 @@ from typing import Any
 from resource_controller import errors
 from resource_controller.cli import common, signals
 from resource_controller.client import api
+from resource_controller.core.states import TERMINAL
 from resource_controller.h1 import aio
 
 #: Most bytes of one data frame.
@@ -123,7 +124,7 @@ class JobWatch:
             return False
         finally:
             stream.close()
-        return state in api.TERMINAL_STATES
+        return state in TERMINAL
 
 
 @dataclass

@@ -1,26 +1,61 @@
-"""The asyncio client's HTTP: ``h1.aio`` as the worker's, the same routes, errors and fail-over as ``transport``.
+"""The asyncio client's HTTP, and its driver: ``h1.aio`` with ``transport``'s bounds,
+fail-over, errors and controller list (``transport.Bases``), carrying out the same
+operations as ``api.JsonClient`` (``calls``), awaited.
 
-Kept apart from ``aio`` so that the async client's methods and its connection handling
-each fit one reading; the sync ``transport`` is the model for both behaviours.
+After an interrupt (a cancelled task) has been thrown into an operation, the steps it
+takes to handle it (a cancel, a release) run shielded, and so does a submit: a task
+cancelled while a submit's answer is on its way waits for it, and the cancellation then
+lands on the next step, so the job it created is known and cancelled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from resource_controller import errors
-from resource_controller.client import transport
+from resource_controller.client import calls
+from resource_controller.client.calls import Call
+from resource_controller.client.transport import REQUEST_BOUND, Bases, decode
 from resource_controller.h1 import aio, core
 
-#: Bound on connecting when the request sets none.
-CONNECT_TIMEOUT = transport.CONNECT_TIMEOUT
+if TYPE_CHECKING:
+    from resource_controller.client.calls import Op
+
+
+class AsyncStream:
+    """An open answer; ``read(idle)`` gives ``None`` after ``idle`` seconds of silence and
+    keeps the read it was waiting on for the next call, so the stream stays open."""
+
+    def __init__(self, exchange: aio.Exchange, request: str, base: str) -> None:
+        self._exchange = exchange
+        self._reading: asyncio.Future[bytes] | None = None
+        self.request = request
+        self.base = base
+
+    async def read(self, idle: float | None = None) -> bytes | None:
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._exchange.read(None))
+        done, _ = await asyncio.wait({self._reading}, timeout=idle)
+        if not done:
+            return None
+        reading, self._reading = self._reading, None
+        try:
+            return reading.result()
+        except errors.TransportError as e:
+            raise type(e)(f"{self.request}: {e}") from e
+
+    def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        self._exchange.close()
 
 
 class AsyncTransport:
-    """Requests to one controller (or a fail-over list) with a bearer token."""
+    """Requests to one controller (or a fail-over list) with a bearer token, and the
+    driver of the client's operations over them."""
 
     def __init__(
         self,
@@ -31,14 +66,8 @@ class AsyncTransport:
         missing_token: Callable[[], str] | None = None,
         connect: aio.Connect = aio.open_tcp,
     ) -> None:
-        urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()] or [base_url]
-        # The same refusal of a non-http URL as ``rc``.
-        self._ends = [transport._parse_base(url).end for url in urls]
-        self._urls = urls
-        self._current = 0
-        self._origin = origin
-        # Asked only when an empty token is refused: where one was looked for.
-        self._missing_token = missing_token if not token else None
+        self.bases = Bases(base_url, origin, missing_token)
+        self.token = token
         # Both headers always, even with an empty token, so that the controller
         # answers unauthorized.
         headers = {"Authorization": core.bearer(token), "Content-Type": "application/json"}
@@ -47,108 +76,127 @@ class AsyncTransport:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def _refusal(self, head: core.Head, body: bytes) -> errors.ApiError:
-        """The error for a non-2xx answer, as ``transport.Transport._refusal`` makes it."""
-        hint = ""
-        if self._missing_token is not None and head.status == 401:
-            hint = self._missing_token()
-        return transport.api_error(head.status, head.reason, body, hint)
-
-    def _unreachable(self, request: str, exc: errors.ConnectFailed) -> errors.ConnectFailed:
-        message = f"{request}: {exc}"
-        if self._origin:
-            plural = "s" if len(self._urls) > 1 else ""
-            message += f" (controller{plural} {', '.join(self._urls)} {self._origin})"
-        return errors.ConnectFailed(message)
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None,
-        body: Any,
-        timeout: float | None,
-    ) -> tuple[aio.Exchange, str]:
-        """Send, failing over to the next base URL when connecting fails, and after a 5xx
-        (a read is sent again there; any other request answers the 5xx)."""
-        content = None if body is None else json.dumps(body).encode()
-        suffix = "?" + urllib.parse.urlencode(sorted(query.items())) if query else ""
-        connect = CONNECT_TIMEOUT if timeout is None else timeout
-        last: errors.ConnectFailed | None = None
-        for step in range(len(self._urls)):
-            index = (self._current + step) % len(self._urls)
-            request = f"{method} {self._urls[index]}{path}{suffix}"
+    async def _send(self, call: Call, *, whole: bool) -> tuple[aio.Exchange, bytes, str]:
+        """As ``transport.Transport._send``: each controller in turn within the bound."""
+        content = None if call.body is None else json.dumps(call.body).encode()
+        bound = REQUEST_BOUND if call.timeout is None else call.timeout
+        order = self.bases.order()
+        unreached: errors.ConnectFailed | None = None
+        last: errors.ClientError | None = None
+        for step, index in enumerate(order):
+            more = step < len(order) - 1
+            target, request = self.bases.target(index, call.path, call.query)
+            request = f"{call.method} {request}"
+            end = self.bases.bases[index].end
             try:
                 exchange = await self._http.open(
-                    method,
-                    self._ends[index],
-                    path + suffix,
-                    content,
-                    timeout=timeout,
-                    connect_timeout=connect,
+                    call.method, end, target.removeprefix(end.prefix), content, timeout=bound
                 )
+                data = b""
+                if whole or not 200 <= exchange.status < 300:
+                    data = await exchange.read_all(bound)
             except errors.ConnectFailed as e:
-                last = e
+                unreached = unreached or e
                 continue
             except errors.TransportError as e:
-                raise type(e)(f"{request}: {e}") from e
-            self._current = index
-            if exchange.status >= 500 and len(self._urls) > 1:
-                self._current = (index + 1) % len(self._urls)
-                if method == "GET" and step < len(self._urls) - 1:
-                    exchange.close()
+                if not (call.resend and more):
+                    raise type(e)(f"{request}: {e}") from e
+                last = type(e)(f"{request}: {e}")
+                continue
+            self.bases.current = index
+            if 200 <= exchange.status < 300:
+                return exchange, data, request
+            refusal = self.bases.refusal(exchange.status, exchange.head.reason, data, self.token)
+            if exchange.status < 500 or len(order) < 2:
+                raise refusal
+            self.bases.current = order[(step + 1) % len(order)]
+            if not (call.resend and more):
+                raise refusal
+            last = refusal
+        if last is not None:
+            raise last
+        assert unreached is not None
+        raise self.bases.unreachable(f"{call.method} {self.bases.url}{call.path}", unreached)
+
+    async def request(self, call: Call) -> Any:
+        """One request, its whole answer read: its JSON, read as ``call`` says."""
+        try:
+            _, data, request = await self._send(call, whole=True)
+        except errors.ApiError as e:
+            raise e if call.refuse is None else call.refuse(e) from e
+        return call.answer(decode(data, request), request)
+
+    async def stream(self, call: Call) -> AsyncStream:
+        exchange, _, request = await self._send(call, whole=False)
+        return AsyncStream(exchange, request, self.bases.url)
+
+    # ---- the driver ------------------------------------------------------------------
+
+    async def drive(self, op: Op[Any] | Call) -> Any:
+        """Carry ``op`` out and return what it returns (its lines are dropped)."""
+        result: list[Any] = []
+        async for _ in self._steps(op, result):
+            raise errors.ClientError("this operation's output has nowhere to go")
+        return result[0]
+
+    async def iterate(self, op: Op[Any]) -> AsyncIterator[Any]:
+        """``op``'s output as it comes; closing the iterator drops its stream."""
+        async for chunk in self._steps(op, []):
+            yield chunk
+
+    async def _steps(self, op: Op[Any] | Call, result: list[Any]) -> AsyncIterator[Any]:
+        if isinstance(op, Call):
+            result.append(await self.request(op))
+            return
+        streams: list[AsyncStream] = []
+        value: Any = None
+        thrown: BaseException | None = None
+        pending: BaseException | None = None
+        interrupted = False
+        try:
+            while True:
+                try:
+                    step = op.send(value) if thrown is None else op.throw(thrown)
+                except StopIteration as done:
+                    result.append(done.value)
+                    return
+                value = thrown = None
+                if pending is not None:  # a cancellation held back: it lands here
+                    thrown, pending = pending, None
                     continue
-            return exchange, request
-        assert last is not None
-        raise self._unreachable(f"{method} {self._urls[self._current]}{path}", last) from last
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """One request, the whole answer read; the JSON body (``None`` when empty).
-
-        ``timeout`` bounds connecting and each wait for the answer; ``None``, as long as
-        it takes (connecting, at most ``CONNECT_TIMEOUT``)."""
-        exchange, request = await self._send(method, path, query, body, timeout)
-        try:
-            content = await exchange.read_all(timeout)
-        except errors.TransportError as e:
-            raise type(e)(f"{request}: {e}") from e
-        if not 200 <= exchange.status < 300:
-            raise self._refusal(exchange.head, content)
-        if not content:
-            return None
-        try:
-            return json.loads(content)
-        except ValueError as e:
-            raise errors.TransportError(
-                f"{request}: controller sent a malformed JSON body ({e})"
-            ) from e
-
-    async def stream(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        idle: float | None = None,
-    ) -> AsyncIterator[bytes]:
-        """A long-lived answer chunk by chunk, each waited for at most ``idle`` seconds
-        (``None``: a follow lasts as long as the job); a refusal raises before the first."""
-        exchange, request = await self._send(method, path, query, None, None)
-        try:
-            if not 200 <= exchange.status < 300:
-                raise self._refusal(exchange.head, await exchange.read_all(CONNECT_TIMEOUT))
-            try:
-                while chunk := await exchange.read(idle):
-                    yield chunk
-            except errors.TransportError as e:
-                raise type(e)(f"{request}: {e}") from e
+                if isinstance(step, calls.Out):
+                    yield step.chunk
+                    continue
+                try:
+                    if interrupted or getattr(step, "shield", False):
+                        job = asyncio.ensure_future(self._do(step, streams))
+                        try:
+                            value = await asyncio.shield(job)
+                        except asyncio.CancelledError as e:
+                            value, pending = await asyncio.shield(job), e
+                    else:
+                        value = await self._do(step, streams)
+                except BaseException as e:  # errors and interrupts: the operation decides
+                    thrown = e
+                    interrupted = interrupted or not isinstance(e, Exception)
         finally:
-            exchange.close()
+            for stream in streams:
+                stream.close()
+
+    async def _do(self, step: Any, streams: list[AsyncStream]) -> Any:
+        if isinstance(step, Call):
+            return await self.request(step)
+        if isinstance(step, calls.Sleep):
+            await asyncio.sleep(step.seconds)
+        elif isinstance(step, calls.Read):
+            return await step.stream.read(step.idle)
+        elif isinstance(step, calls.Open):
+            streams.append(await self.stream(step.call))
+            return streams[-1]
+        elif isinstance(step, calls.Close):
+            step.stream.close()
+        elif isinstance(step, calls.Where):
+            return self.bases.url
+        elif isinstance(step, calls.JoinRelay):
+            raise errors.ClientError(f"job {step.job_id}: stdio {step.stdio!r} needs rc")
+        return None  # a Note: the API says nothing

@@ -53,7 +53,7 @@ SECTIONS = {"run": ("here",)}
 KNOWN_KEYS = "controller, token, submitter and run.here"
 
 
-class ConfigError(errors.ClientError):
+class ClientConfigError(errors.ClientError):
     """The user config file could not be located, read or parsed."""
 
 
@@ -74,7 +74,7 @@ class FileConfig(NamedTuple):
 
 
 def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
-    """Locate the user config file; raise ``ConfigError`` when that is impossible."""
+    """Locate the user config file; raise ``ClientConfigError`` when that is impossible."""
     from pathlib import Path
 
     return Path(config_location(env, platform))
@@ -94,12 +94,16 @@ def config_location(env: Mapping[str, str] | None = None, platform: str | None =
     xdg = env.get("XDG_CONFIG_HOME", "")
     if xdg:
         if not os.path.isabs(xdg):
-            raise ConfigError(f"cannot locate the config file: XDG_CONFIG_HOME is relative: {xdg}")
+            raise ClientConfigError(
+                f"cannot locate the config file: XDG_CONFIG_HOME is relative: {xdg}"
+            )
         base = xdg
     else:
         home = env.get("HOME", "")
         if not home:
-            raise ConfigError("cannot locate the config file: neither XDG_CONFIG_HOME nor HOME set")
+            raise ClientConfigError(
+                "cannot locate the config file: neither XDG_CONFIG_HOME nor HOME set"
+            )
         base = home + "/" + ("Library/Application Support" if platform == "darwin" else ".config")
     return _posix_text(base + "/rc/config.yaml")
 
@@ -112,28 +116,28 @@ def _posix_text(path: str) -> str:
 
 # One ``key: "json string"`` line, optionally followed by a comment. JSON string
 # syntax is a subset of YAML's double-quoted scalar, so both parsers agree on it.
-_SIMPLE_LINE = re.compile(
+SIMPLE_LINE = re.compile(
     r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
 )
 # One ``key: {sub: true}`` line (``run: {here: true}``): a flow mapping of
 # one plain key to a boolean, which YAML reads the same way.
-_FLAG_LINE = re.compile(
+FLAG_LINE = re.compile(
     r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+\{[ \t]*([A-Za-z_]+):[ \t]+(true|false)[ \t]*\}[ \t]*(?:#.*)?"
 )
 
 
-def _parse_simple(text: str) -> dict[str, object] | None:
-    """Parse the restricted form ``write_client_config`` writes; ``None`` if it is not that."""
+def parse_simple(text: str) -> dict[str, object] | None:
+    """Parse the restricted form ``update_client_config`` writes; ``None`` if it is not that."""
     out: dict[str, object] = {}
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        flag = _FLAG_LINE.fullmatch(line.rstrip())
+        flag = FLAG_LINE.fullmatch(line.rstrip())
         if flag is not None and flag.group(1) not in out:
             out[flag.group(1)] = {flag.group(2): flag.group(3) == "true"}
             continue
-        m = _SIMPLE_LINE.fullmatch(line.rstrip())
+        m = SIMPLE_LINE.fullmatch(line.rstrip())
         if m is None or m.group(1) in out:
             return None
         try:
@@ -155,12 +159,12 @@ def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
-        raise ConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
+        raise ClientConfigError(f"cannot parse {path}: {one_line(str(e))}") from e
     out: dict[str, object] = {}
     if root is None:
         return out
     if not isinstance(root, yaml.MappingNode):
-        raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
+        raise ClientConfigError(f"cannot parse {path}: the top level is not a mapping")
     unknown: list[str] = []
     for key_node, value_node in root.value:
         key = _key_text(yaml, key_node)
@@ -171,7 +175,7 @@ def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
             unknown.append(key)
             continue
         if not isinstance(value_node, yaml.ScalarNode):
-            raise ConfigError(f"cannot parse {path}: {key} is not a string")
+            raise ClientConfigError(f"cannot parse {path}: {key} is not a string")
         is_null = value_node.tag == "tag:yaml.org,2002:null"
         out[key] = None if is_null else value_node.value
     if unknown:
@@ -192,7 +196,7 @@ def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> 
     if node.tag == "tag:yaml.org,2002:null":
         return {}
     if not isinstance(node, yaml.MappingNode):
-        raise ConfigError(f"cannot parse {path}: run is not a mapping")
+        raise ClientConfigError(f"cannot parse {path}: run is not a mapping")
     out: dict[str, bool] = {}
     for key_node, value_node in node.value:
         key = _key_text(yaml, key_node)
@@ -200,7 +204,7 @@ def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> 
             unknown.append(f"run.{key}")
             continue
         if value_node.tag != "tag:yaml.org,2002:bool":
-            raise ConfigError(f"cannot parse {path}: run.here is not true or false")
+            raise ClientConfigError(f"cannot parse {path}: run.here is not true or false")
         out["here"] = str(value_node.value).lower() in ("y", "yes", "true", "on")
     return out
 
@@ -219,22 +223,22 @@ def unknown_key_names(values: Mapping[str, object]) -> list[str]:
     return found
 
 
-def unknown_keys(path: Path | str, names: list[str], advice: str = "") -> ConfigError:
+def unknown_keys(path: Path | str, names: list[str], advice: str = "") -> ClientConfigError:
     """The refusal of a file holding keys the client does not read, naming each."""
     plural = "s" if len(names) > 1 else ""
-    return ConfigError(
+    return ClientConfigError(
         f"{path}: unknown key{plural} {', '.join(names)} (rc reads {KNOWN_KEYS})"
         + (advice or "; the file is not used until that is fixed")
     )
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
 def parse_config(text: str, path: Path | str) -> FileConfig:
-    """Turn the file's text into values; raise ``ConfigError`` if it is broken."""
-    values: Mapping[str, object] | None = _parse_simple(text)
+    """Turn the file's text into values; raise ``ClientConfigError`` if it is broken."""
+    values: Mapping[str, object] | None = parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
     else:
@@ -245,14 +249,14 @@ def parse_config(text: str, path: Path | str) -> FileConfig:
     def pick(key: str) -> str | None:
         value = values.get(key)
         if value is not None and not isinstance(value, str):
-            raise ConfigError(f"cannot parse {path}: {key} is not a string")
+            raise ClientConfigError(f"cannot parse {path}: {key} is not a string")
         value = value.strip() if value is not None else None
         return value or None
 
     run = values.get("run")
     here = run.get("here") if isinstance(run, dict) else None
     if here is not None and not isinstance(here, bool):
-        raise ConfigError(f"cannot parse {path}: run.here is not true or false")
+        raise ClientConfigError(f"cannot parse {path}: run.here is not true or false")
     return FileConfig(pick("controller"), pick("token"), pick("submitter"), here)
 
 
@@ -268,14 +272,14 @@ def read_config_file(path: Path | str, named_by: str = "") -> FileConfig:
             data = f.read()
     except FileNotFoundError:
         if named_by:
-            raise ConfigError(f"{named_by} names {path}, which does not exist") from None
+            raise ClientConfigError(f"{named_by} names {path}, which does not exist") from None
         return FileConfig()
     except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
+        raise ClientConfigError(f"cannot read {path}: {e.strerror or e}") from e
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"cannot parse {path}: not UTF-8 text") from e
+        raise ClientConfigError(f"cannot parse {path}: not UTF-8 text") from e
     return parse_config(text, path)
 
 
@@ -284,7 +288,7 @@ def _warn(message: str) -> None:
     sys.stderr.flush()
 
 
-class Settings:
+class ClientSettings:
     """Connection settings and identity for one process, reading the file on demand.
 
     ``env`` defaults to the live environment; tests pass their own mapping. ``warn``
@@ -312,7 +316,7 @@ class Settings:
                 self._location = config_location(self._env)
                 named_by = "RC_CONFIG" if self._env.get("RC_CONFIG", "").strip() else ""
                 self._file = read_config_file(self._location, named_by)
-            except ConfigError as e:
+            except ClientConfigError as e:
                 self._warn(e.message)
                 self._problem = e.message
                 self._file = FileConfig()
@@ -330,7 +334,7 @@ class Settings:
         if self.file.controller:
             try:
                 return f"from the config file {config_location(self._env)}"
-            except ConfigError:  # pragma: no cover - the file was read, so it was found
+            except ClientConfigError:  # pragma: no cover - the file was read, so it was found
                 return "from the config file"
         return DEFAULT_ORIGIN
 
@@ -357,6 +361,19 @@ class Settings:
             f"no token was found: {where} and {found}; export RC_TOKEN=<client token>"
             " or put token: <client token> in that file"
         )
+
+    def connection(
+        self, controller: str | None = None, token: str | None = None
+    ) -> tuple[str, str, str, Callable[[], str] | None]:
+        """(URL(s), token, where the URL came from, where a missing token was looked for)
+        for a transport: ``controller`` and ``token`` given win over the settings."""
+        if controller:
+            url, origin = controller, "given to the client"
+        else:
+            url, origin = self.controller(), self.controller_origin()
+        if token is not None:
+            return url, token, origin, None
+        return url, self.token(), origin, self.missing_token
 
     def run_here(self) -> bool:
         """``run: {here: true}`` in the config file; false when absent."""
@@ -385,14 +402,14 @@ def derived_submitter(env: Mapping[str, str]) -> str:
     return f"{name}/{session}" if session else name
 
 
-_PROCESS_SETTINGS: Settings | None = None
+_PROCESS_SETTINGS: ClientSettings | None = None
 
 
-def settings() -> Settings:
+def settings() -> ClientSettings:
     """The process-wide settings, so the file is read at most once per process."""
     global _PROCESS_SETTINGS
     if _PROCESS_SETTINGS is None:
-        _PROCESS_SETTINGS = Settings()
+        _PROCESS_SETTINGS = ClientSettings()
     return _PROCESS_SETTINGS
 
 
@@ -400,148 +417,3 @@ def reset() -> None:
     """Forget the process-wide settings (after writing the file, and between tests)."""
     global _PROCESS_SETTINGS
     _PROCESS_SETTINGS = None
-
-
-def _render(values: Mapping[str, object]) -> str:
-    """Write values in the restricted form when possible, YAML for anything else."""
-    lines = []
-    rest: dict[str, object] = {}
-    for key, value in values.items():
-        if isinstance(value, str) and _SIMPLE_LINE.fullmatch(f"{key}: {json.dumps(value)}"):
-            lines.append(f"{key}: {json.dumps(value)}\n")
-            continue
-        if isinstance(value, dict) and len(value) == 1:
-            ((sub, flag),) = value.items()
-            line = f"{key}: {{{sub}: {'true' if flag else 'false'}}}"
-            if isinstance(flag, bool) and _FLAG_LINE.fullmatch(line):
-                lines.append(line + "\n")
-                continue
-        rest[key] = value
-    text = "".join(lines)
-    if rest:
-        import yaml
-
-        text += yaml.safe_dump(rest, default_flow_style=False, sort_keys=False)
-    return text
-
-
-class ClientConfigUpdate(NamedTuple):
-    """What ``update_client_config`` did, so that ``rc up`` can say it."""
-
-    path: Path
-    #: Keys given new values.
-    written: tuple[str, ...]
-    #: Keys whose existing value was kept, with that value.
-    kept: Mapping[str, object]
-
-
-def write_client_config(
-    controller: str,
-    token: str,
-    force: bool,
-    env: Mapping[str, str] | None = None,
-) -> Path:
-    """Record the client side of a local setup in the user config file.
-
-    The path written; ``update_client_config`` also says what was kept.
-    """
-    return update_client_config(controller, token, force, env).path
-
-
-def update_client_config(
-    controller: str,
-    token: str,
-    force: bool,
-    env: Mapping[str, str] | None = None,
-) -> ClientConfigUpdate:
-    """Record the client side of a local setup in the user config file.
-
-    Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
-    pointed ``rc`` at a shared controller must not find it silently redirected. The
-    file also gains ``run: {here: true}`` unless ``run.here`` is already
-    set: that is a preference, so even ``force`` keeps it. ``submitter`` is kept. A key
-    the client does not read is refused (``ConfigError``) without ``force``, and dropped
-    with it, so that what ``rc up`` leaves behind is a file ``rc`` uses. The file is written atomically with mode 0600 since it holds a
-    credential. A file that exists but cannot be parsed is replaced only with
-    ``force``; without it ``ConfigError`` is raised rather than destroying it.
-    """
-    path = config_path(env)
-    existing: dict[str, object] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as e:
-        if not force:
-            raise ConfigError(f"cannot read {path}: {e}") from e
-        text = ""
-    if text.strip():
-        try:
-            existing = _load_all(text, path)
-        except ConfigError:
-            if not force:
-                raise
-            existing = {}
-    unknown = unknown_key_names(existing)
-    if unknown and not force:
-        # Kept, such a key would leave a file every rc command refuses.
-        raise unknown_keys(path, unknown, "; fix or remove it, or rc up --force drops it")
-    existing = _known_only(existing)
-    written: list[str] = []
-    kept: dict[str, object] = {}
-    for key, value in (("controller", controller), ("token", token)):
-        current = existing.get(key)
-        keep = isinstance(current, str) and current.strip() and not force
-        if keep:
-            kept[key] = current
-        else:
-            existing[key] = value
-            written.append(key)
-    run = existing.get("run")
-    if isinstance(run, dict) and run.get("here") is not None:
-        kept["run.here"] = run["here"]
-    else:
-        existing["run"] = {**(run if isinstance(run, dict) else {}), "here": True}
-        written.append("run.here")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_render(existing))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    reset()
-    return ClientConfigUpdate(path, tuple(written), kept)
-
-
-def _known_only(values: Mapping[str, object]) -> dict[str, object]:
-    """``values`` without the keys the client does not read (``unknown_key_names``)."""
-    out: dict[str, object] = {}
-    for key, value in values.items():
-        if key in SECTIONS and isinstance(value, dict):
-            out[key] = {k: v for k, v in value.items() if k in SECTIONS[key]}
-        elif key in KEYS or key in SECTIONS:
-            out[key] = value
-    return out
-
-
-def _load_all(text: str, path: Path) -> dict[str, object]:
-    """Every key of an existing file, for rewriting it without losing anything."""
-    simple = _parse_simple(text)
-    if simple is not None:
-        return dict(simple)
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"cannot parse {path}: {_one_line(str(e))}") from e
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"cannot parse {path}: the top level is not a mapping")
-    return {str(k): v for k, v in data.items()}

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from resource_controller.client.api import TERMINAL_STATES, exit_status
 from resource_controller.core import mig
 from resource_controller.core.cuda import cuda_visible_devices
-from resource_controller.core.states import JobState
+from resource_controller.core.states import TERMINAL, JobState
 
 Json = dict[str, Any]
 
@@ -123,7 +122,7 @@ class JobInfo:
     @property
     def terminal(self) -> bool:
         """The job has ended (``succeeded``, ``failed``, ``killed`` or ``lost``)."""
-        return self.state in TERMINAL_STATES
+        return self.state in TERMINAL
 
     @property
     def succeeded(self) -> bool:
@@ -363,13 +362,6 @@ class RunResult:
     def text(self) -> str:
         """The captured output decoded as UTF-8 (undecodable bytes replaced); ``""`` if none."""
         return (self.output or b"").decode("utf-8", "replace")
-
-
-def run_exit_code(job: JobInfo) -> int:
-    """``rc run``'s exit code for a finished job."""
-    if job.exit_code:
-        return exit_status(job.exit_code)
-    return 0 if job.succeeded else 1
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,32 @@
-"""Synchronous HTTP to the controller: the blocking shell of ``h1`` with routes, errors, fail-over.
+"""Synchronous HTTP to the controller: the blocking shell of ``h1`` with routes, errors,
+bounds and fail-over.
 
 ``rc run -- true`` is on people's hot path, so the connection is ``h1.blocking``'s plain
 socket (not ``http.client``, which loads ``email`` and ``ssl``): one kept-alive
-connection, which a long-lived stream (log follow) borrows and gives back once the
-stream has ended cleanly, so that ``rc run``'s submit, follow and final poll share one
-connection; and a timeout chosen per request, because only the callers know what is
-bounded (CLI-070: no overall timeout; the polling loops bound each poll themselves).
-A request made while a stream holds the connection opens another.
+connection, which a log follow borrows and gives back once it has ended cleanly, so
+that ``rc run``'s submit, follow and final poll share one connection.
 
-Every failure leaves here as one of two errors from ``errors``:
+Every request is bounded (``Call.timeout``, else ``REQUEST_BOUND``), because a
+controller can stop answering with its connections still open (a frozen process, a
+stalled host). With several comma-separated base URLs (EXT-PG-5, ``Bases``), a request
+that gets no answer within its bound, or a 5xx, goes to the next URL when it is safe to
+send again (``Call.resend``: reads, a submit with its idempotency key, a kill); one
+that could not even connect always does. Requests then stay with the URL that
+answered. Every failure leaves as one of two errors of ``errors``:
 
-- ``ApiError``: the controller answered non-2xx. Its ``{"error", "message"}`` body
-  becomes ``<code>: <message>``, raised as that code's class (``errors.API_CODES``); anything else becomes "controller returned
-  <status> <reason>".
-- ``TransportError``: no usable answer (one of its kinds: refused, DNS, reset, timed
-  out), naming the request and the cause.
+- ``ApiError``: the controller answered non-2xx; its ``{"error", "message"}`` body
+  becomes ``<code>: <message>`` as that code's class (``errors.API_CODES``), anything
+  else "controller returned <status> <reason>";
+- ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
+  request and the cause.
 
-Nothing here retries a request the controller may have seen. The one exception to
-"never resend" is a request that failed on a kept-alive connection the controller
-had already closed while idle (``Disconnected`` on a reused connection): such a
-request never reached it, so it is sent once more on a fresh connection. Several
-comma-separated base URLs fail over to the next one only when a connection cannot be
-opened at all.
+A request that failed on a kept-alive connection the controller had closed while idle
+(``Disconnected`` on a reused connection) never reached it, and is sent once more.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
 
 from resource_controller import errors
 from resource_controller.client import urls
@@ -35,30 +34,15 @@ from resource_controller.h1 import blocking, core
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
     from typing import Any, NamedTuple
+
+    from resource_controller.client.calls import Call
 else:
     from resource_controller.client.records import NamedTuple
 
-#: Bound on connecting when the request sets none: an unanswered SYN never hangs ``rc``.
-CONNECT_TIMEOUT = 30.0
-
-
-class Response(NamedTuple):
-    """A complete 2xx answer (a named tuple: ``dataclasses`` costs start-up time)."""
-
-    status: int
-    body: bytes
-    #: ``METHOD URL`` of the request, for error messages about this response.
-    request: str
-
-    def json(self) -> Any:
-        """The body as JSON; a 2xx that is not JSON is a protocol failure."""
-        try:
-            return json.loads(self.body)
-        except ValueError as e:
-            raise errors.TransportError(
-                f"{self.request}: controller sent a malformed JSON body ({e})"
-            ) from e
+#: How long one controller has to answer a request that sets no bound of its own.
+REQUEST_BOUND = 5.0
 
 
 class _Base(NamedTuple):
@@ -81,66 +65,124 @@ def _parse_base(url: str) -> _Base:
     return _Base(url, core.Endpoint(parts.scheme, parts.hostname, port, parts.path.rstrip("/")))
 
 
-def api_error(status: int, reason: str, body: bytes, missing_token: str = "") -> errors.ApiError:
-    """Map a non-2xx answer onto ``ApiError``.
+class Bases:
+    """The controllers of a comma-separated ``RC_CONTROLLER`` (EXT-PG-5), which one the
+    requests go to now, and how a request that none could take is reported.
 
-    ``missing_token`` says where the client looked for a token it did not find; it is
-    added to an ``unauthorized`` answer, the one a missing token earns.
+    ``origin`` says where the URLs came from (``from RC_CONTROLLER``, ...), named in
+    that report; ``missing_token``, asked only when an empty token is refused, says
+    where the client looked for one (``config.ClientSettings.missing_token``).
     """
-    code, message = core.error_body(body)
-    if code:
-        if missing_token and code == "unauthorized":
-            message = f"{message}; {missing_token}" if message else missing_token
-        return errors.api_error(code, message, status)
-    if not reason:
-        import http  # only for an answer without a reason phrase
 
-        try:
-            reason = http.HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-    return errors.ApiError("", f"controller returned {status} {reason}".rstrip(), status)
+    def __init__(
+        self, base_url: str, origin: str = "", missing_token: Callable[[], str] | None = None
+    ) -> None:
+        listed = [u.strip().rstrip("/") for u in base_url.split(",")]
+        self.bases = [_parse_base(u) for u in [u for u in listed if u] or [base_url]]
+        self.current = 0
+        self.origin = origin
+        self.missing_token = missing_token
+
+    @property
+    def url(self) -> str:
+        return self.bases[self.current].url
+
+    def order(self) -> list[int]:
+        """Every base, the current one first: the order one request tries them in."""
+        n = len(self.bases)
+        return [(self.current + step) % n for step in range(n)]
+
+    def target(self, index: int, path: str, query: Mapping[str, str] | None) -> tuple[str, str]:
+        """(the request target, ``METHOD URL`` for messages) on base ``index``."""
+        suffix = "?" + urls.urlencode(sorted(query.items())) if query else ""
+        base = self.bases[index]
+        return base.end.prefix + path + suffix, base.url + path + suffix
+
+    def unreachable(self, request: str, exc: errors.ConnectFailed) -> errors.ConnectFailed:
+        """No controller could be connected to: say which were tried, and why those."""
+        message = f"{request}: {exc}"
+        if self.origin:
+            plural = "s" if len(self.bases) > 1 else ""
+            listed = ", ".join(b.url for b in self.bases)
+            message += f" (controller{plural} {listed} {self.origin})"
+        return errors.ConnectFailed(message)
+
+    def refusal(self, status: int, reason: str, body: bytes, token: str) -> errors.ApiError:
+        """A non-2xx answer as ``ApiError``; a refused empty token says where rc looked."""
+        code, message = core.error_body(body)
+        if code:
+            if code == "unauthorized" and not token and self.missing_token is not None:
+                hint = self.missing_token()
+                message = f"{message}; {hint}" if message and hint else message or hint
+            return errors.api_error(code, message, status)
+        if not reason:
+            import http  # only for an answer without a reason phrase
+
+            try:
+                reason = http.HTTPStatus(status).phrase
+            except ValueError:
+                reason = ""
+        return errors.ApiError("", f"controller returned {status} {reason}".rstrip(), status)
+
+
+def decode(body: bytes, request: str) -> Any:
+    """A 2xx body as JSON (``None`` when empty); anything else is a protocol failure."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise errors.TransportError(
+            f"{request}: controller sent a malformed JSON body ({e})"
+        ) from e
 
 
 class Stream:
-    """An open 2xx response read chunk by chunk; iterate for ``bytes``, then ``close``.
+    """An open 2xx answer read piece by piece (``read``; or iterate for ``bytes``).
 
-    A stream that ends by its framing hands its connection to ``keep`` for the next
-    request; one closed early, or broken, drops it.
+    ``base`` is the controller it came from. A stream that ends by its framing hands its
+    connection to ``keep`` for the next request; one closed early, or broken, drops it.
     """
 
     def __init__(
         self,
         conn: blocking.Connection,
         request: str,
-        keep: Callable[[blocking.Connection], None] | None = None,
+        base: str,
+        keep: Callable[[blocking.Connection], None],
     ) -> None:
         self._conn: blocking.Connection | None = conn
         self._keep = keep
         self.request = request
+        self.base = base
 
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        if self._conn is None:
-            raise StopIteration
+    def read(self, idle: float | None = None) -> bytes | None:
+        """The next piece, ``b""`` at the end, ``None`` after ``idle`` seconds of silence
+        (the stream stays open)."""
+        conn = self._conn
+        if conn is None:
+            return b""
+        conn.settimeout(idle)
         try:
-            chunk = self._conn.read()
+            chunk = conn.read()
+        except errors.TimedOut:
+            if idle is None:
+                raise
+            return None
         except errors.TransportError as e:
             self.close()
             raise type(e)(f"{self.request}: {e}") from e
         except BaseException:
             self.close()
             raise
-        if chunk:
-            return chunk
-        conn, self._conn = self._conn, None
-        if self._keep is not None:
+        if not chunk:
+            self._conn = None
             self._keep(conn)
-        else:
-            conn.close()
-        raise StopIteration
+        return chunk
+
+    def __iter__(self) -> Iterator[bytes]:
+        while chunk := self.read():
+            yield chunk
 
     def close(self) -> None:
         """Drop the connection unless the stream ended and gave it back; idempotent."""
@@ -156,7 +198,10 @@ class Stream:
 
 
 class Transport:
-    """Requests to one controller (or a fail-over list of them) with a bearer token."""
+    """Requests to one controller (or a fail-over list of them) with a bearer token.
+
+    ``opener`` makes the connections' sockets (tests put a fake controller there).
+    """
 
     def __init__(
         self,
@@ -167,20 +212,10 @@ class Transport:
         missing_token: Callable[[], str] | None = None,
         opener: blocking.Opener = blocking.open_socket,
     ) -> None:
-        """``origin`` says where ``base_url`` came from (``from RC_CONTROLLER``, ...); an
-        error that the controller cannot be reached names it.
-        ``missing_token``, asked only when an empty token is refused, says where the
-        client looked for one (``config.Settings.missing_token``). ``opener`` makes the
-        connections' sockets (tests put a fake controller there)."""
-        self._origin = origin
-        self._missing_token = missing_token
+        self.bases = Bases(base_url, origin, missing_token)
         self._opener = opener
-        urls = [u.strip().rstrip("/") for u in base_url.split(",")]
-        urls = [u for u in urls if u] or [base_url]
-        self._bases = [_parse_base(u) for u in urls]
-        self._current = 0
-        self._token = token
-        self._conn: blocking.Connection | None = None
+        self.token = token
+        self._conn: tuple[int, blocking.Connection] | None = None
         # Both headers on every request, even with an empty token, so the controller
         # answers "unauthorized" instead of the client guessing.
         self._fields = [
@@ -191,97 +226,41 @@ class Transport:
 
     @property
     def base_url(self) -> str:
-        """The base URL requests currently go to."""
-        return self._bases[self._current].url
+        """The base URL requests go to now."""
+        return self.bases.url
 
-    @property
-    def token(self) -> str:
-        """The bearer token (for streams this transport does not carry, the relay)."""
-        return self._token
+    def _keep(self, index: int) -> Callable[[blocking.Connection], None]:
+        def keep(conn: blocking.Connection) -> None:
+            if self._conn is None and conn.recycle():
+                self._conn = (index, conn)
+            else:
+                conn.close()
 
-    def _target(self, base: _Base, path: str, query: Mapping[str, str] | None) -> str:
-        target = base.end.prefix + path
-        if query:
-            target += "?" + urls.urlencode(sorted(query.items()))
-        return target
-
-    def _open(self, timeout: float | None, request: str) -> blocking.Connection:
-        """Open a connection, failing over between base URLs only when connecting fails."""
-        first_error: errors.ConnectFailed | None = None
-        bound = CONNECT_TIMEOUT if timeout is None else timeout
-        for step in range(len(self._bases)):
-            index = (self._current + step) % len(self._bases)
-            try:
-                conn = blocking.Connection(self._bases[index].end, bound, self._opener)
-            except errors.ConnectFailed as e:
-                first_error = first_error or e
-                continue
-            self._current = index
-            return conn
-        assert first_error is not None
-        message = f"{request}: {first_error}"
-        if self._origin:
-            urls = ", ".join(b.url for b in self._bases)
-            plural = "s" if len(self._bases) > 1 else ""
-            message += f" (controller{plural} {urls} {self._origin})"
-        raise errors.ConnectFailed(message) from first_error
-
-    def _refusal(self, head: core.Head, data: bytes) -> errors.ApiError:
-        """The error for a non-2xx answer, saying where a missing token was looked for."""
-        hint = ""
-        if not self._token and self._missing_token is not None and head.status == 401:
-            hint = self._missing_token()
-        return api_error(head.status, head.reason, data, hint)
-
-    def _describe(self, method: str, path: str, query: Mapping[str, str] | None) -> str:
-        base = self._bases[self._current]
-        return f"{method} {base.url}{path}" + (
-            "?" + urls.urlencode(sorted(query.items())) if query else ""
-        )
-
-    def _take(self, timeout: float | None, request: str) -> blocking.Connection:
-        """The kept-alive connection or a new one, bounded by ``timeout``."""
-        conn = self._conn
-        self._conn = None
-        if conn is None:
-            conn = self._open(timeout, request)
-        conn.settimeout(timeout)
-        return conn
-
-    def _keep(self, conn: blocking.Connection) -> None:
-        """Keep ``conn`` for the next request if its answer was read whole and it stays open."""
-        if self._conn is None and conn.recycle():
-            self._conn = conn
-        else:
-            conn.close()
+        return keep
 
     def _exchange(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None,
-        payload: bytes | None,
-        timeout: float | None,
-        *,
-        whole: bool,
+        self, index: int, call: Call, payload: bytes | None, bound: float, *, whole: bool
     ) -> tuple[blocking.Connection, core.Head, bytes, str]:
-        """Send one request and read the answer's head (and, if ``whole``, its body).
-
-        A kept-alive connection the controller closed while idle fails before the
-        request reached it: the request is then sent once more, on a new connection.
-        """
-        request = self._describe(method, path, query)
+        """Send ``call`` to base ``index`` and read the answer's head (and, if ``whole`` or
+        refused, its body), each read within ``bound``."""
+        target, request = self.bases.target(index, call.path, call.query)
+        request = f"{call.method} {request}"
         for attempt in (0, 1):
-            conn = self._take(timeout, request)
-            request = self._describe(method, path, query)
-            target = self._target(self._bases[self._current], path, query)
+            kept, self._conn = self._conn, None
+            if kept is not None and kept[0] == index:
+                conn = kept[1]
+            else:
+                if kept is not None:
+                    kept[1].close()
+                conn = blocking.Connection(self.bases.bases[index].end, bound, self._opener)
+            conn.settimeout(bound)
             try:
-                head = conn.request(method, target, self._fields, payload)
+                head = conn.request(call.method, target, self._fields, payload)
                 data = conn.read_all() if whole or not 200 <= head.status < 300 else b""
             except errors.Disconnected as e:
                 conn.close()
                 if conn.reused and attempt == 0:
-                    continue
+                    continue  # closed while idle: this request never reached it
                 raise errors.Disconnected(f"{request}: {e}") from e
             except errors.TransportError as e:
                 conn.close()
@@ -292,69 +271,59 @@ class Transport:
             return conn, head, data, request
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        timeout: float | None = None,
-    ) -> Response:
-        """Send one request and read the whole answer; raise unless it is 2xx.
+    def _send(self, call: Call, *, whole: bool) -> tuple[blocking.Connection, bytes, str]:
+        """``call`` to the controllers in turn until one answers 2xx, as the module says;
+        the connection, the body read and the request's description."""
+        payload = None if call.body is None else json.dumps(call.body).encode()
+        bound = REQUEST_BOUND if call.timeout is None else call.timeout
+        order = self.bases.order()
+        unreached: errors.ConnectFailed | None = None
+        last: errors.ClientError | None = None
+        for step, index in enumerate(order):
+            more = step < len(order) - 1
+            try:
+                conn, head, data, request = self._exchange(index, call, payload, bound, whole=whole)
+            except errors.ConnectFailed as e:
+                unreached = unreached or e
+                continue
+            except errors.TransportError as e:
+                if not (call.resend and more):
+                    raise
+                last = e
+                continue
+            self.bases.current = index
+            if 200 <= head.status < 300:
+                return conn, data, request
+            self._keep(index)(conn)
+            refusal = self.bases.refusal(head.status, head.reason, data, self.token)
+            if head.status < 500 or len(order) < 2:
+                raise refusal
+            # This controller cannot serve now: the next one takes the next requests.
+            self.bases.current = order[(step + 1) % len(order)]
+            if not (call.resend and more):
+                raise refusal
+            last = refusal
+        if last is not None:
+            raise last
+        assert unreached is not None
+        raise self.bases.unreachable(f"{call.method} {self.bases.url}{call.path}", unreached)
 
-        ``body`` is serialised as JSON when not ``None``. ``timeout`` bounds connecting
-        and each socket read; ``None`` waits as long as it takes (connecting, at most
-        ``CONNECT_TIMEOUT``).
-        """
-        payload = None if body is None else json.dumps(body).encode()
-        conn, head, data, request = self._exchange(
-            method, path, query, payload, timeout, whole=True
-        )
-        self._keep(conn)
-        if head.status >= 500 and self._fail_over() and method == "GET":
-            # Another controller of the list may answer; a read is safe to repeat.
-            conn, head, data, request = self._exchange(
-                method, path, query, payload, timeout, whole=True
-            )
-            self._keep(conn)
-        if not 200 <= head.status < 300:
-            raise self._refusal(head, data)
-        return Response(head.status, data, request)
+    def request(self, call: Call) -> Any:
+        """One request, its whole answer read: its JSON, read as ``call`` says."""
+        conn, data, request = self._send(call, whole=True)
+        self._keep(self.bases.current)(conn)
+        return call.answer(decode(data, request), request)
 
-    def stream(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Stream:
-        """Open a long-lived response, on the kept-alive connection if there is one.
-
-        The status is checked before returning, so a refusal (``not_found``,
-        ``logs_not_stored``) raises here rather than while iterating. ``timeout``
-        bounds connecting and each read, the idle time between two pieces too.
-        """
-        conn, head, data, request = self._exchange(method, path, query, None, timeout, whole=False)
-        if not 200 <= head.status < 300:
-            self._keep(conn)
-            raise self._refusal(head, data)
-        return Stream(conn, request, self._keep)
-
-    def _fail_over(self) -> bool:
-        """Send the next requests to the next controller of the list (after a 5xx: that
-        one cannot serve now); False when there is no other."""
-        if len(self._bases) < 2:
-            return False
-        self.close()
-        self._current = (self._current + 1) % len(self._bases)
-        return True
+    def stream(self, call: Call) -> Stream:
+        """Open a long-lived answer; a refusal (``not_found``, ``logs_not_stored``) raises
+        here rather than while reading."""
+        conn, _data, request = self._send(call, whole=False)
+        return Stream(conn, request, self.bases.url, self._keep(self.bases.current))
 
     def close(self) -> None:
         """Close the kept-alive connection, if any."""
         if self._conn is not None:
-            self._conn.close()
+            self._conn[1].close()
             self._conn = None
 
     def __enter__(self) -> Transport:
