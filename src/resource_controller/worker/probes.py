@@ -283,7 +283,7 @@ async def run_probe(
         elif procs.group_alive(pgid):
             procs.signal_group(pgid, signal.SIGKILL)  # a background child left behind
     except BaseException:
-        procs.kill_group_now(pgid)
+        procs.signal_group(pgid, signal.SIGKILL)
         # Reaped before going on: the child watcher reports the exit to this loop, which
         # the cancellation may be about to close.
         with contextlib.suppress(BaseException):
