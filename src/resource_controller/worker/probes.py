@@ -1,30 +1,12 @@
 """Capability probes: the facts a host and its devices report as detected labels (§16).
 
-A *pass* gathers, in order, the built-in host facts, what ``nvidia-smi``
-says about each GPU and what every executable drop-in in
-``probe_dir`` prints; later sources overwrite earlier ones key by key.
-Its result is the ``labels`` field of a registration or a labels push.
-
-A broken probe must not wipe what an earlier run detected: which devices each source
-named, and what a failure leaves unconfirmed, is ``labelsources``' bookkeeping
-; this module runs the sources and feeds it. A source that
-is gone (deleted, no longer executable, the directory removed) is simply forgotten, so
-its facts clear.
-
-MIG: the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
-lists each GPU's MIG instances. An instance is a device of its own, ``gpu<i>.mig<j>``,
-with its profile, memory, parent, UUID and its GPU's model and driver; a configured
-name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, which
-keeps the controller from granting it. The latest listing is kept (``inventory``): a
-job on an instance needs its UUID, and ``devices: auto`` takes its device names from it.
-A ``-L`` that fails leaves the MIG layout unknown, not absent: the query's facts are
-reported over the latest listing, so the MIG facts stand as they were (with no listing
-yet in this process, the GPU devices are left out and the controller keeps its own).
-
-Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``), running one probe
-as its own process group with a timeout and capped output (``run_probe``), and the pass
-(``Prober``), which gets its clock, its process runner and its ``PATH`` lookup injected
-so tests can drive it.
+A pass gathers the built-in host facts, what ``nvidia-smi`` says about each GPU and what
+every executable drop-in in ``probe_dir`` prints, later sources overwriting earlier ones
+key by key; what a failure leaves unconfirmed is ``labelsources``' bookkeeping. The
+nvidia-smi source also reads ``nvidia-smi -L`` (``gpus``): MIG instances are devices of
+their own, a name that does not fit its GPU's mode gets ``mig_conflict``, and the latest
+listing is kept (``inventory``) for a job's MIG UUID and ``devices: auto``. A failing
+``-L`` leaves the MIG layout unknown, not absent: the latest listing stands.
 """
 
 from __future__ import annotations
@@ -132,12 +114,10 @@ def builtin_facts() -> Facts:
 
 
 def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
-    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings.
+    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012).
 
-    Line *i* of the trimmed output is GPU *i*; a blank line is skipped and a line
-    without exactly four fields is skipped with a warning, each still consuming its
-    index. Memory gets an ``M`` suffix (the query asks for MiB without units), which
-    the selector reads as a quantity: ``81920`` → ``81920M``; ``[N/A]`` → ``[N/A]M``.
+    Line *i* is GPU *i*, a blank or malformed line still consuming its index; memory
+    gets an ``M`` suffix (MiB without units), which the selector reads as a quantity.
     """
     facts: Facts = {}
     warnings: list[str] = []
@@ -167,14 +147,9 @@ def _refuse_constant(name: str) -> Any:
 
 
 def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
-    """A drop-in's stdout as facts, and warnings; ``DropinError`` if it is not usable.
-
-     Exactly one JSON object, whitespace around it allowed. Values
-    : a string as is; a number as its literal text (``1.50`` stays ``1.50``);
-     ``true``/``false`` as words; ``null`` drops the key silently; an object or an array
-     drops it with a warning. ``NaN`` and ``Infinity`` are not JSON. The last of
-     duplicate keys wins. A bare top-level ``null`` is a success reporting nothing.
-    """
+    """A drop-in's stdout, one JSON object, as facts and warnings (PROBE-023);
+    ``DropinError`` if it is not usable. A number keeps its literal text, ``null`` drops
+    its key, a nested value drops it with a warning; a bare ``null`` reports nothing."""
     try:
         text = stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -246,13 +221,9 @@ async def run_probe(
     grace: float = DEFAULT.kill_grace,
     cap: int = CAPTURE_CAP,
 ) -> Run:
-    """Run one probe directly, as its own process group, bounded by ``timeout``.
-
-    No arguments beyond ``argv``, the worker's own environment, stdin ``/dev/null``,
-    stdout and stderr captured separately up to ``cap`` each. Over time it
-    is stopped the way a cancelled job is (TERM the group, ``grace``, KILL);
-    a task cancelled meanwhile kills the group on its way out.
-    """
+    """Run one probe as its own process group, bounded by ``timeout`` (PROBE-003):
+    stdout and stderr captured apart up to ``cap`` each; over time, stopped as a
+    cancelled job is; torn down itself, it kills the group on the way out."""
     loop = asyncio.get_running_loop()
     try:
         # ``create_subprocess_exec``, but keeping the transport: closed on the way out,
@@ -312,12 +283,8 @@ async def run_probe(
 
 
 class Prober:
-    """Runs passes over one worker's configuration and remembers across them (§16.4).
-
-    ``run`` starts one probe (``run_probe`` by default), ``which`` finds nvidia-smi on
-    ``PATH`` and ``clock`` measures the pass budget (``Timings.probe_pass_budget``).
-    Passes must not overlap; the agent holds a lock around each.
-    """
+    """Runs passes over one worker's configuration and remembers across them (§16.4);
+    ``run``, ``which`` and ``clock`` are injected. The agent's lock keeps passes apart."""
 
     def __init__(
         self,
@@ -351,12 +318,8 @@ class Prober:
         self._missing_warned: set[str] = set()
 
     async def run_pass(self, *, discover: bool = False) -> Pass:
-        """One pass: never raises for a probe's failure.
-
-        ``discover`` (``devices: auto``, at a registration): the devices become what
-        this pass's ``nvidia-smi -L`` lists, MIG instances included; when nvidia-smi
-        cannot say, they stay as they were.
-        """
+        """One pass, never raising for a probe's failure; ``discover`` (``devices: auto``):
+        the devices become what this pass's ``nvidia-smi -L`` lists, if it can say."""
         return await _PassRun(self, discover).go()
 
     def _gpu_devices(self) -> frozenset[str]:
@@ -367,12 +330,9 @@ class Prober:
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
-        """``nvidia-smi -L`` now, outside a pass (a job on a MIG instance is about to
-        start: instances may have been created again since the pass, with new UUIDs).
-
-        Bounded by ``probe_timeout``; a failure is a warning and changes nothing, so
-        the caller falls back on the latest listing (``inventory``).
-        """
+        """``nvidia-smi -L`` now, for a job on a MIG instance about to start (instances
+        may have been created again, with new UUIDs); a failure is a warning and changes
+        nothing, leaving the latest listing (``inventory``)."""
         path = self._which(NVIDIA_SMI)
         if path is None:
             return None
@@ -501,14 +461,9 @@ class _PassRun:
         return listed
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
-        """The query's ``gpu<i>.*`` facts with the listing's.
-
-        A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to
-        a device configured by its own name (which then also gets ``mig_conflict``);
-        each listed instance that is configured gets its facts; every configured name
-        in conflict gets ``mig_conflict``. An instance whose line could not be read is
-        unconfirmed: the controller keeps what it stored for it.
-        """
+        """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG): a GPU in MIG mode
+        is offered as its instances, so its whole-GPU facts go only to a device named for
+        it, which is in conflict; an unreadable instance's line leaves it unconfirmed."""
         p = self.p
         names = set(p.device_names)
         out = {
