@@ -22,11 +22,13 @@ import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations, mig
 from resource_controller.worker import gpus, labelsources, procs
+from resource_controller.worker.gpus import parse_nvidia_smi as parse_nvidia_smi
 from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
@@ -36,12 +38,7 @@ MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
-#: Exactly this query, so the four fields arrive in this order.
 NVIDIA_SMI = "nvidia-smi"
-NVIDIA_SMI_ARGS = (
-    "--query-gpu=name,memory.total,memory.free,driver_version",
-    "--format=csv,noheader,nounits",
-)
 #: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
 #: A probe's pipe reader buffers this much before it pauses the pipe (asyncio's default).
@@ -61,81 +58,37 @@ Pass = labelsources.Pass
 # ---- built-in facts ------------------------------------------------------------------
 
 
-def _cpus() -> str | None:
-    try:
-        return str(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return None
-
-
 def _mem_total_bytes() -> str | None:
-    try:
-        with open(MEMINFO_PATH, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return str(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        return None
+    for line in Path(MEMINFO_PATH).read_text(encoding="utf-8").splitlines():
+        if line.startswith("MemTotal:"):
+            return str(int(line.split()[1]) * 1024)
     return None
 
 
-def _disk_free_bytes() -> str | None:
-    try:
-        st = os.statvfs(DISK_PATH)
-    except OSError:
-        return None
+def _disk_free_bytes() -> str:
+    st = os.statvfs(DISK_PATH)
     return str(st.f_bavail * st.f_bsize)
 
 
-def _kernel() -> str | None:
-    try:
-        with open(OSRELEASE_PATH, encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+_BUILTIN: dict[str, Callable[[], str | None]] = {
+    "cpus": lambda: str(len(os.sched_getaffinity(0))),
+    "mem_total_bytes": _mem_total_bytes,
+    "disk_free_bytes": _disk_free_bytes,
+    "kernel": lambda: Path(OSRELEASE_PATH).read_text(encoding="utf-8").strip() or None,
+}
 
 
 def builtin_facts() -> Facts:
-    """``cpus``, ``mem_total_bytes``, ``disk_free_bytes``, ``kernel``; each omitted if unreadable."""
+    """The built-in host facts (PROBE-004), each omitted if unreadable."""
     facts: Facts = {}
-    for key, read in (
-        ("cpus", _cpus),
-        ("mem_total_bytes", _mem_total_bytes),
-        ("disk_free_bytes", _disk_free_bytes),
-        ("kernel", _kernel),
-    ):
-        value = read()
-        if value is not None:
-            facts[key] = value
+    for key, read in _BUILTIN.items():
+        with contextlib.suppress(AttributeError, OSError, ValueError, IndexError):
+            if (value := read()) is not None:
+                facts[key] = value
     return facts
 
 
 # ---- parsing -------------------------------------------------------------------------
-
-
-def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
-    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012).
-
-    Line *i* is GPU *i*, a blank or malformed line still consuming its index; memory
-    gets an ``M`` suffix (MiB without units), which the selector reads as a quantity.
-    """
-    facts: Facts = {}
-    warnings: list[str] = []
-    for i, raw in enumerate(text.strip().splitlines()):
-        line = raw.strip()
-        if not line:
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4:
-            warnings.append(f"nvidia-smi line {i} has {len(fields)} fields, not 4: {line[:200]!r}")
-            continue
-        name, total, free, driver = fields
-        facts[f"gpu{i}.vendor"] = "nvidia"
-        facts[f"gpu{i}.model"] = name
-        facts[f"gpu{i}.vram"] = total + "M"
-        facts[f"gpu{i}.vram_free"] = free + "M"
-        facts[f"gpu{i}.driver"] = driver
-    return facts, warnings
 
 
 class DropinError(ValueError):
@@ -334,16 +287,22 @@ class Prober:
         may have been created again, with new UUIDs); a failure is a warning and changes
         nothing, leaving the latest listing (``inventory``)."""
         path = self._which(NVIDIA_SMI)
-        if path is None:
+        listed = None if path is None else await self.listing(path, self.probe_timeout, True)
+        if listed is None or not listed.gpus:
             return None
-        run = await self._run([path, *gpus.LIST_ARGS], self.probe_timeout)
+        self.remember(listed)
+        return listed
+
+    async def listing(
+        self, path: str, timeout: float, quiet: bool = False
+    ) -> gpus.Inventory | None:
+        """One ``nvidia-smi -L``; ``None`` when it failed."""
+        run = await self._run([path, *gpus.LIST_ARGS], timeout)
         if not run.ok:
             _warn_failed(NVIDIA + " -L", run)
             return None
-        listed, _ = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        if not listed.gpus:
-            return None
-        self.remember(listed)
+        listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
+        _warn_keys(NVIDIA, () if quiet else warnings)
         return listed
 
     def remember(self, listed: gpus.Inventory) -> None:
@@ -423,15 +382,14 @@ class _PassRun:
         if self.remaining() <= 0:
             self.fail(NVIDIA)
             return
-        run = await p._run([path, *NVIDIA_SMI_ARGS], self.timeout())
+        run = await p._run([path, *gpus.QUERY_ARGS], self.timeout())
         if not run.ok:
             _warn_failed(NVIDIA, run)
             self.fail(NVIDIA)
             return
         facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        for warning in warnings:
-            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        listed = await self.listing(path)
+        _warn_keys(NVIDIA, warnings)
+        listed = await p.listing(path, self.timeout()) if self.remaining() > 0 else None
         if listed is None:
             # The MIG layout is unknown this time, not absent: the latest one stands, so
             # the query's facts are reported and the MIG facts stay as they were. With
@@ -447,34 +405,12 @@ class _PassRun:
             p.remember(listed)
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
-    async def listing(self, path: str) -> gpus.Inventory | None:
-        """This pass's ``nvidia-smi -L``; ``None`` when it failed or the budget ran out."""
-        if self.remaining() <= 0:
-            return None
-        run = await self.p._run([path, *gpus.LIST_ARGS], self.timeout())
-        if not run.ok:
-            _warn_failed(NVIDIA + " -L", run)
-            return None
-        listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        for warning in warnings:
-            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        return listed
-
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
         """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG): a GPU in MIG mode
         is offered as its instances, so its whole-GPU facts go only to a device named for
         it, which is in conflict; an unreadable instance's line leaves it unconfirmed."""
         p = self.p
-        names = set(p.device_names)
-        out = {
-            k: v
-            for k, v in facts.items()
-            if not _whole_gpu_in_mig_mode(k, listed) or k.partition(".")[0] in names
-        }
-        out.update(gpus.instance_facts(listed, facts, names))
-        found = gpus.conflicts(listed, p.device_names)
-        for name, why in found.items():
-            out[f"{name}.{mig.CONFLICT}"] = why
+        out, found = gpus.merged_facts(listed, facts, p.device_names)
         p.note_conflicts(found)
         self.tally.unconfirmed |= {n for n in p.device_names if listed.unknown(n)}
         for name in p.device_names:
@@ -540,18 +476,13 @@ class _PassRun:
                 _warn_failed(source, Run(False, run.stdout, run.stderr, str(exc)))
                 self.fail(source)
                 continue
-            for warning in warnings:
-                log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+            _warn_keys(source, warnings)
             self.tally.absorb(source, facts)
 
 
-def _whole_gpu_in_mig_mode(key: str, listed: gpus.Inventory) -> bool:
-    """``key`` is a whole-GPU fact (``gpu<i>.model``) of a GPU the listing has in MIG mode."""
-    parsed = mig.parse(key.partition(".")[0])
-    if parsed is None or parsed[1] is not None:
-        return False
-    g = listed.gpu(parsed[0])
-    return g is not None and g.mig_mode
+def _warn_keys(source: str, warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
 
 
 def _warn_failed(source: str, run: Run) -> None:
