@@ -270,8 +270,9 @@ def test_a_proxy_meant_for_the_controller_stops_the_start(
     to = channel.Channel(
         "https://c.test, http://d.test:8080", "t", SystemClock(), reconnect.Reconnect()
     )
-    with pytest.raises(channel.StartupError, match=r"^http_proxy is set, .*d\.test to NO_PROXY"):
-        to.open()
+    refused = r"^http_proxy is set, .*d\.test to NO_PROXY"
+    with pytest.raises(channel.StartupError, match=refused):
+        run(_open_and_close(to))
     monkeypatch.setenv("NO_PROXY", "localhost,.test")
     run(_open_and_close(to))
 

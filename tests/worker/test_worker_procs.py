@@ -23,7 +23,7 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for p in started:
-        procs.kill_group_now(p.pid)
+        procs.signal_group(p.pid, signal.SIGKILL)
         p.kill()
         p.wait(timeout=5)
 
@@ -176,7 +176,7 @@ def test_boot_id_falls_back_to_btime(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_boot_id_is_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(procs, "_boot_id", None)
+    procs.boot_id.cache_clear()
     first = procs.boot_id()
     monkeypatch.setattr(procs, "BOOT_ID_PATH", str(tmp_path / "missing"))
     monkeypatch.setattr(procs, "PROC_STAT_PATH", str(tmp_path / "missing"))

@@ -17,6 +17,7 @@ from worker_helpers import new_job_id, pids_with_job_prefix, run
 
 from resource_controller import wire
 from resource_controller.clock import Clock, FakeClock, SystemClock
+from resource_controller.core import cuda
 from resource_controller.core.states import JobState
 from resource_controller.worker import procs, runner
 from resource_controller.worker.timings import DEFAULT, Timings
@@ -48,17 +49,19 @@ async def start(
 ) -> tuple[asyncio.Task[runner.Outcome], asyncio.Event, Collected]:
     out = Collected()
     cancel = asyncio.Event()
-    task = asyncio.create_task(
-        runner.run_job(
-            a,
-            on_output=out,
-            cancel=cancel,
-            clock=clock or SystemClock(),
-            base_env=base_env,
-            timings=timings,
+    clock = clock or SystemClock()
+
+    async def run_job() -> runner.Outcome:
+        started = await runner.start_job(
+            a, clock=clock, base_env=os.environ if base_env is None else base_env
         )
-    )
-    return task, cancel, out
+        if isinstance(started, runner.Outcome):
+            return started
+        return await runner.supervise_job(
+            a, started, on_output=out, cancel=cancel, clock=clock, timings=timings
+        )
+
+    return asyncio.create_task(run_job()), cancel, out
 
 
 def run_job(a: wire.Assignment, timeout: float = 20.0) -> tuple[runner.Outcome, bytes, float]:
@@ -124,12 +127,12 @@ async def wait_for_job_process(job_id: str, timeout: float = 5.0) -> list[int]:
     ],
 )
 def test_device_index(device_id: str, index: str | None) -> None:  # WRK-077
-    assert runner.device_index(device_id) == index
+    assert cuda.device_index(device_id) == index
 
 
 def test_cuda_visible_devices_for_several_devices() -> None:  # EXT-GANG-4 shape
-    assert runner.cuda_visible_devices(["b:gpu0", "b:gpu3"]) == "0,3"
-    assert runner.cuda_visible_devices(["b:gpu0", "b:nvme"]) is None
+    assert cuda.cuda_visible_devices(["b:gpu0", "b:gpu3"]) == "0,3"
+    assert cuda.cuda_visible_devices(["b:gpu0", "b:nvme"]) is None
 
 
 def env_for(device_id: str, job_env: dict[str, str] | None, base: dict[str, str]) -> dict[str, str]:

@@ -64,7 +64,9 @@ def start_escapee(
 def exactly(job_id: str) -> list[int]:
     """Live processes whose RC_JOB_ID is exactly ``job_id``."""
     return [
-        p for p in pids_with_job_prefix(job_id) if procs.scan_job_ids().carriers.get(p) == job_id
+        p
+        for p in pids_with_job_prefix(job_id)
+        if (scan := procs.scan_carriers()) is not None and scan.pids.get(p) == job_id
     ]
 
 
@@ -202,10 +204,11 @@ def test_the_sweep_agrees_with_the_full_table_scan(
     (tmp_path / str(pid + len(cases))).mkdir()  # no stat, no environ: vanished
     (tmp_path / "self").mkdir()
     protected = frozenset({pid + 2})
-    full = procs.scan_job_ids(exclude=protected)
-    expected = sorted(p for p, value in full.carriers.items() if value == "job-7")
-    assert stragglers._matches("job-7", protected) == (expected, True, full.blind)
-    assert expected == [pid] and full.blind
+    full = procs.scan_carriers(exclude=protected)
+    assert full is not None
+    expected = {p: value for p, value in full.pids.items() if value == "job-7"}
+    assert procs.scan_carriers(protected, "job-7") == procs.Carriers(expected, full.blind)
+    assert list(expected) == [pid] and full.blind
 
 
 def test_unreadable_proc_is_not_a_clean_pass(

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from live_controller import LiveController, start_worker
 
-from resource_controller.worker import process, procs, testhooks
-from resource_controller.worker.timings import Timings, TimingsError
+from resource_controller.core.testtimings import TestTimingsError
+from resource_controller.worker import process, procs
+from resource_controller.worker.timings import Timings
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The boot ID path a hook may touch is put back after the test."""
     monkeypatch.setattr(procs, "BOOT_ID_PATH", procs.BOOT_ID_PATH)
     yield
-    procs.forget_boot_id()
+    procs.boot_id.cache_clear()
 
 
 def test_parse_timings() -> None:
@@ -36,7 +37,7 @@ def test_parse_timings() -> None:
         ("reregister_after=nan", "is not seconds >= 0"),
         ("straggler_term=1,straggler_term=2", "given twice"),
     ]:
-        with pytest.raises(TimingsError, match=says):
+        with pytest.raises(TestTimingsError, match=says):
             Timings.from_text(bad)
 
 
@@ -62,7 +63,7 @@ def test_apply_overrides_the_hooks(tmp_path: Path) -> None:
     boot = tmp_path / "boot_id"
     boot.write_text("  simulated-boot-2\n")
     procs.boot_id()  # cached from the real file...
-    timings = testhooks.apply(
+    timings = process.read_test_hooks(
         {
             "RC_TEST_TIMINGS": "reregister_after=2,reregister_jitter=0.5,reregister_retry=3",
             "RC_TEST_BOOT_ID_PATH": str(boot),
@@ -79,7 +80,7 @@ def test_apply_overrides_the_hooks(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("restored")
 def test_unset_variables_change_nothing() -> None:
     before = procs.BOOT_ID_PATH
-    assert testhooks.apply({"RC_TEST_TIMINGS": "", "RC_TEST_BOOT_ID_PATH": ""}) == Timings()
+    assert process.read_test_hooks({"RC_TEST_TIMINGS": "", "RC_TEST_BOOT_ID_PATH": ""}) == Timings()
     assert before == procs.BOOT_ID_PATH
 
 

@@ -1,34 +1,12 @@
 """The worker agent: one process's life: start, register, heartbeat, poll, shut down.
 
-The worker never accepts a connection; every exchange is a request it makes through
-its ``channel`` to the controller. After registering it runs two loops: a heartbeat
-naming exactly the jobs it supervises, and those whose outcome still waits in the
-outbox (the controller renews only the leases named), and a
-poll loop that hands each new job to its ``lifecycle`` in a task of its own. Shutdown
-only *asks* jobs to stop, through the same cancellation path as a kill flag; their
-outcomes still reach the outbox.
-
-Start-up: open the state directory; deliver whatever the
-previous run left in the outbox (registering first would reap those jobs as lost);
-register with a recovery proof (``recovery``); then serve. Every answer from the
-controller feeds the reconnection tracker (``reconnect``); when it says the controller
-has forgotten us, the poll loop registers again, but only while nothing is supervised
-and the outbox is empty.
-
-The agent runs as its own process (``process``) or inside a loop that also serves a
-controller (``Agent(config).run(stop)``, for ``rc up``). Every wait it makes comes from
-one injected ``Timings``. Every registration runs a probe pass and reads the usage
-sheets (``probes``, ``sheets``); a third loop repeats that every ``probe_interval`` and
-pushes the result on the labels route, under the same lock as registration
-. Lease hooks and verify scripts belong to the ``lifecycle``; the agent runs
-their start-up release pass before the first poll and drains armed releases at
-shutdown.
-
-With ``devices: auto`` the devices are what the registration's probe pass
-finds ``nvidia-smi -L`` listing; an interval pass that finds another set (a GPU put in
-or out of MIG mode, instances created again) makes a re-registration owed, which the
-poll loop makes once nothing runs, and meanwhile the pushed labels mark the
-devices that no longer fit (``mig_conflict``).
+Start-up (WRK-040): open the state directory, deliver what the previous run left in the
+outbox (registering first would reap those jobs as lost), register with a recovery
+proof, then serve: a heartbeat naming the supervised and pending jobs (WRK-051), a probe
+loop pushing labels and sheets (PROBE-050), and a poll loop handing each new job to its
+``lifecycle`` in a task of its own. A re-registration the reconnection tracker owes is
+made from the poll loop, only while nothing is supervised and the outbox is empty
+(WRK-150). Shutdown (§12) only asks jobs to stop, through their cancellation path.
 """
 
 from __future__ import annotations
@@ -104,7 +82,8 @@ class Agent:
         self.journal: recovery_proof.Journal | None = None
         #: What happens to each job; built by ``run`` once the outbox is open.
         self.life: lifecycle.Lifecycle | None = None
-        self._base_env = base_env
+        #: The jobs' and hooks' environment: the process's, copied once by ``process``.
+        self._base_env = os.environ if base_env is None else base_env
         #: Every job ID this process started or pre-killed; never pruned.
         self._seen: set[str] = set()
         #: Tasks the shutdown must wait for.
@@ -135,7 +114,7 @@ class Agent:
 
     @property
     def supervised_job_ids(self) -> list[str]:
-        """The jobs this process supervises whose outcome is not yet in the outbox."""
+        """The jobs supervised whose outcome is not yet in the outbox."""
         pending = set(self.pending_job_ids)
         jobs = self.life.jobs if self.life is not None else {}
         return [j for j in jobs if j not in pending]
@@ -153,12 +132,11 @@ class Agent:
     # ---- running ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Start, serve until ``stop`` is set, then shut down gracefully (§12).
+        """Start, serve until ``stop`` is set, then shut down (§12).
 
-        Raises ``StartupError`` when the state directory cannot be used, and
-        ``RegisterError`` if the first registration fails; returns quietly if
-        ``stop`` is set before registration completes. Reports still in the outbox when
-        it returns stay on disk for the next start.
+        ``StartupError`` when the state directory cannot be used or the first
+        registration fails (WRK-002); quiet if ``stop`` comes first. Reports still in
+        the outbox stay on disk for the next start.
         """
         fresh = not os.path.isdir(self.config.state_dir)
         try:
@@ -209,15 +187,10 @@ class Agent:
         return True
 
     async def _deliver_leftovers(self, stop: asyncio.Event) -> bool:
-        """Deliver what the previous run left in the outbox, before registering.
-
-        Registration reaps every job the controller thinks is in flight here, so an
-        outcome still in the outbox would be recorded ``lost`` and its device
-        quarantined. The controller derives the worker ID from the host, so the ID in
-        the reports is ours too: it accepts them while the lease is live, and heartbeats
-        under it keep naming the jobs as pending meanwhile. Returns ``False`` if
-        ``stop`` came first (the reports stay on disk).
-        """
+        """Deliver what the previous run left in the outbox before registering
+        (EXT-OUTBOX-3), heartbeating under the worker ID the reports carry (the
+        controller derives it from the host) so their jobs stay pending; ``False`` if
+        ``stop`` came first."""
         box = self._life.box
         if box.empty:
             return True
@@ -266,10 +239,8 @@ class Agent:
             await self._shutdown(poll, heartbeat, probing, stopping)
 
     async def _release_then_poll(self) -> None:
-        """The start-up release pass, then the poll loop.
-
-        One task, so that shutdown cancels a pass still running.
-        """
+        """The start-up release pass, then the poll loop: one task, so that shutdown
+        cancels a pass still running."""
         await self._life.hooks.startup_pass()
         await self._poll_loop()
 
@@ -308,18 +279,13 @@ class Agent:
     # ---- registration ----------------------------------------------------------------
 
     async def gather_facts(self, *, registering: bool = False) -> HostFacts:
-        """One probe pass and a fresh read of the usage sheets.
-
-        The caller holds ``_facts_lock``. Probes run as processes awaited on the loop;
-        the sheets are read in a thread; neither holds up the heartbeat or the poll loop.
-        ``registering`` with ``devices: auto``: the pass also decides the devices, and
-        ``RegisterError`` says why when nvidia-smi lists none.
-        """
+        """One probe pass and a fresh read of the sheets, the caller holding
+        ``_facts_lock``. ``registering`` with ``devices: auto``: the pass also decides the
+        devices, and ``RegisterError`` says why when nvidia-smi lists none."""
         discover = registering and self.config.devices_auto
         found = await self.prober.run_pass(discover=discover)
         if discover:
             self._take_discovered()
-        names = [d.name for d in self.devices]
         if self.life is not None:
             # What GPU sampling names each device by (EXT-ACCT-1, a MIG instance's
             # uuid): a device this pass could not confirm keeps what was found before.
@@ -328,6 +294,7 @@ class Agent:
                 name: {**before.get(name, {}), **facts} if name in found.unconfirmed else facts
                 for name, facts in found.devices.items()
             }
+        names = [d.name for d in self.devices]
         read = await asyncio.to_thread(sheets.read_sheets, self.config.sheet_dir, names)
         return HostFacts(found.labels, read)
 
@@ -361,49 +328,37 @@ class Agent:
                 self.clock.monotonic(), "devices: auto: nvidia-smi lists " + ", ".join(now)
             )
 
+    def _facts(self, facts: HostFacts) -> dict[str, Any]:
+        """The fields a registration and a labels push share (WRK-043, WRK-044)."""
+        return {
+            "host": self.config.host,
+            "labels": facts.labels,
+            "declared_labels": {d.name: dict(d.labels) for d in self.devices},
+            "sheet": facts.sheets.sheet,
+            "device_sheets": facts.sheets.device_sheets,
+        }
+
     def registration(
         self, facts: HostFacts, proof: recovery_proof.Claims | None = None
     ) -> wire.RegisterRequest:
-        """What ``POST /v1/workers/register`` says.
-
-        ``recovery`` only when the proof claims something; ``labels`` an
-        explicit null when the pass found nothing; declared labels for every device,
-        empty ones included, so removing a label clears it; the sheets that
-        could be read.
-        """
-        cfg = self.config
+        """What ``POST /v1/workers/register`` says (WRK-043)."""
         return wire.RegisterRequest(
-            host=cfg.host,
             boot_id=procs.boot_id(),
             recovery=wire.RecoveryProof.model_validate(proof) if proof else None,
             devices=[
                 wire.DeviceDecl(name=d.name, max_runtime_seconds=d.max_runtime_seconds or None)
                 for d in self.devices
             ],
-            labels=facts.labels,
-            declared_labels={d.name: dict(d.labels) for d in self.devices},
-            sheet=facts.sheets.sheet,
-            device_sheets=facts.sheets.device_sheets,
+            **self._facts(facts),
         )
 
     def labels_push(self, facts: HostFacts) -> wire.LabelsPush:
-        """What ``POST /v1/workers/{id}/labels`` says: the registration's fields."""
-        cfg = self.config
-        return wire.LabelsPush(
-            host=cfg.host,
-            devices=[d.name for d in self.devices],
-            labels=facts.labels,
-            declared_labels={d.name: dict(d.labels) for d in self.devices},
-            sheet=facts.sheets.sheet,
-            device_sheets=facts.sheets.device_sheets,
-        )
+        """What ``POST /v1/workers/{id}/labels`` says (PROBE-050)."""
+        return wire.LabelsPush(devices=[d.name for d in self.devices], **self._facts(facts))
 
     async def _proof(self) -> recovery_proof.Claims:
-        """The recovery proof, computed only while nothing is supervised.
-
-        Both callers (start-up, idle re-registration) guarantee that; should a job be
-        in hand anyway, the scan would find it, so nothing is claimed.
-        """
+        """The recovery proof, only while nothing is supervised (WRK-046): should a job be
+        in hand anyway, the scan would find it, so nothing is claimed."""
         if self._life.jobs or self.journal is None:
             return {}
         return await asyncio.to_thread(
@@ -411,11 +366,8 @@ class Agent:
         )
 
     async def register(self) -> str:
-        """Register and store the worker ID; raise ``RegisterError`` on any failure.
-
-        Success settles any re-registration debt: a fresh registration is
-        exactly what the debt asked for.
-        """
+        """Register, store the worker ID and settle any re-registration debt;
+        ``RegisterError`` on any failure."""
         proof = await self._proof()
         async with self._facts_lock:
             request = self.registration(await self.gather_facts(registering=True), proof)
@@ -434,20 +386,14 @@ class Agent:
     # ---- probes and sheets -----------------------------------------------------------
 
     async def _probe_loop(self) -> None:
-        """Every ``probe_interval`` after registration, a pass and its push.
-
-        The interval runs from the end of one push to the start of the next pass, so a
-        pass that overruns it delays the next one and passes never pile up.
-        """
+        """A pass and its push every ``probe_interval``, counted from the end of the
+        last push, so passes never pile up (PROBE-002)."""
         while True:
             await asyncio.sleep(self.config.probe_interval)
             await self.push_facts()
 
     async def push_facts(self) -> bool:
-        """One pass pushed on the labels route; a failure is a warning.
-
-        Never the registration route: registering a live worker reaps its own jobs.
-        """
+        """One pass pushed on the labels route, never the registration's (PROBE-050)."""
         async with self._facts_lock:
             request = self.labels_push(await self.gather_facts())
             problem = await self.channel.push_labels(request)
@@ -470,11 +416,7 @@ class Agent:
             await self.heartbeat()
 
     async def heartbeat(self) -> bool:
-        """Send one heartbeat; a failure is a warning, never retried.
-
-        Running: supervised, outcome not yet queued. Pending: outcome
-        in the outbox, not yet answered for good. Never a job in both.
-        """
+        """One heartbeat naming the running and pending jobs (WRK-050..052)."""
         problem = await self.channel.heartbeat(self.supervised_job_ids, self.pending_job_ids)
         if problem:
             log.warning("heartbeat failed: %s", problem, extra={"action": "heartbeat"})
@@ -498,24 +440,13 @@ class Agent:
                     await asyncio.sleep(gap)
 
     def idle_gap(self, took: float) -> float:
-        """The pause after a poll that started nothing and came back after ``took`` s.
-
-        EXT-FAST-4 (refines WRK-062): at least ``idle_poll_gap`` only when the poll came
-        back in less than half the wait it asked for (a controller or proxy answering at
-        once, the case the pause exists for); a long poll that waited out its term is
-        re-issued at once, or a device freed just as it ended would wait for nothing.
-        """
+        """The pause after a poll that started nothing and came back after ``took`` s:
+        ``idle_poll_gap`` only when it came back in under half its wait (EXT-FAST-4)."""
         return self.timings.idle_poll_gap if took < self.config.poll_wait / 2 else 0.0
 
     async def maybe_reregister(self) -> bool:
-        """Register again if it is owed, due, and safe right now.
-
-        Safe means nothing is supervised (registration reaps whatever the controller
-        thinks runs here; declining for that is silent) and the outbox is empty
-        (registration would mark those jobs lost, EXT-OUTBOX-3; its delivery tasks are
-        already at work, so the debt simply waits for a later idle poll). Returns
-        whether a registration succeeded.
-        """
+        """Register again if owed, due and safe: nothing supervised (WRK-150, silently)
+        and the outbox empty (EXT-OUTBOX-3); whether a registration succeeded."""
         now = self.clock.monotonic()
         if self._life.jobs or not self.contact.due(now):
             return False
@@ -550,11 +481,8 @@ class Agent:
         return self._dispatch(answer)
 
     def _dispatch(self, answer: channel.PollAnswer) -> int:
-        """Deliver kills, then accept assignments.
-
-        Synchronous on purpose: every job enters the supervised set and the shutdown
-        tracker before the poll loop can be interrupted.
-        """
+        """Deliver kills, then accept assignments (WRK-065..067, WRK-070); synchronous,
+        so every job is tracked before the poll loop can be interrupted."""
         life = self._life
         for job_id in answer.kills:
             job = life.jobs.get(job_id)

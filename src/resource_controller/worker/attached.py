@@ -1,21 +1,10 @@
 """An attached job (``stdio`` ``tty`` or ``pipe``): its relay streams around its run.
 
-The order is WTTY-001's: the output stream first, then the input stream, each of
-which must answer ``200`` before the process starts; a failure to open either is the
-job's outcome (exit code −1, ``attach <stdio> stdio: open output stream: ...``), and
-the job then goes on through verify, its report and release like any other. After the
-run (supervision and the output drain), the PTY master is closed, then both streams
-(closing the output body ends the session at the controller).
-
-The controller answers the output half only when the session is over. An answer (or
-a broken connection) while the job still runs means nobody can see its output or
-type into it again: its client left, or the relay was lost. The job is then ended
-through the cancellation path, ``killed`` with that reason, so a relayed job never
-holds its device for a client that is gone. Input ending alone never ends the job
-.
-
-The mode-specific parts live beside this: ``tty`` (the terminal and its frames) and
-``pipe`` (raw stdin and stdout).
+Both streams must answer ``200`` before the process starts, output first (WTTY-001).
+The controller answers the output half only once the session is over, so an answer
+while the job runs means nobody can see or type into it again: the job is then
+cancelled, ``killed`` with that reason, and never holds its device for a client that
+is gone. The modes themselves are ``tty`` and ``pipe``.
 """
 
 from __future__ import annotations
@@ -46,10 +35,6 @@ def is_attached(assignment: wire.Assignment) -> bool:
     return (assignment.stdio or "") in ATTACHED
 
 
-def _problem(exc: errors.TransportError) -> str:
-    return str(exc)
-
-
 async def session_over(output: aio.Exchange) -> str:
     """Returns once the controller ended the output half: why the session is over."""
     try:
@@ -61,14 +46,9 @@ async def session_over(output: aio.Exchange) -> str:
 
 
 async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = ANSWER_WAIT) -> None:
-    """End the output body, then wait (bounded) for the relay's answer before closing.
-
-    A server may drop body bytes it received but has not read once the sender hangs up
-    (uvicorn answers a disconnected request with ``http.disconnect``), and the relay
-    answers an output half only once it handed on the whole body: closing before that
-    answer lost the last chunks of ``rc cp`` downloads. ``over`` is the one reader of
-    the answer (``session_over``).
-    """
+    """End the output body, then wait (bounded) for the relay's answer, ``over`` being
+    its one reader: the relay answers only once it handed on the whole body, and a server
+    may drop what it has not read yet when the sender hangs up first."""
     with contextlib.suppress(errors.TransportError):
         await output.finish()
     await asyncio.wait([over], timeout=wait)
@@ -79,12 +59,8 @@ async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = A
 
 
 class RelaySink:
-    """The job's output into the relay's output body, chunk by chunk.
-
-    Awaiting a write is the back-pressure: a reader who is slow (or not there yet)
-    slows the job's output, never a buffer. A broken stream is logged once; the job
-    runs on under supervision, as a job whose client went away does.
-    """
+    """The job's output into the relay's output body (WTTY-002), awaited for back-pressure;
+    a broken stream is logged once and the job runs on under supervision."""
 
     def __init__(self, stream: aio.Exchange, job_id: str) -> None:
         self.stream = stream
@@ -117,9 +93,7 @@ async def run(
     base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> runner.Outcome:
-    """Open the relay, run the job in its mode, close the relay; the job's outcome.
-
-    ``mig_uuids``: the MIG UUIDs of its devices, for ``runner.build_env``."""
+    """Open the relay, run the job in its mode, close the relay: the job's outcome."""
     mode = assignment.stdio or ""
     job_id = assignment.job_id
     try:
@@ -135,9 +109,18 @@ async def run(
     try:
         env = runner.build_env(assignment, base_env, mig_uuids)
         argv = runner.job_argv(assignment)
+        sink = RelaySink(output, job_id).write
         if mode == Stdio.TTY.value:
-            return await _run_tty(
-                assignment, argv, env, output, inp, cancel, clock, timings, hangup=over
+            return await tty.run(
+                assignment,
+                argv,
+                env,
+                inp,
+                sink=sink,
+                cancel=cancel,
+                clock=clock,
+                timings=timings,
+                hangup=over,
             )
         from resource_controller.worker import pipe
 
@@ -145,9 +128,8 @@ async def run(
             assignment,
             argv,
             env,
-            output=output,
-            inp=inp,
-            sink=RelaySink(output, job_id).write,
+            inp,
+            sink=sink,
             on_log=on_log,
             cancel=cancel,
             clock=clock,
@@ -160,43 +142,4 @@ async def run(
 
 
 def _attach_failed(mode: str, which: str, exc: errors.TransportError) -> runner.Outcome:
-    reason = f"attach {mode} stdio: open {which} stream: {_problem(exc)}"
-    return runner.Outcome(JobState.FAILED, -1, reason)
-
-
-async def _run_tty(
-    assignment: wire.Assignment,
-    argv: list[str],
-    env: dict[str, str],
-    output: aio.Exchange,
-    inp: aio.Exchange,
-    cancel: asyncio.Event,
-    clock: Clock,
-    timings: Timings,
-    hangup: asyncio.Future[str],
-) -> runner.Outcome:
-    got = await tty.start(argv, env=env, cwd=assignment.cwd or None, clock=clock)
-    if isinstance(got, runner.Outcome):
-        return got
-    started, terminal = got
-    sink = RelaySink(output, assignment.job_id)
-    forward = asyncio.create_task(
-        tty.forward_input(inp, terminal, assignment.job_id), name=f"tty-in-{assignment.job_id}"
-    )
-    try:
-        return await runner.supervise(
-            started,
-            on_output=sink.write,
-            cancel=cancel,
-            clock=clock,
-            timings=timings,
-            max_runtime_seconds=float(assignment.max_runtime_seconds or 0),
-            idle_timeout=float(assignment.idle_timeout_seconds or 0),
-            output_grace=timings.pty_drain,
-            hangup=hangup,
-        )
-    finally:
-        forward.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await forward
-        terminal.close()
+    return runner.Outcome(JobState.FAILED, -1, f"attach {mode} stdio: open {which} stream: {exc}")

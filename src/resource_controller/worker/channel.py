@@ -1,42 +1,21 @@
-"""The worker's typed channel to the controller: one method per route it calls.
+"""The worker's typed channel to the controller: one method per route it calls (WRK-031).
 
-Every request goes through one ``h1.aio.Client`` carrying the bearer token and
-``Content-Type: application/json`` (the log upload too), bounded by
-``Timings.request_timeout`` unless the caller bounds it otherwise; a long poll by its
-own wait plus ``Timings.poll_margin``; the relay streams only in how long their
-connection may take. Request bodies are built from the wire models
-(``resource_controller.wire``) and written with every field at its default left out,
-which is exactly the omission rule of each body:
-``boot_id`` absent when empty, ``recovery`` absent when it claims nothing,
-``max_runtime_seconds`` absent when 0, ``reason`` absent when there is none. The one
-field that must be written even at its default is the registration's ``labels``: an
-explicit ``null`` when the probe pass found nothing, since absent, null and ``{}`` mean
-different things to the controller.
-
-Every answer, whatever its status, is *contact* and feeds the reconnection
-tracker with its time and its ``Rc-Controller-Instance``; a request that got no answer
-raises one of ``TRANSPORT_ERRORS`` and is not contact. The worker ID the worker-scoped
-routes use is the one the last registration returned.
-
-Several controllers (EXT-PG-5, ``controller_url`` a comma-separated list): requests go
-to one until it fails to answer (refused, reset, timed out) or answers 5xx; the
-following ones then go to the next. A request that was never sent (refused) is tried on
-the next at once, and so is one that may safely arrive twice (a poll, a registration, a
-heartbeat, a labels push); the others (a report, a log chunk) are their caller's to
-retry. Each controller is tried once per request, so only a failure of every one in a
-row reaches the caller's back-off.
-
-This module also says how a failure reads in the logs (``status_line``, ``error_text``,
-``error_body``), so that the agent, the job's lifecycle and the outbox name "no answer"
-and "refused" the same way.
+Bodies are the wire models written with every field at its default left out, which is
+each body's omission rule; the one field written even so is the registration's
+``labels`` (an explicit ``null``: absent, null and ``{}`` differ, WRK-043). Every answer
+feeds the reconnection tracker (WRK-032); no answer raises one of ``TRANSPORT_ERRORS``.
+With several controllers (EXT-PG-5) requests move to the next after a refused
+connection, no answer or a 5xx, and one safe to repeat is tried there at once. How a
+failure reads in the logs is said here too, so every caller names it alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
@@ -64,7 +43,7 @@ TRANSPORT_ERRORS = (errors.TransportError, TimeoutError)
 
 
 class StartupError(Exception):
-    """The worker cannot start; the message is the ``rc: <message>`` line."""
+    """The worker cannot start; the message is the ``rc: <message>`` line (WRK-002)."""
 
 
 class RegisterError(StartupError):
@@ -99,13 +78,8 @@ class PollAnswer(NamedTuple):
 
 
 def parse_poll_body(body: bytes) -> PollAnswer:
-    """Decode a 200 poll answer; raise ``ValueError`` if undecodable.
-
-    Either list may be absent or null, and so may any list or map inside an assignment
-    (``"env": null``, the reference controller's empty map: EXT-COMPAT-1). Unknown
-    assignment fields are ignored, so a newer controller's additions never stop an
-    older worker.
-    """
+    """Decode a 200 poll answer (WRK-060, WRK-064, EXT-COMPAT-1); ``ValueError`` if
+    undecodable. Unknown assignment fields are ignored."""
     data = json.loads(body)
     if not isinstance(data, dict):
         raise ValueError("poll answer is not a JSON object")
@@ -148,13 +122,8 @@ def status_body(
     lease_epoch: int | None = None,
     gpu: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``POST /v1/jobs/{id}/status``.
-
-    ``exit_code`` and ``reason`` only when given; the epoch only when the assignment
-    carried one; ``gpu``, what the job's GPUs did (EXT-ACCT-1: ``gpu_util_mean``,
-    ``gpu_mem_peak_bytes``, ``samples``), only the parts measured. Returned as the dict
-    the outbox keeps on disk and re-sends verbatim.
-    """
+    """``POST /v1/jobs/{id}/status`` (WRK-101, EXT-EPOCH-3, EXT-ACCT-1 for ``gpu``), as
+    the dict the outbox keeps on disk and re-sends verbatim."""
     report = wire.StatusReport(
         worker_id=worker_id,
         state=state,
@@ -179,13 +148,8 @@ def heartbeat_body(running: Sequence[str], pending: Sequence[str]) -> dict[str, 
     return body_of(request)
 
 
-def registration_body(request: wire.RegisterRequest) -> dict[str, Any]:
-    """``POST /v1/workers/register``: ``labels`` always, as ``null`` if empty."""
-    return body_of(request, always=("labels", "declared_labels"))
-
-
-def labels_body(request: wire.LabelsPush) -> dict[str, Any]:
-    """``POST /v1/workers/{id}/labels``: the registration's field rules."""
+def registration_body(request: wire.RegisterRequest | wire.LabelsPush) -> dict[str, Any]:
+    """A registration or a labels push: ``labels`` always, as ``null`` if empty."""
     return body_of(request, always=("labels", "declared_labels"))
 
 
@@ -198,19 +162,6 @@ def target_of(path: str, params: Mapping[str, str] | None = None) -> str:
     if params:
         target += "?" + urllib.parse.urlencode(params)
     return target
-
-
-class _Opened:
-    """``async with channel.open():`` closes the client on the way out."""
-
-    def __init__(self, client: aio.Client) -> None:
-        self.client = client
-
-    async def __aenter__(self) -> aio.Client:
-        return self.client
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.client.aclose()
 
 
 class Channel:
@@ -238,9 +189,8 @@ class Channel:
         self._contact = contact
         self._connect = connect
         self._client: aio.Client | None = None
-        #: Set by ``register`` (or from the outbox's records before it).
-        #: Single-threaded asyncio: reads and writes never interleave mid-update,
-        #: which is all WRK-033 asks for.
+        #: Set by ``register`` (or from the outbox's records before it); one event loop,
+        #: so reads and writes never interleave mid-update (WRK-033).
         self.worker_id = ""
 
     @property
@@ -250,11 +200,10 @@ class Channel:
     def _next(self) -> None:
         self._at = (self._at + 1) % len(self._bases)
 
-    def open(self) -> _Opened:
-        """The client; the caller closes it (``async with channel.open():``).
-
-        ``StartupError`` for a controller URL that is not one, or one a proxy set in
-        the environment is meant to carry (``core.proxy_refusal``)."""
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[aio.Client]:
+        """The client, closed on the way out; ``StartupError`` for a controller URL
+        that is not one, or one a proxy in the environment is meant to carry."""
         try:
             self._ends = [core.endpoint(url) for url in self._bases]
         except ValueError as exc:
@@ -264,7 +213,10 @@ class Channel:
                 raise StartupError(refusal)
         headers = {"Authorization": core.bearer(self._token), "Content-Type": "application/json"}
         self._client = aio.Client(headers, connect=self._connect)
-        return _Opened(self._client)
+        try:
+            yield self._client
+        finally:
+            await self._client.aclose()
 
     async def _request(
         self,
@@ -277,12 +229,9 @@ class Channel:
         timeout: float | None = None,
         again: bool = False,
     ) -> Answer:
-        """One request to ``controller_url + path``; any answer counts as contact.
-
-        With several controllers listed, a controller that gave no answer or a 5xx is
-        left for the next; the request itself goes to the next at once when it was never
-        sent, or when it may arrive twice (``again``). The last failure is the caller's.
-        """
+        """One request; any answer counts as contact. With several controllers, the
+        request goes to the next at once when it was never sent, or when it may arrive
+        twice (``again``); the last failure is the caller's."""
         assert self._client is not None, "the channel is not open"
         target = target_of(path, params)
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else content
@@ -333,16 +282,18 @@ class Channel:
         self.worker_id = worker_id
         return worker_id
 
-    async def heartbeat(self, running: Sequence[str], pending: Sequence[str]) -> str:
-        """One heartbeat; ``""`` when accepted, else what went wrong."""
-        body = heartbeat_body(running, pending)
+    async def _tell(self, path: str, body: dict[str, Any]) -> str:
+        """A POST safe to repeat: ``""`` when accepted, else what went wrong."""
         try:
-            resp = await self._request(
-                "POST", f"/v1/workers/{self.worker_id}/heartbeat", body=body, again=True
-            )
+            resp = await self._request("POST", path, body=body, again=True)
         except TRANSPORT_ERRORS as exc:
             return error_text(exc)
         return "" if resp.is_success else f"controller returned {status_line(resp)}"
+
+    async def heartbeat(self, running: Sequence[str], pending: Sequence[str]) -> str:
+        """One heartbeat; ``""`` when accepted, else what went wrong."""
+        body = heartbeat_body(running, pending)
+        return await self._tell(f"/v1/workers/{self.worker_id}/heartbeat", body)
 
     async def poll(self, wait: float) -> PollAnswer | str:
         """One long poll asking the controller to wait up to ``wait`` seconds: the answer,
@@ -386,11 +337,8 @@ class Channel:
         )
 
     async def relay_output(self, job_id: str) -> aio.Exchange:
-        """Open ``POST /v1/jobs/{id}/tty/out``: a body that stays open.
-
-        Returns once the ``200`` arrived; ``errors.Refused`` names any other status and
-        another ``errors.TransportError`` a stream that could not be opened.
-        """
+        """Open ``POST /v1/jobs/{id}/tty/out``, a body that stays open, once its ``200``
+        arrived; ``errors.Refused`` names any other status (WTTY-001)."""
         return await self._relay("POST", job_id, "out", "application/octet-stream")
 
     async def relay_input(self, job_id: str) -> aio.Exchange:
@@ -412,13 +360,5 @@ class Channel:
 
     async def push_labels(self, request: wire.LabelsPush) -> str:
         """The interval labels push; ``""`` when accepted, else the problem."""
-        try:
-            resp = await self._request(
-                "POST",
-                f"/v1/workers/{self.worker_id}/labels",
-                body=labels_body(request),
-                again=True,
-            )
-        except TRANSPORT_ERRORS as exc:
-            return error_text(exc)
-        return "" if resp.is_success else f"controller returned {status_line(resp)}"
+        path = f"/v1/workers/{self.worker_id}/labels"
+        return await self._tell(path, registration_body(request))

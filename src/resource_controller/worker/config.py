@@ -1,18 +1,11 @@
 """The worker's configuration: ``worker.yaml``, its defaults and its environment overrides.
 
-Two layers. The *file* models mirror what a person writes, strictly: durations must be
-strings (a bare ``30`` is an error, not "seconds"), unknown keys are refused by name,
-and label values keep their literal YAML text. The resolved ``WorkerConfig`` is what
-the rest of the worker reads: durations in seconds, every default applied by the one
-idempotent ``apply_defaults``, whether it came from a file or was built in
-code (``make_config``, used by ``rc up`` and tests).
-
-Unset never means unbounded: a zero or negative duration gets its default, because a
-zero hook timeout would be a hook with no limit.
-
-``devices: auto`` instead of a list: the devices are what ``nvidia-smi``
-lists at each registration, MIG instances included (``devices_auto``; ``devices`` is
-then empty and the agent fills it in).
+Two layers. The file models mirror what a person writes, strictly (§2): durations must
+be strings, unknown keys are refused by name, label values keep their literal text.
+``WorkerConfig`` is what the rest of the worker reads, durations in seconds and every
+default applied by the one idempotent ``apply_defaults`` (WRK-010), whether it came from
+a file or from code (``make_config``: ``rc up``, tests). ``devices: auto``: the devices
+are what ``nvidia-smi`` lists at each registration (``devices_auto``).
 """
 
 from __future__ import annotations
@@ -35,23 +28,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PATH = "/etc/rc/worker.yaml"
 #: ``devices: auto``: what nvidia-smi lists, MIG instances included.
 AUTO = "auto"
-
-# Defaults of §2.1, in seconds for durations.
-DEFAULT_HEARTBEAT_INTERVAL = 10.0
-DEFAULT_POLL_WAIT = 30.0
-DEFAULT_HOOK_TIMEOUT = 60.0
-DEFAULT_RELEASE_LINGER = 30.0
-DEFAULT_PROBE_DIR = "/etc/rc/probe.d"
-DEFAULT_PROBE_INTERVAL = 300.0
-DEFAULT_PROBE_TIMEOUT = 5.0
-DEFAULT_VERIFY_DIR = "/etc/rc/verify.d"
-DEFAULT_VERIFY_TIMEOUT = 30.0
-DEFAULT_VERIFY_PASS_BUDGET = 120.0
-DEFAULT_SHEET_DIR = "/etc/rc"
-#: How often a running job's GPUs are sampled; 0 turns sampling off.
-DEFAULT_GPU_SAMPLE_INTERVAL = 10.0
-#: The shortest interval taken: each reading is a process, and a shorter period would
-#: be a busy loop of them beside the job.
+#: The shortest GPU sampling interval taken: each reading is a process.
 MIN_GPU_SAMPLE_INTERVAL = 0.1
 #: Parent of the default state directory for root; ``<parent>/<host>``.
 ROOT_STATE_PARENT = "/var/lib/rc-worker"
@@ -70,7 +47,7 @@ class ConfigError(Exception):
 
 
 class DeviceConfig(BaseModel):
-    """One offered device, after defaults."""
+    """One offered device, after defaults (§2.2)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -89,7 +66,7 @@ class DeviceConfig(BaseModel):
 
     @property
     def max_runtime_seconds(self) -> int:
-        """The ceiling as the wire carries it: whole seconds, truncated."""
+        """The ceiling as the wire carries it: whole seconds, truncated (WRK-019)."""
         return int(self.max_runtime)
 
 
@@ -98,12 +75,12 @@ class HooksConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    timeout: float = DEFAULT_HOOK_TIMEOUT
-    release_linger: float = DEFAULT_RELEASE_LINGER
+    timeout: float = 60.0
+    release_linger: float = 30.0
 
 
 class WorkerConfig(BaseModel):
-    """Everything the worker reads from its configuration, defaults applied."""
+    """Everything the worker reads from its configuration; the defaults are §2.1's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -113,29 +90,44 @@ class WorkerConfig(BaseModel):
     devices: tuple[DeviceConfig, ...] = ()
     #: ``devices: auto``: the devices are what nvidia-smi lists at each registration.
     devices_auto: bool = False
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
-    poll_wait: float = DEFAULT_POLL_WAIT
+    heartbeat_interval: float = 10.0
+    poll_wait: float = 30.0
     hooks: HooksConfig = HooksConfig()
-    probe_dir: str = DEFAULT_PROBE_DIR
-    probe_interval: float = DEFAULT_PROBE_INTERVAL
-    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
-    verify_dir: str = DEFAULT_VERIFY_DIR
-    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT
-    verify_pass_budget: float = DEFAULT_VERIFY_PASS_BUDGET
-    sheet_dir: str = DEFAULT_SHEET_DIR
+    probe_dir: str = "/etc/rc/probe.d"
+    probe_interval: float = 300.0
+    probe_timeout: float = 5.0
+    verify_dir: str = "/etc/rc/verify.d"
+    verify_timeout: float = 30.0
+    verify_pass_budget: float = 120.0
+    sheet_dir: str = "/etc/rc"
     require_manual_clear: bool = False
     #: Empty until ``apply_defaults`` gives it the per-host default.
     state_dir: str = ""
     #: EXT-ACCT-1; unlike the other durations, 0 is a value (off), not "unset".
-    gpu_sample_interval: float = DEFAULT_GPU_SAMPLE_INTERVAL
+    gpu_sample_interval: float = 10.0
 
     def device_id(self, name: str) -> str:
         """``<host>:<name>``, joined with exactly one colon (§0)."""
         return f"{self.host}:{name}"
 
 
-def _positive_or(value: float, default: float) -> float:
-    return value if value > 0 else default
+#: The values whose unset form (a duration of zero or less, an empty path) takes the
+#: default (WRK-010).
+_DEFAULTED = (
+    "heartbeat_interval",
+    "poll_wait",
+    "probe_dir",
+    "probe_interval",
+    "probe_timeout",
+    "verify_dir",
+    "verify_timeout",
+    "verify_pass_budget",
+    "sheet_dir",
+)
+
+
+def _set_or(value: Any, default: Any) -> Any:
+    return value if (value > 0 if isinstance(value, float) else value) else default
 
 
 def _path_component(host: str) -> str:
@@ -149,11 +141,10 @@ def default_state_dir(
 ) -> str:
     """The state directory when ``state_dir`` is unset: one per host name.
 
-    ``/var/lib/rc-worker/<host>`` for root (euid 0); ``$XDG_STATE_HOME/rc-worker/<host>``
-    for anyone else, ``$XDG_STATE_HOME`` defaulting to ``~/.local/state`` (a relative
-    value is ignored, as the XDG base directory rules say). Per host, so two workers
-    with different ``host:`` on one machine never share one; two with the same host
-    name still meet at the lock. ``euid`` and ``environ`` default to this process's.
+    ``/var/lib/rc-worker/<host>`` for root; ``$XDG_STATE_HOME/rc-worker/<host>`` for
+    anyone else (``~/.local/state`` when unset or relative, as the XDG rules say), so two
+    workers with different ``host:`` on one machine never share one. ``euid`` and
+    ``environ`` default to this process's.
     """
     uid = os.geteuid() if euid is None else euid
     env = os.environ if environ is None else environ
@@ -175,45 +166,33 @@ def default_state_dir(
 def apply_defaults(
     config: WorkerConfig, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> WorkerConfig:
-    """Give every unset value its default; applying it twice is a no-op.
+    """Give every unset value its default; applying it twice is a no-op (WRK-010, WRK-016).
 
-    Zero or negative durations and empty paths count as unset. A device's hook timeout
-    and linger resolve to its own value, else the host's, else the built-in default.
     ``euid`` and ``environ`` decide the default state directory (``default_state_dir``).
     """
     host = config.host or socket.gethostname()
     hooks = HooksConfig(
-        timeout=_positive_or(config.hooks.timeout, DEFAULT_HOOK_TIMEOUT),
-        release_linger=_positive_or(config.hooks.release_linger, DEFAULT_RELEASE_LINGER),
+        timeout=_set_or(config.hooks.timeout, HooksConfig().timeout),
+        release_linger=_set_or(config.hooks.release_linger, HooksConfig().release_linger),
     )
     devices = tuple(
         d.model_copy(
             update={
                 "max_runtime": max(d.max_runtime, 0.0),
-                "timeout": _positive_or(d.timeout, hooks.timeout),
-                "release_linger": _positive_or(d.release_linger, hooks.release_linger),
+                "timeout": _set_or(d.timeout, hooks.timeout),
+                "release_linger": _set_or(d.release_linger, hooks.release_linger),
             }
         )
         for d in config.devices
     )
+    fields = WorkerConfig.model_fields
+    update = {k: _set_or(getattr(config, k), fields[k].default) for k in _DEFAULTED}
     return config.model_copy(
         update={
+            **update,
             "host": host,
             "devices": devices,
             "hooks": hooks,
-            "heartbeat_interval": _positive_or(
-                config.heartbeat_interval, DEFAULT_HEARTBEAT_INTERVAL
-            ),
-            "poll_wait": _positive_or(config.poll_wait, DEFAULT_POLL_WAIT),
-            "probe_dir": config.probe_dir or DEFAULT_PROBE_DIR,
-            "probe_interval": _positive_or(config.probe_interval, DEFAULT_PROBE_INTERVAL),
-            "probe_timeout": _positive_or(config.probe_timeout, DEFAULT_PROBE_TIMEOUT),
-            "verify_dir": config.verify_dir or DEFAULT_VERIFY_DIR,
-            "verify_timeout": _positive_or(config.verify_timeout, DEFAULT_VERIFY_TIMEOUT),
-            "verify_pass_budget": _positive_or(
-                config.verify_pass_budget, DEFAULT_VERIFY_PASS_BUDGET
-            ),
-            "sheet_dir": config.sheet_dir or DEFAULT_SHEET_DIR,
             "state_dir": config.state_dir or default_state_dir(host, euid=euid, environ=environ),
         }
     )
@@ -385,13 +364,17 @@ def _describe(exc: ValidationError) -> str:
     return f"{where}: {chosen['msg'].lower()} ({got_text})"
 
 
-def _seconds(text: str | None, key: str) -> float:
-    if text is None:
-        return 0.0
-    try:
-        return durations.parse_duration(text)
-    except durations.DurationError as exc:
-        raise ConfigError(f"parse worker config: {key}: invalid duration {text!r}") from exc
+def _values(section: _FileModel, prefix: str = "", skip: set[str] | None = None) -> dict[str, Any]:
+    """A file section's values that were given, its durations in seconds."""
+    values = section.model_dump(exclude_none=True, exclude=skip)
+    for key in [k for k in values if k in _DURATION_KEYS]:
+        try:
+            values[key] = durations.parse_duration(values[key])
+        except durations.DurationError as exc:
+            raise ConfigError(
+                f"parse worker config: {prefix}{key}: invalid duration {values[key]!r}"
+            ) from exc
+    return values
 
 
 def _manual_clear_from_env(value: str | None) -> bool:
@@ -460,57 +443,23 @@ def load_config(
         raw = _FileConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"parse worker config: {_describe(exc)}") from exc
-    hooks = raw.hooks or _FileHooks()
-    devices: list[DeviceConfig] = []
-    for i, entry in enumerate(raw.devices or []):
-        if isinstance(entry, str):
-            devices.append(DeviceConfig(name=entry))
-            continue
-        key = f"devices[{i}]"
-        devices.append(
-            DeviceConfig(
-                name=entry.name or "",
-                max_runtime=_seconds(entry.max_runtime, key + ".max_runtime"),
-                on_acquire=entry.on_acquire,
-                on_release=entry.on_release,
-                timeout=_seconds(entry.timeout, key + ".timeout"),
-                release_linger=_seconds(entry.release_linger, key + ".release_linger"),
-                labels=dict(entry.labels or {}),
-            )
-        )
-    token = raw.token or ""
-    if not token:
-        # Only when the file says nothing; an explicit file token always wins.
-        token = env.get("RC_TOKEN", "").strip()
+    devices = [
+        DeviceConfig(name=d) if isinstance(d, str) else DeviceConfig(**_values(d, f"devices[{i}]."))
+        for i, d in enumerate(raw.devices or [])
+    ]
+    values = _values(raw, skip={"devices", "hooks", "token", "require_manual_clear"})
+    # Only when the file says nothing; an explicit file token always wins (WRK-020).
+    token = raw.token or env.get("RC_TOKEN", "").strip()
     manual = bool(raw.require_manual_clear) or _manual_clear_from_env(
         env.get("RC_REQUIRE_MANUAL_CLEAR")
     )
     resolved = WorkerConfig(
-        controller_url=raw.controller_url or "",
+        **{"controller_url": "", **values},
         token=token,
-        host=raw.host or "",
         devices=tuple(devices),
         devices_auto=auto,
-        heartbeat_interval=_seconds(raw.heartbeat_interval, "heartbeat_interval"),
-        poll_wait=_seconds(raw.poll_wait, "poll_wait"),
-        hooks=HooksConfig(
-            timeout=_seconds(hooks.timeout, "hooks.timeout"),
-            release_linger=_seconds(hooks.release_linger, "hooks.release_linger"),
-        ),
-        probe_dir=raw.probe_dir or "",
-        probe_interval=_seconds(raw.probe_interval, "probe_interval"),
-        probe_timeout=_seconds(raw.probe_timeout, "probe_timeout"),
-        verify_dir=raw.verify_dir or "",
-        verify_timeout=_seconds(raw.verify_timeout, "verify_timeout"),
-        verify_pass_budget=_seconds(raw.verify_pass_budget, "verify_pass_budget"),
-        sheet_dir=raw.sheet_dir or "",
+        hooks=HooksConfig(**_values(raw.hooks, "hooks.")) if raw.hooks else HooksConfig(),
         require_manual_clear=manual,
-        state_dir=raw.state_dir or "",
-        gpu_sample_interval=(
-            DEFAULT_GPU_SAMPLE_INTERVAL
-            if raw.gpu_sample_interval is None
-            else _seconds(raw.gpu_sample_interval, "gpu_sample_interval")
-        ),
     )
     config = apply_defaults(resolved, euid=euid, environ=env)
     validate_config(config, path)

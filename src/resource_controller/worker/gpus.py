@@ -1,33 +1,31 @@
-"""A host's GPUs and MIG instances as ``nvidia-smi -L`` lists them.
-
-``nvidia-smi -L`` prints one line per GPU and, under a GPU in MIG mode, one line per
-MIG device::
+"""A host's GPUs as ``nvidia-smi`` reports them: the ``--query-gpu`` answer and the
+``-L`` listing of GPUs and MIG instances::
 
     GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-145f656c-76cc-1d7a-ed52-c2b21bbbb90b)
       MIG 3g.20gb     Device  0: (UUID: MIG-414beea8-db80-5873-9762-84efefa8037b)
 
-(under the R450 driver the MIG device's UUID reads ``MIG-GPU-<uuid>/<gi>/<ci>``). The
-``Inventory`` parsed from it says which device names the host has (``gpu<i>`` for a
-GPU without MIG, ``gpu<i>.mig<j>`` for each instance: ``devices: auto`` and ``rc up``),
-the facts of each instance, the UUID a job on one needs in ``CUDA_VISIBLE_DEVICES``,
-and whether a configured name conflicts with its GPU's mode.
-
-Damaged output never raises: a GPU line without its UUID still counts as that GPU; a
-MIG line that cannot be read still puts its GPU in MIG mode (it has instances, just
-not one we can name), and the instance it was is *unknown* this time rather than
-absent, so the probe keeps what it reported before.
+(R450 drivers write ``MIG-GPU-<uuid>/<gi>/<ci>``). The ``Inventory`` parsed from it says
+which device names the host has (``gpu<i>``, ``gpu<i>.mig<j>``), each instance's facts
+and UUID, and whether a configured name conflicts with its GPU's mode (EXT-MIG).
+Damaged output never raises: an unreadable MIG line still puts its GPU in MIG mode, and
+the instance it was is *unknown* this time rather than absent.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from resource_controller.core import mig
 
 #: ``nvidia-smi -L``: list every GPU and MIG device with its UUID.
 LIST_ARGS = ("-L",)
+#: Exactly this query, so the four fields arrive in this order (PROBE-010).
+QUERY_ARGS = (
+    "--query-gpu=name,memory.total,memory.free,driver_version",
+    "--format=csv,noheader,nounits",
+)
 
 _GPU = re.compile(r"GPU\s+([0-9]+):\s*(.*?)\s*\(UUID:\s*(GPU-[^\s()]+)\)", re.ASCII)
 _GPU_CUT = re.compile(r"GPU\s+([0-9]+):\s*([^(]*)", re.ASCII)
@@ -254,3 +252,56 @@ def conflicts(inventory: Inventory, names: Collection[str]) -> dict[str, str]:
         if why:
             out[name] = why
     return out
+
+
+def parse_nvidia_smi(text: str) -> tuple[dict[str, str], list[str]]:
+    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012).
+
+    Line *i* is GPU *i*, a blank or malformed line still consuming its index; memory
+    gets an ``M`` suffix (MiB without units), which the selector reads as a quantity.
+    """
+    facts: dict[str, str] = {}
+    warnings: list[str] = []
+    for i, raw in enumerate(text.strip().splitlines()):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4:
+            warnings.append(f"nvidia-smi line {i} has {len(fields)} fields, not 4: {line[:200]!r}")
+            continue
+        name, total, free, driver = fields
+        facts[f"gpu{i}.vendor"] = "nvidia"
+        facts[f"gpu{i}.model"] = name
+        facts[f"gpu{i}.vram"] = total + "M"
+        facts[f"gpu{i}.vram_free"] = free + "M"
+        facts[f"gpu{i}.driver"] = driver
+    return facts, warnings
+
+
+def merged_facts(
+    listed: Inventory, facts: Mapping[str, str], names: Sequence[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The query's ``gpu<i>.*`` facts with the listing's, and the names in conflict.
+
+    A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to a
+    device configured by its own name, which is in conflict (``mig_conflict``)."""
+    named = set(names)
+    out = {
+        k: v
+        for k, v in facts.items()
+        if not _whole_gpu_in_mig_mode(k, listed) or k.partition(".")[0] in named
+    }
+    out.update(instance_facts(listed, facts, named))
+    found = conflicts(listed, names)
+    out.update({f"{name}.{mig.CONFLICT}": why for name, why in found.items()})
+    return out, found
+
+
+def _whole_gpu_in_mig_mode(key: str, listed: Inventory) -> bool:
+    """``key`` is a whole-GPU fact (``gpu<i>.model``) of a GPU the listing has in MIG mode."""
+    parsed = mig.parse(key.partition(".")[0])
+    if parsed is None or parsed[1] is not None:
+        return False
+    g = listed.gpu(parsed[0])
+    return g is not None and g.mig_mode

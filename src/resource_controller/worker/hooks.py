@@ -1,38 +1,18 @@
-"""Lease lifecycle hooks: ``on_acquire`` before a job touches its device, ``on_release``
-after the device has been idle for its linger (worker.md §18).
+"""Lease lifecycle hooks (§18): ``on_acquire`` before a job touches its device,
+``on_release`` once the device has been idle for its linger.
 
-A hook is a path run directly (no shell, no arguments), in its own process group, under
-the device's effective timeout through the job's cancellation path (``runner``), with
-stdout and stderr combined and captured in full. Its environment is the
-worker's plus ``RC_EVENT``, ``RC_DEVICE``, ``RC_JOB_ID``, ``RC_SUBMITTER`` and
-``CUDA_VISIBLE_DEVICES`` when the device name yields an index.
-
-Per-device state lives only for devices with a hook: ``held``, the
-pending release timer and its generation, the acquire epoch, and the job that armed the
-release. One lock per device is held for the whole of a hook run, so one device's hooks
-never overlap while devices never wait on each other.
-
-- ``acquire``: stops a pending release; a device still held runs no hook
-  (a burst of back-to-back jobs runs one ``on_acquire``); returns the new epoch.
-- ``release``: arms the linger timer, unless a later job re-acquired the
-  device meanwhile (the epoch rule). When the timer fires, ``on_release``
-  runs and the device is no longer held, so a burst runs one release.
-- ``startup_pass``: every ``on_release`` once before the first poll,
-  bounded; the state is not touched. Nothing is persisted: one unconditional pass heals
-  a crash and a clean restart alike, which is why ``on_release`` must be idempotent.
-- ``drain``: at shutdown, every armed-but-unfired timer fires at once, all
-  within one budget.
-
-The linger counts on the injected clock, checked every ``Timings.linger_check``, so a
-test advances a fake clock instead of waiting 30 seconds.
+Only devices with a hook have state, behind one lock each, so one device's hooks never
+overlap while devices never wait on each other (HOOK-007). Nothing is persisted: the
+start-up pass heals a crash and a clean restart alike (HOOK-030). The linger counts on
+the injected clock, checked every ``Timings.linger_check``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -45,34 +25,42 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: The output tail sent to the controller.
+#: The output tail sent to the controller (HOOK-005).
 OUTPUT_TAIL = 4096
-
-ACQUIRE = "acquire"
-RELEASE = "release"
 
 REASON_ACQUIRE_FAILED = "acquire hook failed: "
 REASON_ACQUIRE_CANCELLED = "cancelled during acquire hook: "
 
 _CANCELLATION = frozenset({runner.REASON_CANCELLED, runner.REASON_SURVIVORS})
+#: A verify script's streams: stderr is its output, stdout is ignored (VERIFY-004).
+_STDERR_ONLY = (subprocess.DEVNULL, subprocess.DEVNULL, subprocess.PIPE)
 
 
 @dataclass(frozen=True)
 class HookResult:
-    """How one hook run ended."""
+    """How one hook (or verify script) run ended."""
 
-    #: ``""`` on success, else ``hook <path>: <detail>``.
-    error: str
-    #: The combined output, in full.
+    path: str
+    #: ``""`` on success, else ``exited <code>``, a supervision reason or the start error.
+    detail: str
+    #: The captured output: combined and in full for a hook, stderr alone for verify.
     output: bytes = b""
+    #: The capture overflowed its cap.
+    truncated: bool = False
     #: Ended by our own cancellation (kill flag, shutdown), not by the hook.
     cancelled: bool = False
     #: Exit status, 128+signal for a signal death, -1 when it never started.
     exit_code: int = -1
+    started: bool = True
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        return not self.detail
+
+    @property
+    def error(self) -> str:
+        """``hook <path>: <detail>`` (HOOK-003); ``""`` on success."""
+        return f"hook {self.path}: {self.detail}" if self.detail else ""
 
     @property
     def tail(self) -> str:
@@ -92,13 +80,11 @@ class AcquireFailed:
 
     @property
     def reason(self) -> str:
-        """``acquire hook failed: <error>[\\n<tail>]`` or ``cancelled during acquire hook: <error>``."""
+        """The job's reason (HOOK-012, HOOK-013)."""
         if self.cancelled:
             return REASON_ACQUIRE_CANCELLED + self.result.error
-        reason = REASON_ACQUIRE_FAILED + self.result.error
-        if self.result.output:
-            reason += "\n" + self.result.tail
-        return reason
+        tail = "\n" + self.result.tail if self.result.output else ""
+        return REASON_ACQUIRE_FAILED + self.result.error + tail
 
 
 def hook_env(
@@ -109,17 +95,10 @@ def hook_env(
     submitter: str,
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The worker's environment plus the hook variables.
-
-     ``CUDA_VISIBLE_DEVICES`` is set from the device name when it yields an index
-    , or to a MIG instance's UUID from ``mig_uuids``, replacing an
-     inherited value; otherwise the inherited one passes.
-    """
-    env = dict(base_env)
-    env["RC_EVENT"] = event
-    env["RC_DEVICE"] = device_id
-    env["RC_JOB_ID"] = job_id
-    env["RC_SUBMITTER"] = submitter
+    """The worker's environment plus the hook variables (HOOK-002); a MIG instance's
+    ``CUDA_VISIBLE_DEVICES`` is its UUID from ``mig_uuids``."""
+    env = dict(base_env, RC_EVENT=event, RC_DEVICE=device_id)
+    env.update(RC_JOB_ID=job_id, RC_SUBMITTER=submitter)
     index = cuda.visible_id(device_id, mig_uuids)
     if index is not None:
         env["CUDA_VISIBLE_DEVICES"] = index
@@ -134,19 +113,26 @@ async def run_hook(
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings,
+    stderr_cap: int | None = None,
 ) -> HookResult:
-    """Run one hook to its end; never raises for the hook's sake.
+    """Run one hook to its end (HOOK-001, HOOK-003); never raises for the hook's sake.
 
-    If this task is torn down, the hook's group is SIGKILLed on the way out (the
-    runner's rule), which is how a budget cuts a hook short.
+    With ``stderr_cap`` (a verify script) stderr alone is captured, up to that many
+    bytes. Torn down itself, it SIGKILLs the group on the way out (the runner's rule),
+    which is how a budget cuts a hook short.
     """
-    started = await runner.start([path], env=env, cwd=None, clock=clock)
+    stdio = runner.LOGS_STDIO if stderr_cap is None else _STDERR_ONLY
+    started = await runner.start([path], env=env, cwd=None, clock=clock, stdio=stdio)
     if isinstance(started, runner.Outcome):
-        return HookResult(f"hook {path}: {started.reason}", exit_code=started.exit_code)
+        return HookResult(path, started.reason, exit_code=started.exit_code, started=False)
     output = bytearray()
+    truncated = False
 
     async def keep(chunk: bytes) -> None:
-        output.extend(chunk)
+        nonlocal truncated
+        room = len(chunk) if stderr_cap is None else stderr_cap - len(output)
+        truncated = truncated or len(chunk) > room
+        output.extend(chunk[: max(room, 0)])
 
     outcome = await runner.supervise(
         started,
@@ -157,29 +143,25 @@ async def run_hook(
         max_runtime_seconds=timeout,
     )
     code = outcome.exit_code
-    if outcome.state == JobState.SUCCEEDED:
-        return HookResult("", bytes(output), exit_code=code)
-    if outcome.state == JobState.KILLED:
-        return HookResult(
-            f"hook {path}: {outcome.reason}",
-            bytes(output),
-            outcome.reason in _CANCELLATION,
-            exit_code=code,
-        )
-    return HookResult(f"hook {path}: exited {code}", bytes(output), exit_code=code)
+    detail = {JobState.SUCCEEDED: "", JobState.FAILED: f"exited {code}"}.get(
+        outcome.state, outcome.reason
+    )
+    cancelled = outcome.state == JobState.KILLED and outcome.reason in _CANCELLATION
+    return HookResult(path, detail, bytes(output), truncated, cancelled, code)
 
 
 def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> None:
-    """Success at debug with its output; failure at error with all of it, exit code
-    included (HOOK-004)."""
+    """Success at debug with its output; failure at error with all of it and the exit
+    code (HOOK-004, HOOK-024)."""
     text = result.output.decode("utf-8", errors="replace")
+    extra = {"device_id": device_id, "job_id": job_id}
     if result.ok:
         log.debug(
             "device %s: %s hook succeeded; output: %r",
             device_id,
             what,
             text,
-            extra={"action": f"hook_{what}", "device_id": device_id, "job_id": job_id},
+            extra={"action": f"hook_{what}", **extra},
         )
         return
     log.error(
@@ -189,13 +171,13 @@ def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> N
         result.error,
         result.exit_code,
         text,
-        extra={"action": f"hook_{what}_failed", "device_id": device_id, "job_id": job_id},
+        extra={"action": f"hook_{what}_failed", **extra},
     )
 
 
 @dataclass(eq=False)
 class DeviceHooks:
-    """One device's held state."""
+    """One device's held state (HOOK-007)."""
 
     device_id: str
     on_acquire: str | None
@@ -233,15 +215,15 @@ class Hooks:
         *,
         clock: Clock,
         timings: Timings,
-        base_env: Mapping[str, str] | None = None,
-        mig_uuids: Callable[[], Mapping[str, str]] | None = None,
+        base_env: Mapping[str, str] = os.environ,
+        mig_uuids: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.clock = clock
         self.timings = timings
         self._base_env = base_env
         #: The host's MIG instances' UUIDs as last listed, for ``CUDA_VISIBLE_DEVICES``.
         self._mig_uuids = mig_uuids
-        #: Only devices with a hook have state at all; config order.
+        #: Only devices with a hook have state at all (HOOK-006); config order.
         self.devices: dict[str, DeviceHooks] = {
             config.device_id(d.name): DeviceHooks(
                 config.device_id(d.name), d.on_acquire, d.on_release, d.timeout, d.release_linger
@@ -252,11 +234,6 @@ class Hooks:
         #: Releases running outside a timer (the shutdown drain); cancelled by ``close``.
         self._loose: set[asyncio.Task[None]] = set()
 
-    def _env(self, event: str, device_id: str, job_id: str, submitter: str) -> dict[str, str]:
-        base = os.environ if self._base_env is None else self._base_env
-        uuids = self._mig_uuids() if self._mig_uuids is not None else None
-        return hook_env(base, event, device_id, job_id, submitter, uuids)
-
     async def _run(
         self,
         dev: DeviceHooks,
@@ -266,9 +243,10 @@ class Hooks:
         submitter: str,
         cancel: asyncio.Event | None = None,
     ) -> HookResult:
+        env = hook_env(self._base_env, event, dev.device_id, job_id, submitter, self._mig_uuids())
         result = await run_hook(
             path,
-            self._env(event, dev.device_id, job_id, submitter),
+            env,
             timeout=dev.timeout,
             cancel=cancel or asyncio.Event(),
             clock=self.clock,
@@ -277,42 +255,33 @@ class Hooks:
         _log_result(event, dev.device_id, job_id, result)
         return result
 
-    # ---- acquire ---------------------------------------------------------------------
-
     async def acquire(
         self, device_id: str, job_id: str, submitter: str, cancel: asyncio.Event
     ) -> int | AcquireFailed:
-        """Acquire ``device_id`` for a job; the epoch, or why the job must not run.
-
-        A device without hooks is always acquired, at epoch 0. The hook runs
-        inside the job's cancellation scope ``cancel``; waiting for an
-        in-flight release of the same device is part of acquiring.
-        """
+        """Acquire ``device_id`` for a job inside its cancellation scope (HOOK-010/011):
+        the new epoch (0 for a device without hooks), or why the job must not run."""
         dev = self.devices.get(device_id)
         if dev is None:
             return 0
         async with dev.lock:
             dev.stop_timer()
             if dev.held:
-                dev.epoch += 1
                 log.debug(
                     "device %s: still held, acquire hook skipped",
                     device_id,
                     extra={"action": "hook_acquire_skipped", "job_id": job_id},
                 )
-                return dev.epoch
-            if dev.on_acquire is not None:
-                result = await self._run(dev, dev.on_acquire, ACQUIRE, job_id, submitter, cancel)
+            elif dev.on_acquire is not None:
+                result = await self._run(dev, dev.on_acquire, "acquire", job_id, submitter, cancel)
                 if not result.ok:
                     return AcquireFailed(result)
             dev.held = True
             dev.epoch += 1
             return dev.epoch
 
-    # ---- release and linger ----------------------------------------------------------
-
     async def release(self, device_id: str, epoch: int, job_id: str, submitter: str) -> None:
-        """Arm the device's release after its linger, for the job that acquired at ``epoch``."""
+        """Arm the release after the linger for the job that acquired at ``epoch``, unless
+        a later job re-acquired the device meanwhile (HOOK-020, HOOK-021)."""
         dev = self.devices.get(device_id)
         if dev is None:
             return
@@ -335,33 +304,21 @@ class Hooks:
             )
 
     async def _linger(self, dev: DeviceHooks, generation: int, deadline: float) -> None:
-        while True:
-            remaining = deadline - self.clock.monotonic()
-            if remaining <= 0:
-                break
+        while (remaining := deadline - self.clock.monotonic()) > 0:
             await asyncio.sleep(min(remaining, self.timings.linger_check))
         await self._fire(dev, generation)
 
     async def _fire(self, dev: DeviceHooks, generation: int) -> None:
-        """The release itself: only if nothing stopped or re-armed it."""
+        """The release itself, unless something stopped or re-armed it (HOOK-022); a
+        failure is only logged, the device being free anyway (HOOK-024)."""
         async with dev.lock:
             if dev.generation != generation:
                 return
             dev.firing = True
             try:
                 if dev.on_release is not None:
-                    result = await self._run(
-                        dev, dev.on_release, RELEASE, dev.release_job_id, dev.release_submitter
-                    )
-                    if not result.ok:  # Logged, never a quarantine
-                        log.error(
-                            "device %s: release hook failed (the device is free anyway): "
-                            "%s; output tail: %r",
-                            dev.device_id,
-                            result.error,
-                            result.tail,
-                            extra={"action": "hook_release_failed"},
-                        )
+                    job_id, submitter = dev.release_job_id, dev.release_submitter
+                    await self._run(dev, dev.on_release, "release", job_id, submitter)
             finally:
                 dev.held = False
                 dev.firing = False
@@ -374,11 +331,7 @@ class Hooks:
         return [d.device_id for d in self.devices.values() if d.timer is not None and not d.firing]
 
     async def drain(self, budget: float | None = None) -> None:
-        """Fire every armed-but-unfired release now, within one budget.
-
-        A release already executing from its timer is not waited for; one cut short
-        by the budget is killed and left to the next start-up pass.
-        """
+        """Fire every armed-but-unfired release now, within one budget (HOOK-025)."""
         budget = self.timings.release_drain_budget if budget is None else budget
         firing: list[asyncio.Task[None]] = []
         for dev in self.devices.values():
@@ -417,38 +370,25 @@ class Hooks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    # ---- start-up release pass -------------------------------------------------------
-
     async def startup_pass(self, budget: float | None = None) -> None:
-        """Every ``on_release`` once, in config order, bounded; the state is untouched."""
+        """Every ``on_release`` once, in config order, bounded; the state is untouched
+        (HOOK-030, HOOK-031)."""
         budget = self.timings.startup_release_budget if budget is None else budget
         devices = [d for d in self.devices.values() if d.on_release is not None]
-        if not devices:
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + budget
-        for i, dev in enumerate(devices):
-            assert dev.on_release is not None
-            remaining = deadline - loop.time()
-            run = asyncio.create_task(self._run(dev, dev.on_release, RELEASE, "", ""))
-            try:
-                done, _ = await asyncio.wait({run}, timeout=max(0.0, remaining))
-            except asyncio.CancelledError:
-                run.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await run
-                raise
-            if not done:
-                run.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await run
-                skipped = [d.device_id for d in devices[i + 1 :]]
-                log.error(
-                    "start-up release pass exceeded its %s budget: the hook of %s was "
-                    "killed%s; the next start tries again",
-                    durations.render_duration(budget),
-                    dev.device_id,
-                    f", skipped {', '.join(skipped)}" if skipped else "",
-                    extra={"action": "hook_startup_budget"},
-                )
-                return
+        done = 0
+        try:
+            async with asyncio.timeout(budget):
+                for dev in devices:
+                    assert dev.on_release is not None
+                    await self._run(dev, dev.on_release, "release", "", "")
+                    done += 1
+        except TimeoutError:
+            skipped = [d.device_id for d in devices[done + 1 :]]
+            log.error(
+                "start-up release pass exceeded its %s budget: the hook of %s was "
+                "killed%s; the next start tries again",
+                durations.render_duration(budget),
+                devices[done].device_id,
+                f", skipped {', '.join(skipped)}" if skipped else "",
+                extra={"action": "hook_startup_budget"},
+            )

@@ -1,50 +1,12 @@
-"""One job's life on this worker, step by step.
+"""One job's life on this worker, step by step (WRK-072).
 
-``Lifecycle.run`` is the whole story of a job, in order:
-
-0. **GPUs**: a job on a MIG instance gets its UUID from a
-   fresh ``nvidia-smi -L`` (instances may have been created again since the last
-   probe pass); a job on a device whose name conflicts with its GPU's MIG mode, or on
-   an instance whose UUID nobody can tell, never runs: it ends ``failed`` with the
-   reason, before any hook touches the device;
-1. **acquire** the device: the acquire hook, inside the job's cancellation scope
-  . On failure the job never runs: the fault is reported, then
-   the job ``failed`` with ``acquire hook failed: ...``; interrupted by its
-   own cancellation, the job is ``killed`` and nothing is faulted;
-2. **report running**: one attempt, in the background;
-3. **start**: the environment, the command, the spawn (``runner.start_job``); an
-   attached job (``tty``, ``pipe``) first opens its relay streams (``attached``);
-4. **supervise**: watchdogs, the cancellation path, output batched into log appends
-   (``runner.supervise_job``, ``logship``), then the final flush; meanwhile
-   the job's GPU devices are sampled in the background (``gpusample``),
-   and the sampler is stopped, never waited for, the moment the process is over: its
-   figures ride with the outcome;
-5. **stragglers**: end escapees still carrying the job's ``RC_JOB_ID`` (``stragglers``),
-   logged, never changing the outcome; this overlaps the final flush;
-6. **verify** the device (``verify``, VERIFY-): on failure the device fault is reported
-   (durable, and ordered before the terminal report by the outbox) so that the
-   controller takes the device out of the pool before it frees it; the job's own
-   outcome is unchanged;
-7. **report** the outcome: queued in the outbox (the job is then *pending*, no longer
-   *running*), made durable, delivered until the controller answers for
-   good; with no verify script to run, it is queued and written while
-   steps 4-5 end, and only its delivery waits for them;
-8. **release** the device: the release is armed with this job's acquire epoch and
-   runs after the device's linger (``hooks``);
-9. leave the supervised set.
-
-A job on several devices takes the per-device steps for each of its
-devices, in ascending ID order: every acquire hook (a failure faults that device, the
-ones already acquired are released, and the job fails), every verify pass (a failure
-quarantines that device alone) and every release.
-
-Holds take exactly the same steps. Only the job's cancellation scope (a kill
-flag, a watchdog, shutdown) interrupts steps 1 and 3-4; steps 4-8 are never cut short
-by shutdown, which only *asks* a job to stop. A job task that is itself torn
-down (the shutdown window expired) kills its group and its stragglers on the way out.
-
-Reports outside a job's run live here too: the terminal report of a job killed before
-it started and device fault reports, both through the outbox.
+``Lifecycle.run`` takes them in order: refuse a GPU name that cannot run (EXT-MIG),
+acquire (HOOK-010..013), report ``running`` (one attempt, in the background), start and
+supervise (``runner``, or ``attached`` for a relayed job) while its output is batched
+(``logship``) and its GPUs sampled (``gpusample``), clear stragglers, verify, report
+through the outbox, arm the release. A job on several devices takes the per-device
+steps for each, in ID order (EXT-GANG). Shutdown only asks a job to stop (WRK-073); a
+job task torn down kills its group and its stragglers on the way out.
 """
 
 from __future__ import annotations
@@ -80,9 +42,6 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: A configuration with no device hooks, for a lifecycle built without one.
-_NO_DEVICES = worker_config.WorkerConfig(controller_url="")
-
 REASON_PREKILLED = "killed before this worker started it"
 #: A job refused because a device's name conflicts with its GPU's MIG mode.
 REASON_MIG_CONFLICT = "mig conflict: "
@@ -93,14 +52,19 @@ REASON_MIG_UNKNOWN = "mig device unknown: "
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
+def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
+    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
+    return tuple(assignment.device_ids or [assignment.device_id])
+
+
 @dataclass(eq=False)
 class SupervisedJob:
     """One job under supervision: its assignment and its cancellation scope."""
 
     assignment: wire.Assignment
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    #: What a cancellation is reported as: ``cancelled`` for a kill flag, the shutdown's
-    #: own words when the worker is stopping, so the job's owner learns which it was.
+    #: How a cancellation is reported: ``cancelled`` for a kill flag, the shutdown's own
+    #: words when the worker is stopping, so the job's owner learns which it was.
     cancel_reason: str = runner.REASON_CANCELLED
     #: Each device's acquire epoch, which its release must match.
     epochs: dict[str, int] = field(default_factory=dict)
@@ -115,17 +79,11 @@ class SupervisedJob:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        """Every device of the job; a controller that sends no list means one."""
         return device_ids_of(self.assignment)
 
     @property
     def submitter(self) -> str:
         return self.assignment.submitter or ""
-
-
-def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
-    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
-    return tuple(assignment.device_ids or [assignment.device_id])
 
 
 class Lifecycle:
@@ -139,48 +97,39 @@ class Lifecycle:
         clock: Clock,
         timings: Timings,
         track: Track,
-        base_env: Mapping[str, str] | None = None,
-        config: worker_config.WorkerConfig | None = None,
+        config: worker_config.WorkerConfig,
+        base_env: Mapping[str, str] = os.environ,
         gpus: probes.Prober | None = None,
         journal: recovery.Journal | None = None,
     ) -> None:
         self.channel = to_controller
-        #: Where each job is recorded as this worker's until nothing of it is left, for
-        #: the recovery proof; ``None``: not recorded.
-        self.journal = journal
-        #: What the probes know of the host's GPUs; ``None``: nothing to check.
-        self.gpus = gpus
         self.box = box
         self.clock = clock
         self.timings = timings
         self._track = track
-        self._base_env = base_env
-        #: Where the verify pass looks, and its bounds;
-        #: ``None`` turns the pass off (a lifecycle built without a configuration).
-        self.verify_dir = config.verify_dir if config is not None else None
-        self.verify_timeout = config.verify_timeout if config is not None else 0.0
-        self.verify_budget = config.verify_pass_budget if config is not None else 0.0
-        #: Every device's hooks and held state (§18); empty without a configuration.
+        self.config = config
+        self.base_env = base_env
+        #: What the probes know of the host's GPUs; ``None``: nothing to check.
+        self.gpus = gpus
+        #: Where each job is recorded as this worker's until nothing of it is left, for
+        #: the recovery proof; ``None``: not recorded.
+        self.journal = journal
         self.hooks = hooks.Hooks(
-            config or _NO_DEVICES,
+            config,
             clock=clock,
             timings=timings,
             base_env=base_env,
-            mig_uuids=gpus.mig_uuids if gpus is not None else None,
+            mig_uuids=gpus.mig_uuids if gpus is not None else dict,
         )
-        #: GPU sampling while a job runs: its period (0: off), the bound on
-        #: each reading, and each device's labels, declared and (``detected``, kept
-        #: current by the agent's probe passes) found, which say what ``-i`` names.
-        self.gpu_interval = config.gpu_sample_interval if config is not None else 0.0
-        self.gpu_timeout = config.probe_timeout if config is not None else 0.0
-        self.declared = {d.name: dict(d.labels) for d in config.devices} if config else {}
+        #: Each device's labels, declared and (kept current by the agent's probe passes)
+        #: detected: what GPU sampling names it by.
+        self.declared = {d.name: dict(d.labels) for d in config.devices}
         self.detected: Mapping[str, Mapping[str, str]] = {}
         self.sample_run: probes.RunProbe = functools.partial(
             probes.run_probe, grace=timings.kill_grace
         )
-        #: Jobs under supervision whose outcome is not queued yet, in start order
-        #:. A job enters before its acquire step and leaves the moment its
-        #: terminal report is queued.
+        #: Jobs under supervision whose outcome is not queued yet, in start order: a job
+        #: enters before its acquire step and leaves once its terminal report is queued.
         self.jobs: dict[str, SupervisedJob] = {}
 
     def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> SupervisedJob:
@@ -206,7 +155,13 @@ class Lifecycle:
         try:
             refused = await self.check_gpus(job)
             if refused:
-                await self.refuse(job, refused)
+                log.error(
+                    "job %s: %s",
+                    job.job_id,
+                    refused,
+                    extra={"action": "mig_refused", "job_id": job.job_id},
+                )
+                await self.end_unrun(job, JobState.FAILED, refused)
                 return
             if not await self.acquire(job):
                 return
@@ -214,13 +169,13 @@ class Lifecycle:
             output = self.output_of(job)
             sampler = self.sampler(job)
             try:
-                if attached.is_attached(job.assignment):
-                    outcome = await self.run_attached(job, output)
-                else:
-                    started = await self.start(job)
-                    outcome = await self.supervise(job, started, output)
+                outcome = await self.run_process(job, output)
             except asyncio.CancelledError:
-                await self.abandon(job, running, output)
+                # Torn down: the runner SIGKILLed the group; escapees get the same at
+                # once, and the output still buffered is dropped.
+                running.cancel()
+                stragglers.kill_now(job.job_id)
+                await output.abandon()
                 raise
             finally:
                 # At once, never waiting for a reading in flight.
@@ -239,15 +194,12 @@ class Lifecycle:
         output: logship.LogShipper,
         running: asyncio.Task[None],
     ) -> None:
-        """Steps 6-10 of WRK-072 once the process is over: flush, sweep, verify, report.
+        """Flush, sweep, verify, report, once the process is over.
 
-        The final flush and the sweep overlap: one waits on the controller, the other
-        reads ``/proc``, and neither sends anything the other must precede. Both end
-        before the outcome is delivered. When the verify directory
-        holds nothing to run, the pass is clean whenever it would run, so the report
-        is queued and written to disk meanwhile, and only its delivery waits; with
-        scripts present, the pass runs after the sweep and before the report is
-        queued, so a fault it finds is ordered first.
+        The final flush and the sweep overlap (one waits on the controller, the other
+        reads ``/proc``). With nothing in the verify directory the pass is clean, so the
+        report is queued and written meanwhile; else the pass runs before the report is
+        queued, so a fault it finds is ordered first (VERIFY-008).
         """
         if not self.verify_has_work():
             report = self.queue_report(job, outcome)
@@ -259,17 +211,17 @@ class Lifecycle:
             return
         await asyncio.gather(output.close(), self.clear_stragglers(job))
         await running
-        await self.verify(job, outcome)
-        await self.report(job, outcome)
+        for device_id in job.device_ids:
+            await self.verify(job, device_id)
+        await self.submit(self.queue_report(job, outcome))
 
     async def check_gpus(self, job: SupervisedJob) -> str:
-        """Why the job must not run on its devices, ``""`` when it may; fills
-        in ``job.mig_uuids``.
+        """Why the job must not run on its devices, ``""`` when it may; fills in
+        ``job.mig_uuids`` (EXT-MIG).
 
-        Only names of GPUs and MIG instances are looked at. An instance's UUID comes
-        from a fresh ``nvidia-smi -L`` (the latest one when that fails); a whole GPU's
-        conflict from the latest listing. Without nvidia-smi ever listing anything,
-        a whole GPU runs as it always did, and an instance cannot.
+        An instance's UUID comes from a fresh ``nvidia-smi -L`` (the latest one when
+        that fails), a whole GPU's conflict from the latest listing. With no listing
+        ever, a whole GPU runs as it always did and an instance cannot.
         """
         names = [d.partition(":")[2] for d in job.device_ids]
         if self.gpus is None or not any(mig.parse(n) is not None for n in names):
@@ -289,69 +241,46 @@ class Lifecycle:
             job.mig_uuids[name] = found.uuid
         return ""
 
-    async def refuse(self, job: SupervisedJob, reason: str) -> None:
-        """End a job that must not touch its devices: ``failed`` with ``reason``, nothing
-        acquired, nothing released, no fault (the device is not broken; its name is)."""
-        a = job.assignment
-        log.error(
-            "job %s: %s", a.job_id, reason, extra={"action": "mig_refused", "job_id": a.job_id}
-        )
-        body = channel.status_body(
-            self.channel.worker_id, JobState.FAILED.value, reason=reason, lease_epoch=a.lease_epoch
-        )
-        report = self.box.add_status(a.job_id, job.device_ids, body)
-        self.jobs.pop(a.job_id, None)
-        self.ended(job)
-        await self.submit(report)
-
     async def acquire(self, job: SupervisedJob) -> bool:
-        """Acquire the device before the job touches it.
-
-         ``False`` when the job must not run; its reports are then already queued: for
-         a failed hook the fault first, then the job ``failed`` without an exit code
-        ; for a hook our own cancellation interrupted, the job ``killed`` and
-         no fault. Neither schedules a release: nothing is held.
-        """
+        """Acquire every device before the job touches one; ``False`` when it must not
+        run, its reports then made (HOOK-012: the fault first; HOOK-013: none) and the
+        devices already acquired given back."""
         a = job.assignment
-        failed: tuple[str, hooks.AcquireFailed] | None = None
         for device_id in job.device_ids:
             got = await self.hooks.acquire(device_id, a.job_id, job.submitter, job.cancel)
-            if isinstance(got, hooks.AcquireFailed):
-                failed = (device_id, got)
-                break
-            job.epochs[device_id] = got
-        if failed is None:
-            return True
-        # The devices acquired before the failure are given back.
-        await self.release(job)
-        device_id, got = failed
-        reason = got.reason
-        if got.cancelled:
-            state = JobState.KILLED
-        else:
-            state = JobState.FAILED
-            log.error(
-                "job %s: %s",
-                a.job_id,
-                reason,
-                extra={"action": "acquire_failed", "job_id": a.job_id},
-            )
-            await self.report_fault(device_id, reason, a.job_id)
+            if isinstance(got, int):
+                job.epochs[device_id] = got
+                continue
+            await self.release(job)
+            if not got.cancelled:
+                log.error(
+                    "job %s: %s",
+                    a.job_id,
+                    got.reason,
+                    extra={"action": "acquire_failed", "job_id": a.job_id},
+                )
+                await self.report_fault(device_id, got.reason, a.job_id)
+            state = JobState.KILLED if got.cancelled else JobState.FAILED
+            await self.end_unrun(job, state, got.reason)
+            return False
+        return True
+
+    async def end_unrun(self, job: SupervisedJob, state: JobState, reason: str) -> None:
+        """Report a job that never ran: nothing of it is left, no exit code."""
         body = channel.status_body(
-            self.channel.worker_id, state.value, reason=reason, lease_epoch=a.lease_epoch
+            self.channel.worker_id,
+            state.value,
+            reason=reason,
+            lease_epoch=job.assignment.lease_epoch,
         )
-        report = self.box.add_status(a.job_id, job.device_ids, body)
-        self.jobs.pop(a.job_id, None)
+        report = self.box.add_status(job.job_id, job.device_ids, body)
+        self.jobs.pop(job.job_id, None)
         self.ended(job)
         await self.submit(report)
-        return False
 
     async def report_running(self, job: SupervisedJob) -> None:
-        """Belt and braces: one attempt, failure only logged.
-
-        The controller marked the job running at hand-out, so this must not delay the
-        start: it runs in its own task.
-        """
+        """One attempt, failure only logged (WRK-113): the controller marked the job
+        running at hand-out, so this runs in its own task and never delays the start."""
         a = job.assignment
         body = channel.status_body(
             self.channel.worker_id, JobState.RUNNING.value, lease_epoch=a.lease_epoch
@@ -384,16 +313,17 @@ class Lifecycle:
 
     async def keep_output(self, a: wire.Assignment, chunk: bytes) -> asyncio.Event:
         """A chunk the controller did not take: durable in the outbox, delivered in
-        order and before the job's terminal report (WRK-072: the final flush first)."""
+        order and before the job's terminal report."""
         report = self.box.add_log(a.job_id, chunk, a.lease_epoch)
         await self.box.persist(report)
         self._track(self.deliver(report), a.job_id)
         return report.gone
 
     def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
-        """Sample the job's GPU devices while it runs, started here; None
-        when sampling is off or none of its devices is a GPU."""
-        if self.gpu_interval <= 0:
+        """Sample the job's GPU devices while it runs (EXT-ACCT-1), started here;
+        ``None`` when sampling is off or none of its devices is a GPU."""
+        interval = self.config.gpu_sample_interval
+        if interval <= 0:
             return None
 
         def labels(name: str) -> dict[str, str]:
@@ -405,33 +335,35 @@ class Lifecycle:
         sampler = gpusample.Sampler(
             job.job_id,
             targets,
-            interval=self.gpu_interval,
-            timeout=self.gpu_timeout,
+            interval=interval,
+            timeout=self.config.probe_timeout,
             run=self.sample_run,
         )
         sampler.start()
         return sampler
 
-    async def start(self, job: SupervisedJob) -> runner.Started | runner.Outcome:
-        """Environment, command, spawn; a start error is the outcome."""
-        return await runner.start_job(
-            job.assignment, clock=self.clock, base_env=self._base_env, mig_uuids=job.mig_uuids
+    async def run_process(self, job: SupervisedJob, output: logship.LogShipper) -> runner.Outcome:
+        """Spawn and supervise (§8), an attached job through its relay; a start error is
+        the outcome."""
+        a = job.assignment
+        if attached.is_attached(a):
+            return await attached.run(
+                a,
+                to_controller=self.channel,
+                on_log=output.write,
+                cancel=job.cancel,
+                clock=self.clock,
+                timings=self.timings,
+                base_env=self.base_env,
+                mig_uuids=job.mig_uuids,
+            )
+        started = await runner.start_job(
+            a, clock=self.clock, base_env=self.base_env, mig_uuids=job.mig_uuids
         )
-
-    async def supervise(
-        self,
-        job: SupervisedJob,
-        started: runner.Started | runner.Outcome,
-        output: logship.LogShipper,
-    ) -> runner.Outcome:
-        """Watch the started process under its watchdogs until complete (§8).
-
-        A start error is already the outcome.
-        """
         if isinstance(started, runner.Outcome):
             return started
         return await runner.supervise_job(
-            job.assignment,
+            a,
             started,
             on_output=output.write,
             cancel=job.cancel,
@@ -439,71 +371,32 @@ class Lifecycle:
             timings=self.timings,
         )
 
-    async def run_attached(self, job: SupervisedJob, output: logship.LogShipper) -> runner.Outcome:
-        """Steps 3-4 for a ``tty`` or ``pipe`` job: relay streams, spawn, supervise
-        ; only the job's stdio differs."""
-        return await attached.run(
-            job.assignment,
-            to_controller=self.channel,
-            on_log=output.write,
-            cancel=job.cancel,
-            clock=self.clock,
-            timings=self.timings,
-            base_env=os.environ if self._base_env is None else self._base_env,
-            mig_uuids=job.mig_uuids,
-        )
-
-    async def abandon(
-        self, job: SupervisedJob, running: asyncio.Task[None], output: logship.LogShipper
-    ) -> None:
-        """The job task is torn down: the runner has SIGKILLed the group; escapees get
-        the same, at once, and the output still buffered is dropped."""
-        running.cancel()
-        stragglers.kill_now(job.job_id)
-        await output.abandon()
-
     async def clear_stragglers(self, job: SupervisedJob) -> None:
-        """End escapees carrying the job's ``RC_JOB_ID``; report, never change the outcome.
-
-        WRK-072 step 7, WRK-120..122.
-        """
+        """End escapees carrying the job's ``RC_JOB_ID``: reported, never the outcome."""
         report = await stragglers.clear(job.job_id, self.timings)
         stragglers.log_report(job.job_id, report)
         if report.clean:
             self.ended(job)
 
     def ended(self, job: SupervisedJob) -> None:
-        """Nothing carrying the job's ID is left (its process never started, or a clean
-        sweep found none): it no longer withholds a recovery proof."""
+        """Nothing carrying the job's ID is left: it no longer withholds a recovery proof."""
         if self.journal is not None:
             self.journal.ended(job.job_id)
 
-    async def verify(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
-        """The verify pass for each of the job's devices, before its report.
-
-        On failure the fault is reported and made durable here, so the terminal report
-        queued next can never reach the controller first: the controller
-        frees the device the instant that report lands. A failure quarantines that
-        device alone. ``outcome`` stays as it is: a dirty device says
-        nothing about the run.
-        """
-        for device_id in job.device_ids:
-            await self._verify_one(job, device_id)
-
-    async def _verify_one(self, job: SupervisedJob, device_id: str) -> None:
-        if self.verify_dir is None:
-            return
-        a = job.assignment
+    async def verify(self, job: SupervisedJob, device_id: str) -> None:
+        """One device's verify pass; a failure is reported as its fault, made durable
+        before the terminal report is queued. The job's outcome stands (VERIFY-008)."""
+        cfg = self.config
         result = await verify_pass.verify_pass(
-            self.verify_dir,
+            cfg.verify_dir,
             device_id=device_id,
-            job_id=a.job_id,
+            job_id=job.job_id,
             submitter=job.submitter,
-            timeout=self.verify_timeout,
-            budget=self.verify_budget,
+            timeout=cfg.verify_timeout,
+            budget=cfg.verify_pass_budget,
             clock=self.clock,
             timings=self.timings,
-            base_env=self._base_env,
+            base_env=self.base_env,
             mig_uuids=job.mig_uuids,
         )
         if result.clean:
@@ -511,31 +404,22 @@ class Lifecycle:
         log.error(
             "device %s: job %s: %s",
             device_id,
-            a.job_id,
+            job.job_id,
             result.reason,
-            extra={"action": "verify_failed", "job_id": a.job_id},
+            extra={"action": "verify_failed", "job_id": job.job_id},
         )
-        await self.report_fault(device_id, result.reason, a.job_id)
+        await self.report_fault(device_id, result.reason, job.job_id)
 
     def verify_has_work(self) -> bool:
-        """Whether the verify pass could run anything: its directory has a file in it.
-
-        A missing directory turns the pass off; an unreadable one is the
-        pass's own failure to report, so it counts as work.
-        """
-        if self.verify_dir is None:
-            return False
+        """Whether the verify directory holds a non-directory entry; an unreadable one is
+        the pass's own failure to report, so it counts as work."""
         try:
-            with os.scandir(self.verify_dir) as entries:
+            with os.scandir(self.config.verify_dir) as entries:
                 return any(not e.is_dir(follow_symlinks=False) for e in entries)
         except FileNotFoundError:
             return False
         except OSError:
             return True
-
-    async def report(self, job: SupervisedJob, outcome: runner.Outcome) -> None:
-        """Queue the terminal report, make it durable, deliver it."""
-        await self.submit(self.queue_report(job, outcome))
 
     def queue_report(self, job: SupervisedJob, outcome: runner.Outcome) -> outbox.Report:
         """Put the terminal report in the outbox (in memory); the job is then pending."""
@@ -557,28 +441,21 @@ class Lifecycle:
             gpu=job.gpu,
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
-        # From here on the job is pending, no longer running.
         self.jobs.pop(a.job_id, None)
         return report
 
     async def release(self, job: SupervisedJob) -> None:
-        """Arm each acquired device's release with this job's acquire epoch.
-
-        The release hook runs once the device has been idle for its linger; a later
-        job that acquired meanwhile keeps it.
-        """
-        a = job.assignment
+        """Arm each acquired device's release with this job's acquire epoch (HOOK-020)."""
         for device_id, epoch in job.epochs.items():
-            await self.hooks.release(device_id, epoch, a.job_id, job.submitter)
+            await self.hooks.release(device_id, epoch, job.job_id, job.submitter)
 
     # ---- reports outside a job's run -------------------------------------------------
 
     def report_prekilled(self, assignment: wire.Assignment) -> None:
-        """A kill arrived with the assignment: report it killed, nothing ran.
+        """A kill came with the assignment: report it killed, nothing ran (WRK-066).
 
-        Queued here, synchronously, so the outbox is never empty while this report is
-        owed (a re-registration would reap the job as lost); delivered in a tracked
-        task.
+        Queued synchronously, so the outbox is never empty while it is owed (a
+        re-registration would reap the job as lost); delivered in a tracked task.
         """
         body = channel.status_body(
             self.channel.worker_id,
@@ -590,11 +467,8 @@ class Lifecycle:
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
-        """Queue a device fault report and deliver it in its own tracked task.
-
-        Returns once the report is durable, so a terminal report queued afterwards can
-        never reach the disk (or the controller) without it.
-        """
+        """Queue a device fault and deliver it in a tracked task; returns once it is
+        durable, so a terminal report queued afterwards can never overtake it."""
         report = self.box.add_fault(device_id, reason, job_id)
         await self.box.persist(report)
         self._track(self.deliver(report), job_id or device_id)

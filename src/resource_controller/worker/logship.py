@@ -1,20 +1,12 @@
-"""Batching a job's output into log appends.
+"""Batching a job's output into log appends (WRK-083, WRK-086, EXT-OUTBOX-1).
 
-Output is gathered into a batch and handed to a sender: one second after the first
-byte of a batch, or at once when the batch reaches 64 KiB. All sends go through one
-queue drained by one task, so they are strictly serialised and leave in the order their
-batches were cut: a timer flush can never overtake a size flush. A size flush waits for
-its own send (back-pressure on the reader is acceptable); a timer flush does not, so
-new output keeps flowing into a fresh batch while a send is in flight.
-
-A chunk the controller did not take (no answer, a 5xx) is never lost: it is handed to
-``keep`` (the outbox: on disk, retried, delivered in order before the job's terminal
-report), and so is every later chunk until the kept ones are delivered; then sends go
-straight out again. A send that succeeds touches no disk. A chunk refused for good (see
-``outbox.judge``: a stale lease, a job gone, too large) is dropped with a warning.
-A retry after an answer that was lost may store a chunk twice: the append route has no
-way to say which bytes it holds, and output is never dropped to avoid that. Nothing here
-caps a job's total output.
+A batch is cut one second after its first byte, or at once at 64 KiB, and every send
+goes through one queue drained by one task, so batches leave in the order they were cut.
+A size flush waits for its send (back-pressure on the reader); a timer flush does not.
+A chunk the controller did not take is handed to ``keep`` (the outbox), and so is every
+later one until the kept ones are delivered; one refused for good is dropped with a
+warning. A retry after a lost answer may store a chunk twice: the append route cannot
+say which bytes it holds, and output is never dropped to avoid that.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from resource_controller.h1.aio import Answer
-from resource_controller.worker import channel, outbox
+from resource_controller.worker import outbox
 
 log = logging.getLogger(__name__)
 
@@ -144,27 +136,20 @@ class LogShipper:
     async def _ship(self, chunk: bytes) -> None:
         """Send one chunk straight, or keep it: behind kept ones, or when not taken."""
         if self._behind is None or self._behind.is_set():
-            try:
-                resp = await self._send(chunk)
-            except channel.TRANSPORT_ERRORS as exc:
-                problem = channel.error_text(exc)
-            else:
-                verdict = outbox.judge(resp, outbox.LOG)
-                if verdict is outbox.Verdict.DELIVERED:
-                    self.sent_bytes += len(chunk)
-                    return
-                if verdict is outbox.Verdict.REFUSED:
-                    self.lost_bytes += len(chunk)
-                    log.warning(
-                        "job %s: %d bytes of output refused for good (%s: %s); dropped",
-                        self._label,
-                        len(chunk),
-                        channel.status_line(resp),
-                        channel.error_body(resp)[1] or "no detail",
-                        extra={"action": "log_chunk_lost", "job_id": self._label},
-                    )
-                    return
-                problem = f"controller returned {channel.status_line(resp)}"
+            verdict, problem = await outbox.attempt(self._send(chunk), outbox.LOG)
+            if verdict is outbox.Verdict.DELIVERED:
+                self.sent_bytes += len(chunk)
+                return
+            if verdict is outbox.Verdict.REFUSED:
+                self.lost_bytes += len(chunk)
+                log.warning(
+                    "job %s: %d bytes of output refused for good (%s); dropped",
+                    self._label,
+                    len(chunk),
+                    problem,
+                    extra={"action": "log_chunk_lost", "job_id": self._label},
+                )
+                return
             log.warning(
                 "job %s: %d bytes of output not taken (%s); kept in the outbox, and the "
                 "output after them too, until they are delivered",

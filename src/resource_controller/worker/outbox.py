@@ -1,46 +1,22 @@
 """The outbox: a job's outcome, and its output, are never lost to a controller outage.
 
-The terminal report is what frees a device, and the fault report is what keeps a dirty
-one out of the pool. A chunk of a job's output the controller did not take comes here
-too (``logship``): kept and delivered in order, before the job's terminal report. The base design gave up on them after about 28 seconds,
-so a controller down for longer lost the job's real outcome: the lease expired, the job
-was recorded ``lost`` and the device quarantined although nothing went wrong on the
-host. Here every such report is written to disk before its first attempt and retried,
-with backoff capped at ``Timings.outbox_backoff_max``, until the controller answers 2xx or refuses it
-for good:
+Terminal and fault reports, and chunks of output the controller did not take
+(``logship``), are written to disk before their first attempt and retried, backing off up
+to ``Timings.outbox_backoff_max``, until the controller answers 2xx or refuses them for
+good (``judge``; EXT-OUTBOX-1); meanwhile heartbeats name the job pending, which keeps
+its lease (EXT-OUTBOX-2). The answer that keeps a possibly-occupied device out of the
+pool wins.
 
-- 404: the job or device is unknown (a controller whose database was replaced);
-- 409 ``stale_lease``: the report belongs to a lease that is no longer the job's;
-- 409 saying the job is already terminal.
-
-A chunk of output is refused for good by any 400, 404, 409, 413 or 422 (it is dropped
-with a warning). Anything else (transport errors, 5xx, other 4xx) is retried: the answer that keeps a
-possibly-occupied device out of the pool wins, and while a job's report waits here the
-worker names the job as pending in its heartbeats, which keeps its lease (and so its
-device) held without the job being treated as running.
-
-On disk: the directory ``<state_dir>/outbox`` (mode 0700) holds one file per report,
-``<seq>-<kind>.json`` with a zero-padded sequence number that orders them, containing
-one JSON object::
+On disk: ``<state_dir>/outbox`` (0700), one file per report, ``<seq>-<kind>.json``::
 
     {"version": 1, "kind": "status" | "fault" | "log", "job_id": "...", "device_id": "...",
      "device_ids": ["..."], "body": {...}, "created_at": <unix seconds>}
 
-``body`` is the exact request body (``worker_id`` and ``lease_epoch`` included, so a
-restarted worker re-sends what the old process meant); the route follows from the kind:
-``POST /v1/jobs/{job_id}/status``, ``POST /v1/devices/{device_id}/fault``, or for a
-``log`` ``POST /v1/jobs/{job_id}/logs`` with the bytes of ``"chunk"`` (base64) and the
-``lease_epoch`` of its body. A file is
-written under a temporary name, fsynced, renamed into place and the directory fsynced,
-so after a crash a report file is either whole or absent. It is removed once the
-controller has answered for good; for a terminal report without a directory fsync (a
-removal a crash undoes only re-sends a report the controller takes as a repeat). ``<state_dir>/lock`` is held (``flock``) while a
-worker uses the directory, so two processes never send the same reports.
-
-Order: a report waits for every earlier *fault* report naming one of its devices, so a
-job's terminal report never overtakes the fault found at its end: the controller frees the device the moment the terminal report lands.
-A chunk of output waits for the job's earlier chunks, and the job's terminal report for
-all of them. Reports for unrelated devices never wait for each other.
+``body`` is the exact request body (a ``log`` carries its bytes as base64 ``"chunk"``),
+so a restarted worker re-sends what the old process meant. Files are whole or absent
+after a crash (``write_durably``); ``<state_dir>/lock`` (``flock``) keeps a second
+worker out. A report waits for every earlier fault naming one of its devices, a chunk
+for the job's earlier chunks, a terminal report for all of them (``predecessors``).
 """
 
 from __future__ import annotations
@@ -54,9 +30,11 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.h1.aio import Answer
@@ -65,9 +43,7 @@ from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Each of the first attempts' failures is a warning; at this one an error says the
-#: report is now waiting out an outage; after it only every ``QUIET_EVERY``-th failure
-#: is logged, because retrying never stops.
+#: How failed attempts are logged (``_log_failure``): retrying never stops.
 LOUD_ATTEMPTS = 5
 QUIET_EVERY = 30
 
@@ -77,7 +53,6 @@ FORMAT_VERSION = 1
 STATUS = "status"
 FAULT = "fault"
 LOG = "log"
-_KINDS = (STATUS, FAULT, LOG)
 #: What refuses a chunk of output for good: retrying it would never help.
 LOG_REFUSALS = frozenset({400, 404, 409, 413, 422})
 
@@ -156,47 +131,39 @@ class Report:
         return json.dumps(record, sort_keys=True).encode()
 
 
+class _Record(BaseModel):
+    """A report's file, read as strictly as it was written."""
+
+    model_config = ConfigDict(strict=True)
+
+    version: Literal[1]
+    kind: Literal["status", "fault", "log"]
+    job_id: str = ""
+    device_id: str = ""
+    device_ids: list[str] = []
+    body: dict[str, Any]
+    created_at: float = 0.0
+    chunk: str = ""
+
+
 def _decode(name: str, raw: bytes) -> Report:
     """Rebuild a report from its file; ``ValueError`` when it is not one."""
-    seq_text, _, _ = name.partition("-")
+    seq_text = name.partition("-")[0]
     if not seq_text.isdigit():
         raise ValueError("file name does not start with a sequence number")
-    data = json.loads(raw)
-    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-        raise ValueError("not a version 1 outbox record")
-    kind, body = data.get("kind"), data.get("body")
-    job_id, device_id = data.get("job_id", ""), data.get("device_id", "")
-    device_ids = data.get("device_ids", [])
-    created = data.get("created_at", 0.0)
-    if kind not in _KINDS or not isinstance(body, dict):
-        raise ValueError("unknown kind or missing body")
-    if not isinstance(job_id, str) or not isinstance(device_id, str):
-        raise ValueError("job_id and device_id must be strings")
-    if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
-        raise ValueError("device_ids must be a list of strings")
-    if (kind != FAULT and not job_id) or (kind == FAULT and not device_id):
+    try:
+        r = _Record.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(" ".join(map(str, (*first["loc"], first["msg"])))) from None
+    if not (r.device_id if r.kind == FAULT else r.job_id):
         raise ValueError("the report names no target")
-    if not isinstance(created, int | float):
-        raise ValueError("created_at must be a number")
-    chunk = b""
-    if kind == LOG:
-        try:
-            chunk = base64.b64decode(data.get("chunk", ""), validate=True)
-        except (TypeError, binascii.Error) as exc:
-            raise ValueError("chunk is not base64") from exc
-    return Report(
-        seq=int(seq_text),
-        kind=kind,
-        job_id=job_id,
-        device_id=device_id,
-        device_ids=tuple(device_ids),
-        body=body,
-        created_at=float(created),
-        chunk=chunk,
-    )
-
-
-# ---- the files -----------------------------------------------------------------------
+    try:
+        chunk = base64.b64decode(r.chunk, validate=True) if r.kind == LOG else b""
+    except binascii.Error as exc:
+        raise ValueError("chunk is not base64") from exc
+    ids = tuple(r.device_ids)
+    return Report(int(seq_text), r.kind, r.job_id, r.device_id, ids, r.body, r.created_at, chunk)
 
 
 def _fsync_dir(directory: str) -> None:
@@ -212,14 +179,10 @@ def write_durably(directory: str, name: str, data: bytes) -> str:
     final = os.path.join(directory, name)
     temp = os.path.join(directory, f".{name}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(temp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temp, final)
     except OSError:
         with contextlib.suppress(OSError):
@@ -248,9 +211,6 @@ def _make_dir(path: str) -> None:
         raise OutboxError("state_dir: " + procs.os_error_text("mkdir", path, exc)) from exc
 
 
-# ---- the outbox ----------------------------------------------------------------------
-
-
 class Outbox:
     """The reports not yet answered for good, in memory and on disk."""
 
@@ -265,11 +225,8 @@ class Outbox:
 
     @classmethod
     def open(cls, state_dir: str, clock: Clock | None = None) -> Outbox:
-        """Create ``state_dir`` if missing (0700), lock it and load what a previous run left.
-
-        Raises ``OutboxError`` when the directory cannot be created, locked or read: a
-        worker that cannot keep its reports must not start.
-        """
+        """Create ``state_dir`` if missing (0700), lock it and load what a previous run
+        left; ``OutboxError`` if it cannot: a worker that cannot keep reports must not start."""
         _make_dir(state_dir)
         lock_path = os.path.join(state_dir, LOCK_FILE)
         try:
@@ -280,8 +237,7 @@ class Outbox:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            # The default is per host name, so this is a second worker
-            # with the same host (or an explicit state_dir shared by mistake).
+            # The default is per host name: a second worker with the same one.
             raise OutboxError(
                 f"state_dir {state_dir} is in use by another worker process "
                 f"({exc.strerror}): two workers on one machine need different host "
@@ -315,8 +271,7 @@ class Outbox:
             if number.isdigit():  # never reuse a number, not even a set-aside one's
                 self._next_seq = max(self._next_seq, int(number) + 1)
             if name.startswith(".") and name.endswith(".tmp"):
-                # Never renamed into place, so never attempted: the process died while
-                # writing it. Its report is gone with that process.
+                # Never renamed into place, so never attempted: gone with its process.
                 log.warning(
                     "outbox: removing %s, a report the previous run did not finish writing",
                     path,
@@ -355,8 +310,6 @@ class Outbox:
         self._reports[report.seq] = report
         self._empty.clear()
 
-    # ---- reading ---------------------------------------------------------------------
-
     @property
     def empty(self) -> bool:
         return not self._reports
@@ -370,11 +323,7 @@ class Outbox:
 
     def pending_job_ids(self) -> list[str]:
         """Jobs whose terminal report waits here: named as pending in heartbeats."""
-        seen: dict[str, None] = {}
-        for report in self.reports():
-            if report.kind == STATUS:
-                seen.setdefault(report.job_id, None)
-        return list(seen)
+        return list(dict.fromkeys(r.job_id for r in self.reports() if r.kind == STATUS))
 
     async def wait_empty(self) -> None:
         await self._empty.wait()
@@ -396,8 +345,6 @@ class Outbox:
             )
         ]
 
-    # ---- writing ---------------------------------------------------------------------
-
     def add_status(self, job_id: str, device_ids: Sequence[str], body: dict[str, Any]) -> Report:
         """Take a terminal report in (in memory at once; ``persist`` makes it durable)."""
         return self._add(STATUS, job_id, "", tuple(device_ids), body)
@@ -409,30 +356,21 @@ class Outbox:
     def add_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> Report:
         """Take in a chunk of output the controller did not take."""
         body = {"lease_epoch": lease_epoch} if lease_epoch else {}
-        report = self._add(LOG, job_id, "", (), body)
-        report.chunk = chunk
-        return report
+        return self._add(LOG, job_id, "", (), body, chunk)
 
     def _add(
         self,
         kind: str,
         job_id: str,
         device_id: str,
-        device_ids: tuple[str, ...],
+        ids: tuple[str, ...],
         body: dict[str, Any],
+        chunk: bytes = b"",
     ) -> Report:
-        # Synchronous on purpose: from this instant the report counts (a terminal
-        # report's job is pending, never running; the outbox is not empty), with no
-        # await in between for a heartbeat or a re-registration to slip into.
-        report = Report(
-            seq=self._next_seq,
-            kind=kind,
-            job_id=job_id,
-            device_id=device_id,
-            device_ids=device_ids,
-            body=dict(body),
-            created_at=self._clock.now(),
-        )
+        # Synchronous on purpose: from this instant the report counts (its job pending,
+        # the outbox not empty), with no await for a heartbeat or a registration to slip in.
+        now = self._clock.now()
+        report = Report(self._next_seq, kind, job_id, device_id, ids, dict(body), now, chunk)
         self._next_seq += 1
         self._insert(report)
         return report
@@ -444,8 +382,7 @@ class Outbox:
                 write_durably, self.directory, report.file_name, report.encode()
             )
         except OSError as exc:
-            # Still delivered from memory: a full disk must not cost the outcome while
-            # the worker lives. Only a restart would lose it now.
+            # Still delivered from memory: a full disk must not cost the outcome.
             log.error(
                 "%s could not be written to %s (%s); it is kept in memory only",
                 report.label,
@@ -464,17 +401,13 @@ class Outbox:
         if report.path:
             try:
                 if report.kind == STATUS:
-                    # A terminal report a crash brings back is re-sent and answered
-                    # as a silent success: one unlink, no fsync, no
-                    # thread. A fault report brought back would take a device the
-                    # operator may have cleared out again, and a chunk of output would
-                    # be stored twice, so their removal is durable.
+                    # One brought back by a crash is re-sent and answered as a silent
+                    # success, so no fsync; a fault brought back would take a device
+                    # the operator may have cleared again, a chunk would be stored twice.
                     _remove(report.path, durably=False)
                 else:
                     await asyncio.to_thread(_remove, report.path, durably=True)
-            except OSError as exc:
-                # Re-sent at the next start; the controller then answers that it is
-                # already known, and it goes.
+            except OSError as exc:  # re-sent at the next start, and answered as known
                 log.error(
                     "outbox: cannot remove %s: %s",
                     report.path,
@@ -493,12 +426,11 @@ class Verdict(enum.Enum):
 
 
 def judge(resp: Answer, kind: str = STATUS) -> Verdict:
-    """What an answer means for a report of ``kind``.
+    """What an answer means for a report of ``kind`` (EXT-OUTBOX-1).
 
-    2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already
-    terminal refuse it for good. The last is recognised by the word "terminal" in the
-    error code or message, since no code is reserved for it. A chunk of output is also
-    refused by the answers in ``LOG_REFUSALS``. Everything else is retried.
+    2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already terminal
+    (the word "terminal" in its code or message: no code is reserved for it) refuse it
+    for good, and so do ``LOG_REFUSALS`` a chunk of output. Anything else is retried.
     """
     if resp.is_success:
         return Verdict.DELIVERED
@@ -511,11 +443,26 @@ def judge(resp: Answer, kind: str = STATUS) -> Verdict:
     return Verdict.RETRY
 
 
-class Sender(Protocol):
-    """Sends one attempt of a report: the answer, or one of ``channel.TRANSPORT_ERRORS``.
+async def attempt(
+    send: Awaitable[Answer], kind: str, bound: float | None = None
+) -> tuple[Verdict, str]:
+    """One attempt's verdict and, unless delivered, what the answer (or its absence) said;
+    ``bound``, how long it may take."""
+    try:
+        async with asyncio.timeout(bound):
+            resp = await send
+    except channel.TRANSPORT_ERRORS as exc:
+        return Verdict.RETRY, channel.error_text(exc)
+    verdict = judge(resp, kind)
+    status = channel.status_line(resp)
+    if verdict is Verdict.REFUSED:
+        return verdict, f"{status}: {channel.error_body(resp)[1] or 'no detail'}"
+    return verdict, "" if verdict is Verdict.DELIVERED else f"controller returned {status}"
 
-    ``channel.Channel`` is one.
-    """
+
+class Sender(Protocol):
+    """Sends one attempt of a report: the answer, or one of ``channel.TRANSPORT_ERRORS``;
+    ``channel.Channel`` is one."""
 
     async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
 
@@ -527,6 +474,8 @@ class Sender(Protocol):
 
 
 def _log_failure(report: Report, problem: str) -> None:
+    """Each of the first attempts' failures is a warning; at ``LOUD_ATTEMPTS`` an error
+    says the report now waits out an outage; then every ``QUIET_EVERY``-th one."""
     extra = {"action": "outbox_retry", "job_id": report.job_id}
     n = report.attempts
     if n == LOUD_ATTEMPTS:
@@ -545,45 +494,34 @@ def _log_failure(report: Report, problem: str) -> None:
 async def deliver(
     box: Outbox, report: Report, sender: Sender, timings: Timings = DEFAULT
 ) -> Verdict:
-    """Send ``report`` until the controller answers for good; never gives up on its own.
-
-    Waits first for earlier faults about the same devices. Each attempt is bounded by
-    ``report_attempt_timeout``; waits between attempts double from ``outbox_backoff``
-    up to ``outbox_backoff_max``. Cancelling it leaves the report in the outbox (and
-    on disk).
-    """
+    """Send ``report``, once its predecessors are gone, until the controller answers for
+    good: each attempt bounded by ``report_attempt_timeout``, the waits between them
+    doubling from ``outbox_backoff`` up to ``outbox_backoff_max``. Cancelled, it leaves
+    the report in the outbox."""
     for earlier in box.predecessors(report):
         await earlier.gone.wait()
     bound = timings.report_attempt_timeout
     delay = timings.outbox_backoff
     while True:
         report.attempts += 1
-        try:
-            async with asyncio.timeout(bound):
-                resp = await report.send(sender, bound)
-        except channel.TRANSPORT_ERRORS as exc:
-            problem = channel.error_text(exc)
-        else:
-            verdict = judge(resp, report.kind)
-            if verdict is not Verdict.RETRY:
-                await box.discard(report)
-                if verdict is Verdict.REFUSED:
-                    log.warning(
-                        "%s refused for good by the controller (%s: %s); dropped",
-                        report.label,
-                        channel.status_line(resp),
-                        channel.error_body(resp)[1] or "no detail",
-                        extra={"action": "outbox_refused", "job_id": report.job_id},
-                    )
-                elif report.attempts > 1:
-                    log.info(
-                        "%s delivered at attempt %d",
-                        report.label,
-                        report.attempts,
-                        extra={"action": "outbox_delivered", "job_id": report.job_id},
-                    )
-                return verdict
-            problem = f"controller returned {channel.status_line(resp)}"
+        verdict, problem = await attempt(report.send(sender, bound), report.kind, bound)
+        if verdict is not Verdict.RETRY:
+            await box.discard(report)
+            if verdict is Verdict.REFUSED:
+                log.warning(
+                    "%s refused for good by the controller (%s); dropped",
+                    report.label,
+                    problem,
+                    extra={"action": "outbox_refused", "job_id": report.job_id},
+                )
+            elif report.attempts > 1:
+                log.info(
+                    "%s delivered at attempt %d",
+                    report.label,
+                    report.attempts,
+                    extra={"action": "outbox_delivered", "job_id": report.job_id},
+                )
+            return verdict
         _log_failure(report, problem)
         await asyncio.sleep(delay)
         delay = min(delay * 2, timings.outbox_backoff_max)

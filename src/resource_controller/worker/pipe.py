@@ -1,18 +1,14 @@
-"""Pipe mode: raw stdin and stdout through the relay, no terminal.
+"""Pipe mode (CP-001, CP-002): raw stdin and stdout through the relay, no terminal.
 
-Byte-exact both ways (a PTY's line discipline would rewrite a tar stream): the input
-stream's bytes feed the process's stdin, its stdout goes raw up the output stream,
-its stderr to the job's log batching (stored, never served: LOG-005). Both output
-streams count for the idle watchdog. Stdin is fed by a task of its own, which ends
-when the input stream ends (closing stdin) or the process closes its stdin; the job's
-completion never waits for it (``tar -cf -`` never reads stdin and exits at once).
+Byte-exact both ways, since a PTY's line discipline would rewrite a tar stream. Stdin is
+fed by a task of its own that the job's completion never waits for (``tar -cf -`` never
+reads stdin and exits at once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import subprocess
 
 from resource_controller import errors, wire
@@ -21,16 +17,12 @@ from resource_controller.h1 import aio
 from resource_controller.worker import runner
 from resource_controller.worker.timings import Timings
 
-log = logging.getLogger(__name__)
-
 PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
 
 
 async def feed_stdin(inp: aio.Exchange, started: runner.Started) -> None:
-    """Copy the input stream into the process's stdin; its end closes stdin.
-
-    A write error to stdin is not reported: the process chose not to read.
-    """
+    """Copy the input stream into the process's stdin until either ends; the input's end
+    closes stdin. A write error is not reported: the process chose not to read."""
     proto = started.proto
     stdin = started.transport.get_pipe_transport(0)
     if not isinstance(stdin, asyncio.WriteTransport):
@@ -62,38 +54,32 @@ async def run(
     assignment: wire.Assignment,
     argv: list[str],
     env: dict[str, str],
-    *,
-    output: aio.Exchange,
     inp: aio.Exchange,
+    *,
     sink: runner.OutputSink,
     on_log: runner.OutputSink,
     cancel: asyncio.Event,
     clock: Clock,
     timings: Timings,
-    hangup: asyncio.Future[str] | None = None,
+    hangup: asyncio.Future[str],
 ) -> runner.Outcome:
-    """Spawn with three pipes, feed and drain them, supervise as any job (§8)."""
+    """Spawn with three pipes: stdout to ``sink``, stderr to the log (``on_log``)."""
     started = await runner.start(
         argv, env=env, cwd=assignment.cwd or None, clock=clock, stdio=PIPES
     )
     if isinstance(started, runner.Outcome):
         return started
-    feeder = asyncio.create_task(feed_stdin(inp, started), name=f"stdin-{assignment.job_id}")
-    errors = started.proto.errors
-    assert errors is not None
-    stderr = asyncio.create_task(
-        runner.copy_output(errors, on_log, started.activity, clock),
-        name=f"stderr-{assignment.job_id}",
-    )
+    assert started.proto.errors is not None
+    feeder = asyncio.create_task(feed_stdin(inp, started))
+    stderr = asyncio.create_task(runner.copy_output(started.proto.errors, on_log, started, clock))
     try:
-        outcome = await runner.supervise(
+        outcome = await runner.supervise_job(
+            assignment,
             started,
             on_output=sink,
             cancel=cancel,
             clock=clock,
             timings=timings,
-            max_runtime_seconds=float(assignment.max_runtime_seconds or 0),
-            idle_timeout=float(assignment.idle_timeout_seconds or 0),
             hangup=hangup,
         )
         # The process is gone: its stderr ends now, unless an escapee still holds it.

@@ -1,30 +1,12 @@
 """Capability probes: the facts a host and its devices report as detected labels (§16).
 
-A *pass* gathers, in order, the built-in host facts, what ``nvidia-smi``
-says about each GPU and what every executable drop-in in
-``probe_dir`` prints; later sources overwrite earlier ones key by key.
-Its result is the ``labels`` field of a registration or a labels push.
-
-A broken probe must not wipe what an earlier run detected: which devices each source
-named, and what a failure leaves unconfirmed, is ``labelsources``' bookkeeping
-; this module runs the sources and feeds it. A source that
-is gone (deleted, no longer executable, the directory removed) is simply forgotten, so
-its facts clear.
-
-MIG: the nvidia-smi source also runs ``nvidia-smi -L`` (``gpus``), which
-lists each GPU's MIG instances. An instance is a device of its own, ``gpu<i>.mig<j>``,
-with its profile, memory, parent, UUID and its GPU's model and driver; a configured
-name that does not fit its GPU's mode gets the fact ``mig_conflict`` instead, which
-keeps the controller from granting it. The latest listing is kept (``inventory``): a
-job on an instance needs its UUID, and ``devices: auto`` takes its device names from it.
-A ``-L`` that fails leaves the MIG layout unknown, not absent: the query's facts are
-reported over the latest listing, so the MIG facts stand as they were (with no listing
-yet in this process, the GPU devices are left out and the controller keeps its own).
-
-Three layers: pure parsing (``parse_nvidia_smi``, ``parse_dropin``), running one probe
-as its own process group with a timeout and capped output (``run_probe``), and the pass
-(``Prober``), which gets its clock, its process runner and its ``PATH`` lookup injected
-so tests can drive it.
+A pass gathers the built-in host facts, what ``nvidia-smi`` says about each GPU and what
+every executable drop-in in ``probe_dir`` prints, later sources overwriting earlier ones
+key by key; what a failure leaves unconfirmed is ``labelsources``' bookkeeping. The
+nvidia-smi source also reads ``nvidia-smi -L`` (``gpus``): MIG instances are devices of
+their own, a name that does not fit its GPU's mode gets ``mig_conflict``, and the latest
+listing is kept (``inventory``) for a job's MIG UUID and ``devices: auto``. A failing
+``-L`` leaves the MIG layout unknown, not absent: the latest listing stands.
 """
 
 from __future__ import annotations
@@ -40,11 +22,13 @@ import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations, mig
 from resource_controller.worker import gpus, labelsources, procs
+from resource_controller.worker.gpus import parse_nvidia_smi as parse_nvidia_smi
 from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
@@ -54,12 +38,7 @@ MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
-#: Exactly this query, so the four fields arrive in this order.
 NVIDIA_SMI = "nvidia-smi"
-NVIDIA_SMI_ARGS = (
-    "--query-gpu=name,memory.total,memory.free,driver_version",
-    "--format=csv,noheader,nounits",
-)
 #: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
 #: A probe's pipe reader buffers this much before it pauses the pipe (asyncio's default).
@@ -79,83 +58,37 @@ Pass = labelsources.Pass
 # ---- built-in facts ------------------------------------------------------------------
 
 
-def _cpus() -> str | None:
-    try:
-        return str(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return None
-
-
 def _mem_total_bytes() -> str | None:
-    try:
-        with open(MEMINFO_PATH, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return str(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        return None
+    for line in Path(MEMINFO_PATH).read_text(encoding="utf-8").splitlines():
+        if line.startswith("MemTotal:"):
+            return str(int(line.split()[1]) * 1024)
     return None
 
 
-def _disk_free_bytes() -> str | None:
-    try:
-        st = os.statvfs(DISK_PATH)
-    except OSError:
-        return None
+def _disk_free_bytes() -> str:
+    st = os.statvfs(DISK_PATH)
     return str(st.f_bavail * st.f_bsize)
 
 
-def _kernel() -> str | None:
-    try:
-        with open(OSRELEASE_PATH, encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+_BUILTIN: dict[str, Callable[[], str | None]] = {
+    "cpus": lambda: str(len(os.sched_getaffinity(0))),
+    "mem_total_bytes": _mem_total_bytes,
+    "disk_free_bytes": _disk_free_bytes,
+    "kernel": lambda: Path(OSRELEASE_PATH).read_text(encoding="utf-8").strip() or None,
+}
 
 
 def builtin_facts() -> Facts:
-    """``cpus``, ``mem_total_bytes``, ``disk_free_bytes``, ``kernel``; each omitted if unreadable."""
+    """The built-in host facts (PROBE-004), each omitted if unreadable."""
     facts: Facts = {}
-    for key, read in (
-        ("cpus", _cpus),
-        ("mem_total_bytes", _mem_total_bytes),
-        ("disk_free_bytes", _disk_free_bytes),
-        ("kernel", _kernel),
-    ):
-        value = read()
-        if value is not None:
-            facts[key] = value
+    for key, read in _BUILTIN.items():
+        with contextlib.suppress(AttributeError, OSError, ValueError, IndexError):
+            if (value := read()) is not None:
+                facts[key] = value
     return facts
 
 
 # ---- parsing -------------------------------------------------------------------------
-
-
-def parse_nvidia_smi(text: str) -> tuple[Facts, list[str]]:
-    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings.
-
-    Line *i* of the trimmed output is GPU *i*; a blank line is skipped and a line
-    without exactly four fields is skipped with a warning, each still consuming its
-    index. Memory gets an ``M`` suffix (the query asks for MiB without units), which
-    the selector reads as a quantity: ``81920`` → ``81920M``; ``[N/A]`` → ``[N/A]M``.
-    """
-    facts: Facts = {}
-    warnings: list[str] = []
-    for i, raw in enumerate(text.strip().splitlines()):
-        line = raw.strip()
-        if not line:
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4:
-            warnings.append(f"nvidia-smi line {i} has {len(fields)} fields, not 4: {line[:200]!r}")
-            continue
-        name, total, free, driver = fields
-        facts[f"gpu{i}.vendor"] = "nvidia"
-        facts[f"gpu{i}.model"] = name
-        facts[f"gpu{i}.vram"] = total + "M"
-        facts[f"gpu{i}.vram_free"] = free + "M"
-        facts[f"gpu{i}.driver"] = driver
-    return facts, warnings
 
 
 class DropinError(ValueError):
@@ -167,14 +100,9 @@ def _refuse_constant(name: str) -> Any:
 
 
 def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
-    """A drop-in's stdout as facts, and warnings; ``DropinError`` if it is not usable.
-
-     Exactly one JSON object, whitespace around it allowed. Values
-    : a string as is; a number as its literal text (``1.50`` stays ``1.50``);
-     ``true``/``false`` as words; ``null`` drops the key silently; an object or an array
-     drops it with a warning. ``NaN`` and ``Infinity`` are not JSON. The last of
-     duplicate keys wins. A bare top-level ``null`` is a success reporting nothing.
-    """
+    """A drop-in's stdout, one JSON object, as facts and warnings (PROBE-023);
+    ``DropinError`` if it is not usable. A number keeps its literal text, ``null`` drops
+    its key, a nested value drops it with a warning; a bare ``null`` reports nothing."""
     try:
         text = stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -246,13 +174,9 @@ async def run_probe(
     grace: float = DEFAULT.kill_grace,
     cap: int = CAPTURE_CAP,
 ) -> Run:
-    """Run one probe directly, as its own process group, bounded by ``timeout``.
-
-    No arguments beyond ``argv``, the worker's own environment, stdin ``/dev/null``,
-    stdout and stderr captured separately up to ``cap`` each. Over time it
-    is stopped the way a cancelled job is (TERM the group, ``grace``, KILL);
-    a task cancelled meanwhile kills the group on its way out.
-    """
+    """Run one probe as its own process group, bounded by ``timeout`` (PROBE-003):
+    stdout and stderr captured apart up to ``cap`` each; over time, stopped as a
+    cancelled job is; torn down itself, it kills the group on the way out."""
     loop = asyncio.get_running_loop()
     try:
         # ``create_subprocess_exec``, but keeping the transport: closed on the way out,
@@ -283,7 +207,7 @@ async def run_probe(
         elif procs.group_alive(pgid):
             procs.signal_group(pgid, signal.SIGKILL)  # a background child left behind
     except BaseException:
-        procs.kill_group_now(pgid)
+        procs.signal_group(pgid, signal.SIGKILL)
         # Reaped before going on: the child watcher reports the exit to this loop, which
         # the cancellation may be about to close.
         with contextlib.suppress(BaseException):
@@ -312,12 +236,8 @@ async def run_probe(
 
 
 class Prober:
-    """Runs passes over one worker's configuration and remembers across them (§16.4).
-
-    ``run`` starts one probe (``run_probe`` by default), ``which`` finds nvidia-smi on
-    ``PATH`` and ``clock`` measures the pass budget (``Timings.probe_pass_budget``).
-    Passes must not overlap; the agent holds a lock around each.
-    """
+    """Runs passes over one worker's configuration and remembers across them (§16.4);
+    ``run``, ``which`` and ``clock`` are injected. The agent's lock keeps passes apart."""
 
     def __init__(
         self,
@@ -351,12 +271,8 @@ class Prober:
         self._missing_warned: set[str] = set()
 
     async def run_pass(self, *, discover: bool = False) -> Pass:
-        """One pass: never raises for a probe's failure.
-
-        ``discover`` (``devices: auto``, at a registration): the devices become what
-        this pass's ``nvidia-smi -L`` lists, MIG instances included; when nvidia-smi
-        cannot say, they stay as they were.
-        """
+        """One pass, never raising for a probe's failure; ``discover`` (``devices: auto``):
+        the devices become what this pass's ``nvidia-smi -L`` lists, if it can say."""
         return await _PassRun(self, discover).go()
 
     def _gpu_devices(self) -> frozenset[str]:
@@ -367,23 +283,26 @@ class Prober:
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
-        """``nvidia-smi -L`` now, outside a pass (a job on a MIG instance is about to
-        start: instances may have been created again since the pass, with new UUIDs).
-
-        Bounded by ``probe_timeout``; a failure is a warning and changes nothing, so
-        the caller falls back on the latest listing (``inventory``).
-        """
+        """``nvidia-smi -L`` now, for a job on a MIG instance about to start (instances
+        may have been created again, with new UUIDs); a failure is a warning and changes
+        nothing, leaving the latest listing (``inventory``)."""
         path = self._which(NVIDIA_SMI)
-        if path is None:
+        listed = None if path is None else await self.listing(path, self.probe_timeout, True)
+        if listed is None or not listed.gpus:
             return None
-        run = await self._run([path, *gpus.LIST_ARGS], self.probe_timeout)
+        self.remember(listed)
+        return listed
+
+    async def listing(
+        self, path: str, timeout: float, quiet: bool = False
+    ) -> gpus.Inventory | None:
+        """One ``nvidia-smi -L``; ``None`` when it failed."""
+        run = await self._run([path, *gpus.LIST_ARGS], timeout)
         if not run.ok:
             _warn_failed(NVIDIA + " -L", run)
             return None
-        listed, _ = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        if not listed.gpus:
-            return None
-        self.remember(listed)
+        listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
+        _warn_keys(NVIDIA, () if quiet else warnings)
         return listed
 
     def remember(self, listed: gpus.Inventory) -> None:
@@ -463,15 +382,14 @@ class _PassRun:
         if self.remaining() <= 0:
             self.fail(NVIDIA)
             return
-        run = await p._run([path, *NVIDIA_SMI_ARGS], self.timeout())
+        run = await p._run([path, *gpus.QUERY_ARGS], self.timeout())
         if not run.ok:
             _warn_failed(NVIDIA, run)
             self.fail(NVIDIA)
             return
         facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        for warning in warnings:
-            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        listed = await self.listing(path)
+        _warn_keys(NVIDIA, warnings)
+        listed = await p.listing(path, self.timeout()) if self.remaining() > 0 else None
         if listed is None:
             # The MIG layout is unknown this time, not absent: the latest one stands, so
             # the query's facts are reported and the MIG facts stay as they were. With
@@ -487,39 +405,12 @@ class _PassRun:
             p.remember(listed)
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
-    async def listing(self, path: str) -> gpus.Inventory | None:
-        """This pass's ``nvidia-smi -L``; ``None`` when it failed or the budget ran out."""
-        if self.remaining() <= 0:
-            return None
-        run = await self.p._run([path, *gpus.LIST_ARGS], self.timeout())
-        if not run.ok:
-            _warn_failed(NVIDIA + " -L", run)
-            return None
-        listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        for warning in warnings:
-            log.warning("probe %s: %s", NVIDIA, warning, extra={"action": "probe_key"})
-        return listed
-
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
-        """The query's ``gpu<i>.*`` facts with the listing's.
-
-        A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to
-        a device configured by its own name (which then also gets ``mig_conflict``);
-        each listed instance that is configured gets its facts; every configured name
-        in conflict gets ``mig_conflict``. An instance whose line could not be read is
-        unconfirmed: the controller keeps what it stored for it.
-        """
+        """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG): a GPU in MIG mode
+        is offered as its instances, so its whole-GPU facts go only to a device named for
+        it, which is in conflict; an unreadable instance's line leaves it unconfirmed."""
         p = self.p
-        names = set(p.device_names)
-        out = {
-            k: v
-            for k, v in facts.items()
-            if not _whole_gpu_in_mig_mode(k, listed) or k.partition(".")[0] in names
-        }
-        out.update(gpus.instance_facts(listed, facts, names))
-        found = gpus.conflicts(listed, p.device_names)
-        for name, why in found.items():
-            out[f"{name}.{mig.CONFLICT}"] = why
+        out, found = gpus.merged_facts(listed, facts, p.device_names)
         p.note_conflicts(found)
         self.tally.unconfirmed |= {n for n in p.device_names if listed.unknown(n)}
         for name in p.device_names:
@@ -585,18 +476,13 @@ class _PassRun:
                 _warn_failed(source, Run(False, run.stdout, run.stderr, str(exc)))
                 self.fail(source)
                 continue
-            for warning in warnings:
-                log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+            _warn_keys(source, warnings)
             self.tally.absorb(source, facts)
 
 
-def _whole_gpu_in_mig_mode(key: str, listed: gpus.Inventory) -> bool:
-    """``key`` is a whole-GPU fact (``gpu<i>.model``) of a GPU the listing has in MIG mode."""
-    parsed = mig.parse(key.partition(".")[0])
-    if parsed is None or parsed[1] is not None:
-        return False
-    g = listed.gpu(parsed[0])
-    return g is not None and g.mig_mode
+def _warn_keys(source: str, warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
 
 
 def _warn_failed(source: str, run: Run) -> None:

@@ -1,10 +1,13 @@
 """``rc worker`` as a process: logging, the configuration, signals, the exit status.
 
-The first SIGINT or SIGTERM starts the graceful shutdown; the handlers go the moment it
-arrives, so a second one takes the default action. Exit status 1 when the
-configuration, the state directory or the first registration fails, with one ``rc: ``
-line on stderr; 0 after a signal-initiated shutdown, even one that had to
-abandon jobs.
+Exit 1 with one ``rc: `` line when the configuration, the state directory or the first
+registration fails (WRK-002); the first SIGINT or SIGTERM starts the shutdown and
+removes the handlers (WRK-003); 0 after it (WRK-004).
+
+End-to-end tests run this process and can inject nothing, so it alone reads two test
+hooks, which are not configuration (WRK-022) and which ``rc up`` leaves to its
+controller: ``RC_TEST_TIMINGS`` shortens the ``Timings``, ``RC_TEST_BOOT_ID_PATH`` names
+the file read as the boot ID (a restart then looks like a reboot).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 from resource_controller import heap, logfmt
 from resource_controller.clock import Clock
-from resource_controller.worker import agent, testhooks
+from resource_controller.core import testtimings
+from resource_controller.worker import agent, procs
 from resource_controller.worker import config as worker_config
 from resource_controller.worker.timings import Timings
 
@@ -27,19 +32,16 @@ log = logging.getLogger("resource_controller.worker.agent")
 
 #: The logger a fatal start-up line is recorded under, in JSON.
 LOGGER = "rc.worker"
+BOOT_ID_VAR = "RC_TEST_BOOT_ID_PATH"
 
 
 _Watchers = tuple[asyncio.AbstractChildWatcher, asyncio.AbstractChildWatcher]
 
 
 def _watch_children_by_pidfd(loop: asyncio.AbstractEventLoop) -> _Watchers | None:
-    """On Python 3.11, learn of a child's exit from its pidfd on the loop itself.
-
-    The default watcher there starts a thread per child that sits in ``waitpid``:
-    one thread per job, hook and probe, and a hop back to the loop when the child
-    exits. Python 3.12 uses pidfds on its own (and deprecates choosing a watcher);
-    a kernel without ``pidfd_open`` keeps the default. Returns ``(ours, previous)``.
-    """
+    """On Python 3.11, learn of a child's exit from its pidfd on the loop, not from a
+    thread per child parked in ``waitpid`` (3.12 does so itself; a kernel without
+    ``pidfd_open`` keeps the default). Returns ``(ours, previous)``."""
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
         return None
     try:
@@ -95,35 +97,33 @@ async def _serve_until_signal(
     return 0
 
 
+def read_test_hooks(environ: Mapping[str, str]) -> Timings:
+    """The timings ``RC_TEST_TIMINGS`` asks for, after pointing the boot ID at
+    ``RC_TEST_BOOT_ID_PATH``; unset, nothing changes. ``TestTimingsError``."""
+    timings = Timings.from_text(environ.get(testtimings.VARIABLE, ""))
+    if path := environ.get(BOOT_ID_VAR, ""):
+        procs.BOOT_ID_PATH = path
+        procs.boot_id.cache_clear()
+    return timings
+
+
 def run_worker(
     config: worker_config.WorkerConfig, *, clock: Clock | None = None, log_format: str = "text"
 ) -> int:
-    """Run the worker in this process until a signal; the process exit status.
-
-    Only this process path reads the end-to-end test hooks (``testhooks``): inside
-    ``rc up`` the controller shares the process and owns ``RC_TEST_TIMINGS``.
-    """
+    """Run the worker in this process until a signal; the process exit status."""
     try:
-        timings = testhooks.apply(os.environ)
-    except testhooks.TestHookError as exc:
+        timings = read_test_hooks(os.environ)
+    except testtimings.TestTimingsError as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger=LOGGER)
         return 1
     heap.settle()
     return asyncio.run(_serve_until_signal(config, clock, timings, log_format))
 
 
-def _setup_logging(log_format: str = "text") -> None:
-    """Readable text on stderr; at the default level, events only.
-
-    Registration, a job starting and ending, warnings: not every poll, heartbeat and
-    report, so a quiet fleet writes almost nothing.
-    """
-    logfmt.configure(log_format, logging.INFO, stream=sys.stderr)
-
-
 def main(config_path: str = worker_config.DEFAULT_PATH, log_format: str = "text") -> int:
     """``rc worker -c PATH``: load the configuration and run; the exit status."""
-    _setup_logging(log_format)
+    # At INFO: events (registration, a job's start and end, warnings), not every poll.
+    logfmt.configure(log_format, logging.INFO, stream=sys.stderr)
     try:
         cfg = worker_config.load_config(config_path)
     except worker_config.ConfigError as exc:

@@ -1,45 +1,32 @@
-"""Signals, process groups and `/proc`: the worker's only contact with other processes.
+"""Signals, process groups and ``/proc``: the worker's only contact with other processes.
 
-Everything the worker spawns leads its own process group, so "the job" is a
-group ID, not a PID: a training script's data loaders and a shell's background
-children live and die with it. This module answers the two questions supervision asks
-of a group (is anything in it still alive, and how to make it stop), and the one the
-straggler pass and the recovery proof ask of the whole table (who still carries an
-``RC_JOB_ID``). Deciding *when* to ask is the callers' business.
-
-"Alive" deliberately ignores zombies: an exited-but-unreaped member is not
-holding a GPU, and counting it once made ordinary successful jobs report themselves
-killed.
+Everything the worker spawns leads its own process group (WRK-090), so a job is a group,
+or a ``tty`` job's whole session (WRK-091). "Alive" ignores zombies (WRK-092): counting
+an unreaped member once made ordinary successful jobs report themselves killed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import os
 import signal
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-#: Where the kernel publishes the boot ID. Tests point it elsewhere
-#: (end-to-end tests through ``RC_TEST_BOOT_ID_PATH``, see ``testhooks``).
+#: Where the kernel publishes the boot ID; ``RC_TEST_BOOT_ID_PATH`` moves it (``process``).
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 #: Fallback source of a boot identity: the ``btime`` line.
 PROC_STAT_PATH = "/proc/stat"
-#: Root of the process table scanned for group members.
 PROC_ROOT = "/proc"
 
-#: Straggler reap: how long to wait for a SIGKILLed group to empty, and how often to
-#: look. *(test hook)*
+#: Straggler reap (WRK-096 step 4): how long a SIGKILLed target gets to empty, polled how often.
 STRAGGLER_BOUND = 2.0
 STRAGGLER_POLL = 0.02
-#: How long members already inside exit() get to finish it before counting as
-#: stragglers (see ``settle_group``). *(test hook)*
+#: How long members already inside exit() get to finish it (``settle_group``).
 EXIT_SETTLE = 0.5
-
-#: ``PF_EXITING`` in the ``flags`` field of ``/proc/<pid>/stat``: the process is inside
-#: exit() and will never run user code again.
+#: ``PF_EXITING`` in ``/proc/<pid>/stat`` flags: inside exit(), never to run user code again.
 PF_EXITING = 0x4
 
 _SIGNAL_WORDS: dict[int, str] = {
@@ -65,16 +52,12 @@ _SIGNAL_WORDS: dict[int, str] = {
 
 
 def signal_word(signum: int) -> str:
-    """The word used in ``signal: <name>`` reasons (§0); ``signal <n>`` for the rest."""
+    """The word of ``signal: <name>`` reasons (§0); ``signal <n>`` for the rest."""
     return _SIGNAL_WORDS.get(signum, f"signal {signum}")
 
 
 def os_error_text(operation: str, path: str, exc: OSError) -> str:
-    """Render an OS error as ``<operation> <path>: <lowercase description>`` (§0).
-
-    Tests and operators match on the lowercase description (``no such file or
-    directory``), so it comes from ``strerror`` when there is one.
-    """
+    """``<operation> <path>: <lowercase description>`` (§0), from ``strerror`` when set."""
     description = exc.strerror or str(exc) or type(exc).__name__
     return f"{operation} {path}: {description.lower()}"
 
@@ -95,20 +78,13 @@ class ProcStat:
 
     @property
     def exiting(self) -> bool:
-        """Inside exit(): its files may already be closed, its zombie state not yet set."""
+        """Inside exit(): its files may be closed already, its zombie state not yet set."""
         return bool(self.flags & PF_EXITING)
 
 
 def parse_stat(line: str) -> ProcStat | None:
-    """Parse one ``/proc/<pid>/stat`` line; ``None`` when it is not one.
-
-    The command name sits in parentheses and may itself contain spaces and ``)``, so
-    the fields are located after the *last* ``)``.
-    """
-    end = line.rfind(")")
-    if end < 0:
-        return None
-    fields = line[end + 1 :].split()
+    """One ``/proc/<pid>/stat`` line, its fields found after the *last* ``)`` (WRK-093)."""
+    fields = line[line.rfind(")") + 1 :].split() if ")" in line else []
     if len(fields) < 4:
         return None
     try:
@@ -118,9 +94,9 @@ def parse_stat(line: str) -> ProcStat | None:
         return None
 
 
-def _read_raw(path: str) -> bytes:
+def _read_raw(path: str, dir_fd: int | None = None) -> bytes:
     """A whole ``/proc`` file in raw reads: no buffered file object to build each time."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         raw = b""
         while chunk := os.read(fd, 65_536):
@@ -139,9 +115,9 @@ def read_stat(pid: int) -> ProcStat | None:
     return parse_stat(raw.decode("utf-8", errors="replace"))
 
 
-def read_environ(pid: int | str) -> bytes:
-    """The NUL-separated environment of one process; ``OSError`` as the read raised it."""
-    return _read_raw(f"{PROC_ROOT}/{pid}/environ")
+def _live(pid: int) -> bool:
+    st = read_stat(pid)
+    return st is not None and st.state != "Z"
 
 
 def proc_entries() -> list[str] | None:
@@ -152,31 +128,9 @@ def proc_entries() -> list[str] | None:
         return None
 
 
-def _live_members(pgid: int) -> list[ProcStat] | None:
-    """Non-zombie members of group ``pgid``; ``None`` when ``/proc`` cannot be listed."""
-    try:
-        entries = os.listdir(PROC_ROOT)
-    except OSError:
-        return None
-    members = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        st = read_stat(int(entry))
-        if st is not None and st.pgrp == pgid and st.state != "Z":
-            members.append(st)
-    return members
-
-
 @dataclass(frozen=True)
 class SessionOf:
-    """Every process whose session ID is ``sid``: an interactive job's target.
-
-    A shell under a terminal moves its pipelines into process groups of their own (job
-    control), so for a ``tty`` job "the job" is the session the shell leads, not one
-    group. Processes that called ``setsid`` themselves leave it (and are left to the
-    ``RC_JOB_ID`` sweep).
-    """
+    """Every process whose session ID is ``sid``: a ``tty`` job's target (WTTY-006)."""
 
     sid: int
 
@@ -185,19 +139,19 @@ class SessionOf:
 Target = int | SessionOf
 
 
-def _session_members(sid: int) -> tuple[list[ProcStat], set[int]] | None:
-    """Non-zombie members of session ``sid`` and every group in it, zombie-only ones too."""
-    try:
-        entries = os.listdir(PROC_ROOT)
-    except OSError:
+def _members(target: Target) -> tuple[list[ProcStat], set[int]] | None:
+    """Live members of ``target`` and every group seen in it, zombie-only ones too;
+    ``None`` when ``/proc`` cannot be listed."""
+    entries = proc_entries()
+    if entries is None:
         return None
+    session = isinstance(target, SessionOf)
+    ident = target.sid if isinstance(target, SessionOf) else target
     live: list[ProcStat] = []
     groups: set[int] = set()
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        st = read_stat(int(entry))
-        if st is None or st.session != sid:
+        st = read_stat(int(entry)) if entry.isdigit() else None
+        if st is None or (st.session if session else st.pgrp) != ident:
             continue
         groups.add(st.pgrp)
         if st.state != "Z":
@@ -205,52 +159,21 @@ def _session_members(sid: int) -> tuple[list[ProcStat], set[int]] | None:
     return live, groups
 
 
-def _live_of(target: Target) -> list[ProcStat] | None:
-    if isinstance(target, SessionOf):
-        found = _session_members(target.sid)
-        return None if found is None else found[0]
-    return _live_members(target)
+def group_alive(target: Target) -> bool:
+    """Whether a group (or session) has a live member; blind counts as alive (WRK-092).
 
-
-def target_alive(target: Target) -> bool:
-    """``group_alive`` for a group; for a session, any non-zombie member."""
-    if isinstance(target, SessionOf):
-        members = _live_of(target)
-        return members is None or bool(members)
-    return group_alive(target)
-
-
-def signal_target(target: Target, signum: int) -> bool:
-    """Signal a group, or every distinct group of a session (zombie-only groups too)."""
-    if not isinstance(target, SessionOf):
-        return signal_group(target, signum)
-    found = _session_members(target.sid)
-    groups = {target.sid} if found is None else found[1]
-    delivered = False
-    for pgid in sorted(groups):
-        delivered = signal_group(pgid, signum) or delivered
-    return delivered
-
-
-def _group_has_live_member(pgid: int) -> bool:
-    members = _live_members(pgid)
-    # Blind is not empty: a group we cannot see is treated as alive.
-    return members is None or bool(members)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie.
-
-    The cheap existence check (signal 0) comes first; only if something answers is
-    ``/proc`` scanned, because an unreaped zombie answers signal 0 too.
+    For a group the cheap signal 0 comes first: ``/proc`` is read only if it answers,
+    since an unreaped zombie answers too.
     """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # something with that group exists; find out whether it is live
-    return _group_has_live_member(pgid)
+    if not isinstance(target, SessionOf):
+        try:
+            os.killpg(target, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # something with that group exists; find out whether it is live
+    found = _members(target)
+    return found is None or bool(found[0])
 
 
 # ---- environments: who carries which RC_JOB_ID ---------------------------------------
@@ -259,11 +182,8 @@ JOB_ID_VAR = b"RC_JOB_ID="
 
 
 def job_id_in_environ(raw: bytes) -> str:
-    """The value of the first non-empty ``RC_JOB_ID=`` entry of a NUL-separated environ.
-
-    ``""`` when there is none. Hooks run with an empty ``RC_JOB_ID=``, which
-    names no job, so a later non-empty entry still counts.
-    """
+    """The first non-empty ``RC_JOB_ID=`` of a NUL-separated environ; ``""`` for none
+    (hooks run with an empty one, which names no job)."""
     for item in raw.split(b"\0"):
         if item.startswith(JOB_ID_VAR) and len(item) > len(JOB_ID_VAR):
             return item[len(JOB_ID_VAR) :].decode("utf-8", errors="surrogateescape")
@@ -271,66 +191,66 @@ def job_id_in_environ(raw: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class JobIdScan:
-    """One pass over ``/proc`` reading every live process's ``RC_JOB_ID``."""
+class Carriers:
+    """Live processes carrying an ``RC_JOB_ID``, by PID, and whether the scan was blind:
+    some live process's environment could not be read, so "none" is not proven."""
 
-    #: ``/proc`` itself could be listed; when false nothing else here means anything.
-    readable: bool
-    #: Live (non-zombie) processes carrying a non-empty ``RC_JOB_ID``, with its value.
-    carriers: dict[int, str]
-    #: Some live process's environment could not be read (permission): the scan may
-    #: have missed a carrier, so "none found" is not "none exist".
+    pids: dict[int, str]
     blind: bool
-    #: Every live process seen, carriers or not (for the isolation check).
-    live: frozenset[int] = frozenset()
 
 
-def scan_job_ids(exclude: Collection[int] = ()) -> JobIdScan:
-    """Read the ``RC_JOB_ID`` of every live process not in ``exclude``.
+def scan_carriers(
+    exclude: Collection[int] = (), job_id: str = "", entries: list[str] | None = None
+) -> Carriers | None:
+    """Every live process outside ``exclude`` carrying an ``RC_JOB_ID`` (exactly
+    ``job_id`` when given: WRK-121, WRK-141); ``None`` when ``/proc`` cannot be listed.
 
-    Non-numeric entries, processes whose stat cannot be read and zombies are skipped;
-    a process that vanishes mid-scan (not found, no such process) is neither a carrier
-    nor blindness; any other error reading an environment (permission) is blindness.
+    It runs over the whole table after every job, and almost no process carries an ID:
+    each environment is read first, relative to one descriptor of ``/proc``, and the
+    stat (is it a zombie?) only for a match or an unreadable environment. A process that
+    vanished mid-scan is neither a carrier nor blindness.
     """
-    try:
-        entries = os.listdir(PROC_ROOT)
-    except OSError:
-        return JobIdScan(readable=False, carriers={}, blind=False)
-    carriers: dict[int, str] = {}
-    live: set[int] = set()
+    entries = proc_entries() if entries is None else entries
+    if entries is None:
+        return None
+    pids: dict[int, str] = {}
     blind = False
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        if pid in exclude:
-            continue
-        st = read_stat(pid)
-        if st is None or st.state == "Z":
-            continue
-        live.add(pid)
-        try:
-            with open(f"{PROC_ROOT}/{pid}/environ", "rb") as f:
-                raw = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            live.discard(pid)  # gone between the stat and the environ
-            continue
-        except OSError:
-            blind = True
-            continue
-        job_id = job_id_in_environ(raw)
-        if job_id:
-            carriers[pid] = job_id
-    return JobIdScan(readable=True, carriers=carriers, blind=blind, live=frozenset(live))
+    try:
+        root = os.open(PROC_ROOT, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return Carriers(pids, True)  # listed a moment ago, unreadable now: nothing seen
+    try:
+        for entry in entries:
+            if not entry.isdigit() or int(entry) in exclude:
+                continue
+            try:
+                raw = _read_raw(entry + "/environ", root)
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            except OSError:
+                blind = blind or _live(int(entry))
+                continue
+            if JOB_ID_VAR not in raw:
+                continue
+            found = job_id_in_environ(raw)  # the whole value, never a prefix
+            if found and found == (job_id or found) and _live(int(entry)):
+                pids[int(entry)] = found
+    finally:
+        os.close(root)
+    return Carriers(dict(sorted(pids.items())), blind)
+
+
+def alone(pid: int) -> bool | None:
+    """Whether no live process but ``pid`` shows in ``/proc``; ``None`` when unreadable."""
+    entries = proc_entries()
+    if entries is None:
+        return None
+    return not any(e.isdigit() and int(e) != pid and _live(int(e)) for e in entries)
 
 
 def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
-    """``pid`` (default: this process) and every ancestor up to init.
-
-    The walk follows parent PIDs through ``/proc/<pid>/stat`` and ends at the first
-    entry it cannot read. A worker started from inside a job inherits that job's
-    ``RC_JOB_ID``, and so does its parent: neither may be swept.
-    """
+    """``pid`` (default: this process) and its ancestors, walked until an unreadable stat:
+    a worker started inside a job inherits its ``RC_JOB_ID``, and so does its parent."""
     current = os.getpid() if pid is None else pid
     chain = {current}
     while current > 1:
@@ -342,10 +262,13 @@ def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
     return frozenset(chain)
 
 
+# ---- signals -------------------------------------------------------------------------
+
+
 def signal_pid(pid: int, signum: int) -> bool:
-    """Send ``signum`` to one process; ``False`` when it is gone or not ours to signal."""
+    """Signal one process; ``False`` when gone, not ours, or init."""
     if pid <= 1:
-        return False  # never init, never "every process"
+        return False
     try:
         os.kill(pid, signum)
     except OSError:
@@ -353,63 +276,54 @@ def signal_pid(pid: int, signum: int) -> bool:
     return True
 
 
-# ---- signals -------------------------------------------------------------------------
-
-
-def signal_group(pgid: int, signum: int) -> bool:
-    """Send ``signum`` to every member of group ``pgid``; ``True`` if it was delivered.
-
-    "Delivered" means the call succeeded for at least one member;
-    an empty or foreign group is simply not delivered to.
-    """
-    if pgid <= 1:
-        return False  # never signal our own group or every process by accident
+def signal_group(target: Target, signum: int) -> bool:
+    """Signal a group, or every distinct group of a session (zombie-only ones too);
+    ``True`` when it reached at least one member. Never our own group or every process."""
+    if isinstance(target, SessionOf):
+        found = _members(target)
+        groups = {target.sid} if found is None else found[1]
+        return any([signal_group(pgid, signum) for pgid in sorted(groups)])
+    if target <= 1:
+        return False
     try:
-        os.killpg(pgid, signum)
+        os.killpg(target, signum)
     except OSError:
         return False
     return True
 
 
-async def settle_group(pgid: Target) -> None:
-    """Let members that are already exiting finish, for at most ``EXIT_SETTLE``.
+async def settle_group(target: Target) -> None:
+    """Let members already inside exit() finish, for at most ``EXIT_SETTLE``.
 
-    A process closes its files (so the job's pipe reaches end of file) a moment before
-    it becomes a zombie. Checking for stragglers in that moment would catch the job's
-    own last writer mid-exit and label a clean run killed, the very mislabel WRK-092
-    exists to prevent. Only members flagged as exiting are waited for; anything else
-    ends the settling at once.
+    A process closes its files a moment before it becomes a zombie: checking for
+    stragglers then would catch the job's own last writer and label a clean run killed.
     """
-    if not isinstance(pgid, SessionOf):
+    if not isinstance(target, SessionOf):
         try:
-            os.killpg(pgid, 0)
+            os.killpg(target, 0)
         except ProcessLookupError:
-            return  # the group is gone entirely: nothing to settle, no /proc scan
+            return  # the group is gone: nothing to settle, no /proc scan
         except PermissionError:
             pass
     loop = asyncio.get_running_loop()
     deadline = loop.time() + EXIT_SETTLE
     while loop.time() < deadline:
-        members = _live_of(pgid)
-        if not members or not all(m.exiting for m in members):
+        found = _members(target)
+        if found is None or not found[0] or not all(m.exiting for m in found[0]):
             return
         await asyncio.sleep(0.005)
 
 
-async def reap_group(pgid: Target) -> bool:
-    """SIGKILL whatever is left in group (or session) ``pgid`` and wait for it to empty.
-
-    Polls every ``STRAGGLER_POLL`` for at most ``STRAGGLER_BOUND`` seconds and returns
-    whether the group emptied.
-    """
-    signal_target(pgid, signal.SIGKILL)
+async def reap_group(target: Target) -> bool:
+    """SIGKILL what is left of ``target`` until it empties (WRK-096 step 4); whether it did."""
+    signal_group(target, signal.SIGKILL)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + STRAGGLER_BOUND
-    while target_alive(pgid):
+    while group_alive(target):
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(STRAGGLER_POLL)
-        signal_target(pgid, signal.SIGKILL)  # a member may have forked meanwhile
+        signal_group(target, signal.SIGKILL)  # a member may have forked meanwhile
     return True
 
 
@@ -419,63 +333,43 @@ class Teardown:
 
     #: SIGTERM reached at least one member.
     term_delivered: bool
-    #: The group was still alive after the leader was gone, so it was SIGKILLed again.
+    #: The target was still alive after the leader was gone, so it was SIGKILLed again.
     stragglers: bool
-    #: Even that did not empty the group within the bound.
+    #: Even that did not empty it within the bound.
     survivors: bool
 
 
 async def escalate(
-    pgid: Target,
+    target: Target,
     finished: Collection[asyncio.Future[Any]],
     leader: asyncio.Future[Any],
     *,
     grace: float,
 ) -> Teardown:
-    """TERM, wait up to ``grace``, KILL, then reap stragglers.
-
-    ``finished`` are the futures whose completion means the process is done (leader
-    exited and its output drained); ``leader`` completes when the leader has exited and
-    been reaped. Neither is cancelled here: the caller owns them.
-    """
-    delivered = signal_target(pgid, signal.SIGTERM)
-    pending: Collection[asyncio.Future[Any]] = [f for f in finished if not f.done()]
+    """The cancellation path (WRK-096): TERM, up to ``grace`` for ``finished``, KILL and
+    wait for ``leader``'s reaping, then reap stragglers. The futures stay the caller's."""
+    delivered = signal_group(target, signal.SIGTERM)
+    pending = [f for f in finished if not f.done()]
     if pending:
         _, still = await asyncio.wait(pending, timeout=grace)
         if still:
-            signal_target(pgid, signal.SIGKILL)
+            signal_group(target, signal.SIGKILL)
             await asyncio.wait([leader])
-    stragglers = False
-    survivors = False
-    await settle_group(pgid)
-    if target_alive(pgid):
-        stragglers = True
-        survivors = not await reap_group(pgid)
-    return Teardown(delivered, stragglers, survivors)
+    await settle_group(target)
+    if not group_alive(target):
+        return Teardown(delivered, False, False)
+    return Teardown(delivered, True, not await reap_group(target))
 
 
-def kill_group_now(pgid: Target) -> None:
-    """Best-effort SIGKILL, for teardown paths that cannot wait (task cancellation)."""
-    if isinstance(pgid, SessionOf):
-        signal_target(pgid, signal.SIGKILL)
-        return
-    with contextlib.suppress(OSError):
-        if pgid > 1:
-            os.killpg(pgid, signal.SIGKILL)
-
-
-# ---- boot identity -------------------------------------------------------------------
-
-_boot_id: str | None = None
+# ---- boot identity (WRK-135) ---------------------------------------------------------
 
 
 def read_boot_id() -> str:
-    """Read the boot identity afresh; ``""`` when nothing says it."""
+    """The boot identity read afresh; ``""`` when nothing says it."""
     try:
         with open(BOOT_ID_PATH, encoding="utf-8") as f:
-            value = f.read().strip()
-        if value:
-            return value
+            if value := f.read().strip():
+                return value
     except OSError:
         pass
     try:
@@ -488,15 +382,5 @@ def read_boot_id() -> str:
     return ""
 
 
-def boot_id() -> str:
-    """The boot identity, read once per process and cached."""
-    global _boot_id
-    if _boot_id is None:
-        _boot_id = read_boot_id()
-    return _boot_id
-
-
-def forget_boot_id() -> None:
-    """Drop the cached boot identity (``BOOT_ID_PATH`` was pointed elsewhere)."""
-    global _boot_id
-    _boot_id = None
+#: Read once per process; ``boot_id.cache_clear()`` after ``BOOT_ID_PATH`` moved.
+boot_id = functools.cache(read_boot_id)

@@ -1,38 +1,9 @@
-"""The recovery proof sent at registration.
+"""The recovery proof sent at registration (WRK-140..143).
 
-When a worker dies mid-job, the controller quarantines that job's device: nothing
-proves the job's processes died with the worker. A registering worker can offer that
-proof from what it observes, and the controller then returns the device to the pool on
-its own. Every field is a positive claim; silence is never
-proof, so anything the worker cannot see makes it claim nothing.
-
-The decision, in order:
-
-1. ``require_manual_clear`` → no claim (logged, so an operator sees why devices never
-   come back on their own). This beats even a provable isolation.
-2. Isolation: this process is PID 1, ``/proc`` is readable and shows no other live
-   process → ``{"isolated": true}`` (a container whose only process is the worker:
-   whatever the old job ran died with the old namespace).
-3. Survivor check: any live process other than this one carrying the ``RC_JOB_ID`` of
-   one of *this worker's* jobs → ``survivors_checked`` and ``survivors_found``; none,
-   but some environment unreadable → no claim ("unable to look" is not "found
-   nothing"); none and nothing hidden → ``survivors_checked``; ``/proc`` unreadable →
-   no claim.
-
-Which jobs are this worker's is the ``Journal``'s, in its state directory: a record per
-job, made before anything carrying the job's ID runs and removed once a clean sweep
-showed nothing of it left. Another worker's jobs on the same host are no survivors of
-ours, so they never keep our devices out. When the journal cannot say (it was never
-kept there, a record could not be written, it cannot be read), any carrier might be
-ours and nothing is claimed.
-
-Only our own PID is excluded, not our ancestors: a worker started from inside
-a job errs toward keeping devices quarantined. The mode is derived, never configured:
-a flag that must match reality eventually will not.
-
-The proof must be computed while the worker supervises nothing: a scan taken
-while our own job runs would find that job. The agent only registers at start-up and
-when idle.
+Every claim is positive; whatever the worker cannot see makes it claim nothing. Which
+``RC_JOB_ID`` carriers are this worker's own is the ``Journal``'s answer, so another
+worker's jobs on the same host never keep our devices out. Computed only while nothing
+is supervised (WRK-046): a scan during our own job would find that job.
 """
 
 from __future__ import annotations
@@ -152,11 +123,11 @@ class Journal:
 
 
 def compute(require_manual_clear: bool, journal: Journal, *, own_pid: int | None = None) -> Claims:
-    """Decide the proof from what ``/proc`` shows right now and settle the journal.
+    """Decide the proof from ``/proc`` now (WRK-141) and settle the journal.
 
-    ``own_pid`` defaults to this process; tests name another one to stand in for it
-    inside a ``/proc`` tree of their own. Run only while no job is being started: a
-    record made during the scan could look like a job nothing carries.
+    ``own_pid`` (this process by default) lets tests stand in for it in a ``/proc`` of
+    their own. Run only while no job is starting: a record made during the scan could
+    look like a job nothing carries.
     """
     pid = os.getpid() if own_pid is None else own_pid
     extra = {"action": "recovery_proof"}
@@ -168,16 +139,16 @@ def compute(require_manual_clear: bool, journal: Journal, *, own_pid: int | None
         )
         return {}
     listed = journal.read()
-    scan = procs.scan_job_ids(exclude=(pid,))
-    if scan.readable and not scan.blind:
-        journal.settle(listed, scan.carriers.values())
-    if pid == 1 and scan.readable and not scan.live:
+    scan = procs.scan_carriers(exclude=(pid,))
+    if scan is not None and not scan.blind:
+        journal.settle(listed, scan.pids.values())
+    if pid == 1 and scan is not None and procs.alone(pid):
         log.info("recovery proof: isolated (PID 1, alone in its PID namespace)", extra=extra)
         return {"isolated": True}
-    if not scan.readable:
+    if scan is None:
         log.warning("recovery proof: none (%s cannot be read)", procs.PROC_ROOT, extra=extra)
         return {}
-    ours = {p: j for p, j in scan.carriers.items() if listed is None or record_name(j) in listed}
+    ours = {p: j for p, j in scan.pids.items() if listed is None or record_name(j) in listed}
     if ours and listed is None:
         log.info(
             "recovery proof: none (%d process(es) carry RC_JOB_ID and %s cannot say which "

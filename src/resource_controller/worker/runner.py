@@ -1,19 +1,10 @@
-"""Starting one job as a process group, supervising it, and saying how it ended.
+"""Starting one job as a process group, supervising it, and saying how it ended (§7-8).
 
-Two steps, which the job's lifecycle takes in turn. ``start_job`` builds the
-environment and the command and spawns it: directly (no shell), in a new session (so
-it leads its own process group), with ``/dev/null`` as stdin and stdout and stderr on
-one pipe, so the stored log is the interleaving the job actually produced.
-``supervise_job`` watches it until it is *complete*: the leader has exited **and** the
-pipe reached end of file, so a background child still holding the pipe keeps the job
-running. ``run_job`` does both.
-
-While it runs, two watchdogs are checked every ``Timings.watchdog_period`` on the
-injected clock. A kill flag, a shutdown and a watchdog trip all take the same
-cancellation path: TERM the group, give it ``Timings.kill_grace``, KILL it,
-reap stragglers. A clean exit that leaves live members in the group is not a success
-either: they are killed and the job is reported killed, because a leader that
-exits 0 while its background child keeps the GPU is not an unremarkable success.
+A job runs directly in a new session, ``/dev/null`` in and stdout and stderr on one pipe
+(WRK-079..082), and is complete once the leader exited **and** the pipe reached its end.
+A kill flag, a shutdown and a watchdog trip all take the one cancellation path
+(``procs.escalate``, WRK-096); a clean exit that leaves live members is a kill too
+(WRK-099).
 """
 
 from __future__ import annotations
@@ -22,6 +13,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import signal
 import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,8 +24,7 @@ from typing import Any
 from resource_controller import wire
 from resource_controller.clock import Clock
 from resource_controller.core import durations
-from resource_controller.core.cuda import cuda_visible_devices as cuda_visible_devices
-from resource_controller.core.cuda import device_index as device_index
+from resource_controller.core.cuda import cuda_visible_devices
 from resource_controller.core.states import JobState, Kind
 from resource_controller.worker import procs
 from resource_controller.worker.timings import DEFAULT, Timings
@@ -41,8 +33,7 @@ log = logging.getLogger(__name__)
 
 #: Output is read in blocks of at most this many bytes.
 READ_BLOCK = 65_536
-#: What a hold runs, whatever the assignment says: 2³¹−1 seconds, which
-#: busybox ``sleep`` accepts too.
+#: What a hold runs, whatever the assignment says (WRK-125).
 SLEEPER = ("sleep", "2147483647")
 
 REASON_CANCELLED = "cancelled"
@@ -77,13 +68,8 @@ def build_env(
     base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The job's environment.
-
-    Worker environment, overlaid with the job's ``env``; ``CUDA_VISIBLE_DEVICES`` from
-    the device name (a MIG instance's UUID from ``mig_uuids``, device name → ``MIG-...``)
-    unless the job supplied the key (even empty); ``PYTHONUNBUFFERED=1`` unless the job
-    set it; and the ``RC_*`` identity variables, which always win.
-    """
+    """The job's environment (WRK-075/076, EXT-GANG-4, EXT-EPOCH-2, EXT-LIVE-1); a MIG
+    instance's ``CUDA_VISIBLE_DEVICES`` is its UUID from ``mig_uuids``."""
     job_env = assignment.env or {}
     # Every device, ascending; a controller that sends no list means one.
     device_ids = list(assignment.device_ids or [assignment.device_id])
@@ -114,17 +100,10 @@ def job_argv(assignment: wire.Assignment) -> list[str]:
     return list(assignment.command)
 
 
-class _StartError(Exception):
-    """The process could not be started; the message is the ``<os error>`` text."""
-
-
 def check_cwd(cwd: str) -> str | None:
-    """Why the job cannot run in ``cwd``, naming it, or ``None`` if it can.
-
-    Checked before the spawn, because the error a failed ``chdir`` in the child comes
-    back with is easily read as the program's (``exec /usr/bin/pwd: no such file or
-    directory``) when the program is fine and the directory is what is missing.
-    """
+    """Why the job cannot run in ``cwd``, or ``None``: checked before the spawn, since a
+    failed ``chdir`` in the child reads as the program's error (``exec /usr/bin/pwd: no
+    such file or directory``)."""
     try:
         st = os.stat(cwd)
     except FileNotFoundError:
@@ -136,17 +115,6 @@ def check_cwd(cwd: str) -> str | None:
     if not os.access(cwd, os.X_OK):
         return f"cwd {cwd}: permission denied"
     return None
-
-
-def _resolve(name: str, env: Mapping[str, str]) -> str:
-    """Find the program through ``PATH`` (the job's) when its name has no slash."""
-    if "/" in name:
-        return name
-    for directory in (env.get("PATH") or os.defpath).split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    raise _StartError(f"exec {name}: executable file not found in $PATH")
 
 
 # ---- supervision ---------------------------------------------------------------------
@@ -179,12 +147,10 @@ class _Protocol(asyncio.SubprocessProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Duck-typed: uvloop's subprocess transport does not subclass asyncio's.
         get_pipe = getattr(transport, "get_pipe_transport", lambda _fd: None)
-        pipe = get_pipe(1)
-        if isinstance(pipe, asyncio.ReadTransport):
-            self.output.set_transport(pipe)  # lets the reader pause the pipe when full
-        err = get_pipe(2)
-        if self.errors is not None and isinstance(err, asyncio.ReadTransport):
-            self.errors.set_transport(err)
+        for fd in (1, 2):
+            pipe = get_pipe(fd)
+            if isinstance(pipe, asyncio.ReadTransport):
+                self._reader(fd).set_transport(pipe)  # the reader pauses the pipe when full
 
     def _reader(self, fd: int) -> asyncio.StreamReader:
         return self.errors if fd == 2 and self.errors is not None else self.output
@@ -204,17 +170,10 @@ class _Protocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-class _Activity:
-    """When output was last seen, for the idle watchdog."""
-
-    def __init__(self, at: float) -> None:
-        self.last = at
-
-
-async def _pump(
-    reader: asyncio.StreamReader, sink: OutputSink, activity: _Activity, clock: Clock
+async def copy_output(
+    reader: asyncio.StreamReader, sink: OutputSink, proc: Started, clock: Clock
 ) -> None:
-    """Copy ``reader`` into ``sink`` until its end, noting activity for the idle watchdog."""
+    """Copy ``reader`` into ``sink`` to its end, noting the time for the idle watchdog."""
     while True:
         try:
             chunk = await reader.read(READ_BLOCK)
@@ -222,17 +181,13 @@ async def _pump(
             return  # an I/O error on the pipe ends the output like EOF does
         if not chunk:
             return
-        activity.last = clock.monotonic()
+        proc.last_output = clock.monotonic()
         try:
             await sink(chunk)
         except Exception:
-            # The sink never fails the job; and reading must go on, or the pipe fills
+            # The sink never fails the job, and reading must go on, or the pipe fills
             # and the job blocks on its next write.
             log.exception("output sink failed", extra={"action": "output_sink_failed"})
-
-
-#: The output copy, for a job's second output stream (pipe mode's stderr).
-copy_output = _pump
 
 
 def exit_code_of(returncode: int | None) -> int:
@@ -250,16 +205,16 @@ def _plain_outcome(returncode: int | None) -> Outcome:
     return Outcome(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
 
 
-async def _after_exit(pgid: procs.Target, returncode: int | None) -> Outcome:
-    """A finished process's outcome, after reaping what it left in its group."""
+async def _after_exit(target: procs.Target, returncode: int | None) -> Outcome:
+    """A finished process's outcome, after reaping what it left behind (WRK-099)."""
     outcome = _plain_outcome(returncode)
-    await procs.settle_group(pgid)
-    if procs.target_alive(pgid):
-        emptied = await procs.reap_group(pgid)
+    await procs.settle_group(target)
+    if procs.group_alive(target):
+        emptied = await procs.reap_group(target)
         reason = REASON_STRAGGLERS_REAPED if emptied else REASON_STRAGGLERS_REMAINED
         log.warning(
             "process group %s had live members after the leader exited: %s",
-            pgid,
+            target,
             reason,
             extra={"action": "stragglers"},
         )
@@ -278,12 +233,12 @@ class Started:
     at: float
     #: What supervision signals: the group (``pgid``), or a ``tty`` job's session.
     target: procs.Target = 0
+    #: When output was last seen, on any of the job's output streams.
+    last_output: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.target:
-            self.target = self.pgid
-        #: When output was last seen (every output stream of the job feeds it).
-        self.activity = _Activity(self.at)
+        self.target = self.target or self.pgid
+        self.last_output = self.at
 
 
 #: The logs-mode standard streams: no input, stdout and stderr on one pipe.
@@ -299,27 +254,26 @@ async def start(
     stdio: tuple[Any, Any, Any] = LOGS_STDIO,
     preexec: Callable[[], None] | None = None,
 ) -> Started | Outcome:
-    """Spawn ``argv`` in a new session with output on one pipe.
+    """Spawn ``argv`` in a new session; why it cannot start is the ``Outcome`` (WRK-100).
 
-    Returns the start error as an ``Outcome`` when there is nothing to run,
-    the directory is unusable or the program cannot be executed. The caller must hand
-    a ``Started`` to ``supervise`` at once: only ``supervise`` ever ends the group.
-    Attached jobs pass their own ``stdio`` (a terminal, or three pipes) and, for a
-    terminal, the ``preexec`` step that makes it the controlling one.
+    The caller hands a ``Started`` to ``supervise`` at once: only ``supervise`` ends the
+    group. Attached jobs pass their own ``stdio`` and, for a terminal, the ``preexec``
+    that makes it the controlling one.
     """
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
-    if cwd:
-        problem = check_cwd(cwd)
-        if problem is not None:
-            return Outcome(JobState.FAILED, -1, problem)
-    try:
-        executable = _resolve(argv[0], env)
-    except _StartError as exc:
-        return Outcome(JobState.FAILED, -1, f"start: {exc}")
-
+    problem = check_cwd(cwd) if cwd else None
+    if problem is not None:
+        return Outcome(JobState.FAILED, -1, problem)
+    name = argv[0]
+    executable = name if "/" in name else shutil.which(name, path=env.get("PATH") or os.defpath)
+    if executable is None:
+        return Outcome(
+            JobState.FAILED, -1, f"start: exec {name}: executable file not found in $PATH"
+        )
     loop = asyncio.get_running_loop()
-    proto = _Protocol(separate_stderr=stdio[2] is subprocess.PIPE)
+    # A stderr pipe beside a stdout pipe has a reader of its own; alone, it is the output.
+    proto = _Protocol(separate_stderr=stdio[1] is stdio[2] is subprocess.PIPE)
     spawn = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: proto,
@@ -341,14 +295,13 @@ async def start(
         # own clean-up would kill only the leader, leaving its children unsupervised.
         with contextlib.suppress(Exception):
             transport, _ = await asyncio.shield(spawn)
-            procs.kill_group_now(transport.get_pid())
+            procs.signal_group(transport.get_pid(), signal.SIGKILL)
             await asyncio.wait([proto.exited], timeout=1.0)  # the leader reaped here
             transport.close()
         raise
     except OSError as exc:
-        # Python names the directory when chdir failed and the program otherwise (but
-        # not every event loop says which): a directory that fails the check now was
-        # what failed, whatever the error names.
+        # A directory failing the check now was what failed, whatever the error names
+        # (not every event loop says whether chdir or exec did).
         problem = check_cwd(cwd) if cwd else None
         if problem is not None:
             return Outcome(JobState.FAILED, -1, problem)
@@ -374,31 +327,21 @@ async def supervise(
     output_grace: float | None = None,
     hangup: asyncio.Future[str] | None = None,
 ) -> Outcome:
-    """Watch a started process until it is complete; never raises for the job's sake.
+    """Watch a started process until complete (§8); never raises for the job's sake.
 
-    Output goes to ``on_output`` as it is read. ``cancel`` set at any time starts the
-    cancellation path; ``max_runtime_seconds`` and ``idle_timeout`` are in seconds,
-    zero or less disabling the watchdog. If this task is itself torn down,
-    the group is SIGKILLed on the way out.
-
-    ``output_grace`` is for a terminal: the job is complete when
-    its leader exited, whoever still holds the terminal, and the output then gets at
-    most that long to drain. Without it, complete means exited *and* output at its end.
-
-    ``hangup`` resolving (an attached job's relay ended: its client is gone) starts the
-    cancellation path too, with the future's result as the reason.
+    ``cancel`` set, a watchdog due (zero or less: off) or ``hangup`` resolved (an
+    attached job's client is gone; its result is the reason) takes the cancellation
+    path. With ``output_grace`` (a terminal) the job is complete when its leader exited,
+    and the output then gets that long to drain. Torn down itself, it SIGKILLs the group.
     """
-    activity = proc.activity
-    pump = asyncio.create_task(_pump(proc.proto.output, on_output, activity, clock), name="pump")
-    on_exit = output_grace is not None
+    pump = asyncio.create_task(copy_output(proc.proto.output, on_output, proc, clock))
+    completes_with = None if output_grace is not None else pump
     try:
         trip = await _watch(
-            None if on_exit else pump,
-            proc.proto.exited,
+            proc,
+            completes_with,
             cancel,
             clock,
-            proc.at,
-            activity,
             max_runtime_seconds,
             idle_timeout,
             timings.watchdog_period,
@@ -407,14 +350,14 @@ async def supervise(
         if trip is None:
             outcome = await _after_exit(proc.target, proc.transport.get_returncode())
         else:
-            outcome = await _cancel(proc, None if on_exit else pump, trip, timings.kill_grace)
+            outcome = await _cancel(proc, completes_with, trip, timings.kill_grace)
         if output_grace is not None and not pump.done():
-            await asyncio.wait([pump], timeout=output_grace)  # The last screen
+            await asyncio.wait([pump], timeout=output_grace)  # the last screen
         return outcome
     except BaseException:
-        # Our own task is being torn down (abandoned at shutdown): never leave the
-        # group running unsupervised.
-        procs.kill_group_now(proc.target)
+        # Our own task is torn down (abandoned at shutdown): never leave the group
+        # running unsupervised.
+        procs.signal_group(proc.target, signal.SIGKILL)
         raise
     finally:
         if not pump.done():
@@ -423,18 +366,17 @@ async def supervise(
 
 
 async def _watch(
+    proc: Started,
     pump: asyncio.Task[None] | None,
-    exited: asyncio.Future[None],
     cancel: asyncio.Event,
     clock: Clock,
-    started: float,
-    activity: _Activity,
     max_runtime_seconds: float,
     idle_timeout: float,
     period: float,
-    hangup: asyncio.Future[str] | None = None,
+    hangup: asyncio.Future[str] | None,
 ) -> str | None:
-    """Wait for completion; return ``None`` then, else the reason supervision must step in."""
+    """Wait for completion: ``None`` then, else why supervision must step in (WRK-094)."""
+    exited = proc.proto.exited
     cancelled = asyncio.create_task(cancel.wait(), name="cancel-wait")
     try:
         while True:
@@ -446,9 +388,9 @@ async def _watch(
                 return hangup.result()
             now = clock.monotonic()
             # Max runtime wins when both are due in the same check.
-            if max_runtime_seconds > 0 and now - started > max_runtime_seconds:
+            if max_runtime_seconds > 0 and now - proc.at > max_runtime_seconds:
                 return f"max_runtime exceeded ({durations.render_duration(max_runtime_seconds)})"
-            if idle_timeout > 0 and now - activity.last > idle_timeout:
+            if idle_timeout > 0 and now - proc.last_output > idle_timeout:
                 return f"idle: no output for {durations.render_duration(idle_timeout)}"
             waitables = [
                 f for f in (pump, exited, cancelled, hangup) if f is not None and not f.done()
@@ -461,15 +403,13 @@ async def _watch(
 async def _cancel(
     proc: Started, pump: asyncio.Task[None] | None, trip: str, grace: float
 ) -> Outcome:
-    """The cancellation path for a process that is not complete yet.
-
-    ``pump`` is ``None`` when completion does not wait for the output (a terminal).
-    """
+    """The cancellation path (WRK-096) for a process not complete yet; ``pump`` is
+    ``None`` when completion does not wait for the output (a terminal)."""
     exited = proc.proto.exited
     finished = (exited,) if pump is None else (pump, exited)
     teardown = await procs.escalate(proc.target, finished, exited, grace=grace)
     # Completion still needs the pipe's end: an escapee holding it keeps the job
-    # running even now (WRK-123, base behaviour).
+    # running even now (WRK-123).
     if pump is not None:
         await pump
     returncode = proc.transport.get_returncode()
@@ -484,57 +424,23 @@ async def _cancel(
     return outcome
 
 
-async def run_job(
-    assignment: wire.Assignment,
-    *,
-    on_output: OutputSink,
-    cancel: asyncio.Event,
-    clock: Clock,
-    base_env: Mapping[str, str] | None = None,
-    timings: Timings = DEFAULT,
-    mig_uuids: Mapping[str, str] | None = None,
-) -> Outcome:
-    """``start_job`` then ``supervise_job``: one assignment from spawn to outcome."""
-    started = await start_job(assignment, clock=clock, base_env=base_env, mig_uuids=mig_uuids)
-    if isinstance(started, Outcome):
-        return started
-    return await supervise_job(
-        assignment, started, on_output=on_output, cancel=cancel, clock=clock, timings=timings
-    )
-
-
 async def start_job(
     assignment: wire.Assignment,
     *,
     clock: Clock,
-    base_env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> Started | Outcome:
-    """Start one assignment in logs mode (§7.4): its environment, its command, the spawn.
-
-    Attached modes (``tty``, ``pipe``) go through ``attached`` instead, which opens the
-    relay streams first. ``mig_uuids``: ``build_env``'s.
-    """
-    env = build_env(assignment, os.environ if base_env is None else base_env, mig_uuids)
+    """Start one assignment in logs mode (§7.4); attached modes go through ``attached``."""
+    env = build_env(assignment, base_env, mig_uuids)
     return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
 
 
-async def supervise_job(
-    assignment: wire.Assignment,
-    started: Started,
-    *,
-    on_output: OutputSink,
-    cancel: asyncio.Event,
-    clock: Clock,
-    timings: Timings = DEFAULT,
-) -> Outcome:
-    """Supervise a started assignment under its own watchdogs."""
+async def supervise_job(assignment: wire.Assignment, started: Started, **how: Any) -> Outcome:
+    """``supervise`` under the assignment's own watchdogs; ``how``: its other arguments."""
     return await supervise(
         started,
-        on_output=on_output,
-        cancel=cancel,
-        clock=clock,
-        timings=timings,
         max_runtime_seconds=float(assignment.max_runtime_seconds or 0),
         idle_timeout=float(assignment.idle_timeout_seconds or 0),
+        **how,
     )

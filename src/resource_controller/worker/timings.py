@@ -1,16 +1,8 @@
 """The worker's clocks: every wait, bound and back-off a test may shorten, in one object.
 
-``Timings()`` carries the spec's values (worker.md §23). The
-agent receives one and hands it to everything that waits: the job's lifecycle, the
-runner, the straggler pass, the outbox, the reconnection tracker, the log shipper.
-Tests build their own (``Timings(kill_grace=0.5)``) instead of patching modules; the
-values marked *(test hook)* in the spec are exactly these fields.
-
-End-to-end tests run ``rc worker`` as a real process and cannot pass an object, so
-``from_text`` reads ``RC_TEST_TIMINGS`` (``name=seconds`` pairs, the names being the
-field names), by the grammar ``core.testtimings`` gives both processes. An unknown
-name, a name given twice or a value that is not a finite number of seconds ≥ 0 is an
-error naming itself.
+``Timings()`` carries the shipped values (§23); the agent hands its one instance to
+everything that waits. Tests build their own (``Timings(kill_grace=0.5)``); the spec's
+*(test hook)* values are these fields, and ``from_text`` reads ``RC_TEST_TIMINGS``.
 """
 
 from __future__ import annotations
@@ -19,12 +11,6 @@ import dataclasses
 from dataclasses import dataclass
 
 from resource_controller.core import testtimings
-
-TIMINGS_VAR = testtimings.VARIABLE
-
-
-class TimingsError(Exception):
-    """``RC_TEST_TIMINGS`` is malformed; the message names the variable and the entry."""
 
 
 @dataclass(frozen=True)
@@ -99,17 +85,10 @@ class Timings:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def from_text(cls, text: str, base: Timings | None = None) -> Timings:
-        """``base`` (the defaults) with the ``RC_TEST_TIMINGS`` text applied.
-
-        ``"kill_grace=1,straggler_term=0.5"``; blank text changes nothing. Raises
-        ``TimingsError``.
-        """
-        try:
-            changes = testtimings.parse(text, cls.names())
-        except testtimings.TestTimingsError as exc:
-            raise TimingsError(str(exc)) from None
-        return dataclasses.replace(base or cls(), **changes)
+    def from_text(cls, text: str) -> Timings:
+        """The shipped values with ``RC_TEST_TIMINGS`` text applied
+        (``"kill_grace=1,straggler_term=0.5"``); ``testtimings.TestTimingsError``."""
+        return cls(**testtimings.parse(text, cls.names()))
 
 
 #: The shipped values, for callers that were given none.

@@ -1,10 +1,8 @@
-"""A job under a pseudo-terminal: the terminal itself and its input frames.
+"""A job under a pseudo-terminal (WTTY-003..007): the terminal and its input frames.
 
-The child leads a new session whose controlling terminal is the PTY slave, on fds 0, 1
-and 2; the window starts at 24 × 80. The worker keeps the master: raw bytes
-read from it are the job's output, and the input stream's frames are
-written to it or resize it. Resizing the master makes the kernel send
-SIGWINCH to the terminal's foreground process group, as a local terminal would.
+The child leads a new session on the PTY slave; the worker keeps the master, whose bytes
+are the output and to which input frames are written. Resizing the master makes the
+kernel send SIGWINCH to the foreground group, as a local terminal would.
 """
 
 from __future__ import annotations
@@ -21,11 +19,12 @@ import struct
 import termios
 from collections.abc import Mapping, Sequence
 
-from resource_controller import errors
+from resource_controller import errors, wire
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
 from resource_controller.worker import procs, runner
+from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +79,8 @@ class Terminal:
         self._closed = False
 
     async def connect(self, reader: asyncio.StreamReader) -> None:
-        """Start feeding output into ``reader``; the read side owns a duplicate of the fd,
-        so the master's number stays ours until ``close`` (no write can land on a reused
-        descriptor)."""
+        """Feed output into ``reader`` from a duplicate of the master, so the master's
+        number stays ours until ``close`` (no write can land on a reused descriptor)."""
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(self.master), "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: _Feeder(reader), pipe)
@@ -153,10 +151,47 @@ async def start(
     if isinstance(started, runner.Outcome):
         os.close(master)
         return started
-    started.target = procs.SessionOf(started.pgid)  # The whole session
+    started.target = procs.SessionOf(started.pgid)  # the whole session (WTTY-006)
     terminal = Terminal(master)
     await terminal.connect(started.proto.output)
     return started, terminal
+
+
+async def run(
+    assignment: wire.Assignment,
+    argv: list[str],
+    env: dict[str, str],
+    inp: aio.Exchange,
+    *,
+    sink: runner.OutputSink,
+    cancel: asyncio.Event,
+    clock: Clock,
+    timings: Timings,
+    hangup: asyncio.Future[str],
+) -> runner.Outcome:
+    """Run the job on a PTY: its output to ``sink``, the input stream's frames to it;
+    complete when its leader exits, the output then getting ``pty_drain`` (WTTY-007)."""
+    got = await start(argv, env=env, cwd=assignment.cwd or None, clock=clock)
+    if isinstance(got, runner.Outcome):
+        return got
+    started, terminal = got
+    forward = asyncio.create_task(forward_input(inp, terminal, assignment.job_id))
+    try:
+        return await runner.supervise_job(
+            assignment,
+            started,
+            on_output=sink,
+            cancel=cancel,
+            clock=clock,
+            timings=timings,
+            output_grace=timings.pty_drain,
+            hangup=hangup,
+        )
+    finally:
+        forward.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await forward
+        terminal.close()
 
 
 class InputEnded(Exception):
@@ -164,10 +199,7 @@ class InputEnded(Exception):
 
 
 async def forward_input(stream: aio.Exchange, terminal: Terminal, job_id: str) -> None:
-    """Apply the input stream's frames to the terminal until it ends.
-
-    Input ending never ends the job: this returns, and the job keeps running.
-    """
+    """Apply the input stream's frames until it ends, which never ends the job (WTTY-005)."""
     try:
         await _frames(stream, terminal)
     except InputEnded as exc:
