@@ -29,6 +29,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from resource_controller import errors
+
 #: The largest chunk handed over in one piece (the spec's relay frame line limit,
 #: TTY-031): a bigger write is handed over in pieces of at most this size.
 FRAME_MAX = 1_048_576
@@ -56,10 +58,6 @@ class Half(enum.Enum):
     @property
     def is_client(self) -> bool:
         return self in (Half.CLIENT_OUT, Half.CLIENT_IN)
-
-
-class Conflict(Exception):
-    """That half of the session already has a connection."""
 
 
 class Pipe:
@@ -188,12 +186,14 @@ class Relay:
         self.client_absent = client_absent
 
     def attach(self, job_id: str, half: Half) -> Session:
-        """Join (or create) the job's session as ``half``; ``Conflict`` if it is taken."""
+        """Join (or create) the job's session as ``half``; ``409 conflict`` if it is taken."""
         session = self.sessions.get(job_id)
         if session is None:
             session = self.sessions[job_id] = Session(job_id)
         if half in session.halves:
-            raise Conflict(f"the {half.value} half of job {job_id}'s session is already connected")
+            raise errors.Conflict(
+                f"the {half.value} half of job {job_id}'s session is already connected"
+            )
         if not half.is_output and session.input.closed:
             # Input halves dialling again get a fresh input direction, once the
             # other input half of the old one has let go of it.

@@ -48,7 +48,7 @@ log = logging.getLogger("rc.controller")
 GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal
 
 
-class StartupError(Exception):
+class ServeError(Exception):
     """The controller cannot start; the message is the one line printed."""
 
 
@@ -63,7 +63,7 @@ def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
     try:
         changes: dict[str, Any] = testtimings.parse(raw, TEST_TIMINGS, positive=_INTERVALS)
     except testtimings.TestTimingsError as exc:
-        raise StartupError(str(exc)) from None
+        raise ServeError(str(exc)) from None
     return dataclasses.replace(settings, **changes)
 
 
@@ -72,14 +72,14 @@ def arm_crash_point(raw: str | None) -> None:
     try:
         crashpoints.arm(raw)
     except crashpoints.CrashPointError as exc:
-        raise StartupError(str(exc)) from None
+        raise ServeError(str(exc)) from None
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
     """``host:port``; an empty host means all interfaces."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
-        raise StartupError(f"invalid --addr {addr!r}: expected host:port")
+        raise ServeError(f"invalid --addr {addr!r}: expected host:port")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -115,7 +115,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise StartupError(f"listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise ServeError(f"listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -134,17 +134,17 @@ def open_services(
     try:
         tokens = parse_tokens(tokens_env)
     except TokenError as exc:
-        raise StartupError(str(exc)) from exc
+        raise ServeError(str(exc)) from exc
     settings = apply_test_timings(settings, test_timings)
     clock = clock or SystemClock()
     try:
         where = engine.check_database(database) if database else data / "rc.db"
     except RcError as exc:
-        raise StartupError(str(exc)) from exc
+        raise ServeError(str(exc)) from exc
     try:
         limits = share_limits(settings)
     except sharelimits.LimitsError as exc:
-        raise StartupError(str(exc)) from exc
+        raise ServeError(str(exc)) from exc
     try:
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
@@ -152,13 +152,13 @@ def open_services(
         logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
-            raise StartupError(str(exc)) from exc
-        raise StartupError(f"open data directory {data}: {exc}") from exc
+            raise ServeError(str(exc)) from exc
+        raise ServeError(f"open data directory {data}: {exc}") from exc
     except Exception as exc:
         # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
         # SRV-011's message is the one line ``rc: <error>``.
         why = getattr(exc, "orig", None) or exc
-        raise StartupError(f"open data directory {data}: {why}") from exc
+        raise ServeError(f"open data directory {data}: {why}") from exc
     return Services(
         store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
     )
@@ -253,11 +253,11 @@ WEBHOOK_ENV = "RC_WEBHOOK_URL"
 
 def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
     """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier.
-    ``StartupError`` for a URL that cannot be posted to (``webhooks.check_url``)."""
+    ``ServeError`` for a URL that cannot be posted to (``webhooks.check_url``)."""
     env = os.environ if environ is None else environ
     url = flag or env.get(WEBHOOK_ENV, "")
     if url and (problem := webhooks.check_url(url, env)):
-        raise StartupError(problem)
+        raise ServeError(problem)
     return url
 
 
@@ -298,7 +298,7 @@ def run(
         arm_crash_point(os.environ.get(crashpoints.VARIABLE))
         host, port = parse_addr(addr)
         sock = bind(host, port)
-    except StartupError as exc:
+    except ServeError as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
     # Our own no-op handlers are what uvicorn restores (and re-raises into) after a

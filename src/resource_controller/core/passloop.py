@@ -16,7 +16,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from resource_controller.core import selectors
-from resource_controller.core.scheduling import DeviceSnap, JobSnap, Planner, QueueKey, queue_key
+from resource_controller.core.planner import Planner
+from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits
 
 
@@ -40,7 +41,7 @@ Place = Callable[[JobSnap, tuple[str, ...]], Placement]
 ENTRY_ID, ENTRY_DEVICE, ENTRY_PLAIN_PIN, ENTRY_SHARE = range(4)
 
 
-class Queue(Protocol):
+class PassQueue(Protocol):
     """The queue as a pass walks it, in queue order, jobs waiting for others left out.
 
     Each entry is a sequence whose first fields are the job's ID, its pinned device,
@@ -68,7 +69,7 @@ class Plan:
     unmatched: list[str] = field(default_factory=list)
 
 
-def run_pass(queue: Queue, planner: Planner, place: Place) -> Plan:
+def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
     """One scheduling pass: each job in queue order is placed on
      the first of its choices that ``place`` can give it, or claims what it waits for.
 
@@ -131,7 +132,7 @@ def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:
 
 
 class SnapshotQueue:
-    """A list of jobs as a ``Queue``: what ``plan`` walks."""
+    """A list of jobs as a ``PassQueue``: what ``plan`` walks."""
 
     def __init__(self, jobs: Iterable[JobSnap], key: QueueKey, known: Mapping[str, Any]) -> None:
         self._jobs = sorted((j for j in jobs if not j.after_open), key=key)

@@ -1,6 +1,6 @@
 """A fair share between people, as pure rules: how many devices each
 submitter may hold at once, which names are at their limit, and whether a job's end
-lets the jobs waiting for it go on. The scheduling pass (``scheduling.Planner``) applies
+lets the jobs waiting for it go on. The scheduling pass (``planner.Planner``) applies
 the limits; the store settles the dependencies (``store/after.py``)."""
 
 from __future__ import annotations

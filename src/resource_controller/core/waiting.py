@@ -112,7 +112,7 @@ class Blocker:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class WaitFacts:
     """Everything the why-rules read, gathered once (one store transaction)."""
 
     devices: Sequence[DeviceSnap]
@@ -132,7 +132,7 @@ class Snapshot:
 class _Rules:
     """The snapshot indexed once, so answering for every queued job stays linear."""
 
-    def __init__(self, snap: Snapshot, key: QueueKey) -> None:
+    def __init__(self, snap: WaitFacts, key: QueueKey) -> None:
         self.snap = snap
         self.key = key
         self.devices = {d.id: d for d in snap.devices}
@@ -191,12 +191,12 @@ class _Rules:
         return [self.blocker(job, d) for d in self.candidates(job)]
 
 
-def waiting_for(job: JobSnap, snap: Snapshot, key: QueueKey = queue_key) -> list[Blocker]:
+def waiting_for(job: JobSnap, snap: WaitFacts, key: QueueKey = queue_key) -> list[Blocker]:
     """What queued ``job`` waits for, one entry per candidate device, by device ID."""
     return _Rules(snap, key).for_job(job)
 
 
-def waiting_for_all(snap: Snapshot, key: QueueKey = queue_key) -> dict[str, list[Blocker]]:
+def waiting_for_all(snap: WaitFacts, key: QueueKey = queue_key) -> dict[str, list[Blocker]]:
     """``waiting_for`` of every queued job in the snapshot, from one indexing of it."""
     rules = _Rules(snap, key)
     return {j.id: rules.for_job(j) for j in snap.queued}

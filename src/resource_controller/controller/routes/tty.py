@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from resource_controller import errors
 from resource_controller.controller.deps import Call, Services
-from resource_controller.controller.relay import FRAME_MAX, Conflict, Half, Pipe, Relay, Session
+from resource_controller.controller.relay import FRAME_MAX, Half, Pipe, Relay, Session
 
 #: Response content types per half.
 OCTETS = "application/octet-stream"
@@ -41,10 +41,7 @@ async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Se
         raise errors.Unsupported(
             f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
         )
-    try:
-        return svc.hub.relay.attach(job_id, half)
-    except Conflict as exc:
-        raise errors.Conflict(str(exc)) from None
+    return svc.hub.relay.attach(job_id, half)
 
 
 class _Relayed(Response):
