@@ -1,10 +1,6 @@
-"""How the long-running processes write their logs: readable text or JSON lines.
-
-``rc serve``, ``rc worker`` and ``rc up`` take ``--log-format text|json``.
-JSON is one object per line: ``time`` (RFC 3339, UTC), ``level``, ``logger``,
-``message``, every ``extra`` field the record carries, and ``exc_info`` as a string.
-
-Top-level so both the controller and the worker can use it.
+"""How the long-running processes (``rc serve``, ``rc worker``, ``rc up``) write their
+logs under ``--log-format``: text, or JSON lines of ``time``, ``level``, ``logger``,
+``message``, every ``extra`` field and ``exc_info``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Role tokens from ``RC_TOKENS`` and the bearer check.
-
-An entry is ``token:role`` or ``token:role:name``. Tokens are compared in
-constant time and never logged. ``admin`` satisfies every role; ``worker`` and
-``client`` are disjoint.
+"""Role tokens from ``RC_TOKENS`` (``token:role[:name]``) and the bearer check: tokens
+compared in constant time and never logged; ``admin`` satisfies every role.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """``rc serve``: start-up order, binding, signals and staged shutdown.
 
 Tokens are validated before the data directory is touched and before any socket is
-bound; every start-up failure is one ``rc: <message>`` line and exit status 1. We bind
-the listening socket ourselves so a port in use fails fast instead of
-surfacing from inside the server after the loops have started.
+bound; every start-up failure is one ``rc: <message>`` line and exit status 1. The
+listening socket is bound here, so a port in use fails before the loops start.
 
-Test hook (never for users, never documented outside this module): the environment
-variable ``RC_TEST_TIMINGS`` shortens the controller's clocks so end-to-end tests can
-watch the reaper without waiting minutes. It is a comma-separated list of
-``name=seconds`` with names ``sweep_interval``, ``grace``, ``unhealthy_after``,
-``hold_off`` and ``schedule_interval`` (e.g. ``grace=2,unhealthy_after=4``); each name
-at most once, each value a non-negative number (intervals strictly positive). An
-unknown name or a malformed entry is a start-up error. Unset or empty, the spec's
-production numbers apply.
+Test hook, never for users: ``RC_TEST_TIMINGS`` (``name=seconds,...``, grammar in
+``core/testtimings.py``) shortens the ``Settings`` named in ``TEST_TIMINGS``, so
+end-to-end tests can watch the reaper without waiting minutes.
 """
 
 from __future__ import annotations
@@ -221,10 +215,9 @@ def policy(
 ) -> dict[str, int]:
     """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
 
-    Stored instants are whole seconds, so a positive duration under one
-    second could only be rounded into something else: it is refused, as is a cap too
-    small to hold a head, the marker and a tail. A submitter
-    limit is a number of devices, at least 1: no flag is no limit.
+    Stored instants are whole seconds, so a positive duration under one second is
+    refused rather than rounded, as is a log cap too small for a head, the marker and a
+    tail; a submitter limit is at least 1 device (no flag: no limit).
     """
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
@@ -271,13 +264,8 @@ def run(
     limits_file: str = "",
     **policy: int,
 ) -> int:
-    """The whole ``rc serve`` process; returns its exit status.
-
-    ``policy`` holds the ``Settings`` fields ``rc serve``'s flags set: ``priority_aging``,
-    ``log_retention``, ``max_log_bytes`` and ``max_devices_per_submitter``, already
-    validated; ``limits_file`` is read at start-up (a bad one stops it, naming the line)
-    and again on SIGHUP.
-    """
+    """The whole ``rc serve`` process; returns its exit status. ``policy`` holds the
+    ``Settings`` of ``policy()``, already validated."""
     logfmt.configure(log_format, logging.INFO)
     # Events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access"):

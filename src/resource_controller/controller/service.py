@@ -1,17 +1,10 @@
 """The clients', the operators' and the background loops' operations: one function each,
 between a parsed request and the store (the workers' are ``controller/workerops.py``).
 
-Every operation runs its store work on the store thread (``Services.db``), decides what
-the spec says about the outcome, and returns a ``wake.Done``: its value (or the error
-to answer with after a commit) and the wake-ups the change implies. Nothing here wakes
-anyone; ``wake.perform`` applies the wake-ups once the operation has committed. Routes
-parse the request, call ``perform(svc.hub, service.<op>(...))`` and render the answer;
-the background loops (``controller/loops.py``) do the same for a scheduling pass and a
-sweep.
-
-Which changes imply a scheduling pass is EXT-FAST-1's list: a submit (its pass runs
-inline), a terminal status report, a cancel, a kill finalised here, a device cleared,
-a registration and a heartbeat (which may bring a device back from ``unknown``).
+Each runs its store work on the store thread (``Services.db``) and returns a
+``wake.Done``: its value, or the error to answer with after a commit, and the wake-ups
+the change implies, which ``wake.perform`` applies once it committed. Which changes
+imply a scheduling pass is EXT-FAST-1's list (a submit runs its own).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""What a submit asks for, checked and made into the store's ``NewJob`` before the
-store sees it: the command, the devices (a pin, a list or a selector with a count), the
-jobs it waits for, and the submitter's limit; with the bounds of ``wire``'s types, every
-check a submit must pass that needs no database. Pure: no store, no I/O. The store
-checks the rest: the devices named exist, the selector matches one, the ceilings, the
-key's job, the jobs waited for (``store/jobs.enqueue``)."""
+"""What a submit asks for, checked and made into the store's ``NewJob`` before the store
+sees it: every check that needs no database (the store checks the rest in
+``store/jobs.enqueue``: the devices exist, the selector matches, ceilings, the key's
+job, the jobs waited for). Pure: no store, no I/O.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Every route of the controller, in one table (controller-api.md §4, extensions.md).
-
-Dispatch (``controller/app.py``) finds a request's route here, checks its role and reads
-its body; the request timer labels it by the route's template; the OpenAPI document
-(``controller/openapi.py``) is written from the same rows, so what is published is what
-is served. A route not in this table does not exist.
+"""Every route of the controller, in one table (controller-api.md §4, extensions.md):
+dispatch finds a request's route here, the request timer labels it by the template and
+the OpenAPI document is written from the same rows, so what is published is served.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """What an operation changed, as data, and the one place that acts on it after commit.
 
-Every controller operation (``service.py``, ``workerops.py``) and background loop returns a
-``Done``: its outcome plus a ``Wake`` naming the wake-ups the committed change implies.
-``perform`` awaits the operation, then ``apply`` turns the ``Wake`` into hub calls, so
-nothing is ever woken from inside a transaction and no route calls the hub by hand.
-``apply`` is also the one publisher of event-stream messages and the one
-place webhook events are queued, so both only ever follow a commit.
-
-A forgotten ``perform`` is a type error: a route gets a ``Done``, not the value it renders.
+Every operation (``service.py``, ``workerops.py``) and loop returns a ``Done``: its
+outcome and a ``Wake`` naming the wake-ups the committed change implies. ``perform``
+awaits it, then ``apply`` turns the ``Wake`` into hub calls, event-stream messages and
+webhook events, so nothing is woken inside a transaction. A forgotten ``perform`` is a
+type error: a route gets a ``Done``, not the value it renders.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Webhook notifications: seven kinds, a bounded queue, best effort.
 
-Raising an event never blocks and never fails its caller: it goes into a
-FIFO of ``QUEUE`` entries or is dropped and counted. One task delivers events one at
-a time, in order, with ``ATTEMPTS`` tries, backoff 1 s then 2 s, each POST bounded by
-``POST_TIMEOUT``. No signature or secret is sent. On shutdown
-the queue closes and what it holds is delivered for at most ``DRAIN`` seconds, then
-the rest is abandoned with a log line.
-
-With no URL configured there is no notifier at all: ``Hub.notifier`` is
-``None`` and ``wake.apply`` drops the notices.
+Raising an event never blocks or fails its caller: it joins a FIFO of ``QUEUE`` or is
+dropped and counted. One task delivers them in order, ``ATTEMPTS`` tries each with
+backoff, each POST bounded by ``POST_TIMEOUT``; at shutdown the queue is drained for
+``DRAIN`` seconds at most. With no URL there is no notifier (``Hub.notifier`` is None).
 """
 
 from __future__ import annotations

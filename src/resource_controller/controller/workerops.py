@@ -1,10 +1,7 @@
 """The workers' operations: registration and facts, the long poll, heartbeats, output,
-status reports and faults; one function each, as ``controller/service.py``'s, returning
-a ``wake.Done``.
-
-A registration, a heartbeat that moved a device and a terminal report imply a
-scheduling pass (EXT-FAST-1); a terminal report runs its pass in its own commit and
-may answer a parked poll of the worker that gets the freed device.
+status reports and faults, one function each returning a ``wake.Done``, as
+``controller/service.py``'s; a terminal report runs its pass in its own commit and may
+answer the parked poll of the worker that gets the freed device.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``.
-
-Shared by the worker, which sets ``CUDA_VISIBLE_DEVICES`` for a job, and the Python
-client, whose ``lease()`` tells code on the device host the same value, so the two
-can never disagree about which GPU a lease covers.
-
-A MIG instance (``gpu<i>.mig<j>``) is visible to CUDA only by its UUID
-(``MIG-...``), which only the host knows: its trailing digits are the MIG device
-index, never a GPU index, so such a name yields no index at all, and only a caller
-that knows the instance's UUID can name it.
+"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``: one rule for the
+worker, which sets it for a job, and the client's ``lease()``, so the two never
+disagree. A MIG instance is visible to CUDA only by its UUID, which only the host knows,
+so its name yields no index.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Who is calling, and which jobs a caller may end.
-
-In the base the submitter is a label the caller asserts. A token may carry a name
-; a named client token owns that name: what it submits is recorded under the
-name, and it may end only jobs recorded under the name. Imports nothing
-from the project but the role words.
+"""Who is calling, and which jobs a caller may end: the submitter is a label the caller
+asserts, but a named client token owns its name, records what it submits under it and
+may end only jobs recorded under it (EXT-WHO).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The scheduling pass as a walk: each job of a queue in order, the planner asked
-which devices it may try and what it claims when none can be had, each choice tried by
-a placer.
-
-The one pass loop: the store runs ``run_pass`` over the queue as it reads it from the
-database, each placement one assignment transaction (``store/passes.py``); ``plan``
-runs it over a snapshot, assuming every placement succeeds. The rules it asks are
-``core.scheduling``'s.
+"""The one scheduling pass loop: each job of a queue in order, the planner
+(``core.planner``) asked what it may try and claim, each choice tried by a placer. The
+store runs ``run_pass`` over the queue as it reads it, each placement one assignment
+transaction (``store/passes.py``); ``plan`` runs it over a snapshot, assuming every
+placement succeeds.
 """
 
 from __future__ import annotations
@@ -44,10 +41,8 @@ ENTRY_ID, ENTRY_DEVICE, ENTRY_PLAIN_PIN, ENTRY_SHARE = range(4)
 class PassQueue(Protocol):
     """The queue as a pass walks it, in queue order, jobs waiting for others left out.
 
-    Each entry is a sequence whose first fields are the job's ID, its pinned device,
-    whether it is a plain pin (pinned to that one device alone) and its share name
-    (``ENTRY_*``): the store's rows are read so, and building a ``JobSnap`` for each of
-    10,000 pinned jobs behind busy devices was most of such a pass."""
+    An entry's first fields are ``ENTRY_*``: the store's rows are read so, since building
+    a ``JobSnap`` for each of 10,000 pinned jobs behind busy devices was most of a pass."""
 
     def __iter__(self) -> Iterator[Sequence[Any]]: ...
 
@@ -70,12 +65,10 @@ class Plan:
 
 
 def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
-    """One scheduling pass: each job in queue order is placed on
-     the first of its choices that ``place`` can give it, or claims what it waits for.
-
-     Once every device that could be reserved is claimed, no job further back can be
-     placed or claim one, save a job pinned to a device the fleet no longer has
-    : those the queue finds at once, and the walk stops."""
+    """One scheduling pass: each job in queue order is placed on the first of its choices
+    that ``place`` can give it, or claims what it waits for. Once every reservable device
+    is claimed the walk stops, but for the jobs pinned to a device the fleet no longer
+    has, which the queue finds at once."""
     assignments: dict[str, tuple[str, ...]] = {}
     unparsable: list[str] = []
     limited: dict[str, int] = {}

@@ -81,13 +81,12 @@ class _Singles(Sequence[tuple[str, ...]]):
 
 class FleetIndex:
     """A fleet's snapshots by ID with the sets ``Planner`` asks of each device, and the
-    candidates found per (selector, runtime).
+    candidates found per (selector, runtime), which ``Planner`` fills.
 
-    Built from the snapshots, or kept by the store between passes and updated for the
-    devices that changed (``store/fleet.py``): rebuilt per pass it was a third of a
-    submit's CPU at 10,000 devices. ``Planner`` only reads it, but for ``matches``,
-    which it fills; candidates depend on labels, ceilings and the set of devices, never
-    on states, so a grant or a release keeps them.
+    Kept by the store between passes and updated for the devices that changed
+    (``store/fleet.py``): rebuilt per pass it was a third of a submit's CPU at 10,000
+    devices. Candidates depend on labels, ceilings and the set of devices, never on
+    states, so a grant or a release keeps them.
     """
 
     def __init__(self, devices: Sequence[DeviceSnap]) -> None:
@@ -136,15 +135,11 @@ def _member(ids: set[str], device_id: str, present: bool) -> None:
 
 
 class Planner:
-    """The decisions of one scheduling pass, one job at a time.
-
-    Call ``offer`` for each job in queue order; then ``placed`` when one of its choices
-    was assigned, ``blocked`` when none could be (it then claims all its available
-    candidates for the rest of the pass), or neither when the job turned out to have
-    left the queue (it claims nothing) or its offer named a submitter limit.
-
-    ``limits`` and ``held`` (devices held per share name when the pass began) are the
-    submitter limits; what the pass places is added to ``held`` as it goes.
+    """The decisions of one scheduling pass: ``offer`` for each job in queue order, then
+    ``placed`` when one of its choices was assigned, ``blocked`` when none could be (it
+    claims its ``Offer.claim`` for the rest of the pass), or neither when it left the
+    queue or its submitter limit stood in its way. ``held`` is the devices each share
+    name held when the pass began; what the pass places is added as it goes.
     """
 
     def __init__(
@@ -161,15 +156,11 @@ class Planner:
         self.held: dict[str, int] = dict(held or {})
         self.devices = fleet.devices
         self.by_id = fleet.by_id
-        # What ``offer`` asks of each candidate, as sets (the fleet's, read only): a
-        # submit for any device walks the fleet's candidates, and a lookup and a method
-        # call each was most of it.
+        # The fleet's sets, read only: a method call per candidate was most of a submit.
         self._schedulable = fleet.schedulable
         self._draining_ids = fleet.draining
         self.reserved: dict[str, str] = {}  #: device -> the job claiming it for this pass
         self.taken: set[str] = set()  #: devices assigned in this pass
-        # What ``saturated`` compares, kept as the pass goes: asked once per queued job,
-        # it must not walk the fleet each time (10,000 jobs x 10,000 devices).
         self._reservable = fleet.reservable
         self._claimed = 0  #: reservable devices in ``reserved``
         #: ``saturated()``, kept as claims are made: the pass reads it per queued row.

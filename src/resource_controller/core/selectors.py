@@ -1,30 +1,16 @@
 """Label selectors: parse, normalise, and match against a device's labels.
 
-A selector is a conjunction of ``key op value`` terms. Quantities (``40G``,
-``81920M``) compare numerically; a term whose key a device lacks never matches, not
-even ``!=``, because a missing fact cannot show that the device differs.
+A selector is a conjunction of ``key op value`` terms. Quantities (``40G``) compare
+numerically; a term whose key a device lacks never matches, not even ``!=``: a missing
+fact cannot show that the device differs. Beyond SEL-001 and SEL-006, size units
+(``_unit``: ``40Gi``, ``40GiB`` binary, ``40GB`` decimal; ``2PB`` refused by
+``validate``) and ``~`` (``model~H100``: the value contains it, any case; only in a
+term with none of SEL-002's operators, so every selector that parsed before parses the
+same) are understood rather than silently matching nothing.
 
-Beyond SEL-006 and SEL-001, two things people write without thinking are understood
-rather than silently matching nothing:
-
-- Size units. ``K M G T`` alone stay SEL-006's powers of two (``vram=81559M`` is what
-  nvidia-smi's MiB give, so ``vram>=40G`` means 40 GiB as before); with ``i`` or ``iB``
-  (``40Gi``, ``40GiB``) they are the same powers of two, and with ``B`` (``40GB``) the
-  decimal ones, 10^3..10^12, as every disk and card vendor uses them; ``B`` alone is
-  bytes. Case does not matter. A selector value with a size unit beyond ``T``
-  (``2PB``, ``1EiB``) is refused by ``validate`` naming the unit.
-- ``~``: ``model~H100`` holds when the label's value contains ``H100``, ignoring case.
-  It is recognised only in a term holding none of SEL-002's operators, so every
-  selector that parsed before parses to the same terms.
-
-``no_match_hint`` says, for a selector that matched no device, which values the
-devices have for the keys it used.
-
-Parsing and matching take time linear in the text: both are small
-hand-written scanners that look at each character a bounded number of times, and
-the number literal of SEL-006 is checked by a finite automaton, never by a
-backtracking pattern. A ``Meter`` passed in counts the characters examined, so tests
-can check that growth without timing anything.
+Parsing and matching are linear in the text: hand-written scanners and, for SEL-006's
+number literal, a finite automaton, never a backtracking pattern; a ``Meter`` counts
+the characters examined, so tests check that without timing anything.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""``RC_TEST_TIMINGS``: the one rule both processes read their test-only clocks by.
-
-End-to-end tests run ``rc serve`` and ``rc worker`` as real processes and shorten
-their waits with ``name=seconds`` pairs, comma-separated. Each process knows its own
-names; the grammar and its refusals are the same for both, so a mistyped entry reads
-the same error whichever process reads it. Production never sets the variable.
+"""``RC_TEST_TIMINGS``: the grammar both ``rc serve`` and ``rc worker`` read their
+test-only clocks by (``name=seconds``, comma-separated), so a mistyped entry reads the
+same error whichever reads it. Production never sets the variable.
 """
 
 from __future__ import annotations

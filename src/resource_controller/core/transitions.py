@@ -1,14 +1,10 @@
-"""The transition tables: every legal state move of a device and a job.
+"""The transition tables: every legal state move of a device and a job, keyed by the
+operation that makes it; ``None`` is "no row" (created or deleted).
 
-Each table is keyed by the operation that makes the move. An entry names the source
-states the move may start from and the states it may end in; ``None`` stands for
-"no row" (a row created, or a row deleted). The store writes a state only through
-``store.moves``, which builds ``WHERE state IN (<sources>)`` from these entries and
-refuses a target the entry does not list, so an edge missing here cannot happen.
-
-Conditions beside the state (a live lease, a quarantine reason, the worker that owns
-the device) stay at the call site, which passes them as extra WHERE terms; the
-comment on each entry says what they are. Imports nothing but ``core.states``.
+``store.moves`` writes a state only through these entries (``WHERE state IN
+(<sources>)``, a target not listed refused), so an edge missing here cannot happen.
+Conditions beside the state stay at the call site, as extra WHERE terms; each entry's
+comment names them.
 """
 
 from __future__ import annotations

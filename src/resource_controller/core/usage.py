@@ -1,13 +1,10 @@
 """Accounting rules: what a usage window is, and what a group's figures mean.
 
-A lease adds its held time (release minus grant, in whole seconds) to its device, its
-holder, its host and the pair of the two, in the hour it is released; a job's mean GPU
-utilisation, when the worker measured one, weights that time into
-GPU-seconds. The store keeps running totals per group and the totals at the end of
-every hour a group was active (``store/usage.py``), so a window is "now" minus "the end
-of the last active hour before the window": an answer costs two rows per group,
-however many jobs the window holds. This module has the pure parts: the ``--since``
-grammar, the figures of a group, and the table a window becomes.
+A lease adds its held time to its device, holder, host and device-holder pair in the
+hour it is released, weighted into GPU-seconds by the job's mean utilisation when one
+was measured. The store keeps running totals and each active hour's end
+(``store/usage.py``), so a window costs two rows per group; this module has the pure
+parts: the ``--since`` grammar, a group's figures, and the table a window becomes.
 """
 
 from __future__ import annotations

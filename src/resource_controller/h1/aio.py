@@ -1,12 +1,10 @@
 """The core on asyncio streams: the worker, the asynchronous API, the relay halves, webhooks.
 
-``Client`` keeps idle keep-alive connections per endpoint and opens an ``Exchange``
-per request: its answer's head, then its body read piece by piece, each read bounded
-by the caller's idle bound; opened with ``open_body``, its chunked request body is
-written while the answer is read (the relay, both ends). Connections come from
-``connect`` (``open_tcp``: TCP, TLS through ``ssl`` for ``https://``), the one seam a
-test replaces to put a fake server on the other end. A connection interrupted
-mid-exchange, by an error or a cancellation, is closed, never reused.
+``Client`` keeps idle keep-alive connections per endpoint and opens an ``Exchange`` per
+request: its answer's head, then its body piece by piece, each read bounded by the
+caller; with ``open_body`` its chunked request body is written while the answer is read
+(the relay). ``connect`` is the seam a test replaces. A connection interrupted
+mid-exchange is closed, never reused.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """HTTP/1.1 without I/O, on h11: what a shell writes and how it reads what comes back.
 
-A ``Wire`` is one connection's protocol state. The shell writes the bytes ``start``,
-``write`` and ``finish`` return (a body given whole, or a chunked one left open and
-written piece by piece: the relay's request body stays open while its answer is read),
-feeds what it reads to ``feed``, and takes from ``next`` the answer's ``Head``, then
-its body's pieces, then ``END``. ``recycle`` says whether the connection may carry
-the next request (h11's keep-alive rules). Errors are ``errors``' transport classes,
-so both shells fail the same way; ``cause`` names an ``OSError`` in a few words.
+A ``Wire`` is one connection's protocol state: the shell writes what ``start``,
+``write`` and ``finish`` return (a body given whole, or a chunked one left open), feeds
+what it reads to ``feed``, and takes from ``next`` the answer's ``Head``, its body's
+pieces, then ``END``. Errors are ``errors``' transport classes, the same in both shells.
 """
 
 from __future__ import annotations

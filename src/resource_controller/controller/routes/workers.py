@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from resource_controller import wire
@@ -62,7 +61,7 @@ async def assignments(call: Call) -> Response:
     """Long poll: hand out assignments and due kills, or wait to be woken."""
     svc, request = call.svc, call.request
     wait = parse_wait(request.query_params.get("wait"))
-    disconnected = asyncio.ensure_future(_disconnect(request))
+    disconnected = asyncio.ensure_future(deps.disconnected(request.receive))
     try:
         handed, kills = await perform(svc.hub, workerops.poll(svc, call.param, wait, disconnected))
     finally:
@@ -72,14 +71,6 @@ async def assignments(call: Call) -> Response:
     return answers.json(
         wire.AssignmentsResponse(assignments=[_assignment(j) for j in handed], kills=kills or None)
     )
-
-
-async def _disconnect(request: Request) -> None:
-    """Return once the client has gone away."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def heartbeat(call: Call) -> Response:
