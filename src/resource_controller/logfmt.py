@@ -70,13 +70,9 @@ def configure(
 
 
 def say(log_format: str, message: str, level: str = "INFO", logger: str = "rc") -> None:
-    """One line for the person at the terminal: ``rc: <message>``.
-
-    Under ``--log-format json`` it is a JSON record like the log lines around it, so a
-    collector reading stderr gets only JSON, the last words of a fatal
-    start-up error included. It is written whatever the log level: a banner or a fatal
-    error is what the process has to say, not a log message.
-    """
+    """One line for the person at the terminal, ``rc: <message>``, whatever the log level;
+    under ``--log-format json`` a JSON record like the lines around it, so a collector
+    reading stderr gets only JSON, a fatal start-up error included."""
     if log_format != "json":
         print(f"rc: {message}", file=sys.stderr, flush=True)
         return

@@ -186,7 +186,7 @@ class StatusReport(_Request):
     lease_epoch: StrictInt | None = None
     #: What the job's GPUs did, sent with the outcome; each omitted when
     #: nothing was sampled. A value out of its range reads as not sent: a measurement
-    #: never costs the outcome it rides with (``bounded.measured``).
+    #: never costs the outcome it rides with (``bounded._measured``).
     gpu_util_mean: b.UtilPercent = None
     gpu_mem_peak_bytes: b.MeasuredBytes = None
     samples: b.MeasuredCount = None

@@ -17,11 +17,8 @@ class TokenError(ValueError):
 
 
 def parse_tokens(value: str | None) -> dict[str, Caller]:
-    """Parse ``token:role[:name]`` entries, refusing anything ambiguous.
-
-    The role is the text between the first and second colon; after the second colon
-    comes the name, which must be 1-64 characters of ``A-Z a-z 0-9 . _ @ / -``.
-    """
+    """``token:role[:name]`` entries, anything ambiguous refused; a name is 1-64 characters
+    of ``A-Z a-z 0-9 . _ @ / -``."""
     if not value:
         raise TokenError(EXAMPLE)
     tokens: dict[str, Caller] = {}

@@ -96,6 +96,10 @@ class Services:
         """Run a store operation on the store thread."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
+    async def log_store(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a log store call: on a thread when the store is a database, at once on files."""
+        return await asyncio.to_thread(fn, *args) if self.logs.remote else fn(*args)
+
     def now(self) -> int:
         return int(self.clock.now())
 
@@ -129,8 +133,8 @@ class Query:
     """A query parameter a route reads, as the OpenAPI document describes it."""
 
     name: str
-    schema: dict[str, Any]
     description: str
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
     required: bool = False
 
 
@@ -265,12 +269,8 @@ async def disconnected(receive: Receive) -> None:
 async def read_capped(
     request: Request, cap: int, what: str = "JSON body", code: str = "body_too_large"
 ) -> bytes:
-    """The raw body, refused with ``413`` once it passes ``cap`` bytes.
-
-    A declared ``Content-Length`` over the cap is refused before a byte is read; a
-    chunked (or lying) body is counted while it streams, and nothing past the cap is
-    read or kept, so an oversized request costs at most ``cap`` bytes of memory.
-    """
+    """The raw body, ``413`` past ``cap`` bytes: a declared ``Content-Length`` over it
+    before a byte is read, a chunked (or lying) one as it streams, keeping nothing past it."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and len(declared) <= 20 and int(declared) > cap:
         raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)

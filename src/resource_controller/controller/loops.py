@@ -74,11 +74,8 @@ async def _stopping(svc: Services, seconds: float) -> bool:
 
 
 async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
-    """Sweep every ``sweep_interval`` with the hold-off fixed at start.
-
-    ``started`` is the controller's start instant on its clock; it seeds the stall
-    guard, so a first pass that comes far later than scheduled is caught too.
-    """
+    """Sweep every ``sweep_interval``; ``started`` (the controller's start on its clock)
+    seeds the stall guard, so a first pass far later than scheduled is caught too."""
     s = svc.settings
     guard = expiry.StallGuard(previous=started)
     while not await _stopping(svc, s.sweep_interval):

@@ -122,7 +122,7 @@ class Metrics:
             registry=r,
         )
 
-    # The webhook notifier's counters (webhooks.Counters).
+    # The webhook notifier's counters.
     def delivered(self, event: str) -> None:
         self.webhook_delivered.labels(event).inc()
 

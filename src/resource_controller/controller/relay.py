@@ -95,7 +95,7 @@ class Pipe:
         return self._taken >= ticket
 
     async def send(
-        self, data: bytes, guard: float | None = None, alone: Callable[[], bool] = bool
+        self, data: bytes, guard: float | None = None, alone: Callable[[], bool] | None = None
     ) -> bool:
         """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed,
         or once blocked ``guard`` seconds while ``alone()`` (the direction then closes:
@@ -108,7 +108,7 @@ class Pipe:
                         taken = await self.taken(ticket)
                     break
                 except TimeoutError:
-                    if alone():
+                    if alone is None or alone():
                         self.close()
                         return False
             if not taken:
@@ -239,11 +239,8 @@ class Relay:
         self._watch_for_client(session)
 
     def _discard(self, session: Session) -> None:
-        """TTY-020: the session is over; its input closes and every half is told.
-
-        The output direction is left to its halves: its writer ended it (the bytes
-        already handed over still reach the reader), or its reader is gone.
-        """
+        """TTY-020: the session is over; its input closes and every half is told. The output
+        is its halves' to end: its writer ended it, or its reader is gone."""
         session.over.set()
         session.input.close()
         self._forget(session)

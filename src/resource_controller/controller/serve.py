@@ -61,14 +61,6 @@ def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
     return dataclasses.replace(settings, **changes)
 
 
-def arm_crash_point(raw: str | None) -> None:
-    """``RC_TEST_CRASH_AT``, read once at start (a test hook only, see ``crashpoints``)."""
-    try:
-        crashpoints.arm(raw)
-    except crashpoints.CrashPointError as exc:
-        raise ServeError(str(exc)) from None
-
-
 def parse_addr(addr: str) -> tuple[str, int]:
     """``host:port``; an empty host means all interfaces."""
     host, sep, port = addr.rpartition(":")
@@ -87,11 +79,8 @@ KEEPALIVE = (4, 2, 3)
 
 
 def detect_dead_peers(sock: socket.socket) -> None:
-    """Keep-alive and a user timeout on ``sock``; accepted connections inherit both.
-
-    A vanished client sends no FIN: without these, its idle relay connection would look
-    open forever and its job would wait on a stdin that never ends.
-    """
+    """Keep-alive and a user timeout on ``sock``, inherited by accepted connections: a
+    vanished client sends no FIN, and its idle relay connection would look open forever."""
     idle, interval, count = KEEPALIVE
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
@@ -127,18 +116,12 @@ def open_services(
     (``database``, a PostgreSQL URL, else ``rc.db`` in it) and the log directory."""
     try:
         tokens = parse_tokens(tokens_env)
-    except TokenError as exc:
-        raise ServeError(str(exc)) from exc
-    settings = apply_test_timings(settings, test_timings)
-    clock = clock or SystemClock()
-    try:
+        settings = apply_test_timings(settings, test_timings)
         where = engine.check_database(database) if database else data / "rc.db"
-    except RcError as exc:
-        raise ServeError(str(exc)) from exc
-    try:
         limits = share_limits(settings)
-    except sharelimits.LimitsError as exc:
+    except (TokenError, RcError, sharelimits.LimitsError) as exc:
         raise ServeError(str(exc)) from exc
+    clock = clock or SystemClock()
     try:
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
@@ -169,7 +152,7 @@ def share_limits(settings: Settings) -> SubmitterLimits:
 
 
 def open_logs(store: Store, data: Path, max_bytes: int) -> JobLogs:
-    """Job output: in the database when several controllers may share it (PostgreSQL), else files under ``<data>/logs``."""
+    """Job output: in the database when controllers may share it, else under ``<data>/logs``."""
     if store.database_url is not None:
         return DatabaseLogStore(store.database_url, max_bytes)
     return LogStore(data / "logs", max_bytes)
@@ -213,12 +196,9 @@ def policy(
     max_log_bytes: int,
     max_devices_per_submitter: int | None = None,
 ) -> dict[str, int]:
-    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
-
-    Stored instants are whole seconds, so a positive duration under one second is
-    refused rather than rounded, as is a log cap too small for a head, the marker and a
-    tail; a submitter limit is at least 1 device (no flag: no limit).
-    """
+    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag:
+    instants are whole seconds, so a duration under one second is refused, not rounded, as
+    is a log cap too small for a head, the marker and a tail; a limit is at least 1 device."""
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(
@@ -283,10 +263,10 @@ def run(
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
             database=database,
         )
-        arm_crash_point(os.environ.get(crashpoints.VARIABLE))
+        crashpoints.arm(os.environ.get(crashpoints.VARIABLE))  # a test hook only
         host, port = parse_addr(addr)
         sock = bind(host, port)
-    except ServeError as exc:
+    except (ServeError, crashpoints.CrashPointError) as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
     # Our own no-op handlers are what uvicorn restores (and re-raises into) after a

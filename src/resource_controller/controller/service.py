@@ -32,8 +32,6 @@ from resource_controller.store.records import (
 
 log = logging.getLogger(__name__)
 
-SHEET_CAP = 65536
-
 
 # ---- client: jobs --------------------------------------------------------------------
 
@@ -179,16 +177,14 @@ async def undrain(svc: Services, device_id: str) -> Done[None]:
 
 
 async def schedule_pass(svc: Services) -> Done[list[Assigned]]:
-    """One scheduling pass: wake the long poll of every worker it assigned to,
-    and the followers of the waiting jobs it ended."""
+    """One scheduling pass, with its wake-ups (``Wake.of_pass``)."""
     done = await svc.db(svc.store.queue.run_pass)
     return Done(done.assigned, Wake.of_pass(done))
 
 
 async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
-    """Read the limits file again (SIGHUP). A good file replaces the limits
-    in force and a pass follows (a raised limit may place jobs); a bad one is logged,
-    naming the line, and the limits in force stay."""
+    """Read the limits file again (SIGHUP): a good one replaces the limits in force and a
+    pass follows (a raised limit may place jobs); a bad one is logged, naming the line."""
     from resource_controller.controller import sharelimits
 
     path = svc.settings.limits_file
@@ -207,22 +203,13 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
-    """One reaper sweep, made under ``fence`` (the leader's epoch, checked in its
-    transaction): followers of ended jobs finish; a pass may place work.
-
-    A sweep never frees a device, but a device gone ``unknown`` or out can change what a
-    queued job waits for, so a pass follows whenever it took anything out.
-    """
+    """One reaper sweep under ``fence`` (the leader's epoch, checked in its transaction):
+    followers of ended jobs finish; a sweep never frees a device, but one it took out can
+    change what a queued job waits for, so a pass follows."""
     result = await svc.db(svc.store.devices.sweep, rules, fence)
+    ended = frozenset([*result.jobs_lost, *result.leases_expired])
     took_out = bool(result.devices_unknown or result.alarming)
-    return Done(
-        result,
-        Wake(
-            schedule=took_out,
-            ended=frozenset([*result.jobs_lost, *result.leases_expired]),
-            swept=result.alarming,
-        ),
-    )
+    return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming))
 
 
 #: Jobs whose stored output one retention pass deletes at most: a long
@@ -231,9 +218,9 @@ RETENTION_BATCH = 200
 
 
 async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
-    """Delete the stored output of jobs that ended longer ago than ``--log-retention``
-    ; the job rows stay. Files go first, then the mark, so a pass cut short
-     only leaves a job to be looked at again."""
+    """Delete the stored output of jobs that ended longer ago than ``--log-retention``;
+    the job rows stay. Files first, then the mark: a pass cut short only leaves a job
+    to be looked at again."""
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])

@@ -100,13 +100,9 @@ def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
-    """``count`` and ``device_ids`` checked against each other.
-
-    ``device_ids`` takes the place of ``device_id`` and ``selector``; its length is the
-    count (a ``count`` other than that is refused, not overridden), its devices are
-    distinct and on one host (the part of each ID before its first ``:``). A pinned
-    ``device_id`` is one device, so a count above 1 with it is refused too.
-    """
+    """``count`` and ``device_ids`` checked against each other: a list takes the place of
+    ``device_id`` and ``selector``, its length is the count (another ``count`` is refused,
+    not overridden), its devices distinct and on one host; a ``device_id`` is one device."""
     ids = list(req.device_ids or [])
     if not ids:
         if req.device_id and req.count != 1:

@@ -109,11 +109,8 @@ def _join(a: Any, b: Any) -> Any:
 
 @dataclass(frozen=True)
 class Done(Generic[T]):
-    """An operation's committed outcome: its value or the error to answer with, and its wake-ups.
-
-    ``error`` is for a refusal that comes after a commit (a ``no_wait`` submit cancels
-    its job, then answers 409): the wake-ups still apply before it is raised.
-    """
+    """An operation's committed outcome: its value or the error to answer with (a refusal
+    after a commit, as a ``no_wait`` submit's 409), and its wake-ups, applied either way."""
 
     value: T
     wake: Wake = NOTHING

@@ -14,10 +14,10 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from resource_controller import errors
 from resource_controller.controller.events import stamp
+from resource_controller.controller.metrics import Metrics
 from resource_controller.core import states
 from resource_controller.h1 import aio, core
 
@@ -73,10 +73,6 @@ class Notice:
         }
 
 
-def is_watchdog_trip(reason: str) -> bool:
-    return reason.startswith(WATCHDOG_PREFIXES)
-
-
 def fault_notice(at: float, device: str, job: str, reason: str) -> Notice:
     """A fault report: ``verify_failed`` by its prefix, else ``device_unhealthy``."""
     kind = VERIFY_FAILED if reason.startswith(VERIFY_PREFIX) else DEVICE_UNHEALTHY
@@ -91,12 +87,9 @@ def sweep_notices(
     reasons: dict[str, str] | None,
     lease_devices: dict[str, str] | None,
 ) -> list[Notice]:
-    """The events of one committed sweep, in HOOKN-020's order.
-
-    ``reasons`` are the current quarantine categories and ``lease_devices`` the devices
-    behind expired leases, both read after the sweep; ``None`` when that read failed,
-    which degrades the events as HOOKN-020 says.
-    """
+    """The events of one committed sweep, in HOOKN-020's order; ``reasons`` (the
+    quarantine categories) and ``lease_devices`` are read after it, None when that read
+    failed, which degrades the events as HOOKN-020 says."""
     out: list[Notice] = []
     announced: set[str] = set()
     for device in devices_unhealthy:
@@ -132,19 +125,6 @@ def sweep_notices(
     return out
 
 
-class Counters(Protocol):
-    def delivered(self, event: str) -> None: ...
-    def dropped(self, event: str, why: str) -> None: ...
-
-
-class _NoCounters:
-    def delivered(self, event: str) -> None:
-        pass
-
-    def dropped(self, event: str, why: str) -> None:
-        pass
-
-
 def _where(url: str) -> tuple[core.Endpoint | None, str]:
     """The endpoint and the request target (path and query, as given) of ``url``."""
     import urllib.parse
@@ -174,13 +154,13 @@ class Notifier:
     def __init__(
         self,
         url: str,
-        counters: Counters | None = None,
+        counters: Metrics | None = None,
         *,
         backoff: float = FIRST_BACKOFF,
         post_timeout: float = POST_TIMEOUT,
     ) -> None:
         self.url = url
-        self.counters: Counters = counters or _NoCounters()
+        self.counters = counters or Metrics()  # a registry of its own when none is given
         self.backoff = backoff
         self.post_timeout = post_timeout
         self._queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=QUEUE)

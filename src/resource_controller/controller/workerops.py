@@ -44,13 +44,7 @@ def check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> Non
 
 def proof_of(recovery: wire.RecoveryProof | None) -> expiry.Proof | None:
     """The registration's recovery proof; absent means none."""
-    if recovery is None:
-        return None
-    return expiry.Proof(
-        isolated=recovery.isolated,
-        survivors_checked=recovery.survivors_checked,
-        survivors_found=recovery.survivors_found,
-    )
+    return None if recovery is None else expiry.Proof(**recovery.model_dump())
 
 
 async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> Done[Registration]:
@@ -147,11 +141,9 @@ async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Do
 async def poll(
     svc: Services, worker_id: str, wait: float, gone: asyncio.Future[None]
 ) -> Done[tuple[list[JobRecord], list[str]]]:
-    """Long poll: hand out assignments and due kills, or wait to be woken.
-
-    Empty lists once ``wait`` seconds pass, the controller shuts down or the caller is
-    ``gone``. The hand-out moves each job to ``running`` in the store.
-    """
+    """Long poll: hand out assignments and due kills (moving each job to ``running``), or
+    wait to be woken; empty once ``wait`` passes, the controller stops or the caller is
+    ``gone``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
@@ -212,10 +204,7 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
         current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
         if not current or int(epoch) != job.lease_epoch:
             raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
-    if svc.logs.remote:
-        await asyncio.to_thread(svc.logs.append, job_id, chunk)
-    else:
-        svc.logs.append(job_id, chunk)
+    await svc.log_store(svc.logs.append, job_id, chunk)
     return Done(None, Wake(output=frozenset((job_id,))))
 
 
@@ -271,7 +260,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     trip = (
         before.state not in TERMINAL
         and before.kind != Kind.HOLD
-        and webhooks.is_watchdog_trip(req.reason or "")
+        and (req.reason or "").startswith(webhooks.WATCHDOG_PREFIXES)
     )
     if trip:
         announce |= Wake(

@@ -15,13 +15,9 @@ _ASCII_DIGITS = frozenset("0123456789")
 
 
 def device_index(device_id: str) -> str | None:
-    """The trailing index of a device ID's name, verbatim, or ``None``.
-
-    ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
-    digits count, and a run that does not fit a signed 64-bit integer is no index:
-    setting a wrong index would let a job touch a GPU it was never leased. A MIG
-    instance (``box:gpu0.mig1``) has none either: its ``1`` is not GPU 1.
-    """
+    """The trailing index of a device ID's name, verbatim (``box:gpu01`` → ``01``), or
+    ``None``: no ASCII digits, a run past a signed 64-bit integer, or a MIG instance
+    (``box:gpu0.mig1``'s ``1`` is not GPU 1). A wrong index could touch a GPU never leased."""
     _, colon, name = device_id.partition(":")
     if not colon or not name or mig.is_instance(name):
         return None

@@ -75,12 +75,9 @@ def overlapping(names: Iterable[str]) -> list[tuple[str, str]]:
 
 
 def superseded(declared: Collection[str], existing: Iterable[str]) -> dict[str, list[str]]:
-    """Devices of a host that its latest registration no longer declares, but whose
-    silicon a declared device now stands for: name → the declared names it overlaps.
-
-    ``gpu0`` registered earlier, ``gpu0.mig0`` and ``gpu0.mig1`` declared now (the GPU
-    went into MIG mode under ``devices: auto``): ``{"gpu0": ["gpu0.mig0", "gpu0.mig1"]}``.
-    """
+    """Devices of a host its latest registration no longer declares but whose silicon a
+    declared one now stands for, with the names that overlap them: ``gpu0`` after
+    ``gpu0.mig0`` and ``gpu0.mig1`` were declared is ``{"gpu0": ["gpu0.mig0", "gpu0.mig1"]}``."""
     wanted = set(declared)
     out: dict[str, list[str]] = {}
     for name in existing:

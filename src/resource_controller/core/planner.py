@@ -192,11 +192,9 @@ class Planner:
         return over_limit(self.limits, self.held, share, count)
 
     def offer(self, job: JobSnap) -> Offer:
-        """The job's candidates, the unclaimed ones, and the device sets to try; a job its
-        submitter limit keeps waiting gets none of them and claims nothing.
-
-        Raises ``SelectorError`` when its selector no longer parses.
-        """
+        """The job's candidates, the unclaimed ones and the device sets to try; a job its
+        submitter limit keeps waiting gets none and claims nothing. ``SelectorError`` when its
+        selector no longer parses."""
         count = max(1, job.count)
         if self.limited_on:
             limit = over_limit(self.limits, self.held, job.share, count)

@@ -107,12 +107,9 @@ def queue_key(job: JobSnap) -> tuple[int, int, int]:
 
 def effective_priority(priority: int, queued_at: int, now: int, aging: int) -> int:
     """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited since
-    ``queued_at``, capped at ``PRIORITY_MAX``; ``aging`` <= 0 is no aging.
-
-    A priority already at or above the top is left as it is (aging only ever raises),
-    and a clock behind ``queued_at`` ages nothing. ``queries.effective_priority_sql``
-    is this rule in SQL; a test holds the two together.
-    """
+    ``queued_at``, capped at ``PRIORITY_MAX`` (one already above stays); ``aging`` <= 0
+    is none. ``queries.effective_priority_sql`` is this rule in SQL; a test holds the two
+    together."""
     if aging <= 0 or priority >= PRIORITY_MAX:
         return priority
     steps = max(0, now - queued_at) // aging
@@ -141,11 +138,8 @@ def tolerates(device: DeviceSnap, runtime: int) -> bool:
 
 
 def effective_runtime(requested: int, ceiling: int) -> int:
-    """A job that asked for no runtime inherits the device's ceiling.
-
-    Only a positive request is a runtime of its own: a stored negative one (from before
-    EXT-LIMITS-1 refused it) must not escape the ceiling either.
-    """
+    """A job that asked for no runtime inherits the device's ceiling; only a positive
+    request is its own (a stored negative one, from before EXT-LIMITS-1, is not)."""
     return requested if requested > 0 else ceiling
 
 
@@ -171,21 +165,15 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap], *, ceilings: bool = 
 
 
 def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
-    """The runtime of a job on several devices: the smallest declared ceiling wins.
-
-    A job that asked for none inherits the smallest positive ceiling among them (0 when
-    none has one), as a one-device job inherits its device's.
-    """
+    """The runtime of a job on several devices: the smallest declared ceiling wins, and a
+    job that asked for none inherits it, as a one-device job inherits its device's."""
     declared = [c for c in ceilings if c > 0]
     return effective_runtime(requested, min(declared) if declared else 0)
 
 
 def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
-    """Some single host has at least ``count`` of ``devices`` (EXT-GANG-2's submit check).
-
-    Stops at the first host that has them: every submit asks, and for one device the
-    first device answers, where counting a fleet of 10,000 was most of a submit.
-    """
+    """Some single host has at least ``count`` of ``devices`` (EXT-GANG-2's submit check);
+    it stops at the first that does, since counting a fleet of 10,000 was most of a submit."""
     per_host: dict[str, int] = {}
     for d in devices:
         n = per_host[d.host] = per_host.get(d.host, 0) + 1
@@ -206,11 +194,8 @@ def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) 
 
 
 def queue_position(job: JobSnap, queued: Iterable[JobSnap], key: QueueKey = queue_key) -> int:
-    """1-based position of queued ``job`` among ``queued``.
-
-    Pinned: 1 + the jobs pinned to the same device ahead of it. Otherwise 1 + every
-    queued job ahead of it (an upper bound: its candidates can change between passes).
-    """
+    """1-based position of queued ``job`` among ``queued``: a pinned job's among the jobs
+    pinned to its devices, any other's among every job (an upper bound)."""
     mine = key(job)
     ahead = (o for o in queued if o.id != job.id and key(o) < mine)
     if job.pinned:

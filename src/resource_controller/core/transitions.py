@@ -55,14 +55,6 @@ class Move:
     sources: frozenset[State]
     targets: frozenset[State]
 
-    def allows(self, source: State, target: State) -> bool:
-        return source in self.sources and target in self.targets
-
-    def edges(self) -> list[tuple[State, State]]:
-        """Every (source, target) pair, in a stable order (``None`` sorts as ``"None"``)."""
-        pairs = ((s, t) for s in self.sources for t in self.targets)
-        return sorted(pairs, key=lambda e: (str(e[0]), str(e[1])))
-
 
 @dataclass(frozen=True)
 class Machine:
@@ -76,9 +68,6 @@ class Machine:
             return self.moves[op]
         except KeyError:
             raise KeyError(f"{op} does not move a {self.entity}") from None
-
-    def edges(self) -> set[tuple[State, State]]:
-        return {e for m in self.moves.values() for e in m.edges()}
 
 
 def _m(sources: State | Iterable[State], targets: State | Iterable[State]) -> Move:
@@ -138,5 +127,3 @@ JOB = Machine(
         Op.KILL_FINALIZE: _m(_ACTIVE, JobState.KILLED),  # kill flag kept set
     },
 )
-
-MACHINES = (DEVICE, JOB)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 #: The ways a window can be grouped (``rc usage --by``); ``submitter`` by default.
 BY = ("submitter", "device", "host")
@@ -36,11 +36,8 @@ class UsageError(ValueError):
 
 
 def parse_since(text: str) -> int:
-    """``--since`` text as whole seconds: ``7d``, ``36h``, ``2w``, ``1d12h``, ``90m``.
-
-    The duration grammar of the other flags with days and weeks added, since
-    a usage window is counted in them; positive, at most ``MAX_SINCE``.
-    """
+    """``--since`` text as whole seconds (``7d``, ``36h``, ``1d12h``): the duration grammar
+    with days and weeks, positive, at most ``MAX_SINCE``."""
     s = text.strip()
     pos, total = 0, 0.0
     while 0 < len(s) <= 64 and pos < len(s):
@@ -84,20 +81,10 @@ class Figures:
     weighted_seconds: float = 0.0
 
     def __sub__(self, other: Figures) -> Figures:
-        return Figures(
-            self.jobs - other.jobs,
-            self.held_seconds - other.held_seconds,
-            self.sampled_seconds - other.sampled_seconds,
-            self.weighted_seconds - other.weighted_seconds,
-        )
+        return Figures(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __add__(self, other: Figures) -> Figures:
-        return Figures(
-            self.jobs + other.jobs,
-            self.held_seconds + other.held_seconds,
-            self.sampled_seconds + other.sampled_seconds,
-            self.weighted_seconds + other.weighted_seconds,
-        )
+        return Figures(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True)

@@ -213,13 +213,10 @@ def error_body(body: bytes) -> tuple[str, str]:
 
 
 def proxy_refusal(end: Endpoint, environ: Mapping[str, str]) -> str:
-    """Why a forward proxy set in ``environ`` cannot carry requests to ``end``, or ``""``.
-
-    Nothing here goes through a proxy (the relay's full-duplex streams could not), so a
-    process that would honour one by convention (``HTTP_PROXY``, ``HTTPS_PROXY``,
-    ``ALL_PROXY``, either case, unless ``NO_PROXY`` names the host) refuses to start
-    rather than connect directly where it was told not to.
-    """
+    """Why a forward proxy set in ``environ`` cannot carry requests to ``end``, or ``""``:
+    nothing here goes through one (the relay's full-duplex streams could not), so a process
+    told to use one (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY``
+    names the host) refuses to start rather than connect directly."""
     names = ("https_proxy" if end.tls else "http_proxy", "all_proxy")
     given = [v for n in names for v in (n.upper(), n) if environ.get(v)]
     if not given:

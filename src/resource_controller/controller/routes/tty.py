@@ -68,11 +68,8 @@ class _Relayed(Response):
             self.relay.half_ended(self.session, self.half, self.pipe)
 
     async def _pump_body(self, receive: Receive) -> None:
-        """A POST half: hand each piece of the request body to the peer.
-
-        It ends with its sender's body, or as soon as the session is over or the
-        controller stops, whichever comes first.
-        """
+        """A POST half: hand each piece of the request body to the peer, until the body
+        ends, the session is over or the controller stops."""
         pumping = asyncio.create_task(self._pump(receive))
         over = asyncio.create_task(self.session.over.wait())
         stopping = asyncio.create_task(self.relay.stopping.wait())
