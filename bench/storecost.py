@@ -42,7 +42,7 @@ def run(store: Store, n: int) -> None:
 
 
 def _owned(job: JobRecord) -> None:
-    """The ownership check a status report makes (``service.report_status``)."""
+    """The ownership check a status report makes (``workerops.report_status``)."""
     assert job.worker_id
 
 

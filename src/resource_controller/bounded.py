@@ -1,11 +1,7 @@
-"""Pydantic field types that enforce ``core.limits``.
-
-The wire models use these instead of bare ``StrictInt``/``StrictStr``; each refusal
-is a validation error whose message names the limit, which ``controller/deps.py``
-prefixes with the field's location, so a 400 reads ``command: at most 4096 arguments``.
-The OpenAPI schema carries the same bounds (``minimum``, ``maxItems``...), so a client
-or fuzzer that reads it knows them; byte sizes, which JSON Schema cannot state, are
-given as ``maxLength`` in characters (a necessary condition) plus ``x-max-bytes``.
+"""Pydantic field types that enforce ``core.limits``: each refusal's message names the
+limit (``deps.parse_model`` prefixes the field: ``command: at most 4096 arguments``),
+and the OpenAPI schema carries the same bounds; byte sizes, which JSON Schema cannot
+state, as ``maxLength`` in characters plus ``x-max-bytes``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """``RC_TEST_CRASH_AT``: die at a named point of a write path (a test hook only).
 
-Crash-consistency tests start a real ``rc serve`` with ``RC_TEST_CRASH_AT=name[:n]``,
-drive requests until the process dies at the ``n``-th time (default the first) the
-write path reaches ``name``, restart it on the same data directory and check that the
-database is intact and nothing acknowledged was lost. The process ends with
-``os._exit(CRASH_STATUS)``: no ``finally``, no ``atexit``, no flush, no commit, the
-same as ``kill -9`` at that instant.
-
-The store's transactions name their point (``Core.tx``), reached twice: as
-``<name>.before_commit`` inside the transaction after its writes, and as
-``<name>.after_commit`` once it committed but before anyone was told. The log store's
-appends are ``log_append.before_write`` and ``log_append.after_write``.
-
-Read once, by ``rc serve`` at start (``arm``); unknown names and bad counts are
-start-up errors. Unset, ``hit`` is one comparison with ``None``. Production never sets
-the variable, and it is deliberately absent from user documentation.
+Crash-consistency tests start ``rc serve`` with ``RC_TEST_CRASH_AT=name[:n]``; the
+``n``-th time (default the first) a write path reaches ``name`` the process ends with
+``os._exit(CRASH_STATUS)``, as ``kill -9`` would there, and the test restarts it on the
+same data to check nothing acknowledged was lost. A store transaction is reached as
+``<name>.before_commit`` and ``<name>.after_commit`` (``Core.tx``), a log append as
+``log_append.before_write`` and ``.after_write``. Read once at start (``arm``): an
+unknown name or a bad count is a start-up error. Unset, ``hit`` is one comparison.
 """
 
 from __future__ import annotations

@@ -1,58 +1,11 @@
-"""Every error the project raises, in one tree.
+"""Every error the project raises, in one tree under ``RcError``, whose ``code`` and
+``status`` are the wire's (API-090): the controller answers each as
+``{"error": code, "message": ...}``, and the client raises, for every code of
+``API_CODES``, an ``ApiError`` that is also that code's class (``api_error``), so
+``except NotJobOwner`` works on both sides. ``LiveLeaseConflict`` and ``NotLeading``
+stay inside the controller; ``ClientError``'s subtree is the client's own.
 
-    RcError                      base; ``code`` and ``status`` map it onto the wire
-    ├── StoreError               500 store_error: the database failed
-    │   └── StoreUnavailable     it cannot be reached now
-    │       └── ConnectionDropped    before the operation committed: it may run again
-    ├── NotFound                 404 not_found
-    │   ├── JobNotFound
-    │   ├── DeviceNotFound       (404 device_not_found for retire)
-    │   └── WorkerNotFound
-    ├── BadRequest               400 bad_request
-    │   └── InvalidTransition    a state change from an illegal source state
-    ├── BadSelector              400 bad_selector
-    ├── PriorityOutOfRange       400 priority_out_of_range
-    ├── UnknownDevice            400 unknown_device: a pinned device_id never registered
-    ├── NoMatchingDevice         400 no_matching_device: a selector matching no device at all
-    ├── RuntimeAboveCeiling      400 runtime_above_ceiling
-    ├── LogsNotStored            400 logs_not_stored
-    ├── Unauthorized             401 unauthorized: missing, malformed or unknown token
-    ├── NotJobOwner              403 not_job_owner
-    ├── Forbidden                403 forbidden: the token's role is not enough
-    │   └── NotThisHost          a named worker token, another host
-    ├── NoDeviceAvailable        409 no_device_available: nothing matching is free (a
-    │                            ``no_wait`` submit; the store's direct-allocation fixture)
-    ├── NotCancellable           409 not_cancellable
-    ├── DeviceNotCleared         409 device_not_cleared
-    ├── DeviceBusy               409 device_busy
-    ├── Conflict                 409 conflict: that relay half is already connected
-    ├── StaleLease               409 stale_lease: an old lease epoch
-    ├── LogError                 500 log_error
-    ├── TooLarge                 413 body_too_large (a JSON body over 1 MiB, EXT-LIMITS-2;
-    │   │                        a heartbeat over 64 KiB)
-    │   ├── ChunkTooLarge        413 chunk_too_large
-    │   └── SheetTooLarge        413 sheet_too_large
-    ├── Unsupported              500 unsupported: no full-duplex stream here
-    ├── LiveLeaseConflict        internal: the one-live-lease index refused an insert
-    ├── NotLeading               internal: a leader-only write by a controller whose
-    │                            leadership epoch is over (``store/leadership.py``)
-    └── ClientError              raised by the client library
-        ├── ApiError             the controller answered with an error body; for every
-        │                        code of ``API_CODES`` it is also an instance of that
-        │                        code's class above (``except NotJobOwner`` works)
-        ├── TransportError       no usable answer came back
-        │   ├── ConnectFailed    never connected: nothing was sent (another URL may take it)
-        │   ├── Disconnected     sent, then closed or reset before any answer
-        │   ├── AnswerLost       the answer broke off, or could not be read
-        │   ├── TimedOut         no answer within the caller's bound
-        │   └── Refused          a relay stream answered, but not 200
-        ├── NoDeviceError        the client's side of ``NoDeviceAvailable``
-        ├── NotCancellableError  kill refused with 409
-        └── DeviceHeldByAnother  ``rc cp``: someone holds the device
-
-The class docstring is the default message, so each error is two lines.
-``API_CODES`` maps every machine code of the wire to its class,
-and ``api_error`` builds what the client raises for an error answer.
+A class docstring is its default message.
 """
 
 from __future__ import annotations
@@ -74,14 +27,11 @@ class StoreError(RcError):
 
 
 class StoreUnavailable(StoreError):
-    """The database cannot be reached now; another controller, or a retry, may answer.
-    On the wire the spec's ``500 store_error``: clients move to the next controller on
-    any 5xx (EXT-PG-5)."""
+    """The database cannot be reached now; another controller, or a retry, may answer."""
 
 
 class ConnectionDropped(StoreUnavailable):
-    """The database connection dropped before the operation committed anything: it may
-    run again on a new one (``store/races.py`` does, once)."""
+    """The database connection dropped before the operation committed: it may run again."""
 
 
 class NotFound(RcError):
@@ -96,12 +46,9 @@ class JobNotFound(NotFound):
 
 
 class DeviceNotFound(NotFound):
-    """No such device.
+    """No such device."""
 
-    One error for every unknown device ID (store.md's error table: set-device-state,
-    retire-device; describe in the controller). The wire code is ``not_found`` except for retire, which answers
-    ``device_not_found``.
-    """
+    # One error for every unknown device ID; retire alone answers ``device_not_found``.
 
     def __init__(self, message: str | None = None, code: str = "not_found") -> None:
         super().__init__(message)
@@ -391,12 +338,8 @@ _API_CLASSES: dict[str, type[ApiError]] = {}
 
 
 def api_error_class(code: str) -> type[ApiError]:
-    """The client-side class for ``code``: an ``ApiError`` that is also the code's class.
-
-    Made once per code, so ``except errors.NotJobOwner`` and ``except errors.ApiError``
-    both catch what the client raises for ``not_job_owner``; an unknown code is a plain
-    ``ApiError`` (a newer controller may send codes this client does not know).
-    """
+    """The client-side class for ``code``, made once: an ``ApiError`` that is also the
+    code's class; a plain ``ApiError`` for a code this client does not know."""
     cls = _API_CLASSES.get(code)
     if cls is None:
         base = API_CODES.get(code)

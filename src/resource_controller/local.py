@@ -160,7 +160,7 @@ def _run_locked(data: Path, addr: str, devices: int, force: bool, log_format: st
         svc = controller.open_services(data, env, Settings())
         host, port = controller.parse_addr(addr)
         sock = controller.bind(host, port)
-    except (controller.StartupError, OSError) as exc:
+    except (controller.ServeError, OSError) as exc:
         say(log_format, str(exc), "ERROR")
         return 1
     url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{sock.getsockname()[1]}"

@@ -1,10 +1,6 @@
-"""How the long-running processes write their logs: readable text or JSON lines.
-
-``rc serve``, ``rc worker`` and ``rc up`` take ``--log-format text|json``.
-JSON is one object per line: ``time`` (RFC 3339, UTC), ``level``, ``logger``,
-``message``, every ``extra`` field the record carries, and ``exc_info`` as a string.
-
-Top-level so both the controller and the worker can use it.
+"""How the long-running processes (``rc serve``, ``rc worker``, ``rc up``) write their
+logs under ``--log-format``: text, or JSON lines of ``time``, ``level``, ``logger``,
+``message``, every ``extra`` field and ``exc_info``.
 """
 
 from __future__ import annotations
@@ -74,13 +70,9 @@ def configure(
 
 
 def say(log_format: str, message: str, level: str = "INFO", logger: str = "rc") -> None:
-    """One line for the person at the terminal: ``rc: <message>``.
-
-    Under ``--log-format json`` it is a JSON record like the log lines around it, so a
-    collector reading stderr gets only JSON, the last words of a fatal
-    start-up error included. It is written whatever the log level: a banner or a fatal
-    error is what the process has to say, not a log message.
-    """
+    """One line for the person at the terminal, ``rc: <message>``, whatever the log level;
+    under ``--log-format json`` a JSON record like the lines around it, so a collector
+    reading stderr gets only JSON, a fatal start-up error included."""
     if log_format != "json":
         print(f"rc: {message}", file=sys.stderr, flush=True)
         return

@@ -7,19 +7,12 @@ GPU writes::
     def test_kernel(rc_device):
         ...  # CUDA_VISIBLE_DEVICES names the leased GPU(s), as for a job on them
 
-The fixture takes a hold (``Client.lease``) before the test and releases it after,
-whether the test passed, failed or was interrupted. For the test's duration it sets
-``CUDA_VISIBLE_DEVICES`` as the worker sets it for a job on the same devices
-: the devices' indices when every name yields one, replacing an
-inherited value; otherwise the inherited value is left as it is, since a guessed index
-could touch a GPU that was never leased. The previous value comes back afterwards. It
-governs the processes the test starts and CUDA initialised during the test; a CUDA
-runtime already initialised in the pytest process keeps the devices it saw then. The marker's keywords (``select``,
-``device``, ``count``, ``ttl``, ``reason``, ``timeout``) override the ini options
-``rc_select``, ``rc_device``, ``rc_ttl`` and ``rc_timeout``; with neither, any device.
-When no controller is configured (no ``RC_CONTROLLER``, none in the user config
-file), the test is skipped and says so; a configured controller that does not answer
-is an error, not a skip, so a broken fleet never passes as "no GPU tests".
+The fixture holds the devices (``Client.lease``) for the test, released whatever its
+end, and sets ``CUDA_VISIBLE_DEVICES`` as the worker would for a job on them (left
+alone when a name yields no index: a guess could touch a GPU never leased). The
+marker's keywords override the ini options ``rc_select``, ``rc_device``, ``rc_ttl`` and
+``rc_timeout``. With no controller configured the test is skipped; a configured one
+that does not answer is an error, so a broken fleet never passes as "no GPU tests".
 """
 
 from __future__ import annotations

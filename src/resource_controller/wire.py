@@ -1,10 +1,7 @@
-"""The JSON contract: pydantic models for every request and response body.
-
-Field names are the spec's (controller-api.md §5-7). Request models refuse wrong types
-(a bool is never an int: API-001). The bodies workers send ignore fields they do not
-know, as API-001 says; the bodies clients send (submit, kill, drain) refuse them by
-name instead (``_ClientRequest``). Response models use ``None`` for "omitted"; the
-controller serialises them with ``exclude_none``.
+"""The JSON contract: pydantic models for every request and response body, with the
+spec's field names (controller-api.md §5-7). Request models refuse wrong types (a bool
+is never an int: API-001); response models use ``None`` for "omitted", serialised with
+``exclude_none``.
 """
 
 from __future__ import annotations
@@ -40,11 +37,8 @@ _SHAPES: dict[int, tuple[Any, str, Any]] = {}
 
 
 def _shape(annotation: Any) -> tuple[str, Any]:
-    """``("list", item)``, ``("dict", value)`` or ``("", None)`` for ``annotation``.
-
-    Worked out once per annotation: ``null_means_empty`` runs on every field of every
-    body both sides read, and the typing introspection costs more than the body.
-    """
+    """``("list", item)``, ``("dict", value)`` or ``("", None)`` for ``annotation``,
+    worked out once: the typing introspection costs more than a body."""
     known = _SHAPES.get(id(annotation))
     if known is not None and known[0] is annotation:
         return known[1], known[2]
@@ -63,12 +57,9 @@ def _shape(annotation: Any) -> tuple[str, Any]:
 
 
 def null_means_empty(annotation: Any, value: Any) -> Any:
-    """``value`` with every ``null`` where ``annotation`` takes a list or a map made empty.
-
-    Recursive through list items and map values (EXT-COMPAT-1: the reference encoder
-    writes ``null`` for an empty map or list, e.g. ``{"gpu0": null}``). Anything else,
-    a ``null`` string or model included, is left for validation to judge.
-    """
+    """``value`` with every ``null`` where ``annotation`` takes a list or a map made
+    empty, through list items and map values (EXT-COMPAT-1: the reference encoder writes
+    ``{"gpu0": null}``); anything else is left for validation to judge."""
     kind, inner = _shape(annotation)
     if kind == "list":
         if value is None:
@@ -84,24 +75,12 @@ def null_means_empty(annotation: Any, value: Any) -> Any:
 
 
 class _Request(BaseModel):
-    """A body the controller reads.
-
-     ``null`` for a field means the same as leaving it out: the field takes its
-     default, which for every list and map field is the empty container or ``None``.
-     Where the default is ``None`` the routes read it as empty (``command``, ``env``,
-     ``running_job_ids``, ``pending_job_ids``), except ``labels``, ``declared_labels`` and
-     ``device_sheets``, where ``None`` means "not sent: leave every device's stored facts
-     alone". An empty map names no device and so does exactly the
-     same: ``null`` means empty there too, and never reads as "probes found nothing",
-     which is a device's own empty map.
-
-     Below the top level, a ``null`` where a list or a map belongs is that empty container
-    : ``"declared_labels": {"gpu0": null}`` is ``{"gpu0": {}}``, which
-     replaces gpu0's declared labels with the host-wide ones (or none), as the reference
-     controller does. A ``null`` in place of a string, an integer or a nested object
-     inside a list or map is still refused: the contract never sends one. Strictness is
-     untouched: the conversion only ever produces ``[]`` or ``{}``.
-    """
+    """A body the controller reads: ``null`` for a field means leaving it out (its
+    default), and below the top level a ``null`` where a list or a map belongs is that
+    empty container (``null_means_empty``, EXT-COMPAT-1). Where the default is ``None``
+    the routes read it as empty, except ``labels``, ``declared_labels`` and
+    ``device_sheets``, where ``None`` means "not sent: leave the stored facts alone".
+    Strictness is untouched: the conversion only ever produces ``[]`` or ``{}``."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -120,18 +99,11 @@ class _Request(BaseModel):
 
 
 class _ClientRequest(_Request):
-    """A body a client sends: a field this controller does not know is ``400 bad_request``
-    naming it, not ignored as API-001 has it.
-
-    A client body decides where and how a job runs. Ignored, a misspelt field is a
-    setting that silently did not happen (``"device": "vm:gpu3"`` for ``device_id``
-    put the job on any device), and so is a field a newer client sends for a feature
-    this controller lacks. Clients leave out every field at its default, so a
-    newer client still works here as long as it does not ask for what is missing.
-    Worker bodies keep API-001's rule (``_Request``): a worker is a daemon nobody
-    watches, and refusing its heartbeat over a field it added would take its devices
-    out of the pool over a version skew.
-    """
+    """A body a client sends: a field this controller does not know is ``400
+    bad_request`` naming it, not ignored as API-001 has it, since an ignored misspelt
+    field (``"device"`` for ``device_id``) is a setting that silently did not happen.
+    Worker bodies keep API-001's rule: refusing a daemon's heartbeat over a field a
+    newer version added would take its devices out of the pool."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -214,7 +186,7 @@ class StatusReport(_Request):
     lease_epoch: StrictInt | None = None
     #: What the job's GPUs did, sent with the outcome; each omitted when
     #: nothing was sampled. A value out of its range reads as not sent: a measurement
-    #: never costs the outcome it rides with (``bounded.measured``).
+    #: never costs the outcome it rides with (``bounded._measured``).
     gpu_util_mean: b.UtilPercent = None
     gpu_mem_peak_bytes: b.MeasuredBytes = None
     samples: b.MeasuredCount = None

@@ -750,11 +750,11 @@ def test_webhook_deliveries_and_drops_are_counted(
 def test_a_webhook_url_that_cannot_be_posted_to_stops_the_start() -> None:
     # Nothing goes through a proxy: one meant for the URL is named, not bypassed.
     proxied = {"HTTPS_PROXY": "http://proxy.test:3128"}
-    with pytest.raises(serve.StartupError, match=r"^HTTPS_PROXY is set, but hooks\.test"):
+    with pytest.raises(serve.ServeError, match=r"^HTTPS_PROXY is set, but hooks\.test"):
         serve.webhook_url("https://hooks.test/x", proxied)
     assert serve.webhook_url("https://hooks.test/x", {**proxied, "no_proxy": "hooks.test"})
     assert serve.webhook_url("http://hooks.test/x", proxied)  # for https:// only
-    with pytest.raises(serve.StartupError, match=r"^webhook URL 'ftp://h/' is not an http"):
+    with pytest.raises(serve.ServeError, match=r"^webhook URL 'ftp://h/' is not an http"):
         serve.webhook_url("ftp://h/", {})
 
 

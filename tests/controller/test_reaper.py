@@ -415,7 +415,7 @@ def test_every_timing_can_be_set() -> None:
     ],
 )
 def test_timing_errors(raw: str, message: str) -> None:
-    with pytest.raises(serve.StartupError) as e:
+    with pytest.raises(serve.ServeError) as e:
         serve.apply_test_timings(Settings(), raw)
     assert str(e.value).startswith(f"RC_TEST_TIMINGS: {message}")
 

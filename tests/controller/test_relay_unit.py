@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from resource_controller.controller.relay import FRAME_MAX, Conflict, Half, Pipe, Relay
+from resource_controller import errors
+from resource_controller.controller.relay import FRAME_MAX, Half, Pipe, Relay
 
 
 def run(fn: Callable[[], Awaitable[None]]) -> None:
@@ -73,7 +74,7 @@ def test_one_connection_per_half_and_a_conflict_leaves_the_session_alone() -> No
     async def scenario() -> None:
         relay = Relay()
         session = relay.attach("j", Half.CLIENT_OUT)
-        with pytest.raises(Conflict):
+        with pytest.raises(errors.Conflict):
             relay.attach("j", Half.CLIENT_OUT)
         assert relay.sessions["j"] is session and session.halves == {Half.CLIENT_OUT}
 

@@ -21,7 +21,7 @@ from controller_harness import QUIET, START, TOKENS
 import resource_controller
 from resource_controller import wire
 from resource_controller.clock import FakeClock
-from resource_controller.controller import serve, service
+from resource_controller.controller import serve, service, workerops
 from resource_controller.controller.deps import Services
 from resource_controller.controller.wake import Done, Wake
 from resource_controller.core import expiry
@@ -51,7 +51,7 @@ class Ops:
 
     def register(self, **extra: Any) -> Done[Any]:
         req = wire.RegisterRequest(host=HOST, devices=[wire.DeviceDecl(name="gpu0")], **extra)
-        return self.run(service.register, WORKER, req)
+        return self.run(workerops.register, WORKER, req)
 
     def submit(self, **fields: Any) -> Done[Any]:
         fields.setdefault("command", ["true"])
@@ -60,12 +60,12 @@ class Ops:
 
     def take(self, worker_id: str) -> list[str]:
         gone: asyncio.Future[None] = self.loop.create_future()
-        handed, _ = self.run(service.poll, worker_id, 0.01, gone).value
+        handed, _ = self.run(workerops.poll, worker_id, 0.01, gone).value
         return [j.id for j in handed]
 
     def report(self, job_id: str, worker_id: str, state: str) -> Done[None]:
         req = wire.StatusReport(worker_id=worker_id, state=state, exit_code=0)
-        return self.run(service.report_status, job_id, req)
+        return self.run(workerops.report_status, job_id, req)
 
     def silence(self) -> Done[Any]:
         """Let the worker go quiet past the grace and sweep: its device goes ``unknown``."""
@@ -186,7 +186,7 @@ def test_kill_handed_to_the_worker_wakes_only_the_worker(ops: Ops) -> None:  # A
 
 def test_clear_schedules(ops: Ops) -> None:  # EXT-FAST-1: a device cleared
     ops.register()
-    ops.run(service.fault, DEV, wire.FaultReport(reason="fan"))
+    ops.run(workerops.fault, DEV, wire.FaultReport(reason="fan"))
     assert store_helpers.device(ops.svc.store, DEV).state == DeviceState.UNHEALTHY  # type: ignore[union-attr]
     done = ops.run(service.clear, DEV)
     assert done.wake.schedule and done.wake.devices
@@ -196,14 +196,14 @@ def test_device_back_from_unknown_schedules(ops: Ops) -> None:  # EXT-FAST-1
     wid = ops.register().value.worker_id
     swept = ops.silence()
     assert swept.value.devices_unknown == [DEV] and swept.wake.schedule
-    done = ops.run(service.heartbeat, wid, wire.HeartbeatRequest())
+    done = ops.run(workerops.heartbeat, wid, wire.HeartbeatRequest())
     assert store_helpers.device(ops.svc.store, DEV).state == DeviceState.READY  # type: ignore[union-attr]
     assert done.wake.schedule
 
 
 def test_a_routine_heartbeat_kicks_no_pass(ops: Ops) -> None:  # a fleet heartbeats often
     wid = ops.register().value.worker_id
-    done = ops.run(service.heartbeat, wid, wire.HeartbeatRequest())
+    done = ops.run(workerops.heartbeat, wid, wire.HeartbeatRequest())
     assert done.wake == Wake()
 
 
@@ -218,8 +218,8 @@ def test_no_wait_refusal_ends_the_job_and_raises_after_commit(ops: Ops) -> None:
 
 def test_facts_and_faults_change_devices_only(ops: Ops) -> None:  # EVT-012's triggers
     wid = ops.register().value.worker_id
-    push = ops.run(service.push_labels, wid, wire.LabelsPush(host=HOST, devices=["gpu0"]))
-    fault = ops.run(service.fault, DEV, wire.FaultReport(reason="fan"))
+    push = ops.run(workerops.push_labels, wid, wire.LabelsPush(host=HOST, devices=["gpu0"]))
+    fault = ops.run(workerops.fault, DEV, wire.FaultReport(reason="fan"))
     assert push.wake == Wake(devices=True)
     # The fault also raises its webhook event (HOOKN-012a), nothing else.
     assert fault.wake == Wake(devices=True, notices=fault.wake.notices)

@@ -225,7 +225,7 @@ def test_a_bad_file_stops_the_controller_at_start_naming_the_line(
     path = tmp_path / "limits.yaml"
     path.write_text("limits:\n  alice: 4\n  bob: lots\n")
     settings = dataclasses.replace(QUIET, limits_file=str(path))
-    with pytest.raises(serve.StartupError, match=r"limits.yaml line 3: bob"):
+    with pytest.raises(serve.ServeError, match=r"limits.yaml line 3: bob"):
         serve.open_services(tmp_path / "data", TOKENS, settings, clock)
     assert not (tmp_path / "data").exists()  # refused before the data directory
 

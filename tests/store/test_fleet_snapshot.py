@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from resource_controller import errors
 from resource_controller.clock import FakeClock
 from resource_controller.core.expiry import SweepRules
-from resource_controller.core.scheduling import FleetIndex, JobSnap, candidates
+from resource_controller.core.planner import FleetIndex
+from resource_controller.core.scheduling import JobSnap, candidates
 from resource_controller.store import fleet
 from resource_controller.store.facade import Store
 from resource_controller.store.fleet import FleetSnapshot

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from resource_controller.clock import FakeClock
 from resource_controller.core.passloop import plan
+from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
-    Planner,
     could_ever_fit,
     gang_runtime,
     queue_position,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from resource_controller.core import selectors
 from resource_controller.core.passloop import Placement, SnapshotQueue, plan, run_pass
+from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import (
     DeviceSnap,
     JobSnap,
-    Planner,
     candidates,
     competes,
     matching,
@@ -294,7 +294,7 @@ def test_claim_unless_free_is_what_a_one_device_pins_offer_would_do(
 def test_one_device_choices_are_made_as_asked_and_equal_their_list() -> None:
     """A job for any device gets its choices lazily (10,000 candidates, one tried); they
     read as the list of one-device tuples they stand for."""
-    from resource_controller.core.scheduling import _Singles
+    from resource_controller.core.planner import _Singles
 
     free = ["h:g0", "h:g1", "h:g2"]
     lazy = _Singles(free)

@@ -8,11 +8,8 @@ import pytest
 from resource_controller.core import identity, limits, share, states, waiting
 from resource_controller.core.identity import Caller
 from resource_controller.core.passloop import plan
-from resource_controller.core.scheduling import (
-    DeviceSnap,
-    JobSnap,
-    Planner,
-)
+from resource_controller.core.planner import Planner
+from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.share import SubmitterLimits, over_limit
 from resource_controller.core.states import Role
 
@@ -153,8 +150,8 @@ def test_the_share_name(caller: Caller, recorded: str, share: str) -> None:
 # ---- waiting_for (EXT-WHY-1a with EXT-SHARE) ------------------------------------------------
 
 
-def _snap(queued: list[JobSnap], **kw: object) -> waiting.Snapshot:
-    return waiting.Snapshot(FLEET[:1], queued, **kw)  # type: ignore[arg-type]
+def _snap(queued: list[JobSnap], **kw: object) -> waiting.WaitFacts:
+    return waiting.WaitFacts(FLEET[:1], queued, **kw)  # type: ignore[arg-type]
 
 
 def test_a_job_at_its_limit_waits_for_that_alone() -> None:

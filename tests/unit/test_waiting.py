@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from resource_controller.core import selectors, waiting
 from resource_controller.core.passloop import plan
 from resource_controller.core.scheduling import DeviceSnap, JobSnap, candidates, queue_key
-from resource_controller.core.waiting import Blocker, Holding, Snapshot
+from resource_controller.core.waiting import Blocker, Holding, WaitFacts
 
 IDS = [f"h{h}:g{g}" for h in range(2) for g in range(3)]
 SELECTORS = ["", "", "kind=a", "kind=b", "idx>=1", "vendor"]  # "vendor" no longer parses
@@ -53,7 +53,7 @@ def queues(draw: st.DrawFn) -> list[JobSnap]:
 
 
 @st.composite
-def snapshots(draw: st.DrawFn) -> Snapshot:
+def snapshots(draw: st.DrawFn) -> WaitFacts:
     fleet = draw(fleets())
     queued = draw(queues())
     leases = [
@@ -77,7 +77,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         names = [j.id for j in queued] + ["left-the-queue"]  # never empty
         reservations = {d.id: draw(st.sampled_from(names)) for d in fleet if draw(st.booleans())}
     quarantine = {d.id: f"why {d.id}" for d in fleet if d.state == "unhealthy"}
-    return Snapshot(fleet, queued, leases, reservations, quarantine)
+    return WaitFacts(fleet, queued, leases, reservations, quarantine)
 
 
 def _cands(job: JobSnap, fleet: list[DeviceSnap]) -> list[str]:
@@ -89,7 +89,7 @@ def _cands(job: JobSnap, fleet: list[DeviceSnap]) -> list[str]:
 
 @settings(max_examples=300)
 @given(snap=snapshots())
-def test_one_entry_per_candidate_and_each_fact_exactly_when_it_holds(snap: Snapshot) -> None:
+def test_one_entry_per_candidate_and_each_fact_exactly_when_it_holds(snap: WaitFacts) -> None:
     devices = {d.id: d for d in snap.devices}
     leases = {h.device_id: h for h in snap.leases}
     order = {j.id: queue_key(j) for j in snap.queued}
@@ -134,7 +134,7 @@ def test_a_job_is_never_blocked_by_its_own_reservation(
     p = plan(queued, fleet)
     reservations = p.reservations
     left = [j for j in queued if j.id not in p.assignments]
-    every = waiting.waiting_for_all(Snapshot(fleet, left, reservations=reservations))
+    every = waiting.waiting_for_all(WaitFacts(fleet, left, reservations=reservations))
     for job in left:
         for e in every[job.id]:
             assert e.reserved_by != job.id
@@ -153,7 +153,7 @@ def test_held_reserved_and_out_of_pool_for_a_selector_job() -> None:
     ]
     head = JobSnap("head", 1, device_id="box:gpu1")
     job = JobSnap("sel", 2, selector="gpu=a")
-    snap = Snapshot(
+    snap = WaitFacts(
         fleet,
         [head, job],
         [Holding("box:gpu0", "alice", "j0", "hold", "profiling", 100, 1000, 600)],
@@ -172,13 +172,13 @@ def test_any_device_job_waits_for_every_device_ceiling_filtered() -> None:
     # EXT-CLI-1a: candidates are every device whose ceiling tolerates the job.
     fleet = [DeviceSnap("b:1", max_runtime_seconds=60), DeviceSnap("a:0"), DeviceSnap("c:2")]
     job = JobSnap("any", 1, max_runtime_seconds=600)
-    got = waiting.waiting_for(job, Snapshot(fleet, [job]))
+    got = waiting.waiting_for(job, WaitFacts(fleet, [job]))
     assert [b.device_id for b in got] == ["a:0", "c:2"]
 
 
 def test_a_selector_that_no_longer_parses_waits_for_nothing() -> None:
     job = JobSnap("bad", 1, selector="vendor")
-    assert waiting.waiting_for(job, Snapshot([DeviceSnap("a:0")], [job])) == []
+    assert waiting.waiting_for(job, WaitFacts([DeviceSnap("a:0")], [job])) == []
 
 
 def test_until_is_the_runtime_from_the_grant_none_without_one_expiry_without_a_job() -> None:
@@ -248,7 +248,7 @@ def test_a_device_in_mig_conflict_is_held_out_and_says_why() -> None:
     p = plan([pinned, sel], fleet)
     # The pinned job waits, reserving nothing; the selector job takes the instance.
     assert p.assignments == {"sel": ("box:gpu0.mig0",)} and p.reservations == {}
-    (blocker,) = waiting.waiting_for(pinned, Snapshot(fleet, [pinned]))
+    (blocker,) = waiting.waiting_for(pinned, WaitFacts(fleet, [pinned]))
     assert blocker == Blocker("box:gpu0", mig_conflict=why)
     said = waiting.phrase(blocker, NOW, with_device=False)
     assert said == f"not offered: MIG conflict ({why})"

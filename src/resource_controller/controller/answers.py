@@ -24,12 +24,6 @@ def error_response(code: str, message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": code, "message": message}, status_code=status)
 
 
-def rc_error(exc: errors.RcError) -> JSONResponse:
-    if exc.status >= 500:
-        log.error("request failed: %s", exc.message)
-    return error_response(exc.code, exc.message, exc.status)
-
-
 def unexpected() -> JSONResponse:
     """Anything unforeseen: logged with its traceback, answered without driver text."""
     log.exception("unhandled error in a route")
@@ -38,6 +32,8 @@ def unexpected() -> JSONResponse:
 
 def error_answer(exc: Exception) -> JSONResponse:
     """The answer to ``exc``, raised by a route: its own code, or the generic 500."""
-    if isinstance(exc, errors.RcError):
-        return rc_error(exc)
-    return unexpected()
+    if not isinstance(exc, errors.RcError):
+        return unexpected()
+    if exc.status >= 500:
+        log.error("request failed: %s", exc.message)
+    return error_response(exc.code, exc.message, exc.status)

@@ -1,17 +1,11 @@
 """``create_app``: the controller's HTTP surface, error mapping and background loops.
 
 One small ASGI app on Starlette's request and response objects serves every route of
-the table (``controller/table.py``), each request in the same steps: find the route
-(404, or 405 naming the path's methods), stamp ``Rc-Controller-Instance``
-(AUTH-020), authenticate and check the role before anything else about the request
-(AUTH-003), read and validate the route's JSON body, call the handler, time the whole
-under the route's template (EXT-METRICS-1).
-
-Errors are mapped to the wire in one place: every ``RcError`` becomes the spec's
-``{"error", "message"}`` body with its status; anything unexpected is a generic
-``500 store_error`` that leaks no driver text. An answer is an ordinary response, so
-the keep-alive connection survives it; an exception after a response started (a
-stream) still reaches the server, which cuts the connection.
+``controller/table.py``, each request in the same steps: find the route (404, or 405
+naming the path's methods), stamp ``Rc-Controller-Instance`` (AUTH-020), authenticate
+and check the role before anything else (AUTH-003), read the route's JSON body, call the
+handler, time the whole under the route's template (EXT-METRICS-1). Every ``RcError``
+becomes the spec's error body; anything else a ``500 store_error`` with no driver text.
 """
 
 from __future__ import annotations
@@ -20,12 +14,12 @@ import asyncio
 import contextlib
 import logging
 import time
-import traceback
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Router
 from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import answers, deps, loops, render, table, webhooks
@@ -47,8 +41,8 @@ class App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+        elif scope["type"] == "lifespan":  # Starlette's router speaks the protocol
+            await Router(lifespan=lambda _: self.running()).lifespan(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -103,21 +97,6 @@ class App:
             return await route.handler(Call(svc, request, caller, found.param, body))
         except Exception as exc:
             return answers.error_answer(exc)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        """The ASGI lifespan protocol around ``running``, as Starlette's router speaks it."""
-        await receive()  # lifespan.startup
-        started = False
-        try:
-            async with self.running():
-                await send({"type": "lifespan.startup.complete"})
-                started = True
-                await receive()  # lifespan.shutdown
-        except BaseException:
-            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
-            await send({"type": failed, "message": traceback.format_exc()})
-            raise
-        await send({"type": "lifespan.shutdown.complete"})
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -1,8 +1,5 @@
-"""Role tokens from ``RC_TOKENS`` and the bearer check.
-
-An entry is ``token:role`` or ``token:role:name``. Tokens are compared in
-constant time and never logged. ``admin`` satisfies every role; ``worker`` and
-``client`` are disjoint.
+"""Role tokens from ``RC_TOKENS`` (``token:role[:name]``) and the bearer check: tokens
+compared in constant time and never logged; ``admin`` satisfies every role.
 """
 
 from __future__ import annotations
@@ -20,11 +17,8 @@ class TokenError(ValueError):
 
 
 def parse_tokens(value: str | None) -> dict[str, Caller]:
-    """Parse ``token:role[:name]`` entries, refusing anything ambiguous.
-
-    The role is the text between the first and second colon; after the second colon
-    comes the name, which must be 1-64 characters of ``A-Z a-z 0-9 . _ @ / -``.
-    """
+    """``token:role[:name]`` entries, anything ambiguous refused; a name is 1-64 characters
+    of ``A-Z a-z 0-9 . _ @ / -``."""
     if not value:
         raise TokenError(EXAMPLE)
     tokens: dict[str, Caller] = {}

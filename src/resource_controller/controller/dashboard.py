@@ -1,10 +1,6 @@
-"""The dashboard page (controller-api.md §13): one self-contained HTML document.
-
-The HTML, CSS and script are kept as separate files under ``static/`` for editing and
-joined here into one page with the style and script inline. The
-page is assembled once per process; the Content-Security-Policy allows exactly that
-inline style and script (by hash), requests to this controller only, and ``data:``
-images (the tab icon), so nothing else can run or be fetched even if text slipped in.
+"""The dashboard page (controller-api.md §13): ``static/``'s HTML, CSS and script joined
+once into one page, with a Content-Security-Policy that allows exactly that inline style
+and script (by hash), requests to this controller and ``data:`` images.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""What every route needs: the services bundle, the route itself, the call a handler gets
-(caller, path parameter, body), authentication and body parsing.
-
-Bodies are parsed here rather than by the framework so that authentication is always
-checked first and a bad body is our ``400 bad_request``, never a 422.
+"""What every route needs: the services bundle, the route, the call a handler gets, and
+authentication and body parsing, here rather than in a framework so that
+authentication always comes first and a bad body is ``400 bad_request``, never a 422.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import pydantic
 import pydantic_core
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from resource_controller import errors
 from resource_controller.clock import Clock
@@ -38,12 +37,8 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 @dataclass
 class Settings:
-    """Controller settings fixed at start-up.
-
-    The durations carry the spec's production numbers; ``rc serve`` never changes them.
-    Only tests shorten them (the ``RC_TEST_TIMINGS`` hook in ``controller/serve.py``),
-    so the reaper can be watched end to end without waiting minutes.
-    """
+    """Controller settings fixed at start-up. The durations are the spec's; only tests
+    shorten them (``RC_TEST_TIMINGS``, ``controller/serve.py``)."""
 
     retain_disconnected_jobs: bool = False
     #: Seconds between safety-net scheduling passes.
@@ -58,11 +53,9 @@ class Settings:
     hold_off: float = expiry.HOLD_OFF
     #: Where webhook events go; empty means no notifier at all.
     webhook_url: str = ""
-    #: ``--priority-aging``: seconds of waiting per step of effective priority; 0 = off
-    #:.
+    #: ``--priority-aging``: seconds of waiting per step of effective priority; 0 = off.
     priority_aging: int = 0
-    #: ``--log-retention``: stored output of jobs ended longer ago is deleted; 0 = kept
-    #:.
+    #: ``--log-retention``: stored output of jobs ended longer ago is deleted; 0 = kept.
     log_retention: int = 0
     #: ``--max-log-bytes``: the cap on one job's stored output; 0 = none.
     max_log_bytes: int = DEFAULT_MAX_BYTES
@@ -103,18 +96,12 @@ class Services:
         """Run a store operation on the store thread."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
+    async def log_store(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a log store call: on a thread when the store is a database, at once on files."""
+        return await asyncio.to_thread(fn, *args) if self.logs.remote else fn(*args)
+
     def now(self) -> int:
         return int(self.clock.now())
-
-
-def unauthorized() -> errors.Unauthorized:
-    """401: no usable token."""
-    return errors.Unauthorized("a valid bearer token is required")
-
-
-def forbidden(role: Role, required: Role) -> errors.Forbidden:
-    """403: the token's role does not satisfy the route."""
-    return errors.Forbidden(f"a {role.value} token cannot use a {required.value} route")
 
 
 @dataclass(slots=True)
@@ -146,8 +133,8 @@ class Query:
     """A query parameter a route reads, as the OpenAPI document describes it."""
 
     name: str
-    schema: dict[str, Any]
     description: str
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
     required: bool = False
 
 
@@ -196,18 +183,15 @@ def authorize(svc: Services, header: str | None, required: Role, fallback: str =
     token = svc.auth.bearer(header) or fallback
     caller = svc.auth.caller_of(token) if token else None
     if caller is None:
-        raise unauthorized()
+        raise errors.Unauthorized("a valid bearer token is required")
     if not satisfies(caller.role, required):
-        raise forbidden(caller.role, required)
+        raise errors.Forbidden(f"a {caller.role.value} token cannot use a {required.value} route")
     return caller
 
 
 def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
-    """Validate a JSON body; absent fields default. Unknown fields are ignored in worker
-    bodies and refused by name in client bodies (``wire._ClientRequest``).
-
-    ``null`` handling (absent at the top, empty where a list or map belongs: API-001) lives on the request models themselves (``wire._Request``).
-    """
+    """Validate a JSON body; absent fields default, ``null`` and unknown fields are the
+    models' to judge (``wire._Request``, ``wire._ClientRequest``)."""
     if not raw.strip():
         if not empty_ok:
             raise errors.BadRequest("a JSON body is required")
@@ -276,15 +260,17 @@ def unknown_fields(names: list[str], model: type[pydantic.BaseModel]) -> str:
     )
 
 
+async def disconnected(receive: Receive) -> None:
+    """Returns once the client closed the connection."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def read_capped(
     request: Request, cap: int, what: str = "JSON body", code: str = "body_too_large"
 ) -> bytes:
-    """The raw body, refused with ``413`` once it passes ``cap`` bytes.
-
-    A declared ``Content-Length`` over the cap is refused before a byte is read; a
-    chunked (or lying) body is counted while it streams, and nothing past the cap is
-    read or kept, so an oversized request costs at most ``cap`` bytes of memory.
-    """
+    """The raw body, ``413`` past ``cap`` bytes: a declared ``Content-Length`` over it
+    before a byte is read, a chunked (or lying) one as it streams, keeping nothing past it."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and len(declared) <= 20 and int(declared) > cap:
         raise errors.TooLarge(f"{what} exceeds {cap} bytes", code=code)

@@ -1,13 +1,8 @@
-"""The event stream's in-process broadcaster.
+"""The event stream's in-process broadcaster: nudges ("something changed, refetch
+``/v1/state``"), never a change log, in two kinds, ``jobs`` and ``devices``.
 
-Events are nudges ("something changed, refetch ``/v1/state``"), never a change log:
-nothing is stored or replayed. Each subscriber has a bounded buffer of
-``BUFFER`` frames; publishing never blocks, and a full buffer drops the event for
-that subscriber only. The route (``routes/events.py``) writes each frame
-under a ``WRITE_DEADLINE`` and cuts a reader that cannot take one in time.
-
-Only ``wake.apply`` publishes, after the change that implies the event committed.
-Exactly two kinds exist, ``jobs`` and ``devices``.
+Each subscriber has a buffer of ``BUFFER`` frames; publishing never blocks, and a full
+buffer drops the event for that subscriber only. Only ``wake.apply`` publishes.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """In-process wake-ups: long polls and log followers sleep until something changed.
 
-A wake-up is a hint that makes things fast; correctness never depends on one,
-because every sleeper also re-checks on a bounded timeout. Each key has an
-``asyncio.Event`` that is set and replaced on every wake, so a sleeper that took
-the event before checking the store can never miss a wake that lands in between.
-
-Only ``controller/wake.py``'s ``apply`` calls the wake methods, after the change that
-implies them has committed; operations say what to wake as data (``wake.Wake``).
+A wake-up is a hint; every sleeper also re-checks on a timeout. Each key's
+``asyncio.Event`` is set and replaced on every wake, so a sleeper that took the event
+before checking the store never misses one. Only ``wake.apply`` calls the wake methods.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Background loops: the scheduler pass and the reaper.
 
-Scheduler: a pass runs right after every change that can place a queued job
-; kicks that arrive while a pass runs coalesce into the next one. The
-periodic pass (1 s) only matters if a kick was somehow missed, and runs only on the
-leading controller (EXT-PG-8, ``controller/peers.py``), as do the reaper and log
-retention; a kicked pass runs where its change landed, serialised with every other
-controller's by the store.
+Scheduler: a pass runs right after every change that can place a queued job; kicks that
+arrive meanwhile coalesce. The periodic pass only catches a missed kick, and runs on the
+leading controller alone (``controller/peers.py``), as do the reaper and log retention.
 
-Reaper: every sweep interval, first one interval after start, one sweep
-judged by ``core.expiry``: worker silence demotes devices, and once the start-up
-hold-off has passed and the stall guard allows it, written-off workers'
-jobs are lost and lapsed leases expire. A sweep never frees a device. Errors are
-logged and the loop carries on at the next tick. The same tick runs one bounded log
-retention pass when ``--log-retention`` is set.
+Reaper: every sweep interval (the first one interval after start) one sweep judged by
+``core.expiry`` and, with ``--log-retention``, one bounded retention pass. A sweep never
+frees a device. Errors are logged and the loop carries on at its next tick.
 """
 
 from __future__ import annotations
@@ -21,16 +15,19 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from resource_controller import errors
 from resource_controller.controller import service, webhooks
 from resource_controller.controller.deps import Services
-from resource_controller.controller.wake import Wake, apply, perform
+from resource_controller.controller.wake import Done, Wake, apply, perform
 from resource_controller.core import expiry
-from resource_controller.store.leadership import Fence
 from resource_controller.store.records import SweepResult
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 async def scheduler(svc: Services) -> None:
@@ -43,13 +40,8 @@ async def scheduler(svc: Services) -> None:
         kick.clear()
         if not (kicked or svc.peers.leading):
             continue
-        try:
-            with svc.metrics.schedule_pass.time():
-                await perform(svc.hub, service.schedule_pass(svc))
-        except errors.RcError as exc:
-            log.error("scheduling pass failed: %s", exc)
-        except Exception:
-            log.exception("scheduling pass failed")
+        with svc.metrics.schedule_pass.time():
+            await _logged(svc, "scheduling pass", service.schedule_pass(svc))
 
 
 async def limits_on_hangup(svc: Services) -> None:
@@ -82,11 +74,8 @@ async def _stopping(svc: Services, seconds: float) -> bool:
 
 
 async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
-    """Sweep every ``sweep_interval`` with the hold-off fixed at start.
-
-    ``started`` is the controller's start instant on its clock; it seeds the stall
-    guard, so a first pass that comes far later than scheduled is caught too.
-    """
+    """Sweep every ``sweep_interval``; ``started`` (the controller's start on its clock)
+    seeds the stall guard, so a first pass far later than scheduled is caught too."""
     s = svc.settings
     guard = expiry.StallGuard(previous=started)
     while not await _stopping(svc, s.sweep_interval):
@@ -106,7 +95,8 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
                 s.sweep_interval,
                 expiry.RESUME_PASSES,
             )
-        await _prune_logs(svc, fence)
+        if s.log_retention > 0:  # one bounded retention pass on the reaper's tick
+            await _logged(svc, "log retention pass", service.prune_logs(svc, fence))
         rules = expiry.SweepRules(
             grace=s.grace,
             unhealthy_after=s.unhealthy_after,
@@ -115,33 +105,24 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
             retain=s.retain_disconnected_jobs,
             stalled=not guard.may_judge,
         )
-        try:
-            with svc.metrics.sweep.time():
-                result = await perform(svc.hub, service.sweep(svc, rules, fence))
-        except errors.NotLeading as exc:
-            log.info("sweep not run: %s", exc)
-            continue
-        except errors.RcError as exc:
-            log.error("sweep failed: %s", exc)
-            continue
-        except Exception:
-            log.exception("sweep failed")
-            continue
-        await _after_sweep(svc, result)
+        with svc.metrics.sweep.time():
+            result = await _logged(svc, "sweep", service.sweep(svc, rules, fence))
+        if result is not None:
+            await _after_sweep(svc, result)
 
 
-async def _prune_logs(svc: Services, fence: Fence | None) -> None:
-    """One bounded retention pass on the reaper's tick; errors are logged."""
-    if svc.settings.log_retention <= 0:
-        return
+async def _logged(svc: Services, what: str, op: Awaitable[Done[T]]) -> T | None:
+    """``perform(op)``; a failure is logged naming ``what`` and answers None, so the loop
+    carries on at its next tick."""
     try:
-        await perform(svc.hub, service.prune_logs(svc, fence))
+        return await perform(svc.hub, op)
     except errors.NotLeading as exc:
-        log.info("log retention pass not run: %s", exc)
+        log.info("%s not run: %s", what, exc)
     except errors.RcError as exc:
-        log.error("log retention pass failed: %s", exc)
+        log.error("%s failed: %s", what, exc)
     except Exception:
-        log.exception("log retention pass failed")
+        log.exception("%s failed", what)
+    return None
 
 
 async def _after_sweep(svc: Services, result: SweepResult) -> None:

@@ -1,10 +1,6 @@
-"""Prometheus metrics for ``GET /metrics``.
-
-Each controller has its own registry. Counters and histograms are observed where
-things happen (a hand-out, a scheduling pass, a sweep, a webhook delivery, a request);
-the state gauges (devices and jobs by state, queue depth, heartbeat age) are read from
-the store at scrape time, in one cheap grouped read on the store thread, so they are
-the real state and never a running tally that could drift.
+"""Prometheus metrics for ``GET /metrics``, one registry per controller: counters and
+histograms observed where things happen; the state gauges read from the store at scrape
+time in one grouped read, so they are the real state, never a tally that could drift.
 """
 
 from __future__ import annotations
@@ -126,7 +122,7 @@ class Metrics:
             registry=r,
         )
 
-    # The webhook notifier's counters (webhooks.Counters).
+    # The webhook notifier's counters.
     def delivered(self, event: str) -> None:
         self.webhook_delivered.labels(event).inc()
 

@@ -1,10 +1,7 @@
-"""The published OpenAPI document, written from the route table (``controller/table.py``).
-
-Every operation says what its route really takes and answers, so a fuzzer reading the
-document reaches every field: the wire models as request bodies (parsed by dispatch
-after authentication, never by a framework: there is no 422), the query parameters
-each route reads, the bearer scheme with the role each route needs, and the error
-responses (``ErrorBody``) each can answer.
+"""The published OpenAPI document, written from the route table: the wire models as
+request bodies (parsed after authentication: there is no 422), the query parameters,
+the bearer scheme with each route's role, and the error responses each can answer, so a
+fuzzer reading it reaches every field.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Long polls parked for work, which a terminal report's commit may answer directly.
 
 A report that frees a device hands it on in its own transaction; when the worker that
-gets it has a poll waiting, the hand-out (``assigned -> running``) can join that same
-commit and the answer go straight to the waiting poll, instead of a wake-up, a hop to
-the store thread and a commit of its own. Exactly one poll gets a claimed answer, as
-exactly one poll gets a hand-out it committed itself.
-
-A claim is made on the store thread, inside the report's transaction; the poll leaves
-on the event loop. One lock orders the two: a poll that finds itself claimed waits for
-the answer (it comes once the transaction ended: the work, or None to look again), and
-a poll that left is never claimed.
+gets it has a poll waiting, the hand-out joins that commit and the answer goes straight
+to the poll, saving a wake-up, a hop to the store thread and a commit. A claim is made
+on the store thread, a poll leaves on the event loop; one lock orders the two, so a poll
+that left is never claimed and one claimed waits for its answer (the work, or None).
 """
 
 from __future__ import annotations

@@ -1,35 +1,18 @@
 """Several controllers on one PostgreSQL database: which one leads, and the wake-ups
-that cross from one to the others.
+that cross from one to the others (ARCHITECTURE.md, "Several controllers").
 
-Leadership (``store/leadership.py``): the controller holding the lease row runs the
-periodic scheduling pass, the reaper and log retention. It renews the lease every
-``TICK``; the others try to take it every ``TICK``, and do once it lapsed (``LEASE``
-seconds after its last renewal, on the database's clock) or the session renewing it
-ended (a dead controller's connection closes at once). So leadership ends with the
-leader's progress, whether it died, froze or lost its network: another leads within
-``LEASE + TICK``. A leader steps down (its flag falls before anything else runs) when a
-renewal fails or outlasts ``CHECK_BOUND``, and on its own when it has not renewed within
-``LEASE`` on its monotonic clock: ``leading`` is read against that deadline, so a
-controller that wakes from a freeze does not lead on what it last knew. Every write it
-makes as leader carries its epoch (``fence``), checked in the write's own transaction.
-Exclusivity never rests on leadership: it is the allocation transaction's and the
-live-lease index's, which every controller's grants go through.
+Leadership is a lease row (``store/leadership.py``): the leader renews it every
+``TICK`` and runs the periodic pass, the reaper and log retention; the others take it
+once it lapsed (``LEASE``) or its session ended. A leader steps down when a renewal
+fails or outlasts ``CHECK_BOUND``, and once ``LEASE`` passed on its monotonic clock
+without one, so a controller waking from a freeze does not lead on what it last knew;
+its writes carry its epoch (``fence``). Exclusivity never rests on leadership.
 
-Wake-ups: the wake-ups of each committed change (``wake.Wake``) go out on
-one LISTEN/NOTIFY channel, and every other controller applies them to its own hub, so
-a worker long-polling B learns at once of an assignment A made, and B's event stream
-carries A's changes. A wake-up is a hint (``hub.py``): one lost costs a poll timeout,
-never correctness. A scheduling kick is not sent: the controller where a change
-lands runs that change's pass itself.
-
-Presence: each controller holds a shared advisory lock while it listens, and counts
-the holders at each tick; one that begins to listen says ``hello`` on the channel. A
-controller that finds itself alone on the database sends nothing (a notification
-nobody hears still costs a round trip a change); when it hears another arrive it sends
-one "wake everyone", so that what it did not send meanwhile costs the newcomer's
-waiters nothing.
-
-On SQLite there is one controller: it leads from the start and sends nothing.
+Wake-ups: each committed change's ``Wake`` goes out on one LISTEN/NOTIFY channel and the
+others apply it to their hubs; a hint, so one lost costs a poll timeout. A controller
+alone on the database (it counts the holders of a shared advisory lock each tick)
+sends nothing, and sends one "wake everyone" when another arrives. On SQLite there is
+one controller: it leads from the start and sends nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.wake import SCHEDULE, Wake, apply
@@ -221,39 +205,27 @@ class Peers:
                 await link.close()
 
 
+#: The wake-ups another controller acts on (never a kick or its webhook notices: the
+#: pass runs where the change landed, and the notices stay with their origin).
+CROSSING = ("workers", "ended", "output", "devices", "jobs", "assigned", "swept")
+
+
 def crosses(wake: Wake) -> bool:
     """Whether another controller has anything to do with ``wake``."""
-    return bool(
-        wake.workers
-        or wake.ended
-        or wake.output
-        or wake.devices
-        or wake.jobs
-        or wake.assigned
-        or wake.swept
-    )
+    return any(getattr(wake, name) for name in CROSSING)
 
 
 def encode(instance: str, wake: Wake) -> str:
-    """The notification payload of ``wake`` (its webhook notices stay with their origin)."""
+    """The notification payload of ``wake``; "wake everyone" when it would not fit."""
+    everyone = json.dumps({"from": instance, "everyone": True})
     if wake.everyone:
-        return json.dumps({"from": instance, "everyone": True})
-    text = json.dumps(
-        {
-            "from": instance,
-            "workers": sorted(wake.workers),
-            "ended": sorted(wake.ended),
-            "output": sorted(wake.output),
-            "devices": wake.devices,
-            "jobs": [list(j) for j in wake.jobs],
-            "assigned": wake.assigned,
-            "swept": wake.swept,
-        },
-        separators=(",", ":"),
-    )
-    if len(text.encode()) > PAYLOAD_MAX:
-        return json.dumps({"from": instance, "everyone": True})
-    return text
+        return everyone
+    body: dict[str, Any] = {"from": instance}
+    for name in CROSSING:
+        value = getattr(wake, name)
+        body[name] = sorted(value) if isinstance(value, frozenset) else value
+    text = json.dumps(body, separators=(",", ":"))
+    return everyone if len(text.encode()) > PAYLOAD_MAX else text
 
 
 def hello(instance: str) -> str:

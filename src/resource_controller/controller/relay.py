@@ -1,25 +1,14 @@
-"""The interactive relay (controller-api.md §11): sessions pairing a job's four halves.
+"""The interactive relay (controller-api.md §11): in-memory sessions pairing a job's
+four halves, keyed by job ID.
 
-A session is keyed by job ID and lives only in memory: two *directions*
-(output, worker to client; input, client to worker), each an unbuffered hand-off
-between one writing half and one reading half. A writer's bytes are acknowledged only
-once the reader has taken them, so a writer whose peer has not dialled in
-yet simply waits, and the relay never holds more than one chunk per direction: the
-HTTP server's own flow control pushes back on the sender from there (backpressure,
-never an unbounded buffer).
-
-Ending rules: an output half ending discards the whole session; an
-input half ending closes only the input direction, and a fresh input direction is
-created when input halves attach again; the last half leaving forgets the session,
-and a late unwind never touches a newer session for the same job.
-
-A session is over for every half once discarded, the POST halves included: they end
-their answers at once rather than at their sender's next write, so a worker whose
-client went away learns it while its job is quiet. A session whose worker is attached
-with no client half for ``CLIENT_ABSENT`` seconds is discarded the same way: its client
-left before the worker dialled in, or never came (README, "Using it on one machine").
-
-Nothing here touches the store or parses a byte.
+Two directions (output, worker to client; input, client to worker), each an unbuffered
+hand-off: a writer's chunk is acknowledged once the reader took it, so the relay holds
+at most one chunk per direction and the HTTP server's flow control pushes back on the
+sender. An output half ending discards the session (over for every half, the POST
+halves included, so a worker learns its client left while its job is quiet); an input
+half ending closes only the input direction, made afresh when input halves attach
+again; the last half out forgets the session, and a late unwind never touches a newer
+one. A session whose worker waits ``CLIENT_ABSENT`` with no client half is discarded.
 """
 
 from __future__ import annotations
@@ -28,6 +17,8 @@ import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from resource_controller import errors
 
 #: The largest chunk handed over in one piece (the spec's relay frame line limit,
 #: TTY-031): a bigger write is handed over in pieces of at most this size.
@@ -58,16 +49,9 @@ class Half(enum.Enum):
         return self in (Half.CLIENT_OUT, Half.CLIENT_IN)
 
 
-class Conflict(Exception):
-    """That half of the session already has a connection."""
-
-
 class Pipe:
-    """One direction: at most one chunk in flight, handed from a writer to a reader.
-
-    Single-threaded asyncio, so plain attributes and a replaced event suffice: every
-    change sets the current event and installs a fresh one.
-    """
+    """One direction: at most one chunk in flight, handed from a writer to a reader; every
+    change sets the current event and installs a fresh one (one event loop, no locks)."""
 
     def __init__(self) -> None:
         self._slot: bytes | None = None
@@ -110,10 +94,24 @@ class Pipe:
         await self._until(lambda: self._taken >= ticket or self._closed)
         return self._taken >= ticket
 
-    async def send(self, data: bytes) -> bool:
-        """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed."""
+    async def send(
+        self, data: bytes, guard: float | None = None, alone: Callable[[], bool] | None = None
+    ) -> bool:
+        """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed,
+        or once blocked ``guard`` seconds while ``alone()`` (the direction then closes:
+        a peer that is attached, or still coming, re-arms the guard)."""
         for start in range(0, len(data), FRAME_MAX):
-            if not await self.taken(self.offer(data[start : start + FRAME_MAX])):
+            ticket = self.offer(data[start : start + FRAME_MAX])
+            while True:
+                try:
+                    async with asyncio.timeout(guard):
+                        taken = await self.taken(ticket)
+                    break
+                except TimeoutError:
+                    if alone is None or alone():
+                        self.close()
+                        return False
+            if not taken:
                 return False
         return True
 
@@ -188,12 +186,14 @@ class Relay:
         self.client_absent = client_absent
 
     def attach(self, job_id: str, half: Half) -> Session:
-        """Join (or create) the job's session as ``half``; ``Conflict`` if it is taken."""
+        """Join (or create) the job's session as ``half``; ``409 conflict`` if it is taken."""
         session = self.sessions.get(job_id)
         if session is None:
             session = self.sessions[job_id] = Session(job_id)
         if half in session.halves:
-            raise Conflict(f"the {half.value} half of job {job_id}'s session is already connected")
+            raise errors.Conflict(
+                f"the {half.value} half of job {job_id}'s session is already connected"
+            )
         if not half.is_output and session.input.closed:
             # Input halves dialling again get a fresh input direction, once the
             # other input half of the old one has let go of it.
@@ -222,13 +222,9 @@ class Relay:
             self._discard(session)
 
     def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
-        """``half`` is over (``pipe`` being the direction it joined): apply its rule.
-
-         A writer ending is end of stream for its reader; a reader ending closes the
-         direction, so a writer blocked on it wakes. An output half ending discards the
-         whole session; an input half closes only its input direction
-        . The last half out forgets the session.
-        """
+        """``half`` is over (``pipe`` being the direction it joined): a writer ending is
+        end of stream for its reader, a reader ending closes the direction (waking a
+        blocked writer); then the session's rules of the module docstring."""
         if half in (Half.WORKER_OUT, Half.CLIENT_IN):
             pipe.end()
         else:
@@ -243,11 +239,8 @@ class Relay:
         self._watch_for_client(session)
 
     def _discard(self, session: Session) -> None:
-        """TTY-020: the session is over; its input closes and every half is told.
-
-        The output direction is left to its halves: its writer ended it (the bytes
-        already handed over still reach the reader), or its reader is gone.
-        """
+        """TTY-020: the session is over; its input closes and every half is told. The output
+        is its halves' to end: its writer ended it, or its reader is gone."""
         session.over.set()
         session.input.close()
         self._forget(session)

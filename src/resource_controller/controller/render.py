@@ -6,7 +6,6 @@ Every age is measured here, on the controller's clock.
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -15,7 +14,7 @@ import pydantic_core
 from resource_controller import wire
 from resource_controller.core import usage as acct
 from resource_controller.core.states import DeviceState
-from resource_controller.core.waiting import Blocker
+from resource_controller.core.waiting import Blocker, rfc3339
 from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobRecord, LabelRecord
 
 ZERO_INSTANT = "0001-01-01T00:00:00Z"
@@ -24,11 +23,9 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 def _new(model: type[M], **fields: Any) -> M:
-    """A response model built without validation: its fields come from the store's typed
-    records, and ``/v1/state`` at 10,000 devices builds some 20,000 of them (validation
-    was 70 % of rendering it, and ``model_construct``'s per-field default handling most
-    of what was left). ``tests/controller/test_render.py`` holds every builder here to
-    what validation would accept and serialize."""
+    """A response model built without validation from the store's typed records:
+    validation was 70 % of rendering ``/v1/state`` at 10,000 devices.
+    ``tests/controller/test_render.py`` holds every builder to what validation accepts."""
     m = model.__new__(model)
     # The defaults hold every field in declaration order, which ``update`` keeps: the
     # serializer writes the fields in ``__dict__``'s order.
@@ -59,14 +56,9 @@ def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=8192)
 def ts(seconds: int | None) -> str | None:
-    """RFC 3339 UTC with a Z, whole seconds; None stays None.
-
-    Cached: a fleet's heartbeats and a queue's submits fall on few distinct seconds, and
-    ``/v1/state`` formats four instants per device and per job.
-    """
-    if seconds is None:
-        return None
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``waiting.rfc3339``, None staying None; cached, since a fleet's heartbeats and a
+    queue's submits fall on few distinct seconds."""
+    return None if seconds is None else rfc3339(seconds)
 
 
 def job(j: JobRecord) -> wire.Job:
@@ -106,10 +98,9 @@ def job(j: JobRecord) -> wire.Job:
 
 
 def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
-    """The Device object as its JSON object: omitted fields absent, in the
-    wire model's order. EXT-CLI-6: the runtime ceiling is always there, 0 when none;
-    ``draining`` only when true, who, when and why only while draining
-    and non-empty."""
+    """The Device object as its JSON object, omitted fields absent, in the wire model's
+    order: the runtime ceiling always (EXT-CLI-6), ``draining`` only when true, with
+    who, when and why when given."""
     out: dict[str, Any] = {
         "id": d.id,
         "host": d.host,
@@ -145,21 +136,10 @@ def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
 _UNHEALTHY = DeviceState.UNHEALTHY.value
 
 
-def quarantine_text(d: DeviceRecord) -> str | None:
-    """The detail when there is one, else the category; only for unhealthy devices."""
-    if d.state != _UNHEALTHY:
-        return None
-    return d.quarantine_detail or d.quarantine_reason or None
-
-
 def device_view_body(s: DeviceSnapshot, now: int) -> dict[str, Any]:
-    """The device view as its JSON object, omitted fields absent.
-
-    A plain object, not a model: ``/v1/state`` and ``/v1/devices`` render one per
-    device, and two models or more per device (device, view, each label) were most
-    of rendering 10,000 of them. ``tests/controller/test_render.py`` holds it to what
-    the wire model validates and serializes.
-    """
+    """The device view as its JSON object, omitted fields absent: a plain object, since
+    models per device (device, view, each label) were most of rendering 10,000 of them;
+    ``tests/controller/test_render.py`` holds it to what the wire model serializes."""
     lease, d = s.lease, s.device
     out: dict[str, Any] = {"device": device_body(d, s.labels)}
     if lease:
@@ -175,9 +155,8 @@ def device_view_body(s: DeviceSnapshot, now: int) -> dict[str, Any]:
     out["heartbeat_age_seconds"] = now - d.last_heartbeat_at
     if s.labels:
         out["oldest_label_age_seconds"] = now - min(lb.updated_at for lb in s.labels)
-    quarantine = quarantine_text(d)
-    if quarantine is not None:
-        out["quarantine_reason"] = quarantine
+    if d.state == _UNHEALTHY and (why := d.quarantine_detail or d.quarantine_reason):
+        out["quarantine_reason"] = why  # the detail when there is one, else the category
     return out
 
 

@@ -1,18 +1,12 @@
 """``rc serve``: start-up order, binding, signals and staged shutdown.
 
 Tokens are validated before the data directory is touched and before any socket is
-bound; every start-up failure is one ``rc: <message>`` line and exit status 1. We bind
-the listening socket ourselves so a port in use fails fast instead of
-surfacing from inside the server after the loops have started.
+bound; every start-up failure is one ``rc: <message>`` line and exit status 1. The
+listening socket is bound here, so a port in use fails before the loops start.
 
-Test hook (never for users, never documented outside this module): the environment
-variable ``RC_TEST_TIMINGS`` shortens the controller's clocks so end-to-end tests can
-watch the reaper without waiting minutes. It is a comma-separated list of
-``name=seconds`` with names ``sweep_interval``, ``grace``, ``unhealthy_after``,
-``hold_off`` and ``schedule_interval`` (e.g. ``grace=2,unhealthy_after=4``); each name
-at most once, each value a non-negative number (intervals strictly positive). An
-unknown name or a malformed entry is a start-up error. Unset or empty, the spec's
-production numbers apply.
+Test hook, never for users: ``RC_TEST_TIMINGS`` (``name=seconds,...``, grammar in
+``core/testtimings.py``) shortens the ``Settings`` named in ``TEST_TIMINGS``, so
+end-to-end tests can watch the reaper without waiting minutes.
 """
 
 from __future__ import annotations
@@ -48,7 +42,7 @@ log = logging.getLogger("rc.controller")
 GRACEFUL_SHUTDOWN = 5.0  #: seconds in-flight requests get after a stop signal
 
 
-class StartupError(Exception):
+class ServeError(Exception):
     """The controller cannot start; the message is the one line printed."""
 
 
@@ -63,23 +57,15 @@ def apply_test_timings(settings: Settings, raw: str | None) -> Settings:
     try:
         changes: dict[str, Any] = testtimings.parse(raw, TEST_TIMINGS, positive=_INTERVALS)
     except testtimings.TestTimingsError as exc:
-        raise StartupError(str(exc)) from None
+        raise ServeError(str(exc)) from None
     return dataclasses.replace(settings, **changes)
-
-
-def arm_crash_point(raw: str | None) -> None:
-    """``RC_TEST_CRASH_AT``, read once at start (a test hook only, see ``crashpoints``)."""
-    try:
-        crashpoints.arm(raw)
-    except crashpoints.CrashPointError as exc:
-        raise StartupError(str(exc)) from None
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
     """``host:port``; an empty host means all interfaces."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
-        raise StartupError(f"invalid --addr {addr!r}: expected host:port")
+        raise ServeError(f"invalid --addr {addr!r}: expected host:port")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -93,11 +79,8 @@ KEEPALIVE = (4, 2, 3)
 
 
 def detect_dead_peers(sock: socket.socket) -> None:
-    """Keep-alive and a user timeout on ``sock``; accepted connections inherit both.
-
-    A vanished client sends no FIN: without these, its idle relay connection would look
-    open forever and its job would wait on a stdin that never ends.
-    """
+    """Keep-alive and a user timeout on ``sock``, inherited by accepted connections: a
+    vanished client sends no FIN, and its idle relay connection would look open forever."""
     idle, interval, count = KEEPALIVE
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
@@ -115,7 +98,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise StartupError(f"listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise ServeError(f"listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -133,18 +116,12 @@ def open_services(
     (``database``, a PostgreSQL URL, else ``rc.db`` in it) and the log directory."""
     try:
         tokens = parse_tokens(tokens_env)
-    except TokenError as exc:
-        raise StartupError(str(exc)) from exc
-    settings = apply_test_timings(settings, test_timings)
-    clock = clock or SystemClock()
-    try:
+        settings = apply_test_timings(settings, test_timings)
         where = engine.check_database(database) if database else data / "rc.db"
-    except RcError as exc:
-        raise StartupError(str(exc)) from exc
-    try:
         limits = share_limits(settings)
-    except sharelimits.LimitsError as exc:
-        raise StartupError(str(exc)) from exc
+    except (TokenError, RcError, sharelimits.LimitsError) as exc:
+        raise ServeError(str(exc)) from exc
+    clock = clock or SystemClock()
     try:
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
@@ -152,13 +129,13 @@ def open_services(
         logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
-            raise StartupError(str(exc)) from exc
-        raise StartupError(f"open data directory {data}: {exc}") from exc
+            raise ServeError(str(exc)) from exc
+        raise ServeError(f"open data directory {data}: {exc}") from exc
     except Exception as exc:
         # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
         # SRV-011's message is the one line ``rc: <error>``.
         why = getattr(exc, "orig", None) or exc
-        raise StartupError(f"open data directory {data}: {why}") from exc
+        raise ServeError(f"open data directory {data}: {why}") from exc
     return Services(
         store=store, logs=logs, clock=clock, auth=Authenticator(tokens), settings=settings
     )
@@ -175,7 +152,7 @@ def share_limits(settings: Settings) -> SubmitterLimits:
 
 
 def open_logs(store: Store, data: Path, max_bytes: int) -> JobLogs:
-    """Job output: in the database when several controllers may share it (PostgreSQL), else files under ``<data>/logs``."""
+    """Job output: in the database when controllers may share it, else under ``<data>/logs``."""
     if store.database_url is not None:
         return DatabaseLogStore(store.database_url, max_bytes)
     return LogStore(data / "logs", max_bytes)
@@ -219,13 +196,9 @@ def policy(
     max_log_bytes: int,
     max_devices_per_submitter: int | None = None,
 ) -> dict[str, int]:
-    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag.
-
-    Stored instants are whole seconds, so a positive duration under one
-    second could only be rounded into something else: it is refused, as is a cap too
-    small to hold a head, the marker and a tail. A submitter
-    limit is a number of devices, at least 1: no flag is no limit.
-    """
+    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag:
+    instants are whole seconds, so a duration under one second is refused, not rounded, as
+    is a log cap too small for a head, the marker and a tail; a limit is at least 1 device."""
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(
@@ -253,11 +226,11 @@ WEBHOOK_ENV = "RC_WEBHOOK_URL"
 
 def webhook_url(flag: str, environ: dict[str, str] | None = None) -> str:
     """The flag wins; empty, ``RC_WEBHOOK_URL``; both empty, no notifier.
-    ``StartupError`` for a URL that cannot be posted to (``webhooks.check_url``)."""
+    ``ServeError`` for a URL that cannot be posted to (``webhooks.check_url``)."""
     env = os.environ if environ is None else environ
     url = flag or env.get(WEBHOOK_ENV, "")
     if url and (problem := webhooks.check_url(url, env)):
-        raise StartupError(problem)
+        raise ServeError(problem)
     return url
 
 
@@ -271,13 +244,8 @@ def run(
     limits_file: str = "",
     **policy: int,
 ) -> int:
-    """The whole ``rc serve`` process; returns its exit status.
-
-    ``policy`` holds the ``Settings`` fields ``rc serve``'s flags set: ``priority_aging``,
-    ``log_retention``, ``max_log_bytes`` and ``max_devices_per_submitter``, already
-    validated; ``limits_file`` is read at start-up (a bad one stops it, naming the line)
-    and again on SIGHUP.
-    """
+    """The whole ``rc serve`` process; returns its exit status. ``policy`` holds the
+    ``Settings`` of ``policy()``, already validated."""
     logfmt.configure(log_format, logging.INFO)
     # Events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access"):
@@ -295,10 +263,10 @@ def run(
             test_timings=os.environ.get(TEST_TIMINGS_ENV),
             database=database,
         )
-        arm_crash_point(os.environ.get(crashpoints.VARIABLE))
+        crashpoints.arm(os.environ.get(crashpoints.VARIABLE))  # a test hook only
         host, port = parse_addr(addr)
         sock = bind(host, port)
-    except StartupError as exc:
+    except (ServeError, crashpoints.CrashPointError) as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
     # Our own no-op handlers are what uvicorn restores (and re-raises into) after a

@@ -1,5 +1,5 @@
-"""The limits file of ``rc serve --limits FILE``: how many devices each
-submitter may hold at once.
+"""The limits file of ``rc serve --limits FILE``: how many devices each submitter may
+hold at once (EXT-SHARE-1).
 
 ```yaml
 limits:
@@ -7,13 +7,10 @@ limits:
   "*": 2        # every other name 2
 ```
 
-A name is the one a job counts under: the named token's name where EXT-WHO applies,
-else the recorded submitter. ``"*"`` is the default for names not listed; without it,
-``--max-devices-per-submitter`` is (giving both is refused: one of them would not do
-what it says). A limit is a whole number of devices, 0 or more (0: that name may hold
-none, so its every submit is refused). Anything else stops ``rc serve`` with the
-file's name and the line, and a file read again on SIGHUP that is bad leaves the limits
-in force as they were.
+A name is the one a job counts under (``identity.share_name``); ``"*"`` is the default,
+else ``--max-devices-per-submitter`` (both is refused: one would not do what it says).
+Anything but whole numbers is an error naming the file and the line; a bad file read
+again on SIGHUP leaves the limits in force.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""What a submit asks for, checked and made into the store's ``NewJob`` before the
-store sees it: the command, the devices (a pin, a list or a selector with a count), the
-jobs it waits for, and the submitter's limit; with the bounds of ``wire``'s types, every
-check a submit must pass that needs no database. Pure: no store, no I/O. The store
-checks the rest: the devices named exist, the selector matches one, the ceilings, the
-key's job, the jobs waited for (``store/jobs.enqueue``)."""
+"""What a submit asks for, checked and made into the store's ``NewJob`` before the store
+sees it: every check that needs no database (the store checks the rest in
+``store/jobs.enqueue``: the devices exist, the selector matches, ceilings, the key's
+job, the jobs waited for). Pure: no store, no I/O.
+"""
 
 from __future__ import annotations
 
@@ -101,13 +100,9 @@ def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
-    """``count`` and ``device_ids`` checked against each other.
-
-    ``device_ids`` takes the place of ``device_id`` and ``selector``; its length is the
-    count (a ``count`` other than that is refused, not overridden), its devices are
-    distinct and on one host (the part of each ID before its first ``:``). A pinned
-    ``device_id`` is one device, so a count above 1 with it is refused too.
-    """
+    """``count`` and ``device_ids`` checked against each other: a list takes the place of
+    ``device_id`` and ``selector``, its length is the count (another ``count`` is refused,
+    not overridden), its devices distinct and on one host; a ``device_id`` is one device."""
     ids = list(req.device_ids or [])
     if not ids:
         if req.device_id and req.count != 1:

@@ -1,9 +1,6 @@
-"""Every route of the controller, in one table (controller-api.md §4, extensions.md).
-
-Dispatch (``controller/app.py``) finds a request's route here, checks its role and reads
-its body; the request timer labels it by the route's template; the OpenAPI document
-(``controller/openapi.py``) is written from the same rows, so what is published is what
-is served. A route not in this table does not exist.
+"""Every route of the controller, in one table (controller-api.md §4, extensions.md):
+dispatch finds a request's route here, the request timer labels it by the template and
+the OpenAPI document is written from the same rows, so what is published is served.
 """
 
 from __future__ import annotations
@@ -16,11 +13,10 @@ from starlette.responses import Response
 from resource_controller import wire
 from resource_controller.controller import openapi
 from resource_controller.controller.deps import Call, Query, Route
-from resource_controller.controller.routes import dashboard, events, fleet, jobs, ops, tty, workers
+from resource_controller.controller.routes import events, fleet, jobs, ops, tty, workers
 from resource_controller.core.states import Role
 
 WORKER, CLIENT, ADMIN = Role.WORKER, Role.CLIENT, Role.ADMIN
-_STR = {"type": "string"}
 _DONE = {200: "done; empty body (API-008)"}
 _CONNECTED = ("text/plain", "connected; the body carries nothing (TTY-011)")
 _NO_DUPLEX = "store_error, or unsupported: no full-duplex stream (TTY-012)"
@@ -62,7 +58,6 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "wait",
-                _STR,
                 "long-poll wait as a duration (e.g. 30s); honoured in (0, 1 min], else 30 s",
             ),
         ),
@@ -89,7 +84,6 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "lease_epoch",
-                _STR,
                 "the sender's lease epoch; an old one is 409 stale_lease (EXT-EPOCH-3)",
             ),
         ),
@@ -153,16 +147,15 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "limit",
-                {"type": "integer", "minimum": 1, "maximum": 200},
                 "at most this many jobs, newest first (default 20)",
+                schema={"type": "integer", "minimum": 1, "maximum": 200},
             ),
-            Query("state", _STR, "only jobs in this state"),
-            Query("device", _STR, "only jobs on this device"),
-            Query("submitter", _STR, "only jobs of this submitter"),
-            Query("id_prefix", _STR, "only jobs whose ID starts with this (EXT-CLI-7)"),
+            Query("state", "only jobs in this state"),
+            Query("device", "only jobs on this device"),
+            Query("submitter", "only jobs of this submitter"),
+            Query("id_prefix", "only jobs whose ID starts with this (EXT-CLI-7)"),
             Query(
                 "before",
-                _STR,
                 "a job ID: only the jobs after it in this order, the next page of a listing;"
                 " an unknown ID is 400",
             ),
@@ -188,13 +181,13 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "follow",
-                {"type": "string", "enum": ["true", "false"]},
                 "true (the default): replay, then stream until the job ends; false: a snapshot",
+                schema={"type": "string", "enum": ["true", "false"]},
             ),
             Query(
                 "offset",
-                {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                 "byte offset to start from (EXT-CLI-5); past the end a snapshot is empty",
+                schema={"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
             ),
         ),
         text=("text/plain", "the stored output, raw bytes (API-049, LOG-003)"),
@@ -235,10 +228,9 @@ ROUTES: tuple[Route, ...] = (
         answer=wire.Explain,
         errors=(400,),
         query=(
-            Query("selector", _STR, "the selector to explain (SEL-001)", required=True),
+            Query("selector", "the selector to explain (SEL-001)", required=True),
             Query(
                 "submitter",
-                _STR,
                 "who asks: the answer then carries that submitter's limit, when one applies"
                 " (EXT-SHARE-1)",
             ),
@@ -254,7 +246,6 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "token",
-                _STR,
                 "the client token, read only when the Authorization header carries none "
                 "(AUTH-004: for a browser EventSource)",
             ),
@@ -275,20 +266,20 @@ ROUTES: tuple[Route, ...] = (
         query=(
             Query(
                 "since",
-                {"type": "string", "default": "7d"},
                 "the window: from the start of the hour that holds now minus this duration"
                 " (units w, d, h, m, s: 7d, 36h, 1d12h) to now (EXT-ACCT-2)",
+                schema={"type": "string", "default": "7d"},
             ),
             Query(
                 "by",
-                {"type": "string", "enum": ["submitter", "device", "host"]},
                 "what a group is (default submitter)",
+                schema={"type": "string", "enum": ["submitter", "device", "host"]},
             ),
             Query(
                 "limit",
-                {"type": "integer", "minimum": 1, "maximum": 1000},
                 "at most this many groups, the largest first (default 1000); the total"
                 " counts every one",
+                schema={"type": "integer", "minimum": 1, "maximum": 1000},
             ),
         ),
     ),
@@ -346,7 +337,7 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/",
         None,
-        dashboard.index,
+        ops.index,
         text=("text/html", "the dashboard page, script and style inline (DASH-001)"),
     ),
 )

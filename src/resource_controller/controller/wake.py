@@ -1,24 +1,24 @@
 """What an operation changed, as data, and the one place that acts on it after commit.
 
-Every controller operation (``controller/service.py``) and background loop returns a
-``Done``: its outcome plus a ``Wake`` naming the wake-ups the committed change implies.
-``perform`` awaits the operation, then ``apply`` turns the ``Wake`` into hub calls, so
-nothing is ever woken from inside a transaction and no route calls the hub by hand.
-``apply`` is also the one publisher of event-stream messages and the one
-place webhook events are queued, so both only ever follow a commit.
-
-A forgotten ``perform`` is a type error: a route gets a ``Done``, not the value it renders.
+Every operation (``service.py``, ``workerops.py``) and loop returns a ``Done``: its
+outcome and a ``Wake`` naming the wake-ups the committed change implies. ``perform``
+awaits it, then ``apply`` turns the ``Wake`` into hub calls, event-stream messages and
+webhook events, so nothing is woken inside a transaction. A forgotten ``perform`` is a
+type error: a route gets a ``Done``, not the value it renders.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from resource_controller import errors
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.webhooks import Notice
+from resource_controller.core.states import JobState
+from resource_controller.store.records import PassResult
 
 T = TypeVar("T")
 
@@ -58,18 +58,9 @@ class Wake:
     everyone: bool = False
 
     def __or__(self, other: Wake) -> Wake:
+        """Both changes' wake-ups: flags or'ed, sets joined, sequences in order."""
         return Wake(
-            schedule=self.schedule or other.schedule,
-            scheduled=self.scheduled or other.scheduled,
-            ended=self.ended | other.ended,
-            workers=self.workers | other.workers,
-            output=self.output | other.output,
-            devices=self.devices or other.devices,
-            jobs=self.jobs + other.jobs,
-            assigned=self.assigned or other.assigned,
-            swept=self.swept or other.swept,
-            notices=self.notices + other.notices,
-            everyone=self.everyone or other.everyone,
+            **{f.name: _join(getattr(self, f.name), getattr(other, f.name)) for f in _FIELDS}
         )
 
     @property
@@ -86,21 +77,40 @@ class Wake:
         return Wake(jobs=((job_id, str(state)),))
 
     @staticmethod
+    def killed(job_id: str, *, schedule: bool = False) -> Wake:
+        """A job ended ``killed`` here: its followers finish and the stream says so."""
+        return Wake.jobs_ended([job_id], schedule=schedule) | Wake.job(job_id, JobState.KILLED)
+
+    @staticmethod
     def poll(worker_ids: Iterable[str]) -> Wake:
         return Wake(workers=frozenset(w for w in worker_ids if w))
+
+    @staticmethod
+    def of_pass(done: PassResult, *, skip: str = "", nudge: bool = True) -> Wake:
+        """A pass's wake-ups: the long polls of the workers it assigned to, a bare "jobs"
+        event when it assigned (``nudge``), and the waiting jobs it ended
+        ``dependency_failed``, whose followers finish (``skip`` is its caller's to say)."""
+        ended = [j for j in done.ended if j != skip]
+        return Wake.poll(a.worker_id for a in done.assigned) | Wake(
+            ended=frozenset(ended),
+            jobs=tuple((j, str(JobState.KILLED)) for j in ended),
+            assigned=nudge and bool(done.assigned),
+        )
 
 
 NOTHING = Wake()
 SCHEDULE = Wake(schedule=True)
+_FIELDS = dataclasses.fields(Wake)
+
+
+def _join(a: Any, b: Any) -> Any:
+    return a or b if isinstance(a, bool) else a | b if isinstance(a, frozenset) else a + b
 
 
 @dataclass(frozen=True)
 class Done(Generic[T]):
-    """An operation's committed outcome: its value or the error to answer with, and its wake-ups.
-
-    ``error`` is for a refusal that comes after a commit (a ``no_wait`` submit cancels
-    its job, then answers 409): the wake-ups still apply before it is raised.
-    """
+    """An operation's committed outcome: its value or the error to answer with (a refusal
+    after a commit, as a ``no_wait`` submit's 409), and its wake-ups, applied either way."""
 
     value: T
     wake: Wake = NOTHING

@@ -1,14 +1,9 @@
 """Webhook notifications: seven kinds, a bounded queue, best effort.
 
-Raising an event never blocks and never fails its caller: it goes into a
-FIFO of ``QUEUE`` entries or is dropped and counted. One task delivers events one at
-a time, in order, with ``ATTEMPTS`` tries, backoff 1 s then 2 s, each POST bounded by
-``POST_TIMEOUT``. No signature or secret is sent. On shutdown
-the queue closes and what it holds is delivered for at most ``DRAIN`` seconds, then
-the rest is abandoned with a log line.
-
-With no URL configured there is no notifier at all: ``Hub.notifier`` is
-``None`` and ``wake.apply`` drops the notices.
+Raising an event never blocks or fails its caller: it joins a FIFO of ``QUEUE`` or is
+dropped and counted. One task delivers them in order, ``ATTEMPTS`` tries each with
+backoff, each POST bounded by ``POST_TIMEOUT``; at shutdown the queue is drained for
+``DRAIN`` seconds at most. With no URL there is no notifier (``Hub.notifier`` is None).
 """
 
 from __future__ import annotations
@@ -19,10 +14,10 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from resource_controller import errors
 from resource_controller.controller.events import stamp
+from resource_controller.controller.metrics import Metrics
 from resource_controller.core import states
 from resource_controller.h1 import aio, core
 
@@ -78,10 +73,6 @@ class Notice:
         }
 
 
-def is_watchdog_trip(reason: str) -> bool:
-    return reason.startswith(WATCHDOG_PREFIXES)
-
-
 def fault_notice(at: float, device: str, job: str, reason: str) -> Notice:
     """A fault report: ``verify_failed`` by its prefix, else ``device_unhealthy``."""
     kind = VERIFY_FAILED if reason.startswith(VERIFY_PREFIX) else DEVICE_UNHEALTHY
@@ -96,12 +87,9 @@ def sweep_notices(
     reasons: dict[str, str] | None,
     lease_devices: dict[str, str] | None,
 ) -> list[Notice]:
-    """The events of one committed sweep, in HOOKN-020's order.
-
-    ``reasons`` are the current quarantine categories and ``lease_devices`` the devices
-    behind expired leases, both read after the sweep; ``None`` when that read failed,
-    which degrades the events as HOOKN-020 says.
-    """
+    """The events of one committed sweep, in HOOKN-020's order; ``reasons`` (the
+    quarantine categories) and ``lease_devices`` are read after it, None when that read
+    failed, which degrades the events as HOOKN-020 says."""
     out: list[Notice] = []
     announced: set[str] = set()
     for device in devices_unhealthy:
@@ -137,19 +125,6 @@ def sweep_notices(
     return out
 
 
-class Counters(Protocol):
-    def delivered(self, event: str) -> None: ...
-    def dropped(self, event: str, why: str) -> None: ...
-
-
-class _NoCounters:
-    def delivered(self, event: str) -> None:
-        pass
-
-    def dropped(self, event: str, why: str) -> None:
-        pass
-
-
 def _where(url: str) -> tuple[core.Endpoint | None, str]:
     """The endpoint and the request target (path and query, as given) of ``url``."""
     import urllib.parse
@@ -179,13 +154,13 @@ class Notifier:
     def __init__(
         self,
         url: str,
-        counters: Counters | None = None,
+        counters: Metrics | None = None,
         *,
         backoff: float = FIRST_BACKOFF,
         post_timeout: float = POST_TIMEOUT,
     ) -> None:
         self.url = url
-        self.counters: Counters = counters or _NoCounters()
+        self.counters = counters or Metrics()  # a registry of its own when none is given
         self.backoff = backoff
         self.post_timeout = post_timeout
         self._queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=QUEUE)

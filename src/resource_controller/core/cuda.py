@@ -1,13 +1,7 @@
-"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``.
-
-Shared by the worker, which sets ``CUDA_VISIBLE_DEVICES`` for a job, and the Python
-client, whose ``lease()`` tells code on the device host the same value, so the two
-can never disagree about which GPU a lease covers.
-
-A MIG instance (``gpu<i>.mig<j>``) is visible to CUDA only by its UUID
-(``MIG-...``), which only the host knows: its trailing digits are the MIG device
-index, never a GPU index, so such a name yields no index at all, and only a caller
-that knows the instance's UUID can name it.
+"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``: one rule for the
+worker, which sets it for a job, and the client's ``lease()``, so the two never
+disagree. A MIG instance is visible to CUDA only by its UUID, which only the host knows,
+so its name yields no index.
 """
 
 from __future__ import annotations
@@ -21,13 +15,9 @@ _ASCII_DIGITS = frozenset("0123456789")
 
 
 def device_index(device_id: str) -> str | None:
-    """The trailing index of a device ID's name, verbatim, or ``None``.
-
-    ``box:gpu1`` → ``1``, ``box:gpu01`` → ``01``, ``box:mydevice`` → ``None``. Only ASCII
-    digits count, and a run that does not fit a signed 64-bit integer is no index:
-    setting a wrong index would let a job touch a GPU it was never leased. A MIG
-    instance (``box:gpu0.mig1``) has none either: its ``1`` is not GPU 1.
-    """
+    """The trailing index of a device ID's name, verbatim (``box:gpu01`` → ``01``), or
+    ``None``: no ASCII digits, a run past a signed 64-bit integer, or a MIG instance
+    (``box:gpu0.mig1``'s ``1`` is not GPU 1). A wrong index could touch a GPU never leased."""
     _, colon, name = device_id.partition(":")
     if not colon or not name or mig.is_instance(name):
         return None

@@ -1,9 +1,6 @@
-"""Duration text: parsing what people type and rendering what machines match.
-
-One grammar everywhere (config files, CLI flags, the ``wait`` query): an optional
-sign, then ``<decimal><unit>`` terms with units ns, us/µs/μs, ms, s, m, h; the bare
-``0`` is zero. Rendering follows the worker spec §0 exactly, because controllers,
-tests and event consumers match on strings like ``max_runtime exceeded (4h0m0s)``.
+"""Duration text: one grammar everywhere (``<decimal><unit>`` terms, ns to h, optional
+sign, bare ``0``), and rendering exactly as the worker spec §0 writes it, since
+consumers match strings like ``max_runtime exceeded (4h0m0s)``.
 """
 
 from __future__ import annotations

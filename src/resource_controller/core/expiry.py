@@ -35,11 +35,8 @@ RESUME_PASSES = 3  #: on-schedule passes after a stall before the reaper judges 
 
 @dataclass(frozen=True)
 class SweepRules:
-    """What one sweep is allowed to conclude.
-
-    ``hold_off_until`` is the start-up hold-off instant (``None``: always judging);
-    ``stalled`` is the stall guard's veto for this pass (see ``StallGuard``).
-    """
+    """What one sweep may conclude: ``hold_off_until`` is the start-up hold-off's end
+    (None: always judging), ``stalled`` the stall guard's veto for this pass."""
 
     grace: float = GRACE
     unhealthy_after: float = UNHEALTHY_AFTER
@@ -48,11 +45,8 @@ class SweepRules:
     stalled: bool = False
 
     def judging(self, now: float) -> bool:
-        """May this pass expire leases and write workers off? Read once per sweep.
-
-        Judging needs the start-up hold-off to have elapsed (``now >= hold_off_until``)
-        and the stall guard not to have vetoed the pass.
-        """
+        """May this pass expire leases and write workers off: the hold-off is over and
+        the stall guard did not veto it."""
         if self.stalled:
             return False
         return self.hold_off_until is None or now >= self.hold_off_until
@@ -79,13 +73,9 @@ def silence(now: float, last_heartbeat_at: float) -> float:
 def demotion(
     state: str, last_heartbeat_at: float, now: float, rules: SweepRules, judging: bool
 ) -> Demotion:
-    """The verdict for one device whose worker was last heard at ``last_heartbeat_at``.
-
-    Written off only when judging and silent for at least ``unhealthy_after``; otherwise,
-    silent for at least ``grace`` and ``ready``/``busy``, it goes ``unknown`` (so inside
-    the start-up window a long-silent worker's devices go ``unknown``, not ``unhealthy``).
-    No verdict ever makes a device ``ready``.
-    """
+    """The verdict for one device whose worker was last heard at ``last_heartbeat_at``:
+    written off only when judging and silent ``unhealthy_after``; else ``unknown`` once
+    silent ``grace`` while ``ready``/``busy``. No verdict ever makes a device ``ready``."""
     quiet = silence(now, last_heartbeat_at)
     if judging and quiet >= rules.unhealthy_after:
         return Demotion.REAP_ONLY if state == DeviceState.UNHEALTHY else Demotion.WRITE_OFF
@@ -112,11 +102,8 @@ def lease_expired(expires_at: float, now: float) -> bool:
 def lease_expires(
     expires_at: float, kind: str, now: float, rules: SweepRules, judging: bool
 ) -> bool:
-    """Does this sweep end this live lease?
-
-    Only when judging, only once its deadline is reached, and in retention mode never
-    for a ``job``-kind lease (holds keep their TTL).
-    """
+    """Does this sweep end this live lease: when judging, once its deadline is reached,
+    and in retention mode never a ``job``-kind lease (holds keep their TTL)."""
     if not judging or not lease_expired(expires_at, now):
         return False
     return not (rules.retain and kind == Kind.JOB)
@@ -126,20 +113,14 @@ def lease_expires(
 
 
 def stalled(previous: float | None, current: float, interval: float) -> bool:
-    """Did the reaper pass starting at ``current`` start far later than scheduled?
+    """Did the reaper pass starting at ``current`` start more than ``STALL_FACTOR``
+    intervals after the previous one (None before the first)?
 
-    A pass is stalled when more than ``STALL_FACTOR`` (3) sweep intervals separate it
-    from the previous pass (``previous`` is ``None`` before the first one). Both
-    instants are read from the clock the sweep judges silence by, so whatever made the
-    gap (the process was stopped or starved, its host suspended, the wall clock stepped
-    forward) is seen the same way the sweep would see the resulting silence.
-
-    Why this guard exists (our addition to the spec, in the spirit of its start-up
-    hold-off): the sweep judges silence and deadlines from stored timestamps,
-    and those kept running while this controller was not listening. A worker that
-    heartbeated faithfully into a paused controller looks exactly like a dead one on
-    the first pass after the pause, because its heartbeats are still queued behind
-    that pass. Only judge silence you had a chance to observe.
+    Both instants come from the clock the sweep judges silence by, so a stopped or
+    starved process, a suspended host or a clock stepped forward all look alike. Why (an
+    addition to the spec, in the spirit of its start-up hold-off): a worker that
+    heartbeated into a paused controller looks dead on the first pass after the pause,
+    its heartbeats still queued behind it. Only judge silence you could observe.
     """
     return previous is not None and current - previous > STALL_FACTOR * interval
 
@@ -148,20 +129,12 @@ def stalled(previous: float | None, current: float, interval: float) -> bool:
 class StallGuard:
     """The reaper's memory between passes: when the last one ran, and how steady since.
 
-    Rule, as implemented: a stalled pass (``stalled`` above) does not judge (no lease
-    expiry, no write-off, no job lost), nor do the on-schedule passes after it until the
-    ``RESUME_PASSES``-th (3rd) one, which judges again; a further stall starts the count
-    over. Demotion to ``unknown`` is never vetoed, since it hands nothing out and the
-    next heartbeat undoes it. With the production 10 s interval judging resumes 30 s
-    after the stall: the same window the start-up
-    hold-off gives (three worker heartbeats), so a controller that was paused gives
-    live holders the chance to renew that a restarted one gives. Counting passes
-    rather than seconds keeps the rule a function of what the loop actually observed:
-    each on-schedule pass is proof the controller was listening in between.
-
-    A controller starved so badly that every pass is late never judges; it logs a
-    warning on every stalled pass instead. That is the safe failure: nothing is handed
-    out that might be occupied, and nothing is written off unheard.
+    A stalled pass does not judge (no lease expiry, no write-off, no job lost), nor do
+    the on-schedule passes after it until the ``RESUME_PASSES``-th, which judges again:
+    at 10 s intervals the 30 s a restarted controller's hold-off gives live holders to
+    renew. Passes, not seconds, since each on-schedule pass proves the controller was
+    listening. Demotion to ``unknown`` is never vetoed (the next heartbeat undoes it),
+    and a controller whose every pass is late never judges: the safe failure.
     """
 
     previous: float | None = None
@@ -196,11 +169,8 @@ class Proof:
 
     @property
     def proves_clean(self) -> bool:
-        """Nothing from the interrupted job can still hold the device.
-
-        Isolation alone, or a survivor check that ran and found nothing; every other
-        combination proves nothing, and there is no field that forces recovery.
-        """
+        """Nothing from the interrupted job can still hold the device: isolation, or a
+        survivor check that ran and found nothing; nothing else proves it."""
         return self.isolated or (self.survivors_checked and not self.survivors_found)
 
     @property
@@ -214,11 +184,8 @@ class Proof:
 
 
 def flap_cutoff(now: float) -> float:
-    """Recoveries at or after this instant are inside the sliding window.
-
-    A recovery exactly ``FLAP_WINDOW`` old still counts; pruning removes rows strictly
-    older (``at < cutoff``).
-    """
+    """Recoveries at or after this instant are inside the sliding window (one exactly
+    ``FLAP_WINDOW`` old still counts; pruning removes those strictly older)."""
     return now - FLAP_WINDOW
 
 

@@ -1,9 +1,6 @@
-"""Who is calling, and which jobs a caller may end.
-
-In the base the submitter is a label the caller asserts. A token may carry a name
-; a named client token owns that name: what it submits is recorded under the
-name, and it may end only jobs recorded under the name. Imports nothing
-from the project but the role words.
+"""Who is calling, and which jobs a caller may end: the submitter is a label the caller
+asserts, but a named client token owns its name, records what it submits under it and
+may end only jobs recorded under it (EXT-WHO).
 """
 
 from __future__ import annotations
@@ -55,15 +52,10 @@ def under(name: str, submitter: str) -> bool:
 
 
 def recorded_submitter(caller: Caller, asserted: str) -> str:
-    """The submitter a submit (or a kill's reason) records for what the body asserts.
-
-     A named client token: the assertion when it lies under the name, else the name
-    . A named admin token keeps the override and records the assertion as
-     given, falling back to its name only when there is none: the admin may end anyone's
-     job anyway, so binding what it submits would guard nothing, and an
-     operator does submit on behalf of others (a maintenance hold in someone's name).
-     Every other token records the assertion unchanged.
-    """
+    """The submitter a submit (or a kill's reason) records for what the body asserts: a
+    named client token's assertion when it lies under the name, else the name; a named
+    admin token's assertion, or its name when there is none (an operator submits on behalf
+    of others, and may end anyone's job anyway); any other token's assertion."""
     owner = caller.owner
     if owner is not None:
         return asserted if under(owner, asserted) else owner
@@ -81,12 +73,9 @@ def share_name(caller: Caller, recorded: str) -> str:
 
 
 def may_end(caller: Caller, job_submitter: str, asserted: str) -> bool:
-    """Whether ``caller`` may kill or release a job recorded under ``job_submitter``.
-
-    Admin: always (the override). A named client token: only jobs under its
-    name, whatever the body asserts. Any other client: the assertion must
-    equal the job's submitter (API-046 step 2; an accident guard, not authentication).
-    """
+    """Whether ``caller`` may kill or release a job recorded under ``job_submitter``: an
+    admin always; a named client token only jobs under its name; any other client when the
+    assertion is the job's submitter (API-046 step 2: an accident guard, not authentication)."""
     if caller.admin:
         return True
     owner = caller.owner

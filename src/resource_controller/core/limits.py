@@ -1,10 +1,7 @@
-"""The bounds on what a request may carry (extensions.md EXT-LIMITS-1).
-
-One table, read by the wire models (``wire.py``) and the body reader
-(``controller/deps.py``), so that a limit is written once. Every number here is the
-spec's; each carries the one-line reason it exists. Over a limit a request is refused
-with ``400 bad_request`` naming the field and the limit (``413 body_too_large`` for the
-body as a whole), never accepted into the store where it could break a later pass.
+"""The bounds on what a request may carry (EXT-LIMITS-1), each with the reason it exists:
+one table, read by the wire models and the body reader, so a limit is written once.
+Over one, a request is ``400 bad_request`` naming the field (``413 body_too_large`` for
+the body as a whole), never let into the store where it could break a later pass.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """MIG instances as devices: their names, and which devices share one GPU.
 
-A GPU in MIG mode is offered as its instances, ``gpu<i>.mig<j>`` (``j`` the MIG device
-index ``nvidia-smi -L`` prints), instead of ``gpu<i>``. The worker, the controller and
-the Python client all read these names, so the grammar lives here once.
-
-Two names for one piece of silicon must never be leased at once. The rule the store
-enforces is on names alone, so it holds whatever any worker reports: on one host, a
-device named ``<N>.mig<...>`` is carved out of the device named ``<N>``, and the two
-are never held together (``part_of``; the grant's SQL says the same in
-``store/leases.py``). Instances of one GPU do not exclude each other.
-
-A name that does not fit the card's mode (``gpu0`` while GPU 0 is in MIG mode, or the
-reverse) is a *conflict*: the worker reports it as the detected label ``mig_conflict``
-(its value says why), and the controller never grants a device carrying it.
+A GPU in MIG mode is offered as its instances, ``gpu<i>.mig<j>``, instead of
+``gpu<i>``; the worker, the controller and the client read these names, so the grammar
+lives here once. On one host ``<N>.mig<...>`` is carved out of ``<N>``, and the two are
+never held together (``part_of``; the grant's SQL in ``store/leases.py``), whatever any
+worker reports. A name that does not fit the card's mode is a conflict: the worker
+labels it ``mig_conflict`` and the controller never grants it.
 """
 
 from __future__ import annotations
@@ -82,12 +75,9 @@ def overlapping(names: Iterable[str]) -> list[tuple[str, str]]:
 
 
 def superseded(declared: Collection[str], existing: Iterable[str]) -> dict[str, list[str]]:
-    """Devices of a host that its latest registration no longer declares, but whose
-    silicon a declared device now stands for: name → the declared names it overlaps.
-
-    ``gpu0`` registered earlier, ``gpu0.mig0`` and ``gpu0.mig1`` declared now (the GPU
-    went into MIG mode under ``devices: auto``): ``{"gpu0": ["gpu0.mig0", "gpu0.mig1"]}``.
-    """
+    """Devices of a host its latest registration no longer declares but whose silicon a
+    declared one now stands for, with the names that overlap them: ``gpu0`` after
+    ``gpu0.mig0`` and ``gpu0.mig1`` were declared is ``{"gpu0": ["gpu0.mig0", "gpu0.mig1"]}``."""
     wanted = set(declared)
     out: dict[str, list[str]] = {}
     for name in existing:

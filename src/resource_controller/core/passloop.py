@@ -1,11 +1,8 @@
-"""The scheduling pass as a walk: each job of a queue in order, the planner asked
-which devices it may try and what it claims when none can be had, each choice tried by
-a placer.
-
-The one pass loop: the store runs ``run_pass`` over the queue as it reads it from the
-database, each placement one assignment transaction (``store/passes.py``); ``plan``
-runs it over a snapshot, assuming every placement succeeds. The rules it asks are
-``core.scheduling``'s.
+"""The one scheduling pass loop: each job of a queue in order, the planner
+(``core.planner``) asked what it may try and claim, each choice tried by a placer. The
+store runs ``run_pass`` over the queue as it reads it, each placement one assignment
+transaction (``store/passes.py``); ``plan`` runs it over a snapshot, assuming every
+placement succeeds.
 """
 
 from __future__ import annotations
@@ -16,7 +13,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from resource_controller.core import selectors
-from resource_controller.core.scheduling import DeviceSnap, JobSnap, Planner, QueueKey, queue_key
+from resource_controller.core.planner import Planner
+from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits
 
 
@@ -40,13 +38,11 @@ Place = Callable[[JobSnap, tuple[str, ...]], Placement]
 ENTRY_ID, ENTRY_DEVICE, ENTRY_PLAIN_PIN, ENTRY_SHARE = range(4)
 
 
-class Queue(Protocol):
+class PassQueue(Protocol):
     """The queue as a pass walks it, in queue order, jobs waiting for others left out.
 
-    Each entry is a sequence whose first fields are the job's ID, its pinned device,
-    whether it is a plain pin (pinned to that one device alone) and its share name
-    (``ENTRY_*``): the store's rows are read so, and building a ``JobSnap`` for each of
-    10,000 pinned jobs behind busy devices was most of such a pass."""
+    An entry's first fields are ``ENTRY_*``: the store's rows are read so, since building
+    a ``JobSnap`` for each of 10,000 pinned jobs behind busy devices was most of a pass."""
 
     def __iter__(self) -> Iterator[Sequence[Any]]: ...
 
@@ -68,13 +64,11 @@ class Plan:
     unmatched: list[str] = field(default_factory=list)
 
 
-def run_pass(queue: Queue, planner: Planner, place: Place) -> Plan:
-    """One scheduling pass: each job in queue order is placed on
-     the first of its choices that ``place`` can give it, or claims what it waits for.
-
-     Once every device that could be reserved is claimed, no job further back can be
-     placed or claim one, save a job pinned to a device the fleet no longer has
-    : those the queue finds at once, and the walk stops."""
+def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
+    """One scheduling pass: each job in queue order is placed on the first of its choices
+    that ``place`` can give it, or claims what it waits for. Once every reservable device
+    is claimed the walk stops, but for the jobs pinned to a device the fleet no longer
+    has, which the queue finds at once."""
     assignments: dict[str, tuple[str, ...]] = {}
     unparsable: list[str] = []
     limited: dict[str, int] = {}
@@ -131,7 +125,7 @@ def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:
 
 
 class SnapshotQueue:
-    """A list of jobs as a ``Queue``: what ``plan`` walks."""
+    """A list of jobs as a ``PassQueue``: what ``plan`` walks."""
 
     def __init__(self, jobs: Iterable[JobSnap], key: QueueKey, known: Mapping[str, Any]) -> None:
         self._jobs = sorted((j for j in jobs if not j.after_open), key=key)

@@ -1,30 +1,16 @@
 """Label selectors: parse, normalise, and match against a device's labels.
 
-A selector is a conjunction of ``key op value`` terms. Quantities (``40G``,
-``81920M``) compare numerically; a term whose key a device lacks never matches, not
-even ``!=``, because a missing fact cannot show that the device differs.
+A selector is a conjunction of ``key op value`` terms. Quantities (``40G``) compare
+numerically; a term whose key a device lacks never matches, not even ``!=``: a missing
+fact cannot show that the device differs. Beyond SEL-001 and SEL-006, size units
+(``_unit``: ``40Gi``, ``40GiB`` binary, ``40GB`` decimal; ``2PB`` refused by
+``validate``) and ``~`` (``model~H100``: the value contains it, any case; only in a
+term with none of SEL-002's operators, so every selector that parsed before parses the
+same) are understood rather than silently matching nothing.
 
-Beyond SEL-006 and SEL-001, two things people write without thinking are understood
-rather than silently matching nothing:
-
-- Size units. ``K M G T`` alone stay SEL-006's powers of two (``vram=81559M`` is what
-  nvidia-smi's MiB give, so ``vram>=40G`` means 40 GiB as before); with ``i`` or ``iB``
-  (``40Gi``, ``40GiB``) they are the same powers of two, and with ``B`` (``40GB``) the
-  decimal ones, 10^3..10^12, as every disk and card vendor uses them; ``B`` alone is
-  bytes. Case does not matter. A selector value with a size unit beyond ``T``
-  (``2PB``, ``1EiB``) is refused by ``validate`` naming the unit.
-- ``~``: ``model~H100`` holds when the label's value contains ``H100``, ignoring case.
-  It is recognised only in a term holding none of SEL-002's operators, so every
-  selector that parsed before parses to the same terms.
-
-``no_match_hint`` says, for a selector that matched no device, which values the
-devices have for the keys it used.
-
-Parsing and matching take time linear in the text: both are small
-hand-written scanners that look at each character a bounded number of times, and
-the number literal of SEL-006 is checked by a finite automaton, never by a
-backtracking pattern. A ``Meter`` passed in counts the characters examined, so tests
-can check that growth without timing anything.
+Parsing and matching are linear in the text: hand-written scanners and, for SEL-006's
+number literal, a finite automaton, never a backtracking pattern; a ``Meter`` counts
+the characters examined, so tests check that without timing anything.
 """
 
 from __future__ import annotations
@@ -95,11 +81,8 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int, int]:
 
 
 def parse(text: str, meter: Meter | None = None) -> Selector:
-    """Parse a selector; raise ``SelectorError`` naming the bad part.
-
-    One left-to-right pass per term finds the first occurrence of every operator and
-    counts operator characters; SEL-002's order then picks the split.
-    """
+    """Parse a selector; raise ``SelectorError`` naming the bad part. One pass per term
+    finds every operator's first occurrence; SEL-002's order then picks the split."""
     n = len(text)
     first, last, steps = _trim(text, 0, n)
     try:
@@ -235,13 +218,9 @@ def _is_literal(s: str, start: int, end: int) -> tuple[bool, int]:
 
 
 def _unit(s: str) -> tuple[float, int]:
-    """The multiplier of the size unit ending ``s`` (non-empty), and where the number
-    before it ends; ``(1, len(s))`` when no unit ends it.
-
-    ``K M G T`` alone, or followed by ``i`` or ``iB``, are powers of two (SEL-006's
-    meaning, kept for every spelling that parsed before); followed by ``B`` they are
-    powers of ten; ``B`` alone is bytes. Any case. At most three characters are read.
-    """
+    """The multiplier of the size unit ending ``s`` (non-empty) and where the number before
+    it ends, ``(1, len(s))`` for none: ``K M G T`` alone or with ``i``/``iB`` are powers of
+    two (SEL-006), with ``B`` of ten; ``B`` alone is bytes. Any case."""
     end = len(s)
     last = s[-1]
     if last in "bB":
@@ -286,11 +265,8 @@ def quantity(s: str, meter: Meter | None = None) -> float | None:
 
 
 def unsupported_unit(value: str) -> str | None:
-    """The unit of ``value`` when it is a number with a size unit beyond ``T`` written
-    with ``i`` or ``B`` (``2PB``, ``1EiB``, ``3Pi``); else None.
-
-    Bare ``P`` or ``E`` are not taken for units: ``1080P`` is a plain string.
-    """
+    """The unit of ``value`` when it is a number with a size unit beyond ``T`` written with
+    ``i`` or ``B`` (``2PB``, ``3Pi``), else None; a bare ``P`` is no unit (``1080P``)."""
     end = len(value)
     if end and value[end - 1] in "bB":
         end -= 1
@@ -304,12 +280,9 @@ def unsupported_unit(value: str) -> str | None:
 
 
 def validate(text: str, meter: Meter | None = None) -> Selector:
-    """Parse a selector a request brings: ``parse``, and a value with a size unit this
-    module does not know is refused naming it, never left to match nothing.
-
-    Only new selectors are validated; a stored one is only parsed, so that a rule
-    added here never strands a job already queued.
-    """
+    """Parse a selector a request brings, refusing a value with a size unit this module does
+    not know, named, rather than matching nothing. Stored selectors are only parsed, so a
+    rule added here never strands a job already queued."""
     selector = parse(text, meter)
     for term in selector.terms:
         unit = unsupported_unit(term.value) if term.op != CONTAINS else None
@@ -362,16 +335,9 @@ def _counted(n: int) -> str:
 
 
 def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> str:
-    """What the devices have for the keys ``selector`` uses, for one that matched none.
-
-    ``model=H100`` matches nothing when the label is ``NVIDIA H100 80GB HBM3``, and
-    "no device matches" alone leaves the user guessing; this says
-    ``model has 'NVIDIA H100 80GB HBM3' (2 devices); for a part of the value, write
-    model~H100``.
-    Bounded: the first ``HINT_KEYS`` keys, the ``HINT_VALUES`` commonest values of each,
-    each clipped; a key no device has gets the nearest existing keys, or a few of them.
-    One pass over the labels, then work on what was counted.
-    """
+    """What the devices have for the keys ``selector`` uses, for one that matched none:
+    ``model=H100`` against ``NVIDIA H100 80GB HBM3`` says so and suggests ``model~H100``.
+    Bounded (``HINT_*``: keys, commonest values, characters), one pass over the labels."""
     if not labels:
         return "no device is registered"
     keys: list[str] = []

@@ -1,6 +1,6 @@
 """A fair share between people, as pure rules: how many devices each
 submitter may hold at once, which names are at their limit, and whether a job's end
-lets the jobs waiting for it go on. The scheduling pass (``scheduling.Planner``) applies
+lets the jobs waiting for it go on. The scheduling pass (``planner.Planner``) applies
 the limits; the store settles the dependencies (``store/after.py``)."""
 
 from __future__ import annotations
@@ -39,11 +39,9 @@ NO_LIMITS = SubmitterLimits()
 def over_limit(
     limits: SubmitterLimits, held: Mapping[str, int], share: str, count: int
 ) -> int | None:
-    """The limit that keeps a job of ``count`` devices counted under ``share`` from being
-    placed now (its devices and those ``share`` holds would pass it); None when it may be.
-
-    ``held`` is every device ``share`` holds: live leases of its jobs and holds, each
-    device of a gang counted."""
+    """The limit that keeps a job of ``count`` devices under ``share`` from being placed now,
+    ``held`` being every device ``share`` holds (leases of jobs and holds, a gang's each);
+    None when it may be."""
     limit = limits.of(share)
     if limit is None or held.get(share, 0) + max(1, count) <= limit:
         return None

@@ -1,8 +1,5 @@
-"""Byte-size text for flags such as ``--max-log-bytes``: ``1048576``, ``64KiB``, ``256M``.
-
-A whole number, optionally followed by a binary unit: ``K``/``KiB``, ``M``/``MiB``,
-``G``/``GiB``, ``T``/``TiB`` (powers of 1024), or ``B``. Decimal units (``KB``, ``MB``)
-are refused rather than guessed at: they mean 1000 to some people and 1024 to others.
+"""Byte-size text for flags such as ``--max-log-bytes``: a whole number with an optional
+binary unit (``64KiB``, ``256M``); decimal units (``KB``) are refused rather than guessed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""States and reason words (store.md §3-5).
-
-Imports nothing from the project. Which state may follow which, and by what operation,
-is the transition table in ``core.transitions``.
+"""States and reason words (store.md §3-5); which may follow which is
+``core.transitions``'.
 """
 
 from __future__ import annotations

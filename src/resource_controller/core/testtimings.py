@@ -1,9 +1,6 @@
-"""``RC_TEST_TIMINGS``: the one rule both processes read their test-only clocks by.
-
-End-to-end tests run ``rc serve`` and ``rc worker`` as real processes and shorten
-their waits with ``name=seconds`` pairs, comma-separated. Each process knows its own
-names; the grammar and its refusals are the same for both, so a mistyped entry reads
-the same error whichever process reads it. Production never sets the variable.
+"""``RC_TEST_TIMINGS``: the grammar both ``rc serve`` and ``rc worker`` read their
+test-only clocks by (``name=seconds``, comma-separated), so a mistyped entry reads the
+same error whichever reads it. Production never sets the variable.
 """
 
 from __future__ import annotations
@@ -23,14 +20,10 @@ class TestTimingsError(ValueError):
 def parse(
     text: str | None, known: Collection[str], positive: Collection[str] = ()
 ) -> dict[str, float]:
-    """The overrides in ``text``; blank text overrides nothing.
-
-    Every entry is ``name=seconds`` with a known name, given once, and a finite number
-    of seconds, at least 0, or more than 0 for the names in ``positive`` (intervals, for
-    which zero would make a loop spin). A trailing comma is allowed (lists built by
-    appending leave one); an empty entry between two others is malformed, being more
-    likely a lost name than a wish.
-    """
+    """The overrides in ``text``; blank text overrides nothing. Each entry is
+    ``name=seconds``, a known name once, a finite number at least 0 (above 0 for the
+    ``positive`` names: a zero interval would spin a loop). A trailing comma is allowed; an
+    empty entry between two is refused, more likely a lost name than a wish."""
     if text is None or not text.strip():
         return {}
     entries = text.split(",")

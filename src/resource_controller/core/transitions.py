@@ -1,14 +1,10 @@
-"""The transition tables: every legal state move of a device and a job.
+"""The transition tables: every legal state move of a device and a job, keyed by the
+operation that makes it; ``None`` is "no row" (created or deleted).
 
-Each table is keyed by the operation that makes the move. An entry names the source
-states the move may start from and the states it may end in; ``None`` stands for
-"no row" (a row created, or a row deleted). The store writes a state only through
-``store.moves``, which builds ``WHERE state IN (<sources>)`` from these entries and
-refuses a target the entry does not list, so an edge missing here cannot happen.
-
-Conditions beside the state (a live lease, a quarantine reason, the worker that owns
-the device) stay at the call site, which passes them as extra WHERE terms; the
-comment on each entry says what they are. Imports nothing but ``core.states``.
+``store.moves`` writes a state only through these entries (``WHERE state IN
+(<sources>)``, a target not listed refused), so an edge missing here cannot happen.
+Conditions beside the state stay at the call site, as extra WHERE terms; each entry's
+comment names them.
 """
 
 from __future__ import annotations
@@ -59,14 +55,6 @@ class Move:
     sources: frozenset[State]
     targets: frozenset[State]
 
-    def allows(self, source: State, target: State) -> bool:
-        return source in self.sources and target in self.targets
-
-    def edges(self) -> list[tuple[State, State]]:
-        """Every (source, target) pair, in a stable order (``None`` sorts as ``"None"``)."""
-        pairs = ((s, t) for s in self.sources for t in self.targets)
-        return sorted(pairs, key=lambda e: (str(e[0]), str(e[1])))
-
 
 @dataclass(frozen=True)
 class Machine:
@@ -80,9 +68,6 @@ class Machine:
             return self.moves[op]
         except KeyError:
             raise KeyError(f"{op} does not move a {self.entity}") from None
-
-    def edges(self) -> set[tuple[State, State]]:
-        return {e for m in self.moves.values() for e in m.edges()}
 
 
 def _m(sources: State | Iterable[State], targets: State | Iterable[State]) -> Move:
@@ -142,5 +127,3 @@ JOB = Machine(
         Op.KILL_FINALIZE: _m(_ACTIVE, JobState.KILLED),  # kill flag kept set
     },
 )
-
-MACHINES = (DEVICE, JOB)

@@ -1,13 +1,10 @@
 """Accounting rules: what a usage window is, and what a group's figures mean.
 
-A lease adds its held time (release minus grant, in whole seconds) to its device, its
-holder, its host and the pair of the two, in the hour it is released; a job's mean GPU
-utilisation, when the worker measured one, weights that time into
-GPU-seconds. The store keeps running totals per group and the totals at the end of
-every hour a group was active (``store/usage.py``), so a window is "now" minus "the end
-of the last active hour before the window": an answer costs two rows per group,
-however many jobs the window holds. This module has the pure parts: the ``--since``
-grammar, the figures of a group, and the table a window becomes.
+A lease adds its held time to its device, holder, host and device-holder pair in the
+hour it is released, weighted into GPU-seconds by the job's mean utilisation when one
+was measured. The store keeps running totals and each active hour's end
+(``store/usage.py``), so a window costs two rows per group; this module has the pure
+parts: the ``--since`` grammar, a group's figures, and the table a window becomes.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 #: The ways a window can be grouped (``rc usage --by``); ``submitter`` by default.
 BY = ("submitter", "device", "host")
@@ -39,11 +36,8 @@ class UsageError(ValueError):
 
 
 def parse_since(text: str) -> int:
-    """``--since`` text as whole seconds: ``7d``, ``36h``, ``2w``, ``1d12h``, ``90m``.
-
-    The duration grammar of the other flags with days and weeks added, since
-    a usage window is counted in them; positive, at most ``MAX_SINCE``.
-    """
+    """``--since`` text as whole seconds (``7d``, ``36h``, ``1d12h``): the duration grammar
+    with days and weeks, positive, at most ``MAX_SINCE``."""
     s = text.strip()
     pos, total = 0, 0.0
     while 0 < len(s) <= 64 and pos < len(s):
@@ -87,20 +81,10 @@ class Figures:
     weighted_seconds: float = 0.0
 
     def __sub__(self, other: Figures) -> Figures:
-        return Figures(
-            self.jobs - other.jobs,
-            self.held_seconds - other.held_seconds,
-            self.sampled_seconds - other.sampled_seconds,
-            self.weighted_seconds - other.weighted_seconds,
-        )
+        return Figures(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __add__(self, other: Figures) -> Figures:
-        return Figures(
-            self.jobs + other.jobs,
-            self.held_seconds + other.held_seconds,
-            self.sampled_seconds + other.sampled_seconds,
-            self.weighted_seconds + other.weighted_seconds,
-        )
+        return Figures(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True)

@@ -1,39 +1,22 @@
-"""Why a queued job waits: pure functions over a snapshot.
+"""Why a queued job waits: pure functions over a snapshot (EXT-WHY-1).
 
-For each device a queued job could run on (its candidates, ``scheduling.candidates``,
-sorted by device ID) one ``Blocker`` says what stands between the job and the device:
+For each device a queued job could run on (its candidates, by device ID) one
+``Blocker`` says what stands between them: a live lease (who, since when, until when),
+a reservation by a queued job ahead of this one (its own, or a stale row naming a job
+that left or now sorts behind, is none), the device out of the pool, draining, or in
+MIG conflict; facts combine. A ``Blocker`` with only ``device_id`` is a device nothing
+keeps from the job now, or a pinned device that no longer exists. The jobs it waits
+for, or its submitter at the limit, stand before every device and are then the whole
+answer.
 
-- a live lease: who holds it (submitter, job ID, kind, the hold's reason), since when,
-  and the latest time the holder can keep it (``Holding.until``);
-- a reservation by a queued job AHEAD of this one: that job's ID. The
-  job's own reservation is no blocker, and a stale row naming a job that has left the
-  queue or now sorts behind is ignored (the next pass rebuilds the rows);
-- the device out of the pool (``unknown``, ``unhealthy``): its state and, when
-  unhealthy, the quarantine text as the device view shows it;
-- draining: still a candidate, never assigned or reserved;
-- its name in conflict with its GPU's MIG mode: held out as a draining
-  device is, with the worker's words for why.
-
-Facts combine: a held device that a job ahead also reserved carries both. A
-``Blocker`` with nothing but ``device_id`` is a device nothing keeps from the job right
-now (the next scheduling pass places it), or a pinned device that no longer exists.
-
-Two reasons stand before every device, and then are the whole answer:
-
-- the job waits for other jobs to end: one entry ``after`` per job not yet ended;
-- its submitter is at the limit: one entry with ``submitter_limit`` and ``submitter``.
-
-The snapshot is what the store already reads for a pass (devices with labels, queued
-jobs, live leases, reservation rows), so the rules are testable without a database;
-``waiting_for_all`` answers for every queued job from one snapshot (``/v1/state``).
-
-``phrase`` and ``summary`` turn blockers into the words ``rc run``, ``rc ps`` and the
-no-wait refusal use, so the controller and the client say the same thing.
+``phrase``, ``summary`` and ``cell`` turn blockers into the words ``rc run``, ``rc ps``
+and the no-wait refusal use, so the controller and the client say the same thing.
 """
 
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,18 +50,10 @@ class Holding:
 
     @property
     def until(self) -> int | None:
-        """The latest time the holder can keep the device, or None when it has no limit.
-
-         EXT-WHY-1 names it: the holder's runtime ceiling or hold TTL. The controller
-         writes the effective runtime into the job at grant, and the
-         grant instant is the lease's ``acquired_at``, so the limit is ``acquired_at +
-         runtime``. The worker's watchdog counts from the process start, a poll later,
-         so the holder ends within moments of this instant. The lease's ``expires_at`` is
-         not used: it adds the 10 min backstop margin and every heartbeat renews it
-        , so it bounds nothing while the worker reports. A job with no
-         runtime has no limit (None). A lease with no job behind it is renewed by no
-         heartbeat (they name jobs), so its ``expires_at`` is its end.
-        """
+        """The latest time the holder can keep the device (EXT-WHY-1): the grant plus the
+        job's effective runtime or hold TTL; None for a job with no runtime. Not the
+        lease's ``expires_at``, which every heartbeat renews, except for a lease no job
+        backs: no heartbeat renews it, so that is its end."""
         if self.runtime is None:
             return self.expires_at
         return self.acquired_at + self.runtime if self.runtime > 0 else None
@@ -112,7 +87,7 @@ class Blocker:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class WaitFacts:
     """Everything the why-rules read, gathered once (one store transaction)."""
 
     devices: Sequence[DeviceSnap]
@@ -132,7 +107,7 @@ class Snapshot:
 class _Rules:
     """The snapshot indexed once, so answering for every queued job stays linear."""
 
-    def __init__(self, snap: Snapshot, key: QueueKey) -> None:
+    def __init__(self, snap: WaitFacts, key: QueueKey) -> None:
         self.snap = snap
         self.key = key
         self.devices = {d.id: d for d in snap.devices}
@@ -191,12 +166,12 @@ class _Rules:
         return [self.blocker(job, d) for d in self.candidates(job)]
 
 
-def waiting_for(job: JobSnap, snap: Snapshot, key: QueueKey = queue_key) -> list[Blocker]:
+def waiting_for(job: JobSnap, snap: WaitFacts, key: QueueKey = queue_key) -> list[Blocker]:
     """What queued ``job`` waits for, one entry per candidate device, by device ID."""
     return _Rules(snap, key).for_job(job)
 
 
-def waiting_for_all(snap: Snapshot, key: QueueKey = queue_key) -> dict[str, list[Blocker]]:
+def waiting_for_all(snap: WaitFacts, key: QueueKey = queue_key) -> dict[str, list[Blocker]]:
     """``waiting_for`` of every queued job in the snapshot, from one indexing of it."""
     rules = _Rules(snap, key)
     return {j.id: rules.for_job(j) for j in snap.queued}
@@ -217,29 +192,19 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
 
     Unreadable values read as absent: a client must still print its queued line.
     """
-
-    def text(key: str) -> str:
-        value = entry.get(key)
-        return value if isinstance(value, str) else ""
-
-    limit = entry.get("submitter_limit")
-    return Blocker(
-        device_id=text("device_id"),
-        holder=text("holder"),
-        job_id=text("job_id"),
-        kind=text("kind"),
-        reason=text("reason"),
-        since=_instant(entry.get("since")),
-        until=_instant(entry.get("until")),
-        reserved_by=text("reserved_by"),
-        state=text("state"),
-        quarantine_reason=text("quarantine_reason"),
-        draining=entry.get("draining") is True,
-        mig_conflict=text("mig_conflict"),
-        submitter_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
-        submitter=text("submitter"),
-        after=text("after"),
-    )
+    facts: dict[str, Any] = {}
+    for f in dataclasses.fields(Blocker):
+        value = entry.get(f.name)
+        if f.name in ("since", "until"):
+            facts[f.name] = _instant(value)
+        elif f.name == "draining":
+            facts[f.name] = value is True
+        elif f.name == "submitter_limit":
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            facts[f.name] = value if whole else None
+        else:
+            facts[f.name] = value if isinstance(value, str) else ""
+    return Blocker(**facts)
 
 
 def blockers_from_wire(entries: Any) -> list[Blocker]:

@@ -1,12 +1,10 @@
 """The core on asyncio streams: the worker, the asynchronous API, the relay halves, webhooks.
 
-``Client`` keeps idle keep-alive connections per endpoint and opens an ``Exchange``
-per request: its answer's head, then its body read piece by piece, each read bounded
-by the caller's idle bound; opened with ``open_body``, its chunked request body is
-written while the answer is read (the relay, both ends). Connections come from
-``connect`` (``open_tcp``: TCP, TLS through ``ssl`` for ``https://``), the one seam a
-test replaces to put a fake server on the other end. A connection interrupted
-mid-exchange, by an error or a cancellation, is closed, never reused.
+``Client`` keeps idle keep-alive connections per endpoint and opens an ``Exchange`` per
+request: its answer's head, then its body piece by piece, each read bounded by the
+caller; with ``open_body`` its chunked request body is written while the answer is read
+(the relay). ``connect`` is the seam a test replaces. A connection interrupted
+mid-exchange is closed, never reused.
 """
 
 from __future__ import annotations
@@ -255,10 +253,8 @@ class Client:
         open_body: bool = False,
     ) -> Exchange:
         """Send ``method end.prefix+target`` and read its answer's head: connecting within
-        ``connect_timeout``, then at most ``timeout`` for the head; without a
-        ``connect_timeout``, both within ``timeout`` (``None``: as long as it takes).
-        ``open_body`` leaves a chunked request body open, and the connection is then
-        never reused."""
+        ``connect_timeout`` then the head within ``timeout``, or both within ``timeout`` (None:
+        no bound). ``open_body`` leaves a chunked body open; the connection is then not reused."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         bound = timeout if connect_timeout is None else connect_timeout
@@ -320,13 +316,9 @@ async def relay(
     timeout: float = 30.0,
     connect: Connect = open_tcp,
 ) -> Exchange:
-    """Open one relay half, ``method path``, returning once its ``200`` head arrived.
-
-    A ``POST`` gets a chunked request body that stays open (``write``, ``finish``) while
-    the answer is read. Any other status raises ``errors.Refused``, no answer another
-    ``TransportError``; ``timeout`` bounds connecting and the head. Reads are bounded by
-    what the caller gives each ``read``.
-    """
+    """Open one relay half, ``method path``, returning once its ``200`` head arrived (a
+    ``POST``'s chunked body left open); any other status is ``errors.Refused``, no answer
+    another ``TransportError``. ``timeout`` bounds connecting and the head."""
     try:
         end = core.endpoint(base_url)
     except ValueError as exc:

@@ -1,9 +1,6 @@
 """The core on a blocking socket: ``rc`` and the synchronous API's one connection.
-
-``http.client`` imports ``email`` and ``ssl`` on every start, which ``rc run`` would pay
-for before its first request; this shell needs only ``socket``, and ``ssl`` once an
-``https://`` controller is named (the standard library's defaults: certificate and
-host name checked). The caller bounds connecting and each read.
+``http.client`` imports ``email`` and ``ssl`` on every start; this needs ``socket``
+alone, and ``ssl`` only for an ``https://`` controller.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """HTTP/1.1 without I/O, on h11: what a shell writes and how it reads what comes back.
 
-A ``Wire`` is one connection's protocol state. The shell writes the bytes ``start``,
-``write`` and ``finish`` return (a body given whole, or a chunked one left open and
-written piece by piece: the relay's request body stays open while its answer is read),
-feeds what it reads to ``feed``, and takes from ``next`` the answer's ``Head``, then
-its body's pieces, then ``END``. ``recycle`` says whether the connection may carry
-the next request (h11's keep-alive rules). Errors are ``errors``' transport classes,
-so both shells fail the same way; ``cause`` names an ``OSError`` in a few words.
+A ``Wire`` is one connection's protocol state: the shell writes what ``start``,
+``write`` and ``finish`` return (a body given whole, or a chunked one left open), feeds
+what it reads to ``feed``, and takes from ``next`` the answer's ``Head``, its body's
+pieces, then ``END``. Errors are ``errors``' transport classes, the same in both shells.
 """
 
 from __future__ import annotations
@@ -216,13 +213,10 @@ def error_body(body: bytes) -> tuple[str, str]:
 
 
 def proxy_refusal(end: Endpoint, environ: Mapping[str, str]) -> str:
-    """Why a forward proxy set in ``environ`` cannot carry requests to ``end``, or ``""``.
-
-    Nothing here goes through a proxy (the relay's full-duplex streams could not), so a
-    process that would honour one by convention (``HTTP_PROXY``, ``HTTPS_PROXY``,
-    ``ALL_PROXY``, either case, unless ``NO_PROXY`` names the host) refuses to start
-    rather than connect directly where it was told not to.
-    """
+    """Why a forward proxy set in ``environ`` cannot carry requests to ``end``, or ``""``:
+    nothing here goes through one (the relay's full-duplex streams could not), so a process
+    told to use one (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY``
+    names the host) refuses to start rather than connect directly."""
     names = ("https_proxy" if end.tls else "http_proxy", "all_proxy")
     given = [v for n in names for v in (n.upper(), n) if environ.get(v)]
     if not given:

@@ -18,7 +18,8 @@ condition of a grant against the rows; a stale view only costs an attempt.
 
 from __future__ import annotations
 
-from resource_controller.core.scheduling import DeviceSnap, FleetIndex
+from resource_controller.core.planner import FleetIndex
+from resource_controller.core.scheduling import DeviceSnap
 from resource_controller.store import queries, sql
 from resource_controller.store.records import DeviceRecord, LabelRecord
 

@@ -347,7 +347,7 @@ _HOLDINGS = (
 
 def wait_snapshot(
     conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
-) -> waiting.Snapshot:
+) -> waiting.WaitFacts:
     """What the why-rules read, in three queries however long the queue.
 
     Devices with their effective labels (the store's fleet view), every live lease with
@@ -376,7 +376,7 @@ def wait_snapshot(
     for job_id, ids in pending.items():
         given = order.get(job_id, ())
         ids.sort(key=lambda i: given.index(i) if i in given else len(given))
-    return waiting.Snapshot(
+    return waiting.WaitFacts(
         snaps, queued, holdings, reservations, quarantine, limits, held, pending
     )
 

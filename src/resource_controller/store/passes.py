@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from resource_controller import errors
 from resource_controller.core import passloop, scheduling, share
 from resource_controller.core.passloop import Placement
+from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
 from resource_controller.store.queries import QueueEntry, QueueRow
@@ -48,7 +49,7 @@ WHOLE_BATCH = 512
 class QueueWalk:
     """The queue in scheduling order (aged at ``now`` when ``aging`` is on),
     read a page at a time (keyset on the order), the first page small: the
-    ``core.passloop.Queue`` the pass runs over.
+    ``core.passloop.PassQueue`` the pass runs over.
 
     A page after one made mostly of plain pins is read narrow (``QueueEntry`` rows): a
     plain pin behind an unavailable device needs nothing more, and every column costs
@@ -267,7 +268,7 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     # their jobs are not read at all, which is most of a queue from people at their limit.
     skip = share.at_limit(limits, held) if limits.on else ()
     walk = QueueWalk(db, now, aging, skip, by_id)
-    planner = scheduling.Planner(index, limits, held)
+    planner = Planner(index, limits, held)
     placer = _Placer(db, now, by_id, limits)
     plan = passloop.run_pass(walk, planner, placer)
     for job_id in plan.unparsable:

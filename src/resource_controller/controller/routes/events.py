@@ -1,10 +1,7 @@
-"""``GET /v1/events``: the server-sent event stream.
-
-The one route that also takes its token as ``?token=``, for a browser ``EventSource``
-that cannot set headers; the query is read only when the header carries no token (its
-row in ``controller/table.py`` says ``query_token``). Frames come from the in-process
-broadcaster (``controller/events.py``); every write has a 10 s deadline and a reader
-that misses it is cut and unsubscribed.
+"""``GET /v1/events``: the server-sent event stream, frames from
+``controller/events.py``, each written within ``WRITE_DEADLINE`` or the reader is cut.
+The one route that also takes its token as ``?token=`` (AUTH-004), for a browser
+``EventSource``.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import events
-from resource_controller.controller.deps import Call, Services
+from resource_controller.controller.deps import Call, Services, disconnected
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +68,7 @@ class EventStream(Response):
     async def _pump(self, sub: events.Subscription, receive: Receive, send: Send) -> None:
         hub = self.svc.hub
         loop = asyncio.get_running_loop()
-        gone = loop.create_task(_disconnected(receive))
+        gone = loop.create_task(disconnected(receive))
         stop = loop.create_task(hub.shutting_down.wait())
         try:
             while not gone.done() and not stop.done():
@@ -95,11 +92,6 @@ class EventStream(Response):
         finally:
             gone.cancel()
             stop.cancel()
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def stream(call: Call) -> Response:

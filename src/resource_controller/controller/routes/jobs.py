@@ -118,10 +118,7 @@ async def logs(call: Call) -> Response:
     if not follow:
         snap = await asyncio.to_thread(svc.logs.snapshot, job_id, offset)
         return StreamingResponse(_stream(snap), media_type=media, headers=TEXT_HEADERS)
-    if svc.logs.remote:
-        await asyncio.to_thread(svc.logs.touch, job_id)
-    else:
-        svc.logs.touch(job_id)
+    await svc.log_store(svc.logs.touch, job_id)
     return StreamingResponse(_follow(svc, job_id, offset), media_type=media, headers=TEXT_HEADERS)
 
 

@@ -1,5 +1,4 @@
-"""Operational routes beside the API: ``GET /healthz`` and ``GET /metrics``
-."""
+"""The routes beside the API: ``GET /healthz``, ``GET /metrics`` and the dashboard."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import logging
 
 from starlette.responses import JSONResponse, Response
 
-from resource_controller.controller import metrics
+from resource_controller.controller import dashboard, metrics
 from resource_controller.controller.deps import Call
 from resource_controller.store.usage import PairTotals
 
@@ -42,3 +41,9 @@ async def scrape(call: Call) -> Response:
     counts, pairs = await svc.db(read)
     body = svc.metrics.render(counts, svc.clock.now(), pairs)
     return Response(body, media_type=metrics.CONTENT_TYPE)
+
+
+async def index(_: Call) -> Response:
+    """The dashboard: one HTML page with its style and script inline (controller-api.md §13)."""
+    page = dashboard.page()
+    return Response(page.html, media_type="text/html; charset=utf-8", headers=page.headers)

@@ -1,25 +1,23 @@
 """The four relay routes (controller-api.md §11).
 
-Dispatch checks each route's role (worker halves are worker routes, client halves
-client routes: ``controller/table.py``); the route looks the job up once, joins the
-session (``409 conflict`` if that half is taken) and answers ``200`` at once, headers
-flushed before any payload. The stream itself runs in the response object, which gets
-the raw ASGI channels: a POST half keeps reading its request body after the ``200``
-went out, a GET half writes under a per-write deadline while it watches for its client
-going away.
+The route looks the job up once, joins the session (``409 conflict`` for a half already
+taken) and answers ``200`` at once; the stream then runs in the response object on the
+raw ASGI channels: a POST half keeps reading its body after the ``200``, a GET half
+writes under a per-write deadline while it watches for its client going away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller.deps import Call, Services
-from resource_controller.controller.relay import FRAME_MAX, Conflict, Half, Pipe, Relay, Session
+from resource_controller.controller.deps import Call, Services, disconnected
+from resource_controller.controller.relay import Half, Relay, Session
 
 #: Response content types per half.
 OCTETS = "application/octet-stream"
@@ -41,10 +39,7 @@ async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Se
         raise errors.Unsupported(
             f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
         )
-    try:
-        return svc.hub.relay.attach(job_id, half)
-    except Conflict as exc:
-        raise errors.Conflict(str(exc)) from None
+    return svc.hub.relay.attach(job_id, half)
 
 
 class _Relayed(Response):
@@ -73,11 +68,8 @@ class _Relayed(Response):
             self.relay.half_ended(self.session, self.half, self.pipe)
 
     async def _pump_body(self, receive: Receive) -> None:
-        """A POST half: hand each piece of the request body to the peer.
-
-        It ends with its sender's body, or as soon as the session is over or the
-        controller stops, whichever comes first.
-        """
+        """A POST half: hand each piece of the request body to the peer, until the body
+        ends, the session is over or the controller stops."""
         pumping = asyncio.create_task(self._pump(receive))
         over = asyncio.create_task(self.session.over.wait())
         stopping = asyncio.create_task(self.relay.stopping.wait())
@@ -96,34 +88,16 @@ class _Relayed(Response):
             if got["type"] != "http.request":
                 return  # the sender went away
             data: bytes = got.get("body", b"")
-            if data and not await self._hand_over(self.pipe, data):
+            alone = functools.partial(self.session.alone, self.half)
+            if data and not await self.pipe.send(data, self.relay.handoff_guard, alone):
                 return  # the direction closed: refuse what follows
             if not got.get("more_body", False):
                 return  # end of stream: the process exited, or stdin EOF
 
-    async def _hand_over(self, pipe: Pipe, data: bytes) -> bool:
-        guard = self.relay.handoff_guard
-        for start in range(0, len(data), FRAME_MAX):
-            ticket = pipe.offer(data[start : start + FRAME_MAX])
-            while True:
-                try:
-                    async with asyncio.timeout(guard):
-                        ok = await pipe.taken(ticket)
-                    break
-                except TimeoutError:
-                    # Give up only when blocked that long AND alone in the
-                    # session; a peer that is attached (or still coming) re-arms it.
-                    if self.session.alone(self.half):
-                        pipe.close()
-                        return False
-            if not ok:
-                return False
-        return True
-
     async def _feed_socket(self, receive: Receive, send: Send) -> bool:
         """A GET half: copy the peer's bytes to the socket; ``True`` on a clean end."""
         pipe = self.pipe
-        gone = asyncio.create_task(_disconnected(receive), name=f"relay-{self.half.value}-gone")
+        gone = asyncio.create_task(disconnected(receive), name=f"relay-{self.half.value}-gone")
         try:
             while True:
                 chunk = asyncio.create_task(pipe.recv())
@@ -145,12 +119,6 @@ class _Relayed(Response):
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await gone
-
-
-async def _disconnected(receive: Receive) -> None:
-    """Returns once the client closed the connection."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _open(call: Call, half: Half, media: str) -> Response:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from resource_controller import wire
-from resource_controller.controller import answers, deps, service
+from resource_controller.controller import answers, deps, workerops
 from resource_controller.controller.deps import Call
 from resource_controller.controller.wake import perform
 from resource_controller.core import durations
@@ -21,12 +20,12 @@ MAX_WAIT = 60.0
 
 
 async def register(call: Call) -> Response:
-    reg = await perform(call.svc.hub, service.register(call.svc, call.who, call.body))
+    reg = await perform(call.svc.hub, workerops.register(call.svc, call.who, call.body))
     return answers.json(wire.RegisterResponse(worker_id=reg.worker_id))
 
 
 async def push_labels(call: Call) -> Response:
-    await perform(call.svc.hub, service.push_labels(call.svc, call.param, call.body))
+    await perform(call.svc.hub, workerops.push_labels(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
@@ -62,9 +61,9 @@ async def assignments(call: Call) -> Response:
     """Long poll: hand out assignments and due kills, or wait to be woken."""
     svc, request = call.svc, call.request
     wait = parse_wait(request.query_params.get("wait"))
-    disconnected = asyncio.ensure_future(_disconnect(request))
+    disconnected = asyncio.ensure_future(deps.disconnected(request.receive))
     try:
-        handed, kills = await perform(svc.hub, service.poll(svc, call.param, wait, disconnected))
+        handed, kills = await perform(svc.hub, workerops.poll(svc, call.param, wait, disconnected))
     finally:
         disconnected.cancel()
     if not (handed or kills):
@@ -74,16 +73,8 @@ async def assignments(call: Call) -> Response:
     )
 
 
-async def _disconnect(request: Request) -> None:
-    """Return once the client has gone away."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def heartbeat(call: Call) -> Response:
-    await perform(call.svc.hub, service.heartbeat(call.svc, call.param, call.body))
+    await perform(call.svc.hub, workerops.heartbeat(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
@@ -91,17 +82,17 @@ async def append_log(call: Call) -> Response:
     request = call.request
     chunk = await deps.read_capped(request, CHUNK_CAP, "log chunk", code="chunk_too_large")
     epoch = request.query_params.get("lease_epoch")
-    await perform(call.svc.hub, service.append_log(call.svc, call.param, epoch, chunk))
+    await perform(call.svc.hub, workerops.append_log(call.svc, call.param, epoch, chunk))
     return Response(status_code=200)
 
 
 async def status(call: Call) -> Response:
     """A worker reports ``running`` or the outcome."""
-    await perform(call.svc.hub, service.report_status(call.svc, call.param, call.body))
+    await perform(call.svc.hub, workerops.report_status(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
 async def fault(call: Call) -> Response:
     """The host takes a device out itself; only an admin clears a fault."""
-    await perform(call.svc.hub, service.fault(call.svc, call.param, call.body))
+    await perform(call.svc.hub, workerops.fault(call.svc, call.param, call.body))
     return Response(status_code=200)
