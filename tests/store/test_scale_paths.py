@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from resource_controller.clock import FakeClock
 from resource_controller.core import states
 from resource_controller.core.expiry import GRACE, SweepRules
-from resource_controller.store import passes, queries, sql
+from resource_controller.store import queries, sql
 from resource_controller.store.facade import Store
 from resource_controller.store.records import Assigned, JobRecord
 from support import store_helpers
@@ -147,7 +147,7 @@ def test_a_pass_decodes_only_the_jobs_it_places(
 def test_the_pass_reads_a_row_as_the_record_does(
     store: Store, selector: str, pins: str, count: int, priority: int, runtime: int
 ) -> None:
-    """``passes._snap`` builds from the raw row the snapshot ``JobRecord.snap`` would."""
+    """``queries.snap`` builds from the raw row the snapshot ``JobRecord.snap`` would."""
     record = JobRecord(
         id="j1",
         seq=7,
@@ -184,7 +184,7 @@ def test_the_pass_reads_a_row_as_the_record_does(
         computed[c] if c in computed else columns[c.removeprefix("jobs.")]
         for c in queries.QUEUE_COLS
     ]
-    assert passes._snap(queries.queue_row(row)) == record.snap()
+    assert queries.snap(queries.queue_row(row)) == record.snap()
 
 
 def test_the_plain_sql_reads_equal_the_records_read_by_name(store: Store, make: Factory) -> None:

@@ -1,16 +1,10 @@
-"""Jobs that wait for other jobs: the edges, and what an end does to them.
-
-A job submitted with ``after`` gets one ``job_after`` row per job it waits for that has
-not ended (or has ended in a way that fails it), and ``after_open`` counts them; while
-it is above 0 the pass does not read the job. Migration 0010's trigger notes in a row's
-``ended`` the state its job ends in, whichever path ends it (a report, a kill, a sweep, a
-registration's reap, this module's own ``dependency_failed``). ``settle`` consumes the
-noted rows, in a terminal report's own transaction and first in every scheduling pass
-(EXT-FAST-1 runs one after every other end):
-an end that meets the rule (``core.share.dependency_met``) lowers ``after_open``;
-one that does not ends the waiting job ``killed`` with ``dependency_failed: JOB``, which
-the trigger notes in turn for the jobs waiting on it, so a failed chain ends in one
-pass. A cycle cannot form: a job can only name jobs that already exist.
+"""Jobs that wait for other jobs: a ``job_after`` row per job waited for, counted in
+``after_open`` (above 0 the pass does not read the job). Migration 0010's trigger notes
+in ``ended`` the state the job waited for ends in, whatever ends it; ``settle`` (in a
+terminal report's transaction and first in every pass) lowers ``after_open`` for an end
+that meets the rule (``core.share.dependency_met``) and ends the waiting job
+``dependency_failed`` otherwise, which the trigger notes in turn, so a failed chain ends
+in one pass. No cycle forms: a job names only jobs that exist.
 """
 
 from __future__ import annotations
@@ -31,15 +25,10 @@ _TAKE_NOTED = "DELETE FROM job_after WHERE ended != '' RETURNING job_id, after_i
 
 
 def wait(db: sql.Db, job_id: str, after: Sequence[str], after_any: bool) -> int:
-    """Write the ``job_after`` rows of a job about to be enqueued waiting for ``after``;
-    how many it waits for (``after_open``). ``BadRequest`` naming the first ID no job has.
-
-    A job that already ended in a way that meets the rule needs no row; one that ended
-    otherwise gets a row already noted, so the submit's pass fails the new job. On
-    PostgreSQL the rows read are locked against a concurrent end until the enqueue
-    commits: ended unseen, its trigger would note a row it cannot see yet, and the new
-    job would wait for ever.
-    """
+    """Write the ``job_after`` rows of a job about to be enqueued; how many it waits for.
+    ``BadRequest`` names the first ID no job has. An end that meets the rule needs no
+    row, one that does not gets a row already noted. On PostgreSQL the rows read are
+    locked to the commit: a concurrent end's trigger could not see the new rows."""
     if not after:
         return 0
     text = f"SELECT id, state FROM jobs WHERE id IN ({sql.marks(len(after))})"

@@ -1,12 +1,7 @@
-"""The store's core: the connection, the lock, the transaction context, the caches and
-the clock, under every operation of the aggregates (``store/facade.py`` puts them
-together).
-
-Within one controller process store operations are serialised (one writer at a time)
-by a re-entrant lock; each is one transaction (``tx``) or one read outside any
-(``read``), and reads ``now`` from the clock once. The caches (the fleet view, the kept
-reservation rows, the settled queue) are dropped when a transaction that read them
-rolls back (``undone``), as the grant rule asks.
+"""The store's core under every aggregate: the connection, a re-entrant lock that
+serialises operations, the one transaction context (``tx``, or ``read`` outside any),
+the caches and the clock. The caches (fleet view, kept reservations, settled queue) are
+dropped when a transaction that read them rolls back (``undone``).
 """
 
 from __future__ import annotations
@@ -100,13 +95,10 @@ class Core:
             c.value("SELECT 1")
 
     def _usable(self) -> sql.Db:
-        """The connection for an operation. At its start (the first use under the lock's
-        outermost hold), one the server dropped while it stood idle (a restart, an
-        administrator, an idle limit) is replaced first, and what was cached from it is
-        read afresh: the operation never sees it. Later in an operation a dropped one
-        ends it (``ConnectionDropped``), since what ran before may rest on the old
-        session (the pass's session lock); ``races.again`` runs it once more.
-        ``StoreUnavailable`` while the database cannot be reached."""
+        """The connection for an operation. At its start one the server dropped while idle
+        is replaced first and the caches read afresh; later in an operation a dropped one
+        ends it (``ConnectionDropped``: what ran may rest on the old session), and
+        ``races.again`` runs it once more. ``StoreUnavailable`` while unreachable."""
         starting = self.lock.starting()
         if not self.db.broken and not (starting and engine.dropped(self.db.driver)):
             return self.db
@@ -136,9 +128,9 @@ class Core:
     @contextmanager
     def tx(self, point: str = "") -> Iterator[sql.Db]:
         """One transaction under the lock; ``point`` names its crash point (a test hook).
-        A driver error becomes ``StoreError`` naming only its type. A connection lost
-        before the commit wrote nothing (``ConnectionDropped``); one lost at the commit
-        leaves it unknown whether it committed (``StoreUnavailable``, never run again)."""
+        A driver error becomes ``StoreError`` naming its type; a connection lost before
+        the commit ``ConnectionDropped``, at the commit ``StoreUnavailable`` (unknown
+        whether it committed: never run again)."""
         with self.lock:
             self.gen += 1
             db = self._usable()
@@ -187,8 +179,7 @@ class Core:
 
     @contextmanager
     def read(self) -> Iterator[sql.Db]:
-        """Reads on the driver's connection under the lock, outside any transaction: each
-        statement sees the last commit, and the lock keeps every writer out meanwhile."""
+        """Reads under the lock outside any transaction: each statement sees the last commit."""
         with self.lock:
             db = self._usable()
             try:

@@ -1,14 +1,11 @@
 """Workers and devices (store.md §13-17): registration, facts (labels and sheets),
 faults, clears, drains, retirement, automatic recovery and the reaper's sweep.
 
-Registration means "a fresh worker process with nothing running": whatever is still
-in flight on that worker is settled here, and the devices that backed it are
-quarantined unless the host's boot ID changed (a reboot proves nothing survived).
-Silence is never proof: nothing here makes an occupied-looking device ``ready``
-without one of the proofs the spec lists. A registration that declares ``gpu0.mig0``
-where the host had ``gpu0`` (or the reverse) leaves the old name's row, as it leaves
-every undeclared device, but marks it ``mig_conflict``: it stands for the same silicon
-and is never granted until a registration declares it again.
+Registration means "a fresh worker process with nothing running": what is still in
+flight on it is settled, its devices quarantined unless the boot ID changed (a reboot
+proves nothing survived). Silence is never proof: nothing here makes an occupied-looking
+device ``ready`` without a proof the spec lists. An undeclared device whose GPU a
+declared one now stands for (``gpu0`` and ``gpu0.mig0``) is marked ``mig_conflict``.
 """
 
 from __future__ import annotations
@@ -151,13 +148,12 @@ class Devices:
             for name in names:
                 if device_sheets is not None and name in device_sheets:
                     sheets[f"{host}:{name}"] = device_sheets[name]
-            for device_id, body in sheets.items():
-                c.execute(
-                    "DELETE FROM host_docs WHERE host = ? AND device_id = ?", (host, device_id)
-                )
-                c.execute(
-                    "INSERT INTO host_docs (host, device_id, body, updated_at) VALUES (?, ?, ?, ?)",
-                    (host, device_id, body, now),
+            if sheets:
+                c.many(
+                    "INSERT INTO host_docs (host, device_id, body, updated_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (host, device_id) DO UPDATE SET body = excluded.body,"
+                    " updated_at = excluded.updated_at",
+                    [(host, device_id, body, now) for device_id, body in sheets.items()],
                 )
 
     @races.again
@@ -171,17 +167,14 @@ class Devices:
     def set_state(self, device_id: str, state: str, detail: str = "") -> None:
         """STORE-131, the host's own report: ``unhealthy`` is a ``fault`` that overwrites
         any reason, with ``detail``; ``DeviceNotFound`` for an unknown device."""
-        values: dict[str, object] = {"quarantine_reason": "", "quarantine_detail": ""}
-        op = Op.HOST_REPORT
-        if state == DeviceState.UNHEALTHY:
-            op, values = (
-                Op.FAULT,
-                {"quarantine_reason": Quarantine.FAULT, "quarantine_detail": detail},
-            )
+        fault = state == DeviceState.UNHEALTHY
+        op, reason = (Op.FAULT, Quarantine.FAULT) if fault else (Op.HOST_REPORT, "")
         with self._core.tx() as c:
             now = self._core.now()
-            done = moves.move(
-                c, DEVICE, op, "id = ?", (device_id,), state=state, last_heartbeat_at=now, **values
+            detail = detail if fault else ""
+            one = (device_id,)
+            done = moves.set_devices(
+                c, op, "id = ?", one, state, reason, quarantine_detail=detail, last_heartbeat_at=now
             )
         if done == 0:
             raise errors.DeviceNotFound(f"no such device: {device_id}")

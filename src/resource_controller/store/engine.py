@@ -1,13 +1,6 @@
-"""Open the database: a SQLite file (the default) or a PostgreSQL URL, and migrate it.
-
-SQLite in WAL mode with ``synchronous=FULL`` (a granted lease must survive power
-loss) and a 5000 ms busy timeout. PostgreSQL through psycopg 3. On both,
-the driver's own transaction handling is off (autocommit), and the store begins each
-transaction itself (``sql.Db.begin``: ``BEGIN IMMEDIATE`` on SQLite, so the
-allocation transaction holds the write lock from its first statement).
-
-The store talks to the driver alone. SQLAlchemy and Alembic (about 25 MiB resident
-between them) are loaded only to migrate a database that is not at ``HEAD``.
+"""Open the database, a SQLite file (WAL, ``synchronous=FULL``: a granted lease must
+survive power loss) or a PostgreSQL URL (psycopg 3), in autocommit, and migrate it.
+SQLAlchemy and Alembic (~25 MiB resident) are loaded only for a database not at ``HEAD``.
 """
 
 from __future__ import annotations
@@ -27,7 +20,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlalchemy as sa
     from alembic.config import Config
-    from alembic.script import ScriptDirectory
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: The newest migration's revision: a database already there is opened without loading
@@ -65,13 +57,10 @@ class Database:
     @classmethod
     def at(cls, database: Path | str) -> Database:
         """The database at a SQLite path or a ``postgresql://`` URL."""
-        if not is_postgres(database):
-            return cls(Path(database), "sqlite")
-        url = str(database)
         for scheme in POSTGRES_SCHEMES:
-            if url.startswith(scheme):
-                return cls("postgresql://" + url[len(scheme) :], "postgresql")
-        raise AssertionError("unreachable: is_postgres matched a scheme")
+            if isinstance(database, str) and database.startswith(scheme):
+                return cls("postgresql://" + database[len(scheme) :], "postgresql")
+        return cls(Path(database), "sqlite")
 
     @property
     def libpq_url(self) -> str | None:
@@ -99,12 +88,9 @@ class Database:
 
 #: What the server does to a session of a controller that froze or was cut off, so that
 #: nothing it holds stalls the others past the 5 s a takeover has (EXT-PG-8): an open
-#: transaction (its row locks, a transaction-level advisory lock, the leadership row's
-#: share lock of a fenced write) ends 3 s after its last statement; a lock wait gives up
-#: after 5 s, by when any frozen holder is gone; a connection whose controller stopped
-#: answering on the network is dropped within 5 s (keep-alives when idle, the user
-#: timeout when data goes unacknowledged; a Unix socket ignores both). Set on every
-#: connection a controller opens; a setting the server does not know is left out.
+#: transaction ends 3 s after its last statement, a lock wait gives up after 5 s, a
+#: connection gone quiet on the network drops within 5 s. Set on every connection a
+#: controller opens; a setting the server does not know is left out.
 SESSION = {
     "idle_in_transaction_session_timeout": "3s",
     "lock_timeout": "5s",
@@ -167,11 +153,8 @@ def connect_postgres(url: str) -> Any:
 
 
 def _sqlite_connection(path: Path) -> sqlite3.Connection:
-    """A connection to the SQLite file at ``path`` with the project's pragmas.
-
-    The file is created 0600 before SQLite opens it; its WAL and shared-memory files
-    take the same mode from it.
-    """
+    """A connection to the SQLite file at ``path`` with the project's pragmas, the file
+    (and its WAL and shared-memory files) 0600."""
     private.private_file(path)
     for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if side.exists():
@@ -194,10 +177,9 @@ def _strpos(text: str | None, part: str | None) -> int | None:
 
 
 def dropped(driver: Any) -> bool:
-    """Whether the server closed ``driver``'s connection while it stood idle (a restart,
-    an administrator, an idle limit): its goodbye (an error message) and then the end of
-    the stream are there to read without waiting, where a live connection has nothing,
-    so this costs two reads that find nothing. Never on SQLite."""
+    """Whether the server closed ``driver``'s connection while it stood idle: its goodbye
+    and the end of the stream are there to read at once (a live one costs two reads that
+    find nothing). Never on SQLite."""
     if isinstance(driver, sqlite3.Connection):
         return False
     import psycopg
@@ -208,6 +190,12 @@ def dropped(driver: Any) -> bool:
     return bool(driver.closed)
 
 
+def first_line(exc: Exception) -> str:
+    """What a driver error says, in its first line (its type when it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def open_driver(database: Database) -> Any:
     """The store's connection; ``StoreError`` naming the database when it cannot be made."""
     try:
@@ -215,8 +203,8 @@ def open_driver(database: Database) -> Any:
     except errors.StoreError:
         raise
     except Exception as exc:
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise errors.StoreError(f"cannot reach the database {database.where()}: {cause}") from exc
+        where = database.where()
+        raise errors.StoreError(f"cannot reach the database {where}: {first_line(exc)}") from exc
 
 
 def create_engine(database: Path | str) -> sa.Engine:
@@ -252,17 +240,6 @@ def _alembic_config(connection: sa.Connection) -> Config:
     return cfg
 
 
-def _known_revision(script: ScriptDirectory, revision: str) -> bool:
-    from alembic.util import CommandError
-
-    # Alembic raises (CommandError) for a revision it cannot locate rather than
-    # returning None, so an unknown, newer revision must be caught here.
-    try:
-        return script.get_revision(revision) is not None
-    except CommandError:
-        return False
-
-
 def current_revision(driver: Any, dialect: str) -> str | None:
     """The schema revision Alembic stamped, read without it; None when there is none."""
     if dialect == "postgresql":
@@ -279,15 +256,14 @@ def current_revision(driver: Any, dialect: str) -> str | None:
 
 
 def migrate(database: Database, driver: Any) -> None:
-    """Bring the schema to the newest revision; refuse a database from a newer version.
-
-    ``driver``, the store's connection, answers whether there is anything to do; the
-    migration itself runs on a connection of Alembic's own."""
+    """Bring the schema to the newest revision (on a connection of Alembic's own), refusing
+    a database from a newer version; ``driver`` answers whether there is anything to do."""
     if current_revision(driver, database.dialect) == HEAD:
         return
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
 
     engine = create_engine(database.target)
     try:
@@ -302,7 +278,11 @@ def migrate(database: Database, driver: Any) -> None:
                 )
             script = ScriptDirectory.from_config(_alembic_config(conn))
             current = MigrationContext.configure(conn).get_current_revision()
-            if current is not None and not _known_revision(script, current):
+            try:  # Alembic raises for a revision it cannot locate: a newer one
+                known = current is None or script.get_revision(current) is not None
+            except CommandError:
+                known = False
+            if not known:
                 raise errors.StoreError(
                     f"database schema revision {current} was written by a newer version of rc"
                 )

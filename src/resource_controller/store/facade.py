@@ -1,11 +1,6 @@
 """``Store``: the one door to the database, the core (``store/base.py``) with one
-aggregate per part of the state, each owning its operations and their SQL:
-
-- ``queue`` (``jobs.py``): enqueue, cancel, kill, the scheduling pass, a job's place;
-- ``reports`` (``reports.py``): the hand-out, status reports, heartbeats;
-- ``devices`` (``devices.py``): registration, facts, faults, clears, drains,
-  retirement, recovery, the sweep;
-- ``views`` (``views.py``): jobs, the fleet views, describe, explain, usage, metrics.
+aggregate per part of the state (``queue``, ``reports``, ``devices``, ``views``), each
+owning its operations and their SQL.
 """
 
 from __future__ import annotations

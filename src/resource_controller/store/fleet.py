@@ -1,19 +1,11 @@
-"""The fleet as the scheduling rules and the fleet views read it, kept between reads.
+"""The fleet as the pass and the fleet views read it, kept between reads: at 10,000
+devices reading it whole was most of a submit. The triggers of migrations 0006 and 0008
+note each device whose row (but ``last_heartbeat_at``) or labels changed at a rising
+``fleet_version`` in ``device_changes``; the snapshot rereads only those.
 
-Every pass and every submit for a selector or any device reads the whole fleet, and so
-do ``/v1/state`` and ``/v1/devices``: at 10,000 devices that read (rows, labels,
-records) was most of a submit and most of a state read. The triggers of migrations
-0006 and 0008 note in ``device_changes`` each device whose row (any column but
-``last_heartbeat_at``) or labels changed, at a rising ``fleet_version``; this snapshot
-rereads only the devices noted since it last looked, so a pass after a grant reads one
-device, and a heartbeat that only stamps ``last_heartbeat_at`` costs nothing.
-
-``read`` is the pass's: its records' ``last_heartbeat_at`` may be stale (the rules do
-not read it; ``leases.assign`` reads ID, worker and runtime ceiling). ``current`` is
-the views': it reads the heartbeat stamps alone and brings every record up to date.
-A transaction that rolled back may have been read here: the store calls
-``rolled_back``. None of this can make a wrong grant: ``leases.assign`` re-checks every
-condition of a grant against the rows; a stale view only costs an attempt.
+``read`` (the pass's) may hold stale heartbeat stamps; ``current`` (the views') reads
+them alone. None of this can make a wrong grant: ``leases.assign`` re-checks every
+condition against the rows, so a stale view only costs an attempt.
 """
 
 from __future__ import annotations
@@ -78,10 +70,9 @@ class FleetSnapshot:
         return self._version
 
     def rolled_back(self, seen: int) -> None:
-        """A transaction (or a part of one) that began when the view had ``seen`` this far
-        rolled back: if the view read on meanwhile, it may hold what was never committed
-        (the change notes it read carried numbers that the next commit, perhaps another
-        controller's, takes again), so it is read afresh."""
+        """A transaction that began with the view at ``seen`` rolled back: if it read on
+        meanwhile it may hold what never committed (numbers the next commit takes again),
+        so it is read afresh."""
         if self._version != seen:
             self.forget()
 
@@ -103,9 +94,8 @@ class FleetSnapshot:
         return records, self._index
 
     def current(self, db: sql.Db) -> tuple[list[DeviceRecord], dict[str, list[LabelRecord]]]:
-        """Every device record by ID ascending, current in every column, and the label
-        records by device: the fleet views' read, one two-column scan of ``devices``
-        beside the changes."""
+        """Every device record by ID, current in every column, and the labels by device:
+        the views' read, one two-column scan of ``devices`` beside the changes."""
         records, ordered = self.read(db)
         stamps = dict(db.execute(_HEARTBEATS).fetchall())
         if stamps.keys() != records.keys():  # a device the notes missed: no writer does

@@ -1,12 +1,9 @@
 """The queue and the pass (store.md §7-9, §11): enqueue, cancel, kill, the scheduling
 pass and what a queued job waits for.
 
-Enqueue never assigns: the scheduling pass (``passes.py``, each placement by
-``leases.assign``) is the only place a device changes hands, so a client told a queue
-position is never overtaken by a side door. A submit was checked before the store sees
-it (``controller/submits.py``); enqueue checks what needs the database: the devices it
-names exist and admit its runtime, its selector matches a registered device, its key's
-job, the jobs it waits for.
+Enqueue never assigns: the pass (``passes.py``, each placement by ``leases.assign``) is
+the only place a device changes hands, so no side door overtakes a queue position.
+Enqueue checks what needs the database (``controller/submits.py`` checked the rest).
 """
 
 from __future__ import annotations
@@ -46,8 +43,7 @@ Handed = dict[str, tuple[list[JobRecord], list[str]]]
 
 @dataclass(frozen=True)
 class NewJob:
-    """What a submitter asks for, as ``controller/submits.py`` admitted it: a pinned
-    list sorted, a list of one made a plain pin, ``after`` named once each."""
+    """A submit as ``controller/submits.py`` admitted it (pins sorted, ``after`` once each)."""
 
     command: list[str]
     submitter: str
@@ -148,9 +144,8 @@ class Queue:
 
     @races.again
     def run_pass(self) -> PassResult:
-        """One scheduling pass, serialised against every other (``locks.SCHEDULING_PASS``,
-        held to its commit): first the ends of jobs others wait for, then the placements,
-        all in one transaction."""
+        """One scheduling pass under ``locks.SCHEDULING_PASS`` to its commit: the ends of
+        jobs others wait for, then the placements, in one transaction."""
         core = self._core
         with core.lock:
             with core.tx() as c:
@@ -231,7 +226,7 @@ def enqueue(
     waits = after.wait(conn, job_id, req.after, req.after_any)  # EXT-SHARE-2
     job = JobRecord(
         id=job_id,
-        seq=queries.next_seq(conn),
+        seq=queries.next_counter(conn, "job_seq", queries.SEQ_START),
         selector=str(parsed) if parsed else "",
         command=list(req.command),
         cwd=req.cwd,
@@ -269,10 +264,8 @@ def enqueue(
 def _check_fits(
     parsed: selectors.Selector | None, count: int, runtime: int, devices: list[DeviceSnap]
 ) -> None:
-    """STORE-056 step 2 and EXT-GANG-2 on the registered devices, whatever their state:
-    some match, some host has ``count`` of them, and enough of those admit the runtime."""
-    # In any order: the checks only count hosts (sorting 10,000 devices by ID for them
-    # was a fifth of a submit's CPU).
+    """STORE-056 step 2 and EXT-GANG-2 on the registered devices, whatever their state
+    and order: some match, some host has ``count`` of them that admit the runtime."""
     matches = devices if parsed is None else [d for d in devices if parsed.matches(d.labels)]
     what = f"selector {str(parsed)!r}" if parsed else "any device"
     if not matches:
@@ -310,8 +303,7 @@ def _pinned_runtime(conn: sql.Db, pins: tuple[str, ...], runtime: int) -> int:
 
 def _disconnected(conn: sql.Db, job: JobRecord) -> bool:
     """The job's worker is gone (STORE-092): a device of it ``unknown``, or out for
-    ``worker_lost``. A several-device job's devices share one worker, so they go quiet
-    together: any one of them is proof enough."""
+    ``worker_lost`` (a several-device job's devices share one worker)."""
     for dev in queries.devices_by_id(conn, job.devices):
         if dev.state == DeviceState.UNKNOWN or (
             dev.state == DeviceState.UNHEALTHY and dev.quarantine_reason == Quarantine.WORKER_LOST
@@ -321,11 +313,9 @@ def _disconnected(conn: sql.Db, job: JobRecord) -> bool:
 
 
 def _position(conn: sql.Db, job: JobRecord, now: int, aging: int) -> int:
-    """1 + the queued jobs ahead of ``job`` (by effective priority at ``now`` with aging
-    on); a pinned job counts only those pinned to one of its devices (STORE-070)."""
-    # ``scheduling.queue_position``'s rule as one count: a queued job's view is polled
-    # every half second by whoever waits for it, and building every queued job to
-    # compare keys cost 6 ms a view at 1,500 queued.
+    """1 + the queued jobs ahead of ``job`` (by effective priority at ``now``); a pinned
+    job counts only those pinned to one of its devices (STORE-070). One count: a queued
+    job's view is polled twice a second, and comparing keys cost 6 ms at 1,500 queued."""
     ahead, params = queries.behind(job.priority, job.queued_at, job.seq, now, aging, ahead=True)
     text = f"SELECT count(*) FROM jobs WHERE jobs.state = ? AND jobs.id != ? AND {ahead}"
     args: tuple[Any, ...] = (str(JobState.QUEUED), job.id, *params)
@@ -348,16 +338,11 @@ _HOLDINGS = (
 def wait_snapshot(
     conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
 ) -> waiting.WaitFacts:
-    """What the why-rules read, in three queries however long the queue.
-
-    Devices with their effective labels (the store's fleet view), every live lease with
-    its job's effective runtime (``None`` for a lease no job row backs), the reservation
-    rows of the last pass, and the quarantine text of unhealthy devices as the device
-    view shows it (API-023: the detail when there is one, else the category). With
-    EXT-SHARE: the devices each share name holds when a limit applies, and, for the
-    queued jobs that wait for others, those not yet ended, in the order of ``order``
-    (job -> its ``after_ids``).
-    """
+    """What the why-rules read, in a few queries however long the queue: the fleet view,
+    every live lease with its job's runtime (``None`` when no job row backs it), the
+    reservations, unhealthy devices' quarantine text (API-023), the devices each share
+    name holds under a limit, and what waiting jobs still wait for, in the order of
+    ``order`` (job -> its ``after_ids``)."""
     limits = core.limits
     records, snaps = core.fleet.read(conn)
     holdings = [
@@ -387,7 +372,7 @@ def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[wait
         return []
     # Of the rest of the queue, the rules read only whether a job reserving a candidate
     # is ahead of this one: the reservers are all they need, however long the queue.
-    queued = [job.snap(), *(s for s in queries.queued_snaps(conn, True) if s.id != job.id)]
+    queued = [job.snap(), *(s for s in queries.reserving_snaps(conn) if s.id != job.id)]
     snap = wait_snapshot(conn, core, queued, {job.id: job.after_ids})
     return waiting.waiting_for(job.snap(), snap, core.key(now))
 

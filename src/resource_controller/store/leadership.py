@@ -1,21 +1,12 @@
-"""Which controller leads on PostgreSQL: a lease in one row (migration 0013), not a lock.
+"""Which controller leads on PostgreSQL: a lease in one row (migration 0013), not a lock,
+which a frozen process keeps with its session. On the database's clock:
 
-A session advisory lock named the leader before; a frozen process (SIGSTOP, a hung
-host) keeps its session, and the lock with it, for as long as the kernel keeps its TCP
-connection, so nobody took over. A lease ends with its holder's progress instead:
-
-- **Take** (``TAKE``): a controller takes the row when its lease lapsed, on the
-  database's clock, or when the session that renewed it is gone (a dead controller's
-  connection closes at once, so its death is not waited out), with the epoch one more.
-  One statement: two controllers never both take it. A row locked by a fenced write or a
-  renewal in progress is skipped, never waited for.
-- **Renew** (``RENEW``): the holder pushes the lease's end on, while the epoch is still
-  its own and the lease has not lapsed.
-- **Fence** (``hold``): every write a controller makes as leader first checks, in its
-  own transaction, that its epoch still holds, and keeps the row share-locked to the
-  commit, so no takeover passes it half-way: a holder frozen in that transaction has it
-  ended by the server (``engine.SESSION``) before the row can be taken, and a holder that
-  wakes later writes nothing on what it last knew.
+- **Take** (``TAKE``): the row, with the epoch one more, once its lease lapsed or the
+  session renewing it is gone; one statement, a locked row skipped, never waited for.
+- **Renew** (``RENEW``): while the epoch is the holder's and the lease has not lapsed.
+- **Fence** (``hold``): every leader-only write first checks its epoch in its own
+  transaction and share-locks the row to the commit, so no takeover passes it half-way
+  (a holder frozen there has the transaction ended by the server, ``engine.SESSION``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Leases: the unit of exclusivity, granted by the scheduling pass's placements.
 
-A device changes hands only here, in ``assign``: one transaction whose conditional
-updates re-check, against committed rows, every condition a grant depends on: each
-device ``ready`` (not held, not out of the pool), not draining, not in MIG conflict, not
-sharing its GPU with a device of its host that holds a live lease (``gpu0`` and
+A device changes hands only in ``assign``, whose conditional updates re-check against
+committed rows every condition a grant depends on: each device ``ready``, not draining,
+not in MIG conflict, not sharing its GPU with a held device of its host (``gpu0`` and
 ``gpu0.mig1``); the job still ``queued``, waiting for no other job, its submitter under
-its limit. What the pass read before (its view of the fleet, the queue page) only
-chooses what to try. The partial unique index ``leases_one_live_per_device`` refuses a
-second live lease even if every check above it were wrong; its violation surfaces as
-``LiveLeaseConflict``, never as a silent skip. Every lease carries an epoch from a
-counter that never goes back, so a fencing token is never reused even after retire
-deletes lease rows.
+its limit. What the pass read only chooses what to try. The partial unique index
+``leases_one_live_per_device`` refuses a second live lease even if every check were
+wrong (``LiveLeaseConflict``). Epochs come from a counter that never goes back, so a
+fencing token is never reused, even after retire deletes lease rows.
 """
 
 from __future__ import annotations
@@ -82,13 +79,9 @@ def release_for_job(
     util: float | None = None,
     first: Sequence[usage.Held] = (),
 ) -> list[str]:
-    """Release the live leases of ``job_id`` (never of job ``''``); return their devices.
-
-    What they held goes into the usage rollup in this transaction, with
-    ``first``, the job's leases the caller already released (an expiry ends the lapsed
-    one by its own ID), so that a several-device job counts once; ``util`` is the job's
-    measured mean GPU utilisation, if any.
-    """
+    """Release the live leases of ``job_id`` (never of job ``''``); their devices. What
+    they held, with ``first`` (leases of the job the caller released), goes into the
+    usage rollup at once, so a several-device job counts once; ``util``: its mean GPU use."""
     released = queries.release_leases(conn, now, job_id) if job_id else []
     usage.account(conn, now, [*first, *released], util)
     return sorted(h.device_id for h in released)
@@ -139,16 +132,13 @@ def assign(
     devices: DeviceRecord | Sequence[DeviceRecord],
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> Placement:
-    """Give ``devices`` to queued ``job``; how that went.
+    """Give ``devices`` (of the pass's view) to queued ``job``; how that went.
 
-    ``job`` and the devices come from the pass's view. The conditional updates
-    re-check both inside this transaction, devices first (``_GRANTABLE``, then
-    ``_PLACEABLE`` under ``limits``), so a stale view can never hand out a device
-    it should not; the unique index still referees each lease insert. A job refused
-    is ``GONE`` for this pass. Several devices are all or nothing: every one
-    flips and gets its lease in this one transaction, or the transaction rolls back.
-    Their leases are granted in ascending ID order, so their epochs are consecutive
-    and the job's ``lease_epoch`` (the largest) is the last device's.
+    The conditional updates re-check both in this transaction, devices first
+    (``_GRANTABLE``, then ``_PLACEABLE`` under ``limits``), so a stale view can never hand
+    out a device it should not; the unique index referees each lease insert. Several
+    devices are all or nothing, their leases granted in ID order, so their epochs are
+    consecutive and the job's ``lease_epoch`` is the last device's.
     """
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
@@ -190,7 +180,7 @@ def assign(
         raise _NotQueued(job.id)  # rolls the device flips back with the transaction
     for device_id in ids:
         grant(conn, now, job, device_id, runtime)
-    queries.delete_reservations_of_devices(conn, ids)
+    queries.update_reservations(conn, now, ids)
     crashpoints.hit("grant", ".before_commit")
     return Placement.PLACED
 

@@ -1,21 +1,11 @@
-"""Job output in the database, for several controllers sharing one.
+"""Job output in the database (migration 0009), for several controllers sharing one: a
+worker's chunks may reach any controller and a follower may read from any other.
 
-A worker's chunks may reach any controller and a follower may read from any other, so
-on PostgreSQL the output lives in two tables (migration 0009) rather than in one
-controller's files: ``log_chunks`` holds the bytes, each chunk a row, and ``job_logs``
-one row per job with the head's length and how many bytes the tail was ever given.
-
-The cap is ``store/logs.py``'s, chunk by chunk: the head takes the first
-half of the cap and only grows, so an offset a follower reached always names the same
-byte; everything after goes to the tail, whose chunks wholly older than its last
-``Layout.ring`` bytes are deleted. A reader sees the same view as of the files: the head,
-then (once the job ended) the marker and the tail's last ring bytes, or the whole tail
-while it never overflowed.
-
-Each append is one transaction that locks the job's ``job_logs`` row, so two appends
-for one job never interleave, whichever controllers take them. The store keeps a
-connection of its own (autocommit), used under a lock: logs are read off the event
-loop in threads, never inside a store transaction.
+``log_chunks`` holds the bytes, a row a chunk; ``job_logs`` a row per job with the
+head's length and the bytes the tail was ever given. The cap and the view are
+``store/logs.py``'s, chunk by chunk (tail chunks wholly older than the ring are
+deleted). Each append is one transaction locking the job's ``job_logs`` row, so two
+appends never interleave; the store keeps a connection of its own, under a lock.
 """
 
 from __future__ import annotations
@@ -41,8 +31,7 @@ HEAD, TAIL = 0, 1  #: ``log_chunks.part``
 
 
 def _failed(what: str, job_id: str, exc: Exception) -> errors.LogError:
-    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return errors.LogError(f"{what} log of {job_id} failed: {why}")
+    return errors.LogError(f"{what} log of {job_id} failed: {engine.first_line(exc)}")
 
 
 class DatabaseLogStore(JobLogs):

@@ -1,27 +1,12 @@
-"""Job output: one append-only file per job under ``<data>/logs``, capped.
+"""Job output: one append-only file per job under ``<data>/logs``, capped, never held
+in memory (a job ID that is not a safe file name is refused).
 
-Chunks are appended verbatim in arrival order. A job ID that is not a safe file name is
-refused, so no request can write outside the log directory.
-
-The cap (``--max-log-bytes``, default 256 MiB) keeps a job's head and tail
-with a marker between, without ever holding the log in memory:
-
-- ``<id>.log`` takes the first half of the cap, and only ever grows, so a byte offset a
-  follower has reached always names the same byte;
-- whatever comes after goes to ``<id>.tail``, a ring of the rest of the cap (less room
-  for the marker): a 16-byte header (bytes ever written to it, ring size) and the ring.
-  While it has not wrapped it is the output as written; once it wraps, the oldest bytes
-  are overwritten and the stored log reads ``head + marker + last bytes``.
-
-What a reader gets is that view, built from both files (``Snapshot``). A log under the
-cap reads exactly as written. A follower of a running job reads only ``<id>.log``,
-which never changes under it; the rest (the whole remainder, or the marker and the
-tail) reaches it once the job is terminal, when the ring no longer moves. A one-off
-snapshot of a running job's capped log is the view as it stands; bytes the job writes
-while it is read may overwrite ring bytes not yet sent.
-
-Reads never hold a whole log in memory: a snapshot is read chunk by
-chunk with ``pread``, and an offset past the end reads nothing, however large.
+The cap (``--max-log-bytes``) keeps a job's head and tail with a marker between:
+``<id>.log`` takes the first half and only grows, so an offset a follower reached always
+names the same byte; the rest goes to ``<id>.tail``, a ring (a 16-byte header: bytes
+ever written, ring size) that once wrapped reads ``head + marker + last bytes``. A
+follower of a running job reads the head alone; the tail reaches it once the job is
+terminal and the ring no longer moves.
 """
 
 from __future__ import annotations
@@ -83,13 +68,9 @@ Piece = tuple[int | bytes | PieceReader, int, int]
 
 
 class Snapshot:
-    """The bytes of one log from an offset up to its size when opened.
-
-    The view is a list of pieces (the head file, the marker, the ring in order); each
-    ``read`` is one bounded ``pread`` of one piece, and the files stay open until
-    ``close``. The calls block on the disk, so the controller makes them off its event
-    loop.
-    """
+    """The bytes of one log from an offset up to its size when opened: pieces (the head,
+    the marker, the ring in order), each ``read`` one bounded read of one piece; files
+    stay open until ``close``."""
 
     def __init__(self, pieces: list[Piece], offset: int, fds: list[int] | None = None) -> None:
         self._pieces = pieces
@@ -127,9 +108,8 @@ class Snapshot:
 
 
 class JobLogs(ABC):
-    """Where the controller keeps job output: files here (``LogStore``), or the database
-    when several controllers share one (``store/logrows.py``). Each says how
-    to append, snapshot and delete; the rest follows from those, here."""
+    """Where the controller keeps job output: files (``LogStore``), or the database when
+    several controllers share one (``store/logrows.py``)."""
 
     layout: Layout | None
     #: An append waits on a server (the database), so the controller makes it off the
@@ -163,11 +143,8 @@ def check_id(job_id: str) -> str:
 
 
 class LogStore(JobLogs):
-    """Append and read job logs; files are created on first append, mode 0600, in a
-    0700 directory (``store.private``).
-
-    ``max_bytes`` caps each job's stored output; 0 stores everything.
-    """
+    """Job logs in files, 0600 in a 0700 directory (``store.private``); ``max_bytes``
+    caps each job's stored output, 0 stores everything."""
 
     remote = False
 
@@ -290,11 +267,9 @@ def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
 
 
 def _ring_write(path: Path, data: memoryview, ring_size: int) -> None:
-    """Write ``data`` into the ring after what it holds; only its last ``size`` bytes matter.
-
-    A ring keeps the size it was created with, so a controller restarted with another
-    cap goes on with the rings it left. The header is written after the bytes it counts.
-    """
+    """Write ``data`` into the ring after what it holds. A ring keeps the size it was
+    created with (a controller restarted with another cap goes on with its rings); the
+    header is written after the bytes it counts."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, private.FILE_MODE)
     try:
         written, size = _header(fd)

@@ -1,16 +1,10 @@
 """The one way the store writes a device's or a job's state: a move from the table.
 
-``move`` takes a machine (``transitions.DEVICE`` or ``transitions.JOB``), the operation,
-the row condition and the values to write. It adds ``state IN (<the op's sources>)`` to
-the condition, refuses a target state the op does not list, executes, and returns the
-row count, so the caller sees whether the move happened. ``create`` and ``remove`` do
-the same for the "no row" ends of the table; ``end_job`` and ``set_devices`` are the
-two moves most ops make (a job ended with its reason, devices with their quarantine).
-
-Every statement built here reaches ``sql.Db.execute`` labelled ``entity:op``, and a
-debug log line names the op and how many rows it moved: that is how a reader (or the
-test that fails on any state write that bypasses this module) tells why a state
-changed.
+``move`` adds ``state IN (<the op's sources>)`` to the caller's condition and refuses a
+target the op does not list, so the row count says whether the move happened;
+``create`` and ``remove`` do the same for the "no row" ends. Every statement reaches
+``sql.Db.execute`` labelled ``entity:op`` (the test that fails on any state write
+bypassing this module watches for it), with a debug line of the rows it moved.
 """
 
 from __future__ import annotations
@@ -26,10 +20,8 @@ from resource_controller.store import sql
 log = logging.getLogger(__name__)
 
 _TABLES: dict[str, str] = {"device": "devices", "job": "jobs"}
-
-
-def _label(machine: Machine, op: Op) -> str:
-    return f"{machine.entity}:{op.value}"
+#: Statements built, by what built them.
+_SQL: dict[tuple[Any, ...], str] = {}
 
 
 def _check_target(machine: Machine, op: Op, state: object) -> None:
@@ -37,28 +29,19 @@ def _check_target(machine: Machine, op: Op, state: object) -> None:
         raise errors.InvalidTransition(f"{op.value} cannot move a {machine.entity} to {state!r}")
 
 
-_SQL: dict[tuple[Any, ...], str] = {}
-
-
 def _in_sources(machine: Machine, op: Op) -> str:
     """``state IN (<the op's source states>)``; ``FALSE`` for an op only from no row."""
     sources = sorted(str(s) for s in machine.move(op).sources if s is not None)
-    if not sources:
-        return "FALSE"
-    return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
+    return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")" if sources else "FALSE"
 
 
-def _update_sql(machine: Machine, op: Op, where: str, keys: tuple[str, ...], returning: str) -> str:
-    """``UPDATE <table> SET state = ?, <keys> WHERE (<where>) AND state IN (<sources>)``."""
-    cache = (machine.entity, op, where, keys, returning)
-    text = _SQL.get(cache)
+def _run(
+    db: sql.Db, machine: Machine, op: Op, key: tuple[Any, ...], build: Any, params: Sequence[Any]
+) -> sql.Cursor:
+    text = _SQL.get(key)
     if text is None:
-        assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
-        text = f"UPDATE {_TABLES[machine.entity]} SET {assigns} WHERE ({where}) AND {_in_sources(machine, op)}"
-        if returning:
-            text += f" RETURNING {returning}"
-        _SQL[cache] = text
-    return text
+        text = _SQL[key] = build(_TABLES[machine.entity])
+    return db.execute(text, tuple(params), f"{machine.entity}:{op.value}")
 
 
 def _update(
@@ -71,11 +54,17 @@ def _update(
     state: str,
     values: dict[str, Any],
 ) -> sql.Cursor:
-    """The move's one statement, run."""
+    """``UPDATE <table> SET state = ?, <values> WHERE (<where>) AND <the op's sources>``."""
     _check_target(machine, op, state)
     keys = tuple(values)
-    text = _update_sql(machine, op, where, keys, returning)
-    return db.execute(text, (str(state), *(values[k] for k in keys), *params), _label(machine, op))
+
+    def build(table: str) -> str:
+        assigns = ", ".join(["state = ?", *(f"{k} = ?" for k in keys)])
+        text = f"UPDATE {table} SET {assigns} WHERE ({where}) AND {_in_sources(machine, op)}"
+        return text + (f" RETURNING {returning}" if returning else "")
+
+    args = (str(state), *(values[k] for k in keys), *params)
+    return _run(db, machine, op, (machine.entity, op, where, keys, returning), build, args)
 
 
 def move(
@@ -88,10 +77,10 @@ def move(
     state: str,
     **values: Any,
 ) -> int:
-    """Move the rows matching ``where`` (SQL text, ``?`` for each of ``params``) and the
-    op's sources to ``state``, writing ``values`` beside it; the row count."""
+    """Move the rows matching ``where`` (``?`` for each of ``params``) and the op's
+    sources to ``state``, writing ``values`` beside it; the row count."""
     n = int(_update(db, machine, op, where, params, "", state, values).rowcount)
-    log.debug("%s: %d row(s) -> %s", _label(machine, op), n, state)
+    log.debug("%s:%s: %d row(s) -> %s", machine.entity, op.value, n, state)
     return n
 
 
@@ -108,7 +97,7 @@ def move_returning(
 ) -> list[Any]:
     """As ``move``, returning the moved rows' ``returning`` columns (SQL text)."""
     rows = _update(db, machine, op, where, params, returning, state, values).fetchall()
-    log.debug("%s: %d row(s) -> %s", _label(machine, op), len(rows), state)
+    log.debug("%s:%s: %d row(s) -> %s", machine.entity, op.value, len(rows), state)
     return rows
 
 
@@ -118,28 +107,23 @@ def create(db: sql.Db, machine: Machine, op: Op, values: dict[str, Any]) -> None
         raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
     _check_target(machine, op, values.get("state"))
     cols = tuple(values)
-    text = _SQL.get(("create", machine.entity, cols))
-    if text is None:
-        marks = ", ".join("?" * len(cols))
-        text = f"INSERT INTO {_TABLES[machine.entity]} ({', '.join(cols)}) VALUES ({marks})"
-        _SQL[("create", machine.entity, cols)] = text
-    label = _label(machine, op)
-    db.execute(text, tuple(values[c] for c in cols), label)
-    log.debug("%s: created -> %s", label, values.get("state"))
+
+    def build(table: str) -> str:
+        return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({sql.marks(len(cols))})"
+
+    _run(db, machine, op, ("create", machine.entity, cols), build, [values[c] for c in cols])
+    log.debug("%s:%s: created -> %s", machine.entity, op.value, values.get("state"))
 
 
 def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[Any]) -> int:
     """Delete the rows matching ``where`` and the op's sources, for an op that ends in no row."""
     _check_target(machine, op, None)
-    label = _label(machine, op)
-    text = _SQL.get(("remove", machine.entity, op, where))
-    if text is None:
-        text = (
-            f"DELETE FROM {_TABLES[machine.entity]} WHERE ({where}) AND {_in_sources(machine, op)}"
-        )
-        _SQL[("remove", machine.entity, op, where)] = text
-    n = int(db.execute(text, tuple(params), label).rowcount)
-    log.debug("%s: %d row(s) removed", label, n)
+
+    def build(table: str) -> str:
+        return f"DELETE FROM {table} WHERE ({where}) AND {_in_sources(machine, op)}"
+
+    n = int(_run(db, machine, op, ("remove", machine.entity, op, where), build, params).rowcount)
+    log.debug("%s:%s: %d row(s) removed", machine.entity, op.value, n)
     return n
 
 
@@ -163,15 +147,6 @@ def set_devices(
     **values: Any,
 ) -> int:
     """``move`` of devices to ``state`` with the quarantine ``reason`` ('' out of one) and
-    no detail (STORE-032), and ``values``; the row count."""
-    return move(
-        db,
-        DEVICE,
-        op,
-        where,
-        params,
-        state=state,
-        quarantine_reason=reason,
-        quarantine_detail="",
-        **values,
-    )
+    no detail unless ``values`` gives one (STORE-032); the row count."""
+    values = {"quarantine_reason": reason, "quarantine_detail": "", **values}
+    return move(db, DEVICE, op, where, params, state=state, **values)

@@ -1,14 +1,10 @@
-"""The scheduling pass on the database: ``core.passloop.run_pass`` over the queue as
-the store reads it, in one transaction that holds the pass lock, each placement a
-savepoint of it (``leases.assign``).
+"""The scheduling pass on the database: ``core.passloop.run_pass`` over the queue, in
+one transaction that holds the pass lock, each placement a savepoint (``leases.assign``).
 
-The rules decide (``core.scheduling``); this module only reads what they need, a page
-of the queue at a time, and applies what they decide. A pass usually stops early (every
-device claimed), so reading the whole queue each time would make each submit cost
-O(queue length); and a long pinned queue behind busy devices needs, of each job, only
-the first columns of its row (``queries.WALK_WIDTH``). Between passes the store keeps
-what the last one left: the reservation rows (``KeptReservations``), and whether the
-queue was settled, so that the pass after a submit may be skipped (``SettledQueue``).
+The rules decide (``core.scheduling``); this module reads what they need a page at a
+time, since a pass usually stops early (every device claimed), and keeps between passes
+what the last one left: the reservation rows (``KeptReservations``) and whether the
+queue was settled, so the pass after a submit may be skipped (``SettledQueue``).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
 from resource_controller.store.queries import QueueEntry, QueueRow
-from resource_controller.store.records import Assigned, DeviceRecord, JobRecord, split_ids
+from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
 
 if TYPE_CHECKING:
     from resource_controller.store.base import Core
@@ -34,29 +30,20 @@ log = logging.getLogger(__name__)
 
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
 QUEUE_PAGE = 32  #: the second page; most passes stop within it
-#: Each further page is twice the last, up to this: a pass that walks a queue of 10,000
-#: (pinned jobs behind busy devices never saturate the planner) makes 10 queries, not
-#: 300. Each page's query walks the index from the queue's head to its keyset (the mixed
-#: order cannot seek), so a small cap made a long walk quadratic: 2,048 cost a 10,000-job
-#: walk ~25 ms of rescans.
+#: Each further page is twice the last, up to this: each page's query walks the index
+#: from the head (the mixed order cannot seek), so a small cap made a long walk
+#: quadratic (2,048: ~25 ms of rescans over 10,000 pinned jobs).
 QUEUE_PAGE_MAX = 16384
-
-#: How many jobs' scheduling columns one read fetches at most on a narrow page: the
-#: job whose turn it is and those behind it that are not plain pins.
+#: Jobs whose ``QueueRow`` one read of a narrow page fetches at most: the job whose turn
+#: it is and those behind it that are not plain pins.
 WHOLE_BATCH = 512
 
 
 class QueueWalk:
-    """The queue in scheduling order (aged at ``now`` when ``aging`` is on),
-    read a page at a time (keyset on the order), the first page small: the
-    ``core.passloop.PassQueue`` the pass runs over.
-
-    A page after one made mostly of plain pins is read narrow (``QueueEntry`` rows): a
-    plain pin behind an unavailable device needs nothing more, and every column costs
-    about as much to read. The ``QueueRow`` of a narrow row whose turn needs it
-    (``snap``) is read with those of the jobs behind it that are not plain pins, up to
-    ``WHOLE_BATCH``, in one query.
-    """
+    """The queue in scheduling order (aged at ``now`` with ``aging``), a page at a time
+    (keyset on the order): the ``core.passloop.PassQueue`` the pass runs over. A page after
+    one mostly of plain pins is read narrow (``QueueEntry``): a plain pin behind a busy
+    device needs nothing more."""
 
     def __init__(
         self,
@@ -105,7 +92,7 @@ class QueueWalk:
         row = cast(QueueRow | QueueEntry, entry)
         try:
             whole = row if isinstance(row, QueueRow) else self.scheduling_row(row)
-            return None if whole is None else _snap(whole)
+            return None if whole is None else queries.snap(whole)
         except Exception as exc:
             if not _row_fault(exc):
                 raise
@@ -138,23 +125,6 @@ class QueueWalk:
         if isinstance(row, QueueRow):
             return row.priority, row.queued_at, row.seq
         return queries.queue_key_of(self._db, row.id)
-
-
-def _snap(row: QueueRow) -> JobSnap:
-    """What the rules read of a job, from its ``QueueRow`` (as ``JobRecord.snap`` would
-    from the whole row, which is read only when the job is placed)."""
-    return JobSnap(
-        id=row.id,
-        seq=row.seq,
-        priority=row.priority,
-        queued_at=row.queued_at,
-        selector=row.selector,
-        device_id=row.device_id,
-        max_runtime_seconds=row.max_runtime_seconds,
-        count=max(1, row.device_count),
-        device_ids=split_ids(row.device_ids) if row.device_ids else (),
-        share=row.share,
-    )
 
 
 def _decode_raw(row: Sequence[Any]) -> JobRecord | None:
@@ -191,9 +161,8 @@ def _row_fault(exc: Exception) -> bool:
 
 
 class _Placer:
-    """Places a job as the rules chose: one savepoint per choice tried. The whole record
-    (command and environment, most of a row's bytes) is read only here, so a walk over
-    10,000 waiting jobs decodes none of them."""
+    """Places a job as the rules chose, one savepoint per choice tried; the whole record
+    is read only here, so a long walk decodes none."""
 
     def __init__(
         self,
@@ -208,7 +177,15 @@ class _Placer:
 
     def __call__(self, job: JobSnap, choice: tuple[str, ...]) -> Placement:
         try:
-            return self._place(job, choice)
+            record = self._record
+            if record is None or record.id != job.id:
+                record = self._record = queries.job(self._db, job.id)
+            # Choices are devices the pass's view holds ready; the assignment re-checks
+            # every condition of the grant against the rows.
+            group = [self._by_id[d] for d in choice]
+            placement = leases.try_assign(
+                lambda: self._db.savepoint("placement"), self._now, record, group, self._limits
+            )
         except Exception as exc:
             # Its assignment rolled back and it claims nothing; the jobs behind it are
             # still placed.
@@ -216,17 +193,6 @@ class _Placer:
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
             return Placement.GONE
-
-    def _place(self, job: JobSnap, choice: tuple[str, ...]) -> Placement:
-        record = self._record
-        if record is None or record.id != job.id:
-            record = self._record = queries.job(self._db, job.id)
-        # Choices are devices the pass's view holds ready; the assignment re-checks
-        # every condition of the grant against the rows.
-        group = [self._by_id[d] for d in choice]
-        placement = leases.try_assign(
-            lambda: self._db.savepoint("placement"), self._now, record, group, self._limits
-        )
         if placement is Placement.PLACED:
             self.assigned.append(Assigned(job.id, group[0].worker_id))
         return placement
@@ -246,14 +212,10 @@ class PassEnd:
 
 
 def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
-    """One scheduling pass in the open transaction ``db``, which holds the pass lock
-    (``locks.SCHEDULING_PASS``): FIFO by priority (effective priority now with
-    ``--priority-aging``), reservations for the blocked; what it placed and how it ended.
-
-    The devices each share name holds are read when a submitter limit applies. Each
-    assignment is a savepoint, and the reservation rows are rewritten once at the end,
-    only when they changed. The store's fleet view is brought up to date here.
-    """
+    """One scheduling pass in ``db``'s transaction, which holds ``locks.SCHEDULING_PASS``:
+    FIFO by (effective) priority, reservations for the blocked, each assignment a
+    savepoint, the reservation rows rewritten once at the end if they changed; what it
+    placed and how it ended."""
     now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
     if not queries.any_queued(db):
@@ -315,19 +277,10 @@ _COUNT = "SELECT count(*) FROM reservations"
 
 
 class KeptReservations:
-    """The reservation rows (device -> job) as the last pass wrote or read them; used
-    under the store's lock.
-
-    A pass compares the reservations it plans with the rows there (STORE-061: rewritten
-    only when they changed), and over a long queue on a busy fleet there are thousands of
-    rows: reading them back was a tenth of a pass over 10,000 pinned jobs. Only the pass
-    inserts reservation rows; every other writer deletes (an assignment its device's, a
-    cancel its job's, a retirement its device's). So while no other connection has written
-    the file (SQLite's ``data_version``) and the table holds as many rows as the pass left,
-    they are the rows it left, and one count stands for reading them. Where the database
-    has no such number (PostgreSQL, where other controllers write), the rows are read
-    every time.
-    """
+    """The reservation rows (device -> job) as the last pass wrote or read them (reading
+    thousands back was a tenth of a long pass). Only the pass inserts them, every other
+    writer deletes: while no other connection wrote the file (SQLite's ``data_version``)
+    and the count is the pass's, they are its rows. PostgreSQL reads them every time."""
 
     def __init__(self) -> None:
         self._rows: dict[str, str] | None = None  #: None = read them next time
@@ -361,18 +314,11 @@ class _Settled:
 
 
 class SettledQueue:
-    """What the last pass left, if the queue was settled, so that the store skips the
-    pass right after a submit that would change nothing; used under the store's lock.
-
-    A pass that placed nothing and ended with every device claimed leaves the queue
-    settled: a job submitted behind where its walk ended, pinned to no device it did not
-    see, can neither be placed nor reserve, so the pass after its submit would write
-    exactly what is there. That holds only while nothing else committed meanwhile: no
-    other transaction of this store (its transaction count), and no other process (a
-    commit mark: SQLite's ``data_version``, or PostgreSQL's transaction IDs,
-    ``sql.Db.quiet_mark``). Not with priority aging on: ``now`` moves the order. A bursty
-    submitter otherwise pays a whole pass a submit behind a busy fleet.
-    """
+    """What the last pass left if it settled the queue (placed nothing, every device
+    claimed), so the pass after a submit that could change nothing is skipped: a job
+    behind where the walk ended, pinned to no device it did not see. Only while nothing
+    else committed (this store's transaction count, and a commit mark:
+    ``data_version`` or ``sql.Db.quiet_mark``), and never with aging on."""
 
     def __init__(self) -> None:
         self._last: _Settled | None = None

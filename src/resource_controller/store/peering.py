@@ -1,9 +1,6 @@
-"""A controller's own connection to a database other controllers share (PostgreSQL):
-the leadership lease and the wake-up channel, for ``controller/peers.py``.
-
-Asynchronous (psycopg's asyncio connection), so the controller's event loop waits on
-it without a thread. Every driver failure comes out as ``ConnectionError`` with its
-first line: to the caller, whatever went wrong means the link is gone.
+"""A controller's own asyncio connection to a shared PostgreSQL: the leadership lease
+and the wake-up channel, for ``controller/peers.py``. Every driver failure comes out as
+``ConnectionError``: to the caller, the link is gone.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ _PRESENT = (
 
 
 def _gone(exc: Exception) -> ConnectionError:
-    text = str(exc).strip()
-    return ConnectionError(text.splitlines()[0] if text else type(exc).__name__)
+    return ConnectionError(engine.first_line(exc))
 
 
 def _forget(task: asyncio.Future[Any]) -> None:
@@ -77,13 +73,9 @@ class PeerLink:
         return bool(self._conn.closed)
 
     async def within(self, bound: float, call: Awaitable[T]) -> T:
-        """``call`` (a use of this link) if it ends within ``bound`` seconds; past that the
-        connection is dropped at once and ``ConnectionError`` raised.
-
-        Not ``asyncio.timeout``: psycopg answers a cancelled query by asking the server
-        to cancel it and waiting up to ten seconds more, and a leader whose check hangs
-        must step down within the bound.
-        """
+        """``call`` if it ends within ``bound`` seconds; else the connection is dropped
+        at once and ``ConnectionError`` raised (not ``asyncio.timeout``: psycopg waits up
+        to ten seconds more on a cancel, and a hung leader must step down in the bound)."""
         task = asyncio.ensure_future(call)
         done, _ = await asyncio.wait({task}, timeout=bound)
         if task in done:

@@ -1,8 +1,5 @@
-"""The data directory and everything in it are for the controller's user alone.
-
-Job logs hold whatever jobs print (tokens included, when a job prints one) and the
-database holds every command line and environment: a 0755 directory of 0644 files
-would show them to every account on the host.
+"""The data directory and everything in it are for the controller's user alone: logs
+hold whatever jobs print and the database every command line and environment.
 """
 
 from __future__ import annotations
@@ -17,11 +14,8 @@ FILE_MODE = 0o600
 
 
 def private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) if missing, and make it the owner's alone.
-
-    An existing directory is tightened too: one left world-readable by an older
-    version would otherwise stay so.
-    """
+    """Create ``path`` (and parents) if missing, and make it the owner's alone (an
+    existing one too: an older version may have left it world-readable)."""
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     if (os.stat(path).st_mode & 0o777) != DIR_MODE:
         os.chmod(path, DIR_MODE)

@@ -1,9 +1,6 @@
-"""The store's shared reads and small writes, as SQL text on ``sql.Db``.
-
-Column lists are named by the records' fields in their order, so a row builds its
-record by ``_make`` (the store tests hold every table column to a field). Every
-statement here runs on SQLite and PostgreSQL alike: ``?`` placeholders (``Db`` rewrites
-them for psycopg), no dialect-only functions, integers for flags.
+"""The store's shared reads and small writes, as SQL text on ``sql.Db``, the same on
+SQLite and PostgreSQL. Column lists are the records' fields in their order, so a row
+builds its record by ``_make`` (the store tests hold every table column to a field).
 """
 
 from __future__ import annotations
@@ -20,12 +17,9 @@ from resource_controller.store import sql
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 from resource_controller.store.usage import Held
 
-#: ``JobRecord``'s fields but the epoch (the last), in its order: a row of them, with or
-#: without the epoch after them, builds a record (``job_record``).
+#: ``JobRecord``'s fields but the epoch (the last): a row of them, with or without the
+#: epoch after them, builds a record (``job_record``).
 JOB_COLS: tuple[str, ...] = JobRecord._fields[:-1]
-#: In ``DeviceRecord``'s field order, so a row builds a record positionally (a third of
-#: the cost of a mapping, and ``/v1/state`` builds one per device).
-DEVICE_COLS: tuple[str, ...] = DeviceRecord._fields
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
 #: Every column of a job and its newest lease epoch: a whole ``JobRecord``.
@@ -33,17 +27,12 @@ JOB_WITH_EPOCH = (
     f"SELECT {_JOB_LIST}, (SELECT max(epoch) FROM leases WHERE leases.job_id = jobs.id) FROM jobs"
 )
 _JOB_BY_ID = JOB_WITH_EPOCH + " WHERE jobs.id = ?"
-_DEVICES = f"SELECT {', '.join(DEVICE_COLS)} FROM devices"
-_DEVICE_BY_ID = _DEVICES + " WHERE id = ?"
-_ALL_DEVICES = _DEVICES + " ORDER BY id"
-_QUEUE = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+_DEVICES = f"SELECT {', '.join(DeviceRecord._fields)} FROM devices"
 #: The device of the ``devices`` row at hand holds a live lease.
 LEASED = (
     "EXISTS (SELECT 1 FROM leases WHERE leases.device_id = devices.id"
     " AND leases.released_at IS NULL)"
 )
-#: A queued job that waits for no other job: the only kind a pass places.
-ELIGIBLE = "jobs.after_open = 0"
 #: A job pinned to one device and nothing more (no selector, no list, one device): all
 #: the pass does with one is claim its device or place it there.
 PLAIN_PIN = (
@@ -56,11 +45,10 @@ SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_nam
 
 
 class QueueRow(NamedTuple):
-    """What the scheduling pass reads of each queued job: the rules' columns only (the
-    whole row, whose command and environment are most of its bytes, is read by ID on
-    placement). Its first ``WALK_WIDTH`` (``QueueEntry``, ``core.passloop``'s entry) are
-    all a long pinned queue needs of a row; every column read costs about as much as
-    any other (~0.1 µs a row, most of a walk over 10,000 pinned jobs)."""
+    """What the pass reads of a queued job: the rules' columns only (command and
+    environment, most of a row's bytes, are read on placement). Every column costs
+    about as much (~0.1 µs a row), so a long pinned queue reads the first
+    ``WALK_WIDTH`` alone (``QueueEntry``)."""
 
     id: str
     device_id: str
@@ -92,7 +80,6 @@ QUEUE_COLS: tuple[str, ...] = tuple(_COMPUTED.get(c, "jobs." + c) for c in Queue
 _QUEUE_SCHED = "SELECT " + ", ".join(QUEUE_COLS)
 _QUEUE_WALK = "SELECT " + ", ".join(QUEUE_COLS[:WALK_WIDTH])
 queue_row = QueueRow._make
-queue_entry = QueueEntry._make
 
 _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
@@ -118,7 +105,7 @@ def job_record(row: Sequence[Any]) -> JobRecord:
     values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
     values[_I_AFTER_IDS] = split_ids(values[_I_AFTER_IDS] or "")
     values[-1] = values[-1] or 0
-    return _job(values)
+    return JobRecord._make(values)
 
 
 def job(conn: sql.Db, job_id: str) -> JobRecord:
@@ -129,26 +116,22 @@ def job(conn: sql.Db, job_id: str) -> JobRecord:
     return job_record(row)
 
 
-device_record = DeviceRecord._make
-_job = JobRecord._make
-
-
 def device(conn: sql.Db, device_id: str, *, lock: bool = False) -> DeviceRecord | None:
     """The device, its row locked for the transaction with ``lock`` (PostgreSQL): what
     the caller decides from it then cannot change under it (``lock_worker_devices``)."""
-    text = _DEVICE_BY_ID + (" FOR UPDATE" if lock and conn.postgres else "")
-    row = conn.execute(text, (device_id,)).fetchone()
-    return device_record(row) if row else None
+    text = _DEVICES + " WHERE id = ?" + (" FOR UPDATE" if lock and conn.postgres else "")
+    row = conn.one(text, (device_id,))
+    return DeviceRecord._make(row) if row else None
 
 
 def all_devices(conn: sql.Db) -> list[DeviceRecord]:
-    return [device_record(r) for r in conn.execute(_ALL_DEVICES)]
+    return list(map(DeviceRecord._make, conn.execute(_DEVICES + " ORDER BY id")))
 
 
 def devices_by_id(conn: sql.Db, ids: Sequence[str]) -> list[DeviceRecord]:
     """The devices among ``ids`` that exist, by ID."""
-    sql = f"{_DEVICES} WHERE {id_in(len(ids))} ORDER BY id"
-    return [device_record(r) for r in conn.execute(sql, tuple(ids))]
+    text = f"{_DEVICES} WHERE {id_in(len(ids))} ORDER BY id"
+    return list(map(DeviceRecord._make, conn.execute(text, tuple(ids))))
 
 
 def any_queued(conn: sql.Db) -> bool:
@@ -158,12 +141,11 @@ def any_queued(conn: sql.Db) -> bool:
 
 
 def update_reservations(
-    conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]]
+    conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]] = ()
 ) -> None:
-    """Bring the reservation rows to a pass's plan in at most a few statements: the rows
-    of the ``gone`` devices deleted, ``rows`` (job, device) written over their device's
-    row or added. A pass changes a few rows of many, and each statement is a round trip
-    to a database server: rewriting them all cost a statement a row."""
+    """Delete the reservation rows of the ``gone`` devices and write ``rows`` (job,
+    device) over their device's, a few statements for many rows: each is a round trip
+    to a database server."""
     for at in range(0, len(gone), _ROWS_A_STATEMENT):
         devices = gone[at : at + _ROWS_A_STATEMENT]
         conn.execute(
@@ -185,11 +167,6 @@ def update_reservations(
 _ROWS_A_STATEMENT = 1000
 
 
-def delete_reservations_of_devices(conn: sql.Db, device_ids: Sequence[str]) -> None:
-    text = f"DELETE FROM reservations WHERE device_id IN ({sql.marks(len(device_ids))})"
-    conn.execute(text, tuple(device_ids))
-
-
 def queue_page(
     conn: sql.Db,
     after: tuple[int, int, int] | None,
@@ -205,7 +182,7 @@ def queue_page(
     end are not eligible and are left out, as are the jobs counted under a
     name in ``skip`` (names at their limit)."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
-    text += " AND " + ELIGIBLE
+    text += " AND jobs.after_open = 0"
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
     if skip:
         text += f" AND {SHARE} NOT IN ({sql.marks(len(skip))})"
@@ -216,7 +193,7 @@ def queue_page(
         params += args
     text += f" ORDER BY {queue_order(now, aging)} LIMIT ?"
     rows = conn.all(text, (*params, limit))
-    return list(map(queue_entry, rows)) if narrow else list(map(queue_row, rows))
+    return list(map(QueueEntry._make if narrow else queue_row, rows))
 
 
 def queue_rows(conn: sql.Db, job_ids: Sequence[str]) -> list[QueueRow]:
@@ -228,16 +205,14 @@ def queue_rows(conn: sql.Db, job_ids: Sequence[str]) -> list[QueueRow]:
 def queue_key_of(conn: sql.Db, job_id: str) -> tuple[int, int, int] | None:
     """The job's (priority, queued_at, seq): where it stands in the queue's order."""
     row = conn.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,))
-    if row is None:
-        return None
-    priority, queued_at, seq = row
-    return priority, queued_at, seq
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
     """Raw queued rows of eligible jobs pinned to a device not in ``known`` (one with no
     row), in ``queue_order(now, aging)``."""
-    text = _QUEUE + " AND jobs.device_id != '' AND " + ELIGIBLE
+    text = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
+    text += " AND jobs.device_id != '' AND jobs.after_open = 0"
     if known:
         text += f" AND jobs.device_id NOT IN ({sql.marks(len(known))})"
     text += f" ORDER BY {queue_order(now, aging)}"
@@ -245,27 +220,19 @@ def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: in
 
 
 #: The counter of ``jobs.seq``, seeded from the jobs there the first time.
-SEQ_COUNTER = "job_seq"
-_NEXT_SEQ = (
-    "INSERT INTO counters (name, value) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs))"
-    " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
-)
-_NEXT_COUNTER = (
-    "INSERT INTO counters (name, value) VALUES (?, 1)"
-    " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
-)
+SEQ_START = "(SELECT coalesce(max(seq), 0) + 1 FROM jobs)"
 
 
-def next_seq(conn: sql.Db) -> int:
-    """The next job's place in submission order. A counter row, not ``max(seq) + 1``:
-    its lock orders submits that several controllers make at once."""
-    return int(conn.value(_NEXT_SEQ, (SEQ_COUNTER,)))
-
-
-def next_counter(conn: sql.Db, name: str) -> int:
-    """Increment and return the named counter (starts at 1); inside the caller's
-    transaction, in one statement, so two controllers never take one number."""
-    return int(conn.value(_NEXT_COUNTER, (name,)))
+def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
+    """Increment and return the named counter (first ``start``, SQL) in one statement of
+    the caller's transaction, so two controllers never take one number: the lease epoch,
+    and ``job_seq`` (``SEQ_START``), not ``max(seq) + 1``, whose row lock orders
+    submits that several controllers make at once."""
+    text = (
+        f"INSERT INTO counters (name, value) VALUES (?, {start})"
+        " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+    )
+    return int(conn.value(text, (name,)))
 
 
 def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
@@ -290,24 +257,15 @@ def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
     return sorted(str(device_id) for (device_id,) in rows)
 
 
-def release_leases(conn: sql.Db, now: int, job_id: str) -> list[Held]:
-    """Release the live leases of ``job_id``: what each held, by device."""
-    rows = conn.execute(
-        "UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL"
-        " RETURNING device_id, holder, acquired_at",
-        (now, job_id),
-    ).fetchall()
-    return sorted(Held(str(d), str(h), job_id, now - int(a)) for d, h, a in rows)
-
-
-def release_lease(conn: sql.Db, now: int, lease_id: str) -> list[Held]:
-    """Release one live lease by its own ID; what it held, or [] when it was not live."""
-    rows = conn.execute(
-        "UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL"
+def release_leases(conn: sql.Db, now: int, job_id: str, by: str = "job_id") -> list[Held]:
+    """Release the live leases of ``job_id`` (``by="id"``: the one lease of that ID):
+    what each held, by device."""
+    rows = conn.all(
+        f"UPDATE leases SET released_at = ? WHERE {by} = ? AND released_at IS NULL"
         " RETURNING device_id, holder, job_id, acquired_at",
-        (now, lease_id),
-    ).fetchall()
-    return [Held(str(d), str(h), str(j), now - int(a)) for d, h, j, a in rows]
+        (now, job_id),
+    )
+    return sorted(Held(str(d), str(h), str(j), now - int(a)) for d, h, j, a in rows)
 
 
 #: ``core.scheduling.queue_key`` as SQL, for reading the queue in order.
@@ -360,9 +318,11 @@ def jobs_where(
     params: Sequence[Any] = (),
     order: str = "",
     limit: int | None = None,
+    epochs: bool = False,
 ) -> list[JobRecord]:
-    """The jobs matching ``where`` (SQL text, ``?`` for ``params``), without their epochs."""
-    text = f"SELECT {_JOB_LIST} FROM jobs"
+    """The jobs matching ``where`` (SQL text, ``?`` for ``params``), with their lease
+    epochs or without (0)."""
+    text = JOB_WITH_EPOCH if epochs else f"SELECT {_JOB_LIST} FROM jobs"
     if where:
         text += f" WHERE {where}"
     if order:
@@ -374,21 +334,30 @@ def jobs_where(
     return [job_record(r) for r in conn.execute(text, args)]
 
 
-_QUEUED_SNAPS = (
-    "SELECT id, seq, priority, queued_at, selector, device_id, max_runtime_seconds, device_count,"
-    f" device_ids, {SHARE}, after_open FROM jobs WHERE state = ?"
-)
+def snap(row: QueueRow, after_open: int = 0) -> JobSnap:
+    """What the rules read of a job, from its ``QueueRow`` (as ``JobRecord.snap`` would
+    from the whole row, which is read only when the job is placed)."""
+    return JobSnap(
+        row.id,
+        row.seq,
+        row.priority,
+        row.queued_at,
+        row.selector,
+        row.device_id,
+        row.max_runtime_seconds,
+        max(1, row.device_count),
+        split_ids(row.device_ids),
+        row.share,
+        after_open,
+    )
 
 
-def queued_snaps(conn: sql.Db, reserving: bool = False) -> list[JobSnap]:
-    """Every queued job as the scheduling rules read it; ``reserving``: only those that
-    hold a reservation of the last pass."""
-    text = _QUEUED_SNAPS + (" AND id IN (SELECT job_id FROM reservations)" if reserving else "")
-    rows = conn.execute(text, (str(JobState.QUEUED),))
-    return [
-        JobSnap(i, seq, prio, at, sel, dev, runtime, count, split_ids(ids or ""), who, waits)
-        for i, seq, prio, at, sel, dev, runtime, count, ids, who, waits in rows
-    ]
+def reserving_snaps(conn: sql.Db) -> list[JobSnap]:
+    """The queued jobs that hold a reservation of the last pass, as the rules read them."""
+    text = f"{_QUEUE_SCHED}, jobs.after_open FROM jobs WHERE jobs.state = ?"
+    text += " AND jobs.id IN (SELECT job_id FROM reservations)"
+    rows = conn.all(text, (str(JobState.QUEUED),))
+    return [snap(queue_row(r[:-1]), r[-1]) for r in rows]
 
 
 def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:

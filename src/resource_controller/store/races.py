@@ -1,16 +1,8 @@
 """Running a store operation again when PostgreSQL rolled it back for a race with
-another controller's transaction, or once when its connection dropped before it
-committed anything.
-
-Several controllers write the same rows: the device counters their triggers keep, the
-count of devices each submitter holds, the lease epoch. Transactions that take such
-rows in different orders can deadlock, and the server then rolls one of them back. The
-loser wrote nothing, so running it again is safe, and it then sees the winner's commit:
-a grant that loses such a race is retried, never answered with a 500. A connection
-that dropped before the commit (``errors.ConnectionDropped``: a restart, an idle limit
-ending a stalled transaction) took the transaction with it, so the operation runs once
-more on a new connection; one that dropped at the commit may have committed, and goes
-up. Any other error goes up as it came.
+another controller's (a deadlock on the counters, the held counts, the epoch: the loser
+wrote nothing and then sees the winner's commit), or once when its connection dropped
+before the commit (``errors.ConnectionDropped``). One dropped at the commit may have
+committed, and goes up, as does any other error.
 """
 
 from __future__ import annotations

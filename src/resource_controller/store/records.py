@@ -1,9 +1,6 @@
-"""Typed rows the store hands out: immutable records, never live ORM objects.
-
-The rows read by the thousand (jobs, devices, leases, labels, a device's view) are named
-tuples: built from a row in its column order by ``_make``, several times faster than a
-frozen dataclass's ``__init__`` at 10,000 devices; the results of operations stay
-frozen dataclasses."""
+"""Typed rows the store hands out: named tuples for the rows read by the thousand (built
+by ``_make`` in column order, several times faster than a frozen dataclass), frozen
+dataclasses for the results of operations."""
 
 from __future__ import annotations
 
@@ -211,8 +208,7 @@ class PassResult:
 
 @dataclass(frozen=True)
 class GpuUse:
-    """What a terminal report says the job's GPUs did; each part None when
-    the worker measured nothing of it."""
+    """What a terminal report says the job's GPUs did; None where nothing was measured."""
 
     util_mean: float | None = None
     mem_peak_bytes: int | None = None
@@ -224,12 +220,9 @@ NO_GPU_USE = GpuUse()
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep changed; lists of IDs, order unspecified.
-
-    ``devices_unhealthy`` holds only silence write-offs: a device quarantined by an
-    expired lease is reported through its lease (``leases_expired`` holds the job ID,
-    or the lease's own ID for a job-less lease; STORE-171 maps either to the device).
-    """
+    """What one sweep changed, as IDs in no order. ``devices_unhealthy`` holds only
+    silence write-offs; an expired lease's device is reported through ``leases_expired``
+    (its job's ID, or the lease's for a job-less one; STORE-171 maps either to the device)."""
 
     devices_unknown: list[str] = field(default_factory=list)
     devices_unhealthy: list[str] = field(default_factory=list)

@@ -1,9 +1,7 @@
 """What workers take and tell (store.md §10-12): the hand-out, status reports (a
-terminal one with the pass it calls for, in one commit) and heartbeats.
-
-The heartbeat is the controller's most frequent write (a fleet of 1,250 workers sends
-125 a second): each statement is a cached string, and only one that moved a device asks
-for a pass. Every state change is a move of the transition table (``store.moves``).
+terminal one with the pass it calls for, in one commit) and heartbeats, the most
+frequent write (1,250 workers send 125 a second), which asks for a pass only when it
+moved a device.
 """
 
 from __future__ import annotations
@@ -68,18 +66,13 @@ class Reports:
         gpu: GpuUse = NO_GPU_USE,
         hand_out: Callable[[str], bool] | None = None,
     ) -> tuple[JobRecord, PassResult | None]:
-        """A worker's status report in one transaction: read the job, let ``check`` refuse
-        it (raising writes nothing), then ``running`` (STORE-080), or the release with
-        what the job's GPUs did (STORE-082) and, when it freed devices, the pass it calls
-        for, in ONE commit: the device is handed on in the transaction that frees it.
-        Each placement is a savepoint, so a lost race undoes only itself; a pass that
-        fails undoes only the pass (logged, None), and the report commits alone for the
-        scheduler loop to place after. Returns the job as it was before the report.
-
-        ``hand_out(worker_id)`` says whether a long poll of that worker waits for work
-        and is now promised this commit's answer: for each such worker the pass placed
-        on, the hand-out joins the commit too, in ``PassResult.handed``.
-        """
+        """A worker's status report in one transaction, ``check`` first (raising writes
+        nothing): ``running`` (STORE-080), or the release (STORE-082) and, when it freed
+        devices, the pass, in ONE commit: a device is handed on in the transaction that
+        frees it. A pass that fails undoes only itself (logged, None) and the report
+        commits alone. For each worker placed on whose waiting poll ``hand_out`` claims,
+        the hand-out joins the commit too (``PassResult.handed``). Returns the job as it
+        was before the report."""
         core = self._core
         if state == JobState.RUNNING:
             with core.tx("running") as c:
@@ -129,17 +122,13 @@ class Reports:
         retain: bool = False,
         pending: Sequence[str] | None = None,
     ) -> bool:
-        """STORE-096: renew the named jobs' leases, restore the devices they prove. True
-        when it moved a device's state: only then can it have changed what a pass would
-        do (a fleet of idle workers heartbeating must not run a pass per heartbeat).
+        """STORE-096: renew the named jobs' leases, restore the devices they prove; True
+        when it moved a device (only then can a pass do anything new).
 
-        ``pending`` are jobs that finished but whose terminal report still waits in the
-        worker's outbox. They count as named in every step: their leases are renewed,
-        their devices stay (or return to) ``busy``, a ``worker_lost`` device behind one
-        is restored, and a finalised kill's flag stays set. *Why: until the report lands,
-        the controller has not recorded what happened on the device, so it must neither
-        free it nor let its lease lapse into a quarantine.* Nothing here changes a job's
-        state, so a pending job is never treated as running again.
+        ``pending`` jobs finished but their terminal report still waits in the worker's
+        outbox: they count as named in every step (leases renewed, devices kept
+        ``busy``, a ``worker_lost`` device restored, a kill's flag kept), since until the
+        report lands nothing proves the device free. No job's state changes here.
         """
         with self._core.tx("heartbeat") as db:
             return _heartbeat(db, self._core.now(), worker_id, [*running, *(pending or [])], retain)
@@ -147,12 +136,9 @@ class Reports:
 
 def take_work(conn: sql.Db, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
     """Hand out this worker's assigned jobs and its due kill flags (STORE-080, STORE-094).
-
-    Each job moves assigned -> running with ``started_at`` = now BEFORE the response is
-    written, and only the poll whose update changed it gets it, so a retried or
-    concurrent poll never starts a job twice. Kill flags are a take: each is stamped
-    delivered and not offered again for 30 s.
-    """
+    Each job moves assigned -> running before the answer is written, to the one poll
+    whose update moved it, so no poll starts a job twice; a kill flag is stamped
+    delivered and not offered again for 30 s."""
     rows = moves.move_returning(
         conn,
         JOB,
@@ -206,9 +192,8 @@ def release_job(
     gpu: GpuUse = NO_GPU_USE,
 ) -> None:
     """The worker's terminal report (STORE-082) of a job read in this transaction: end
-    it, release its leases, free a busy device; a job already terminal is left as it is.
-    ``gpu`` is what the worker measured of its GPUs, kept with the outcome and weighting
-    the usage rollup's GPU-hours."""
+    it with what its GPUs did, free its busy devices, release its leases; a job already
+    terminal is left as it is."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
     if job.terminal:
@@ -217,15 +202,9 @@ def release_job(
         raise errors.InvalidTransition(
             f"job {job.id} is {job.state}; only an active job can be released"
         )
-    measured = {
-        "gpu_util_mean": gpu.util_mean,
-        "gpu_mem_peak_bytes": gpu.mem_peak_bytes,
-        "gpu_samples": gpu.samples,
-    }
-    if (
-        moves.end_job(conn, Op.RELEASE, job.id, state, reason, now, exit_code=exit_code, **measured)
-        != 1
-    ):
+    measured = {"gpu_util_mean": gpu.util_mean, "gpu_mem_peak_bytes": gpu.mem_peak_bytes}
+    measured |= {"gpu_samples": gpu.samples, "exit_code": exit_code}
+    if moves.end_job(conn, Op.RELEASE, job.id, state, reason, now, **measured) != 1:
         raise errors.StoreError(f"job {job.id} changed state under a serialised release")
     # The devices first, then the leases: a grant flips its device before it inserts
     # the lease, and both orders alike keep two controllers' grant and release from
@@ -284,24 +263,12 @@ def _heartbeat(db: sql.Db, now: int, worker_id: str, named: list[str], retain: b
     if named:
         unflag += f" AND id NOT IN ({sql.marks(len(named))})"
     db.execute(unflag, (worker_id, str(JobState.KILLED), *named))
-    if not retain:
-        moved += moves.move(
-            db,
-            DEVICE,
-            Op.HEARTBEAT_BUSY,
-            f"worker_id = ? AND {queries.LEASED}",
-            (worker_id,),
-            state=DeviceState.BUSY,
-        )
-    elif mine_devices:
-        moved += moves.move(
-            db,
-            DEVICE,
-            Op.HEARTBEAT_BUSY,
-            f"worker_id = ? AND {queries.LEASED} AND {queries.id_in(len(mine_devices))}",
-            (worker_id, *mine_devices),
-            state=DeviceState.BUSY,
-        )
+    if not retain or mine_devices:
+        where, ids = f"worker_id = ? AND {queries.LEASED}", mine_devices if retain else []
+        if retain:
+            where += f" AND {queries.id_in(len(ids))}"
+        busy = DeviceState.BUSY
+        moved += moves.move(db, DEVICE, Op.HEARTBEAT_BUSY, where, [worker_id, *ids], state=busy)
     moved += moves.move(
         db,
         DEVICE,

@@ -1,15 +1,7 @@
-"""The one way the store reaches its database: SQL text run on the driver's connection.
-
-A statement through the DBAPI driver costs 2-3 µs of CPU; the same statement built
-with SQLAlchemy Core costs 14 µs prebuilt and 53 µs built per call (``bench/sqlpath.py``).
-A job's life takes some 40 statements, so the store writes SQL text, with ``?`` for
-each parameter, and ``Db`` runs it on whichever driver is under it, translating the
-placeholders once per distinct statement for drivers that want another style.
-SQLAlchemy stays for what it does well here: the schema and the Alembic migrations.
-
-Every statement passes ``Db.execute``, so that is where a watcher (the test that no
-state write bypasses ``store.moves``) sees them all, each with the move that issued
-it, if any.
+"""The one way the store reaches its database: SQL text with ``?`` placeholders, run on
+the driver's connection (2-3 µs a statement against SQLAlchemy Core's 14-53 µs,
+``bench/sqlpath.py``). Every statement passes ``Db.execute``, where a watcher (the test
+that no state write bypasses ``store.moves``) sees each with the move that issued it.
 """
 
 from __future__ import annotations
@@ -40,9 +32,8 @@ watchers: list[Callable[[str, str], None]] = []
 
 
 class Db:
-    """A DBAPI connection that runs the store's SQL. The connection is in autocommit
-    mode; ``Store`` opens and ends every transaction through ``begin``/``commit``/
-    ``rollback``, so a statement outside one sees the last commit and holds nothing."""
+    """A DBAPI connection in autocommit that runs the store's SQL; the store opens and
+    ends every transaction itself, so a statement outside one holds nothing."""
 
     def __init__(self, driver: Any, dialect: str = "sqlite") -> None:
         self.driver = driver
@@ -100,10 +91,8 @@ class Db:
         return bool(self.driver.in_transaction)
 
     def exclusive_until_commit(self, key: int) -> None:
-        """One holder of ``key`` at a time among every connection to the database, for
-        the rest of the open transaction: a PostgreSQL advisory lock, for what several
-        controllers must not do at once, let go at the commit or rollback. On SQLite one
-        process owns the file and the write lock is enough."""
+        """One holder of ``key`` at a time among the controllers, to the end of the open
+        transaction (PostgreSQL's advisory lock; on SQLite the write lock is enough)."""
         if self.postgres:
             self.driver.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
@@ -116,10 +105,9 @@ class Db:
         return int(version)
 
     def quiet_mark(self) -> int | None:
-        """PostgreSQL: one past the newest finished transaction ID, when no transaction
-        is in progress below it; None while one is (or on SQLite). Each transaction that
-        writes takes the next ID when it first writes, so once a mark is read, the next
-        is exactly one more only if a single transaction wrote and finished meanwhile."""
+        """PostgreSQL: one past the newest finished transaction ID when none is in
+        progress below it, else None (always on SQLite): the next mark is one more only
+        if a single transaction wrote and finished meanwhile."""
         if not self.postgres:
             return None
         (mark,) = self.driver.execute(_QUIET_MARK).fetchone() or (None,)

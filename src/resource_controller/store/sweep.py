@@ -1,15 +1,8 @@
-"""The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT.
-
-One transaction (``Devices.sweep``), in the spec's order: demote devices by their
-worker's silence, reap the jobs of written-off workers unless in retention mode, then,
-only when judging, expire lapsed leases. ``core.expiry`` decides what each row
-deserves; this module reads the rows and applies the verdicts, each a move of the
-transition table (``store.moves``).
-
-No statement here ever writes ``ready``: the sweep only ever learns that something
-stopped reporting, and no news from a worker says nothing about what is on its devices.
-Expiry quarantines rather than frees for the same reason: it says the holder stopped
-renewing, not that the hardware is idle.
+"""The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT, in
+one transaction in the spec's order: demote by silence, reap written-off workers' jobs
+(unless retaining), expire lapsed leases when judging; ``core.expiry`` gives the verdicts.
+Nothing here writes ``ready``: no news from a worker says nothing of its devices, and an
+expiry says only that the holder stopped renewing.
 """
 
 from __future__ import annotations
@@ -39,10 +32,9 @@ def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
     return SweepResult(unknown, unhealthy, lost, expired, judging)
 
 
-#: Devices whose worker was last heard at or before ``?``, by device ID. An inner join: a
-#: device whose worker row is missing is ignored. ``CROSS JOIN`` keeps SQLite to the quiet
-#: workers first and their devices by ``devices_worker`` (0.1 ms at 10,000 devices);
-#: left to itself it walks every device in ID order to spare the sort (6 ms).
+#: Devices whose worker was last heard at or before ``?``, by ID (no worker row: ignored).
+#: ``CROSS JOIN`` keeps SQLite to the quiet workers first (0.1 ms at 10,000 devices, not
+#: the 6 ms of walking every device in ID order).
 _QUIET = (
     "SELECT devices.id, devices.state, workers.last_heartbeat_at"
     " FROM workers CROSS JOIN devices"
@@ -104,10 +96,8 @@ def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
 
 
 def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
-    """End every lapsed live lease by its own ID and quarantine its device.
-
-    Read after the reap, so leases the reap released are not seen again.
-    """
+    """End every lapsed live lease by its own ID and quarantine its device (read after
+    the reap, which released some)."""
     live = conn.all(
         "SELECT id, device_id, job_id, expires_at, kind FROM leases"
         " WHERE released_at IS NULL ORDER BY acquired_at, id"
@@ -117,7 +107,7 @@ def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
         if not expiry.lease_expires(expires_at, kind, now, rules, judging=True):
             continue
         # By the lease's own ID: job_id may be ''.
-        ended = queries.release_lease(conn, now, lease_id)
+        ended = queries.release_leases(conn, now, lease_id, by="id")
         if not ended:
             continue  # a sibling of a several-device job whose lease expired first
         # Expiry ends all of a job's leases together, and none of its devices is

@@ -1,21 +1,9 @@
-"""The usage rollup: what each lease held, summed as it is released.
-
-Every statement that releases a lease hands the released rows here, in the same
-transaction, so the rollup can never disagree with the leases. Two tables
-(migration 0011):
-
-- ``usage_totals``: per group (``dim``, ``key``) the running sums since the first
-  lease, and ``last_hour``, the latest hour it was written in;
-- ``usage_marks``: per group and per hour it was active, the sums as they stood at the
-  end of that hour.
-
-A group's use since hour H is its totals minus its last mark before H: two rows per
-group, found by primary key, however many jobs ended in between (``window``). Groups
-are kept for four ``dim``s: ``submitter`` (the lease's holder), ``device``, ``host``
-and ``pair`` (``"<device> <submitter>"``, what ``/metrics`` reads: EXT-ACCT-3).
-
-The rollup is its own: nothing here reads ``jobs`` rows, so deleting old jobs or their
-output never changes a figure.
+"""The usage rollup (migration 0011): what each lease held, summed in the transaction
+that releases it. ``usage_totals`` holds per group (``dim``: submitter, device, host or
+``pair``; ``key``) the running sums and the latest hour written, ``usage_marks`` the
+sums at the end of each hour a group was active; use since hour H is the totals minus
+the last mark before H, two rows a group (``window``). Nothing reads ``jobs``, so
+deleting old jobs never changes a figure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What the controller shows (store.md §20-21): jobs and their lists, the fleet views,
-describe, explain, what queued jobs wait for, usage, the metrics' counts, the reads
-after a sweep, and the job history's one write, the mark that its output was deleted.
+"""What the controller shows (store.md §20-21): jobs, the fleet views, describe,
+explain, usage, the metrics' counts, the reads after a sweep, and the mark that a job's
+output was deleted.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from resource_controller.store.records import (
 
 _ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
 _LEASE_COLS = ", ".join("leases." + n for n in LeaseRecord._fields)
+#: Live leases, with their job's command or without.
 _LIVE = f"SELECT {_LEASE_COLS} FROM leases WHERE leases.released_at IS NULL"
-_lease = LeaseRecord._make
-_snapshot = DeviceSnapshot._make
+_LIVE_WITH_COMMAND = _LIVE.replace(
+    " FROM leases", ", jobs.command FROM leases LEFT JOIN jobs ON jobs.id = leases.job_id"
+)
 
 
 class Views:
@@ -56,10 +58,8 @@ class Views:
         id_prefix: str = "",
         before: str = "",
     ) -> list[JobRecord]:
-        """STORE-161: newest first, ties by ID descending, with lease epochs. ``id_prefix``
-        is compared as a plain substring (``%`` and ``_`` are never wildcards); ``before``
-        keeps the jobs after that one in this order, whatever its state (the next page of
-        ``GET /v1/jobs``: a job's row and its ``submitted_at`` never go)."""
+        """STORE-161: newest first, ties by ID descending, with lease epochs; ``id_prefix``
+        a plain prefix (never a pattern); ``before``: the jobs after that one (a page)."""
         if not 1 <= limit <= 200:
             raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
         with self._core.read() as c:
@@ -157,16 +157,16 @@ class Views:
         """Devices by state, jobs by state, each worker host's last heartbeat, the
         devices each submitter holds."""
         with self._core.tx() as c:
-            devs = c.all("SELECT state, count(*) FROM devices GROUP BY state")
-            jbs = c.all("SELECT state, count(*) FROM jobs GROUP BY state")
-            beats = c.all("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host")
-            held = passes.held_by_share(c)
-        return (
-            {str(s): int(n) for s, n in devs},
-            {str(s): int(n) for s, n in jbs},
-            {str(h): int(t) for h, t in beats},
-            held,
-        )
+
+            def counts(text: str) -> dict[str, int]:
+                return {str(k): int(n) for k, n in c.all(text)}
+
+            return (
+                counts("SELECT state, count(*) FROM devices GROUP BY state"),
+                counts("SELECT state, count(*) FROM jobs GROUP BY state"),
+                counts("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host"),
+                passes.held_by_share(c),
+            )
 
     @races.reconnecting
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
@@ -200,12 +200,8 @@ class Views:
 
     @races.reconnecting
     def lease_devices(self, ids: list[str]) -> dict[str, str]:
-        """STORE-171, after a sweep: lease or job ID -> device, from live or released
-        lease rows, oldest ``acquired_at`` first so that the newest wins.
-
-        ``leases_expired`` holds job IDs or lease IDs, and the released lease row is the
-        only remaining link to the device just quarantined.
-        """
+        """STORE-171, after a sweep: lease or job ID -> device, from live or released lease
+        rows (the only link left to a device just quarantined), the newest winning."""
         if not ids:
             return {}
         out: dict[str, str] = {}
@@ -216,18 +212,15 @@ class Views:
                 (*ids, *ids),
             )
         for lease_id, job_id, device_id in rows:
-            out[lease_id] = device_id
-            if job_id:
-                out[job_id] = device_id
+            out.update({lease_id: device_id, job_id or lease_id: device_id})
         return out
 
     @races.reconnecting
     def logs_to_prune(
         self, retention: int, limit: int, fence: leadership.Fence | None = None
     ) -> list[str]:
-        """Jobs ended more than ``retention`` seconds ago whose stored output is not yet
-        deleted, oldest end first, at most ``limit`` (index ``jobs_log_retention``); for
-        the leader of ``fence`` only (``NotLeading`` else)."""
+        """Up to ``limit`` jobs ended over ``retention`` seconds ago whose output is still
+        stored, oldest end first; for the leader of ``fence`` only (``NotLeading`` else)."""
         with self._core.tx() as c:
             leadership.hold(c, fence)
             rows = c.all(
@@ -305,9 +298,8 @@ def list_jobs(
     if id_prefix:
         where.append("substr(jobs.id, 1, ?) = ?")
         params += [len(id_prefix), id_prefix]
-    text = queries.JOB_WITH_EPOCH + (" WHERE " + " AND ".join(where) if where else "")
-    text += " ORDER BY jobs.submitted_at DESC, jobs.id DESC LIMIT ?"
-    return [queries.job_record(r) for r in conn.execute(text, (*params, limit))]
+    order = "jobs.submitted_at DESC, jobs.id DESC"
+    return queries.jobs_where(conn, " AND ".join(where), params, order, limit, epochs=True)
 
 
 def _queued(conn: sql.Db, now: int = 0, aging: int = 0) -> list[JobRecord]:
@@ -319,11 +311,11 @@ def _queued(conn: sql.Db, now: int = 0, aging: int = 0) -> list[JobRecord]:
 def _active(conn: sql.Db) -> list[JobRecord]:
     """Assigned and running jobs, newest submission first, with their lease epochs:
     ``/v1/state`` reads one per held device."""
-    text = (
-        f"{queries.JOB_WITH_EPOCH} WHERE jobs.state IN ({sql.marks(len(_ACTIVE))})"
-        " ORDER BY jobs.submitted_at DESC, jobs.seq DESC"
+    where, order = (
+        f"jobs.state IN ({sql.marks(len(_ACTIVE))})",
+        "jobs.submitted_at DESC, jobs.seq DESC",
     )
-    return [queries.job_record(r) for r in conn.execute(text, _ACTIVE)]
+    return queries.jobs_where(conn, where, _ACTIVE, order, epochs=True)
 
 
 def device_snapshots(
@@ -332,39 +324,30 @@ def device_snapshots(
     commands: dict[str, list[str]] | None = None,
     kept: fleet.FleetSnapshot | None = None,
 ) -> list[DeviceSnapshot]:
-    """Every device (or one) with its labels and live lease, ordered by ID.
-
-    The whole fleet's records and labels come from ``kept`` (the store's snapshot, which
-    rereads only what changed; a fresh one when none is given). ``commands`` (job ID to
-    command, every active job's) spares decoding each holder's command again when the
-    caller has read the active jobs anyway.
-    """
+    """Every device (or one) with its labels and live lease, by ID; the whole fleet from
+    ``kept`` (the store's snapshot). ``commands`` (every active job's, by ID) spares
+    decoding each holder's command again."""
+    text = _LIVE if commands is not None else _LIVE_WITH_COMMAND
     if device_id is None:
         rows, labels = (kept or fleet.FleetSnapshot()).current(conn)
-        live = conn.execute(_LIVE if commands is not None else _LIVE_WITH_COMMAND)
+        live = conn.execute(text)
     else:
         found = queries.device(conn, device_id)
         rows = [found] if found else []
         labels = fleet.label_rows(conn, [device_id])
-        text = (_LIVE if commands is not None else _LIVE_WITH_COMMAND) + " AND leases.device_id = ?"
-        live = conn.execute(text, (device_id,))
+        live = conn.execute(text + " AND leases.device_id = ?", (device_id,))
     held: dict[str, tuple[LeaseRecord, list[str] | None]] = {}
-    if commands is not None:
-        for lease in map(_lease, live):
+    for row in live:
+        if commands is not None:
+            lease = LeaseRecord._make(row)
             held[lease.device_id] = (lease, commands.get(lease.job_id))
-    else:
-        for *lease_row, command in live:
-            lease = _lease(lease_row)
-            held[lease.device_id] = (lease, json.loads(command) if command else None)
+        else:
+            lease = LeaseRecord._make(row[:-1])
+            held[lease.device_id] = (lease, json.loads(row[-1]) if row[-1] else None)
     none = (None, None)
     no_labels: list[LabelRecord] = []
-    return [_snapshot((d, labels.get(d.id, no_labels), *held.get(d.id, none))) for d in rows]
-
-
-_LIVE_WITH_COMMAND = (
-    f"SELECT {_LEASE_COLS}, jobs.command FROM leases LEFT JOIN jobs ON jobs.id = leases.job_id"
-    " WHERE leases.released_at IS NULL"
-)
+    snapshot = DeviceSnapshot._make
+    return [snapshot((d, labels.get(d.id, no_labels), *held.get(d.id, none))) for d in rows]
 
 
 def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
@@ -382,11 +365,8 @@ def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
 
 
 def recovery_history(conn: sql.Db, now: int, device_id: str) -> RecoveryHistory:
-    """STORE-123: the device's automatic recoveries inside the window, newest first.
-
-    Filters by the window itself rather than trusting pruning, which only happens for
-    devices being considered for recovery. An unknown device has an empty history.
-    """
+    """STORE-123: the device's automatic recoveries inside the window, newest first (by
+    the window itself: pruning is lazy)."""
     rows = conn.all(
         "SELECT at, reason FROM device_recoveries WHERE device_id = ? AND at >= ?"
         " ORDER BY at DESC, reason",

@@ -16,8 +16,7 @@ down_revision = "0002"
 def upgrade() -> None:
     # The retention pass finds what is left to delete through this index, not by
     # walking every finished job on each pass.
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("logs_pruned", sa.Integer(), server_default="0", nullable=False)
-        )
-        batch_op.create_index("jobs_log_retention", ["logs_pruned", "finished_at"], unique=False)
+    op.add_column(
+        "jobs", sa.Column("logs_pruned", sa.Integer(), server_default="0", nullable=False)
+    )
+    op.create_index("jobs_log_retention", "jobs", ["logs_pruned", "finished_at"])

@@ -15,8 +15,7 @@ down_revision = "0003"
 
 def upgrade() -> None:
     # Every job before this revision held one device: '' (read as [device_id]) is right.
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("device_ids", sa.Text(), server_default="", nullable=False))
+    op.add_column("jobs", sa.Column("device_ids", sa.Text(), server_default="", nullable=False))
 
 
 def downgrade() -> None:

@@ -1,8 +1,6 @@
 """devices_worker: find a worker's devices without scanning the fleet
 
-Every heartbeat updates and conditionally moves the devices of one worker; without an
-index each of those statements read every device row (10,000 rows per heartbeat on a
-fleet of 10,000 devices).
+Every heartbeat's statements read one worker's devices, not the whole fleet.
 
 Revision ID: 0005
 Revises: 0004

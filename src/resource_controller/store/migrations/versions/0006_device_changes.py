@@ -1,12 +1,7 @@
 """device_changes: which devices changed what the scheduling pass reads of them
 
-A pass reads every device and its labels; at 10,000 devices that read is most of a
-submit's cost. Triggers now note, for each device, the ``fleet_version`` at which its
-row (state, host, name, worker, runtime ceiling, drain flag) or one of its labels last
-changed, or at which it was removed, so the controller keeps its snapshot of the fleet
-between passes and rereads only the devices noted since (``store/fleet.py``). Every
-writer goes through the triggers, a hand edit included. A heartbeat's routine update
-(``last_heartbeat_at`` only) notes nothing.
+Triggers note for each device the ``fleet_version`` at which its row or labels last
+changed, or it was removed, so the controller rereads only those (``store/fleet.py``).
 
 Revision ID: 0006
 Revises: 0005

@@ -1,12 +1,7 @@
 """device_changes: every device column but the heartbeat stamp, and only real changes
 
-Migration 0006 noted a device when a column the scheduling pass reads was written. The
-fleet views (``/v1/state``, ``/v1/devices``) read every column, so the controller can
-keep their device records between reads too if a change of any column is noted; only
-``last_heartbeat_at``, which every heartbeat stamps on every device, stays unnoted, and
-the views read it alone (``store/fleet.py``). The update trigger now fires only when a
-noted column's value differs: a write of the same value (a move that found the device
-already in its state) notes nothing.
+The fleet views read every column, so a change of any but ``last_heartbeat_at`` (which
+they read alone) is noted, and only when a value differs.
 
 Revision ID: 0008
 Revises: 0007

@@ -1,9 +1,7 @@
 """job_logs and log_chunks: job output in the database, for several controllers
 
-On PostgreSQL every controller of a fleet must read the output any of them stored
-, so it lives in the database (``store/logrows.py``): a row per job (the
-head's length, and how many bytes the capped tail was ever given) and a row per chunk.
-SQLite keeps its files; the tables exist there too, empty, so both schemas are one.
+Every controller must read the output any stored (``store/logrows.py``); SQLite keeps
+its files, with the tables empty, so both schemas are one.
 
 Revision ID: 0009
 Revises: 0008

@@ -1,15 +1,8 @@
 """A fair share between people: submitter limits and job dependencies
 
-- ``jobs.share_name``: the name the job's submitter limit counts it under (the named
-  token's name where EXT-WHO applies, else the recorded submitter).
-- ``share_held``: the devices each share name holds, kept by triggers on ``leases`` (a
-  live lease inserted adds one, one released or deleted takes one off), so a pass reads
-  one row per name however large the fleet, with several controllers too.
-- ``jobs.after_ids`` / ``after_any`` / ``after_open``: the jobs a job waits for, whether
-  any end will do, and how many of them it still waits for (0: eligible).
-- ``job_after``: one row per job and job it waits for. A trigger on ``jobs`` notes in
-  ``ended`` the state a job ends in on the rows that wait for it, so a pass finds the
-  ends since the last one through a partial index instead of reading every waiting job.
+``jobs.share_name``; ``share_held``, the devices each name holds, kept by triggers on
+``leases``; ``jobs.after_ids``/``after_any``/``after_open``; ``job_after``, a row per
+job and job it waits for, whose ``ended`` a trigger on ``jobs`` notes.
 
 Revision ID: 0010_share
 Revises: 0009
@@ -90,11 +83,13 @@ def _postgres() -> bool:
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("share_name", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(sa.Column("after_ids", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(sa.Column("after_any", sa.Integer(), nullable=False, server_default="0"))
-        batch.add_column(sa.Column("after_open", sa.Integer(), nullable=False, server_default="0"))
+    for name, kind, default in (
+        ("share_name", sa.Text(), ""),
+        ("after_ids", sa.Text(), ""),
+        ("after_any", sa.Integer(), "0"),
+        ("after_open", sa.Integer(), "0"),
+    ):
+        op.add_column("jobs", sa.Column(name, kind, nullable=False, server_default=default))
     op.create_table(
         "job_after",
         sa.Column("job_id", sa.Text(), nullable=False),

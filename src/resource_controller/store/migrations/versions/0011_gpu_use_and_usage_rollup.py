@@ -1,15 +1,8 @@
 """accounting: a job's measured GPU use, and the usage rollup
 
-``jobs`` gains what the worker measured of the job's GPUs (NULL when nothing was
-sampled). ``usage_totals`` and ``usage_marks`` hold, per submitter, device, host and
-device-and-submitter pair, the running sums of what leases held and those sums at the
-end of every hour a group was active (``store/usage.py``), so ``GET /v1/usage`` reads
-two rows per group instead of every job in its window. Both are WITHOUT ROWID on
-SQLite: every read is by primary key, and the rows are stored in its order.
-
-The rollup is filled from the leases already released, as ``store/usage.py`` would
-have written them at each release (no utilisation is known for those), so a history
-from before this revision answers too.
+``jobs`` gains what the worker measured of the job's GPUs; ``usage_totals`` and
+``usage_marks`` (WITHOUT ROWID: read by primary key) hold the rollup of
+``store/usage.py``, filled here from the leases already released.
 
 Revision ID: 0010_acct
 Revises: 0009
@@ -31,10 +24,12 @@ _BATCH = 5000
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("gpu_util_mean", sa.Float(), nullable=True))
-        batch_op.add_column(sa.Column("gpu_mem_peak_bytes", sa.BigInteger(), nullable=True))
-        batch_op.add_column(sa.Column("gpu_samples", sa.Integer(), nullable=True))
+    for name, kind in (
+        ("gpu_util_mean", sa.Float()),
+        ("gpu_mem_peak_bytes", sa.BigInteger()),
+        ("gpu_samples", sa.Integer()),
+    ):
+        op.add_column("jobs", sa.Column(name, kind, nullable=True))
     totals = op.create_table(
         "usage_totals",
         sa.Column("dim", sa.Text, primary_key=True),

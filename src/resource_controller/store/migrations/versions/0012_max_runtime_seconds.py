@@ -1,12 +1,7 @@
 """``max_runtime`` columns say their unit: ``jobs.max_runtime_seconds``, ``devices.max_runtime_seconds``
 
-The flag, the wire field and the code already say ``max_runtime_seconds``; the columns
-now do too, so a row, its record and the JSON it becomes use one name.
-
-Renamed in place (``ALTER TABLE ... RENAME COLUMN``, the same statement on SQLite and
-PostgreSQL), not through a copied table: migration 0010's triggers name ``jobs``, and
-SQLite rewrites the triggers that name a renamed column (migration 0008's
-``devices_noted_update``) itself; PostgreSQL's triggers refer to columns by number.
+Renamed in place, not through a copied table: migration 0010's triggers name ``jobs``,
+and both databases carry a renamed column into the triggers that name it.
 
 Revision ID: 0012
 Revises: 0011

@@ -1,10 +1,7 @@
 """leadership: the lease of the controller that leads (EXT-PG-8, ``store/leadership.py``)
 
-One row: which controller leads, its epoch, the server session that renews it, and when
-its lease ends on the database's clock. A session advisory lock named the leader before;
-a frozen controller keeps its session, and the lock with it, for as long as the kernel
-keeps its connection, so nobody took over. The row is created on SQLite too, where one
-controller leads without it, so that both stores have the same schema.
+One row: who leads, its epoch, the session renewing it, the end of its lease; created
+on SQLite too, so both stores have the same schema.
 
 Revision ID: 0013
 Revises: 0012
