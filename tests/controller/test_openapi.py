@@ -79,7 +79,7 @@ def test_request_bodies_and_query_parameters_are_described(rc: Harness) -> None:
 
     assert query("get", "/v1/jobs/{job_id}/logs") == {"follow", "offset"}
     assert query("get", "/v1/jobs") >= {"limit", "state", "device", "submitter"}
-    assert query("get", "/v1/workers/{worker_id}/assignments") == {"wait"}
+    assert query("get", "/v1/workers/{worker_id}/assignments") == {"wait", "have"}
     assert query("get", "/v1/explain") == {"selector", "submitter"}  # EXT-SHARE-1
     assert query("post", "/v1/jobs/{job_id}/logs") == {"lease_epoch"}
     offset = next(

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from support.nemesis import FaultProxy
+
 from .cluster import (
     Cluster,
     Json,
@@ -292,3 +294,26 @@ def test_output_the_controller_cannot_store_for_a_while_arrives_once_before_the_
     assert stored.read_text() == "first\n" + "".join(f"{line}\n" for line in lines)
     r = cluster.rc("logs", job)
     assert r.returncode == 0 and r.stdout == stored.read_text(), r.stderr
+
+
+def test_a_hand_out_whose_answer_is_lost_is_handed_out_again(cluster: Cluster) -> None:
+    # The controller commits a hand-out (the job is `running`) and its answer never
+    # reaches the worker, as when the controller dies between the two. The worker's next
+    # poll names the jobs it has, so the controller hands the job out again and it runs
+    # once, instead of waiting out its lease to end `lost`.
+    cluster.start_controller()
+    with FaultProxy(cluster.port) as proxy:
+        cluster.start_worker("lossy", ["gpu0"], controller_url=proxy.url)
+
+        def lose_first_hand_out(direction: str, chunk: bytes) -> bool:
+            return direction == "down" and proxy.lost == 0 and b'"job_id"' in chunk
+
+        proxy.lose = lose_first_hand_out
+        job_id = submit(cluster, "lossy:gpu0", "sh", "-c", "echo handed-again")
+        done = cluster.wait_job(
+            job_id, lambda j: j["state"] not in ("queued", "assigned", "running"), timeout=30
+        )
+        assert proxy.lost == 1
+        assert done["state"] == "succeeded", done
+        out = cluster.rc("logs", job_id)
+        assert out.stdout == "handed-again\n", out

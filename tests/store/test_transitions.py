@@ -879,6 +879,32 @@ def test_take_work_hands_each_assignment_out_once(
     assert store.views.job(c.id).state == "assigned"
 
 
+def test_a_hand_out_the_worker_never_had_is_handed_out_again(
+    store: Store, make: Factory, clock: FakeClock
+) -> None:
+    # A poll whose answer was lost left its job running; the worker's next poll names
+    # what it has (``have``) and gets that job again, with its lease epoch.
+    d0, d1 = make.worker(devices=2)
+    (theirs,) = make.worker(host="other", devices=1)
+    a = make.submit(device=d0)
+    b = make.submit(device=d1)
+    c = make.submit(device=theirs)
+    store.queue.run_pass()
+    lost, _ = store.reports.take_work(wid())  # the answer never arrives
+    store.reports.take_work(wid("other"))
+    assert store.reports.take_work(wid()) == ([], [])  # a worker naming nothing: spec
+    clock.advance(5)
+    again, _ = store.reports.take_work(wid(), have=[b.id])
+    assert [j.id for j in again] == [a.id]
+    assert again[0].lease_epoch == next(j for j in lost if j.id == a.id).lease_epoch > 0
+    assert again[0].started_at == store.now() - 5  # handed again, not started again
+    assert store.reports.take_work(wid(), have=[a.id, b.id]) == ([], [])
+    store_helpers.release(store, a.id, "succeeded", 0)
+    # a has ended, and c, running on the other worker, is never ours.
+    assert store.views.job(c.id).state == "running"
+    assert store.reports.take_work(wid(), have=[b.id]) == ([], [])
+
+
 def test_release_of_a_terminal_job_changes_nothing(
     store: Store, make: Factory, clock: FakeClock
 ) -> None:

@@ -67,12 +67,17 @@ class FaultProxy:
         #: Connections accepted, and those closed or reset at once by ``drop``/``reset``.
         self.accepted = 0
         self.refused = 0
+        self.lost = 0  #: chunks ``lose`` matched
         #: Wall-clock time bytes last went each way (the peers' last contact).
         self.last_forwarded: dict[Direction, float] = {"up": 0.0, "down": 0.0}
         #: Called from the proxy's thread with (connection number, direction, the
         #: wall-clock ns the chunk arrived, the chunk) for every chunk it reads, to time
         #: a protocol exchange from outside both peers (``bench/handoff_phases.py``).
         self.tap: Callable[[int, Direction, int, bytes], None] | None = None
+        #: A chunk this matches (direction, chunk) is never forwarded: both ends of its
+        #: connection are reset instead, as when a peer dies after its commit and
+        #: before its answer reaches the other side.
+        self.lose: Callable[[Direction, bytes], bool] | None = None
         self._loop = asyncio.new_event_loop()
         self._changed: asyncio.Event | None = None
         self._closing = False
@@ -218,6 +223,9 @@ class FaultProxy:
                     break
                 if self.tap is not None:
                     self.tap(conn, direction, time.time_ns(), chunk)
+                if self.lose is not None and self.lose(direction, chunk):
+                    self.lost += 1
+                    raise ConnectionResetError("the proxy lost this chunk on purpose")
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 await self._permit(direction)

@@ -80,7 +80,8 @@ def test_registration_body_and_headers() -> None:  # WRK-030, WRK-043
         assert request.headers["content-type"] == "application/json"
     poll = next(q for q in ctl.requests if q.path.endswith("/assignments"))
     assert poll.headers["host"] == "controller.test"
-    assert poll.target == "/v1/workers/w-1/assignments?wait=30s"
+    # WRK-060, plus the jobs this process has: none yet (a lost hand-out comes again).
+    assert poll.target == "/v1/workers/w-1/assignments?wait=30s&have="
     assert ctl.heartbeats[0] == {}  # WRK-050: field omitted when nothing runs
     assert r.agent.contact.instance == "instance-a"  # WRK-032
     assert r.agent.contact.last_at is not None

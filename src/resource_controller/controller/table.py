@@ -60,6 +60,11 @@ ROUTES: tuple[Route, ...] = (
                 "wait",
                 "long-poll wait as a duration (e.g. 30s); honoured in (0, 1 min], else 30 s",
             ),
+            Query(
+                "have",
+                "comma-separated IDs of the jobs the worker runs or still reports on; its"
+                " running jobs not named are handed out again (their hand-out was lost)",
+            ),
         ),
     ),
     Route(

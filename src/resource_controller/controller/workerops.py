@@ -139,18 +139,22 @@ async def push_labels(svc: Services, worker_id: str, req: wire.LabelsPush) -> Do
 
 
 async def poll(
-    svc: Services, worker_id: str, wait: float, gone: asyncio.Future[None]
+    svc: Services,
+    worker_id: str,
+    wait: float,
+    gone: asyncio.Future[None],
+    have: list[str] | None = None,
 ) -> Done[tuple[list[JobRecord], list[str]]]:
     """Long poll: hand out assignments and due kills (moving each job to ``running``), or
     wait to be woken; empty once ``wait`` passes, the controller stops or the caller is
-    ``gone``."""
+    ``gone``. ``have``: the jobs the worker says it has (``reports.take_work``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
         woken = svc.hub.workers.waiter(worker_id)
         if gone.done():
             return Done(([], []))
-        handed, kills = await svc.db(svc.store.reports.take_work, worker_id)
+        handed, kills = await svc.db(svc.store.reports.take_work, worker_id, have)
         if handed or kills:
             return _handed(svc, handed, kills)
         remaining = deadline - loop.time()

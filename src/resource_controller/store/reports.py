@@ -50,10 +50,13 @@ class Reports:
         self._queue = queue
 
     @races.again
-    def take_work(self, worker_id: str) -> tuple[list[JobRecord], list[str]]:
-        """The worker's assigned jobs, now ``running``, and its due kill flags."""
+    def take_work(
+        self, worker_id: str, have: Sequence[str] | None = None
+    ) -> tuple[list[JobRecord], list[str]]:
+        """The worker's assigned jobs, now ``running``, and its due kill flags; with
+        ``have``, also its ``running`` jobs not in it (a hand-out whose answer was lost)."""
         with self._core.tx("handout") as c:
-            return take_work(c, self._core.now(), worker_id)
+            return take_work(c, self._core.now(), worker_id, have)
 
     @races.again
     def status(
@@ -134,11 +137,19 @@ class Reports:
             return _heartbeat(db, self._core.now(), worker_id, [*running, *(pending or [])], retain)
 
 
-def take_work(conn: sql.Db, now: int, worker_id: str) -> tuple[list[JobRecord], list[str]]:
+def take_work(
+    conn: sql.Db, now: int, worker_id: str, have: Sequence[str] | None = None
+) -> tuple[list[JobRecord], list[str]]:
     """Hand out this worker's assigned jobs and its due kill flags (STORE-080, STORE-094).
     Each job moves assigned -> running before the answer is written, to the one poll
     whose update moved it, so no poll starts a job twice; a kill flag is stamped
-    delivered and not offered again for 30 s."""
+    delivered and not offered again for 30 s.
+
+    ``have`` names every job the polling worker runs or still reports on. Its
+    ``running`` jobs outside it were handed out by a poll whose answer never reached it
+    (a controller killed between commit and answer, a timed-out poll): they are handed
+    out again, since the worker, which starts a job at most once, says it never had
+    them. A worker that sends no ``have`` gets the spec's hand-out alone."""
     rows = moves.move_returning(
         conn,
         JOB,
@@ -149,7 +160,18 @@ def take_work(conn: sql.Db, now: int, worker_id: str) -> tuple[list[JobRecord], 
         state=JobState.RUNNING,
         started_at=now,
     )
-    handed = sorted(map(queries.job_record, rows), key=lambda job: (job.submitted_at, job.seq))
+    handed = list(map(queries.job_record, rows))
+    if have is not None:
+        known = {*have, *(j.id for j in handed)}
+        running = conn.all(
+            f"SELECT {_HANDED} FROM jobs WHERE worker_id = ? AND state = ?",
+            (worker_id, JobState.RUNNING),
+        )
+        for job in map(queries.job_record, running):
+            if job.id not in known:
+                log.warning("job %s handed to worker %s again: it never had it", job.id, worker_id)
+                handed.append(job)
+    handed.sort(key=lambda job: (job.submitted_at, job.seq))
     if handed:
         epochs = dict(
             conn.all(

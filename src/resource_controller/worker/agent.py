@@ -86,6 +86,7 @@ class Agent:
         self._base_env = os.environ if base_env is None else base_env
         #: Every job ID this process started or pre-killed; never pruned.
         self._seen: set[str] = set()
+        self._declined: set[str] = set()  #: re-offered jobs this process had
         #: Tasks the shutdown must wait for.
         self._tasks = tasks.Tracker()
         self._shutting_down = False
@@ -474,7 +475,8 @@ class Agent:
 
     async def poll_once(self, wait: float) -> int | None:
         """One poll; the number of jobs it started, or ``None`` after a poll error."""
-        answer = await self.channel.poll(wait)
+        have = {*self._life.jobs, *self.pending_job_ids, *self._declined}
+        answer = await self.channel.poll(wait, sorted(have))
         if isinstance(answer, str):
             log.warning("poll failed: %s", answer, extra={"action": "poll"})
             return None
@@ -492,7 +494,11 @@ class Agent:
         started = 0
         for a in answer.assignments:
             if a.job_id in self._seen:
-                continue  # re-delivered: a job runs at most once per process
+                # Re-delivered: a job runs at most once per process. One it no longer
+                # has (its report refused for good) is named in every poll from now on.
+                if a.job_id not in life.jobs and a.job_id not in self.pending_job_ids:
+                    self._declined.add(a.job_id)
+                continue
             self._seen.add(a.job_id)
             if a.job_id in killed:
                 life.report_prekilled(a)

@@ -295,11 +295,12 @@ class Channel:
         body = heartbeat_body(running, pending)
         return await self._tell(f"/v1/workers/{self.worker_id}/heartbeat", body)
 
-    async def poll(self, wait: float) -> PollAnswer | str:
+    async def poll(self, wait: float, have: Sequence[str] = ()) -> PollAnswer | str:
         """One long poll asking the controller to wait up to ``wait`` seconds: the answer,
-        or what made it a poll error."""
+        or what made it a poll error. ``have`` names the jobs this process has, so that a
+        job whose hand-out answer was lost is handed out again."""
         path = f"/v1/workers/{self.worker_id}/assignments"
-        params = {"wait": durations.render_duration(wait)}
+        params = {"wait": durations.render_duration(wait), "have": ",".join(have)}
         bound = wait + self._timings.poll_margin
         try:
             resp = await self._request("GET", path, params=params, timeout=bound, again=True)

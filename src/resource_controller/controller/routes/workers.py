@@ -61,9 +61,12 @@ async def assignments(call: Call) -> Response:
     """Long poll: hand out assignments and due kills, or wait to be woken."""
     svc, request = call.svc, call.request
     wait = parse_wait(request.query_params.get("wait"))
+    have = request.query_params.get("have")
+    known = None if have is None else [job_id for job_id in have.split(",") if job_id]
     disconnected = asyncio.ensure_future(deps.disconnected(request.receive))
     try:
-        handed, kills = await perform(svc.hub, workerops.poll(svc, call.param, wait, disconnected))
+        poll = workerops.poll(svc, call.param, wait, disconnected, known)
+        handed, kills = await perform(svc.hub, poll)
     finally:
         disconnected.cancel()
     if not (handed or kills):
