@@ -65,7 +65,7 @@ def test_a_broken_stream_keeps_its_bytes_then_ends_with_the_jobs_code(
     assert result.stdout_bytes == b"epoch 1\nepoch 2 \xff3\n"  # nothing lost or repeated
     lines = result.stderr.splitlines()
     assert lines[0] == "rc: job j1 on box:gpu0"  # CLI-110 [format]
-    assert len(lines) == 2 and "resuming where it stopped" in lines[1]
+    assert len(lines) == 1  # resumed at once: nothing to say (EXT-CLI-5)
 
 
 def test_a_submit_through_a_database_outage_waits_says_so_once_and_runs(

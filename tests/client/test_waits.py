@@ -118,13 +118,32 @@ def follow(steps: Steps, quiet: float = waits.QUIET) -> None:
     steps.run(waits.follow("j1", steps.clock, quiet))
 
 
-def test_a_broken_follow_reopens_at_the_offset_delivered_and_says_so_once() -> None:
+def test_a_broken_follow_reopens_at_the_offset_delivered_without_a_word() -> None:
+    # A failover resumes at once: the user need not hear of it.
     reset = errors.Disconnected("GET logs: reset")
     streams = [Stream([b"abc", reset]), Stream([b"de", reset]), Stream([b"f", b""])]
     steps = Steps(lambda step: streams.pop(0))
     follow(steps)
     assert b"".join(steps.out) == b"abcdef"
     assert [o.query for o in steps.opened()] == [None, {"offset": "3"}, {"offset": "5"}]
+    assert steps.notes == []
+
+
+def test_a_follow_broken_for_longer_says_so_once() -> None:
+    reset = errors.Disconnected("GET logs: reset")
+    refused = errors.Disconnected("GET logs: connection refused")
+    down = [refused] * 12  # 12 tries 0.5 s apart: 6 s without a stream
+    answers: list[Any] = [Stream([b"abc", reset]), *down, Stream([b"d", b""])]
+
+    def answer(step: object) -> Any:
+        got = answers.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    steps = Steps(answer)
+    follow(steps)
+    assert b"".join(steps.out) == b"abcd"
     assert len(steps.notes) == 1 and "resuming where it stopped" in steps.notes[0]
 
 

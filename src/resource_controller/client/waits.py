@@ -43,6 +43,9 @@ GONE = 30.0
 #: and that question's bound.
 FOLLOW_IDLE = 5.0
 SILENCE_POLL = 3.0
+#: How long a follow stays broken before it is said: a failover to the next controller
+#: resumes well within it, and the user need not hear of one.
+SAY_BROKEN_AFTER = 5.0
 
 
 class PollGiveUp(errors.ClientError):
@@ -192,12 +195,14 @@ def follow(
     made the job be asked after, and the answer came from elsewhere), is reopened at
     the offset delivered. A refusal (``not_found``, ``logs_not_stored``) is raised at
     once; a controller answering 5xx, or none answering, is waited out until nothing was
-    heard for ``quiet`` seconds (``LostContact``). The first interruption is said once.
+    heard for ``quiet`` seconds (``LostContact``). An interruption that outlasts
+    ``SAY_BROKEN_AFTER`` is said, once.
     """
     offset = 0
     heard = now()
     stream = None
     noted = False
+    broken: float | None = None  # since when no stream delivered
     while True:
         error: errors.ClientError | None = None
         if stream is None:
@@ -217,7 +222,7 @@ def follow(
                 stream, error = None, e
             else:
                 if chunk:
-                    heard = now()
+                    heard, broken = now(), None
                     offset += len(chunk)
                     if sink is None:
                         yield calls.Out(chunk)
@@ -244,7 +249,8 @@ def follow(
                 f" (last error: {error})",
                 job_id,
             ) from error
-        if not noted and stream is None:
+        broken = now() if broken is None else broken
+        if not noted and stream is None and now() - broken >= SAY_BROKEN_AFTER:
             noted = True
             yield calls.Note(f"log stream interrupted ({error}); resuming where it stopped")
         if stream is None:
