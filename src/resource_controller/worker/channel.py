@@ -65,11 +65,6 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def error_body(resp: Answer) -> tuple[str, str]:
-    """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
-    return core.error_body(resp.content)
-
-
 class PollAnswer(NamedTuple):
     """What one successful poll carried: 204 is both lists empty."""
 

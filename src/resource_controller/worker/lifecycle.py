@@ -27,6 +27,7 @@ from resource_controller.core.states import JobState
 from resource_controller.worker import (
     attached,
     channel,
+    delivery,
     gpusample,
     hooks,
     logship,
@@ -479,4 +480,4 @@ class Lifecycle:
         await self.deliver(report)
 
     async def deliver(self, report: outbox.Report) -> None:
-        await outbox.deliver(self.box, report, self.channel, self.timings)
+        await delivery.deliver(self.box, report, self.channel, self.timings)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from resource_controller.h1.aio import Answer
-from resource_controller.worker import outbox
+from resource_controller.worker import delivery, outbox
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +136,11 @@ class LogShipper:
     async def _ship(self, chunk: bytes) -> None:
         """Send one chunk straight, or keep it: behind kept ones, or when not taken."""
         if self._behind is None or self._behind.is_set():
-            verdict, problem = await outbox.attempt(self._send(chunk), outbox.LOG)
-            if verdict is outbox.Verdict.DELIVERED:
+            verdict, problem = await delivery.attempt(self._send(chunk), outbox.LOG)
+            if verdict is delivery.Verdict.DELIVERED:
                 self.sent_bytes += len(chunk)
                 return
-            if verdict is outbox.Verdict.REFUSED:
+            if verdict is delivery.Verdict.REFUSED:
                 self.lost_bytes += len(chunk)
                 log.warning(
                     "job %s: %d bytes of output refused for good (%s); dropped",
