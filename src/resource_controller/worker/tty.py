@@ -19,12 +19,11 @@ import struct
 import termios
 from collections.abc import Mapping, Sequence
 
-from resource_controller import errors, wire
+from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
 from resource_controller.worker import procs, runner
-from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
@@ -155,43 +154,6 @@ async def start(
     terminal = Terminal(master)
     await terminal.connect(started.proto.output)
     return started, terminal
-
-
-async def run(
-    assignment: wire.Assignment,
-    argv: list[str],
-    env: dict[str, str],
-    inp: aio.Exchange,
-    *,
-    sink: runner.OutputSink,
-    cancel: asyncio.Event,
-    clock: Clock,
-    timings: Timings,
-    hangup: asyncio.Future[str],
-) -> runner.Outcome:
-    """Run the job on a PTY: its output to ``sink``, the input stream's frames to it;
-    complete when its leader exits, the output then getting ``pty_drain`` (WTTY-007)."""
-    got = await start(argv, env=env, cwd=assignment.cwd or None, clock=clock)
-    if isinstance(got, runner.Outcome):
-        return got
-    started, terminal = got
-    forward = asyncio.create_task(forward_input(inp, terminal, assignment.job_id))
-    try:
-        return await runner.supervise_job(
-            assignment,
-            started,
-            on_output=sink,
-            cancel=cancel,
-            clock=clock,
-            timings=timings,
-            output_grace=timings.pty_drain,
-            hangup=hangup,
-        )
-    finally:
-        forward.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await forward
-        terminal.close()
 
 
 class InputEnded(Exception):
