@@ -1,23 +1,12 @@
 """What a job's GPUs did while it ran: sampled in the background, never waited for.
 
-Every ``gpu_sample_interval`` (worker.yaml, 10 s by default, 0 = off) while a job runs,
-each of its GPU devices is asked, as its own bounded process::
+Every ``gpu_sample_interval`` each GPU device of a running job (one with a ``uuid``
+label, or named ``gpu<index>``) is asked, as its own bounded process::
 
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i <index|uuid>
 
-A device is a GPU when it carries a ``uuid`` label (a MIG instance: CUDA and nvidia-smi
-name it only so) or is named ``gpu<index>``; other devices are not sampled. The
-terminal report then carries ``gpu_util_mean`` (percent, over every reading that had
-one), ``gpu_mem_peak_bytes`` (the highest single reading, MiB × 2²⁰) and ``samples``
-(readings that gave either value); each is left out when nothing gave it.
-
-The job never waits for a reading. Each run is bounded by ``probe_timeout`` and killed as
-a process group when over (``probes.run_probe``); stopping the sampler cancels the
-round in flight, whose process group is killed on the way out, and the figures are
-those of the readings already taken, read at once. A reading that cannot be trusted
-(a failed or hanging run, a GPU gone, ``[N/A]``, ``[Not Supported]``, a truncated or
-garbled line) is unknown: it adds nothing, and the first of each kind is logged once
-per job.
+A reading that cannot be trusted adds nothing, and the first of each kind is logged once
+per job; stopping cancels the round in flight and reports the readings already taken.
 """
 
 from __future__ import annotations
