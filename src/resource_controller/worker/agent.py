@@ -19,6 +19,7 @@ from resource_controller.core import durations
 from resource_controller.h1 import aio
 from resource_controller.worker import (
     channel,
+    labelsources,
     lifecycle,
     outbox,
     probes,
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 class HostFacts(NamedTuple):
     """What a registration or a push reports beyond the configuration: one pass, one read."""
 
-    labels: probes.LabelsPayload
+    labels: labelsources.LabelsPayload
     sheets: sheets.Sheets
 
 

@@ -48,9 +48,8 @@ async def session_over(output: aio.Exchange) -> str:
 
 
 async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = ANSWER_WAIT) -> None:
-    """End the output body, then wait (bounded) for the relay's answer, ``over`` being
-    its one reader: the relay answers only once it handed on the whole body, and a server
-    may drop what it has not read yet when the sender hangs up first."""
+    """End the output body, then wait (bounded) for the relay's answer: a server may drop
+    what it has not read yet when the sender hangs up first."""
     with contextlib.suppress(errors.TransportError):
         await output.finish()
     await asyncio.wait([over], timeout=wait)
@@ -61,8 +60,7 @@ async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = A
 
 
 class RelaySink:
-    """The job's output into the relay's output body (WTTY-002), awaited for back-pressure;
-    a broken stream is logged once and the job runs on under supervision."""
+    """The job's output into the relay (WTTY-002); a broken stream is logged once."""
 
     def __init__(self, stream: aio.Exchange, job_id: str) -> None:
         self.stream = stream
