@@ -1,11 +1,6 @@
-"""Every error the project raises, in one tree under ``RcError``, whose ``code`` and
-``status`` are the wire's (API-090): the controller answers each as
-``{"error": code, "message": ...}``, and the client raises, for every code of
-``API_CODES``, an ``ApiError`` that is also that code's class (``api_error``), so
-``except NotJobOwner`` works on both sides. ``LiveLeaseConflict`` and ``NotLeading``
-stay inside the controller; ``ClientError``'s subtree is the client's own.
-
-A class docstring is its default message.
+"""Every error the project raises, under ``RcError``, whose ``code`` and ``status`` are
+the wire's (API-090); the client's ``ApiError`` for a code is also that code's class, so
+``except NotJobOwner`` works on both sides. A class docstring is its default message.
 """
 
 from __future__ import annotations
