@@ -102,9 +102,6 @@ class _Response(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# ---- worker side ---------------------------------------------------------------------
-
-
 class DeviceDecl(_Request):
     name: b.DeviceName
     max_runtime_seconds: b.Seconds | None = None
@@ -182,9 +179,6 @@ class StatusReport(_Request):
 
 class FaultReport(_Request):
     reason: StrictStr = ""
-
-
-# ---- client side ---------------------------------------------------------------------
 
 
 class SubmitRequest(_ClientRequest):

@@ -116,8 +116,6 @@ class Agent:
         assert self.life is not None, "the agent is not running"
         return self.life
 
-    # ---- running ---------------------------------------------------------------------
-
     async def run(self, stop: asyncio.Event) -> None:
         """Start, serve until ``stop`` is set, then shut down (§12); ``StartupError`` when
         the state directory or the first registration fails (WRK-002)."""
@@ -237,8 +235,6 @@ class Agent:
         await self._tasks.wait(self.timings.shutdown_wait, self.timings.abandon_wait)
         await self._life.hooks.drain()
 
-    # ---- registration ----------------------------------------------------------------
-
     async def gather_facts(self, *, registering: bool = False) -> HostFacts:
         """One probe pass and a fresh read of the sheets, under ``_facts_lock``; registering
         with ``devices: auto``, the pass decides the devices (``RegisterError`` for none)."""
@@ -339,8 +335,6 @@ class Agent:
         )
         return worker_id
 
-    # ---- probes and sheets -----------------------------------------------------------
-
     async def _probe_loop(self) -> None:
         """Counted from the end of the last push, so passes never pile up (PROBE-002)."""
         while True:
@@ -356,8 +350,6 @@ class Agent:
         if problem:
             log.warning("labels push failed: %s", problem, extra={"action": "labels_push"})
         return not problem
-
-    # ---- heartbeat -------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -40,9 +40,6 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message is the whole one-line story."""
 
 
-# ---- the resolved configuration ------------------------------------------------------
-
-
 class DeviceConfig(BaseModel):
     """One offered device, after defaults (§2.2)."""
 
@@ -248,9 +245,6 @@ def make_config(
     config = apply_defaults(raw)
     validate_config(config, "the worker configuration")
     return config
-
-
-# ---- the file ------------------------------------------------------------------------
 
 
 class _FileModel(BaseModel):

@@ -228,12 +228,7 @@ def instance_facts(
 
 def conflicts(inventory: Inventory, names: Collection[str]) -> dict[str, str]:
     """Configured name → why it conflicts with its GPU's MIG mode."""
-    out: dict[str, str] = {}
-    for name in names:
-        why = inventory.conflict(name)
-        if why:
-            out[name] = why
-    return out
+    return {name: why for name in names if (why := inventory.conflict(name))}
 
 
 def parse_nvidia_smi(text: str) -> tuple[dict[str, str], list[str]]:

@@ -85,6 +85,11 @@ def labels_payload(
     return payload
 
 
+def warn_keys(source: str, warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+
+
 @dataclass
 class Pass:
     """What one pass found: host facts, per-device facts, the unconfirmed devices."""
@@ -130,8 +135,7 @@ class Tally:
     def absorb(self, source: str, facts: Mapping[str, str]) -> None:
         """A source succeeded: merge its facts over the earlier ones and remember it."""
         sorted_facts = classify(facts, self.device_names)
-        for warning in sorted_facts.warnings:
-            log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+        warn_keys(source, sorted_facts.warnings)
         self.host.update(sorted_facts.host)
         for name, device_facts in sorted_facts.devices.items():
             self.devices[name].update(device_facts)

@@ -44,8 +44,6 @@ STDERR_NOTE = 200
 BUILTIN = "builtin"
 NVIDIA = "nvidia-smi"
 
-# ---- built-in facts ------------------------------------------------------------------
-
 
 def _mem_total_bytes() -> str | None:
     for line in Path(MEMINFO_PATH).read_text(encoding="utf-8").splitlines():
@@ -75,9 +73,6 @@ def builtin_facts() -> Facts:
             if (value := read()) is not None:
                 facts[key] = value
     return facts
-
-
-# ---- parsing -------------------------------------------------------------------------
 
 
 class DropinError(ValueError):
@@ -117,9 +112,6 @@ def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
         else:
             warnings.append(f"key {key!r} has a nested {type(value).__name__}; dropped")
     return facts, warnings
-
-
-# ---- running one probe ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -216,9 +208,6 @@ async def run_probe(
     return Run(True, stdout, stderr)
 
 
-# ---- the pass ------------------------------------------------------------------------
-
-
 class Prober:
     """Runs passes and remembers across them (§16.4); the agent's lock keeps passes apart."""
 
@@ -281,7 +270,7 @@ class Prober:
             _warn_failed(NVIDIA + " -L", run)
             return None
         listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        _warn_keys(NVIDIA, () if quiet else warnings)
+        labelsources.warn_keys(NVIDIA, () if quiet else warnings)
         return listed
 
     def remember(self, listed: gpus.Inventory) -> None:
@@ -366,7 +355,7 @@ class _PassRun:
             self.fail(NVIDIA)
             return
         facts, warnings = gpus.parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        _warn_keys(NVIDIA, warnings)
+        labelsources.warn_keys(NVIDIA, warnings)
         listed = await p.listing(path, self.timeout()) if self.remaining() > 0 else None
         if listed is None:
             # Unknown, not absent: the latest layout stands; with none, the stored one.
@@ -451,13 +440,8 @@ class _PassRun:
                 _warn_failed(source, Run(False, run.stdout, run.stderr, str(exc)))
                 self.fail(source)
                 continue
-            _warn_keys(source, warnings)
+            labelsources.warn_keys(source, warnings)
             self.tally.absorb(source, facts)
-
-
-def _warn_keys(source: str, warnings: Sequence[str]) -> None:
-    for warning in warnings:
-        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
 
 
 def _warn_failed(source: str, run: Run) -> None:

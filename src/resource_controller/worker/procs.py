@@ -59,9 +59,6 @@ def os_error_text(operation: str, path: str, exc: OSError) -> str:
     return f"{operation} {path}: {description.lower()}"
 
 
-# ---- /proc ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ProcStat:
     """The fields of ``/proc/<pid>/stat`` supervision needs."""
@@ -167,8 +164,6 @@ def group_alive(target: Target) -> bool:
     return found is None or bool(found[0])
 
 
-# ---- environments: who carries which RC_JOB_ID ---------------------------------------
-
 JOB_ID_VAR = b"RC_JOB_ID="
 
 
@@ -243,9 +238,6 @@ def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
         current = st.ppid
         chain.add(current)
     return frozenset(chain)
-
-
-# ---- signals -------------------------------------------------------------------------
 
 
 def signal_pid(pid: int, signum: int) -> bool:
@@ -336,9 +328,6 @@ async def escalate(
     if not group_alive(target):
         return Teardown(delivered, False, False)
     return Teardown(delivered, True, not await reap_group(target))
-
-
-# ---- boot identity (WRK-135) ---------------------------------------------------------
 
 
 def read_boot_id() -> str:

@@ -56,9 +56,6 @@ class Outcome:
     reason: str = ""
 
 
-# ---- environment and command ---------------------------------------------------------
-
-
 def build_env(
     assignment: wire.Assignment,
     base_env: Mapping[str, str],
@@ -108,9 +105,6 @@ def check_cwd(cwd: str) -> str | None:
     if not os.access(cwd, os.X_OK):
         return f"cwd {cwd}: permission denied"
     return None
-
-
-# ---- supervision ---------------------------------------------------------------------
 
 
 class _Protocol(asyncio.SubprocessProtocol):
