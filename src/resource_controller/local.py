@@ -16,7 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 
 from resource_controller import heap, logfmt
@@ -68,8 +68,7 @@ def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
 
 
 def gpu_names() -> list[str]:
-    """The devices ``nvidia-smi -L`` lists: ``gpu<i>``, or a GPU in MIG mode's instances
-    ``gpu<i>.mig<j>``; empty when there is none."""
+    """The devices ``nvidia-smi -L`` lists; empty when there is none."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -84,11 +83,6 @@ def gpu_names() -> list[str]:
         return []
     listed, _ = gpus.parse_list(out)
     return listed.device_names()
-
-
-@contextlib.contextmanager
-def _no_uvicorn_signals() -> Generator[None, None, None]:
-    yield
 
 
 def say(log_format: str, message: str, level: str = "INFO") -> None:
@@ -255,13 +249,12 @@ async def _main(
     tell: Callable[[str], None] = lambda _line: None,
     gpus_listed: bool = False,
 ) -> None:
-    """Serve until stopped. ``gpus_listed``: the devices are what nvidia-smi lists at
-    each registration (``devices: auto``), ``names`` only what it listed at start."""
+    """Serve until stopped; ``gpus_listed``: ``devices: auto``."""
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
 
     server = controller.make_server(svc)
-    server.capture_signals = _no_uvicorn_signals  # type: ignore[method-assign]
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -15,9 +15,7 @@ from typing import Any
 from resource_controller import errors
 from resource_controller.h1 import core
 
-#: Most bytes one read returns.
 READ_SIZE = 65536
-#: Idle connections kept per endpoint; more are closed on return.
 MAX_IDLE = 16
 #: What of a refused relay stream's answer is read to explain it, and for how long.
 REFUSAL_MAX = 65536
@@ -138,8 +136,7 @@ class Exchange:
         return got
 
     async def read(self, idle: float | None = None) -> bytes:
-        """The next piece of the answer's body, waiting at most ``idle`` seconds for it
-        (``None``: as long as it takes); ``b""`` at its end."""
+        """The next piece of the body, waiting at most ``idle`` s for it; ``b""`` at its end."""
         if self._ended:
             return b""
         got = await self._next(idle)
@@ -310,8 +307,7 @@ async def relay(
     timeout: float = 30.0,
     connect: Connect = open_tcp,
 ) -> Exchange:
-    """Open one relay half once its ``200`` head arrived (a ``POST``'s body left open); any
-    other status is ``errors.Refused``."""
+    """Open one relay half once its ``200`` head arrived; any other is ``errors.Refused``."""
     try:
         end = core.endpoint(base_url)
     except ValueError as exc:

@@ -13,11 +13,9 @@ import h11
 
 from resource_controller import errors
 
-#: The largest answer head (status line and headers) read.
 MAX_HEAD = 65536
 #: Methods that send ``Content-Length: 0`` when they carry no body (as ``http.client``).
 BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})
-#: What ``next`` returns at the end of the answer's body.
 END = b""
 
 

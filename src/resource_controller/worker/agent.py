@@ -91,8 +91,7 @@ class Agent:
             clock=self.clock,
             timings=timings,
         )
-        #: Held around a pass and the request built from it: registrations and pushes
-        #: never overlap.
+        #: Held around a pass and its request: registrations and pushes never overlap.
         self._facts_lock = asyncio.Lock()
 
     @property
@@ -144,8 +143,10 @@ class Agent:
                 try:
                     if not await self._deliver_leftovers(stop):
                         return
-                    if not await self._register_or_stop(stop):
+                    registering = await tasks.wait_or_stop(self.register(), stop, "register")
+                    if registering is None:
                         return
+                    registering.result()  # raises RegisterError
                     await self._serve(stop)
                 finally:
                     await self._tasks.abandon(self.timings.abandon_wait)
@@ -159,13 +160,6 @@ class Agent:
                     extra={"action": "outbox_kept"},
                 )
             box.close()
-
-    async def _register_or_stop(self, stop: asyncio.Event) -> bool:
-        registering = await tasks.wait_or_stop(self.register(), stop, "register")
-        if registering is None:
-            return False
-        registering.result()  # raises RegisterError
-        return True
 
     async def _deliver_leftovers(self, stop: asyncio.Event) -> bool:
         """Deliver the previous run's reports (EXT-OUTBOX-3), heartbeating under the worker
@@ -195,7 +189,7 @@ class Agent:
                 tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
             )
         try:
-            return await tasks.wait_or_stop(box.wait_empty(), stop, "outbox-drain") is not None
+            return await tasks.wait_or_stop(box.emptied.wait(), stop, "outbox-drain") is not None
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()

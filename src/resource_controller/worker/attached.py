@@ -26,9 +26,7 @@ log = logging.getLogger(__name__)
 
 ATTACHED = frozenset({Stdio.TTY.value, Stdio.PIPE.value})
 PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
-#: How long the output half waits for the relay's answer after its body ends.
 ANSWER_WAIT = 10.0
-#: The reason of a job ended because the controller closed its session.
 REASON_CLIENT_LEFT = "client left"
 
 
@@ -165,8 +163,7 @@ def _attach_failed(mode: str, which: str, exc: errors.TransportError) -> runner.
 
 
 async def feed_stdin(inp: aio.Exchange, started: runner.Started) -> None:
-    """Copy the input stream into the process's stdin until either ends; the input's end
-    closes stdin. A write error is not reported: the process chose not to read."""
+    """Copy the input stream into stdin until either ends; a write error is not reported."""
     proto = started.proto
     stdin = started.transport.get_pipe_transport(0)
     if not isinstance(stdin, asyncio.WriteTransport):

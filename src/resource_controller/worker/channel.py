@@ -214,8 +214,7 @@ class Channel:
         timeout: float | None = None,
         again: bool = False,
     ) -> Answer:
-        """One request; any answer is contact. With several controllers it goes to the next
-        at once when never sent, or when it may arrive twice (``again``)."""
+        """One request; any answer is contact. ``again``: safe to send to the next at once."""
         assert self._client is not None, "the channel is not open"
         target = target_of(path, params)
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else content

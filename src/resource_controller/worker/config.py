@@ -27,9 +27,7 @@ DEFAULT_PATH = "/etc/rc/worker.yaml"
 AUTO = "auto"
 #: The shortest GPU sampling interval taken: each reading is a process.
 MIN_GPU_SAMPLE_INTERVAL = 0.1
-#: Parent of the default state directory for root; ``<parent>/<host>``.
 ROOT_STATE_PARENT = "/var/lib/rc-worker"
-#: Under ``$XDG_STATE_HOME`` (default ``~/.local/state``) for anyone else.
 USER_STATE_SUBDIR = "rc-worker"
 
 _ON_WORDS = frozenset({"1", "t", "T", "true", "TRUE", "True"})
@@ -79,7 +77,6 @@ class WorkerConfig(BaseModel):
     token: str = ""
     host: str = ""
     devices: tuple[DeviceConfig, ...] = ()
-    #: ``devices: auto``: what nvidia-smi lists at each registration.
     devices_auto: bool = False
     heartbeat_interval: float = 10.0
     poll_wait: float = 30.0
@@ -129,8 +126,7 @@ def _path_component(host: str) -> str:
 def default_state_dir(
     host: str, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """One per host name, so two workers with different ``host:`` never share one:
-    ``/var/lib/rc-worker/<host>`` for root, else ``$XDG_STATE_HOME/rc-worker/<host>``."""
+    """One per host name: ``/var/lib/rc-worker/<host>`` for root, else under XDG_STATE_HOME."""
     uid = os.geteuid() if euid is None else euid
     env = os.environ if environ is None else environ
     leaf = _path_component(host)
@@ -367,8 +363,7 @@ def _manual_clear_from_env(value: str | None) -> bool:
 def load_config(
     path: str, environ: Mapping[str, str] | None = None, *, euid: int | None = None
 ) -> WorkerConfig:
-    """Read, validate and default ``worker.yaml``, then apply WRK-020/021; ``ConfigError``
-    carries the one-liner of §2.3."""
+    """Read, validate and default ``worker.yaml``, then apply WRK-020/021."""
     env = os.environ if environ is None else environ
     try:
         with open(path, encoding="utf-8") as f:

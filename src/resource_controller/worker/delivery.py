@@ -88,8 +88,7 @@ def _send(report: Report, sender: Sender, timeout: float) -> Awaitable[Answer]:
 
 
 def _log_failure(report: Report, problem: str) -> None:
-    """A warning for each of the first failures, an error at ``LOUD_ATTEMPTS``, then a
-    warning every ``QUIET_EVERY``-th."""
+    """A warning each time, an error at ``LOUD_ATTEMPTS``, then every ``QUIET_EVERY``-th."""
     extra = {"action": "outbox_retry", "job_id": report.job_id}
     n = report.attempts
     if n == LOUD_ATTEMPTS:
@@ -108,8 +107,7 @@ def _log_failure(report: Report, problem: str) -> None:
 async def deliver(
     box: Outbox, report: Report, sender: Sender, timings: Timings = DEFAULT
 ) -> Verdict:
-    """Send ``report`` once its predecessors are gone, until answered for good; cancelled,
-    it leaves the report in the outbox."""
+    """Send once its predecessors are gone, until answered for good; cancelled, it stays."""
     for earlier in box.predecessors(report):
         await earlier.gone.wait()
     bound = timings.report_attempt_timeout

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from resource_controller.core import mig
 
-#: ``nvidia-smi -L``: list every GPU and MIG device with its UUID.
 LIST_ARGS = ("-L",)
 #: Exactly this query, so the four fields arrive in this order (PROBE-010).
 QUERY_ARGS = (
@@ -52,7 +51,6 @@ class Gpu:
     model: str
     uuid: str = ""  #: ``""`` when its line was cut short
     migs: tuple[MigDevice, ...] = ()
-    #: MIG lines under this GPU that could not be read.
     unreadable: int = 0
 
     @property

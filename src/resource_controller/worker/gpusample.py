@@ -32,15 +32,13 @@ QUERY_ARGS = (
 )
 MIB = 1 << 20
 _GPU_INDEX = re.compile(r"gpu([0-9]+)")
-#: Longest a problem is quoted in the log.
 _NOTE = 200
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
 def target(name: str, labels: Mapping[str, str]) -> str | None:
-    """What ``-i`` names for device ``name``: its ``uuid`` label, else the index of a
-    ``gpu<index>`` name; ``None`` for a device that is not a GPU."""
+    """What ``-i`` names: the ``uuid`` label, else ``gpu<index>``'s index; ``None``: no GPU."""
     uuid = (labels.get("uuid") or "").strip()
     if uuid:
         return uuid
@@ -57,8 +55,7 @@ class Reading:
 
 
 def _number(text: str, high: float) -> float | None:
-    """A field as a number in ``0..high``; ``None`` for ``[N/A]``, ``[Not Supported]``,
-    an empty field or anything else that is not one."""
+    """A number in ``0..high``; ``None`` for ``[N/A]`` or anything else that is not one."""
     try:
         value = float(text)
     except ValueError:
@@ -67,9 +64,8 @@ def _number(text: str, high: float) -> float | None:
 
 
 def parse(text: str) -> Reading | str:
-    """One answer of the query: exactly one line of two fields. Anything else (no line,
-    several, a field missing) is a problem, as text; a field that is not a number in
-    range (utilisation 0..100, memory ≥ 0 MiB) is unknown, the other still counts."""
+    """Exactly one line of two fields, else the problem as text; a field out of range is
+    unknown, the other still counts."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if len(lines) != 1:
         return f"{len(lines)} lines, not 1: {text.strip()[:_NOTE]!r}"
@@ -132,7 +128,6 @@ class Sampler:
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.job_id = job_id
-        #: Device ID -> what ``-i`` names.
         self.targets = dict(targets)
         self.interval = interval
         self.timeout = timeout

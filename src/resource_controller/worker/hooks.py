@@ -23,7 +23,6 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: The output tail sent to the controller (HOOK-005).
 OUTPUT_TAIL = 4096
 
 REASON_ACQUIRE_FAILED = "acquire hook failed: "
@@ -109,8 +108,7 @@ async def run_hook(
     timings: Timings,
     stderr_cap: int | None = None,
 ) -> HookResult:
-    """Run one hook to its end (HOOK-001, HOOK-003); never raises for the hook's sake.
-    ``stderr_cap``: a verify script's, stderr alone captured."""
+    """Run one hook to its end (HOOK-001, HOOK-003); ``stderr_cap``: a verify script's."""
     stdio = runner.LOGS_STDIO if stderr_cap is None else _STDERR_ONLY
     started = await runner.start([path], env=env, cwd=None, clock=clock, stdio=stdio)
     if isinstance(started, runner.Outcome):
@@ -265,8 +263,7 @@ class Hooks:
             return dev.epoch
 
     async def release(self, device_id: str, epoch: int, job_id: str, submitter: str) -> None:
-        """Arm the release for the job that acquired at ``epoch``, unless a later job
-        re-acquired the device meanwhile (HOOK-020, HOOK-021)."""
+        """Arm the release, unless a later job re-acquired the device (HOOK-020, HOOK-021)."""
         dev = self.devices.get(device_id)
         if dev is None:
             return

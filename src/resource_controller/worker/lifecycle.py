@@ -43,7 +43,6 @@ REASON_PREKILLED = "killed before this worker started it"
 REASON_MIG_CONFLICT = "mig conflict: "
 REASON_MIG_UNKNOWN = "mig device unknown: "
 
-#: Starts a job-side task and registers it with the shutdown tracker.
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
@@ -60,11 +59,8 @@ class SupervisedJob:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     #: ``cancelled`` for a kill flag, the shutdown's own words when the worker stops.
     cancel_reason: str = runner.REASON_CANCELLED
-    #: Each device's acquire epoch, which its release must match.
     epochs: dict[str, int] = field(default_factory=dict)
-    #: The MIG UUID of each of its devices that is a MIG instance.
     mig_uuids: dict[str, str] = field(default_factory=dict)
-    #: What its GPUs did while it ran, the terminal report's fields.
     gpu: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -199,8 +195,7 @@ class Lifecycle:
         await self.submit(self.queue_report(job, outcome))
 
     async def check_gpus(self, job: SupervisedJob) -> str:
-        """Why the job must not run on its devices, ``""`` when it may; fills in
-        ``job.mig_uuids`` from a fresh ``nvidia-smi -L``, instances being re-creatable."""
+        """Why the job must not run on its devices, ``""`` when it may; fills ``mig_uuids``."""
         names = [d.partition(":")[2] for d in job.device_ids]
         if self.gpus is None or not any(mig.parse(n) is not None for n in names):
             return ""
@@ -220,8 +215,7 @@ class Lifecycle:
         return ""
 
     async def acquire(self, job: SupervisedJob) -> bool:
-        """Every device before the job touches one; ``False`` when it must not run, its
-        reports made (HOOK-012, HOOK-013) and the devices acquired given back."""
+        """Every device before the job touches one; ``False``: reported, must not run (HOOK-012)."""
         a = job.assignment
         for device_id in job.device_ids:
             got = await self.hooks.acquire(device_id, a.job_id, job.submitter, job.cancel)

@@ -55,12 +55,10 @@ class Report:
     device_ids: tuple[str, ...]
     body: dict[str, Any]
     created_at: float
-    #: The output a ``log`` report carries.
     chunk: bytes = b""
     #: Its file once durable; ``""`` before that, or when the disk refused it.
     path: str = ""
     attempts: int = 0
-    #: Set when it leaves the outbox, delivered or refused.
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -180,8 +178,9 @@ class Outbox:
         self._clock: Clock = clock or SystemClock()
         self._reports: dict[int, Report] = {}
         self._next_seq = 1
-        self._empty = asyncio.Event()
-        self._empty.set()
+        #: Set while no report is here: what the start-up drain waits for.
+        self.emptied = asyncio.Event()
+        self.emptied.set()
 
     @classmethod
     def open(cls, state_dir: str, clock: Clock | None = None) -> Outbox:
@@ -268,7 +267,7 @@ class Outbox:
 
     def _insert(self, report: Report) -> None:
         self._reports[report.seq] = report
-        self._empty.clear()
+        self.emptied.clear()
 
     @property
     def empty(self) -> bool:
@@ -284,9 +283,6 @@ class Outbox:
     def pending_job_ids(self) -> list[str]:
         """Jobs whose terminal report waits here: named as pending in heartbeats."""
         return list(dict.fromkeys(r.job_id for r in self.reports() if r.kind == STATUS))
-
-    async def wait_empty(self) -> None:
-        await self._empty.wait()
 
     def predecessors(self, report: Report) -> list[Report]:
         """What must land first: earlier fault reports about one of its devices, and the
@@ -357,7 +353,7 @@ class Outbox:
             return
         report.gone.set()
         if not self._reports:
-            self._empty.set()
+            self.emptied.set()
         if report.path:
             try:
                 if report.kind == STATUS:

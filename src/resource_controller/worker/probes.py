@@ -35,12 +35,10 @@ OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
 NVIDIA_SMI = "nvidia-smi"
-#: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
 READ_LIMIT = 65_536
 #: A failing probe's stderr is quoted up to this many characters.
 STDERR_NOTE = 200
-#: Source names of PROBE-030 other than a drop-in's path.
 BUILTIN = "builtin"
 NVIDIA = "nvidia-smi"
 
@@ -232,7 +230,6 @@ class Prober:
         )
         self._which = which
         self.sources = labelsources.SourceMemory()
-        #: Whether nvidia-smi was on ``PATH`` at the first pass.
         self.nvidia_at_start: bool | None = None
         #: The latest readable ``nvidia-smi -L``, and the MIG conflicts at the latest pass.
         self.inventory: gpus.Inventory | None = None
@@ -240,8 +237,7 @@ class Prober:
         self._missing_warned: set[str] = set()
 
     async def run_pass(self, *, discover: bool = False) -> Pass:
-        """One pass, never raising for a probe's failure; ``discover``: the devices become
-        what its ``nvidia-smi -L`` lists."""
+        """One pass, never raising for a probe's failure; ``discover``: ``devices: auto``."""
         return await _PassRun(self, discover).go()
 
     def _gpu_devices(self) -> frozenset[str]:
@@ -252,8 +248,7 @@ class Prober:
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
-        """``nvidia-smi -L`` now, for a job on a MIG instance (re-created instances have new
-        UUIDs); a failure leaves the latest listing."""
+        """``nvidia-smi -L`` now, for a job on a MIG instance: re-created ones have new UUIDs."""
         path = self._which(NVIDIA_SMI)
         listed = None if path is None else await self.listing(path, self.probe_timeout, True)
         if listed is None or not listed.gpus:
@@ -371,8 +366,7 @@ class _PassRun:
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
-        """The query's facts with the listing's (EXT-MIG); an unreadable instance's line
-        leaves it unconfirmed."""
+        """The query's facts with the listing's (EXT-MIG)."""
         p = self.p
         out, found = gpus.merged_facts(listed, facts, p.device_names)
         p.note_conflicts(found)

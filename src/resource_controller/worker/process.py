@@ -22,7 +22,6 @@ from resource_controller.worker.timings import Timings
 #: The process is the agent's outermost layer: its lines keep the agent's logger.
 log = logging.getLogger("resource_controller.worker.agent")
 
-#: The logger a fatal start-up line is recorded under, in JSON.
 LOGGER = "rc.worker"
 BOOT_ID_VAR = "RC_TEST_BOOT_ID_PATH"
 

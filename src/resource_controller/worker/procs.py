@@ -132,8 +132,7 @@ Target = int | SessionOf
 
 
 def _members(target: Target) -> tuple[list[ProcStat], set[int]] | None:
-    """Live members of ``target`` and every group seen in it, zombie-only ones too;
-    ``None`` when ``/proc`` cannot be listed."""
+    """Live members of ``target`` and every group in it; ``None``: ``/proc`` unlistable."""
     entries = proc_entries()
     if entries is None:
         return None
@@ -315,8 +314,7 @@ async def escalate(
     *,
     grace: float,
 ) -> Teardown:
-    """The cancellation path (WRK-096): TERM, ``grace`` for ``finished``, KILL, wait for
-    ``leader``, reap stragglers."""
+    """WRK-096: TERM, ``grace`` for ``finished``, KILL, wait for ``leader``, reap the rest."""
     delivered = signal_group(target, signal.SIGTERM)
     pending = [f for f in finished if not f.done()]
     if pending:

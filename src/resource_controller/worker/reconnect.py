@@ -26,7 +26,6 @@ class Reconnect:
         #: The latest response (never moves back) and non-empty instance header.
         self.last_at: float | None = None
         self.instance = ""
-        #: When the owed re-registration is due; ``None`` when nothing is owed.
         self.due_at: float | None = None
 
     @property

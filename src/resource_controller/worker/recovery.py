@@ -92,8 +92,7 @@ class Journal:
         return frozenset(n for n in names if n != COMPLETE)
 
     def settle(self, listed: frozenset[str] | None, carried: Iterable[str]) -> None:
-        """After a scan that saw every environment: records nothing carries go; an
-        incomplete journal takes every carried job as possibly ours, and is complete."""
+        """After a scan that saw every environment; an incomplete one takes every carried job."""
         alive = {record_name(j) for j in carried}
         try:
             if listed is None:
@@ -108,8 +107,7 @@ class Journal:
 
 
 def compute(require_manual_clear: bool, journal: Journal, *, own_pid: int | None = None) -> Claims:
-    """Decide the proof from ``/proc`` now (WRK-141) and settle the journal; only while no
-    job is starting, whose record could look like a job nothing carries."""
+    """Decide the proof from ``/proc`` now (WRK-141) and settle the journal; no job starting."""
     pid = os.getpid() if own_pid is None else own_pid
     extra = {"action": "recovery_proof"}
     if require_manual_clear:

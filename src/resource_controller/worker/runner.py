@@ -28,7 +28,6 @@ from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Output is read in blocks of at most this many bytes.
 READ_BLOCK = 65_536
 #: What a hold runs, whatever the assignment says (WRK-125).
 SLEEPER = ("sleep", "2147483647")
@@ -113,7 +112,6 @@ class _Protocol(asyncio.SubprocessProtocol):
 
     def __init__(self, *, separate_stderr: bool = False) -> None:
         self.output = asyncio.StreamReader(limit=READ_BLOCK)
-        #: Pipe mode's own stderr reader.
         self.errors = asyncio.StreamReader(limit=READ_BLOCK) if separate_stderr else None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Pipe mode's stdin: clear while its buffer is full; set once it closed.
@@ -223,7 +221,6 @@ class Started:
         self.last_output = self.at
 
 
-#: The logs-mode standard streams: no input, stdout and stderr on one pipe.
 LOGS_STDIO: tuple[Any, Any, Any] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
 
@@ -236,8 +233,7 @@ async def start(
     stdio: tuple[Any, Any, Any] = LOGS_STDIO,
     preexec: Callable[[], None] | None = None,
 ) -> Started | Outcome:
-    """Spawn ``argv`` in a new session, for ``supervise`` at once; why it cannot start is
-    the ``Outcome`` (WRK-100)."""
+    """Spawn ``argv`` in a new session, for ``supervise`` at once; or why not (WRK-100)."""
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
     problem = check_cwd(cwd) if cwd else None

@@ -27,12 +27,9 @@ from resource_controller.worker import procs, runner
 
 log = logging.getLogger(__name__)
 
-#: The window size set before the process starts.
 DEFAULT_ROWS = 24
 DEFAULT_COLS = 80
-#: The longest input frame line.
 LINE_MAX = 1_048_576
-#: The largest window dimension a frame may carry.
 DIMENSION_MAX = 65_535
 
 
@@ -78,8 +75,7 @@ class Terminal:
         self._closed = False
 
     async def connect(self, reader: asyncio.StreamReader) -> None:
-        """Feed output into ``reader`` from a duplicate of the master, so the master's
-        number stays ours until ``close`` (no write can land on a reused descriptor)."""
+        """Feed ``reader`` from a duplicate: the master's number stays ours until ``close``."""
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(self.master), "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: _Feeder(reader), pipe)

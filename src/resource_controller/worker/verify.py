@@ -19,9 +19,7 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: stderr is captured up to this many bytes (VERIFY-004).
 CAPTURE_CAP = 65_536
-#: The stderr tail in a failure reason (VERIFY-006).
 STDERR_TAIL = 200
 
 PREFIX = "verify failed: "
