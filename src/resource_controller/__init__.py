@@ -1,13 +1,7 @@
 """resource-controller: exclusive leases on shared hardware, GPUs first.
 
-``from resource_controller import Client`` is the Python way in:
-``Client`` and its asyncio twin ``AsyncClient`` return typed views
-(``Job``, ``Device``, ``Lease``, ``RunResult``, ...). The error types are here too, so
-that callers catch the project's own exceptions without knowing its module layout;
-``resource_controller.errors`` has one class per wire error code (``API_CODES``).
-
-Everything but the error types is imported on first use: ``rc`` itself imports this
-package on every start, and the CLI's hot path must not pay for the typed layer.
+``from resource_controller import Client`` is the Python way in. Everything but the
+error types is imported on first use: ``rc`` imports this package on every start.
 """
 
 from __future__ import annotations

@@ -145,9 +145,6 @@ HostName = Annotated[StrictStr, AfterValidator(_name("host")), _NAME_SCHEMA]
 DeviceName = Annotated[StrictStr, AfterValidator(_name("device")), _NAME_SCHEMA]
 
 
-# ---- measurements a worker reports ---------------------------------------------------
-
-
 def _measured(high: float, integral: bool) -> Callable[[Any], Any]:
     """A number in ``0..high`` as sent, anything else as ``None``: a bad reading is
     unknown, never a refused report (a terminal report refused for it would be retried

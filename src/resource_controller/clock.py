@@ -1,9 +1,4 @@
-"""Injected time.
-
-Every rule that depends on time reads it from a ``Clock`` so tests advance time
-instead of sleeping (see the spec's STORE-004/005). Wall-clock instants are Unix
-seconds in UTC; intervals use the monotonic reading.
-"""
+"""Injected time, so tests advance it instead of sleeping (STORE-004/005)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """``RC_TEST_CRASH_AT``: die at a named point of a write path (a test hook only).
 
-Crash-consistency tests start ``rc serve`` with ``RC_TEST_CRASH_AT=name[:n]``; the
-``n``-th time (default the first) a write path reaches ``name`` the process ends with
-``os._exit(CRASH_STATUS)``, as ``kill -9`` would there, and the test restarts it on the
-same data to check nothing acknowledged was lost. A store transaction is reached as
-``<name>.before_commit`` and ``<name>.after_commit`` (``Core.tx``), a log append as
-``log_append.before_write`` and ``.after_write``. Read once at start (``arm``): an
-unknown name or a bad count is a start-up error. Unset, ``hit`` is one comparison.
+With ``RC_TEST_CRASH_AT=name[:n]`` the ``n``-th time a write path reaches ``name`` the
+process ends as ``kill -9`` would there; the test restarts it on the same data.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Every error the project raises, in one tree under ``RcError``, whose ``code`` and
-``status`` are the wire's (API-090): the controller answers each as
-``{"error": code, "message": ...}``, and the client raises, for every code of
-``API_CODES``, an ``ApiError`` that is also that code's class (``api_error``), so
-``except NotJobOwner`` works on both sides. ``LiveLeaseConflict`` and ``NotLeading``
-stay inside the controller; ``ClientError``'s subtree is the client's own.
-
-A class docstring is its default message.
+"""Every error the project raises, under ``RcError``, whose ``code`` and ``status`` are
+the wire's (API-090); the client's ``ApiError`` for a code is also that code's class, so
+``except NotJobOwner`` works on both sides. A class docstring is its default message.
 """
 
 from __future__ import annotations
@@ -16,6 +11,14 @@ class RcError(Exception):
 
     code = "store_error"
     status = 500
+
+    def __init_subclass__(cls, code: str = "", status: int = 0) -> None:
+        """``class NotFound(RcError, code="not_found", status=404)``: the wire's pair."""
+        super().__init_subclass__()
+        if code:
+            cls.code = code
+        if status:
+            cls.status = status
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or (self.__doc__ or "").strip()
@@ -34,11 +37,8 @@ class ConnectionDropped(StoreUnavailable):
     """The database connection dropped before the operation committed: it may run again."""
 
 
-class NotFound(RcError):
+class NotFound(RcError, code="not_found", status=404):
     """Not found."""
-
-    code = "not_found"
-    status = 404
 
 
 class JobNotFound(NotFound):
@@ -55,10 +55,8 @@ class DeviceNotFound(NotFound):
         self.code = code
 
 
-class RetiredDeviceNotFound(DeviceNotFound):
+class RetiredDeviceNotFound(DeviceNotFound, code="device_not_found"):
     """No such device (retire)."""
-
-    code = "device_not_found"
 
     def __init__(self, message: str | None = None, code: str = "device_not_found") -> None:
         super().__init__(message, code)
@@ -68,124 +66,76 @@ class WorkerNotFound(NotFound):
     """No such worker."""
 
 
-class BadRequest(RcError):
+class BadRequest(RcError, code="bad_request", status=400):
     """The request is malformed."""
-
-    code = "bad_request"
-    status = 400
 
 
 class InvalidTransition(BadRequest):
     """That state change is not allowed from the current state."""
 
 
-class BadSelector(RcError):
+class BadSelector(RcError, code="bad_selector", status=400):
     """The selector does not parse."""
 
-    code = "bad_selector"
-    status = 400
 
-
-class PriorityOutOfRange(RcError):
+class PriorityOutOfRange(RcError, code="priority_out_of_range", status=400):
     """Priority must be between -10 and 10."""
 
-    code = "priority_out_of_range"
-    status = 400
 
-
-class UnknownDevice(RcError):
+class UnknownDevice(RcError, code="unknown_device", status=400):
     """No worker ever registered that device."""
 
-    code = "unknown_device"
-    status = 400
 
-
-class NoMatchingDevice(RcError):
+class NoMatchingDevice(RcError, code="no_matching_device", status=400):
     """The selector matches no device."""
 
-    code = "no_matching_device"
-    status = 400
 
-
-class RuntimeAboveCeiling(RcError):
+class RuntimeAboveCeiling(RcError, code="runtime_above_ceiling", status=400):
     """The requested runtime is above the device's ceiling."""
 
-    code = "runtime_above_ceiling"
-    status = 400
 
-
-class LogsNotStored(RcError):
+class LogsNotStored(RcError, code="logs_not_stored", status=400):
     """Logs are not stored for attached (tty/pipe) jobs."""
 
-    code = "logs_not_stored"
-    status = 400
 
-
-class NotJobOwner(RcError):
+class NotJobOwner(RcError, code="not_job_owner", status=403):
     """Only the job's submitter (or an admin) may do that."""
 
-    code = "not_job_owner"
-    status = 403
 
-
-class Unauthorized(RcError):
+class Unauthorized(RcError, code="unauthorized", status=401):
     """The token is missing, malformed or unknown."""
 
-    code = "unauthorized"
-    status = 401
 
-
-class Forbidden(RcError):
+class Forbidden(RcError, code="forbidden", status=403):
     """The token's role may not do that."""
-
-    code = "forbidden"
-    status = 403
 
 
 class NotThisHost(Forbidden):
     """A named worker token speaks only for the host of its name."""
 
 
-class NoDeviceAvailable(RcError):
+class NoDeviceAvailable(RcError, code="no_device_available", status=409):
     """Nothing matching is free: the device is busy and the job could not be queued."""
 
-    code = "no_device_available"
-    status = 409
 
-
-class NotCancellable(RcError):
+class NotCancellable(RcError, code="not_cancellable", status=409):
     """The job cannot be cancelled."""
 
-    code = "not_cancellable"
-    status = 409
 
-
-class DeviceNotCleared(RcError):
+class DeviceNotCleared(RcError, code="device_not_cleared", status=409):
     """The device was not cleared: it is not quarantined, or a live lease holds it."""
 
-    code = "device_not_cleared"
-    status = 409
 
-
-class DeviceBusy(RcError):
+class DeviceBusy(RcError, code="device_busy", status=409):
     """A live lease holds the device: kill or release it first."""
 
-    code = "device_busy"
-    status = 409
 
-
-class Conflict(RcError):
+class Conflict(RcError, code="conflict", status=409):
     """That half of the relay session already has a client."""
 
-    code = "conflict"
-    status = 409
 
-
-class Unsupported(RcError):
+class Unsupported(RcError, code="unsupported", status=500):
     """The server cannot stream (or cannot stream full-duplex) on this connection."""
-
-    code = "unsupported"
-    status = 500
 
 
 class LiveLeaseConflict(RcError):
@@ -268,41 +218,28 @@ class DeviceHeldByAnother(ClientError):
     """``rc cp``: the device is held, or was taken before the copy job could start."""
 
 
-class StaleLease(RcError):
+class StaleLease(RcError, code="stale_lease", status=409):
     """The report names a lease epoch that is no longer the job's current one."""
 
-    code = "stale_lease"
-    status = 409
 
-
-class LogError(RcError):
+class LogError(RcError, code="log_error", status=500):
     """The log could not be written."""
 
-    code = "log_error"
-    status = 500
 
-
-class TooLarge(RcError):
+class TooLarge(RcError, code="body_too_large", status=413):
     """The request body is too large."""
-
-    code = "body_too_large"
-    status = 413
 
     def __init__(self, message: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code or type(self).code
 
 
-class ChunkTooLarge(TooLarge):
+class ChunkTooLarge(TooLarge, code="chunk_too_large"):
     """The log chunk is too large."""
 
-    code = "chunk_too_large"
 
-
-class SheetTooLarge(TooLarge):
+class SheetTooLarge(TooLarge, code="sheet_too_large"):
     """The usage sheet is too large."""
-
-    code = "sheet_too_large"
 
 
 #: Every machine code the controller sends (API-090, with EXT-EPOCH-3's ``stale_lease``)

@@ -1,13 +1,8 @@
 """``rc up``: a controller and a worker for this machine in one process.
 
-Nothing to write first: tokens are generated on first start and kept in the data
-directory (mode 0600), the client side is written to the user config file so that
-``rc run -- cmd`` works from another shell with nothing exported, and the devices are
-the GPUs ``nvidia-smi`` lists or, without any, ``slot0..slotN-1``. A GPU in MIG mode
-is offered as its instances, ``gpu<i>.mig<j>``, as ``devices: auto`` offers them: the
-worker half runs with it, so every registration takes what ``nvidia-smi -L`` lists
-then. Stopping it stops the worker first (its normal shutdown, so running
-jobs end ``killed``), then the controller.
+Tokens are generated on first start (mode 0600), the client side written to the user
+config file, the devices what ``nvidia-smi`` lists (``devices: auto``) or
+``slot0..slotN-1``. Stopping stops the worker first, so running jobs end ``killed``.
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 
 from resource_controller import heap, logfmt
@@ -73,8 +68,7 @@ def tokens_env(tokens: dict[str, str], user: str | None = None) -> str:
 
 
 def gpu_names() -> list[str]:
-    """The devices ``nvidia-smi -L`` lists: ``gpu<i>``, or a GPU in MIG mode's instances
-    ``gpu<i>.mig<j>``; empty when there is none."""
+    """The devices ``nvidia-smi -L`` lists; empty when there is none."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -89,11 +83,6 @@ def gpu_names() -> list[str]:
         return []
     listed, _ = gpus.parse_list(out)
     return listed.device_names()
-
-
-@contextlib.contextmanager
-def _no_uvicorn_signals() -> Generator[None, None, None]:
-    yield
 
 
 def say(log_format: str, message: str, level: str = "INFO") -> None:
@@ -111,11 +100,7 @@ class NotReady(Exception):
 
 
 def lock_data_dir(data: Path) -> int:
-    """Hold ``<data>/up.lock`` for this process; ``NotReady`` when another ``rc up`` has it.
-
-    Two ``rc up`` on one data directory would share a database and a worker state
-    directory; the second must refuse before touching either.
-    """
+    """Hold ``<data>/up.lock``: two ``rc up`` would share a database; ``NotReady`` for the second."""
     import fcntl
 
     private.private_dir(data)
@@ -264,13 +249,12 @@ async def _main(
     tell: Callable[[str], None] = lambda _line: None,
     gpus_listed: bool = False,
 ) -> None:
-    """Serve until stopped. ``gpus_listed``: the devices are what nvidia-smi lists at
-    each registration (``devices: auto``), ``names`` only what it listed at start."""
+    """Serve until stopped; ``gpus_listed``: ``devices: auto``."""
     from resource_controller.worker import agent as worker_agent
     from resource_controller.worker import config as worker_config
 
     server = controller.make_server(svc)
-    server.capture_signals = _no_uvicorn_signals  # type: ignore[method-assign]
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -294,8 +278,7 @@ async def _main(
             await asyncio.sleep(0.01)
         if serving.done() and not server.started:
             raise NotReady(f"the controller could not start on {url}: {_task_error(serving)}")
-        # The worker's outbox lives beside the controller's data, not in /var/lib
-        # .
+        # The worker's outbox lives beside the controller's data, not in /var/lib.
         config = worker_config.make_config(
             url,
             [] if gpus_listed else names,
@@ -306,8 +289,7 @@ async def _main(
         )
         agent = worker_agent.Agent(config)
         working = asyncio.create_task(agent.run(stop), name="worker")
-        # The banner only once the worker has registered; a worker that
-        # cannot start (its state directory in use, registration refused) is an error.
+        # The banner only once the worker has registered.
         while not agent.worker_id and not stop.is_set():
             if working.done():
                 raise NotReady(f"the worker could not start: {_task_error(working)}")

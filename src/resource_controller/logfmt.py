@@ -70,9 +70,8 @@ def configure(
 
 
 def say(log_format: str, message: str, level: str = "INFO", logger: str = "rc") -> None:
-    """One line for the person at the terminal, ``rc: <message>``, whatever the log level;
-    under ``--log-format json`` a JSON record like the lines around it, so a collector
-    reading stderr gets only JSON, a fatal start-up error included."""
+    """``rc: <message>`` for the person at the terminal, whatever the log level; under
+    ``--log-format json`` a JSON record, so stderr stays all JSON."""
     if log_format != "json":
         print(f"rc: {message}", file=sys.stderr, flush=True)
         return

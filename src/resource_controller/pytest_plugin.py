@@ -7,12 +7,9 @@ GPU writes::
     def test_kernel(rc_device):
         ...  # CUDA_VISIBLE_DEVICES names the leased GPU(s), as for a job on them
 
-The fixture holds the devices (``Client.lease``) for the test, released whatever its
-end, and sets ``CUDA_VISIBLE_DEVICES`` as the worker would for a job on them (left
-alone when a name yields no index: a guess could touch a GPU never leased). The
-marker's keywords override the ini options ``rc_select``, ``rc_device``, ``rc_ttl`` and
-``rc_timeout``. With no controller configured the test is skipped; a configured one
-that does not answer is an error, so a broken fleet never passes as "no GPU tests".
+The marker's keywords override the ini options ``rc_select``, ``rc_device``, ``rc_ttl``
+and ``rc_timeout``. With no controller configured the test is skipped; one that does not
+answer is an error, so a broken fleet never passes as "no GPU tests".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The installed package's version, read without ``importlib.metadata`` when it can be.
-
-``importlib.metadata`` imports ``email``, ``zipfile`` and ``pathlib`` (about 40 ms on a
-busy two-core machine, more than the rest of ``rc --version``), only to read one line
-of the package's ``METADATA``. This looks for that file on ``sys.path`` in the order
-``importlib.metadata`` does and reads its ``Version:`` header; anything unusual (a zip
-on the path, two candidates in one directory, no header) falls back to the library.
+"""The installed package's version, read without ``importlib.metadata`` when it can be:
+that imports about 40 ms of modules to read one ``METADATA`` line. Anything unusual
+falls back to it.
 """
 
 from __future__ import annotations
@@ -34,11 +30,8 @@ def installed_version(default: str = UNKNOWN) -> str:
 
 
 def _from_dist_info(path: list[str]) -> str | None:
-    """``Version:`` of the first ``resource_controller-*.dist-info`` on ``path``, else None.
-
-    None means "ask ``importlib.metadata``": it is also the answer for every layout this
-    fast path does not understand, so the two can never disagree.
-    """
+    """``Version:`` of the first ``resource_controller-*.dist-info`` on ``path``; ``None``:
+    ask ``importlib.metadata``, for every layout not understood here."""
     for entry in path:
         where = entry or "."
         try:

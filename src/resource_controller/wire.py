@@ -1,7 +1,5 @@
 """The JSON contract: pydantic models for every request and response body, with the
-spec's field names (controller-api.md §5-7). Request models refuse wrong types (a bool
-is never an int: API-001); response models use ``None`` for "omitted", serialised with
-``exclude_none``.
+spec's field names (controller-api.md §5-7); in a response ``None`` means "omitted".
 """
 
 from __future__ import annotations
@@ -31,14 +29,13 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
-#: ``_shape``'s answers by annotation identity, each beside its annotation (which keeps
-#: that identity from being reused).
+#: By annotation identity, beside the annotation (which keeps that identity in use).
 _SHAPES: dict[int, tuple[Any, str, Any]] = {}
 
 
 def _shape(annotation: Any) -> tuple[str, Any]:
-    """``("list", item)``, ``("dict", value)`` or ``("", None)`` for ``annotation``,
-    worked out once: the typing introspection costs more than a body."""
+    """``("list", item)``, ``("dict", value)`` or ``("", None)``, worked out once: the
+    introspection costs more than a body."""
     known = _SHAPES.get(id(annotation))
     if known is not None and known[0] is annotation:
         return known[1], known[2]
@@ -57,9 +54,8 @@ def _shape(annotation: Any) -> tuple[str, Any]:
 
 
 def null_means_empty(annotation: Any, value: Any) -> Any:
-    """``value`` with every ``null`` where ``annotation`` takes a list or a map made
-    empty, through list items and map values (EXT-COMPAT-1: the reference encoder writes
-    ``{"gpu0": null}``); anything else is left for validation to judge."""
+    """Every ``null`` where ``annotation`` takes a list or a map made empty, at any depth
+    (EXT-COMPAT-1: the reference encoder writes ``{"gpu0": null}``)."""
     kind, inner = _shape(annotation)
     if kind == "list":
         if value is None:
@@ -75,12 +71,9 @@ def null_means_empty(annotation: Any, value: Any) -> Any:
 
 
 class _Request(BaseModel):
-    """A body the controller reads: ``null`` for a field means leaving it out (its
-    default), and below the top level a ``null`` where a list or a map belongs is that
-    empty container (``null_means_empty``, EXT-COMPAT-1). Where the default is ``None``
-    the routes read it as empty, except ``labels``, ``declared_labels`` and
-    ``device_sheets``, where ``None`` means "not sent: leave the stored facts alone".
-    Strictness is untouched: the conversion only ever produces ``[]`` or ``{}``."""
+    """A body the controller reads: a ``null`` field is left out, and below it a ``null``
+    list or map is empty (EXT-COMPAT-1). ``None`` for ``labels``, ``declared_labels`` and
+    ``device_sheets`` means "not sent: leave the stored facts alone"."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -99,20 +92,14 @@ class _Request(BaseModel):
 
 
 class _ClientRequest(_Request):
-    """A body a client sends: a field this controller does not know is ``400
-    bad_request`` naming it, not ignored as API-001 has it, since an ignored misspelt
-    field (``"device"`` for ``device_id``) is a setting that silently did not happen.
-    Worker bodies keep API-001's rule: refusing a daemon's heartbeat over a field a
-    newer version added would take its devices out of the pool."""
+    """A body a client sends: an unknown field is ``400`` (a misspelt setting must not
+    silently not happen); worker bodies ignore one, as API-001 has it."""
 
     model_config = ConfigDict(extra="forbid")
 
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# ---- worker side ---------------------------------------------------------------------
 
 
 class DeviceDecl(_Request):
@@ -184,9 +171,7 @@ class StatusReport(_Request):
     exit_code: b.ExitCode | None = None
     reason: StrictStr = ""
     lease_epoch: StrictInt | None = None
-    #: What the job's GPUs did, sent with the outcome; each omitted when
-    #: nothing was sampled. A value out of its range reads as not sent: a measurement
-    #: never costs the outcome it rides with (``bounded._measured``).
+    #: A value out of range reads as not sent: never costs the outcome it rides with.
     gpu_util_mean: b.UtilPercent = None
     gpu_mem_peak_bytes: b.MeasuredBytes = None
     samples: b.MeasuredCount = None
@@ -194,9 +179,6 @@ class StatusReport(_Request):
 
 class FaultReport(_Request):
     reason: StrictStr = ""
-
-
-# ---- client side ---------------------------------------------------------------------
 
 
 class SubmitRequest(_ClientRequest):
@@ -214,12 +196,10 @@ class SubmitRequest(_ClientRequest):
     kind: StrictStr = ""
     reason: b.Reason = ""
     stdio: StrictStr = ""
-    #: Devices wanted on one host; ``device_ids`` pins to a list of them
-    #: in place of ``device_id``.
+    #: Devices wanted on one host; ``device_ids`` pins them in place of ``device_id``.
     count: b.DeviceCount = 1
     device_ids: b.DeviceIds | None = None
-    #: Jobs (full IDs) this one waits for; only ``succeeded`` lets it go on, any end
-    #: with ``after_any``.
+    #: Jobs this one waits for: to succeed, or with ``after_any`` to end.
     after: b.AfterIds | None = None
     after_any: StrictBool = False
 
@@ -260,57 +240,40 @@ class Job(_Response):
     finished_at: str | None = None
     #: Fencing epoch of the job's latest lease; omitted when none.
     lease_epoch: int | None = None
-    #: Every device of the job, ascending, beside ``device_id`` (the first);
-    #: omitted while it has none.
+    #: Every device of the job, ascending; ``device_id`` is the first.
     device_ids: list[str] | None = None
-    #: The jobs it waits for, as submitted, and ``true`` when any end of
-    #: theirs will do; omitted for a job that named none.
+    #: The jobs it waits for, as submitted.
     after: list[str] | None = None
     after_any: bool | None = None
-    #: Mean GPU utilisation (percent), peak GPU memory (bytes) and the
-    #: readings they come from; omitted when nothing was sampled.
+    #: Mean GPU utilisation (percent), peak GPU memory (bytes), and the readings.
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     samples: int | None = None
 
 
 class WaitingFor(_Response):
-    """What keeps a queued job from one device it could run on, or, as the
-     whole list, from every device: its submitter's limit, or the jobs it waits for
-    ; ``device_id`` is omitted from those."""
+    """What keeps a queued job from one device, or (no ``device_id``) from every one."""
 
     device_id: str | None = None
-    #: A held device: the lease's holder, job, kind and grant time.
     holder: str | None = None
     job_id: str | None = None
     kind: str | None = None
-    #: The hold's reason, beside the spec's fields, so a client can name it.
     reason: str | None = None
     since: str | None = None
-    #: The latest time the holder can keep it; omitted when it has no limit.
     until: str | None = None
-    #: A queued job ahead of this one that has the device reserved.
     reserved_by: str | None = None
-    #: A device out of the pool (``unknown``, ``unhealthy``).
     state: str | None = None
     quarantine_reason: str | None = None
-    #: EXT-DRAIN-2; ``true`` or omitted.
     draining: bool | None = None
-    #: Why the device's name conflicts with its GPU's MIG mode; omitted when
-    #: it does not (an addition: base clients ignore it).
     mig_conflict: str | None = None
-    #: The submitter is at its limit of this many devices; the name it
-    #: counts under.
     submitter_limit: int | None = None
     submitter: str | None = None
-    #: A job this one waits for that has not ended.
     after: str | None = None
 
 
 class JobView(_Response):
     job: Job
     queue_position: int | None = None
-    #: One entry per candidate device, by device ID; omitted when not queued.
     waiting_for: list[WaitingFor] | None = None
 
 
@@ -334,7 +297,6 @@ class Device(_Response):
     last_heartbeat_at: str
     labels: list[Label] | None = None
     max_runtime_seconds: int | None = None
-    #: ``true`` or omitted; who, when and why only while draining.
     draining: bool | None = None
     drained_by: str | None = None
     drained_at: str | None = None
@@ -359,13 +321,11 @@ class State(_Response):
     jobs: list[Job]
     queued: list[Job]
     queued_waiting_seconds: dict[str, int] | None = None
-    #: Queued job ID -> its ``waiting_for``; omitted when nothing is queued.
     queued_waiting_for: dict[str, list[WaitingFor]] | None = None
 
 
 class Recovery(_Response):
     at: str
-    #: The quarantine reason the device was automatically recovered from.
     reason: str
 
 
@@ -373,7 +333,6 @@ class RecoveryHistory(_Response):
     """A device's automatic recoveries inside the flap guard's sliding window."""
 
     recoveries: list[Recovery]
-    #: Automatic recoveries left this window; 0 means the next quarantine waits for a person.
     remaining: int
     limit: int
     window_seconds: int
@@ -393,7 +352,6 @@ class Describe(_Response):
     sheet_age_seconds: int | None = None
     sheet_is_host_wide: bool | None = None
     recent_jobs: list[Job] | None = None
-    #: Extension beside the base fields: the flap-guard history, always present.
     recoveries: RecoveryHistory | None = None
 
 
@@ -402,11 +360,8 @@ class Explain(_Response):
     matching: list[str]
     free: list[str]
     queue_depth: int
-    #: When nothing matches: the values the devices have for the selector's keys
-    #: (``selectors.no_match_hint``); omitted otherwise.
     hint: str | None = None
-    #: EXT-SHARE-1, when a limit applies to the asking submitter: the name it counts
-    #: under, its limit and the devices it holds.
+    #: EXT-SHARE-1, when a limit applies to the asking submitter.
     submitter: str | None = None
     submitter_limit: int | None = None
     submitter_held: int | None = None
@@ -414,7 +369,6 @@ class Explain(_Response):
 
 class Whoami(_Response):
     role: str
-    #: Only when the token has a name.
     name: str | None = None
 
 
@@ -427,12 +381,9 @@ class UsageTotal(_Response):
     """A usage window's figures summed over every group."""
 
     jobs: int
-    #: Held time × devices, in hours.
     device_hours: float
-    #: Device-hours weighted by the jobs' mean GPU utilisation, over the jobs that
-    #: measured one; omitted when none did.
+    #: Device-hours weighted by the mean GPU utilisation, and those whose is known.
     gpu_hours: float | None = None
-    #: The part of ``device_hours`` whose utilisation is known; omitted when none is.
     sampled_device_hours: float | None = None
 
 
@@ -444,7 +395,6 @@ class UsageGroup(_Response):
     device_hours: float
     gpu_hours: float | None = None
     sampled_device_hours: float | None = None
-    #: Its part of the window's device-hours, 0..1.
     share: float | None = None
 
 
@@ -452,12 +402,11 @@ class Usage(_Response):
     """``GET /v1/usage``: who held what, largest first."""
 
     by: str
-    #: The window: from the start of the hour that holds now minus ``since``, to now.
     since: str
     until: str
     groups: list[UsageGroup]
     total: UsageTotal
-    #: Groups left out past ``limit`` (counted in ``total``); omitted when none.
+    #: Groups left out past ``limit`` (counted in ``total``).
     more: int | None = None
 
 

@@ -15,7 +15,7 @@ from worker_helpers import FAST, run
 from resource_controller import errors
 from resource_controller.h1 import core
 from resource_controller.h1.aio import Answer
-from resource_controller.worker import logship, outbox
+from resource_controller.worker import delivery, logship, outbox
 
 
 class Receiver:
@@ -106,7 +106,7 @@ def keeper(box: outbox.Outbox, sender: Appends, tasks: list[asyncio.Task[None]])
         assert os.path.exists(report.path)  # on disk before anything waits for it
 
         async def deliver() -> None:
-            await outbox.deliver(box, report, sender, FAST)
+            await delivery.deliver(box, report, sender, FAST)
 
         tasks.append(asyncio.create_task(deliver()))
         return report.gone
@@ -229,7 +229,7 @@ def test_output_not_taken_is_kept_and_arrives_once_in_order_before_the_outcome(
         await ship.close()
         terminal = box.add_status("j", ("box:gpu0",), {"worker_id": "w", "state": "succeeded"})
         await box.persist(terminal)
-        await outbox.deliver(box, terminal, sender, FAST)
+        await delivery.deliver(box, terminal, sender, FAST)
         await asyncio.gather(*tasks)
         assert box.empty and os.listdir(box.directory) == []
         box.close()
@@ -265,7 +265,7 @@ def test_a_kept_chunk_outlives_the_worker(tmp_path: Path) -> None:  # EXT-OUTBOX
         (report,) = box.reports()
         assert (report.kind, report.job_id, report.body) == (outbox.LOG, "j", {"lease_epoch": 3})
         rx = Receiver()
-        assert await outbox.deliver(box, report, Appends(rx), FAST) is outbox.Verdict.DELIVERED
+        assert await delivery.deliver(box, report, Appends(rx), FAST) is delivery.Verdict.DELIVERED
         box.close()
         return rx
 
@@ -274,17 +274,18 @@ def test_a_kept_chunk_outlives_the_worker(tmp_path: Path) -> None:  # EXT-OUTBOX
 
 
 def test_a_chunk_too_large_or_stale_is_refused_for_good_from_the_outbox() -> None:
-    for status in sorted(outbox.LOG_REFUSALS):
+    for status in sorted(delivery.LOG_REFUSALS):
         assert (
-            outbox.judge(Answer(core.Head(status, "", {}), b""), outbox.LOG)
-            is outbox.Verdict.REFUSED
+            delivery.judge(Answer(core.Head(status, "", {}), b""), outbox.LOG)
+            is delivery.Verdict.REFUSED
         )
     for status in (401, 408, 429, 500, 503):
         assert (
-            outbox.judge(Answer(core.Head(status, "", {}), b""), outbox.LOG) is outbox.Verdict.RETRY
+            delivery.judge(Answer(core.Head(status, "", {}), b""), outbox.LOG)
+            is delivery.Verdict.RETRY
         )
     assert (
-        outbox.judge(Answer(core.Head(413, "", {}), b"")) is outbox.Verdict.RETRY
+        delivery.judge(Answer(core.Head(413, "", {}), b"")) is delivery.Verdict.RETRY
     )  # a report's rule
 
 

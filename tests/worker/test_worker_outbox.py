@@ -37,7 +37,7 @@ from worker_helpers import FAST, pids_with_job_prefix, run
 from resource_controller.clock import FakeClock
 from resource_controller.h1 import core
 from resource_controller.h1.aio import Answer
-from resource_controller.worker import outbox, process
+from resource_controller.worker import delivery, outbox, process
 from resource_controller.worker.timings import Timings
 
 #: A shutdown that gives up on its job tasks quickly.
@@ -50,8 +50,17 @@ def answer(status: int, body: Any = None) -> Answer:
     return Answer(core.Head(status, "", {}), content)
 
 
+def route(report: outbox.Report) -> str:
+    """The route a report's kind names."""
+    if report.kind == outbox.FAULT:
+        return f"/v1/devices/{report.device_id}/fault"
+    if report.kind == outbox.LOG:
+        return f"/v1/jobs/{report.job_id}/logs"
+    return f"/v1/jobs/{report.job_id}/status"
+
+
 class Routes:
-    """An ``outbox.Sender`` that hands each attempt to ``post(route, body, timeout)``."""
+    """An ``delivery.Sender`` that hands each attempt to ``post(route, body, timeout)``."""
 
     def __init__(self, post: Callable[[str, dict[str, Any], float], Awaitable[Answer]]):
         self.post = post
@@ -138,8 +147,8 @@ def test_reports_survive_in_files(tmp_path: Path) -> None:  # EXT-OUTBOX-1
             box.close()
 
     fault, status = run(reload())
-    assert (fault.kind, fault.route) == ("fault", "/v1/devices/box:gpu0/fault")
-    assert (status.kind, status.route) == ("status", "/v1/jobs/j1/status")
+    assert (fault.kind, route(fault)) == ("fault", "/v1/devices/box:gpu0/fault")
+    assert (status.kind, route(status)) == ("status", "/v1/jobs/j1/status")
     left = sorted(p.name for p in (tmp_path / outbox.SUBDIR).iterdir())
     assert left == [
         "000000000001-fault.json",
@@ -151,24 +160,28 @@ def test_reports_survive_in_files(tmp_path: Path) -> None:  # EXT-OUTBOX-1
 @pytest.mark.parametrize(
     ("status", "body", "verdict"),
     [
-        (200, None, outbox.Verdict.DELIVERED),
-        (204, None, outbox.Verdict.DELIVERED),
-        (404, {"error": "not_found", "message": "no such job"}, outbox.Verdict.REFUSED),
-        (409, {"error": "stale_lease", "message": "old"}, outbox.Verdict.REFUSED),
-        (409, {"error": "job_terminal", "message": "x"}, outbox.Verdict.REFUSED),
-        (409, {"error": "conflict", "message": "job is already terminal"}, outbox.Verdict.REFUSED),
-        (409, {"error": "conflict", "message": "busy"}, outbox.Verdict.RETRY),
-        (409, None, outbox.Verdict.RETRY),
-        (403, {"error": "not_job_owner", "message": "x"}, outbox.Verdict.RETRY),
-        (401, None, outbox.Verdict.RETRY),
-        (400, None, outbox.Verdict.RETRY),
-        (500, None, outbox.Verdict.RETRY),
-        (503, None, outbox.Verdict.RETRY),
+        (200, None, delivery.Verdict.DELIVERED),
+        (204, None, delivery.Verdict.DELIVERED),
+        (404, {"error": "not_found", "message": "no such job"}, delivery.Verdict.REFUSED),
+        (409, {"error": "stale_lease", "message": "old"}, delivery.Verdict.REFUSED),
+        (409, {"error": "job_terminal", "message": "x"}, delivery.Verdict.REFUSED),
+        (
+            409,
+            {"error": "conflict", "message": "job is already terminal"},
+            delivery.Verdict.REFUSED,
+        ),
+        (409, {"error": "conflict", "message": "busy"}, delivery.Verdict.RETRY),
+        (409, None, delivery.Verdict.RETRY),
+        (403, {"error": "not_job_owner", "message": "x"}, delivery.Verdict.RETRY),
+        (401, None, delivery.Verdict.RETRY),
+        (400, None, delivery.Verdict.RETRY),
+        (500, None, delivery.Verdict.RETRY),
+        (503, None, delivery.Verdict.RETRY),
     ],
 )
-def test_judge(status: int, body: Any, verdict: outbox.Verdict) -> None:  # EXT-OUTBOX-1
+def test_judge(status: int, body: Any, verdict: delivery.Verdict) -> None:  # EXT-OUTBOX-1
     resp = answer(status, body)
-    assert outbox.judge(resp) is verdict
+    assert delivery.judge(resp) is verdict
 
 
 def test_backoff_doubles_to_its_cap(tmp_path: Path) -> None:  # EXT-OUTBOX-1
@@ -179,16 +192,16 @@ def test_backoff_doubles_to_its_cap(tmp_path: Path) -> None:  # EXT-OUTBOX-1
         times.append(time.monotonic())
         return answer(200 if len(times) == 7 else 500)
 
-    async def go() -> outbox.Verdict:
+    async def go() -> delivery.Verdict:
         box = outbox.Outbox.open(str(tmp_path))
         try:
             report = box.add_status("j", ["d"], {})
             await box.persist(report)
-            return await outbox.deliver(box, report, Routes(post), timings)
+            return await delivery.deliver(box, report, Routes(post), timings)
         finally:
             box.close()
 
-    assert run(go()) is outbox.Verdict.DELIVERED
+    assert run(go()) is delivery.Verdict.DELIVERED
     gaps = [b - a for a, b in itertools.pairwise(times)]
     for gap, expected in zip(gaps, [0.02, 0.04, 0.08, 0.08, 0.08, 0.08], strict=True):
         assert expected * 0.9 <= gap < expected + 0.05
@@ -213,7 +226,7 @@ def test_a_fault_lands_before_the_terminal_report_of_its_device(tmp_path: Path) 
             terminal = box.add_status("j1", ["h:gpu0"], {"state": "succeeded"})
             other = box.add_status("j2", ["h:gpu1"], {"state": "succeeded"})
             await asyncio.gather(
-                *(outbox.deliver(box, r, Routes(post), FAST) for r in (terminal, other, fault))
+                *(delivery.deliver(box, r, Routes(post), FAST) for r in (terminal, other, fault))
             )
             assert box.empty
         finally:
@@ -237,8 +250,8 @@ def test_each_attempt_is_bounded(tmp_path: Path) -> None:
         box = outbox.Outbox.open(str(tmp_path))
         try:
             report = box.add_status("j", ["d"], {})
-            verdict = await outbox.deliver(box, report, Routes(post), timings)
-            assert verdict is outbox.Verdict.DELIVERED
+            verdict = await delivery.deliver(box, report, Routes(post), timings)
+            assert verdict is delivery.Verdict.DELIVERED
         finally:
             box.close()
 

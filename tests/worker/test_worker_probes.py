@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from worker_helpers import run
 
 from resource_controller.clock import FakeClock
-from resource_controller.worker import labelsources, probes, procs
+from resource_controller.worker import gpus, labelsources, probes, procs
 from resource_controller.worker.probes import Run
 from resource_controller.worker.timings import Timings
 
@@ -36,7 +36,7 @@ H100_A10 = "NVIDIA H100 80GB HBM3, 81559, 81000, 550.54.15\nNVIDIA A10, 23028, 2
 
 
 def test_nvidia_smi_lines_become_per_gpu_facts() -> None:  # PROBE-012
-    facts, warnings = probes.parse_nvidia_smi(H100_A10)
+    facts, warnings = gpus.parse_nvidia_smi(H100_A10)
     assert warnings == []
     assert facts == {
         "gpu0.vendor": "nvidia",
@@ -54,7 +54,7 @@ def test_nvidia_smi_lines_become_per_gpu_facts() -> None:  # PROBE-012
 
 
 def test_nvidia_smi_fields_are_trimmed_and_na_passes_through() -> None:  # PROBE-012
-    facts, _ = probes.parse_nvidia_smi("  \n  Tesla T4 ,  [N/A] , [N/A],  535.1  \n\n")
+    facts, _ = gpus.parse_nvidia_smi("  \n  Tesla T4 ,  [N/A] , [N/A],  535.1  \n\n")
     assert facts["gpu0.model"] == "Tesla T4"
     assert facts["gpu0.vram"] == "[N/A]M"
     assert facts["gpu0.vram_free"] == "[N/A]M"
@@ -63,7 +63,7 @@ def test_nvidia_smi_fields_are_trimmed_and_na_passes_through() -> None:  # PROBE
 
 def test_a_bad_or_blank_nvidia_smi_line_still_consumes_its_index() -> None:  # PROBE-012
     text = "A100, 40960, 1, 1\nonly, three, fields\n\nA10, 24576, 2, 1\n"
-    facts, warnings = probes.parse_nvidia_smi(text)
+    facts, warnings = gpus.parse_nvidia_smi(text)
     assert facts["gpu0.model"] == "A100"
     assert not any(k.startswith(("gpu1.", "gpu2.")) for k in facts)
     assert facts["gpu3.model"] == "A10" and facts["gpu3.vram"] == "24576M"
@@ -72,14 +72,14 @@ def test_a_bad_or_blank_nvidia_smi_line_still_consumes_its_index() -> None:  # P
 
 @pytest.mark.parametrize("text", ["", "   \n\n ", "garbage", "a,b,c,d,e"])
 def test_nvidia_smi_garbage_or_empty_gives_no_facts(text: str) -> None:
-    facts, _ = probes.parse_nvidia_smi(text)
+    facts, _ = gpus.parse_nvidia_smi(text)
     assert facts == {}
 
 
 def test_the_vram_suffix_is_a_quantity_the_selector_compares() -> None:  # PROBE-012, SEL-008
     from resource_controller.core import selectors
 
-    facts, _ = probes.parse_nvidia_smi(H100_A10)
+    facts, _ = gpus.parse_nvidia_smi(H100_A10)
     big = {"vram": facts["gpu0.vram"]}
     small = {"vram": facts["gpu1.vram"]}
     sel = selectors.parse("vram>=40G")
@@ -332,7 +332,7 @@ def prober(
     )
 
 
-def labels(p: probes.Prober) -> probes.LabelsPayload:
+def labels(p: probes.Prober) -> labelsources.LabelsPayload:
     return run(p.run_pass()).labels
 
 

@@ -1,9 +1,6 @@
 """The core on asyncio streams: the worker, the asynchronous API, the relay halves, webhooks.
 
-``Client`` keeps idle keep-alive connections per endpoint and opens an ``Exchange`` per
-request: its answer's head, then its body piece by piece, each read bounded by the
-caller; with ``open_body`` its chunked request body is written while the answer is read
-(the relay). ``connect`` is the seam a test replaces. A connection interrupted
+``Client`` keeps idle keep-alive connections per endpoint; a connection interrupted
 mid-exchange is closed, never reused.
 """
 
@@ -18,11 +15,9 @@ from typing import Any
 from resource_controller import errors
 from resource_controller.h1 import core
 
-#: Most bytes one read returns.
 READ_SIZE = 65536
-#: Idle connections kept per endpoint; more are closed on return.
 MAX_IDLE = 16
-#: Most bytes of a refused relay stream's answer read to explain it, and the bound on that.
+#: What of a refused relay stream's answer is read to explain it, and for how long.
 REFUSAL_MAX = 65536
 REFUSAL_WAIT = 5.0
 
@@ -50,7 +45,6 @@ class Answer:
     def __init__(self, head: core.Head, content: bytes) -> None:
         self.status_code = head.status
         self.reason_phrase = head.reason
-        #: Names lowercased, repeated fields joined with ``, ``.
         self.headers = head.headers
         self.content = content
 
@@ -142,8 +136,7 @@ class Exchange:
         return got
 
     async def read(self, idle: float | None = None) -> bytes:
-        """The next piece of the answer's body, waiting at most ``idle`` seconds for it
-        (``None``: as long as it takes); ``b""`` at its end."""
+        """The next piece of the body, waiting at most ``idle`` s for it; ``b""`` at its end."""
         if self._ended:
             return b""
         got = await self._next(idle)
@@ -252,9 +245,8 @@ class Client:
         fields: list[tuple[bytes, bytes]] | None = None,
         open_body: bool = False,
     ) -> Exchange:
-        """Send ``method end.prefix+target`` and read its answer's head: connecting within
-        ``connect_timeout`` then the head within ``timeout``, or both within ``timeout`` (None:
-        no bound). ``open_body`` leaves a chunked body open; the connection is then not reused."""
+        """Send the request and read its answer's head, connecting within ``connect_timeout``
+        (else ``timeout`` bounds both); ``open_body`` leaves a chunked body open, unpooled."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         bound = timeout if connect_timeout is None else connect_timeout
@@ -273,9 +265,8 @@ class Client:
         timeout: float,
         limit: int | None = None,
     ) -> Answer:
-        """One request, its whole answer read (at most ``limit`` bytes of the body), all of
-        it within ``timeout``: connecting (else ``ConnectFailed``), then the rest (else
-        ``TimedOut``). One timer bounds it all: this is every request the worker sends."""
+        """One request and its whole answer (at most ``limit`` bytes), all within one
+        ``timeout``: ``ConnectFailed`` before connecting, ``TimedOut`` after."""
         conn = exchange = None
         try:
             async with asyncio.timeout(timeout):
@@ -316,9 +307,7 @@ async def relay(
     timeout: float = 30.0,
     connect: Connect = open_tcp,
 ) -> Exchange:
-    """Open one relay half, ``method path``, returning once its ``200`` head arrived (a
-    ``POST``'s chunked body left open); any other status is ``errors.Refused``, no answer
-    another ``TransportError``. ``timeout`` bounds connecting and the head."""
+    """Open one relay half once its ``200`` head arrived; any other is ``errors.Refused``."""
     try:
         end = core.endpoint(base_url)
     except ValueError as exc:

@@ -61,14 +61,13 @@ class Connection:
     def __init__(
         self, end: core.Endpoint, timeout: float | None, opener: Opener = open_socket
     ) -> None:
-        """Connect within ``timeout`` (``ConnectFailed`` otherwise)."""
         try:
             self._sock = opener(end, timeout)
         except OSError as exc:
             raise errors.ConnectFailed(core.cause(exc)) from exc
         self._wire = core.Wire(end.authority)
         self._ended = True
-        #: A previous answer was read whole on this connection (it is kept alive).
+        #: A previous answer was read whole on this connection.
         self.reused = False
 
     def settimeout(self, timeout: float | None) -> None:

@@ -1,9 +1,7 @@
 """HTTP/1.1 without I/O, on h11: what a shell writes and how it reads what comes back.
 
-A ``Wire`` is one connection's protocol state: the shell writes what ``start``,
-``write`` and ``finish`` return (a body given whole, or a chunked one left open), feeds
-what it reads to ``feed``, and takes from ``next`` the answer's ``Head``, its body's
-pieces, then ``END``. Errors are ``errors``' transport classes, the same in both shells.
+A shell writes what a ``Wire``'s ``start``, ``write`` and ``finish`` return, ``feed``s it
+what it reads and takes from ``next`` the ``Head``, the body's pieces, then ``END``.
 """
 
 from __future__ import annotations
@@ -15,11 +13,9 @@ import h11
 
 from resource_controller import errors
 
-#: The largest answer head (status line and headers) read.
 MAX_HEAD = 65536
 #: Methods that send ``Content-Length: 0`` when they carry no body (as ``http.client``).
 BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})
-#: What ``next`` returns at the end of the answer's body.
 END = b""
 
 
@@ -61,9 +57,7 @@ def endpoint(url: str) -> Endpoint:
 
 
 def bearer(token: str) -> str:
-    """The ``Authorization`` value for ``token``; sent even when empty, so that the
-    controller answers ``unauthorized``, as the bare scheme (a header value may not end
-    in a space)."""
+    """Sent even for no token, so that the controller answers ``unauthorized``."""
     return f"Bearer {token}" if token else "Bearer"
 
 
@@ -113,8 +107,7 @@ class Wire:
         *,
         open_body: bool = False,
     ) -> bytes:
-        """The request head, then ``body`` and its end; with ``open_body``, the head of
-        a chunked body that ``write`` and ``finish`` send."""
+        """The request; with ``open_body``, a chunked body ``write`` and ``finish`` send."""
         headers = [(b"Host", self._host), *fields]
         if open_body:
             headers.append((b"Transfer-Encoding", b"chunked"))
@@ -157,8 +150,7 @@ class Wire:
         self._h11.receive_data(data)
 
     def next(self) -> Head | bytes | None:
-        """The answer's ``Head``, then each piece of its body, then ``END``; ``None``
-        when more must be read first (interim 1xx answers are skipped)."""
+        """The ``Head``, each piece of the body, then ``END``; ``None``: read more first."""
         while True:
             try:
                 event = self._h11.next_event()
@@ -187,8 +179,7 @@ class Wire:
             return END
 
     def recycle(self) -> bool:
-        """Ready the connection for another request, if both messages ended and neither
-        side asked to close; False means close it."""
+        """Ready for another request if both messages ended; False means close it."""
         wire = self._h11
         if self._closed:
             return False  # an answer framed by the end of the connection
@@ -213,10 +204,8 @@ def error_body(body: bytes) -> tuple[str, str]:
 
 
 def proxy_refusal(end: Endpoint, environ: Mapping[str, str]) -> str:
-    """Why a forward proxy set in ``environ`` cannot carry requests to ``end``, or ``""``:
-    nothing here goes through one (the relay's full-duplex streams could not), so a process
-    told to use one (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY``
-    names the host) refuses to start rather than connect directly."""
+    """Why a proxy set in ``environ`` (unless ``NO_PROXY`` names the host) cannot carry
+    requests to ``end``: none is supported, so the process refuses rather than connect."""
     names = ("https_proxy" if end.tls else "http_proxy", "all_proxy")
     given = [v for n in names for v in (n.upper(), n) if environ.get(v)]
     if not given:

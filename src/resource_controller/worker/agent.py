@@ -1,12 +1,7 @@
 """The worker agent: one process's life: start, register, heartbeat, poll, shut down.
 
-Start-up (WRK-040): open the state directory, deliver what the previous run left in the
-outbox (registering first would reap those jobs as lost), register with a recovery
-proof, then serve: a heartbeat naming the supervised and pending jobs (WRK-051), a probe
-loop pushing labels and sheets (PROBE-050), and a poll loop handing each new job to its
-``lifecycle`` in a task of its own. A re-registration the reconnection tracker owes is
-made from the poll loop, only while nothing is supervised and the outbox is empty
-(WRK-150). Shutdown (§12) only asks jobs to stop, through their cancellation path.
+What the previous run left in the outbox is delivered before registering, which would
+reap those jobs as lost (WRK-040); each polled job runs in a ``lifecycle`` task of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from resource_controller.core import durations
 from resource_controller.h1 import aio
 from resource_controller.worker import (
     channel,
+    labelsources,
     lifecycle,
     outbox,
     probes,
@@ -46,7 +42,7 @@ log = logging.getLogger(__name__)
 class HostFacts(NamedTuple):
     """What a registration or a push reports beyond the configuration: one pass, one read."""
 
-    labels: probes.LabelsPayload
+    labels: labelsources.LabelsPayload
     sheets: sheets.Sheets
 
 
@@ -66,7 +62,6 @@ class Agent:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self.timings = timings
-        #: Contact history and the re-registration debt.
         self.contact = reconnect.Reconnect(rng, timings)
         self.channel = channel.Channel(
             config.controller_url,
@@ -76,26 +71,20 @@ class Agent:
             connect=connect,
             timings=timings,
         )
-        #: Reports that must reach the controller; opened by ``run``.
+        #: The outbox, the recovery journal and each job's life: built by ``run``.
         self.outbox: outbox.Outbox | None = None
-        #: Which jobs were this worker's, for the recovery proof; opened by ``run``.
         self.journal: recovery_proof.Journal | None = None
-        #: What happens to each job; built by ``run`` once the outbox is open.
         self.life: lifecycle.Lifecycle | None = None
-        #: The jobs' and hooks' environment: the process's, copied once by ``process``.
         self._base_env = os.environ if base_env is None else base_env
         #: Every job ID this process started or pre-killed; never pruned.
         self._seen: set[str] = set()
         self._declined: set[str] = set()  #: re-offered jobs this process had
-        #: Tasks the shutdown must wait for.
         self._tasks = tasks.Tracker()
         self._shutting_down = False
-        #: The jobs the shutdown cancelled, by ID, for whoever stopped this worker to report.
+        #: The jobs the shutdown cancelled, for whoever stopped this worker to report.
         self.stopped_jobs: list[str] = []
-        #: The devices offered: the configuration's, or with ``devices: auto`` what the
-        #: latest registration's pass found.
+        #: With ``devices: auto``, what the latest registration's pass found.
         self.devices: tuple[worker_config.DeviceConfig, ...] = config.devices
-        #: Probe passes and their memory across passes (§16).
         self.prober = probes.Prober(
             [d.name for d in config.devices],
             config.probe_dir,
@@ -103,11 +92,8 @@ class Agent:
             clock=self.clock,
             timings=timings,
         )
-        #: Held around a pass and the request built from it, so registrations and
-        #: interval pushes never overlap.
+        #: Held around a pass and its request: registrations and pushes never overlap.
         self._facts_lock = asyncio.Lock()
-
-    # ---- state read by tests and by the heartbeat ------------------------------------
 
     @property
     def worker_id(self) -> str:
@@ -130,15 +116,9 @@ class Agent:
         assert self.life is not None, "the agent is not running"
         return self.life
 
-    # ---- running ---------------------------------------------------------------------
-
     async def run(self, stop: asyncio.Event) -> None:
-        """Start, serve until ``stop`` is set, then shut down (§12).
-
-        ``StartupError`` when the state directory cannot be used or the first
-        registration fails (WRK-002); quiet if ``stop`` comes first. Reports still in
-        the outbox stay on disk for the next start.
-        """
+        """Start, serve until ``stop`` is set, then shut down (§12); ``StartupError`` when
+        the state directory or the first registration fails (WRK-002)."""
         fresh = not os.path.isdir(self.config.state_dir)
         try:
             box = outbox.Outbox.open(self.config.state_dir, self.clock)
@@ -164,11 +144,13 @@ class Agent:
                 try:
                     if not await self._deliver_leftovers(stop):
                         return
-                    if not await self._register_or_stop(stop):
+                    registering = await tasks.wait_or_stop(self.register(), stop, "register")
+                    if registering is None:
                         return
+                    registering.result()  # raises RegisterError
                     await self._serve(stop)
                 finally:
-                    await self._tasks.abandon(self._tasks.live(), self.timings.abandon_wait)
+                    await self._tasks.abandon(self.timings.abandon_wait)
                     await self._life.hooks.close()
         finally:
             if not box.empty:
@@ -180,18 +162,9 @@ class Agent:
                 )
             box.close()
 
-    async def _register_or_stop(self, stop: asyncio.Event) -> bool:
-        registering = await tasks.wait_or_stop(self.register(), stop, "register")
-        if registering is None:
-            return False
-        registering.result()  # raises RegisterError
-        return True
-
     async def _deliver_leftovers(self, stop: asyncio.Event) -> bool:
-        """Deliver what the previous run left in the outbox before registering
-        (EXT-OUTBOX-3), heartbeating under the worker ID the reports carry (the
-        controller derives it from the host) so their jobs stay pending; ``False`` if
-        ``stop`` came first."""
+        """Deliver the previous run's reports (EXT-OUTBOX-3), heartbeating under the worker
+        ID they carry so their jobs stay pending; ``False`` if ``stop`` came first."""
         box = self._life.box
         if box.empty:
             return True
@@ -217,7 +190,7 @@ class Agent:
                 tasks.guard(self._heartbeat_loop(), "heartbeat"), name="heartbeat"
             )
         try:
-            return await tasks.wait_or_stop(box.wait_empty(), stop, "outbox-drain") is not None
+            return await tasks.wait_or_stop(box.emptied.wait(), stop, "outbox-drain") is not None
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
@@ -240,14 +213,12 @@ class Agent:
             await self._shutdown(poll, heartbeat, probing, stopping)
 
     async def _release_then_poll(self) -> None:
-        """The start-up release pass, then the poll loop: one task, so that shutdown
-        cancels a pass still running."""
+        """One task, so that shutdown cancels a start-up release pass still running."""
         await self._life.hooks.startup_pass()
         await self._poll_loop()
 
     async def _shutdown(self, *loops: asyncio.Task[Any]) -> None:
-        """Stop polling and heartbeats, cancel every job, wait a bounded time, then fire
-        every armed release."""
+        """Stop the loops, cancel every job, wait a bounded time, fire armed releases."""
         self._shutting_down = True
         for task in loops:
             task.cancel()
@@ -256,40 +227,19 @@ class Agent:
         for job in self._life.jobs.values():
             job.cancel_reason = runner.REASON_SHUTDOWN
             job.cancel.set()
-        await self._wait_for_jobs()
+        await self._tasks.wait(self.timings.shutdown_wait, self.timings.abandon_wait)
         await self._life.hooks.drain()
 
-    async def _wait_for_jobs(self) -> None:
-        jobs = self._tasks.live()
-        if not jobs:
-            return
-        log.info("shutdown: waiting for %d job task(s)", len(jobs), extra={"action": "shutdown"})
-        _, pending = await asyncio.wait(jobs, timeout=self.timings.shutdown_wait)
-        if pending:
-            # The window is a bound, not a promise. Outcomes already in the
-            # outbox stay on disk and are re-sent at the next start; jobs abandoned
-            # before that are reconciled by the controller, which keeps the devices out.
-            log.error(
-                "shutdown: abandoned job(s) after %s: %s",
-                durations.render_duration(self.timings.shutdown_wait),
-                ", ".join(sorted(self._tasks.job_of(t) for t in pending)),
-                extra={"action": "shutdown_abandoned"},
-            )
-            await self._tasks.abandon(list(pending), self.timings.abandon_wait)
-
-    # ---- registration ----------------------------------------------------------------
-
     async def gather_facts(self, *, registering: bool = False) -> HostFacts:
-        """One probe pass and a fresh read of the sheets, the caller holding
-        ``_facts_lock``. ``registering`` with ``devices: auto``: the pass also decides the
-        devices, and ``RegisterError`` says why when nvidia-smi lists none."""
+        """One probe pass and a fresh read of the sheets, under ``_facts_lock``; registering
+        with ``devices: auto``, the pass decides the devices (``RegisterError`` for none)."""
         discover = registering and self.config.devices_auto
         found = await self.prober.run_pass(discover=discover)
         if discover:
             self._take_discovered()
         if self.life is not None:
-            # What GPU sampling names each device by (EXT-ACCT-1, a MIG instance's
-            # uuid): a device this pass could not confirm keeps what was found before.
+            # What GPU sampling names a device by; one this pass could not confirm keeps
+            # what was found before.
             before = self.life.detected
             self.life.detected = {
                 name: {**before.get(name, {}), **facts} if name in found.unconfirmed else facts
@@ -300,7 +250,6 @@ class Agent:
         return HostFacts(found.labels, read)
 
     def _take_discovered(self) -> None:
-        """The devices of ``devices: auto``: what the pass found nvidia-smi listing."""
         listed = self.prober.inventory
         if listed is None or not listed.gpus:
             raise RegisterError(
@@ -318,8 +267,7 @@ class Agent:
         )
 
     def _layout_changed(self) -> None:
-        """``devices: auto``: owe a re-registration when nvidia-smi now lists other
-        devices than the ones registered (WRK-150 makes it once nothing runs)."""
+        """``devices: auto``: owe a re-registration when nvidia-smi lists other devices."""
         listed = self.prober.inventory
         if not self.config.devices_auto or listed is None or not listed.gpus:
             return
@@ -358,8 +306,7 @@ class Agent:
         return wire.LabelsPush(devices=[d.name for d in self.devices], **self._facts(facts))
 
     async def _proof(self) -> recovery_proof.Claims:
-        """The recovery proof, only while nothing is supervised (WRK-046): should a job be
-        in hand anyway, the scan would find it, so nothing is claimed."""
+        """Claimed only while nothing is supervised (WRK-046): the scan would find the job."""
         if self._life.jobs or self.journal is None:
             return {}
         return await asyncio.to_thread(
@@ -367,8 +314,7 @@ class Agent:
         )
 
     async def register(self) -> str:
-        """Register, store the worker ID and settle any re-registration debt;
-        ``RegisterError`` on any failure."""
+        """Register and settle any re-registration debt; ``RegisterError`` on any failure."""
         proof = await self._proof()
         async with self._facts_lock:
             request = self.registration(await self.gather_facts(registering=True), proof)
@@ -384,11 +330,8 @@ class Agent:
         )
         return worker_id
 
-    # ---- probes and sheets -----------------------------------------------------------
-
     async def _probe_loop(self) -> None:
-        """A pass and its push every ``probe_interval``, counted from the end of the
-        last push, so passes never pile up (PROBE-002)."""
+        """Counted from the end of the last push, so passes never pile up (PROBE-002)."""
         while True:
             await asyncio.sleep(self.config.probe_interval)
             await self.push_facts()
@@ -403,10 +346,7 @@ class Agent:
             log.warning("labels push failed: %s", problem, extra={"action": "labels_push"})
         return not problem
 
-    # ---- heartbeat -------------------------------------------------------------------
-
     async def _heartbeat_loop(self) -> None:
-        """Every interval, name exactly the supervised jobs."""
         loop = asyncio.get_running_loop()
         interval = self.config.heartbeat_interval
         next_at = loop.time() + interval

@@ -4,7 +4,7 @@ Both streams must answer ``200`` before the process starts, output first (WTTY-0
 The controller answers the output half only once the session is over, so an answer
 while the job runs means nobody can see or type into it again: the job is then
 cancelled, ``killed`` with that reason, and never holds its device for a client that
-is gone. The modes themselves are ``tty`` and ``pipe``.
+is gone. A ``tty`` job runs on a terminal (``tty``), a ``pipe`` job on three pipes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
 from collections.abc import Mapping
 
 from resource_controller import errors, wire
@@ -24,9 +25,8 @@ from resource_controller.worker.timings import Timings
 log = logging.getLogger(__name__)
 
 ATTACHED = frozenset({Stdio.TTY.value, Stdio.PIPE.value})
-#: How long the output half waits for the relay's answer after its body ends.
+PIPES = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
 ANSWER_WAIT = 10.0
-#: The reason of a job ended because the controller closed its session.
 REASON_CLIENT_LEFT = "client left"
 
 
@@ -46,9 +46,8 @@ async def session_over(output: aio.Exchange) -> str:
 
 
 async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = ANSWER_WAIT) -> None:
-    """End the output body, then wait (bounded) for the relay's answer, ``over`` being
-    its one reader: the relay answers only once it handed on the whole body, and a server
-    may drop what it has not read yet when the sender hangs up first."""
+    """End the output body, then wait (bounded) for the relay's answer: a server may drop
+    what it has not read yet when the sender hangs up first."""
     with contextlib.suppress(errors.TransportError):
         await output.finish()
     await asyncio.wait([over], timeout=wait)
@@ -59,8 +58,7 @@ async def hang_up(output: aio.Exchange, over: asyncio.Task[str], wait: float = A
 
 
 class RelaySink:
-    """The job's output into the relay's output body (WTTY-002), awaited for back-pressure;
-    a broken stream is logged once and the job runs on under supervision."""
+    """The job's output into the relay (WTTY-002); a broken stream is logged once."""
 
     def __init__(self, stream: aio.Exchange, job_id: str) -> None:
         self.stream = stream
@@ -109,33 +107,52 @@ async def run(
     try:
         env = runner.build_env(assignment, base_env, mig_uuids)
         argv = runner.job_argv(assignment)
-        sink = RelaySink(output, job_id).write
+        cwd = assignment.cwd or None
+        terminal: tty.Terminal | None = None
         if mode == Stdio.TTY.value:
-            return await tty.run(
+            got = await tty.start(argv, env=env, cwd=cwd, clock=clock)
+            if isinstance(got, runner.Outcome):
+                return got
+            started, terminal = got
+            helpers = [asyncio.create_task(tty.forward_input(inp, terminal, job_id))]
+        else:
+            # Pipe mode (CP-001, CP-002): byte-exact both ways, which a PTY's line
+            # discipline would not be; stdout to the relay, stderr to the log.
+            piped = await runner.start(argv, env=env, cwd=cwd, clock=clock, stdio=PIPES)
+            if isinstance(piped, runner.Outcome):
+                return piped
+            started = piped
+            assert started.proto.errors is not None
+            helpers = [
+                asyncio.create_task(
+                    runner.copy_output(started.proto.errors, on_log, started, clock)
+                ),
+                # Never waited for: ``tar -cf -`` never reads stdin and exits at once.
+                asyncio.create_task(feed_stdin(inp, started)),
+            ]
+        try:
+            outcome = await runner.supervise_job(
                 assignment,
-                argv,
-                env,
-                inp,
-                sink=sink,
+                started,
+                on_output=RelaySink(output, job_id).write,
                 cancel=cancel,
                 clock=clock,
                 timings=timings,
+                # A terminal's job is complete when its leader exits (WTTY-007).
+                output_grace=timings.pty_drain if terminal is not None else None,
                 hangup=over,
             )
-        from resource_controller.worker import pipe
-
-        return await pipe.run(
-            assignment,
-            argv,
-            env,
-            inp,
-            sink=sink,
-            on_log=on_log,
-            cancel=cancel,
-            clock=clock,
-            timings=timings,
-            hangup=over,
-        )
+            if terminal is None:
+                # The process is gone: its stderr ends now, unless an escapee holds it.
+                await asyncio.wait(helpers[:1], timeout=timings.pty_drain)
+            return outcome
+        finally:
+            for task in helpers:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if terminal is not None:
+                terminal.close()
     finally:
         await hang_up(output, over)
         inp.close()
@@ -143,3 +160,32 @@ async def run(
 
 def _attach_failed(mode: str, which: str, exc: errors.TransportError) -> runner.Outcome:
     return runner.Outcome(JobState.FAILED, -1, f"attach {mode} stdio: open {which} stream: {exc}")
+
+
+async def feed_stdin(inp: aio.Exchange, started: runner.Started) -> None:
+    """Copy the input stream into stdin until either ends; a write error is not reported."""
+    proto = started.proto
+    stdin = started.transport.get_pipe_transport(0)
+    if not isinstance(stdin, asyncio.WriteTransport):
+        return
+    try:
+        while not proto.stdin_closed.is_set():
+            read = asyncio.create_task(inp.read())
+            closed = asyncio.create_task(proto.stdin_closed.wait())
+            await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+            closed.cancel()
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, errors.TransportError):
+                    await read
+                return
+            data = read.result()
+            if not data:
+                return  # the client closed its input: stdin EOF
+            stdin.write(data)
+            await proto.writable.wait()
+    except (errors.TransportError, OSError, RuntimeError):
+        return
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            stdin.close()

@@ -1,12 +1,9 @@
 """The worker's typed channel to the controller: one method per route it calls (WRK-031).
 
-Bodies are the wire models written with every field at its default left out, which is
-each body's omission rule; the one field written even so is the registration's
-``labels`` (an explicit ``null``: absent, null and ``{}`` differ, WRK-043). Every answer
-feeds the reconnection tracker (WRK-032); no answer raises one of ``TRANSPORT_ERRORS``.
-With several controllers (EXT-PG-5) requests move to the next after a refused
-connection, no answer or a 5xx, and one safe to repeat is tried there at once. How a
-failure reads in the logs is said here too, so every caller names it alike.
+Bodies leave out every field at its default, but the registration's ``labels`` (absent,
+null and ``{}`` differ, WRK-043). Every answer feeds the reconnection tracker (WRK-032);
+with several controllers (EXT-PG-5) a request moves on after a refused connection, no
+answer or a 5xx.
 """
 
 from __future__ import annotations
@@ -33,12 +30,10 @@ RELAY_CONNECT_TIMEOUT = 120.0
 INSTANCE_HEADER = "Rc-Controller-Instance"
 INSTANCE_HEADER_KEY = INSTANCE_HEADER.lower()
 
-#: A connection that was never made: the request was not sent, so another controller
-#: may take it.
+#: The request was never sent, so another controller may take it.
 CONNECT_ERRORS = (errors.ConnectFailed,)
 
-#: Everything that means "no HTTP answer came back" (a caller's own bound is a
-#: ``TimeoutError``).
+#: No HTTP answer came back (a caller's own bound is a ``TimeoutError``).
 TRANSPORT_ERRORS = (errors.TransportError, TimeoutError)
 
 
@@ -63,11 +58,6 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, (TimeoutError, errors.TimedOut)):
         return "request timed out"
     return str(exc) or type(exc).__name__
-
-
-def error_body(resp: Answer) -> tuple[str, str]:
-    """The ``{"error": code, "message": text}`` of an error answer; blanks when absent."""
-    return core.error_body(resp.content)
 
 
 class PollAnswer(NamedTuple):
@@ -122,8 +112,7 @@ def status_body(
     lease_epoch: int | None = None,
     gpu: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``POST /v1/jobs/{id}/status`` (WRK-101, EXT-EPOCH-3, EXT-ACCT-1 for ``gpu``), as
-    the dict the outbox keeps on disk and re-sends verbatim."""
+    """``POST /v1/jobs/{id}/status`` (WRK-101, EXT-EPOCH-3, EXT-ACCT-1), as the outbox keeps it."""
     report = wire.StatusReport(
         worker_id=worker_id,
         state=state,
@@ -177,10 +166,8 @@ class Channel:
         connect: aio.Connect = aio.open_tcp,
         timings: Timings = DEFAULT,
     ) -> None:
-        """``connect`` opens the connections (tests put a fake controller behind it)."""
         self._timings = timings
-        #: The controllers, in order (EXT-PG-5: ``controller_url`` may list several);
-        #: requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
+        #: Requests go to ``_bases[_at]`` until it refuses a connection or answers 5xx.
         self._bases = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
         self._ends: list[core.Endpoint] = []
         self._at = 0
@@ -189,8 +176,7 @@ class Channel:
         self._contact = contact
         self._connect = connect
         self._client: aio.Client | None = None
-        #: Set by ``register`` (or from the outbox's records before it); one event loop,
-        #: so reads and writes never interleave mid-update (WRK-033).
+        #: Set by ``register`` (or from the outbox's records before it; WRK-033).
         self.worker_id = ""
 
     @property
@@ -202,8 +188,7 @@ class Channel:
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[aio.Client]:
-        """The client, closed on the way out; ``StartupError`` for a controller URL
-        that is not one, or one a proxy in the environment is meant to carry."""
+        """The client; ``StartupError`` for a bad URL, or one a proxy is meant to carry."""
         try:
             self._ends = [core.endpoint(url) for url in self._bases]
         except ValueError as exc:
@@ -229,9 +214,7 @@ class Channel:
         timeout: float | None = None,
         again: bool = False,
     ) -> Answer:
-        """One request; any answer counts as contact. With several controllers, the
-        request goes to the next at once when it was never sent, or when it may arrive
-        twice (``again``); the last failure is the caller's."""
+        """One request; any answer is contact. ``again``: safe to send to the next at once."""
         assert self._client is not None, "the channel is not open"
         target = target_of(path, params)
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else content
@@ -316,13 +299,11 @@ class Channel:
             return f"undecodable answer: {exc}"
 
     async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
-        """``POST /v1/jobs/{id}/status`` with a body from ``status_body``."""
         return await self._request(
             "POST", f"/v1/jobs/{job_id}/status", body=dict(body), timeout=timeout
         )
 
     async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
-        """``POST /v1/devices/{id}/fault`` with a body from ``fault_body``; the ID unescaped."""
         return await self._request(
             "POST", f"/v1/devices/{device_id}/fault", body=dict(body), timeout=timeout
         )
@@ -330,25 +311,21 @@ class Channel:
     async def append_log(
         self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
     ) -> Answer:
-        """Raw output bytes, epoch echoed. Never sent twice here: a chunk the controller
-        may have stored already is its caller's to send again or not (``logship``)."""
+        """Raw output bytes, epoch echoed; never sent twice here, that is ``logship``'s call."""
         params = {"lease_epoch": str(lease_epoch)} if lease_epoch else None
         return await self._request(
             "POST", f"/v1/jobs/{job_id}/logs", content=chunk, params=params, timeout=timeout
         )
 
     async def relay_output(self, job_id: str) -> aio.Exchange:
-        """Open ``POST /v1/jobs/{id}/tty/out``, a body that stays open, once its ``200``
-        arrived; ``errors.Refused`` names any other status (WTTY-001)."""
+        """``POST /v1/jobs/{id}/tty/out``, its body left open (WTTY-001)."""
         return await self._relay("POST", job_id, "out", "application/octet-stream")
 
     async def relay_input(self, job_id: str) -> aio.Exchange:
-        """Open ``GET /v1/jobs/{id}/tty/in``, the input stream."""
         return await self._relay("GET", job_id, "in", "application/json")
 
     async def _relay(self, method: str, job_id: str, half: str, content_type: str) -> aio.Exchange:
-        """One half of a terminal's relay. Its answer is no contact (WRK-032): a relay
-        stream never feeds the reconnection tracker."""
+        """One half of a relay; its answer is no contact (WRK-032)."""
         return await aio.relay(
             self._base,
             method,

@@ -1,11 +1,8 @@
 """The worker's configuration: ``worker.yaml``, its defaults and its environment overrides.
 
-Two layers. The file models mirror what a person writes, strictly (§2): durations must
-be strings, unknown keys are refused by name, label values keep their literal text.
-``WorkerConfig`` is what the rest of the worker reads, durations in seconds and every
-default applied by the one idempotent ``apply_defaults`` (WRK-010), whether it came from
-a file or from code (``make_config``: ``rc up``, tests). ``devices: auto``: the devices
-are what ``nvidia-smi`` lists at each registration (``devices_auto``).
+The file models mirror what a person writes, strictly (§2); ``WorkerConfig`` is what the
+worker reads, durations in seconds, defaulted by one idempotent ``apply_defaults``
+(WRK-010) whether it came from a file or from code (``make_config``).
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ DEFAULT_PATH = "/etc/rc/worker.yaml"
 AUTO = "auto"
 #: The shortest GPU sampling interval taken: each reading is a process.
 MIN_GPU_SAMPLE_INTERVAL = 0.1
-#: Parent of the default state directory for root; ``<parent>/<host>``.
 ROOT_STATE_PARENT = "/var/lib/rc-worker"
-#: Under ``$XDG_STATE_HOME`` (default ``~/.local/state``) for anyone else.
 USER_STATE_SUBDIR = "rc-worker"
 
 _ON_WORDS = frozenset({"1", "t", "T", "true", "TRUE", "True"})
@@ -43,30 +38,24 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message is the whole one-line story."""
 
 
-# ---- the resolved configuration ------------------------------------------------------
-
-
 class DeviceConfig(BaseModel):
     """One offered device, after defaults (§2.2)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: Bare device name; the device ID is ``<host>:<name>``.
     name: str
-    #: Runtime ceiling in seconds; 0 means none (sent truncated to whole seconds).
+    #: Runtime ceiling in seconds; 0 means none.
     max_runtime: float = 0.0
-    #: Hook paths, used verbatim; ``None`` when not configured.
     on_acquire: str | None = None
     on_release: str | None = None
-    #: Effective hook timeout and release linger: own, else host, else 60s / 30s.
+    #: Hook timeout and release linger: own, else host, else 60s / 30s.
     timeout: float = 0.0
     release_linger: float = 0.0
-    #: Declared labels, sent verbatim on every registration.
     labels: dict[str, str] = Field(default_factory=dict)
 
     @property
     def max_runtime_seconds(self) -> int:
-        """The ceiling as the wire carries it: whole seconds, truncated (WRK-019)."""
+        """Whole seconds, truncated, as the wire carries it (WRK-019)."""
         return int(self.max_runtime)
 
 
@@ -88,7 +77,6 @@ class WorkerConfig(BaseModel):
     token: str = ""
     host: str = ""
     devices: tuple[DeviceConfig, ...] = ()
-    #: ``devices: auto``: the devices are what nvidia-smi lists at each registration.
     devices_auto: bool = False
     heartbeat_interval: float = 10.0
     poll_wait: float = 30.0
@@ -111,8 +99,7 @@ class WorkerConfig(BaseModel):
         return f"{self.host}:{name}"
 
 
-#: The values whose unset form (a duration of zero or less, an empty path) takes the
-#: default (WRK-010).
+#: The values whose unset form (zero or less, an empty path) takes the default (WRK-010).
 _DEFAULTED = (
     "heartbeat_interval",
     "poll_wait",
@@ -139,13 +126,7 @@ def _path_component(host: str) -> str:
 def default_state_dir(
     host: str, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """The state directory when ``state_dir`` is unset: one per host name.
-
-    ``/var/lib/rc-worker/<host>`` for root; ``$XDG_STATE_HOME/rc-worker/<host>`` for
-    anyone else (``~/.local/state`` when unset or relative, as the XDG rules say), so two
-    workers with different ``host:`` on one machine never share one. ``euid`` and
-    ``environ`` default to this process's.
-    """
+    """One per host name: ``/var/lib/rc-worker/<host>`` for root, else under XDG_STATE_HOME."""
     uid = os.geteuid() if euid is None else euid
     env = os.environ if environ is None else environ
     leaf = _path_component(host)
@@ -166,10 +147,7 @@ def default_state_dir(
 def apply_defaults(
     config: WorkerConfig, *, euid: int | None = None, environ: Mapping[str, str] | None = None
 ) -> WorkerConfig:
-    """Give every unset value its default; applying it twice is a no-op (WRK-010, WRK-016).
-
-    ``euid`` and ``environ`` decide the default state directory (``default_state_dir``).
-    """
+    """Give every unset value its default; applying it twice is a no-op (WRK-010, WRK-016)."""
     host = config.host or socket.gethostname()
     hooks = HooksConfig(
         timeout=_set_or(config.hooks.timeout, HooksConfig().timeout),
@@ -199,10 +177,7 @@ def apply_defaults(
 
 
 def validate_config(config: WorkerConfig, where: str) -> None:
-    """The checks of §2.3 that hold for any configuration, however it was built.
-
-    ``where`` names the source in messages (the file path, for a file).
-    """
+    """The checks of §2.3, however it was built; ``where`` names the source in messages."""
     if not config.controller_url:
         raise ConfigError(f"controller_url required in {where}")
     if config.devices_auto:
@@ -255,11 +230,7 @@ def make_config(
     host: str = "",
     **settings: Any,
 ) -> WorkerConfig:
-    """Build a checked configuration in code (``rc up``, tests), defaults applied.
-
-    ``settings`` are other ``WorkerConfig`` fields, durations in seconds. The
-    environment is not consulted: the caller says what it means.
-    """
+    """A checked configuration built in code (``rc up``, tests); the environment is not read."""
     decls = tuple(DeviceConfig(name=d) if isinstance(d, str) else d for d in devices)
     try:
         raw = WorkerConfig(
@@ -270,9 +241,6 @@ def make_config(
     config = apply_defaults(raw)
     validate_config(config, "the worker configuration")
     return config
-
-
-# ---- the file ------------------------------------------------------------------------
 
 
 class _FileModel(BaseModel):
@@ -395,13 +363,7 @@ def _manual_clear_from_env(value: str | None) -> bool:
 def load_config(
     path: str, environ: Mapping[str, str] | None = None, *, euid: int | None = None
 ) -> WorkerConfig:
-    """Read, validate and default ``worker.yaml``, then apply WRK-020/021.
-
-    ``environ`` and ``euid`` (this process's by default) also decide the default
-    ``state_dir``.
-
-    Raises ``ConfigError`` whose message is the exact one-liner of §2.3.
-    """
+    """Read, validate and default ``worker.yaml``, then apply WRK-020/021."""
     env = os.environ if environ is None else environ
     try:
         with open(path, encoding="utf-8") as f:

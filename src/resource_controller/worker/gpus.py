@@ -4,11 +4,8 @@
     GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-145f656c-76cc-1d7a-ed52-c2b21bbbb90b)
       MIG 3g.20gb     Device  0: (UUID: MIG-414beea8-db80-5873-9762-84efefa8037b)
 
-(R450 drivers write ``MIG-GPU-<uuid>/<gi>/<ci>``). The ``Inventory`` parsed from it says
-which device names the host has (``gpu<i>``, ``gpu<i>.mig<j>``), each instance's facts
-and UUID, and whether a configured name conflicts with its GPU's mode (EXT-MIG).
-Damaged output never raises: an unreadable MIG line still puts its GPU in MIG mode, and
-the instance it was is *unknown* this time rather than absent.
+(R450 drivers write ``MIG-GPU-<uuid>/<gi>/<ci>``). Damaged output never raises: an
+unreadable MIG line still puts its GPU in MIG mode, its instance *unknown*, not absent.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from dataclasses import dataclass
 
 from resource_controller.core import mig
 
-#: ``nvidia-smi -L``: list every GPU and MIG device with its UUID.
 LIST_ARGS = ("-L",)
 #: Exactly this query, so the four fields arrive in this order (PROBE-010).
 QUERY_ARGS = (
@@ -55,7 +51,6 @@ class Gpu:
     model: str
     uuid: str = ""  #: ``""`` when its line was cut short
     migs: tuple[MigDevice, ...] = ()
-    #: MIG lines under this GPU that could not be read.
     unreadable: int = 0
 
     @property
@@ -72,12 +67,8 @@ class Gpu:
 
 
 def instance_vram(profile: str) -> str | None:
-    """An instance's memory as its profile names it, as a quantity: ``3g.40gb`` → ``40G``.
-
-    The selector reads ``40G`` as 40 GiB, so ``vram>=40G`` admits a ``3g.40gb``
-    instance as a person reading the profile expects. ``None`` for a profile that
-    names no memory (the label is left out rather than guessed).
-    """
+    """``3g.40gb`` → ``40G``, which ``vram>=40G`` admits; ``None`` (no label, never a
+    guess) for a profile that names no memory."""
     found = _PROFILE_MEMORY.findall(profile)
     return f"{found[-1]}G" if found else None
 
@@ -92,8 +83,7 @@ class Inventory:
         return next((g for g in self.gpus if g.index == index), None)
 
     def device_names(self) -> list[str]:
-        """The devices this host has: ``gpu<i>``, or a MIG-mode GPU's instances
-        ``gpu<i>.mig<j>`` (by ``j``) instead; GPUs in index order."""
+        """``gpu<i>``, or a MIG-mode GPU's instances ``gpu<i>.mig<j>``, in index order."""
         names: list[str] = []
         for g in sorted(self.gpus, key=lambda g: g.index):
             if g.mig_mode:
@@ -114,8 +104,7 @@ class Inventory:
         return {m.name: m.uuid for g in self.gpus for m in g.migs}
 
     def unknown(self, name: str) -> bool:
-        """``name`` is an instance of a GPU whose MIG lines were not all readable, and
-        not one of those that were: it may be the one that could not be read."""
+        """``name`` may be the instance of an unreadable MIG line."""
         parsed = mig.parse(name)
         if parsed is None or parsed[1] is None:
             return False
@@ -133,13 +122,8 @@ class Inventory:
         )
 
     def conflict(self, name: str) -> str:
-        """Why ``name`` cannot stand for silicon on this host; ``""`` if it can.
-
-        ``gpu<i>`` while GPU i is in MIG mode, ``gpu<i>.mig<j>`` while it is not, or an
-        instance its GPU does not have. A name of another form never conflicts; a GPU
-        missing from the listing is a conflict only for its instances (there is no UUID
-        to give a job), and an instance that may be an unreadable line is not judged.
-        """
+        """Why ``name`` cannot stand for silicon on this host; ``""`` if it can. A missing
+        GPU conflicts only for its instances (no UUID to give a job)."""
         parsed = mig.parse(name)
         if parsed is None:
             return ""
@@ -219,12 +203,8 @@ def parse_list(text: str) -> tuple[Inventory, list[str]]:
 def instance_facts(
     inventory: Inventory, gpu_facts: Mapping[str, str], names: Collection[str]
 ) -> dict[str, str]:
-    """``gpu<i>.mig<j>.*`` facts of every listed instance among ``names``.
-
-    ``mig_profile``, ``vram`` (the profile's memory), ``parent``, ``uuid``, and the
-    parent GPU's ``vendor``, ``model`` and ``driver`` (from the ``--query-gpu`` facts
-    ``gpu_facts``, the model from the ``-L`` line when the query had none).
-    """
+    """``gpu<i>.mig<j>.*`` facts of every listed instance among ``names``, with its parent
+    GPU's from ``gpu_facts`` (the model from the ``-L`` line when the query had none)."""
     facts: dict[str, str] = {}
     for g in inventory.gpus:
         parent = g.name
@@ -246,20 +226,12 @@ def instance_facts(
 
 def conflicts(inventory: Inventory, names: Collection[str]) -> dict[str, str]:
     """Configured name → why it conflicts with its GPU's MIG mode."""
-    out: dict[str, str] = {}
-    for name in names:
-        why = inventory.conflict(name)
-        if why:
-            out[name] = why
-    return out
+    return {name: why for name in names if (why := inventory.conflict(name))}
 
 
 def parse_nvidia_smi(text: str) -> tuple[dict[str, str], list[str]]:
-    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012).
-
-    Line *i* is GPU *i*, a blank or malformed line still consuming its index; memory
-    gets an ``M`` suffix (MiB without units), which the selector reads as a quantity.
-    """
+    """nvidia-smi's CSV answer as ``gpu<i>.*`` facts, and warnings (PROBE-012); line *i*
+    is GPU *i*, a bad line still consuming its index, memory in ``M`` (MiB)."""
     facts: dict[str, str] = {}
     warnings: list[str] = []
     for i, raw in enumerate(text.strip().splitlines()):
@@ -282,10 +254,8 @@ def parse_nvidia_smi(text: str) -> tuple[dict[str, str], list[str]]:
 def merged_facts(
     listed: Inventory, facts: Mapping[str, str], names: Sequence[str]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The query's ``gpu<i>.*`` facts with the listing's, and the names in conflict.
-
-    A GPU in MIG mode is offered as its instances, so its whole-GPU facts go only to a
-    device configured by its own name, which is in conflict (``mig_conflict``)."""
+    """The query's facts with the listing's, and the names in conflict: a MIG-mode GPU's
+    whole-GPU facts go only to a device named for it, which is in conflict."""
     named = set(names)
     out = {
         k: v

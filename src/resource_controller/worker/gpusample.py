@@ -1,23 +1,12 @@
 """What a job's GPUs did while it ran: sampled in the background, never waited for.
 
-Every ``gpu_sample_interval`` (worker.yaml, 10 s by default, 0 = off) while a job runs,
-each of its GPU devices is asked, as its own bounded process::
+Every ``gpu_sample_interval`` each GPU device of a running job (one with a ``uuid``
+label, or named ``gpu<index>``) is asked, as its own bounded process::
 
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i <index|uuid>
 
-A device is a GPU when it carries a ``uuid`` label (a MIG instance: CUDA and nvidia-smi
-name it only so) or is named ``gpu<index>``; other devices are not sampled. The
-terminal report then carries ``gpu_util_mean`` (percent, over every reading that had
-one), ``gpu_mem_peak_bytes`` (the highest single reading, MiB × 2²⁰) and ``samples``
-(readings that gave either value); each is left out when nothing gave it.
-
-The job never waits for a reading. Each run is bounded by ``probe_timeout`` and killed as
-a process group when over (``probes.run_probe``); stopping the sampler cancels the
-round in flight, whose process group is killed on the way out, and the figures are
-those of the readings already taken, read at once. A reading that cannot be trusted
-(a failed or hanging run, a GPU gone, ``[N/A]``, ``[Not Supported]``, a truncated or
-garbled line) is unknown: it adds nothing, and the first of each kind is logged once
-per job.
+A reading that cannot be trusted adds nothing, and the first of each kind is logged once
+per job; stopping cancels the round in flight and reports the readings already taken.
 """
 
 from __future__ import annotations
@@ -43,15 +32,13 @@ QUERY_ARGS = (
 )
 MIB = 1 << 20
 _GPU_INDEX = re.compile(r"gpu([0-9]+)")
-#: Longest a problem is quoted in the log.
 _NOTE = 200
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
 def target(name: str, labels: Mapping[str, str]) -> str | None:
-    """What ``-i`` names for device ``name``: its ``uuid`` label, else the index of a
-    ``gpu<index>`` name; ``None`` for a device that is not a GPU."""
+    """What ``-i`` names: the ``uuid`` label, else ``gpu<index>``'s index; ``None``: no GPU."""
     uuid = (labels.get("uuid") or "").strip()
     if uuid:
         return uuid
@@ -68,8 +55,7 @@ class Reading:
 
 
 def _number(text: str, high: float) -> float | None:
-    """A field as a number in ``0..high``; ``None`` for ``[N/A]``, ``[Not Supported]``,
-    an empty field or anything else that is not one."""
+    """A number in ``0..high``; ``None`` for ``[N/A]`` or anything else that is not one."""
     try:
         value = float(text)
     except ValueError:
@@ -78,9 +64,8 @@ def _number(text: str, high: float) -> float | None:
 
 
 def parse(text: str) -> Reading | str:
-    """One answer of the query: exactly one line of two fields. Anything else (no line,
-    several, a field missing) is a problem, as text; a field that is not a number in
-    range (utilisation 0..100, memory ≥ 0 MiB) is unknown, the other still counts."""
+    """Exactly one line of two fields, else the problem as text; a field out of range is
+    unknown, the other still counts."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if len(lines) != 1:
         return f"{len(lines)} lines, not 1: {text.strip()[:_NOTE]!r}"
@@ -143,7 +128,6 @@ class Sampler:
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.job_id = job_id
-        #: Device ID -> what ``-i`` names.
         self.targets = dict(targets)
         self.interval = interval
         self.timeout = timeout

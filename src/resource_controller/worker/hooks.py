@@ -1,10 +1,8 @@
 """Lease lifecycle hooks (§18): ``on_acquire`` before a job touches its device,
 ``on_release`` once the device has been idle for its linger.
 
-Only devices with a hook have state, behind one lock each, so one device's hooks never
-overlap while devices never wait on each other (HOOK-007). Nothing is persisted: the
-start-up pass heals a crash and a clean restart alike (HOOK-030). The linger counts on
-the injected clock, checked every ``Timings.linger_check``.
+One lock per device with a hook (HOOK-007); nothing is persisted, the start-up pass
+heals a crash and a clean restart alike (HOOK-030).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: The output tail sent to the controller (HOOK-005).
 OUTPUT_TAIL = 4096
 
 REASON_ACQUIRE_FAILED = "acquire hook failed: "
@@ -43,13 +40,11 @@ class HookResult:
     path: str
     #: ``""`` on success, else ``exited <code>``, a supervision reason or the start error.
     detail: str
-    #: The captured output: combined and in full for a hook, stderr alone for verify.
+    #: Combined and in full for a hook, stderr alone (up to a cap) for verify.
     output: bytes = b""
-    #: The capture overflowed its cap.
     truncated: bool = False
     #: Ended by our own cancellation (kill flag, shutdown), not by the hook.
     cancelled: bool = False
-    #: Exit status, 128+signal for a signal death, -1 when it never started.
     exit_code: int = -1
     started: bool = True
 
@@ -64,7 +59,6 @@ class HookResult:
 
     @property
     def tail(self) -> str:
-        """The last ``OUTPUT_TAIL`` bytes of the output, as text."""
         return self.output[-OUTPUT_TAIL:].decode("utf-8", errors="replace")
 
 
@@ -95,8 +89,7 @@ def hook_env(
     submitter: str,
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The worker's environment plus the hook variables (HOOK-002); a MIG instance's
-    ``CUDA_VISIBLE_DEVICES`` is its UUID from ``mig_uuids``."""
+    """The worker's environment plus the hook variables (HOOK-002)."""
     env = dict(base_env, RC_EVENT=event, RC_DEVICE=device_id)
     env.update(RC_JOB_ID=job_id, RC_SUBMITTER=submitter)
     index = cuda.visible_id(device_id, mig_uuids)
@@ -115,12 +108,7 @@ async def run_hook(
     timings: Timings,
     stderr_cap: int | None = None,
 ) -> HookResult:
-    """Run one hook to its end (HOOK-001, HOOK-003); never raises for the hook's sake.
-
-    With ``stderr_cap`` (a verify script) stderr alone is captured, up to that many
-    bytes. Torn down itself, it SIGKILLs the group on the way out (the runner's rule),
-    which is how a budget cuts a hook short.
-    """
+    """Run one hook to its end (HOOK-001, HOOK-003); ``stderr_cap``: a verify script's."""
     stdio = runner.LOGS_STDIO if stderr_cap is None else _STDERR_ONLY
     started = await runner.start([path], env=env, cwd=None, clock=clock, stdio=stdio)
     if isinstance(started, runner.Outcome):
@@ -151,8 +139,7 @@ async def run_hook(
 
 
 def _log_result(what: str, device_id: str, job_id: str, result: HookResult) -> None:
-    """Success at debug with its output; failure at error with all of it and the exit
-    code (HOOK-004, HOOK-024)."""
+    """Success at debug, failure at error with the exit code (HOOK-004, HOOK-024)."""
     text = result.output.decode("utf-8", errors="replace")
     extra = {"device_id": device_id, "job_id": job_id}
     if result.ok:
@@ -186,13 +173,11 @@ class DeviceHooks:
     linger: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     held: bool = False
-    #: The pending release: sleeping until the linger ends, then releasing.
+    #: The pending release, and its generation, bumped when it is stopped or re-armed.
     timer: asyncio.Task[None] | None = None
-    #: Bumped whenever a pending release is stopped or re-armed.
     generation: int = 0
     #: Bumped at every acquisition; a release carries the epoch of its job.
     epoch: int = 0
-    #: The job (and its submitter) that armed the pending release.
     release_job_id: str = ""
     release_submitter: str = ""
     #: The timer passed its generation check and is running the release now.
@@ -221,7 +206,6 @@ class Hooks:
         self.clock = clock
         self.timings = timings
         self._base_env = base_env
-        #: The host's MIG instances' UUIDs as last listed, for ``CUDA_VISIBLE_DEVICES``.
         self._mig_uuids = mig_uuids
         #: Only devices with a hook have state at all (HOOK-006); config order.
         self.devices: dict[str, DeviceHooks] = {
@@ -258,8 +242,7 @@ class Hooks:
     async def acquire(
         self, device_id: str, job_id: str, submitter: str, cancel: asyncio.Event
     ) -> int | AcquireFailed:
-        """Acquire ``device_id`` for a job inside its cancellation scope (HOOK-010/011):
-        the new epoch (0 for a device without hooks), or why the job must not run."""
+        """The new epoch (0 without hooks), or why the job must not run (HOOK-010/011)."""
         dev = self.devices.get(device_id)
         if dev is None:
             return 0
@@ -280,8 +263,7 @@ class Hooks:
             return dev.epoch
 
     async def release(self, device_id: str, epoch: int, job_id: str, submitter: str) -> None:
-        """Arm the release after the linger for the job that acquired at ``epoch``, unless
-        a later job re-acquired the device meanwhile (HOOK-020, HOOK-021)."""
+        """Arm the release, unless a later job re-acquired the device (HOOK-020, HOOK-021)."""
         dev = self.devices.get(device_id)
         if dev is None:
             return
@@ -309,8 +291,7 @@ class Hooks:
         await self._fire(dev, generation)
 
     async def _fire(self, dev: DeviceHooks, generation: int) -> None:
-        """The release itself, unless something stopped or re-armed it (HOOK-022); a
-        failure is only logged, the device being free anyway (HOOK-024)."""
+        """The release, unless stopped or re-armed (HOOK-022); a failure is only logged."""
         async with dev.lock:
             if dev.generation != generation:
                 return
@@ -371,8 +352,7 @@ class Hooks:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def startup_pass(self, budget: float | None = None) -> None:
-        """Every ``on_release`` once, in config order, bounded; the state is untouched
-        (HOOK-030, HOOK-031)."""
+        """Every ``on_release`` once, in config order, bounded (HOOK-030, HOOK-031)."""
         budget = self.timings.startup_release_budget if budget is None else budget
         devices = [d for d in self.devices.values() if d.on_release is not None]
         done = 0

@@ -1,17 +1,10 @@
 """Label-source bookkeeping: which devices each probe source named, and what a pass may
 say about them.
 
-The controller reads absence, ``null`` and ``{}`` differently, and a pass uses
-that to keep a broken probe from wiping what an earlier run detected: every source
-remembers which devices it named on its last success; when it fails, those devices are
-*unconfirmed* and, unless something else still reports a fact for them, left out of the
-payload so the controller keeps their stored labels. A source that is gone is simply
-forgotten, so its facts clear.
-
-``SourceMemory`` is the one owner of what outlives a pass (each source's named devices
-and the warnings said once per failure episode); a ``Tally`` is one pass's merge of its
-sources, which ``finish`` hands back to the memory. ``probes.py`` runs the sources and
-feeds their facts in; nothing here starts a process.
+A failed source's devices are *unconfirmed* and, unless something else reports a fact
+for them, left out of the payload so the controller keeps their stored labels: absence,
+``null`` and ``{}`` differ (PROBE-040). ``SourceMemory`` is what outlives a pass; a
+``Tally`` is one pass's merge of its sources.
 """
 
 from __future__ import annotations
@@ -42,14 +35,8 @@ class Classified:
 
 
 def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classified:
-    """Sort keys: no dot → host-wide; ``<device>.<suffix>`` → that device.
-
-    An empty key, one that starts or ends with ``.``, or one whose prefix before a ``.``
-    is not a configured device (the longest such prefix counts, for names with dots:
-    ``gpu0.mig1``) is dropped with a warning, never promoted to
-    a host fact: ``gpu0.model`` on a host whose devices are named otherwise would stamp
-    one model on every device.
-    """
+    """No dot: host-wide; ``<device>.<suffix>``: that device. Any other key is dropped,
+    never a host fact: ``gpu0.model`` on a host without ``gpu0`` would stamp every device."""
     out = Classified()
     for key, value in facts.items():
         if not key:
@@ -68,12 +55,7 @@ def classify(facts: Mapping[str, str], device_names: Collection[str]) -> Classif
 
 
 def _device_prefix(key: str, device_names: Collection[str]) -> str | None:
-    """The longest configured device name that ``key`` starts with, followed by a dot.
-
-    A name without dots is the part before the first dot; a MIG instance's
-    name has one (``gpu0.mig1.uuid`` is ``gpu0.mig1``'s ``uuid``), so longer prefixes
-    are tried first.
-    """
+    """The longest device name ``key`` starts with before a dot (``gpu0.mig1.uuid``)."""
     end = key.rfind(".")
     while end > 0:
         if key[:end] in device_names:
@@ -88,14 +70,8 @@ def labels_payload(
     unconfirmed: Collection[str],
     device_names: Iterable[str],
 ) -> LabelsPayload:
-    """The ``labels`` field of PROBE-040.
-
-    ``None`` (JSON ``null``: say nothing) when the pass found no fact anywhere.
-    Otherwise host facts under ``""`` (when there are any) and, for every configured
-    device: its facts when it has some; ``{}`` (a trustworthy clear) when it has none
-    and nothing failed on it; nothing at all when it has none and a failing source
-    used to name it, so the controller keeps what it stored.
-    """
+    """The ``labels`` field of PROBE-040: ``None`` when no fact anywhere; host facts under
+    ``""``; per device its facts, ``{}`` (a clear), or nothing when unconfirmed."""
     names = list(device_names)
     if not host and not any(devices.get(n) for n in names):
         return None
@@ -109,6 +85,11 @@ def labels_payload(
     return payload
 
 
+def warn_keys(source: str, warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+
+
 @dataclass
 class Pass:
     """What one pass found: host facts, per-device facts, the unconfirmed devices."""
@@ -120,25 +101,21 @@ class Pass:
 
 
 class SourceMemory:
-    """What the sources said across passes in this process, and which warnings were
-    already given; passes change it only through their ``Tally``."""
+    """What the sources said across passes, and which warnings were already given."""
 
     def __init__(self) -> None:
         #: Source → devices it named on its last success in this process.
         self.named: dict[str, frozenset[str]] = {}
-        #: Sources already warned, this failure episode, that their facts will clear.
+        #: Sources and devices already warned about, this failure episode.
         self._clear_warned: set[str] = set()
-        #: Devices already warned, this episode, that they were left out.
         self._omit_warned: set[str] = set()
 
     def tally(self, device_names: Iterable[str]) -> Tally:
-        """A fresh pass over ``device_names``, the configured devices."""
         return Tally(self, device_names)
 
 
 class Tally:
-    """One pass's merge of its sources, in order: later sources overwrite earlier ones
-    key by key; a failed source's remembered devices become unconfirmed."""
+    """One pass's merge of its sources: later ones overwrite earlier ones key by key."""
 
     def __init__(self, memory: SourceMemory, device_names: Iterable[str]) -> None:
         self._memory = memory
@@ -146,22 +123,19 @@ class Tally:
         self.host: Facts = {}
         self.devices: dict[str, Facts] = {n: {} for n in self.device_names}
         self.unconfirmed: set[str] = set()
-        #: What each source present this pass named; becomes the memory at the end.
+        #: What each source present this pass named, and which were present: the memory.
         self._named: dict[str, frozenset[str]] = {}
-        #: Sources present this pass (succeeded or failed); the others are forgotten.
         self._present: set[str] = set()
 
     def rename(self, device_names: Iterable[str]) -> None:
-        """The devices became ``device_names`` mid-pass (``devices: auto``); facts
-        already merged for a name that stays are kept."""
+        """The devices changed mid-pass (``devices: auto``); a name that stays keeps its facts."""
         self.device_names = list(device_names)
         self.devices = {n: self.devices.get(n, {}) for n in self.device_names}
 
     def absorb(self, source: str, facts: Mapping[str, str]) -> None:
         """A source succeeded: merge its facts over the earlier ones and remember it."""
         sorted_facts = classify(facts, self.device_names)
-        for warning in sorted_facts.warnings:
-            log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
+        warn_keys(source, sorted_facts.warnings)
         self.host.update(sorted_facts.host)
         for name, device_facts in sorted_facts.devices.items():
             self.devices[name].update(device_facts)
@@ -170,12 +144,8 @@ class Tally:
         self._memory._clear_warned.discard(source)
 
     def fail(self, source: str, *, otherwise: frozenset[str] | None = None) -> None:
-        """A source failed: its remembered devices become unconfirmed.
-
-        ``otherwise``: the devices it speaks for when it has named none yet in this
-        process (nvidia-smi: every GPU device), which then need no warning that their
-        facts will clear.
-        """
+        """Its remembered devices become unconfirmed; ``otherwise``, those it speaks for
+        before it named any (nvidia-smi: every GPU device), needing no warning."""
         self._present.add(source)
         previous = self._memory.named.get(source)
         if previous is not None:
@@ -199,8 +169,7 @@ class Tally:
         return [s for s in self._memory.named if s not in leave_out and s not in self._present]
 
     def finish(self) -> Pass:
-        """The pass's result; what it learnt becomes the memory, and a source it did not
-        hear from is forgotten."""
+        """The pass's result; a source it did not hear from is forgotten."""
         memory = self._memory
         memory.named = self._named
         memory._clear_warned &= self._present

@@ -1,12 +1,8 @@
-"""One job's life on this worker, step by step (WRK-072).
+"""One job's life on this worker, step by step (WRK-072): check its GPU names, acquire,
+report running, run and supervise, clear stragglers, verify, report, arm the release.
 
-``Lifecycle.run`` takes them in order: refuse a GPU name that cannot run (EXT-MIG),
-acquire (HOOK-010..013), report ``running`` (one attempt, in the background), start and
-supervise (``runner``, or ``attached`` for a relayed job) while its output is batched
-(``logship``) and its GPUs sampled (``gpusample``), clear stragglers, verify, report
-through the outbox, arm the release. A job on several devices takes the per-device
-steps for each, in ID order (EXT-GANG). Shutdown only asks a job to stop (WRK-073); a
-job task torn down kills its group and its stragglers on the way out.
+A job on several devices takes the per-device steps for each, in ID order (EXT-GANG);
+a job task torn down kills its group and its stragglers on the way out.
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from resource_controller.core.states import JobState
 from resource_controller.worker import (
     attached,
     channel,
+    delivery,
     gpusample,
     hooks,
     logship,
@@ -43,12 +40,9 @@ from resource_controller.worker.timings import Timings
 log = logging.getLogger(__name__)
 
 REASON_PREKILLED = "killed before this worker started it"
-#: A job refused because a device's name conflicts with its GPU's MIG mode.
 REASON_MIG_CONFLICT = "mig conflict: "
-#: A job refused because a MIG instance's UUID is unknown.
 REASON_MIG_UNKNOWN = "mig device unknown: "
 
-#: Starts a job-side task and registers it with the shutdown tracker.
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
@@ -63,14 +57,10 @@ class SupervisedJob:
 
     assignment: wire.Assignment
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    #: How a cancellation is reported: ``cancelled`` for a kill flag, the shutdown's own
-    #: words when the worker is stopping, so the job's owner learns which it was.
+    #: ``cancelled`` for a kill flag, the shutdown's own words when the worker stops.
     cancel_reason: str = runner.REASON_CANCELLED
-    #: Each device's acquire epoch, which its release must match.
     epochs: dict[str, int] = field(default_factory=dict)
-    #: The MIG UUID of each of its devices that is a MIG instance.
     mig_uuids: dict[str, str] = field(default_factory=dict)
-    #: What its GPUs did while it ran, the terminal report's fields.
     gpu: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -109,10 +99,8 @@ class Lifecycle:
         self._track = track
         self.config = config
         self.base_env = base_env
-        #: What the probes know of the host's GPUs; ``None``: nothing to check.
+        #: The host's GPUs as probed, and the recovery journal; ``None``: not kept.
         self.gpus = gpus
-        #: Where each job is recorded as this worker's until nothing of it is left, for
-        #: the recovery proof; ``None``: not recorded.
         self.journal = journal
         self.hooks = hooks.Hooks(
             config,
@@ -121,15 +109,13 @@ class Lifecycle:
             base_env=base_env,
             mig_uuids=gpus.mig_uuids if gpus is not None else dict,
         )
-        #: Each device's labels, declared and (kept current by the agent's probe passes)
-        #: detected: what GPU sampling names it by.
+        #: Each device's labels, declared and detected: what GPU sampling names it by.
         self.declared = {d.name: dict(d.labels) for d in config.devices}
         self.detected: Mapping[str, Mapping[str, str]] = {}
         self.sample_run: probes.RunProbe = functools.partial(
             probes.run_probe, grace=timings.kill_grace
         )
-        #: Jobs under supervision whose outcome is not queued yet, in start order: a job
-        #: enters before its acquire step and leaves once its terminal report is queued.
+        #: Jobs from before their acquire step until their terminal report is queued.
         self.jobs: dict[str, SupervisedJob] = {}
 
     def admit(self, assignment: wire.Assignment, *, cancelled: bool = False) -> SupervisedJob:
@@ -139,8 +125,6 @@ class Lifecycle:
             job.cancel.set()
         self.jobs[assignment.job_id] = job
         return job
-
-    # ---- the story of one job --------------------------------------------------------
 
     async def run(self, job: SupervisedJob) -> None:
         """Every step of WRK-072 for one job, in order."""
@@ -194,13 +178,8 @@ class Lifecycle:
         output: logship.LogShipper,
         running: asyncio.Task[None],
     ) -> None:
-        """Flush, sweep, verify, report, once the process is over.
-
-        The final flush and the sweep overlap (one waits on the controller, the other
-        reads ``/proc``). With nothing in the verify directory the pass is clean, so the
-        report is queued and written meanwhile; else the pass runs before the report is
-        queued, so a fault it finds is ordered first (VERIFY-008).
-        """
+        """Flush and sweep at once, verify, report; with verify work the report is queued
+        only after the pass, so a fault it finds is ordered first (VERIFY-008)."""
         if not self.verify_has_work():
             report = self.queue_report(job, outcome)
             await asyncio.gather(
@@ -216,13 +195,7 @@ class Lifecycle:
         await self.submit(self.queue_report(job, outcome))
 
     async def check_gpus(self, job: SupervisedJob) -> str:
-        """Why the job must not run on its devices, ``""`` when it may; fills in
-        ``job.mig_uuids`` (EXT-MIG).
-
-        An instance's UUID comes from a fresh ``nvidia-smi -L`` (the latest one when
-        that fails), a whole GPU's conflict from the latest listing. With no listing
-        ever, a whole GPU runs as it always did and an instance cannot.
-        """
+        """Why the job must not run on its devices, ``""`` when it may; fills ``mig_uuids``."""
         names = [d.partition(":")[2] for d in job.device_ids]
         if self.gpus is None or not any(mig.parse(n) is not None for n in names):
             return ""
@@ -242,9 +215,7 @@ class Lifecycle:
         return ""
 
     async def acquire(self, job: SupervisedJob) -> bool:
-        """Acquire every device before the job touches one; ``False`` when it must not
-        run, its reports then made (HOOK-012: the fault first; HOOK-013: none) and the
-        devices already acquired given back."""
+        """Every device before the job touches one; ``False``: reported, must not run (HOOK-012)."""
         a = job.assignment
         for device_id in job.device_ids:
             got = await self.hooks.acquire(device_id, a.job_id, job.submitter, job.cancel)
@@ -279,8 +250,7 @@ class Lifecycle:
         await self.submit(report)
 
     async def report_running(self, job: SupervisedJob) -> None:
-        """One attempt, failure only logged (WRK-113): the controller marked the job
-        running at hand-out, so this runs in its own task and never delays the start."""
+        """One attempt, failure only logged (WRK-113): the controller marked it at hand-out."""
         a = job.assignment
         body = channel.status_body(
             self.channel.worker_id, JobState.RUNNING.value, lease_epoch=a.lease_epoch
@@ -301,8 +271,7 @@ class Lifecycle:
         )
 
     def output_of(self, job: SupervisedJob) -> logship.LogShipper:
-        """The job's output, batched into log appends echoing its epoch; what the
-        controller does not take goes through the outbox."""
+        """The job's output into log appends; what is not taken goes through the outbox."""
         a = job.assignment
         return logship.LogShipper(
             functools.partial(self.channel.append_log, a.job_id, lease_epoch=a.lease_epoch),
@@ -312,16 +281,14 @@ class Lifecycle:
         )
 
     async def keep_output(self, a: wire.Assignment, chunk: bytes) -> asyncio.Event:
-        """A chunk the controller did not take: durable in the outbox, delivered in
-        order and before the job's terminal report."""
+        """Durable in the outbox, delivered in order and before the terminal report."""
         report = self.box.add_log(a.job_id, chunk, a.lease_epoch)
         await self.box.persist(report)
         self._track(self.deliver(report), a.job_id)
         return report.gone
 
     def sampler(self, job: SupervisedJob) -> gpusample.Sampler | None:
-        """Sample the job's GPU devices while it runs (EXT-ACCT-1), started here;
-        ``None`` when sampling is off or none of its devices is a GPU."""
+        """Started sampling of the job's GPUs (EXT-ACCT-1); ``None`` when off or no GPU."""
         interval = self.config.gpu_sample_interval
         if interval <= 0:
             return None
@@ -343,8 +310,7 @@ class Lifecycle:
         return sampler
 
     async def run_process(self, job: SupervisedJob, output: logship.LogShipper) -> runner.Outcome:
-        """Spawn and supervise (§8), an attached job through its relay; a start error is
-        the outcome."""
+        """Spawn and supervise (§8), an attached job through its relay."""
         a = job.assignment
         if attached.is_attached(a):
             return await attached.run(
@@ -384,8 +350,7 @@ class Lifecycle:
             self.journal.ended(job.job_id)
 
     async def verify(self, job: SupervisedJob, device_id: str) -> None:
-        """One device's verify pass; a failure is reported as its fault, made durable
-        before the terminal report is queued. The job's outcome stands (VERIFY-008)."""
+        """A failure is the device's fault, durable before the terminal report (VERIFY-008)."""
         cfg = self.config
         result = await verify_pass.verify_pass(
             cfg.verify_dir,
@@ -411,8 +376,7 @@ class Lifecycle:
         await self.report_fault(device_id, result.reason, job.job_id)
 
     def verify_has_work(self) -> bool:
-        """Whether the verify directory holds a non-directory entry; an unreadable one is
-        the pass's own failure to report, so it counts as work."""
+        """A non-directory entry in verify_dir; an unreadable one is work (a failure to report)."""
         try:
             with os.scandir(self.config.verify_dir) as entries:
                 return any(not e.is_dir(follow_symlinks=False) for e in entries)
@@ -449,14 +413,9 @@ class Lifecycle:
         for device_id, epoch in job.epochs.items():
             await self.hooks.release(device_id, epoch, job.job_id, job.submitter)
 
-    # ---- reports outside a job's run -------------------------------------------------
-
     def report_prekilled(self, assignment: wire.Assignment) -> None:
-        """A kill came with the assignment: report it killed, nothing ran (WRK-066).
-
-        Queued synchronously, so the outbox is never empty while it is owed (a
-        re-registration would reap the job as lost); delivered in a tracked task.
-        """
+        """Killed, nothing ran (WRK-066); queued at once, so the outbox is never empty while
+        it is owed (a re-registration would reap the job as lost)."""
         body = channel.status_body(
             self.channel.worker_id,
             JobState.KILLED.value,
@@ -467,8 +426,7 @@ class Lifecycle:
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
-        """Queue a device fault and deliver it in a tracked task; returns once it is
-        durable, so a terminal report queued afterwards can never overtake it."""
+        """Returns once the fault is durable: a terminal report queued later never overtakes it."""
         report = self.box.add_fault(device_id, reason, job_id)
         await self.box.persist(report)
         self._track(self.deliver(report), job_id or device_id)
@@ -479,4 +437,4 @@ class Lifecycle:
         await self.deliver(report)
 
     async def deliver(self, report: outbox.Report) -> None:
-        await outbox.deliver(self.box, report, self.channel, self.timings)
+        await delivery.deliver(self.box, report, self.channel, self.timings)

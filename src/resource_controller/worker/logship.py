@@ -1,12 +1,8 @@
 """Batching a job's output into log appends (WRK-083, WRK-086, EXT-OUTBOX-1).
 
-A batch is cut one second after its first byte, or at once at 64 KiB, and every send
-goes through one queue drained by one task, so batches leave in the order they were cut.
-A size flush waits for its send (back-pressure on the reader); a timer flush does not.
-A chunk the controller did not take is handed to ``keep`` (the outbox), and so is every
-later one until the kept ones are delivered; one refused for good is dropped with a
-warning. A retry after a lost answer may store a chunk twice: the append route cannot
-say which bytes it holds, and output is never dropped to avoid that.
+One queue drained by one task keeps batches in order; a size flush waits for its send
+(back-pressure). A chunk not taken goes to ``keep`` (the outbox), and every later one
+until those are delivered; a retry may store a chunk twice rather than drop output.
 """
 
 from __future__ import annotations
@@ -17,19 +13,16 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from resource_controller.h1.aio import Answer
-from resource_controller.worker import outbox
+from resource_controller.worker import delivery, outbox
 
 log = logging.getLogger(__name__)
 
-#: A batch is sent this long after its first byte (``Timings.log_flush_after``).
+#: A batch is sent a second after its first byte, or at once at this size.
 FLUSH_AFTER = 1.0
-#: A batch this large is sent at once; far below the 1 MiB chunk limit.
 FLUSH_BYTES = 65_536
 
-#: One attempt at one chunk: the controller's answer, or one of ``channel.TRANSPORT_ERRORS``.
 Sender = Callable[[bytes], Awaitable[Answer]]
-#: Keeps a chunk for later delivery, in order; the event is set once it is answered
-#: for good.
+#: Keeps a chunk for later delivery; the event is set once it is answered for good.
 Keeper = Callable[[bytes], Awaitable[asyncio.Event]]
 
 _Item = tuple[bytes, asyncio.Future[None] | None]
@@ -49,8 +42,7 @@ class LogShipper:
     ) -> None:
         self._send = send
         self._keep = keep
-        #: Set once the latest kept chunk is answered for good; until then chunks queue
-        #: behind it.
+        #: The latest kept chunk's answer, which later chunks queue behind.
         self._behind: asyncio.Event | None = None
         self._label = label
         self._flush_after = flush_after
@@ -60,7 +52,6 @@ class LogShipper:
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._drainer: asyncio.Task[None] | None = None
         self._closed = False
-        #: Bytes the controller took at once, bytes kept for later, bytes it refused.
         self.sent_bytes = 0
         self.kept_bytes = 0
         self.lost_bytes = 0
@@ -100,7 +91,7 @@ class LogShipper:
                     await task
 
     def _cut(self, *, wait: bool) -> asyncio.Future[None] | None:
-        """Take the current batch and queue it; optionally return a future for its send."""
+        """Queue the current batch; with ``wait``, a future for its send."""
         if self._timer is not None:
             if self._timer is not asyncio.current_task():
                 self._timer.cancel()
@@ -136,11 +127,11 @@ class LogShipper:
     async def _ship(self, chunk: bytes) -> None:
         """Send one chunk straight, or keep it: behind kept ones, or when not taken."""
         if self._behind is None or self._behind.is_set():
-            verdict, problem = await outbox.attempt(self._send(chunk), outbox.LOG)
-            if verdict is outbox.Verdict.DELIVERED:
+            verdict, problem = await delivery.attempt(self._send(chunk), outbox.LOG)
+            if verdict is delivery.Verdict.DELIVERED:
                 self.sent_bytes += len(chunk)
                 return
-            if verdict is outbox.Verdict.REFUSED:
+            if verdict is delivery.Verdict.REFUSED:
                 self.lost_bytes += len(chunk)
                 log.warning(
                     "job %s: %d bytes of output refused for good (%s); dropped",

@@ -1,22 +1,11 @@
-"""The outbox: a job's outcome, and its output, are never lost to a controller outage.
+"""The outbox: reports kept on disk until the controller answers them for good.
 
-Terminal and fault reports, and chunks of output the controller did not take
-(``logship``), are written to disk before their first attempt and retried, backing off up
-to ``Timings.outbox_backoff_max``, until the controller answers 2xx or refuses them for
-good (``judge``; EXT-OUTBOX-1); meanwhile heartbeats name the job pending, which keeps
-its lease (EXT-OUTBOX-2). The answer that keeps a possibly-occupied device out of the
-pool wins.
-
-On disk: ``<state_dir>/outbox`` (0700), one file per report, ``<seq>-<kind>.json``::
-
-    {"version": 1, "kind": "status" | "fault" | "log", "job_id": "...", "device_id": "...",
-     "device_ids": ["..."], "body": {...}, "created_at": <unix seconds>}
-
-``body`` is the exact request body (a ``log`` carries its bytes as base64 ``"chunk"``),
-so a restarted worker re-sends what the old process meant. Files are whole or absent
-after a crash (``write_durably``); ``<state_dir>/lock`` (``flock``) keeps a second
-worker out. A report waits for every earlier fault naming one of its devices, a chunk
-for the job's earlier chunks, a terminal report for all of them (``predecessors``).
+Terminal and fault reports, and chunks of output the controller did not take, are
+written before their first attempt (``delivery`` retries them; EXT-OUTBOX-1), and
+heartbeats name a job pending while its outcome waits here (EXT-OUTBOX-2). On disk:
+``<state_dir>/outbox`` (0700), one ``<seq>-<kind>.json`` per report whose ``body`` is the
+exact request body, so a restarted worker re-sends what the old process meant;
+``<state_dir>/lock`` (``flock``) keeps a second worker out.
 """
 
 from __future__ import annotations
@@ -25,27 +14,20 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import enum
 import fcntl
 import json
 import logging
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from resource_controller.clock import Clock, SystemClock
-from resource_controller.h1.aio import Answer
 from resource_controller.worker import channel, procs
-from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
-
-#: How failed attempts are logged (``_log_failure``): retrying never stops.
-LOUD_ATTEMPTS = 5
-QUIET_EVERY = 30
 
 SUBDIR = "outbox"
 LOCK_FILE = "lock"
@@ -53,8 +35,6 @@ FORMAT_VERSION = 1
 STATUS = "status"
 FAULT = "fault"
 LOG = "log"
-#: What refuses a chunk of output for good: retrying it would never help.
-LOG_REFUSALS = frozenset({400, 404, 409, 413, 422})
 
 
 class OutboxError(Exception):
@@ -75,33 +55,11 @@ class Report:
     device_ids: tuple[str, ...]
     body: dict[str, Any]
     created_at: float
-    #: The output a ``log`` report carries.
     chunk: bytes = b""
     #: Its file once durable; ``""`` before that, or when the disk refused it.
     path: str = ""
     attempts: int = 0
-    #: Set when it leaves the outbox, delivered or refused.
     gone: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def route(self) -> str:
-        """The route its kind names (what ``send`` calls through the sender)."""
-        if self.kind == FAULT:
-            return f"/v1/devices/{self.device_id}/fault"
-        if self.kind == LOG:
-            return f"/v1/jobs/{self.job_id}/logs"
-        return f"/v1/jobs/{self.job_id}/status"
-
-    async def send(self, sender: Sender, timeout: float) -> Answer:
-        """One attempt, on the route its kind names."""
-        if self.kind == FAULT:
-            return await sender.fault(self.device_id, self.body, timeout)
-        if self.kind == LOG:
-            epoch = self.body.get("lease_epoch")
-            return await sender.append_log(
-                self.job_id, self.chunk, epoch if isinstance(epoch, int) else None, timeout
-            )
-        return await sender.status(self.job_id, self.body, timeout)
 
     @property
     def label(self) -> str:
@@ -220,8 +178,9 @@ class Outbox:
         self._clock: Clock = clock or SystemClock()
         self._reports: dict[int, Report] = {}
         self._next_seq = 1
-        self._empty = asyncio.Event()
-        self._empty.set()
+        #: Set while no report is here: what the start-up drain waits for.
+        self.emptied = asyncio.Event()
+        self.emptied.set()
 
     @classmethod
     def open(cls, state_dir: str, clock: Clock | None = None) -> Outbox:
@@ -308,7 +267,7 @@ class Outbox:
 
     def _insert(self, report: Report) -> None:
         self._reports[report.seq] = report
-        self._empty.clear()
+        self.emptied.clear()
 
     @property
     def empty(self) -> bool:
@@ -324,9 +283,6 @@ class Outbox:
     def pending_job_ids(self) -> list[str]:
         """Jobs whose terminal report waits here: named as pending in heartbeats."""
         return list(dict.fromkeys(r.job_id for r in self.reports() if r.kind == STATUS))
-
-    async def wait_empty(self) -> None:
-        await self._empty.wait()
 
     def predecessors(self, report: Report) -> list[Report]:
         """What must land first: earlier fault reports about one of its devices, and the
@@ -397,7 +353,7 @@ class Outbox:
             return
         report.gone.set()
         if not self._reports:
-            self._empty.set()
+            self.emptied.set()
         if report.path:
             try:
                 if report.kind == STATUS:
@@ -414,114 +370,3 @@ class Outbox:
                     exc,
                     extra={"action": "outbox_remove"},
                 )
-
-
-# ---- delivery ------------------------------------------------------------------------
-
-
-class Verdict(enum.Enum):
-    DELIVERED = "delivered"
-    REFUSED = "refused"
-    RETRY = "retry"
-
-
-def judge(resp: Answer, kind: str = STATUS) -> Verdict:
-    """What an answer means for a report of ``kind`` (EXT-OUTBOX-1).
-
-    2xx delivers. 404, 409 ``stale_lease`` and a 409 saying the job is already terminal
-    (the word "terminal" in its code or message: no code is reserved for it) refuse it
-    for good, and so do ``LOG_REFUSALS`` a chunk of output. Anything else is retried.
-    """
-    if resp.is_success:
-        return Verdict.DELIVERED
-    if resp.status_code == 404 or (kind == LOG and resp.status_code in LOG_REFUSALS):
-        return Verdict.REFUSED
-    if resp.status_code == 409:
-        code, message = channel.error_body(resp)
-        if code == "stale_lease" or "terminal" in f"{code} {message}".lower():
-            return Verdict.REFUSED
-    return Verdict.RETRY
-
-
-async def attempt(
-    send: Awaitable[Answer], kind: str, bound: float | None = None
-) -> tuple[Verdict, str]:
-    """One attempt's verdict and, unless delivered, what the answer (or its absence) said;
-    ``bound``, how long it may take."""
-    try:
-        async with asyncio.timeout(bound):
-            resp = await send
-    except channel.TRANSPORT_ERRORS as exc:
-        return Verdict.RETRY, channel.error_text(exc)
-    verdict = judge(resp, kind)
-    status = channel.status_line(resp)
-    if verdict is Verdict.REFUSED:
-        return verdict, f"{status}: {channel.error_body(resp)[1] or 'no detail'}"
-    return verdict, "" if verdict is Verdict.DELIVERED else f"controller returned {status}"
-
-
-class Sender(Protocol):
-    """Sends one attempt of a report: the answer, or one of ``channel.TRANSPORT_ERRORS``;
-    ``channel.Channel`` is one."""
-
-    async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
-
-    async def fault(self, device_id: str, body: Mapping[str, Any], timeout: float) -> Answer: ...
-
-    async def append_log(
-        self, job_id: str, chunk: bytes, lease_epoch: int | None, timeout: float | None = None
-    ) -> Answer: ...
-
-
-def _log_failure(report: Report, problem: str) -> None:
-    """Each of the first attempts' failures is a warning; at ``LOUD_ATTEMPTS`` an error
-    says the report now waits out an outage; then every ``QUIET_EVERY``-th one."""
-    extra = {"action": "outbox_retry", "job_id": report.job_id}
-    n = report.attempts
-    if n == LOUD_ATTEMPTS:
-        log.error(
-            "%s still not delivered after %d attempts (%s); it stays in the outbox and is "
-            "retried until the controller answers",
-            report.label,
-            n,
-            problem,
-            extra=extra,
-        )
-    elif n < LOUD_ATTEMPTS or n % QUIET_EVERY == 0:
-        log.warning("%s attempt %d failed: %s", report.label, n, problem, extra=extra)
-
-
-async def deliver(
-    box: Outbox, report: Report, sender: Sender, timings: Timings = DEFAULT
-) -> Verdict:
-    """Send ``report``, once its predecessors are gone, until the controller answers for
-    good: each attempt bounded by ``report_attempt_timeout``, the waits between them
-    doubling from ``outbox_backoff`` up to ``outbox_backoff_max``. Cancelled, it leaves
-    the report in the outbox."""
-    for earlier in box.predecessors(report):
-        await earlier.gone.wait()
-    bound = timings.report_attempt_timeout
-    delay = timings.outbox_backoff
-    while True:
-        report.attempts += 1
-        verdict, problem = await attempt(report.send(sender, bound), report.kind, bound)
-        if verdict is not Verdict.RETRY:
-            await box.discard(report)
-            if verdict is Verdict.REFUSED:
-                log.warning(
-                    "%s refused for good by the controller (%s); dropped",
-                    report.label,
-                    problem,
-                    extra={"action": "outbox_refused", "job_id": report.job_id},
-                )
-            elif report.attempts > 1:
-                log.info(
-                    "%s delivered at attempt %d",
-                    report.label,
-                    report.attempts,
-                    extra={"action": "outbox_delivered", "job_id": report.job_id},
-                )
-            return verdict
-        _log_failure(report, problem)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, timings.outbox_backoff_max)

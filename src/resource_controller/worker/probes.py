@@ -1,12 +1,8 @@
 """Capability probes: the facts a host and its devices report as detected labels (§16).
 
-A pass gathers the built-in host facts, what ``nvidia-smi`` says about each GPU and what
-every executable drop-in in ``probe_dir`` prints, later sources overwriting earlier ones
-key by key; what a failure leaves unconfirmed is ``labelsources``' bookkeeping. The
-nvidia-smi source also reads ``nvidia-smi -L`` (``gpus``): MIG instances are devices of
-their own, a name that does not fit its GPU's mode gets ``mig_conflict``, and the latest
-listing is kept (``inventory``) for a job's MIG UUID and ``devices: auto``. A failing
-``-L`` leaves the MIG layout unknown, not absent: the latest listing stands.
+A pass runs the built-in facts, ``nvidia-smi`` (and its ``-L`` listing, kept as
+``inventory`` for MIG UUIDs and ``devices: auto``) and every drop-in of ``probe_dir``, in
+that order; a failing ``-L`` leaves the MIG layout unknown, not absent.
 """
 
 from __future__ import annotations
@@ -28,34 +24,23 @@ from typing import Any
 from resource_controller.clock import Clock, SystemClock
 from resource_controller.core import durations, mig
 from resource_controller.worker import gpus, labelsources, procs
-from resource_controller.worker.gpus import parse_nvidia_smi as parse_nvidia_smi
+from resource_controller.worker.labelsources import Facts, Pass
 from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Sources of the built-in facts; tests point them at files of their own.
+#: Tests point these at files of their own.
 MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
 NVIDIA_SMI = "nvidia-smi"
-#: Each captured stream of a probe is kept up to this many bytes.
 CAPTURE_CAP = 65_536
-#: A probe's pipe reader buffers this much before it pauses the pipe (asyncio's default).
 READ_LIMIT = 65_536
-#: A failing drop-in's stderr is quoted in the log up to this many characters.
+#: A failing probe's stderr is quoted up to this many characters.
 STDERR_NOTE = 200
-#: Source names of PROBE-030 other than a drop-in's path.
 BUILTIN = "builtin"
 NVIDIA = "nvidia-smi"
-
-Facts = labelsources.Facts
-LabelsPayload = labelsources.LabelsPayload
-#: What a pass found (``labelsources``).
-Pass = labelsources.Pass
-
-
-# ---- built-in facts ------------------------------------------------------------------
 
 
 def _mem_total_bytes() -> str | None:
@@ -88,9 +73,6 @@ def builtin_facts() -> Facts:
     return facts
 
 
-# ---- parsing -------------------------------------------------------------------------
-
-
 class DropinError(ValueError):
     """A drop-in's stdout is not one JSON object."""
 
@@ -100,9 +82,8 @@ def _refuse_constant(name: str) -> Any:
 
 
 def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
-    """A drop-in's stdout, one JSON object, as facts and warnings (PROBE-023);
-    ``DropinError`` if it is not usable. A number keeps its literal text, ``null`` drops
-    its key, a nested value drops it with a warning; a bare ``null`` reports nothing."""
+    """A drop-in's stdout, one JSON object, as facts and warnings (PROBE-023): a number
+    keeps its literal text, ``null`` drops its key; ``DropinError`` if it is not usable."""
     try:
         text = stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -131,18 +112,13 @@ def parse_dropin(stdout: bytes) -> tuple[Facts, list[str]]:
     return facts, warnings
 
 
-# ---- running one probe ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Run:
-    """How one probe process went."""
+    """How one probe process went: ``ok``, or the ``problem`` in one line."""
 
-    #: Started, exited 0, not killed, stdout within the cap.
     ok: bool
     stdout: bytes = b""
     stderr: bytes = b""
-    #: ``""`` when ``ok``; otherwise what went wrong, in one line.
     problem: str = ""
 
 
@@ -174,13 +150,11 @@ async def run_probe(
     grace: float = DEFAULT.kill_grace,
     cap: int = CAPTURE_CAP,
 ) -> Run:
-    """Run one probe as its own process group, bounded by ``timeout`` (PROBE-003):
-    stdout and stderr captured apart up to ``cap`` each; over time, stopped as a
-    cancelled job is; torn down itself, it kills the group on the way out."""
+    """One probe as its own process group, bounded by ``timeout`` (PROBE-003), stopped as
+    a cancelled job is; stdout and stderr captured apart, up to ``cap`` each."""
     loop = asyncio.get_running_loop()
     try:
-        # ``create_subprocess_exec``, but keeping the transport: closed on the way out,
-        # whatever happened, it never outlives the event loop (its collector would warn).
+        # Keeping the transport, closed on the way out: it never outlives the loop.
         transport, protocol = await loop.subprocess_exec(
             lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=READ_LIMIT, loop=loop),
             *argv,
@@ -232,12 +206,8 @@ async def run_probe(
     return Run(True, stdout, stderr)
 
 
-# ---- the pass ------------------------------------------------------------------------
-
-
 class Prober:
-    """Runs passes over one worker's configuration and remembers across them (§16.4);
-    ``run``, ``which`` and ``clock`` are injected. The agent's lock keeps passes apart."""
+    """Runs passes and remembers across them (§16.4); the agent's lock keeps passes apart."""
 
     def __init__(
         self,
@@ -259,33 +229,26 @@ class Prober:
             lambda argv, timeout: run_probe(argv, timeout, grace=timings.kill_grace)
         )
         self._which = which
-        #: What each source named, across passes; its one owner.
         self.sources = labelsources.SourceMemory()
-        #: Whether nvidia-smi was on ``PATH`` at the first pass; never updated.
         self.nvidia_at_start: bool | None = None
-        #: The latest readable ``nvidia-smi -L``; ``None`` before the first.
+        #: The latest readable ``nvidia-smi -L``, and the MIG conflicts at the latest pass.
         self.inventory: gpus.Inventory | None = None
-        #: Configured names in conflict with their GPU's MIG mode at the latest pass.
         self.conflicts: dict[str, str] = {}
-        #: Devices already warned, this episode, that nvidia-smi no longer lists them.
         self._missing_warned: set[str] = set()
 
     async def run_pass(self, *, discover: bool = False) -> Pass:
-        """One pass, never raising for a probe's failure; ``discover`` (``devices: auto``):
-        the devices become what this pass's ``nvidia-smi -L`` lists, if it can say."""
+        """One pass, never raising for a probe's failure; ``discover``: ``devices: auto``."""
         return await _PassRun(self, discover).go()
 
     def _gpu_devices(self) -> frozenset[str]:
         return frozenset(n for n in self.device_names if mig.parse(n) is not None)
 
     def mig_uuids(self) -> dict[str, str]:
-        """Device name → MIG UUID, from the latest listing (empty before one)."""
+        """Device name → MIG UUID, from the latest listing."""
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
-        """``nvidia-smi -L`` now, for a job on a MIG instance about to start (instances
-        may have been created again, with new UUIDs); a failure is a warning and changes
-        nothing, leaving the latest listing (``inventory``)."""
+        """``nvidia-smi -L`` now, for a job on a MIG instance: re-created ones have new UUIDs."""
         path = self._which(NVIDIA_SMI)
         listed = None if path is None else await self.listing(path, self.probe_timeout, True)
         if listed is None or not listed.gpus:
@@ -302,12 +265,11 @@ class Prober:
             _warn_failed(NVIDIA + " -L", run)
             return None
         listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        _warn_keys(NVIDIA, () if quiet else warnings)
+        labelsources.warn_keys(NVIDIA, () if quiet else warnings)
         return listed
 
     def remember(self, listed: gpus.Inventory) -> None:
-        """Keep ``listed`` as the latest listing, saying which instances were created
-        again (same name, new UUID: a job started from now on gets the new one)."""
+        """Keep ``listed`` as the latest listing, saying which instances were created again."""
         before = self.mig_uuids()
         for name, uuid in sorted(listed.mig_uuids().items()):
             old = before.get(name)
@@ -387,13 +349,11 @@ class _PassRun:
             _warn_failed(NVIDIA, run)
             self.fail(NVIDIA)
             return
-        facts, warnings = parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        _warn_keys(NVIDIA, warnings)
+        facts, warnings = gpus.parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
+        labelsources.warn_keys(NVIDIA, warnings)
         listed = await p.listing(path, self.timeout()) if self.remaining() > 0 else None
         if listed is None:
-            # The MIG layout is unknown this time, not absent: the latest one stands, so
-            # the query's facts are reported and the MIG facts stay as they were. With
-            # none in this process, what the controller stored stands for every GPU.
+            # Unknown, not absent: the latest layout stands; with none, the stored one.
             listed = p.inventory
             if listed is None:
                 self.fail(NVIDIA)
@@ -406,9 +366,7 @@ class _PassRun:
         self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
-        """The query's ``gpu<i>.*`` facts with the listing's (EXT-MIG): a GPU in MIG mode
-        is offered as its instances, so its whole-GPU facts go only to a device named for
-        it, which is in conflict; an unreadable instance's line leaves it unconfirmed."""
+        """The query's facts with the listing's (EXT-MIG)."""
         p = self.p
         out, found = gpus.merged_facts(listed, facts, p.device_names)
         p.note_conflicts(found)
@@ -476,13 +434,8 @@ class _PassRun:
                 _warn_failed(source, Run(False, run.stdout, run.stderr, str(exc)))
                 self.fail(source)
                 continue
-            _warn_keys(source, warnings)
+            labelsources.warn_keys(source, warnings)
             self.tally.absorb(source, facts)
-
-
-def _warn_keys(source: str, warnings: Sequence[str]) -> None:
-    for warning in warnings:
-        log.warning("probe %s: %s", source, warning, extra={"action": "probe_key"})
 
 
 def _warn_failed(source: str, run: Run) -> None:

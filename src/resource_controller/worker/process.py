@@ -1,13 +1,6 @@
-"""``rc worker`` as a process: logging, the configuration, signals, the exit status.
-
-Exit 1 with one ``rc: `` line when the configuration, the state directory or the first
-registration fails (WRK-002); the first SIGINT or SIGTERM starts the shutdown and
-removes the handlers (WRK-003); 0 after it (WRK-004).
-
-End-to-end tests run this process and can inject nothing, so it alone reads two test
-hooks, which are not configuration (WRK-022) and which ``rc up`` leaves to its
-controller: ``RC_TEST_TIMINGS`` shortens the ``Timings``, ``RC_TEST_BOOT_ID_PATH`` names
-the file read as the boot ID (a restart then looks like a reboot).
+"""``rc worker`` as a process: logging, the configuration, signals, the exit status
+(WRK-002..004). End-to-end tests can inject nothing, so it alone reads the test hooks
+``RC_TEST_TIMINGS`` and ``RC_TEST_BOOT_ID_PATH`` (not configuration: WRK-022).
 """
 
 from __future__ import annotations
@@ -26,11 +19,9 @@ from resource_controller.worker import agent, procs
 from resource_controller.worker import config as worker_config
 from resource_controller.worker.timings import Timings
 
-#: The agent's logger: the process is the agent's outermost layer, and its lines keep
-#: the name they always had.
+#: The process is the agent's outermost layer: its lines keep the agent's logger.
 log = logging.getLogger("resource_controller.worker.agent")
 
-#: The logger a fatal start-up line is recorded under, in JSON.
 LOGGER = "rc.worker"
 BOOT_ID_VAR = "RC_TEST_BOOT_ID_PATH"
 
@@ -39,9 +30,8 @@ _Watchers = tuple[asyncio.AbstractChildWatcher, asyncio.AbstractChildWatcher]
 
 
 def _watch_children_by_pidfd(loop: asyncio.AbstractEventLoop) -> _Watchers | None:
-    """On Python 3.11, learn of a child's exit from its pidfd on the loop, not from a
-    thread per child parked in ``waitpid`` (3.12 does so itself; a kernel without
-    ``pidfd_open`` keeps the default). Returns ``(ours, previous)``."""
+    """On Python 3.11, a child's exit from its pidfd, not a thread per child parked in
+    ``waitpid`` (3.12 does so itself); ``(ours, previous)``."""
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
         return None
     try:
@@ -98,8 +88,7 @@ async def _serve_until_signal(
 
 
 def read_test_hooks(environ: Mapping[str, str]) -> Timings:
-    """The timings ``RC_TEST_TIMINGS`` asks for, after pointing the boot ID at
-    ``RC_TEST_BOOT_ID_PATH``; unset, nothing changes. ``TestTimingsError``."""
+    """The timings ``RC_TEST_TIMINGS`` asks for, the boot ID moved to ``RC_TEST_BOOT_ID_PATH``."""
     timings = Timings.from_text(environ.get(testtimings.VARIABLE, ""))
     if path := environ.get(BOOT_ID_VAR, ""):
         procs.BOOT_ID_PATH = path

@@ -1,8 +1,7 @@
 """Signals, process groups and ``/proc``: the worker's only contact with other processes.
 
-Everything the worker spawns leads its own process group (WRK-090), so a job is a group,
-or a ``tty`` job's whole session (WRK-091). "Alive" ignores zombies (WRK-092): counting
-an unreaped member once made ordinary successful jobs report themselves killed.
+A job is a process group, or a ``tty`` job's session (WRK-090, WRK-091). "Alive" ignores
+zombies (WRK-092): counting one once made successful jobs report themselves killed.
 """
 
 from __future__ import annotations
@@ -15,18 +14,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-#: Where the kernel publishes the boot ID; ``RC_TEST_BOOT_ID_PATH`` moves it (``process``).
+#: ``RC_TEST_BOOT_ID_PATH`` moves it (``process``); the ``btime`` line is the fallback.
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-#: Fallback source of a boot identity: the ``btime`` line.
 PROC_STAT_PATH = "/proc/stat"
 PROC_ROOT = "/proc"
 
 #: Straggler reap (WRK-096 step 4): how long a SIGKILLed target gets to empty, polled how often.
 STRAGGLER_BOUND = 2.0
 STRAGGLER_POLL = 0.02
-#: How long members already inside exit() get to finish it (``settle_group``).
 EXIT_SETTLE = 0.5
-#: ``PF_EXITING`` in ``/proc/<pid>/stat`` flags: inside exit(), never to run user code again.
+#: In ``/proc/<pid>/stat`` flags: inside exit(), never to run user code again.
 PF_EXITING = 0x4
 
 _SIGNAL_WORDS: dict[int, str] = {
@@ -62,9 +59,6 @@ def os_error_text(operation: str, path: str, exc: OSError) -> str:
     return f"{operation} {path}: {description.lower()}"
 
 
-# ---- /proc ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ProcStat:
     """The fields of ``/proc/<pid>/stat`` supervision needs."""
@@ -73,12 +67,10 @@ class ProcStat:
     ppid: int
     pgrp: int
     session: int
-    #: Kernel ``PF_*`` flags; 0 when the line was too short to carry them.
     flags: int = 0
 
     @property
     def exiting(self) -> bool:
-        """Inside exit(): its files may be closed already, its zombie state not yet set."""
         return bool(self.flags & PF_EXITING)
 
 
@@ -140,8 +132,7 @@ Target = int | SessionOf
 
 
 def _members(target: Target) -> tuple[list[ProcStat], set[int]] | None:
-    """Live members of ``target`` and every group seen in it, zombie-only ones too;
-    ``None`` when ``/proc`` cannot be listed."""
+    """Live members of ``target`` and every group in it; ``None``: ``/proc`` unlistable."""
     entries = proc_entries()
     if entries is None:
         return None
@@ -160,11 +151,7 @@ def _members(target: Target) -> tuple[list[ProcStat], set[int]] | None:
 
 
 def group_alive(target: Target) -> bool:
-    """Whether a group (or session) has a live member; blind counts as alive (WRK-092).
-
-    For a group the cheap signal 0 comes first: ``/proc`` is read only if it answers,
-    since an unreaped zombie answers too.
-    """
+    """A live member (WRK-092); blind counts as alive. Signal 0 first: zombies answer it."""
     if not isinstance(target, SessionOf):
         try:
             os.killpg(target, 0)
@@ -176,14 +163,11 @@ def group_alive(target: Target) -> bool:
     return found is None or bool(found[0])
 
 
-# ---- environments: who carries which RC_JOB_ID ---------------------------------------
-
 JOB_ID_VAR = b"RC_JOB_ID="
 
 
 def job_id_in_environ(raw: bytes) -> str:
-    """The first non-empty ``RC_JOB_ID=`` of a NUL-separated environ; ``""`` for none
-    (hooks run with an empty one, which names no job)."""
+    """The first non-empty ``RC_JOB_ID=`` of an environ (a hook's empty one names no job)."""
     for item in raw.split(b"\0"):
         if item.startswith(JOB_ID_VAR) and len(item) > len(JOB_ID_VAR):
             return item[len(JOB_ID_VAR) :].decode("utf-8", errors="surrogateescape")
@@ -192,8 +176,7 @@ def job_id_in_environ(raw: bytes) -> str:
 
 @dataclass(frozen=True)
 class Carriers:
-    """Live processes carrying an ``RC_JOB_ID``, by PID, and whether the scan was blind:
-    some live process's environment could not be read, so "none" is not proven."""
+    """Live processes carrying an ``RC_JOB_ID``, by PID; ``blind``: "none" is not proven."""
 
     pids: dict[int, str]
     blind: bool
@@ -204,12 +187,7 @@ def scan_carriers(
 ) -> Carriers | None:
     """Every live process outside ``exclude`` carrying an ``RC_JOB_ID`` (exactly
     ``job_id`` when given: WRK-121, WRK-141); ``None`` when ``/proc`` cannot be listed.
-
-    It runs over the whole table after every job, and almost no process carries an ID:
-    each environment is read first, relative to one descriptor of ``/proc``, and the
-    stat (is it a zombie?) only for a match or an unreadable environment. A process that
-    vanished mid-scan is neither a carrier nor blindness.
-    """
+    After every job and almost never a match: environments first, a stat only on a match."""
     entries = proc_entries() if entries is None else entries
     if entries is None:
         return None
@@ -249,8 +227,7 @@ def alone(pid: int) -> bool | None:
 
 
 def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
-    """``pid`` (default: this process) and its ancestors, walked until an unreadable stat:
-    a worker started inside a job inherits its ``RC_JOB_ID``, and so does its parent."""
+    """``pid`` and its ancestors: a worker started inside a job inherits its ``RC_JOB_ID``."""
     current = os.getpid() if pid is None else pid
     chain = {current}
     while current > 1:
@@ -260,9 +237,6 @@ def self_and_ancestors(pid: int | None = None) -> frozenset[int]:
         current = st.ppid
         chain.add(current)
     return frozenset(chain)
-
-
-# ---- signals -------------------------------------------------------------------------
 
 
 def signal_pid(pid: int, signum: int) -> bool:
@@ -277,8 +251,7 @@ def signal_pid(pid: int, signum: int) -> bool:
 
 
 def signal_group(target: Target, signum: int) -> bool:
-    """Signal a group, or every distinct group of a session (zombie-only ones too);
-    ``True`` when it reached at least one member. Never our own group or every process."""
+    """Signal a group, or every group of a session; ``True`` when it reached a member."""
     if isinstance(target, SessionOf):
         found = _members(target)
         groups = {target.sid} if found is None else found[1]
@@ -293,11 +266,8 @@ def signal_group(target: Target, signum: int) -> bool:
 
 
 async def settle_group(target: Target) -> None:
-    """Let members already inside exit() finish, for at most ``EXIT_SETTLE``.
-
-    A process closes its files a moment before it becomes a zombie: checking for
-    stragglers then would catch the job's own last writer and label a clean run killed.
-    """
+    """Let members inside exit() finish (at most ``EXIT_SETTLE``): checked too soon, the
+    job's own last writer would be a straggler and a clean run killed."""
     if not isinstance(target, SessionOf):
         try:
             os.killpg(target, 0)
@@ -329,13 +299,11 @@ async def reap_group(target: Target) -> bool:
 
 @dataclass(frozen=True)
 class Teardown:
-    """What the escalation had to do, which decides how the result is labelled."""
+    """What the escalation had to do: SIGTERM reached a member; members outlived the
+    leader; even SIGKILL did not empty the target in time."""
 
-    #: SIGTERM reached at least one member.
     term_delivered: bool
-    #: The target was still alive after the leader was gone, so it was SIGKILLed again.
     stragglers: bool
-    #: Even that did not empty it within the bound.
     survivors: bool
 
 
@@ -346,8 +314,7 @@ async def escalate(
     *,
     grace: float,
 ) -> Teardown:
-    """The cancellation path (WRK-096): TERM, up to ``grace`` for ``finished``, KILL and
-    wait for ``leader``'s reaping, then reap stragglers. The futures stay the caller's."""
+    """WRK-096: TERM, ``grace`` for ``finished``, KILL, wait for ``leader``, reap the rest."""
     delivered = signal_group(target, signal.SIGTERM)
     pending = [f for f in finished if not f.done()]
     if pending:
@@ -359,9 +326,6 @@ async def escalate(
     if not group_alive(target):
         return Teardown(delivered, False, False)
     return Teardown(delivered, True, not await reap_group(target))
-
-
-# ---- boot identity (WRK-135) ---------------------------------------------------------
 
 
 def read_boot_id() -> str:

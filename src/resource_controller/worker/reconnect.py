@@ -1,22 +1,9 @@
 """When to register again: the reconnection tracker.
 
-A controller that lost track of this worker (it was silent for longer than the
-controller's horizon, or the controller itself restarted: a new
-``Rc-Controller-Instance``) may have marked its devices unknown or quarantined. A fresh
-registration, with a fresh recovery proof, is how the worker says "I am here, and this
-is what I can prove". But registration reaps whatever the controller thinks is in
-flight, so it is only ever attempted while the worker supervises nothing; deciding that
-is the agent's part. This module only keeps the debt and its appointment.
-
-Every non-streaming request that got any HTTP response is *contact* and is fed here
-with its response time (monotonic, from the injected clock) and the instance header.
-Arming sets an appointment a random moment ahead (so a restarted controller is not hit
-by its whole fleet at once); a second reason never moves it. An attempt first pushes
-the appointment a retry interval ahead, so a failure is retried no sooner than that.
-
-The three thresholds are ``Timings.reregister_after`` (5 minutes: it mirrors the
-controller's horizon after which a silent worker's devices are quarantined),
-``reregister_jitter`` (30 s) and ``reregister_retry`` (1 minute).
+A controller that lost track of this worker (silence past its horizon, or a new
+``Rc-Controller-Instance``) may have quarantined its devices; a fresh registration says
+"I am here". This keeps only the debt and its appointment, a random moment ahead so a
+restarted controller is not hit by its whole fleet at once.
 """
 
 from __future__ import annotations
@@ -36,13 +23,9 @@ class Reconnect:
     def __init__(self, rng: random.Random | None = None, timings: Timings = DEFAULT) -> None:
         self._rng = rng or random.Random()
         self.timings = timings
-        #: Time of the latest response; only ever moves forward (responses finish out
-        #: of order). ``None`` until the first contact.
+        #: The latest response (never moves back) and non-empty instance header.
         self.last_at: float | None = None
-        #: Latest non-empty ``Rc-Controller-Instance``; an empty header never
-        #: overwrites it and is never a change.
         self.instance = ""
-        #: When the owed re-registration is due; ``None`` when nothing is owed.
         self.due_at: float | None = None
 
     @property
@@ -61,14 +44,9 @@ class Reconnect:
         if self.last_at is None or at > self.last_at:
             self.last_at = at
         if reason:
-            self._arm(at, reason)
+            self.arm(at, reason)
 
     def arm(self, now: float, reason: str) -> None:
-        """Owe a re-registration for a reason of the worker's own (EXT-MIG: the devices
-        nvidia-smi lists changed under ``devices: auto``); the same appointment rules."""
-        self._arm(now, reason)
-
-    def _arm(self, now: float, reason: str) -> None:
         """Owe a re-registration, due a random moment ahead, unless already owed."""
         if self.due_at is not None:
             return  # a second reason never moves the appointment

@@ -1,9 +1,5 @@
-"""The recovery proof sent at registration (WRK-140..143).
-
-Every claim is positive; whatever the worker cannot see makes it claim nothing. Which
-``RC_JOB_ID`` carriers are this worker's own is the ``Journal``'s answer, so another
-worker's jobs on the same host never keep our devices out. Computed only while nothing
-is supervised (WRK-046): a scan during our own job would find that job.
+"""The recovery proof sent at registration (WRK-140..143): whatever the worker cannot see
+makes it claim nothing; the ``Journal`` says which ``RC_JOB_ID`` carriers are its own.
 """
 
 from __future__ import annotations
@@ -19,11 +15,9 @@ from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
 
-#: The claims of a recovery proof as the wire carries them: only the true fields, ``{}``
-#: for "no claim". The controller reads them into ``core.expiry.Proof``.
+#: Only the true fields; ``{}`` for "no claim".
 Claims = dict[str, bool]
 
-#: The journal's directory under ``state_dir``, and the file that says it is complete.
 JOURNAL_DIR = "jobs"
 COMPLETE = ".complete"
 #: A job ID used as a record's name as it is; any other is named by its hash.
@@ -31,8 +25,7 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}\Z")
 
 
 def record_name(job_id: str) -> str:
-    """The file name of a job's record: its ID when that is a plain name, else a hash
-    (``#`` never starts a plain one)."""
+    """A job's ID when it is a plain name, else ``#`` and a hash."""
     if _PLAIN_NAME.match(job_id):
         return job_id
     raw = job_id.encode("utf-8", errors="surrogateescape")
@@ -40,22 +33,15 @@ def record_name(job_id: str) -> str:
 
 
 class Journal:
-    """The jobs this worker started whose processes may still live, one empty file each.
-
-    Written without fsync: it answers for a worker process that died, never for a host
-    that did (a reboot is proven by the boot ID, and took every job with it). Complete
-    only while ``COMPLETE`` is there: a record that could not be written removes it
-    (a removal needs no free space), and a directory of an older worker never had it.
-    """
+    """The jobs this worker started whose processes may still live, one empty file each;
+    complete only while ``COMPLETE`` is there. No fsync: a reboot took every job with it."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
     @classmethod
     def open(cls, state_dir: str, *, fresh: bool) -> Journal:
-        """The journal of ``state_dir``, created if missing: complete (and empty) only
-        when the state directory itself is ``fresh``, since no earlier process of this
-        worker can have started a job without it."""
+        """Created if missing; complete only in a ``fresh`` state directory."""
         journal = cls(os.path.join(state_dir, JOURNAL_DIR))
         try:
             if not os.path.isdir(journal.directory):
@@ -106,9 +92,7 @@ class Journal:
         return frozenset(n for n in names if n != COMPLETE)
 
     def settle(self, listed: frozenset[str] | None, carried: Iterable[str]) -> None:
-        """After a scan that saw every environment: ``carried`` are the job IDs still
-        carried. Records of jobs nothing carries go; an incomplete journal takes every
-        carried job as possibly ours and is complete from then on."""
+        """After a scan that saw every environment; an incomplete one takes every carried job."""
         alive = {record_name(j) for j in carried}
         try:
             if listed is None:
@@ -123,12 +107,7 @@ class Journal:
 
 
 def compute(require_manual_clear: bool, journal: Journal, *, own_pid: int | None = None) -> Claims:
-    """Decide the proof from ``/proc`` now (WRK-141) and settle the journal.
-
-    ``own_pid`` (this process by default) lets tests stand in for it in a ``/proc`` of
-    their own. Run only while no job is starting: a record made during the scan could
-    look like a job nothing carries.
-    """
+    """Decide the proof from ``/proc`` now (WRK-141) and settle the journal; no job starting."""
     pid = os.getpid() if own_pid is None else own_pid
     extra = {"action": "recovery_proof"}
     if require_manual_clear:

@@ -1,10 +1,7 @@
 """Starting one job as a process group, supervising it, and saying how it ended (§7-8).
 
-A job runs directly in a new session, ``/dev/null`` in and stdout and stderr on one pipe
-(WRK-079..082), and is complete once the leader exited **and** the pipe reached its end.
-A kill flag, a shutdown and a watchdog trip all take the one cancellation path
-(``procs.escalate``, WRK-096); a clean exit that leaves live members is a kill too
-(WRK-099).
+A job is complete once its leader exited **and** its output pipe reached its end; a kill
+flag, a shutdown and a watchdog trip all take one cancellation path (WRK-096).
 """
 
 from __future__ import annotations
@@ -31,13 +28,11 @@ from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Output is read in blocks of at most this many bytes.
 READ_BLOCK = 65_536
 #: What a hold runs, whatever the assignment says (WRK-125).
 SLEEPER = ("sleep", "2147483647")
 
 REASON_CANCELLED = "cancelled"
-#: A job cancelled because its worker is shutting down (``rc worker`` or ``rc up`` stopped).
 REASON_SHUTDOWN = "cancelled: worker stopped"
 REASON_SURVIVORS = "cancelled; survivors remained after SIGKILL"
 REASON_STRAGGLERS_REAPED = "stragglers reaped after exit"
@@ -60,18 +55,13 @@ class Outcome:
     reason: str = ""
 
 
-# ---- environment and command ---------------------------------------------------------
-
-
 def build_env(
     assignment: wire.Assignment,
     base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The job's environment (WRK-075/076, EXT-GANG-4, EXT-EPOCH-2, EXT-LIVE-1); a MIG
-    instance's ``CUDA_VISIBLE_DEVICES`` is its UUID from ``mig_uuids``."""
+    """The job's environment (WRK-075/076, EXT-GANG-4, EXT-EPOCH-2, EXT-LIVE-1)."""
     job_env = assignment.env or {}
-    # Every device, ascending; a controller that sends no list means one.
     device_ids = list(assignment.device_ids or [assignment.device_id])
     env = dict(base_env)
     # A worker started inside a job inherits that job's fencing token and device
@@ -101,9 +91,8 @@ def job_argv(assignment: wire.Assignment) -> list[str]:
 
 
 def check_cwd(cwd: str) -> str | None:
-    """Why the job cannot run in ``cwd``, or ``None``: checked before the spawn, since a
-    failed ``chdir`` in the child reads as the program's error (``exec /usr/bin/pwd: no
-    such file or directory``)."""
+    """Why the job cannot run in ``cwd``: before the spawn, a failed ``chdir`` in the child
+    would read as the program's error."""
     try:
         st = os.stat(cwd)
     except FileNotFoundError:
@@ -117,25 +106,17 @@ def check_cwd(cwd: str) -> str | None:
     return None
 
 
-# ---- supervision ---------------------------------------------------------------------
-
-
 class _Protocol(asyncio.SubprocessProtocol):
-    """Feeds the output pipe into a reader and notes the leader's exit on its own.
-
-    ``Process.wait()`` from asyncio also waits for the pipes to close, but the
-    cancellation path must tell "leader reaped" from "output drained".
-    """
+    """Notes the leader's exit apart from the pipes' end, which the cancellation path
+    must tell apart (``Process.wait()`` waits for both)."""
 
     def __init__(self, *, separate_stderr: bool = False) -> None:
         self.output = asyncio.StreamReader(limit=READ_BLOCK)
-        #: The stderr pipe's reader, when stderr has a pipe of its own (pipe mode).
         self.errors = asyncio.StreamReader(limit=READ_BLOCK) if separate_stderr else None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        #: Clear while the stdin pipe's buffer is full (pipe mode feeds it).
+        #: Pipe mode's stdin: clear while its buffer is full; set once it closed.
         self.writable = asyncio.Event()
         self.writable.set()
-        #: Set once the process closed its stdin (or it was never a pipe).
         self.stdin_closed = asyncio.Event()
 
     def pause_writing(self) -> None:
@@ -224,16 +205,15 @@ async def _after_exit(target: procs.Target, returncode: int | None) -> Outcome:
 
 @dataclass(eq=False)
 class Started:
-    """A job's process, spawned and not yet watched: the output is already flowing."""
+    """A job's process, spawned and not yet watched."""
 
     pgid: int
     transport: asyncio.SubprocessTransport
     proto: _Protocol
-    #: ``clock.monotonic()`` at the spawn: where max runtime and idleness count from.
+    #: The spawn on ``clock.monotonic()``: where max runtime and idleness count from.
     at: float
-    #: What supervision signals: the group (``pgid``), or a ``tty`` job's session.
+    #: The group (``pgid``), or a ``tty`` job's session.
     target: procs.Target = 0
-    #: When output was last seen, on any of the job's output streams.
     last_output: float = 0.0
 
     def __post_init__(self) -> None:
@@ -241,7 +221,6 @@ class Started:
         self.last_output = self.at
 
 
-#: The logs-mode standard streams: no input, stdout and stderr on one pipe.
 LOGS_STDIO: tuple[Any, Any, Any] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
 
@@ -254,12 +233,7 @@ async def start(
     stdio: tuple[Any, Any, Any] = LOGS_STDIO,
     preexec: Callable[[], None] | None = None,
 ) -> Started | Outcome:
-    """Spawn ``argv`` in a new session; why it cannot start is the ``Outcome`` (WRK-100).
-
-    The caller hands a ``Started`` to ``supervise`` at once: only ``supervise`` ends the
-    group. Attached jobs pass their own ``stdio`` and, for a terminal, the ``preexec``
-    that makes it the controlling one.
-    """
+    """Spawn ``argv`` in a new session, for ``supervise`` at once; or why not (WRK-100)."""
     if not argv:
         return Outcome(JobState.FAILED, -1, REASON_EMPTY_COMMAND)
     problem = check_cwd(cwd) if cwd else None
@@ -328,12 +302,8 @@ async def supervise(
     hangup: asyncio.Future[str] | None = None,
 ) -> Outcome:
     """Watch a started process until complete (§8); never raises for the job's sake.
-
-    ``cancel`` set, a watchdog due (zero or less: off) or ``hangup`` resolved (an
-    attached job's client is gone; its result is the reason) takes the cancellation
-    path. With ``output_grace`` (a terminal) the job is complete when its leader exited,
-    and the output then gets that long to drain. Torn down itself, it SIGKILLs the group.
-    """
+    ``hangup``'s result is a reason to cancel; with ``output_grace`` (a terminal) the job
+    is complete when its leader exited. Torn down itself, it SIGKILLs the group."""
     pump = asyncio.create_task(copy_output(proc.proto.output, on_output, proc, clock))
     completes_with = None if output_grace is not None else pump
     try:
@@ -403,8 +373,7 @@ async def _watch(
 async def _cancel(
     proc: Started, pump: asyncio.Task[None] | None, trip: str, grace: float
 ) -> Outcome:
-    """The cancellation path (WRK-096) for a process not complete yet; ``pump`` is
-    ``None`` when completion does not wait for the output (a terminal)."""
+    """The cancellation path (WRK-096); ``pump`` ``None``: completion ignores the output."""
     exited = proc.proto.exited
     finished = (exited,) if pump is None else (pump, exited)
     teardown = await procs.escalate(proc.target, finished, exited, grace=grace)
@@ -431,7 +400,7 @@ async def start_job(
     base_env: Mapping[str, str],
     mig_uuids: Mapping[str, str] | None = None,
 ) -> Started | Outcome:
-    """Start one assignment in logs mode (§7.4); attached modes go through ``attached``."""
+    """Start one assignment in logs mode (§7.4)."""
     env = build_env(assignment, base_env, mig_uuids)
     return await start(job_argv(assignment), env=env, cwd=assignment.cwd or None, clock=clock)
 

@@ -1,13 +1,6 @@
-"""Usage sheets: the operator's notes about a host and its devices (§19).
-
-``<sheet_dir>/host.md`` is the host-wide sheet and ``<sheet_dir>/host.d/<device>.md``
-each device's own. They are read fresh at every registration and every labels push;
-nothing watches them. A missing file is the empty sheet, which clears the
-stored copy; any other read error is "unknown", and an unknown sheet is left out of
-the request so the controller keeps what it has.
-
-A sheet is capped at 64 KiB because the controller refuses a larger one
-with 413 for the whole request, which would lock the host out of registration.
+"""Usage sheets (§19): ``<sheet_dir>/host.md`` and ``host.d/<device>.md``, read fresh at
+every registration and push. Missing is empty (it clears); unreadable is left out, so
+the controller keeps its copy. The 64 KiB cap: a larger sheet would fail the whole request.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
 
-#: The largest sheet sent, in UTF-8 bytes, marker included.
 SHEET_CAP = 65_536
 TRUNCATION_MARKER = "\n...(truncated: sheet exceeds 64KB)\n"
 HOST_SHEET = "host.md"
@@ -29,12 +21,7 @@ DEVICE_SHEETS = "host.d"
 
 
 def cap(raw: bytes, where: str = "sheet") -> str:
-    """``raw`` as text within ``SHEET_CAP`` bytes.
-
-    Bytes that are not UTF-8 become U+FFFD. Text longer than the cap is cut at
-    ``SHEET_CAP - len(marker)`` bytes, moved back to the start of a character, and
-    followed by the marker; a warning names ``where``, its size and the cap.
-    """
+    """``raw`` as text within ``SHEET_CAP`` bytes, marker included, cut at a character."""
     text = raw.decode("utf-8", "replace")
     encoded = text.encode("utf-8")
     if len(encoded) <= SHEET_CAP:
@@ -71,11 +58,9 @@ def read_sheet(path: str) -> str | None:
 
 @dataclass(frozen=True)
 class Sheets:
-    """The ``sheet`` and ``device_sheets`` fields of a request."""
+    """The ``sheet`` and ``device_sheets`` fields of a request; ``None``: left out."""
 
-    #: ``None`` when the host sheet is unknown (the field is then left out).
     sheet: str | None
-    #: Known device sheets only; ``None`` when none is known (the field is left out).
     device_sheets: dict[str, str] | None
 
 

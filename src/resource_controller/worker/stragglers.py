@@ -1,8 +1,5 @@
-"""Ending a finished job's escapees by their ``RC_JOB_ID`` (WRK-120..123).
-
-A child that calls ``setsid`` leaves the job's group and session but keeps its
-environment. This sweep only reports: whether the device is still dirty is the verify
-pass's business, never the job's outcome.
+"""Ending a finished job's escapees by their ``RC_JOB_ID`` (WRK-120..123): ``setsid``
+leaves the group, not the environment. It only reports, never changes the outcome.
 """
 
 from __future__ import annotations
@@ -17,33 +14,27 @@ from resource_controller.worker.timings import DEFAULT, Timings
 
 log = logging.getLogger(__name__)
 
-#: Above this many ``/proc`` entries a scan runs in a thread; below it, on the loop,
-#: where a few hundred entries cost less than the hop to a thread and back.
+#: Above this many ``/proc`` entries a scan runs in a thread, worth the hop only then.
 INLINE_SCAN_LIMIT = 2048
 
 
 @dataclass(frozen=True)
 class StragglerReport:
-    """What one sweep saw and did (WRK-122)."""
+    """What one sweep saw (WRK-122): every carrier found, those left after SIGKILL."""
 
-    #: ``/proc`` was read (false for an empty job ID or an unreadable ``/proc``).
     scanned: bool
-    #: Every PID that carried the job's ID at some scan, in order of discovery.
     found: tuple[int, ...] = ()
-    #: PIDs still carrying it after the SIGKILL phase.
     remaining: tuple[int, ...] = ()
     #: Some environment could not be read: an escapee may have been missed.
     blind: bool = False
 
     @property
     def clean(self) -> bool:
-        """Scanned, not blind, and nothing left: the only report that proves anything."""
+        """The only report that proves anything."""
         return self.scanned and not self.blind and not self.remaining
 
 
 async def _scan(job_id: str, protected: frozenset[int]) -> procs.Carriers | None:
-    """``procs.scan_carriers`` on the loop, or in a thread for a huge process table,
-    where reading thousands of environments inline would delay everything else."""
     entries = procs.proc_entries()
     if entries is None or len(entries) <= INLINE_SCAN_LIMIT:
         return procs.scan_carriers(protected, job_id, entries)
@@ -59,7 +50,7 @@ async def _phase(
     current: list[int],
     signalled: dict[int, None],
 ) -> tuple[list[int], bool]:
-    """Signal each match once (noting it in ``signalled``), re-scan every ``poll`` for at most ``length``: what still
+    """Signal each match once, re-scan every ``poll`` for at most ``length``: what still
     matched at the last scan, and whether a scan was blind."""
     deadline = asyncio.get_running_loop().time() + length
     blind = False
@@ -107,8 +98,7 @@ async def clear(job_id: str, timings: Timings = DEFAULT) -> StragglerReport:
 
 
 def kill_now(job_id: str) -> None:
-    """One SIGKILL to every carrier, no waiting: for a job task torn down at shutdown,
-    which cannot wait for the phases but must not leave escapees unsupervised."""
+    """One SIGKILL to every carrier, for a job task torn down that cannot wait."""
     scan = procs.scan_carriers(procs.self_and_ancestors(), job_id) if job_id else None
     for pid in scan.pids if scan is not None else ():
         procs.signal_pid(pid, signal.SIGKILL)

@@ -1,9 +1,7 @@
 """The worker's background tasks: started, tracked for shutdown, never lost silently.
 
-Every task the poll loop starts for a job (its lifecycle, a pre-killed report, a fault
-report's delivery) is registered with the shutdown tracker in the same step as it is
-created, so the shutdown wait always sees it. A task's failure is logged,
-never lost with the task.
+A job-side task is registered in the same step as it is created, so the shutdown wait
+always sees it; a task's failure is logged, never lost with the task.
 """
 
 from __future__ import annotations
@@ -12,6 +10,8 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from typing import Any
+
+from resource_controller.core import durations
 
 log = logging.getLogger("resource_controller.worker.agent")
 
@@ -57,16 +57,30 @@ class Tracker:
     def _untrack(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
 
-    def live(self) -> list[asyncio.Task[None]]:
-        return list(self._tasks)
-
-    def job_of(self, task: asyncio.Task[None]) -> str:
-        return self._tasks.get(task, "?")
-
-    async def abandon(self, tasks: list[asyncio.Task[None]], wait: float) -> None:
-        """Cancel tasks (each kills its process group on the way out); wait ``wait`` s."""
-        live = [t for t in tasks if not t.done()]
+    async def abandon(self, wait: float, tasks: list[asyncio.Task[None]] | None = None) -> None:
+        """Cancel ``tasks`` (default: every one; each kills its process group on the way
+        out), then wait ``wait`` s for them."""
+        live = [t for t in (self._tasks if tasks is None else tasks) if not t.done()]
         for task in live:
             task.cancel()
         if live:
             await asyncio.wait(live, timeout=wait)
+
+    async def wait(self, timeout: float, abandon_wait: float) -> None:
+        """The shutdown's bounded wait for every task; the late ones are abandoned."""
+        if not self._tasks:
+            return
+        log.info(
+            "shutdown: waiting for %d job task(s)", len(self._tasks), extra={"action": "shutdown"}
+        )
+        _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
+        if pending:
+            # Outcomes already in the outbox are re-sent at the next start; jobs abandoned
+            # before that are reconciled by the controller, which keeps the devices out.
+            log.error(
+                "shutdown: abandoned job(s) after %s: %s",
+                durations.render_duration(timeout),
+                ", ".join(sorted(self._tasks.get(t, "?") for t in pending)),
+                extra={"action": "shutdown_abandoned"},
+            )
+            await self.abandon(abandon_wait, list(pending))

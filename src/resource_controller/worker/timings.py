@@ -1,8 +1,5 @@
-"""The worker's clocks: every wait, bound and back-off a test may shorten, in one object.
-
-``Timings()`` carries the shipped values (§23); the agent hands its one instance to
-everything that waits. Tests build their own (``Timings(kill_grace=0.5)``); the spec's
-*(test hook)* values are these fields, and ``from_text`` reads ``RC_TEST_TIMINGS``.
+"""The worker's clocks: every wait, bound and back-off a test may shorten, in one object;
+``Timings()`` carries the shipped values (§23), ``from_text`` reads ``RC_TEST_TIMINGS``.
 """
 
 from __future__ import annotations
@@ -17,67 +14,40 @@ from resource_controller.core import testtimings
 class Timings:
     """Seconds, every one of them; the defaults are the shipped values."""
 
-    # ---- the poll loop and shutdown ----
-    #: Wait after a failed poll.
+    #: After a failed poll; after one that started nothing and came back early.
     poll_error_backoff: float = 2.0
-    #: Minimum gap after a poll that started nothing and came back early.
     idle_poll_gap: float = 0.25
-    #: Bound on one non-streaming request to a controller, a long poll's excepted: a
-    #: frozen controller (its connections open, nothing answering) is left after it.
+    #: One non-streaming request (a frozen controller is left after it); a long poll
+    #: gets its wait plus ``poll_margin``.
     request_timeout: float = 5.0
-    #: A long poll is bounded by the wait it asks for plus this.
     poll_margin: float = 2.0
-    #: How long shutdown waits for job tasks before abandoning them.
+    #: Shutdown's wait for job tasks, then for the abandoned ones to kill their groups.
     shutdown_wait: float = 45.0
-    #: After abandoning, how long to wait for the cancelled tasks to kill their groups.
     abandon_wait: float = 5.0
-
-    # ---- supervision ----
-    #: SIGTERM → SIGKILL grace on the cancellation path.
+    #: SIGTERM → SIGKILL on the cancellation path; how often watchdogs are checked.
     kill_grace: float = 10.0
-    #: How often the watchdogs are checked.
     watchdog_period: float = 0.1
-
-    # ---- output ----
     #: A batch of output is sent this long after its first byte.
     log_flush_after: float = 1.0
-    #: After a terminal job ends, how long its last output gets to reach the relay
-    #: before the PTY master is closed.
+    #: A terminal job's last output, to reach the relay before the PTY closes.
     pty_drain: float = 2.0
-
-    # ---- ending a job's stragglers by RC_JOB_ID ----
-    #: Length of the SIGTERM phase, then of the SIGKILL phase.
+    #: The stragglers' SIGTERM and SIGKILL phases, and how often they re-scan.
     straggler_term: float = 2.0
     straggler_kill: float = 2.0
-    #: How often each phase re-scans ``/proc``.
     straggler_poll: float = 0.02
-
-    # ---- reports through the outbox ----
-    #: First wait after a failed attempt; doubles up to ``outbox_backoff_max``.
+    #: A report's first wait after a failed attempt, doubling up to the max; one attempt.
     outbox_backoff: float = 0.2
     outbox_backoff_max: float = 10.0
-    #: Bound on one attempt of a report (and on the ``running`` report).
     report_attempt_timeout: float = 5.0
-
-    # ---- lease lifecycle hooks ----
-    #: How often an armed release linger looks at the clock (the linger itself is
-    #: configured per device; this only bounds how late it fires on a fake clock).
+    #: How often a linger looks at the clock; the release drain and start-up pass.
     linger_check: float = 0.25
-    #: The shutdown drain of armed releases, for all devices together.
     release_drain_budget: float = 20.0
-    #: The start-up release pass, for all devices together.
     startup_release_budget: float = 120.0
-
-    # ---- re-registration ----
-    #: Silence after which the next contact arms a re-registration.
+    #: Silence that arms a re-registration; its jitter; its retry interval.
     reregister_after: float = 300.0
-    #: Arming picks the appointment uniformly in ``[0, reregister_jitter)`` ahead.
     reregister_jitter: float = 30.0
-    #: An attempt moves the appointment this far ahead first.
     reregister_retry: float = 60.0
-
-    # ---- capability probes ----
-    #: Bound on one whole probe pass; probes not reached in it are skipped.
+    #: One whole probe pass; probes not reached in it are skipped.
     probe_pass_budget: float = 30.0
 
     @classmethod
@@ -86,10 +56,8 @@ class Timings:
 
     @classmethod
     def from_text(cls, text: str) -> Timings:
-        """The shipped values with ``RC_TEST_TIMINGS`` text applied
-        (``"kill_grace=1,straggler_term=0.5"``); ``testtimings.TestTimingsError``."""
+        """The shipped values with ``"kill_grace=1,straggler_term=0.5"`` applied."""
         return cls(**testtimings.parse(text, cls.names()))
 
 
-#: The shipped values, for callers that were given none.
 DEFAULT = Timings()

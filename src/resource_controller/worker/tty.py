@@ -19,21 +19,17 @@ import struct
 import termios
 from collections.abc import Mapping, Sequence
 
-from resource_controller import errors, wire
+from resource_controller import errors
 from resource_controller.clock import Clock
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
 from resource_controller.worker import procs, runner
-from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: The window size set before the process starts.
 DEFAULT_ROWS = 24
 DEFAULT_COLS = 80
-#: The longest input frame line.
 LINE_MAX = 1_048_576
-#: The largest window dimension a frame may carry.
 DIMENSION_MAX = 65_535
 
 
@@ -79,8 +75,7 @@ class Terminal:
         self._closed = False
 
     async def connect(self, reader: asyncio.StreamReader) -> None:
-        """Feed output into ``reader`` from a duplicate of the master, so the master's
-        number stays ours until ``close`` (no write can land on a reused descriptor)."""
+        """Feed ``reader`` from a duplicate: the master's number stays ours until ``close``."""
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(self.master), "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: _Feeder(reader), pipe)
@@ -155,43 +150,6 @@ async def start(
     terminal = Terminal(master)
     await terminal.connect(started.proto.output)
     return started, terminal
-
-
-async def run(
-    assignment: wire.Assignment,
-    argv: list[str],
-    env: dict[str, str],
-    inp: aio.Exchange,
-    *,
-    sink: runner.OutputSink,
-    cancel: asyncio.Event,
-    clock: Clock,
-    timings: Timings,
-    hangup: asyncio.Future[str],
-) -> runner.Outcome:
-    """Run the job on a PTY: its output to ``sink``, the input stream's frames to it;
-    complete when its leader exits, the output then getting ``pty_drain`` (WTTY-007)."""
-    got = await start(argv, env=env, cwd=assignment.cwd or None, clock=clock)
-    if isinstance(got, runner.Outcome):
-        return got
-    started, terminal = got
-    forward = asyncio.create_task(forward_input(inp, terminal, assignment.job_id))
-    try:
-        return await runner.supervise_job(
-            assignment,
-            started,
-            on_output=sink,
-            cancel=cancel,
-            clock=clock,
-            timings=timings,
-            output_grace=timings.pty_drain,
-            hangup=hangup,
-        )
-    finally:
-        forward.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await forward
-        terminal.close()
 
 
 class InputEnded(Exception):

@@ -1,8 +1,6 @@
-"""The verify pass (§17): proving a device clean after each job, before its report.
-
-Each non-directory entry of ``verify_dir`` runs in byte order of its name, as a hook does
-(``hooks.run_hook``) with ``RC_EVENT=verify``. A missing directory turns the pass off; an
-unlistable one fails it, so one ``chmod 000`` never marks every device verified.
+"""The verify pass (§17): each entry of ``verify_dir``, in byte order, run as a hook with
+``RC_EVENT=verify``. Missing turns it off; unlistable fails it (one ``chmod 000`` never
+marks every device verified).
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ from resource_controller.worker.timings import Timings
 
 log = logging.getLogger(__name__)
 
-#: stderr is captured up to this many bytes (VERIFY-004).
 CAPTURE_CAP = 65_536
-#: The stderr tail in a failure reason (VERIFY-006).
 STDERR_TAIL = 200
 
 PREFIX = "verify failed: "
@@ -50,10 +46,9 @@ def failure_reason(name: str, run: hooks.HookResult) -> str:
 
 @dataclass(frozen=True)
 class Pass:
-    """The result of one verify pass: ``reason`` is ``""`` when the device is clean."""
+    """One pass: ``reason`` is ``""`` when the device is clean; ``ran`` scripts."""
 
     reason: str = ""
-    #: How many scripts ran.
     ran: int = 0
 
     @property

@@ -1,9 +1,4 @@
-"""Reading ``worker.yaml`` as YAML while keeping the literal text of label values.
-
-``3`` must become ``"3"`` and ``1.50`` must stay ``"1.50"`` in ``devices[].labels``
-, which a plain load cannot promise, so label mappings are read from the node
-tree; everything else is loaded as usual.
-"""
+"""Reading ``worker.yaml`` as YAML while keeping the literal text of label values."""
 
 from __future__ import annotations
 
@@ -13,11 +8,8 @@ import yaml
 
 
 def read(text: str) -> Any:
-    """Load YAML, keeping the literal text of every ``devices[].labels`` value.
-
-    ``3`` must become ``"3"`` and ``1.50`` must stay ``"1.50"``, which a plain load
-    cannot promise, so label mappings are read from the node tree.
-    """
+    """``3`` must become ``"3"`` and ``1.50`` stay ``"1.50"`` in ``devices[].labels``, which a
+    plain load cannot promise: label mappings are read from the node tree."""
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
