@@ -1,12 +1,6 @@
-"""``create_app``: the controller's HTTP surface, error mapping and background loops.
-
-One small ASGI app on Starlette's request and response objects serves every route of
-``controller/table.py``, each request in the same steps: find the route (404, or 405
-naming the path's methods), stamp ``Rc-Controller-Instance`` (AUTH-020), authenticate
-and check the role before anything else (AUTH-003), read the route's JSON body, call the
-handler, time the whole under the route's template (EXT-METRICS-1). Every ``RcError``
-becomes the spec's error body; anything else a ``500 store_error`` with no driver text.
-"""
+"""``create_app``: one small ASGI app serving ``controller/table.py``'s routes, authenticating
+before anything else (AUTH-003); an ``RcError`` is the spec's error body, anything else ``500
+store_error`` with no driver text."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class App:
-    """The ASGI app: every request through the route table, the lifespan running the
-    loops."""
+    """The ASGI app: every request through the route table, the lifespan running the loops."""
 
     def __init__(self, svc: Services, routes: Sequence[Route], run_loops: bool) -> None:
         self.svc = svc

@@ -1,7 +1,5 @@
-"""What every route needs: the services bundle, the route, the call a handler gets, and
-authentication and body parsing, here rather than in a framework so that
-authentication always comes first and a bad body is ``400 bad_request``, never a 422.
-"""
+"""What every route needs, here rather than in a framework so that authentication always comes first
+and a bad body is ``400 bad_request``, never a 422."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""In-process wake-ups: long polls and log followers sleep until something changed.
-
-A wake-up is a hint; every sleeper also re-checks on a timeout. Each key's
-``asyncio.Event`` is set and replaced on every wake, so a sleeper that took the event
-before checking the store never misses one. Only ``wake.apply`` calls the wake methods.
-"""
+"""In-process wake-ups, hints only: every sleeper re-checks on a timeout, and each key's event is
+replaced on every wake, so none is missed."""
 
 from __future__ import annotations
 

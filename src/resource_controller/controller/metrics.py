@@ -1,7 +1,4 @@
-"""Prometheus metrics for ``GET /metrics``, one registry per controller: counters and
-histograms observed where things happen; the state gauges read from the store at scrape
-time in one grouped read, so they are the real state, never a tally that could drift.
-"""
+"""``GET /metrics``: state gauges read at scrape time, never a tally that could drift."""
 
 from __future__ import annotations
 

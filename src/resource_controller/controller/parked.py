@@ -1,11 +1,6 @@
-"""Long polls parked for work, which a terminal report's commit may answer directly.
-
-A report that frees a device hands it on in its own transaction; when the worker that
-gets it has a poll waiting, the hand-out joins that commit and the answer goes straight
-to the poll, saving a wake-up, a hop to the store thread and a commit. A claim is made
-on the store thread, a poll leaves on the event loop; one lock orders the two, so a poll
-that left is never claimed and one claimed waits for its answer (the work, or None).
-"""
+"""Long polls parked for work, which a terminal report's commit may answer directly (saving a
+wake-up, a hop and a commit); one lock orders claims and leaving, so a left poll is never
+claimed."""
 
 from __future__ import annotations
 
@@ -53,8 +48,7 @@ class ParkedPolls:
         return parked
 
     def leave(self, parked: Parked) -> bool:
-        """The poll stops waiting; False when it was claimed first and must await its
-        answer."""
+        """The poll stops waiting; False when it was claimed first and must await its answer."""
         with self._lock:
             if parked.claimed:
                 return False

@@ -1,19 +1,6 @@
-"""Several controllers on one PostgreSQL database: which one leads, and the wake-ups
-that cross from one to the others (ARCHITECTURE.md, "Several controllers").
-
-Leadership is a lease row (``store/leadership.py``): the leader renews it every
-``TICK`` and runs the periodic pass, the reaper and log retention; the others take it
-once it lapsed (``LEASE``) or its session ended. A leader steps down when a renewal
-fails or outlasts ``CHECK_BOUND``, and once ``LEASE`` passed on its monotonic clock
-without one, so a controller waking from a freeze does not lead on what it last knew;
-its writes carry its epoch (``fence``). Exclusivity never rests on leadership.
-
-Wake-ups: each committed change's ``Wake`` goes out on one LISTEN/NOTIFY channel and the
-others apply it to their hubs; a hint, so one lost costs a poll timeout. A controller
-alone on the database (it counts the holders of a shared advisory lock each tick)
-sends nothing, and sends one "wake everyone" when another arrives. On SQLite there is
-one controller: it leads from the start and sends nothing.
-"""
+"""Several controllers on one PostgreSQL database (ARCHITECTURE.md, "Several controllers"): the
+leadership lease, stepped down from once it may have lapsed, and the wake-ups sent to the others
+over LISTEN/NOTIFY (hints: one lost costs a poll timeout). Exclusivity never rests on leadership."""
 
 from __future__ import annotations
 
@@ -160,9 +147,7 @@ class Peers:
             apply(hub, SCHEDULE, forward=False)
 
     def _count(self, present: int) -> None:
-        """Note how many controllers are present (this one among them). One that
-        arrived since the last tick missed what a lone controller did not send: it is
-        told to wake everyone."""
+        """Note how many controllers are present; a newcomer missed wake-ups, so wake everyone."""
         others = max(0, present - 1)
         if self.others == 0 and others > 0 and self._outbox is not None:
             self._outbox.put_nowait(Wake(everyone=True))

@@ -1,15 +1,6 @@
-"""The interactive relay (controller-api.md §11): in-memory sessions pairing a job's
-four halves, keyed by job ID.
-
-Two directions (output, worker to client; input, client to worker), each an unbuffered
-hand-off: a writer's chunk is acknowledged once the reader took it, so the relay holds
-at most one chunk per direction and the HTTP server's flow control pushes back on the
-sender. An output half ending discards the session (over for every half, the POST
-halves included, so a worker learns its client left while its job is quiet); an input
-half ending closes only the input direction, made afresh when input halves attach
-again; the last half out forgets the session, and a late unwind never touches a newer
-one. A session whose worker waits ``CLIENT_ABSENT`` with no client half is discarded.
-"""
+"""The interactive relay (controller-api.md §11): sessions pairing a job's four halves, each
+direction an unbuffered hand-off, so the HTTP server's flow control pushes back on the sender. An
+output half ending ends the session; an input half only its direction."""
 
 from __future__ import annotations
 
@@ -85,10 +76,7 @@ class Pipe:
         return self._offered
 
     async def taken(self, ticket: int) -> bool:
-        """Wait until the reader took chunk ``ticket``; ``False`` if the pipe closed first.
-
-        Safe to cancel and await again (the hand-off guard re-arms this way).
-        """
+        """Wait until chunk ``ticket`` was taken; ``False`` if closed first. Safe to cancel."""
         if ticket == 0:
             return False
         await self._until(lambda: self._taken >= ticket or self._closed)
@@ -97,9 +85,8 @@ class Pipe:
     async def send(
         self, data: bytes, guard: float | None = None, alone: Callable[[], bool] | None = None
     ) -> bool:
-        """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed,
-        or once blocked ``guard`` seconds while ``alone()`` (the direction then closes:
-        a peer that is attached, or still coming, re-arms the guard)."""
+        """Hand ``data`` over; ``False`` once closed, or blocked ``guard`` seconds while
+        ``alone()``."""
         for start in range(0, len(data), FRAME_MAX):
             ticket = self.offer(data[start : start + FRAME_MAX])
             while True:
@@ -222,9 +209,7 @@ class Relay:
             self._discard(session)
 
     def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
-        """``half`` is over (``pipe`` being the direction it joined): a writer ending is
-        end of stream for its reader, a reader ending closes the direction (waking a
-        blocked writer); then the session's rules of the module docstring."""
+        """``half`` is over: a writer's end is end of stream, a reader's closes the direction."""
         if half in (Half.WORKER_OUT, Half.CLIENT_IN):
             pipe.end()
         else:

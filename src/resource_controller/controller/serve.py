@@ -1,13 +1,5 @@
-"""``rc serve``: start-up order, binding, signals and staged shutdown.
-
-Tokens are validated before the data directory is touched and before any socket is
-bound; every start-up failure is one ``rc: <message>`` line and exit status 1. The
-listening socket is bound here, so a port in use fails before the loops start.
-
-Test hook, never for users: ``RC_TEST_TIMINGS`` (``name=seconds,...``, grammar in
-``core/testtimings.py``) shortens the ``Settings`` named in ``TEST_TIMINGS``, so
-end-to-end tests can watch the reaper without waiting minutes.
-"""
+"""``rc serve``: start-up order, binding, signals and staged shutdown; every start-up failure is one
+``rc: <message>`` line and exit 1, before a socket is bound."""
 
 from __future__ import annotations
 
@@ -197,8 +189,7 @@ def policy(
     max_devices_per_submitter: int | None = None,
 ) -> dict[str, int]:
     """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag:
-    instants are whole seconds, so a duration under one second is refused, not rounded, as
-    is a log cap too small for a head, the marker and a tail; a limit is at least 1 device."""
+    sub-second durations are refused, not rounded."""
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(

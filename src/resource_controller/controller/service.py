@@ -1,11 +1,5 @@
-"""The clients', the operators' and the background loops' operations: one function each,
-between a parsed request and the store (the workers' are ``controller/workerops.py``).
-
-Each runs its store work on the store thread (``Services.db``) and returns a
-``wake.Done``: its value, or the error to answer with after a commit, and the wake-ups
-the change implies, which ``wake.perform`` applies once it committed. Which changes
-imply a scheduling pass is EXT-FAST-1's list (a submit runs its own).
-"""
+"""The clients', operators' and loops' operations, each returning a ``wake.Done`` whose wake-ups
+``wake.perform`` applies once committed."""
 
 from __future__ import annotations
 
@@ -203,9 +197,7 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
-    """One reaper sweep under ``fence`` (the leader's epoch, checked in its transaction):
-    followers of ended jobs finish; a sweep never frees a device, but one it took out can
-    change what a queued job waits for, so a pass follows."""
+    """One reaper sweep under ``fence``; a device it took out may change waits: a pass follows."""
     result = await svc.db(svc.store.devices.sweep, rules, fence)
     ended = frozenset([*result.jobs_lost, *result.leases_expired])
     took_out = bool(result.devices_unknown or result.alarming)
@@ -218,9 +210,8 @@ RETENTION_BATCH = 200
 
 
 async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
-    """Delete the stored output of jobs that ended longer ago than ``--log-retention``;
-    the job rows stay. Files first, then the mark: a pass cut short only leaves a job
-    to be looked at again."""
+    """Delete the stored output of jobs ended over ``--log-retention`` ago: files first, then the
+    mark, so a pass cut short only leaves a job to look at again."""
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])

@@ -1,8 +1,4 @@
-"""What a submit asks for, checked and made into the store's ``NewJob`` before the store
-sees it: every check that needs no database (the store checks the rest in
-``store/jobs.enqueue``: the devices exist, the selector matches, ceilings, the key's
-job, the jobs waited for). Pure: no store, no I/O.
-"""
+"""What a submit asks for, checked without the database and made into the store's ``NewJob``; pure."""
 
 from __future__ import annotations
 
@@ -100,9 +96,8 @@ def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
-    """``count`` and ``device_ids`` checked against each other: a list takes the place of
-    ``device_id`` and ``selector``, its length is the count (another ``count`` is refused,
-    not overridden), its devices distinct and on one host; a ``device_id`` is one device."""
+    """``count`` and ``device_ids`` checked against each other: a list's length is the count
+    (another is refused, not overridden), its devices distinct and on one host."""
     ids = list(req.device_ids or [])
     if not ids:
         if req.device_id and req.count != 1:

@@ -1,11 +1,4 @@
-"""What an operation changed, as data, and the one place that acts on it after commit.
-
-Every operation (``service.py``, ``workerops.py``) and loop returns a ``Done``: its
-outcome and a ``Wake`` naming the wake-ups the committed change implies. ``perform``
-awaits it, then ``apply`` turns the ``Wake`` into hub calls, event-stream messages and
-webhook events, so nothing is woken inside a transaction. A forgotten ``perform`` is a
-type error: a route gets a ``Done``, not the value it renders.
-"""
+"""What an operation changed, as data, acted on after commit: nothing wakes inside one."""
 
 from __future__ import annotations
 
@@ -87,9 +80,8 @@ class Wake:
 
     @staticmethod
     def of_pass(done: PassResult, *, skip: str = "", nudge: bool = True) -> Wake:
-        """A pass's wake-ups: the long polls of the workers it assigned to, a bare "jobs"
-        event when it assigned (``nudge``), and the waiting jobs it ended
-        ``dependency_failed``, whose followers finish (``skip`` is its caller's to say)."""
+        """A pass's wake-ups: the polls of the workers it assigned to, a "jobs" event (``nudge``)
+        and the jobs it ended ``dependency_failed``."""
         ended = [j for j in done.ended if j != skip]
         return Wake.poll(a.worker_id for a in done.assigned) | Wake(
             ended=frozenset(ended),

@@ -1,8 +1,5 @@
-"""The workers' operations: registration and facts, the long poll, heartbeats, output,
-status reports and faults, one function each returning a ``wake.Done``, as
-``controller/service.py``'s; a terminal report runs its pass in its own commit and may
-answer the parked poll of the worker that gets the freed device.
-"""
+"""The workers' operations, each returning a ``wake.Done``; a terminal report may answer the parked
+poll of the worker that gets the freed device."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The bounds on what a request may carry (EXT-LIMITS-1), each with the reason it exists:
-one table, read by the wire models and the body reader, so a limit is written once.
-Over one, a request is ``400 bad_request`` naming the field (``413 body_too_large`` for
-the body as a whole), never let into the store where it could break a later pass.
-"""
+"""The bounds on what a request may carry (EXT-LIMITS-1), written once here, so nothing over one
+reaches the store where it could break a later pass."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""Who may run where and in what order: pure functions over snapshots.
-
-The one copy of each scheduling rule, used by enqueue (the submit-time check), the
-scheduling pass (``core.planner``, walked by ``core.passloop``), explain and queue
-positions:
-
-- queue order as a key function, so a different order (priority aging) is a different
-  key, not a rewrite;
-- the candidate rule: a pinned job may use its devices; a selector job, or a job with
-  neither (any device), the devices its selector matches in any state, filtered by
-  their runtime ceilings;
-- a device ``draining`` (EXT-DRAIN-2) or whose name conflicts with its GPU's MIG mode
-  (the ``mig_conflict`` label) is still matched and pinnable, never assigned or
-  reserved (``DeviceSnap.held_out``).
-
-A job carries a device ``count`` (N devices on ONE host) and, when pinned to a list,
-its ``device_ids``. A job waiting for other jobs (``JobSnap.after_open``) takes no part
-in a pass; the submitter limits are ``core.share``'s.
-"""
+"""Who may run where and in what order: the one copy of each scheduling rule, pure functions over
+snapshots, used by enqueue, the pass, explain and queue positions. A draining or MIG-conflicted
+device still matches, never assigned or reserved."""
 
 from __future__ import annotations
 
@@ -44,8 +28,7 @@ class DeviceSnap:
 
     @property
     def held_out(self) -> bool:
-        """Never assigned or reserved, though still matched and pinnable: draining
-        or in MIG conflict."""
+        """Never assigned or reserved, though matched and pinnable: draining or MIG conflict."""
         return self.draining or bool(self.mig_conflict)
 
     @property
@@ -106,10 +89,8 @@ def queue_key(job: JobSnap) -> tuple[int, int, int]:
 
 
 def effective_priority(priority: int, queued_at: int, now: int, aging: int) -> int:
-    """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited since
-    ``queued_at``, capped at ``PRIORITY_MAX`` (one already above stays); ``aging`` <= 0
-    is none. ``queries.effective_priority_sql`` is this rule in SQL; a test holds the two
-    together."""
+    """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited, capped at
+    ``PRIORITY_MAX``; ``queries.effective_priority_sql`` is this rule in SQL."""
     if aging <= 0 or priority >= PRIORITY_MAX:
         return priority
     steps = max(0, now - queued_at) // aging
@@ -152,12 +133,9 @@ def matching(
 
 
 def candidates(job: JobSnap, devices: Iterable[DeviceSnap], *, ceilings: bool = True) -> list[str]:
-    """Devices the job may be placed on, in the order to try them: its pins (never
-    ceiling-filtered: the ceiling was applied at enqueue), or the devices its selector
-    matches whose ceiling tolerates its runtime (all of them when not ``ceilings``).
-
-    Raises ``SelectorError`` for a stored selector that no longer parses.
-    """
+    """Devices the job may be placed on, in order: its pins (the ceiling was applied at enqueue), or
+    its selector's matches its runtime fits; ``SelectorError`` for a stored selector that no
+    longer parses."""
     if job.pinned:
         return job.pins
     found = matching(selectors.parse(job.selector) if job.selector else None, devices)
@@ -183,10 +161,7 @@ def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
 
 
 def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
-    """The job waits for one of ``device_ids`` (explain's queue depth).
-
-    A stored selector that no longer parses competes for nothing.
-    """
+    """The job waits for one of ``device_ids`` (explain's queue depth)."""
     try:
         return any(d in device_ids for d in candidates(job, devices, ceilings=False))
     except selectors.SelectorError:

@@ -1,17 +1,6 @@
-"""Label selectors: parse, normalise, and match against a device's labels.
-
-A selector is a conjunction of ``key op value`` terms. Quantities (``40G``) compare
-numerically; a term whose key a device lacks never matches, not even ``!=``: a missing
-fact cannot show that the device differs. Beyond SEL-001 and SEL-006, size units
-(``_unit``: ``40Gi``, ``40GiB`` binary, ``40GB`` decimal; ``2PB`` refused by
-``validate``) and ``~`` (``model~H100``: the value contains it, any case; only in a
-term with none of SEL-002's operators, so every selector that parsed before parses the
-same) are understood rather than silently matching nothing.
-
-Parsing and matching are linear in the text: hand-written scanners and, for SEL-006's
-number literal, a finite automaton, never a backtracking pattern; a ``Meter`` counts
-the characters examined, so tests check that without timing anything.
-"""
+"""Label selectors: a conjunction of ``key op value`` terms. A missing key never matches, not even
+``!=``: a missing fact cannot show the device differs. Linear in the text (no backtracking
+pattern); a ``Meter`` counts characters examined so tests need no timing."""
 
 from __future__ import annotations
 
@@ -218,9 +207,8 @@ def _is_literal(s: str, start: int, end: int) -> tuple[bool, int]:
 
 
 def _unit(s: str) -> tuple[float, int]:
-    """The multiplier of the size unit ending ``s`` (non-empty) and where the number before
-    it ends, ``(1, len(s))`` for none: ``K M G T`` alone or with ``i``/``iB`` are powers of
-    two (SEL-006), with ``B`` of ten; ``B`` alone is bytes. Any case."""
+    """The multiplier of the size unit ending ``s`` and where its number ends (``(1, len(s))`` for
+    none): ``K M G T`` alone or with ``i``/``iB`` binary (SEL-006), with ``B`` decimal; any case."""
     end = len(s)
     last = s[-1]
     if last in "bB":
@@ -239,8 +227,7 @@ def _unit(s: str) -> tuple[float, int]:
 
 
 def quantity(s: str, meter: Meter | None = None) -> float | None:
-    """A label value as a number, or None when it is not a quantity (SEL-006, with the
-    size units of ``_unit``)."""
+    """A label value as a number (SEL-006, with ``_unit``'s sizes), or None."""
     if not s:
         return None
     mult, end = _unit(s)
@@ -280,9 +267,8 @@ def unsupported_unit(value: str) -> str | None:
 
 
 def validate(text: str, meter: Meter | None = None) -> Selector:
-    """Parse a selector a request brings, refusing a value with a size unit this module does
-    not know, named, rather than matching nothing. Stored selectors are only parsed, so a
-    rule added here never strands a job already queued."""
+    """Parse a request's selector, refusing an unknown size unit by name; stored selectors are only
+    parsed, so a new rule never strands a queued job."""
     selector = parse(text, meter)
     for term in selector.terms:
         unit = unsupported_unit(term.value) if term.op != CONTAINS else None
@@ -335,9 +321,8 @@ def _counted(n: int) -> str:
 
 
 def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> str:
-    """What the devices have for the keys ``selector`` uses, for one that matched none:
-    ``model=H100`` against ``NVIDIA H100 80GB HBM3`` says so and suggests ``model~H100``.
-    Bounded (``HINT_*``: keys, commonest values, characters), one pass over the labels."""
+    """What the devices have for the keys ``selector`` uses, for one that matched none (suggesting
+    ``model~H100``); bounded by ``HINT_*``."""
     if not labels:
         return "no device is registered"
     keys: list[str] = []

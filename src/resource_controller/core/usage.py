@@ -1,11 +1,5 @@
-"""Accounting rules: what a usage window is, and what a group's figures mean.
-
-A lease adds its held time to its device, holder, host and device-holder pair in the
-hour it is released, weighted into GPU-seconds by the job's mean utilisation when one
-was measured. The store keeps running totals and each active hour's end
-(``store/usage.py``), so a window costs two rows per group; this module has the pure
-parts: the ``--since`` grammar, a group's figures, and the table a window becomes.
-"""
+"""Accounting rules, pure: the ``--since`` grammar, a group's figures and the table a window becomes
+(the sums are ``store/usage.py``'s)."""
 
 from __future__ import annotations
 
@@ -133,8 +127,7 @@ def gpu_hours(f: Figures) -> float | None:
 
 
 def share(f: Figures, total: Figures) -> float | None:
-    """The group's part of the window's device-hours (0..1, four places); ``None`` when
-    nothing was held at all."""
+    """The group's part of the window's device-hours (0..1, four places); ``None``: none held."""
     if total.held_seconds <= 0:
         return None
     return round(f.held_seconds / total.held_seconds, 4)

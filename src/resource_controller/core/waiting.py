@@ -1,17 +1,6 @@
-"""Why a queued job waits: pure functions over a snapshot (EXT-WHY-1).
-
-For each device a queued job could run on (its candidates, by device ID) one
-``Blocker`` says what stands between them: a live lease (who, since when, until when),
-a reservation by a queued job ahead of this one (its own, or a stale row naming a job
-that left or now sorts behind, is none), the device out of the pool, draining, or in
-MIG conflict; facts combine. A ``Blocker`` with only ``device_id`` is a device nothing
-keeps from the job now, or a pinned device that no longer exists. The jobs it waits
-for, or its submitter at the limit, stand before every device and are then the whole
-answer.
-
-``phrase``, ``summary`` and ``cell`` turn blockers into the words ``rc run``, ``rc ps``
-and the no-wait refusal use, so the controller and the client say the same thing.
-"""
+"""Why a queued job waits (EXT-WHY-1): one ``Blocker`` per candidate device, pure over a snapshot;
+``phrase``, ``summary`` and ``cell`` put them in words, so the controller and the client say the
+same thing."""
 
 from __future__ import annotations
 
@@ -50,10 +39,9 @@ class Holding:
 
     @property
     def until(self) -> int | None:
-        """The latest time the holder can keep the device (EXT-WHY-1): the grant plus the
-        job's effective runtime or hold TTL; None for a job with no runtime. Not the
-        lease's ``expires_at``, which every heartbeat renews, except for a lease no job
-        backs: no heartbeat renews it, so that is its end."""
+        """The latest time the holder can keep the device (EXT-WHY-1): the grant plus its runtime or
+        hold TTL, not ``expires_at``, which every heartbeat renews; a job-less lease's
+        ``expires_at``."""
         if self.runtime is None:
             return self.expires_at
         return self.acquired_at + self.runtime if self.runtime > 0 else None
@@ -188,10 +176,8 @@ def _instant(value: Any) -> int | None:
 
 
 def from_wire(entry: Mapping[str, Any]) -> Blocker:
-    """A ``waiting_for`` entry as the controller sent it, for the client's words.
-
-    Unreadable values read as absent: a client must still print its queued line.
-    """
+    """A ``waiting_for`` entry as the controller sent it; unreadable values read as absent, so a
+    client still prints its queued line."""
     facts: dict[str, Any] = {}
     for f in dataclasses.fields(Blocker):
         value = entry.get(f.name)
@@ -245,10 +231,7 @@ def limit_text(limit: int, submitter: str) -> str:
 
 
 def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
-    """One blocker in words, e.g. ``held by alice (job 1b2c3d4e…, hold "profiling") for
-    12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063), or
-    ``at the limit of 4 devices for alice``, or ``after job 1b2c3d4e…, not
-    ended yet``."""
+    """One blocker in words (``held by alice (job 1b2c3d4e…) for 12m0s, at most until …``)."""
     if b.submitter_limit is not None:
         return limit_text(b.submitter_limit, b.submitter)
     if b.after:

@@ -1,8 +1,5 @@
-"""The store's core under every aggregate: the connection, a re-entrant lock that
-serialises operations, the one transaction context (``tx``, or ``read`` outside any),
-the caches and the clock. The caches (fleet view, kept reservations, settled queue) are
-dropped when a transaction that read them rolls back (``undone``).
-"""
+"""The store's core under every aggregate: connection, lock, transactions and caches; a rolled-back
+transaction drops what the caches took from it (``undone``)."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ class _Serial:
 
 
 class Core:
-    """One database connection behind serialised transactions, and what the
-    operations keep between them."""
+    """One connection behind serialised transactions, and what operations keep between them."""
 
     def __init__(self, database: Path | str, clock: Clock, priority_aging: int = 0) -> None:
         """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
@@ -95,10 +91,8 @@ class Core:
             c.value("SELECT 1")
 
     def _usable(self) -> sql.Db:
-        """The connection for an operation. At its start one the server dropped while idle
-        is replaced first and the caches read afresh; later in an operation a dropped one
-        ends it (``ConnectionDropped``: what ran may rest on the old session), and
-        ``races.again`` runs it once more. ``StoreUnavailable`` while unreachable."""
+        """The connection for an operation: one dropped while idle is replaced at its start; later a
+        drop ends the operation (``ConnectionDropped``), as what ran may rest on the old session."""
         starting = self.lock.starting()
         if not self.db.broken and not (starting and engine.dropped(self.db.driver)):
             return self.db
@@ -127,10 +121,8 @@ class Core:
 
     @contextmanager
     def tx(self, point: str = "") -> Iterator[sql.Db]:
-        """One transaction under the lock; ``point`` names its crash point (a test hook).
-        A driver error becomes ``StoreError`` naming its type; a connection lost before
-        the commit ``ConnectionDropped``, at the commit ``StoreUnavailable`` (unknown
-        whether it committed: never run again)."""
+        """One transaction under the lock; a connection lost at the commit is ``StoreUnavailable``:
+        whether it committed is unknown, so it never runs again."""
         with self.lock:
             self.gen += 1
             db = self._usable()

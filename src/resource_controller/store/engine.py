@@ -1,7 +1,5 @@
-"""Open the database, a SQLite file (WAL, ``synchronous=FULL``: a granted lease must
-survive power loss) or a PostgreSQL URL (psycopg 3), in autocommit, and migrate it.
-SQLAlchemy and Alembic (~25 MiB resident) are loaded only for a database not at ``HEAD``.
-"""
+"""Open the database (SQLite with ``synchronous=FULL``: a granted lease must survive power loss; or
+PostgreSQL) and migrate it; SQLAlchemy and Alembic load only when not at ``HEAD``."""
 
 from __future__ import annotations
 
@@ -64,8 +62,7 @@ class Database:
 
     @property
     def libpq_url(self) -> str | None:
-        """The PostgreSQL URL for connections outside the store (the controllers'
-        leadership and wake-ups); None for SQLite."""
+        """The PostgreSQL URL for the controllers' own connections; None for SQLite."""
         return str(self.target) if self.dialect == "postgresql" else None
 
     def where(self) -> str:
@@ -153,8 +150,7 @@ def connect_postgres(url: str) -> Any:
 
 
 def _sqlite_connection(path: Path) -> sqlite3.Connection:
-    """A connection to the SQLite file at ``path`` with the project's pragmas, the file
-    (and its WAL and shared-memory files) 0600."""
+    """A connection to the SQLite file with the project's pragmas, its files 0600."""
     private.private_file(path)
     for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if side.exists():
@@ -177,9 +173,7 @@ def _strpos(text: str | None, part: str | None) -> int | None:
 
 
 def dropped(driver: Any) -> bool:
-    """Whether the server closed ``driver``'s connection while it stood idle: its goodbye
-    and the end of the stream are there to read at once (a live one costs two reads that
-    find nothing). Never on SQLite."""
+    """Whether the server closed ``driver``'s idle connection (never on SQLite)."""
     if isinstance(driver, sqlite3.Connection):
         return False
     import psycopg

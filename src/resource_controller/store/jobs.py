@@ -1,10 +1,4 @@
-"""The queue and the pass (store.md §7-9, §11): enqueue, cancel, kill, the scheduling
-pass and what a queued job waits for.
-
-Enqueue never assigns: the pass (``passes.py``, each placement by ``leases.assign``) is
-the only place a device changes hands, so no side door overtakes a queue position.
-Enqueue checks what needs the database (``controller/submits.py`` checked the rest).
-"""
+"""The queue and the pass (store.md §7-9, §11); only the pass places, so nothing jumps the queue."""
 
 from __future__ import annotations
 
@@ -124,8 +118,8 @@ class Queue:
     def request_kill(
         self, job_id: str, reason: str, finalize_disconnected: bool = False
     ) -> KillRequest:
-        """STORE-091..093: flag an active job for its worker, or end it here when its
-        worker is gone and ``finalize_disconnected``."""
+        """STORE-091..093: flag an active job for its worker, or end it here when the worker is
+        gone."""
         with self._core.tx("kill") as c:
             job = queries.job(c, job_id)
             if not job.active:
@@ -176,8 +170,7 @@ class Queue:
 
     @races.reconnecting
     def schedule_after(self, job: JobRecord) -> PassResult:
-        """The pass right after ``job``'s enqueue, skipped when it cannot change
-        anything (``passes.SettledQueue``)."""
+        """The pass right after ``job``'s enqueue, skipped when it cannot change anything."""
         core = self._core
         with core.lock:
             if core.settled.skips(core.db, core.gen, job):
@@ -313,9 +306,7 @@ def _disconnected(conn: sql.Db, job: JobRecord) -> bool:
 
 
 def _position(conn: sql.Db, job: JobRecord, now: int, aging: int) -> int:
-    """1 + the queued jobs ahead of ``job`` (by effective priority at ``now``); a pinned
-    job counts only those pinned to one of its devices (STORE-070). One count: a queued
-    job's view is polled twice a second, and comparing keys cost 6 ms at 1,500 queued."""
+    """1 + the queued jobs ahead of ``job`` (STORE-070), in one count: it is polled often."""
     ahead, params = queries.behind(job.priority, job.queued_at, job.seq, now, aging, ahead=True)
     text = f"SELECT count(*) FROM jobs WHERE jobs.state = ? AND jobs.id != ? AND {ahead}"
     args: tuple[Any, ...] = (str(JobState.QUEUED), job.id, *params)
@@ -338,11 +329,7 @@ _HOLDINGS = (
 def wait_snapshot(
     conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
 ) -> waiting.WaitFacts:
-    """What the why-rules read, in a few queries however long the queue: the fleet view,
-    every live lease with its job's runtime (``None`` when no job row backs it), the
-    reservations, unhealthy devices' quarantine text (API-023), the devices each share
-    name holds under a limit, and what waiting jobs still wait for, in the order of
-    ``order`` (job -> its ``after_ids``)."""
+    """What the why-rules read, in a few queries however long the queue."""
     limits = core.limits
     records, snaps = core.fleet.read(conn)
     holdings = [

@@ -1,13 +1,6 @@
-"""Job output: one append-only file per job under ``<data>/logs``, capped, never held
-in memory (a job ID that is not a safe file name is refused).
-
-The cap (``--max-log-bytes``) keeps a job's head and tail with a marker between:
-``<id>.log`` takes the first half and only grows, so an offset a follower reached always
-names the same byte; the rest goes to ``<id>.tail``, a ring (a 16-byte header: bytes
-ever written, ring size) that once wrapped reads ``head + marker + last bytes``. A
-follower of a running job reads the head alone; the tail reaches it once the job is
-terminal and the ring no longer moves.
-"""
+"""Job output: one capped, append-only file per job under ``<data>/logs``; the head only grows, so
+an offset a follower reached always names the same byte, and the rest goes to a ring
+(``<id>.tail``)."""
 
 from __future__ import annotations
 
@@ -68,9 +61,7 @@ Piece = tuple[int | bytes | PieceReader, int, int]
 
 
 class Snapshot:
-    """The bytes of one log from an offset up to its size when opened: pieces (the head,
-    the marker, the ring in order), each ``read`` one bounded read of one piece; files
-    stay open until ``close``."""
+    """The bytes of one log from an offset up to its size when opened, until ``close``."""
 
     def __init__(self, pieces: list[Piece], offset: int, fds: list[int] | None = None) -> None:
         self._pieces = pieces
@@ -121,10 +112,8 @@ class JobLogs(ABC):
 
     @abstractmethod
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """A reader of the stored view from ``offset`` on; empty past the end or for no log.
-
-        ``settled=False`` (a follower of a job still running) reads only the head, whose
-        bytes never move; ``True`` reads the whole view, head, marker and tail."""
+        """A reader of the view from ``offset``; ``settled=False`` (a job still running) reads only
+        the head, whose bytes never move."""
 
     @abstractmethod
     def delete(self, job_id: str) -> bool:
@@ -267,9 +256,7 @@ def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
 
 
 def _ring_write(path: Path, data: memoryview, ring_size: int) -> None:
-    """Write ``data`` into the ring after what it holds. A ring keeps the size it was
-    created with (a controller restarted with another cap goes on with its rings); the
-    header is written after the bytes it counts."""
+    """Write ``data`` into the ring, then the header that counts it; a ring keeps its size."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, private.FILE_MODE)
     try:
         written, size = _header(fd)

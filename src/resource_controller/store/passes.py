@@ -1,11 +1,5 @@
-"""The scheduling pass on the database: ``core.passloop.run_pass`` over the queue, in
-one transaction that holds the pass lock, each placement a savepoint (``leases.assign``).
-
-The rules decide (``core.scheduling``); this module reads what they need a page at a
-time, since a pass usually stops early (every device claimed), and keeps between passes
-what the last one left: the reservation rows (``KeptReservations``) and whether the
-queue was settled, so the pass after a submit may be skipped (``SettledQueue``).
-"""
+"""The scheduling pass on the database: ``core.passloop.run_pass`` in one transaction holding the
+pass lock, the queue read a page at a time (a pass usually stops early)."""
 
 from __future__ import annotations
 
@@ -40,10 +34,8 @@ WHOLE_BATCH = 512
 
 
 class QueueWalk:
-    """The queue in scheduling order (aged at ``now`` with ``aging``), a page at a time
-    (keyset on the order): the ``core.passloop.PassQueue`` the pass runs over. A page after
-    one mostly of plain pins is read narrow (``QueueEntry``): a plain pin behind a busy
-    device needs nothing more."""
+    """The queue in scheduling order, a page at a time (keyset): the ``PassQueue`` the pass walks;
+    behind a page of plain pins it is read narrow."""
 
     def __init__(
         self,
@@ -104,8 +96,7 @@ class QueueWalk:
         return [job.snap() for job in map(_decode_raw, rows) if job]
 
     def scheduling_row(self, row: QueueEntry) -> QueueRow | None:
-        """The ``QueueRow`` of narrow ``row``, the row last yielded (``None`` once the job
-        is gone)."""
+        """The ``QueueRow`` of narrow ``row``, the last yielded (``None`` once the job is gone)."""
         found = self._rows.get(row.id)
         if found is None:
             ids = [row.id]
@@ -200,8 +191,7 @@ class _Placer:
 
 @dataclasses.dataclass
 class PassEnd:
-    """How a pass ended, so the store can tell when a pass right after it would change
-    nothing (``Queue.schedule_after``)."""
+    """How a pass ended: whether a pass right after it could change anything."""
 
     #: Every reservable device was claimed when the walk ended.
     saturated: bool = False
@@ -212,10 +202,8 @@ class PassEnd:
 
 
 def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
-    """One scheduling pass in ``db``'s transaction, which holds ``locks.SCHEDULING_PASS``:
-    FIFO by (effective) priority, reservations for the blocked, each assignment a
-    savepoint, the reservation rows rewritten once at the end if they changed; what it
-    placed and how it ended."""
+    """One scheduling pass in ``db``'s transaction (which holds ``locks.SCHEDULING_PASS``), each
+    assignment a savepoint; what it placed and how it ended."""
     now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
     if not queries.any_queued(db):
@@ -253,8 +241,7 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
 
 
 def held_by_share(db: sql.Db) -> dict[str, int]:
-    """The devices each share name holds, as migration 0010's triggers keep
-    them from the live leases."""
+    """The devices each share name holds (kept by migration 0010's triggers)."""
     return {str(name): int(n) for name, n in db.execute(_HELD)}
 
 
@@ -277,10 +264,8 @@ _COUNT = "SELECT count(*) FROM reservations"
 
 
 class KeptReservations:
-    """The reservation rows (device -> job) as the last pass wrote or read them (reading
-    thousands back was a tenth of a long pass). Only the pass inserts them, every other
-    writer deletes: while no other connection wrote the file (SQLite's ``data_version``)
-    and the count is the pass's, they are its rows. PostgreSQL reads them every time."""
+    """The reservation rows as the last pass left them (reading thousands back was a tenth of a long
+    pass); trusted only while no other connection wrote (SQLite), read every time on PostgreSQL."""
 
     def __init__(self) -> None:
         self._rows: dict[str, str] | None = None  #: None = read them next time
@@ -314,11 +299,8 @@ class _Settled:
 
 
 class SettledQueue:
-    """What the last pass left if it settled the queue (placed nothing, every device
-    claimed), so the pass after a submit that could change nothing is skipped: a job
-    behind where the walk ended, pinned to no device it did not see. Only while nothing
-    else committed (this store's transaction count, and a commit mark:
-    ``data_version`` or ``sql.Db.quiet_mark``), and never with aging on."""
+    """What the last pass left if it settled the queue, so a submit's pass that could change nothing
+    is skipped; only while nothing else committed, never with aging."""
 
     def __init__(self) -> None:
         self._last: _Settled | None = None
@@ -329,19 +311,16 @@ class SettledQueue:
         self._last = None
 
     def enqueued(self, job: JobRecord, keyed: bool) -> None:
-        """A submit committed ``job``; with an idempotency key it may have found an old
-        job and written nothing."""
+        """A submit committed ``job`` (with a key, maybe an old job and nothing written)."""
         self._inserted = None if keyed else job.id
 
     def passed(self, db: sql.Db, gen: int, end: PassEnd, settled: bool) -> None:
-        """A pass ended at transaction count ``gen``; ``settled``: it placed nothing and
-        claimed every device, with aging off."""
+        """A pass ended at transaction count ``gen``; ``settled``: nothing left to do."""
         mark = _commit_mark(db) if settled else None
         self._last = None if mark is None else _Settled(gen, mark, end)
 
     def skips(self, db: sql.Db, gen: int, job: JobRecord) -> bool:
-        """Whether the pass after ``job``'s submit (the transaction ``gen``) may be
-        skipped; if so the queue stays settled."""
+        """Whether the pass after ``job``'s submit may be skipped, the queue staying settled."""
         s = self._last
         if s is None or gen != s.gen + 1 or not _behind(job, s.end):
             return False
@@ -367,8 +346,7 @@ def _behind(job: JobRecord, end: PassEnd) -> bool:
 
 
 def _commit_mark(db: sql.Db) -> int | None:
-    """A number that tells whether another process committed since it was read; None:
-    unknown."""
+    """A number that tells whether another process committed since it was read; None: unknown."""
     if not db.postgres:
         return db.data_version()
     # Inside a transaction (a report's pass) this connection's own is in progress.

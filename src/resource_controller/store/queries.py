@@ -1,7 +1,5 @@
-"""The store's shared reads and small writes, as SQL text on ``sql.Db``, the same on
-SQLite and PostgreSQL. Column lists are the records' fields in their order, so a row
-builds its record by ``_make`` (the store tests hold every table column to a field).
-"""
+"""The store's shared reads and small writes as SQL text, the same on both databases; a row builds
+its record by ``_make`` in column order."""
 
 from __future__ import annotations
 
@@ -45,10 +43,7 @@ SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_nam
 
 
 class QueueRow(NamedTuple):
-    """What the pass reads of a queued job: the rules' columns only (command and
-    environment, most of a row's bytes, are read on placement). Every column costs
-    about as much (~0.1 µs a row), so a long pinned queue reads the first
-    ``WALK_WIDTH`` alone (``QueueEntry``)."""
+    """What the pass reads of a queued job: the rules' columns only (each costs ~0.1 µs a row)."""
 
     id: str
     device_id: str
@@ -143,9 +138,7 @@ def any_queued(conn: sql.Db) -> bool:
 def update_reservations(
     conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]] = ()
 ) -> None:
-    """Delete the reservation rows of the ``gone`` devices and write ``rows`` (job,
-    device) over their device's, a few statements for many rows: each is a round trip
-    to a database server."""
+    """Delete the ``gone`` devices' reservations and write ``rows``, in few statements."""
     for at in range(0, len(gone), _ROWS_A_STATEMENT):
         devices = gone[at : at + _ROWS_A_STATEMENT]
         conn.execute(
@@ -176,11 +169,8 @@ def queue_page(
     aging: int = 0,
     skip: Sequence[str] = (),
 ) -> Sequence[QueueRow | QueueEntry]:
-    """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each a
-    ``QueueRow`` (``narrow``: a ``QueueEntry``); ``after`` is the
-    (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
-    end are not eligible and are left out, as are the jobs counted under a
-    name in ``skip`` (names at their limit)."""
+    """Up to ``limit`` eligible queued rows behind ``after`` (the last row's priority, queued_at,
+    seq), leaving out names in ``skip``."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.after_open = 0"
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
@@ -209,8 +199,7 @@ def queue_key_of(conn: sql.Db, job_id: str) -> tuple[int, int, int] | None:
 
 
 def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
-    """Raw queued rows of eligible jobs pinned to a device not in ``known`` (one with no
-    row), in ``queue_order(now, aging)``."""
+    """Queued eligible jobs pinned to a device not in ``known``, in queue order."""
     text = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.device_id != '' AND jobs.after_open = 0"
     if known:
@@ -224,10 +213,7 @@ SEQ_START = "(SELECT coalesce(max(seq), 0) + 1 FROM jobs)"
 
 
 def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
-    """Increment and return the named counter (first ``start``, SQL) in one statement of
-    the caller's transaction, so two controllers never take one number: the lease epoch,
-    and ``job_seq`` (``SEQ_START``), not ``max(seq) + 1``, whose row lock orders
-    submits that several controllers make at once."""
+    """Increment and return the named counter in one statement: no number is taken twice."""
     text = (
         f"INSERT INTO counters (name, value) VALUES (?, {start})"
         " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
@@ -236,11 +222,8 @@ def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
 
 
 def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
-    """Lock the rows of a worker's devices, in ID order as grants take them, for the
-    rest of the transaction (PostgreSQL; SQLite has one writer at a time). A
-    transaction that reads the worker's jobs and leases and then moves its devices
-    takes this first: under READ COMMITTED a grant committing between its read and its
-    write would otherwise be undone by the write (a busy device made ready)."""
+    """Lock a worker's devices' rows in ID order (PostgreSQL): under READ COMMITTED a grant
+    committing between a read and a write would be undone by the write."""
     if conn.postgres:
         conn.execute(
             "SELECT id FROM devices WHERE worker_id = ? ORDER BY id FOR UPDATE", (worker_id,)
@@ -258,8 +241,7 @@ def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
 
 
 def release_leases(conn: sql.Db, now: int, job_id: str, by: str = "job_id") -> list[Held]:
-    """Release the live leases of ``job_id`` (``by="id"``: the one lease of that ID):
-    what each held, by device."""
+    """Release ``job_id``'s live leases (``by="id"``: the lease of that ID): what each held."""
     rows = conn.all(
         f"UPDATE leases SET released_at = ? WHERE {by} = ? AND released_at IS NULL"
         " RETURNING device_id, holder, job_id, acquired_at",
@@ -273,9 +255,8 @@ QUEUE_ORDER = "jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC"
 
 
 def effective_priority_sql(now: int, aging: int) -> str:
-    """``core.scheduling.effective_priority`` as SQL; the plain priority when
-    aging is off. Integer division of a non-negative wait is the rule's floor. ``now`` and
-    ``aging`` are integers of ours, so they are written into the text."""
+    """``core.scheduling.effective_priority`` as SQL (a test holds the two together); ``now`` and
+    ``aging`` are our integers, written into the text."""
     if aging <= 0:
         return "jobs.priority"
     now, aging, top = int(now), int(aging), int(scheduling.PRIORITY_MAX)
@@ -299,9 +280,7 @@ def queue_order(now: int = 0, aging: int = 0) -> str:
 def behind(
     priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0, ahead: bool = False
 ) -> tuple[str, tuple[Any, ...]]:
-    """Jobs after the one with this key in ``queue_order(now, aging)`` (``ahead``: before
-    it), as a condition and its parameters: the keyset for reading the queue a page at a
-    time, and a queue position's count."""
+    """Jobs after this key in queue order (``ahead``: before it), as a condition and params."""
     prio = effective_priority_sql(now, aging)
     p = scheduling.effective_priority(priority, queued_at, now, aging)
     first, then = (">", "<") if ahead else ("<", ">")
@@ -320,8 +299,7 @@ def jobs_where(
     limit: int | None = None,
     epochs: bool = False,
 ) -> list[JobRecord]:
-    """The jobs matching ``where`` (SQL text, ``?`` for ``params``), with their lease
-    epochs or without (0)."""
+    """The jobs matching ``where``, with their lease epochs or without (0)."""
     text = JOB_WITH_EPOCH if epochs else f"SELECT {_JOB_LIST} FROM jobs"
     if where:
         text += f" WHERE {where}"
@@ -361,9 +339,8 @@ def reserving_snaps(conn: sql.Db) -> list[JobSnap]:
 
 
 def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:
-    """Jobs on ``device_id``: their one device, or one of a several-device job's,
-    as a condition and its parameters. Matched as a whole comma-delimited item by
-    position, never by pattern, so ``h:g1`` never matches ``h:g10``."""
+    """Jobs on ``device_id``, as a condition and parameters: matched as a whole comma-delimited
+    item, so ``h:g1`` never matches ``h:g10``."""
     item = f",{device_id},"
     return (
         "(jobs.device_id = ? OR (jobs.device_ids != ''"

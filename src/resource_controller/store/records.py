@@ -1,6 +1,5 @@
-"""Typed rows the store hands out: named tuples for the rows read by the thousand (built
-by ``_make`` in column order, several times faster than a frozen dataclass), frozen
-dataclasses for the results of operations."""
+"""Typed rows: named tuples for rows read by the thousand (``_make`` is several times faster than a
+frozen dataclass), dataclasses for results."""
 
 from __future__ import annotations
 
@@ -220,9 +219,7 @@ NO_GPU_USE = GpuUse()
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep changed, as IDs in no order. ``devices_unhealthy`` holds only
-    silence write-offs; an expired lease's device is reported through ``leases_expired``
-    (its job's ID, or the lease's for a job-less one; STORE-171 maps either to the device)."""
+    """What one sweep changed; an expired lease is named by its job's ID, or its own."""
 
     devices_unknown: list[str] = field(default_factory=list)
     devices_unhealthy: list[str] = field(default_factory=list)

@@ -1,10 +1,5 @@
-"""The tables, as SQLAlchemy Core metadata (store.md §2).
-
-No foreign keys: job history must outlive the hardware it ran on. The
-partial unique index ``leases_one_live_per_device`` is the whole exclusivity
-guarantee: a second live lease on a device fails to insert even if every
-check above it were wrong. The Alembic migrations create exactly these objects.
-"""
+"""The tables as SQLAlchemy metadata (store.md §2), which the migrations create exactly. No foreign
+keys: job history outlives the hardware."""
 
 from __future__ import annotations
 

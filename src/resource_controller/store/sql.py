@@ -1,8 +1,5 @@
-"""The one way the store reaches its database: SQL text with ``?`` placeholders, run on
-the driver's connection (2-3 µs a statement against SQLAlchemy Core's 14-53 µs,
-``bench/sqlpath.py``). Every statement passes ``Db.execute``, where a watcher (the test
-that no state write bypasses ``store.moves``) sees each with the move that issued it.
-"""
+"""The one way the store reaches its database: SQL text with ``?`` on the driver's connection (2-3
+µs a statement, ``bench/sqlpath.py``)."""
 
 from __future__ import annotations
 
@@ -105,9 +102,8 @@ class Db:
         return int(version)
 
     def quiet_mark(self) -> int | None:
-        """PostgreSQL: one past the newest finished transaction ID when none is in
-        progress below it, else None (always on SQLite): the next mark is one more only
-        if a single transaction wrote and finished meanwhile."""
+        """PostgreSQL: a commit mark that is one more only if a single transaction finished
+        meanwhile; None when unknown (always on SQLite)."""
         if not self.postgres:
             return None
         (mark,) = self.driver.execute(_QUIET_MARK).fetchone() or (None,)
@@ -186,7 +182,5 @@ def row_error(exc: BaseException) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _to_format(sql: str) -> str:
-    """``?`` placeholders as ``%s`` (and a literal ``%`` doubled), cached per statement
-    (bounded: the aged queue order writes ``now`` into its text). The store's SQL has
-    no ``?`` inside a string literal: values are always parameters."""
+    """``?`` as ``%s`` (``%`` doubled), cached; the store's SQL has no ``?`` in a literal."""
     return sql.replace("%", "%%").replace("?", "%s")

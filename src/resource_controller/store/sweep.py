@@ -1,9 +1,5 @@
-"""The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT, in
-one transaction in the spec's order: demote by silence, reap written-off workers' jobs
-(unless retaining), expire lapsed leases when judging; ``core.expiry`` gives the verdicts.
-Nothing here writes ``ready``: no news from a worker says nothing of its devices, and an
-expiry says only that the holder stopped renewing.
-"""
+"""The reaper's sweep (store.md §13), one transaction in the spec's order. Nothing here writes
+``ready``: silence says nothing of a device."""
 
 from __future__ import annotations
 
@@ -96,8 +92,7 @@ def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
 
 
 def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
-    """End every lapsed live lease by its own ID and quarantine its device (read after
-    the reap, which released some)."""
+    """End every lapsed live lease by its own ID and quarantine its device."""
     live = conn.all(
         "SELECT id, device_id, job_id, expires_at, kind FROM leases"
         " WHERE released_at IS NULL ORDER BY acquired_at, id"

@@ -1,10 +1,5 @@
-"""The usage rollup (migration 0011): what each lease held, summed in the transaction
-that releases it. ``usage_totals`` holds per group (``dim``: submitter, device, host or
-``pair``; ``key``) the running sums and the latest hour written, ``usage_marks`` the
-sums at the end of each hour a group was active; use since hour H is the totals minus
-the last mark before H, two rows a group (``window``). Nothing reads ``jobs``, so
-deleting old jobs never changes a figure.
-"""
+"""The usage rollup (migration 0011): running totals per group and the sums at each active hour's
+end, so a window is two rows a group."""
 
 from __future__ import annotations
 
@@ -82,12 +77,7 @@ def _marks_sql(n: int) -> str:
 
 
 def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = None) -> None:
-    """Add released leases to every group they belong to, in the caller's transaction.
-
-    ``held`` are one job's leases (a several-device job's all at once, so the job
-    counts once for its submitter and host); ``util`` is its mean GPU utilisation in
-    percent when measured, which weights its held time.
-    """
+    """Add one job's released leases to each group, so the job counts once; ``util`` weights."""
     if not held:
         return
     sums: dict[tuple[str, str], tuple[int, int, float]] = {}

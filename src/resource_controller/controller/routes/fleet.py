@@ -1,5 +1,4 @@
-"""Client and admin fleet routes (controller-api.md §7.6-7.12): devices, state, describe,
-explain, usage, whoami, clear, retire."""
+"""Client and admin fleet routes (controller-api.md §7.6-7.12)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The four relay routes (controller-api.md §11).
-
-The route looks the job up once, joins the session (``409 conflict`` for a half already
-taken) and answers ``200`` at once; the stream then runs in the response object on the
-raw ASGI channels: a POST half keeps reading its body after the ``200``, a GET half
-writes under a per-write deadline while it watches for its client going away.
-"""
+"""The four relay routes (controller-api.md §11), streaming on the raw ASGI channels."""
 
 from __future__ import annotations
 
