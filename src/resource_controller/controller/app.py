@@ -1,6 +1,5 @@
-"""``create_app``: one small ASGI app serving ``controller/table.py``'s routes, authenticating
-before anything else (AUTH-003); an ``RcError`` is the spec's error body, anything else ``500
-store_error`` with no driver text."""
+"""``create_app``: one ASGI app serving ``controller/table.py``'s routes, authenticating first
+(AUTH-003); a non-``RcError`` is ``500 store_error`` with no driver text."""
 
 from __future__ import annotations
 
@@ -107,8 +106,7 @@ class App:
                 asyncio.create_task(loops.reaper(svc, started, hold_off_until), name="reaper"),
                 asyncio.create_task(loops.scheduler(svc), name="scheduler"),
             ]
-        # A stop signal ends every relay stream at once, so none holds the graceful
-        # shutdown window open (TTY-002: sessions do not outlive the process).
+        # A stop ends every relay stream at once (TTY-002: sessions do not outlive the process).
         tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
         if not svc.peers.alone:
             tasks.append(asyncio.create_task(svc.peers.run(svc.hub), name="peers"))

@@ -15,7 +15,7 @@ class TokenError(ValueError):
 
 
 def parse_tokens(value: str | None) -> dict[str, Caller]:
-    """``token:role[:name]`` entries, anything ambiguous refused; names ``[A-Za-z0-9._@/-]{1,64}``."""
+    """``token:role[:name]`` entries, ambiguity refused; a name is ``[A-Za-z0-9._@/-]{1,64}``."""
     if not value:
         raise TokenError(EXAMPLE)
     tokens: dict[str, Caller] = {}

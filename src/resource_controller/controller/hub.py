@@ -1,5 +1,4 @@
-"""In-process wake-ups, hints only: every sleeper re-checks on a timeout, and each key's event is
-replaced on every wake, so none is missed."""
+"""In-process wake-ups, hints only: every sleeper also re-checks on a timeout."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ class Hub:
         self.notifier: Notifier | None = None
         #: The interactive relay's sessions, in memory only.
         self.relay = Relay()
-        #: Where a committed change's wake-ups go for the other controllers sharing the
-        #: database (``controller/peers.py``); None when there are none.
+        #: Where wake-ups go for the other controllers on the database; None when there are none.
         self.forward: Callable[[Wake], None] | None = None
 
     def kick_scheduler(self) -> None:

@@ -1,6 +1,5 @@
 """Background loops: the scheduler pass, kicked after every change that can place a job (the
-periodic pass only catches a missed kick, on the leader alone), and the reaper. Errors are logged
-and the loop carries on."""
+periodic pass only catches a missed kick), and the reaper; errors are logged."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Long polls parked for work, which a terminal report's commit may answer directly (saving a
-wake-up, a hop and a commit); one lock orders claims and leaving, so a left poll is never
-claimed."""
+"""Long polls parked for work, which a terminal report's commit may answer directly; one lock orders
+claims and leaving, so a left poll is never claimed."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ import asyncio
 import threading
 from typing import Any
 
-#: What a claimed poll is answered: (jobs handed out, kills), or None when the
-#: transaction did not hand anything out after all and the poll should look itself.
+#: A claimed poll's answer: (jobs, kills), or None: nothing handed out, the poll looks itself.
 Answer = tuple[list[Any], list[str]] | None
 
 

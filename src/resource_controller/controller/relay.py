@@ -1,6 +1,5 @@
-"""The interactive relay (controller-api.md §11): sessions pairing a job's four halves, each
-direction an unbuffered hand-off, so the HTTP server's flow control pushes back on the sender. An
-output half ending ends the session; an input half only its direction."""
+"""The interactive relay (controller-api.md §11): each direction an unbuffered hand-off, so flow
+control pushes back on the sender; an output half ending ends the session."""
 
 from __future__ import annotations
 
@@ -11,15 +10,13 @@ from dataclasses import dataclass, field
 
 from resource_controller import errors
 
-#: The largest chunk handed over in one piece (the spec's relay frame line limit,
-#: TTY-031): a bigger write is handed over in pieces of at most this size.
+#: The largest chunk handed over in one piece (TTY-031's frame line limit).
 FRAME_MAX = 1_048_576
 #: Every write to a GET half's socket must finish within this.
 WRITE_DEADLINE = 10.0
 #: A POST half blocked this long while it is alone in its session gives up.
 HANDOFF_GUARD = 60.0
-#: A session with worker halves and no client half for this long is over: the client
-#: left or never came, and nobody can ever attach to the job's terminal or pipe again.
+#: A session with worker halves and no client half this long is over.
 CLIENT_ABSENT = 10.0
 
 
@@ -182,8 +179,7 @@ class Relay:
                 f"the {half.value} half of job {job_id}'s session is already connected"
             )
         if not half.is_output and session.input.closed:
-            # Input halves dialling again get a fresh input direction, once the
-            # other input half of the old one has let go of it.
+            # Input halves dialling again get a fresh input direction once the old one is let go.
             other = Half.WORKER_IN if half is Half.CLIENT_IN else Half.CLIENT_IN
             if other not in session.halves:
                 session.input = Pipe()

@@ -23,8 +23,7 @@ def _new(model: type[M], **fields: Any) -> M:
     """A response model built without validation (70 % of rendering ``/v1/state``);
     ``tests/controller/test_render.py`` holds each builder to what validation accepts."""
     m = model.__new__(model)
-    # The defaults hold every field in declaration order, which ``update`` keeps: the
-    # serializer writes the fields in ``__dict__``'s order.
+    # The serializer writes fields in ``__dict__``'s order, which ``update`` keeps.
     values = _defaults(model).copy()
     values.update(fields)
     object.__setattr__(m, "__dict__", values)
@@ -50,8 +49,7 @@ def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=8192)
 def ts(seconds: int | None) -> str | None:
-    """``waiting.rfc3339``, None staying None; cached, since a fleet's heartbeats and a
-    queue's submits fall on few distinct seconds."""
+    """``waiting.rfc3339``, None staying None; cached: timestamps fall on few distinct seconds."""
     return None if seconds is None else rfc3339(seconds)
 
 
@@ -123,8 +121,7 @@ def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
     return out
 
 
-#: As a plain string: comparing with the enum member costs four times as much, once per
-#: device of every fleet view.
+#: A plain string: comparing with the enum member costs four times as much, per device.
 _UNHEALTHY = DeviceState.UNHEALTHY.value
 
 
@@ -186,8 +183,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
 
 
 def usage(w: acct.Window) -> wire.Usage:
-    """A usage window: hours to the thousandth, shares to four places; the
-    GPU-hours and the sampled part only where some utilisation is known."""
+    """A usage window: hours to the thousandth, shares to four places, GPU-hours where known."""
 
     def known(f: acct.Figures) -> dict[str, Any]:
         if f.sampled_seconds <= 0:

@@ -62,11 +62,9 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-#: A peer that acknowledges nothing for this long is gone (a cut cable, a closed
-#: laptop): the kernel drops its connection, so a relay half notices within this bound.
+#: A peer that acknowledges nothing this long is gone: the kernel drops its connection.
 PEER_SILENCE = 10
-#: Keep-alive probing of an idle connection: first probe, interval, unanswered count
-#: (4 + 3 x 2 = PEER_SILENCE seconds).
+#: Keep-alive probing: first probe, interval, unanswered count (4 + 3 x 2 = PEER_SILENCE).
 KEEPALIVE = (4, 2, 3)
 
 
@@ -124,8 +122,7 @@ def open_services(
             raise ServeError(str(exc)) from exc
         raise ServeError(f"open data directory {data}: {exc}") from exc
     except Exception as exc:
-        # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
-        # SRV-011's message is the one line ``rc: <error>``.
+        # The driver error's own text, not SQLAlchemy's wrapper: SRV-011's one line ``rc: <error>``.
         why = getattr(exc, "orig", None) or exc
         raise ServeError(f"open data directory {data}: {why}") from exc
     return Services(
@@ -188,8 +185,7 @@ def policy(
     max_log_bytes: int,
     max_devices_per_submitter: int | None = None,
 ) -> dict[str, int]:
-    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag:
-    sub-second durations are refused, not rounded."""
+    """``rc serve``'s policy flags as ``Settings``, or ``ValueError`` naming the flag."""
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(
@@ -235,8 +231,7 @@ def run(
     limits_file: str = "",
     **policy: int,
 ) -> int:
-    """The whole ``rc serve`` process; returns its exit status. ``policy`` holds the
-    ``Settings`` of ``policy()``, already validated."""
+    """The whole ``rc serve`` process; its exit status."""
     logfmt.configure(log_format, logging.INFO)
     # Events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access"):
@@ -260,8 +255,7 @@ def run(
     except (ServeError, crashpoints.CrashPointError) as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
-    # Our own no-op handlers are what uvicorn restores (and re-raises into) after a
-    # signal-initiated shutdown, so a clean stop exits 0 rather than dying of the signal.
+    # Our no-op handlers are what uvicorn restores, so a clean stop exits 0.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
     if svc.settings.webhook_url:

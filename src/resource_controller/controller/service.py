@@ -1,5 +1,4 @@
-"""The clients', operators' and loops' operations, each returning a ``wake.Done`` whose wake-ups
-``wake.perform`` applies once committed."""
+"""The clients', operators' and loops' operations, each returning a ``wake.Done``."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
 
     def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
         job = svc.store.queue.enqueue(new)
-        # Whatever fails after the enqueue (a database error or anything
-        # unexpected) cancels the just-queued job, so it never lingers half-submitted.
+        # Whatever fails after the enqueue cancels the job, so it never lingers half-submitted.
         try:
             done = svc.store.queue.schedule_after(job)
         except Exception:
@@ -152,8 +150,7 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
 async def drain(
     svc: Services, caller: Caller, device_id: str, req: wire.DrainRequest
 ) -> Done[None]:
-    """Flag a device draining; a pass follows, as the device's
-    reservations are gone and the jobs waiting for it now wait for others."""
+    """Flag a device draining; a pass follows, as jobs waiting for it now wait for others."""
     by = identity.recorded_submitter(caller, req.submitter)
     await svc.db(svc.store.devices.drain, device_id, by, req.reason)
     log.info("device %s draining, by %s%s", device_id, by, f": {req.reason}" if req.reason else "")
@@ -204,8 +201,7 @@ async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) ->
     return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming))
 
 
-#: Jobs whose stored output one retention pass deletes at most: a long
-#: backlog is worked off over several passes instead of holding the store thread.
+#: Jobs one retention pass deletes at most, so a backlog never holds the store thread.
 RETENTION_BATCH = 200
 
 

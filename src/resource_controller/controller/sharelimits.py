@@ -1,6 +1,5 @@
-"""The limits file of ``rc serve --limits FILE`` (EXT-SHARE-1): ``limits: {alice: 4, "*": 2}``;
-``"*"`` with ``--max-devices-per-submitter`` is refused, and a bad file read on SIGHUP leaves the
-limits in force."""
+"""The limits file of ``rc serve --limits FILE`` (EXT-SHARE-1): ``limits: {alice: 4, "*": 2}``; a
+bad file reread on SIGHUP leaves the limits in force."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a submit asks for, checked without the database and made into the store's ``NewJob``; pure."""
+"""What a submit asks for, checked without the database and made the store's ``NewJob``; pure."""
 
 from __future__ import annotations
 
@@ -69,8 +69,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
 
 
 def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
-    """The jobs a submit waits for, each once, in the order given; whether
-    each exists is the store's to say, in the enqueue's transaction."""
+    """The jobs a submit waits for, each once, in order; the store says whether they exist."""
     ids = list(req.after or [])
     if any(not i for i in ids):
         raise errors.BadRequest("after must not contain an empty job ID")
@@ -122,8 +121,7 @@ def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
     overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
     if overlap:
-        # A GPU and its MIG instance are never leased at once, so such a job
-        # could never start, and meanwhile its claim would hold both back from others.
+        # A GPU and its MIG instance are never leased at once: such a job could never start.
         whole, part = overlap[0]
         raise errors.BadRequest(
             f"device_ids names one GPU twice: {hosts[0]}:{whole} and {hosts[0]}:{part} "

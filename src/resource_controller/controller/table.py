@@ -1,5 +1,4 @@
-"""Every route in one table: dispatch, the request timer and the OpenAPI document read the same
-rows, so what is published is served."""
+"""Every route in one table, read by dispatch, the timer and OpenAPI: published is served."""
 
 from __future__ import annotations
 

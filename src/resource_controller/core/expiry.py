@@ -64,7 +64,7 @@ def silence(now: float, last_heartbeat_at: float) -> float:
 def demotion(
     state: str, last_heartbeat_at: float, now: float, rules: SweepRules, judging: bool
 ) -> Demotion:
-    """A device's verdict by its worker's silence: written off only when judging; never ``ready``."""
+    """A device's verdict by its worker's silence: written off only when judging; never ready."""
     quiet = silence(now, last_heartbeat_at)
     if judging and quiet >= rules.unhealthy_after:
         return Demotion.REAP_ONLY if state == DeviceState.UNHEALTHY else Demotion.WRITE_OFF

@@ -43,9 +43,7 @@ SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any
 #: Why: the column is a plain integer; nothing outside 32 bits is a real exit status.
 EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column is an integer")
 
-#: Devices one job may ask for on one host.
-#: Why a ceiling: a count no host could hold is refused at submit anyway; the bound
-#: keeps a ``device_ids`` list, and the work done per job in a pass, small.
+#: Devices one job may ask for on one host: keeps a ``device_ids`` list and a pass's work small.
 DEVICE_COUNT = IntRange(1, 1024, "more devices than any one host carries")
 
 #: Submit's strings and collections.

@@ -18,19 +18,16 @@ class Placement(StrEnum):
     """How trying one of a job's choices ended."""
 
     PLACED = "placed"
-    #: The job left the queue since it was read (or its row cannot be read): it claims
-    #: nothing.
+    #: The job left the queue since it was read (or cannot be read): it claims nothing.
     GONE = "gone"
     #: A device of the choice could not be had: the next choice is tried.
     NOT_READY = "not_ready"
 
 
-#: Places a job on a choice; the store's is one assignment transaction, the snapshot's
-#: assumes success.
+#: Places a job on a choice: the store's in a transaction, the snapshot's assumes success.
 Place = Callable[[JobSnap, tuple[str, ...]], Placement]
 
-#: Where a queue entry's first fields are: what a pass reads of a job behind a device it
-#: cannot have before it builds the job (a long pinned queue is mostly such jobs).
+#: A queue entry's leading fields: a pinned job behind a busy device needs no more.
 ENTRY_ID, ENTRY_DEVICE, ENTRY_PLAIN_PIN, ENTRY_SHARE = range(4)
 
 
@@ -71,8 +68,7 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
             _claim_vanished(planner, queue.pinned_elsewhere())
             break
         if entry[ENTRY_PLAIN_PIN]:
-            # A plain pin whose device cannot be had now (claimed by a job ahead, taken,
-            # busy, out of the pool or draining) can only claim it: no job built.
+            # A plain pin whose device cannot be had now can only claim it: no job built.
             if limits_on:
                 limit = planner.limited(entry[ENTRY_SHARE], 1)
                 if limit is not None:
@@ -135,10 +131,6 @@ class SnapshotQueue:
         return [j for j in self._jobs if j.pinned and j.device_id not in self._known]
 
 
-def _assume_placed(job: JobSnap, choice: tuple[str, ...]) -> Placement:
-    return Placement.PLACED
-
-
 def plan(
     jobs: Iterable[JobSnap],
     devices: Sequence[DeviceSnap],
@@ -148,4 +140,6 @@ def plan(
 ) -> Plan:
     """A whole pass on a snapshot, as if every assignment it tries succeeds."""
     planner = Planner(devices, limits, held)
-    return run_pass(SnapshotQueue(jobs, key, planner.by_id), planner, _assume_placed)
+    return run_pass(
+        SnapshotQueue(jobs, key, planner.by_id), planner, lambda job, choice: Placement.PLACED
+    )

@@ -20,11 +20,9 @@ class Offer:
     candidates: list[str]  #: every device it may use
     available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
     choices: Sequence[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
-    #: What it claims if none of its choices can be had: every available candidate for a
-    #: one-device job; N devices of one host for an N-device job.
+    #: What it claims when no choice can be had: every available candidate, or N of one host.
     claim: list[str] = field(default_factory=list)
-    #: The submitter limit that keeps it waiting: it has no choices and
-    #: claims nothing; None when no limit stands in its way.
+    #: The limit that keeps it waiting (no choices, no claim); None when none does.
     limit: int | None = None
 
 

@@ -39,8 +39,7 @@ class DeviceSnap:
 
 BY_ID = operator.attrgetter("id")
 
-#: As a plain string: comparing with the enum member costs four times as much, and a
-#: pass asks it per device of every queued job's choices.
+#: A plain string: comparing with the enum member costs four times as much, per device.
 _READY = DeviceState.READY.value
 
 
@@ -58,8 +57,7 @@ class JobSnap:
     count: int = 1  #: devices wanted on one host
     #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
     device_ids: tuple[str, ...] = ()
-    #: The name its submitter limit counts it under: the named token's
-    #: name where EXT-WHO applies, else the recorded submitter.
+    #: The name its submitter limit counts it under (EXT-WHO).
     share: str = ""
     #: Jobs it still waits for; above 0 it is not eligible for a pass.
     after_open: int = 0
@@ -118,12 +116,6 @@ def tolerates(device: DeviceSnap, runtime: int) -> bool:
     return runtime == 0 or device.max_runtime_seconds == 0 or device.max_runtime_seconds >= runtime
 
 
-def effective_runtime(requested: int, ceiling: int) -> int:
-    """A job that asked for no runtime inherits the device's ceiling; only a positive
-    request is its own (a stored negative one, from before EXT-LIMITS-1, is not)."""
-    return requested if requested > 0 else ceiling
-
-
 def matching(
     selector: selectors.Selector | None, devices: Iterable[DeviceSnap]
 ) -> list[DeviceSnap]:
@@ -146,7 +138,8 @@ def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
     """The runtime of a job on several devices: the smallest declared ceiling wins, and a
     job that asked for none inherits it, as a one-device job inherits its device's."""
     declared = [c for c in ceilings if c > 0]
-    return effective_runtime(requested, min(declared) if declared else 0)
+    # Only a positive request is its own (a stored negative one predates EXT-LIMITS-1).
+    return requested if requested > 0 else min(declared, default=0)
 
 
 def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:

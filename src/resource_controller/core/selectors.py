@@ -307,8 +307,7 @@ def _holds(term: Term, labels: Mapping[str, str], meter: Meter | None = None) ->
     }[term.op]
 
 
-#: How much a no-match hint shows: keys of the selector, values per key, characters of a
-#: value, and label keys listed when a key is on no device. An answer stays a line.
+#: How much a no-match hint shows, so an answer stays a line.
 HINT_KEYS, HINT_VALUES, HINT_CHARS, HINT_KEY_LIST = 4, 5, 64, 8
 
 
@@ -316,13 +315,8 @@ def _clip(text: str) -> str:
     return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 3] + "..."
 
 
-def _counted(n: int) -> str:
-    return f"{n} device" if n == 1 else f"{n} devices"
-
-
 def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> str:
-    """What the devices have for the keys ``selector`` uses, for one that matched none (suggesting
-    ``model~H100``); bounded by ``HINT_*``."""
+    """A hint of what the devices have for ``selector``'s keys; bounded by ``HINT_*``."""
     if not labels:
         return "no device is registered"
     keys: list[str] = []
@@ -347,7 +341,9 @@ def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> st
             parts.append(_absent_key(key, every_key))
             continue
         common = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
-        shown = [f"{_clip(v)!r} ({_counted(n)})" for v, n in common[:HINT_VALUES]]
+        shown = [
+            f"{_clip(v)!r} ({n} device{'s' if n != 1 else ''})" for v, n in common[:HINT_VALUES]
+        ]
         if len(common) > HINT_VALUES:
             shown.append(f"{len(common) - HINT_VALUES} more values")
         parts.append(f"{_clip(key)} has " + ", ".join(shown))

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 from resource_controller.core.states import JobState
 
-#: The top of a submitter limit: more devices than any fleet has, as a number every
-#: database and the wire carry (EXT-LIMITS-1's range).
+#: The top of a submitter limit: more than any fleet, within every database (EXT-LIMITS-1).
 LIMIT_MAX = 2**31 - 1
 
 
@@ -35,8 +34,7 @@ NO_LIMITS = SubmitterLimits()
 def over_limit(
     limits: SubmitterLimits, held: Mapping[str, int], share: str, count: int
 ) -> int | None:
-    """The limit that keeps a job of ``count`` devices under ``share`` from being placed now, given
-    what each holds; None when it may be."""
+    """The limit keeping a job of ``count`` devices under ``share`` waiting; None when it may go."""
     limit = limits.of(share)
     if limit is None or held.get(share, 0) + max(1, count) <= limit:
         return None
@@ -55,5 +53,5 @@ def at_limit(limits: SubmitterLimits, held: Mapping[str, int]) -> list[str]:
 
 
 def dependency_met(ended: str, after_any: bool) -> bool:
-    """Whether ``ended`` lets the waiting job go on: any end with ``after_any``, else ``succeeded``."""
+    """Whether ``ended`` lets the waiting job go on: any end with ``after_any``, else success."""
     return after_any or ended == JobState.SUCCEEDED

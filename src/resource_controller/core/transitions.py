@@ -75,9 +75,7 @@ _R, _B, _U, _H = DeviceState.READY, DeviceState.BUSY, DeviceState.UNKNOWN, Devic
 _ANY = frozenset(DeviceState)
 _NOT_UNHEALTHY = frozenset({_R, _B, _U})
 
-#: STORE-021. "Any -> unhealthy, keeps reason" is written as "not unhealthy -> unhealthy":
-#: an already unhealthy device is left exactly as it is; only a fault report
-#: moves an unhealthy device again (fault wins).
+#: STORE-021, written as "not unhealthy -> unhealthy": an unhealthy device stays exactly as it is.
 DEVICE = Machine(
     "device",
     {

@@ -1,5 +1,4 @@
-"""Accounting rules, pure: the ``--since`` grammar, a group's figures and the table a window becomes
-(the sums are ``store/usage.py``'s)."""
+"""Accounting rules, pure: ``--since``, a group's figures, the table a window becomes."""
 
 from __future__ import annotations
 
@@ -14,11 +13,9 @@ DEFAULT_BY = "submitter"
 DEFAULT_SINCE = "7d"
 #: A usage window starts on a whole hour: the rollup's grain.
 HOUR = 3600
-#: The longest window asked for: about a century, far past any history (a bound, so
-#: that no number a client sends overflows the arithmetic).
+#: The longest window: about a century, so no number a client sends overflows.
 MAX_SINCE = 36_500 * 86_400
-#: Groups an answer lists at most, largest first; the rest are counted in ``more``
-#: (EXT-LIMITS-4: a listing stays bounded however many submitters a fleet has seen).
+#: Groups an answer lists at most; the rest are counted in ``more`` (EXT-LIMITS-4).
 MAX_GROUPS = 1000
 
 _SINCE_UNITS = {"w": 7 * 86_400, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -105,8 +102,7 @@ class Window:
 def summarise(
     by: str, start: int, end: int, deltas: Iterable[Group], limit: int = MAX_GROUPS
 ) -> Window:
-    """The groups with jobs in the window, largest device-hours first (then by key), at
-    most ``limit`` of them; the total counts every one."""
+    """The groups with jobs in the window, largest first, at most ``limit``; a total of all."""
     found = [g for g in deltas if g.figures.jobs > 0 or g.figures.held_seconds > 0]
     found.sort(key=lambda g: (-g.figures.held_seconds, g.key))
     total = Figures()

@@ -1,6 +1,5 @@
-"""Why a queued job waits (EXT-WHY-1): one ``Blocker`` per candidate device, pure over a snapshot;
-``phrase``, ``summary`` and ``cell`` put them in words, so the controller and the client say the
-same thing."""
+"""Why a queued job waits (EXT-WHY-1): one ``Blocker`` per candidate device, put in words by
+``phrase``, ``summary`` and ``cell`` for controller and client alike."""
 
 from __future__ import annotations
 
@@ -33,15 +32,13 @@ class Holding:
     reason: str = ""  #: the hold's reason (copied to the lease at grant)
     acquired_at: int = 0
     expires_at: int = 0
-    #: The holding job's effective ``max_runtime_seconds`` (after ceiling inheritance, STORE-065
-    #: step 3; a hold's TTL); 0 = none. ``None`` when no job row backs the lease.
+    #: The holder's effective runtime (STORE-065 step 3; a hold's TTL); 0 none, None without a job.
     runtime: int | None = 0
 
     @property
     def until(self) -> int | None:
         """The latest time the holder can keep the device (EXT-WHY-1): the grant plus its runtime or
-        hold TTL, not ``expires_at``, which every heartbeat renews; a job-less lease's
-        ``expires_at``."""
+        TTL (``expires_at`` only for a job-less lease: heartbeats renew the rest)."""
         if self.runtime is None:
             return self.expires_at
         return self.acquired_at + self.runtime if self.runtime > 0 else None
@@ -114,8 +111,7 @@ class _Rules:
         return other != job.id and theirs is not None and theirs < mine
 
     def blocker(self, job: JobSnap, device_id: str) -> Blocker:
-        # The facts gathered first and the entry built once: ``/v1/state`` builds one
-        # per queued job and candidate device.
+        # The facts first, the entry built once: ``/v1/state`` builds one per job and device.
         facts: dict[str, Any] = {}
         lease = self.leases.get(device_id)
         if lease is not None:
@@ -176,8 +172,7 @@ def _instant(value: Any) -> int | None:
 
 
 def from_wire(entry: Mapping[str, Any]) -> Blocker:
-    """A ``waiting_for`` entry as the controller sent it; unreadable values read as absent, so a
-    client still prints its queued line."""
+    """A ``waiting_for`` entry from the wire; unreadable values read as absent."""
     facts: dict[str, Any] = {}
     for f in dataclasses.fields(Blocker):
         value = entry.get(f.name)

@@ -15,8 +15,7 @@ from resource_controller.store import engine, fleet, passes, races, sql
 
 
 class _Serial:
-    """The store's lock (re-entrant), which also knows when an operation starts: at the
-    first use of the connection under its outermost hold."""
+    """The store's re-entrant lock, which also knows when an operation starts."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -53,8 +52,7 @@ class Core:
         except BaseException:
             driver.close()
             raise
-        #: The PostgreSQL database as a libpq URL, for the controllers' own connections;
-        #: None on SQLite.
+        #: The PostgreSQL database as a libpq URL, for the controllers' own links; None on SQLite.
         self.database_url = self.database.libpq_url
         self.db = sql.Db(driver, self.database.dialect)
         self.lock = _Serial()
@@ -67,8 +65,7 @@ class Core:
         self.fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
         self.reserved = passes.KeptReservations()
-        #: The submitter limits; the controller sets them, and sets them again when the
-        #: limits file is read again.
+        #: The submitter limits, set by the controller (again when the file is reread).
         self.limits = share.NO_LIMITS
 
     def key(self, now: int) -> scheduling.QueueKey:
@@ -113,8 +110,7 @@ class Core:
         return self.db
 
     def _failed(self, exc: BaseException) -> errors.StoreError:
-        """The error a driver failure becomes: ``ConnectionDropped`` when the connection
-        went with it (nothing committed: the operation may run again)."""
+        """The error a driver failure becomes: ``ConnectionDropped`` when the link went with it."""
         if self.db.broken:
             return errors.ConnectionDropped("the database connection dropped")
         return errors.StoreError(f"database error: {type(exc).__name__}")
@@ -154,8 +150,7 @@ class Core:
 
     @contextmanager
     def undone(self, db: sql.Db, savepoint: str = "") -> Iterator[None]:
-        """A transaction, or with ``savepoint`` a part of one: if it fails, what the
-        caches took from it is dropped (it may never have been committed)."""
+        """A transaction (or a savepoint of one): if it fails, the caches drop what they took."""
         seen = self.fleet.seen
         try:
             if savepoint:

@@ -55,8 +55,7 @@ class Devices:
             )
             reaped = _reap(c, now, worker_id, reboot)
             if reboot:
-                # A host down longer than the write-off has nothing in flight left to key
-                # off; the reboot itself proves its devices are empty.
+                # A host down past the write-off has nothing in flight; the reboot proves it empty.
                 where = f"worker_id = ? AND {_RECOVERABLE_IN} AND NOT {queries.LEASED}"
                 params = (worker_id, *_RECOVERABLE)
                 moves.set_devices(c, Op.REBOOT_RECOVER, where, params, DeviceState.READY)
@@ -168,8 +167,7 @@ class Devices:
 
     @races.again
     def drain(self, device_id: str, by: str, reason: str) -> None:
-        """EXT-DRAIN-2: flag a device draining (not a state: it keeps its state, lease and
-        selectors); again replaces who, when and why."""
+        """EXT-DRAIN-2: flag a device draining (not a state); again replaces who, when and why."""
         with self._core.tx() as c:
             done = c.execute(
                 "UPDATE devices SET draining = 1, drained_by = ?, drained_at = ?,"
@@ -178,14 +176,12 @@ class Devices:
             ).rowcount
             if done == 0:
                 raise errors.DeviceNotFound(f"no such device: {device_id}")
-            # A reservation is a claim to be placed next; a draining device is never
-            # reserved.
+            # A draining device is never reserved.
             c.execute("DELETE FROM reservations WHERE device_id = ?", (device_id,))
 
     @races.again
     def undrain(self, device_id: str) -> None:
-        """Clear the drain flag and its who/when/why; a device not draining is left as it
-        is. ``DeviceNotFound`` for an unknown device."""
+        """Clear the drain flag; a device not draining is left as it is."""
         with self._core.tx() as c:
             if queries.device(c, device_id) is None:
                 raise errors.DeviceNotFound(f"no such device: {device_id}")
@@ -253,8 +249,7 @@ def _declare(c: sql.Db, now: int, host: str, worker_id: str, name: str, ceiling:
 def _mark_superseded(
     conn: sql.Db, now: int, host: str, worker_id: str, declared: list[str]
 ) -> dict[str, list[str]]:
-    """Mark the host's undeclared devices whose GPU a declared one now stands for ``mig_conflict``:
-    their stale labels would still match selectors."""
+    """Mark devices a declared one now stands for ``mig_conflict``: stale labels match."""
     existing = [
         name for (name,) in conn.all("SELECT name FROM devices WHERE worker_id = ?", (worker_id,))
     ]
@@ -267,8 +262,7 @@ def _mark_superseded(
 
 
 def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> list[str]:
-    """STORE-111: end the worker's in-flight jobs ``lost``; their devices ``ready`` with a reboot's
-    proof, else quarantined for ``registration``."""
+    """STORE-111: end the worker's in-flight jobs ``lost`` and settle their devices."""
     reaped = queries.jobs_where(
         conn, f"worker_id = ? AND state IN ({sql.marks(len(_ACTIVE))})", (worker_id, *_ACTIVE)
     )

@@ -20,21 +20,16 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-#: The newest migration's revision: a database already there is opened without loading
-#: SQLAlchemy or Alembic. A test holds it to the migrations directory's head.
+#: The newest revision: a database at it opens without SQLAlchemy or Alembic (a test holds it).
 HEAD = "0013"
 
 #: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 
 
-def is_postgres(database: Path | str) -> bool:
-    return isinstance(database, str) and database.startswith(POSTGRES_SCHEMES)
-
-
 def check_database(database: str) -> str:
     """``database`` if it is a path or a PostgreSQL URL; an error naming it otherwise."""
-    if "://" in database and not is_postgres(database):
+    if "://" in database and not database.startswith(POSTGRES_SCHEMES):
         scheme = database.split("://", 1)[0]
         raise errors.StoreError(
             f"--database: {scheme}:// is not a database rc can use (a postgresql:// URL,"
@@ -83,11 +78,8 @@ class Database:
         return _sqlite_connection(Path(self.target))
 
 
-#: What the server does to a session of a controller that froze or was cut off, so that
-#: nothing it holds stalls the others past the 5 s a takeover has (EXT-PG-8): an open
-#: transaction ends 3 s after its last statement, a lock wait gives up after 5 s, a
-#: connection gone quiet on the network drops within 5 s. Set on every connection a
-#: controller opens; a setting the server does not know is left out.
+#: So a frozen or cut-off controller stalls no other past a takeover's 5 s (EXT-PG-8): a transaction
+#: ends 3 s after its last statement, a lock wait gives up at 5 s, a quiet link drops within 5 s.
 SESSION = {
     "idle_in_transaction_session_timeout": "3s",
     "lock_timeout": "5s",
@@ -97,8 +89,7 @@ SESSION = {
     "tcp_user_timeout": "5000",
 }
 
-#: libpq's side of the same, where the URL does not say otherwise: the controller gives
-#: up within 5 s on a server it cannot reach, connecting or connected.
+#: libpq's side of the same: give up within 5 s on a server it cannot reach.
 CLIENT = {
     "connect_timeout": "5",
     "keepalives": "1",
@@ -265,8 +256,7 @@ def migrate(database: Database, driver: Any) -> None:
             if database.dialect == "postgresql":
                 import sqlalchemy as sa
 
-                # Controllers starting together: one migrates, the others wait here,
-                # then find the schema current.
+                # Controllers starting together: one migrates, the others wait here.
                 conn.execute(
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": locks.MIGRATION}
                 )

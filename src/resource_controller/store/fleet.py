@@ -1,6 +1,5 @@
-"""The fleet as the pass and the views read it, reread only where migration 0006/0008's triggers
-noted a change: reading 10,000 devices whole was most of a submit. A stale view only costs an
-attempt (``leases.assign`` re-checks)."""
+"""The fleet as the pass and views read it, reread only where migration 0006/0008's triggers noted a
+change (a whole read was most of a submit); ``leases.assign`` re-checks."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ class FleetSnapshot:
         return self._version
 
     def rolled_back(self, seen: int) -> None:
-        """A transaction that began at ``seen`` rolled back: anything read since may never have
-        committed, so the view is read afresh."""
+        """A transaction that began at ``seen`` rolled back: the view is read afresh."""
         if self._version != seen:
             self.forget()
 
@@ -137,8 +135,8 @@ class FleetSnapshot:
             self._ordered = [self._snaps[d] for d in sorted(self._snaps)]
             self._position = {d.id: i for i, d in enumerate(self._ordered)}
         else:
-            # The same devices: each changed snapshot takes its place (rebuilding the
-            # list was most of a pass after one grant at 10,000 devices).
+            # The same devices: each changed snapshot takes its place (rebuilding the list cost most
+            # of a pass).
             for snap in changed:
                 self._ordered[self._position[snap.id]] = snap
         self._index.update(self._ordered, changed, gone)

@@ -78,8 +78,7 @@ class Queue:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        #: Waiting jobs a report's transaction ended ``dependency_failed`` since a pass
-        #: last said which: the pass that follows the report says so.
+        #: Waiting jobs a report ended ``dependency_failed``: the next pass says so.
         self._ended: list[str] = []
 
     @races.again
@@ -96,8 +95,7 @@ class Queue:
         try:
             return once()
         except errors.StoreError as exc:
-            # Another controller inserted the same idempotency key meanwhile (its row was
-            # not there to see): the key's job is the answer, as if it had been.
+            # Another controller inserted the same key meanwhile: the key's job is the answer.
             lost_race = exc.__cause__ is not None and sql.row_error(exc.__cause__)
             if not (req.idempotency_key and lost_race):
                 raise
@@ -179,8 +177,7 @@ class Queue:
 
     @races.reconnecting
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[waiting.Blocker] | None]:
-        """The job, its 1-based queue position (STORE-070) and what it waits for, in one
-        transaction; 0 and ``None`` for a job that is not queued."""
+        """The job, its queue position (STORE-070) and what it waits for; 0, None if not queued."""
         core = self._core
         with core.tx() as c:
             job = queries.job(c, job_id)
@@ -199,8 +196,7 @@ class Queue:
 def enqueue(
     conn: sql.Db, now: int, req: NewJob, fleet: Callable[[], list[DeviceSnap]]
 ) -> JobRecord:
-    """STORE-056 in the open transaction; ``fleet`` gives the devices as the scheduling
-    rules read them, for a selector or any-device job."""
+    """STORE-056 in the open transaction; ``fleet`` gives the devices as the rules read them."""
     runtime = int(req.max_runtime_seconds)
     pins = req.device_ids
     count = len(pins) or req.count
@@ -357,8 +353,7 @@ def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[wait
     """What one queued job waits for at ``now``; ``[]`` for a job not queued."""
     if not job.queued:
         return []
-    # Of the rest of the queue, the rules read only whether a job reserving a candidate
-    # is ahead of this one: the reservers are all they need, however long the queue.
+    # The rules read only whether a job reserving a candidate is ahead: the reservers suffice.
     queued = [job.snap(), *(s for s in queries.reserving_snaps(conn) if s.id != job.id)]
     snap = wait_snapshot(conn, core, queued, {job.id: job.after_ids})
     return waiting.waiting_for(job.snap(), snap, core.key(now))

@@ -1,6 +1,5 @@
-"""Which controller leads on PostgreSQL: a lease row (migration 0013), not a lock, which a frozen
-process would keep with its session. Every leader-only write checks its epoch in its own
-transaction (``hold``)."""
+"""Which controller leads on PostgreSQL: a lease row (migration 0013), not a lock a frozen process
+would keep; every leader-only write checks its epoch (``hold``)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ from dataclasses import dataclass
 from resource_controller import errors
 from resource_controller.store import sql
 
-#: Now on the database's clock, in seconds: every instant of the row is on it, never on
-#: a controller's.
+#: Now on the database's clock: every instant of the row is on it, never a controller's.
 _NOW = "extract(epoch FROM clock_timestamp())"
 
-#: Take the lease: (holder, lease seconds); the new epoch, or no row. Run, like
-#: ``RENEW``, on a controller's own link (``peering.py``: psycopg's placeholders).
+#: Take the lease: (holder, lease seconds); the new epoch, or no row (psycopg placeholders).
 TAKE = (
     "UPDATE leadership SET holder = %s, epoch = epoch + 1, backend = pg_backend_pid(),"
     f" expires_at = {_NOW} + %s"

@@ -1,6 +1,5 @@
-"""Leases: a device changes hands only in ``assign``, which re-checks every grant condition against
-committed rows (ARCHITECTURE.md "The grant rule"); the unique index referees even if every check
-were wrong, and epochs never go back."""
+"""Leases: a device changes hands only in ``assign``, re-checking every grant condition against
+committed rows (ARCHITECTURE.md "The grant rule"); the unique index referees; no epoch is reused."""
 
 from __future__ import annotations
 
@@ -71,8 +70,7 @@ def release_for_job(
     util: float | None = None,
     first: Sequence[usage.Held] = (),
 ) -> list[str]:
-    """Release ``job_id``'s live leases (never job ``''``); their devices. They enter the usage
-    rollup together, so a several-device job counts once."""
+    """Release ``job_id``'s live leases; their devices. The rollup counts the job once."""
     released = queries.release_leases(conn, now, job_id) if job_id else []
     usage.account(conn, now, [*first, *released], util)
     return sorted(h.device_id for h in released)
@@ -123,9 +121,9 @@ def assign(
     devices: DeviceRecord | Sequence[DeviceRecord],
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> Placement:
-    """Give ``devices`` to queued ``job``: the conditional updates re-check both here
-    (``_GRANTABLE``, ``_PLACEABLE``), so a stale view never hands out a wrong device; all or
-    nothing, in ID order."""
+    """Give ``devices`` to queued ``job``, re-checking both here (``_GRANTABLE``, ``_PLACEABLE``),
+    so a stale view never hands out a wrong device; all or nothing, in ID order (the last epoch
+    is the job's)."""
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
     if mig.overlapping(d.name for d in group):

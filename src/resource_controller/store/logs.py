@@ -1,6 +1,5 @@
-"""Job output: one capped, append-only file per job under ``<data>/logs``; the head only grows, so
-an offset a follower reached always names the same byte, and the rest goes to a ring
-(``<id>.tail``)."""
+"""Job output: a capped, append-only file per job; the head only grows, so an offset a follower
+reached always names the same byte; the rest goes to a ring."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ class Layout:
 
 #: Reads ``n`` bytes at a position of one stored piece (a chunk in the database).
 PieceReader = Callable[[int, int], bytes]
-#: One piece of a log's view: bytes from a file descriptor at a position, literal bytes,
-#: or bytes a reader fetches, with the position and the length.
+#: One piece of a log's view: file bytes at a position, literal bytes, or fetched bytes.
 Piece = tuple[int | bytes | PieceReader, int, int]
 
 
@@ -99,12 +97,10 @@ class Snapshot:
 
 
 class JobLogs(ABC):
-    """Where the controller keeps job output: files (``LogStore``), or the database when
-    several controllers share one (``store/logrows.py``)."""
+    """Where job output lives: files, or the database when controllers share one."""
 
     layout: Layout | None
-    #: An append waits on a server (the database), so the controller makes it off the
-    #: event loop; a file append is quicker in place than a thread hop.
+    #: An append waits on a database server, so it runs off the event loop; a file append in place.
     remote: bool
 
     @abstractmethod
@@ -112,8 +108,8 @@ class JobLogs(ABC):
 
     @abstractmethod
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """A reader of the view from ``offset``; ``settled=False`` (a job still running) reads only
-        the head, whose bytes never move."""
+        """A reader of the view from ``offset``; unsettled (running), only the head, which never
+        moves."""
 
     @abstractmethod
     def delete(self, job_id: str) -> bool:
@@ -132,16 +128,14 @@ def check_id(job_id: str) -> str:
 
 
 class LogStore(JobLogs):
-    """Job logs in files, 0600 in a 0700 directory (``store.private``); ``max_bytes``
-    caps each job's stored output, 0 stores everything."""
+    """Job logs in files, 0600 in a 0700 directory; ``max_bytes`` caps each (0: no cap)."""
 
     remote = False
 
     def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = directory
         self.layout = Layout.for_cap(max_bytes)
-        #: Appends and the reading of a log's shape are serialised, so a reader never
-        #: sees a ring header that its bytes have not caught up with.
+        #: Serialised, so a reader never sees a ring header its bytes have not caught up with.
         self._lock = threading.Lock()
         private.private_dir(directory)
 

@@ -1,6 +1,5 @@
-"""The one way the store writes a state: each move adds the op's sources to its condition, so the
-row count says whether it happened; every statement is labelled ``entity:op`` for the test that
-watches."""
+"""The one way the store writes a state: a move adds the op's sources to its condition, so the row
+count says whether it happened; each statement is labelled ``entity:op``."""
 
 from __future__ import annotations
 

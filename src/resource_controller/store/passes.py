@@ -24,18 +24,15 @@ log = logging.getLogger(__name__)
 
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
 QUEUE_PAGE = 32  #: the second page; most passes stop within it
-#: Each further page is twice the last, up to this: each page's query walks the index
-#: from the head (the mixed order cannot seek), so a small cap made a long walk
-#: quadratic (2,048: ~25 ms of rescans over 10,000 pinned jobs).
+#: Each further page is twice the last, up to this: each page rescans from the head, so a small cap
+#: was quadratic.
 QUEUE_PAGE_MAX = 16384
-#: Jobs whose ``QueueRow`` one read of a narrow page fetches at most: the job whose turn
-#: it is and those behind it that are not plain pins.
+#: Jobs whose ``QueueRow`` one read of a narrow page fetches at most.
 WHOLE_BATCH = 512
 
 
 class QueueWalk:
-    """The queue in scheduling order, a page at a time (keyset): the ``PassQueue`` the pass walks;
-    behind a page of plain pins it is read narrow."""
+    """The queue in scheduling order, a page at a time (keyset), narrow behind plain pins."""
 
     def __init__(
         self,
@@ -79,8 +76,7 @@ class QueueWalk:
             size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
 
     def snap(self, entry: Sequence[Any]) -> JobSnap | None:
-        """The job of a row the walk yielded; None once it is gone or cannot be read
-        (EXT-LIMITS-3: one bad row never stops the fleet)."""
+        """The job of a yielded row; None once gone or unreadable (EXT-LIMITS-3)."""
         row = cast(QueueRow | QueueEntry, entry)
         try:
             whole = row if isinstance(row, QueueRow) else self.scheduling_row(row)
@@ -115,7 +111,8 @@ class QueueWalk:
         """(priority, queued_at, seq) of a row the walk yielded."""
         if isinstance(row, QueueRow):
             return row.priority, row.queued_at, row.seq
-        return queries.queue_key_of(self._db, row.id)
+        found = self._db.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (row.id,))
+        return None if found is None else (found[0], found[1], found[2])
 
 
 def _decode_raw(row: Sequence[Any]) -> JobRecord | None:
@@ -152,8 +149,7 @@ def _row_fault(exc: Exception) -> bool:
 
 
 class _Placer:
-    """Places a job as the rules chose, one savepoint per choice tried; the whole record
-    is read only here, so a long walk decodes none."""
+    """Places a job as the rules chose, a savepoint per choice; only here is a whole record read."""
 
     def __init__(
         self,
@@ -171,15 +167,13 @@ class _Placer:
             record = self._record
             if record is None or record.id != job.id:
                 record = self._record = queries.job(self._db, job.id)
-            # Choices are devices the pass's view holds ready; the assignment re-checks
-            # every condition of the grant against the rows.
+            # The assignment re-checks every condition of the grant against the rows.
             group = [self._by_id[d] for d in choice]
             placement = leases.try_assign(
                 lambda: self._db.savepoint("placement"), self._now, record, group, self._limits
             )
         except Exception as exc:
-            # Its assignment rolled back and it claims nothing; the jobs behind it are
-            # still placed.
+            # Its assignment rolled back and it claims nothing; the jobs behind it are still placed.
             if not _row_fault(exc):
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
@@ -206,16 +200,15 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     assignment a savepoint; what it placed and how it ended."""
     now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
-    if not queries.any_queued(db):
-        # Nothing waits, so nothing is placed and no reservation stands;
-        # a pass on an empty queue reads no device, or every kick costs O(fleet).
+    # One probe of the ``jobs_queue`` index, however long the history.
+    if db.one("SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1") is None:
+        # Nothing waits, so nothing is placed: an empty queue's pass reads no device.
         if old_reservations:
             _rewrite(db, kept, now, old_reservations, {})
         return [], PassEnd()
     by_id, index = core.fleet.index(db)
     held = held_by_share(db) if limits.on else {}
-    # Names at their limit when the pass begins stay there (what it places only adds):
-    # their jobs are not read at all, which is most of a queue from people at their limit.
+    # Names at their limit stay there (placing only adds): their jobs are not read at all.
     skip = share.at_limit(limits, held) if limits.on else ()
     walk = QueueWalk(db, now, aging, skip, by_id)
     planner = Planner(index, limits, held)
@@ -324,8 +317,7 @@ class SettledQueue:
         s = self._last
         if s is None or gen != s.gen + 1 or not _behind(job, s.end):
             return False
-        # SQLite's mark counts other connections' commits only; PostgreSQL's moves by
-        # one for each transaction that wrote, so by one for the submit's own.
+        # SQLite's mark counts others' commits only; PostgreSQL's one per writer, the submit's too.
         own = 1 if db.postgres else 0
         if own and self._inserted != job.id:
             return False

@@ -15,8 +15,7 @@ CHANNEL = "rc_wake"
 T = TypeVar("T")
 
 
-#: The controllers listening on this database: the sessions holding ``locks.PRESENT``
-#: (a key below 2**32 is ``objid`` in ``pg_locks``, its ``classid`` 0).
+#: The controllers listening here: sessions holding ``locks.PRESENT`` (``objid`` in ``pg_locks``).
 _PRESENT = (
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND mode = 'ShareLock' AND classid = 0 AND objsubid = 1"

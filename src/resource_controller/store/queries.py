@@ -15,8 +15,8 @@ from resource_controller.store import sql
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 from resource_controller.store.usage import Held
 
-#: ``JobRecord``'s fields but the epoch (the last): a row of them, with or without the
-#: epoch after them, builds a record (``job_record``).
+#: ``JobRecord``'s fields but the epoch (the last); ``job_record`` builds a record with or without
+#: it.
 JOB_COLS: tuple[str, ...] = JobRecord._fields[:-1]
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
@@ -31,14 +31,12 @@ LEASED = (
     "EXISTS (SELECT 1 FROM leases WHERE leases.device_id = devices.id"
     " AND leases.released_at IS NULL)"
 )
-#: A job pinned to one device and nothing more (no selector, no list, one device): all
-#: the pass does with one is claim its device or place it there.
+#: A job pinned to one device and nothing more: the pass only claims its device or places it.
 PLAIN_PIN = (
     "(jobs.device_id != '' AND jobs.selector = '' AND jobs.device_ids = ''"
     " AND jobs.device_count <= 1)"
 )
-#: The name a job's submitter limit counts it under: its ``share_name``,
-#: else (a row written before it had one) its submitter.
+#: The name a job's submitter limit counts it under (old rows have no ``share_name``).
 SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_name END)"
 
 
@@ -89,8 +87,7 @@ def id_in(n: int) -> str:
 
 
 def job_record(row: Sequence[Any]) -> JobRecord:
-    """A ``jobs`` row read in ``JOB_COLS`` order, with its lease epoch after them or
-    without (0), as a record: the JSON and list columns decoded."""
+    """A ``jobs`` row in ``JOB_COLS`` order (with its epoch or without) as a decoded record."""
     values = list(row)
     if len(values) == _N_JOB_COLS:
         values.append(0)
@@ -129,12 +126,6 @@ def devices_by_id(conn: sql.Db, ids: Sequence[str]) -> list[DeviceRecord]:
     return list(map(DeviceRecord._make, conn.execute(text, tuple(ids))))
 
 
-def any_queued(conn: sql.Db) -> bool:
-    """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
-    row = conn.one("SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (str(JobState.QUEUED),))
-    return row is not None
-
-
 def update_reservations(
     conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]] = ()
 ) -> None:
@@ -155,8 +146,7 @@ def update_reservations(
         )
 
 
-#: Rows of one reservation statement: three parameters each stay well under SQLite's
-#: limit of 32,766 a statement.
+#: Rows of one reservation statement: well under SQLite's 32,766 parameters.
 _ROWS_A_STATEMENT = 1000
 
 
@@ -169,8 +159,7 @@ def queue_page(
     aging: int = 0,
     skip: Sequence[str] = (),
 ) -> Sequence[QueueRow | QueueEntry]:
-    """Up to ``limit`` eligible queued rows behind ``after`` (the last row's priority, queued_at,
-    seq), leaving out names in ``skip``."""
+    """Up to ``limit`` eligible queued rows behind ``after``, leaving out names in ``skip``."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.after_open = 0"
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
@@ -190,12 +179,6 @@ def queue_rows(conn: sql.Db, job_ids: Sequence[str]) -> list[QueueRow]:
     """The ``QueueRow``s of the jobs among ``job_ids`` (in no order)."""
     text = f"{_QUEUE_SCHED} FROM jobs WHERE jobs.{id_in(len(job_ids))}"
     return list(map(queue_row, conn.all(text, tuple(job_ids))))
-
-
-def queue_key_of(conn: sql.Db, job_id: str) -> tuple[int, int, int] | None:
-    """The job's (priority, queued_at, seq): where it stands in the queue's order."""
-    row = conn.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,))
-    return None if row is None else (row[0], row[1], row[2])
 
 
 def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
@@ -231,8 +214,7 @@ def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
 
 
 def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
-    """The devices of the live leases of ``job_id``, their rows locked for this
-    transaction on PostgreSQL (SQLite has one writer at a time)."""
+    """The devices of ``job_id``'s live leases, their rows locked on PostgreSQL."""
     lock = " FOR UPDATE" if conn.postgres else ""
     rows = conn.all(
         "SELECT device_id FROM leases WHERE job_id = ? AND released_at IS NULL" + lock, (job_id,)
@@ -339,8 +321,7 @@ def reserving_snaps(conn: sql.Db) -> list[JobSnap]:
 
 
 def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:
-    """Jobs on ``device_id``, as a condition and parameters: matched as a whole comma-delimited
-    item, so ``h:g1`` never matches ``h:g10``."""
+    """Jobs on ``device_id``, matched as a whole list item, so ``h:g1`` never matches ``h:g10``."""
     item = f",{device_id},"
     return (
         "(jobs.device_id = ? OR (jobs.device_ids != ''"

@@ -21,8 +21,7 @@ ATTEMPTS = 5
 
 
 def again(method: Callable[P, R]) -> Callable[P, R]:
-    """``method`` (one store operation), run again while it loses a race, and once more
-    when its connection dropped before it committed."""
+    """``method``, run again while it loses a race, and once more after a drop before commit."""
     return _rerun(method, ATTEMPTS)
 
 

@@ -1,5 +1,4 @@
-"""Typed rows: named tuples for rows read by the thousand (``_make`` is several times faster than a
-frozen dataclass), dataclasses for results."""
+"""Typed rows: named tuples for rows read by the thousand (fast ``_make``), dataclasses else."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ class JobRecord(NamedTuple):
     device_ids: tuple[str, ...] = ()
     #: The name its submitter limit counts it under; '' on old rows.
     share_name: str = ""
-    #: The jobs it waits for, as given; any end will do (1) or only
-    #: ``succeeded`` (0); how many of them it still waits for.
+    #: The jobs it waits for; any end will do (1) or only ``succeeded`` (0); how many still open.
     after_ids: tuple[str, ...] = ()
     after_any: int = 0
     after_open: int = 0
@@ -183,8 +181,7 @@ class Registration:
     worker_id: str
     reboot_proof: bool
     reaped: list[str] = field(default_factory=list)
-    #: Devices of the host this registration no longer declares whose GPU a declared
-    #: one now stands for: ID -> the declared names, marked ``mig_conflict``.
+    #: Undeclared devices a declared one now stands for: ID -> the declared names.
     superseded: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -196,8 +193,7 @@ class Assigned:
 
 @dataclass(frozen=True)
 class PassResult:
-    """What one scheduling pass did: the jobs it placed, and the waiting jobs it ended
-    because a job they named ended otherwise than they needed."""
+    """What one pass did: the jobs it placed and the waiting jobs it ended."""
 
     assigned: list[Assigned] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)

@@ -23,8 +23,7 @@ class Cursor(Protocol):
     def __iter__(self) -> Any: ...
 
 
-#: Observers of every statement, called with its SQL text and the move that issued it
-#: (``entity:op``, or ``""`` for a statement that is no move). Empty in production.
+#: Observers of every statement and the move that issued it (``entity:op`` or ""); test-only.
 watchers: list[Callable[[str, str], None]] = []
 
 
@@ -38,8 +37,7 @@ class Db:
         self.dialect = dialect
         self.postgres = dialect == "postgresql"
         self._translate = _to_format if self.postgres else str
-        # SQLite: take the write lock at once, so a transaction never fails half-way for
-        # want of it. PostgreSQL locks rows as statements reach them.
+        # SQLite: take the write lock at once, so no transaction fails half-way for want of it.
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
         #: What the driver raises for a database error, and for a broken constraint.
         self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
@@ -160,8 +158,7 @@ def driver_error(exc: BaseException) -> bool:
     return pg is not None and isinstance(exc, pg.Error)
 
 
-#: SQLSTATEs of a transaction the server rolled back because another one won a race
-#: with it: a serialization failure and a deadlock. Run again, it sees the winner's commit.
+#: SQLSTATEs of a transaction that lost a race (serialization failure, deadlock): run it again.
 LOST_RACE = frozenset({"40001", "40P01"})
 
 

@@ -46,21 +46,12 @@ class Views:
             return queries.job(c, job_id)
 
     @races.reconnecting
-    def list_jobs(
-        self,
-        limit: int = 20,
-        device: str = "",
-        submitter: str = "",
-        state: str = "",
-        id_prefix: str = "",
-        before: str = "",
-    ) -> list[JobRecord]:
-        """STORE-161: newest first, ties by ID descending, with lease epochs; ``id_prefix``
-        a plain prefix (never a pattern); ``before``: the jobs after that one (a page)."""
+    def list_jobs(self, limit: int = 20, *filters: str, **named: str) -> list[JobRecord]:
+        """STORE-161, filtered as the module's ``list_jobs`` is."""
         if not 1 <= limit <= 200:
             raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
         with self._core.read() as c:
-            return list_jobs(c, limit, device, submitter, state, id_prefix, before)
+            return list_jobs(c, limit, *filters, **named)
 
     @races.reconnecting
     def queued(self) -> list[JobRecord]:
@@ -269,7 +260,8 @@ def list_jobs(
     id_prefix: str = "",
     before: str = "",
 ) -> list[JobRecord]:
-    """``Views.list_jobs`` in the open transaction."""
+    """Newest first, ties by ID descending, with lease epochs; ``id_prefix`` a plain prefix (never
+    a pattern); ``before``: the jobs after that one (a page)."""
     where: list[str] = []
     params: list[Any] = []
     if device:

@@ -28,8 +28,7 @@ async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Se
     """The one store read, then the session slot."""
     await svc.db(svc.store.views.job, job_id)  # unknown: 404 not_found; failure: 500
     if half in _SENDERS and http_version != "1.1":
-        # A POST half needs its body to keep streaming after the 200, which
-        # this server does on HTTP/1.1 only.
+        # A POST half streams its body after the 200, which this server does on HTTP/1.1 only.
         raise errors.Unsupported(
             f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
         )
