@@ -1,12 +1,5 @@
-"""``create_app``: the controller's HTTP surface, error mapping and background loops.
-
-One small ASGI app on Starlette's request and response objects serves every route of
-``controller/table.py``, each request in the same steps: find the route (404, or 405
-naming the path's methods), stamp ``Rc-Controller-Instance`` (AUTH-020), authenticate
-and check the role before anything else (AUTH-003), read the route's JSON body, call the
-handler, time the whole under the route's template (EXT-METRICS-1). Every ``RcError``
-becomes the spec's error body; anything else a ``500 store_error`` with no driver text.
-"""
+"""``create_app``: one ASGI app serving ``controller/table.py``'s routes, authenticating first
+(AUTH-003); a non-``RcError`` is ``500 store_error`` with no driver text."""
 
 from __future__ import annotations
 
@@ -29,8 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class App:
-    """The ASGI app: every request through the route table, the lifespan running the
-    loops."""
+    """The ASGI app: every request through the route table, the lifespan running the loops."""
 
     def __init__(self, svc: Services, routes: Sequence[Route], run_loops: bool) -> None:
         self.svc = svc
@@ -114,8 +106,7 @@ class App:
                 asyncio.create_task(loops.reaper(svc, started, hold_off_until), name="reaper"),
                 asyncio.create_task(loops.scheduler(svc), name="scheduler"),
             ]
-        # A stop signal ends every relay stream at once, so none holds the graceful
-        # shutdown window open (TTY-002: sessions do not outlive the process).
+        # A stop ends every relay stream at once (TTY-002: sessions do not outlive the process).
         tasks.append(asyncio.create_task(_end_relay_at_shutdown(svc), name="relay-stop"))
         if not svc.peers.alone:
             tasks.append(asyncio.create_task(svc.peers.run(svc.hub), name="peers"))

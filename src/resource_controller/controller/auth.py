@@ -1,6 +1,4 @@
-"""Role tokens from ``RC_TOKENS`` (``token:role[:name]``) and the bearer check: tokens
-compared in constant time and never logged; ``admin`` satisfies every role.
-"""
+"""Role tokens from ``RC_TOKENS``, compared in constant time, never logged."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ class TokenError(ValueError):
 
 
 def parse_tokens(value: str | None) -> dict[str, Caller]:
-    """``token:role[:name]`` entries, anything ambiguous refused; a name is 1-64 characters
-    of ``A-Z a-z 0-9 . _ @ / -``."""
+    """``token:role[:name]`` entries, ambiguity refused; a name is ``[A-Za-z0-9._@/-]{1,64}``."""
     if not value:
         raise TokenError(EXAMPLE)
     tokens: dict[str, Caller] = {}

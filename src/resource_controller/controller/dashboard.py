@@ -1,7 +1,4 @@
-"""The dashboard page (controller-api.md §13): ``static/``'s HTML, CSS and script joined
-once into one page, with a Content-Security-Policy that allows exactly that inline style
-and script (by hash), requests to this controller and ``data:`` images.
-"""
+"""The dashboard page, with a Content-Security-Policy allowing just its inline parts."""
 
 from __future__ import annotations
 

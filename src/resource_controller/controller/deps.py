@@ -1,7 +1,5 @@
-"""What every route needs: the services bundle, the route, the call a handler gets, and
-authentication and body parsing, here rather than in a framework so that
-authentication always comes first and a bad body is ``400 bad_request``, never a 422.
-"""
+"""What every route needs, here rather than in a framework so that authentication always comes first
+and a bad body is ``400 bad_request``, never a 422."""
 
 from __future__ import annotations
 
@@ -77,8 +75,7 @@ class Services:
     hub: Hub = field(default_factory=Hub)
     metrics: Metrics = field(default_factory=Metrics)
     instance: str = field(default_factory=lambda: str(uuid.uuid4()))
-    #: One thread runs every store call: store operations are serialised
-    #: and the event loop never blocks on a database commit.
+    #: One thread runs every store call: serialised, and the loop never blocks on a commit.
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
     )
@@ -140,8 +137,7 @@ class Query:
 
 @dataclass(frozen=True)
 class Route:
-    """One route: dispatch, authentication, the request timer's template and the
-    OpenAPI document all read it (``controller/table.py`` lists them)."""
+    """One route: dispatch, authentication, the request timer and the OpenAPI document read it."""
 
     method: str
     #: The template: ``{name}`` is one non-empty path segment, the handler's ``param``.
@@ -241,8 +237,7 @@ UNKNOWN_FIELDS_SHOWN = 5
 
 
 def unknown_fields(names: list[str], model: type[pydantic.BaseModel]) -> str:
-    """The refusal of fields a client body does not have, naming each and, for a near
-    miss, the field meant (``device`` → ``device_id``)."""
+    """The refusal of unknown fields, each named, a near miss with the field meant."""
     import difflib
 
     known = list(model.model_fields)

@@ -1,9 +1,5 @@
-"""The event stream's in-process broadcaster: nudges ("something changed, refetch
-``/v1/state``"), never a change log, in two kinds, ``jobs`` and ``devices``.
-
-Each subscriber has a buffer of ``BUFFER`` frames; publishing never blocks, and a full
-buffer drops the event for that subscriber only. Only ``wake.apply`` publishes.
-"""
+"""The event stream's broadcaster: nudges (refetch ``/v1/state``), never a change log; publishing
+never blocks, a full buffer drops the event for that subscriber only."""
 
 from __future__ import annotations
 
@@ -95,10 +91,7 @@ class Broadcaster:
         self.publish(DEVICES)
 
     def devices_changed(self) -> None:
-        """``devices`` with the full device list, read only when someone listens.
-
-        The read runs after the commit, on the store thread; a failure skips the event.
-        """
+        """``devices`` with the device list, read after the commit only when someone listens."""
         source = self.devices_source
         if not self._subs or source is None:
             return

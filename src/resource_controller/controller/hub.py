@@ -1,9 +1,4 @@
-"""In-process wake-ups: long polls and log followers sleep until something changed.
-
-A wake-up is a hint; every sleeper also re-checks on a timeout. Each key's
-``asyncio.Event`` is set and replaced on every wake, so a sleeper that took the event
-before checking the store never misses one. Only ``wake.apply`` calls the wake methods.
-"""
+"""In-process wake-ups, hints only: every sleeper also re-checks on a timeout."""
 
 from __future__ import annotations
 
@@ -59,8 +54,7 @@ class Hub:
         self.notifier: Notifier | None = None
         #: The interactive relay's sessions, in memory only.
         self.relay = Relay()
-        #: Where a committed change's wake-ups go for the other controllers sharing the
-        #: database (``controller/peers.py``); None when there are none.
+        #: Where wake-ups go for the other controllers on the database; None when there are none.
         self.forward: Callable[[Wake], None] | None = None
 
     def kick_scheduler(self) -> None:

@@ -1,13 +1,5 @@
-"""Background loops: the scheduler pass and the reaper.
-
-Scheduler: a pass runs right after every change that can place a queued job; kicks that
-arrive meanwhile coalesce. The periodic pass only catches a missed kick, and runs on the
-leading controller alone (``controller/peers.py``), as do the reaper and log retention.
-
-Reaper: every sweep interval (the first one interval after start) one sweep judged by
-``core.expiry`` and, with ``--log-retention``, one bounded retention pass. A sweep never
-frees a device. Errors are logged and the loop carries on at its next tick.
-"""
+"""Background loops: the scheduler pass, kicked after every change that can place a job (the
+periodic pass only catches a missed kick), and the reaper; errors are logged."""
 
 from __future__ import annotations
 
@@ -112,8 +104,7 @@ async def reaper(svc: Services, started: float, hold_off_until: float) -> None:
 
 
 async def _logged(svc: Services, what: str, op: Awaitable[Done[T]]) -> T | None:
-    """``perform(op)``; a failure is logged naming ``what`` and answers None, so the loop
-    carries on at its next tick."""
+    """``perform(op)``; a failure is logged and answers None, so the loop carries on."""
     try:
         return await perform(svc.hub, op)
     except errors.NotLeading as exc:

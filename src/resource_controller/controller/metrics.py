@@ -1,7 +1,4 @@
-"""Prometheus metrics for ``GET /metrics``, one registry per controller: counters and
-histograms observed where things happen; the state gauges read from the store at scrape
-time in one grouped read, so they are the real state, never a tally that could drift.
-"""
+"""``GET /metrics``: state gauges read at scrape time, never a tally that could drift."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ _PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 Counts = tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]
 
-#: EXT-ACCT-3's series cover the device-and-submitter pairs that held a device in the
-#: last seven days: the label set follows the fleet's recent use, not all its history.
+#: EXT-ACCT-3's series cover the pairs that held a device in the last seven days.
 PAIRS_WITHIN = 7 * 86_400
 
 
@@ -112,9 +108,8 @@ class Metrics:
             ["event", "reason"],
             registry=r,
         )
-        #: Observed by dispatch (``controller/app.py``) for every request, under its
-        #: route's template (never the raw path: ``unmatched`` when none), streams until
-        #: they end.
+        #: Observed by dispatch for every request under its route's template (``unmatched`` for
+        #: none).
         self.http = Histogram(
             "rc_http_request_duration_seconds",
             "HTTP request durations by route template.",

@@ -1,8 +1,4 @@
-"""The published OpenAPI document, written from the route table: the wire models as
-request bodies (parsed after authentication: there is no 422), the query parameters,
-the bearer scheme with each route's role, and the error responses each can answer, so a
-fuzzer reading it reaches every field.
-"""
+"""The OpenAPI document, from the route table, so a fuzzer reaches every field."""
 
 from __future__ import annotations
 
@@ -35,6 +31,8 @@ _ERROR_NOTE = {
     413: "body_too_large, chunk_too_large or sheet_too_large (EXT-LIMITS-2)",
 }
 _ERROR_BODY = {JSON: {"schema": {"$ref": SCHEMAS + "ErrorBody"}}}
+#: What a route answers with no JSON, text or example of its own.
+_DONE = {200: "done; empty body (API-008)"}
 _TEXT = {"type": "string"}
 
 #: The document's text, written once per process (the routes never change).
@@ -75,8 +73,7 @@ def document(routes: Sequence[Route]) -> dict[str, Any]:
 def _schema(
     schemas: dict[str, Any], kind: Any, mode: Literal["validation", "serialization"]
 ) -> dict[str, Any]:
-    """The schema of ``kind`` (a wire model, or a type over them); the models go to
-    ``schemas`` and are referred to."""
+    """The schema of ``kind``; the models go to ``schemas`` and are referred to."""
     adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(kind)
     found = adapter.json_schema(mode=mode, ref_template=SCHEMAS + "{model}")
     for name, sub in found.pop("$defs", {}).items():
@@ -145,7 +142,8 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
             "description": "Successful Response",
             "content": {JSON: {"schema": schema}},
         }
-    for status, note in route.empty.items():
+    plain = route.answer is None and route.text is None and not route.examples
+    for status, note in (route.empty or (_DONE if plain else {})).items():
         responses[str(status)] = {"description": note}
     if route.text is not None:
         media, note = route.text
@@ -167,7 +165,8 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
         op["security"] = []
     else:
         op["security"] = [{"bearer": []}]
-        for code in sorted({401, 403, *route.errors}):
+        # A JSON body can be refused as bad or too large.
+        for code in sorted({401, 403, *route.errors, *((400, 413) if route.body else ())}):
             responses[str(code)] = {"description": _ERROR_NOTE[code], "content": _ERROR_BODY}
         if route.failure:
             responses["500"] = {"description": route.failure, "content": _ERROR_BODY}

@@ -1,11 +1,5 @@
-"""Long polls parked for work, which a terminal report's commit may answer directly.
-
-A report that frees a device hands it on in its own transaction; when the worker that
-gets it has a poll waiting, the hand-out joins that commit and the answer goes straight
-to the poll, saving a wake-up, a hop to the store thread and a commit. A claim is made
-on the store thread, a poll leaves on the event loop; one lock orders the two, so a poll
-that left is never claimed and one claimed waits for its answer (the work, or None).
-"""
+"""Long polls parked for work, which a terminal report's commit may answer directly; one lock orders
+claims and leaving, so a left poll is never claimed."""
 
 from __future__ import annotations
 
@@ -13,8 +7,7 @@ import asyncio
 import threading
 from typing import Any
 
-#: What a claimed poll is answered: (jobs handed out, kills), or None when the
-#: transaction did not hand anything out after all and the poll should look itself.
+#: A claimed poll's answer: (jobs, kills), or None: nothing handed out, the poll looks itself.
 Answer = tuple[list[Any], list[str]] | None
 
 
@@ -53,8 +46,7 @@ class ParkedPolls:
         return parked
 
     def leave(self, parked: Parked) -> bool:
-        """The poll stops waiting; False when it was claimed first and must await its
-        answer."""
+        """The poll stops waiting; False when it was claimed first and must await its answer."""
         with self._lock:
             if parked.claimed:
                 return False

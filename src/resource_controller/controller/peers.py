@@ -1,19 +1,5 @@
-"""Several controllers on one PostgreSQL database: which one leads, and the wake-ups
-that cross from one to the others (ARCHITECTURE.md, "Several controllers").
-
-Leadership is a lease row (``store/leadership.py``): the leader renews it every
-``TICK`` and runs the periodic pass, the reaper and log retention; the others take it
-once it lapsed (``LEASE``) or its session ended. A leader steps down when a renewal
-fails or outlasts ``CHECK_BOUND``, and once ``LEASE`` passed on its monotonic clock
-without one, so a controller waking from a freeze does not lead on what it last knew;
-its writes carry its epoch (``fence``). Exclusivity never rests on leadership.
-
-Wake-ups: each committed change's ``Wake`` goes out on one LISTEN/NOTIFY channel and the
-others apply it to their hubs; a hint, so one lost costs a poll timeout. A controller
-alone on the database (it counts the holders of a shared advisory lock each tick)
-sends nothing, and sends one "wake everyone" when another arrives. On SQLite there is
-one controller: it leads from the start and sends nothing.
-"""
+"""Several controllers on one PostgreSQL database (ARCHITECTURE.md): the leadership lease and
+wake-ups over LISTEN/NOTIFY (hints only); exclusivity never rests on leadership."""
 
 from __future__ import annotations
 
@@ -35,15 +21,13 @@ log = logging.getLogger(__name__)
 
 #: Seconds between a follower's tries of the lease, and between a leader's renewals.
 TICK = 0.5
-#: Seconds a renewal holds the lease: a leader that made no progress for this long has
-#: lost it, and another takes over within a ``TICK`` more (EXT-PG-8: within 5 s).
+#: Seconds a renewal holds the lease; another takes over within a ``TICK`` more (EXT-PG-8).
 LEASE = 3.0
 #: A renewal or a try that takes longer than this counts as a lost connection.
 CHECK_BOUND = 2.0
 #: The server ends a tick link idle this long: its controller is frozen.
 LINK_IDLE = 5.0
-#: PostgreSQL refuses a notification payload of 8000 bytes or more; a wake-up that
-#: would not fit is sent as "wake everyone" instead.
+#: PostgreSQL refuses payloads of 8000 bytes or more: those go as "wake everyone".
 PAYLOAD_MAX = 7900
 
 
@@ -70,8 +54,7 @@ class Peers:
         #: When it last began to lead (its clock); the reaper's hold-off counts from here.
         self.since: float | None = clock() if url is None else None
         self._outbox: asyncio.Queue[Wake] | None = None
-        #: How many other controllers listen on the database, as of the last tick;
-        #: None until the first (wake-ups are sent while it is not known).
+        #: Other controllers listening, as of the last tick; None before the first.
         self.others: int | None = None
 
     @property
@@ -127,8 +110,7 @@ class Peers:
         link = await PeerLink.open(self.url, CHECK_BOUND * 2, idle=LINK_IDLE)
         try:
             await link.listen()
-            # Say so at once: a lone controller stops dropping its wake-ups on hearing
-            # it, not a tick later.
+            # Say so at once: a lone controller stops dropping its wake-ups on hearing it.
             await link.notify(hello(self.instance))
             while not hub.shutting_down.is_set():
                 await link.within(CHECK_BOUND, self._tick(link, hub))
@@ -160,9 +142,7 @@ class Peers:
             apply(hub, SCHEDULE, forward=False)
 
     def _count(self, present: int) -> None:
-        """Note how many controllers are present (this one among them). One that
-        arrived since the last tick missed what a lone controller did not send: it is
-        told to wake everyone."""
+        """Note how many controllers are present; a newcomer missed wake-ups, so wake everyone."""
         others = max(0, present - 1)
         if self.others == 0 and others > 0 and self._outbox is not None:
             self._outbox.put_nowait(Wake(everyone=True))
@@ -205,8 +185,7 @@ class Peers:
                 await link.close()
 
 
-#: The wake-ups another controller acts on (never a kick or its webhook notices: the
-#: pass runs where the change landed, and the notices stay with their origin).
+#: The wake-ups another controller acts on: never a kick or a webhook notice.
 CROSSING = ("workers", "ended", "output", "devices", "jobs", "assigned", "swept")
 
 

@@ -1,15 +1,5 @@
-"""The interactive relay (controller-api.md §11): in-memory sessions pairing a job's
-four halves, keyed by job ID.
-
-Two directions (output, worker to client; input, client to worker), each an unbuffered
-hand-off: a writer's chunk is acknowledged once the reader took it, so the relay holds
-at most one chunk per direction and the HTTP server's flow control pushes back on the
-sender. An output half ending discards the session (over for every half, the POST
-halves included, so a worker learns its client left while its job is quiet); an input
-half ending closes only the input direction, made afresh when input halves attach
-again; the last half out forgets the session, and a late unwind never touches a newer
-one. A session whose worker waits ``CLIENT_ABSENT`` with no client half is discarded.
-"""
+"""The interactive relay (controller-api.md §11): each direction an unbuffered hand-off, so flow
+control pushes back on the sender; an output half ending ends the session."""
 
 from __future__ import annotations
 
@@ -20,15 +10,13 @@ from dataclasses import dataclass, field
 
 from resource_controller import errors
 
-#: The largest chunk handed over in one piece (the spec's relay frame line limit,
-#: TTY-031): a bigger write is handed over in pieces of at most this size.
+#: The largest chunk handed over in one piece (TTY-031's frame line limit).
 FRAME_MAX = 1_048_576
 #: Every write to a GET half's socket must finish within this.
 WRITE_DEADLINE = 10.0
 #: A POST half blocked this long while it is alone in its session gives up.
 HANDOFF_GUARD = 60.0
-#: A session with worker halves and no client half for this long is over: the client
-#: left or never came, and nobody can ever attach to the job's terminal or pipe again.
+#: A session with worker halves and no client half this long is over.
 CLIENT_ABSENT = 10.0
 
 
@@ -85,10 +73,7 @@ class Pipe:
         return self._offered
 
     async def taken(self, ticket: int) -> bool:
-        """Wait until the reader took chunk ``ticket``; ``False`` if the pipe closed first.
-
-        Safe to cancel and await again (the hand-off guard re-arms this way).
-        """
+        """Wait until chunk ``ticket`` was taken; ``False`` if closed first. Safe to cancel."""
         if ticket == 0:
             return False
         await self._until(lambda: self._taken >= ticket or self._closed)
@@ -97,9 +82,8 @@ class Pipe:
     async def send(
         self, data: bytes, guard: float | None = None, alone: Callable[[], bool] | None = None
     ) -> bool:
-        """Hand ``data`` over in pieces of at most ``FRAME_MAX``; ``False`` once closed,
-        or once blocked ``guard`` seconds while ``alone()`` (the direction then closes:
-        a peer that is attached, or still coming, re-arms the guard)."""
+        """Hand ``data`` over; ``False`` once closed, or blocked ``guard`` seconds while
+        ``alone()``."""
         for start in range(0, len(data), FRAME_MAX):
             ticket = self.offer(data[start : start + FRAME_MAX])
             while True:
@@ -195,8 +179,7 @@ class Relay:
                 f"the {half.value} half of job {job_id}'s session is already connected"
             )
         if not half.is_output and session.input.closed:
-            # Input halves dialling again get a fresh input direction, once the
-            # other input half of the old one has let go of it.
+            # Input halves dialling again get a fresh input direction once the old one is let go.
             other = Half.WORKER_IN if half is Half.CLIENT_IN else Half.CLIENT_IN
             if other not in session.halves:
                 session.input = Pipe()
@@ -222,9 +205,7 @@ class Relay:
             self._discard(session)
 
     def half_ended(self, session: Session, half: Half, pipe: Pipe) -> None:
-        """``half`` is over (``pipe`` being the direction it joined): a writer ending is
-        end of stream for its reader, a reader ending closes the direction (waking a
-        blocked writer); then the session's rules of the module docstring."""
+        """``half`` is over: a writer's end is end of stream, a reader's closes the direction."""
         if half in (Half.WORKER_OUT, Half.CLIENT_IN):
             pipe.end()
         else:

@@ -1,7 +1,4 @@
-"""Rendering: store records into the wire models routes answer with.
-
-Every age is measured here, on the controller's clock.
-"""
+"""Store records into wire models; every age measured here, on the controller's clock."""
 
 from __future__ import annotations
 
@@ -23,12 +20,10 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 def _new(model: type[M], **fields: Any) -> M:
-    """A response model built without validation from the store's typed records:
-    validation was 70 % of rendering ``/v1/state`` at 10,000 devices.
-    ``tests/controller/test_render.py`` holds every builder to what validation accepts."""
+    """A response model built without validation (70 % of rendering ``/v1/state``);
+    ``tests/controller/test_render.py`` holds each builder to what validation accepts."""
     m = model.__new__(model)
-    # The defaults hold every field in declaration order, which ``update`` keeps: the
-    # serializer writes the fields in ``__dict__``'s order.
+    # The serializer writes fields in ``__dict__``'s order, which ``update`` keeps.
     values = _defaults(model).copy()
     values.update(fields)
     object.__setattr__(m, "__dict__", values)
@@ -40,9 +35,7 @@ def _new(model: type[M], **fields: Any) -> M:
 
 @functools.cache
 def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
-    """Every field with its default (None for a required one, which every builder
-    passes), in declaration order, for ``_new`` to copy: the wire models' defaults are
-    all immutable (None, numbers, strings), which this checks once per model."""
+    """Every field's default (None when required), for ``_new`` to copy; checked immutable."""
     out: dict[str, Any] = {}
     for name, f in model.model_fields.items():
         if f.default_factory is not None:
@@ -56,8 +49,7 @@ def _defaults(model: type[pydantic.BaseModel]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=8192)
 def ts(seconds: int | None) -> str | None:
-    """``waiting.rfc3339``, None staying None; cached, since a fleet's heartbeats and a
-    queue's submits fall on few distinct seconds."""
+    """``waiting.rfc3339``, None staying None; cached: timestamps fall on few distinct seconds."""
     return None if seconds is None else rfc3339(seconds)
 
 
@@ -98,9 +90,7 @@ def job(j: JobRecord) -> wire.Job:
 
 
 def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
-    """The Device object as its JSON object, omitted fields absent, in the wire model's
-    order: the runtime ceiling always (EXT-CLI-6), ``draining`` only when true, with
-    who, when and why when given."""
+    """The Device object as JSON: the ceiling always (EXT-CLI-6), ``draining`` only when true."""
     out: dict[str, Any] = {
         "id": d.id,
         "host": d.host,
@@ -131,15 +121,12 @@ def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:
     return out
 
 
-#: As a plain string: comparing with the enum member costs four times as much, once per
-#: device of every fleet view.
+#: A plain string: comparing with the enum member costs four times as much, per device.
 _UNHEALTHY = DeviceState.UNHEALTHY.value
 
 
 def device_view_body(s: DeviceSnapshot, now: int) -> dict[str, Any]:
-    """The device view as its JSON object, omitted fields absent: a plain object, since
-    models per device (device, view, each label) were most of rendering 10,000 of them;
-    ``tests/controller/test_render.py`` holds it to what the wire model serializes."""
+    """The device view as a plain JSON object: models per device were most of the cost."""
     lease, d = s.lease, s.device
     out: dict[str, Any] = {"device": device_body(d, s.labels)}
     if lease:
@@ -166,9 +153,7 @@ def device_view(s: DeviceSnapshot, now: int) -> wire.DeviceView:
 
 
 def json_body(value: Any) -> bytes:
-    """``value`` (plain objects, lists and wire models in any mix) as a response body,
-    models without their omitted fields, as ``model_dump_json(exclude_none=True)``
-    writes them."""
+    """``value`` as a body, as ``model_dump_json(exclude_none=True)`` writes it."""
     return pydantic_core.to_json(value, exclude_none=True)
 
 
@@ -198,8 +183,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
 
 
 def usage(w: acct.Window) -> wire.Usage:
-    """A usage window: hours to the thousandth, shares to four places; the
-    GPU-hours and the sampled part only where some utilisation is known."""
+    """A usage window: hours to the thousandth, shares to four places, GPU-hours where known."""
 
     def known(f: acct.Figures) -> dict[str, Any]:
         if f.sampled_seconds <= 0:

@@ -1,13 +1,5 @@
-"""``rc serve``: start-up order, binding, signals and staged shutdown.
-
-Tokens are validated before the data directory is touched and before any socket is
-bound; every start-up failure is one ``rc: <message>`` line and exit status 1. The
-listening socket is bound here, so a port in use fails before the loops start.
-
-Test hook, never for users: ``RC_TEST_TIMINGS`` (``name=seconds,...``, grammar in
-``core/testtimings.py``) shortens the ``Settings`` named in ``TEST_TIMINGS``, so
-end-to-end tests can watch the reaper without waiting minutes.
-"""
+"""``rc serve``: start-up order, binding, signals and staged shutdown; every start-up failure is one
+``rc: <message>`` line and exit 1, before a socket is bound."""
 
 from __future__ import annotations
 
@@ -70,11 +62,9 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-#: A peer that acknowledges nothing for this long is gone (a cut cable, a closed
-#: laptop): the kernel drops its connection, so a relay half notices within this bound.
+#: A peer that acknowledges nothing this long is gone: the kernel drops its connection.
 PEER_SILENCE = 10
-#: Keep-alive probing of an idle connection: first probe, interval, unanswered count
-#: (4 + 3 x 2 = PEER_SILENCE seconds).
+#: Keep-alive probing: first probe, interval, unanswered count (4 + 3 x 2 = PEER_SILENCE).
 KEEPALIVE = (4, 2, 3)
 
 
@@ -132,8 +122,7 @@ def open_services(
             raise ServeError(str(exc)) from exc
         raise ServeError(f"open data directory {data}: {exc}") from exc
     except Exception as exc:
-        # A driver error's own text, not SQLAlchemy's wrapper (statement, link, newlines):
-        # SRV-011's message is the one line ``rc: <error>``.
+        # The driver error's own text, not SQLAlchemy's wrapper: SRV-011's one line ``rc: <error>``.
         why = getattr(exc, "orig", None) or exc
         raise ServeError(f"open data directory {data}: {why}") from exc
     return Services(
@@ -196,9 +185,7 @@ def policy(
     max_log_bytes: int,
     max_devices_per_submitter: int | None = None,
 ) -> dict[str, int]:
-    """The ``Settings`` of ``rc serve``'s policy flags, or ``ValueError`` naming the flag:
-    instants are whole seconds, so a duration under one second is refused, not rounded, as
-    is a log cap too small for a head, the marker and a tail; a limit is at least 1 device."""
+    """``rc serve``'s policy flags as ``Settings``, or ``ValueError`` naming the flag."""
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(
@@ -244,8 +231,7 @@ def run(
     limits_file: str = "",
     **policy: int,
 ) -> int:
-    """The whole ``rc serve`` process; returns its exit status. ``policy`` holds the
-    ``Settings`` of ``policy()``, already validated."""
+    """The whole ``rc serve`` process; its exit status."""
     logfmt.configure(log_format, logging.INFO)
     # Events at the default level, not migration steps or requests.
     for name in ("alembic", "uvicorn.access"):
@@ -269,8 +255,7 @@ def run(
     except (ServeError, crashpoints.CrashPointError) as exc:
         logfmt.say(log_format, str(exc), "ERROR", logger="rc.serve")
         return 1
-    # Our own no-op handlers are what uvicorn restores (and re-raises into) after a
-    # signal-initiated shutdown, so a clean stop exits 0 rather than dying of the signal.
+    # Our no-op handlers are what uvicorn restores, so a clean stop exits 0.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
     if svc.settings.webhook_url:

@@ -1,11 +1,4 @@
-"""The clients', the operators' and the background loops' operations: one function each,
-between a parsed request and the store (the workers' are ``controller/workerops.py``).
-
-Each runs its store work on the store thread (``Services.db``) and returns a
-``wake.Done``: its value, or the error to answer with after a commit, and the wake-ups
-the change implies, which ``wake.perform`` applies once it committed. Which changes
-imply a scheduling pass is EXT-FAST-1's list (a submit runs its own).
-"""
+"""The clients', operators' and loops' operations, each returning a ``wake.Done``."""
 
 from __future__ import annotations
 
@@ -47,8 +40,7 @@ async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done
 
     def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
         job = svc.store.queue.enqueue(new)
-        # Whatever fails after the enqueue (a database error or anything
-        # unexpected) cancels the just-queued job, so it never lingers half-submitted.
+        # Whatever fails after the enqueue cancels the job, so it never lingers half-submitted.
         try:
             done = svc.store.queue.schedule_after(job)
         except Exception:
@@ -158,8 +150,7 @@ async def retire(svc: Services, device_id: str) -> Done[None]:
 async def drain(
     svc: Services, caller: Caller, device_id: str, req: wire.DrainRequest
 ) -> Done[None]:
-    """Flag a device draining; a pass follows, as the device's
-    reservations are gone and the jobs waiting for it now wait for others."""
+    """Flag a device draining; a pass follows, as jobs waiting for it now wait for others."""
     by = identity.recorded_submitter(caller, req.submitter)
     await svc.db(svc.store.devices.drain, device_id, by, req.reason)
     log.info("device %s draining, by %s%s", device_id, by, f": {req.reason}" if req.reason else "")
@@ -203,24 +194,20 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 
 
 async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
-    """One reaper sweep under ``fence`` (the leader's epoch, checked in its transaction):
-    followers of ended jobs finish; a sweep never frees a device, but one it took out can
-    change what a queued job waits for, so a pass follows."""
+    """One reaper sweep under ``fence``; a device it took out may change waits: a pass follows."""
     result = await svc.db(svc.store.devices.sweep, rules, fence)
     ended = frozenset([*result.jobs_lost, *result.leases_expired])
     took_out = bool(result.devices_unknown or result.alarming)
     return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming))
 
 
-#: Jobs whose stored output one retention pass deletes at most: a long
-#: backlog is worked off over several passes instead of holding the store thread.
+#: Jobs one retention pass deletes at most, so a backlog never holds the store thread.
 RETENTION_BATCH = 200
 
 
 async def prune_logs(svc: Services, fence: Fence | None) -> Done[list[str]]:
-    """Delete the stored output of jobs that ended longer ago than ``--log-retention``;
-    the job rows stay. Files first, then the mark: a pass cut short only leaves a job
-    to be looked at again."""
+    """Delete the stored output of jobs ended over ``--log-retention`` ago: files first, then the
+    mark, so a pass cut short only leaves a job to look at again."""
     retention = svc.settings.log_retention
     if retention <= 0:
         return Done([])

@@ -1,17 +1,5 @@
-"""The limits file of ``rc serve --limits FILE``: how many devices each submitter may
-hold at once (EXT-SHARE-1).
-
-```yaml
-limits:
-  alice: 4      # alice may hold 4 devices at once
-  "*": 2        # every other name 2
-```
-
-A name is the one a job counts under (``identity.share_name``); ``"*"`` is the default,
-else ``--max-devices-per-submitter`` (both is refused: one would not do what it says).
-Anything but whole numbers is an error naming the file and the line; a bad file read
-again on SIGHUP leaves the limits in force.
-"""
+"""The limits file of ``rc serve --limits FILE`` (EXT-SHARE-1): ``limits: {alice: 4, "*": 2}``; a
+bad file reread on SIGHUP leaves the limits in force."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What a submit asks for, checked and made into the store's ``NewJob`` before the store
-sees it: every check that needs no database (the store checks the rest in
-``store/jobs.enqueue``: the devices exist, the selector matches, ceilings, the key's
-job, the jobs waited for). Pure: no store, no I/O.
-"""
+"""What a submit asks for, checked without the database and made the store's ``NewJob``; pure."""
 
 from __future__ import annotations
 
@@ -73,8 +69,7 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
 
 
 def _after(req: wire.SubmitRequest) -> tuple[str, ...]:
-    """The jobs a submit waits for, each once, in the order given; whether
-    each exists is the store's to say, in the enqueue's transaction."""
+    """The jobs a submit waits for, each once, in order; the store says whether they exist."""
     ids = list(req.after or [])
     if any(not i for i in ids):
         raise errors.BadRequest("after must not contain an empty job ID")
@@ -100,9 +95,8 @@ def check_limit(limits: share.SubmitterLimits, new: NewJob) -> None:
 
 
 def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
-    """``count`` and ``device_ids`` checked against each other: a list takes the place of
-    ``device_id`` and ``selector``, its length is the count (another ``count`` is refused,
-    not overridden), its devices distinct and on one host; a ``device_id`` is one device."""
+    """``count`` and ``device_ids`` checked against each other: a list's length is the count
+    (another is refused, not overridden), its devices distinct and on one host."""
     ids = list(req.device_ids or [])
     if not ids:
         if req.device_id and req.count != 1:
@@ -127,8 +121,7 @@ def _gang(req: wire.SubmitRequest) -> tuple[int, tuple[str, ...]]:
         raise errors.BadRequest(f"device_ids must all be on one host, not on {', '.join(hosts)}")
     overlap = mig.overlapping(d.partition(":")[2] for d in sorted(ids))
     if overlap:
-        # A GPU and its MIG instance are never leased at once, so such a job
-        # could never start, and meanwhile its claim would hold both back from others.
+        # A GPU and its MIG instance are never leased at once: such a job could never start.
         whole, part = overlap[0]
         raise errors.BadRequest(
             f"device_ids names one GPU twice: {hosts[0]}:{whole} and {hosts[0]}:{part} "

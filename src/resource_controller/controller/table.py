@@ -1,7 +1,4 @@
-"""Every route of the controller, in one table (controller-api.md §4, extensions.md):
-dispatch finds a request's route here, the request timer labels it by the template and
-the OpenAPI document is written from the same rows, so what is published is served.
-"""
+"""Every route in one table, read by dispatch, the timer and OpenAPI: published is served."""
 
 from __future__ import annotations
 
@@ -17,7 +14,6 @@ from resource_controller.controller.routes import events, fleet, jobs, ops, tty,
 from resource_controller.core.states import Role
 
 WORKER, CLIENT, ADMIN = Role.WORKER, Role.CLIENT, Role.ADMIN
-_DONE = {200: "done; empty body (API-008)"}
 _CONNECTED = ("text/plain", "connected; the body carries nothing (TTY-011)")
 _NO_DUPLEX = "store_error, or unsupported: no full-duplex stream (TTY-012)"
 _LOOKUP = "store_error: the job could not be looked up (TTY-003)"
@@ -37,7 +33,6 @@ ROUTES: tuple[Route, ...] = (
         workers.register,
         body=wire.RegisterRequest,
         answer=wire.RegisterResponse,
-        errors=(400, 413),
     ),
     Route(
         "POST",
@@ -45,8 +40,7 @@ ROUTES: tuple[Route, ...] = (
         WORKER,
         workers.push_labels,
         body=wire.LabelsPush,
-        errors=(400, 404, 413),
-        empty=_DONE,
+        errors=(404,),
     ),
     Route(
         "GET",
@@ -57,8 +51,7 @@ ROUTES: tuple[Route, ...] = (
         empty={204: "nothing to do before the wait ran out"},
         query=(
             Query(
-                "wait",
-                "long-poll wait as a duration (e.g. 30s); honoured in (0, 1 min], else 30 s",
+                "wait", "long-poll wait as a duration (e.g. 30s); honoured in (0, 1 min], else 30 s"
             ),
             Query(
                 "have",
@@ -75,8 +68,6 @@ ROUTES: tuple[Route, ...] = (
         body=wire.HeartbeatRequest,
         body_cap=workers.HEARTBEAT_CAP,
         body_what="heartbeat body",
-        errors=(400, 413),
-        empty=_DONE,
     ),
     Route(
         "POST",
@@ -92,7 +83,6 @@ ROUTES: tuple[Route, ...] = (
                 "the sender's lease epoch; an old one is 409 stale_lease (EXT-EPOCH-3)",
             ),
         ),
-        empty=_DONE,
     ),
     Route(
         "POST",
@@ -100,8 +90,7 @@ ROUTES: tuple[Route, ...] = (
         WORKER,
         workers.status,
         body=wire.StatusReport,
-        errors=(400, 403, 404, 409, 413),
-        empty=_DONE,
+        errors=(403, 404, 409),
     ),
     Route(
         "POST",
@@ -109,8 +98,7 @@ ROUTES: tuple[Route, ...] = (
         WORKER,
         workers.fault,
         body=wire.FaultReport,
-        errors=(400, 404, 413),
-        empty=_DONE,
+        errors=(404,),
     ),
     Route(
         "POST",
@@ -140,7 +128,7 @@ ROUTES: tuple[Route, ...] = (
         body=wire.SubmitRequest,
         status=201,
         answer=wire.Job,
-        errors=(400, 409, 413),
+        errors=(409,),
     ),
     Route(
         "GET",
@@ -174,8 +162,7 @@ ROUTES: tuple[Route, ...] = (
         jobs.kill,
         body=wire.KillRequest,
         body_required=True,
-        errors=(400, 403, 404, 409, 413),
-        empty=_DONE,
+        errors=(403, 404, 409),
     ),
     Route(
         "GET",
@@ -289,24 +276,16 @@ ROUTES: tuple[Route, ...] = (
         ),
     ),
     # Admin routes.
-    Route("POST", "/v1/devices/{device_id}/clear", ADMIN, fleet.clear, errors=(409,), empty=_DONE),
+    Route("POST", "/v1/devices/{device_id}/clear", ADMIN, fleet.clear, errors=(409,)),
     Route(
         "POST",
         "/v1/devices/{device_id}/drain",
         ADMIN,
         fleet.drain,
         body=wire.DrainRequest,
-        errors=(400, 404, 413),
-        empty=_DONE,
-    ),
-    Route(
-        "POST",
-        "/v1/devices/{device_id}/undrain",
-        ADMIN,
-        fleet.undrain,
         errors=(404,),
-        empty=_DONE,
     ),
+    Route("POST", "/v1/devices/{device_id}/undrain", ADMIN, fleet.undrain, errors=(404,)),
     Route(
         "DELETE",
         "/v1/devices/{device_id}",

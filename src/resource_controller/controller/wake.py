@@ -1,11 +1,4 @@
-"""What an operation changed, as data, and the one place that acts on it after commit.
-
-Every operation (``service.py``, ``workerops.py``) and loop returns a ``Done``: its
-outcome and a ``Wake`` naming the wake-ups the committed change implies. ``perform``
-awaits it, then ``apply`` turns the ``Wake`` into hub calls, event-stream messages and
-webhook events, so nothing is woken inside a transaction. A forgotten ``perform`` is a
-type error: a route gets a ``Done``, not the value it renders.
-"""
+"""What an operation changed, as data, acted on after commit: nothing wakes inside one."""
 
 from __future__ import annotations
 
@@ -31,30 +24,25 @@ class Wake:
 
     #: A scheduling pass soon: the change can make a queued job placeable.
     schedule: bool = False
-    #: A pass already ran right after the change, inside the operation (submit's
-    #: immediate pass): it is that change's EXT-FAST-1 pass; nothing to kick.
+    #: A pass already ran inside the operation (submit's): nothing to kick.
     scheduled: bool = False
-    #: Jobs that reached a terminal state: their log followers finish.
-    #: The reaper's expired leases may name a lease ID here; it wakes nobody.
+    #: Jobs that reached a terminal state, whose log followers finish (maybe a lease ID).
     ended: frozenset[str] = _NONE
     #: Workers whose long poll has something new: an assignment or a kill.
     workers: frozenset[str] = _NONE
     #: Jobs with newly stored output: their log followers read it.
     output: frozenset[str] = _NONE
-    #: The device table changed (registration, labels, fault, clear, retire, a sweep
-    #: that took devices out): what a "devices" event will announce.
+    #: The device table changed: what a "devices" event will announce.
     devices: bool = False
     #: Job states to announce on the event stream, in order: (job ID, state).
     jobs: tuple[tuple[str, str], ...] = ()
     #: A scheduler-loop pass assigned at least one job: a bare "jobs" event.
     assigned: bool = False
-    #: A sweep marked a device unhealthy, lost a job or expired a lease: a bare
-    #: "devices" event, never the full list.
+    #: A sweep marked a device unhealthy, lost a job or expired a lease: a bare "devices" event.
     swept: bool = False
     #: Webhook events raised by the change, stamped when raised.
     notices: tuple[Notice, ...] = ()
-    #: Every long poll and log follower re-checks: another controller's change too
-    #: large to name each (``controller/peers.py``).
+    #: Every long poll and log follower re-checks (another controller's change too large to name).
     everyone: bool = False
 
     def __or__(self, other: Wake) -> Wake:
@@ -87,9 +75,7 @@ class Wake:
 
     @staticmethod
     def of_pass(done: PassResult, *, skip: str = "", nudge: bool = True) -> Wake:
-        """A pass's wake-ups: the long polls of the workers it assigned to, a bare "jobs"
-        event when it assigned (``nudge``), and the waiting jobs it ended
-        ``dependency_failed``, whose followers finish (``skip`` is its caller's to say)."""
+        """A pass's wake-ups: assigned workers' polls, a "jobs" event, dependency_failed endings."""
         ended = [j for j in done.ended if j != skip]
         return Wake.poll(a.worker_id for a in done.assigned) | Wake(
             ended=frozenset(ended),

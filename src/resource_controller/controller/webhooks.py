@@ -1,10 +1,4 @@
-"""Webhook notifications: seven kinds, a bounded queue, best effort.
-
-Raising an event never blocks or fails its caller: it joins a FIFO of ``QUEUE`` or is
-dropped and counted. One task delivers them in order, ``ATTEMPTS`` tries each with
-backoff, each POST bounded by ``POST_TIMEOUT``; at shutdown the queue is drained for
-``DRAIN`` seconds at most. With no URL there is no notifier (``Hub.notifier`` is None).
-"""
+"""Webhook notifications, best effort: raising one never blocks or fails its caller."""
 
 from __future__ import annotations
 
@@ -87,9 +81,7 @@ def sweep_notices(
     reasons: dict[str, str] | None,
     lease_devices: dict[str, str] | None,
 ) -> list[Notice]:
-    """The events of one committed sweep, in HOOKN-020's order; ``reasons`` (the
-    quarantine categories) and ``lease_devices`` are read after it, None when that read
-    failed, which degrades the events as HOOKN-020 says."""
+    """One committed sweep's events, HOOKN-020's order; None reads degrade them."""
     out: list[Notice] = []
     announced: set[str] = set()
     for device in devices_unhealthy:

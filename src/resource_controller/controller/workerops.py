@@ -1,8 +1,4 @@
-"""The workers' operations: registration and facts, the long poll, heartbeats, output,
-status reports and faults, one function each returning a ``wake.Done``, as
-``controller/service.py``'s; a terminal report runs its pass in its own commit and may
-answer the parked poll of the worker that gets the freed device.
-"""
+"""The workers' operations, each returning a ``wake.Done``."""
 
 from __future__ import annotations
 
@@ -42,17 +38,11 @@ def check_sheets(sheet: str | None, device_sheets: dict[str, str] | None) -> Non
             )
 
 
-def proof_of(recovery: wire.RecoveryProof | None) -> expiry.Proof | None:
-    """The registration's recovery proof; absent means none."""
-    return None if recovery is None else expiry.Proof(**recovery.model_dump())
-
-
 async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> Done[Registration]:
     """Upsert the worker and its devices, recover what its proof allows, store its facts."""
     if not req.host:
         raise errors.BadRequest("host must not be empty")
-    # A named worker token speaks only for its own host. An admin token
-    # (which satisfies worker routes) keeps its override, named or not.
+    # A named worker token speaks only for its own host; an admin token keeps its override.
     if caller.role == Role.WORKER and caller.name is not None and req.host != caller.name:
         raise errors.NotThisHost(
             f"a worker token named {caller.name!r} cannot register host {req.host!r}"
@@ -60,18 +50,16 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     check_sheets(req.sheet, req.device_sheets)
     declared = [(d.name, max(0, d.max_runtime_seconds or 0)) for d in req.devices]
     names = [d.name for d in req.devices]
-    proof = proof_of(req.recovery)
+    proof = None if req.recovery is None else expiry.Proof(**req.recovery.model_dump())
 
     def apply() -> tuple[Registration, AutoRecovery]:
-        # Upsert (with ceilings) -> auto-recovery -> labels and sheets, each
-        # its own transaction. Recovery comes after the upsert because it most often
-        # lifts the ``registration`` quarantine the upsert itself has just written.
+        # Upsert, then auto-recovery (it lifts the ``registration`` quarantine the upsert wrote),
+        # then facts.
         reg = svc.store.devices.register(req.host, req.boot_id, declared)
         try:
             recovery = svc.store.devices.auto_recover(reg.worker_id, proof)
         except Exception:
-            # Logged, never fails the registration; the devices simply
-            # stay quarantined, which nothing schedules onto.
+            # Logged, never fails the registration: the devices stay quarantined.
             log.exception("automatic recovery for worker %s failed", req.host)
             recovery = AutoRecovery()
         svc.store.devices.apply_facts(
@@ -186,8 +174,7 @@ def _handed(
 
 async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -> Done[None]:
     """Renew the named jobs' leases and restore the devices they prove."""
-    # Pending jobs (finished, report still in the worker's outbox) keep their leases and
-    # their devices busy until the report lands.
+    # Pending jobs (reported, not landed) keep their leases and devices until the report lands.
     moved = await svc.db(
         svc.store.reports.heartbeat,
         worker_id,
@@ -195,8 +182,7 @@ async def heartbeat(svc: Services, worker_id: str, req: wire.HeartbeatRequest) -
         svc.settings.retain_disconnected_jobs,
         list(req.pending_job_ids or []),
     )
-    # A device back from unknown may place a queued job; a heartbeat that moved no
-    # device changed nothing a pass reads, and 1,000 workers send 100 a second.
+    # Only a heartbeat that moved a device asks for a pass: 1,000 workers send 100 a second.
     return Done(None, SCHEDULE if moved else Wake())
 
 
@@ -239,11 +225,9 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         return parked is not None
 
     def record() -> tuple[JobRecord, PassResult | None]:
-        # The ownership checks, the change and the pass a release calls for
-        # are one transaction on the store thread: the freed device is handed on without
-        # a round through the scheduler loop, and to a waiting poll of its worker in the
-        # same commit. A failed pass is left to that loop. The claimed polls are answered
-        # here, once the transaction ended, whatever becomes of this request.
+        # The checks, the change and its pass are one transaction, so the freed device goes on (to a
+        # waiting poll in the same commit); a failed pass is left to the loop. Claimed polls are
+        # answered here.
         result: PassResult | None = None
         try:
             before, result = svc.store.reports.status(

@@ -1,8 +1,5 @@
-"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``: one rule for the
-worker, which sets it for a job, and the client's ``lease()``, so the two never
-disagree. A MIG instance is visible to CUDA only by its UUID, which only the host knows,
-so its name yields no index.
-"""
+"""Which GPU a device name stands for in ``CUDA_VISIBLE_DEVICES``: one rule for the worker and the
+client's ``lease()``, so the two never disagree."""
 
 from __future__ import annotations
 
@@ -15,9 +12,8 @@ _ASCII_DIGITS = frozenset("0123456789")
 
 
 def device_index(device_id: str) -> str | None:
-    """The trailing index of a device ID's name, verbatim (``box:gpu01`` → ``01``), or
-    ``None``: no ASCII digits, a run past a signed 64-bit integer, or a MIG instance
-    (``box:gpu0.mig1``'s ``1`` is not GPU 1). A wrong index could touch a GPU never leased."""
+    """The trailing index of a device ID's name, verbatim (``box:gpu01`` → ``01``), or ``None`` (no
+    digits, past 64 bits, a MIG instance): a wrong index could touch a GPU never leased."""
     _, colon, name = device_id.partition(":")
     if not colon or not name or mig.is_instance(name):
         return None
@@ -43,8 +39,7 @@ def visible_id(device_id: str, mig_uuids: Mapping[str, str] | None = None) -> st
 def cuda_visible_devices(
     device_ids: Sequence[str], mig_uuids: Mapping[str, str] | None = None
 ) -> str | None:
-    """Comma-joined ``visible_id`` of every device, or ``None`` if any has none
-    ."""
+    """Comma-joined ``visible_id`` of every device, or ``None`` if any has none."""
     ids = [visible_id(d, mig_uuids) for d in device_ids]
     if not ids or any(i is None for i in ids):
         return None

@@ -1,7 +1,5 @@
-"""Duration text: one grammar everywhere (``<decimal><unit>`` terms, ns to h, optional
-sign, bare ``0``), and rendering exactly as the worker spec §0 writes it, since
-consumers match strings like ``max_runtime exceeded (4h0m0s)``.
-"""
+"""Duration text: one grammar everywhere, rendered exactly as the worker spec §0 writes it, since
+consumers match strings like ``max_runtime exceeded (4h0m0s)``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Verdicts on silence, deadlines and recoveries: pure functions of data and ``now``.
-
-Nothing here reads a clock or a database. The store's sweep (``store/sweep.py``) and
-auto-recovery read rows, ask these functions what each row deserves, and apply the
-answers; the reaper loop asks ``StallGuard`` whether this pass may judge at all. The
-governing rule is the spec's: silence is never proof. Silence may take a device out
-of the pool (``unknown``, then ``unhealthy``), never put one back.
-
-Every instant is Unix seconds on the controller's clock; every duration is seconds.
-"""
+"""Verdicts on silence, deadlines and recoveries: pure functions of data and ``now`` (Unix seconds).
+Silence is never proof: it may take a device out of the pool, never put one back."""
 
 from __future__ import annotations
 
@@ -45,8 +37,7 @@ class SweepRules:
     stalled: bool = False
 
     def judging(self, now: float) -> bool:
-        """May this pass expire leases and write workers off: the hold-off is over and
-        the stall guard did not veto it."""
+        """May this pass expire leases and write off: hold-off over, no stall-guard veto."""
         if self.stalled:
             return False
         return self.hold_off_until is None or now >= self.hold_off_until
@@ -73,9 +64,7 @@ def silence(now: float, last_heartbeat_at: float) -> float:
 def demotion(
     state: str, last_heartbeat_at: float, now: float, rules: SweepRules, judging: bool
 ) -> Demotion:
-    """The verdict for one device whose worker was last heard at ``last_heartbeat_at``:
-    written off only when judging and silent ``unhealthy_after``; else ``unknown`` once
-    silent ``grace`` while ``ready``/``busy``. No verdict ever makes a device ``ready``."""
+    """A device's verdict by its worker's silence: written off only when judging; never ready."""
     quiet = silence(now, last_heartbeat_at)
     if judging and quiet >= rules.unhealthy_after:
         return Demotion.REAP_ONLY if state == DeviceState.UNHEALTHY else Demotion.WRITE_OFF
@@ -85,9 +74,8 @@ def demotion(
 
 
 def quiet_floor(rules: SweepRules, judging: bool) -> float:
-    """The least silence any verdict of ``demotion`` needs: a device whose worker was
-    heard more recently gets ``NONE`` whatever its state, so a sweep need not read it
-    (at 10,000 devices reading them all held the store for ~40 ms every 10 s)."""
+    """The least silence any verdict needs, so a sweep need not read devices heard since (reading
+    10,000 held the store ~40 ms every 10 s)."""
     return min(rules.grace, rules.unhealthy_after) if judging else rules.grace
 
 
@@ -113,29 +101,16 @@ def lease_expires(
 
 
 def stalled(previous: float | None, current: float, interval: float) -> bool:
-    """Did the reaper pass starting at ``current`` start more than ``STALL_FACTOR``
-    intervals after the previous one (None before the first)?
-
-    Both instants come from the clock the sweep judges silence by, so a stopped or
-    starved process, a suspended host or a clock stepped forward all look alike. Why (an
-    addition to the spec, in the spirit of its start-up hold-off): a worker that
-    heartbeated into a paused controller looks dead on the first pass after the pause,
-    its heartbeats still queued behind it. Only judge silence you could observe.
-    """
+    """Did the pass at ``current`` start over ``STALL_FACTOR`` intervals after the previous one?
+    After a pause, heartbeats still queued behind it make live workers look dead: only judge
+    silence you could observe."""
     return previous is not None and current - previous > STALL_FACTOR * interval
 
 
 @dataclass(frozen=True)
 class StallGuard:
-    """The reaper's memory between passes: when the last one ran, and how steady since.
-
-    A stalled pass does not judge (no lease expiry, no write-off, no job lost), nor do
-    the on-schedule passes after it until the ``RESUME_PASSES``-th, which judges again:
-    at 10 s intervals the 30 s a restarted controller's hold-off gives live holders to
-    renew. Passes, not seconds, since each on-schedule pass proves the controller was
-    listening. Demotion to ``unknown`` is never vetoed (the next heartbeat undoes it),
-    and a controller whose every pass is late never judges: the safe failure.
-    """
+    """The reaper's memory between passes: a stalled pass does not judge, nor do the passes after it
+    until the ``RESUME_PASSES``-th (each on-schedule pass proves the controller was listening)."""
 
     previous: float | None = None
     #: On-schedule passes since the last stalled one; starts caught up.

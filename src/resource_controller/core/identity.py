@@ -1,7 +1,4 @@
-"""Who is calling, and which jobs a caller may end: the submitter is a label the caller
-asserts, but a named client token owns its name, records what it submits under it and
-may end only jobs recorded under it (EXT-WHO).
-"""
+"""Who is calling, and which jobs a caller may end (EXT-WHO): a named client token owns its name."""
 
 from __future__ import annotations
 
@@ -52,10 +49,8 @@ def under(name: str, submitter: str) -> bool:
 
 
 def recorded_submitter(caller: Caller, asserted: str) -> str:
-    """The submitter a submit (or a kill's reason) records for what the body asserts: a
-    named client token's assertion when it lies under the name, else the name; a named
-    admin token's assertion, or its name when there is none (an operator submits on behalf
-    of others, and may end anyone's job anyway); any other token's assertion."""
+    """The submitter a submit (or a kill's reason) records: a named client token's assertion only
+    when under its name; a named admin's assertion (it submits on behalf of others) or its name."""
     owner = caller.owner
     if owner is not None:
         return asserted if under(owner, asserted) else owner
@@ -65,17 +60,14 @@ def recorded_submitter(caller: Caller, asserted: str) -> str:
 
 
 def share_name(caller: Caller, recorded: str) -> str:
-    """The name a submit counts under for its submitter limit: a named
-    client token's name (``alice`` for ``alice@host/session``, which lies under it), else
-    the recorded submitter. A named admin token submits on behalf of others, so what it
-    records is what counts."""
+    """The name a submit's limit counts under: a named client token's, else the submitter."""
     return caller.owner or recorded
 
 
 def may_end(caller: Caller, job_submitter: str, asserted: str) -> bool:
-    """Whether ``caller`` may kill or release a job recorded under ``job_submitter``: an
-    admin always; a named client token only jobs under its name; any other client when the
-    assertion is the job's submitter (API-046 step 2: an accident guard, not authentication)."""
+    """Whether ``caller`` may end a job of ``job_submitter``: an admin always; a named client its
+    name's; another client when the assertion matches (API-046: an accident guard, not
+    authentication)."""
     if caller.admin:
         return True
     owner = caller.owner

@@ -1,8 +1,5 @@
-"""The bounds on what a request may carry (EXT-LIMITS-1), each with the reason it exists:
-one table, read by the wire models and the body reader, so a limit is written once.
-Over one, a request is ``400 bad_request`` naming the field (``413 body_too_large`` for
-the body as a whole), never let into the store where it could break a later pass.
-"""
+"""The bounds on what a request may carry (EXT-LIMITS-1), written once here, so nothing over one
+reaches the store where it could break a later pass."""
 
 from __future__ import annotations
 
@@ -46,9 +43,7 @@ SECONDS = IntRange(0, 2**31 - 1, "68 years; a deadline computed from it fits any
 #: Why: the column is a plain integer; nothing outside 32 bits is a real exit status.
 EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column is an integer")
 
-#: Devices one job may ask for on one host.
-#: Why a ceiling: a count no host could hold is refused at submit anyway; the bound
-#: keeps a ``device_ids`` list, and the work done per job in a pass, small.
+#: Devices one job may ask for on one host: keeps a ``device_ids`` list and a pass's work small.
 DEVICE_COUNT = IntRange(1, 1024, "more devices than any one host carries")
 
 #: Submit's strings and collections.

@@ -1,12 +1,5 @@
-"""MIG instances as devices: their names, and which devices share one GPU.
-
-A GPU in MIG mode is offered as its instances, ``gpu<i>.mig<j>``, instead of
-``gpu<i>``; the worker, the controller and the client read these names, so the grammar
-lives here once. On one host ``<N>.mig<...>`` is carved out of ``<N>``, and the two are
-never held together (``part_of``; the grant's SQL in ``store/leases.py``), whatever any
-worker reports. A name that does not fit the card's mode is a conflict: the worker
-labels it ``mig_conflict`` and the controller never grants it.
-"""
+"""MIG instances as devices (``gpu<i>.mig<j>``): the grammar lives here once, and a GPU and its
+instances are never held together (``part_of``; the grant's SQL in ``store/leases.py``)."""
 
 from __future__ import annotations
 
@@ -23,10 +16,7 @@ _INDEX_MAX = 2**63 - 1
 
 
 def parse(name: str) -> tuple[int, int | None] | None:
-    """``gpu3`` → ``(3, None)``, ``gpu3.mig1`` → ``(3, 1)``, anything else → ``None``.
-
-    ASCII digits only, each index within a signed 64-bit integer (as WRK-077 reads one).
-    """
+    """``gpu3`` → ``(3, None)``, ``gpu3.mig1`` → ``(3, 1)``, else ``None`` (WRK-077)."""
     m = _NAME.fullmatch(name)
     if m is None:
         return None
@@ -52,10 +42,8 @@ def instance_name(gpu: int, mig: int) -> str:
 
 
 def part_of(part: str, whole: str) -> bool:
-    """``part`` (a device name) is carved out of ``whole`` on the same host.
-
-    ``gpu0.mig1`` is part of ``gpu0``; ``gpu10.mig0`` is not part of ``gpu1``.
-    """
+    """``part`` is carved out of ``whole``: ``gpu0.mig1`` of ``gpu0``, not ``gpu10.mig0`` of
+    ``gpu1``."""
     return part.startswith(whole + SEPARATOR)
 
 
@@ -75,9 +63,7 @@ def overlapping(names: Iterable[str]) -> list[tuple[str, str]]:
 
 
 def superseded(declared: Collection[str], existing: Iterable[str]) -> dict[str, list[str]]:
-    """Devices of a host its latest registration no longer declares but whose silicon a
-    declared one now stands for, with the names that overlap them: ``gpu0`` after
-    ``gpu0.mig0`` and ``gpu0.mig1`` were declared is ``{"gpu0": ["gpu0.mig0", "gpu0.mig1"]}``."""
+    """Undeclared devices whose silicon a declared one now stands for, with those names."""
     wanted = set(declared)
     out: dict[str, list[str]] = {}
     for name in existing:

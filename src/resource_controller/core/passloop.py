@@ -1,9 +1,5 @@
-"""The one scheduling pass loop: each job of a queue in order, the planner
-(``core.planner``) asked what it may try and claim, each choice tried by a placer. The
-store runs ``run_pass`` over the queue as it reads it, each placement one assignment
-transaction (``store/passes.py``); ``plan`` runs it over a snapshot, assuming every
-placement succeeds.
-"""
+"""The one scheduling pass loop: the store runs ``run_pass`` over the queue as it reads it; ``plan``
+over a snapshot, assuming every placement succeeds."""
 
 from __future__ import annotations
 
@@ -22,27 +18,22 @@ class Placement(StrEnum):
     """How trying one of a job's choices ended."""
 
     PLACED = "placed"
-    #: The job left the queue since it was read (or its row cannot be read): it claims
-    #: nothing.
+    #: The job left the queue since it was read (or cannot be read): it claims nothing.
     GONE = "gone"
     #: A device of the choice could not be had: the next choice is tried.
     NOT_READY = "not_ready"
 
 
-#: Places a job on a choice; the store's is one assignment transaction, the snapshot's
-#: assumes success.
+#: Places a job on a choice: the store's in a transaction, the snapshot's assumes success.
 Place = Callable[[JobSnap, tuple[str, ...]], Placement]
 
-#: Where a queue entry's first fields are: what a pass reads of a job behind a device it
-#: cannot have before it builds the job (a long pinned queue is mostly such jobs).
+#: A queue entry's leading fields: a pinned job behind a busy device needs no more.
 ENTRY_ID, ENTRY_DEVICE, ENTRY_PLAIN_PIN, ENTRY_SHARE = range(4)
 
 
 class PassQueue(Protocol):
-    """The queue as a pass walks it, in queue order, jobs waiting for others left out.
-
-    An entry's first fields are ``ENTRY_*``: the store's rows are read so, since building
-    a ``JobSnap`` for each of 10,000 pinned jobs behind busy devices was most of a pass."""
+    """The queue as a pass walks it; entries lead with ``ENTRY_*`` fields, as building a ``JobSnap``
+    for 10,000 pinned jobs was most of a pass."""
 
     def __iter__(self) -> Iterator[Sequence[Any]]: ...
 
@@ -65,10 +56,8 @@ class Plan:
 
 
 def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
-    """One scheduling pass: each job in queue order is placed on the first of its choices
-    that ``place`` can give it, or claims what it waits for. Once every reservable device
-    is claimed the walk stops, but for the jobs pinned to a device the fleet no longer
-    has, which the queue finds at once."""
+    """One pass: each job is placed on the first choice ``place`` gives it, or claims what it waits
+    for; the walk stops once every reservable device is claimed."""
     assignments: dict[str, tuple[str, ...]] = {}
     unparsable: list[str] = []
     limited: dict[str, int] = {}
@@ -79,8 +68,7 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
             _claim_vanished(planner, queue.pinned_elsewhere())
             break
         if entry[ENTRY_PLAIN_PIN]:
-            # A plain pin whose device cannot be had now (claimed by a job ahead, taken,
-            # busy, out of the pool or draining) can only claim it: no job built.
+            # A plain pin whose device cannot be had now can only claim it: no job built.
             if limits_on:
                 limit = planner.limited(entry[ENTRY_SHARE], 1)
                 if limit is not None:
@@ -116,8 +104,7 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
 
 
 def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:
-    """Each device with no row is claimed by the first job pinned to it, unless that
-    job's submitter is at the limit."""
+    """Each device with no row is claimed by the first job pinned to it, unless at its limit."""
     for job in jobs:
         if job.pinned and planner.limited(job.share, job.count) is None:
             for device_id in job.pins:  # a pinned list claims all of it
@@ -144,10 +131,6 @@ class SnapshotQueue:
         return [j for j in self._jobs if j.pinned and j.device_id not in self._known]
 
 
-def _assume_placed(job: JobSnap, choice: tuple[str, ...]) -> Placement:
-    return Placement.PLACED
-
-
 def plan(
     jobs: Iterable[JobSnap],
     devices: Sequence[DeviceSnap],
@@ -155,9 +138,8 @@ def plan(
     limits: SubmitterLimits = NO_LIMITS,
     held: Mapping[str, int] | None = None,
 ) -> Plan:
-    """A whole pass on a snapshot, as if every assignment it tries succeeds.
-
-    Jobs still waiting for others take no part; ``limits`` and ``held``
-    are the submitter limits and the devices each share name holds."""
+    """A whole pass on a snapshot, as if every assignment it tries succeeds."""
     planner = Planner(devices, limits, held)
-    return run_pass(SnapshotQueue(jobs, key, planner.by_id), planner, _assume_placed)
+    return run_pass(
+        SnapshotQueue(jobs, key, planner.by_id), planner, lambda job, choice: Placement.PLACED
+    )

@@ -1,22 +1,7 @@
-"""The decisions of one scheduling pass, one job at a time in queue order: which device
-sets it may try, and what it claims when none of them can be had. The walk that asks
-is ``core.passloop.run_pass``; the rules it applies are ``core.scheduling``'s.
-
-A job for N devices (on one host):
-
-- placing: hosts with at least N free candidates are tried best fit first (fewest free
-  candidates, then host name), each with its N lowest-ID free devices, so a small job
-  leaves the hosts with the most room to the bigger ones;
-- waiting: it claims N devices on the host where it is closest to starting (the most
-  free unclaimed candidates, then the most unclaimed, then host name; only hosts with
-  at least N unclaimed count), its free ones first, then by ID. Reservations are
-  rebuilt every pass head job first, so each device that frees there goes to it until
-  it has N, and a stream of 1-device jobs behind it cannot starve it.
-
-A job whose submitter would pass its limit (``core.share``) is neither placed nor claims
-anything, so the jobs of other people behind it are placed; devices placed earlier in
-the same pass count.
-"""
+"""The decisions of one pass, one job at a time: N-device jobs try hosts best fit first, so a small
+job leaves the most room to bigger ones, and a blocked one claims N devices on the host closest
+to starting, rebuilt head first every pass, so 1-device jobs behind it cannot starve it. A job
+over its submitter limit neither places nor claims."""
 
 from __future__ import annotations
 
@@ -35,18 +20,15 @@ class Offer:
     candidates: list[str]  #: every device it may use
     available: list[str]  #: candidates not claimed by a job ahead of it, nor draining
     choices: Sequence[tuple[str, ...]]  #: device sets to try, in order (each ``count`` long)
-    #: What it claims if none of its choices can be had: every available candidate for a
-    #: one-device job; N devices of one host for an N-device job.
+    #: What it claims when no choice can be had: every available candidate, or N of one host.
     claim: list[str] = field(default_factory=list)
-    #: The submitter limit that keeps it waiting: it has no choices and
-    #: claims nothing; None when no limit stands in its way.
+    #: The limit that keeps it waiting (no choices, no claim); None when none does.
     limit: int | None = None
 
 
 class _Singles(Sequence[tuple[str, ...]]):
-    """The one-device choices over ``free`` devices, each made when it is asked for: a
-    job for any device of 10,000 has 10,000 choices, and the pass almost always takes
-    the first. Equal to the list of the same choices."""
+    """The one-device choices over ``free``, each made when asked for: a job for any of 10,000
+    devices almost always takes the first."""
 
     __slots__ = ("_free",)
 
@@ -80,14 +62,9 @@ class _Singles(Sequence[tuple[str, ...]]):
 
 
 class FleetIndex:
-    """A fleet's snapshots by ID with the sets ``Planner`` asks of each device, and the
-    candidates found per (selector, runtime), which ``Planner`` fills.
-
-    Kept by the store between passes and updated for the devices that changed
-    (``store/fleet.py``): rebuilt per pass it was a third of a submit's CPU at 10,000
-    devices. Candidates depend on labels, ceilings and the set of devices, never on
-    states, so a grant or a release keeps them.
-    """
+    """A fleet's snapshots with the sets ``Planner`` asks, kept between passes (rebuilt per pass it
+    was a third of a submit's CPU); candidates depend on labels, ceilings and the device set,
+    never on states."""
 
     def __init__(self, devices: Sequence[DeviceSnap]) -> None:
         self.devices: Sequence[DeviceSnap] = sorted(devices, key=BY_ID)
@@ -101,8 +78,7 @@ class FleetIndex:
     def update(
         self, ordered: Sequence[DeviceSnap], changed: Iterable[DeviceSnap], removed: Iterable[str]
     ) -> None:
-        """The fleet is now ``ordered`` (by ID): ``changed`` are new or changed
-        snapshots, ``removed`` the IDs that are gone."""
+        """The fleet is now ``ordered``: ``changed`` are new or changed, ``removed`` gone."""
         stale = False
         for device_id in removed:
             if self.by_id.pop(device_id, None) is not None:
@@ -135,12 +111,8 @@ def _member(ids: set[str], device_id: str, present: bool) -> None:
 
 
 class Planner:
-    """The decisions of one scheduling pass: ``offer`` for each job in queue order, then
-    ``placed`` when one of its choices was assigned, ``blocked`` when none could be (it
-    claims its ``Offer.claim`` for the rest of the pass), or neither when it left the
-    queue or its submitter limit stood in its way. ``held`` is the devices each share
-    name held when the pass began; what the pass places is added as it goes.
-    """
+    """The decisions of one scheduling pass: ``offer`` each job in queue order, then ``placed`` or
+    ``blocked`` (it claims ``Offer.claim``); ``held`` grows as the pass places."""
 
     def __init__(
         self,
@@ -169,8 +141,7 @@ class Planner:
         self._matches = fleet.matches
 
     def saturated(self) -> bool:
-        """Every device that could ever be reserved is claimed: no job further back can
-        be placed on an existing device."""
+        """Every reservable device is claimed: no job further back can be placed."""
         return self.full
 
     def _candidates(self, job: JobSnap) -> list[str]:
@@ -185,16 +156,13 @@ class Planner:
         return found
 
     def limited(self, share: str, count: int) -> int | None:
-        """The submitter limit that keeps a job of ``share`` asking for ``count`` devices
-        waiting now; None when none does."""
+        """The limit that keeps a job of ``share`` for ``count`` devices waiting; None if none."""
         if not self.limited_on:
             return None
         return over_limit(self.limits, self.held, share, count)
 
     def offer(self, job: JobSnap) -> Offer:
-        """The job's candidates, the unclaimed ones and the device sets to try; a job its
-        submitter limit keeps waiting gets none and claims nothing. ``SelectorError`` when its
-        selector no longer parses."""
+        """The job's candidates, the unclaimed ones and the sets to try; none over its limit."""
         count = max(1, job.count)
         if self.limited_on:
             limit = over_limit(self.limits, self.held, job.share, count)
@@ -230,9 +198,7 @@ class Planner:
             self._claim_device(device_id, job_id)
 
     def claim_unless_free(self, device_id: str, job_id: str) -> bool:
-        """``reserve`` unless the device is free (``ready``, not draining, neither claimed
-        nor taken in this pass: what ``offer`` puts in a one-device job's choices);
-        whether it was not free. A long pinned queue asks it per job."""
+        """``reserve`` unless the device is free; whether it was not free."""
         if device_id in self.reserved:
             return True  # a job ahead claimed it; reserving again changes nothing
         if device_id in self._schedulable and device_id not in self.taken:

@@ -1,22 +1,6 @@
-"""Who may run where and in what order: pure functions over snapshots.
-
-The one copy of each scheduling rule, used by enqueue (the submit-time check), the
-scheduling pass (``core.planner``, walked by ``core.passloop``), explain and queue
-positions:
-
-- queue order as a key function, so a different order (priority aging) is a different
-  key, not a rewrite;
-- the candidate rule: a pinned job may use its devices; a selector job, or a job with
-  neither (any device), the devices its selector matches in any state, filtered by
-  their runtime ceilings;
-- a device ``draining`` (EXT-DRAIN-2) or whose name conflicts with its GPU's MIG mode
-  (the ``mig_conflict`` label) is still matched and pinnable, never assigned or
-  reserved (``DeviceSnap.held_out``).
-
-A job carries a device ``count`` (N devices on ONE host) and, when pinned to a list,
-its ``device_ids``. A job waiting for other jobs (``JobSnap.after_open``) takes no part
-in a pass; the submitter limits are ``core.share``'s.
-"""
+"""Who may run where and in what order: the one copy of each scheduling rule, pure functions over
+snapshots, used by enqueue, the pass, explain and queue positions. A draining or MIG-conflicted
+device still matches, never assigned or reserved."""
 
 from __future__ import annotations
 
@@ -44,8 +28,7 @@ class DeviceSnap:
 
     @property
     def held_out(self) -> bool:
-        """Never assigned or reserved, though still matched and pinnable: draining
-        or in MIG conflict."""
+        """Never assigned or reserved, though matched and pinnable: draining or MIG conflict."""
         return self.draining or bool(self.mig_conflict)
 
     @property
@@ -56,8 +39,7 @@ class DeviceSnap:
 
 BY_ID = operator.attrgetter("id")
 
-#: As a plain string: comparing with the enum member costs four times as much, and a
-#: pass asks it per device of every queued job's choices.
+#: A plain string: comparing with the enum member costs four times as much, per device.
 _READY = DeviceState.READY.value
 
 
@@ -75,8 +57,7 @@ class JobSnap:
     count: int = 1  #: devices wanted on one host
     #: A job pinned to several devices: all of them, by ID; ``device_id`` is the first.
     device_ids: tuple[str, ...] = ()
-    #: The name its submitter limit counts it under: the named token's
-    #: name where EXT-WHO applies, else the recorded submitter.
+    #: The name its submitter limit counts it under (EXT-WHO).
     share: str = ""
     #: Jobs it still waits for; above 0 it is not eligible for a pass.
     after_open: int = 0
@@ -106,10 +87,8 @@ def queue_key(job: JobSnap) -> tuple[int, int, int]:
 
 
 def effective_priority(priority: int, queued_at: int, now: int, aging: int) -> int:
-    """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited since
-    ``queued_at``, capped at ``PRIORITY_MAX`` (one already above stays); ``aging`` <= 0
-    is none. ``queries.effective_priority_sql`` is this rule in SQL; a test holds the two
-    together."""
+    """EXT-FAIR-1: ``priority`` plus one per whole ``aging`` seconds waited, capped at
+    ``PRIORITY_MAX``; ``queries.effective_priority_sql`` is this rule in SQL."""
     if aging <= 0 or priority >= PRIORITY_MAX:
         return priority
     steps = max(0, now - queued_at) // aging
@@ -137,12 +116,6 @@ def tolerates(device: DeviceSnap, runtime: int) -> bool:
     return runtime == 0 or device.max_runtime_seconds == 0 or device.max_runtime_seconds >= runtime
 
 
-def effective_runtime(requested: int, ceiling: int) -> int:
-    """A job that asked for no runtime inherits the device's ceiling; only a positive
-    request is its own (a stored negative one, from before EXT-LIMITS-1, is not)."""
-    return requested if requested > 0 else ceiling
-
-
 def matching(
     selector: selectors.Selector | None, devices: Iterable[DeviceSnap]
 ) -> list[DeviceSnap]:
@@ -152,12 +125,9 @@ def matching(
 
 
 def candidates(job: JobSnap, devices: Iterable[DeviceSnap], *, ceilings: bool = True) -> list[str]:
-    """Devices the job may be placed on, in the order to try them: its pins (never
-    ceiling-filtered: the ceiling was applied at enqueue), or the devices its selector
-    matches whose ceiling tolerates its runtime (all of them when not ``ceilings``).
-
-    Raises ``SelectorError`` for a stored selector that no longer parses.
-    """
+    """Devices the job may be placed on, in order: its pins (the ceiling was applied at enqueue), or
+    its selector's matches its runtime fits; ``SelectorError`` for a stored selector that no
+    longer parses."""
     if job.pinned:
         return job.pins
     found = matching(selectors.parse(job.selector) if job.selector else None, devices)
@@ -168,7 +138,8 @@ def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:
     """The runtime of a job on several devices: the smallest declared ceiling wins, and a
     job that asked for none inherits it, as a one-device job inherits its device's."""
     declared = [c for c in ceilings if c > 0]
-    return effective_runtime(requested, min(declared) if declared else 0)
+    # Only a positive request is its own (a stored negative one predates EXT-LIMITS-1).
+    return requested if requested > 0 else min(declared, default=0)
 
 
 def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
@@ -183,10 +154,7 @@ def could_ever_fit(count: int, devices: Iterable[DeviceSnap]) -> bool:
 
 
 def competes(job: JobSnap, device_ids: set[str], devices: Iterable[DeviceSnap]) -> bool:
-    """The job waits for one of ``device_ids`` (explain's queue depth).
-
-    A stored selector that no longer parses competes for nothing.
-    """
+    """The job waits for one of ``device_ids`` (explain's queue depth)."""
     try:
         return any(d in device_ids for d in candidates(job, devices, ceilings=False))
     except selectors.SelectorError:

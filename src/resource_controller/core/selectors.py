@@ -1,17 +1,6 @@
-"""Label selectors: parse, normalise, and match against a device's labels.
-
-A selector is a conjunction of ``key op value`` terms. Quantities (``40G``) compare
-numerically; a term whose key a device lacks never matches, not even ``!=``: a missing
-fact cannot show that the device differs. Beyond SEL-001 and SEL-006, size units
-(``_unit``: ``40Gi``, ``40GiB`` binary, ``40GB`` decimal; ``2PB`` refused by
-``validate``) and ``~`` (``model~H100``: the value contains it, any case; only in a
-term with none of SEL-002's operators, so every selector that parsed before parses the
-same) are understood rather than silently matching nothing.
-
-Parsing and matching are linear in the text: hand-written scanners and, for SEL-006's
-number literal, a finite automaton, never a backtracking pattern; a ``Meter`` counts
-the characters examined, so tests check that without timing anything.
-"""
+"""Label selectors: a conjunction of ``key op value`` terms. A missing key never matches, not even
+``!=``: a missing fact cannot show the device differs. Linear in the text (no backtracking
+pattern); a ``Meter`` counts characters examined so tests need no timing."""
 
 from __future__ import annotations
 
@@ -218,9 +207,8 @@ def _is_literal(s: str, start: int, end: int) -> tuple[bool, int]:
 
 
 def _unit(s: str) -> tuple[float, int]:
-    """The multiplier of the size unit ending ``s`` (non-empty) and where the number before
-    it ends, ``(1, len(s))`` for none: ``K M G T`` alone or with ``i``/``iB`` are powers of
-    two (SEL-006), with ``B`` of ten; ``B`` alone is bytes. Any case."""
+    """The multiplier of the size unit ending ``s`` and where its number ends (``(1, len(s))`` for
+    none): ``K M G T`` alone or with ``i``/``iB`` binary (SEL-006), with ``B`` decimal; any case."""
     end = len(s)
     last = s[-1]
     if last in "bB":
@@ -239,8 +227,7 @@ def _unit(s: str) -> tuple[float, int]:
 
 
 def quantity(s: str, meter: Meter | None = None) -> float | None:
-    """A label value as a number, or None when it is not a quantity (SEL-006, with the
-    size units of ``_unit``)."""
+    """A label value as a number (SEL-006, with ``_unit``'s sizes), or None."""
     if not s:
         return None
     mult, end = _unit(s)
@@ -280,9 +267,8 @@ def unsupported_unit(value: str) -> str | None:
 
 
 def validate(text: str, meter: Meter | None = None) -> Selector:
-    """Parse a selector a request brings, refusing a value with a size unit this module does
-    not know, named, rather than matching nothing. Stored selectors are only parsed, so a
-    rule added here never strands a job already queued."""
+    """Parse a request's selector, refusing an unknown size unit by name; stored selectors are only
+    parsed, so a new rule never strands a queued job."""
     selector = parse(text, meter)
     for term in selector.terms:
         unit = unsupported_unit(term.value) if term.op != CONTAINS else None
@@ -321,8 +307,7 @@ def _holds(term: Term, labels: Mapping[str, str], meter: Meter | None = None) ->
     }[term.op]
 
 
-#: How much a no-match hint shows: keys of the selector, values per key, characters of a
-#: value, and label keys listed when a key is on no device. An answer stays a line.
+#: How much a no-match hint shows, so an answer stays a line.
 HINT_KEYS, HINT_VALUES, HINT_CHARS, HINT_KEY_LIST = 4, 5, 64, 8
 
 
@@ -330,14 +315,8 @@ def _clip(text: str) -> str:
     return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 3] + "..."
 
 
-def _counted(n: int) -> str:
-    return f"{n} device" if n == 1 else f"{n} devices"
-
-
 def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> str:
-    """What the devices have for the keys ``selector`` uses, for one that matched none:
-    ``model=H100`` against ``NVIDIA H100 80GB HBM3`` says so and suggests ``model~H100``.
-    Bounded (``HINT_*``: keys, commonest values, characters), one pass over the labels."""
+    """A hint of what the devices have for ``selector``'s keys; bounded by ``HINT_*``."""
     if not labels:
         return "no device is registered"
     keys: list[str] = []
@@ -362,7 +341,9 @@ def no_match_hint(selector: Selector, labels: Sequence[Mapping[str, str]]) -> st
             parts.append(_absent_key(key, every_key))
             continue
         common = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
-        shown = [f"{_clip(v)!r} ({_counted(n)})" for v, n in common[:HINT_VALUES]]
+        shown = [
+            f"{_clip(v)!r} ({n} device{'s' if n != 1 else ''})" for v, n in common[:HINT_VALUES]
+        ]
         if len(common) > HINT_VALUES:
             shown.append(f"{len(common) - HINT_VALUES} more values")
         parts.append(f"{_clip(key)} has " + ", ".join(shown))

@@ -1,6 +1,4 @@
-"""Byte-size text for flags such as ``--max-log-bytes``: a whole number with an optional
-binary unit (``64KiB``, ``256M``); decimal units (``KB``) are refused rather than guessed.
-"""
+"""Byte-size text (``64KiB``, ``256M``): decimal units are refused rather than guessed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""States and reason words (store.md §3-5); which may follow which is
-``core.transitions``'.
-"""
+"""States and reason words (store.md §3-5); which may follow which is ``core.transitions``'."""
 
 from __future__ import annotations
 
@@ -75,8 +73,7 @@ REASON_DEPENDENCY_FAILED = "dependency_failed: "
 
 
 def dependency_failed(job_id: str) -> str:
-    """``dependency_failed: JOB``: the kill reason of a job whose dependency ``job_id`` did
-    not end as it needed."""
+    """``dependency_failed: JOB``: the reason of a job whose dependency did not end as needed."""
     return REASON_DEPENDENCY_FAILED + job_id
 
 

@@ -1,7 +1,5 @@
-"""``RC_TEST_TIMINGS``: the grammar both ``rc serve`` and ``rc worker`` read their
-test-only clocks by (``name=seconds``, comma-separated), so a mistyped entry reads the
-same error whichever reads it. Production never sets the variable.
-"""
+"""``RC_TEST_TIMINGS`` (``name=seconds,...``): one grammar for ``rc serve`` and ``rc worker``, so a
+mistyped entry reads the same error. Production never sets it."""
 
 from __future__ import annotations
 
@@ -20,10 +18,8 @@ class TestTimingsError(ValueError):
 def parse(
     text: str | None, known: Collection[str], positive: Collection[str] = ()
 ) -> dict[str, float]:
-    """The overrides in ``text``; blank text overrides nothing. Each entry is
-    ``name=seconds``, a known name once, a finite number at least 0 (above 0 for the
-    ``positive`` names: a zero interval would spin a loop). A trailing comma is allowed; an
-    empty entry between two is refused, more likely a lost name than a wish."""
+    """The overrides in ``text``: known names once, finite numbers ≥ 0 (> 0 for ``positive``: a zero
+    interval would spin); an empty entry is refused, more likely a lost name than a wish."""
     if text is None or not text.strip():
         return {}
     entries = text.split(",")

@@ -1,11 +1,5 @@
-"""The transition tables: every legal state move of a device and a job, keyed by the
-operation that makes it; ``None`` is "no row" (created or deleted).
-
-``store.moves`` writes a state only through these entries (``WHERE state IN
-(<sources>)``, a target not listed refused), so an edge missing here cannot happen.
-Conditions beside the state stay at the call site, as extra WHERE terms; each entry's
-comment names them.
-"""
+"""The transition tables, keyed by operation (``None`` is "no row"); ``store.moves`` writes a state
+only through them, so an edge missing here cannot happen."""
 
 from __future__ import annotations
 
@@ -81,9 +75,7 @@ _R, _B, _U, _H = DeviceState.READY, DeviceState.BUSY, DeviceState.UNKNOWN, Devic
 _ANY = frozenset(DeviceState)
 _NOT_UNHEALTHY = frozenset({_R, _B, _U})
 
-#: STORE-021. "Any -> unhealthy, keeps reason" is written as "not unhealthy -> unhealthy":
-#: an already unhealthy device is left exactly as it is; only a fault report
-#: moves an unhealthy device again (fault wins).
+#: STORE-021, written as "not unhealthy -> unhealthy": an unhealthy device stays exactly as it is.
 DEVICE = Machine(
     "device",
     {

@@ -1,11 +1,4 @@
-"""Accounting rules: what a usage window is, and what a group's figures mean.
-
-A lease adds its held time to its device, holder, host and device-holder pair in the
-hour it is released, weighted into GPU-seconds by the job's mean utilisation when one
-was measured. The store keeps running totals and each active hour's end
-(``store/usage.py``), so a window costs two rows per group; this module has the pure
-parts: the ``--since`` grammar, a group's figures, and the table a window becomes.
-"""
+"""Accounting rules, pure: ``--since``, a group's figures, the table a window becomes."""
 
 from __future__ import annotations
 
@@ -20,11 +13,9 @@ DEFAULT_BY = "submitter"
 DEFAULT_SINCE = "7d"
 #: A usage window starts on a whole hour: the rollup's grain.
 HOUR = 3600
-#: The longest window asked for: about a century, far past any history (a bound, so
-#: that no number a client sends overflows the arithmetic).
+#: The longest window: about a century, so no number a client sends overflows.
 MAX_SINCE = 36_500 * 86_400
-#: Groups an answer lists at most, largest first; the rest are counted in ``more``
-#: (EXT-LIMITS-4: a listing stays bounded however many submitters a fleet has seen).
+#: Groups an answer lists at most; the rest are counted in ``more`` (EXT-LIMITS-4).
 MAX_GROUPS = 1000
 
 _SINCE_UNITS = {"w": 7 * 86_400, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -111,8 +102,7 @@ class Window:
 def summarise(
     by: str, start: int, end: int, deltas: Iterable[Group], limit: int = MAX_GROUPS
 ) -> Window:
-    """The groups with jobs in the window, largest device-hours first (then by key), at
-    most ``limit`` of them; the total counts every one."""
+    """The groups with jobs in the window, largest first, at most ``limit``; a total of all."""
     found = [g for g in deltas if g.figures.jobs > 0 or g.figures.held_seconds > 0]
     found.sort(key=lambda g: (-g.figures.held_seconds, g.key))
     total = Figures()
@@ -133,8 +123,7 @@ def gpu_hours(f: Figures) -> float | None:
 
 
 def share(f: Figures, total: Figures) -> float | None:
-    """The group's part of the window's device-hours (0..1, four places); ``None`` when
-    nothing was held at all."""
+    """The group's part of the window's device-hours (0..1, four places); ``None``: none held."""
     if total.held_seconds <= 0:
         return None
     return round(f.held_seconds / total.held_seconds, 4)

@@ -1,17 +1,5 @@
-"""Why a queued job waits: pure functions over a snapshot (EXT-WHY-1).
-
-For each device a queued job could run on (its candidates, by device ID) one
-``Blocker`` says what stands between them: a live lease (who, since when, until when),
-a reservation by a queued job ahead of this one (its own, or a stale row naming a job
-that left or now sorts behind, is none), the device out of the pool, draining, or in
-MIG conflict; facts combine. A ``Blocker`` with only ``device_id`` is a device nothing
-keeps from the job now, or a pinned device that no longer exists. The jobs it waits
-for, or its submitter at the limit, stand before every device and are then the whole
-answer.
-
-``phrase``, ``summary`` and ``cell`` turn blockers into the words ``rc run``, ``rc ps``
-and the no-wait refusal use, so the controller and the client say the same thing.
-"""
+"""Why a queued job waits (EXT-WHY-1): one ``Blocker`` per candidate device, put in words by
+``phrase``, ``summary`` and ``cell`` for controller and client alike."""
 
 from __future__ import annotations
 
@@ -44,16 +32,13 @@ class Holding:
     reason: str = ""  #: the hold's reason (copied to the lease at grant)
     acquired_at: int = 0
     expires_at: int = 0
-    #: The holding job's effective ``max_runtime_seconds`` (after ceiling inheritance, STORE-065
-    #: step 3; a hold's TTL); 0 = none. ``None`` when no job row backs the lease.
+    #: The holder's effective runtime (STORE-065 step 3; a hold's TTL); 0 none, None without a job.
     runtime: int | None = 0
 
     @property
     def until(self) -> int | None:
-        """The latest time the holder can keep the device (EXT-WHY-1): the grant plus the
-        job's effective runtime or hold TTL; None for a job with no runtime. Not the
-        lease's ``expires_at``, which every heartbeat renews, except for a lease no job
-        backs: no heartbeat renews it, so that is its end."""
+        """The latest time the holder can keep the device (EXT-WHY-1): the grant plus its runtime or
+        TTL (``expires_at`` only for a job-less lease: heartbeats renew the rest)."""
         if self.runtime is None:
             return self.expires_at
         return self.acquired_at + self.runtime if self.runtime > 0 else None
@@ -126,8 +111,7 @@ class _Rules:
         return other != job.id and theirs is not None and theirs < mine
 
     def blocker(self, job: JobSnap, device_id: str) -> Blocker:
-        # The facts gathered first and the entry built once: ``/v1/state`` builds one
-        # per queued job and candidate device.
+        # The facts first, the entry built once: ``/v1/state`` builds one per job and device.
         facts: dict[str, Any] = {}
         lease = self.leases.get(device_id)
         if lease is not None:
@@ -188,10 +172,7 @@ def _instant(value: Any) -> int | None:
 
 
 def from_wire(entry: Mapping[str, Any]) -> Blocker:
-    """A ``waiting_for`` entry as the controller sent it, for the client's words.
-
-    Unreadable values read as absent: a client must still print its queued line.
-    """
+    """A ``waiting_for`` entry from the wire; unreadable values read as absent."""
     facts: dict[str, Any] = {}
     for f in dataclasses.fields(Blocker):
         value = entry.get(f.name)
@@ -245,10 +226,7 @@ def limit_text(limit: int, submitter: str) -> str:
 
 
 def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
-    """One blocker in words, e.g. ``held by alice (job 1b2c3d4e…, hold "profiling") for
-    12m0s, at most until 2026-08-13T14:30:00Z`` (durations CLI-060, times CLI-063), or
-    ``at the limit of 4 devices for alice``, or ``after job 1b2c3d4e…, not
-    ended yet``."""
+    """One blocker in words (``held by alice (job 1b2c3d4e…) for 12m0s, at most until …``)."""
     if b.submitter_limit is not None:
         return limit_text(b.submitter_limit, b.submitter)
     if b.after:

@@ -1,11 +1,5 @@
-"""Jobs that wait for other jobs: a ``job_after`` row per job waited for, counted in
-``after_open`` (above 0 the pass does not read the job). Migration 0010's trigger notes
-in ``ended`` the state the job waited for ends in, whatever ends it; ``settle`` (in a
-terminal report's transaction and first in every pass) lowers ``after_open`` for an end
-that meets the rule (``core.share.dependency_met``) and ends the waiting job
-``dependency_failed`` otherwise, which the trigger notes in turn, so a failed chain ends
-in one pass. No cycle forms: a job names only jobs that exist.
-"""
+"""Jobs waiting for other jobs: ``job_after`` rows counted in ``after_open``; migration 0010's
+trigger notes each end and ``settle`` applies it, so a failed chain ends in one pass."""
 
 from __future__ import annotations
 
@@ -25,10 +19,8 @@ _TAKE_NOTED = "DELETE FROM job_after WHERE ended != '' RETURNING job_id, after_i
 
 
 def wait(db: sql.Db, job_id: str, after: Sequence[str], after_any: bool) -> int:
-    """Write the ``job_after`` rows of a job about to be enqueued; how many it waits for.
-    ``BadRequest`` names the first ID no job has. An end that meets the rule needs no
-    row, one that does not gets a row already noted. On PostgreSQL the rows read are
-    locked to the commit: a concurrent end's trigger could not see the new rows."""
+    """Write the ``job_after`` rows of a job about to be enqueued; how many it waits for. Rows read
+    are locked (PostgreSQL): a concurrent end's trigger could not see the new rows."""
     if not after:
         return 0
     text = f"SELECT id, state FROM jobs WHERE id IN ({sql.marks(len(after))})"
@@ -108,8 +100,7 @@ def _queued(db: sql.Db, job_ids: list[str]) -> dict[str, tuple[bool, str]]:
 
 
 def pending(db: sql.Db, job_ids: Sequence[str]) -> dict[str, list[str]]:
-    """Queued job -> the jobs it waits for that have not ended, for ``waiting_for``
-    ; jobs waiting for none are absent."""
+    """Queued job -> the jobs it waits for that have not ended; jobs waiting for none are absent."""
     out: dict[str, list[str]] = {}
     for at in range(0, len(job_ids), _CHUNK):
         part = job_ids[at : at + _CHUNK]

@@ -1,8 +1,5 @@
-"""The store's core under every aggregate: the connection, a re-entrant lock that
-serialises operations, the one transaction context (``tx``, or ``read`` outside any),
-the caches and the clock. The caches (fleet view, kept reservations, settled queue) are
-dropped when a transaction that read them rolls back (``undone``).
-"""
+"""The store's core under every aggregate: connection, lock, transactions and caches; a rolled-back
+transaction drops what the caches took from it (``undone``)."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from resource_controller.store import engine, fleet, passes, races, sql
 
 
 class _Serial:
-    """The store's lock (re-entrant), which also knows when an operation starts: at the
-    first use of the connection under its outermost hold."""
+    """The store's re-entrant lock, which also knows when an operation starts."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -42,8 +38,7 @@ class _Serial:
 
 
 class Core:
-    """One database connection behind serialised transactions, and what the
-    operations keep between them."""
+    """One connection behind serialised transactions, and what operations keep between them."""
 
     def __init__(self, database: Path | str, clock: Clock, priority_aging: int = 0) -> None:
         """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
@@ -57,8 +52,7 @@ class Core:
         except BaseException:
             driver.close()
             raise
-        #: The PostgreSQL database as a libpq URL, for the controllers' own connections;
-        #: None on SQLite.
+        #: The PostgreSQL database as a libpq URL, for the controllers' own links; None on SQLite.
         self.database_url = self.database.libpq_url
         self.db = sql.Db(driver, self.database.dialect)
         self.lock = _Serial()
@@ -71,8 +65,7 @@ class Core:
         self.fleet = fleet.FleetSnapshot()
         #: The reservation rows the last pass left, kept so the next need not read them.
         self.reserved = passes.KeptReservations()
-        #: The submitter limits; the controller sets them, and sets them again when the
-        #: limits file is read again.
+        #: The submitter limits, set by the controller (again when the file is reread).
         self.limits = share.NO_LIMITS
 
     def key(self, now: int) -> scheduling.QueueKey:
@@ -95,10 +88,8 @@ class Core:
             c.value("SELECT 1")
 
     def _usable(self) -> sql.Db:
-        """The connection for an operation. At its start one the server dropped while idle
-        is replaced first and the caches read afresh; later in an operation a dropped one
-        ends it (``ConnectionDropped``: what ran may rest on the old session), and
-        ``races.again`` runs it once more. ``StoreUnavailable`` while unreachable."""
+        """The connection for an operation: one dropped while idle is replaced at its start; later a
+        drop ends the operation (``ConnectionDropped``), as what ran may rest on the old session."""
         starting = self.lock.starting()
         if not self.db.broken and not (starting and engine.dropped(self.db.driver)):
             return self.db
@@ -119,18 +110,15 @@ class Core:
         return self.db
 
     def _failed(self, exc: BaseException) -> errors.StoreError:
-        """The error a driver failure becomes: ``ConnectionDropped`` when the connection
-        went with it (nothing committed: the operation may run again)."""
+        """The error a driver failure becomes: ``ConnectionDropped`` when the link went with it."""
         if self.db.broken:
             return errors.ConnectionDropped("the database connection dropped")
         return errors.StoreError(f"database error: {type(exc).__name__}")
 
     @contextmanager
     def tx(self, point: str = "") -> Iterator[sql.Db]:
-        """One transaction under the lock; ``point`` names its crash point (a test hook).
-        A driver error becomes ``StoreError`` naming its type; a connection lost before
-        the commit ``ConnectionDropped``, at the commit ``StoreUnavailable`` (unknown
-        whether it committed: never run again)."""
+        """One transaction under the lock; a connection lost at the commit is ``StoreUnavailable``:
+        whether it committed is unknown, so it never runs again."""
         with self.lock:
             self.gen += 1
             db = self._usable()
@@ -162,8 +150,7 @@ class Core:
 
     @contextmanager
     def undone(self, db: sql.Db, savepoint: str = "") -> Iterator[None]:
-        """A transaction, or with ``savepoint`` a part of one: if it fails, what the
-        caches took from it is dropped (it may never have been committed)."""
+        """A transaction (or a savepoint of one): if it fails, the caches drop what they took."""
         seen = self.fleet.seen
         try:
             if savepoint:

@@ -1,12 +1,5 @@
-"""Workers and devices (store.md §13-17): registration, facts (labels and sheets),
-faults, clears, drains, retirement, automatic recovery and the reaper's sweep.
-
-Registration means "a fresh worker process with nothing running": what is still in
-flight on it is settled, its devices quarantined unless the boot ID changed (a reboot
-proves nothing survived). Silence is never proof: nothing here makes an occupied-looking
-device ``ready`` without a proof the spec lists. An undeclared device whose GPU a
-declared one now stands for (``gpu0`` and ``gpu0.mig0``) is marked ``mig_conflict``.
-"""
+"""Workers and devices (store.md §13-17). Silence is never proof: nothing here makes an
+occupied-looking device ``ready`` without a proof the spec lists."""
 
 from __future__ import annotations
 
@@ -40,16 +33,14 @@ def worker_id_for(host: str) -> str:
 
 
 class Devices:
-    """The operations on workers and devices, each in the core's one transaction
-    context."""
+    """The operations on workers and devices, each in the core's one transaction context."""
 
     def __init__(self, core: Core) -> None:
         self._core = core
 
     @races.again
     def register(self, host: str, boot_id: str, declared: list[tuple[str, int]]) -> Registration:
-        """STORE-110..112: upsert the worker, reap its in-flight jobs, declare its devices
-        (name, runtime ceiling)."""
+        """STORE-110..112: upsert the worker, reap its in-flight jobs, declare its devices."""
         with self._core.tx("register") as c:
             now = self._core.now()
             worker_id = worker_id_for(host)
@@ -64,8 +55,7 @@ class Devices:
             )
             reaped = _reap(c, now, worker_id, reboot)
             if reboot:
-                # A host down longer than the write-off has nothing in flight left to key
-                # off; the reboot itself proves its devices are empty.
+                # A host down past the write-off has nothing in flight; the reboot proves it empty.
                 where = f"worker_id = ? AND {_RECOVERABLE_IN} AND NOT {queries.LEASED}"
                 params = (worker_id, *_RECOVERABLE)
                 moves.set_devices(c, Op.REBOOT_RECOVER, where, params, DeviceState.READY)
@@ -76,10 +66,8 @@ class Devices:
 
     @races.again
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
-        """STORE-121: on a valid proof, the worker's own unleased devices quarantined for
-        a recoverable reason (never ``fault``, never ``''``) return to the pool, in ID
-        order, each as the flap guard allows: at most 3 a sliding hour, then it waits for
-        a person, since repeated returns signal a real fault that looping would hide."""
+        """STORE-121: return the worker's recoverable, unleased quarantined devices, each as the
+        flap guard allows: repeated returns signal a real fault."""
         if proof is None or not proof.proves_clean:
             return AutoRecovery()
         with self._core.tx() as c:
@@ -131,9 +119,7 @@ class Devices:
         sheet: str | None,
         device_sheets: Mapping[str, str] | None,
     ) -> None:
-        """STORE-144, STORE-153: the named devices' labels by source (host-wide facts
-        under each device's own) and the host's usage sheets; an absent map or sheet
-        leaves what is stored."""
+        """STORE-144, STORE-153: labels and sheets; an absent map or sheet keeps what is stored."""
         with self._core.tx() as c:
             now = self._core.now()
             for source, facts in (("detected", labels), ("declared", declared)):
@@ -181,10 +167,7 @@ class Devices:
 
     @races.again
     def drain(self, device_id: str, by: str, reason: str) -> None:
-        """EXT-DRAIN-2: flag a device draining, what it runs finishes, nothing new is
-        placed. Not a state: the device keeps its state, its lease and its place for
-        selectors and pinned submits. Draining again replaces who, when and why.
-        ``DeviceNotFound`` for an unknown device."""
+        """EXT-DRAIN-2: flag a device draining (not a state); again replaces who, when and why."""
         with self._core.tx() as c:
             done = c.execute(
                 "UPDATE devices SET draining = 1, drained_by = ?, drained_at = ?,"
@@ -193,14 +176,12 @@ class Devices:
             ).rowcount
             if done == 0:
                 raise errors.DeviceNotFound(f"no such device: {device_id}")
-            # A reservation is a claim to be placed next; a draining device is never
-            # reserved.
+            # A draining device is never reserved.
             c.execute("DELETE FROM reservations WHERE device_id = ?", (device_id,))
 
     @races.again
     def undrain(self, device_id: str) -> None:
-        """Clear the drain flag and its who/when/why; a device not draining is left as it
-        is. ``DeviceNotFound`` for an unknown device."""
+        """Clear the drain flag; a device not draining is left as it is."""
         with self._core.tx() as c:
             if queries.device(c, device_id) is None:
                 raise errors.DeviceNotFound(f"no such device: {device_id}")
@@ -225,9 +206,7 @@ class Devices:
 
     @races.again
     def sweep(self, rules: expiry.SweepRules, fence: leadership.Fence | None = None) -> SweepResult:
-        """One sweep (``store/sweep.py``): demote the silent, reap, expire; never frees a
-        device. Made only by the leader of ``fence`` (``NotLeading`` else, nothing
-        written); None: the one controller of a SQLite store."""
+        """One sweep, never freeing a device; for the leader of ``fence`` only."""
         with self._core.tx("sweep") as c:
             leadership.hold(c, fence)
             return sweep.sweep(c, self._core.now(), rules)
@@ -270,12 +249,7 @@ def _declare(c: sql.Db, now: int, host: str, worker_id: str, name: str, ceiling:
 def _mark_superseded(
     conn: sql.Db, now: int, host: str, worker_id: str, declared: list[str]
 ) -> dict[str, list[str]]:
-    """Mark the host's undeclared devices whose GPU a declared one now stands for.
-
-    Their detected labels become the one ``mig_conflict`` (the stale facts would still
-    match selectors); a later registration that declares the name replaces them with
-    what the worker reports then.
-    """
+    """Mark devices a declared one now stands for ``mig_conflict``: stale labels match."""
     existing = [
         name for (name,) in conn.all("SELECT name FROM devices WHERE worker_id = ?", (worker_id,))
     ]
@@ -288,9 +262,7 @@ def _mark_superseded(
 
 
 def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> list[str]:
-    """STORE-111: end the worker's in-flight jobs as ``lost`` and settle their devices:
-    ``ready`` with a reboot's proof, else quarantined for ``registration`` (an existing
-    reason kept)."""
+    """STORE-111: end the worker's in-flight jobs ``lost`` and settle their devices."""
     reaped = queries.jobs_where(
         conn, f"worker_id = ? AND state IN ({sql.marks(len(_ACTIVE))})", (worker_id, *_ACTIVE)
     )

@@ -1,7 +1,5 @@
-"""Open the database, a SQLite file (WAL, ``synchronous=FULL``: a granted lease must
-survive power loss) or a PostgreSQL URL (psycopg 3), in autocommit, and migrate it.
-SQLAlchemy and Alembic (~25 MiB resident) are loaded only for a database not at ``HEAD``.
-"""
+"""Open the database (SQLite with ``synchronous=FULL``: a granted lease must survive power loss; or
+PostgreSQL) and migrate it; SQLAlchemy and Alembic load only when not at ``HEAD``."""
 
 from __future__ import annotations
 
@@ -22,21 +20,16 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-#: The newest migration's revision: a database already there is opened without loading
-#: SQLAlchemy or Alembic. A test holds it to the migrations directory's head.
+#: The newest revision: a database at it opens without SQLAlchemy or Alembic (a test holds it).
 HEAD = "0013"
 
 #: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 
 
-def is_postgres(database: Path | str) -> bool:
-    return isinstance(database, str) and database.startswith(POSTGRES_SCHEMES)
-
-
 def check_database(database: str) -> str:
     """``database`` if it is a path or a PostgreSQL URL; an error naming it otherwise."""
-    if "://" in database and not is_postgres(database):
+    if "://" in database and not database.startswith(POSTGRES_SCHEMES):
         scheme = database.split("://", 1)[0]
         raise errors.StoreError(
             f"--database: {scheme}:// is not a database rc can use (a postgresql:// URL,"
@@ -64,8 +57,7 @@ class Database:
 
     @property
     def libpq_url(self) -> str | None:
-        """The PostgreSQL URL for connections outside the store (the controllers'
-        leadership and wake-ups); None for SQLite."""
+        """The PostgreSQL URL for the controllers' own connections; None for SQLite."""
         return str(self.target) if self.dialect == "postgresql" else None
 
     def where(self) -> str:
@@ -86,11 +78,8 @@ class Database:
         return _sqlite_connection(Path(self.target))
 
 
-#: What the server does to a session of a controller that froze or was cut off, so that
-#: nothing it holds stalls the others past the 5 s a takeover has (EXT-PG-8): an open
-#: transaction ends 3 s after its last statement, a lock wait gives up after 5 s, a
-#: connection gone quiet on the network drops within 5 s. Set on every connection a
-#: controller opens; a setting the server does not know is left out.
+#: So a frozen or cut-off controller stalls no other past a takeover's 5 s (EXT-PG-8): a transaction
+#: ends 3 s after its last statement, a lock wait gives up at 5 s, a quiet link drops within 5 s.
 SESSION = {
     "idle_in_transaction_session_timeout": "3s",
     "lock_timeout": "5s",
@@ -100,8 +89,7 @@ SESSION = {
     "tcp_user_timeout": "5000",
 }
 
-#: libpq's side of the same, where the URL does not say otherwise: the controller gives
-#: up within 5 s on a server it cannot reach, connecting or connected.
+#: libpq's side of the same: give up within 5 s on a server it cannot reach.
 CLIENT = {
     "connect_timeout": "5",
     "keepalives": "1",
@@ -153,8 +141,7 @@ def connect_postgres(url: str) -> Any:
 
 
 def _sqlite_connection(path: Path) -> sqlite3.Connection:
-    """A connection to the SQLite file at ``path`` with the project's pragmas, the file
-    (and its WAL and shared-memory files) 0600."""
+    """A connection to the SQLite file with the project's pragmas, its files 0600."""
     private.private_file(path)
     for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if side.exists():
@@ -177,9 +164,7 @@ def _strpos(text: str | None, part: str | None) -> int | None:
 
 
 def dropped(driver: Any) -> bool:
-    """Whether the server closed ``driver``'s connection while it stood idle: its goodbye
-    and the end of the stream are there to read at once (a live one costs two reads that
-    find nothing). Never on SQLite."""
+    """Whether the server closed ``driver``'s idle connection (never on SQLite)."""
     if isinstance(driver, sqlite3.Connection):
         return False
     import psycopg
@@ -271,8 +256,7 @@ def migrate(database: Database, driver: Any) -> None:
             if database.dialect == "postgresql":
                 import sqlalchemy as sa
 
-                # Controllers starting together: one migrates, the others wait here,
-                # then find the schema current.
+                # Controllers starting together: one migrates, the others wait here.
                 conn.execute(
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": locks.MIGRATION}
                 )

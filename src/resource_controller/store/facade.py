@@ -1,7 +1,4 @@
-"""``Store``: the one door to the database, the core (``store/base.py``) with one
-aggregate per part of the state (``queue``, ``reports``, ``devices``, ``views``), each
-owning its operations and their SQL.
-"""
+"""``Store``: the one door to the database, the core with one aggregate per part of the state."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The fleet as the pass and the fleet views read it, kept between reads: at 10,000
-devices reading it whole was most of a submit. The triggers of migrations 0006 and 0008
-note each device whose row (but ``last_heartbeat_at``) or labels changed at a rising
-``fleet_version`` in ``device_changes``; the snapshot rereads only those.
-
-``read`` (the pass's) may hold stale heartbeat stamps; ``current`` (the views') reads
-them alone. None of this can make a wrong grant: ``leases.assign`` re-checks every
-condition against the rows, so a stale view only costs an attempt.
-"""
+"""The fleet as the pass and views read it, reread only where migration 0006/0008's triggers noted a
+change (a whole read was most of a submit); ``leases.assign`` re-checks."""
 
 from __future__ import annotations
 
@@ -25,8 +18,7 @@ _label = LabelRecord._make
 
 
 def label_rows(db: sql.Db, ids: list[str] | None = None) -> dict[str, list[LabelRecord]]:
-    """Label records by device, each device's by key then source (the views' order);
-    every device's, or those of ``ids``."""
+    """Label records by device, by key then source; every device's, or those of ``ids``."""
     if ids is None:
         rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
     else:
@@ -47,9 +39,7 @@ def effective(labels: list[LabelRecord] | None) -> dict[str, str] | None:
 
 
 class FleetSnapshot:
-    """Devices by ID with their labels and scheduling snapshots, brought up to date on
-    each read. Every method runs under the store's lock; nothing returned may be changed,
-    nor kept past the lock (the next read updates it in place)."""
+    """Devices by ID with labels and snapshots, updated in place: use under the store's lock."""
 
     def __init__(self) -> None:
         self._version = -1  #: the newest ``device_changes.version`` seen; -1 = never read
@@ -70,15 +60,12 @@ class FleetSnapshot:
         return self._version
 
     def rolled_back(self, seen: int) -> None:
-        """A transaction that began with the view at ``seen`` rolled back: if it read on
-        meanwhile it may hold what never committed (numbers the next commit takes again),
-        so it is read afresh."""
+        """A transaction that began at ``seen`` rolled back: the view is read afresh."""
         if self._version != seen:
             self.forget()
 
     def read(self, db: sql.Db) -> tuple[dict[str, DeviceRecord], list[DeviceSnap]]:
-        """(records by ID, snapshots by ID ascending), current as of this read but for the
-        records' heartbeat stamps."""
+        """(records by ID, snapshots by ID), current but for the records' heartbeat stamps."""
         if self._version < 0:
             self._full(db)
         else:
@@ -148,8 +135,8 @@ class FleetSnapshot:
             self._ordered = [self._snaps[d] for d in sorted(self._snaps)]
             self._position = {d.id: i for i, d in enumerate(self._ordered)}
         else:
-            # The same devices: each changed snapshot takes its place (rebuilding the
-            # list was most of a pass after one grant at 10,000 devices).
+            # The same devices: each changed snapshot takes its place (rebuilding the list cost most
+            # of a pass).
             for snap in changed:
                 self._ordered[self._position[snap.id]] = snap
         self._index.update(self._ordered, changed, gone)

@@ -1,10 +1,4 @@
-"""The queue and the pass (store.md §7-9, §11): enqueue, cancel, kill, the scheduling
-pass and what a queued job waits for.
-
-Enqueue never assigns: the pass (``passes.py``, each placement by ``leases.assign``) is
-the only place a device changes hands, so no side door overtakes a queue position.
-Enqueue checks what needs the database (``controller/submits.py`` checked the rest).
-"""
+"""The queue and the pass (store.md §7-9, §11); only the pass places, so nothing jumps the queue."""
 
 from __future__ import annotations
 
@@ -84,8 +78,7 @@ class Queue:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        #: Waiting jobs a report's transaction ended ``dependency_failed`` since a pass
-        #: last said which: the pass that follows the report says so.
+        #: Waiting jobs a report ended ``dependency_failed``: the next pass says so.
         self._ended: list[str] = []
 
     @races.again
@@ -102,8 +95,7 @@ class Queue:
         try:
             return once()
         except errors.StoreError as exc:
-            # Another controller inserted the same idempotency key meanwhile (its row was
-            # not there to see): the key's job is the answer, as if it had been.
+            # Another controller inserted the same key meanwhile: the key's job is the answer.
             lost_race = exc.__cause__ is not None and sql.row_error(exc.__cause__)
             if not (req.idempotency_key and lost_race):
                 raise
@@ -124,8 +116,8 @@ class Queue:
     def request_kill(
         self, job_id: str, reason: str, finalize_disconnected: bool = False
     ) -> KillRequest:
-        """STORE-091..093: flag an active job for its worker, or end it here when its
-        worker is gone and ``finalize_disconnected``."""
+        """STORE-091..093: flag an active job for its worker, or end it here when the worker is
+        gone."""
         with self._core.tx("kill") as c:
             job = queries.job(c, job_id)
             if not job.active:
@@ -176,8 +168,7 @@ class Queue:
 
     @races.reconnecting
     def schedule_after(self, job: JobRecord) -> PassResult:
-        """The pass right after ``job``'s enqueue, skipped when it cannot change
-        anything (``passes.SettledQueue``)."""
+        """The pass right after ``job``'s enqueue, skipped when it cannot change anything."""
         core = self._core
         with core.lock:
             if core.settled.skips(core.db, core.gen, job):
@@ -186,8 +177,7 @@ class Queue:
 
     @races.reconnecting
     def job_view(self, job_id: str) -> tuple[JobRecord, int, list[waiting.Blocker] | None]:
-        """The job, its 1-based queue position (STORE-070) and what it waits for, in one
-        transaction; 0 and ``None`` for a job that is not queued."""
+        """The job, its queue position (STORE-070) and what it waits for; 0, None if not queued."""
         core = self._core
         with core.tx() as c:
             job = queries.job(c, job_id)
@@ -206,8 +196,7 @@ class Queue:
 def enqueue(
     conn: sql.Db, now: int, req: NewJob, fleet: Callable[[], list[DeviceSnap]]
 ) -> JobRecord:
-    """STORE-056 in the open transaction; ``fleet`` gives the devices as the scheduling
-    rules read them, for a selector or any-device job."""
+    """STORE-056 in the open transaction; ``fleet`` gives the devices as the rules read them."""
     runtime = int(req.max_runtime_seconds)
     pins = req.device_ids
     count = len(pins) or req.count
@@ -313,9 +302,7 @@ def _disconnected(conn: sql.Db, job: JobRecord) -> bool:
 
 
 def _position(conn: sql.Db, job: JobRecord, now: int, aging: int) -> int:
-    """1 + the queued jobs ahead of ``job`` (by effective priority at ``now``); a pinned
-    job counts only those pinned to one of its devices (STORE-070). One count: a queued
-    job's view is polled twice a second, and comparing keys cost 6 ms at 1,500 queued."""
+    """1 + the queued jobs ahead of ``job`` (STORE-070), in one count: it is polled often."""
     ahead, params = queries.behind(job.priority, job.queued_at, job.seq, now, aging, ahead=True)
     text = f"SELECT count(*) FROM jobs WHERE jobs.state = ? AND jobs.id != ? AND {ahead}"
     args: tuple[Any, ...] = (str(JobState.QUEUED), job.id, *params)
@@ -338,11 +325,7 @@ _HOLDINGS = (
 def wait_snapshot(
     conn: sql.Db, core: Core, queued: list[JobSnap], order: dict[str, tuple[str, ...]]
 ) -> waiting.WaitFacts:
-    """What the why-rules read, in a few queries however long the queue: the fleet view,
-    every live lease with its job's runtime (``None`` when no job row backs it), the
-    reservations, unhealthy devices' quarantine text (API-023), the devices each share
-    name holds under a limit, and what waiting jobs still wait for, in the order of
-    ``order`` (job -> its ``after_ids``)."""
+    """What the why-rules read, in a few queries however long the queue."""
     limits = core.limits
     records, snaps = core.fleet.read(conn)
     holdings = [
@@ -370,8 +353,7 @@ def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[wait
     """What one queued job waits for at ``now``; ``[]`` for a job not queued."""
     if not job.queued:
         return []
-    # Of the rest of the queue, the rules read only whether a job reserving a candidate
-    # is ahead of this one: the reservers are all they need, however long the queue.
+    # The rules read only whether a job reserving a candidate is ahead: the reservers suffice.
     queued = [job.snap(), *(s for s in queries.reserving_snaps(conn) if s.id != job.id)]
     snap = wait_snapshot(conn, core, queued, {job.id: job.after_ids})
     return waiting.waiting_for(job.snap(), snap, core.key(now))

@@ -1,13 +1,5 @@
-"""Which controller leads on PostgreSQL: a lease in one row (migration 0013), not a lock,
-which a frozen process keeps with its session. On the database's clock:
-
-- **Take** (``TAKE``): the row, with the epoch one more, once its lease lapsed or the
-  session renewing it is gone; one statement, a locked row skipped, never waited for.
-- **Renew** (``RENEW``): while the epoch is the holder's and the lease has not lapsed.
-- **Fence** (``hold``): every leader-only write first checks its epoch in its own
-  transaction and share-locks the row to the commit, so no takeover passes it half-way
-  (a holder frozen there has the transaction ended by the server, ``engine.SESSION``).
-"""
+"""Which controller leads on PostgreSQL: a lease row (migration 0013), not a lock a frozen process
+would keep; every leader-only write checks its epoch (``hold``)."""
 
 from __future__ import annotations
 
@@ -16,12 +8,10 @@ from dataclasses import dataclass
 from resource_controller import errors
 from resource_controller.store import sql
 
-#: Now on the database's clock, in seconds: every instant of the row is on it, never on
-#: a controller's.
+#: Now on the database's clock: every instant of the row is on it, never a controller's.
 _NOW = "extract(epoch FROM clock_timestamp())"
 
-#: Take the lease: (holder, lease seconds); the new epoch, or no row. Run, like
-#: ``RENEW``, on a controller's own link (``peering.py``: psycopg's placeholders).
+#: Take the lease: (holder, lease seconds); the new epoch, or no row (psycopg placeholders).
 TAKE = (
     "UPDATE leadership SET holder = %s, epoch = epoch + 1, backend = pg_backend_pid(),"
     f" expires_at = {_NOW} + %s"
@@ -52,9 +42,8 @@ class Fence:
 
 
 def hold(db: sql.Db, fence: Fence | None) -> None:
-    """First in a leader-only write's transaction: ``NotLeading`` unless ``fence`` is
-    still the lease's, which then cannot be taken before the commit. None: the one
-    controller of a SQLite store, which leads without a lease."""
+    """``NotLeading`` unless ``fence`` still holds the lease, share-locked to the commit so no
+    takeover passes half-way; None: SQLite's one controller."""
     if fence is None:
         return
     if db.one(_HOLDS, (fence.holder, fence.epoch)) is None:

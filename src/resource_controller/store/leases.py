@@ -1,14 +1,5 @@
-"""Leases: the unit of exclusivity, granted by the scheduling pass's placements.
-
-A device changes hands only in ``assign``, whose conditional updates re-check against
-committed rows every condition a grant depends on: each device ``ready``, not draining,
-not in MIG conflict, not sharing its GPU with a held device of its host (``gpu0`` and
-``gpu0.mig1``); the job still ``queued``, waiting for no other job, its submitter under
-its limit. What the pass read only chooses what to try. The partial unique index
-``leases_one_live_per_device`` refuses a second live lease even if every check were
-wrong (``LiveLeaseConflict``). Epochs come from a counter that never goes back, so a
-fencing token is never reused, even after retire deletes lease rows.
-"""
+"""Leases: a device changes hands only in ``assign``, re-checking every grant condition against
+committed rows (ARCHITECTURE.md "The grant rule"); the unique index referees; no epoch is reused."""
 
 from __future__ import annotations
 
@@ -79,9 +70,7 @@ def release_for_job(
     util: float | None = None,
     first: Sequence[usage.Held] = (),
 ) -> list[str]:
-    """Release the live leases of ``job_id`` (never of job ``''``); their devices. What
-    they held, with ``first`` (leases of the job the caller released), goes into the
-    usage rollup at once, so a several-device job counts once; ``util``: its mean GPU use."""
+    """Release ``job_id``'s live leases; their devices. The rollup counts the job once."""
     released = queries.release_leases(conn, now, job_id) if job_id else []
     usage.account(conn, now, [*first, *released], util)
     return sorted(h.device_id for h in released)
@@ -132,14 +121,9 @@ def assign(
     devices: DeviceRecord | Sequence[DeviceRecord],
     limits: share.SubmitterLimits = share.NO_LIMITS,
 ) -> Placement:
-    """Give ``devices`` (of the pass's view) to queued ``job``; how that went.
-
-    The conditional updates re-check both in this transaction, devices first
-    (``_GRANTABLE``, then ``_PLACEABLE`` under ``limits``), so a stale view can never hand
-    out a device it should not; the unique index referees each lease insert. Several
-    devices are all or nothing, their leases granted in ID order, so their epochs are
-    consecutive and the job's ``lease_epoch`` is the last device's.
-    """
+    """Give ``devices`` to queued ``job``, re-checking both here (``_GRANTABLE``, ``_PLACEABLE``),
+    so a stale view never hands out a wrong device; all or nothing, in ID order (the last epoch
+    is the job's)."""
     group = sorted([devices] if isinstance(devices, DeviceRecord) else devices, key=lambda d: d.id)
     ids = [d.id for d in group]
     if mig.overlapping(d.name for d in group):

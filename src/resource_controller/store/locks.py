@@ -1,8 +1,4 @@
-"""The PostgreSQL advisory lock keys of the project, in one place so that none collides.
-
-Several controllers share one database; each key names one thing only one
-of them may do at a time.
-"""
+"""The PostgreSQL advisory lock keys, in one place so that none collides."""
 
 #: Migrating the schema: the first controller to start migrates, the others wait.
 MIGRATION = 0x7263_0001

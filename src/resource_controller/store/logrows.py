@@ -1,12 +1,5 @@
-"""Job output in the database (migration 0009), for several controllers sharing one: a
-worker's chunks may reach any controller and a follower may read from any other.
-
-``log_chunks`` holds the bytes, a row a chunk; ``job_logs`` a row per job with the
-head's length and the bytes the tail was ever given. The cap and the view are
-``store/logs.py``'s, chunk by chunk (tail chunks wholly older than the ring are
-deleted). Each append is one transaction locking the job's ``job_logs`` row, so two
-appends never interleave; the store keeps a connection of its own, under a lock.
-"""
+"""Job output in the database (migration 0009), so several controllers share it; each append locks
+its ``job_logs`` row, so two never interleave."""
 
 from __future__ import annotations
 
@@ -60,9 +53,8 @@ class DatabaseLogStore(JobLogs):
         return self._conn
 
     def _run(self, what: str, job_id: str, work: Callable[[Any], Any], again: bool = True) -> Any:
-        """``work(connection)`` under the lock; any database error is a ``LogError``
-        naming ``what``. When the connection went with the error, ``work`` runs once more
-        on a new one, unless ``again`` is False (an append, which may have committed)."""
+        """``work(connection)`` under the lock, errors as ``LogError``; run once more on a new
+        connection unless ``again`` is False (an append may have committed)."""
         with self._lock:
             try:
                 return work(self._connection())
@@ -126,8 +118,7 @@ class DatabaseLogStore(JobLogs):
         )
 
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """The stored view from ``offset`` on, as ``LogStore.snapshot`` gives it; each
-        piece's bytes are fetched when read."""
+        """The stored view from ``offset`` on; each piece's bytes are fetched when read."""
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
         check_id(job_id)

@@ -1,13 +1,5 @@
-"""Job output: one append-only file per job under ``<data>/logs``, capped, never held
-in memory (a job ID that is not a safe file name is refused).
-
-The cap (``--max-log-bytes``) keeps a job's head and tail with a marker between:
-``<id>.log`` takes the first half and only grows, so an offset a follower reached always
-names the same byte; the rest goes to ``<id>.tail``, a ring (a 16-byte header: bytes
-ever written, ring size) that once wrapped reads ``head + marker + last bytes``. A
-follower of a running job reads the head alone; the tail reaches it once the job is
-terminal and the ring no longer moves.
-"""
+"""Job output: a capped, append-only file per job; the head only grows, so an offset a follower
+reached always names the same byte; the rest goes to a ring."""
 
 from __future__ import annotations
 
@@ -62,15 +54,12 @@ class Layout:
 
 #: Reads ``n`` bytes at a position of one stored piece (a chunk in the database).
 PieceReader = Callable[[int, int], bytes]
-#: One piece of a log's view: bytes from a file descriptor at a position, literal bytes,
-#: or bytes a reader fetches, with the position and the length.
+#: One piece of a log's view: file bytes at a position, literal bytes, or fetched bytes.
 Piece = tuple[int | bytes | PieceReader, int, int]
 
 
 class Snapshot:
-    """The bytes of one log from an offset up to its size when opened: pieces (the head,
-    the marker, the ring in order), each ``read`` one bounded read of one piece; files
-    stay open until ``close``."""
+    """The bytes of one log from an offset up to its size when opened, until ``close``."""
 
     def __init__(self, pieces: list[Piece], offset: int, fds: list[int] | None = None) -> None:
         self._pieces = pieces
@@ -108,12 +97,10 @@ class Snapshot:
 
 
 class JobLogs(ABC):
-    """Where the controller keeps job output: files (``LogStore``), or the database when
-    several controllers share one (``store/logrows.py``)."""
+    """Where job output lives: files, or the database when controllers share one."""
 
     layout: Layout | None
-    #: An append waits on a server (the database), so the controller makes it off the
-    #: event loop; a file append is quicker in place than a thread hop.
+    #: An append waits on a database server, so it runs off the event loop; a file append in place.
     remote: bool
 
     @abstractmethod
@@ -121,10 +108,8 @@ class JobLogs(ABC):
 
     @abstractmethod
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """A reader of the stored view from ``offset`` on; empty past the end or for no log.
-
-        ``settled=False`` (a follower of a job still running) reads only the head, whose
-        bytes never move; ``True`` reads the whole view, head, marker and tail."""
+        """A reader of the view from ``offset``; unsettled (running), only the head, which never
+        moves."""
 
     @abstractmethod
     def delete(self, job_id: str) -> bool:
@@ -143,16 +128,14 @@ def check_id(job_id: str) -> str:
 
 
 class LogStore(JobLogs):
-    """Job logs in files, 0600 in a 0700 directory (``store.private``); ``max_bytes``
-    caps each job's stored output, 0 stores everything."""
+    """Job logs in files, 0600 in a 0700 directory; ``max_bytes`` caps each (0: no cap)."""
 
     remote = False
 
     def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = directory
         self.layout = Layout.for_cap(max_bytes)
-        #: Appends and the reading of a log's shape are serialised, so a reader never
-        #: sees a ring header that its bytes have not caught up with.
+        #: Serialised, so a reader never sees a ring header its bytes have not caught up with.
         self._lock = threading.Lock()
         private.private_dir(directory)
 
@@ -267,9 +250,7 @@ def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
 
 
 def _ring_write(path: Path, data: memoryview, ring_size: int) -> None:
-    """Write ``data`` into the ring after what it holds. A ring keeps the size it was
-    created with (a controller restarted with another cap goes on with its rings); the
-    header is written after the bytes it counts."""
+    """Write ``data`` into the ring, then the header that counts it; a ring keeps its size."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, private.FILE_MODE)
     try:
         written, size = _header(fd)

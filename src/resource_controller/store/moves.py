@@ -1,11 +1,5 @@
-"""The one way the store writes a device's or a job's state: a move from the table.
-
-``move`` adds ``state IN (<the op's sources>)`` to the caller's condition and refuses a
-target the op does not list, so the row count says whether the move happened;
-``create`` and ``remove`` do the same for the "no row" ends. Every statement reaches
-``sql.Db.execute`` labelled ``entity:op`` (the test that fails on any state write
-bypassing this module watches for it), with a debug line of the rows it moved.
-"""
+"""The one way the store writes a state: a move adds the op's sources to its condition, so the row
+count says whether it happened; each statement is labelled ``entity:op``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The scheduling pass on the database: ``core.passloop.run_pass`` over the queue, in
-one transaction that holds the pass lock, each placement a savepoint (``leases.assign``).
-
-The rules decide (``core.scheduling``); this module reads what they need a page at a
-time, since a pass usually stops early (every device claimed), and keeps between passes
-what the last one left: the reservation rows (``KeptReservations``) and whether the
-queue was settled, so the pass after a submit may be skipped (``SettledQueue``).
-"""
+"""The scheduling pass on the database: ``core.passloop.run_pass`` in one transaction holding the
+pass lock, the queue read a page at a time (a pass usually stops early)."""
 
 from __future__ import annotations
 
@@ -30,20 +24,15 @@ log = logging.getLogger(__name__)
 
 FIRST_PAGE = 4  #: the first page is small: a pass over a busy fleet stops at the head
 QUEUE_PAGE = 32  #: the second page; most passes stop within it
-#: Each further page is twice the last, up to this: each page's query walks the index
-#: from the head (the mixed order cannot seek), so a small cap made a long walk
-#: quadratic (2,048: ~25 ms of rescans over 10,000 pinned jobs).
+#: Each further page is twice the last, up to this: each page rescans from the head, so a small cap
+#: was quadratic.
 QUEUE_PAGE_MAX = 16384
-#: Jobs whose ``QueueRow`` one read of a narrow page fetches at most: the job whose turn
-#: it is and those behind it that are not plain pins.
+#: Jobs whose ``QueueRow`` one read of a narrow page fetches at most.
 WHOLE_BATCH = 512
 
 
 class QueueWalk:
-    """The queue in scheduling order (aged at ``now`` with ``aging``), a page at a time
-    (keyset on the order): the ``core.passloop.PassQueue`` the pass runs over. A page after
-    one mostly of plain pins is read narrow (``QueueEntry``): a plain pin behind a busy
-    device needs nothing more."""
+    """The queue in scheduling order, a page at a time (keyset), narrow behind plain pins."""
 
     def __init__(
         self,
@@ -87,8 +76,7 @@ class QueueWalk:
             size = QUEUE_PAGE if size < QUEUE_PAGE else min(QUEUE_PAGE_MAX, size * 2)
 
     def snap(self, entry: Sequence[Any]) -> JobSnap | None:
-        """The job of a row the walk yielded; None once it is gone or cannot be read
-        (EXT-LIMITS-3: one bad row never stops the fleet)."""
+        """The job of a yielded row; None once gone or unreadable (EXT-LIMITS-3)."""
         row = cast(QueueRow | QueueEntry, entry)
         try:
             whole = row if isinstance(row, QueueRow) else self.scheduling_row(row)
@@ -104,8 +92,7 @@ class QueueWalk:
         return [job.snap() for job in map(_decode_raw, rows) if job]
 
     def scheduling_row(self, row: QueueEntry) -> QueueRow | None:
-        """The ``QueueRow`` of narrow ``row``, the row last yielded (``None`` once the job
-        is gone)."""
+        """The ``QueueRow`` of narrow ``row``, the last yielded (``None`` once the job is gone)."""
         found = self._rows.get(row.id)
         if found is None:
             ids = [row.id]
@@ -124,7 +111,8 @@ class QueueWalk:
         """(priority, queued_at, seq) of a row the walk yielded."""
         if isinstance(row, QueueRow):
             return row.priority, row.queued_at, row.seq
-        return queries.queue_key_of(self._db, row.id)
+        found = self._db.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (row.id,))
+        return None if found is None else (found[0], found[1], found[2])
 
 
 def _decode_raw(row: Sequence[Any]) -> JobRecord | None:
@@ -161,8 +149,7 @@ def _row_fault(exc: Exception) -> bool:
 
 
 class _Placer:
-    """Places a job as the rules chose, one savepoint per choice tried; the whole record
-    is read only here, so a long walk decodes none."""
+    """Places a job as the rules chose, a savepoint per choice; only here is a whole record read."""
 
     def __init__(
         self,
@@ -180,15 +167,13 @@ class _Placer:
             record = self._record
             if record is None or record.id != job.id:
                 record = self._record = queries.job(self._db, job.id)
-            # Choices are devices the pass's view holds ready; the assignment re-checks
-            # every condition of the grant against the rows.
+            # The assignment re-checks every condition of the grant against the rows.
             group = [self._by_id[d] for d in choice]
             placement = leases.try_assign(
                 lambda: self._db.savepoint("placement"), self._now, record, group, self._limits
             )
         except Exception as exc:
-            # Its assignment rolled back and it claims nothing; the jobs behind it are
-            # still placed.
+            # Its assignment rolled back and it claims nothing; the jobs behind it are still placed.
             if not _row_fault(exc):
                 raise
             _report_skip(job.id, f"{type(exc).__name__}: {exc}")
@@ -200,8 +185,7 @@ class _Placer:
 
 @dataclasses.dataclass
 class PassEnd:
-    """How a pass ended, so the store can tell when a pass right after it would change
-    nothing (``Queue.schedule_after``)."""
+    """How a pass ended: whether a pass right after it could change anything."""
 
     #: Every reservable device was claimed when the walk ended.
     saturated: bool = False
@@ -212,22 +196,19 @@ class PassEnd:
 
 
 def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
-    """One scheduling pass in ``db``'s transaction, which holds ``locks.SCHEDULING_PASS``:
-    FIFO by (effective) priority, reservations for the blocked, each assignment a
-    savepoint, the reservation rows rewritten once at the end if they changed; what it
-    placed and how it ended."""
+    """One scheduling pass in ``db``'s transaction (which holds ``locks.SCHEDULING_PASS``), each
+    assignment a savepoint; what it placed and how it ended."""
     now, aging, limits, kept = core.now(), core.aging, core.limits, core.reserved
     old_reservations = kept.read(db)
-    if not queries.any_queued(db):
-        # Nothing waits, so nothing is placed and no reservation stands;
-        # a pass on an empty queue reads no device, or every kick costs O(fleet).
+    # One probe of the ``jobs_queue`` index, however long the history.
+    if db.one("SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1") is None:
+        # Nothing waits, so nothing is placed: an empty queue's pass reads no device.
         if old_reservations:
             _rewrite(db, kept, now, old_reservations, {})
         return [], PassEnd()
     by_id, index = core.fleet.index(db)
     held = held_by_share(db) if limits.on else {}
-    # Names at their limit when the pass begins stay there (what it places only adds):
-    # their jobs are not read at all, which is most of a queue from people at their limit.
+    # Names at their limit stay there (placing only adds): their jobs are not read at all.
     skip = share.at_limit(limits, held) if limits.on else ()
     walk = QueueWalk(db, now, aging, skip, by_id)
     planner = Planner(index, limits, held)
@@ -253,8 +234,7 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
 
 
 def held_by_share(db: sql.Db) -> dict[str, int]:
-    """The devices each share name holds, as migration 0010's triggers keep
-    them from the live leases."""
+    """The devices each share name holds (kept by migration 0010's triggers)."""
     return {str(name): int(n) for name, n in db.execute(_HELD)}
 
 
@@ -277,10 +257,8 @@ _COUNT = "SELECT count(*) FROM reservations"
 
 
 class KeptReservations:
-    """The reservation rows (device -> job) as the last pass wrote or read them (reading
-    thousands back was a tenth of a long pass). Only the pass inserts them, every other
-    writer deletes: while no other connection wrote the file (SQLite's ``data_version``)
-    and the count is the pass's, they are its rows. PostgreSQL reads them every time."""
+    """The reservation rows as the last pass left them (reading thousands back was a tenth of a long
+    pass); trusted only while no other connection wrote (SQLite), read every time on PostgreSQL."""
 
     def __init__(self) -> None:
         self._rows: dict[str, str] | None = None  #: None = read them next time
@@ -314,11 +292,8 @@ class _Settled:
 
 
 class SettledQueue:
-    """What the last pass left if it settled the queue (placed nothing, every device
-    claimed), so the pass after a submit that could change nothing is skipped: a job
-    behind where the walk ended, pinned to no device it did not see. Only while nothing
-    else committed (this store's transaction count, and a commit mark:
-    ``data_version`` or ``sql.Db.quiet_mark``), and never with aging on."""
+    """What the last pass left if it settled the queue, so a submit's pass that could change nothing
+    is skipped; only while nothing else committed, never with aging."""
 
     def __init__(self) -> None:
         self._last: _Settled | None = None
@@ -329,24 +304,20 @@ class SettledQueue:
         self._last = None
 
     def enqueued(self, job: JobRecord, keyed: bool) -> None:
-        """A submit committed ``job``; with an idempotency key it may have found an old
-        job and written nothing."""
+        """A submit committed ``job`` (with a key, maybe an old job and nothing written)."""
         self._inserted = None if keyed else job.id
 
     def passed(self, db: sql.Db, gen: int, end: PassEnd, settled: bool) -> None:
-        """A pass ended at transaction count ``gen``; ``settled``: it placed nothing and
-        claimed every device, with aging off."""
+        """A pass ended at transaction count ``gen``; ``settled``: nothing left to do."""
         mark = _commit_mark(db) if settled else None
         self._last = None if mark is None else _Settled(gen, mark, end)
 
     def skips(self, db: sql.Db, gen: int, job: JobRecord) -> bool:
-        """Whether the pass after ``job``'s submit (the transaction ``gen``) may be
-        skipped; if so the queue stays settled."""
+        """Whether the pass after ``job``'s submit may be skipped, the queue staying settled."""
         s = self._last
         if s is None or gen != s.gen + 1 or not _behind(job, s.end):
             return False
-        # SQLite's mark counts other connections' commits only; PostgreSQL's moves by
-        # one for each transaction that wrote, so by one for the submit's own.
+        # SQLite's mark counts others' commits only; PostgreSQL's one per writer, the submit's too.
         own = 1 if db.postgres else 0
         if own and self._inserted != job.id:
             return False
@@ -367,8 +338,7 @@ def _behind(job: JobRecord, end: PassEnd) -> bool:
 
 
 def _commit_mark(db: sql.Db) -> int | None:
-    """A number that tells whether another process committed since it was read; None:
-    unknown."""
+    """A number that tells whether another process committed since it was read; None: unknown."""
     if not db.postgres:
         return db.data_version()
     # Inside a transaction (a report's pass) this connection's own is in progress.

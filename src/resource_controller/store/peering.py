@@ -1,7 +1,4 @@
-"""A controller's own asyncio connection to a shared PostgreSQL: the leadership lease
-and the wake-up channel, for ``controller/peers.py``. Every driver failure comes out as
-``ConnectionError``: to the caller, the link is gone.
-"""
+"""A controller's own asyncio PostgreSQL connection; every driver failure is ``ConnectionError``."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ CHANNEL = "rc_wake"
 T = TypeVar("T")
 
 
-#: The controllers listening on this database: the sessions holding ``locks.PRESENT``
-#: (a key below 2**32 is ``objid`` in ``pg_locks``, its ``classid`` 0).
+#: The controllers listening here: sessions holding ``locks.PRESENT`` (``objid`` in ``pg_locks``).
 _PRESENT = (
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND mode = 'ShareLock' AND classid = 0 AND objsubid = 1"
@@ -46,9 +42,8 @@ class PeerLink:
 
     @classmethod
     async def open(cls, url: str, bound: float, idle: float = 0) -> PeerLink:
-        """Connect within ``bound`` seconds. ``idle``: the server ends the session after
-        that many seconds without a statement (a link used every tick, whose controller
-        froze: its LISTEN would hold back the notification queue for everyone)."""
+        """Connect within ``bound`` seconds; ``idle`` ends the session of a frozen controller, whose
+        LISTEN would hold back everyone's notifications."""
         import psycopg
 
         settings = dict(engine.SESSION)
@@ -73,9 +68,8 @@ class PeerLink:
         return bool(self._conn.closed)
 
     async def within(self, bound: float, call: Awaitable[T]) -> T:
-        """``call`` if it ends within ``bound`` seconds; else the connection is dropped
-        at once and ``ConnectionError`` raised (not ``asyncio.timeout``: psycopg waits up
-        to ten seconds more on a cancel, and a hung leader must step down in the bound)."""
+        """``call`` within ``bound`` seconds, else drop the connection and raise ``ConnectionError``
+        (psycopg may wait ten seconds more on a cancel)."""
         task = asyncio.ensure_future(call)
         done, _ = await asyncio.wait({task}, timeout=bound)
         if task in done:

@@ -1,6 +1,4 @@
-"""The data directory and everything in it are for the controller's user alone: logs
-hold whatever jobs print and the database every command line and environment.
-"""
+"""The data directory is for the controller's user alone: it holds every job's output and env."""
 
 from __future__ import annotations
 

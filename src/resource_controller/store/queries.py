@@ -1,7 +1,5 @@
-"""The store's shared reads and small writes, as SQL text on ``sql.Db``, the same on
-SQLite and PostgreSQL. Column lists are the records' fields in their order, so a row
-builds its record by ``_make`` (the store tests hold every table column to a field).
-"""
+"""The store's shared reads and small writes as SQL text, the same on both databases; a row builds
+its record by ``_make`` in column order."""
 
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ from resource_controller.store import sql
 from resource_controller.store.records import DeviceRecord, JobRecord, split_ids
 from resource_controller.store.usage import Held
 
-#: ``JobRecord``'s fields but the epoch (the last): a row of them, with or without the
-#: epoch after them, builds a record (``job_record``).
+#: ``JobRecord``'s fields but the epoch (the last); ``job_record`` builds a record with or without
+#: it.
 JOB_COLS: tuple[str, ...] = JobRecord._fields[:-1]
 
 _JOB_LIST = ", ".join(f"jobs.{c}" for c in JOB_COLS)
@@ -33,22 +31,17 @@ LEASED = (
     "EXISTS (SELECT 1 FROM leases WHERE leases.device_id = devices.id"
     " AND leases.released_at IS NULL)"
 )
-#: A job pinned to one device and nothing more (no selector, no list, one device): all
-#: the pass does with one is claim its device or place it there.
+#: A job pinned to one device and nothing more: the pass only claims its device or places it.
 PLAIN_PIN = (
     "(jobs.device_id != '' AND jobs.selector = '' AND jobs.device_ids = ''"
     " AND jobs.device_count <= 1)"
 )
-#: The name a job's submitter limit counts it under: its ``share_name``,
-#: else (a row written before it had one) its submitter.
+#: The name a job's submitter limit counts it under (old rows have no ``share_name``).
 SHARE = "(CASE WHEN jobs.share_name = '' THEN jobs.submitter ELSE jobs.share_name END)"
 
 
 class QueueRow(NamedTuple):
-    """What the pass reads of a queued job: the rules' columns only (command and
-    environment, most of a row's bytes, are read on placement). Every column costs
-    about as much (~0.1 µs a row), so a long pinned queue reads the first
-    ``WALK_WIDTH`` alone (``QueueEntry``)."""
+    """What the pass reads of a queued job: the rules' columns only (each costs ~0.1 µs a row)."""
 
     id: str
     device_id: str
@@ -94,8 +87,7 @@ def id_in(n: int) -> str:
 
 
 def job_record(row: Sequence[Any]) -> JobRecord:
-    """A ``jobs`` row read in ``JOB_COLS`` order, with its lease epoch after them or
-    without (0), as a record: the JSON and list columns decoded."""
+    """A ``jobs`` row in ``JOB_COLS`` order (with its epoch or without) as a decoded record."""
     values = list(row)
     if len(values) == _N_JOB_COLS:
         values.append(0)
@@ -134,18 +126,10 @@ def devices_by_id(conn: sql.Db, ids: Sequence[str]) -> list[DeviceRecord]:
     return list(map(DeviceRecord._make, conn.execute(text, tuple(ids))))
 
 
-def any_queued(conn: sql.Db) -> bool:
-    """Some job is queued: one probe of the ``jobs_queue`` index, however long the history."""
-    row = conn.one("SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (str(JobState.QUEUED),))
-    return row is not None
-
-
 def update_reservations(
     conn: sql.Db, now: int, gone: Sequence[str], rows: Sequence[tuple[str, str]] = ()
 ) -> None:
-    """Delete the reservation rows of the ``gone`` devices and write ``rows`` (job,
-    device) over their device's, a few statements for many rows: each is a round trip
-    to a database server."""
+    """Delete the ``gone`` devices' reservations and write ``rows``, in few statements."""
     for at in range(0, len(gone), _ROWS_A_STATEMENT):
         devices = gone[at : at + _ROWS_A_STATEMENT]
         conn.execute(
@@ -162,8 +146,7 @@ def update_reservations(
         )
 
 
-#: Rows of one reservation statement: three parameters each stay well under SQLite's
-#: limit of 32,766 a statement.
+#: Rows of one reservation statement: well under SQLite's 32,766 parameters.
 _ROWS_A_STATEMENT = 1000
 
 
@@ -176,11 +159,7 @@ def queue_page(
     aging: int = 0,
     skip: Sequence[str] = (),
 ) -> Sequence[QueueRow | QueueEntry]:
-    """Up to ``limit`` queued rows behind ``after`` in ``queue_order(now, aging)``, each a
-    ``QueueRow`` (``narrow``: a ``QueueEntry``); ``after`` is the
-    (priority, queued_at, seq) of the last row read. Jobs still waiting for others to
-    end are not eligible and are left out, as are the jobs counted under a
-    name in ``skip`` (names at their limit)."""
+    """Up to ``limit`` eligible queued rows behind ``after``, leaving out names in ``skip``."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.after_open = 0"
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
@@ -202,15 +181,8 @@ def queue_rows(conn: sql.Db, job_ids: Sequence[str]) -> list[QueueRow]:
     return list(map(queue_row, conn.all(text, tuple(job_ids))))
 
 
-def queue_key_of(conn: sql.Db, job_id: str) -> tuple[int, int, int] | None:
-    """The job's (priority, queued_at, seq): where it stands in the queue's order."""
-    row = conn.one("SELECT priority, queued_at, seq FROM jobs WHERE id = ?", (job_id,))
-    return None if row is None else (row[0], row[1], row[2])
-
-
 def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: int = 0) -> list[Any]:
-    """Raw queued rows of eligible jobs pinned to a device not in ``known`` (one with no
-    row), in ``queue_order(now, aging)``."""
+    """Queued eligible jobs pinned to a device not in ``known``, in queue order."""
     text = f"SELECT {_JOB_LIST} FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.device_id != '' AND jobs.after_open = 0"
     if known:
@@ -224,10 +196,7 @@ SEQ_START = "(SELECT coalesce(max(seq), 0) + 1 FROM jobs)"
 
 
 def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
-    """Increment and return the named counter (first ``start``, SQL) in one statement of
-    the caller's transaction, so two controllers never take one number: the lease epoch,
-    and ``job_seq`` (``SEQ_START``), not ``max(seq) + 1``, whose row lock orders
-    submits that several controllers make at once."""
+    """Increment and return the named counter in one statement: no number is taken twice."""
     text = (
         f"INSERT INTO counters (name, value) VALUES (?, {start})"
         " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
@@ -236,11 +205,8 @@ def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
 
 
 def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
-    """Lock the rows of a worker's devices, in ID order as grants take them, for the
-    rest of the transaction (PostgreSQL; SQLite has one writer at a time). A
-    transaction that reads the worker's jobs and leases and then moves its devices
-    takes this first: under READ COMMITTED a grant committing between its read and its
-    write would otherwise be undone by the write (a busy device made ready)."""
+    """Lock a worker's devices' rows in ID order (PostgreSQL): under READ COMMITTED a grant
+    committing between a read and a write would be undone by the write."""
     if conn.postgres:
         conn.execute(
             "SELECT id FROM devices WHERE worker_id = ? ORDER BY id FOR UPDATE", (worker_id,)
@@ -248,8 +214,7 @@ def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
 
 
 def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
-    """The devices of the live leases of ``job_id``, their rows locked for this
-    transaction on PostgreSQL (SQLite has one writer at a time)."""
+    """The devices of ``job_id``'s live leases, their rows locked on PostgreSQL."""
     lock = " FOR UPDATE" if conn.postgres else ""
     rows = conn.all(
         "SELECT device_id FROM leases WHERE job_id = ? AND released_at IS NULL" + lock, (job_id,)
@@ -258,8 +223,7 @@ def live_lease_devices(conn: sql.Db, job_id: str) -> list[str]:
 
 
 def release_leases(conn: sql.Db, now: int, job_id: str, by: str = "job_id") -> list[Held]:
-    """Release the live leases of ``job_id`` (``by="id"``: the one lease of that ID):
-    what each held, by device."""
+    """Release ``job_id``'s live leases (``by="id"``: the lease of that ID): what each held."""
     rows = conn.all(
         f"UPDATE leases SET released_at = ? WHERE {by} = ? AND released_at IS NULL"
         " RETURNING device_id, holder, job_id, acquired_at",
@@ -273,9 +237,8 @@ QUEUE_ORDER = "jobs.priority DESC, jobs.queued_at ASC, jobs.seq ASC"
 
 
 def effective_priority_sql(now: int, aging: int) -> str:
-    """``core.scheduling.effective_priority`` as SQL; the plain priority when
-    aging is off. Integer division of a non-negative wait is the rule's floor. ``now`` and
-    ``aging`` are integers of ours, so they are written into the text."""
+    """``core.scheduling.effective_priority`` as SQL (a test holds the two together); ``now`` and
+    ``aging`` are our integers, written into the text."""
     if aging <= 0:
         return "jobs.priority"
     now, aging, top = int(now), int(aging), int(scheduling.PRIORITY_MAX)
@@ -299,9 +262,7 @@ def queue_order(now: int = 0, aging: int = 0) -> str:
 def behind(
     priority: int, queued_at: int, seq: int, now: int = 0, aging: int = 0, ahead: bool = False
 ) -> tuple[str, tuple[Any, ...]]:
-    """Jobs after the one with this key in ``queue_order(now, aging)`` (``ahead``: before
-    it), as a condition and its parameters: the keyset for reading the queue a page at a
-    time, and a queue position's count."""
+    """Jobs after this key in queue order (``ahead``: before it), as a condition and params."""
     prio = effective_priority_sql(now, aging)
     p = scheduling.effective_priority(priority, queued_at, now, aging)
     first, then = (">", "<") if ahead else ("<", ">")
@@ -320,8 +281,7 @@ def jobs_where(
     limit: int | None = None,
     epochs: bool = False,
 ) -> list[JobRecord]:
-    """The jobs matching ``where`` (SQL text, ``?`` for ``params``), with their lease
-    epochs or without (0)."""
+    """The jobs matching ``where``, with their lease epochs or without (0)."""
     text = JOB_WITH_EPOCH if epochs else f"SELECT {_JOB_LIST} FROM jobs"
     if where:
         text += f" WHERE {where}"
@@ -361,9 +321,7 @@ def reserving_snaps(conn: sql.Db) -> list[JobSnap]:
 
 
 def on_device(device_id: str) -> tuple[str, tuple[Any, ...]]:
-    """Jobs on ``device_id``: their one device, or one of a several-device job's,
-    as a condition and its parameters. Matched as a whole comma-delimited item by
-    position, never by pattern, so ``h:g1`` never matches ``h:g10``."""
+    """Jobs on ``device_id``, matched as a whole list item, so ``h:g1`` never matches ``h:g10``."""
     item = f",{device_id},"
     return (
         "(jobs.device_id = ? OR (jobs.device_ids != ''"

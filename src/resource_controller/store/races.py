@@ -1,9 +1,5 @@
-"""Running a store operation again when PostgreSQL rolled it back for a race with
-another controller's (a deadlock on the counters, the held counts, the epoch: the loser
-wrote nothing and then sees the winner's commit), or once when its connection dropped
-before the commit (``errors.ConnectionDropped``). One dropped at the commit may have
-committed, and goes up, as does any other error.
-"""
+"""Running a store operation again when PostgreSQL rolled it back for a race (the loser wrote
+nothing), or once when its connection dropped before the commit."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ ATTEMPTS = 5
 
 
 def again(method: Callable[P, R]) -> Callable[P, R]:
-    """``method`` (one store operation), run again while it loses a race, and once more
-    when its connection dropped before it committed."""
+    """``method``, run again while it loses a race, and once more after a drop before commit."""
     return _rerun(method, ATTEMPTS)
 
 

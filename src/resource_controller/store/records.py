@@ -1,6 +1,4 @@
-"""Typed rows the store hands out: named tuples for the rows read by the thousand (built
-by ``_make`` in column order, several times faster than a frozen dataclass), frozen
-dataclasses for the results of operations."""
+"""Typed rows: named tuples for rows read by the thousand (fast ``_make``), dataclasses else."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ class JobRecord(NamedTuple):
     device_ids: tuple[str, ...] = ()
     #: The name its submitter limit counts it under; '' on old rows.
     share_name: str = ""
-    #: The jobs it waits for, as given; any end will do (1) or only
-    #: ``succeeded`` (0); how many of them it still waits for.
+    #: The jobs it waits for; any end will do (1) or only ``succeeded`` (0); how many still open.
     after_ids: tuple[str, ...] = ()
     after_any: int = 0
     after_open: int = 0
@@ -184,8 +181,7 @@ class Registration:
     worker_id: str
     reboot_proof: bool
     reaped: list[str] = field(default_factory=list)
-    #: Devices of the host this registration no longer declares whose GPU a declared
-    #: one now stands for: ID -> the declared names, marked ``mig_conflict``.
+    #: Undeclared devices a declared one now stands for: ID -> the declared names.
     superseded: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -197,8 +193,7 @@ class Assigned:
 
 @dataclass(frozen=True)
 class PassResult:
-    """What one scheduling pass did: the jobs it placed, and the waiting jobs it ended
-    because a job they named ended otherwise than they needed."""
+    """What one pass did: the jobs it placed and the waiting jobs it ended."""
 
     assigned: list[Assigned] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
@@ -220,9 +215,7 @@ NO_GPU_USE = GpuUse()
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep changed, as IDs in no order. ``devices_unhealthy`` holds only
-    silence write-offs; an expired lease's device is reported through ``leases_expired``
-    (its job's ID, or the lease's for a job-less one; STORE-171 maps either to the device)."""
+    """What one sweep changed; an expired lease is named by its job's ID, or its own."""
 
     devices_unknown: list[str] = field(default_factory=list)
     devices_unhealthy: list[str] = field(default_factory=list)

@@ -1,8 +1,5 @@
-"""What workers take and tell (store.md §10-12): the hand-out, status reports (a
-terminal one with the pass it calls for, in one commit) and heartbeats, the most
-frequent write (1,250 workers send 125 a second), which asks for a pass only when it
-moved a device.
-"""
+"""What workers take and tell (store.md §10-12): the hand-out, status reports and heartbeats, the
+most frequent write, which asks for a pass only when it moved a device."""
 
 from __future__ import annotations
 
@@ -69,13 +66,9 @@ class Reports:
         gpu: GpuUse = NO_GPU_USE,
         hand_out: Callable[[str], bool] | None = None,
     ) -> tuple[JobRecord, PassResult | None]:
-        """A worker's status report in one transaction, ``check`` first (raising writes
-        nothing): ``running`` (STORE-080), or the release (STORE-082) and, when it freed
-        devices, the pass, in ONE commit: a device is handed on in the transaction that
-        frees it. A pass that fails undoes only itself (logged, None) and the report
-        commits alone. For each worker placed on whose waiting poll ``hand_out`` claims,
-        the hand-out joins the commit too (``PassResult.handed``). Returns the job as it
-        was before the report."""
+        """A worker's status report in one transaction, ``check`` first: a release and its pass
+        commit together, so a device is handed on in the transaction that frees it; a failed pass
+        undoes only itself. The job as it was before."""
         core = self._core
         if state == JobState.RUNNING:
             with core.tx("running") as c:
@@ -125,14 +118,8 @@ class Reports:
         retain: bool = False,
         pending: Sequence[str] | None = None,
     ) -> bool:
-        """STORE-096: renew the named jobs' leases, restore the devices they prove; True
-        when it moved a device (only then can a pass do anything new).
-
-        ``pending`` jobs finished but their terminal report still waits in the worker's
-        outbox: they count as named in every step (leases renewed, devices kept
-        ``busy``, a ``worker_lost`` device restored, a kill's flag kept), since until the
-        report lands nothing proves the device free. No job's state changes here.
-        """
+        """STORE-096: renew the named (and ``pending``: reported but not landed) jobs' leases and
+        restore their devices; True when it moved a device."""
         with self._core.tx("heartbeat") as db:
             return _heartbeat(db, self._core.now(), worker_id, [*running, *(pending or [])], retain)
 
@@ -213,9 +200,8 @@ def release_job(
     reason: str,
     gpu: GpuUse = NO_GPU_USE,
 ) -> None:
-    """The worker's terminal report (STORE-082) of a job read in this transaction: end
-    it with what its GPUs did, free its busy devices, release its leases; a job already
-    terminal is left as it is."""
+    """The worker's terminal report (STORE-082): end the job, free its busy devices, release its
+    leases; a terminal job is left as it is."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
     if job.terminal:

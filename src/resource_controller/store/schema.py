@@ -1,10 +1,5 @@
-"""The tables, as SQLAlchemy Core metadata (store.md §2).
-
-No foreign keys: job history must outlive the hardware it ran on. The
-partial unique index ``leases_one_live_per_device`` is the whole exclusivity
-guarantee: a second live lease on a device fails to insert even if every
-check above it were wrong. The Alembic migrations create exactly these objects.
-"""
+"""The tables as SQLAlchemy metadata (store.md §2), which the migrations create exactly. No foreign
+keys: job history outlives the hardware."""
 
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ devices = sa.Table(
     sa.Column("max_runtime_seconds", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("quarantine_reason", sa.Text, nullable=False, server_default=""),
     sa.Column("quarantine_detail", sa.Text, nullable=False, server_default=""),
-    #: A flag beside the state (finish what runs, take nothing new), with
-    #: who set it, when and why; cleared by undrain.
+    #: Finish what runs, take nothing new: a flag beside the state, with who, when and why.
     sa.Column("draining", sa.Integer, nullable=False, server_default="0"),
     sa.Column("drained_by", sa.Text, nullable=False, server_default=""),
     sa.Column("drained_at", sa.BigInteger, nullable=False, server_default="0"),
@@ -73,19 +67,16 @@ jobs = sa.Table(
     sa.Column("device_count", sa.Integer, nullable=False, server_default="1"),
     #: 1 once the retention pass deleted the job's stored output.
     sa.Column("logs_pruned", sa.Integer, nullable=False, server_default="0"),
-    #: A several-device job's devices, comma-separated by ID (a device ID holds no comma,
-    #: EXT-LIMITS-2): the pinned list from enqueue, or what the assignment gave it.
-    #: ``''`` for a one-device job, whose ``device_id`` says it all.
+    #: A several-device job's devices, comma-separated (IDs hold no comma, EXT-LIMITS-2); '' for
+    #: one.
     sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
     #: The name the job's submitter limit counts it under.
     sa.Column("share_name", sa.Text, nullable=False, server_default=""),
-    #: The jobs it waits for, comma-separated, as given; whether any end
-    #: will do (1) or only ``succeeded`` (0); how many it still waits for (0: eligible).
+    #: The jobs it waits for, comma-separated; any end (1) or only ``succeeded`` (0); how many open.
     sa.Column("after_ids", sa.Text, nullable=False, server_default=""),
     sa.Column("after_any", sa.Integer, nullable=False, server_default="0"),
     sa.Column("after_open", sa.Integer, nullable=False, server_default="0"),
-    #: What the worker measured of the job's GPUs, NULL when nothing was
-    #: sampled: mean utilisation in percent, peak memory in bytes, readings taken.
+    #: What the worker measured of the job's GPUs, NULL when nothing was sampled.
     sa.Column("gpu_util_mean", sa.Float, nullable=True),
     sa.Column("gpu_mem_peak_bytes", sa.BigInteger, nullable=True),
     sa.Column("gpu_samples", sa.Integer, nullable=True),
@@ -150,9 +141,7 @@ counters = sa.Table(
     sa.Column("value", sa.BigInteger, nullable=False),
 )
 
-#: The ``fleet_version`` (a counter) at which each device last changed what the
-#: scheduling pass reads of it, or was removed; written only by the triggers of
-#: migration 0006, read by the pass's fleet snapshot (``store/fleet.py``).
+#: The ``fleet_version`` at which each device last changed for the pass (migration 0006's triggers).
 device_changes = sa.Table(
     "device_changes",
     metadata,
@@ -160,8 +149,7 @@ device_changes = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False),
 )
 
-#: Job output on PostgreSQL (EXT-PG-4, ``store/logrows.py``, migration 0009): per job,
-#: the head's length and the bytes its capped tail was ever given.
+#: Job output on PostgreSQL (EXT-PG-4, migration 0009): the head's length, the bytes the tail got.
 job_logs = sa.Table(
     "job_logs",
     metadata,
@@ -170,8 +158,7 @@ job_logs = sa.Table(
     sa.Column("tail_written", sa.BigInteger, nullable=False),
 )
 
-#: One chunk of a job's output: ``part`` 0 the head, 1 the tail; ``at`` its position
-#: in that part.
+#: One chunk of a job's output: ``part`` 0 the head, 1 the tail; ``at`` its position in it.
 log_chunks = sa.Table(
     "log_chunks",
     metadata,
@@ -181,8 +168,7 @@ log_chunks = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
-#: One row per job and a job it waits for; ``ended`` is the state that job
-#: ended in, noted by migration 0010's trigger, '' while it has not.
+#: A job and one it waits for; ``ended`` the state that one ended in (migration 0010's trigger).
 job_after = sa.Table(
     "job_after",
     metadata,
@@ -191,8 +177,7 @@ job_after = sa.Table(
     sa.Column("ended", sa.Text, nullable=False, server_default=""),
 )
 
-#: Devices held per share name, kept by migration 0010's triggers on
-#: ``leases``; a name holding nothing has no row.
+#: Devices held per share name (migration 0010's triggers on ``leases``); none held, no row.
 share_held = sa.Table(
     "share_held",
     metadata,
@@ -200,9 +185,7 @@ share_held = sa.Table(
     sa.Column("devices", sa.BigInteger, nullable=False),
 )
 
-#: The usage rollup (EXT-ACCT-2, ``store/usage.py``, migration 0011): per group
-#: (``dim``: submitter, device, host or pair; ``key``) the running sums of what its
-#: leases held, and the latest hour they were written in.
+#: The usage rollup (EXT-ACCT-2, migration 0011): per group the running sums and latest hour.
 usage_totals = sa.Table(
     "usage_totals",
     metadata,
@@ -232,9 +215,7 @@ usage_marks = sa.Table(
     sqlite_with_rowid=False,
 )
 
-#: The leadership lease on PostgreSQL (EXT-PG-8, ``store/leadership.py``, migration
-#: 0013): one row, the controller that leads, its epoch, the server session renewing it
-#: (``pg_backend_pid``) and the end of its lease in seconds on the database's clock.
+#: The leadership lease (EXT-PG-8, migration 0013): holder, epoch, renewing session, lease end.
 leadership = sa.Table(
     "leadership",
     metadata,

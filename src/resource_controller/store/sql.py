@@ -1,8 +1,5 @@
-"""The one way the store reaches its database: SQL text with ``?`` placeholders, run on
-the driver's connection (2-3 µs a statement against SQLAlchemy Core's 14-53 µs,
-``bench/sqlpath.py``). Every statement passes ``Db.execute``, where a watcher (the test
-that no state write bypasses ``store.moves``) sees each with the move that issued it.
-"""
+"""The one way the store reaches its database: SQL text with ``?`` on the driver's connection (2-3
+µs a statement, ``bench/sqlpath.py``)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ class Cursor(Protocol):
     def __iter__(self) -> Any: ...
 
 
-#: Observers of every statement, called with its SQL text and the move that issued it
-#: (``entity:op``, or ``""`` for a statement that is no move). Empty in production.
+#: Observers of every statement and the move that issued it (``entity:op`` or ""); test-only.
 watchers: list[Callable[[str, str], None]] = []
 
 
@@ -41,8 +37,7 @@ class Db:
         self.dialect = dialect
         self.postgres = dialect == "postgresql"
         self._translate = _to_format if self.postgres else str
-        # SQLite: take the write lock at once, so a transaction never fails half-way for
-        # want of it. PostgreSQL locks rows as statements reach them.
+        # SQLite: take the write lock at once, so no transaction fails half-way for want of it.
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
         #: What the driver raises for a database error, and for a broken constraint.
         self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
@@ -105,9 +100,8 @@ class Db:
         return int(version)
 
     def quiet_mark(self) -> int | None:
-        """PostgreSQL: one past the newest finished transaction ID when none is in
-        progress below it, else None (always on SQLite): the next mark is one more only
-        if a single transaction wrote and finished meanwhile."""
+        """PostgreSQL: a commit mark that is one more only if a single transaction finished
+        meanwhile; None when unknown (always on SQLite)."""
         if not self.postgres:
             return None
         (mark,) = self.driver.execute(_QUIET_MARK).fetchone() or (None,)
@@ -164,8 +158,7 @@ def driver_error(exc: BaseException) -> bool:
     return pg is not None and isinstance(exc, pg.Error)
 
 
-#: SQLSTATEs of a transaction the server rolled back because another one won a race
-#: with it: a serialization failure and a deadlock. Run again, it sees the winner's commit.
+#: SQLSTATEs of a transaction that lost a race (serialization failure, deadlock): run it again.
 LOST_RACE = frozenset({"40001", "40P01"})
 
 
@@ -186,7 +179,5 @@ def row_error(exc: BaseException) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _to_format(sql: str) -> str:
-    """``?`` placeholders as ``%s`` (and a literal ``%`` doubled), cached per statement
-    (bounded: the aged queue order writes ``now`` into its text). The store's SQL has
-    no ``?`` inside a string literal: values are always parameters."""
+    """``?`` as ``%s`` (``%`` doubled), cached; the store's SQL has no ``?`` in a literal."""
     return sql.replace("%", "%%").replace("?", "%s")

@@ -1,9 +1,5 @@
-"""The reaper's sweep (store.md §13): silence and lapsed deadlines take devices OUT, in
-one transaction in the spec's order: demote by silence, reap written-off workers' jobs
-(unless retaining), expire lapsed leases when judging; ``core.expiry`` gives the verdicts.
-Nothing here writes ``ready``: no news from a worker says nothing of its devices, and an
-expiry says only that the holder stopped renewing.
-"""
+"""The reaper's sweep (store.md §13), one transaction in the spec's order. Nothing here writes
+``ready``: silence says nothing of a device."""
 
 from __future__ import annotations
 
@@ -32,9 +28,7 @@ def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
     return SweepResult(unknown, unhealthy, lost, expired, judging)
 
 
-#: Devices whose worker was last heard at or before ``?``, by ID (no worker row: ignored).
-#: ``CROSS JOIN`` keeps SQLite to the quiet workers first (0.1 ms at 10,000 devices, not
-#: the 6 ms of walking every device in ID order).
+#: Devices whose worker was last heard by ``?``; ``CROSS JOIN`` walks the quiet workers first.
 _QUIET = (
     "SELECT devices.id, devices.state, workers.last_heartbeat_at"
     " FROM workers CROSS JOIN devices"
@@ -47,9 +41,7 @@ def _demote(
     conn: sql.Db, now: int, rules: expiry.SweepRules, judging: bool
 ) -> tuple[list[str], list[str], list[str]]:
     """Apply silence verdicts; returns (unknown, newly unhealthy, reap set)."""
-    # Only devices whose worker has been quiet long enough for some verdict; one second
-    # of margin so that float rounding of ``now - floor`` never leaves one out (the rule
-    # below still decides each row read).
+    # Only devices quiet long enough for some verdict, with a second's margin for float rounding.
     heard_before = now - expiry.quiet_floor(rules, judging) + 1
     rows = conn.execute(_QUIET, (heard_before,)).fetchall()
     unknown: list[str] = []
@@ -96,8 +88,7 @@ def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
 
 
 def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
-    """End every lapsed live lease by its own ID and quarantine its device (read after
-    the reap, which released some)."""
+    """End every lapsed live lease by its own ID and quarantine its device."""
     live = conn.all(
         "SELECT id, device_id, job_id, expires_at, kind FROM leases"
         " WHERE released_at IS NULL ORDER BY acquired_at, id"
@@ -110,9 +101,8 @@ def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
         ended = queries.release_leases(conn, now, lease_id, by="id")
         if not ended:
             continue  # a sibling of a several-device job whose lease expired first
-        # Expiry ends all of a job's leases together, and none of its devices is
-        # proven empty: each sibling's device is quarantined too. The
-        # rollup takes the lapsed lease with its siblings: one job.
+        # Expiry ends all of a job's leases and proves none empty: every sibling's device goes out
+        # too.
         siblings = leases.release_for_job(conn, now, job_id, first=ended)
         quarantined = [device_id, *siblings]
         where, out = queries.id_in(len(quarantined)), DeviceState.UNHEALTHY

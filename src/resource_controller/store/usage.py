@@ -1,10 +1,5 @@
-"""The usage rollup (migration 0011): what each lease held, summed in the transaction
-that releases it. ``usage_totals`` holds per group (``dim``: submitter, device, host or
-``pair``; ``key``) the running sums and the latest hour written, ``usage_marks`` the
-sums at the end of each hour a group was active; use since hour H is the totals minus
-the last mark before H, two rows a group (``window``). Nothing reads ``jobs``, so
-deleting old jobs never changes a figure.
-"""
+"""The usage rollup (migration 0011): running totals per group and the sums at each active hour's
+end, so a window is two rows a group."""
 
 from __future__ import annotations
 
@@ -15,8 +10,7 @@ from dataclasses import dataclass
 from resource_controller.core import usage
 from resource_controller.store import sql
 
-#: ``dim`` of the device-and-submitter groups; keyed ``"<device> <holder>"``:
-#: a device ID never holds a space.
+#: ``dim`` of the device-and-submitter groups, keyed ``"<device> <holder>"`` (IDs hold no space).
 PAIR = "pair"
 
 
@@ -31,20 +25,6 @@ class Held:
     seconds: int
 
 
-def host_of(device_id: str) -> str:
-    """The host part of a device ID (``host:name``)."""
-    return device_id.split(":", 1)[0]
-
-
-def pair_key(device_id: str, holder: str) -> str:
-    return f"{device_id} {holder}"
-
-
-def split_pair(key: str) -> tuple[str, str]:
-    device, _, holder = key.partition(" ")
-    return device, holder
-
-
 @functools.cache
 def _totals_sql(n: int) -> str:
     """The upsert of ``n`` groups' totals, returning them as they now stand."""
@@ -53,8 +33,7 @@ def _totals_sql(n: int) -> str:
         "INSERT INTO usage_totals (dim, key, last_hour, jobs, held_seconds,"
         f" sampled_seconds, weighted_seconds, last_util) VALUES {values}"
         " ON CONFLICT (dim, key) DO UPDATE SET"
-        # Never back in time: a clock stepped back must not write a mark before one
-        # already written, or the marks would stop being running sums.
+        # Never back in time: a mark before one already written would break the running sums.
         " last_hour = CASE WHEN excluded.last_hour > usage_totals.last_hour"
         " THEN excluded.last_hour ELSE usage_totals.last_hour END,"
         " jobs = usage_totals.jobs + excluded.jobs,"
@@ -82,12 +61,7 @@ def _marks_sql(n: int) -> str:
 
 
 def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = None) -> None:
-    """Add released leases to every group they belong to, in the caller's transaction.
-
-    ``held`` are one job's leases (a several-device job's all at once, so the job
-    counts once for its submitter and host); ``util`` is its mean GPU utilisation in
-    percent when measured, which weights its held time.
-    """
+    """Add one job's released leases to each group, so the job counts once; ``util`` weights."""
     if not held:
         return
     sums: dict[tuple[str, str], tuple[int, int, float]] = {}
@@ -100,8 +74,8 @@ def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = Non
         for group in (
             ("submitter", h.holder),
             ("device", h.device_id),
-            ("host", host_of(h.device_id)),
-            (PAIR, pair_key(h.device_id, h.holder)),
+            ("host", h.device_id.split(":", 1)[0]),
+            (PAIR, f"{h.device_id} {h.holder}"),
         ):
             was = sums.get(group, (0, 0, 0.0))
             sums[group] = (was[0] + secs, was[1] + sampled, was[2] + weighted)
@@ -162,6 +136,6 @@ def recent_pairs(db: sql.Db, first_hour: int) -> list[PairTotals]:
     )
     out = []
     for key, held, util in rows:
-        device, holder = split_pair(str(key))
+        device, _, holder = str(key).partition(" ")
         out.append(PairTotals(device, holder, int(held), None if util is None else float(util)))
     return out

@@ -1,7 +1,4 @@
-"""What the controller shows (store.md §20-21): jobs, the fleet views, describe,
-explain, usage, the metrics' counts, the reads after a sweep, and the mark that a job's
-output was deleted.
-"""
+"""What the controller shows (store.md §20-21)."""
 
 from __future__ import annotations
 
@@ -49,21 +46,12 @@ class Views:
             return queries.job(c, job_id)
 
     @races.reconnecting
-    def list_jobs(
-        self,
-        limit: int = 20,
-        device: str = "",
-        submitter: str = "",
-        state: str = "",
-        id_prefix: str = "",
-        before: str = "",
-    ) -> list[JobRecord]:
-        """STORE-161: newest first, ties by ID descending, with lease epochs; ``id_prefix``
-        a plain prefix (never a pattern); ``before``: the jobs after that one (a page)."""
+    def list_jobs(self, limit: int = 20, *filters: str, **named: str) -> list[JobRecord]:
+        """STORE-161, filtered as the module's ``list_jobs`` is."""
         if not 1 <= limit <= 200:
             raise errors.BadRequest(f"limit must be between 1 and 200, got {limit}")
         with self._core.read() as c:
-            return list_jobs(c, limit, device, submitter, state, id_prefix, before)
+            return list_jobs(c, limit, *filters, **named)
 
     @races.reconnecting
     def queued(self) -> list[JobRecord]:
@@ -133,8 +121,7 @@ class Views:
 
     @races.reconnecting
     def active_job_on(self, device_id: str) -> str:
-        """STORE-074: the newest assigned/running job on a device, or ''; for fault
-        events."""
+        """STORE-074: the newest assigned/running job on a device, or ''; for fault events."""
         on, params = queries.on_device(device_id)
         with self._core.read() as c:
             found = c.value(
@@ -154,8 +141,7 @@ class Views:
     def metric_counts(
         self,
     ) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
-        """Devices by state, jobs by state, each worker host's last heartbeat, the
-        devices each submitter holds."""
+        """Devices and jobs by state, hosts' last heartbeats, devices held per share name."""
         with self._core.tx() as c:
 
             def counts(text: str) -> dict[str, int]:
@@ -170,8 +156,7 @@ class Views:
 
     @races.reconnecting
     def usage(self, by: str, since: int, limit: int = acct.MAX_GROUPS) -> acct.Window:
-        """Who held what over the last ``since`` seconds, by ``by``: the rollup's two
-        rows per group, in one statement."""
+        """Who held what over the last ``since`` seconds, by ``by``: two rows per group."""
         acct.check_by(by)
         with self._core.read() as c:
             now = self._core.now()
@@ -181,15 +166,13 @@ class Views:
 
     @races.reconnecting
     def usage_pairs(self, within: int) -> list[rollup.PairTotals]:
-        """Device-and-submitter totals of the pairs active in the last ``within``
-        seconds, for ``/metrics``."""
+        """Totals of the device-and-submitter pairs active in the last ``within`` seconds."""
         with self._core.read() as c:
             return rollup.recent_pairs(c, acct.window_start(self._core.now(), within))
 
     @races.reconnecting
     def quarantine_reasons(self, ids: list[str]) -> dict[str, str]:
-        """STORE-170, after a sweep: device ID -> its current ``quarantine_reason``, for
-        every ID with a row."""
+        """STORE-170: device ID -> its current ``quarantine_reason``, for every ID with a row."""
         if not ids:
             return {}
         with self._core.read() as c:
@@ -277,8 +260,8 @@ def list_jobs(
     id_prefix: str = "",
     before: str = "",
 ) -> list[JobRecord]:
-    """``Views.list_jobs`` in the open transaction; with ``device``, only the jobs on it
-    (``queries.on_device``)."""
+    """Newest first, ties by ID descending, with lease epochs; ``id_prefix`` a plain prefix (never
+    a pattern); ``before``: the jobs after that one (a page)."""
     where: list[str] = []
     params: list[Any] = []
     if device:
@@ -309,8 +292,7 @@ def _queued(conn: sql.Db, now: int = 0, aging: int = 0) -> list[JobRecord]:
 
 
 def _active(conn: sql.Db) -> list[JobRecord]:
-    """Assigned and running jobs, newest submission first, with their lease epochs:
-    ``/v1/state`` reads one per held device."""
+    """Active jobs, newest first, with their lease epochs (``/v1/state``)."""
     where, order = (
         f"jobs.state IN ({sql.marks(len(_ACTIVE))})",
         "jobs.submitted_at DESC, jobs.seq DESC",
@@ -324,9 +306,7 @@ def device_snapshots(
     commands: dict[str, list[str]] | None = None,
     kept: fleet.FleetSnapshot | None = None,
 ) -> list[DeviceSnapshot]:
-    """Every device (or one) with its labels and live lease, by ID; the whole fleet from
-    ``kept`` (the store's snapshot). ``commands`` (every active job's, by ID) spares
-    decoding each holder's command again."""
+    """Every device (or one) with its labels and live lease; ``commands`` spares decoding."""
     text = _LIVE if commands is not None else _LIVE_WITH_COMMAND
     if device_id is None:
         rows, labels = (kept or fleet.FleetSnapshot()).current(conn)
@@ -351,8 +331,7 @@ def device_snapshots(
 
 
 def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
-    """STORE-154: the device's own usage sheet, or the host-wide one when its body is
-    empty."""
+    """STORE-154: the device's own usage sheet, or the host-wide one when its body is empty."""
     rows = conn.all(
         "SELECT device_id, body, updated_at FROM host_docs WHERE host = ? AND device_id IN (?, '')",
         (device.host, device.id),
@@ -365,8 +344,7 @@ def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
 
 
 def recovery_history(conn: sql.Db, now: int, device_id: str) -> RecoveryHistory:
-    """STORE-123: the device's automatic recoveries inside the window, newest first (by
-    the window itself: pruning is lazy)."""
+    """STORE-123: the device's recoveries inside the window, newest first (pruning is lazy)."""
     rows = conn.all(
         "SELECT at, reason FROM device_recoveries WHERE device_id = ? AND at >= ?"
         " ORDER BY at DESC, reason",

@@ -1,8 +1,5 @@
-"""``GET /v1/events``: the server-sent event stream, frames from
-``controller/events.py``, each written within ``WRITE_DEADLINE`` or the reader is cut.
-The one route that also takes its token as ``?token=`` (AUTH-004), for a browser
-``EventSource``.
-"""
+"""``GET /v1/events``: server-sent events, each written within ``WRITE_DEADLINE`` or the reader is
+cut; its token may come as ``?token=`` (AUTH-004)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Client and admin fleet routes (controller-api.md §7.6-7.12): devices, state, describe,
-explain, usage, whoami, clear, retire."""
+"""Client and admin fleet routes (controller-api.md §7.6-7.12)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ async def state(call: Call) -> Response:
     svc = call.svc
     snaps, active, queued, waits = await svc.db(svc.store.views.state_view)
     now = svc.now()
-    # wire.State's fields in its order, its parts unvalidated (render._new) and the
-    # device views plain objects (render.device_view_body).
+    # wire.State's fields in its order, parts unvalidated, device views plain objects.
     out: dict[str, object] = {
         "devices": [render.device_view_body(s, now) for s in snaps],
         "jobs": [render.job(j) for j in active],

@@ -138,9 +138,8 @@ async def _follow(svc: Services, job_id: str, offset: int) -> AsyncIterator[byte
     while True:
         woken = svc.hub.logs.waiter(job_id)
         job = await svc.db(svc.store.views.job, job_id)
-        # Read after the state: every chunk appended before a terminal commit is sent.
-        # While the job runs only bytes that never move are sent (EXT-KEEP-1: a capped
-        # log's tail is a ring until the job ends).
+        # Read after the state, so every chunk before a terminal commit is sent; while it runs only
+        # bytes that never move (EXT-KEEP-1).
         snap = await asyncio.to_thread(svc.logs.snapshot, job_id, offset, settled=job.terminal)
         async for chunk in _stream(snap, READ_CHUNK):
             offset += len(chunk)

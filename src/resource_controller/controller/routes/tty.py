@@ -1,10 +1,4 @@
-"""The four relay routes (controller-api.md §11).
-
-The route looks the job up once, joins the session (``409 conflict`` for a half already
-taken) and answers ``200`` at once; the stream then runs in the response object on the
-raw ASGI channels: a POST half keeps reading its body after the ``200``, a GET half
-writes under a per-write deadline while it watches for its client going away.
-"""
+"""The four relay routes (controller-api.md §11), streaming on the raw ASGI channels."""
 
 from __future__ import annotations
 
@@ -34,8 +28,7 @@ async def _join(svc: Services, job_id: str, half: Half, http_version: str) -> Se
     """The one store read, then the session slot."""
     await svc.db(svc.store.views.job, job_id)  # unknown: 404 not_found; failure: 500
     if half in _SENDERS and http_version != "1.1":
-        # A POST half needs its body to keep streaming after the 200, which
-        # this server does on HTTP/1.1 only.
+        # A POST half streams its body after the 200, which this server does on HTTP/1.1 only.
         raise errors.Unsupported(
             f"the {half.value} half needs a full-duplex HTTP/1.1 stream, not HTTP/{http_version}"
         )
