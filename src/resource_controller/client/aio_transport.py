@@ -18,7 +18,7 @@ from resource_controller import errors
 from resource_controller.client import calls
 from resource_controller.client.calls import Call
 from resource_controller.client.transport import Bases, decode
-from resource_controller.h1 import aio, core
+from resource_controller.h1 import aio
 
 if TYPE_CHECKING:
     from resource_controller.client.calls import Op
@@ -65,19 +65,15 @@ class AsyncTransport:
         missing_token: Callable[[], str] | None = None,
         connect: aio.Connect = aio.open_tcp,
     ) -> None:
-        self.bases = Bases(base_url, origin, missing_token)
-        self.token = token
-        # Both headers always, even with an empty token, so that the controller
-        # answers unauthorized.
-        headers = {"Authorization": core.bearer(token), "Content-Type": "application/json"}
-        self._http = aio.Client(headers, connect=connect)
+        self.bases = Bases(base_url, origin, missing_token, token)
+        self._http = aio.Client(self.bases.headers, connect=connect)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _send(self, call: Call, *, whole: bool) -> tuple[aio.Exchange, bytes, str]:
         """As ``transport.Transport._send``: each controller in turn within the bound."""
-        tries = self.bases.tries(call, self.token)
+        tries = self.bases.tries(call)
         for index in tries:
             target, request = self.bases.target(index, call.path, call.query)
             request = f"{call.method} {request}"

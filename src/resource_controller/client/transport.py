@@ -75,20 +75,28 @@ class Bases:
     """
 
     def __init__(
-        self, base_url: str, origin: str = "", missing_token: Callable[[], str] | None = None
+        self,
+        base_url: str,
+        origin: str = "",
+        missing_token: Callable[[], str] | None = None,
+        token: str = "",
     ) -> None:
         listed = [u.strip().rstrip("/") for u in base_url.split(",")]
         self.bases = [_parse_base(u) for u in [u for u in listed if u] or [base_url]]
         self.current = 0
         self.origin = origin
         self.missing_token = missing_token
+        self.token = token
+        # Both on every request, even with an empty token, so the controller answers
+        # "unauthorized" instead of the client guessing.
+        self.headers = {"Authorization": core.bearer(token), "Content-Type": "application/json"}
 
     @property
     def url(self) -> str:
         return self.bases[self.current].url
 
-    def tries(self, call: Call, token: str) -> Tries:
-        return Tries(self, call, token)
+    def tries(self, call: Call) -> Tries:
+        return Tries(self, call)
 
     def target(self, index: int, path: str, query: Mapping[str, str] | None) -> tuple[str, str]:
         """(the request target, ``METHOD URL`` for messages) on base ``index``."""
@@ -127,8 +135,8 @@ class Tries:
     """The fail-over rule (the module's): iterate for the next base to try; ``failed`` or
     ``answered`` after each raises when it must stop there."""
 
-    def __init__(self, bases: Bases, call: Call, token: str) -> None:
-        self.bases, self.call, self.token = bases, call, token
+    def __init__(self, bases: Bases, call: Call) -> None:
+        self.bases, self.call = bases, call
         self.payload = None if call.body is None else json.dumps(call.body).encode()
         self.bound = REQUEST_BOUND if call.timeout is None else call.timeout
         n = len(bases.bases)
@@ -163,7 +171,7 @@ class Tries:
         self.bases.current = index
         if 200 <= status < 300:
             return True
-        refusal = self.bases.refusal(status, reason, body, self.token)
+        refusal = self.bases.refusal(status, reason, body, self.bases.token)
         if status < 500 or len(self.order) < 2:
             raise refusal
         # This controller cannot serve now: the next one takes the next requests.
@@ -259,17 +267,12 @@ class Transport:
         missing_token: Callable[[], str] | None = None,
         opener: blocking.Opener = blocking.open_socket,
     ) -> None:
-        self.bases = Bases(base_url, origin, missing_token)
+        self.bases = Bases(base_url, origin, missing_token, token)
         self._opener = opener
         self.token = token
         self._conn: tuple[int, blocking.Connection] | None = None
-        # Both headers on every request, even with an empty token, so the controller
-        # answers "unauthorized" instead of the client guessing.
-        self._fields = [
-            (b"Authorization", core.bearer(token).encode("latin-1")),
-            (b"Content-Type", b"application/json"),
-            (b"Accept-Encoding", b"identity"),
-        ]
+        fields = {**self.bases.headers, "Accept-Encoding": "identity"}
+        self._fields = [(k.encode(), v.encode("latin-1")) for k, v in fields.items()]
 
     @property
     def base_url(self) -> str:
@@ -322,7 +325,7 @@ class Transport:
     def _send(self, call: Call, *, whole: bool) -> tuple[blocking.Connection, bytes, str]:
         """``call`` to the controllers in turn until one answers 2xx, as the module says;
         the connection, the body read and the request's description."""
-        tries = self.bases.tries(call, self.token)
+        tries = self.bases.tries(call)
         for index in tries:
             try:
                 conn, head, data, request = self._exchange(index, call, tries, whole=whole)
