@@ -189,14 +189,8 @@ async def session(
     loop = asyncio.get_running_loop()
     for sig in DETACHING:
         loop.add_signal_handler(sig, on_signal, state, sig)
-    path = f"/v1/jobs/{job_id}/tty"
     try:
-        out = await open_half(base, "GET", f"{path}/out", token, "output", what)
-        try:
-            inp = await open_half(base, "POST", f"{path}/in", token, "input", what)
-        except SessionError:
-            out.close()
-            raise
+        out, inp = await open_halves(base, token, job_id, f"the {{}} half of the {what}")
     except SessionError as exc:
         state.error = str(exc)
         return state
@@ -253,14 +247,22 @@ def on_signal(state: SessionState, signum: int) -> None:
     state.stop.set()
 
 
-async def open_half(
-    base: str, method: str, path: str, token: str, half: str, what: str = "terminal"
-) -> aio.Exchange:
-    try:
-        return await aio.relay(base, method, path, token)
-    except errors.TransportError as exc:
-        said = exc.describe() if isinstance(exc, errors.Refused) else str(exc)
-        raise SessionError(f"cannot open the {half} half of the {what}: {said}") from None
+async def open_halves(
+    base: str, token: str, job_id: str, named: str
+) -> tuple[aio.Exchange, aio.Exchange]:
+    """The relay's output half, then its input half; a refusal names the half
+    (``named``, a template for ``output`` or ``input``)."""
+    path = f"/v1/jobs/{job_id}/tty"
+    halves: list[aio.Exchange] = []
+    for half, method, tail in (("output", "GET", "out"), ("input", "POST", "in")):
+        try:
+            halves.append(await aio.relay(base, method, f"{path}/{tail}", token))
+        except errors.TransportError as exc:
+            for opened in halves:
+                opened.close()
+            said = exc.describe() if isinstance(exc, errors.Refused) else str(exc)
+            raise SessionError(f"cannot open {named.format(half)}: {said}") from None
+    return halves[0], halves[1]
 
 
 async def copy_output(
@@ -269,15 +271,19 @@ async def copy_output(
     """The job's bytes to ``fd`` as they come; EOF ends the session."""
     try:
         while data := await out.read():
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
     except errors.TransportError as exc:
         state.error = state.error or f"{what} ended: {exc}"
     except OSError as exc:
         state.error = state.error or f"cannot write output: {exc.strerror or exc}"
     finally:
         state.stop.set()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 async def readable(fd: int) -> None:
