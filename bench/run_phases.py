@@ -3,8 +3,8 @@
 Starts ``rc serve`` and ``rc worker`` (``latency.Fleet``), then, interleaved, times:
 ``python3 -c pass`` (the interpreter's start and exit), the whole ``rc run -d
 benchbox:slot0 -- true``, and an instrumented child that does what ``rc run`` does
-and reports each phase: the imports (``cli.main`` with the package, then what the
-click-free run path loads), parsing the flags, and each request (submit; the log
+and reports each phase: the imports (``cli.main`` with the package, then ``rc run``'s
+path: ``cli.run``, ``client.machine``), parsing the flags, and each request (submit; the log
 follow, which lasts as long as the job takes to be assigned, started, run, reported
 and committed; the final poll). Figures are min/median/max in ms over ``--repeats``.
 Usage: ``python bench/run_phases.py [--repeats 20] [--json out.json]``.
@@ -35,40 +35,45 @@ import time
 t0 = time.perf_counter()
 from resource_controller.cli import main
 t1 = time.perf_counter()
-from resource_controller.cli import fastrun, run as run_machine
-from resource_controller.client import api, transport
+from resource_controller.cli import render, run as rc_run
+from resource_controller.client import api, machine, transport
 t2 = time.perf_counter()
-req = fastrun.parse(["-d", {DEVICE!r}, "--", "true"])
+values, command = rc_run.parse(["-d", {DEVICE!r}, "--", "true"])
+wanted = rc_run.build(values, command)
 client = api.JsonClient(submitter=None)
 t3 = time.perf_counter()
 marks = []
 http = client._http
 plain_request, plain_stream = http.request, http.stream
 
-def request(method, path, **kw):
+def request(call):
     s = time.perf_counter()
     try:
-        return plain_request(method, path, **kw)
+        return plain_request(call)
     finally:
-        marks.append((method + " " + path.split("/")[-1], s, time.perf_counter()))
+        marks.append((call.method + " " + call.path.split("/")[-1], s, time.perf_counter()))
 
-def stream(method, path, **kw):
+def stream(call):
     s = time.perf_counter()
-    inner = plain_stream(method, path, **kw)
-    class Timed:
-        def __iter__(self):
-            yield from inner
+    inner = plain_stream(call)
+    plain_read = inner.read
+
+    def read(idle=None):
+        chunk = plain_read(idle)
+        if chunk == b"":
             marks.append(("follow", s, time.perf_counter()))
-        def close(self):
-            inner.close()
-        def __enter__(self):
-            return self
-        def __exit__(self, *exc):
-            inner.close()
-    return Timed()
+        return chunk
+
+    inner.read = read
+    return inner
 
 http.request, http.stream = request, stream
-code = run_machine.run(client, req)
+ran = client.drive(
+    machine.run(
+        wanted, client.submitter, client.monotonic, timeout=values["timeout"], sink=render.write_bytes
+    ),
+    say=render.say,
+)
 t4 = time.perf_counter()
 import json, sys
 out = {{"import cli.main (+ package)": t1 - t0, "import run path": t2 - t1,
@@ -77,6 +82,7 @@ names = {{"POST jobs": "submit (POST)", "follow": "log follow (job runs)"}}
 for name, s, e in marks:
     out[names.get(name, "final poll (GET)")] = e - s
 sys.stderr.write(json.dumps(out) + "\\n")
+sys.exit(ran.code)
 """
 
 

@@ -29,6 +29,10 @@ class Failure(Exception):
         return self.message
 
 
+#: What a boolean flag's explicit value may be (``--no-wait=false``), as click reads it.
+TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
 #: CLI-006's integers; compiled on first use (the help pages load this module, not ``re``).
 _INT = r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|[0-9]+)"
 
@@ -44,6 +48,19 @@ def parse_int(text: str) -> int | None:
     if digits[:2].lower() in ("0x", "0o"):
         return sign * int(digits, 0)
     return sign * int(digits, 10)
+
+
+def parse_duration(text: str, negative_hint: str = "0 means none") -> float:
+    """A duration flag's value in seconds; ``ValueError`` saying why it is refused."""
+    from resource_controller.core import durations
+
+    try:
+        seconds = durations.parse_duration(text)
+    except durations.DurationError:
+        raise ValueError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m)") from None
+    if seconds < 0:  # a mistake, never "no limit" (0 is that)
+        raise ValueError(f"duration {text!r} is negative ({negative_hint})")
+    return seconds
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

@@ -16,13 +16,9 @@ import click
 from resource_controller.cli import basics
 from resource_controller.cli.basics import Failure as Failure
 from resource_controller.client.machine import devices_text as devices_text
-from resource_controller.core import durations
 
 #: Every command answers -h as well as --help (CLI §1).
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
 
 
 class RcCommand(click.Command):
@@ -69,9 +65,9 @@ def _explicit_booleans(command: click.Command, ctx: click.Context, args: list[st
             if name in flags:
                 flag = flags[name]
                 negative = name in flag.secondary_opts
-                if value not in _TRUE and value not in _FALSE:
+                if value not in basics.TRUE | basics.FALSE:
                     raise click.UsageError(f"invalid boolean value {value!r} for {name}", ctx)
-                if (value in _TRUE) != negative:
+                if (value in basics.TRUE) != negative:
                     out.append(flag.opts[0])
                 elif flag.secondary_opts:
                     out.append(flag.secondary_opts[0])
@@ -106,13 +102,9 @@ class DurationType(_DurationBase):
         if isinstance(value, float):
             return value
         try:
-            seconds = durations.parse_duration(str(value))
-        except durations.DurationError:
-            self.fail(f"invalid duration {value!r} (examples: 90s, 30m, 1h30m)", param, ctx)
-        if seconds < 0:
-            # A negative duration is a mistake, never "no limit" (0 is that).
-            self.fail(f"duration {value!r} is negative ({self.negative_hint})", param, ctx)
-        return seconds
+            return basics.parse_duration(str(value), self.negative_hint)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 class IntType(_IntBase):

@@ -36,7 +36,7 @@ import click
 from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
-from resource_controller.cli.tty import JobWatch
+from resource_controller.cli.tty import JobWatch, SessionError, open_halves, write_all
 from resource_controller.client import api
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
@@ -217,22 +217,10 @@ def _parent_inside(root: str, target: str, entry: str) -> None:
 
 
 async def _open_relay(base: str, token: str, job_id: str) -> tuple[aio.Exchange, aio.Exchange]:
-    """Output half first, then input; a refusal names the half."""
-    path = f"/v1/jobs/{job_id}/tty"
     try:
-        out = await aio.relay(base, "GET", f"{path}/out", token)
-    except errors.TransportError as e:
-        raise common.Failure(f"cannot open the copy's output half: {_said(e)}") from None
-    try:
-        inp = await aio.relay(base, "POST", f"{path}/in", token)
-    except errors.TransportError as e:
-        out.close()
-        raise common.Failure(f"cannot open the copy's input half: {_said(e)}") from None
-    return out, inp
-
-
-def _said(e: errors.TransportError) -> str:
-    return e.describe() if isinstance(e, errors.Refused) else str(e)
+        return await open_halves(base, token, job_id, "the copy's {} half")
+    except SessionError as e:
+        raise common.Failure(str(e)) from None
 
 
 async def _send(
@@ -361,7 +349,7 @@ async def _receive(
     try:
         while block := await out.read():
             try:
-                await asyncio.to_thread(_write_all, write_fd, block)
+                await asyncio.to_thread(write_all, write_fd, block)
             except BrokenPipeError:
                 break  # the extraction stopped; it says why
     except errors.TransportError as e:
@@ -376,12 +364,6 @@ async def _receive(
     if broke:
         raise common.Failure(broke)
     return failure
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 # ---- the command ------------------------------------------------------------------------

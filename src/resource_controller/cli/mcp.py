@@ -207,27 +207,37 @@ def run(
         if len(sink) > limit:
             del sink[: len(sink) - limit]
 
+    where = _where(select, device, count, env, cwd, max_runtime_seconds, after, after_any)
     with _client() as c:
-        result = c.run(
-            argv,
-            select=select,
-            device=device,
-            count=count,
-            env=env,
-            cwd=cwd,
-            timeout=timeout_seconds or None,
-            max_runtime=max_runtime_seconds or None,
-            after=after or None,
-            after_any=after_any,
-            on_output=keep,
-        )
+        result = c.run(argv, **where, timeout=timeout_seconds or None, on_output=keep)
     out = {"exit_code": result.exit_code, **_job(result.job)}
     out["exit_code"] = result.exit_code
     out["job_exit_code"] = result.job.exit_code
-    out.update(_tail(bytes(sink), limit))
-    out["output_bytes"] = total
-    out["truncated"] = total > len(sink)
+    out.update(_tail(bytes(sink), limit), output_bytes=total, truncated=total > len(sink))
     return out
+
+
+def _where(
+    select: str,
+    device: str,
+    count: int,
+    env: dict[str, str] | None,
+    cwd: str,
+    max_runtime_seconds: int,
+    after: list[str] | None,
+    after_any: bool,
+) -> dict[str, Any]:
+    """What ``run`` and ``submit`` ask for, as ``Client.submit`` takes it."""
+    return {
+        "select": select,
+        "device": device,
+        "count": count,
+        "env": env,
+        "cwd": cwd,
+        "max_runtime": max_runtime_seconds or None,
+        "after": after or None,
+        "after_any": after_any,
+    }
 
 
 def submit(
@@ -245,19 +255,9 @@ def submit(
     (queued while devices are busy). after: job IDs (or prefixes) it waits for, as in
     run; a pipeline is submit after submit, each naming the one before. Read its output
     with logs, stop it with kill."""
+    where = _where(select, device, count, env, cwd, max_runtime_seconds, after, after_any)
     with _client() as c:
-        job = c.submit(
-            argv,
-            select=select,
-            device=device,
-            count=count,
-            env=env,
-            cwd=cwd,
-            max_runtime=max_runtime_seconds or None,
-            after=after or None,
-            after_any=after_any,
-        )
-    return _job(job)
+        return _job(c.submit(argv, **where))
 
 
 def logs(job_id: str, wait_seconds: float = 0, tail_bytes: int = TAIL_BYTES) -> dict[str, Any]:

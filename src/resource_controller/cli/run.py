@@ -97,8 +97,6 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
     (("--after-any",), "after_any", "flag", "", "With --after: once they have ended, however."),
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
 #: What ``--here`` takes from the caller's environment, and nothing else (EXT-HERE-2):
 #: what decides which interpreter and libraries a command gets. A job's ``env`` is
 #: readable by every client, so no other variable is ever sent.
@@ -133,19 +131,10 @@ def _value(name: str, kind: str, text: str) -> Any:
             raise basics.Failure(f"invalid value for {name}: invalid integer {text!r}")
         return number
     if kind == "duration":
-        from resource_controller.core import durations
-
         try:
-            seconds = durations.parse_duration(text)
-        except durations.DurationError:
-            raise basics.Failure(
-                f"invalid value for {name}: invalid duration {text!r} (examples: 90s, 30m, 1h30m)"
-            ) from None
-        if seconds < 0:  # a mistake, never "no limit" (0 is that)
-            raise basics.Failure(
-                f"invalid value for {name}: duration {text!r} is negative (0 means none)"
-            )
-        return seconds
+            return basics.parse_duration(text)
+        except ValueError as e:
+            raise basics.Failure(f"invalid value for {name}: {e}") from None
     return text
 
 
@@ -179,9 +168,9 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
         for name, eq, given in pieces:
             dest, kind, negated = _lookup(name)
             if kind in ("flag", "negatable"):
-                if eq and given not in _TRUE | _FALSE:
+                if eq and given not in basics.TRUE | basics.FALSE:
                     raise basics.Failure(f"invalid boolean value {given!r} for {name}")
-                values[dest] = (given not in _FALSE if eq else True) != negated
+                values[dest] = (given not in basics.FALSE if eq else True) != negated
                 continue
             if not eq:
                 if i >= len(argv):

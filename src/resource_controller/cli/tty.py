@@ -32,7 +32,7 @@ import signal
 import struct
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,12 +158,7 @@ def attach(client: api.JsonClient, job_id: str) -> None:
         if not _restore(in_fd, saved):
             sys.stderr.write("\r\nrc: the terminal could not be restored: run reset\r\n")
             sys.stderr.flush()
-    if state.signum:
-        signals.restore_defaults()
-        raise signals.Interrupted(state.signum)
-    signals.install()  # the wait that follows detaches on a signal again
-    if state.error:
-        raise common.Failure(state.error)
+    ended(state)
 
 
 def _restore(fd: int, saved: list[Any]) -> bool:
@@ -175,45 +170,76 @@ def _restore(fd: int, saved: list[Any]) -> bool:
 
 
 async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> SessionState:
+    feed = _keys_and_sizes(in_fd)
+    return await session(base, token, job_id, out_fd, feed, "terminal", "terminal output")
+
+
+async def session(
+    base: str,
+    token: str,
+    job_id: str,
+    out_fd: int,
+    feed: Callable[[aio.Exchange, SessionState], Coroutine[Any, Any, None]],
+    what: str,
+    output: str,
+) -> SessionState:
+    """One relayed session: output half, then input half (``feed`` writes it), until
+    the output ends, the job does (``JobWatch``), or a signal."""
     state = SessionState()
     loop = asyncio.get_running_loop()
     for sig in DETACHING:
         loop.add_signal_handler(sig, on_signal, state, sig)
-    path = f"/v1/jobs/{job_id}/tty"
     try:
-        out = await open_half(base, "GET", f"{path}/out", token, "output")
+        out, inp = await open_halves(base, token, job_id, f"the {{}} half of the {what}")
     except SessionError as exc:
-        state.error = str(exc)
-        return state
-    try:
-        inp = await open_half(base, "POST", f"{path}/in", token, "input")
-    except SessionError as exc:
-        out.close()
         state.error = str(exc)
         return state
     tasks = [
-        asyncio.create_task(copy_output(out, out_fd, state), name="tty-out"),
-        asyncio.create_task(_send_keys(inp, in_fd, state), name="tty-in"),
-        asyncio.create_task(JobWatch(base, token, job_id, state.stop.set).run(), name="tty-job"),
+        asyncio.create_task(copy_output(out, out_fd, state, output)),
+        asyncio.create_task(feed(inp, state)),
+        asyncio.create_task(JobWatch(base, token, job_id, state.stop.set).run()),
     ]
-    winch = _Resizer(inp, in_fd, state)
-    loop.add_signal_handler(signal.SIGWINCH, winch.changed)
     try:
-        await winch.send_now()  # the first frame: the size, when known
         await state.stop.wait()
     finally:
-        loop.remove_signal_handler(signal.SIGWINCH)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        winch.cancel()
-        with contextlib.suppress(errors.TransportError):
-            await asyncio.wait_for(inp.finish(), 1.0)
         out.close()
         inp.close()
     return state
+
+
+def _keys_and_sizes(fd: int) -> Callable[[aio.Exchange, SessionState], Coroutine[Any, Any, None]]:
+    """The terminal's input: its size first and after every SIGWINCH, then its keys."""
+
+    async def feed(inp: aio.Exchange, state: SessionState) -> None:
+        loop = asyncio.get_running_loop()
+        winch = _Resizer(inp, fd, state)
+        loop.add_signal_handler(signal.SIGWINCH, winch.changed)
+        try:
+            await winch.send_now()
+            await _send_keys(inp, fd, state)
+            await state.stop.wait()  # window changes go on being sent
+        finally:
+            loop.remove_signal_handler(signal.SIGWINCH)
+            winch.cancel()
+            with contextlib.suppress(errors.TransportError):
+                await asyncio.wait_for(inp.finish(), 1.0)
+
+    return feed
+
+
+def ended(state: SessionState) -> None:
+    """After a session: raise its signal (``signals.Interrupted``) or its failure."""
+    if state.signum:
+        signals.restore_defaults()
+        raise signals.Interrupted(state.signum)
+    signals.install()  # the wait that follows detaches on a signal again
+    if state.error:
+        raise common.Failure(state.error)
 
 
 def on_signal(state: SessionState, signum: int) -> None:
@@ -221,14 +247,22 @@ def on_signal(state: SessionState, signum: int) -> None:
     state.stop.set()
 
 
-async def open_half(
-    base: str, method: str, path: str, token: str, half: str, what: str = "terminal"
-) -> aio.Exchange:
-    try:
-        return await aio.relay(base, method, path, token)
-    except errors.TransportError as exc:
-        said = exc.describe() if isinstance(exc, errors.Refused) else str(exc)
-        raise SessionError(f"cannot open the {half} half of the {what}: {said}") from None
+async def open_halves(
+    base: str, token: str, job_id: str, named: str
+) -> tuple[aio.Exchange, aio.Exchange]:
+    """The relay's output half, then its input half; a refusal names the half
+    (``named``, a template for ``output`` or ``input``)."""
+    path = f"/v1/jobs/{job_id}/tty"
+    halves: list[aio.Exchange] = []
+    for half, method, tail in (("output", "GET", "out"), ("input", "POST", "in")):
+        try:
+            halves.append(await aio.relay(base, method, f"{path}/{tail}", token))
+        except errors.TransportError as exc:
+            for opened in halves:
+                opened.close()
+            said = exc.describe() if isinstance(exc, errors.Refused) else str(exc)
+            raise SessionError(f"cannot open {named.format(half)}: {said}") from None
+    return halves[0], halves[1]
 
 
 async def copy_output(
@@ -237,15 +271,19 @@ async def copy_output(
     """The job's bytes to ``fd`` as they come; EOF ends the session."""
     try:
         while data := await out.read():
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
     except errors.TransportError as exc:
         state.error = state.error or f"{what} ended: {exc}"
     except OSError as exc:
         state.error = state.error or f"cannot write output: {exc.strerror or exc}"
     finally:
         state.stop.set()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 async def readable(fd: int) -> None:

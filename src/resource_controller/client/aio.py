@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -23,8 +23,6 @@ from resource_controller.client.typed import (
     BaseJob,
     BaseLease,
     D,
-    Duration,
-    lease_checks,
 )
 
 if TYPE_CHECKING:
@@ -119,13 +117,17 @@ class AsyncLeaseContext:
             exc.add_note(f"and the lease {lease.id} could not be released: {e}")
 
 
-class AsyncClient(BaseClient[AsyncJob]):
+_Ops = BaseClient[AsyncJob, AsyncLeaseContext]
+
+
+class AsyncClient(BaseClient[AsyncJob, AsyncLeaseContext]):
     """``Client`` for asyncio programs: same configuration, same methods.
 
     Use ``async with AsyncClient() as client:`` or ``await client.aclose()``.
     """
 
     _job_class = AsyncJob
+    _lease_class = AsyncLeaseContext
 
     def __init__(
         self,
@@ -163,31 +165,16 @@ class AsyncClient(BaseClient[AsyncJob]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    devices = awaited(BaseClient[AsyncJob]._devices)
-    describe = awaited(BaseClient[AsyncJob]._describe)
-    explain = awaited(BaseClient[AsyncJob]._explain)
-    whoami = awaited(BaseClient[AsyncJob]._whoami)
-    usage = awaited(BaseClient[AsyncJob]._usage)
-    _mig_uuids = awaited(BaseClient[AsyncJob]._uuids)
-    job = awaited(BaseClient[AsyncJob]._job)
-    jobs = awaited(BaseClient[AsyncJob]._jobs)
-    submit = awaited(BaseClient[AsyncJob]._submit)
-    run = awaited(BaseClient[AsyncJob]._run)
-    kill = awaited(BaseClient[AsyncJob]._kill)
-    release = awaited(BaseClient[AsyncJob]._release)
-    hold = awaited(BaseClient[AsyncJob]._hold)
-
-    def lease(
-        self,
-        *,
-        ttl: Duration,
-        reason: str | None = None,
-        select: str = "",
-        device: str | Sequence[str] = "",
-        count: int = 1,
-        timeout: Duration | None = None,
-    ) -> AsyncLeaseContext:
-        """``async with client.lease(ttl="30m") as lease:``; see ``Client.lease``."""
-        lease_checks(ttl, select, device, count)  # refused before any request
-        hold = {"ttl": ttl, "reason": reason, "select": select, "device": device}
-        return AsyncLeaseContext(self, {**hold, "count": count, "timeout": timeout})
+    devices = awaited(_Ops._devices)
+    describe = awaited(_Ops._describe)
+    explain = awaited(_Ops._explain)
+    whoami = awaited(_Ops._whoami)
+    usage = awaited(_Ops._usage)
+    _mig_uuids = awaited(_Ops._uuids)
+    job = awaited(_Ops._job)
+    jobs = awaited(_Ops._jobs)
+    submit = awaited(_Ops._submit)
+    run = awaited(_Ops._run)
+    kill = awaited(_Ops._kill)
+    release = awaited(_Ops._release)
+    hold = awaited(_Ops._hold)

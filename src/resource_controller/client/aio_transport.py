@@ -11,15 +11,14 @@ lands on the next step, so the job it created is known and cancelled.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from resource_controller import errors
 from resource_controller.client import calls
 from resource_controller.client.calls import Call
-from resource_controller.client.transport import REQUEST_BOUND, Bases, decode
-from resource_controller.h1 import aio, core
+from resource_controller.client.transport import Bases, decode
+from resource_controller.h1 import aio
 
 if TYPE_CHECKING:
     from resource_controller.client.calls import Op
@@ -66,57 +65,42 @@ class AsyncTransport:
         missing_token: Callable[[], str] | None = None,
         connect: aio.Connect = aio.open_tcp,
     ) -> None:
-        self.bases = Bases(base_url, origin, missing_token)
-        self.token = token
-        # Both headers always, even with an empty token, so that the controller
-        # answers unauthorized.
-        headers = {"Authorization": core.bearer(token), "Content-Type": "application/json"}
-        self._http = aio.Client(headers, connect=connect)
+        self.bases = Bases(base_url, origin, missing_token, token)
+        self._http = aio.Client(self.bases.headers, connect=connect)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _send(self, call: Call, *, whole: bool) -> tuple[aio.Exchange, bytes, str]:
         """As ``transport.Transport._send``: each controller in turn within the bound."""
-        content = None if call.body is None else json.dumps(call.body).encode()
-        bound = REQUEST_BOUND if call.timeout is None else call.timeout
-        order = self.bases.order()
-        unreached: errors.ConnectFailed | None = None
-        last: errors.ClientError | None = None
-        for step, index in enumerate(order):
-            more = step < len(order) - 1
+        tries = self.bases.tries(call)
+        for index in tries:
             target, request = self.bases.target(index, call.path, call.query)
             request = f"{call.method} {request}"
             end = self.bases.bases[index].end
             try:
                 exchange = await self._http.open(
-                    call.method, end, target.removeprefix(end.prefix), content, timeout=bound
+                    call.method,
+                    end,
+                    target.removeprefix(end.prefix),
+                    tries.payload,
+                    timeout=tries.bound,
                 )
                 data = b""
                 if whole or not 200 <= exchange.status < 300:
-                    data = await exchange.read_all(bound)
+                    data = await exchange.read_all(tries.bound)
             except errors.ConnectFailed as e:
-                unreached = unreached or e
+                tries.failed(e)
                 continue
             except errors.TransportError as e:
-                if not (call.resend and more):
+                try:
                     raise type(e)(f"{request}: {e}") from e
-                last = type(e)(f"{request}: {e}")
+                except errors.TransportError as named:
+                    tries.failed(named)
                 continue
-            self.bases.current = index
-            if 200 <= exchange.status < 300:
+            if tries.answered(index, exchange.status, exchange.head.reason, data):
                 return exchange, data, request
-            refusal = self.bases.refusal(exchange.status, exchange.head.reason, data, self.token)
-            if exchange.status < 500 or len(order) < 2:
-                raise refusal
-            self.bases.current = order[(step + 1) % len(order)]
-            if not (call.resend and more):
-                raise refusal
-            last = refusal
-        if last is not None:
-            raise last
-        assert unreached is not None
-        raise self.bases.unreachable(f"{call.method} {self.bases.url}{call.path}", unreached)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def request(self, call: Call) -> Any:
         """One request, its whole answer read: its JSON, read as ``call`` says."""

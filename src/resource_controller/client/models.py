@@ -13,8 +13,8 @@ little more than the CLI's own start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -25,33 +25,21 @@ from resource_controller.core.states import TERMINAL, JobState
 Json = dict[str, Any]
 
 
-def _str(data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
-    return value if isinstance(value, str) else ""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(data: Mapping[str, Any], key: str) -> int:
-    value = data.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _float(data: Mapping[str, Any], key: str) -> float:
-    return _opt_float(data, key) or 0.0
-
-
-def _strs(data: Mapping[str, Any], key: str) -> list[str]:
-    value = data.get(key)
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+def _read(data: Mapping[str, Any], cls: type, **given: Any) -> dict[str, Any]:
+    """``cls``'s fields read from ``data`` by their declared types, an unusable value as
+    that type's empty one; ``given`` (and fields of other types) are the caller's."""
+    for f in fields(cls):
+        if f.name not in given and f.type in _READERS:
+            given[f.name] = _READERS[f.type](data.get(f.name))
+    return given
 
 
 def timestamp(value: Any) -> datetime | None:
@@ -131,40 +119,23 @@ class JobInfo:
 
     def _load(self, data: Mapping[str, Any], position: int = 0, waits: Any = None) -> None:
         """Take every field from a job object (and, from a view, its queue facts)."""
-        self.id = _str(data, "id") or self.id
-        self.state = _str(data, "state")
-        self.kind = _str(data, "kind") or "job"
-        self.command = _strs(data, "command")
-        self.selector = _str(data, "selector")
-        self.device_id = _str(data, "device_id")
-        ids = _strs(data, "device_ids")
-        self.device_ids = ids or ([self.device_id] if self.device_id else [])
-        self.worker_id = _str(data, "worker_id")
-        self.submitter = _str(data, "submitter")
-        self.priority = _int(data, "priority")
-        self.cwd = _str(data, "cwd")
+        device_id = _str(data.get("device_id"))
         env = data.get("env")
-        self.env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
-        self.max_runtime_seconds = _int(data, "max_runtime_seconds")
-        self.idle_timeout_seconds = _int(data, "idle_timeout_seconds")
-        self.exit_code = _opt_int(data, "exit_code")
-        self.kill_reason = _str(data, "kill_reason")
-        self.reason = _str(data, "reason")
-        self.stdio = _str(data, "stdio")
-        self.lease_epoch = _int(data, "lease_epoch")
-        self.submitted_at = timestamp(data.get("submitted_at"))
-        self.queued_at = timestamp(data.get("queued_at"))
-        self.started_at = timestamp(data.get("started_at"))
-        self.finished_at = timestamp(data.get("finished_at"))
-        self.after = _strs(data, "after")
-        self.after_any = data.get("after_any") is True
-        self.queue_position = position if self.state == "queued" else 0
-        entries = waits if isinstance(waits, list) and self.state == "queued" else []
-        self.waiting_for = [dict(w) for w in entries if isinstance(w, dict)]
-        self.gpu_util_mean = _opt_float(data, "gpu_util_mean")
-        self.gpu_mem_peak_bytes = _opt_int(data, "gpu_mem_peak_bytes")
-        self.samples = _opt_int(data, "samples")
-        self.raw = dict(data)
+        queued = _str(data.get("state")) == "queued"
+        entries = waits if isinstance(waits, list) and queued else []
+        values = _read(
+            data,
+            JobInfo,
+            id=_str(data.get("id")) or self.id,
+            kind=_str(data.get("kind")) or "job",
+            device_ids=_strs(data.get("device_ids")) or ([device_id] if device_id else []),
+            env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+            queue_position=position if queued else 0,
+            waiting_for=[dict(w) for w in entries if isinstance(w, dict)],
+            raw=dict(data),
+        )
+        for name, value in values.items():
+            setattr(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -175,22 +146,6 @@ class Label:
     value: str
     source: str
     updated_at: datetime | None = None
-
-
-def _labels(data: Mapping[str, Any], key: str = "labels") -> list[Label]:
-    rows = data.get(key)
-    out = []
-    for row in rows if isinstance(rows, list) else []:
-        if isinstance(row, dict):
-            out.append(
-                Label(
-                    _str(row, "key"),
-                    _str(row, "value"),
-                    _str(row, "source"),
-                    timestamp(row.get("updated_at")),
-                )
-            )
-    return out
 
 
 def effective_labels(labels: list[Label]) -> dict[str, str]:
@@ -246,27 +201,9 @@ class Device:
     def from_view(cls, view: Mapping[str, Any]) -> Device:
         """A device view or a describe answer."""
         dev = view.get("device")
-        d: Mapping[str, Any] = dev if isinstance(dev, dict) else {}
-        return cls(
-            id=_str(d, "id"),
-            host=_str(d, "host"),
-            name=_str(d, "name"),
-            worker_id=_str(d, "worker_id"),
-            state=_str(d, "state"),
-            last_heartbeat_at=timestamp(d.get("last_heartbeat_at")),
-            labels=_labels(d),
-            max_runtime_seconds=_int(d, "max_runtime_seconds"),
-            draining=d.get("draining") is True,
-            holder=_str(view, "holder"),
-            job_id=_str(view, "job_id"),
-            kind=_str(view, "kind"),
-            reason=_str(view, "reason"),
-            command=_strs(view, "command"),
-            elapsed_seconds=_int(view, "elapsed_seconds"),
-            heartbeat_age_seconds=_int(view, "heartbeat_age_seconds"),
-            quarantine_reason=_str(view, "quarantine_reason"),
-            raw=dict(view),
-        )
+        # The device's fields, its holder's from the view (a describe's own labels aside).
+        merged = {**view, "labels": None, **(dev if isinstance(dev, dict) else {})}
+        return cls(**_read(merged, cls, raw=dict(view)))
 
 
 @dataclass(frozen=True)
@@ -291,21 +228,18 @@ class DeviceDetails:
         recent = []
         for j in jobs if isinstance(jobs, list) else []:
             if isinstance(j, dict):
-                info = JobInfo(_str(j, "id"))
+                recent.append(info := JobInfo(""))
                 info._load(j)
-                recent.append(info)
+        ages = ages if isinstance(ages, dict) else {}
         return cls(
-            device=Device.from_view(data),
-            sheet=_str(data, "sheet"),
-            sheet_is_host_wide=data.get("sheet_is_host_wide") is True,
-            sheet_updated_at=timestamp(data.get("sheet_updated_at")),
-            label_age_seconds=(
-                {str(k): v for k, v in ages.items() if isinstance(v, int)}
-                if isinstance(ages, dict)
-                else {}
-            ),
-            recent_jobs=recent,
-            raw=dict(data),
+            **_read(
+                data,
+                cls,
+                device=Device.from_view(data),
+                label_age_seconds={str(k): v for k, v in ages.items() if isinstance(v, int)},
+                recent_jobs=recent,
+                raw=dict(data),
+            )
         )
 
 
@@ -330,16 +264,7 @@ class Explanation:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], selector: str) -> Explanation:
-        return cls(
-            selector=_str(data, "selector") or selector,
-            matching=_strs(data, "matching"),
-            free=_strs(data, "free"),
-            queue_depth=_int(data, "queue_depth"),
-            hint=_str(data, "hint"),
-            submitter=_str(data, "submitter"),
-            submitter_limit=_opt_int(data, "submitter_limit"),
-            submitter_held=_int(data, "submitter_held"),
-        )
+        return cls(**_read(data, cls, selector=_str(data.get("selector")) or selector))
 
 
 @dataclass(frozen=True)
@@ -444,14 +369,7 @@ class UsageGroup:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UsageGroup:
-        return cls(
-            group=_str(data, "group"),
-            jobs=_int(data, "jobs"),
-            device_hours=_float(data, "device_hours"),
-            gpu_hours=_opt_float(data, "gpu_hours"),
-            sampled_device_hours=_float(data, "sampled_device_hours"),
-            share=_opt_float(data, "share"),
-        )
+        return cls(**_read(data, cls))
 
 
 @dataclass(frozen=True)
@@ -475,11 +393,37 @@ class Usage:
         groups = data.get("groups")
         total = data.get("total")
         return cls(
-            by=_str(data, "by"),
-            since=timestamp(data.get("since")),
-            until=timestamp(data.get("until")),
-            groups=[UsageGroup.from_json(g) for g in (groups or []) if isinstance(g, dict)],
-            total=UsageGroup.from_json(total if isinstance(total, dict) else {}),
-            more=_int(data, "more"),
-            raw=dict(data),
+            **_read(
+                data,
+                cls,
+                groups=[UsageGroup.from_json(g) for g in (groups or []) if isinstance(g, dict)],
+                total=UsageGroup.from_json(total if isinstance(total, dict) else {}),
+                raw=dict(data),
+            )
         )
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+#: How ``_read`` reads a field of each declared type.
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "str": _str,
+    "int": lambda v: v if _is_int(v) else 0,
+    "int | None": lambda v: v if _is_int(v) else None,
+    "float": lambda v: float(v) if _is_number(v) else 0.0,
+    "float | None": lambda v: float(v) if _is_number(v) else None,
+    "bool": lambda v: v is True,
+    "list[str]": _strs,
+    "datetime | None": timestamp,
+    "list[Label]": lambda v: [
+        Label(**_read(row, Label))
+        for row in (v if isinstance(v, list) else [])
+        if isinstance(row, dict)
+    ],
+}

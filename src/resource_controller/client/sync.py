@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -21,10 +21,8 @@ from resource_controller.client.typed import (
     BaseJob,
     BaseLease,
     D,
-    Duration,
     JobFailed,
     NotGranted,
-    lease_checks,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +112,10 @@ class LeaseContext:
             exc.add_note(f"and the lease {lease.id} could not be released: {e}")
 
 
-class Client(BaseClient[Job]):
+_Ops = BaseClient[Job, LeaseContext]
+
+
+class Client(BaseClient[Job, LeaseContext]):
     """Talk to one controller as the current user, with typed results.
 
     With no arguments the controller URL, token and submitter come from the same
@@ -123,6 +124,7 @@ class Client(BaseClient[Job]):
     """
 
     _job_class = Job
+    _lease_class = LeaseContext
 
     def __init__(
         self,
@@ -157,37 +159,16 @@ class Client(BaseClient[Job]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    devices = blocking(BaseClient[Job]._devices)
-    describe = blocking(BaseClient[Job]._describe)
-    explain = blocking(BaseClient[Job]._explain)
-    whoami = blocking(BaseClient[Job]._whoami)
-    usage = blocking(BaseClient[Job]._usage)
-    _mig_uuids = blocking(BaseClient[Job]._uuids)
-    job = blocking(BaseClient[Job]._job)
-    jobs = blocking(BaseClient[Job]._jobs)
-    submit = blocking(BaseClient[Job]._submit)
-    run = blocking(BaseClient[Job]._run)
-    kill = blocking(BaseClient[Job]._kill)
-    release = blocking(BaseClient[Job]._release)
-    hold = blocking(BaseClient[Job]._hold)
-
-    def lease(
-        self,
-        *,
-        ttl: Duration,
-        reason: str | None = None,
-        select: str = "",
-        device: str | Sequence[str] = "",
-        count: int = 1,
-        timeout: Duration | None = None,
-    ) -> LeaseContext:
-        """``with client.lease(ttl="30m") as lease:`` holds devices for the block.
-
-        Entering waits until the hold is granted (as ``hold``) and gives a ``Lease``
-        with ``device_ids``, ``cuda_visible_devices`` and ``epoch``; leaving the block
-        releases it, also on an exception or ``KeyboardInterrupt``. The in-process
-        replacement of ``with flock(...)`` on the device host (EXT-PYAPI-3).
-        """
-        lease_checks(ttl, select, device, count)  # refused before any request
-        hold = {"ttl": ttl, "reason": reason, "select": select, "device": device}
-        return LeaseContext(self, {**hold, "count": count, "timeout": timeout})
+    devices = blocking(_Ops._devices)
+    describe = blocking(_Ops._describe)
+    explain = blocking(_Ops._explain)
+    whoami = blocking(_Ops._whoami)
+    usage = blocking(_Ops._usage)
+    _mig_uuids = blocking(_Ops._uuids)
+    job = blocking(_Ops._job)
+    jobs = blocking(_Ops._jobs)
+    submit = blocking(_Ops._submit)
+    run = blocking(_Ops._run)
+    kill = blocking(_Ops._kill)
+    release = blocking(_Ops._release)
+    hold = blocking(_Ops._hold)

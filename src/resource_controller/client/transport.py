@@ -75,22 +75,28 @@ class Bases:
     """
 
     def __init__(
-        self, base_url: str, origin: str = "", missing_token: Callable[[], str] | None = None
+        self,
+        base_url: str,
+        origin: str = "",
+        missing_token: Callable[[], str] | None = None,
+        token: str = "",
     ) -> None:
         listed = [u.strip().rstrip("/") for u in base_url.split(",")]
         self.bases = [_parse_base(u) for u in [u for u in listed if u] or [base_url]]
         self.current = 0
         self.origin = origin
         self.missing_token = missing_token
+        self.token = token
+        # Both on every request, even with an empty token, so the controller answers
+        # "unauthorized" instead of the client guessing.
+        self.headers = {"Authorization": core.bearer(token), "Content-Type": "application/json"}
 
     @property
     def url(self) -> str:
         return self.bases[self.current].url
 
-    def order(self) -> list[int]:
-        """Every base, the current one first: the order one request tries them in."""
-        n = len(self.bases)
-        return [(self.current + step) % n for step in range(n)]
+    def tries(self, call: Call) -> Tries:
+        return Tries(self, call)
 
     def target(self, index: int, path: str, query: Mapping[str, str] | None) -> tuple[str, str]:
         """(the request target, ``METHOD URL`` for messages) on base ``index``."""
@@ -123,6 +129,55 @@ class Bases:
             except ValueError:
                 reason = ""
         return errors.ApiError("", f"controller returned {status} {reason}".rstrip(), status)
+
+
+class Tries:
+    """The fail-over rule (the module's): iterate for the next base to try; ``failed`` or
+    ``answered`` after each raises when it must stop there."""
+
+    def __init__(self, bases: Bases, call: Call) -> None:
+        self.bases, self.call = bases, call
+        self.payload = None if call.body is None else json.dumps(call.body).encode()
+        self.bound = REQUEST_BOUND if call.timeout is None else call.timeout
+        n = len(bases.bases)
+        self.order = [(bases.current + step) % n for step in range(n)]
+        self.step = 0
+        self.unreached: errors.ConnectFailed | None = None
+        self.last: errors.ClientError | None = None
+
+    def __iter__(self) -> Iterator[int]:
+        for step, index in enumerate(self.order):
+            self.step = step
+            yield index
+        if self.last is not None:
+            raise self.last
+        assert self.unreached is not None
+        call = self.call
+        raise self.bases.unreachable(f"{call.method} {self.bases.url}{call.path}", self.unreached)
+
+    def _resend(self, error: errors.ClientError) -> None:
+        if not (self.call.resend and self.step < len(self.order) - 1):
+            raise error
+        self.last = error
+
+    def failed(self, error: errors.TransportError) -> None:
+        if isinstance(error, errors.ConnectFailed):
+            self.unreached = self.unreached or error
+        else:
+            self._resend(error)
+
+    def answered(self, index: int, status: int, reason: str, body: bytes) -> bool:
+        """True for a 2xx; False when a 5xx sends this request on."""
+        self.bases.current = index
+        if 200 <= status < 300:
+            return True
+        refusal = self.bases.refusal(status, reason, body, self.bases.token)
+        if status < 500 or len(self.order) < 2:
+            raise refusal
+        # This controller cannot serve now: the next one takes the next requests.
+        self.bases.current = self.order[(self.step + 1) % len(self.order)]
+        self._resend(refusal)
+        return False
 
 
 def decode(body: bytes, request: str) -> Any:
@@ -212,17 +267,12 @@ class Transport:
         missing_token: Callable[[], str] | None = None,
         opener: blocking.Opener = blocking.open_socket,
     ) -> None:
-        self.bases = Bases(base_url, origin, missing_token)
+        self.bases = Bases(base_url, origin, missing_token, token)
         self._opener = opener
         self.token = token
         self._conn: tuple[int, blocking.Connection] | None = None
-        # Both headers on every request, even with an empty token, so the controller
-        # answers "unauthorized" instead of the client guessing.
-        self._fields = [
-            (b"Authorization", core.bearer(token).encode("latin-1")),
-            (b"Content-Type", b"application/json"),
-            (b"Accept-Encoding", b"identity"),
-        ]
+        fields = {**self.bases.headers, "Accept-Encoding": "identity"}
+        self._fields = [(k.encode(), v.encode("latin-1")) for k, v in fields.items()]
 
     @property
     def base_url(self) -> str:
@@ -239,10 +289,11 @@ class Transport:
         return keep
 
     def _exchange(
-        self, index: int, call: Call, payload: bytes | None, bound: float, *, whole: bool
+        self, index: int, call: Call, tries: Tries, *, whole: bool
     ) -> tuple[blocking.Connection, core.Head, bytes, str]:
         """Send ``call`` to base ``index`` and read the answer's head (and, if ``whole`` or
-        refused, its body), each read within ``bound``."""
+        refused, its body), each read within the bound."""
+        payload, bound = tries.payload, tries.bound
         target, request = self.bases.target(index, call.path, call.query)
         request = f"{call.method} {request}"
         for attempt in (0, 1):
@@ -274,39 +325,18 @@ class Transport:
     def _send(self, call: Call, *, whole: bool) -> tuple[blocking.Connection, bytes, str]:
         """``call`` to the controllers in turn until one answers 2xx, as the module says;
         the connection, the body read and the request's description."""
-        payload = None if call.body is None else json.dumps(call.body).encode()
-        bound = REQUEST_BOUND if call.timeout is None else call.timeout
-        order = self.bases.order()
-        unreached: errors.ConnectFailed | None = None
-        last: errors.ClientError | None = None
-        for step, index in enumerate(order):
-            more = step < len(order) - 1
+        tries = self.bases.tries(call)
+        for index in tries:
             try:
-                conn, head, data, request = self._exchange(index, call, payload, bound, whole=whole)
-            except errors.ConnectFailed as e:
-                unreached = unreached or e
-                continue
+                conn, head, data, request = self._exchange(index, call, tries, whole=whole)
             except errors.TransportError as e:
-                if not (call.resend and more):
-                    raise
-                last = e
+                tries.failed(e)
                 continue
-            self.bases.current = index
-            if 200 <= head.status < 300:
+            if not 200 <= head.status < 300:
+                self._keep(index)(conn)
+            if tries.answered(index, head.status, head.reason, data):
                 return conn, data, request
-            self._keep(index)(conn)
-            refusal = self.bases.refusal(head.status, head.reason, data, self.token)
-            if head.status < 500 or len(order) < 2:
-                raise refusal
-            # This controller cannot serve now: the next one takes the next requests.
-            self.bases.current = order[(step + 1) % len(order)]
-            if not (call.resend and more):
-                raise refusal
-            last = refusal
-        if last is not None:
-            raise last
-        assert unreached is not None
-        raise self.bases.unreachable(f"{call.method} {self.bases.url}{call.path}", unreached)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, call: Call) -> Any:
         """One request, its whole answer read: its JSON, read as ``call`` says."""

@@ -109,10 +109,10 @@ class BaseJob(JobInfo, Driven):
     last refreshed; ``wait`` and ``refresh`` update them in place.
     """
 
-    _client: BaseClient[Any]
+    _client: BaseClient[Any, Any]
 
     @classmethod
-    def bind(cls: type[J], client: BaseClient[Any], data: Json, view: Any = None) -> J:
+    def bind(cls: type[J], client: BaseClient[Any, Any], data: Json, view: Any = None) -> J:
         """A handle for the job object ``data`` (``view``: its poll, for the queue facts)."""
         job = cls(id=str(data.get("id") or ""))
         job._client = client
@@ -226,10 +226,15 @@ class BaseLease(LeaseInfo):
 L = TypeVar("L", bound=BaseLease)
 
 
-class BaseClient(Driven, Generic[J]):
+#: What ``lease()`` gives: ``LeaseContext`` or ``AsyncLeaseContext``.
+C = TypeVar("C")
+
+
+class BaseClient(Driven, Generic[J, C]):
     """What ``Client`` and ``AsyncClient`` do; see either."""
 
     _job_class: type[J]
+    _lease_class: Callable[[Any, dict[str, Any]], C]
     _now: Callable[[], float]
 
     @property
@@ -439,6 +444,29 @@ class BaseClient(Driven, Generic[J]):
             raise NotGranted(self._bind(data))
         return self._bind(data)
 
+    def lease(
+        self,
+        *,
+        ttl: Duration,
+        reason: str | None = None,
+        select: str = "",
+        device: str | Sequence[str] = "",
+        count: int = 1,
+        timeout: Duration | None = None,
+    ) -> C:
+        """``with client.lease(ttl="30m") as lease:`` holds devices for the block
+        (``async with`` for ``AsyncClient``).
+
+        Entering waits until the hold is granted (as ``hold``) and gives a ``Lease``
+        with ``device_ids``, ``cuda_visible_devices`` and ``epoch``; leaving the block
+        releases it, also on an exception or ``KeyboardInterrupt``. The in-process
+        replacement of ``with flock(...)`` on the device host (EXT-PYAPI-3).
+        """
+        spec.devices(device, select, count)  # refused before any request, as hold would
+        spec.ceiling(ttl, "ttl")
+        hold = {"ttl": ttl, "reason": reason, "select": select, "device": device}
+        return self._lease_class(self, {**hold, "count": count, "timeout": timeout})
+
 
 #: The arguments of ``submit`` and ``run`` that are the submit's own, by their names.
 _WHERE = (
@@ -462,9 +490,3 @@ def _raise_for(ran: machine.RunEnd) -> None:
         raise waits.LostContact(ran.message, str(ran.job.get("id", "")))
     if ran.kind == "count":
         raise CountNotHonoured(ran.message)
-
-
-def lease_checks(ttl: Duration, select: str, device: str | Sequence[str], count: int) -> None:
-    """What ``lease()`` refuses before any request (as ``hold`` would, later)."""
-    spec.devices(device, select, count)
-    spec.ceiling(ttl, "ttl")
