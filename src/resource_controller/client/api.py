@@ -1,11 +1,5 @@
-"""``JsonClient``: the blocking driver of the client's operations, and what ``rc`` calls.
-
-The operations (``calls``, ``waits``, ``machine``) decide every request, bound, retry
-and message without I/O; this carries them out on ``transport`` (``h1.blocking``), with
-a clock and a sleep that tests replace. Results are the controller's JSON objects as
-plain dicts (the ``-o json`` outputs print them verbatim). The Python API's ``Client``
-drives the same operations through it; the asyncio client has a driver of its own.
-"""
+"""``JsonClient``: the blocking driver of the client's operations, and what ``rc`` calls;
+results are the controller's JSON as plain dicts, which ``-o json`` prints verbatim."""
 
 from __future__ import annotations
 
@@ -36,11 +30,7 @@ def _view_id(view: Json) -> str:
 
 
 class JsonClient:
-    """Talk to one controller (or a fail-over list) with one token, as the current user.
-
-    With no arguments the controller URL, token and submitter come from the
-    environment and the user config file, exactly as for ``rc``.
-    """
+    """Talk to one controller (or a fail-over list) with one token, as the current user."""
 
     def __init__(
         self,
@@ -69,17 +59,14 @@ class JsonClient:
 
     @property
     def submitter(self) -> str:
-        """The identity sent with submits and kills, resolved once (CLI-031)."""
         if self._submitter is None:
             self._submitter = self._settings.submitter()
         return self._submitter
 
     def close(self) -> None:
-        """Close kept-alive connections."""
         self._http.close()
 
     def relay_target(self) -> tuple[str, str]:
-        """(base URL, token) for the relay's full-duplex streams."""
         return self._http.base_url, self._http.token
 
     def __enter__(self) -> JsonClient:
@@ -87,8 +74,6 @@ class JsonClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ---- the driver ------------------------------------------------------------------
 
     def drive(
         self,
@@ -98,8 +83,7 @@ class JsonClient:
         say: Callable[[str], object] | None = None,
         relay: Callable[[str, str], object] | None = None,
     ) -> R:
-        """Carry ``op`` out and return what it returns: ``out`` takes its output, ``say``
-        its lines (dropped without one), ``relay`` joins a relayed job (``rc`` only)."""
+        """Carry ``op`` out and return what it returns."""
         steps = self._steps(op, out or _refuse_output, say, relay)
         while True:
             try:
@@ -108,7 +92,6 @@ class JsonClient:
                 return done.value  # type: ignore[no-any-return]
 
     def iterate(self, op: Op[Any]) -> Iterator[bytes]:
-        """``op``'s output as it comes (a follow); closing the iterator drops its stream."""
         steps = self._steps(op, None, None, None)
         for step in steps:
             yield step.chunk
@@ -120,8 +103,6 @@ class JsonClient:
         say: Callable[[str], object] | None,
         relay: Callable[[str, str], object] | None,
     ) -> Generator[Out, None, R]:
-        """The loop: each step ``op`` yields is done and its result sent back, or what it
-        raised (an error, an interrupt) thrown in; output goes to ``out``, or is yielded."""
         streams: list[transport.Stream] = []
         value: Any = None
         thrown: BaseException | None = None
@@ -192,9 +173,8 @@ class JsonClient:
         return None
 
     def _held_back(self, call: Call) -> Any:
-        """A submit with SIGINT noted, not raised, until its answer is in (Python's own
-        handler, in the main thread only): the interrupt then lands on the next step, so
-        the job it created is known and can be cancelled."""
+        """SIGINT held back until the submit's answer is in, so the job it created is known
+        and can be cancelled."""
         import signal
         import threading
 
@@ -213,11 +193,8 @@ class JsonClient:
             self._pending = KeyboardInterrupt()
         return answer
 
-    # ---- jobs ------------------------------------------------------------------------
-
     def submit(self, command: Sequence[str] | None, **fields: Any) -> Json:
-        """Submit once, ``fields`` as ``submit.Submit`` takes them (no waiting out an
-        outage: ``rc cp``); ``NoDeviceError`` on 409."""
+        """Submit once, with no waiting out an outage (``rc cp``)."""
         from resource_controller.client.submit import Submit
 
         wanted = Submit(command, **fields)
@@ -226,99 +203,75 @@ class JsonClient:
         return job
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> PolledJob:
-        """One job with its queue position."""
         view: PolledJob = self.drive(calls.get_job(job_id, timeout))
         return view
 
     def kill(
         self, job_id: str, *, submitter: str | None = None, timeout: float | None = None
     ) -> None:
-        """Cancel a queued job or stop a running one; ``NotCancellableError`` on 409."""
         self.drive(calls.kill(job_id, self.submitter if submitter is None else submitter, timeout))
 
     def jobs(
         self, *, device: str = "", limit: int = 0, state: str = "", submitter: str = ""
     ) -> list[Json]:
-        """Job history, newest first, read a page at a time (``calls.jobs``)."""
         found: list[Json] = self.drive(
             calls.jobs(device=device, limit=limit, state=state, submitter=submitter)
         )
         return found
 
     def resolve_job_id(self, given: str) -> str:
-        """The full ID of the job ``given`` names: itself, or a unique prefix (EXT-CLI-7)."""
         found: str = self.drive(calls.resolve(given))
         return found
 
     def follow_logs(
         self, job_id: str, *, follow: bool | None = None, offset: int = 0
     ) -> transport.Stream:
-        """The job's stored output as a stream of byte chunks; close it when done.
-
-        ``follow=None`` sends no query (replay, then follow until the job ends);
-        ``False`` is the snapshot that never waits."""
         return self._http.stream(calls.logs(job_id, follow=follow, offset=offset))
 
     def output(self, job_id: str) -> Iterator[bytes]:
-        """Follow the job's output to its end, resuming where a broken stream stopped."""
         return self.iterate(waits.follow(job_id, self.monotonic, waits.QUIET))
 
     def wait_until_scheduled(self, job_id: str, *, deadline: float | None = None) -> Json:
-        """Poll until the job leaves the queue (CLI-077); it may be terminal without ever
-        having started. ``deadline`` (a ``monotonic`` instant) raises ``WaitTimeout``."""
+        """Poll until the job leaves the queue (CLI-077); it may have ended without starting."""
         wait = waits.Wait(job_id, now=self.monotonic(), deadline=deadline)
         view: PolledJob = self.drive(waits.until(wait, self.monotonic))
         return view.job
 
     def wait_until_terminal(self, job_id: str, *, bound: float | None = None) -> Json:
-        """Poll until the job is terminal (CLI-078); ``bound`` seconds raise ``WaitTimeout``
-        naming the job and its last known state, six failed polls ``PollGiveUp``."""
         now = self.monotonic()
         deadline = None if bound is None else now + bound
         wait = waits.Wait(job_id, terminal=True, now=now, deadline=deadline, bound=bound)
         view: PolledJob = self.drive(waits.until(wait, self.monotonic))
         return view.job
 
-    # ---- fleet -----------------------------------------------------------------------
-
     def state(self, *, timeout: float | None = None) -> Json:
-        """Devices, active jobs and the queue (``GET /v1/state``)."""
         found: Json = self.drive(calls.state(timeout))
         return found
 
     def explain(self, selector: str) -> Json:
-        """What a selector matches now, and this submitter's limit; submits nothing."""
         found: Json = self.drive(calls.explain(selector, self.submitter))
         return found
 
     def describe(self, device_id: str) -> Json:
-        """Everything about one device."""
         found: Json = self.drive(calls.describe(device_id))
         return found
 
     def usage(self, since: str = "", by: str = "", limit: int = 0) -> Json:
-        """Who held what over a window (``GET /v1/usage``)."""
         found: Json = self.drive(calls.usage(since, by, limit))
         return found
 
     def whoami(self) -> Json:
-        """The token's role, and its name when it has one."""
         found: Json = self.drive(calls.whoami())
         return found
 
     def device_action(self, device_id: str, action: str, body: Any = None) -> Any:
-        """(admin) ``clear``, ``drain``, ``undrain``, or ``""``: retire the device."""
         return self.drive(calls.device_action(device_id, action, body))
 
     def wait_idle(
         self, device_ids: Sequence[str], *, on_wait: Callable[[list[Json]], None] | None = None
     ) -> None:
-        """Return once none of ``device_ids`` has a live lease (``rc drain --wait``).
-
-        Polls ``/v1/state`` every ``POLL_INTERVAL``, with no deadline of its own; ``on_wait``
-        hears the views still held whenever that set changes. A device that disappears
-        (retired) counts as idle. ``SCHEDULED_GIVE_UP`` failed polls in a row give up.
-        """
+        """Return once none of ``device_ids`` has a live lease (``rc drain --wait``);
+        ``on_wait`` hears the views still held whenever that set changes."""
         wanted = set(device_ids)
         failures = 0
         last: set[tuple[str, str]] | None = None

@@ -1,22 +1,7 @@
-"""Where the client finds its controller, its token and its name.
-
-Precedence is the same for every setting: the ``--as`` flag (the only flag
-that exists), then the environment, then the user config file, then a built-in
-default. The file is read lazily and at most once per process: ``rc run``
-with ``RC_CONTROLLER`` and ``RC_TOKEN`` exported never opens it.
-
-A broken file never aborts a command: it costs one ``rc: warning:`` line per
-process, and every value it would have supplied counts as absent. A key the client does
-not read (``submiter:``, ``run: {hre: true}``) makes the file broken in that sense, named
-in the warning, rather than being skipped without a word: a typo must not look like a
-setting that took effect. So does an ``RC_CONFIG`` naming a file that does not exist,
-since the user asked for that file; only the default location may be absent.
-
-Reading the file must stay cheap because ``rc run -- true`` sits on people's hot
-path and, after ``rc up``, every such call reads it. Importing PyYAML costs more than
-the rest of ``rc run`` together, so the form this module writes itself (one
-``key: "JSON string"`` per line) is read without it; any other content goes to the
-real YAML parser.
+"""Where the client finds its controller, token and name: ``--as``, environment, config
+file, default. A broken file (an unknown key included, so a typo cannot look like a
+setting) costs one warning and counts as absent. The form ``rc up`` writes is read
+without PyYAML, which would cost more than the rest of ``rc run``'s start.
 """
 
 from __future__ import annotations
@@ -36,7 +21,6 @@ if TYPE_CHECKING:
 else:
     from resource_controller.client.records import NamedTuple
 
-#: Where the controller is when nothing says otherwise.
 DEFAULT_CONTROLLER = "http://localhost:8080"
 
 #: What a transport failure says when nothing configured the controller.
@@ -45,11 +29,8 @@ DEFAULT_ORIGIN = (
     " one, or set RC_CONTROLLER"
 )
 
-#: The keys the client reads from the file.
 KEYS = ("controller", "token", "submitter")
-#: The sections and the keys each holds; any other key is refused by name.
 SECTIONS = {"run": ("here",)}
-#: Every key the file may hold, as a refusal lists them.
 KNOWN_KEYS = "controller, token, submitter and run.here"
 
 
@@ -58,34 +39,22 @@ class ClientConfigError(errors.ClientError):
 
 
 class FileConfig(NamedTuple):
-    """The values found in the user config file; ``None`` means absent.
+    """The file's values, ``None`` when absent; not a dataclass, which costs more to import."""
 
-    A named tuple: ``dataclasses`` (with ``inspect``) costs ``rc run`` more to import.
-    """
-
-    #: Controller base URL, trimmed.
     controller: str | None = None
-    #: Bearer token, trimmed.
     token: str | None = None
-    #: Submitter identity, trimmed.
     submitter: str | None = None
-    #: ``run: {here: BOOL}``: whether ``rc run`` runs the job where it is typed.
     run_here: bool | None = None
 
 
 def config_path(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
-    """Locate the user config file; raise ``ClientConfigError`` when that is impossible."""
     from pathlib import Path
 
     return Path(config_location(env, platform))
 
 
 def config_location(env: Mapping[str, str] | None = None, platform: str | None = None) -> str:
-    """``config_path`` as the text ``str(Path)`` gives, without importing ``pathlib``.
-
-    ``rc run`` reads the file on every start (``run.here``), and ``pathlib`` is a
-    sizeable part of what it would import for that one ``open``.
-    """
+    """``config_path`` as text, since ``rc run`` reads it on every start and ``pathlib`` is slow to import."""
     env = os.environ if env is None else env
     platform = sys.platform if platform is None else platform
     explicit = env.get("RC_CONFIG", "").strip()
@@ -114,20 +83,17 @@ def _posix_text(path: str) -> str:
     return root + "/".join(p for p in path.split("/") if p and p != ".") or "."
 
 
-# One ``key: "json string"`` line, optionally followed by a comment. JSON string
-# syntax is a subset of YAML's double-quoted scalar, so both parsers agree on it.
+# JSON string syntax is a subset of YAML's double-quoted scalar: both parsers agree.
 SIMPLE_LINE = re.compile(
     r'([A-Za-z_][A-Za-z0-9_-]*):[ \t]+("(?:[^"\\\x00-\x1f]|\\.)*")[ \t]*(?:#.*)?'
 )
-# One ``key: {sub: true}`` line (``run: {here: true}``): a flow mapping of
-# one plain key to a boolean, which YAML reads the same way.
+# ``run: {here: true}``, which YAML reads the same way.
 FLAG_LINE = re.compile(
     r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+\{[ \t]*([A-Za-z_]+):[ \t]+(true|false)[ \t]*\}[ \t]*(?:#.*)?"
 )
 
 
 def parse_simple(text: str) -> dict[str, object] | None:
-    """Parse the restricted form ``update_client_config`` writes; ``None`` if it is not that."""
     out: dict[str, object] = {}
     for line in text.splitlines():
         stripped = line.strip()
@@ -148,12 +114,7 @@ def parse_simple(text: str) -> dict[str, object] | None:
 
 
 def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
-    """Parse arbitrary YAML, keeping each wanted scalar's text as written.
-
-    The node tree is used instead of ``safe_load`` so that ``token: 0123`` stays the
-    string ``0123`` rather than becoming a number; a mapping or list where a string
-    belongs makes the whole file unusable, like any other parse failure.
-    """
+    """The node tree rather than ``safe_load``, so ``token: 0123`` stays a string."""
     import yaml
 
     try:
@@ -184,15 +145,12 @@ def _parse_yaml(text: str, path: Path | str) -> dict[str, object]:
 
 
 def _key_text(yaml: Any, node: Any) -> str:
-    """A mapping key as the user wrote it, for naming it in a refusal."""
     if isinstance(node, yaml.ScalarNode):
         return str(node.value)
     return "(a key that is not text)"
 
 
 def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> dict[str, bool]:
-    """The ``run`` mapping: ``here`` must be a boolean; any other key goes
-    to ``unknown`` as ``run.<key>``."""
     if node.tag == "tag:yaml.org,2002:null":
         return {}
     if not isinstance(node, yaml.MappingNode):
@@ -210,7 +168,6 @@ def _run_section(yaml: Any, node: Any, path: Path | str, unknown: list[str]) -> 
 
 
 def unknown_key_names(values: Mapping[str, object]) -> list[str]:
-    """The keys of a parsed file that the client does not read, dotted (``run.hre``)."""
     found: list[str] = []
     for key, value in values.items():
         if key in KEYS:
@@ -224,7 +181,6 @@ def unknown_key_names(values: Mapping[str, object]) -> list[str]:
 
 
 def unknown_keys(path: Path | str, names: list[str], advice: str = "") -> ClientConfigError:
-    """The refusal of a file holding keys the client does not read, naming each."""
     plural = "s" if len(names) > 1 else ""
     return ClientConfigError(
         f"{path}: unknown key{plural} {', '.join(names)} (rc reads {KNOWN_KEYS})"
@@ -237,7 +193,6 @@ def one_line(text: str) -> str:
 
 
 def parse_config(text: str, path: Path | str) -> FileConfig:
-    """Turn the file's text into values; raise ``ClientConfigError`` if it is broken."""
     values: Mapping[str, object] | None = parse_simple(text)
     if values is None:
         values = _parse_yaml(text, path)
@@ -261,12 +216,7 @@ def parse_config(text: str, path: Path | str) -> FileConfig:
 
 
 def read_config_file(path: Path | str, named_by: str = "") -> FileConfig:
-    """Read one config file; any failure raises.
-
-    A missing file is empty, unless ``named_by`` (``RC_CONFIG``) says who asked for
-    this very file: then it is an error naming the path, since a misspelt path would
-    otherwise look like an empty configuration.
-    """
+    """A missing file named by ``RC_CONFIG`` is an error: a misspelt path must not look empty."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -289,11 +239,7 @@ def _warn(message: str) -> None:
 
 
 class ClientSettings:
-    """Connection settings and identity for one process, reading the file on demand.
-
-    ``env`` defaults to the live environment; tests pass their own mapping. ``warn``
-    receives the one warning a broken file earns.
-    """
+    """Connection settings and identity for one process, reading the file on demand."""
 
     def __init__(
         self,
@@ -303,14 +249,11 @@ class ClientSettings:
         self._env = os.environ if env is None else env
         self._warn = warn
         self._file: FileConfig | None = None
-        #: Where the file was looked for (``""``: not located), once it was read.
         self._location = ""
-        #: Why the file's values count as absent, when they do.
         self._problem = ""
 
     @property
     def file(self) -> FileConfig:
-        """The config file's values, read on first use and then remembered."""
         if self._file is None:
             try:
                 self._location = config_location(self._env)
@@ -323,12 +266,10 @@ class ClientSettings:
         return self._file
 
     def controller(self) -> str:
-        """Controller base URL(s) without trailing slashes."""
         url = self._env.get("RC_CONTROLLER", "") or self.file.controller or DEFAULT_CONTROLLER
         return url.rstrip("/")
 
     def controller_origin(self) -> str:
-        """Where ``controller()`` came from, for an unreachable-controller error."""
         if self._env.get("RC_CONTROLLER", ""):
             return "from RC_CONTROLLER"
         if self.file.controller:
@@ -339,12 +280,10 @@ class ClientSettings:
         return DEFAULT_ORIGIN
 
     def token(self) -> str:
-        """Bearer token; empty when none is configured, which the controller refuses."""
         return self._env.get("RC_TOKEN", "") or self.file.token or ""
 
     def missing_token(self) -> str:
-        """Where rc looked for a token and found none, for an ``unauthorized`` answer to
-        an empty one: a new user learns what to set instead of only that it failed."""
+        """So a new user told ``unauthorized`` learns what to set, not only that it failed."""
         if self._env.get("RC_TOKEN", ""):
             return ""
         self.file  # noqa: B018 - the lookup this sentence reports on
@@ -365,8 +304,6 @@ class ClientSettings:
     def connection(
         self, controller: str | None = None, token: str | None = None
     ) -> tuple[str, str, str, Callable[[], str] | None]:
-        """(URL(s), token, where the URL came from, where a missing token was looked for)
-        for a transport: ``controller`` and ``token`` given win over the settings."""
         if controller:
             url, origin = controller, "given to the client"
         else:
@@ -376,11 +313,9 @@ class ClientSettings:
         return url, self.token(), origin, self.missing_token
 
     def run_here(self) -> bool:
-        """``run: {here: true}`` in the config file; false when absent."""
         return bool(self.file.run_here)
 
     def submitter(self, as_flag: str = "") -> str:
-        """The identity for submits and kills, resolved per CLI-030."""
         if as_flag:
             return as_flag
         from_env = self._env.get("RC_SUBMITTER", "").strip()
@@ -392,7 +327,6 @@ class ClientSettings:
 
 
 def derived_submitter(env: Mapping[str, str]) -> str:
-    """``<USER>@<hostname>`` plus ``/<session>`` when a session ID is set."""
     try:
         host = os.uname().nodename
     except (AttributeError, OSError):
@@ -406,7 +340,6 @@ _PROCESS_SETTINGS: ClientSettings | None = None
 
 
 def settings() -> ClientSettings:
-    """The process-wide settings, so the file is read at most once per process."""
     global _PROCESS_SETTINGS
     if _PROCESS_SETTINGS is None:
         _PROCESS_SETTINGS = ClientSettings()
@@ -414,6 +347,5 @@ def settings() -> ClientSettings:
 
 
 def reset() -> None:
-    """Forget the process-wide settings (after writing the file, and between tests)."""
     global _PROCESS_SETTINGS
     _PROCESS_SETTINGS = None

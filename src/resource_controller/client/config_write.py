@@ -25,7 +25,6 @@ from resource_controller.client.config import (
 
 
 def _render(values: Mapping[str, object]) -> str:
-    """Write values in the restricted form when possible, YAML for anything else."""
     lines = []
     rest: dict[str, object] = {}
     for key, value in values.items():
@@ -51,9 +50,7 @@ class ClientConfigUpdate(NamedTuple):
     """What ``update_client_config`` did, so that ``rc up`` can say it."""
 
     path: Path
-    #: Keys given new values.
     written: tuple[str, ...]
-    #: Keys whose existing value was kept, with that value.
     kept: Mapping[str, object]
 
 
@@ -65,14 +62,8 @@ def update_client_config(
 ) -> ClientConfigUpdate:
     """Record the client side of a local setup in the user config file.
 
-    Existing non-empty ``controller``/``token`` values win unless ``force``: a user who
-    pointed ``rc`` at a shared controller must not find it silently redirected. The
-    file also gains ``run: {here: true}`` unless ``run.here`` is already
-    set: that is a preference, so even ``force`` keeps it. ``submitter`` is kept. A key
-    the client does not read is refused (``ClientConfigError``) without ``force``, and dropped
-    with it, so that what ``rc up`` leaves behind is a file ``rc`` uses. The file is written atomically with mode 0600 since it holds a
-    credential. A file that exists but cannot be parsed is replaced only with
-    ``force``; without it ``ClientConfigError`` is raised rather than destroying it.
+    Existing values win unless ``force``, so a shared controller is not silently
+    redirected; ``run.here`` is a preference, kept even with ``force``.
     """
     path = config_path(env)
     existing: dict[str, object] = {}
@@ -128,7 +119,6 @@ def update_client_config(
 
 
 def _known_only(values: Mapping[str, object]) -> dict[str, object]:
-    """``values`` without the keys the client does not read (``unknown_key_names``)."""
     out: dict[str, object] = {}
     for key, value in values.items():
         if key in SECTIONS and isinstance(value, dict):
@@ -139,7 +129,6 @@ def _known_only(values: Mapping[str, object]) -> dict[str, object]:
 
 
 def _load_all(text: str, path: Path) -> dict[str, object]:
-    """Every key of an existing file, for rewriting it without losing anything."""
     simple = parse_simple(text)
     if simple is not None:
         return dict(simple)

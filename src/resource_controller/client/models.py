@@ -1,14 +1,5 @@
-"""Typed views of the controller's objects for the Python API.
-
-Plain dataclasses built from the JSON the controller sends (controller-api.md §5),
-so that ``job.exit_code`` is an ``int | None`` rather than a dict lookup, and a field
-the controller omits has one documented empty value. Each keeps the object it was
-made from in ``raw``, so a field this client does not know yet (a newer controller's)
-is still there. Parsing never fails on an unknown or missing key: a view is a reading
-aid, the controller is the authority.
-
-No pydantic here: ``import resource_controller`` followed by ``Client()`` should cost
-little more than the CLI's own start.
+"""Typed views of the controller's objects; ``raw`` keeps fields a newer controller sends.
+Parsing never fails on an unknown or missing key. No pydantic: ``Client()`` stays cheap.
 """
 
 from __future__ import annotations
@@ -34,8 +25,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _read(data: Mapping[str, Any], cls: type, **given: Any) -> dict[str, Any]:
-    """``cls``'s fields read from ``data`` by their declared types, an unusable value as
-    that type's empty one; ``given`` (and fields of other types) are the caller's."""
+    """Fields read by their declared types, an unusable value as that type's empty one."""
     for f in fields(cls):
         if f.name not in given and f.type in _READERS:
             given[f.name] = _READERS[f.type](data.get(f.name))
@@ -43,7 +33,6 @@ def _read(data: Mapping[str, Any], cls: type, **given: Any) -> dict[str, Any]:
 
 
 def timestamp(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as an aware ``datetime``; ``None`` when absent or unreadable."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -54,13 +43,8 @@ def timestamp(value: Any) -> datetime | None:
 
 @dataclass
 class JobInfo:
-    """A job or hold as the controller last described it.
-
-    Omitted fields read as their empty value: ``""``, ``0``, ``[]``, ``{}`` or ``None``
-    (``exit_code`` stays ``None`` until the job reports one, so that "no code yet" and
-    "exit 0" differ). ``queue_position`` and ``waiting_for`` are filled only from a
-    job view (``refresh``) while the job is queued.
-    """
+    """A job or hold as the controller last described it; omitted fields are empty
+    (``exit_code`` ``None`` until reported, so "no code yet" and "exit 0" differ)."""
 
     id: str
     state: str = ""
@@ -69,8 +53,6 @@ class JobInfo:
     selector: str = ""
     #: The device, ``""`` until a selector or any-device job is placed.
     device_id: str = ""
-    #: Every device the job holds; ``[device_id]`` from a controller that
-    #: sends no list, ``[]`` while unplaced.
     device_ids: list[str] = field(default_factory=list)
     worker_id: str = ""
     submitter: str = ""
@@ -82,43 +64,32 @@ class JobInfo:
     exit_code: int | None = None
     #: Why it ended when it did not simply exit (``cancelled``, ``lease expired``, ...).
     kill_reason: str = ""
-    #: The reason given at submit (a hold's stated reason).
     reason: str = ""
     stdio: str = ""
-    #: The fencing epoch of its latest lease; 0 when it never had one.
     lease_epoch: int = 0
     submitted_at: datetime | None = None
     queued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    #: 1-based place in the queue while queued, else 0.
     queue_position: int = 0
-    #: What a queued job waits for, one entry per device, as sent; or
-    #: its submitter's limit, or the jobs it waits for.
     waiting_for: list[Json] = field(default_factory=list)
-    #: The jobs it waits for, as submitted, and whether any end will do.
     after: list[str] = field(default_factory=list)
     after_any: bool = False
-    #: What its GPUs did, once it ended: mean utilisation in percent,
-    #: peak memory in bytes, readings taken; ``None`` when nothing was sampled.
+    #: Once it ended; ``None`` when nothing was sampled.
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     samples: int | None = None
-    #: The job object exactly as the controller sent it.
     raw: Json = field(default_factory=dict, repr=False)
 
     @property
     def terminal(self) -> bool:
-        """The job has ended (``succeeded``, ``failed``, ``killed`` or ``lost``)."""
         return self.state in TERMINAL
 
     @property
     def succeeded(self) -> bool:
-        """The job ended ``succeeded``."""
         return self.state == JobState.SUCCEEDED
 
     def _load(self, data: Mapping[str, Any], position: int = 0, waits: Any = None) -> None:
-        """Take every field from a job object (and, from a view, its queue facts)."""
         device_id = _str(data.get("device_id"))
         env = data.get("env")
         queued = _str(data.get("state")) == "queued"
@@ -140,8 +111,6 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class Label:
-    """One label row of a device: a probe's (``detected``) or the config's."""
-
     key: str
     value: str
     source: str
@@ -149,7 +118,7 @@ class Label:
 
 
 def effective_labels(labels: list[Label]) -> dict[str, str]:
-    """Key to value with a detected value winning over a declared one, as selectors see them."""
+    """A detected value wins over a declared one, as selectors see them."""
     out: dict[str, str] = {}
     for label in labels:
         if label.source == "detected" or label.key not in out:
@@ -159,24 +128,17 @@ def effective_labels(labels: list[Label]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Device:
-    """A device and who holds it.
-
-    From ``devices()`` every field is filled; from ``describe()`` the holder's
-    ``kind``, ``reason`` and ``command`` are not part of the answer and stay empty.
-    """
+    """A device and who holds it (from ``describe()``, no holder ``kind``/``reason``/``command``)."""
 
     id: str
     host: str = ""
     name: str = ""
     worker_id: str = ""
-    #: ``ready``, ``busy``, ``unknown`` or ``unhealthy``.
     state: str = ""
     last_heartbeat_at: datetime | None = None
     labels: list[Label] = field(default_factory=list)
-    #: The device's runtime ceiling in seconds; 0 when it has none.
     max_runtime_seconds: int = 0
     draining: bool = False
-    #: The live lease's holder (its job's submitter), job and kind; ``""`` when free.
     holder: str = ""
     job_id: str = ""
     kind: str = ""
@@ -194,12 +156,10 @@ class Device:
 
     @property
     def label_map(self) -> dict[str, str]:
-        """Labels as selectors see them: a detected value wins over a declared one."""
         return effective_labels(self.labels)
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> Device:
-        """A device view or a describe answer."""
         dev = view.get("device")
         # The device's fields, its holder's from the view (a describe's own labels aside).
         merged = {**view, "labels": None, **(dev if isinstance(dev, dict) else {})}
@@ -208,16 +168,12 @@ class Device:
 
 @dataclass(frozen=True)
 class DeviceDetails:
-    """Everything about one device: the device, its usage sheet, recent jobs."""
-
     device: Device
-    #: The usage sheet shown (the host-wide one when ``sheet_is_host_wide``), ``""`` if none.
     sheet: str = ""
     sheet_is_host_wide: bool = False
     sheet_updated_at: datetime | None = None
     #: ``"<label key>/<source>"`` to seconds since that label was confirmed.
     label_age_seconds: dict[str, int] = field(default_factory=dict)
-    #: Up to five jobs on this device, newest submission first.
     recent_jobs: list[JobInfo] = field(default_factory=list)
     raw: Json = field(default_factory=dict, repr=False)
 
@@ -245,19 +201,12 @@ class DeviceDetails:
 
 @dataclass(frozen=True)
 class Explanation:
-    """What a selector matches right now; nothing was submitted."""
-
     selector: str
-    #: Every matching device ID, sorted.
     matching: list[str] = field(default_factory=list)
-    #: The matching devices that are free now.
     free: list[str] = field(default_factory=list)
-    #: Queued jobs competing for these devices.
     queue_depth: int = 0
     #: When nothing matches: what the devices have for the selector's keys; else "".
     hint: str = ""
-    #: The asking submitter's limit when one applies: the name it counts
-    #: under, the limit in devices, and the devices it holds; None when none applies.
     submitter: str = ""
     submitter_limit: int | None = None
     submitter_held: int = 0
@@ -271,21 +220,17 @@ class Explanation:
 class RunResult:
     """How ``run()`` ended: the exit code ``rc run`` would exit with, and the job."""
 
-    #: 0 for ``succeeded``; the job's non-zero code as the OS presents it;
-    #: 1 for a job that ended otherwise with no code (killed while queued, lost, ...).
+    #: 1 for a job that ended with no code (killed while queued, lost, ...).
     exit_code: int
     job: JobInfo
-    #: The job's output when ``capture=True``, else ``None``.
     output: bytes | None = None
 
     @property
     def ok(self) -> bool:
-        """The job succeeded (exit code 0)."""
         return self.exit_code == 0
 
     @property
     def text(self) -> str:
-        """The captured output decoded as UTF-8 (undecodable bytes replaced); ``""`` if none."""
         return (self.output or b"").decode("utf-8", "replace")
 
 
@@ -293,23 +238,17 @@ class RunResult:
 class LeaseInfo:
     """A granted hold: what code on the device host needs to use it."""
 
-    #: The hold's job ID; ``release()`` (or leaving the ``with`` block) ends it.
     id: str
-    #: The first device, and every device when several were asked for.
     device_id: str
     device_ids: list[str]
     #: The fencing epoch, for stamping writes to shared storage; 0 if none.
     epoch: int
-    #: What to put in ``CUDA_VISIBLE_DEVICES``: the devices' trailing indices,
-    #: a MIG instance's UUID as its worker last reported it, or ``None``
-    #: when a device has neither (as the worker leaves it unset).
+    #: ``None`` when a device has no index or UUID, as the worker leaves it unset.
     cuda_visible_devices: str | None
-    #: The hold's TTL in seconds: the controller ends it then, whatever happens here.
     ttl_seconds: int
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables a job on these devices would get."""
         env = {"RC_DEVICE": self.device_id, "RC_DEVICES": ",".join(self.device_ids)}
         if self.cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
@@ -319,8 +258,6 @@ class LeaseInfo:
 
     @classmethod
     def from_job(cls, job: JobInfo, mig_uuids: Mapping[str, str] | None = None) -> LeaseInfo:
-        """``mig_uuids``: device name -> the MIG UUID of each MIG instance among the
-        job's devices (``mig_instance_ids``, ``detected_uuid``)."""
         ids = sorted(job.device_ids) if len(job.device_ids) > 1 else list(job.device_ids)
         return cls(
             id=job.id,
@@ -333,13 +270,11 @@ class LeaseInfo:
 
 
 def mig_instance_ids(device_ids: Sequence[str]) -> list[str]:
-    """The device IDs that name MIG instances (``host:gpu<i>.mig<j>``): only
-    their worker knows their UUID, which a lease must ask for."""
+    """Only their worker knows a MIG instance's UUID, which a lease must ask for."""
     return [d for d in device_ids if mig.is_instance(d.partition(":")[2])]
 
 
 def detected_uuid(describe: Mapping[str, Any]) -> str:
-    """The detected ``uuid`` label in a device's describe answer; ``""`` if none."""
     labels = describe.get("labels")
     for label in labels if isinstance(labels, list) else []:
         if isinstance(label, dict) and (label.get("key"), label.get("source")) == (
@@ -354,7 +289,7 @@ def detected_uuid(describe: Mapping[str, Any]) -> str:
 class UsageGroup:
     """One submitter's, device's or host's use over a window."""
 
-    #: The submitter, the device ID or the host; ``""`` for a window's total.
+    #: ``""`` for a window's total.
     group: str
     jobs: int = 0
     #: Held time × devices, in hours.
@@ -362,7 +297,6 @@ class UsageGroup:
     #: Device-hours weighted by the jobs' mean GPU utilisation, over the jobs that
     #: measured one; ``None`` when none did.
     gpu_hours: float | None = None
-    #: The part of ``device_hours`` whose utilisation is known.
     sampled_device_hours: float = 0.0
     #: Its part of the window's device-hours (0..1); ``None`` for the total.
     share: float | None = None
@@ -376,7 +310,6 @@ class UsageGroup:
 class Usage:
     """Who held what over a window, largest first (``Client.usage``)."""
 
-    #: ``submitter``, ``device`` or ``host``.
     by: str
     #: The window: from the start of the hour that held now minus ``since``, to now.
     since: datetime | None = None
@@ -384,7 +317,6 @@ class Usage:
     groups: list[UsageGroup] = field(default_factory=list)
     #: Every group of the window summed, those past the limit included.
     total: UsageGroup = field(default_factory=lambda: UsageGroup(""))
-    #: Groups left out past the limit.
     more: int = 0
     raw: Json = field(default_factory=dict, repr=False)
 
@@ -411,7 +343,6 @@ def _strs(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-#: How ``_read`` reads a field of each declared type.
 _READERS: dict[str, Callable[[Any], Any]] = {
     "str": _str,
     "int": lambda v: v if _is_int(v) else 0,

@@ -1,27 +1,9 @@
-"""Synchronous HTTP to the controller: the blocking shell of ``h1`` with routes, errors,
-bounds and fail-over.
+"""Synchronous HTTP to the controller over ``h1.blocking``'s plain socket (``http.client``
+loads ``email`` and ``ssl``, too slow for ``rc run``), with one kept-alive connection.
 
-``rc run -- true`` is on people's hot path, so the connection is ``h1.blocking``'s plain
-socket (not ``http.client``, which loads ``email`` and ``ssl``): one kept-alive
-connection, which a log follow borrows and gives back once it has ended cleanly, so
-that ``rc run``'s submit, follow and final poll share one connection.
-
-Every request is bounded (``Call.timeout``, else ``REQUEST_BOUND``), because a
-controller can stop answering with its connections still open (a frozen process, a
-stalled host). With several comma-separated base URLs (EXT-PG-5, ``Bases``), a request
-that gets no answer within its bound, or a 5xx, goes to the next URL when it is safe to
-send again (``Call.resend``: reads, a submit with its idempotency key, a kill); one
-that could not even connect always does. Requests then stay with the URL that
-answered. Every failure leaves as one of two errors of ``errors``:
-
-- ``ApiError``: the controller answered non-2xx; its ``{"error", "message"}`` body
-  becomes ``<code>: <message>`` as that code's class (``errors.API_CODES``), anything
-  else "controller returned <status> <reason>";
-- ``TransportError``: no usable answer (refused, DNS, reset, timed out), naming the
-  request and the cause.
-
-A request that failed on a kept-alive connection the controller had closed while idle
-(``Disconnected`` on a reused connection) never reached it, and is sent once more.
+Every request is bounded, since a frozen controller can keep connections open. With
+several base URLs (EXT-PG-5), a request with no answer or a 5xx goes to the next one
+when ``Call.resend`` says it is safe; one that could not connect always does.
 """
 
 from __future__ import annotations
@@ -41,13 +23,10 @@ if TYPE_CHECKING:
 else:
     from resource_controller.client.records import NamedTuple
 
-#: How long one controller has to answer a request that sets no bound of its own.
 REQUEST_BOUND = 5.0
 
 
 class _Base(NamedTuple):
-    """One controller base URL, taken apart once."""
-
     url: str
     end: core.Endpoint
 
@@ -66,13 +45,7 @@ def _parse_base(url: str) -> _Base:
 
 
 class Bases:
-    """The controllers of a comma-separated ``RC_CONTROLLER`` (EXT-PG-5), which one the
-    requests go to now, and how a request that none could take is reported.
-
-    ``origin`` says where the URLs came from (``from RC_CONTROLLER``, ...), named in
-    that report; ``missing_token``, asked only when an empty token is refused, says
-    where the client looked for one (``config.ClientSettings.missing_token``).
-    """
+    """The controllers of a comma-separated ``RC_CONTROLLER``, and which one is current."""
 
     def __init__(
         self,
@@ -99,13 +72,11 @@ class Bases:
         return Tries(self, call)
 
     def target(self, index: int, path: str, query: Mapping[str, str] | None) -> tuple[str, str]:
-        """(the request target, ``METHOD URL`` for messages) on base ``index``."""
         suffix = "?" + urls.urlencode(sorted(query.items())) if query else ""
         base = self.bases[index]
         return base.end.prefix + path + suffix, base.url + path + suffix
 
     def unreachable(self, request: str, exc: errors.ConnectFailed) -> errors.ConnectFailed:
-        """No controller could be connected to: say which were tried, and why those."""
         message = f"{request}: {exc}"
         if self.origin:
             plural = "s" if len(self.bases) > 1 else ""
@@ -114,7 +85,6 @@ class Bases:
         return errors.ConnectFailed(message)
 
     def refusal(self, status: int, reason: str, body: bytes, token: str) -> errors.ApiError:
-        """A non-2xx answer as ``ApiError``; a refused empty token says where rc looked."""
         code, message = core.error_body(body)
         if code:
             if code == "unauthorized" and not token and self.missing_token is not None:
@@ -132,8 +102,7 @@ class Bases:
 
 
 class Tries:
-    """The fail-over rule (the module's): iterate for the next base to try; ``failed`` or
-    ``answered`` after each raises when it must stop there."""
+    """The fail-over rule: iterate for the next base; ``failed``/``answered`` raise to stop."""
 
     def __init__(self, bases: Bases, call: Call) -> None:
         self.bases, self.call = bases, call
@@ -181,7 +150,6 @@ class Tries:
 
 
 def decode(body: bytes, request: str) -> Any:
-    """A 2xx body as JSON (``None`` when empty); anything else is a protocol failure."""
     if not body:
         return None
     try:
@@ -193,11 +161,7 @@ def decode(body: bytes, request: str) -> Any:
 
 
 class Stream:
-    """An open 2xx answer read piece by piece (``read``; or iterate for ``bytes``).
-
-    ``base`` is the controller it came from. A stream that ends by its framing hands its
-    connection to ``keep`` for the next request; one closed early, or broken, drops it.
-    """
+    """An open 2xx answer; one that ends by its framing gives its connection back to ``keep``."""
 
     def __init__(
         self,
@@ -212,8 +176,6 @@ class Stream:
         self.base = base
 
     def read(self, idle: float | None = None) -> bytes | None:
-        """The next piece, ``b""`` at the end, ``None`` after ``idle`` seconds of silence
-        (the stream stays open)."""
         conn = self._conn
         if conn is None:
             return b""
@@ -240,7 +202,6 @@ class Stream:
             yield chunk
 
     def close(self) -> None:
-        """Drop the connection unless the stream ended and gave it back; idempotent."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -253,10 +214,7 @@ class Stream:
 
 
 class Transport:
-    """Requests to one controller (or a fail-over list of them) with a bearer token.
-
-    ``opener`` makes the connections' sockets (tests put a fake controller there).
-    """
+    """Requests to one controller (or a fail-over list of them) with a bearer token."""
 
     def __init__(
         self,
@@ -276,7 +234,6 @@ class Transport:
 
     @property
     def base_url(self) -> str:
-        """The base URL requests go to now."""
         return self.bases.url
 
     def _keep(self, index: int) -> Callable[[blocking.Connection], None]:
@@ -291,8 +248,6 @@ class Transport:
     def _exchange(
         self, index: int, call: Call, tries: Tries, *, whole: bool
     ) -> tuple[blocking.Connection, core.Head, bytes, str]:
-        """Send ``call`` to base ``index`` and read the answer's head (and, if ``whole`` or
-        refused, its body), each read within the bound."""
         payload, bound = tries.payload, tries.bound
         target, request = self.bases.target(index, call.path, call.query)
         request = f"{call.method} {request}"
@@ -323,8 +278,6 @@ class Transport:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(self, call: Call, *, whole: bool) -> tuple[blocking.Connection, bytes, str]:
-        """``call`` to the controllers in turn until one answers 2xx, as the module says;
-        the connection, the body read and the request's description."""
         tries = self.bases.tries(call)
         for index in tries:
             try:
@@ -339,19 +292,16 @@ class Transport:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, call: Call) -> Any:
-        """One request, its whole answer read: its JSON, read as ``call`` says."""
         conn, data, request = self._send(call, whole=True)
         self._keep(self.bases.current)(conn)
         return call.answer(decode(data, request), request)
 
     def stream(self, call: Call) -> Stream:
-        """Open a long-lived answer; a refusal (``not_found``, ``logs_not_stored``) raises
-        here rather than while reading."""
+        """A refusal raises here rather than while reading."""
         conn, _data, request = self._send(call, whole=False)
         return Stream(conn, request, self.bases.url, self._keep(self.bases.current))
 
     def close(self) -> None:
-        """Close the kept-alive connection, if any."""
         if self._conn is not None:
             self._conn[1].close()
             self._conn = None

@@ -1,16 +1,5 @@
-"""The Python API's behaviour, written once for ``Client`` and ``AsyncClient``.
-
-Every method here is an operation (``calls``): ``BaseClient._run`` is ``rc run``'s own
-state machine (``machine.run``) with a ``RunResult`` at its end, ``BaseClient._hold`` its
-queue wait, and so on. ``Client`` (``sync``) turns each into a blocking method with
-``blocking``, ``AsyncClient`` (``aio``) into a coroutine with ``awaited``; signatures and
-docstrings come along, so the two clients cannot differ in what they send, wait for or
-raise, only in how they wait.
-
-Interrupts mean what they mean to ``rc run`` and ``rc hold`` (CLI §4.3, §5): a
-``KeyboardInterrupt`` or a cancellation while queued cancels the job; once a ``run()``
-job started it is left running (it holds a live process); a lease is released.
-"""
+"""The Python API written once as operations, so ``Client`` and ``AsyncClient`` differ
+only in how they wait; interrupts mean what they mean to ``rc run`` and ``rc hold``."""
 
 from __future__ import annotations
 
@@ -47,8 +36,6 @@ After = str | JobInfo | Sequence[str | JobInfo] | None
 
 
 class Driven:
-    """A handle whose operations some driver carries out (``_drive``)."""
-
     def _drive(self, op: Op[Any]) -> Any:
         raise NotImplementedError
 
@@ -84,7 +71,6 @@ class CountNotHonoured(errors.ClientError):
 
 
 def write_stdout(chunk: bytes) -> None:
-    """Copy output to this process's stdout as it arrives, flushed."""
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is not None:
         sys.stdout.flush()
@@ -96,24 +82,18 @@ def write_stdout(chunk: bytes) -> None:
 
 
 def default_reason() -> str:
-    """A lease's reason when the caller gave none: which program on which host holds it,
-    what a person looking at ``rc devices`` needs to find it."""
+    """So a person looking at ``rc devices`` can find who holds the lease."""
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     return f"{prog} (pid {os.getpid()} on {socket.gethostname()})"
 
 
 class BaseJob(JobInfo, Driven):
-    """A job or hold on the controller, with the calls that act on it.
-
-    The fields (``JobInfo``) are the controller's view when the handle was made or
-    last refreshed; ``wait`` and ``refresh`` update them in place.
-    """
+    """A job or hold with the calls that act on it; ``wait``/``refresh`` update fields."""
 
     _client: BaseClient[Any, Any]
 
     @classmethod
     def bind(cls: type[J], client: BaseClient[Any, Any], data: Json, view: Any = None) -> J:
-        """A handle for the job object ``data`` (``view``: its poll, for the queue facts)."""
         job = cls(id=str(data.get("id") or ""))
         job._client = client
         job._load(data, *(() if view is None else (view.queue_position, view.waiting_for)))
@@ -126,7 +106,7 @@ class BaseJob(JobInfo, Driven):
         return self._client._iterate(op)
 
     def _refresh(self: J, /) -> Op[J]:
-        """Read the job again (``GET /v1/jobs/{id}``); returns itself."""
+        """Read the job again; returns itself."""
         view = yield calls.get_job(self.id)
         self._load(view.job, view.queue_position, view.waiting_for)
         return self
@@ -134,10 +114,7 @@ class BaseJob(JobInfo, Driven):
     def _wait(self: J, /, timeout: Duration | None = None) -> Op[J]:
         """Block until the job ends and return itself, updated.
 
-        ``timeout`` bounds the wait (seconds or ``"10m"``); passing it raises
-        ``WaitTimeout`` and leaves the job alone. Six consecutive failed polls raise
-        ``PollGiveUp`` (CLI-078).
-        """
+        Past ``timeout``, ``WaitTimeout`` (the job is left alone); six failed polls, ``PollGiveUp``."""
         bound = spec.seconds(timeout, "timeout") or None
         now = self._client._now
         deadline = None if bound is None else now() + bound
@@ -146,10 +123,7 @@ class BaseJob(JobInfo, Driven):
         return self
 
     def _wait_started(self: J, /, timeout: Duration | None = None) -> Op[J]:
-        """Block until the job leaves the queue; it may have ended without starting.
-
-        ``timeout`` raises ``WaitTimeout`` and leaves the job queued.
-        """
+        """Block until the job leaves the queue (it may have ended without starting)."""
         limit = spec.seconds(timeout, "timeout")
         now = self._client._now
         wait = waits.Wait(self.id, now=now(), deadline=now() + limit if limit > 0 else None)
@@ -157,9 +131,8 @@ class BaseJob(JobInfo, Driven):
         return self
 
     def _logs(self, /, follow: bool = False, *, text: bool = False) -> Op[None]:
-        """The job's stored output: what is stored now, or with ``follow=True`` everything
-        until the job ends, resuming a broken stream where it stopped (EXT-CLI-5). Chunks
-        are ``bytes``, or ``str`` with ``text=True``."""
+        """The job's stored output, or with ``follow=True`` everything until it ends.
+        Chunks are ``bytes``, or ``str`` with ``text=True``."""
         if follow:
             source = waits.follow(self.id, self._client._now, waits.QUIET)
         else:
@@ -193,10 +166,7 @@ class BaseJob(JobInfo, Driven):
 
     def _kill(self, /) -> Op[None]:
         """Cancel the job if queued, or have its worker stop it.
-
-        Only its submitter (this client's) or an admin token may: otherwise
-        ``NotJobOwner``. An ended job raises ``NotCancellableError``.
-        """
+        Only its submitter or an admin may (``NotJobOwner``)."""
         yield calls.kill(self.id, self._client.submitter)
 
 
@@ -210,8 +180,7 @@ def _snapshot(job_id: str) -> Op[None]:
 
 
 class BaseLease(LeaseInfo):
-    """Devices held for this process: ids, ``cuda_visible_devices``, epoch; ``job`` is the
-    hold behind it."""
+    """Devices held for this process; ``job`` is the hold behind it."""
 
     job: Any
 
@@ -239,13 +208,10 @@ class BaseClient(Driven, Generic[J, C]):
 
     @property
     def submitter(self) -> str:
-        """The identity sent with submits and kills, resolved once."""
         raise NotImplementedError
 
     def _bind(self, data: Json, view: Any = None) -> J:
         return self._job_class.bind(self, data, view)
-
-    # ---- the fleet -------------------------------------------------------------------
 
     def _devices(self, /) -> Op[list[Device]]:
         """Every device with its state and holder, by ID."""
@@ -265,10 +231,8 @@ class BaseClient(Driven, Generic[J, C]):
         return {str(k): str(v) for k, v in (yield calls.whoami()).items()}
 
     def _usage(self, /, since: str = "7d", by: str = "submitter", limit: int = 0) -> Op[Usage]:
-        """Who held what over the last ``since`` (``7d``, ``36h``, ``2w``), per submitter,
-        device or host, largest first: jobs, device-hours, GPU-hours weighted by
-        utilisation where known, and each group's share. A ``since`` that is not a
-        duration is ``ValueError`` before any request."""
+        """Who held what over the last ``since`` (``7d``, ``36h``), per submitter, device
+        or host, largest first."""
         from resource_controller.core import usage
 
         if not isinstance(since, str) or not isinstance(by, str):
@@ -278,8 +242,7 @@ class BaseClient(Driven, Generic[J, C]):
         return Usage.from_json((yield calls.usage(since, by, limit)))
 
     def _uuids(self, /, device_ids: Sequence[str]) -> Op[dict[str, str]]:
-        """Device name -> MIG UUID of each MIG instance among ``device_ids``, as its worker
-        last reported it (one describe each); one that cannot be read is left out, so
+        """Device name -> MIG UUID; one that cannot be read is left out, so
         ``CUDA_VISIBLE_DEVICES`` is left unset rather than guessed (EXT-MIG-2)."""
         uuids: dict[str, str] = {}
         for device_id in mig_instance_ids(device_ids):
@@ -291,8 +254,6 @@ class BaseClient(Driven, Generic[J, C]):
                 continue
         return uuids
 
-    # ---- jobs ------------------------------------------------------------------------
-
     def _job(self, /, job_id: str) -> Op[J]:
         """A handle for an existing job, by ID or unique prefix of 6+ characters."""
         view = yield calls.get_job((yield from calls.resolve(job_id)))
@@ -301,11 +262,7 @@ class BaseClient(Driven, Generic[J, C]):
     def _jobs(
         self, /, *, device: str = "", state: str = "", submitter: str = "", limit: int = 20
     ) -> Op[list[J]]:
-        """Job history, newest first, finished jobs included.
-
-        Any ``limit``: past the controller's page (200) the history is read a page at
-        a time (``GET /v1/jobs?before=``); 0 is the controller's default.
-        """
+        """Job history, newest first; a ``limit`` past one page is read page by page."""
         found = yield from calls.jobs(device=device, state=state, submitter=submitter, limit=limit)
         return [self._bind(j) for j in found]
 
@@ -327,15 +284,7 @@ class BaseClient(Driven, Generic[J, C]):
         after_any: bool = False,
     ) -> Op[J]:
         """Queue ``argv`` for a device and return its ``Job`` at once.
-
-        ``device`` is an exact ID (``host:gpu0``), or several on one host as a list (all
-        at once); ``select`` a label selector; with neither, any device. ``count`` asks
-        for several devices on one host. ``no_wait`` refuses with ``NoDeviceError``
-        instead of queueing. ``after`` names the jobs it waits for (handles, IDs or unique
-        prefixes of 6+ characters, at most 64): it starts once each has succeeded, or
-        ended in any state with ``after_any``; if one ends otherwise, it ends ``killed``
-        with ``dependency_failed: <ID>``. Every argument is checked before any request.
-        """
+        ``after``: jobs it waits for (to succeed, or just end with ``after_any``)."""
         wanted = _spec(argv, locals())
         return self._bind((yield from machine.submit(wanted, self.submitter, self._now)))
 
@@ -361,17 +310,7 @@ class BaseClient(Driven, Generic[J, C]):
         on_output: Callable[[bytes], object] | None = None,
     ) -> Op[RunResult]:
         """Run ``argv`` on a device and block until it ends, like ``rc run``.
-
-        Queues while the device is busy; ``timeout`` gives up queueing after that long
-        (cancels the job, raises ``WaitTimeout``). The output goes to this process's
-        stdout as it comes, or is collected into ``RunResult.output`` with
-        ``capture=True``, or is handed chunk by chunk to ``on_output``. Returns the exit
-        code ``rc run`` would exit with; ``check=True`` raises ``JobFailed`` for a
-        non-zero one. A job that never started (killed while queued) ends with exit
-        code 1 and its ``kill_reason``. An outage is waited out as ``rc run`` waits it
-        out; past that (no controller heard from for 5 minutes) ``LostContact`` is
-        raised, naming the job, which is left alone.
-        """
+        Output goes to stdout, ``RunResult.output`` (``capture``) or ``on_output``."""
         wanted = _spec(argv, locals())
         limit = spec.seconds(timeout, "timeout")
         captured: list[bytes] = []
@@ -391,8 +330,6 @@ class BaseClient(Driven, Generic[J, C]):
         """End a hold (or any job) early: the same operation as ``kill``."""
         return (yield from self._kill(job_id))
 
-    # ---- holds -----------------------------------------------------------------------
-
     def _hold(
         self,
         /,
@@ -405,15 +342,8 @@ class BaseClient(Driven, Generic[J, C]):
         timeout: Duration | None = None,
         wait: bool = True,
     ) -> Op[J]:
-        """Take a hold as ``rc hold`` does and return it once granted.
-
-        ``ttl`` is required: the controller ends the hold then even if this process
-        dies. ``reason`` defaults to naming this program, pid and host. Queues while
-        the device is busy; ``timeout`` gives up (cancels it, ``WaitTimeout``); an
-        interrupt while queued cancels it too. ``wait=False`` returns at once, maybe
-        still queued. A hold that ends without being granted raises ``NotGranted``.
-        End it with ``release``.
-        """
+        """Take a hold as ``rc hold`` does and return it once granted (``release`` ends it).
+        ``ttl`` is required so the hold ends even if this process dies."""
         wanted = spec.hold(
             ttl,
             default_reason() if reason is None else reason,
@@ -455,20 +385,13 @@ class BaseClient(Driven, Generic[J, C]):
         timeout: Duration | None = None,
     ) -> C:
         """``with client.lease(ttl="30m") as lease:`` holds devices for the block
-        (``async with`` for ``AsyncClient``).
-
-        Entering waits until the hold is granted (as ``hold``) and gives a ``Lease``
-        with ``device_ids``, ``cuda_visible_devices`` and ``epoch``; leaving the block
-        releases it, also on an exception or ``KeyboardInterrupt``. The in-process
-        replacement of ``with flock(...)`` on the device host (EXT-PYAPI-3).
-        """
+        (``async with`` for ``AsyncClient``), released on leaving it."""
         spec.devices(device, select, count)  # refused before any request, as hold would
         spec.ceiling(ttl, "ttl")
         hold = {"ttl": ttl, "reason": reason, "select": select, "device": device}
         return self._lease_class(self, {**hold, "count": count, "timeout": timeout})
 
 
-#: The arguments of ``submit`` and ``run`` that are the submit's own, by their names.
 _WHERE = (
     "device", "select", "count", "env", "cwd", "priority", "max_runtime", "idle_timeout",
     "no_wait", "after", "after_any",
@@ -476,12 +399,10 @@ _WHERE = (
 
 
 def _spec(argv: Sequence[str], given: Mapping[str, Any]) -> spec.Submit:
-    """The submit of ``submit``'s or ``run``'s arguments (``given``: their locals)."""
     return spec.Submit(spec.argv(argv), **{name: given[name] for name in _WHERE})
 
 
 def _raise_for(ran: machine.RunEnd) -> None:
-    """Raise the error (or the interrupt) an outcome stands for; a job's end is none."""
     if ran.interrupt is not None:
         raise ran.interrupt
     if ran.kind == "gave_up":
