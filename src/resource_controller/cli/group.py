@@ -100,7 +100,6 @@ class LazyGroup(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> NoReturn:
-        """Run a command line and exit with the code the spec gives it."""
         try:
             rv = super().main(args, prog_name or "rc", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:

@@ -69,7 +69,6 @@ def refuse_limits(lease: JobLease, max_runtime: int, idle_timeout: int) -> None:
 def exec_command(
     lease: JobLease, device: str, command: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> NoReturn:
-    """Replace this process with ``command`` in the job's environment (plus ``env``)."""
     if cwd:
         try:
             os.chdir(cwd)
