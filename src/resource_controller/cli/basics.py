@@ -1,19 +1,10 @@
-"""The click-free pieces of the commands: the failure type, integer and ``--env`` values.
-
-``rc run`` is parsed without click (``cli/run.py``) and raises ``Failure``; so these
-live apart from ``common`` (which builds click's flag types on them) and import nothing
-but the standard library.
-"""
+"""Click-free command pieces: ``rc run`` is parsed without click and needs them."""
 
 from __future__ import annotations
 
 
 class Failure(Exception):
-    """A command failed: ``rc: <message>`` on stderr and exit 1.
-
-    Not a click exception, so that the commands that raise it need not load click; the
-    group's error handler (``cli/group.py``) and the click-free paths both catch it.
-    """
+    """Not a click exception, so its raisers need not load click."""
 
     exit_code = 1
 

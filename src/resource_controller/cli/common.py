@@ -1,10 +1,4 @@
-"""Pieces every ``rc`` command shares: flag parsing rules, value types, the client.
-
-Flags follow GNU conventions as click parses them, with one addition click
-lacks: a boolean flag accepts an explicit value (``--no-wait=false``). Durations and
-integers are parsed to the spec's grammar, and a bad value is a
-usage error that names its flag.
-"""
+"""Shared command pieces; a boolean flag also takes ``--flag=false``, which click lacks."""
 
 from __future__ import annotations
 
@@ -29,14 +23,7 @@ class RcCommand(click.Command):
 
 
 def _explicit_booleans(command: click.Command, ctx: click.Context, args: list[str]) -> list[str]:
-    """Rewrite ``--flag=value`` for boolean flags into the form click understands.
-
-    ``true`` becomes ``--flag``; ``false`` drops it (every boolean defaults to false),
-    or becomes the flag's ``--no-`` form where it has one (``--here=false``). An
-    argument that is the value of a preceding option, and everything after ``--``, is
-    left alone; an option whose value may be omitted (``rc devices -o``) takes no
-    flag-like word as its value, as click itself decides.
-    """
+    """Rewrite ``--flag=true|false`` into forms click understands; option values and words after ``--`` are left alone."""
     flags: dict[str, click.Option] = {}
     takes_value: set[str] = set()
     optional_value: set[str] = set()
@@ -152,8 +139,7 @@ def output_format(value: str) -> str:
 
 
 def check_job_state(state: str) -> None:
-    """``rc jobs --state``: an unknown state is refused before any request, listing the valid
-    ones."""
+    """Refused before any request."""
     from resource_controller.core.states import JobState
 
     valid = [s.value for s in JobState]
@@ -162,7 +148,6 @@ def check_job_state(state: str) -> None:
 
 
 def as_option() -> Callable[[_F], _F]:
-    """The ``--as`` flag."""
     return click.option(
         "--as", "as_", default="", metavar="ID", help="Submitter identity (default: derived)."
     )

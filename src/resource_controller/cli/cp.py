@@ -1,22 +1,9 @@
-"""``rc cp``: copy a file or tree to or from a device, as a short pipe-mode job.
+"""``rc cp``: a copy is a short pinned pipe-mode job running the box's ``tar``.
 
-The copy is an ordinary leased job (``stdio: "pipe"``, ``no_wait``, pinned to the
-device) running the box's ``tar``; its archive crosses the relay. It never
-queues: a device anyone holds, the caller included, is refused before anything is
-submitted. Archives are streamed entry by entry, never assembled in memory
-or on disk: a thread writes (or reads) the tar stream through an OS pipe while the
-event loop moves the bytes over the relay.
-
-What a box sends is untrusted: absolute names, names that escape the
-destination and symlinks pointing outside it abort the extraction; hard links,
-devices and FIFOs are skipped; only the 0777 permission bits are applied, explicitly,
-so the umask cannot strip an executable bit.
-
-A signal aborts the transfer as an ordinary failure (CLI-170): the event loop hears
-it, the transfer is cancelled and cleans up (the far side sees its stream end
-short), and ``signals.Interrupted`` is raised from ordinary code. A signal raised from
-inside the loop's own machinery would be logged and dropped there, or land while a
-thread pool's lock is held and hang the process's exit.
+It never queues (a held device is refused before the submit). Archives stream
+through an OS pipe, never assembled. What a box sends is untrusted (CLI-168).
+A signal must abort from ordinary code, not the loop's machinery, where it would be
+dropped or hang exit on a thread pool's lock (CLI-170).
 """
 
 from __future__ import annotations
@@ -43,12 +30,10 @@ from resource_controller.h1 import aio
 
 #: How long the copy job may take to end after the transfer.
 COPY_WAIT = 30 * 60.0
-#: Bytes moved per read, both ways.
 BLOCK = 65_536
 UPLOAD_SCRIPT = 'mkdir -p "$0" && exec tar -xf - -C "$0"'
 DOWNLOAD_SCRIPT = 'exec tar -cf - -C "$0" -- "$1"'
 NO_DETAIL = "no further detail"
-#: The signals that abort a transfer.
 ABORTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 T = TypeVar("T")
@@ -82,7 +67,6 @@ def parse_side(arg: str) -> Remote | None:
 
 
 def _strip_dir(path: str) -> str:
-    """A directory argument without its trailing ``/``; the root stays ``/``."""
     stripped = path.rstrip("/")
     return stripped or "/"
 
@@ -103,9 +87,6 @@ def download_source(remote_path: str) -> tuple[str, str]:
     if not name:
         raise common.Failure(f"{remote_path!r} names no file to fetch")
     return (_strip_dir(parent) if parent else "."), name
-
-
-# ---- the archive going up -------------------------------------------------------------
 
 
 def _info(path: str, arcname: str, st: os.stat_result) -> tarfile.TarInfo:
@@ -147,12 +128,8 @@ def _add(tar: tarfile.TarFile, path: str, arcname: str) -> None:
 
 
 def write_archive(out: IO[bytes], source: str, name: str) -> None:
-    """The whole archive of ``source`` under ``name``, streamed into ``out``."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         _add(tar, source, name)
-
-
-# ---- the archive coming down ------------------------------------------------------------
 
 
 class UnsafeEntry(Exception):
@@ -213,9 +190,6 @@ def _parent_inside(root: str, target: str, entry: str) -> None:
         raise UnsafeEntry(f"entry {entry!r} escapes the destination through a symlink")
 
 
-# ---- moving the bytes -------------------------------------------------------------------
-
-
 async def _open_relay(base: str, token: str, job_id: str) -> tuple[aio.Exchange, aio.Exchange]:
     try:
         return await open_halves(base, token, job_id, "the copy's {} half")
@@ -226,8 +200,7 @@ async def _open_relay(base: str, token: str, job_id: str) -> tuple[aio.Exchange,
 async def _send(
     base: str, token: str, job_id: str, produce: Callable[[IO[bytes]], None], local: str
 ) -> None:
-    """Upload: the archive into the input half as it is produced; the output
-    half drained and discarded; the input half ALWAYS closed afterwards."""
+    """Upload; the input half is ALWAYS closed afterwards, or the far-side tar never ends."""
     out, inp = await _open_relay(base, token, job_id)
     watch, watching = _watch(base, token, job_id, out, inp)
     read_fd, write_fd = os.pipe()
@@ -293,9 +266,7 @@ def _watch(
 
 
 async def _abortable(transfer: Awaitable[T]) -> T:
-    """Run ``transfer`` until it ends, or until the first signal cancels it; then
-    raise ``signals.Interrupted`` once its clean-up has run (CLI-170). A second
-    signal meets the default action: it ends ``rc`` at once."""
+    """The first signal cancels ``transfer`` and, after its clean-up, raises ``Interrupted``."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(transfer)
     caught = 0
@@ -366,9 +337,6 @@ async def _receive(
     return failure
 
 
-# ---- the command ------------------------------------------------------------------------
-
-
 def _check_free(client: api.JsonClient, device: str) -> None:
     """CLI-162: the lease check, before anything is submitted."""
     views = client.state().get("devices") or []
@@ -422,7 +390,6 @@ def _finish(client: api.JsonClient, job_id: str) -> None:
 
 
 def copy(client: api.JsonClient, src: str, dst: str) -> None:
-    """Carry out one ``rc cp``; failures raise."""
     remote_src, remote_dst = parse_side(src), parse_side(dst)
     if remote_src is not None and remote_dst is not None:
         raise common.Failure(

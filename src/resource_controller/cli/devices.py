@@ -1,9 +1,4 @@
-"""Device commands: ``devices``, ``describe``, and the admin ``clear`` and ``retire``.
-
-Tables and JSON come from the same controller objects (CLI §11-15). Selector
-matching is never reimplemented here: ``rc devices --select`` asks the controller's
-explain route, so it cannot disagree with what a submit would match.
-"""
+"""Device commands; ``--select`` asks the controller's explain route so it cannot disagree with a submit."""
 
 from __future__ import annotations
 
@@ -71,7 +66,6 @@ def _device(view: api.Json) -> api.Json:
 
 
 def _device_row(view: api.Json) -> list[str]:
-    """One ``rc devices`` row."""
     device = _device(view)
     state = str(device.get("state") or "")
     heartbeat_age = view.get("heartbeat_age_seconds")
@@ -150,8 +144,7 @@ def _header_block(data: api.Json) -> list[list[str]]:
 
 
 def mig_conflict(labels: Any) -> str:
-    """Why the device's name conflicts with its GPU's MIG mode (the ``mig_conflict``
-    label); ``""`` when it does not."""
+    """Why the name conflicts with the GPU's MIG mode; ``""`` when it does not."""
     for label in labels if isinstance(labels, list) else []:
         if isinstance(label, dict) and label.get("key") == MIG_CONFLICT:
             return str(label.get("value") or "")
@@ -159,8 +152,7 @@ def mig_conflict(labels: Any) -> str:
 
 
 def _with_devices(data: api.Json) -> str:
-    """`` on a,b`` when the holding job has several devices; else nothing,
-    so a one-device job keeps the base line."""
+    """Only for several devices, so a one-device job keeps the base line."""
     for job in data.get("recent_jobs") or []:
         if isinstance(job, dict) and job.get("id") == data.get("job_id"):
             ids = job.get("device_ids")
@@ -231,8 +223,7 @@ def _recent_block(data: api.Json, timefmt: Any) -> list[list[str]]:
         rows.append(["  (none)"])
         return rows
     now = timefmt.utc_now()
-    # A GPU column only when some job measured its GPUs (the base table
-    # otherwise, as CLI-154 shows it).
+    # Without measured GPUs, CLI-154's base table.
     gpu = any(_gpu_cell(job) != "-" for job in recent)
     rows.append(["  JOB", "STATE", "DURATION", *(["GPU"] if gpu else []), "COMMAND"])
     for job in recent:

@@ -1,10 +1,4 @@
-"""``rc drain`` and ``rc undrain`` (admin): maintenance without killing work.
-
-A draining device finishes what it runs and takes nothing new; jobs may still queue for
-it. ``--host`` and ``--wait`` are worked out here, over ``/v1/state``, so the controller
-needs no route for either: ``--host`` names every device the state lists
-on that host, and ``--wait`` polls until none of the named devices has a live lease.
-"""
+"""``rc drain``/``rc undrain``: ``--host`` and ``--wait`` are done over ``/v1/state``, needing no route."""
 
 from __future__ import annotations
 

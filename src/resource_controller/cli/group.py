@@ -1,14 +1,4 @@
-"""The ``rc`` command group: lazy subcommands, one error line, exit codes.
-
-``rc run -- true`` is on people's hot path (like ``flock`` was), so start-up stays
-small: a subcommand's module is imported only when that subcommand runs, and
-``rc --help`` lists commands from a table here instead of importing them all (which
-would pull in the controller and the worker for ``serve``/``worker``/``up``).
-
-Errors surface in one place: a usage problem, a controller error or a
-transport failure becomes one ``rc: <text>`` line on stderr and exit 1, never a usage
-dump or a traceback.
-"""
+"""The ``rc`` click group: subcommands imported lazily, since ``rc run`` start-up is hot."""
 
 from __future__ import annotations
 
@@ -21,9 +11,7 @@ import click
 from resource_controller import errors
 from resource_controller.cli import basics, common, exits, render, signals
 
-#: name -> ("module:function", one-line help). The help lives here so that listing
-#: commands imports nothing; loading a command makes this its ``short_help``
-#: (``tests/cli/test_help_pages.py`` checks each entry against the real command).
+#: name -> ("module:function", one-line help): listing commands imports none of them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "resource_controller.cli.run:command",
@@ -86,8 +74,7 @@ class LazyGroup(click.Group):
         command = getattr(module, attr)
         if not isinstance(command, click.Command):
             raise common.Failure(f"rc {cmd_name} is not available")
-        # The table's summary is the command's short help everywhere (rc help, and the
-        # descriptions zsh and fish completion show), so the two cannot disagree.
+        # So rc help and shell completion cannot disagree.
         command.short_help = target[1]
         return command
 
@@ -113,7 +100,6 @@ class LazyGroup(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> NoReturn:
-        """Run a command line and exit with the code the spec gives it."""
         try:
             rv = super().main(args, prog_name or "rc", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:

@@ -1,16 +1,7 @@
-"""``rc hold``: lease a device for a person, no command, until TTL, release or Ctrl-C (CLI §5).
+"""``rc hold`` (CLI §5), built from ``client.machine``.
 
-A shorter cousin of ``rc run``'s state machine (CLI §4.3), made of its pieces
-(``client.machine``)::
-
-    SUBMIT -> [WAIT_QUEUE] -> GRANTED -> WAIT_TERMINAL -> EXIT 0
-
-The submit and the queue are ``rc run``'s own: the same retries through an outage, the
-same position lines, and an interrupt while queued CANCELs the hold. Once granted the
-meaning of an interrupt is the opposite of ``rc run``'s: a hold exists because a person
-is present, so leaving means done and ``rc`` RELEASEs it instead of detaching. Either
-way the first signal already restored the default handlers (``signals``), so a second
-Ctrl-C during the cancel or release request kills ``rc`` at once.
+Once granted, an interrupt RELEASEs instead of detaching: a hold exists because a
+person is present, so leaving means done.
 """
 
 from __future__ import annotations
@@ -32,19 +23,14 @@ from resource_controller.core.states import TERMINAL
 if TYPE_CHECKING:
     from resource_controller.client.calls import Op
 
-#: ``--ttl``: a duration whose negative is refused; 0 is refused too, as a
-#: hold for no time, and leaving it out as missing.
+#: ``--ttl``: negative, 0 (a hold for no time) and missing are all refused.
 TTL = common.DurationType(negative_hint="a hold needs a positive TTL")
 #: The flag names its refusals use: the device is ``rc hold``'s positional.
 NAMES = {**spec.CLI, "device": "DEVICE"}
 
 
 def expires_around(job: Json, ttl_seconds: int, now: datetime | None = None) -> str:
-    """The granted line's expiry: ``started_at + ttl`` in UTC with ``Z``.
-
-    Without a ``started_at`` yet, local now plus the TTL, written with the local UTC
-    offset (so it cannot be mistaken for the controller's clock).
-    """
+    """Without ``started_at``, local time with its UTC offset, so it is not taken for the controller's clock."""
     ttl = timedelta(seconds=ttl_seconds)
     started = timefmt.parse(job.get("started_at"))
     if started is not None:

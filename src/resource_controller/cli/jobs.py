@@ -1,9 +1,4 @@
-"""Job commands: ``kill``, ``release``, ``attach``, ``logs``, ``jobs``, ``ps``.
-
-Each command parses and validates its flags, then calls the client (CLI §5-10), and
-``rc run --explain``'s report is here (CLI-102). No request is made before a check that
-can fail.
-"""
+"""Job commands (CLI §5-10) and ``rc run --explain``'s report; no request before a failing check."""
 
 from __future__ import annotations
 
@@ -19,7 +14,6 @@ if TYPE_CHECKING:
     # Loaded by _client: ``rc run --help`` and the other help pages make no request.
     from resource_controller.client import api
 
-#: Exit code on interrupt.
 EXIT_INTERRUPTED = 130
 
 
@@ -31,13 +25,7 @@ def _client(as_flag: str = "") -> api.JsonClient:
 
 
 def explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
-    """The ``--explain`` report: one request, nothing submitted.
-
-    With ``--count N`` a last line names the hosts with N matching devices, from the
-    route's own ``matching`` (a device ID is ``host:name``), so the matching is never
-    redone here. When nothing could take the job, the report is followed by
-    a failure (exit 1), as the submit would refuse it (``no_matching_device``).
-    """
+    """With ``--count`` hosts come from the route's ``matching``, never redone here."""
     data = client.explain(selector)
     matching = list(data.get("matching") or [])
     free = set(data.get("free") or [])
@@ -65,8 +53,7 @@ def explain(client: api.JsonClient, selector: str, count: int = 1) -> None:
 
 
 def _limit_lines(data: api.Json, count: int) -> list[str]:
-    """EXT-SHARE-1: this submitter's limit when one applies, and whether a job of
-    ``count`` devices would wait for it (``submitter_limit``)."""
+    """EXT-SHARE-1: this submitter's limit, and whether ``count`` devices would wait for it."""
     limit, name = data.get("submitter_limit"), str(data.get("submitter") or "")
     if not isinstance(limit, int) or isinstance(limit, bool):
         return []
@@ -139,7 +126,6 @@ def release(job_id: str, as_: str) -> None:
 
 
 def _copy_stream(chunks: Any) -> None:
-    """Copy a log stream to stdout, each chunk flushed as it arrives."""
     with chunks:
         for chunk in chunks:
             render.write_bytes(chunk)
@@ -184,9 +170,7 @@ def logs(follow: bool, job_id: str) -> None:
         raise
 
 
-#: ``rc jobs -n``: the most jobs one listing reads, 50 requests of the controller's
-#: page (``api.JOBS_PAGE``, 200): enough to search a long history, bounded so that a
-#: slip of the keyboard does not read all of it.
+#: 50 pages of ``api.JOBS_PAGE``: a long history, but not all of it on a typo.
 MAX_LISTED = 10_000
 
 
@@ -266,8 +250,7 @@ def ps(output: str) -> None:
     """
     fmt = common.output_format(output)  # before any request, as rc jobs
     state = _client().state()
-    # A last column says what each queued job waits for, when the controller
-    # tells (``queued_waiting_for``); without it the base table.
+    # A WAITING FOR column only when the controller tells; otherwise the base table.
     waits = state.get("queued_waiting_for")
     if fmt == "json":
         render.out(render.json_compact(_ps_objects(state, waits)))
@@ -286,9 +269,7 @@ def ps(output: str) -> None:
 
 
 def _ps_objects(state: api.Json, waits: Any) -> list[api.Json]:
-    """``rc ps -o json``: the job objects as ``rc jobs -o json`` prints them, active ones
-    first, then the queue in scheduling order; a queued job carries ``waiting_for`` (as
-    ``GET /v1/jobs/{id}`` does beside it) when the controller said."""
+    """Active jobs first, then the queue in scheduling order."""
     found: list[api.Json] = list(state.get("jobs") or [])
     for job in state.get("queued") or []:
         entries = waits.get(str(job.get("id") or "")) if isinstance(waits, dict) else None

@@ -1,18 +1,6 @@
-"""``rc``'s entry point: answer what needs no parser at once, else hand over to click.
+"""``rc``'s entry point: importing click is costly, so help, version and ``rc run`` avoid it.
 
-Importing click costs about four times what the bare interpreter does, so the
-invocations people run most pay for it only when they have to:
-
-- ``rc --help``/``-h``/``help`` prints a page rendered beforehand by click itself
-  (``cli/pages.py``, written by ``cli/pagegen.py``; ``tests/cli/test_pages.py`` renders
-  it again with click and compares them byte for byte, so they cannot drift). It is
-  used only at the width it was rendered for (a terminal of at least ``PAGE_COLUMNS``
-  columns, or none); a narrower one is rendered by click as before.
-- ``rc --version``/``rc version`` read the version and print it.
-- ``rc run`` (and ``rc help run``) is parsed by ``cli/run.py``, its only parser.
-
-Everything else goes to the click group in ``cli/group.py``. Its names (``rc``,
-``COMMANDS``, ...) are still reachable from this module, loaded on first access.
+The pre-rendered pages (``cli/pages.py``) are used only at the width they were rendered for.
 """
 
 from __future__ import annotations
@@ -36,8 +24,7 @@ VERSION_ARGV = frozenset({("--version",), ("version",)})
 
 
 def terminal_columns() -> int:
-    """The width click would lay help out for, found as ``shutil.get_terminal_size`` does
-    (``COLUMNS``, else the terminal on stdout, else 80) without importing ``shutil``."""
+    """As ``shutil.get_terminal_size`` finds it, without importing ``shutil``."""
     try:
         columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
@@ -77,7 +64,6 @@ def _print_page(text: str) -> None:
 
 
 def main() -> None:
-    """Console-script entry point: ``rc``."""
     signals.install()
     argv = sys.argv[1:]
     if "_RC_COMPLETE" not in os.environ:  # shell completion is click's

@@ -1,18 +1,7 @@
-"""``rc mcp``: a Model Context Protocol server on stdio, for AI agents.
+"""``rc mcp``: an MCP server on stdio, each tool one call of the Python API, so rules match ``rc``'s.
 
-Each tool is one call of the Python API (``Client``), so an agent gets exactly what
-``rc`` does: the same environment and config file, the same submitter
-identity and therefore the same ownership rule (an agent can end only its own jobs
-unless its token is admin), the same error codes. Results are JSON objects;
-a refusal is a tool error whose text carries the wire code
-(``not_job_owner: ...``), so an agent can act on it.
-
-The SDK is an optional extra (``mcp``) imported only when the server starts; without
-it ``rc mcp`` says how to install it and exits 1, like every failure of rc itself. The
-advice names the ways that work before the package is on an index (from the checkout
-this ``rc`` runs from, or from a built wheel) with the Python that runs ``rc``, since a
-bare ``pip`` is often another interpreter's. Tools run in the SDK's worker threads,
-one ``Client`` per call, so a long ``run`` does not stop the server from answering.
+The SDK is an optional extra imported only at start; the install advice uses the
+Python running ``rc``, since a bare ``pip`` is often another interpreter's.
 """
 
 from __future__ import annotations
@@ -35,7 +24,6 @@ EXIT_NO_SDK = 1
 NO_SDK = "rc mcp needs the MCP SDK, which is an optional extra"
 #: Bytes of output a ``run`` or ``logs`` answer carries by default: the tail.
 TAIL_BYTES = 8000
-#: How long ``hold`` waits for a busy device by default before giving up.
 HOLD_WAIT = 300.0
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -56,11 +44,7 @@ def checkout_root() -> Path | None:
 
 
 def install_advice() -> str:
-    """How to add the extra, into the interpreter running this ``rc``.
-
-    Every form that works before the package is published comes first: from the
-    checkout, from a wheel built from it; the index form last.
-    """
+    """The forms that work before the package is published come first."""
     from resource_controller import version
 
     pip = f"{shlex.quote(sys.executable)} -m pip install"
@@ -130,9 +114,6 @@ def _device(d: Any) -> dict[str, Any]:
     if d.max_runtime_seconds:
         out["max_runtime_seconds"] = d.max_runtime_seconds
     return out
-
-
-# ---- the tools -----------------------------------------------------------------------
 
 
 def devices() -> list[dict[str, Any]]:
@@ -341,7 +322,6 @@ def release(job_id: str) -> dict[str, Any]:
         return {**_job(c.job(job_id)), "released": True}
 
 
-#: Tool name -> function, in the order they are listed.
 TOOLS: Mapping[str, Callable[..., Any]] = {
     "devices": devices,
     "describe": describe,

@@ -1,29 +1,8 @@
-"""``rc run`` inside a job: run under the job's own lease instead of queueing behind it
-.
+"""``rc run`` inside a job: ``exec`` the command under the job's own lease.
 
-A job's environment names its job and devices (``RC_JOB_ID``, ``RC_DEVICE``, and
-``RC_DEVICES`` when the worker sets it). A nested ``rc run`` that asks for one of those
-devices, or for no particular device, could only ever be granted after its own caller
-ends, so it would wait for ever; instead the command replaces ``rc`` (``exec``) in
-the job's environment. Exit code and signals are then the command's own: nothing sits
-in between to forward or translate them, and the job's process group, watchdogs and
-straggler sweep (``RC_JOB_ID``) cover it as they cover the job.
-
-The decision, by what was asked:
-
-- ``-d DEVICE``: nested when every named device is held by the job (``-d`` may be a
-  comma-separated list); any other device takes a new lease as usual;
-- neither ``-d`` nor ``--select`` ("any device"): nested;
-- ``--select S``: nested when a device the job holds matches S (the controller's
-  explain route decides, as for every selector); otherwise a new lease. A
-  selector asks for any device with those labels, and the job already holds one: the
-  same reasoning that nests "any device", which the spec spells out.
-
-``--max-runtime`` and ``--idle-timeout`` cannot be honoured for a command that runs
-under someone else's lease (the job's own limits apply), so a nested run refuses them
-rather than accept and ignore them. ``--env`` and ``--cwd`` (and ``--here``) apply to
-the command; the queue's own flags (``--priority``, ``--timeout``, ``--no-wait``) have
-no queue to act on: the device is already held.
+A nested run asking for the job's own devices could only be granted once its caller
+ends, so it would wait for ever. Runtime limits cannot be honoured under another's lease,
+so they are refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -66,10 +45,7 @@ def current_lease(environ: Mapping[str, str]) -> JobLease | None:
 def chosen_device(
     lease: JobLease, device: str, selector: str, matching: Callable[[str], Sequence[str]]
 ) -> str | None:
-    """The held device a nested run uses, or None when the request needs a new lease.
-
-    ``matching`` answers which devices a selector matches (asked only for ``--select``).
-    """
+    """The held device a nested run uses, or None when a new lease is needed."""
     if device:
         wanted = [d for d in device.split(",") if d]
         return wanted[0] if wanted and set(wanted) <= set(lease.devices) else None
@@ -93,7 +69,6 @@ def refuse_limits(lease: JobLease, max_runtime: int, idle_timeout: int) -> None:
 def exec_command(
     lease: JobLease, device: str, command: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> NoReturn:
-    """Replace this process with ``command`` in the job's environment (plus ``env``)."""
     if cwd:
         try:
             os.chdir(cwd)
@@ -103,8 +78,7 @@ def exec_command(
         f"inside job {lease.job_id}: running directly under its lease on {device}"
         " (no new job, nothing queued)"
     )
-    # Python ignores SIGPIPE (and SIGXFSZ) itself; an ignored signal stays ignored
-    # across exec, so give the command the default actions it would get from a shell.
+    # Python ignores these, and an ignored signal stays ignored across exec.
     for name in ("SIGPIPE", "SIGXFSZ"):
         sig = getattr(signal, name, None)
         if sig is not None:

@@ -17,11 +17,7 @@ SOURCES = {"rc": ["--help"]}
 
 
 def render(argv: list[str], columns: int = main.PAGE_COLUMNS) -> str:
-    """What the click group prints on stdout for ``argv`` at a terminal ``columns`` wide.
-
-    A process of its own running the group's ``main`` as ``rc`` does, so that nothing
-    of a test runner's (click's ``CliRunner`` forces its own width) shapes the page.
-    """
+    """In a process of its own: click's ``CliRunner`` would force its own width."""
     import subprocess
 
     code = f"from resource_controller.cli import group; group.rc.main({argv!r}, prog_name='rc')"

@@ -1,12 +1,4 @@
-"""Everything ``rc`` writes: tables, JSON, job output and its own ``rc:`` lines.
-
-Stdout carries data only; what ``rc`` says about its own progress goes to stderr with
-the ``rc: `` prefix. Tables and JSON are built from the same data, and
-every write is flushed at once, so that a failed write (a closed pipe, a full disk)
-surfaces as an exception and a non-zero exit instead of a silently lost table
-, and a reader of ``rc run``'s output sees each chunk as it arrives
-.
-"""
+"""Everything ``rc`` writes; every write is flushed so a failed write surfaces as an error."""
 
 from __future__ import annotations
 
@@ -17,18 +9,11 @@ TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from typing import Any
 
-#: Spaces after the widest cell of a column.
 PADDING = 2
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:
-    """Lay rows out as CLI-062 says: text/tabwriter alignment with two spaces of padding.
-
-    Every cell but a row's last belongs to a column; a column is as wide as its
-    widest cell among the contiguous lines that have that column, so blocks of rows
-    with different shapes (``rc describe``) align independently. The last cell of a
-    row is never padded.
-    """
+    """CLI-062; contiguous blocks of rows with different shapes align independently."""
     widths: list[list[int]] = [[0] * max(len(r) - 1, 0) for r in rows]
     ncols = max((len(r) - 1 for r in rows), default=0)
     for col in range(ncols):
@@ -61,14 +46,12 @@ def command_text(command: Any) -> str:
 
 
 def json_compact(value: Any) -> str:
-    """One line of JSON, newline-terminated (``rc jobs -o json``)."""
     import json  # not at the top: every rc start imports this module, few print JSON
 
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
 def json_indented(value: Any) -> str:
-    """JSON indented two spaces, newline-terminated (``rc devices``/``describe``)."""
     import json
 
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"

@@ -1,18 +1,4 @@
-"""``rc run``: its one parser, its help page, and the driving of ``client.machine`` (CLI §4).
-
-``rc run -- ./train`` is on people's hot path, and importing click costs it more than
-the rest of its start-up together, so ``rc run`` is parsed here, by the table
-``OPTIONS``, as click parses (CLI-001, CLI-002): GNU-style flags anywhere among the
-command's words up to ``--``, ``--flag=false``, short clusters, the last of a repeated
-value winning, ``--env`` accumulating. ``cli/main.py`` comes here straight away; the
-click group reaches it through ``command``, which declares the same options (for shell
-completion and ``rc help``) and hands its argument list over unparsed.
-
-The run itself is ``client.machine.run``: this module checks the line (CLI-101, in
-order, with no request before a failing check), builds the submit, runs a job under
-the job's own lease when it is inside one (EXT-NEST-1, ``cli/nest.py``), and turns the
-machine's outcome into lines on stderr and the exit code.
-"""
+"""``rc run`` (CLI §4): parsed here without click, since importing click dominates start-up."""
 
 from __future__ import annotations
 
@@ -97,9 +83,7 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
     (("--after-any",), "after_any", "flag", "", "With --after: once they have ended, however."),
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
-#: What ``--here`` takes from the caller's environment, and nothing else (EXT-HERE-2):
-#: what decides which interpreter and libraries a command gets. A job's ``env`` is
-#: readable by every client, so no other variable is ever sent.
+#: EXT-HERE-2: nothing else is sent, since a job's ``env`` is readable by every client.
 HERE_VARIABLES = (
     "PATH",
     "VIRTUAL_ENV",
@@ -218,14 +202,11 @@ def page() -> str:
 
 
 def here_env(environ: Any) -> dict[str, str]:
-    """The ``--here`` variables that are set in ``environ``."""
     return {name: environ[name] for name in HERE_VARIABLES if name in environ}
 
 
 def explain_refusal(device: str) -> str:
-    """What ``--explain`` takes, said when it is given no selector (CLI-101 (3)): the
-    explain route answers what a selector matches; a pinned device has nothing to match,
-    so it is pointed to where one device's state is shown."""
+    """CLI-101 (3): a pinned device has nothing to match."""
     if device:
         return (
             "--explain previews what a --select selector matches, not -d/--device:"
@@ -235,8 +216,7 @@ def explain_refusal(device: str) -> str:
 
 
 def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
-    """The rest of CLI-101 (``--env``, ``--here``, ``--cwd``, ceilings, ``--after``), then
-    the submit; any refusal is ``basics.Failure``."""
+    """The rest of CLI-101, then the submit."""
     env = basics.parse_env(values["env"])
     here = values["here"]
     if here is None:
@@ -337,8 +317,7 @@ def _client(as_flag: str = "") -> api.JsonClient:
 
 
 def _run_nested_if_held(client: api.JsonClient, wanted: spec.Submit) -> None:
-    """EXT-NEST-1: inside a job, a request the job's own lease answers runs under it
-    (``cli/nest.py``); this returns only when a new lease is needed."""
+    """EXT-NEST-1; returns only when a new lease is needed."""
     from resource_controller.cli import nest
 
     held = nest.current_lease(os.environ)
@@ -368,8 +347,7 @@ def _relay(client: api.JsonClient, job_id: str, stdio: str) -> None:
     try:
         tty.attach(client, job_id)
     except tty.NotATerminal as e:
-        # Found only after the submit; nobody will ever type into this shell, so it is
-        # killed rather than left holding the device (CLI-116 allows it).
+        # Nobody will type into this shell: kill it rather than hold the device (CLI-116).
         render.say(f"log stream ended: {e}")
         try:
             client.kill(job_id, timeout=machine.CANCEL_BOUND)
@@ -398,8 +376,7 @@ def __getattr__(name: str) -> Any:
     import click
 
     class RunCommand(click.Command):
-        """``rc run`` in the click group: the options are declared for shell completion
-        and ``rc help``; the line itself goes to ``run`` unparsed."""
+        """Options declared for completion and ``rc help`` only; ``run`` parses the line."""
 
         def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
             ctx.params = {"argv": list(args)}

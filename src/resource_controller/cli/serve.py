@@ -1,8 +1,4 @@
-"""``rc serve``, ``rc worker`` and ``rc up``: the long-running processes.
-
-Only this module reaches into ``controller`` and ``worker``, and only inside the
-command bodies, so ``rc run`` never pays for importing the server.
-"""
+"""``rc serve``, ``rc worker``, ``rc up``; server imports stay inside the command bodies."""
 
 from __future__ import annotations
 
@@ -173,23 +169,13 @@ def worker(config_path: str, log_format: str, stray: tuple[str, ...]) -> None:
     sys.exit(process.main(config_path, log_format))
 
 
-#: ``rc up --devices``: the most generic devices one ``rc up`` declares. Its worker
-#: registers them all in one ``POST /v1/workers/register``, whose body may carry 1 MiB
-#: (``core.limits.BODY_BYTES``), and each ``slotN`` costs some 70 bytes of
-#: it (its entries in ``devices``, ``labels``, ``declared_labels`` and
-#: ``device_sheets``): about 15,000 fit. The ceiling keeps room for the longest host
-#: name and host labels; ``tests/cli/test_up_devices.py`` builds the worker's own
-#: registration at the ceiling and checks it fits.
+#: About 15,000 ``slotN`` fit one 1 MiB registration body; the rest is room for host
+#: names and labels (``tests/cli/test_up_devices.py`` checks it fits).
 UP_DEVICES = (1, 10_000)
 
 
 def check_up_devices(count: int) -> None:
-    """Refuse a ``--devices`` count outside ``UP_DEVICES``, before anything starts.
-
-    Zero or fewer would start a controller whose worker then refuses its empty device
-    list; more than the ceiling, a worker whose registration the controller refuses
-    as too large, both only after the start-up.
-    """
+    """Before start-up: either bound would otherwise fail only after it."""
     low, high = UP_DEVICES
     if not low <= count <= high:
         raise click.UsageError(f"--devices must be in {low}..{high}, got {count}")

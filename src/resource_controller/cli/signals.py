@@ -1,20 +1,8 @@
-"""SIGINT and SIGTERM: the first one interrupts, the second one kills.
+"""The first SIGINT/SIGTERM raises ``Interrupted``, the second kills.
 
-``rc`` turns the first signal into an ``Interrupted`` exception, raised from the
-handler so that it also breaks out of a blocking socket read or a sleep (a handler
-that only set a flag would leave ``rc run`` stuck in a log stream that may last
-hours). Before raising, the handler restores the operating system's default action
-for both signals, so a second Ctrl-C, or CI's SIGTERM after a SIGINT, ends the
-process at once, even while ``rc`` is cancelling a queued job.
-
-Each command decides what an interrupt means for it (cancel, detach, or an ordinary
-failure); ``main`` turns an unhandled one into exit 1.
-
-A signal can land while Python runs a finaliser (an ``__del__`` reached by the garbage
-collector, a weakref callback): an exception raised there is reported as "ignored" and
-dropped, and ``rc logs -f`` would follow on forever with the defaults already restored.
-``install`` therefore also hooks ``sys.unraisablehook``: a dropped ``Interrupted`` is
-raised again moments later, from a one-shot ``SIGALRM``, in ordinary code.
+Raised from the handler, not a flag, to break out of blocking reads. ``install`` also
+hooks ``sys.unraisablehook``: an ``Interrupted`` dropped in a finaliser is raised again
+from a one-shot ``SIGALRM``.
 """
 
 from __future__ import annotations
@@ -34,12 +22,7 @@ _hooked = False
 
 
 class Interrupted(BaseException):
-    """The first SIGINT or SIGTERM arrived.
-
-    A ``BaseException`` (like ``KeyboardInterrupt``) so that ``except Exception``
-    blocks in libraries let it through, but not a ``KeyboardInterrupt``, which click
-    would turn into its own abort.
-    """
+    """Not a ``KeyboardInterrupt``, which click would turn into its own abort."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

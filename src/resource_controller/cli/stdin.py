@@ -1,13 +1,4 @@
-"""``rc run -i``: this process's stdin to the job, over pipe mode (CP-001, like ``docker run -i``).
-
-Without ``-i`` a job's stdin is ``/dev/null`` and ``rc`` never reads its own. With it
-the job runs with ``stdio: "pipe"``: the relay's input half carries stdin raw, its end
-being the job's stdin EOF, and the output half the job's stdout, raw, to ``rc``'s
-stdout. In pipe mode the job's stderr is kept by the worker, not shown.
-
-A signal to ``rc`` ends the session and surfaces as ``signals.Interrupted``, so
-``rc run`` detaches as from a log stream.
-"""
+"""``rc run -i``: stdin to the job over pipe mode (CP-001); the job's stderr is kept, not shown."""
 
 from __future__ import annotations
 
@@ -20,7 +11,6 @@ from resource_controller.cli.tty import SessionState, ended, readable, session
 from resource_controller.client import api
 from resource_controller.h1 import aio
 
-#: Bytes per read of stdin.
 BLOCK = 65_536
 
 

@@ -1,8 +1,4 @@
-"""Timestamps for humans and durations between them.
-
-Kept apart from the rest of the CLI so that ``datetime`` is imported only by the
-commands that print times (``rc jobs``, ``rc describe``), not by ``rc run``.
-"""
+"""Timestamps and durations, apart so ``rc run`` never imports ``datetime``."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
-"""``rc run --tty``: this terminal, attached to the job's terminal.
+"""``rc run --tty``: this terminal, raw, attached to the job's terminal.
 
-The local terminal goes into raw mode for the session, and comes back on every way
-out: the session ending, an error, an exception, a signal. It is restored *before*
-anything else is printed; if restoring fails, the user is told (with
-``\\r\\n`` line ends, the terminal being raw) to run ``reset``.
-
-In raw mode Ctrl-C is a byte like any other and goes to the job. A signal
-that still reaches ``rc`` (SIGTERM, SIGHUP, a SIGINT from ``kill``) ends the session
-and surfaces as ``signals.Interrupted`` once the terminal is back, so ``rc run``
-detaches exactly as it would from a log stream.
-
-The session is two relay halves: output opened first, then input, which
-carries newline-delimited JSON frames: the window size first and after every
-SIGWINCH, then one data frame per read of stdin, at most 4096 bytes.
-
-A job can end before its client's halves are attached (a job that exits at once with
-no output ends its session first); the halves then wait in a fresh session that no
-worker will ever join. ``JobWatch`` asks for the job's state meanwhile and ends the
-session once the job is over, for every relayed command (``--tty``, ``-i``, ``rc cp``).
+The terminal is restored before anything else is printed, on every way out.
+``JobWatch`` ends a session no worker will join: a job can end before its halves attach.
 """
 
 from __future__ import annotations
@@ -42,7 +26,6 @@ from resource_controller.client import api
 from resource_controller.core.states import TERMINAL
 from resource_controller.h1 import aio
 
-#: Most bytes of one data frame.
 FRAME_BYTES = 4096
 #: What ``--tty`` without a command runs: the box's bash, else its sh.
 DEFAULT_SHELL = ["/bin/sh", "-c", "exec $(command -v bash || command -v sh) -i"]
@@ -87,12 +70,7 @@ LAST_BYTES_GRACE = 2.0
 
 
 class JobWatch:
-    """Calls ``on_end`` once the job is terminal and its last bytes had time to arrive.
-
-    The worker closes its relay halves before it reports the job's end, so a
-    job seen terminal has sent everything it will send; a session still open then is
-    one nobody joins.
-    """
+    """The worker closes its halves before reporting the end, so a terminal job has sent all."""
 
     def __init__(self, base: str, token: str, job_id: str, on_end: Callable[[], None]) -> None:
         self.path = f"/v1/jobs/{job_id}"
@@ -137,11 +115,7 @@ class SessionState:
 
 
 def attach(client: api.JsonClient, job_id: str) -> None:
-    """TTY: raw mode, the relay, until the output half ends.
-
-    Raises ``NotATerminal`` before touching anything when stdin is not a terminal,
-    ``common.Failure`` when the relay fails, ``signals.Interrupted`` for a signal.
-    """
+    """``NotATerminal`` is raised before touching anything."""
     in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
     if not os.isatty(in_fd):
         raise NotATerminal(NOT_A_TERMINAL)
@@ -183,8 +157,7 @@ async def session(
     what: str,
     output: str,
 ) -> SessionState:
-    """One relayed session: output half, then input half (``feed`` writes it), until
-    the output ends, the job does (``JobWatch``), or a signal."""
+    """Until the output ends, the job does, or a signal."""
     state = SessionState()
     loop = asyncio.get_running_loop()
     for sig in DETACHING:
@@ -250,8 +223,7 @@ def on_signal(state: SessionState, signum: int) -> None:
 async def open_halves(
     base: str, token: str, job_id: str, named: str
 ) -> tuple[aio.Exchange, aio.Exchange]:
-    """The relay's output half, then its input half; a refusal names the half
-    (``named``, a template for ``output`` or ``input``)."""
+    """``named`` is a template for ``output`` or ``input``."""
     path = f"/v1/jobs/{job_id}/tty"
     halves: list[aio.Exchange] = []
     for half, method, tail in (("output", "GET", "out"), ("input", "POST", "in")):

@@ -1,9 +1,4 @@
-"""``rc usage``: who used the devices, one line per person, device or host.
-
-Like ``sreport``: the answer to "who used the GPUs last week" from ``GET /v1/usage``.
-The flags are checked before any request, so a ``--since`` that is not a
-duration is refused with its examples instead of a controller's 400.
-"""
+"""``rc usage``: flags are checked first so a bad ``--since`` gets examples, not a 400."""
 
 from __future__ import annotations
 

@@ -26,11 +26,7 @@ def whoami() -> None:
 
 
 def warn_if_replaced(client: api.JsonClient, submitter: str) -> None:
-    """Say on stderr when a named client token will record ``--as`` under its name.
-
-    One ``GET /v1/whoami``, made only when ``--as`` was given, so a plain ``rc run``
-    costs no extra request. A failure here is left to the submit that follows to report.
-    """
+    """Asked only with ``--as``, so a plain ``rc run`` costs no request; failures are left to the submit."""
     try:
         data = client.whoami()
     except errors.ClientError:
