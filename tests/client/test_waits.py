@@ -147,6 +147,22 @@ def test_a_follow_broken_for_longer_says_so_once() -> None:
     assert len(steps.notes) == 1 and "resuming where it stopped" in steps.notes[0]
 
 
+def test_a_quiet_stream_between_two_short_breaks_says_nothing() -> None:
+    # The second break is measured from when the stream was open again, not from the
+    # first break: a long quiet stretch on a working stream is no interruption.
+    reset = errors.Disconnected("GET logs: reset")
+    streams = [Stream([b"a", reset]), Stream([None, None, reset]), Stream([b"b", b""])]
+
+    def answer(step: object) -> Any:
+        return streams.pop(0) if isinstance(step, calls.Open) else view("running")
+
+    steps = Steps(answer)
+    follow(steps)
+    assert b"".join(steps.out) == b"ab"
+    assert steps.now >= 2 * waits.FOLLOW_IDLE
+    assert steps.notes == []
+
+
 def test_a_silent_follow_asks_after_the_job_and_stays_open_on_the_same_controller() -> None:
     stream = Stream([b"a", None, None, b"b", b""])
     steps = Steps(lambda step: stream if isinstance(step, calls.Open) else view("running"))

@@ -202,7 +202,7 @@ def follow(
     heard = now()
     stream = None
     noted = False
-    broken: float | None = None  # since when no stream delivered
+    broken: float | None = None  # since when no stream was open
     while True:
         error: errors.ClientError | None = None
         if stream is None:
@@ -214,6 +214,8 @@ def follow(
                 error = e
             except errors.TransportError as e:
                 error = e
+            else:
+                broken = None
         if stream is not None:
             try:
                 chunk = yield calls.Read(stream, FOLLOW_IDLE)
@@ -222,7 +224,7 @@ def follow(
                 stream, error = None, e
             else:
                 if chunk:
-                    heard, broken = now(), None
+                    heard = now()
                     offset += len(chunk)
                     if sink is None:
                         yield calls.Out(chunk)

@@ -143,6 +143,7 @@ async def poll(
         if gone.done():
             return Done(([], []))
         handed, kills = await svc.db(svc.store.reports.take_work, worker_id, have)
+        have = None  # a lost answer predates this poll: only its first look re-offers
         if handed or kills:
             return _handed(svc, handed, kills)
         remaining = deadline - loop.time()
