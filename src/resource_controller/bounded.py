@@ -109,6 +109,11 @@ DeviceCount = Annotated[
     AfterValidator(_in_range(limits.DEVICE_COUNT)),
     _schema(minimum=limits.DEVICE_COUNT.low, maximum=limits.DEVICE_COUNT.high),
 ]
+Retries = Annotated[
+    StrictInt,
+    AfterValidator(_in_range(limits.RETRIES)),
+    _schema(minimum=limits.RETRIES.low, maximum=limits.RETRIES.high),
+]
 DeviceIds = Annotated[
     list[StrictStr],
     Field(max_length=limits.DEVICE_COUNT.high),

@@ -202,6 +202,14 @@ class SubmitRequest(_ClientRequest):
     #: Jobs this one waits for: to succeed, or with ``after_any`` to end.
     after: b.AfterIds | None = None
     after_any: StrictBool = False
+    #: EXT-RETRY-1: attempts after the first, and which ends call for one (lost, failed, any).
+    retries: b.Retries = 0
+    retry_on: StrictStr = ""
+    #: EXT-PREEMPT-1/2: may be stopped to make room; then ends instead of queueing again; its
+    #: own grace between SIGTERM and SIGKILL (0: the controller's).
+    preemptible: StrictBool = False
+    no_requeue: StrictBool = False
+    preempt_grace_seconds: b.Seconds = 0
 
 
 class KillRequest(_ClientRequest):

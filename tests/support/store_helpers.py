@@ -135,6 +135,7 @@ def jobs_by_name(store: Store) -> list[JobRecord]:
         m["env"] = json.loads(m["env"]) if m["env"] else {}
         m["device_ids"] = split_ids(m["device_ids"] or "")
         m["after_ids"] = split_ids(m["after_ids"] or "")
+        m["avoid_device_ids"] = split_ids(m["avoid_device_ids"] or "")
         out.append(JobRecord(**m, lease_epoch=0))
     return out
 

@@ -39,6 +39,11 @@ FIELDS: dict[str, Any] = {
     "device_ids": None,
     "after": None,
     "after_any": False,
+    "retries": 0,
+    "retry_on": "",
+    "preemptible": False,
+    "no_requeue": False,
+    "preempt_grace_seconds": 0,
 }
 
 #: What a refusal calls each value: the Python API's argument names...
@@ -52,6 +57,11 @@ API = {
     "after": "after",
     "after_any": "after_any",
     "no_wait": "no_wait",
+    "retries": "retries",
+    "retry_on": "retry_on",
+    "preemptible": "preemptible",
+    "no_requeue": "no_requeue",
+    "preempt_grace": "preempt_grace",
 }
 #: ... and the command line's flags.
 CLI = {
@@ -64,6 +74,11 @@ CLI = {
     "after": "--after",
     "after_any": "--after-any",
     "no_wait": "--no-wait",
+    "retries": "--retries",
+    "retry_on": "--retry-on",
+    "preemptible": "--preemptible",
+    "no_requeue": "--no-requeue",
+    "preempt_grace": "--preempt-grace",
 }
 
 #: The longest ceiling the controller takes (``core.limits.SECONDS``: 68 years), and the
@@ -71,6 +86,9 @@ CLI = {
 MAX_CEILING = 2**31 - 1
 MAX_CEILING_TEXT = "596523h14m7s"
 AFTER_MAX = 64
+#: The most retries a job may ask for (``core.limits.RETRIES``) and what may call for one.
+RETRIES_MAX = 10
+RETRY_ON = ("lost", "failed", "any")
 
 
 class BadSubmit(ValueError):
@@ -107,9 +125,14 @@ class Submit:
         "idle_timeout_seconds",
         "kind",
         "max_runtime_seconds",
+        "no_requeue",
         "no_wait",
+        "preempt_grace_seconds",
+        "preemptible",
         "priority",
         "reason",
+        "retries",
+        "retry_on",
         "selector",
         "stdio",
     )
@@ -132,6 +155,11 @@ class Submit:
         kind: str = "",
         reason: str = "",
         stdio: str = "",
+        retries: int = 0,
+        retry_on: str = "",
+        preemptible: bool = False,
+        no_requeue: bool = False,
+        preempt_grace: Any = None,
         names: Mapping[str, str] = API,
     ) -> None:
         self.command = None if command is None else list(command)
@@ -148,6 +176,15 @@ class Submit:
         self.kind = kind
         self.reason = reason
         self.stdio = stdio
+        self.retries, self.retry_on = retry_rule(retries, retry_on, names)
+        self.preemptible, self.no_requeue = preemptible, no_requeue
+        self.preempt_grace_seconds = ceiling(preempt_grace, names["preempt_grace"])
+        for flag, given in (("no_requeue", no_requeue), ("preempt_grace", preempt_grace)):
+            if given and not preemptible:
+                raise BadSubmit(
+                    f"{names[flag]} needs {names['preemptible']}: only a preemptible job is"
+                    " preempted"
+                )
         self.idempotency_key = new_idempotency_key()
 
     @property
@@ -167,6 +204,21 @@ class Submit:
             count=1 if self.device_ids else self.count,
         )
         return {k: v for k, v in values.items() if k == "submitter" or v != FIELDS[k]}
+
+
+def retry_rule(retries: Any, retry_on: str, names: Mapping[str, str] = API) -> tuple[int, str]:
+    """(retries, retry_on) checked: 0..10 attempts after the first, on lost, failed or any."""
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise BadSubmit(f"{names['retries']} must be a whole number, got {retries!r}")
+    if not 0 <= retries <= RETRIES_MAX:
+        raise BadSubmit(f"{names['retries']} {retries} is outside 0..{RETRIES_MAX}")
+    if retry_on and retry_on not in RETRY_ON:
+        raise BadSubmit(
+            f"{names['retry_on']} {retry_on!r} is not one of {', '.join(RETRY_ON)}"
+        )
+    if retry_on and not retries:
+        raise BadSubmit(f"{names['retry_on']} needs {names['retries']}: the attempts to make")
+    return retries, retry_on
 
 
 def hold(ttl: Any, reason: str, names: Mapping[str, str] = API, **where: Any) -> Submit:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from resource_controller import errors, wire
 from resource_controller.core import mig, scheduling, selectors, share
-from resource_controller.core.states import Kind, Stdio
+from resource_controller.core.states import Kind, RetryOn, Stdio
 from resource_controller.store.jobs import NewJob
 
 
@@ -47,6 +47,16 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         except selectors.SelectorError as exc:
             raise errors.BadSelector(str(exc)) from None
     after = _after(req)
+    retry_on = req.retry_on or RetryOn.LOST
+    if retry_on not in {r.value for r in RetryOn}:
+        raise errors.BadRequest(f"unknown retry_on {req.retry_on!r} (lost, failed or any)")
+    if req.retry_on and not req.retries:
+        raise errors.BadRequest("retry_on needs retries: the attempts to make")
+    if kind == Kind.HOLD and (req.retries or req.preemptible):
+        raise errors.BadRequest("a hold is never retried or preempted")
+    if (req.no_requeue or req.preempt_grace_seconds) and not req.preemptible:
+        given = "no_requeue" if req.no_requeue else "preempt_grace_seconds"
+        raise errors.BadRequest(f"{given} needs preemptible: only a preemptible job is preempted")
     return NewJob(
         command=command,
         submitter=req.submitter,
@@ -65,6 +75,11 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         device_ids=device_ids,
         after=after,
         after_any=req.after_any,
+        retries=req.retries,
+        retry_on=retry_on,
+        preemptible=req.preemptible,
+        no_requeue=req.no_requeue,
+        preempt_grace_seconds=req.preempt_grace_seconds,
     )
 
 

@@ -46,6 +46,9 @@ EXIT_CODE = IntRange(-(2**31), 2**31 - 1, "exit statuses are 32-bit; the column 
 #: Devices one job may ask for on one host: keeps a ``device_ids`` list and a pass's work small.
 DEVICE_COUNT = IntRange(1, 1024, "more devices than any one host carries")
 
+#: Retries a job may ask for (EXT-RETRY-1): a job failing eleven times is failing, not unlucky.
+RETRIES = IntRange(0, 10, "a job that fails eleven times needs a person, not a twelfth try")
+
 #: Submit's strings and collections.
 COMMAND = Size(256 * KIB, "an argv the kernel would run", count=4096, unit="arguments")
 ENV = Size(256 * KIB, "an environment the kernel would accept", count=1024, unit="entries")

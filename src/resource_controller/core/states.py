@@ -15,6 +15,14 @@ class JobState(StrEnum):
     LOST = "lost"
 
 
+class RetryOn(StrEnum):
+    """Which ends of an attempt send its job back to the queue (EXT-RETRY-1)."""
+
+    LOST = "lost"
+    FAILED = "failed"
+    ANY = "any"
+
+
 class DeviceState(StrEnum):
     READY = "ready"
     BUSY = "busy"

@@ -12,7 +12,7 @@ from typing import Any
 from resource_controller import crashpoints, errors
 from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
-from resource_controller.core.states import DeviceState, JobState, Kind, Quarantine
+from resource_controller.core.states import DeviceState, JobState, Kind, Quarantine, RetryOn
 from resource_controller.core.transitions import JOB, Op
 from resource_controller.store import (
     after,
@@ -60,6 +60,11 @@ class NewJob:
     #: Jobs it waits for, and whether any end will do or only ``succeeded``.
     after: tuple[str, ...] = ()
     after_any: bool = False
+    retries: int = 0
+    retry_on: str = RetryOn.LOST
+    preemptible: bool = False
+    no_requeue: bool = False
+    preempt_grace_seconds: int = 0
 
 
 class KillRequest(StrEnum):
@@ -245,6 +250,12 @@ def enqueue(
         after_ids=req.after,
         after_any=int(req.after_any),
         after_open=waits,
+        pinned=int(bool(req.device_id or pins)),
+        retries=req.retries,
+        retry_on=req.retry_on,
+        preemptible=int(req.preemptible),
+        no_requeue=int(req.no_requeue),
+        preempt_grace_seconds=req.preempt_grace_seconds,
     )
     moves.create(conn, JOB, Op.ENQUEUE, job.columns())
     return job

@@ -78,6 +78,7 @@ _I_COMMAND = JOB_COLS.index("command")
 _I_ENV = JOB_COLS.index("env")
 _I_DEVICE_IDS = JOB_COLS.index("device_ids")
 _I_AFTER_IDS = JOB_COLS.index("after_ids")
+_I_AVOID = JOB_COLS.index("avoid_device_ids")
 _N_JOB_COLS = len(JOB_COLS)
 
 
@@ -96,6 +97,7 @@ def job_record(row: Sequence[Any]) -> JobRecord:
     values[_I_ENV] = json.loads(env) if env and env != "{}" else {}
     values[_I_DEVICE_IDS] = split_ids(values[_I_DEVICE_IDS] or "")
     values[_I_AFTER_IDS] = split_ids(values[_I_AFTER_IDS] or "")
+    values[_I_AVOID] = split_ids(values[_I_AVOID] or "")
     values[-1] = values[-1] or 0
     return JobRecord._make(values)
 

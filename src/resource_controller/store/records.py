@@ -52,6 +52,24 @@ class JobRecord(NamedTuple):
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     gpu_samples: int | None = None
+    #: Migration 0014: the attempt (1 first), retries allowed and on what (EXT-RETRY-1), attempts
+    #: preemption ended, the devices the latest attempt ended on, whether the submit named its
+    #: devices.
+    attempt: int = 1
+    retries: int = 0
+    retry_on: str = "lost"
+    preemptions: int = 0
+    avoid_device_ids: tuple[str, ...] = ()
+    pinned: int = 0
+    #: Its array ('' for none) and index in it (EXT-ARRAY-1).
+    array_id: str = ""
+    array_index: int | None = None
+    #: EXT-PREEMPT: may be stopped to make room; ends instead of queueing again; its own grace
+    #: (0: the controller's); the job its current attempt makes room for.
+    preemptible: int = 0
+    no_requeue: int = 0
+    preempt_grace_seconds: int = 0
+    preempted_by: str = ""
     #: Epoch of the job's newest lease, live or released; 0 when it never held one.
     lease_epoch: int = 0
 
@@ -103,6 +121,7 @@ class JobRecord(NamedTuple):
         m["env"] = json.dumps(self.env) if self.env else None
         m["device_ids"] = join_ids(self.device_ids)
         m["after_ids"] = join_ids(self.after_ids)
+        m["avoid_device_ids"] = join_ids(self.avoid_device_ids)
         return m
 
 

@@ -80,6 +80,52 @@ jobs = sa.Table(
     sa.Column("gpu_util_mean", sa.Float, nullable=True),
     sa.Column("gpu_mem_peak_bytes", sa.BigInteger, nullable=True),
     sa.Column("gpu_samples", sa.Integer, nullable=True),
+    #: Migration 0014. The attempt running or last run (1 first); retries allowed and on what;
+    #: how many attempts preemption ended (counted apart from retries); the devices the latest
+    #: attempt ended on, avoided while another fits; 1 when the submit named its devices (a
+    #: requeue keeps them, and clears any other job's).
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retry_on", sa.Text, nullable=False, server_default="lost"),
+    sa.Column("preemptions", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("avoid_device_ids", sa.Text, nullable=False, server_default=""),
+    sa.Column("pinned", sa.Integer, nullable=False, server_default="0"),
+    #: The array the job is a task of ('' for none) and its index in it.
+    sa.Column("array_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("array_index", sa.Integer, nullable=True),
+    #: May be stopped to make room; ends ``killed`` instead of queueing again; its own grace
+    #: (0: the controller's); the job its current attempt was chosen to make room for.
+    sa.Column("preemptible", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("no_requeue", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("preempt_grace_seconds", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("preempted_by", sa.Text, nullable=False, server_default=""),
+)
+
+#: An array of tasks submitted in one request (EXT-ARRAY-1); ``max_running`` 0 is no cap.
+arrays = sa.Table(
+    "arrays",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("max_running", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("submitter", sa.Text, nullable=False),
+    sa.Column("submitted_at", sa.BigInteger, nullable=False),
+)
+
+#: Every attempt that ended and sent its job back to the queue (EXT-RETRY-1, EXT-PREEMPT-2).
+job_attempts = sa.Table(
+    "job_attempts",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("device_ids", sa.Text, nullable=False, server_default=""),
+    sa.Column("worker_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("started_at", sa.BigInteger, nullable=True),
+    sa.Column("ended_at", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("kill_reason", sa.Text, nullable=False, server_default=""),
 )
 
 leases = sa.Table(
@@ -257,4 +303,11 @@ sa.Index(
     postgresql_where=sa.text("ended != ''"),
 )
 sa.Index("usage_totals_recent", usage_totals.c.dim, usage_totals.c.last_hour)
+sa.Index(
+    "jobs_array",
+    jobs.c.array_id,
+    jobs.c.array_index,
+    sqlite_where=sa.text("array_id != ''"),
+    postgresql_where=sa.text("array_id != ''"),
+)
 sa.Index("device_recoveries_device_at", device_recoveries.c.device_id, device_recoveries.c.at)
