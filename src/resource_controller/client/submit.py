@@ -213,9 +213,7 @@ def retry_rule(retries: Any, retry_on: str, names: Mapping[str, str] = API) -> t
     if not 0 <= retries <= RETRIES_MAX:
         raise BadSubmit(f"{names['retries']} {retries} is outside 0..{RETRIES_MAX}")
     if retry_on and retry_on not in RETRY_ON:
-        raise BadSubmit(
-            f"{names['retry_on']} {retry_on!r} is not one of {', '.join(RETRY_ON)}"
-        )
+        raise BadSubmit(f"{names['retry_on']} {retry_on!r} is not one of {', '.join(RETRY_ON)}")
     if retry_on and not retries:
         raise BadSubmit(f"{names['retry_on']} needs {names['retries']}: the attempts to make")
     return retries, retry_on

@@ -25,6 +25,7 @@ class Op(StrEnum):
     CANCEL_QUEUED = "cancel_queued"  # STORE-090
     DEPENDENCY_FAILED = "dependency_failed"  # a job it waited for ended otherwise
     KILL_FINALIZE = "kill_finalize"  # STORE-092
+    REQUEUE = "requeue"  # an attempt ended and its job queues again (EXT-RETRY-1, EXT-PREEMPT-2)
     HEARTBEAT_RESTORE = "heartbeat_restore"  # STORE-096 step 2b
     HEARTBEAT_BUSY = "heartbeat_busy"  # STORE-096 step 4
     HEARTBEAT_READY = "heartbeat_ready"  # STORE-096 step 5
@@ -117,5 +118,6 @@ JOB = Machine(
         Op.EXPIRE: _m(_ACTIVE, JobState.LOST),  # lease expired
         Op.REAP: _m(_ACTIVE, JobState.LOST),  # worker re-registered / host rebooted
         Op.KILL_FINALIZE: _m(_ACTIVE, JobState.KILLED),  # kill flag kept set
+        Op.REQUEUE: _m(_ACTIVE, JobState.QUEUED),  # core.retry's verdict only
     },
 )

@@ -18,7 +18,16 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import DEVICE, Op
-from resource_controller.store import leadership, leases, moves, queries, races, sql, sweep
+from resource_controller.store import (
+    attempts,
+    leadership,
+    leases,
+    moves,
+    queries,
+    races,
+    sql,
+    sweep,
+)
 from resource_controller.store.base import Core
 from resource_controller.store.records import AutoRecovery, Recovered, Registration, SweepResult
 
@@ -268,7 +277,7 @@ def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> list[str]:
     )
     reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
     for job in reaped:
-        moves.end_job(conn, Op.REAP, job.id, JobState.LOST, reason, now)
+        attempts.end(conn, Op.REAP, job, JobState.LOST, reason, now)
         devices = sorted(set(leases.release_for_job(conn, now, job.id)) | set(job.devices))
         if not devices:
             continue

@@ -125,6 +125,21 @@ class JobRecord(NamedTuple):
         return m
 
 
+class AttemptRecord(NamedTuple):
+    """An attempt that ended and sent its job back to the queue (``job_attempts``)."""
+
+    job_id: str
+    attempt: int
+    device_ids: str
+    worker_id: str
+    started_at: int | None
+    ended_at: int
+    #: The job state it ended in, or ``preempted``.
+    state: str
+    exit_code: int | None
+    kill_reason: str
+
+
 def join_ids(ids: tuple[str, ...] | list[str]) -> str:
     """The stored form of a device list (``jobs.device_ids``): comma-separated, '' for ()."""
     return ",".join(ids)
@@ -242,11 +257,15 @@ class SweepResult:
     leases_expired: list[str] = field(default_factory=list)
     #: Whether this pass was allowed to expire leases and write workers off.
     judging: bool = True
+    #: Jobs whose attempt was lost and which queue again (EXT-RETRY-1).
+    jobs_requeued: list[str] = field(default_factory=list)
 
     @property
     def alarming(self) -> bool:
         """Anything beyond mere ``unknown`` demotions (SRV-031: those are not worth a warning)."""
-        return bool(self.devices_unhealthy or self.jobs_lost or self.leases_expired)
+        return bool(
+            self.devices_unhealthy or self.jobs_lost or self.leases_expired or self.jobs_requeued
+        )
 
 
 @dataclass(frozen=True)

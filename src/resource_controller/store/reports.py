@@ -9,7 +9,17 @@ from collections.abc import Callable, Sequence
 from resource_controller import errors
 from resource_controller.core.states import ACTIVE, TERMINAL, DeviceState, JobState, Quarantine
 from resource_controller.core.transitions import DEVICE, JOB, Op
-from resource_controller.store import after, leases, locks, moves, passes, queries, races, sql
+from resource_controller.store import (
+    after,
+    attempts,
+    leases,
+    locks,
+    moves,
+    passes,
+    queries,
+    races,
+    sql,
+)
 from resource_controller.store.base import Core
 from resource_controller.store.jobs import Handed, Queue
 from resource_controller.store.records import (
@@ -200,8 +210,8 @@ def release_job(
     reason: str,
     gpu: GpuUse = NO_GPU_USE,
 ) -> None:
-    """The worker's terminal report (STORE-082): end the job, free its busy devices, release its
-    leases; a terminal job is left as it is."""
+    """The worker's terminal report (STORE-082): end the attempt (the job, unless it queues
+    again), free its busy devices, release its leases; a terminal job is left as it is."""
     if state not in TERMINAL:
         raise errors.InvalidTransition(f"state {state!r} is not terminal")
     if job.terminal:
@@ -212,7 +222,7 @@ def release_job(
         )
     measured = {"gpu_util_mean": gpu.util_mean, "gpu_mem_peak_bytes": gpu.mem_peak_bytes}
     measured |= {"gpu_samples": gpu.samples, "exit_code": exit_code}
-    if moves.end_job(conn, Op.RELEASE, job.id, state, reason, now, **measured) != 1:
+    if attempts.end(conn, Op.RELEASE, job, state, reason, now, **measured) is None:
         raise errors.StoreError(f"job {job.id} changed state under a serialised release")
     # The devices first, then the leases: a grant flips its device before it inserts
     # the lease, and both orders alike keep two controllers' grant and release from

@@ -13,7 +13,7 @@ from resource_controller.core.states import (
     Quarantine,
 )
 from resource_controller.core.transitions import Op
-from resource_controller.store import leases, moves, queries, sql
+from resource_controller.store import attempts, leases, moves, queries, sql
 from resource_controller.store.records import SweepResult
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
@@ -23,9 +23,10 @@ def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
     """One sweep at ``now`` under ``rules``."""
     judging = rules.judging(now)  # read once: devices and leases judged consistently
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
-    lost = [] if rules.retain else _reap(conn, now, reap)
-    expired = _expire(conn, now, rules) if judging else []
-    return SweepResult(unknown, unhealthy, lost, expired, judging)
+    requeued: list[str] = []
+    lost = [] if rules.retain else _reap(conn, now, reap, requeued)
+    expired = _expire(conn, now, rules, requeued) if judging else []
+    return SweepResult(unknown, unhealthy, lost, expired, judging, requeued)
 
 
 #: Devices whose worker was last heard by ``?``; ``CROSS JOIN`` walks the quiet workers first.
@@ -64,8 +65,9 @@ def _demote(
     return unknown, unhealthy, reap
 
 
-def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
-    """Every active job on a written-off device -> ``lost``, whatever its worker."""
+def _reap(conn: sql.Db, now: int, reap: list[str], requeued: list[str]) -> list[str]:
+    """Every active job on a written-off device -> ``lost``, whatever its worker, unless it
+    queues again (then in ``requeued``)."""
     if not reap:
         return []
     marks = sql.marks(len(reap))
@@ -81,14 +83,17 @@ def _reap(conn: sql.Db, now: int, reap: list[str]) -> list[str]:
     ]
     lost: list[str] = []
     for job_id in victims:
-        if moves.end_job(conn, Op.WRITE_OFF, job_id, JobState.LOST, REASON_WORKER_LOST, now):
+        job = queries.job(conn, job_id)
+        ended = attempts.end(conn, Op.WRITE_OFF, job, JobState.LOST, REASON_WORKER_LOST, now)
+        if ended:
             leases.release_for_job(conn, now, job_id)
-            lost.append(job_id)
+            (requeued if ended == JobState.QUEUED else lost).append(job_id)
     return lost
 
 
-def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
-    """End every lapsed live lease by its own ID and quarantine its device."""
+def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules, requeued: list[str]) -> list[str]:
+    """End every lapsed live lease by its own ID and quarantine its device; a job that queues
+    again goes in ``requeued``, not in what it returns."""
     live = conn.all(
         "SELECT id, device_id, job_id, expires_at, kind FROM leases"
         " WHERE released_at IS NULL ORDER BY acquired_at, id"
@@ -110,6 +115,8 @@ def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules) -> list[str]:
         if not job_id:
             reported.append(lease_id)
             continue
-        if moves.end_job(conn, Op.EXPIRE, job_id, JobState.LOST, REASON_LEASE_EXPIRED, now):
-            reported.append(job_id)
+        job = queries.job(conn, job_id)
+        ended = attempts.end(conn, Op.EXPIRE, job, JobState.LOST, REASON_LEASE_EXPIRED, now)
+        if ended:
+            (requeued if ended == JobState.QUEUED else reported).append(job_id)
     return reported
