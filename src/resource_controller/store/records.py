@@ -254,7 +254,7 @@ class RecoveryEntry:
 
 
 @dataclass(frozen=True)
-class RecoveryHistory:
+class DeviceRecoveries:
     """One device's automatic recoveries inside the sliding window."""
 
     recoveries: list[RecoveryEntry]
