@@ -127,7 +127,7 @@ ROUTES: tuple[Route, ...] = (
         jobs.submit,
         body=wire.SubmitRequest,
         status=201,
-        answer=wire.Job,
+        answer=wire.JobBody,
         errors=(409,),
     ),
     Route(
@@ -253,7 +253,7 @@ ROUTES: tuple[Route, ...] = (
         "/v1/usage",
         CLIENT,
         fleet.usage,
-        answer=wire.Usage,
+        answer=wire.UsageBody,
         errors=(400,),
         query=(
             Query(
