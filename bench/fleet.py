@@ -198,7 +198,7 @@ class SimHttp:
     def __init__(self, url: str) -> None:
         self.end = core.endpoint(url)
         headers = {"Authorization": "Bearer wtok", "Content-Type": "application/json"}
-        self.client = aio.Client(headers)
+        self.client = aio.HttpClient(headers)
 
     async def post(self, path: str, json: Any) -> aio.Answer:
         body = jsonlib.dumps(json).encode()

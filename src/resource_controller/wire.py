@@ -223,7 +223,7 @@ class DrainRequest(_ClientRequest):
     reason: b.Reason = ""
 
 
-class Job(_Response):
+class JobBody(_Response):
     id: str
     selector: str
     kind: str
@@ -280,30 +280,30 @@ class WaitingFor(_Response):
 
 
 class JobView(_Response):
-    job: Job
+    job: JobBody
     queue_position: int | None = None
     waiting_for: list[WaitingFor] | None = None
 
 
 class JobList(_Response):
-    jobs: list[Job]
+    jobs: list[JobBody]
 
 
-class Label(_Response):
+class LabelBody(_Response):
     key: str
     value: str
     source: str
     updated_at: str
 
 
-class Device(_Response):
+class DeviceBody(_Response):
     id: str
     host: str
     name: str
     worker_id: str
     state: str
     last_heartbeat_at: str
-    labels: list[Label] | None = None
+    labels: list[LabelBody] | None = None
     max_runtime_seconds: int | None = None
     draining: bool | None = None
     drained_by: str | None = None
@@ -312,7 +312,7 @@ class Device(_Response):
 
 
 class DeviceView(_Response):
-    device: Device
+    device: DeviceBody
     holder: str | None = None
     job_id: str | None = None
     kind: str | None = None
@@ -326,8 +326,8 @@ class DeviceView(_Response):
 
 class State(_Response):
     devices: list[DeviceView]
-    jobs: list[Job]
-    queued: list[Job]
+    jobs: list[JobBody]
+    queued: list[JobBody]
     queued_waiting_seconds: dict[str, int] | None = None
     queued_waiting_for: dict[str, list[WaitingFor]] | None = None
 
@@ -347,19 +347,19 @@ class RecoveryHistory(_Response):
 
 
 class Describe(_Response):
-    device: Device
+    device: DeviceBody
     holder: str | None = None
     job_id: str | None = None
     elapsed_seconds: int
     heartbeat_age_seconds: int
     quarantine_reason: str | None = None
-    labels: list[Label] | None = None
+    labels: list[LabelBody] | None = None
     label_age_seconds: dict[str, int] | None = None
     sheet: str | None = None
     sheet_updated_at: str
     sheet_age_seconds: int | None = None
     sheet_is_host_wide: bool | None = None
-    recent_jobs: list[Job] | None = None
+    recent_jobs: list[JobBody] | None = None
     recoveries: RecoveryHistory | None = None
 
 
@@ -395,7 +395,7 @@ class UsageTotal(_Response):
     sampled_device_hours: float | None = None
 
 
-class UsageGroup(_Response):
+class UsageGroupBody(_Response):
     """One submitter's, device's or host's use in the window."""
 
     group: str
@@ -406,13 +406,13 @@ class UsageGroup(_Response):
     share: float | None = None
 
 
-class Usage(_Response):
+class UsageBody(_Response):
     """``GET /v1/usage``: who held what, largest first."""
 
     by: str
     since: str
     until: str
-    groups: list[UsageGroup]
+    groups: list[UsageGroupBody]
     total: UsageTotal
     #: Groups left out past ``limit`` (counted in ``total``).
     more: int | None = None

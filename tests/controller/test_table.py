@@ -8,7 +8,7 @@ import pytest
 from starlette.responses import Response
 
 from resource_controller.controller import table
-from resource_controller.controller.deps import Call, Route
+from resource_controller.controller.deps import Route, RouteCall
 from resource_controller.core.states import Role
 
 TABLE = table.Table(table.ROUTES)
@@ -40,7 +40,7 @@ def test_other_methods_of_a_path_are_named_for_the_405() -> None:
 
 
 def test_a_path_without_a_parameter_comes_first_and_two_parameters_are_refused() -> None:
-    async def handler(_: Call) -> Response:
+    async def handler(_: RouteCall) -> Response:
         raise AssertionError("not called")
 
     static = Route("GET", "/v1/things/all", Role.CLIENT, handler)

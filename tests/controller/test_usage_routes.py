@@ -155,6 +155,6 @@ def test_the_usage_answer_matches_its_published_schema(rc: Harness) -> None:
     doc = rc.client.get("/openapi.json").json()
     op = doc["paths"]["/v1/usage"]["get"]
     assert {p["name"] for p in op["parameters"]} >= {"since", "by", "limit"}
-    schema = doc["components"]["schemas"]["Usage"]
+    schema = doc["components"]["schemas"]["UsageBody"]
     body = rc.client.get("/v1/usage").json()
     assert set(body) <= set(schema["properties"]), json.dumps(body)

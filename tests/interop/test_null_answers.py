@@ -193,17 +193,17 @@ def _holds_container(annotation: Any) -> bool:
 @pytest.mark.parametrize(
     ("model", "shape"),
     [
-        (wire.Job, shapes.JOB),
+        (wire.JobBody, shapes.JOB),
         (wire.JobView, shapes.JOB_VIEW),
         (wire.JobList, shapes.JOB_LIST),
-        (wire.Device, shapes.DEVICE),
+        (wire.DeviceBody, shapes.DEVICE),
         (wire.DeviceView, shapes.DEVICE_VIEW),
         (list[wire.DeviceView], shapes.DEVICE_VIEWS),
         (wire.State, shapes.STATE),
         (wire.Describe, shapes.DESCRIBE),
         (wire.Explain, shapes.EXPLAIN),
         (wire.RecoveryHistory, shapes.RECOVERY_HISTORY),
-        (wire.Usage, shapes.USAGE),
+        (wire.UsageBody, shapes.USAGE),
     ],
     ids=lambda x: getattr(x, "__name__", ""),
 )

@@ -38,7 +38,7 @@ from resource_controller.core.states import ACTIVE, TERMINAL, JobState, Kind
 from resource_controller.store import sql
 from resource_controller.store.devices import worker_id_for
 from resource_controller.store.facade import Store
-from resource_controller.store.jobs import KillRequest, NewJob
+from resource_controller.store.jobs import KillOutcome, NewJob
 from store.dbview import Raw, invariant_violations
 
 #: Two hosts: plain GPUs, and a GPU declared whole beside two of its MIG instances.
@@ -389,7 +389,7 @@ class World:
                 self._ended[row["id"]] = JobState.KILLED
             return
         outcome = store.queue.request_kill(row["id"], "killed by ann", op.variant % 2 == 1)
-        if outcome is KillRequest.FINALIZED:
+        if outcome is KillOutcome.FINALIZED:
             self._ended[row["id"]] = JobState.KILLED
 
     def _device(self, op: Op) -> str:

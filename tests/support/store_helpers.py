@@ -18,9 +18,9 @@ from resource_controller.store import engine, jobs, leases, queries, reports, sc
 from resource_controller.store.facade import Store
 from resource_controller.store.records import (
     DeviceRecord,
+    DeviceRecoveries,
     JobRecord,
     LeaseRecord,
-    RecoveryHistory,
     split_ids,
 )
 
@@ -56,7 +56,7 @@ def release(
         return Release(queries.job(c, job_id), job.terminal)
 
 
-def recovery_history(store: Store, device_id: str) -> RecoveryHistory:
+def recovery_history(store: Store, device_id: str) -> DeviceRecoveries:
     """Automatic recoveries inside the sliding hour, newest first (STORE-123)."""
     with store.tx() as c:
         return views.recovery_history(c, store.now(), device_id)

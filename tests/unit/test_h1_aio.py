@@ -85,8 +85,8 @@ def fixed(raw: bytes) -> Answer:
 OK_JSON = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nRc-Controller-Instance: i-1\r\n\r\n{"a": true}'
 
 
-class Client(aio.Client):
-    """``aio.Client`` taking URLs, as the tests write them."""
+class Client(aio.HttpClient):
+    """``aio.HttpClient`` taking URLs, as the tests write them."""
 
     async def get(self, url: str, *, timeout: float = 10.0) -> aio.Answer:
         return await self.call("GET", url, timeout=timeout)

@@ -91,7 +91,7 @@ def test_an_answer_that_is_not_one_reading_is_a_problem(text: str) -> None:
 
 
 def test_the_tally_reports_only_what_some_reading_gave() -> None:
-    t = gpusample.Tally()
+    t = gpusample.ReadingTally()
     assert t.fields() == {}  # absent, not zero (EXT-ACCT-1)
     t.add(Reading(None, None))
     assert t.fields() == {}

@@ -23,7 +23,7 @@ def script(path: Path, body: str, mode: int = 0o755) -> Path:
     return path
 
 
-def vpass(directory: Path | str, timeout: float = 5, budget: float = 30) -> verify.Pass:
+def vpass(directory: Path | str, timeout: float = 5, budget: float = 30) -> verify.VerifyOutcome:
     return run(
         verify.verify_pass(
             str(directory),
@@ -40,7 +40,7 @@ def vpass(directory: Path | str, timeout: float = 5, budget: float = 30) -> veri
 
 
 def test_missing_dir_is_off(tmp_path: Path) -> None:  # VERIFY-001
-    assert vpass(tmp_path / "absent") == verify.Pass()
+    assert vpass(tmp_path / "absent") == verify.VerifyOutcome()
 
 
 def test_unlistable_dir_fails(tmp_path: Path) -> None:  # VERIFY-002

@@ -66,7 +66,7 @@ class AsyncTransport:
         connect: aio.Connect = aio.open_tcp,
     ) -> None:
         self.bases = Bases(base_url, origin, missing_token, token)
-        self._http = aio.Client(self.bases.headers, connect=connect)
+        self._http = aio.HttpClient(self.bases.headers, connect=connect)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -16,7 +16,7 @@ from starlette.routing import Router
 from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import answers, deps, loops, render, table, webhooks
-from resource_controller.controller.deps import Call, Route, Services
+from resource_controller.controller.deps import Route, RouteCall, Services
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class App:
             if route.body is not None:
                 raw = await deps.read_capped(request, route.body_cap, route.body_what)
                 body = deps.parse_model(raw, route.body, empty_ok=not route.body_required)
-            return await route.handler(Call(svc, request, caller, found.param, body))
+            return await route.handler(RouteCall(svc, request, caller, found.param, body))
         except Exception as exc:
             return answers.error_answer(exc)
 

@@ -102,7 +102,7 @@ class Services:
 
 
 @dataclass(slots=True)
-class Call:
+class RouteCall:
     """One request as its handler gets it, once the route's role and body were checked."""
 
     svc: Services
@@ -122,7 +122,7 @@ class Call:
         return self.caller
 
 
-Handler = Callable[[Call], Awaitable[Response]]
+Handler = Callable[[RouteCall], Awaitable[Response]]
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,10 @@ def ts(seconds: int | None) -> str | None:
     return None if seconds is None else rfc3339(seconds)
 
 
-def job(j: JobRecord) -> wire.Job:
+def job(j: JobRecord) -> wire.JobBody:
     """The Job object: empty and zero fields become omitted."""
     return _new(
-        wire.Job,
+        wire.JobBody,
         id=j.id,
         selector=j.selector,
         kind=j.kind,
@@ -182,7 +182,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
     ]
 
 
-def usage(w: acct.Window) -> wire.Usage:
+def usage(w: acct.Window) -> wire.UsageBody:
     """A usage window: hours to the thousandth, shares to four places, GPU-hours where known."""
 
     def known(f: acct.Figures) -> dict[str, Any]:
@@ -194,13 +194,13 @@ def usage(w: acct.Window) -> wire.Usage:
         }
 
     return _new(
-        wire.Usage,
+        wire.UsageBody,
         by=w.by,
         since=ts(w.start) or "",
         until=ts(w.end) or "",
         groups=[
             _new(
-                wire.UsageGroup,
+                wire.UsageGroupBody,
                 group=g.key,
                 jobs=g.figures.jobs,
                 device_hours=acct.hours(g.figures.held_seconds),

@@ -14,7 +14,7 @@ from resource_controller.core import expiry, identity, share, states, waiting
 from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import JobState
-from resource_controller.store.jobs import KillRequest
+from resource_controller.store.jobs import KillOutcome
 from resource_controller.store.leadership import Fence
 from resource_controller.store.records import (
     Assigned,
@@ -103,10 +103,10 @@ async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest
     outcome = await svc.db(
         svc.store.queue.request_kill, job_id, reason, svc.settings.retain_disconnected_jobs
     )
-    if outcome is KillRequest.NOT_CANCELLABLE:
+    if outcome is KillOutcome.NOT_CANCELLABLE:
         raise errors.NotCancellable(f"job {job_id} already finished")
     wake = Wake.poll([job.worker_id])
-    if outcome is KillRequest.FINALIZED:  # the worker is gone: ended here, the device stays out
+    if outcome is KillOutcome.FINALIZED:  # the worker is gone: ended here, the device stays out
         return Done(None, wake | Wake.killed(job_id, schedule=True))
     return Done(None, wake | Wake.job(job_id, job.state))  # handed to the worker
 

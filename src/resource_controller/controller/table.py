@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from resource_controller import wire
 from resource_controller.controller import openapi
-from resource_controller.controller.deps import Call, Query, Route
+from resource_controller.controller.deps import Query, Route, RouteCall
 from resource_controller.controller.routes import events, fleet, jobs, ops, tty, workers
 from resource_controller.core.states import Role
 
@@ -19,7 +19,7 @@ _NO_DUPLEX = "store_error, or unsupported: no full-duplex stream (TTY-012)"
 _LOOKUP = "store_error: the job could not be looked up (TTY-003)"
 
 
-async def openapi_json(call: Call) -> Response:
+async def openapi_json(call: RouteCall) -> Response:
     """This document."""
     return Response(openapi.published(ROUTES), media_type="application/json")  # EXT-LIMITS-5
 
@@ -127,7 +127,7 @@ ROUTES: tuple[Route, ...] = (
         jobs.submit,
         body=wire.SubmitRequest,
         status=201,
-        answer=wire.Job,
+        answer=wire.JobBody,
         errors=(409,),
     ),
     Route(
@@ -253,7 +253,7 @@ ROUTES: tuple[Route, ...] = (
         "/v1/usage",
         CLIENT,
         fleet.usage,
-        answer=wire.Usage,
+        answer=wire.UsageBody,
         errors=(400,),
         query=(
             Query(

@@ -180,7 +180,7 @@ class Notifier:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
 
     async def _run(self) -> None:
-        client = aio.Client({"Content-Type": "application/json"})
+        client = aio.HttpClient({"Content-Type": "application/json"})
         try:
             while True:
                 notice = await self._queue.get()
@@ -191,7 +191,7 @@ class Notifier:
         finally:
             await client.aclose()
 
-    async def _deliver(self, client: aio.Client, notice: Notice) -> None:
+    async def _deliver(self, client: aio.HttpClient, notice: Notice) -> None:
         end, target = _where(self.url)
         wait = self.backoff
         for attempt in range(1, ATTEMPTS + 1):

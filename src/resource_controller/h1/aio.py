@@ -1,6 +1,6 @@
 """The core on asyncio streams: the worker, the asynchronous API, the relay halves, webhooks.
 
-``Client`` keeps idle keep-alive connections per endpoint; a connection interrupted
+``HttpClient`` keeps idle keep-alive connections per endpoint; a connection interrupted
 mid-exchange is closed, never reused.
 """
 
@@ -75,7 +75,7 @@ class _Conn:
 
 
 class Exchange:
-    """One request on one connection; ``head`` is its answer's once ``Client.open`` returns."""
+    """One request on one connection; ``head`` is its answer's once ``HttpClient.open`` returns."""
 
     def __init__(self, conn: _Conn, done: Callable[[_Conn, bool], None]) -> None:
         self._conn = conn
@@ -169,7 +169,7 @@ class Exchange:
             await self._conn.writer.wait_closed()
 
 
-class Client:
+class HttpClient:
     """Requests with fixed headers; idle keep-alive connections reused per endpoint."""
 
     def __init__(self, headers: Mapping[str, str] | None = None, *, connect: Connect = open_tcp):
@@ -312,7 +312,7 @@ async def relay(
         end = core.endpoint(base_url)
     except ValueError as exc:
         raise errors.TransportError(f"controller URL {exc}") from None
-    client = Client(
+    client = HttpClient(
         {"Authorization": core.bearer(token), "Content-Type": content_type, "Accept": "*/*"},
         connect=connect,
     )

@@ -67,7 +67,7 @@ class NewJob:
     preempt_grace_seconds: int = 0
 
 
-class KillRequest(StrEnum):
+class KillOutcome(StrEnum):
     """What asking to kill an active job did."""
 
     #: Flagged for its worker, which stops the process and reports.
@@ -120,24 +120,24 @@ class Queue:
     @races.again
     def request_kill(
         self, job_id: str, reason: str, finalize_disconnected: bool = False
-    ) -> KillRequest:
+    ) -> KillOutcome:
         """STORE-091..093: flag an active job for its worker, or end it here when the worker is
         gone."""
         with self._core.tx("kill") as c:
             job = queries.job(c, job_id)
             if not job.active:
-                return KillRequest.NOT_CANCELLABLE
+                return KillOutcome.NOT_CANCELLABLE
             if finalize_disconnected and _disconnected(c, job):
                 now = self._core.now()
                 flag = {"kill_requested": 1, "kill_delivered_at": 0}
                 moves.end_job(c, Op.KILL_FINALIZE, job_id, JobState.KILLED, reason, now, **flag)
                 # The device stays out: nothing proves it is empty.
                 leases.release_for_job(c, now, job_id)
-                return KillRequest.FINALIZED
+                return KillOutcome.FINALIZED
             c.execute(
                 "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0 WHERE id = ?", (job_id,)
             )
-            return KillRequest.REQUESTED
+            return KillOutcome.REQUESTED
 
     @races.again
     def run_pass(self) -> PassResult:

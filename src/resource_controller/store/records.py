@@ -292,7 +292,7 @@ class RecoveryEntry:
 
 
 @dataclass(frozen=True)
-class RecoveryHistory:
+class DeviceRecoveries:
     """One device's automatic recoveries inside the sliding window."""
 
     recoveries: list[RecoveryEntry]

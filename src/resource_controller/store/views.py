@@ -15,12 +15,12 @@ from resource_controller.store import usage as rollup
 from resource_controller.store.base import Core
 from resource_controller.store.records import (
     DeviceRecord,
+    DeviceRecoveries,
     DeviceSnapshot,
     JobRecord,
     LabelRecord,
     LeaseRecord,
     RecoveryEntry,
-    RecoveryHistory,
 )
 
 _ACTIVE: tuple[str, ...] = tuple(sorted(s.value for s in ACTIVE))
@@ -103,7 +103,7 @@ class Views:
             )
 
     @races.reconnecting
-    def explain(self, text: str) -> Explanation:
+    def explain(self, text: str) -> SelectorExplanation:
         """What a selector would match right now, from the store's fleet view."""
         parsed = selectors.parse(text)
         with self._core.tx() as c:
@@ -111,7 +111,7 @@ class Views:
             matching = scheduling.matching(parsed, snaps)
             ids = {d.id for d in matching}
             depth = sum(scheduling.competes(j.snap(), ids, snaps) for j in _queued(c))
-            return Explanation(
+            return SelectorExplanation(
                 selector=text,
                 matching=sorted(ids),
                 free=[d.id for d in matching if d.schedulable],
@@ -238,11 +238,11 @@ class Description:
     snapshot: DeviceSnapshot
     sheet: Sheet
     recent_jobs: list[JobRecord]
-    recoveries: RecoveryHistory
+    recoveries: DeviceRecoveries
 
 
 @dataclass(frozen=True)
-class Explanation:
+class SelectorExplanation:
     selector: str
     matching: list[str]
     free: list[str]
@@ -343,14 +343,14 @@ def _sheet_for(conn: sql.Db, device: DeviceRecord) -> Sheet:
     return Sheet(*sheets.get("", ("", None)), True)
 
 
-def recovery_history(conn: sql.Db, now: int, device_id: str) -> RecoveryHistory:
+def recovery_history(conn: sql.Db, now: int, device_id: str) -> DeviceRecoveries:
     """STORE-123: the device's recoveries inside the window, newest first (pruning is lazy)."""
     rows = conn.all(
         "SELECT at, reason FROM device_recoveries WHERE device_id = ? AND at >= ?"
         " ORDER BY at DESC, reason",
         (device_id, expiry.flap_cutoff(now)),
     )
-    return RecoveryHistory(
+    return DeviceRecoveries(
         recoveries=[RecoveryEntry(at=int(at), reason=reason) for at, reason in rows],
         remaining=expiry.flap_remaining(len(rows)),
         limit=expiry.FLAP_LIMIT,

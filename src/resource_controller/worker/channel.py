@@ -175,7 +175,7 @@ class Channel:
         self._clock = clock
         self._contact = contact
         self._connect = connect
-        self._client: aio.Client | None = None
+        self._client: aio.HttpClient | None = None
         #: Set by ``register`` (or from the outbox's records before it; WRK-033).
         self.worker_id = ""
 
@@ -187,7 +187,7 @@ class Channel:
         self._at = (self._at + 1) % len(self._bases)
 
     @contextlib.asynccontextmanager
-    async def open(self) -> AsyncIterator[aio.Client]:
+    async def open(self) -> AsyncIterator[aio.HttpClient]:
         """The client; ``StartupError`` for a bad URL, or one a proxy is meant to carry."""
         try:
             self._ends = [core.endpoint(url) for url in self._bases]
@@ -197,7 +197,7 @@ class Channel:
             if refusal := core.proxy_refusal(end, os.environ):
                 raise StartupError(refusal)
         headers = {"Authorization": core.bearer(self._token), "Content-Type": "application/json"}
-        self._client = aio.Client(headers, connect=self._connect)
+        self._client = aio.HttpClient(headers, connect=self._connect)
         try:
             yield self._client
         finally:

@@ -77,7 +77,7 @@ def parse(text: str) -> Reading | str:
     return Reading(util, None if mib is None else int(mib * MIB))
 
 
-class Tally:
+class ReadingTally:
     """The readings of one job so far."""
 
     def __init__(self) -> None:
@@ -134,7 +134,7 @@ class Sampler:
         self._run = run
         self._which = which
         self._sleep = sleep
-        self.tally = Tally()
+        self.tally = ReadingTally()
         self._said: set[tuple[str, str]] = set()
         self._task: asyncio.Task[None] | None = None
 

@@ -45,7 +45,7 @@ def failure_reason(name: str, run: hooks.HookResult) -> str:
 
 
 @dataclass(frozen=True)
-class Pass:
+class VerifyOutcome:
     """One pass: ``reason`` is ``""`` when the device is clean; ``ran`` scripts."""
 
     reason: str = ""
@@ -68,14 +68,16 @@ async def verify_pass(
     timings: Timings,
     base_env: Mapping[str, str] = os.environ,
     mig_uuids: Mapping[str, str] | None = None,
-) -> Pass:
+) -> VerifyOutcome:
     """Run the pass for one device after one job (VERIFY-001..007)."""
     try:
         entries = list(os.scandir(verify_dir))
     except FileNotFoundError:
-        return Pass()  # off
+        return VerifyOutcome()  # off
     except OSError as exc:
-        return Pass(PREFIX + "read verify_dir: " + procs.os_error_text("open", verify_dir, exc))
+        return VerifyOutcome(
+            PREFIX + "read verify_dir: " + procs.os_error_text("open", verify_dir, exc)
+        )
     names = sorted(
         (e.name for e in entries if not e.is_dir(follow_symlinks=False)), key=os.fsencode
     )
@@ -87,7 +89,7 @@ async def verify_pass(
     for name in names:
         left = budget - (clock.monotonic() - started)
         if left <= 0:
-            return Pass(first or over, ran)
+            return VerifyOutcome(first or over, ran)
         path = os.path.join(verify_dir, name)
         try:
             st = os.stat(path)
@@ -116,6 +118,6 @@ async def verify_pass(
         if run.ok:
             continue
         if clock.monotonic() - started >= budget:
-            return Pass(first or over, ran)
+            return VerifyOutcome(first or over, ran)
         first = first or failure_reason(name, run)
-    return Pass(first, ran)
+    return VerifyOutcome(first, ran)

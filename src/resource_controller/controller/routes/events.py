@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from resource_controller.controller import events
-from resource_controller.controller.deps import Call, Services, disconnected
+from resource_controller.controller.deps import RouteCall, Services, disconnected
 
 log = logging.getLogger(__name__)
 
@@ -91,5 +91,5 @@ class EventStream(Response):
             stop.cancel()
 
 
-async def stream(call: Call) -> Response:
+async def stream(call: RouteCall) -> Response:
     return EventStream(call.svc)

@@ -7,14 +7,14 @@ from starlette.responses import Response
 from resource_controller import errors, wire
 from resource_controller.controller import answers, render, service
 from resource_controller.controller.answers import JSON
-from resource_controller.controller.deps import Call
+from resource_controller.controller.deps import RouteCall
 from resource_controller.controller.wake import perform
 from resource_controller.core import identity, limits, selectors
 from resource_controller.core import usage as acct
-from resource_controller.store.records import RecoveryHistory
+from resource_controller.store.records import DeviceRecoveries
 
 
-async def devices(call: Call) -> Response:
+async def devices(call: RouteCall) -> Response:
     svc = call.svc
     snaps = await svc.db(svc.store.views.devices)
     now = svc.now()
@@ -22,7 +22,7 @@ async def devices(call: Call) -> Response:
     return Response(body, media_type=JSON)
 
 
-async def state(call: Call) -> Response:
+async def state(call: RouteCall) -> Response:
     svc = call.svc
     snaps, active, queued, waits = await svc.db(svc.store.views.state_view)
     now = svc.now()
@@ -42,7 +42,7 @@ async def state(call: Call) -> Response:
     return Response(render.json_body(out), media_type=JSON)
 
 
-def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
+def _recoveries(h: DeviceRecoveries) -> wire.RecoveryHistory:
     """The flap-guard history describe carries beside its base fields."""
     return wire.RecoveryHistory(
         recoveries=[wire.Recovery(at=render.ts(r.at) or "", reason=r.reason) for r in h.recoveries],
@@ -52,7 +52,7 @@ def _recoveries(h: RecoveryHistory) -> wire.RecoveryHistory:
     )
 
 
-async def describe(call: Call) -> Response:
+async def describe(call: RouteCall) -> Response:
     svc, device_id = call.svc, call.param
     found = await svc.db(svc.store.views.describe, device_id)
     if found is None:
@@ -80,7 +80,7 @@ async def describe(call: Call) -> Response:
     return answers.json(out)
 
 
-async def explain(call: Call) -> Response:
+async def explain(call: RouteCall) -> Response:
     svc, request = call.svc, call.request
     text = request.query_params.get("selector") or ""
     if not text:
@@ -113,7 +113,7 @@ async def explain(call: Call) -> Response:
     return answers.json(out)
 
 
-async def usage(call: Call) -> Response:
+async def usage(call: RouteCall) -> Response:
     """Who held what over a window, per group: ``since`` (default 7d),
     ``by`` (submitter, device or host), ``limit`` groups at most (default 1000)."""
     q = call.request.query_params
@@ -138,29 +138,29 @@ def _usage_limit(raw: str | None) -> int:
     return int(raw)
 
 
-async def whoami(call: Call) -> Response:
+async def whoami(call: RouteCall) -> Response:
     """The caller's role, and its name when the token has one."""
     return answers.json(wire.Whoami(role=call.who.role.value, name=call.who.name))
 
 
-async def clear(call: Call) -> Response:
+async def clear(call: RouteCall) -> Response:
     await perform(call.svc.hub, service.clear(call.svc, call.param))
     return Response(status_code=200)
 
 
-async def drain(call: Call) -> Response:
+async def drain(call: RouteCall) -> Response:
     """EXT-DRAIN-3a: 200 with an empty body; draining again replaces who, when and why."""
     await perform(call.svc.hub, service.drain(call.svc, call.who, call.param, call.body))
     return Response(status_code=200)
 
 
-async def undrain(call: Call) -> Response:
+async def undrain(call: RouteCall) -> Response:
     """EXT-DRAIN-3a: no body; a device that is not draining is left as it is."""
     await perform(call.svc.hub, service.undrain(call.svc, call.param))
     return Response(status_code=200)
 
 
-async def retire(call: Call) -> Response:
+async def retire(call: RouteCall) -> Response:
     await perform(call.svc.hub, service.retire(call.svc, call.param))
     return answers.json(
         wire.Retired(

@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from resource_controller import errors, wire
 from resource_controller.controller import answers, render, service
-from resource_controller.controller.deps import Call, Services
+from resource_controller.controller.deps import RouteCall, Services
 from resource_controller.controller.wake import perform
 from resource_controller.core.states import ALL_JOB_STATES, JobState, Stdio
 from resource_controller.store.logs import MAX_OFFSET, READ_CHUNK, Snapshot
@@ -25,7 +25,7 @@ FOLLOW_RECHECK = 1.0
 SNAPSHOT_CHUNK = 256 * 1024
 
 
-async def submit(call: Call) -> Response:
+async def submit(call: RouteCall) -> Response:
     """Enqueue, run one scheduling pass at once, answer with the job."""
     job = await perform(call.svc.hub, service.submit(call.svc, call.who, call.body))
     return answers.json(render.job(job), 201)
@@ -45,7 +45,7 @@ def _limit(raw: str | None) -> int:
     return value
 
 
-async def list_jobs(call: Call) -> Response:
+async def list_jobs(call: RouteCall) -> Response:
     svc, q = call.svc, call.request.query_params
     limit = _limit(q.get("limit"))
     state = q.get("state") or ""
@@ -64,7 +64,7 @@ async def list_jobs(call: Call) -> Response:
     return answers.json(wire.JobList(jobs=[render.job(j) for j in found]))
 
 
-async def get_job(call: Call) -> Response:
+async def get_job(call: RouteCall) -> Response:
     svc = call.svc
     job, position, waits = await svc.db(svc.store.queue.job_view, call.param)
     out = wire.JobView(
@@ -75,7 +75,7 @@ async def get_job(call: Call) -> Response:
     return answers.json(out)
 
 
-async def kill(call: Call) -> Response:
+async def kill(call: RouteCall) -> Response:
     """Cancel a queued job or flag an active one for its worker."""
     await perform(call.svc.hub, service.kill(call.svc, call.who, call.param, call.body))
     return Response(status_code=200)
@@ -106,7 +106,7 @@ def _offset_param(query: QueryParams) -> int:
 TEXT_HEADERS = {"X-Content-Type-Options": "nosniff"}
 
 
-async def logs(call: Call) -> Response:
+async def logs(call: RouteCall) -> Response:
     """Snapshot, or replay-then-follow until the job is terminal."""
     svc, job_id, query = call.svc, call.param, call.request.query_params
     follow = _follow_param(query)

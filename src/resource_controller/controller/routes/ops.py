@@ -8,7 +8,7 @@ import logging
 from starlette.responses import JSONResponse, Response
 
 from resource_controller.controller import dashboard, metrics
-from resource_controller.controller.deps import Call
+from resource_controller.controller.deps import RouteCall
 from resource_controller.store.usage import PairTotals
 
 log = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 HEALTH_BOUND = 5.0
 
 
-async def healthz(call: Call) -> JSONResponse:
+async def healthz(call: RouteCall) -> JSONResponse:
     """No token, like ``GET /``: 200 when the store answers a read, 503 otherwise; with
     whether this controller leads."""
     svc = call.svc
@@ -30,7 +30,7 @@ async def healthz(call: Call) -> JSONResponse:
     return JSONResponse({"status": "ok", "leader": svc.peers.leading})
 
 
-async def scrape(call: Call) -> Response:
+async def scrape(call: RouteCall) -> Response:
     """Prometheus text; the state gauges from one grouped read, now."""
     svc = call.svc
 
@@ -43,7 +43,7 @@ async def scrape(call: Call) -> Response:
     return Response(body, media_type=metrics.CONTENT_TYPE)
 
 
-async def index(_: Call) -> Response:
+async def index(_: RouteCall) -> Response:
     """The dashboard: one HTML page with its style and script inline (controller-api.md §13)."""
     page = dashboard.page()
     return Response(page.html, media_type="text/html; charset=utf-8", headers=page.headers)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from resource_controller import errors
-from resource_controller.controller.deps import Call, Services, disconnected
+from resource_controller.controller.deps import RouteCall, Services, disconnected
 from resource_controller.controller.relay import Half, Relay, Session
 
 #: Response content types per half.
@@ -114,26 +114,26 @@ class _Relayed(Response):
                 await gone
 
 
-async def _open(call: Call, half: Half, media: str) -> Response:
+async def _open(call: RouteCall, half: Half, media: str) -> Response:
     session = await _join(call.svc, call.param, half, call.request.scope["http_version"])
     return _Relayed(call.svc.hub.relay, session, half, media)
 
 
-async def client_out(call: Call) -> Response:
+async def client_out(call: RouteCall) -> Response:
     """The job's output, to the operator (TTY-001 client-out)."""
     return await _open(call, Half.CLIENT_OUT, OCTETS)
 
 
-async def client_in(call: Call) -> Response:
+async def client_in(call: RouteCall) -> Response:
     """Operator input, from the request body (TTY-001 client-in)."""
     return await _open(call, Half.CLIENT_IN, TEXT)
 
 
-async def worker_out(call: Call) -> Response:
+async def worker_out(call: RouteCall) -> Response:
     """The job's output, from the box (TTY-001 worker-out)."""
     return await _open(call, Half.WORKER_OUT, TEXT)
 
 
-async def worker_in(call: Call) -> Response:
+async def worker_in(call: RouteCall) -> Response:
     """Operator input, to the box (TTY-001 worker-in)."""
     return await _open(call, Half.WORKER_IN, NDJSON)

@@ -8,7 +8,7 @@ from starlette.responses import Response
 
 from resource_controller import wire
 from resource_controller.controller import answers, deps, workerops
-from resource_controller.controller.deps import Call
+from resource_controller.controller.deps import RouteCall
 from resource_controller.controller.wake import perform
 from resource_controller.core import durations
 from resource_controller.store.records import JobRecord
@@ -19,12 +19,12 @@ DEFAULT_WAIT = 30.0
 MAX_WAIT = 60.0
 
 
-async def register(call: Call) -> Response:
+async def register(call: RouteCall) -> Response:
     reg = await perform(call.svc.hub, workerops.register(call.svc, call.who, call.body))
     return answers.json(wire.RegisterResponse(worker_id=reg.worker_id))
 
 
-async def push_labels(call: Call) -> Response:
+async def push_labels(call: RouteCall) -> Response:
     await perform(call.svc.hub, workerops.push_labels(call.svc, call.param, call.body))
     return Response(status_code=200)
 
@@ -57,7 +57,7 @@ def _assignment(job: JobRecord) -> wire.Assignment:
     )
 
 
-async def assignments(call: Call) -> Response:
+async def assignments(call: RouteCall) -> Response:
     """Long poll: hand out assignments and due kills, or wait to be woken."""
     svc, request = call.svc, call.request
     wait = parse_wait(request.query_params.get("wait"))
@@ -76,12 +76,12 @@ async def assignments(call: Call) -> Response:
     )
 
 
-async def heartbeat(call: Call) -> Response:
+async def heartbeat(call: RouteCall) -> Response:
     await perform(call.svc.hub, workerops.heartbeat(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
-async def append_log(call: Call) -> Response:
+async def append_log(call: RouteCall) -> Response:
     request = call.request
     chunk = await deps.read_capped(request, CHUNK_CAP, "log chunk", code="chunk_too_large")
     epoch = request.query_params.get("lease_epoch")
@@ -89,13 +89,13 @@ async def append_log(call: Call) -> Response:
     return Response(status_code=200)
 
 
-async def status(call: Call) -> Response:
+async def status(call: RouteCall) -> Response:
     """A worker reports ``running`` or the outcome."""
     await perform(call.svc.hub, workerops.report_status(call.svc, call.param, call.body))
     return Response(status_code=200)
 
 
-async def fault(call: Call) -> Response:
+async def fault(call: RouteCall) -> Response:
     """The host takes a device out itself; only an admin clears a fault."""
     await perform(call.svc.hub, workerops.fault(call.svc, call.param, call.body))
     return Response(status_code=200)
