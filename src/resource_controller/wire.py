@@ -223,6 +223,21 @@ class DrainRequest(_ClientRequest):
     reason: b.Reason = ""
 
 
+class AttemptBody(_Response):
+    """One attempt of a job (EXT-RETRY-1): where it ran and how it ended."""
+
+    attempt: int
+    device_id: str
+    device_ids: list[str] | None = None
+    worker_id: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    #: A job state, or ``preempted``; the current attempt's is the job's.
+    state: str
+    exit_code: int | None = None
+    kill_reason: str | None = None
+
+
 class JobBody(_Response):
     id: str
     selector: str
@@ -257,6 +272,17 @@ class JobBody(_Response):
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     samples: int | None = None
+    #: EXT-RETRY-1: the attempt running or last run (absent: the first), the retries it may take and on
+    #: what; ``attempts`` (the job view's alone) every attempt so far, the current one last.
+    attempt: int | None = None
+    retries: int | None = None
+    retry_on: str | None = None
+    attempts: list[AttemptBody] | None = None
+    #: EXT-PREEMPT-1/2.
+    preemptible: bool | None = None
+    no_requeue: bool | None = None
+    preempt_grace_seconds: int | None = None
+    preempted_by: str | None = None
 
 
 class WaitingFor(_Response):

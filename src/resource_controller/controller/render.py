@@ -12,7 +12,14 @@ from resource_controller import wire
 from resource_controller.core import usage as acct
 from resource_controller.core.states import DeviceState
 from resource_controller.core.waiting import Blocker, rfc3339
-from resource_controller.store.records import DeviceRecord, DeviceSnapshot, JobRecord, LabelRecord
+from resource_controller.store.records import (
+    AttemptRecord,
+    DeviceRecord,
+    DeviceSnapshot,
+    JobRecord,
+    LabelRecord,
+    split_ids,
+)
 
 ZERO_INSTANT = "0001-01-01T00:00:00Z"
 
@@ -53,7 +60,7 @@ def ts(seconds: int | None) -> str | None:
     return None if seconds is None else rfc3339(seconds)
 
 
-def job(j: JobRecord) -> wire.JobBody:
+def job(j: JobRecord, past: list[AttemptRecord] | None = None) -> wire.JobBody:
     """The Job object: empty and zero fields become omitted."""
     return _new(
         wire.JobBody,
@@ -86,7 +93,52 @@ def job(j: JobRecord) -> wire.JobBody:
         gpu_util_mean=j.gpu_util_mean,
         gpu_mem_peak_bytes=j.gpu_mem_peak_bytes,
         samples=j.gpu_samples,
+        attempt=j.attempt if j.attempt > 1 else None,
+        retries=j.retries or None,
+        retry_on=j.retry_on if j.retries else None,
+        attempts=None if past is None else [*map(_attempt, past), *_current(j)],
+        preemptible=bool(j.preemptible) or None,
+        no_requeue=bool(j.no_requeue) or None,
+        preempt_grace_seconds=j.preempt_grace_seconds or None,
+        preempted_by=j.preempted_by or None,
     )
+
+
+def _attempt(a: AttemptRecord) -> wire.AttemptBody:
+    devices = split_ids(a.device_ids)
+    return _new(
+        wire.AttemptBody,
+        attempt=a.attempt,
+        device_id=devices[0] if devices else "",
+        device_ids=list(devices) if len(devices) > 1 else None,
+        worker_id=a.worker_id,
+        started_at=ts(a.started_at),
+        ended_at=ts(a.ended_at),
+        state=a.state,
+        exit_code=a.exit_code,
+        kill_reason=a.kill_reason or None,
+    )
+
+
+def _current(j: JobRecord) -> list[wire.AttemptBody]:
+    """The attempt on the job row, once it has a device (a queued retry has none yet)."""
+    if j.queued:
+        return []
+    ended = ts(j.finished_at) if j.terminal else None
+    return [
+        _new(
+            wire.AttemptBody,
+            attempt=j.attempt,
+            device_id=j.device_id,
+            device_ids=list(j.devices) if len(j.devices) > 1 else None,
+            worker_id=j.worker_id,
+            started_at=ts(j.started_at),
+            ended_at=ended,
+            state=j.state,
+            exit_code=j.exit_code,
+            kill_reason=j.kill_reason or None,
+        )
+    ]
 
 
 def device_body(d: DeviceRecord, labels: list[LabelRecord]) -> dict[str, Any]:

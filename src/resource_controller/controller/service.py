@@ -196,9 +196,31 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
     """One reaper sweep under ``fence``; a device it took out may change waits: a pass follows."""
     result = await svc.db(svc.store.devices.sweep, rules, fence)
+    await mark_requeued(svc, result.jobs_requeued)
     ended = frozenset([*result.jobs_lost, *result.leases_expired])
     took_out = bool(result.devices_unknown or result.alarming)
-    return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming))
+    queued = tuple((j, str(JobState.QUEUED)) for j in result.jobs_requeued)
+    return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming, jobs=queued))
+
+
+async def mark_requeued(svc: Services, job_ids: list[str]) -> None:
+    """A line in each requeued job's output between its attempts (EXT-RETRY-1), written after the
+    commit: a marker lost to a crash costs only the line."""
+    for job_id in job_ids:
+        try:
+            past = await svc.db(svc.store.views.attempts, job_id)
+            if not past:
+                continue
+            a = past[-1]
+            code = "" if a.exit_code is None else f", exit {a.exit_code}"
+            why = f" ({a.kill_reason})" if a.kill_reason else ""
+            line = (
+                f"--- rc: attempt {a.attempt} {a.state}{code}{why}; attempt {a.attempt + 1} queued"
+            )
+            log.info("job %s: %s", job_id, line[len("--- rc: ") :])
+            await svc.log_store(svc.logs.append, job_id, f"{line} ---\n".encode())
+        except Exception:
+            log.exception("marking the next attempt of job %s failed", job_id)
 
 
 #: Jobs one retention pass deletes at most, so a backlog never holds the store thread.

@@ -7,13 +7,14 @@ import logging
 from typing import Any
 
 from resource_controller import errors, wire
-from resource_controller.controller import webhooks
+from resource_controller.controller import service, webhooks
 from resource_controller.controller.deps import Services
 from resource_controller.controller.parked import Parked
 from resource_controller.controller.wake import SCHEDULE, Done, Wake
 from resource_controller.core import expiry, mig
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import TERMINAL, DeviceState, JobState, Kind, Role
+from resource_controller.store import attempts
 from resource_controller.store.records import (
     AutoRecovery,
     GpuUse,
@@ -71,7 +72,9 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     # A registration is one of the events a quiet controller still logs.
     log.info("worker %s registered: %d devices", req.host, len(names))
     for job_id in reg.reaped:
-        log.warning("job %s lost: worker %s re-registered", job_id, req.host)
+        again = "; queued again" if job_id in reg.requeued else ""
+        log.warning("job %s lost: worker %s re-registered%s", job_id, req.host, again)
+    await service.mark_requeued(svc, reg.requeued)
     _say_mig_conflicts(req, reg)
     recovered: list[webhooks.Notice] = []
     for r in recovery.recovered:
@@ -88,7 +91,8 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
             expiry.FLAP_LIMIT,
             expiry.FLAP_WINDOW,
         )
-    wake = Wake(schedule=True, ended=frozenset(reg.reaped), devices=True, notices=tuple(recovered))
+    lost = frozenset(reg.reaped) - frozenset(reg.requeued)
+    wake = Wake(schedule=True, ended=lost, devices=True, notices=tuple(recovered))
     return Done(reg, wake)
 
 
@@ -193,7 +197,8 @@ async def append_log(svc: Services, job_id: str, epoch: str | None, chunk: bytes
         job = await svc.db(svc.store.views.job, job_id)
         # ASCII digits only, and short: int() refuses "²" and 5,000-digit text.
         current = epoch.isascii() and epoch.isdigit() and len(epoch) <= 20
-        if not current or int(epoch) != job.lease_epoch:
+        # A queued job's newest lease is an earlier attempt's (EXT-RETRY-2).
+        if not current or int(epoch) != job.lease_epoch or job.queued:
             raise errors.StaleLease(f"lease epoch {epoch} is not job {job_id}'s current lease")
     await svc.log_store(svc.logs.append, job_id, chunk)
     return Done(None, Wake(output=frozenset((job_id,))))
@@ -242,7 +247,9 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
 
     before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id
-    announce = Wake.job(job_id, req.state)  # Repeats publish again
+    requeued = attempts.requeues(before, req.state)
+    # Repeats publish again.
+    announce = Wake.job(job_id, JobState.QUEUED if requeued else req.state)
     if not device_id:
         return Done(None, announce)
     # A first terminal report of a non-hold job whose reason is a watchdog's.
@@ -269,6 +276,9 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     )
     # A pass that assigned is announced, as the scheduler loop does.
     passed = SCHEDULE if done is None else Wake(scheduled=True) | Wake.of_pass(done)
+    if requeued:
+        await service.mark_requeued(svc, [job_id])
+        return Done(None, passed | announce)
     return Done(None, Wake.jobs_ended([job_id]) | passed | announce)
 
 

@@ -61,6 +61,8 @@ class JobSnap:
     share: str = ""
     #: Jobs it still waits for; above 0 it is not eligible for a pass.
     after_open: int = 0
+    #: Devices its latest attempt ended on: tried last (EXT-RETRY-1).
+    avoid: tuple[str, ...] = ()
 
     @property
     def pinned(self) -> bool:
@@ -131,7 +133,11 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap], *, ceilings: bool = 
     if job.pinned:
         return job.pins
     found = matching(selectors.parse(job.selector) if job.selector else None, devices)
-    return [d.id for d in found if not ceilings or tolerates(d, job.max_runtime_seconds)]
+    fits = [d.id for d in found if not ceilings or tolerates(d, job.max_runtime_seconds)]
+    if job.avoid:
+        # A device that just failed the job is taken only when no other fits.
+        fits.sort(key=lambda d: d in job.avoid)
+    return fits
 
 
 def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:

@@ -62,7 +62,7 @@ class Devices:
                 " boot_id = excluded.boot_id, last_heartbeat_at = excluded.last_heartbeat_at",
                 (worker_id, host, boot_id, now),
             )
-            reaped = _reap(c, now, worker_id, reboot)
+            reaped, requeued = _reap(c, now, worker_id, reboot)
             if reboot:
                 # A host down past the write-off has nothing in flight; the reboot proves it empty.
                 where = f"worker_id = ? AND {_RECOVERABLE_IN} AND NOT {queries.LEASED}"
@@ -71,7 +71,7 @@ class Devices:
             for name, ceiling in declared:
                 _declare(c, now, host, worker_id, name, max(0, int(ceiling)))
             superseded = _mark_superseded(c, now, host, worker_id, [n for n, _ in declared])
-        return Registration(worker_id, reboot, reaped, superseded)
+        return Registration(worker_id, reboot, reaped, requeued, superseded)
 
     @races.again
     def auto_recover(self, worker_id: str, proof: expiry.Proof | None) -> AutoRecovery:
@@ -270,14 +270,17 @@ def _mark_superseded(
     return marked
 
 
-def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> list[str]:
-    """STORE-111: end the worker's in-flight jobs ``lost`` and settle their devices."""
+def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> tuple[list[str], list[str]]:
+    """STORE-111: end the worker's in-flight jobs ``lost`` (or queue them again) and settle their
+    devices; (every job reaped, those queued again)."""
     reaped = queries.jobs_where(
         conn, f"worker_id = ? AND state IN ({sql.marks(len(_ACTIVE))})", (worker_id, *_ACTIVE)
     )
     reason = REASON_HOST_REBOOTED if reboot else REASON_REREGISTERED
+    requeued: list[str] = []
     for job in reaped:
-        attempts.end(conn, Op.REAP, job, JobState.LOST, reason, now)
+        if attempts.end(conn, Op.REAP, job, JobState.LOST, reason, now) == JobState.QUEUED:
+            requeued.append(job.id)
         devices = sorted(set(leases.release_for_job(conn, now, job.id)) | set(job.devices))
         if not devices:
             continue
@@ -287,7 +290,7 @@ def _reap(conn: sql.Db, now: int, worker_id: str, reboot: bool) -> list[str]:
         else:
             out, why = DeviceState.UNHEALTHY, Quarantine.REGISTRATION
             moves.set_devices(conn, Op.REAP, where, devices, out, why)
-    return [job.id for job in reaped]
+    return [job.id for job in reaped], requeued
 
 
 def _replace_labels(

@@ -56,6 +56,7 @@ class QueueRow(NamedTuple):
     max_runtime_seconds: int
     device_count: int
     device_ids: str
+    avoid_device_ids: str
 
 
 class QueueEntry(NamedTuple):
@@ -311,6 +312,7 @@ def snap(row: QueueRow, after_open: int = 0) -> JobSnap:
         split_ids(row.device_ids),
         row.share,
         after_open,
+        split_ids(row.avoid_device_ids),
     )
 
 

@@ -106,6 +106,7 @@ class JobRecord(NamedTuple):
             device_ids=self.device_ids if self.queued else (),
             share=self.share,
             after_open=self.after_open,
+            avoid=self.avoid_device_ids,
         )
 
     @property
@@ -215,6 +216,8 @@ class Registration:
     worker_id: str
     reboot_proof: bool
     reaped: list[str] = field(default_factory=list)
+    #: The reaped jobs that queue again (EXT-RETRY-1) rather than end ``lost``.
+    requeued: list[str] = field(default_factory=list)
     #: Undeclared devices a declared one now stands for: ID -> the declared names.
     superseded: dict[str, list[str]] = field(default_factory=dict)
 

@@ -10,10 +10,11 @@ from resource_controller import errors
 from resource_controller.core import expiry, scheduling, selectors, waiting
 from resource_controller.core import usage as acct
 from resource_controller.core.states import ACTIVE, JobState
-from resource_controller.store import fleet, jobs, leadership, passes, queries, races, sql
+from resource_controller.store import attempts, fleet, jobs, leadership, passes, queries, races, sql
 from resource_controller.store import usage as rollup
 from resource_controller.store.base import Core
 from resource_controller.store.records import (
+    AttemptRecord,
     DeviceRecord,
     DeviceRecoveries,
     DeviceSnapshot,
@@ -44,6 +45,12 @@ class Views:
         """STORE-160: the job with its newest lease epoch; ``JobNotFound`` when unknown."""
         with self._core.read() as c:
             return queries.job(c, job_id)
+
+    @races.reconnecting
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """The job's earlier attempts, first first (EXT-RETRY-1)."""
+        with self._core.read() as c:
+            return attempts.of_job(c, job_id)
 
     @races.reconnecting
     def list_jobs(self, limit: int = 20, *filters: str, **named: str) -> list[JobRecord]:

@@ -67,8 +67,9 @@ async def list_jobs(call: RouteCall) -> Response:
 async def get_job(call: RouteCall) -> Response:
     svc = call.svc
     job, position, waits = await svc.db(svc.store.queue.job_view, call.param)
+    past = await svc.db(svc.store.views.attempts, job.id) if job.attempt > 1 else []
     out = wire.JobView(
-        job=render.job(job),
+        job=render.job(job, past),
         queue_position=position or None,
         waiting_for=None if waits is None else render.waiting_for(waits),  # EXT-WHY-1a
     )
