@@ -81,6 +81,11 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
      "Start only once these jobs (IDs or prefixes) have all succeeded; if one ends"
      " otherwise, this one ends killed (dependency_failed)."),
     (("--after-any",), "after_any", "flag", "", "With --after: once they have ended, however."),
+    (("--retries",), "retries", "int", "N",
+     "Run again, as the same job, up to N times (0..10) when an attempt ends as --retry-on says."),
+    (("--retry-on",), "retry_on", "text", "lost|failed|any",
+     "What an attempt's end must be to retry: lost (its host or worker gone; the default),"
+     " failed (a non-zero exit), any (either, or killed by anything but a person)."),
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
 #: EXT-HERE-2: nothing else is sent, since a job's ``env`` is readable by every client.
@@ -248,6 +253,8 @@ def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
             no_wait=values["no_wait"],
             after=values["after"],
             after_any=values["after_any"],
+            retries=values["retries"],
+            retry_on=values["retry_on"],
             stdio="tty" if values["tty"] else "pipe" if values["interactive"] else "",
             names=spec.CLI,
         )

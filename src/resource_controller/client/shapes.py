@@ -85,8 +85,14 @@ def normalise(value: Any, shape: Shape | None) -> Any:
 
 LABEL = Obj()
 JOB = Obj(
-    # device_ids: EXT-GANG-6; after: EXT-SHARE-2
-    {"command": List(), "env": Map(), "device_ids": List(), "after": List()},
+    # device_ids: EXT-GANG-6; after: EXT-SHARE-2; attempts: EXT-RETRY-1
+    {
+        "command": List(),
+        "env": Map(),
+        "device_ids": List(),
+        "after": List(),
+        "attempts": List(Obj({"device_ids": List()})),
+    },
     keep=frozenset({"command"}),
 )
 #: A queued job's ``waiting_for`` entries hold no lists or maps.

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from resource_controller.core.scheduling import BY_ID, DeviceSnap, JobSnap, candidates
+from resource_controller.core.scheduling import BY_ID, DeviceSnap, JobSnap, avoiding, candidates
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits, over_limit
 
 
@@ -153,7 +153,7 @@ class Planner:
         found = self._matches.get(ask)
         if found is None:
             found = self._matches[ask] = candidates(job, self.devices)
-        return found
+        return avoiding(job, found)
 
     def limited(self, share: str, count: int) -> int | None:
         """The limit that keeps a job of ``share`` for ``count`` devices waiting; None if none."""

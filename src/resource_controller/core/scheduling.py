@@ -133,11 +133,15 @@ def candidates(job: JobSnap, devices: Iterable[DeviceSnap], *, ceilings: bool = 
     if job.pinned:
         return job.pins
     found = matching(selectors.parse(job.selector) if job.selector else None, devices)
-    fits = [d.id for d in found if not ceilings or tolerates(d, job.max_runtime_seconds)]
-    if job.avoid:
-        # A device that just failed the job is taken only when no other fits.
-        fits.sort(key=lambda d: d in job.avoid)
-    return fits
+    return [d.id for d in found if not ceilings or tolerates(d, job.max_runtime_seconds)]
+
+
+def avoiding(job: JobSnap, ids: list[str]) -> list[str]:
+    """``ids`` with the devices the job's latest attempt ended on last: taken only when no
+    other fits (EXT-RETRY-1)."""
+    if not job.avoid:
+        return ids
+    return sorted(ids, key=lambda d: d in job.avoid)
 
 
 def gang_runtime(requested: int, ceilings: Iterable[int]) -> int:

@@ -76,8 +76,8 @@ class Agent:
         self.journal: recovery_proof.Journal | None = None
         self.life: lifecycle.Lifecycle | None = None
         self._base_env = os.environ if base_env is None else base_env
-        #: Every job ID this process started or pre-killed; never pruned.
-        self._seen: set[str] = set()
+        #: Every (job, lease epoch) this process started or pre-killed; never pruned.
+        self._seen: set[tuple[str, int | None]] = set()
         self._declined: set[str] = set()  #: re-offered jobs this process had
         self._tasks = tasks.Tracker()
         self._shutting_down = False
@@ -138,7 +138,7 @@ class Agent:
             journal=self.journal,
         )
         # A job whose outcome the previous run left here must never run again.
-        self._seen.update(box.pending_job_ids())
+        self._seen.update(box.pending_attempts())
         try:
             async with self.channel.open():
                 try:
@@ -433,13 +433,16 @@ class Agent:
         killed = set(answer.kills)
         started = 0
         for a in answer.assignments:
-            if a.job_id in self._seen:
+            # By lease epoch: a retried job (EXT-RETRY-2) comes back as a new lease.
+            attempt = (a.job_id, a.lease_epoch)
+            if attempt in self._seen:
                 # Re-delivered: a job runs at most once per process. One it no longer
                 # has (its report refused for good) is named in every poll from now on.
                 if a.job_id not in life.jobs and a.job_id not in self.pending_job_ids:
                     self._declined.add(a.job_id)
                 continue
-            self._seen.add(a.job_id)
+            self._seen.add(attempt)
+            self._declined.discard(a.job_id)
             if a.job_id in killed:
                 life.report_prekilled(a)
                 continue

@@ -280,6 +280,10 @@ class Outbox:
         """Every report still here, oldest first."""
         return [self._reports[s] for s in sorted(self._reports)]
 
+    def pending_attempts(self) -> list[tuple[str, int | None]]:
+        """(job, lease epoch) of every terminal report waiting here: attempts never to run again."""
+        return [(r.job_id, r.body.get("lease_epoch")) for r in self.reports() if r.kind == STATUS]
+
     def pending_job_ids(self) -> list[str]:
         """Jobs whose terminal report waits here: named as pending in heartbeats."""
         return list(dict.fromkeys(r.job_id for r in self.reports() if r.kind == STATUS))
