@@ -140,3 +140,18 @@ def test_a_late_report_of_an_earlier_attempt_is_refused_by_its_epoch(
     with pytest.raises(errors.StaleLease):
         store.reports.status(job.id, check, "succeeded", 0, "")
     assert store.views.job(job.id).state == current.state == "running"
+
+
+def test_rc_usage_counts_every_attempt_s_time(
+    store: Store, make: Factory, clock: FakeClock
+) -> None:
+    # EXT-RETRY-1 with EXT-ACCT-2: each attempt's lease adds its held time as it ends.
+    make.worker(devices=1)
+    job = make.start(retries=1, retry_on="failed", submitter="alice")
+    clock.advance(600)
+    _report(store, job.id, "failed", 1)
+    store.reports.take_work(wid())
+    clock.advance(300)
+    _report(store, job.id, "succeeded", 0)
+    (group,) = store.views.usage("submitter", 86400).groups
+    assert group.key == "alice" and group.figures.held_seconds == 900
