@@ -79,6 +79,11 @@ class JobInfo:
     gpu_util_mean: float | None = None
     gpu_mem_peak_bytes: int | None = None
     samples: int | None = None
+    #: EXT-RETRY-1: the attempt running or last run, the retries it may take, and (from
+    #: ``client.job(id)``) every attempt so far as the controller describes it.
+    attempt: int = 1
+    retries: int = 0
+    attempts: list[Json] = field(default_factory=list)
     raw: Json = field(default_factory=dict, repr=False)
 
     @property
@@ -103,6 +108,8 @@ class JobInfo:
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
             queue_position=position if queued else 0,
             waiting_for=[dict(w) for w in entries if isinstance(w, dict)],
+            attempt=data.get("attempt") if _is_int(data.get("attempt")) else 1,
+            attempts=[dict(a) for a in data.get("attempts") or [] if isinstance(a, dict)],
             raw=dict(data),
         )
         for name, value in values.items():

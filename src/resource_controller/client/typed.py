@@ -282,9 +282,12 @@ class BaseClient(Driven, Generic[J, C]):
         no_wait: bool = False,
         after: After = None,
         after_any: bool = False,
+        retries: int = 0,
+        retry_on: str = "",
     ) -> Op[J]:
         """Queue ``argv`` for a device and return its ``Job`` at once.
-        ``after``: jobs it waits for (to succeed, or just end with ``after_any``)."""
+        ``after``: jobs it waits for (to succeed, or just end with ``after_any``);
+        ``retries``: attempts after the first, on ``retry_on`` ends (lost, failed, any)."""
         wanted = _spec(argv, locals())
         return self._bind((yield from machine.submit(wanted, self.submitter, self._now)))
 
@@ -305,6 +308,8 @@ class BaseClient(Driven, Generic[J, C]):
         no_wait: bool = False,
         after: After = None,
         after_any: bool = False,
+        retries: int = 0,
+        retry_on: str = "",
         capture: bool = False,
         check: bool = False,
         on_output: Callable[[bytes], object] | None = None,
@@ -394,7 +399,7 @@ class BaseClient(Driven, Generic[J, C]):
 
 _WHERE = (
     "device", "select", "count", "env", "cwd", "priority", "max_runtime", "idle_timeout",
-    "no_wait", "after", "after_any",
+    "no_wait", "after", "after_any", "retries", "retry_on",
 )  # fmt: skip
 
 
