@@ -52,6 +52,10 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         raise errors.BadRequest(f"unknown retry_on {req.retry_on!r} (lost, failed or any)")
     if req.retry_on and not req.retries:
         raise errors.BadRequest("retry_on needs retries: the attempts to make")
+    if req.retries and req.stdio:
+        raise errors.BadRequest(
+            "retries with tty or pipe stdio: an attempt's terminal or pipe ends with it"
+        )
     if kind == Kind.HOLD and (req.retries or req.preemptible):
         raise errors.BadRequest("a hold is never retried or preempted")
     if (req.no_requeue or req.preempt_grace_seconds) and not req.preemptible:

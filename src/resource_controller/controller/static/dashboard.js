@@ -9,7 +9,7 @@
   const DEVICE_WORDS = { ready: "free", busy: "in use", unknown: "not reporting", unhealthy: "out of the pool" };
   const DEVICE_CLASS = { ready: "free", busy: "busy", unknown: "unknown", unhealthy: "out" };
   const JOB_WORDS = { queued: "waiting for a device", assigned: "starting", running: "running",
-    succeeded: "finished", failed: "failed", killed: "stopped", lost: "lost" };
+    succeeded: "finished", failed: "failed", killed: "stopped", lost: "lost", preempted: "preempted" };
   const TERMINAL = new Set(["succeeded", "failed", "killed", "lost"]);
 
   let isAdmin = false, identity = "", state = null, lastOk = 0, pollTimer = 0, tickTimer = 0;
@@ -513,6 +513,15 @@
     if (j.kind === "hold") fact("note", "a hold reserves the device and runs nothing" + (j.reason ? ": " + j.reason : ""));
     if (j.stdio) fact("note", "attached job (" + j.stdio + "): its output went to whoever attached");
     out.push(facts);
+    if ((j.attempts || []).length > 1) {
+      // EXT-RETRY-1, EXT-PREEMPT-2: every attempt, a preempted one with the job it made room for.
+      const tries = el("table", { class: "labels" });
+      for (const a of j.attempts) {
+        const how = (JOB_WORDS[a.state] || a.state) + (typeof a.exit_code === "number" ? ", exit " + a.exit_code : "") + (a.kill_reason ? " — " + a.kill_reason : "");
+        tries.append(el("tr", null, el("td", null, "attempt " + a.attempt), el("td", null, (a.device_id || "") + " — " + how)));
+      }
+      out.push(el("h3", null, "Attempts"), tries);
+    }
     const cmd = cmdText(j.command);
     const copy = el("button", null, "Copy");
     copy.addEventListener("click", () => { if (navigator.clipboard) navigator.clipboard.writeText(cmd).then(() => showResult("Command copied.", false), () => showResult("Copy failed.", true)); });
@@ -525,7 +534,7 @@
       box = el("pre", { class: "output" });
       if (j.kind === "hold") box.append("A hold produces no output.");
       else if (j.stdio) box.append("This job's output went to whoever attached to it.");
-      else if (j.state === "queued") box.append("Nothing has run yet.");
+      else if (j.state === "queued" && !(j.attempt > 1)) box.append("Nothing has run yet.");
       else followOutput(j.id, box);
     }
     out.push(box);
