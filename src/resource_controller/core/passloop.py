@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from resource_controller.core import selectors
 from resource_controller.core.planner import Planner
+from resource_controller.core.preempt import Preemption
 from resource_controller.core.scheduling import DeviceSnap, JobSnap, QueueKey, queue_key
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits
 
@@ -53,6 +54,8 @@ class Plan:
     limited: dict[str, int] = field(default_factory=dict)
     #: Jobs no device of the fleet could ever run.
     unmatched: list[str] = field(default_factory=list)
+    #: Victims chosen in this pass -> the job they make room for (EXT-PREEMPT-1).
+    preempt: dict[str, str] = field(default_factory=dict)
 
 
 def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
@@ -100,7 +103,8 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
                 break
         else:
             planner.blocked(job, offer)
-    return Plan(assignments, dict(planner.reserved), unparsable, limited, unmatched)
+    chosen = planner.preemption.chosen if planner.preemption is not None else {}
+    return Plan(assignments, dict(planner.reserved), unparsable, limited, unmatched, chosen)
 
 
 def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:
@@ -137,9 +141,10 @@ def plan(
     key: QueueKey = queue_key,
     limits: SubmitterLimits = NO_LIMITS,
     held: Mapping[str, int] | None = None,
+    preemption: Preemption | None = None,
 ) -> Plan:
     """A whole pass on a snapshot, as if every assignment it tries succeeds."""
-    planner = Planner(devices, limits, held)
+    planner = Planner(devices, limits, held, preemption)
     return run_pass(
         SnapshotQueue(jobs, key, planner.by_id), planner, lambda job, choice: Placement.PLACED
     )

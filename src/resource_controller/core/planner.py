@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from resource_controller.core.preempt import Preemption, outranks
 from resource_controller.core.scheduling import BY_ID, DeviceSnap, JobSnap, avoiding, candidates
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits, over_limit
 
@@ -119,6 +120,7 @@ class Planner:
         devices: Sequence[DeviceSnap] | FleetIndex,
         limits: SubmitterLimits = NO_LIMITS,
         held: Mapping[str, int] | None = None,
+        preemption: Preemption | None = None,
     ) -> None:
         fleet = devices if isinstance(devices, FleetIndex) else FleetIndex(devices)
         self.limits = limits
@@ -139,6 +141,9 @@ class Planner:
         self.full = False
         #: Candidates per (selector, runtime): a queue is mostly a few distinct asks.
         self._matches = fleet.matches
+        #: EXT-PREEMPT-1: None when preemption is off.
+        self.preemption = preemption
+        self._soft: set[str] = set()  #: claims a preempting job may take over
 
     def saturated(self) -> bool:
         """Every reservable device is claimed: no job further back can be placed."""
@@ -171,6 +176,8 @@ class Planner:
         cands = self._candidates(job)
         reserved, draining = self.reserved, self._draining_ids
         available = [d for d in cands if d not in reserved and d not in draining]
+        if job.preemptible and self.preemption is not None:
+            available = self.preemption.unpromised(job, available)
         taken, schedulable = self.taken, self._schedulable
         free = [d for d in available if d not in taken and d in schedulable]
         if count == 1 or job.pinned:
@@ -189,8 +196,31 @@ class Planner:
             self.held[job.share] = self.held.get(job.share, 0) + len(given)
 
     def blocked(self, job: JobSnap, offer: Offer) -> None:
-        for d in offer.claim:
-            self._claim_device(d, job.id)
+        claim = offer.claim
+        if self.preemption is not None and offer.candidates:
+            self.preemption.ranks[job.id] = (job.priority, job.preemptible)
+            count = len(offer.candidates) if job.pinned else max(1, job.count)
+            stopping = self.preemption.claim(
+                job, offer.candidates, count, lambda d: self._usable(job, d)
+            )
+            claim = claim if stopping is None else stopping
+        soft = job.preemptible and self.preemption is not None
+        for d in claim:
+            self._claim_device(d, job.id, soft)
+
+    def _usable(self, job: JobSnap, device_id: str) -> tuple[str, bool] | None:
+        """For preemption: the device's host and whether it is free; None when held out or
+        claimed by a job ``job`` does not outrank."""
+        if device_id in self._draining_ids or device_id not in self.by_id:
+            return None
+        owner = self.reserved.get(device_id, job.id)
+        if owner != job.id:
+            assert self.preemption is not None
+            rank = self.preemption.ranks.get(owner)
+            if rank is None or not outranks(job, *rank):
+                return None
+        free = device_id in self._schedulable and device_id not in self.taken
+        return self._host(device_id), free
 
     def reserve(self, device_id: str, job_id: str) -> None:
         """Claim a device for a job unless one ahead already did."""
@@ -207,8 +237,15 @@ class Planner:
             self._claim_device(device_id, job_id)
         return True
 
-    def _claim_device(self, device_id: str, job_id: str) -> None:
-        if device_id not in self.reserved and device_id in self._reservable:
+    def _claim_device(self, device_id: str, job_id: str, soft: bool = False) -> None:
+        """``soft``: a preemptible job's claim, which a job it would yield to may take over, so
+        the walk goes on past it."""
+        counted = device_id in self.reserved and device_id not in self._soft
+        if soft:
+            self._soft.add(device_id)
+        else:
+            self._soft.discard(device_id)
+        if not soft and not counted and device_id in self._reservable:
             self._claimed += 1
             self.full = self._claimed == len(self._reservable)
         self.reserved[device_id] = job_id

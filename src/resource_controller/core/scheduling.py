@@ -63,6 +63,8 @@ class JobSnap:
     after_open: int = 0
     #: Devices its latest attempt ended on: tried last (EXT-RETRY-1).
     avoid: tuple[str, ...] = ()
+    #: It may be stopped to make room (EXT-PREEMPT-1).
+    preemptible: bool = False
 
     @property
     def pinned(self) -> bool:
