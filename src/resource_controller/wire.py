@@ -163,6 +163,9 @@ class Assignment(_Response):
 class AssignmentsResponse(_Response):
     assignments: list[Assignment]
     kills: list[str] | None = None
+    #: Seconds from SIGTERM to SIGKILL for the kills that stop a preemption's victim
+    #: (EXT-PREEMPT-2); a worker that does not know it uses its own ``kill_grace``.
+    kill_grace: dict[str, int] | None = None
 
 
 class StatusReport(_Request):
@@ -303,6 +306,8 @@ class WaitingFor(_Response):
     submitter_limit: int | None = None
     submitter: str | None = None
     after: str | None = None
+    #: EXT-PREEMPT-2: the jobs being stopped to make room for this one.
+    preempting: list[str] | None = None
 
 
 class JobView(_Response):

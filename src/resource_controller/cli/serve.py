@@ -91,6 +91,28 @@ log_format_option = click.option(
     help='Per-name limits, a YAML file: "limits:" then "alice: 4" lines, "*" for everyone'
     " else (in place of --max-devices-per-submitter). Read again on SIGHUP.",
 )
+@click.option(
+    "--preemption",
+    type=click.Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="Let a waiting job stop preemptible jobs (rc run --preemptible) to make room.",
+)
+@click.option(
+    "--preempt-min-runtime",
+    type=common.DurationType("0 lets a job be stopped at once"),
+    default=60.0,
+    metavar="DURATION",
+    help="Never stop a preemptible job in its first DURATION. Default: 60s.",
+)
+@click.option(
+    "--preempt-grace",
+    type=common.DurationType("0 sends SIGKILL with the SIGTERM"),
+    default=30.0,
+    metavar="DURATION",
+    help="From a victim's SIGTERM to its SIGKILL; its own --preempt-grace may shorten it."
+    " Default: 30s.",
+)
 @log_format_option
 @click.argument("stray", nargs=-1, required=False)
 def serve(
@@ -104,6 +126,9 @@ def serve(
     max_log_bytes: int,
     max_devices_per_submitter: int | None,
     limits_file: str,
+    preemption: str,
+    preempt_min_runtime: float,
+    preempt_grace: float,
     log_format: str,
     stray: tuple[str, ...],
 ) -> None:
@@ -123,7 +148,13 @@ def serve(
 
     try:
         policy = controller.policy(
-            priority_aging, log_retention, max_log_bytes, max_devices_per_submitter
+            priority_aging,
+            log_retention,
+            max_log_bytes,
+            max_devices_per_submitter,
+            preemption,
+            preempt_min_runtime,
+            preempt_grace,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

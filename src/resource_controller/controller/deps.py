@@ -23,7 +23,7 @@ from resource_controller.controller.auth import Authenticator, satisfies
 from resource_controller.controller.hub import Hub
 from resource_controller.controller.metrics import Metrics
 from resource_controller.controller.peers import Peers
-from resource_controller.core import expiry, limits
+from resource_controller.core import expiry, limits, preempt
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import Role
 from resource_controller.store.facade import Store
@@ -61,6 +61,10 @@ class Settings:
     max_devices_per_submitter: int = 0
     #: ``--limits``: the limits file, read at start-up and again on SIGHUP; '' = none.
     limits_file: str = ""
+    #: ``--preemption on|off``, ``--preempt-min-runtime``, ``--preempt-grace`` (EXT-PREEMPT).
+    preemption: int = 1
+    preempt_min_runtime: int = preempt.MIN_RUNTIME
+    preempt_grace: int = preempt.GRACE
 
 
 @dataclass

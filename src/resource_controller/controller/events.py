@@ -19,6 +19,7 @@ KEEPALIVE_FRAME = b": keepalive\n\n"
 
 JOBS = "jobs"
 DEVICES = "devices"
+PREEMPTED = "job.preempted"  #: EXT-PREEMPT-3
 
 
 def stamp(at: float) -> str:
@@ -81,6 +82,10 @@ class Broadcaster:
     def job(self, job_id: str, state: str) -> None:
         """``jobs`` with ``{"job_id", "state"}``."""
         self.publish(JOBS, {"job_id": job_id, "state": state}, with_payload=True)
+
+    def preempted(self, job_id: str, by: str) -> None:
+        """``job.preempted`` with ``{"job_id", "by"}``: a pass chose the job as a victim."""
+        self.publish(PREEMPTED, {"job_id": job_id, "by": by}, with_payload=True)
 
     def jobs_nudge(self) -> None:
         """``jobs`` with no payload: a scheduler pass assigned work."""

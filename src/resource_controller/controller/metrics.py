@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from resource_controller.core.states import DeviceState, JobState
 from resource_controller.store.usage import PairTotals
+from resource_controller.store.views import PREEMPTIONS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -42,6 +43,11 @@ class _State(Collector):
         yield j
         yield GaugeMetricFamily(
             "rc_queue_depth", "Jobs waiting in the queue.", value=jobs.get(JobState.QUEUED, 0)
+        )
+        yield CounterMetricFamily(
+            "rc_preemptions",
+            "Attempts preemption ended (EXT-PREEMPT-3), as the job rows count them.",
+            value=jobs.get(PREEMPTIONS, 0),
         )
         h = GaugeMetricFamily(
             "rc_heartbeat_age_seconds",

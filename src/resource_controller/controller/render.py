@@ -229,6 +229,7 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
             submitter_limit=b.submitter_limit,
             submitter=b.submitter or None,
             after=b.after or None,
+            preempting=list(b.preempting) or None,
         )
         for b in blockers
     ]

@@ -21,7 +21,7 @@ from resource_controller.controller import app as app_module
 from resource_controller.controller import sharelimits, webhooks
 from resource_controller.controller.auth import Authenticator, TokenError, parse_tokens
 from resource_controller.controller.deps import Services, Settings
-from resource_controller.core import testtimings
+from resource_controller.core import preempt, testtimings
 from resource_controller.core.share import LIMIT_MAX, NO_LIMITS, SubmitterLimits
 from resource_controller.errors import RcError
 from resource_controller.store import engine, private
@@ -116,6 +116,9 @@ def open_services(
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
         store.limits = limits
+        store.preemption = preempt.Settings(
+            bool(settings.preemption), settings.preempt_min_runtime
+        )
         logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
@@ -184,8 +187,13 @@ def policy(
     log_retention: float,
     max_log_bytes: int,
     max_devices_per_submitter: int | None = None,
+    preemption: str = "on",
+    preempt_min_runtime: float = preempt.MIN_RUNTIME,
+    preempt_grace: float = preempt.GRACE,
 ) -> dict[str, int]:
     """``rc serve``'s policy flags as ``Settings``, or ``ValueError`` naming the flag."""
+    if preemption not in ("on", "off"):
+        raise ValueError(f"--preemption must be on or off, got {preemption!r}")
     limit = max_devices_per_submitter
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise ValueError(
@@ -205,6 +213,9 @@ def policy(
         "log_retention": int(log_retention),
         "max_log_bytes": max_log_bytes,
         "max_devices_per_submitter": limit or 0,
+        "preemption": int(preemption == "on"),
+        "preempt_min_runtime": int(preempt_min_runtime),
+        "preempt_grace": int(preempt_grace),
     }
 
 

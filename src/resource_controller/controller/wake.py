@@ -9,7 +9,8 @@ from typing import Any, Generic, TypeVar
 
 from resource_controller import errors
 from resource_controller.controller.hub import Hub
-from resource_controller.controller.webhooks import Notice
+from resource_controller.controller.webhooks import JOB_PREEMPTED, Notice
+from resource_controller.core.retry import preempted_reason
 from resource_controller.core.states import JobState
 from resource_controller.store.records import PassResult
 
@@ -44,6 +45,8 @@ class Wake:
     notices: tuple[Notice, ...] = ()
     #: Every long poll and log follower re-checks (another controller's change too large to name).
     everyone: bool = False
+    #: Victims a pass chose, with the job each makes room for: ``job.preempted`` (EXT-PREEMPT-3).
+    preempted: tuple[tuple[str, str], ...] = ()
 
     def __or__(self, other: Wake) -> Wake:
         """Both changes' wake-ups: flags or'ed, sets joined, sequences in order."""
@@ -77,10 +80,12 @@ class Wake:
     def of_pass(done: PassResult, *, skip: str = "", nudge: bool = True) -> Wake:
         """A pass's wake-ups: assigned workers' polls, a "jobs" event, dependency_failed endings."""
         ended = [j for j in done.ended if j != skip]
-        return Wake.poll(a.worker_id for a in done.assigned) | Wake(
+        workers = [*(a.worker_id for a in done.assigned), *(p.worker_id for p in done.preempted)]
+        return Wake.poll(workers) | Wake(
             ended=frozenset(ended),
             jobs=tuple((j, str(JobState.KILLED)) for j in ended),
             assigned=nudge and bool(done.assigned),
+            preempted=tuple((p.job_id, p.by) for p in done.preempted),
         )
 
 
@@ -131,9 +136,14 @@ def publish(hub: Hub, wake: Wake) -> None:
         hub.events.devices_changed()
     if wake.swept:
         hub.events.devices_nudge()
+    for job_id, by in wake.preempted:
+        hub.events.preempted(job_id, by)
     if hub.notifier is not None:
         for notice in wake.notices:
             hub.notifier.emit(notice)
+        for job_id, by in wake.preempted:
+            reason = preempted_reason(by)
+            hub.notifier.emit(Notice(JOB_PREEMPTED, hub.events.clock(), "", job_id, reason))
 
 
 async def perform(hub: Hub, op: Awaitable[Done[T]]) -> T:

@@ -31,7 +31,8 @@ WORKER_LOST = "worker_lost"
 DEVICE_RECOVERED = "device_recovered"
 JOB_LOST = "job_lost"
 LEASE_EXPIRED = "lease_expired"
-#: The seven kinds, and no others.
+JOB_PREEMPTED = "job.preempted"  #: EXT-PREEMPT-3
+#: The kinds, and no others.
 KINDS = (
     WATCHDOG_TRIP,
     VERIFY_FAILED,
@@ -40,6 +41,7 @@ KINDS = (
     DEVICE_RECOVERED,
     JOB_LOST,
     LEASE_EXPIRED,
+    JOB_PREEMPTED,
 )
 
 #: A terminal reason that is a watchdog trip starts with one of these.

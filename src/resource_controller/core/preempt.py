@@ -78,6 +78,10 @@ class Preemption:
             self._lowest = min((r.priority for r in running), default=0)
         return self._by_device
 
+    def worker(self, job_id: str) -> str:
+        """The worker of a running job the snapshot read; '' when none."""
+        return next((r.worker_id for r in self._devices().values() if r.id == job_id), "")
+
     def unpromised(self, job: JobSnap, available: list[str]) -> list[str]:
         """A preemptible job's devices less those promised to a job that would stop it."""
         if self._promised is None:

@@ -65,6 +65,8 @@ class Blocker:
     submitter: str = ""
     #: A job this one waits for that has not ended.
     after: str = ""
+    #: EXT-PREEMPT-2: the jobs being stopped to make room for it.
+    preempting: tuple[str, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -87,6 +89,8 @@ class WaitFacts:
     held: Mapping[str, int] = field(default_factory=dict)
     #: Queued job -> the jobs it waits for that have not ended, in its order.
     after: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Queued job -> the victims stopping to make room for it.
+    preempting: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class _Rules:
@@ -142,6 +146,9 @@ class _Rules:
         pending = self.snap.after.get(job.id)
         if pending:
             return [Blocker(after=other) for other in pending]
+        victims = self.snap.preempting.get(job.id)
+        if victims:
+            return [Blocker(preempting=tuple(victims))]
         limits = self.snap.limits
         if limits.on:
             limit = share.over_limit(limits, self.snap.held, job.share, job.count)
@@ -180,6 +187,9 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
             facts[f.name] = _instant(value)
         elif f.name == "draining":
             facts[f.name] = value is True
+        elif f.name == "preempting":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            facts[f.name] = tuple(value) if isinstance(value, list) and ok else ()
         elif f.name == "submitter_limit":
             whole = isinstance(value, int) and not isinstance(value, bool)
             facts[f.name] = value if whole else None
@@ -225,12 +235,19 @@ def limit_text(limit: int, submitter: str) -> str:
     return f"at the limit of {limit} devices for {submitter}"
 
 
+def preempting_text(victims: Sequence[str]) -> str:
+    """EXT-PREEMPT-2's words for a job whose victims are stopping."""
+    return f"preempting job {', '.join(short_id(v) for v in victims)} (stopping to make room)"
+
+
 def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
     """One blocker in words (``held by alice (job 1b2c3d4e…) for 12m0s, at most until …``)."""
     if b.submitter_limit is not None:
         return limit_text(b.submitter_limit, b.submitter)
     if b.after:
         return f"after job {short_id(b.after)}, not ended yet"
+    if b.preempting:
+        return preempting_text(b.preempting)
     parts: list[str] = []
     if b.held:
         parts.append(_holder_text(b, now))
@@ -280,6 +297,8 @@ def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
     if blockers and blockers[0].submitter_limit is not None:  # EXT-SHARE-1
         b = blockers[0]
         return f"submitter_limit: {limit_text(b.submitter_limit or 0, b.submitter)}"
+    if blockers and blockers[0].preempting:
+        return preempting_text(blockers[0].preempting)
     if blockers and blockers[0].after:  # EXT-SHARE-2
         ids = [short_id(b.after) for b in blockers[:2]]
         more = f" +{len(blockers) - 2} more" if len(blockers) > 2 else ""

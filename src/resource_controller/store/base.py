@@ -10,7 +10,7 @@ from pathlib import Path
 
 from resource_controller import crashpoints, errors
 from resource_controller.clock import Clock
-from resource_controller.core import scheduling, share
+from resource_controller.core import preempt, scheduling, share
 from resource_controller.store import engine, fleet, passes, races, sql
 
 
@@ -67,6 +67,8 @@ class Core:
         self.reserved = passes.KeptReservations()
         #: The submitter limits, set by the controller (again when the file is reread).
         self.limits = share.NO_LIMITS
+        #: ``rc serve --preemption``, ``--preempt-min-runtime`` (EXT-PREEMPT-1, -3).
+        self.preemption = preempt.Settings()
 
     def key(self, now: int) -> scheduling.QueueKey:
         """The queue order at ``now``: aged when ``--priority-aging`` is on."""

@@ -162,10 +162,10 @@ class Queue:
         core = self._core
         if assigned:
             crashpoints.hit("grant", ".after_commit")
-        quiet = core.aging <= 0 and end.saturated and not assigned
-        core.settled.passed(core.db, core.gen, end, quiet)
+        quiet = core.aging <= 0 and end.saturated and not assigned and not end.stoppable
+        core.settled.passed(core.db, core.gen, end, quiet and not end.preempted)
         ended, self._ended = self._ended + ended, []
-        return PassResult(assigned, ended, handed or {})
+        return PassResult(assigned, ended, handed or {}, end.preempted)
 
     def noted_ended(self, ended: list[str]) -> None:
         """A report ended these waiting jobs: the next pass says so."""
@@ -355,9 +355,20 @@ def wait_snapshot(
     for job_id, ids in pending.items():
         given = order.get(job_id, ())
         ids.sort(key=lambda i: given.index(i) if i in given else len(given))
+    preempting: dict[str, list[str]] = {}
+    if core.preemption.on:
+        for by, victim in conn.all(_PREEMPTING):
+            preempting.setdefault(str(by), []).append(str(victim))
     return waiting.WaitFacts(
-        snaps, queued, holdings, reservations, quarantine, limits, held, pending
+        snaps, queued, holdings, reservations, quarantine, limits, held, pending, preempting
     )
+
+
+#: The victims stopping for each job, by ID (EXT-PREEMPT-2).
+_PREEMPTING = (
+    "SELECT preempted_by, id FROM jobs WHERE state IN ('assigned', 'running')"
+    " AND preempted_by != '' ORDER BY id"
+)
 
 
 def waiting_for(conn: sql.Db, core: Core, job: JobRecord, now: int) -> list[waiting.Blocker]:

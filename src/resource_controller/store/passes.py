@@ -9,13 +9,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from resource_controller import errors
-from resource_controller.core import passloop, scheduling, share
+from resource_controller.core import passloop, preempt, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import JobSnap
 from resource_controller.store import leases, queries, sql
 from resource_controller.store.queries import QueueEntry, QueueRow
-from resource_controller.store.records import Assigned, DeviceRecord, JobRecord
+from resource_controller.store.records import (
+    Assigned,
+    DeviceRecord,
+    JobRecord,
+    Preempted,
+    split_ids,
+)
 
 if TYPE_CHECKING:
     from resource_controller.store.base import Core
@@ -193,6 +199,10 @@ class PassEnd:
     last: tuple[int, int, int] | None = None
     #: The devices the pass saw (a pin to any other is a vanished device's).
     devices: frozenset[str] = frozenset()
+    #: Victims it chose (EXT-PREEMPT-1).
+    preempted: list[Preempted] = dataclasses.field(default_factory=list)
+    #: A preemptible job runs: a job submitted behind the queue's end may still preempt it.
+    stoppable: bool = False
 
 
 def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
@@ -211,7 +221,8 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     # Names at their limit stay there (placing only adds): their jobs are not read at all.
     skip = share.at_limit(limits, held) if limits.on else ()
     walk = QueueWalk(db, now, aging, skip, by_id)
-    planner = Planner(index, limits, held)
+    chooser = _preemption(db, core.preemption, now)
+    planner = Planner(index, limits, held, chooser)
     placer = _Placer(db, now, by_id, limits)
     plan = passloop.run_pass(walk, planner, placer)
     for job_id in plan.unparsable:
@@ -219,6 +230,10 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     for job_id in plan.unmatched:
         log.warning("queued job %s matches no device it could run on", job_id)
     end = PassEnd(planner.saturated(), devices=frozenset(by_id))
+    if chooser is not None:
+        end.preempted = _stop(db, plan.preempt, chooser)
+        # Read only for a pass that would leave the queue settled.
+        end.stoppable = end.saturated and not placer.assigned and chooser.stoppable()
     key = walk.key_of(walk.last) if walk.last is not None else None
     if key is not None:
         priority, queued_at, seq = key
@@ -231,6 +246,56 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     if plan.reservations != current:
         _rewrite(db, kept, now, current, plan.reservations)
     return placer.assigned, end
+
+
+def _preemption(db: sql.Db, rules: preempt.Settings, now: int) -> preempt.Preemption | None:
+    """The pass's preemption, its snapshots read only when a job waits that could use them."""
+    if not rules.on:
+        return None
+
+    def running() -> list[preempt.Running]:
+        return [
+            preempt.Running(
+                str(job_id),
+                split_ids(ids) if ids else (str(device_id),),
+                int(priority),
+                int(started or 0),
+                str(by),
+                str(worker),
+                kind == "hold",
+            )
+            for job_id, device_id, ids, priority, started, by, worker, kind in db.all(_RUNNING)
+        ]
+
+    def promised() -> dict[str, str]:
+        return {str(d): str(j) for d, j in db.all(_PROMISED)}
+
+    return preempt.Preemption(running, promised, now, rules.min_runtime)
+
+
+_ACTIVE = "state IN ('assigned', 'running')"
+_RUNNING = (
+    "SELECT id, device_id, device_ids, priority, started_at, preempted_by, worker_id, kind"
+    f" FROM jobs WHERE {_ACTIVE} AND preemptible = 1"
+)
+#: The devices the last pass reserved for a job no preemptible job may take them from.
+_PROMISED = (
+    "SELECT reservations.device_id, reservations.job_id FROM reservations, jobs"
+    " WHERE jobs.id = reservations.job_id AND jobs.state = 'queued' AND jobs.preemptible = 0"
+)
+
+
+def _stop(db: sql.Db, chosen: dict[str, str], chooser: preempt.Preemption) -> list[Preempted]:
+    """Flag each victim for its worker, as a kill, unless it ended or another pass chose it."""
+    stopped = []
+    for victim, by in sorted(chosen.items()):
+        if db.execute(
+            "UPDATE jobs SET preempted_by = ?, kill_requested = 1, kill_delivered_at = 0"
+            f" WHERE id = ? AND {_ACTIVE} AND preempted_by = ''",
+            (by, victim),
+        ).rowcount:
+            stopped.append(Preempted(victim, chooser.worker(victim), by))
+    return stopped
 
 
 def held_by_share(db: sql.Db) -> dict[str, int]:

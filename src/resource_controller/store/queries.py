@@ -57,6 +57,7 @@ class QueueRow(NamedTuple):
     device_count: int
     device_ids: str
     avoid_device_ids: str
+    preemptible: int
 
 
 class QueueEntry(NamedTuple):
@@ -313,6 +314,7 @@ def snap(row: QueueRow, after_open: int = 0) -> JobSnap:
         row.share,
         after_open,
         split_ids(row.avoid_device_ids),
+        bool(row.preemptible),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from resource_controller.core import mig
@@ -107,6 +108,7 @@ class JobRecord(NamedTuple):
             share=self.share,
             after_open=self.after_open,
             avoid=self.avoid_device_ids,
+            preemptible=bool(self.preemptible),
         )
 
     @property
@@ -228,6 +230,23 @@ class Assigned:
     worker_id: str
 
 
+class Preempted(NamedTuple):
+    """A victim a pass chose (EXT-PREEMPT-1): its worker is woken to deliver the kill."""
+
+    job_id: str
+    worker_id: str
+    by: str
+
+
+class Kills(list[str]):
+    """Due kill flags by job ID; ``grace``: those that stop a preemption's victim, with the
+    victim's own ``preempt_grace_seconds`` (0: the controller's)."""
+
+    def __init__(self, ids: Iterable[str] = (), grace: dict[str, int] | None = None) -> None:
+        super().__init__(ids)
+        self.grace = grace or {}
+
+
 @dataclass(frozen=True)
 class PassResult:
     """What one pass did: the jobs it placed and the waiting jobs it ended."""
@@ -236,6 +255,7 @@ class PassResult:
     ended: list[str] = field(default_factory=list)
     #: Work handed out in the same commit, by worker: (jobs now ``running``, kills).
     handed: dict[str, tuple[list[JobRecord], list[str]]] = field(default_factory=dict)
+    preempted: list[Preempted] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from resource_controller.store.records import (
     Assigned,
     GpuUse,
     JobRecord,
+    Kills,
     PassResult,
     split_ids,
 )
@@ -136,7 +137,7 @@ class Reports:
 
 def take_work(
     conn: sql.Db, now: int, worker_id: str, have: Sequence[str] | None = None
-) -> tuple[list[JobRecord], list[str]]:
+) -> tuple[list[JobRecord], Kills]:
     """Hand out this worker's assigned jobs and its due kill flags (STORE-080, STORE-094).
     Each job moves assigned -> running before the answer is written, to the one poll
     whose update moved it, so no poll starts a job twice; a kill flag is stamped
@@ -179,14 +180,16 @@ def take_work(
         )
         handed = [j._replace(lease_epoch=int(epochs.get(j.id) or 0)) for j in handed]
     states = (*_ACTIVE, JobState.KILLED)
-    due = [
-        str(job_id)
-        for (job_id,) in conn.all(
-            "SELECT id FROM jobs WHERE worker_id = ? AND kill_requested = 1"
-            f" AND state IN ({sql.marks(len(states))}) AND kill_delivered_at <= ?",
-            (worker_id, *states, now - KILL_REDELIVERY),
-        )
-    ]
+    flagged = conn.all(
+        "SELECT id, preempted_by, preempt_grace_seconds FROM jobs WHERE worker_id = ?"
+        f" AND kill_requested = 1 AND state IN ({sql.marks(len(states))})"
+        " AND kill_delivered_at <= ?",
+        (worker_id, *states, now - KILL_REDELIVERY),
+    )
+    due = Kills(
+        (str(job_id) for job_id, _, _ in flagged),
+        {str(job_id): int(own) for job_id, by, own in flagged if by},
+    )
     if due:
         conn.execute(
             f"UPDATE jobs SET kill_delivered_at = ? WHERE {queries.id_in(len(due))}", (now, *due)

@@ -154,9 +154,11 @@ class Views:
             def counts(text: str) -> dict[str, int]:
                 return {str(k): int(n) for k, n in c.all(text)}
 
+            jobs = counts("SELECT state, count(*) FROM jobs GROUP BY state")
+            jobs[PREEMPTIONS] = int(c.value(_PREEMPTIONS) or 0)
             return (
                 counts("SELECT state, count(*) FROM devices GROUP BY state"),
-                counts("SELECT state, count(*) FROM jobs GROUP BY state"),
+                jobs,
                 counts("SELECT host, max(last_heartbeat_at) FROM workers GROUP BY host"),
                 passes.held_by_share(c),
             )
@@ -363,3 +365,11 @@ def recovery_history(conn: sql.Db, now: int, device_id: str) -> DeviceRecoveries
         limit=expiry.FLAP_LIMIT,
         window=expiry.FLAP_WINDOW,
     )
+
+
+#: Beside the job states in ``metric_counts``: the attempts preemption ended (EXT-PREEMPT-3).
+PREEMPTIONS = "preemptions"
+_PREEMPTIONS = (
+    "SELECT sum(preemptions) + sum(CASE WHEN no_requeue = 1 AND state = 'killed'"
+    " AND kill_reason LIKE 'preempted by %' THEN 1 ELSE 0 END) FROM jobs"
+)

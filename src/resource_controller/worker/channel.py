@@ -65,6 +65,8 @@ class PollAnswer(NamedTuple):
 
     assignments: list[wire.Assignment]
     kills: list[str]
+    #: Seconds to SIGKILL of the kills that stop a preemption's victim (EXT-PREEMPT-2).
+    grace: dict[str, float] | None = None
 
 
 def parse_poll_body(body: bytes) -> PollAnswer:
@@ -88,7 +90,13 @@ def parse_poll_body(body: bytes) -> PollAnswer:
         assignments.append(wire.Assignment.model_validate(fields))
     if not all(isinstance(k, str) for k in raw_kills):
         raise ValueError("a kill is not a job ID string")
-    return PollAnswer(assignments, list(raw_kills))
+    raw_grace = data.get("kill_grace")
+    grace = {
+        str(k): float(v)
+        for k, v in (raw_grace.items() if isinstance(raw_grace, dict) else ())
+        if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+    }
+    return PollAnswer(assignments, list(raw_kills), grace or None)
 
 
 # ---- writing bodies ------------------------------------------------------------------

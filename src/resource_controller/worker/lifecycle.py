@@ -59,6 +59,8 @@ class SupervisedJob:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     #: ``cancelled`` for a kill flag, the shutdown's own words when the worker stops.
     cancel_reason: str = runner.REASON_CANCELLED
+    #: SIGTERM to SIGKILL for its kill flag, when the controller named one; else ``kill_grace``.
+    kill_grace: float | None = None
     epochs: dict[str, int] = field(default_factory=dict)
     mig_uuids: dict[str, str] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)
@@ -335,6 +337,7 @@ class Lifecycle:
             cancel=job.cancel,
             clock=self.clock,
             timings=self.timings,
+            kill_grace=lambda: job.kill_grace,
         )
 
     async def clear_stragglers(self, job: SupervisedJob) -> None:

@@ -300,10 +300,12 @@ async def supervise(
     idle_timeout: float = 0.0,
     output_grace: float | None = None,
     hangup: asyncio.Future[str] | None = None,
+    kill_grace: Callable[[], float | None] | None = None,
 ) -> Outcome:
     """Watch a started process until complete (§8); never raises for the job's sake.
     ``hangup``'s result is a reason to cancel; with ``output_grace`` (a terminal) the job
-    is complete when its leader exited. Torn down itself, it SIGKILLs the group."""
+    is complete when its leader exited; ``kill_grace``: the kill flag's own grace, if any.
+    Torn down itself, it SIGKILLs the group."""
     pump = asyncio.create_task(copy_output(proc.proto.output, on_output, proc, clock))
     completes_with = None if output_grace is not None else pump
     try:
@@ -320,7 +322,9 @@ async def supervise(
         if trip is None:
             outcome = await _after_exit(proc.target, proc.transport.get_returncode())
         else:
-            outcome = await _cancel(proc, completes_with, trip, timings.kill_grace)
+            own = kill_grace() if kill_grace is not None and trip == REASON_CANCELLED else None
+            grace = timings.kill_grace if own is None else own
+            outcome = await _cancel(proc, completes_with, trip, grace)
         if output_grace is not None and not pump.done():
             await asyncio.wait([pump], timeout=output_grace)  # the last screen
         return outcome

@@ -10,7 +10,7 @@ from resource_controller import wire
 from resource_controller.controller import answers, deps, workerops
 from resource_controller.controller.deps import RouteCall
 from resource_controller.controller.wake import perform
-from resource_controller.core import durations
+from resource_controller.core import durations, preempt
 from resource_controller.store.records import JobRecord
 
 HEARTBEAT_CAP = 65536
@@ -71,8 +71,14 @@ async def assignments(call: RouteCall) -> Response:
         disconnected.cancel()
     if not (handed or kills):
         return Response(status_code=204)
+    own: dict[str, int] = getattr(kills, "grace", {})  # EXT-PREEMPT-2: a victim's grace
+    grace = {j: preempt.grace(g, svc.settings.preempt_grace) for j, g in own.items()}
     return answers.json(
-        wire.AssignmentsResponse(assignments=[_assignment(j) for j in handed], kills=kills or None)
+        wire.AssignmentsResponse(
+            assignments=[_assignment(j) for j in handed],
+            kills=kills or None,
+            kill_grace=grace or None,
+        )
     )
 
 
