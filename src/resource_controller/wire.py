@@ -286,6 +286,7 @@ class JobBody(_Response):
     no_requeue: bool | None = None
     preempt_grace_seconds: int | None = None
     preempted_by: str | None = None
+    preemptions: int | None = None
 
 
 class WaitingFor(_Response):

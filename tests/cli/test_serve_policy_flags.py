@@ -57,10 +57,20 @@ def test_policy_converts_to_whole_seconds_and_bytes() -> None:
         "log_retention": 86400,
         "max_log_bytes": 65536,
         "max_devices_per_submitter": 4,
+        "preemption": 1,
+        "preempt_min_runtime": 60,
+        "preempt_grace": 30,
     }
+    # EXT-PREEMPT-3: on or off, nothing else.
+    assert serve.policy(0, 0, 0, None, "off", 0, 5)["preemption"] == 0
+    with pytest.raises(ValueError, match="--preemption must be on or off"):
+        serve.policy(0, 0, 0, None, "maybe")
     assert serve.policy(0.0, 0.0, 0) == {
         "priority_aging": 0,
         "log_retention": 0,
         "max_log_bytes": 0,
         "max_devices_per_submitter": 0,  # no flag: no limit (EXT-SHARE-1)
+        "preemption": 1,
+        "preempt_min_runtime": 60,
+        "preempt_grace": 30,
     }

@@ -86,6 +86,13 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
     (("--retry-on",), "retry_on", "text", "lost|failed|any",
      "What an attempt's end must be to retry: lost (its host or worker gone; the default),"
      " failed (a non-zero exit), any (either, or killed by anything but a person)."),
+    (("--preemptible",), "preemptible", "flag", "",
+     "May be stopped (SIGTERM, then SIGKILL after its grace) to make room for a waiting job;"
+     " it then queues again."),
+    (("--no-requeue",), "no_requeue", "flag", "",
+     "With --preemptible: end killed when preempted instead of queueing again."),
+    (("--preempt-grace",), "preempt_grace", "duration", "DURATION",
+     "With --preemptible: SIGTERM to SIGKILL when preempted (shortens rc serve's)."),
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
 #: EXT-HERE-2: nothing else is sent, since a job's ``env`` is readable by every client.
@@ -255,6 +262,9 @@ def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
             after_any=values["after_any"],
             retries=values["retries"],
             retry_on=values["retry_on"],
+            preemptible=values["preemptible"],
+            no_requeue=values["no_requeue"],
+            preempt_grace=values["preempt_grace"] or None,
             stdio="tty" if values["tty"] else "pipe" if values["interactive"] else "",
             names=spec.CLI,
         )

@@ -45,7 +45,8 @@ log_format_option = click.option(
     "--webhook-url",
     default="",
     help="URL to POST operational events to (watchdog_trip, verify_failed, device_unhealthy, "
-    "worker_lost, device_recovered, job_lost, lease_expired); empty: RC_WEBHOOK_URL.",
+    "worker_lost, device_recovered, job_lost, lease_expired, job.preempted); empty:"
+    " RC_WEBHOOK_URL.",
 )
 @click.option(
     "--priority-aging",

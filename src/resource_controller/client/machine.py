@@ -275,7 +275,7 @@ def run(
             yield calls.JoinRelay(job_id, spec.stdio)
         else:
             try:
-                yield from waits.follow(job_id, now, FINAL_WAIT, sink)
+                yield from waits.follow(job_id, now, FINAL_WAIT, sink, PreemptReport())
             except waits.LostContact as e:
                 return lost(job, e)
             except errors.ClientError as e:
@@ -389,3 +389,26 @@ class QueueReport:
             now = int((self.wall or time.time)())
             line += " — " + waiting.summary(blockers, now, pinned=pinned)
         return line
+
+
+class PreemptReport:
+    """EXT-PREEMPT-2: a victim's run says, once per attempt, that it was preempted and by
+    whom; the run goes on waiting through the queue for its next attempt."""
+
+    def __init__(self) -> None:
+        self.said: set[int] = set()
+
+    def __call__(self, view: PolledJob) -> str:
+        job = view.job
+        count = job.get("preemptions") or 0
+        by = job.get("preempted_by") or ""
+        attempt = count if by else count - 1  # the attempt's preemption, stopping or ended
+        if not isinstance(attempt, int) or attempt < 0 or attempt in self.said:
+            return ""
+        self.said.add(attempt)
+        if not by:  # ended: the attempt that preemption ended names its job
+            ended = [a for a in job.get("attempts") or [] if isinstance(a, dict)]
+            reason = str(ended[-1].get("kill_reason") or "") if ended else ""
+            by = reason.removeprefix("preempted by ") if reason.startswith("preempted by ") else ""
+        who = f"job {by}" if by else "another job"
+        return f"job {job.get('id', '')} was preempted by {who}; it waits for its next attempt"

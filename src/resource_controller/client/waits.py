@@ -187,9 +187,10 @@ def follow(
     now: Callable[[], float],
     quiet: float,
     sink: Callable[[bytes], object] | None = None,
+    report: Callable[[PolledJob], str] | None = None,
 ) -> Op[None]:
     """The job's output to its end, handed to ``sink`` (else as ``Out`` steps), resuming
-    where a stream stopped.
+    where a stream stopped; ``report`` puts each silence's look at the job in words.
 
     A stream that breaks, or that another controller now answers for (its silence
     made the job be asked after, and the answer came from elsewhere), is reopened at
@@ -239,6 +240,8 @@ def follow(
                     error = e
                 else:
                     heard = now()
+                    if report is not None and (line := report(view)):
+                        yield calls.Note(line)
                     if view.state in TERMINAL or (yield calls.Where()) != stream.base:
                         yield calls.Close(stream)
                         stream = None

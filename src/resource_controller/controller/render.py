@@ -101,6 +101,7 @@ def job(j: JobRecord, past: list[AttemptRecord] | None = None) -> wire.JobBody:
         no_requeue=bool(j.no_requeue) or None,
         preempt_grace_seconds=j.preempt_grace_seconds or None,
         preempted_by=j.preempted_by or None,
+        preemptions=j.preemptions or None,
     )
 
 

@@ -116,9 +116,7 @@ def open_services(
         private.private_dir(data)
         store = Store(where, clock, priority_aging=settings.priority_aging)
         store.limits = limits
-        store.preemption = preempt.Settings(
-            bool(settings.preemption), settings.preempt_min_runtime
-        )
+        store.preemption = preempt.Settings(bool(settings.preemption), settings.preempt_min_runtime)
         logs = open_logs(store, data, settings.max_log_bytes)
     except RcError as exc:
         if database:
