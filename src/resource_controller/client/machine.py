@@ -408,7 +408,8 @@ class PreemptReport:
         self.said.add(attempt)
         if not by:  # ended: the attempt that preemption ended names its job
             ended = [a for a in job.get("attempts") or [] if isinstance(a, dict)]
-            reason = str(ended[-1].get("kill_reason") or "") if ended else ""
+            last = [a for a in ended if a.get("state") == "preempted"][-1:]
+            reason = str(last[0].get("kill_reason") or "") if last else ""
             by = reason.removeprefix("preempted by ") if reason.startswith("preempted by ") else ""
         who = f"job {by}" if by else "another job"
         return f"job {job.get('id', '')} was preempted by {who}; it waits for its next attempt"
