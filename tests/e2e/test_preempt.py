@@ -8,12 +8,12 @@ import urllib.request
 
 from .cluster import Cluster, wait_for
 
-#: The victim: its first attempt traps SIGTERM, says so, takes a while to stop (its grace
-#: is longer), and the second attempt succeeds at once.
+#: The victim: its first attempt traps SIGTERM, says so and would take 7 s to stop, longer
+#: than its own grace (2 s: SIGKILL ends it first); the second attempt succeeds at once.
 VICTIM = """
 if [ -e {mark} ]; then echo attempt-two; exit 0; fi
 touch {mark}
-trap 'date +%s.%N > {termed}; echo got-term; sleep 7; exit 143' TERM
+trap 'date +%s.%N > {termed}; echo got-term; sleep 7; echo trap-done; exit 143' TERM
 echo attempt-one
 while :; do sleep 0.1; done
 """
@@ -25,7 +25,7 @@ def test_a_waiting_job_preempts_a_preemptible_one_which_runs_again(cluster: Clus
     mark, termed = cluster.tmp / "mark", cluster.tmp / "termed"
     script = VICTIM.format(mark=mark, termed=termed)
     victim = cluster.popen_rc(
-        "run", "--preemptible", "--preempt-grace", "9s", "--", "sh", "-c", script
+        "run", "--preemptible", "--preempt-grace", "2s", "--", "sh", "-c", script
     )
     victim_id = wait_for(
         lambda: next((j["id"] for j in cluster.api("GET", "/v1/state")[1]["jobs"]), None),
@@ -45,11 +45,14 @@ def test_a_waiting_job_preempts_a_preemptible_one_which_runs_again(cluster: Clus
     assert "preempting job" in err, err
     out, err = victim.communicate(timeout=60)
     assert victim.returncode == 0, (out, err, cluster.logs())
-    said = [line for line in out.splitlines() if line.startswith(("attempt-", "got-"))]
+    said = [line for line in out.splitlines() if line.startswith(("attempt-", "got-", "trap-"))]
     assert said == ["attempt-one", "got-term", "attempt-two"], (out, err)
-    assert f"was preempted by job {view['job']['id']}" in err, err
+    assert f"attempt 1 preempted by job {view['job']['id']}; queued again" in err, err
     ended = cluster.job(victim_id)
     assert ended["state"] == "succeeded" and ended["preemptions"] == 1, ended
+    first = ended["attempts"][0]
+    assert first["state"] == "preempted", ended
+    assert first["kill_reason"] == f"preempted by {view['job']['id']}", ended
     request = urllib.request.Request(
         cluster.url + "/metrics", headers={"Authorization": "Bearer ctok"}
     )

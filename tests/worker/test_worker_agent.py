@@ -607,6 +607,11 @@ def test_parse_poll_body() -> None:  # WRK-060, WRK-064
         b' "device_ids": ["h:g"], "new": 1}], "kills": ["k"]}'
     )
     assert [a.job_id for a in answer.assignments] == ["j"] and answer.kills == ["k"]
+    # EXT-PREEMPT-2: a kill's own grace; a value that is not a number of seconds is left out.
+    answer = channel.parse_poll_body(
+        b'{"assignments": [], "kills": ["k", "m"], "kill_grace": {"k": 5, "m": "x"}}'
+    )
+    assert answer.kills == ["k", "m"] and answer.grace == {"k": 5.0}
     for bad in (b"[]", b"{", b'{"kills": [1]}', b'{"assignments": [{"job_id": "j"}]}'):
         with pytest.raises(ValueError):
             channel.parse_poll_body(bad)

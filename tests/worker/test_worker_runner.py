@@ -46,6 +46,7 @@ async def start(
     clock: Clock | None = None,
     base_env: dict[str, str] | None = None,
     timings: Timings = DEFAULT,
+    kill_grace: float | None = None,
 ) -> tuple[asyncio.Task[runner.Outcome], asyncio.Event, Collected]:
     out = Collected()
     cancel = asyncio.Event()
@@ -58,7 +59,13 @@ async def start(
         if isinstance(started, runner.Outcome):
             return started
         return await runner.supervise_job(
-            a, started, on_output=out, cancel=cancel, clock=clock, timings=timings
+            a,
+            started,
+            on_output=out,
+            cancel=cancel,
+            clock=clock,
+            timings=timings,
+            kill_grace=lambda: kill_grace,
         )
 
     return asyncio.create_task(run_job()), cancel, out
@@ -369,10 +376,13 @@ def test_hold_runs_the_sleeper_until_its_ttl() -> None:  # WRK-125, WRK-126
 
 
 def cancel_after_start(
-    a: wire.Assignment, settle: float = 0.2, timings: Timings = DEFAULT
+    a: wire.Assignment,
+    settle: float = 0.2,
+    timings: Timings = DEFAULT,
+    kill_grace: float | None = None,
 ) -> tuple[runner.Outcome, bytes]:
     async def go() -> tuple[runner.Outcome, bytes]:
-        task, cancel, out = await start(a, timings=timings)
+        task, cancel, out = await start(a, timings=timings, kill_grace=kill_grace)
         await wait_for_job_process(a.job_id)
         await asyncio.sleep(settle)  # let the shell install its trap
         cancel.set()
@@ -394,6 +404,18 @@ def test_cancel_a_job_that_traps_sigterm() -> None:  # WRK-096
     )
     assert outcome == runner.Outcome(JobState.KILLED, 137, "cancelled")
     assert b"got-term" in data
+    assert 0.5 <= time.monotonic() - began < 5
+
+
+def test_a_kill_with_its_own_grace_uses_it() -> None:
+    """EXT-PREEMPT-2: a preemption's kill carries its grace; the worker's ``kill_grace`` is
+    for every other kill."""
+    script = "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done"
+    began = time.monotonic()
+    outcome, _ = cancel_after_start(
+        assignment(["sh", "-c", script]), timings=Timings(kill_grace=30), kill_grace=0.5
+    )
+    assert outcome == runner.Outcome(JobState.KILLED, 137, "cancelled")
     assert 0.5 <= time.monotonic() - began < 5
 
 

@@ -270,12 +270,13 @@ def run(
         return refused
     device = devices_text(job)
     yield Note(f"job {job_id} on {device}")
+    preempted = PreemptReport()
     try:
         if spec.stdio:
             yield calls.JoinRelay(job_id, spec.stdio)
         else:
             try:
-                yield from waits.follow(job_id, now, FINAL_WAIT, sink, PreemptReport())
+                yield from waits.follow(job_id, now, FINAL_WAIT, sink, preempted)
             except waits.LostContact as e:
                 return lost(job, e)
             except errors.ClientError as e:
@@ -294,6 +295,8 @@ def run(
             final = (yield from waits.until(wait, now)).job
         except errors.ClientError as e:
             return lost(job, e)
+        for line in preempted.lines(final):
+            yield Note(line)
     except BaseException as e:
         if not _interrupt(e):
             raise
@@ -393,23 +396,28 @@ class QueueReport:
 
 class PreemptReport:
     """EXT-PREEMPT-2: a victim's run says, once per attempt, that it was preempted and by
-    whom; the run goes on waiting through the queue for its next attempt."""
+    whom (as soon as a look at the job shows it, else at the end); the run goes on waiting
+    through the queue for the next attempt."""
 
     def __init__(self) -> None:
         self.said: set[int] = set()
 
     def __call__(self, view: PolledJob) -> str:
-        job = view.job
-        count = job.get("preemptions") or 0
-        by = job.get("preempted_by") or ""
-        attempt = count if by else count - 1  # the attempt's preemption, stopping or ended
-        if not isinstance(attempt, int) or attempt < 0 or attempt in self.said:
-            return ""
-        self.said.add(attempt)
-        if not by:  # ended: the attempt that preemption ended names its job
-            ended = [a for a in job.get("attempts") or [] if isinstance(a, dict)]
-            last = [a for a in ended if a.get("state") == "preempted"][-1:]
-            reason = str(last[0].get("kill_reason") or "") if last else ""
-            by = reason.removeprefix("preempted by ") if reason.startswith("preempted by ") else ""
-        who = f"job {by}" if by else "another job"
-        return f"job {job.get('id', '')} was preempted by {who}; it waits for its next attempt"
+        return "\n".join(self.lines(view.job))
+
+    def lines(self, job: Json) -> list[str]:
+        found: dict[int, str] = {}
+        for a in job.get("attempts") or []:
+            if isinstance(a, dict) and a.get("state") == "preempted":
+                reason = str(a.get("kill_reason") or "")
+                found[int(a.get("attempt") or 1)] = reason.removeprefix("preempted by ")
+        if job.get("preempted_by"):
+            found[int(job.get("attempt") or 1)] = str(job["preempted_by"])
+        out = []
+        for n in sorted(set(found) - self.said):
+            self.said.add(n)
+            out.append(
+                f"job {job.get('id', '')}: attempt {n} preempted by job {found[n]};"
+                f" queued again for attempt {n + 1}"
+            )
+        return out
