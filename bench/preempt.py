@@ -85,7 +85,7 @@ def one(api: Api, tmp: Path, n: int) -> float:
     wait_for(lambda: termed.read_text().strip(), 5, "the instant it was written")
     took = float(termed.read_text()) - began
     for job in (waiting, victim):
-        wait_for(lambda j=job: api.state(j) == "succeeded", 30, f"job {job} to succeed")
+        wait_for(lambda: api.state(job) == "succeeded", 30, f"job {job} to succeed")  # noqa: B023
     return took
 
 

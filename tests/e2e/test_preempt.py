@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from typing import Any
 
 from .cluster import Cluster, wait_for
 
@@ -60,7 +61,7 @@ def test_a_waiting_job_preempts_a_preemptible_one_which_runs_again(cluster: Clus
         assert "rc_preemptions_total 1.0" in answer.read().decode()  # EXT-PREEMPT-3
 
 
-def waiting_view(cluster: Cluster, victim_id: str) -> dict[str, object] | None:
+def waiting_view(cluster: Cluster, victim_id: str) -> dict[str, Any] | None:
     """The view of the queued job that is not the victim, once it waits for something."""
     queued = cluster.api("GET", "/v1/state")[1]["queued"]
     other = next((j for j in queued if j["id"] != victim_id), None)

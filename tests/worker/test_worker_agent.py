@@ -611,7 +611,7 @@ def test_parse_poll_body() -> None:  # WRK-060, WRK-064
     answer = channel.parse_poll_body(
         b'{"assignments": [], "kills": ["k", "m"], "kill_grace": {"k": 5, "m": "x"}}'
     )
-    assert answer.kills == ["k", "m"] and answer.grace == {"k": 5.0}
+    assert answer.kills == ["k", "m"] and answer.kills.grace == {"k": 5.0}  # type: ignore[attr-defined]
     for bad in (b"[]", b"{", b'{"kills": [1]}', b'{"assignments": [{"job_id": "j"}]}'):
         with pytest.raises(ValueError):
             channel.parse_poll_body(bad)

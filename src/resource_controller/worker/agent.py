@@ -429,8 +429,8 @@ class Agent:
         for job_id in answer.kills:
             job = life.jobs.get(job_id)
             if job is not None:
-                if answer.grace and job_id in answer.grace:  # a preemption's (EXT-PREEMPT-2)
-                    job.kill_grace = answer.grace[job_id]
+                own = getattr(answer.kills, "grace", {})  # a preemption's (EXT-PREEMPT-2)
+                job.kill_grace = own.get(job_id, job.kill_grace)
                 job.cancel.set()  # idempotent: a re-delivered kill changes nothing
         killed = set(answer.kills)
         started = 0

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
@@ -60,13 +60,20 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+class Kills(list[str]):
+    """A poll's kill flags; ``grace``: seconds to SIGKILL of those that stop a preemption's
+    victim (EXT-PREEMPT-2), which the other kills take from ``kill_grace``."""
+
+    def __init__(self, ids: Iterable[str] = (), grace: dict[str, float] | None = None) -> None:
+        super().__init__(ids)
+        self.grace = grace or {}
+
+
 class PollAnswer(NamedTuple):
     """What one successful poll carried: 204 is both lists empty."""
 
     assignments: list[wire.Assignment]
     kills: list[str]
-    #: Seconds to SIGKILL of the kills that stop a preemption's victim (EXT-PREEMPT-2).
-    grace: dict[str, float] | None = None
 
 
 def parse_poll_body(body: bytes) -> PollAnswer:
@@ -96,7 +103,7 @@ def parse_poll_body(body: bytes) -> PollAnswer:
         for k, v in (raw_grace.items() if isinstance(raw_grace, dict) else ())
         if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
     }
-    return PollAnswer(assignments, list(raw_kills), grace or None)
+    return PollAnswer(assignments, Kills(raw_kills, grace))
 
 
 # ---- writing bodies ------------------------------------------------------------------
