@@ -95,8 +95,8 @@ JOB = Obj(
     },
     keep=frozenset({"command"}),
 )
-#: A queued job's ``waiting_for`` entries hold no lists or maps.
-WAITING_FOR = List()
+#: A queued job's ``waiting_for`` entries: ``preempting`` (EXT-PREEMPT-2) is their one list.
+WAITING_FOR = List(Obj({"preempting": List()}))
 JOB_VIEW = Obj({"job": JOB, "waiting_for": WAITING_FOR})
 JOB_LIST = Obj({"jobs": List(JOB)}, keep=frozenset({"jobs"}))
 DEVICE = Obj({"labels": List(LABEL)})
