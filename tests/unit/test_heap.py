@@ -1,6 +1,7 @@
 """``rc serve``, ``rc worker`` and ``rc up`` settle their heap before serving: what
 start-up built leaves the collector's view, young collections are rarer, and cyclic
-garbage made afterwards is still freed."""
+garbage made afterwards is still freed. ``rc`` itself holds collections off while it
+imports."""
 
 from __future__ import annotations
 
@@ -40,3 +41,13 @@ def test_start_up_objects_are_frozen_and_later_cycles_still_collected(restored_g
     del a, b
     gc.collect()
     assert gone() is None  # a cycle made after start-up is freed
+
+
+def test_rc_collects_nothing_during_its_imports_and_as_usual_after(restored_gc: None) -> None:
+    heap.hold()
+    try:
+        assert not gc.isenabled()
+    finally:
+        heap.release()
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
+from resource_controller import heap
 from resource_controller.cli import signals
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
@@ -64,6 +65,7 @@ def _print_page(text: str) -> None:
 
 
 def main() -> None:
+    heap.hold()  # until the command's imports are done (cli/run.py, below)
     signals.install()
     argv = sys.argv[1:]
     if "_RC_COMPLETE" not in os.environ:  # shell completion is click's
@@ -76,6 +78,7 @@ def main() -> None:
             run.main(argv[1:] if argv[0] == "run" else ["--help"])
     from resource_controller.cli import group
 
+    heap.release()
     group.rc.main(prog_name="rc")
 
 

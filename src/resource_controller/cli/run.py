@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from resource_controller import errors
+from resource_controller import errors, heap
 from resource_controller.cli import basics, exits, render, signals
 from resource_controller.client import machine
 from resource_controller.client import submit as spec
@@ -304,6 +304,7 @@ def run(argv: list[str]) -> int:
 
         warn_if_replaced(client, values["as_"])  # EXT-WHO-4
     _run_nested_if_held(client, wanted)
+    heap.release()  # the client and its HTTP core are imported
     try:
         ran = client.drive(
             machine.run(
