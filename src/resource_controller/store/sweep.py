@@ -116,7 +116,7 @@ def _expire(conn: sql.Db, now: int, rules: expiry.SweepRules, requeued: list[str
             reported.append(lease_id)
             continue
         job = queries.job(conn, job_id)
-        ended = attempts.end(conn, Op.EXPIRE, job, JobState.LOST, REASON_LEASE_EXPIRED, now)
-        if ended:
-            (requeued if ended == JobState.QUEUED else reported).append(job_id)
+        after = attempts.end(conn, Op.EXPIRE, job, JobState.LOST, REASON_LEASE_EXPIRED, now)
+        if after:
+            (requeued if after == JobState.QUEUED else reported).append(job_id)
     return reported
