@@ -306,3 +306,24 @@ def test_an_output_that_cannot_be_written_ends_the_stream_not_the_wait() -> None
     steps = Steps(Controller([RUNNING], [view(ended(2))], [Stream([b"x", b""])]))
     ran = steps.run(machine.run(Submit(["x"]), "me", steps.clock, sink=full))
     assert ran.code == 2 and steps.notes[-1].startswith("log stream ended: cannot write output")
+
+
+def test_a_victim_s_run_names_each_preemption_once_and_not_a_requeue_that_never_came() -> None:
+    # EXT-PREEMPT-2: while it stops the job names its preemptor; after the next attempt
+    # the attempts list does; a --no-requeue victim that ended queues no more.
+    from resource_controller.client.machine import PreemptReport
+
+    report = PreemptReport()
+    stopping = {"id": "j1", "state": "running", "attempt": 1, "preempted_by": "k"}
+    assert report.lines(stopping) == [
+        "job j1: attempt 1 preempted by job k; queued again for attempt 2"
+    ]
+    done = {
+        "id": "j1",
+        "state": "succeeded",
+        "attempt": 2,
+        "attempts": [{"attempt": 1, "state": "preempted", "kill_reason": "preempted by k"}],
+    }
+    assert report.lines(done) == []  # said once
+    stopped = {"id": "j2", "state": "killed", "attempt": 1, "preempted_by": "k"}
+    assert PreemptReport().lines(stopped) == []

@@ -155,3 +155,29 @@ def test_rc_usage_counts_every_attempt_s_time(
     _report(store, job.id, "succeeded", 0)
     (group,) = store.views.usage("submitter", 86400).groups
     assert group.key == "alice" and group.figures.held_seconds == 900
+
+
+def test_a_no_requeue_victim_whose_worker_is_lost_ends_lost(
+    store: Store, make: Factory, raw: Raw, clock: FakeClock
+) -> None:
+    # EXT-PREEMPT-2: only the victim's own stop ends it ``killed``; a sweep can only lose it.
+    make.worker(devices=1)
+    job = make.start(preemptible=True, no_requeue=True)
+    raw.write("UPDATE jobs SET preempted_by = 'j-big', kill_requested = 1 WHERE id = ?", job.id)
+    clock.advance(330)
+    result = store.devices.sweep(SweepRules())
+    assert result.jobs_lost == [job.id]
+    end = store.views.job(job.id)
+    assert (end.state, end.kill_reason) == ("lost", "worker lost")
+    assert invariant_violations(raw) == []
+
+
+def test_a_no_requeue_victim_stopped_by_its_worker_ends_killed(
+    store: Store, make: Factory, raw: Raw
+) -> None:
+    make.worker(devices=1)
+    job = make.start(preemptible=True, no_requeue=True)
+    raw.write("UPDATE jobs SET preempted_by = 'j-big', kill_requested = 1 WHERE id = ?", job.id)
+    _report(store, job.id, "killed", -15)
+    end = store.views.job(job.id)
+    assert (end.state, end.kill_reason) == ("killed", "preempted by j-big")

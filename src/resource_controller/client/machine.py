@@ -411,7 +411,8 @@ class PreemptReport:
             if isinstance(a, dict) and a.get("state") == "preempted":
                 reason = str(a.get("kill_reason") or "")
                 found[int(a.get("attempt") or 1)] = reason.removeprefix("preempted by ")
-        if job.get("preempted_by"):
+        # A terminal one did not queue again (``--no-requeue``): its end says why it stopped.
+        if job.get("preempted_by") and job.get("state") not in TERMINAL:
             found[int(job.get("attempt") or 1)] = str(job["preempted_by"])
         out = []
         for n in sorted(set(found) - self.said):

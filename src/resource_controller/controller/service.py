@@ -196,16 +196,16 @@ async def reload_limits(svc: Services) -> Done[share.SubmitterLimits | None]:
 async def sweep(svc: Services, rules: expiry.SweepRules, fence: Fence | None) -> Done[SweepResult]:
     """One reaper sweep under ``fence``; a device it took out may change waits: a pass follows."""
     result = await svc.db(svc.store.devices.sweep, rules, fence)
-    await mark_requeued(svc, result.jobs_requeued)
+    marked = await mark_requeued(svc, result.jobs_requeued)
     ended = frozenset([*result.jobs_lost, *result.leases_expired])
     took_out = bool(result.devices_unknown or result.alarming)
-    queued = tuple((j, str(JobState.QUEUED)) for j in result.jobs_requeued)
-    return Done(result, Wake(schedule=took_out, ended=ended, swept=result.alarming, jobs=queued))
+    return Done(result, marked | Wake(schedule=took_out, ended=ended, swept=result.alarming))
 
 
-async def mark_requeued(svc: Services, job_ids: list[str]) -> None:
+async def mark_requeued(svc: Services, job_ids: list[str]) -> Wake:
     """A line in each requeued job's output between its attempts (EXT-RETRY-1), written after the
-    commit: a marker lost to a crash costs only the line."""
+    commit: a marker lost to a crash costs only the line. Its wake-ups: the followers read the
+    line, the event stream says ``queued``."""
     for job_id in job_ids:
         try:
             past = await svc.db(svc.store.views.attempts, job_id)
@@ -221,6 +221,8 @@ async def mark_requeued(svc: Services, job_ids: list[str]) -> None:
             await svc.log_store(svc.logs.append, job_id, f"{line} ---\n".encode())
         except Exception:
             log.exception("marking the next attempt of job %s failed", job_id)
+    queued = tuple((j, str(JobState.QUEUED)) for j in job_ids)
+    return Wake(output=frozenset(job_ids), jobs=queued)
 
 
 #: Jobs one retention pass deletes at most, so a backlog never holds the store thread.

@@ -74,7 +74,7 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
     for job_id in reg.reaped:
         again = "; queued again" if job_id in reg.requeued else ""
         log.warning("job %s lost: worker %s re-registered%s", job_id, req.host, again)
-    await service.mark_requeued(svc, reg.requeued)
+    marked = await service.mark_requeued(svc, reg.requeued)
     _say_mig_conflicts(req, reg)
     recovered: list[webhooks.Notice] = []
     for r in recovery.recovered:
@@ -93,7 +93,7 @@ async def register(svc: Services, caller: Caller, req: wire.RegisterRequest) -> 
         )
     lost = frozenset(reg.reaped) - frozenset(reg.requeued)
     wake = Wake(schedule=True, ended=lost, devices=True, notices=tuple(recovered))
-    return Done(reg, wake)
+    return Done(reg, marked | wake)
 
 
 def _say_mig_conflicts(req: wire.RegisterRequest, reg: Registration) -> None:
@@ -248,8 +248,8 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     before, done = await svc.db(record)
     device_id = "" if req.state == JobState.RUNNING else before.device_id
     requeued = attempts.requeues(before, req.state)
-    # Repeats publish again.
-    announce = Wake.job(job_id, JobState.QUEUED if requeued else req.state)
+    # Repeats publish again; a requeue's ``queued`` is announced with its marker.
+    announce = Wake() if requeued else Wake.job(job_id, req.state)
     if not device_id:
         return Done(None, announce)
     # A first terminal report of a non-hold job whose reason is a watchdog's.
@@ -277,8 +277,7 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
     # A pass that assigned is announced, as the scheduler loop does.
     passed = SCHEDULE if done is None else Wake(scheduled=True) | Wake.of_pass(done)
     if requeued:
-        await service.mark_requeued(svc, [job_id])
-        return Done(None, passed | announce)
+        return Done(None, await service.mark_requeued(svc, [job_id]) | passed | announce)
     return Done(None, Wake.jobs_ended([job_id]) | passed | announce)
 
 

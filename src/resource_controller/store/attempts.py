@@ -20,14 +20,16 @@ def end(
     """End ``job``'s current attempt in ``state`` by ``op``: the state the job is in after it
     (``queued`` when it queues again), or None when it was no longer active."""
     ruled = retry.verdict(_attempt(job), state)
-    if ruled.preempted:
+    # A ``--no-requeue`` victim its worker stopped ends ``killed``; one whose host was lost (a
+    # sweep, a reap: ops that only lose) ends ``lost`` for its own reason.
+    stopped = ruled.preempted and JobState.KILLED in JOB.move(op).targets
+    if ruled.preempted and (ruled.requeue or stopped):
         reason = retry.preempted_reason(job.preempted_by)
     if not ruled.requeue:
-        if ruled.preempted:
-            state = JobState.KILLED
+        state = JobState.KILLED if stopped else state
         moved = moves.end_job(conn, op, job.id, state, reason, now, **measured)
         return state if moved else None
-    gone = job.devices if job.device_id or job.device_ids else ()
+    gone = job.devices
     pins = {} if job.pinned else {"device_id": "", "device_ids": ""}
     moved = moves.move(
         conn,

@@ -72,22 +72,20 @@ def _reap(conn: sql.Db, now: int, reap: list[str], requeued: list[str]) -> list[
         return []
     marks = sql.marks(len(reap))
     # A several-device job is on a device by any of its live leases.
-    victims = [
-        str(job_id)
-        for (job_id,) in conn.execute(
-            f"SELECT id FROM jobs WHERE (device_id IN ({marks}) OR id IN"
-            f" (SELECT job_id FROM leases WHERE device_id IN ({marks}) AND released_at IS NULL))"
-            f" AND state IN ({sql.marks(len(_ACTIVE))}) ORDER BY seq",
-            (*reap, *reap, *_ACTIVE),
-        )
-    ]
+    victims = queries.jobs_where(
+        conn,
+        f"(jobs.device_id IN ({marks}) OR jobs.id IN"
+        f" (SELECT job_id FROM leases WHERE device_id IN ({marks}) AND released_at IS NULL))"
+        f" AND jobs.state IN ({sql.marks(len(_ACTIVE))})",
+        (*reap, *reap, *_ACTIVE),
+        order="jobs.seq",
+    )
     lost: list[str] = []
-    for job_id in victims:
-        job = queries.job(conn, job_id)
+    for job in victims:
         ended = attempts.end(conn, Op.WRITE_OFF, job, JobState.LOST, REASON_WORKER_LOST, now)
         if ended:
-            leases.release_for_job(conn, now, job_id)
-            (requeued if ended == JobState.QUEUED else lost).append(job_id)
+            leases.release_for_job(conn, now, job.id)
+            (requeued if ended == JobState.QUEUED else lost).append(job.id)
     return lost
 
 
