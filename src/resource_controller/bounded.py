@@ -142,6 +142,8 @@ Submitter = Annotated[
     StrictStr, AfterValidator(_text(limits.SUBMITTER)), _bytes_schema(limits.SUBMITTER)
 ]
 Reason = Annotated[StrictStr, AfterValidator(_text(limits.REASON)), _bytes_schema(limits.REASON)]
+#: An array's index spec (EXT-ARRAY-1), bounded as a reason is: ``core.arrays`` caps its tasks.
+ArraySpecText = Reason
 IdempotencyKey = Annotated[
     StrictStr, AfterValidator(_text(limits.IDEMPOTENCY_KEY)), _bytes_schema(limits.IDEMPOTENCY_KEY)
 ]

@@ -45,6 +45,10 @@ class JobNotFound(NotFound):
     """No such job."""
 
 
+class ArrayNotFound(NotFound):
+    """No such array (EXT-ARRAY-3)."""
+
+
 class DeviceNotFound(NotFound):
     """No such device."""
 

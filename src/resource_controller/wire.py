@@ -213,6 +213,8 @@ class SubmitRequest(_ClientRequest):
     preemptible: StrictBool = False
     no_requeue: StrictBool = False
     preempt_grace_seconds: b.Seconds = 0
+    #: EXT-ARRAY-1: one task per index of this spec (``0-99%8``); the answer is an ``ArrayBody``.
+    array: b.ArraySpecText = ""
 
 
 class KillRequest(_ClientRequest):
@@ -287,6 +289,9 @@ class JobBody(_Response):
     preempt_grace_seconds: int | None = None
     preempted_by: str | None = None
     preemptions: int | None = None
+    #: EXT-ARRAY-1: the array it is a task of, and its index there.
+    array_id: str | None = None
+    array_index: int | None = None
 
 
 class WaitingFor(_Response):
@@ -309,6 +314,32 @@ class WaitingFor(_Response):
     after: str | None = None
     #: EXT-PREEMPT-2: the jobs being stopped to make room for this one.
     preempting: list[str] | None = None
+
+
+class TaskBody(_Response):
+    """One task of an array, as its array's view shows it."""
+
+    id: str
+    index: int
+    state: str
+    exit_code: int | None = None
+    device_id: str
+    worker_id: str
+
+
+class ArrayBody(_Response):
+    """An array (EXT-ARRAY-3): its spec, its tasks by state, and each task in index order."""
+
+    id: str
+    spec: str
+    size: int
+    #: The ``%N`` cap on tasks running at once; 0: none.
+    max_running: int
+    submitter: str
+    submitted_at: str
+    #: Tasks in each state that any task is in.
+    counts: dict[str, int]
+    tasks: list[TaskBody]
 
 
 class JobView(_Response):

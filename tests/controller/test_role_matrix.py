@@ -46,6 +46,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs"): "client",
     ("GET", "/v1/jobs"): "client",
     ("GET", "/v1/jobs/{job_id}"): "client",
+    ("GET", "/v1/arrays/{array_id}"): "client",
     ("POST", "/v1/jobs/{job_id}/kill"): "client",
     ("GET", "/v1/jobs/{job_id}/logs"): "client",
     ("GET", "/v1/jobs/{job_id}/tty/out"): "client",
@@ -188,8 +189,18 @@ def test_every_route_with_every_caller(rc: Harness) -> None:
     """AUTH-001..003, EXT-WHO-3: 401 without a usable token, 403 for the wrong role, never 5xx."""
     wid = rc.register("gpubox", ("gpu0", "gpu1"))
     job_id, _ = rc.running_job("gpubox:gpu0")
-    ids_present = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1"}
-    ids_missing = {"worker_id": "no-such-worker", "job_id": str(uuid.uuid4()), "device_id": "no:pe"}
+    ids_present = {
+        "worker_id": wid,
+        "job_id": job_id,
+        "device_id": "gpubox:gpu1",
+        "array_id": job_id,
+    }
+    ids_missing = {
+        "worker_id": "no-such-worker",
+        "job_id": str(uuid.uuid4()),
+        "device_id": "no:pe",
+        "array_id": str(uuid.uuid4()),
+    }
     requests = copy.deepcopy(REQUESTS)
     requests[("POST", "/v1/jobs/{job_id}/status")]["json"]["worker_id"] = wid
     checked = 0
@@ -230,7 +241,7 @@ def test_a_query_token_authenticates_only_the_event_stream(rc: Harness) -> None:
     """AUTH-004: ``?token=`` with no header opens /v1/events and nothing else."""
     wid = rc.register("gpubox", ("gpu0", "gpu1"))
     job_id, _ = rc.running_job("gpubox:gpu0")
-    ids = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1"}
+    ids = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1", "array_id": job_id}
     problems = []
     for route, role in sorted(EXPECTED.items()):
         method, template = route
@@ -272,7 +283,7 @@ def test_a_valid_token_in_a_malformed_header_is_401_everywhere(rc: Harness) -> N
     """AUTH-001: exactly ``Bearer `` and a listed token; an admin token any other way is 401."""
     wid = rc.register("gpubox", ("gpu0", "gpu1"))
     job_id, _ = rc.running_job("gpubox:gpu0")
-    ids = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1"}
+    ids = {"worker_id": wid, "job_id": job_id, "device_id": "gpubox:gpu1", "array_id": job_id}
     problems = []
     for route, role in sorted(EXPECTED.items()):
         if role == "none":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from typing import Any, TypeVar
 
 import pydantic
@@ -12,6 +13,7 @@ from resource_controller import wire
 from resource_controller.core import usage as acct
 from resource_controller.core.states import DeviceState
 from resource_controller.core.waiting import Blocker, rfc3339
+from resource_controller.store.arrays import ArrayRecord, TaskRecord
 from resource_controller.store.records import (
     AttemptRecord,
     DeviceRecord,
@@ -102,6 +104,32 @@ def job(j: JobRecord, past: list[AttemptRecord] | None = None) -> wire.JobBody:
         preempt_grace_seconds=j.preempt_grace_seconds or None,
         preempted_by=j.preempted_by or None,
         preemptions=j.preemptions or None,
+        array_id=j.array_id or None,
+        array_index=j.array_index if j.array_id else None,
+    )
+
+
+def array(a: ArrayRecord, tasks: list[TaskRecord]) -> wire.ArrayBody:
+    """An array's view: its counts are its tasks'."""
+    return wire.ArrayBody(
+        id=a.id,
+        spec=a.spec,
+        size=a.size,
+        max_running=a.max_running,
+        submitter=a.submitter,
+        submitted_at=ts(a.submitted_at) or "",
+        counts=dict(Counter(t.state for t in tasks)),
+        tasks=[
+            wire.TaskBody(
+                id=t.id,
+                index=t.index,
+                state=t.state,
+                exit_code=t.exit_code,
+                device_id=t.device_id,
+                worker_id=t.worker_id,
+            )
+            for t in tasks
+        ],
     )
 
 

@@ -14,7 +14,8 @@ from resource_controller.core import expiry, identity, share, states, waiting
 from resource_controller.core import usage as acct
 from resource_controller.core.identity import Caller
 from resource_controller.core.states import JobState
-from resource_controller.store.jobs import KillOutcome
+from resource_controller.store.arrays import ArrayRecord, TaskRecord
+from resource_controller.store.jobs import KillOutcome, NewJob
 from resource_controller.store.leadership import Fence
 from resource_controller.store.records import (
     Assigned,
@@ -25,18 +26,45 @@ from resource_controller.store.records import (
 
 log = logging.getLogger(__name__)
 
+#: An array and its tasks, in index order.
+ArrayView = tuple[ArrayRecord, list[TaskRecord]]
+
 
 # ---- client: jobs --------------------------------------------------------------------
 
 
-async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
-    """Enqueue, run one scheduling pass at once, answer with the job."""
-    # A named token's submit is recorded under its name.
+def _admit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> NewJob:
+    """The submit checked, recorded under a named token's name, its limit's name set."""
     req.submitter = identity.recorded_submitter(caller, req.submitter)
     new = submits.validate_submit(req)
-    # The name its submitter limit counts under.
     new = dataclasses.replace(new, share_name=identity.share_name(caller, req.submitter))
     submits.check_limit(svc.store.limits, new)
+    return new
+
+
+async def submit_array(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[ArrayView]:
+    """EXT-ARRAY-1: every task enqueued in one transaction, then one pass; the array's view."""
+    new = _admit(svc, caller, req)
+    spec = submits.array_spec(req)
+
+    def enqueue_and_schedule() -> tuple[ArrayView, PassResult]:
+        record = svc.store.arrays.submit(new, spec)
+        try:
+            done = svc.store.queue.run_pass()
+        except Exception:
+            log.exception("scheduling pass after submit of array %s failed", record.id)
+            svc.store.arrays.kill(record.id, states.REASON_SUBMIT_SCHEDULE)
+            raise errors.StoreError("could not schedule the array") from None
+        return svc.store.arrays.view(record.id), done
+
+    (record, tasks), done = await svc.db(enqueue_and_schedule)
+    events = Wake(jobs=tuple((t.id, t.state) for t in tasks))
+    return Done((record, tasks), Wake(scheduled=True) | Wake.of_pass(done) | events)
+
+
+async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
+    """Enqueue, run one scheduling pass at once, answer with the job."""
+    new = _admit(svc, caller, req)
 
     def enqueue_and_schedule() -> tuple[JobRecord, PassResult]:
         job = svc.store.queue.enqueue(new)
@@ -85,15 +113,38 @@ def _why_busy(svc: Services, job: JobRecord) -> str:
     return f": {waiting.summary(waits, svc.store.now(), pinned=job.snap().pinned)}"
 
 
-async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
-    """Cancel a queued job or flag an active one for its worker."""
-    job = await svc.db(svc.store.views.job, job_id)
-    if not identity.may_end(caller, job.submitter, req.submitter):
+def _kill_reason(caller: Caller, req: wire.KillRequest, what: str, owner: str) -> str:
+    """The reason a kill records, once the caller may end ``what``."""
+    if not identity.may_end(caller, owner, req.submitter):
         who = f"the token of {caller.owner!r}" if caller.owner else repr(req.submitter)
-        raise errors.NotJobOwner(f"job {job_id} belongs to {job.submitter!r}, not {who}")
+        raise errors.NotJobOwner(f"{what} belongs to {owner!r}, not {who}")
     # A named token's reason names who it is, as its submits do.
     submitter = identity.recorded_submitter(caller, req.submitter)
-    reason = states.kill_reason(submitter, admin=caller.admin)
+    return states.kill_reason(submitter, admin=caller.admin)
+
+
+async def kill_array(
+    svc: Services, caller: Caller, array_id: str, req: wire.KillRequest
+) -> Done[None]:
+    """EXT-ARRAY-3: every task of the array not yet ended, ended as a kill ends a job."""
+    record, _ = await svc.db(svc.store.arrays.view, array_id)
+    reason = _kill_reason(caller, req, f"array {array_id}", record.submitter)
+    ended = await svc.db(svc.store.arrays.kill, array_id, reason)
+    killed = Wake(jobs=tuple((j, str(JobState.KILLED)) for j in ended.cancelled))
+    wake = Wake.jobs_ended(ended.cancelled, schedule=True) | killed
+    return Done(None, wake | Wake.poll(w for _, w in ended.flagged))
+
+
+async def kill(svc: Services, caller: Caller, job_id: str, req: wire.KillRequest) -> Done[None]:
+    """Cancel a queued job or flag an active one for its worker; an array's ID ends its tasks."""
+    try:
+        job = await svc.db(svc.store.views.job, job_id)
+    except errors.JobNotFound:
+        try:
+            return await kill_array(svc, caller, job_id, req)
+        except errors.ArrayNotFound:
+            raise errors.JobNotFound(f"no job or array has the ID {job_id[:80]!r}") from None
+    reason = _kill_reason(caller, req, f"job {job_id}", job.submitter)
     if job.state == JobState.QUEUED:
         if not await svc.db(svc.store.queue.cancel, job_id, reason):
             raise errors.NotCancellable(f"job {job_id} already started")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from resource_controller import errors, wire
-from resource_controller.core import mig, scheduling, selectors, share
+from resource_controller.core import arrays, mig, scheduling, selectors, share
 from resource_controller.core.states import Kind, RetryOn, Stdio
 from resource_controller.store.jobs import NewJob
 
@@ -30,6 +30,8 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         command = ["hold"]
     if req.stdio not in {s.value for s in Stdio}:
         raise errors.BadRequest(f'unknown stdio {req.stdio!r} ("", tty or pipe)')
+    if req.array:
+        _array(req, kind)
     if req.device_id and req.selector:
         raise errors.BadRequest("give device_id or selector, not both")
     count, device_ids = _gang(req)
@@ -85,6 +87,26 @@ def validate_submit(req: wire.SubmitRequest) -> NewJob:
         no_requeue=req.no_requeue,
         preempt_grace_seconds=req.preempt_grace_seconds,
     )
+
+
+def array_spec(req: wire.SubmitRequest) -> arrays.ArraySpec:
+    """EXT-ARRAY-1: the spec of an array submit, which ``validate_submit`` has admitted."""
+    try:
+        return arrays.parse(req.array)
+    except arrays.ArraySpecError as exc:
+        raise errors.BadRequest(str(exc)) from None
+
+
+def _array(req: wire.SubmitRequest, kind: str) -> None:
+    """What an array's tasks cannot be: each queues and runs detached."""
+    for bad, what in (
+        (kind == Kind.HOLD, "a hold cannot be an array"),
+        (req.no_wait, "no_wait with array: an array's tasks queue until they can run"),
+        (req.stdio, "array with tty or pipe stdio: its tasks run detached"),
+    ):
+        if bad:
+            raise errors.BadRequest(what)
+    array_spec(req)
 
 
 def _after(req: wire.SubmitRequest) -> tuple[str, ...]:

@@ -127,8 +127,11 @@ ROUTES: tuple[Route, ...] = (
         jobs.submit,
         body=wire.SubmitRequest,
         status=201,
-        answer=wire.JobBody,
+        answer=wire.JobBody | wire.ArrayBody,
         errors=(409,),
+    ),
+    Route(
+        "GET", "/v1/arrays/{array_id}", CLIENT, jobs.get_array, answer=wire.ArrayBody, errors=(404,)
     ),
     Route(
         "GET",

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from resource_controller.core.arrays import ArrayCaps
 from resource_controller.core.preempt import Preemption, outranks
 from resource_controller.core.scheduling import BY_ID, DeviceSnap, JobSnap, avoiding, candidates
 from resource_controller.core.share import NO_LIMITS, SubmitterLimits, over_limit
@@ -121,6 +122,7 @@ class Planner:
         limits: SubmitterLimits = NO_LIMITS,
         held: Mapping[str, int] | None = None,
         preemption: Preemption | None = None,
+        caps: ArrayCaps | None = None,
     ) -> None:
         fleet = devices if isinstance(devices, FleetIndex) else FleetIndex(devices)
         self.limits = limits
@@ -144,6 +146,8 @@ class Planner:
         #: EXT-PREEMPT-1: None when preemption is off.
         self.preemption = preemption
         self._soft: set[str] = set()  #: claims a preempting job may take over
+        #: EXT-ARRAY-1's ``%N`` caps; None: no task's array is capped in this pass.
+        self.caps = caps
 
     def saturated(self) -> bool:
         """Every reservable device is claimed: no job further back can be placed."""
@@ -192,6 +196,8 @@ class Planner:
     def placed(self, job: JobSnap, devices: Iterable[str]) -> None:
         given = list(devices)
         self.taken.update(given)
+        if self.caps is not None and job.array_id:
+            self.caps.placed(job.array_id)
         if self.limited_on:
             self.held[job.share] = self.held.get(job.share, 0) + len(given)
 

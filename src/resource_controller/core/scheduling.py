@@ -65,6 +65,8 @@ class JobSnap:
     avoid: tuple[str, ...] = ()
     #: It may be stopped to make room (EXT-PREEMPT-1).
     preemptible: bool = False
+    #: The array it is a task of ('' for none): its ``%N`` cap applies (EXT-ARRAY-1).
+    array_id: str = ""
 
     @property
     def pinned(self) -> bool:

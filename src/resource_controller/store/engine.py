@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: The newest revision: a database at it opens without SQLAlchemy or Alembic (a test holds it).
-HEAD = "0014"
+HEAD = "0015"
 
 #: URL schemes taken for PostgreSQL (SQLAlchemy's driver name is added).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from resource_controller.clock import Clock
-from resource_controller.store import devices, jobs, reports, views
+from resource_controller.store import arrays, devices, jobs, reports, views
 from resource_controller.store.base import Core
 
 
@@ -16,6 +16,7 @@ class Store(Core):
         """``database``: a SQLite file's path, or a ``postgresql://`` URL."""
         super().__init__(database, clock, priority_aging)
         self.queue = jobs.Queue(self)
+        self.arrays = arrays.Arrays(self)
         self.reports = reports.Reports(self, self.queue)
         self.devices = devices.Devices(self)
         self.views = views.Views(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -93,7 +93,7 @@ class Queue:
 
         def once() -> JobRecord:
             with core.tx("submit") as c:
-                job = enqueue(c, core.now(), req, lambda: core.fleet.read(c)[1])
+                (job,) = enqueue(c, core.now(), req, lambda: core.fleet.read(c)[1])
             core.settled.enqueued(job, keyed=bool(req.idempotency_key))
             return job
 
@@ -198,10 +198,23 @@ class Queue:
             return waiting_for(c, self._core, job, self._core.now())
 
 
+@dataclass(frozen=True)
+class Tasks:
+    """An array's tasks, one job per index (EXT-ARRAY-1), each told its array and index."""
+
+    array_id: str
+    indexes: Sequence[int]
+
+
 def enqueue(
-    conn: sql.Db, now: int, req: NewJob, fleet: Callable[[], list[DeviceSnap]]
-) -> JobRecord:
-    """STORE-056 in the open transaction; ``fleet`` gives the devices as the rules read them."""
+    conn: sql.Db,
+    now: int,
+    req: NewJob,
+    fleet: Callable[[], list[DeviceSnap]],
+    tasks: Tasks | None = None,
+) -> list[JobRecord]:
+    """STORE-056 in the open transaction: the job, or each of ``tasks``, in queue order (the job
+    that has the key instead, alone); ``fleet`` gives the devices as the rules read them."""
     runtime = int(req.max_runtime_seconds)
     pins = req.device_ids
     count = len(pins) or req.count
@@ -213,52 +226,63 @@ def enqueue(
             "SELECT id FROM jobs WHERE idempotency_key = ?", (req.idempotency_key,)
         )
         if existing is not None:
-            return queries.job(conn, str(existing))
+            return [queries.job(conn, str(existing))]
     if req.device_id or pins:
         runtime = _pinned_runtime(conn, pins or (req.device_id,), runtime)
-    job_id = str(uuid.uuid4())
-    waits = after.wait(conn, job_id, req.after, req.after_any)  # EXT-SHARE-2
-    job = JobRecord(
-        id=job_id,
-        seq=queries.next_counter(conn, "job_seq", queries.SEQ_START),
-        selector=str(parsed) if parsed else "",
-        command=list(req.command),
-        cwd=req.cwd,
-        env=dict(req.env or {}),
-        submitter=req.submitter,
-        idempotency_key=req.idempotency_key or None,
-        state=JobState.QUEUED,
-        device_id=pins[0] if pins else req.device_id,
-        worker_id="",
-        exit_code=None,
-        kill_reason="",
-        submitted_at=now,
-        started_at=None,
-        finished_at=None,
-        priority=req.priority,
-        max_runtime_seconds=runtime,
-        idle_timeout=int(req.idle_timeout),
-        queued_at=now,
-        kill_requested=0,
-        kill_delivered_at=0,
-        kind=req.kind,
-        reason=req.reason,
-        stdio=req.stdio,
-        device_count=count,
-        device_ids=pins,
-        share_name=req.share_name or req.submitter,
-        after_ids=req.after,
-        after_any=int(req.after_any),
-        after_open=waits,
-        pinned=int(bool(req.device_id or pins)),
-        retries=req.retries,
-        retry_on=req.retry_on,
-        preemptible=int(req.preemptible),
-        no_requeue=int(req.no_requeue),
-        preempt_grace_seconds=req.preempt_grace_seconds,
-    )
-    moves.create(conn, JOB, Op.ENQUEUE, job.columns())
-    return job
+    indexes: Sequence[int | None] = tasks.indexes if tasks else (None,)
+    first = queries.next_counter(conn, "job_seq", queries.SEQ_START, len(indexes))
+    jobs = []
+    for n, index in enumerate(indexes):
+        job_id = str(uuid.uuid4())
+        env = dict(req.env or {})
+        if tasks:
+            env.update(RC_ARRAY_ID=tasks.array_id, RC_ARRAY_INDEX=str(index))
+        jobs.append(
+            JobRecord(
+                id=job_id,
+                seq=first + n,
+                selector=str(parsed) if parsed else "",
+                command=list(req.command),
+                cwd=req.cwd,
+                env=env,
+                submitter=req.submitter,
+                # An array's key is its first task's: a resubmit finds the array through it.
+                idempotency_key=None if n else req.idempotency_key or None,
+                state=JobState.QUEUED,
+                device_id=pins[0] if pins else req.device_id,
+                worker_id="",
+                exit_code=None,
+                kill_reason="",
+                submitted_at=now,
+                started_at=None,
+                finished_at=None,
+                priority=req.priority,
+                max_runtime_seconds=runtime,
+                idle_timeout=int(req.idle_timeout),
+                queued_at=now,
+                kill_requested=0,
+                kill_delivered_at=0,
+                kind=req.kind,
+                reason=req.reason,
+                stdio=req.stdio,
+                device_count=count,
+                device_ids=pins,
+                share_name=req.share_name or req.submitter,
+                after_ids=req.after,
+                after_any=int(req.after_any),
+                after_open=after.wait(conn, job_id, req.after, req.after_any),  # EXT-SHARE-2
+                pinned=int(bool(req.device_id or pins)),
+                retries=req.retries,
+                retry_on=req.retry_on,
+                array_id=tasks.array_id if tasks else "",
+                array_index=index,
+                preemptible=int(req.preemptible),
+                no_requeue=int(req.no_requeue),
+                preempt_grace_seconds=req.preempt_grace_seconds,
+            )
+        )
+    moves.create(conn, JOB, Op.ENQUEUE, *(job.columns() for job in jobs))
+    return jobs
 
 
 def _check_fits(

@@ -95,18 +95,22 @@ def move_returning(
     return rows
 
 
-def create(db: sql.Db, machine: Machine, op: Op, values: dict[str, Any]) -> None:
-    """Insert a row whose ``state`` the op allows from "no row"."""
+def create(db: sql.Db, machine: Machine, op: Op, *rows: dict[str, Any]) -> None:
+    """Insert rows (each with the same columns) whose ``state`` the op allows from "no row"."""
     if None not in machine.move(op).sources:
         raise errors.InvalidTransition(f"{op.value} does not create a {machine.entity}")
-    _check_target(machine, op, values.get("state"))
-    cols = tuple(values)
-
-    def build(table: str) -> str:
-        return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({sql.marks(len(cols))})"
-
-    _run(db, machine, op, ("create", machine.entity, cols), build, [values[c] for c in cols])
-    log.debug("%s:%s: created -> %s", machine.entity, op.value, values.get("state"))
+    for values in rows:
+        _check_target(machine, op, values.get("state"))
+    cols = tuple(rows[0])
+    key = ("create", machine.entity, cols)
+    text = _SQL.get(key)
+    if text is None:
+        marks = sql.marks(len(cols))
+        text = _SQL[key] = (
+            f"INSERT INTO {_TABLES[machine.entity]} ({', '.join(cols)}) VALUES ({marks})"
+        )
+    db.many(text, [[values[c] for c in cols] for values in rows], f"{machine.entity}:{op.value}")
+    log.debug("%s:%s: created %d -> %s", machine.entity, op.value, len(rows), rows[0].get("state"))
 
 
 def remove(db: sql.Db, machine: Machine, op: Op, where: str, params: Sequence[Any]) -> int:

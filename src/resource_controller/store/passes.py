@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from resource_controller import errors
-from resource_controller.core import passloop, preempt, scheduling, share
+from resource_controller.core import arrays, passloop, preempt, scheduling, share
 from resource_controller.core.passloop import Placement
 from resource_controller.core.planner import Planner
 from resource_controller.core.scheduling import JobSnap
@@ -47,11 +47,14 @@ class QueueWalk:
         aging: int = 0,
         skip: Sequence[str] = (),
         known: Iterable[str] = (),
+        full: Iterable[str] = (),
     ) -> None:
         self._db = db
         self._now, self._aging = now, aging
         #: Share names whose jobs are not read: each is at its limit.
         self._skip = skip
+        #: Arrays at their ``%N`` cap, as the pass finds them: the next page leaves their tasks out.
+        self._full = full
         #: The devices the pass sees: a pin to any other is a vanished device's.
         self._known = known
         self._page: Sequence[QueueRow | QueueEntry] = []
@@ -67,7 +70,14 @@ class QueueWalk:
         size, narrow = FIRST_PAGE, False
         while True:
             page = queries.queue_page(
-                self._db, after, size, narrow, self._now, self._aging, self._skip
+                self._db,
+                after,
+                size,
+                narrow,
+                self._now,
+                self._aging,
+                self._skip,
+                sorted(self._full),
             )
             self._page, self._read_to, self._rows = page, 0, {}
             for at, row in enumerate(page):
@@ -220,9 +230,10 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     held = held_by_share(db) if limits.on else {}
     # Names at their limit stay there (placing only adds): their jobs are not read at all.
     skip = share.at_limit(limits, held) if limits.on else ()
-    walk = QueueWalk(db, now, aging, skip, by_id)
+    caps = arrays.ArrayCaps(lambda array_id: _array_cap(db, array_id))
+    walk = QueueWalk(db, now, aging, skip, by_id, caps.full)
     chooser = _preemption(db, core.preemption, now)
-    planner = Planner(index, limits, held, chooser)
+    planner = Planner(index, limits, held, chooser, caps)
     placer = _Placer(db, now, by_id, limits)
     plan = passloop.run_pass(walk, planner, placer)
     for job_id in plan.unparsable:
@@ -246,6 +257,15 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     if plan.reservations != current:
         _rewrite(db, kept, now, current, plan.reservations)
     return placer.assigned, end
+
+
+def _array_cap(db: sql.Db, array_id: str) -> tuple[int, int]:
+    """An array's ``%N`` cap and its tasks assigned or running (0, 0 for an array with no row)."""
+    cap = int(db.value("SELECT max_running FROM arrays WHERE id = ?", (array_id,)) or 0)
+    if cap <= 0:
+        return 0, 0
+    active = db.value(f"SELECT count(*) FROM jobs WHERE array_id = ? AND {_ACTIVE}", (array_id,))
+    return cap, int(active or 0)
 
 
 def _preemption(db: sql.Db, rules: preempt.Settings, now: int) -> preempt.Preemption | None:

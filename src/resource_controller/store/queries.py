@@ -58,6 +58,7 @@ class QueueRow(NamedTuple):
     device_ids: str
     avoid_device_ids: str
     preemptible: int
+    array_id: str
 
 
 class QueueEntry(NamedTuple):
@@ -162,14 +163,19 @@ def queue_page(
     now: int = 0,
     aging: int = 0,
     skip: Sequence[str] = (),
+    skip_arrays: Sequence[str] = (),
 ) -> Sequence[QueueRow | QueueEntry]:
-    """Up to ``limit`` eligible queued rows behind ``after``, leaving out names in ``skip``."""
+    """Up to ``limit`` eligible queued rows behind ``after``, leaving out names in ``skip`` and
+    the tasks of the arrays in ``skip_arrays``."""
     text = (_QUEUE_WALK if narrow else _QUEUE_SCHED) + " FROM jobs WHERE jobs.state = ?"
     text += " AND jobs.after_open = 0"
     params: tuple[Any, ...] = (str(JobState.QUEUED),)
     if skip:
         text += f" AND {SHARE} NOT IN ({sql.marks(len(skip))})"
         params += tuple(skip)
+    if skip_arrays:
+        text += f" AND jobs.array_id NOT IN ({sql.marks(len(skip_arrays))})"
+        params += tuple(skip_arrays)
     if after is not None:
         cond, args = behind(*after, now, aging)
         text += " AND " + cond
@@ -199,13 +205,14 @@ def pinned_elsewhere(conn: sql.Db, known: Sequence[str], now: int = 0, aging: in
 SEQ_START = "(SELECT coalesce(max(seq), 0) + 1 FROM jobs)"
 
 
-def next_counter(conn: sql.Db, name: str, start: str = "1") -> int:
-    """Increment and return the named counter in one statement: no number is taken twice."""
+def next_counter(conn: sql.Db, name: str, start: str = "1", n: int = 1) -> int:
+    """Take the named counter's next ``n`` numbers in one statement (no number is taken twice);
+    the first of them."""
     text = (
-        f"INSERT INTO counters (name, value) VALUES (?, {start})"
-        " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+        f"INSERT INTO counters (name, value) VALUES (?, {start} + ?)"
+        " ON CONFLICT (name) DO UPDATE SET value = counters.value + ? RETURNING value"
     )
-    return int(conn.value(text, (name,)))
+    return int(conn.value(text, (name, n - 1, n))) - n + 1
 
 
 def lock_worker_devices(conn: sql.Db, worker_id: str) -> None:
@@ -315,6 +322,7 @@ def snap(row: QueueRow, after_open: int = 0) -> JobSnap:
         after_open,
         split_ids(row.avoid_device_ids),
         bool(row.preemptible),
+        row.array_id,
     )
 
 

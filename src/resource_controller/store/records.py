@@ -109,6 +109,7 @@ class JobRecord(NamedTuple):
             after_open=self.after_open,
             avoid=self.avoid_device_ids,
             preemptible=bool(self.preemptible),
+            array_id=self.array_id,
         )
 
     @property

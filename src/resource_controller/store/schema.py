@@ -306,7 +306,7 @@ sa.Index("usage_totals_recent", usage_totals.c.dim, usage_totals.c.last_hour)
 sa.Index(
     "jobs_array",
     jobs.c.array_id,
-    jobs.c.array_index,
+    jobs.c.state,
     sqlite_where=sa.text("array_id != ''"),
     postgresql_where=sa.text("array_id != ''"),
 )

@@ -115,11 +115,11 @@ class Db:
         cursor: Cursor = self.driver.execute(self._translate(sql), params)
         return cursor
 
-    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one statement once per parameter row."""
+    def many(self, sql: str, rows: Iterable[Sequence[Any]], move: str = "") -> None:
+        """Run one statement once per parameter row; ``move`` as for ``execute``."""
         if watchers:
             for watch in watchers:
-                watch(sql, "")
+                watch(sql, move)
         if self.postgres:
             with self.driver.cursor() as cursor:
                 cursor.executemany(self._translate(sql), list(rows))

@@ -26,9 +26,19 @@ SNAPSHOT_CHUNK = 256 * 1024
 
 
 async def submit(call: RouteCall) -> Response:
-    """Enqueue, run one scheduling pass at once, answer with the job."""
+    """Enqueue, run one scheduling pass at once, answer with the job (with ``array``, the array:
+    EXT-ARRAY-1)."""
+    if call.body.array:
+        found = await perform(call.svc.hub, service.submit_array(call.svc, call.who, call.body))
+        return answers.json(render.array(*found), 201)
     job = await perform(call.svc.hub, service.submit(call.svc, call.who, call.body))
     return answers.json(render.job(job), 201)
+
+
+async def get_array(call: RouteCall) -> Response:
+    """EXT-ARRAY-3: the array's counts and its tasks in index order."""
+    svc = call.svc
+    return answers.json(render.array(*await svc.db(svc.store.arrays.view, call.param)))
 
 
 def _limit(raw: str | None) -> int:
