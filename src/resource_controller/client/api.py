@@ -219,6 +219,11 @@ class JsonClient:
         )
         return found
 
+    def get_array(self, array_id: str, *, timeout: float | None = None) -> Json:
+        """EXT-ARRAY-3: the array's counts and its tasks in index order."""
+        found: Json = self.drive(calls.get_array(array_id, timeout))
+        return found
+
     def resolve_job_id(self, given: str) -> str:
         found: str = self.drive(calls.resolve(given))
         return found

@@ -166,19 +166,31 @@ def get_job(job_id: str, timeout: float | None = None) -> Call:
 
 
 def submit(spec: Submit, submitter: str, after: Sequence[str] = ()) -> Call:
+    """The answer is the job, or with ``array`` the array (EXT-ARRAY-1)."""
     return Call(
         "POST",
         "/v1/jobs",
         body=spec.body(submitter, after),
-        read=_shaped(shapes.JOB),
+        read=_raw if spec.array else _shaped(shapes.JOB),
         refuse=_no_device,
         resend=bool(spec.idempotency_key),
         shield=True,
     )
 
 
+def _raw(data: Any, _request: str) -> Any:
+    return data if isinstance(data, dict) else {}
+
+
+def get_array(array_id: str, timeout: float | None = None) -> Call:
+    """EXT-ARRAY-3: the array's counts and its tasks in index order."""
+    path = "/v1/arrays/" + urls.quote(array_id, safe="")
+    return Call("GET", path, timeout=timeout, read=_raw)
+
+
 def kill(job_id: str, submitter: str, timeout: float | None = None) -> Call:
-    """Resent to the next controller when one does not answer: the job ends either way."""
+    """Resent to the next controller when one does not answer: the job ends either way; an array's
+    ID ends its tasks (EXT-ARRAY-3)."""
     body = {"submitter": submitter}
     path = job_path(job_id) + "/kill"
     return Call("POST", path, body=body, timeout=timeout, refuse=_not_cancellable, resend=True)

@@ -44,6 +44,7 @@ FIELDS: dict[str, Any] = {
     "preemptible": False,
     "no_requeue": False,
     "preempt_grace_seconds": 0,
+    "array": "",
 }
 
 #: What a refusal calls each value: the Python API's argument names...
@@ -62,6 +63,7 @@ API = {
     "preemptible": "preemptible",
     "no_requeue": "no_requeue",
     "preempt_grace": "preempt_grace",
+    "array": "array",
 }
 #: ... and the command line's flags.
 CLI = {
@@ -79,6 +81,7 @@ CLI = {
     "preemptible": "--preemptible",
     "no_requeue": "--no-requeue",
     "preempt_grace": "--preempt-grace",
+    "array": "--array",
 }
 
 #: The longest ceiling the controller takes (``core.limits.SECONDS``: 68 years), and the
@@ -115,6 +118,7 @@ class Submit:
     __slots__ = (
         "after",
         "after_any",
+        "array",
         "command",
         "count",
         "cwd",
@@ -160,6 +164,7 @@ class Submit:
         preemptible: bool = False,
         no_requeue: bool = False,
         preempt_grace: Any = None,
+        array: str = "",
         names: Mapping[str, str] = API,
     ) -> None:
         self.command = None if command is None else list(command)
@@ -185,6 +190,7 @@ class Submit:
                     f"{names[flag]} needs {names['preemptible']}: only a preemptible job is"
                     " preempted"
                 )
+        self.array = array_spec(array, no_wait, stdio, names)
         self.idempotency_key = new_idempotency_key()
 
     @property
@@ -204,6 +210,30 @@ class Submit:
             count=1 if self.device_ids else self.count,
         )
         return {k: v for k, v in values.items() if k == "submitter" or v != FIELDS[k]}
+
+
+def array_spec(array: str, no_wait: bool, stdio: str, names: Mapping[str, str] = API) -> str:
+    """An array's spec, checked as the controller checks it (EXT-ARRAY-1); '' for one job."""
+    if not array:
+        return ""
+    if not isinstance(array, str):
+        raise TypeError(f"{names['array']} is a spec such as '0-99%8', not {type(array).__name__}")
+    if no_wait:
+        raise BadSubmit(
+            f"{names['array']} and {names['no_wait']} cannot be used together:"
+            " an array's tasks queue until they can run"
+        )
+    if stdio:
+        raise BadSubmit(
+            f"{names['array']} cannot be used with a terminal or stdin: its tasks run detached"
+        )
+    from resource_controller.core import arrays
+
+    try:
+        arrays.parse(array)
+    except arrays.ArraySpecError as e:
+        raise BadSubmit(f"{names['array']} {array!r}: {e}") from None
+    return array.strip()
 
 
 def retry_rule(retries: Any, retry_on: str, names: Mapping[str, str] = API) -> tuple[int, str]:

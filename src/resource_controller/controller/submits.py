@@ -94,7 +94,7 @@ def array_spec(req: wire.SubmitRequest) -> arrays.ArraySpec:
     try:
         return arrays.parse(req.array)
     except arrays.ArraySpecError as exc:
-        raise errors.BadRequest(str(exc)) from None
+        raise errors.BadRequest(f"array {req.array!r}: {exc}") from None
 
 
 def _array(req: wire.SubmitRequest, kind: str) -> None:

@@ -16,7 +16,10 @@ _ITEM = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
 
 class ArraySpecError(ValueError):
-    """The spec is malformed or over a limit; the message names what."""
+    """The spec is malformed or over a limit; the message names what, not the spec."""
+
+
+_TOO_MANY = f"more than {MAX_TASKS} tasks (the limit per array)"
 
 
 @dataclass(frozen=True)
@@ -34,43 +37,37 @@ def parse(text: str) -> ArraySpec:
     max_running = 0
     if cap_sep:
         if not cap.isdigit() or int(cap) < 1:
-            raise ArraySpecError(f"array {text!r}: the %N cap must be a whole number >= 1")
+            raise ArraySpecError("the %N cap must be a whole number >= 1")
         max_running = int(cap)
     if not body:
-        raise ArraySpecError(f"array {text!r}: no indexes (write e.g. 0-99, 0-99:5 or 1,4,9)")
+        raise ArraySpecError("no indexes (write e.g. 0-99, 0-99:5 or 1,4,9)")
     indexes: set[int] = set()
     for item in body.split(","):
-        for index in _item(text, item.strip()):
+        for index in _item(item.strip()):
             if index in indexes:
-                raise ArraySpecError(f"array {text!r}: index {index} is given twice")
+                raise ArraySpecError(f"index {index} is given twice")
             indexes.add(index)
             if len(indexes) > MAX_TASKS:
-                raise ArraySpecError(
-                    f"array {text!r} has more than {MAX_TASKS} tasks (the limit per array)"
-                )
+                raise ArraySpecError(_TOO_MANY)
     return ArraySpec(text.strip(), tuple(sorted(indexes)), max_running)
 
 
-def _item(text: str, item: str) -> range:
+def _item(item: str) -> range:
     match = _ITEM.fullmatch(item)
     if match is None:
-        raise ArraySpecError(
-            f"array {text!r}: {item!r} is not an index, a range A-B or a stepped range A-B:S"
-        )
+        raise ArraySpecError(f"{item!r} is not an index, a range A-B or a stepped range A-B:S")
     first, last, step = match.groups()
     start = int(first)
     end = start if last is None else int(last)
     if max(start, end) > MAX_INDEX:
-        raise ArraySpecError(f"array {text!r}: indexes go up to {MAX_INDEX}")
+        raise ArraySpecError(f"indexes go up to {MAX_INDEX}")
     if end < start:
-        raise ArraySpecError(f"array {text!r}: range {item} runs backwards")
+        raise ArraySpecError(f"range {item} runs backwards")
     stride = 1 if step is None else int(step)
     if stride < 1:
-        raise ArraySpecError(f"array {text!r}: the step of {item} must be >= 1")
+        raise ArraySpecError(f"the step of {item} must be >= 1")
     if (end - start) // stride + 1 > MAX_TASKS:
-        raise ArraySpecError(
-            f"array {text!r} has more than {MAX_TASKS} tasks (the limit per array)"
-        )
+        raise ArraySpecError(_TOO_MANY)
     return range(start, end + 1, stride)
 
 
