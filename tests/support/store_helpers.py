@@ -104,7 +104,7 @@ def allocate_directly(
         new = jobs.NewJob(
             command=["fixture"], submitter=submitter, device_id=device_id, idempotency_key=key
         )
-        (job,) = jobs.enqueue(c, now, new, lambda: [])
+        job = jobs.enqueue(c, now, new, lambda: [])
         c.execute("UPDATE jobs SET queued_at = 0, max_runtime_seconds = 0 WHERE id = ?", (job.id,))
         outcome = leases.assign(c, now, job, dev)
         assert outcome == "placed", outcome

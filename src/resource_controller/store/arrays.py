@@ -69,7 +69,7 @@ class Arrays:
             now = core.now()
             array_id = str(uuid.uuid4())
             tasks = Tasks(array_id, spec.indexes)
-            first, *_ = jobs.enqueue(c, now, req, lambda: core.fleet.read(c)[1], tasks)
+            first = jobs.enqueue(c, now, req, lambda: core.fleet.read(c)[1], tasks)
             if first.array_id != array_id:  # the key's job
                 if not first.array_id:
                     raise errors.BadRequest(
