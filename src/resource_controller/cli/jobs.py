@@ -179,29 +179,37 @@ MAX_LISTED = 10_000
     "-n",
     "--limit",
     type=common.INT,
-    default=20,
-    help=f"Max jobs, 1..{MAX_LISTED} (0: the controller's default).",
+    default=None,
+    help=f"Max jobs, 1..{MAX_LISTED} (0: the controller's default; 20 unless --array).",
 )
 @click.option("--device", default="", help="Exact device ID.")
 @click.option("--submitter", default="", help="Exact submitter.")
 @click.option("--state", default="", help="Exact state (queued, running, failed, ...).")
+@click.option("--array", "array_id", default="", help="Only this array's tasks, in index order.")
 @click.option("-o", "--output", default="text", help="text or json (one line).")
-def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> None:
+def jobs(
+    limit: int | None, device: str, submitter: str, state: str, array_id: str, output: str
+) -> None:
     """Search job history fleet-wide, newest first, finished jobs included.
 
     Filters combine: --device and --submitter match exactly; --state is one of
     queued, assigned, running, succeeded, failed, killed, lost. -n takes
     1..10000 (0: the controller's default, 20); past 200 the history is read a page
     at a time. -o json prints the controller's job objects on one line, each with
-    its exit_code and kill_reason when it has them.
+    its exit_code and kill_reason when it has them. --array ID lists that array's
+    tasks in index order (every one unless -n is given; the filters apply to them).
     """
     fmt = common.output_format(output)
     if state:
         common.check_job_state(state)
-    if not 0 <= limit <= MAX_LISTED:
+    if limit is not None and not 0 <= limit <= MAX_LISTED:
         raise click.UsageError(
             f"-n must be in 1..{MAX_LISTED} (0: the controller's default, 20), got {limit}"
         )
+    if array_id:
+        _array_tasks(array_id, limit or 0, device, submitter, state, fmt)
+        return
+    limit = 20 if limit is None else limit
     found = _client().jobs(device=device, limit=limit, state=state, submitter=submitter)
     if fmt == "json":
         render.out(render.json_compact(found))
@@ -226,6 +234,32 @@ def jobs(limit: int, device: str, submitter: str, state: str, output: str) -> No
             render.command_text(job.get("command")),
         ]
         rows.append([cell or "-" for cell in cells])
+    render.out(render.table(rows))
+
+
+def _array_tasks(
+    array_id: str, limit: int, device: str, submitter: str, state: str, fmt: str
+) -> None:
+    """EXT-ARRAY-3: an array's tasks, as ``GET /v1/arrays/{id}`` lists them."""
+    view = _client().get_array(array_id)
+    if submitter and view.get("submitter") != submitter:
+        tasks = []
+    else:
+        tasks = [
+            t
+            for t in view.get("tasks") or []
+            if (not state or t.get("state") == state)
+            and (not device or t.get("device_id") == device)
+        ]
+    tasks = tasks[:limit] if limit else tasks
+    if fmt == "json":
+        render.out(render.json_compact(tasks))
+        return
+    rows = [["INDEX", "JOB", "DEVICE", "STATE", "EXIT"]]
+    for t in tasks:
+        code = t.get("exit_code")
+        cells = [str(t.get("index")), t.get("id"), t.get("device_id"), t.get("state")]
+        rows.append([str(c or "-") for c in cells] + ["-" if code is None else str(code)])
     render.out(render.table(rows))
 
 

@@ -174,6 +174,8 @@ class AsyncClient(BaseClient[AsyncJob, AsyncLeaseContext]):
     job = awaited(_Ops._job)
     jobs = awaited(_Ops._jobs)
     submit = awaited(_Ops._submit)
+    submit_array = awaited(_Ops._submit_array)
+    array = awaited(_Ops._array)
     run = awaited(_Ops._run)
     kill = awaited(_Ops._kill)
     release = awaited(_Ops._release)

@@ -84,6 +84,9 @@ class JobInfo:
     attempt: int = 1
     retries: int = 0
     attempts: list[Json] = field(default_factory=list)
+    #: EXT-ARRAY-1: the array it is a task of ('' for none) and its index there.
+    array_id: str = ""
+    array_index: int | None = None
     raw: Json = field(default_factory=dict, repr=False)
 
     @property
@@ -114,6 +117,55 @@ class JobInfo:
         )
         for name, value in values.items():
             setattr(self, name, value)
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """An array as the controller last described it (EXT-ARRAY-3): its tasks in index order,
+    each ``{"id", "index", "state", "exit_code", "device_id", "worker_id"}``."""
+
+    id: str
+    spec: str = ""
+    size: int = 0
+    #: The ``%N`` cap on tasks running at once; 0: none.
+    max_running: int = 0
+    submitter: str = ""
+    submitted_at: datetime | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    tasks: list[Json] = field(default_factory=list)
+    raw: Json = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> ArrayInfo:
+        counts = data.get("counts")
+        tasks = data.get("tasks")
+        return cls(
+            **_read(
+                data,
+                cls,
+                counts={str(k): v for k, v in counts.items() if _is_int(v)}
+                if isinstance(counts, dict)
+                else {},
+                tasks=[dict(t) for t in tasks if isinstance(t, dict)]
+                if isinstance(tasks, list)
+                else [],
+                raw=dict(data),
+            )
+        )
+
+    @property
+    def done(self) -> bool:
+        """Every task has ended."""
+        return all(t.get("state") in TERMINAL for t in self.tasks)
+
+    @property
+    def failed(self) -> list[int]:
+        """The indexes of the tasks that ended otherwise than ``succeeded``, ascending."""
+        return [
+            int(t.get("index") or 0)
+            for t in self.tasks
+            if t.get("state") in TERMINAL and t.get("state") != JobState.SUCCEEDED
+        ]
 
 
 @dataclass(frozen=True)

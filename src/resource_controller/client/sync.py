@@ -168,6 +168,8 @@ class Client(BaseClient[Job, LeaseContext]):
     job = blocking(_Ops._job)
     jobs = blocking(_Ops._jobs)
     submit = blocking(_Ops._submit)
+    submit_array = blocking(_Ops._submit_array)
+    array = blocking(_Ops._array)
     run = blocking(_Ops._run)
     kill = blocking(_Ops._kill)
     release = blocking(_Ops._release)
