@@ -769,3 +769,29 @@ def test_the_job_panel_gives_the_queue_position_and_why_it_stopped(
         assert "Waiting" not in b.text("#panel-body")
     finally:
         end_jobs(cluster, second, first, blocker)
+
+
+def test_an_array_is_one_row_with_its_counts_and_one_kill(cluster: Cluster, page: Browser) -> None:
+    # EXT-ARRAY-3: two tasks running, two queued, shown as one row whose Kill ends them all.
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0", "gpu1"])
+    b = page
+    sign_in(b, cluster.url, identity="tester")
+    body = {"command": ["sleep", "120"], "submitter": "tester", "array": "0-3"}
+    status, made = cluster.api("POST", "/v1/jobs", body)
+    assert status == 201, made
+    array_id = made["id"]
+    try:
+        want = f"array {array_id} — 2 running · 2 queued"
+        b.wait(lambda: want in b.text("#work-list"), 15, "the array's row")
+        assert b.js("return document.querySelectorAll('#work-list li').length") == 1
+        b.js("document.querySelector('#work-list button').click()")
+        confirm = b.wait(b.alert_text, 5, "the kill confirmation")
+        assert "every task of the array" in confirm, confirm
+        b.driver.switch_to.alert.accept()
+        for task in made["tasks"]:
+            ended = cluster.wait_job(task["id"], lambda j: j["state"] in ("killed", "failed"), 30)
+            assert ended["state"] == "killed", ended
+    finally:
+        for task in made["tasks"]:
+            kill_job_processes(task["id"])

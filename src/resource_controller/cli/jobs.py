@@ -274,16 +274,19 @@ def _state_cell(job: api.Json) -> str:
     cls=common.RcCommand,
     context_settings={**CONTEXT_SETTINGS, "allow_extra_args": True},
 )
+@click.option("--tasks", is_flag=True, help="List each task of an array as a job of its own.")
 @click.option("-o", "--output", default="text", help="text or json (one line).")
-def ps(output: str) -> None:
+def ps(tasks: bool, output: str) -> None:
     """Active jobs, then the queue with per-device positions and what each waits for.
 
-    The queue is how to find a waiting job's ID, to rc kill it. -o json prints the
-    controller's job objects on one line, in the table's order, each queued one with
-    its waiting_for when the controller tells.
+    The queue is how to find a waiting job's ID, to rc kill it. An array is one line
+    with its counts (rc kill ARRAY_ID ends its tasks; --tasks lists them instead).
+    -o json prints the controller's job objects on one line, in the table's order,
+    each queued one with its waiting_for when the controller tells.
     """
     fmt = common.output_format(output)  # before any request, as rc jobs
-    state = _client().state()
+    client = _client()
+    state = client.state()
     # A WAITING FOR column only when the controller tells; otherwise the base table.
     waits = state.get("queued_waiting_for")
     if fmt == "json":
@@ -291,14 +294,26 @@ def ps(output: str) -> None:
         return
     why = isinstance(waits, dict) and bool(waits)
     rows = [["JOB", "DEVICE", "STATE", "SUBMITTER", "COMMAND", *(["WAITING FOR"] if why else [])]]
+    arrays: dict[str, api.Json] = {}  # array -> its first task listed
     for job in state.get("jobs") or []:
+        if not tasks and job.get("array_id"):
+            arrays.setdefault(str(job["array_id"]), job)
+            continue
         rows.append(_ps_row(job, str(job.get("state") or ""), *([""] if why else [])))
     counters: dict[str, int] = {}
     for job in state.get("queued") or []:
+        if not tasks and job.get("array_id"):
+            arrays.setdefault(str(job["array_id"]), job)
+            continue
         device = common.devices_text(job)
         counters[device] = counters.get(device, 0) + 1
         extra = [_waiting_cell(job, waits)] if why else []
         rows.append(_ps_row(job, f"queued (#{counters[device]})", *extra))
+    for array_id, first in arrays.items():
+        view = client.get_array(array_id)
+        progress = render.array_progress(view.get("counts") or {}, int(view.get("size") or 0))
+        row = [array_id, "-", f"array {view.get('spec')}: {progress}"]
+        rows.append(row + _ps_row(first, "")[3:] + ([""] if why else []))
     render.out(render.table(rows))
 
 

@@ -262,8 +262,17 @@
     const list = $("work-list"); list.replaceChildren();
     const running = state.devices.filter((v) => v.job_id);
     $("work").hidden = !running.length && !state.queued.length;
+    // An array's tasks show as one row with their counts (EXT-ARRAY-3).
+    const arrays = new Map();
+    const inArray = (job, counted) => {
+      if (!job || !job.array_id) return false;
+      const a = arrays.get(job.array_id) || { job: job, running: 0, queued: 0 };
+      a[counted] += 1; arrays.set(job.array_id, a);
+      return true;
+    };
     for (const v of running) {
       const job = knownJobs.get(v.job_id) || { id: v.job_id, submitter: v.holder, kind: v.kind, state: "running", command: v.command || [] };
+      if (inArray(job, "running")) continue;
       const row = el("li", { class: "device" }, el("span", { class: "pill busy" }, v.kind === "hold" ? "held" : "running"), " ",
         v.holder + " on " + v.device.id + " for " + age(v.elapsed_seconds) + " ",
         v.kind === "hold" ? null : el("div", { class: "cmd" }, clip(cmdText(v.command), 200)), killButton(job));
@@ -272,6 +281,7 @@
     }
     const w = waits(state), why = state.queued_waiting_for || {};
     for (const j of state.queued) {
+      if (inArray(j, "queued")) continue;
       const s = w[j.id] || 0;
       const li = el("li", { class: "device" }, el("span", { class: "pill" }, "queued"), " ", j.submitter + " — " +
         (j.device_id ? j.device_id : "any device matching " + j.selector) + " — waiting ",
@@ -280,6 +290,14 @@
       for (const b of why[j.id] || []) li.append(el("div", { class: "dim" }, blocker(b)));
       const k = killButton(j); if (k) li.append(k);
       li.addEventListener("click", () => openJob(j.id, false));
+      list.append(li);
+    }
+    for (const [id, a] of arrays) {
+      const li = el("li", { class: "device" }, el("span", { class: "pill busy" }, "array"), " ",
+        a.job.submitter + " — array " + id + " — " + a.running + " running · " + a.queued + " queued",
+        el("div", { class: "cmd" }, clip(cmdText(a.job.command), 200)));
+      const k = killButton({ id: id, submitter: a.job.submitter, kind: "array", state: "running" }); if (k) li.append(k);
+      li.addEventListener("click", () => openJob(a.job.id, false));
       list.append(li);
     }
   }
@@ -360,7 +378,7 @@
     } catch (_) { showResult("cannot reach the controller", true); }
   }
   function killJob(job) {
-    const what = job.kind === "hold" ? "Release the hold" : "Kill the job";
+    const what = job.kind === "hold" ? "Release the hold" : job.kind === "array" ? "Kill every task of the array" : "Kill the job";
     let msg = what + " of " + job.submitter + "?";
     if (job.submitter !== identity) msg += "\nIt is not yours (you are " + identity + "): the controller refuses unless your token is admin.";
     if (!confirm(msg)) return;
@@ -510,6 +528,7 @@
     fact("job ID", j.id); fact("submitted", when(j.submitted_at)); fact("started", when(j.started_at)); fact("finished", when(j.finished_at));
     fact("exit code", j.exit_code); fact("GPU use", gpuText(j) || undefined); fact("priority", j.priority); fact("time limit", j.max_runtime_seconds ? age(j.max_runtime_seconds) : undefined);
     fact("working directory", j.cwd);
+    if (j.array_id) fact("array", "task " + j.array_index + " of array " + j.array_id);
     if (j.kind === "hold") fact("note", "a hold reserves the device and runs nothing" + (j.reason ? ": " + j.reason : ""));
     if (j.stdio) fact("note", "attached job (" + j.stdio + "): its output went to whoever attached");
     out.push(facts);
