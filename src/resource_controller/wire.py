@@ -314,6 +314,9 @@ class WaitingFor(_Response):
     after: str | None = None
     #: EXT-PREEMPT-2: the jobs being stopped to make room for this one.
     preempting: list[str] | None = None
+    #: EXT-ARRAY-1: its array runs as many tasks at once as its cap allows.
+    array_id: str | None = None
+    array_limit: int | None = None
 
 
 class TaskBody(_Response):

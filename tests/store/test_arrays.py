@@ -11,6 +11,7 @@ import pytest
 
 from resource_controller import errors
 from resource_controller.core import arrays
+from resource_controller.core.waiting import Blocker
 from resource_controller.store.facade import Store
 from resource_controller.store.jobs import NewJob
 
@@ -54,6 +55,10 @@ def test_the_cap_keeps_at_most_n_tasks_running(store: Store, make: Factory, raw:
     array_id = _submit(store, "0-9%2")
     store.queue.run_pass()
     assert _active(store, array_id) == 2
+    # What a held-back task waits for is its array's cap, not a device.
+    _, tasks = store.arrays.view(array_id)
+    _, _, waits = store.queue.job_view(tasks[5].id)
+    assert waits == [Blocker(array_id=array_id, array_limit=2)]
     # A job behind the capped tasks takes the free devices: the cap claims nothing.
     other = make.submit()
     store.queue.run_pass()

@@ -259,6 +259,8 @@ def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
             submitter=b.submitter or None,
             after=b.after or None,
             preempting=list(b.preempting) or None,
+            array_id=b.array_id or None,
+            array_limit=b.array_limit,
         )
         for b in blockers
     ]

@@ -67,6 +67,9 @@ class Blocker:
     after: str = ""
     #: EXT-PREEMPT-2: the jobs being stopped to make room for it.
     preempting: tuple[str, ...] = ()
+    #: EXT-ARRAY-1: its array, whose tasks run at most this many at once and now do.
+    array_id: str = ""
+    array_limit: int | None = None
 
     @property
     def held(self) -> bool:
@@ -91,6 +94,8 @@ class WaitFacts:
     after: Mapping[str, Sequence[str]] = field(default_factory=dict)
     #: Queued job -> the victims stopping to make room for it.
     preempting: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Arrays with as many tasks running as their ``%N`` cap allows -> that cap.
+    capped: Mapping[str, int] = field(default_factory=dict)
 
 
 class _Rules:
@@ -149,6 +154,9 @@ class _Rules:
         victims = self.snap.preempting.get(job.id)
         if victims:
             return [Blocker(preempting=tuple(victims))]
+        cap = self.snap.capped.get(job.array_id) if job.array_id else None
+        if cap is not None:
+            return [Blocker(array_id=job.array_id, array_limit=cap)]
         limits = self.snap.limits
         if limits.on:
             limit = share.over_limit(limits, self.snap.held, job.share, job.count)
@@ -190,7 +198,7 @@ def from_wire(entry: Mapping[str, Any]) -> Blocker:
         elif f.name == "preempting":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             facts[f.name] = tuple(value) if isinstance(value, list) and ok else ()
-        elif f.name == "submitter_limit":
+        elif f.name in ("submitter_limit", "array_limit"):
             whole = isinstance(value, int) and not isinstance(value, bool)
             facts[f.name] = value if whole else None
         else:
@@ -235,6 +243,11 @@ def limit_text(limit: int, submitter: str) -> str:
     return f"at the limit of {limit} devices for {submitter}"
 
 
+def array_text(limit: int, array_id: str) -> str:
+    """EXT-ARRAY-1's words for a task its array's cap holds back."""
+    return f"at the limit of {limit} tasks running at once for array {short_id(array_id)}"
+
+
 def preempting_text(victims: Sequence[str]) -> str:
     """EXT-PREEMPT-2's words for a job whose victims are stopping."""
     return f"preempting job {', '.join(short_id(v) for v in victims)} (stopping to make room)"
@@ -244,6 +257,8 @@ def phrase(b: Blocker, now: int, *, with_device: bool = True) -> str:
     """One blocker in words (``held by alice (job 1b2c3d4e…) for 12m0s, at most until …``)."""
     if b.submitter_limit is not None:
         return limit_text(b.submitter_limit, b.submitter)
+    if b.array_limit is not None:
+        return array_text(b.array_limit, b.array_id)
     if b.after:
         return f"after job {short_id(b.after)}, not ended yet"
     if b.preempting:
@@ -299,6 +314,8 @@ def cell(blockers: Sequence[Blocker], *, pinned: bool) -> str:
         return f"submitter_limit: {limit_text(b.submitter_limit or 0, b.submitter)}"
     if blockers and blockers[0].preempting:
         return preempting_text(blockers[0].preempting)
+    if blockers and blockers[0].array_limit is not None:
+        return array_text(blockers[0].array_limit, blockers[0].array_id)
     if blockers and blockers[0].after:  # EXT-SHARE-2
         ids = [short_id(b.after) for b in blockers[:2]]
         more = f" +{len(blockers) - 2} more" if len(blockers) > 2 else ""

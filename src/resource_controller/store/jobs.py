@@ -404,8 +404,13 @@ def wait_snapshot(
     if core.preemption.on:
         for by, victim in conn.all(_PREEMPTING):
             preempting.setdefault(str(by), []).append(str(victim))
+    capped = {}
+    for array_id in {j.array_id for j in queued if j.array_id}:
+        cap, active = passes.array_cap(conn, array_id)
+        if cap and active >= cap:
+            capped[array_id] = cap
     return waiting.WaitFacts(
-        snaps, queued, holdings, reservations, quarantine, limits, held, pending, preempting
+        snaps, queued, holdings, reservations, quarantine, limits, held, pending, preempting, capped
     )
 
 

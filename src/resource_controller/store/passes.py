@@ -230,7 +230,7 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     held = held_by_share(db) if limits.on else {}
     # Names at their limit stay there (placing only adds): their jobs are not read at all.
     skip = share.at_limit(limits, held) if limits.on else ()
-    caps = arrays.ArrayCaps(lambda array_id: _array_cap(db, array_id))
+    caps = arrays.ArrayCaps(lambda array_id: array_cap(db, array_id))
     walk = QueueWalk(db, now, aging, skip, by_id, caps.full)
     chooser = _preemption(db, core.preemption, now)
     planner = Planner(index, limits, held, chooser, caps)
@@ -259,7 +259,7 @@ def schedule_pass(db: sql.Db, core: Core) -> tuple[list[Assigned], PassEnd]:
     return placer.assigned, end
 
 
-def _array_cap(db: sql.Db, array_id: str) -> tuple[int, int]:
+def array_cap(db: sql.Db, array_id: str) -> tuple[int, int]:
     """An array's ``%N`` cap and its tasks assigned or running (0, 0 for an array with no row)."""
     cap = int(db.value("SELECT max_running FROM arrays WHERE id = ?", (array_id,)) or 0)
     if cap <= 0:
