@@ -78,8 +78,6 @@ def parse(text: str) -> Reading | str:
 
 
 class ReadingTally:
-    """The readings of one job so far."""
-
     def __init__(self) -> None:
         self.samples = 0
         self._util_sum = 0.0

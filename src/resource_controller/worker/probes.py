@@ -244,7 +244,6 @@ class Prober:
         return frozenset(n for n in self.device_names if mig.parse(n) is not None)
 
     def mig_uuids(self) -> dict[str, str]:
-        """Device name → MIG UUID, from the latest listing."""
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
@@ -308,7 +307,7 @@ class _PassRun:
         self.p = prober
         self.discover = discover
         self.deadline = prober.clock.monotonic() + prober.timings.probe_pass_budget
-        self.tally = prober.sources.tally(prober.device_names)
+        self.tally = labelsources.Tally(prober.sources, prober.device_names)
 
     def remaining(self) -> float:
         return self.deadline - self.p.clock.monotonic()

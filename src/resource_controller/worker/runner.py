@@ -98,7 +98,7 @@ def check_cwd(cwd: str) -> str | None:
     except FileNotFoundError:
         return f"cwd {cwd}: no such directory"
     except OSError as exc:
-        return f"cwd {cwd}: {(exc.strerror or str(exc)).lower()}"
+        return procs.os_error_text("cwd", cwd, exc)
     if not stat.S_ISDIR(st.st_mode):
         return f"cwd {cwd}: not a directory"
     if not os.access(cwd, os.X_OK):
