@@ -24,7 +24,6 @@ from resource_controller.worker import probes
 
 log = logging.getLogger(__name__)
 
-NVIDIA_SMI = probes.NVIDIA_SMI
 #: Exactly this query; ``-i <target>`` is added per device.
 QUERY_ARGS = (
     "--query-gpu=utilization.gpu,memory.used",
@@ -156,7 +155,7 @@ class Sampler:
 
     async def round(self) -> None:
         """One reading of every device, at once; each bounded by ``timeout``."""
-        path = self._which(NVIDIA_SMI)
+        path = self._which(probes.NVIDIA_SMI)
         if path is None:
             self._once("", "nvidia-smi is not on PATH", logging.DEBUG)
             return

@@ -46,11 +46,6 @@ REASON_MIG_UNKNOWN = "mig device unknown: "
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
-def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
-    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
-    return tuple(assignment.device_ids or [assignment.device_id])
-
-
 @dataclass(eq=False)
 class SupervisedJob:
     """One job under supervision: its assignment and its cancellation scope."""
@@ -71,7 +66,7 @@ class SupervisedJob:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        return device_ids_of(self.assignment)
+        return runner.device_ids_of(self.assignment)
 
     @property
     def submitter(self) -> str:
@@ -405,7 +400,7 @@ class Lifecycle:
         """Killed, nothing ran (WRK-066); queued at once, so the outbox is never empty while
         it is owed (a re-registration would reap the job as lost)."""
         body = self.status_body(JobState.KILLED, assignment, reason=REASON_PREKILLED)
-        report = self.box.add_status(assignment.job_id, device_ids_of(assignment), body)
+        report = self.box.add_status(assignment.job_id, runner.device_ids_of(assignment), body)
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:

@@ -55,6 +55,11 @@ class Outcome:
     reason: str = ""
 
 
+def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
+    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
+    return tuple(assignment.device_ids or [assignment.device_id])
+
+
 def build_env(
     assignment: wire.Assignment,
     base_env: Mapping[str, str],
@@ -62,7 +67,7 @@ def build_env(
 ) -> dict[str, str]:
     """The job's environment (WRK-075/076, EXT-GANG-4, EXT-EPOCH-2, EXT-LIVE-1)."""
     job_env = assignment.env or {}
-    device_ids = list(assignment.device_ids or [assignment.device_id])
+    device_ids = device_ids_of(assignment)
     env = dict(base_env)
     # A worker started inside a job inherits that job's fencing token and device
     # list; neither describes this job.
