@@ -76,10 +76,7 @@ class Tracker:
         """Start a job-side task and register it in the same step."""
         task = asyncio.create_task(guard(coro, f"job {job_id}"), name=f"job-{job_id}")
         self._tasks[task] = job_id
-        task.add_done_callback(self._untrack)
-
-    def _untrack(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+        task.add_done_callback(self._tasks.pop)
 
     async def abandon(self, wait: float, tasks: list[asyncio.Task[None]] | None = None) -> None:
         """Cancel ``tasks`` (default: every one; each kills its process group on the way
