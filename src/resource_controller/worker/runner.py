@@ -89,7 +89,6 @@ def build_env(
 
 
 def job_argv(assignment: wire.Assignment) -> list[str]:
-    """The command to run: the assignment's, or the sleeper for a hold."""
     if assignment.kind == Kind.HOLD:
         return list(SLEEPER)
     return list(assignment.command)
