@@ -196,10 +196,6 @@ def targets_of(
     device_ids: Sequence[str], labels_of: Callable[[str], Mapping[str, str]]
 ) -> dict[str, str]:
     """Device ID -> ``-i`` target for each GPU among a job's devices (``host:name`` IDs)."""
-    out: dict[str, str] = {}
-    for device_id in device_ids:
-        name = device_id.split(":", 1)[1] if ":" in device_id else device_id
-        t = target(name, labels_of(name))
-        if t is not None:
-            out[device_id] = t
-    return out
+    names = {device_id: device_id.split(":", 1)[-1] for device_id in device_ids}
+    found = {device_id: target(name, labels_of(name)) for device_id, name in names.items()}
+    return {device_id: t for device_id, t in found.items() if t is not None}

@@ -7,6 +7,7 @@ zombies (WRK-092): counting one once made successful jobs report themselves kill
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import signal
@@ -333,19 +334,13 @@ async def escalate(
 
 def read_boot_id() -> str:
     """The boot identity read afresh; ``""`` when nothing says it."""
-    try:
-        with open(BOOT_ID_PATH, encoding="utf-8") as f:
-            if value := f.read().strip():
-                return value
-    except OSError:
-        pass
-    try:
-        with open(PROC_STAT_PATH, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("btime "):
-                    return "btime-" + line[len("btime ") :].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(BOOT_ID_PATH, encoding="utf-8") as f:
+        if value := f.read().strip():
+            return value
+    with contextlib.suppress(OSError), open(PROC_STAT_PATH, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return "btime-" + line[len("btime ") :].strip()
     return ""
 
 
