@@ -31,7 +31,6 @@ REASON_CLIENT_LEFT = "client left"
 
 
 def is_attached(assignment: wire.Assignment) -> bool:
-    """Whether the job's stdio goes through the relay."""
     return (assignment.stdio or "") in ATTACHED
 
 

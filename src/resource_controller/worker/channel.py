@@ -145,7 +145,6 @@ def fault_body(reason: str) -> dict[str, Any]:
 
 
 def heartbeat_body(running: Sequence[str], pending: Sequence[str]) -> dict[str, Any]:
-    """Running and pending jobs, each list omitted when empty."""
     request = wire.HeartbeatRequest(
         running_job_ids=list(running) or None, pending_job_ids=list(pending) or None
     )
@@ -280,10 +279,12 @@ class Channel:
         self.worker_id = worker_id
         return worker_id
 
-    async def _tell(self, path: str, body: dict[str, Any]) -> str:
-        """A POST safe to repeat: ``""`` when accepted, else what went wrong."""
+    async def _tell(
+        self, path: str, body: dict[str, Any], timeout: float | None = None, again: bool = True
+    ) -> str:
+        """A POST: ``""`` when accepted, else what went wrong."""
         try:
-            resp = await self._request("POST", path, body=body, again=True)
+            resp = await self._request("POST", path, body=body, timeout=timeout, again=again)
         except TRANSPORT_ERRORS as exc:
             return error_text(exc)
         return "" if resp.is_success else f"controller returned {status_line(resp)}"
@@ -312,6 +313,10 @@ class Channel:
             return parse_poll_body(resp.content)
         except (ValueError, ValidationError) as exc:
             return f"undecodable answer: {exc}"
+
+    async def report_running(self, job_id: str, body: dict[str, Any], timeout: float) -> str:
+        """One attempt, never moved on at once: a status report is not safe to repeat."""
+        return await self._tell(f"/v1/jobs/{job_id}/status", body, timeout, again=False)
 
     async def status(self, job_id: str, body: Mapping[str, Any], timeout: float) -> Answer:
         return await self._request(

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from resource_controller.core import durations, limits
-from resource_controller.worker import procs, yamltext
+from resource_controller.worker import procs
 
 log = logging.getLogger(__name__)
 
@@ -282,19 +282,12 @@ class _FileConfig(_FileModel):
     gpu_sample_interval: StrictStr | None = None
 
 
+#: Every ``float`` setting is a duration, written in the file as text such as ``"30s"``.
 _DURATION_KEYS = frozenset(
-    {
-        "heartbeat_interval",
-        "poll_wait",
-        "probe_interval",
-        "probe_timeout",
-        "verify_timeout",
-        "verify_pass_budget",
-        "max_runtime",
-        "timeout",
-        "release_linger",
-        "gpu_sample_interval",
-    }
+    name
+    for model in (WorkerConfig, DeviceConfig, HooksConfig)
+    for name, info in model.model_fields.items()
+    if info.annotation is float
 )
 
 
@@ -330,6 +323,65 @@ def _describe(exc: ValidationError) -> str:
     if chosen["type"] in ("model_type", "dict_type"):
         return f"{where}: must be a mapping ({got_text})"
     return f"{where}: {chosen['msg'].lower()} ({got_text})"
+
+
+def _read_yaml(text: str) -> Any:
+    """The YAML, but ``3`` must become ``"3"`` and ``1.50`` stay ``"1.50"`` in
+    ``devices[].labels``, which a plain load cannot promise: labels come from the node tree."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return {}
+        if not isinstance(root, yaml.MappingNode):
+            return loader.construct_object(root, deep=True)
+        return _mapping(loader, root, depth=0)
+    finally:
+        loader.dispose()
+
+
+def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if depth == 0 and key == "devices" and isinstance(value_node, yaml.SequenceNode):
+            out[key] = [
+                _mapping(loader, item, depth=1)
+                if isinstance(item, yaml.MappingNode)
+                else loader.construct_object(item, deep=True)
+                for item in value_node.value
+            ]
+        elif depth == 1 and key == "labels" and isinstance(value_node, yaml.MappingNode):
+            out[key] = _literal_labels(loader, value_node)
+        else:
+            out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+def _literal_labels(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key: Any = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if isinstance(value_node, yaml.ScalarNode):
+            null = value_node.tag == "tag:yaml.org,2002:null"
+            out[key] = "" if null else value_node.value
+        else:
+            # A list or mapping has no literal text: let validation name it.
+            out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+def _yaml_error_text(path: str, exc: yaml.YAMLError) -> str:
+    """``<path>: line L, column C: <problem> (<context>)``, on one line."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        text = f"{path}: line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+        if exc.context:
+            text += f" ({exc.context})"
+        return " ".join(text.split())
+    return " ".join(str(exc).split())
 
 
 def _values(section: _FileModel, prefix: str = "", skip: set[str] | None = None) -> dict[str, Any]:
@@ -373,9 +425,9 @@ def load_config(
     except UnicodeDecodeError as exc:
         raise ConfigError(f"read worker config: {path}: not UTF-8 text ({exc})") from exc
     try:
-        data = yamltext.read(text)
+        data = _read_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"parse worker config: {yamltext.error_text(path, exc)}") from exc
+        raise ConfigError(f"parse worker config: {_yaml_error_text(path, exc)}") from exc
     if not isinstance(data, dict):
         raise ConfigError(
             f"parse worker config: top level must be a mapping, got {type(data).__name__}"

@@ -10,6 +10,7 @@ unreadable MIG line still puts its GPU in MIG mode, its instance *unknown*, not 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -100,7 +101,6 @@ class Inventory:
         return g.instance(parsed[1]) if g is not None else None
 
     def mig_uuids(self) -> dict[str, str]:
-        """Device name → UUID of every MIG device listed."""
         return {m.name: m.uuid for g in self.gpus for m in g.migs}
 
     def unknown(self, name: str) -> bool:
@@ -148,8 +148,7 @@ class Inventory:
 
 def parse_list(text: str) -> tuple[Inventory, list[str]]:
     """``nvidia-smi -L`` output as an ``Inventory``, and warnings for what it skipped."""
-    gpus: dict[int, Gpu] = {}
-    order: list[int] = []
+    gpus: dict[int, Gpu] = {}  # a GPU listed again keeps its first place
     warnings: list[str] = []
     current: int | None = None
     for n, raw in enumerate(text.splitlines()):
@@ -170,8 +169,6 @@ def parse_list(text: str) -> tuple[Inventory, list[str]]:
                 warnings.append(f"nvidia-smi -L line {n} has no UUID for GPU {index}")
             if index in gpus:
                 warnings.append(f"nvidia-smi -L lists GPU {index} twice; the last line counts")
-            else:
-                order.append(index)
             gpus[index] = Gpu(index, model, uuid)
             current = index
         elif line.startswith("MIG "):
@@ -186,7 +183,7 @@ def parse_list(text: str) -> tuple[Inventory, list[str]]:
                 warnings.append(
                     f"nvidia-smi -L line {n}: MIG device of GPU {current} unreadable: {line[:200]!r}"
                 )
-                gpus[current] = Gpu(g.index, g.model, g.uuid, g.migs, g.unreadable + 1)
+                gpus[current] = dataclasses.replace(g, unreadable=g.unreadable + 1)
                 continue
             device = MigDevice(current, int(m.group(2)), m.group(1), m.group(3))
             if g.instance(device.index) is not None:
@@ -194,10 +191,10 @@ def parse_list(text: str) -> tuple[Inventory, list[str]]:
                     f"nvidia-smi -L lists MIG device {device.index} of GPU {current} twice"
                 )
                 continue
-            gpus[current] = Gpu(g.index, g.model, g.uuid, (*g.migs, device), g.unreadable)
+            gpus[current] = dataclasses.replace(g, migs=(*g.migs, device))
         else:
             warnings.append(f"nvidia-smi -L line {n} skipped: {line[:200]!r}")
-    return Inventory(tuple(gpus[i] for i in order)), warnings
+    return Inventory(tuple(gpus.values())), warnings
 
 
 def instance_facts(

@@ -24,7 +24,6 @@ from resource_controller.worker import probes
 
 log = logging.getLogger(__name__)
 
-NVIDIA_SMI = probes.NVIDIA_SMI
 #: Exactly this query; ``-i <target>`` is added per device.
 QUERY_ARGS = (
     "--query-gpu=utilization.gpu,memory.used",
@@ -78,8 +77,6 @@ def parse(text: str) -> Reading | str:
 
 
 class ReadingTally:
-    """The readings of one job so far."""
-
     def __init__(self) -> None:
         self.samples = 0
         self._util_sum = 0.0
@@ -158,7 +155,7 @@ class Sampler:
 
     async def round(self) -> None:
         """One reading of every device, at once; each bounded by ``timeout``."""
-        path = self._which(NVIDIA_SMI)
+        path = self._which(probes.NVIDIA_SMI)
         if path is None:
             self._once("", "nvidia-smi is not on PATH", logging.DEBUG)
             return
@@ -199,10 +196,6 @@ def targets_of(
     device_ids: Sequence[str], labels_of: Callable[[str], Mapping[str, str]]
 ) -> dict[str, str]:
     """Device ID -> ``-i`` target for each GPU among a job's devices (``host:name`` IDs)."""
-    out: dict[str, str] = {}
-    for device_id in device_ids:
-        name = device_id.split(":", 1)[1] if ":" in device_id else device_id
-        t = target(name, labels_of(name))
-        if t is not None:
-            out[device_id] = t
-    return out
+    names = {device_id: device_id.split(":", 1)[-1] for device_id in device_ids}
+    found = {device_id: target(name, labels_of(name)) for device_id, name in names.items()}
+    return {device_id: t for device_id, t in found.items() if t is not None}

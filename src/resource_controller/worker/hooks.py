@@ -57,10 +57,6 @@ class HookResult:
         """``hook <path>: <detail>`` (HOOK-003); ``""`` on success."""
         return f"hook {self.path}: {self.detail}" if self.detail else ""
 
-    @property
-    def tail(self) -> str:
-        return self.output[-OUTPUT_TAIL:].decode("utf-8", errors="replace")
-
 
 @dataclass(frozen=True)
 class AcquireFailed:
@@ -77,8 +73,8 @@ class AcquireFailed:
         """The job's reason (HOOK-012, HOOK-013)."""
         if self.cancelled:
             return REASON_ACQUIRE_CANCELLED + self.result.error
-        tail = "\n" + self.result.tail if self.result.output else ""
-        return REASON_ACQUIRE_FAILED + self.result.error + tail
+        tail = self.result.output[-OUTPUT_TAIL:].decode("utf-8", errors="replace")
+        return REASON_ACQUIRE_FAILED + self.result.error + ("\n" + tail if tail else "")
 
 
 def hook_env(

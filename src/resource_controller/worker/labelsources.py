@@ -110,9 +110,6 @@ class SourceMemory:
         self._clear_warned: set[str] = set()
         self._omit_warned: set[str] = set()
 
-    def tally(self, device_names: Iterable[str]) -> Tally:
-        return Tally(self, device_names)
-
 
 class Tally:
     """One pass's merge of its sources: later ones overwrite earlier ones key by key."""

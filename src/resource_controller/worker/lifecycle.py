@@ -46,11 +46,6 @@ REASON_MIG_UNKNOWN = "mig device unknown: "
 Track = Callable[[Coroutine[Any, Any, None], str], None]
 
 
-def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
-    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
-    return tuple(assignment.device_ids or [assignment.device_id])
-
-
 @dataclass(eq=False)
 class SupervisedJob:
     """One job under supervision: its assignment and its cancellation scope."""
@@ -71,7 +66,7 @@ class SupervisedJob:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        return device_ids_of(self.assignment)
+        return runner.device_ids_of(self.assignment)
 
     @property
     def submitter(self) -> str:
@@ -240,12 +235,7 @@ class Lifecycle:
 
     async def end_unrun(self, job: SupervisedJob, state: JobState, reason: str) -> None:
         """Report a job that never ran: nothing of it is left, no exit code."""
-        body = channel.status_body(
-            self.channel.worker_id,
-            state.value,
-            reason=reason,
-            lease_epoch=job.assignment.lease_epoch,
-        )
+        body = self.status_body(state, job.assignment, reason=reason)
         report = self.box.add_status(job.job_id, job.device_ids, body)
         self.jobs.pop(job.job_id, None)
         self.ended(job)
@@ -253,23 +243,19 @@ class Lifecycle:
 
     async def report_running(self, job: SupervisedJob) -> None:
         """One attempt, failure only logged (WRK-113): the controller marked it at hand-out."""
-        a = job.assignment
-        body = channel.status_body(
-            self.channel.worker_id, JobState.RUNNING.value, lease_epoch=a.lease_epoch
-        )
-        try:
-            resp = await self.channel.status(a.job_id, body, self.timings.report_attempt_timeout)
-        except channel.TRANSPORT_ERRORS as exc:
-            problem = channel.error_text(exc)
-        else:
-            if resp.is_success:
-                return
-            problem = f"controller returned {channel.status_line(resp)}"
-        log.warning(
-            "job %s: running report failed: %s",
-            a.job_id,
-            problem,
-            extra={"action": "report_running", "job_id": a.job_id},
+        body = self.status_body(JobState.RUNNING, job.assignment)
+        timeout = self.timings.report_attempt_timeout
+        if problem := await self.channel.report_running(job.job_id, body, timeout):
+            log.warning(
+                "job %s: running report failed: %s",
+                job.job_id,
+                problem,
+                extra={"action": "report_running", "job_id": job.job_id},
+            )
+
+    def status_body(self, state: JobState, a: wire.Assignment, **fields: Any) -> dict[str, Any]:
+        return channel.status_body(
+            self.channel.worker_id, state.value, lease_epoch=a.lease_epoch, **fields
         )
 
     def output_of(self, job: SupervisedJob) -> logship.LogShipper:
@@ -381,8 +367,7 @@ class Lifecycle:
     def verify_has_work(self) -> bool:
         """A non-directory entry in verify_dir; an unreadable one is work (a failure to report)."""
         try:
-            with os.scandir(self.config.verify_dir) as entries:
-                return any(not e.is_dir(follow_symlinks=False) for e in entries)
+            return bool(verify_pass.script_names(self.config.verify_dir))
         except FileNotFoundError:
             return False
         except OSError:
@@ -399,13 +384,8 @@ class Lifecycle:
             f": {outcome.reason}" if outcome.reason else "",
             extra={"action": "job_end", "job_id": a.job_id},
         )
-        body = channel.status_body(
-            self.channel.worker_id,
-            outcome.state.value,
-            exit_code=outcome.exit_code,
-            reason=outcome.reason,
-            lease_epoch=a.lease_epoch,
-            gpu=job.gpu,
+        body = self.status_body(
+            outcome.state, a, exit_code=outcome.exit_code, reason=outcome.reason, gpu=job.gpu
         )
         report = self.box.add_status(a.job_id, job.device_ids, body)
         self.jobs.pop(a.job_id, None)
@@ -419,13 +399,8 @@ class Lifecycle:
     def report_prekilled(self, assignment: wire.Assignment) -> None:
         """Killed, nothing ran (WRK-066); queued at once, so the outbox is never empty while
         it is owed (a re-registration would reap the job as lost)."""
-        body = channel.status_body(
-            self.channel.worker_id,
-            JobState.KILLED.value,
-            reason=REASON_PREKILLED,
-            lease_epoch=assignment.lease_epoch,
-        )
-        report = self.box.add_status(assignment.job_id, device_ids_of(assignment), body)
+        body = self.status_body(JobState.KILLED, assignment, reason=REASON_PREKILLED)
+        report = self.box.add_status(assignment.job_id, runner.device_ids_of(assignment), body)
         self._track(self.submit(report), assignment.job_id)
 
     async def report_fault(self, device_id: str, reason: str, job_id: str = "") -> None:
@@ -435,7 +410,6 @@ class Lifecycle:
         self._track(self.deliver(report), job_id or device_id)
 
     async def submit(self, report: outbox.Report) -> None:
-        """Make a queued report durable, then deliver it."""
         await self.box.persist(report)
         await self.deliver(report)
 

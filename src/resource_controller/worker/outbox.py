@@ -277,7 +277,7 @@ class Outbox:
         return len(self._reports)
 
     def reports(self) -> list[Report]:
-        """Every report still here, oldest first."""
+        """Oldest first."""
         return [self._reports[s] for s in sorted(self._reports)]
 
     def pending_attempts(self) -> list[tuple[str, int | None]]:
@@ -310,7 +310,6 @@ class Outbox:
         return self._add(STATUS, job_id, "", tuple(device_ids), body)
 
     def add_fault(self, device_id: str, reason: str, job_id: str = "") -> Report:
-        """Take a device fault report in."""
         return self._add(FAULT, job_id, device_id, (device_id,), channel.fault_body(reason))
 
     def add_log(self, job_id: str, chunk: bytes, lease_epoch: int | None) -> Report:

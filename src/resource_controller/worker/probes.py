@@ -34,13 +34,13 @@ MEMINFO_PATH = "/proc/meminfo"
 OSRELEASE_PATH = "/proc/sys/kernel/osrelease"
 DISK_PATH = "/"
 
+#: The executable, and the name its facts go by as a source.
 NVIDIA_SMI = "nvidia-smi"
 CAPTURE_CAP = 65_536
 READ_LIMIT = 65_536
 #: A failing probe's stderr is quoted up to this many characters.
 STDERR_NOTE = 200
 BUILTIN = "builtin"
-NVIDIA = "nvidia-smi"
 
 
 def _mem_total_bytes() -> str | None:
@@ -240,11 +240,7 @@ class Prober:
         """One pass, never raising for a probe's failure; ``discover``: ``devices: auto``."""
         return await _PassRun(self, discover).go()
 
-    def _gpu_devices(self) -> frozenset[str]:
-        return frozenset(n for n in self.device_names if mig.parse(n) is not None)
-
     def mig_uuids(self) -> dict[str, str]:
-        """Device name → MIG UUID, from the latest listing."""
         return self.inventory.mig_uuids() if self.inventory is not None else {}
 
     async def relist(self) -> gpus.Inventory | None:
@@ -262,10 +258,10 @@ class Prober:
         """One ``nvidia-smi -L``; ``None`` when it failed."""
         run = await self._run([path, *gpus.LIST_ARGS], timeout)
         if not run.ok:
-            _warn_failed(NVIDIA + " -L", run)
+            _warn_failed(NVIDIA_SMI + " -L", run)
             return None
         listed, warnings = gpus.parse_list(run.stdout.decode("utf-8", "replace"))
-        labelsources.warn_keys(NVIDIA, () if quiet else warnings)
+        labelsources.warn_keys(NVIDIA_SMI, () if quiet else warnings)
         return listed
 
     def remember(self, listed: gpus.Inventory) -> None:
@@ -308,7 +304,7 @@ class _PassRun:
         self.p = prober
         self.discover = discover
         self.deadline = prober.clock.monotonic() + prober.timings.probe_pass_budget
-        self.tally = prober.sources.tally(prober.device_names)
+        self.tally = labelsources.Tally(prober.sources, prober.device_names)
 
     def remaining(self) -> float:
         return self.deadline - self.p.clock.monotonic()
@@ -318,7 +314,9 @@ class _PassRun:
 
     def fail(self, source: str) -> None:
         """A source failed; nvidia-smi speaks for every GPU device until it named some."""
-        otherwise = self.p._gpu_devices() if source == NVIDIA else None
+        otherwise = None
+        if source == NVIDIA_SMI:
+            otherwise = frozenset(n for n in self.p.device_names if mig.parse(n) is not None)
         self.tally.fail(source, otherwise=otherwise)
 
     async def go(self) -> Pass:
@@ -339,31 +337,31 @@ class _PassRun:
                     "nvidia-smi was on PATH at start-up and is not any more",
                     extra={"action": "probe_failed"},
                 )
-                self.fail(NVIDIA)
+                self.fail(NVIDIA_SMI)
             return
         if self.remaining() <= 0:
-            self.fail(NVIDIA)
+            self.fail(NVIDIA_SMI)
             return
         run = await p._run([path, *gpus.QUERY_ARGS], self.timeout())
         if not run.ok:
-            _warn_failed(NVIDIA, run)
-            self.fail(NVIDIA)
+            _warn_failed(NVIDIA_SMI, run)
+            self.fail(NVIDIA_SMI)
             return
         facts, warnings = gpus.parse_nvidia_smi(run.stdout.decode("utf-8", "replace"))
-        labelsources.warn_keys(NVIDIA, warnings)
+        labelsources.warn_keys(NVIDIA_SMI, warnings)
         listed = await p.listing(path, self.timeout()) if self.remaining() > 0 else None
         if listed is None:
             # Unknown, not absent: the latest layout stands; with none, the stored one.
             listed = p.inventory
             if listed is None:
-                self.fail(NVIDIA)
+                self.fail(NVIDIA_SMI)
                 return
         else:
             if self.discover and listed.gpus:
                 p.device_names = listed.device_names()
                 self.tally.rename(p.device_names)
             p.remember(listed)
-        self.tally.absorb(NVIDIA, self.gpu_facts(facts, listed))
+        self.tally.absorb(NVIDIA_SMI, self.gpu_facts(facts, listed))
 
     def gpu_facts(self, facts: Facts, listed: gpus.Inventory) -> Facts:
         """The query's facts with the listing's (EXT-MIG)."""
@@ -396,7 +394,7 @@ class _PassRun:
                 procs.os_error_text("open", directory, exc),
                 extra={"action": "probe_dir"},
             )
-            for source in self.tally.remembered(leave_out=(BUILTIN, NVIDIA)):
+            for source in self.tally.remembered(leave_out=(BUILTIN, NVIDIA_SMI)):
                 self.fail(source)
             return
         for name in names:

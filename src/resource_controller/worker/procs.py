@@ -7,6 +7,7 @@ zombies (WRK-092): counting one once made successful jobs report themselves kill
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import signal
@@ -99,7 +100,6 @@ def _read_raw(path: str, dir_fd: int | None = None) -> bytes:
 
 
 def read_stat(pid: int) -> ProcStat | None:
-    """Stat of one process, or ``None`` when it is gone or unreadable."""
     try:
         raw = _read_raw(f"{PROC_ROOT}/{pid}/stat")
     except OSError:
@@ -150,15 +150,24 @@ def _members(target: Target) -> tuple[list[ProcStat], set[int]] | None:
     return live, groups
 
 
+def _group_gone(target: Target) -> bool:
+    """Signal 0 says so without a ``/proc`` scan; zombies answer it, so it never proves
+    a group alive, and a session is only ever found by a scan."""
+    if isinstance(target, SessionOf):
+        return False
+    try:
+        os.killpg(target, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # something with that group exists; find out whether it is live
+    return False
+
+
 def group_alive(target: Target) -> bool:
-    """A live member (WRK-092); blind counts as alive. Signal 0 first: zombies answer it."""
-    if not isinstance(target, SessionOf):
-        try:
-            os.killpg(target, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # something with that group exists; find out whether it is live
+    """A live member (WRK-092); blind counts as alive."""
+    if _group_gone(target):
+        return False
     found = _members(target)
     return found is None or bool(found[0])
 
@@ -268,13 +277,8 @@ def signal_group(target: Target, signum: int) -> bool:
 async def settle_group(target: Target) -> None:
     """Let members inside exit() finish (at most ``EXIT_SETTLE``): checked too soon, the
     job's own last writer would be a straggler and a clean run killed."""
-    if not isinstance(target, SessionOf):
-        try:
-            os.killpg(target, 0)
-        except ProcessLookupError:
-            return  # the group is gone: nothing to settle, no /proc scan
-        except PermissionError:
-            pass
+    if _group_gone(target):
+        return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + EXIT_SETTLE
     while loop.time() < deadline:
@@ -330,19 +334,13 @@ async def escalate(
 
 def read_boot_id() -> str:
     """The boot identity read afresh; ``""`` when nothing says it."""
-    try:
-        with open(BOOT_ID_PATH, encoding="utf-8") as f:
-            if value := f.read().strip():
-                return value
-    except OSError:
-        pass
-    try:
-        with open(PROC_STAT_PATH, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("btime "):
-                    return "btime-" + line[len("btime ") :].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(BOOT_ID_PATH, encoding="utf-8") as f:
+        if value := f.read().strip():
+            return value
+    with contextlib.suppress(OSError), open(PROC_STAT_PATH, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return "btime-" + line[len("btime ") :].strip()
     return ""
 
 

@@ -60,7 +60,6 @@ class Reconnect:
         )
 
     def due(self, now: float) -> bool:
-        """Whether a re-registration is owed and its appointment has come."""
         return self.due_at is not None and now >= self.due_at
 
     def attempting(self, now: float) -> None:

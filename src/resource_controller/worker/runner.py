@@ -55,6 +55,11 @@ class Outcome:
     reason: str = ""
 
 
+def device_ids_of(assignment: wire.Assignment) -> tuple[str, ...]:
+    """The assignment's devices: its ``device_ids``, or its one ``device_id``."""
+    return tuple(assignment.device_ids or [assignment.device_id])
+
+
 def build_env(
     assignment: wire.Assignment,
     base_env: Mapping[str, str],
@@ -62,7 +67,7 @@ def build_env(
 ) -> dict[str, str]:
     """The job's environment (WRK-075/076, EXT-GANG-4, EXT-EPOCH-2, EXT-LIVE-1)."""
     job_env = assignment.env or {}
-    device_ids = list(assignment.device_ids or [assignment.device_id])
+    device_ids = device_ids_of(assignment)
     env = dict(base_env)
     # A worker started inside a job inherits that job's fencing token and device
     # list; neither describes this job.
@@ -84,7 +89,6 @@ def build_env(
 
 
 def job_argv(assignment: wire.Assignment) -> list[str]:
-    """The command to run: the assignment's, or the sleeper for a hold."""
     if assignment.kind == Kind.HOLD:
         return list(SLEEPER)
     return list(assignment.command)
@@ -98,7 +102,7 @@ def check_cwd(cwd: str) -> str | None:
     except FileNotFoundError:
         return f"cwd {cwd}: no such directory"
     except OSError as exc:
-        return f"cwd {cwd}: {(exc.strerror or str(exc)).lower()}"
+        return procs.os_error_text("cwd", cwd, exc)
     if not stat.S_ISDIR(st.st_mode):
         return f"cwd {cwd}: not a directory"
     if not os.access(cwd, os.X_OK):

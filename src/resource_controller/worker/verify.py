@@ -44,6 +44,13 @@ def failure_reason(name: str, run: hooks.HookResult) -> str:
     return f"{reason}: {tail}" if tail else reason
 
 
+def script_names(verify_dir: str) -> list[str]:
+    """Its entries but directories, in byte order; ``OSError`` when it cannot be listed."""
+    with os.scandir(verify_dir) as entries:
+        names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+    return sorted(names, key=os.fsencode)
+
+
 @dataclass(frozen=True)
 class VerifyOutcome:
     """One pass: ``reason`` is ``""`` when the device is clean; ``ran`` scripts."""
@@ -71,16 +78,13 @@ async def verify_pass(
 ) -> VerifyOutcome:
     """Run the pass for one device after one job (VERIFY-001..007)."""
     try:
-        entries = list(os.scandir(verify_dir))
+        names = script_names(verify_dir)
     except FileNotFoundError:
         return VerifyOutcome()  # off
     except OSError as exc:
         return VerifyOutcome(
             PREFIX + "read verify_dir: " + procs.os_error_text("open", verify_dir, exc)
         )
-    names = sorted(
-        (e.name for e in entries if not e.is_dir(follow_symlinks=False)), key=os.fsencode
-    )
     env = hooks.hook_env(base_env, "verify", device_id, job_id, submitter, mig_uuids)
     over = f"{PREFIX}pass exceeded its {durations.render_duration(budget)} budget"
     started = clock.monotonic()
