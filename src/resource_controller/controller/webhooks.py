@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -121,8 +122,6 @@ def sweep_notices(
 
 def _where(url: str) -> tuple[core.Endpoint | None, str]:
     """The endpoint and the request target (path and query, as given) of ``url``."""
-    import urllib.parse
-
     try:
         end = core.endpoint(url)
     except ValueError:
@@ -166,14 +165,12 @@ class Notifier:
     def emit(self, notice: Notice) -> None:
         """Queue one event; never blocks, never raises."""
         if self._closed:
-            self.dropped += 1
-            self.counters.dropped(notice.event, "shutdown")
+            self._drop(notice, "shutdown")
             return
         try:
             self._queue.put_nowait(notice)
         except asyncio.QueueFull:
-            self.dropped += 1
-            self.counters.dropped(notice.event, "queue_full")
+            self._drop(notice, "queue_full")
             log.warning(
                 "webhook queue full: dropped %s event device=%s", notice.event, notice.device
             )
@@ -210,17 +207,20 @@ class Notifier:
                 )
                 if r.is_success:
                     self.delivered += 1
-                    self.counters.delivered(notice.event)
+                    self.counters.webhook_delivered.labels(notice.event).inc()
                     return
                 problem = f"status {r.status_code}"
             except errors.TransportError as exc:
                 problem = type(exc).__name__
             log.debug("webhook %s attempt %d failed: %s", notice.event, attempt, problem)
-        self.dropped += 1
-        self.counters.dropped(notice.event, "failed")
+        self._drop(notice, "failed")
         log.warning(
             "webhook %s event dropped after %d attempts: %s", notice.event, ATTEMPTS, problem
         )
+
+    def _drop(self, notice: Notice, why: str) -> None:
+        self.dropped += 1
+        self.counters.webhook_dropped.labels(notice.event, why).inc()
 
     async def close(self, bound: float = DRAIN) -> None:
         """Stop accepting events, deliver what is queued within ``bound`` s."""
