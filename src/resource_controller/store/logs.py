@@ -174,10 +174,7 @@ class LogStore(JobLogs):
             return
         view = memoryview(chunk)
         if not ring.exists():
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                size = 0
+            size = path.stat().st_size if path.exists() else 0
             room = max(0, self.layout.head - size)
             _append_file(path, view[:room])
             view = view[room:]

@@ -124,7 +124,5 @@ class PeerLink:
             raise _gone(exc) from exc
 
     async def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             await self._conn.close()
-        except Exception:  # already gone
-            return
