@@ -86,15 +86,9 @@ def sweep_notices(
 ) -> list[Notice]:
     """One committed sweep's events, HOOKN-020's order; None reads degrade them."""
     out: list[Notice] = []
-    announced: set[str] = set()
-    for device in devices_unhealthy:
-        if device in announced:
-            continue
-        announced.add(device)
-        if reasons is None:
-            out.append(Notice(DEVICE_UNHEALTHY, at, device=device))
-            continue
-        category = reasons.get(device, "")
+    announced = dict.fromkeys(devices_unhealthy)  # an ordered set: each device said once
+    for device in announced:
+        category = (reasons or {}).get(device, "")
         if category == "worker_lost":
             out.append(Notice(WORKER_LOST, at, device=device, reason=states.Quarantine.WORKER_LOST))
         else:
@@ -106,14 +100,8 @@ def sweep_notices(
         out.append(
             Notice(LEASE_EXPIRED, at, device=device, job=lease, reason=states.REASON_LEASE_EXPIRED)
         )
-        if (
-            device
-            and reasons is not None
-            and lease_devices is not None
-            and device not in announced
-            and reasons.get(device) == "lease_expired"
-        ):
-            announced.add(device)
+        if device and device not in announced and (reasons or {}).get(device) == "lease_expired":
+            announced[device] = None
             out.append(
                 Notice(DEVICE_UNHEALTHY, at, device=device, reason=states.Quarantine.LEASE_EXPIRED)
             )
