@@ -4,7 +4,6 @@ and a bad body is ``400 bad_request``, never a 422."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -94,7 +93,6 @@ class Services:
             self.hub.forward = self.peers.forward
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a store operation on the store thread."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def log_store(self, fn: Callable[..., T], *args: Any) -> T:
@@ -214,7 +212,7 @@ def parse_model(raw: bytes, model: type[M], *, empty_ok: bool = True) -> M:
         if first.get("type") == "json_invalid":
             raise errors.BadRequest("body is not valid JSON") from None
         raise errors.BadRequest(f"{where}: {first.get('msg', 'invalid')}") from None
-    except (ValueError, json.JSONDecodeError):
+    except ValueError:
         raise errors.BadRequest("body is not valid JSON") from None
 
 
@@ -260,7 +258,6 @@ def unknown_fields(names: list[str], model: type[pydantic.BaseModel]) -> str:
 
 
 async def disconnected(receive: Receive) -> None:
-    """Returns once the client closed the connection."""
     while (await receive())["type"] != "http.disconnect":
         pass
 

@@ -86,8 +86,6 @@ class _State(Collector):
 
 
 class Metrics:
-    """One controller's metrics and its registry."""
-
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -122,13 +120,6 @@ class Metrics:
             ["method", "route"],
             registry=r,
         )
-
-    # The webhook notifier's counters.
-    def delivered(self, event: str) -> None:
-        self.webhook_delivered.labels(event).inc()
-
-    def dropped(self, event: str, why: str) -> None:
-        self.webhook_dropped.labels(event, why).inc()
 
     def render(self, counts: Counts, now: float, pairs: Sequence[PairTotals] = ()) -> bytes:
         self.state.counts = counts

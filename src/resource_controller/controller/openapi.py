@@ -47,7 +47,6 @@ def published(routes: Sequence[Route]) -> bytes:
 
 
 def document(routes: Sequence[Route]) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``routes``."""
     schemas: dict[str, Any] = {}
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:

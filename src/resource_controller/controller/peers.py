@@ -190,7 +190,6 @@ CROSSING = ("workers", "ended", "output", "devices", "jobs", "assigned", "swept"
 
 
 def crosses(wake: Wake) -> bool:
-    """Whether another controller has anything to do with ``wake``."""
     return any(getattr(wake, name) for name in CROSSING)
 
 

@@ -21,8 +21,6 @@ CLIENT_ABSENT = 10.0
 
 
 class Half(enum.Enum):
-    """The four streams of a session."""
-
     CLIENT_OUT = "client-out"
     WORKER_OUT = "worker-out"
     CLIENT_IN = "client-in"
@@ -139,13 +137,12 @@ class Session:
         return self.over.is_set()
 
     def waits_for_client(self) -> bool:
-        """Worker halves attached, no client half, and not over yet."""
         return (
             bool(self.halves) and not any(h.is_client for h in self.halves) and not self.discarded
         )
 
     def alone(self, half: Half) -> bool:
-        """Whether ``half`` is the only one attached (the hand-off guard's condition)."""
+        """The hand-off guard's condition."""
         return self.halves == {half}
 
     def pipe_of(self, half: Half) -> Pipe:
@@ -189,14 +186,13 @@ class Relay:
 
     def _watch_for_client(self, session: Session) -> None:
         """Arm the absent-client timer while only worker halves are attached; else disarm."""
-        if not session.waits_for_client():
-            if session.absent_timer is not None:
-                session.absent_timer.cancel()
-                session.absent_timer = None
-            return
-        if session.absent_timer is None:
+        waits, timer = session.waits_for_client(), session.absent_timer
+        if waits and timer is None:
             loop = asyncio.get_running_loop()
             session.absent_timer = loop.call_later(self.client_absent, self._absent, session)
+        elif not waits and timer is not None:
+            timer.cancel()
+            session.absent_timer = None
 
     def _absent(self, session: Session) -> None:
         session.absent_timer = None

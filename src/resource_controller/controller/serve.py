@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -38,7 +39,6 @@ class ServeError(Exception):
     """The controller cannot start; the message is the one line printed."""
 
 
-TEST_TIMINGS_ENV = testtimings.VARIABLE
 #: Names ``RC_TEST_TIMINGS`` may set, each a ``Settings`` field of the same name.
 TEST_TIMINGS = ("sweep_interval", "grace", "unhealthy_after", "hold_off", "schedule_interval")
 _INTERVALS = ("sweep_interval", "schedule_interval")  # zero would make a loop spin
@@ -156,11 +156,8 @@ class Server(uvicorn.Server):
         self.svc = svc
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-            loop.call_soon_threadsafe(self.svc.hub.shutting_down.set)
-        except RuntimeError:
-            pass
+        with contextlib.suppress(RuntimeError):  # no loop running
+            asyncio.get_running_loop().call_soon_threadsafe(self.svc.hub.shutting_down.set)
         super().handle_exit(sig, frame)
 
 
@@ -255,7 +252,7 @@ def run(
                 limits_file=limits_file,
                 **policy,
             ),
-            test_timings=os.environ.get(TEST_TIMINGS_ENV),
+            test_timings=os.environ.get(testtimings.VARIABLE),
             database=database,
         )
         crashpoints.arm(os.environ.get(crashpoints.VARIABLE))  # a test hook only

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -85,15 +86,9 @@ def sweep_notices(
 ) -> list[Notice]:
     """One committed sweep's events, HOOKN-020's order; None reads degrade them."""
     out: list[Notice] = []
-    announced: set[str] = set()
-    for device in devices_unhealthy:
-        if device in announced:
-            continue
-        announced.add(device)
-        if reasons is None:
-            out.append(Notice(DEVICE_UNHEALTHY, at, device=device))
-            continue
-        category = reasons.get(device, "")
+    announced = dict.fromkeys(devices_unhealthy)  # an ordered set: each device said once
+    for device in announced:
+        category = (reasons or {}).get(device, "")
         if category == "worker_lost":
             out.append(Notice(WORKER_LOST, at, device=device, reason=states.Quarantine.WORKER_LOST))
         else:
@@ -105,14 +100,8 @@ def sweep_notices(
         out.append(
             Notice(LEASE_EXPIRED, at, device=device, job=lease, reason=states.REASON_LEASE_EXPIRED)
         )
-        if (
-            device
-            and reasons is not None
-            and lease_devices is not None
-            and device not in announced
-            and reasons.get(device) == "lease_expired"
-        ):
-            announced.add(device)
+        if device and device not in announced and (reasons or {}).get(device) == "lease_expired":
+            announced[device] = None
             out.append(
                 Notice(DEVICE_UNHEALTHY, at, device=device, reason=states.Quarantine.LEASE_EXPIRED)
             )
@@ -121,8 +110,6 @@ def sweep_notices(
 
 def _where(url: str) -> tuple[core.Endpoint | None, str]:
     """The endpoint and the request target (path and query, as given) of ``url``."""
-    import urllib.parse
-
     try:
         end = core.endpoint(url)
     except ValueError:
@@ -166,14 +153,12 @@ class Notifier:
     def emit(self, notice: Notice) -> None:
         """Queue one event; never blocks, never raises."""
         if self._closed:
-            self.dropped += 1
-            self.counters.dropped(notice.event, "shutdown")
+            self._drop(notice, "shutdown")
             return
         try:
             self._queue.put_nowait(notice)
         except asyncio.QueueFull:
-            self.dropped += 1
-            self.counters.dropped(notice.event, "queue_full")
+            self._drop(notice, "queue_full")
             log.warning(
                 "webhook queue full: dropped %s event device=%s", notice.event, notice.device
             )
@@ -210,17 +195,20 @@ class Notifier:
                 )
                 if r.is_success:
                     self.delivered += 1
-                    self.counters.delivered(notice.event)
+                    self.counters.webhook_delivered.labels(notice.event).inc()
                     return
                 problem = f"status {r.status_code}"
             except errors.TransportError as exc:
                 problem = type(exc).__name__
             log.debug("webhook %s attempt %d failed: %s", notice.event, attempt, problem)
-        self.dropped += 1
-        self.counters.dropped(notice.event, "failed")
+        self._drop(notice, "failed")
         log.warning(
             "webhook %s event dropped after %d attempts: %s", notice.event, ATTEMPTS, problem
         )
+
+    def _drop(self, notice: Notice, why: str) -> None:
+        self.dropped += 1
+        self.counters.webhook_dropped.labels(notice.event, why).inc()
 
     async def close(self, bound: float = DRAIN) -> None:
         """Stop accepting events, deliver what is queued within ``bound`` s."""

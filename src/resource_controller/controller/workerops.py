@@ -259,13 +259,9 @@ async def report_status(svc: Services, job_id: str, req: wire.StatusReport) -> D
         and (req.reason or "").startswith(webhooks.WATCHDOG_PREFIXES)
     )
     if trip:
-        announce |= Wake(
-            notices=(
-                webhooks.Notice(
-                    webhooks.WATCHDOG_TRIP, svc.clock.now(), device_id, job_id, req.reason or ""
-                ),
-            )
-        )
+        at, reason = svc.clock.now(), req.reason or ""
+        notice = webhooks.Notice(webhooks.WATCHDOG_TRIP, at, device_id, job_id, reason)
+        announce |= Wake(notices=(notice,))
     # A job ending is an event; its start is the worker's to log.
     log.info(
         "job %s %s on %s%s",

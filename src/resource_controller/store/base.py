@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 from resource_controller import crashpoints, errors
@@ -80,7 +80,6 @@ class Core:
             self.db.driver.close()
 
     def now(self) -> int:
-        """Whole Unix seconds, truncated."""
         return int(self.clock.now())
 
     @races.reconnecting
@@ -155,10 +154,7 @@ class Core:
         """A transaction (or a savepoint of one): if it fails, the caches drop what they took."""
         seen = self.fleet.seen
         try:
-            if savepoint:
-                with db.savepoint(savepoint):
-                    yield
-            else:
+            with db.savepoint(savepoint) if savepoint else nullcontext():
                 yield
         except BaseException:
             self.fleet.rolled_back(seen)

@@ -49,7 +49,6 @@ class Database:
 
     @classmethod
     def at(cls, database: Path | str) -> Database:
-        """The database at a SQLite path or a ``postgresql://`` URL."""
         for scheme in POSTGRES_SCHEMES:
             if isinstance(database, str) and database.startswith(scheme):
                 return cls("postgresql://" + database[len(scheme) :], "postgresql")

@@ -22,7 +22,7 @@ def label_rows(db: sql.Db, ids: list[str] | None = None) -> dict[str, list[Label
     if ids is None:
         rows = db.execute(_LABEL_ROWS + _LABEL_ORDER)
     else:
-        where = " WHERE device_id IN (" + ", ".join("?" * len(ids)) + ")"
+        where = f" WHERE device_id IN ({sql.marks(len(ids))})"
         rows = db.execute(_LABEL_ROWS + where + _LABEL_ORDER, tuple(ids))
     out: dict[str, list[LabelRecord]] = {}
     for label in map(_label, rows):

@@ -11,13 +11,14 @@ from resource_controller import crashpoints, errors
 from resource_controller.store import engine
 from resource_controller.store.logs import (
     DEFAULT_MAX_BYTES,
-    MAX_OFFSET,
     JobLogs,
     Layout,
     Piece,
+    PieceReader,
     Snapshot,
     check_id,
-    marker,
+    check_offset,
+    marker_piece,
 )
 
 HEAD, TAIL = 0, 1  #: ``log_chunks.part``
@@ -56,16 +57,12 @@ class DatabaseLogStore(JobLogs):
         """``work(connection)`` under the lock, errors as ``LogError``; run once more on a new
         connection unless ``again`` is False (an append may have committed)."""
         with self._lock:
-            try:
-                return work(self._connection())
-            except self._psycopg.Error as exc:
-                if not (self._drop_broken() and again):
-                    raise _failed(what, job_id, exc) from exc
-            try:
-                return work(self._connection())
-            except self._psycopg.Error as exc:
-                self._drop_broken()
-                raise _failed(what, job_id, exc) from exc
+            for last in (not again, True):
+                try:
+                    return work(self._connection())
+                except self._psycopg.Error as exc:
+                    if not self._drop_broken() or last:
+                        raise _failed(what, job_id, exc) from exc
 
     def _drop_broken(self) -> bool:
         """Close the connection if the error took it; whether it did."""
@@ -119,8 +116,7 @@ class DatabaseLogStore(JobLogs):
 
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
         """The stored view from ``offset`` on; each piece's bytes are fetched when read."""
-        if not 0 <= offset <= MAX_OFFSET:
-            raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
+        check_offset(offset)
         check_id(job_id)
 
         def index(conn: Any) -> tuple[Any, list[Any]]:
@@ -148,7 +144,7 @@ class DatabaseLogStore(JobLogs):
         ring = self.layout.ring if self.layout is not None else written
         start = max(0, written - ring)  #: where the tail's kept bytes begin
         if start:
-            pieces.append((marker(start), 0, len(marker(start))))
+            pieces.append(marker_piece(start))
         for part, at, n in chunks:
             if part != TAIL or at + n <= start:
                 continue
@@ -156,7 +152,7 @@ class DatabaseLogStore(JobLogs):
             pieces.append((self._reader(job_id, TAIL, at), skip, n - skip))
         return Snapshot(pieces, offset)
 
-    def _reader(self, job_id: str, part: int, at: int) -> Callable[[int, int], bytes]:
+    def _reader(self, job_id: str, part: int, at: int) -> PieceReader:
         """Reads ``n`` bytes from position ``pos`` of one chunk (empty once it is gone)."""
 
         def read(pos: int, n: int) -> bytes:
@@ -166,26 +162,20 @@ class DatabaseLogStore(JobLogs):
                     " WHERE job_id = %s AND part = %s AND at = %s",
                     (pos + 1, n, job_id, part, at),
                 ).fetchone()
-                if row is None:
-                    return b""
-                (data,) = row
-                return bytes(data)
+                return b"" if row is None else bytes(row[0])
 
-            data: bytes = self._run("read the", job_id, fetch)
-            return data
+            return bytes(self._run("read the", job_id, fetch))
 
         return read
 
     def delete(self, job_id: str) -> bool:
-
         def remove(conn: Any) -> bool:
             with conn.transaction():
                 conn.execute("DELETE FROM log_chunks WHERE job_id = %s", (job_id,))
                 gone = conn.execute("DELETE FROM job_logs WHERE job_id = %s", (job_id,))
                 return bool(gone.rowcount)
 
-        found: bool = self._run("delete the", job_id, remove)
-        return found
+        return bool(self._run("delete the", job_id, remove))
 
     def close(self) -> None:
         with self._lock:

@@ -3,6 +3,7 @@ reached always names the same byte; the rest goes to a ring."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -34,6 +35,11 @@ def marker(dropped: int) -> bytes:
         f"\n[rc: {dropped} bytes of output dropped here: the log is capped by"
         " --max-log-bytes, which keeps its head and its tail]\n"
     ).encode()
+
+
+def marker_piece(dropped: int) -> Piece:
+    text = marker(dropped)
+    return text, 0, len(text)
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,11 @@ class JobLogs(ABC):
         self.append(job_id, b"")
 
 
+def check_offset(offset: int) -> None:
+    if not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
+
+
 def check_id(job_id: str) -> str:
     """``job_id`` when it is a safe file name; ``LogError`` otherwise."""
     if not _SAFE_ID.match(job_id) or job_id in (".", ".."):
@@ -163,10 +174,7 @@ class LogStore(JobLogs):
             return
         view = memoryview(chunk)
         if not ring.exists():
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                size = 0
+            size = path.stat().st_size if path.exists() else 0
             room = max(0, self.layout.head - size)
             _append_file(path, view[:room])
             view = view[room:]
@@ -175,9 +183,7 @@ class LogStore(JobLogs):
         _ring_write(ring, view, self.layout.ring)
 
     def snapshot(self, job_id: str, offset: int = 0, *, settled: bool = True) -> Snapshot:
-        """``JobLogs.snapshot``; a running job's follower reads the head file only."""
-        if not 0 <= offset <= MAX_OFFSET:
-            raise ValueError(f"log offset {offset} is outside 0..{MAX_OFFSET}")
+        check_offset(offset)
         fds: list[int] = []
         try:
             with self._lock:
@@ -208,7 +214,7 @@ class LogStore(JobLogs):
         start = written % size
         return [
             *pieces,
-            (marker(written - size), 0, len(marker(written - size))),
+            marker_piece(written - size),
             (rfd, _HEADER.size + start, size - start),
             (rfd, _HEADER.size, start),
         ]
@@ -217,22 +223,15 @@ class LogStore(JobLogs):
         found = False
         with self._lock:
             for p in (self.path(job_id), self.tail_path(job_id)):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     p.unlink()
                     found = True
-                except FileNotFoundError:
-                    pass
         return found
 
 
 def _append_file(path: Path, data: bytes | memoryview) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, private.FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+    with open(path, "ab", opener=lambda p, flags: os.open(p, flags, private.FILE_MODE)) as f:
+        f.write(data)
 
 
 def _header(fd: int) -> tuple[int, int]:

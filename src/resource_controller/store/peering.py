@@ -91,21 +91,19 @@ class PeerLink:
     async def take(self, holder: str, lease: float) -> tuple[int | None, int]:
         """Take the leadership lease for ``holder`` if it is free (``leadership.TAKE``):
         the new epoch, else None; and how many controllers are present."""
-        row = await self._run(
+        epoch, present = await self._run(
             f"WITH taken AS ({leadership.TAKE}) SELECT (SELECT epoch FROM taken), ({_PRESENT})",
             (holder, lease),
         )
-        epoch, present = row
         return (None if epoch is None else int(epoch)), int(present)
 
     async def renew(self, fence: leadership.Fence, lease: float) -> tuple[bool, int]:
         """Renew the lease ``fence`` holds for ``lease`` seconds more: False once it is
         lost (lapsed, or taken); and how many controllers are present."""
-        row = await self._run(
+        epoch, present = await self._run(
             f"WITH kept AS ({leadership.RENEW}) SELECT (SELECT epoch FROM kept), ({_PRESENT})",
             (lease, fence.holder, fence.epoch),
         )
-        epoch, present = row
         return epoch is not None, int(present)
 
     async def listen(self) -> None:
@@ -117,7 +115,6 @@ class PeerLink:
         await self._run("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
     async def received(self, timeout: float) -> AsyncIterator[str]:
-        """The payloads that arrive within ``timeout`` seconds."""
         import psycopg
 
         try:
@@ -127,7 +124,5 @@ class PeerLink:
             raise _gone(exc) from exc
 
     async def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             await self._conn.close()
-        except Exception:  # already gone
-            return

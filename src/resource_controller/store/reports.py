@@ -50,8 +50,8 @@ _FLAGGED_KILLED = (
 
 
 class Reports:
-    """A worker's hand-out, status reports and heartbeats, each in the core's one
-    transaction context; a terminal report runs the pass of ``queue`` in its commit."""
+    """A worker's hand-out, status reports and heartbeats; a terminal report runs the pass of
+    ``queue`` in its commit."""
 
     def __init__(self, core: Core, queue: Queue) -> None:
         self._core = core
@@ -61,8 +61,6 @@ class Reports:
     def take_work(
         self, worker_id: str, have: Sequence[str] | None = None
     ) -> tuple[list[JobRecord], list[str]]:
-        """The worker's assigned jobs, now ``running``, and its due kill flags; with
-        ``have``, also its ``running`` jobs not in it (a hand-out whose answer was lost)."""
         with self._core.tx("handout") as c:
             return take_work(c, self._core.now(), worker_id, have)
 
@@ -114,7 +112,6 @@ class Reports:
     def _hand_out(
         self, c: sql.Db, assigned: list[Assigned], hand_out: Callable[[str], bool] | None
     ) -> Handed:
-        """The hand-out of each worker placed on whose waiting poll ``hand_out`` claims."""
         if hand_out is None:
             return {}
         workers = dict.fromkeys(a.worker_id for a in assigned)
@@ -138,16 +135,11 @@ class Reports:
 def take_work(
     conn: sql.Db, now: int, worker_id: str, have: Sequence[str] | None = None
 ) -> tuple[list[JobRecord], Kills]:
-    """Hand out this worker's assigned jobs and its due kill flags (STORE-080, STORE-094).
-    Each job moves assigned -> running before the answer is written, to the one poll
-    whose update moved it, so no poll starts a job twice; a kill flag is stamped
-    delivered and not offered again for 30 s.
-
-    ``have`` names every job the polling worker runs or still reports on. Its
-    ``running`` jobs outside it were handed out by a poll whose answer never reached it
-    (a controller killed between commit and answer, a timed-out poll): they are handed
-    out again, since the worker, which starts a job at most once, says it never had
-    them. A worker that sends no ``have`` gets the spec's hand-out alone."""
+    """Hand out this worker's assigned jobs, now ``running``, and its due kill flags. Each job
+    moves to ``running`` in the one poll whose update moved it, so no poll starts a job twice.
+    ``have`` names every job the worker runs or still reports on: its ``running`` jobs outside
+    it went to a poll whose answer was lost, and are handed out again (a worker starts a job
+    at most once)."""
     rows = moves.move_returning(
         conn,
         JOB,
@@ -198,7 +190,6 @@ def take_work(
 
 
 def mark_running(conn: sql.Db, now: int, job_id: str) -> None:
-    """assigned -> running; a no-op for any other state or an unknown ID."""
     moves.move(
         conn, JOB, Op.MARK_RUNNING, "id = ?", (job_id,), state=JobState.RUNNING, started_at=now
     )

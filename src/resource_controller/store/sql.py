@@ -60,7 +60,6 @@ class Db:
         self.driver.execute("COMMIT")
 
     def rollback(self) -> None:
-        """End the open transaction, if any, writing nothing."""
         if self.in_transaction:
             self.driver.execute("ROLLBACK")
 
@@ -109,17 +108,15 @@ class Db:
 
     def execute(self, sql: str, params: Sequence[Any] = (), move: str = "") -> Cursor:
         """Run one statement; ``move`` names the state move it makes (``store.moves``)."""
-        if watchers:
-            for watch in watchers:
-                watch(sql, move)
+        for watch in watchers:
+            watch(sql, move)
         cursor: Cursor = self.driver.execute(self._translate(sql), params)
         return cursor
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]], move: str = "") -> None:
         """Run one statement once per parameter row; ``move`` as for ``execute``."""
-        if watchers:
-            for watch in watchers:
-                watch(sql, move)
+        for watch in watchers:
+            watch(sql, move)
         if self.postgres:
             with self.driver.cursor() as cursor:
                 cursor.executemany(self._translate(sql), list(rows))
@@ -127,14 +124,12 @@ class Db:
             self.driver.executemany(self._translate(sql), rows)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """The first row, or None."""
         return self.execute(sql, params).fetchone()
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.execute(sql, params).fetchall()
 
     def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """The first column of the first row, or None when there is no row."""
         (first, *_) = self.execute(sql, params).fetchone() or (None,)
         return first
 
@@ -152,10 +147,7 @@ def marks(n: int) -> str:
 
 def driver_error(exc: BaseException) -> bool:
     """``exc`` is the database driver's (SQLite's or psycopg's), not the store's own."""
-    if isinstance(exc, sqlite3.Error):
-        return True
-    pg = sys.modules.get("psycopg")  # loaded only when a PostgreSQL store opened
-    return pg is not None and isinstance(exc, pg.Error)
+    return _driver_raised(exc, "Error")
 
 
 #: SQLSTATEs of a transaction that lost a race (serialization failure, deadlock): run it again.
@@ -171,10 +163,14 @@ def lost_race(exc: BaseException | None) -> bool:
 def row_error(exc: BaseException) -> bool:
     """``exc`` is a fault of one row's data (a value out of range, a broken constraint),
     not of the database: the scheduling pass skips that job and goes on."""
-    if isinstance(exc, (sqlite3.DataError, sqlite3.IntegrityError)):
-        return True
-    pg = sys.modules.get("psycopg")
-    return pg is not None and isinstance(exc, (pg.DataError, pg.IntegrityError))
+    return _driver_raised(exc, "DataError", "IntegrityError")
+
+
+def _driver_raised(exc: BaseException, *kinds: str) -> bool:
+    """``exc`` is one of the DBAPI exception ``kinds`` of SQLite or of psycopg (loaded only
+    when a PostgreSQL store opened)."""
+    drivers = [sqlite3, sys.modules.get("psycopg")]
+    return any(isinstance(exc, getattr(d, k)) for d in drivers if d is not None for k in kinds)
 
 
 @functools.lru_cache(maxsize=4096)

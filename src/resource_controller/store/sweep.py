@@ -20,7 +20,6 @@ _ACTIVE = tuple(s.value for s in ACTIVE)
 
 
 def sweep(conn: sql.Db, now: int, rules: expiry.SweepRules) -> SweepResult:
-    """One sweep at ``now`` under ``rules``."""
     judging = rules.judging(now)  # read once: devices and leases judged consistently
     unknown, unhealthy, reap = _demote(conn, now, rules, judging)
     requeued: list[str] = []

@@ -85,10 +85,7 @@ def account(db: sql.Db, now: int, held: Sequence[Held], util: float | None = Non
     for (dim, key), (secs, sampled, weighted) in sums.items():
         params += [dim, key, hour, len(jobs[(dim, key)]), secs, sampled, weighted, util]
     rows = db.execute(_totals_sql(len(sums)), params).fetchall()
-    marks: list[object] = []
-    for row in rows:
-        marks += list(row)
-    db.execute(_marks_sql(len(rows)), marks)
+    db.execute(_marks_sql(len(rows)), [value for row in rows for value in row])
 
 
 _WINDOW = (
@@ -128,7 +125,6 @@ class PairTotals:
 
 
 def recent_pairs(db: sql.Db, first_hour: int) -> list[PairTotals]:
-    """The device-and-submitter groups written since ``first_hour``, with their totals."""
     rows = db.execute(
         "SELECT key, held_seconds, last_util FROM usage_totals"
         " WHERE dim = ? AND last_hour >= ? ORDER BY key",
