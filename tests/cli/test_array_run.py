@@ -146,6 +146,14 @@ def test_on_a_terminal_the_status_line_is_redrawn_in_place_and_cleared_for_outpu
     )
 
 
+def test_after_the_last_status_line_nothing_redraws_it() -> None:
+    err = io.StringIO()
+    screen = arrayrun.Screen(tty=True, out=lambda _b: None, err=err)
+    screen.status("1/2 done · 1 running", final=True)
+    screen.say("detached")
+    assert err.getvalue() == "\r1/2 done · 1 running\x1b[K\nrc: detached\n"
+
+
 def test_a_stopped_follow_ends_at_its_next_step_and_long_reads_come_in_slices() -> None:
     stop = threading.Event()
     seen: list[Any] = []

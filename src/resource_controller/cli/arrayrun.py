@@ -172,6 +172,7 @@ class Screen:
         self._lock = threading.Lock()
         self.line = ""  # the status shown (tty) or last printed (plain)
         self._shown = False
+        self._done = False  # the last status was drawn: none is drawn again
         self._printed_at: float | None = None
 
     def _clear(self) -> None:
@@ -180,7 +181,7 @@ class Screen:
             self._shown = False
 
     def _draw(self) -> None:
-        if self.tty and self.line:
+        if self.tty and self.line and not self._done:
             self.err.write(f"\r{self.line}\x1b[K")
             self._shown = True
         self.err.flush()
@@ -215,6 +216,7 @@ class Screen:
                     self.err.write("\n")
                     self.err.flush()
                     self._shown = False
+                self._done = self._done or final
                 return
             now = self._now()
             due = self._printed_at is None or now - self._printed_at >= PLAIN_EVERY
@@ -477,7 +479,7 @@ class Watch:
         self.screen.status(self.screen.line, final=True)
         self.screen.say(
             f"lost contact with array {self.array_id}: {error}; its tasks may still be running,"
-            f" and rc cannot tell how they end: rc jobs --array {self.array_id} shows them"
+            " and rc cannot tell how they end: rc ps and rc jobs show them"
         )
         return machine.EXIT_LOST
 
@@ -499,8 +501,7 @@ class Watch:
         if running or missed:
             said += (
                 f"; detached from {running} running tasks: they go on and hold their devices"
-                f" (rc jobs --array {self.array_id} shows them; rc kill {self.array_id}"
-                " stops them)"
+                f" (watch them with rc ps; rc kill {self.array_id} stops them)"
             )
         self.screen.say(said)
         return machine.EXIT_INTERRUPTED
