@@ -102,6 +102,17 @@ def test_output_of_two_tasks_never_shares_a_line() -> None:
     assert b"".join(out) == b"[1] y\n[0] xz\n[1] tail\n"
 
 
+def test_once_stdout_fails_the_rest_of_the_output_is_dropped() -> None:
+    def out(_data: bytes) -> None:
+        raise BrokenPipeError("closed")
+
+    screen = arrayrun.Screen(tty=False, out=out, err=io.StringIO())
+    with pytest.raises(BrokenPipeError):
+        screen.output(b"[0] a\n")
+    screen.output(b"[1] b\n")  # said once, by the follower that met it
+    assert screen.broken
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0

@@ -172,6 +172,7 @@ class Screen:
         self._lock = threading.Lock()
         self.line = ""  # the status shown (tty) or last printed (plain)
         self._shown = False
+        self.broken = False
         self._done = False  # the last status was drawn: none is drawn again
         self._printed_at: float | None = None
 
@@ -187,7 +188,9 @@ class Screen:
         self.err.flush()
 
     def output(self, data: bytes) -> None:
-        if not data:
+        """``data`` on stdout; once stdout failed (a closed pipe) the rest is dropped, said
+        once by the follower that met the failure."""
+        if not data or self.broken:
             return
         with self._lock:
             with contextlib.suppress(OSError, ValueError):
@@ -195,6 +198,9 @@ class Screen:
                 self.err.flush()
             try:
                 self._out(data)
+            except (OSError, ValueError):
+                self.broken = True
+                raise
             finally:
                 with contextlib.suppress(OSError, ValueError):
                     self._draw()
@@ -387,6 +393,7 @@ class Watch:
         self.max_running = int(body.get("max_running") or 0)
         self.stop, self.freed = threading.Event(), threading.Event()
         self.followers: dict[str, Follower] = {}
+        self.live: list[Follower] = []
 
     @property
     def tasks(self) -> list[Json]:
@@ -405,11 +412,10 @@ class Watch:
         now = self.client.monotonic
         heard = now()
         next_poll = now() + POLL
+        todo, ended, limit = self._seen()
         while True:
-            tasks = self.tasks
-            self.screen.status(status_text(self.body.get("counts") or counts_of(tasks), self.size))
-            self._start_followers(tasks)
-            if self._over(tasks):
+            self._start_followers(todo, limit)
+            if ended and not todo and not self.live:
                 break
             self.freed.wait(max(0.0, next_poll - now()))
             self.freed.clear()
@@ -424,6 +430,8 @@ class Watch:
                     raise
                 if now() - heard >= machine.FINAL_WAIT:
                     return self._lost(e)
+                continue
+            todo, ended, limit = self._seen()
         self._join(JOIN_BOUND)
         tasks = self.tasks
         self.screen.status(status_text(counts_of(tasks), self.size), final=True)
@@ -432,23 +440,21 @@ class Watch:
             self.screen.say(summary(self.array_id, tasks))
         return code
 
-    def _over(self, tasks: Sequence[Json]) -> bool:
-        """Every task ended and every output that was to be followed has been."""
-        return (
-            all(t.get("state") in ENDED for t in tasks)
-            and not any(f.is_alive() for f in self.followers.values())
-            and all(t.get("id") in self.followers for t in tasks if started(t))
-        )
+    def _seen(self) -> tuple[list[Json], bool, int]:
+        """Once per look at the array: the status line, then (the started tasks not yet
+        followed, in index order; whether every task ended; how many to follow at once)."""
+        tasks = self.tasks
+        self.screen.status(status_text(self.body.get("counts") or counts_of(tasks), self.size))
+        todo = [t for t in _by_index(tasks) if started(t) and t.get("id") not in self.followers]
+        todo.reverse()  # popped from the end: the lowest index first
+        ended = all(t.get("state") in ENDED for t in tasks)
+        return todo, ended, follow_limit(tasks, self.max_running)
 
-    def _start_followers(self, tasks: Sequence[Json]) -> None:
-        alive = sum(1 for f in self.followers.values() if f.is_alive())
-        limit = follow_limit(tasks, self.max_running)
-        for task in _by_index(tasks):
-            if alive >= limit:
-                return
-            task_id = str(task.get("id") or "")
-            if task_id in self.followers or not started(task):
-                continue
+    def _start_followers(self, todo: list[Json], limit: int) -> None:
+        """Followers for the next tasks of ``todo`` while fewer than ``limit`` are live."""
+        self.live = [f for f in self.live if f.is_alive()]
+        while todo and len(self.live) < limit:
+            task = todo.pop()
             sink: Sink
             if self.output_dir:
                 path = os.path.join(self.output_dir, f"{task.get('index')}.log")
@@ -459,15 +465,15 @@ class Watch:
             else:
                 sink = _Lines(task.get("index"), self.screen)
             follower = Follower(task, self.make_client, sink, self.screen, self.stop, self.freed)
-            self.followers[task_id] = follower
+            self.followers[str(task.get("id") or "")] = follower
+            self.live.append(follower)
             follower.start()
-            alive += 1
 
     def _join(self, bound: float) -> None:
         end = time.monotonic() + bound
-        for f in self.followers.values():
+        for f in self.live:
             f.join(max(0.0, end - time.monotonic()))
-        left = [f for f in self.followers.values() if f.is_alive()]
+        left = [f for f in self.live if f.is_alive()]
         if left:
             self.stop.set()
             shown = ", ".join(str(f.index) for f in left[:SHOWN])
