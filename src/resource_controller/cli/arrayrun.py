@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         def close(self) -> None: ...
 
 
-#: Task states as the array's view names them (``core.states``, without its enum import).
+#: Task states as the array's view sends them, in the order the status line names them.
 ENDED = ("succeeded", "failed", "killed", "lost")
 RUNNING = ("assigned", "running")
 #: The parts of the status line after "done", in the order shown.
