@@ -30,6 +30,12 @@ exits with the job's exit code. --timeout bounds only the wait in the queue; --n
 refuses at once instead of queueing. Stdin is not read unless -i is given; --tty \
 attaches this terminal to the job (a shell when no command is given).
 
+--array SPEC submits one job per index at once (each sees RC_ARRAY_INDEX) and waits \
+for them all, keeping one status line current; each output line is prefixed \
+"[INDEX] ". It exits 0 when every task succeeded, else with the code of the failed \
+task with the lowest index, after naming the failed indexes. Ctrl-C cancels the \
+queued tasks and leaves the running ones running (rc kill ARRAY_ID stops them).
+
 Ctrl-C while queued cancels the job; Ctrl-C once it runs only detaches: the job keeps \
 running and keeps its device (watch it with rc ps). Both exit 130. An outage of the \
 controllers is waited out (a submit for 30s, the rest for 5m0s without an answer)."""
@@ -43,6 +49,7 @@ Examples:
   rc run --select 'vram>=40G' --explain          (what matches; submits nothing)
   rc run --tty -d box:gpu0                       (a shell on that device)
   echo data | rc run -i -- cat                   (stdin forwarded)
+  rc run --array 0-99%8 -- python sweep.py       (100 tasks, 8 at once)
 
 Exit status: the job's own code (N mod 256; a multiple of 256 gives 1);
 0 when it succeeded; 130 on Ctrl-C or SIGTERM; 75 when rc lost contact with the
@@ -93,6 +100,16 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, str, str], ...] = (
      "With --preemptible: end killed when preempted instead of queueing again."),
     (("--preempt-grace",), "preempt_grace", "duration", "DURATION",
      "With --preemptible: SIGTERM to SIGKILL when preempted (shortens rc serve's)."),
+    (("--array",), "array", "text", "SPEC",
+     "Run COMMAND once per index, each a job of its own (RC_ARRAY_INDEX): 0-99, 0-99:5"
+     " (step), 1,4,9; %N caps how many run at once (0-99%8). Output lines are prefixed"
+     " [INDEX]; exits with the lowest failed index's code."),
+    (("--output-dir",), "output_dir", "text", "DIR",
+     "With --array: write each task's output to DIR/INDEX.log instead of stdout."),
+    (("--detach",), "detach", "flag", "",
+     "With --array: print the array's ID and return; the tasks run on."),
+    (("-o", "--output"), "output", "text", "text|json",
+     "With --array: json prints the array (its ID, counts and tasks) and returns."),
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"text": "", "int": 0, "duration": 0.0, "flag": False}
 #: EXT-HERE-2: nothing else is sent, since a job's ``env`` is readable by every client.
@@ -265,6 +282,7 @@ def build(values: dict[str, Any], command: list[str]) -> spec.Submit:
             preemptible=values["preemptible"],
             no_requeue=values["no_requeue"],
             preempt_grace=values["preempt_grace"] or None,
+            array=values["array"],
             stdio="tty" if values["tty"] else "pipe" if values["interactive"] else "",
             names=spec.CLI,
         )
@@ -297,12 +315,20 @@ def run(argv: list[str]) -> int:
         return 0
     if values["tty"] and values["interactive"]:
         raise basics.Failure("-i and --tty cannot be used together (--tty forwards stdin)")
+    if values["array"] or values["output_dir"] or values["detach"] or values["output"]:
+        from resource_controller.cli import arrayrun
+
+        arrayrun.check(values)
     wanted = build(values, command)
     client = _client(values["as_"])
     if values["as_"]:
         from resource_controller.cli.whoami import warn_if_replaced
 
         warn_if_replaced(client, values["as_"])  # EXT-WHO-4
+    if values["array"]:
+        from resource_controller.cli import arrayrun
+
+        return arrayrun.run(client, wanted, values)
     _run_nested_if_held(client, wanted)
     heap.release()  # the client and its HTTP core are imported
     try:
