@@ -485,7 +485,7 @@ class Watch:
         self.screen.status(self.screen.line, final=True)
         self.screen.say(
             f"lost contact with array {self.array_id}: {error}; its tasks may still be running,"
-            " and rc cannot tell how they end: rc ps and rc jobs show them"
+            f" and rc cannot tell how they end: rc jobs --array {self.array_id} shows them"
         )
         return machine.EXIT_LOST
 
@@ -507,7 +507,7 @@ class Watch:
         if running or missed:
             said += (
                 f"; detached from {running} running tasks: they go on and hold their devices"
-                f" (watch them with rc ps; rc kill {self.array_id} stops them)"
+                f" (watch them with rc jobs --array {self.array_id}; rc kill {self.array_id} stops them)"
             )
         self.screen.say(said)
         return machine.EXIT_INTERRUPTED

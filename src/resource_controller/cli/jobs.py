@@ -309,9 +309,11 @@ def ps(tasks: bool, output: str) -> None:
         counters[device] = counters.get(device, 0) + 1
         extra = [_waiting_cell(job, waits)] if why else []
         rows.append(_ps_row(job, f"queued (#{counters[device]})", *extra))
+    if arrays:
+        from resource_controller.cli.arrayrun import status_text
     for array_id, first in arrays.items():
         view = client.get_array(array_id)
-        progress = render.array_progress(view.get("counts") or {}, int(view.get("size") or 0))
+        progress = status_text(view.get("counts") or {}, int(view.get("size") or 0))
         row = [array_id, "-", f"array {view.get('spec')}: {progress}"]
         rows.append(row + _ps_row(first, "")[3:] + ([""] if why else []))
     render.out(render.table(rows))

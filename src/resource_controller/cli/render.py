@@ -45,23 +45,6 @@ def command_text(command: Any) -> str:
     return " ".join(str(part) for part in command)
 
 
-#: An array's progress after its tasks done: the states counted, in this order, when any is.
-_PROGRESS = (("running", ("assigned", "running")), ("queued", ("queued",)), ("failed", ("failed",)),
-             ("killed", ("killed",)), ("lost", ("lost",)))  # fmt: skip
-_ENDED = ("succeeded", "failed", "killed", "lost")
-
-
-def array_progress(counts: dict[str, int], size: int) -> str:
-    """``12/100 done · 8 running · 80 queued · 1 failed`` (EXT-ARRAY-2): done is every end."""
-    done = sum(counts.get(s, 0) for s in _ENDED)
-    parts = [f"{done}/{size} done"]
-    for word, states in _PROGRESS:
-        n = sum(counts.get(s, 0) for s in states)
-        if n:
-            parts.append(f"{n} {word}")
-    return " · ".join(parts)
-
-
 def json_compact(value: Any) -> str:
     import json  # not at the top: every rc start imports this module, few print JSON
 
