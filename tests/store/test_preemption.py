@@ -119,3 +119,19 @@ def test_two_stores_deciding_at_once_never_choose_a_victim_twice(
     rows = raw.rows("SELECT id, preempted_by FROM jobs WHERE preemptible = 1")
     assert {r["id"]: r["preempted_by"] for r in rows} == {p.job_id: p.by for p in chosen}
     assert invariant_violations(raw) == []
+
+
+def test_a_persons_kill_of_a_job_being_preempted_ends_it(store: Store, clock: FakeClock) -> None:
+    """A person's kill wins over the preemption under way: the job ends killed, never queued
+    again, and the job it made room for waits for the device alone."""
+    store.preemption = preempt.Settings(min_runtime=0)
+    worker = one_device(store)
+    victim = running(store, worker)
+    waiting = store.queue.enqueue(NewJob(["true"], "real"))
+    assert store.queue.schedule_after(waiting).preempted
+    store.queue.request_kill(victim.id, "killed by scav")
+    assert store.views.job(victim.id).preempted_by == ""
+    store.reports.status(victim.id, lambda _: None, "killed", 143, "cancelled")
+    ended = store.views.job(victim.id)
+    assert (ended.state, ended.attempt, ended.preemptions) == ("killed", 1, 0)
+    assert store.views.job(waiting.id).state == "assigned"

@@ -117,8 +117,10 @@ class Arrays:
                     (array_id,),
                 )
             flagged = c.all(
-                "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0"
-                " WHERE array_id = ? AND state IN ('assigned', 'running') AND kill_requested = 0"
+                # As a person's kill of each: one under way for a preemption ends too.
+                "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, preempted_by = ''"
+                " WHERE array_id = ? AND state IN ('assigned', 'running')"
+                " AND (kill_requested = 0 OR preempted_by != '')"
                 " RETURNING id, worker_id",
                 (array_id,),
             )

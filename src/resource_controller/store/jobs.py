@@ -135,8 +135,11 @@ class Queue:
                 # The device stays out: nothing proves it is empty.
                 leases.release_for_job(c, now, job_id)
                 return KillOutcome.FINALIZED
+            # A person's kill wins over a preemption under way: the job ends, never queued again.
             c.execute(
-                "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0 WHERE id = ?", (job_id,)
+                "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, preempted_by = ''"
+                " WHERE id = ?",
+                (job_id,),
             )
             return KillOutcome.REQUESTED
 
