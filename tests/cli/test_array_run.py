@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from resource_controller.cli import arrayrun, basics
+from resource_controller.cli import arrayout, arrayrun, basics
 from resource_controller.cli import run as run_cli
 from resource_controller.client import calls
 
@@ -79,7 +79,7 @@ def test_the_summary_counts_what_it_does_not_name() -> None:
 
 
 def test_lines_are_prefixed_whole_and_a_partial_one_waits_for_its_end() -> None:
-    p = arrayrun.Prefixer(7)
+    p = arrayout.Prefixer(7)
     assert p.feed(b"ab") == b""
     assert p.feed(b"c\nde") == b"[7] abc\n"
     assert p.feed(b"f\n\ng\nh") == b"[7] def\n[7] \n[7] g\n"
@@ -91,8 +91,8 @@ def test_lines_are_prefixed_whole_and_a_partial_one_waits_for_its_end() -> None:
 
 def test_output_of_two_tasks_never_shares_a_line() -> None:
     out: list[bytes] = []
-    screen = arrayrun.Screen(tty=False, out=out.append, err=io.StringIO())
-    a, b = arrayrun._Lines(0, screen), arrayrun._Lines(1, screen)
+    screen = arrayout.Screen(tty=False, out=out.append, err=io.StringIO())
+    a, b = arrayout.Lines(0, screen), arrayout.Lines(1, screen)
     a.write(b"x")
     b.write(b"y\n")
     a.write(b"z\n")
@@ -106,7 +106,7 @@ def test_once_stdout_fails_the_rest_of_the_output_is_dropped() -> None:
     def out(_data: bytes) -> None:
         raise BrokenPipeError("closed")
 
-    screen = arrayrun.Screen(tty=False, out=out, err=io.StringIO())
+    screen = arrayout.Screen(tty=False, out=out, err=io.StringIO())
     with pytest.raises(BrokenPipeError):
         screen.output(b"[0] a\n")
     screen.output(b"[1] b\n")  # said once, by the follower that met it
@@ -123,7 +123,7 @@ class Clock:
 
 def test_off_a_terminal_the_status_is_printed_when_it_changes_at_most_every_5s() -> None:
     err, clock = io.StringIO(), Clock()
-    screen = arrayrun.Screen(tty=False, out=lambda _b: None, err=err, now=clock)
+    screen = arrayout.Screen(tty=False, out=lambda _b: None, err=err, now=clock)
     screen.status("0/2 done · 2 queued")
     screen.status("0/2 done · 2 queued")
     clock.t = 1
@@ -143,7 +143,7 @@ def test_off_a_terminal_the_status_is_printed_when_it_changes_at_most_every_5s()
 def test_on_a_terminal_the_status_line_is_redrawn_in_place_and_cleared_for_output() -> None:
     err = io.StringIO()
     out: list[bytes] = []
-    screen = arrayrun.Screen(tty=True, out=out.append, err=err)
+    screen = arrayout.Screen(tty=True, out=out.append, err=err)
     screen.status("0/1 done · 1 running")
     screen.output(b"[0] hi\n")
     screen.say("note")
@@ -159,7 +159,7 @@ def test_on_a_terminal_the_status_line_is_redrawn_in_place_and_cleared_for_outpu
 
 def test_after_the_last_status_line_nothing_redraws_it() -> None:
     err = io.StringIO()
-    screen = arrayrun.Screen(tty=True, out=lambda _b: None, err=err)
+    screen = arrayout.Screen(tty=True, out=lambda _b: None, err=err)
     screen.status("1/2 done · 1 running", final=True)
     screen.say("detached")
     assert err.getvalue() == "\r1/2 done · 1 running\x1b[K\nrc: detached\n"

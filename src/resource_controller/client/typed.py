@@ -292,28 +292,11 @@ class BaseClient(Driven, Generic[J, C]):
         wanted = _spec(argv, locals())
         return self._bind((yield from machine.submit(wanted, self.submitter, self._now)))
 
-    def _submit_array(
-        self,
-        /,
-        argv: Sequence[str],
-        array: str,
-        *,
-        select: str = "",
-        device: str | Sequence[str] = "",
-        count: int = 1,
-        env: Mapping[str, str] | None = None,
-        cwd: str = "",
-        priority: int = 0,
-        max_runtime: Duration | None = None,
-        idle_timeout: Duration | None = None,
-        after: After = None,
-        after_any: bool = False,
-        retries: int = 0,
-        retry_on: str = "",
-    ) -> Op[ArrayInfo]:
+    def _submit_array(self, /, argv: Sequence[str], array: str, **where: Any) -> Op[ArrayInfo]:
         """Queue one task of ``argv`` per index of ``array`` (``"0-99%8"``: at most 8 at once),
-        each told ``RC_ARRAY_ID`` and ``RC_ARRAY_INDEX``; the array at once (EXT-ARRAY-1)."""
-        wanted = _spec(argv, {**locals(), "no_wait": False}, array=array)
+        each told ``RC_ARRAY_ID`` and ``RC_ARRAY_INDEX``; the array at once (EXT-ARRAY-1).
+        ``where``: ``submit()``'s arguments, but ``no_wait`` (a task queues until it can run)."""
+        wanted = spec.Submit(spec.argv(argv), array=array, **where)
         return ArrayInfo.of((yield from machine.submit(wanted, self.submitter, self._now)))
 
     def _array(self, /, array_id: str) -> Op[ArrayInfo]:
@@ -432,8 +415,8 @@ _WHERE = (
 )  # fmt: skip
 
 
-def _spec(argv: Sequence[str], given: Mapping[str, Any], **extra: Any) -> spec.Submit:
-    return spec.Submit(spec.argv(argv), **{name: given[name] for name in _WHERE}, **extra)
+def _spec(argv: Sequence[str], given: Mapping[str, Any]) -> spec.Submit:
+    return spec.Submit(spec.argv(argv), **{name: given[name] for name in _WHERE})
 
 
 def _raise_for(ran: machine.RunEnd) -> None:

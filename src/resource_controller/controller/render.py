@@ -112,24 +112,9 @@ def job(j: JobRecord, past: list[AttemptRecord] | None = None) -> wire.JobBody:
 def array(a: ArrayRecord, tasks: list[TaskRecord]) -> wire.ArrayBody:
     """An array's view: its counts are its tasks'."""
     return wire.ArrayBody(
-        id=a.id,
-        spec=a.spec,
-        size=a.size,
-        max_running=a.max_running,
-        submitter=a.submitter,
-        submitted_at=ts(a.submitted_at) or "",
+        **vars(a) | {"submitted_at": ts(a.submitted_at) or ""},
         counts=dict(Counter(t.state for t in tasks)),
-        tasks=[
-            wire.TaskBody(
-                id=t.id,
-                index=t.index,
-                state=t.state,
-                exit_code=t.exit_code,
-                device_id=t.device_id,
-                worker_id=t.worker_id,
-            )
-            for t in tasks
-        ],
+        tasks=[wire.TaskBody(**vars(t)) for t in tasks],
     )
 
 

@@ -15,16 +15,7 @@ from resource_controller.core import scheduling, selectors, waiting
 from resource_controller.core.scheduling import DeviceSnap, JobSnap
 from resource_controller.core.states import DeviceState, JobState, Kind, Quarantine, RetryOn
 from resource_controller.core.transitions import JOB, Op
-from resource_controller.store import (
-    after,
-    leases,
-    locks,
-    moves,
-    passes,
-    queries,
-    races,
-    sql,
-)
+from resource_controller.store import after, leases, locks, moves, passes, queries, races, sql
 from resource_controller.store.base import Core
 from resource_controller.store.records import Assigned, JobRecord, PassResult
 
