@@ -19,9 +19,29 @@ def test_a_wake_crosses_as_json_and_comes_back_equal() -> None:
         jobs=(("j1", "succeeded"), ("j3", "assigned")),
         assigned=True,
         swept=True,
+        preempted=(("j4", "j5"),),
     )
     sender, back = peers.decode(peers.encode("me", wake))
     assert (sender, back) == ("me", wake)
+
+
+def test_another_controllers_preemption_is_an_event_here_but_never_a_second_webhook() -> None:
+    # EXT-PREEMPT-3: every controller's /v1/events says job.preempted; the deciding one's
+    # webhooks alone post it.
+    async def go() -> None:
+        hub = Hub()
+        posted: list[object] = []
+        hub.notifier = type("Notifier", (), {"emit": lambda self, n: posted.append(n)})()  # type: ignore[assignment]
+        events = hub.events.subscribe()
+        wake = Wake(preempted=(("victim", "waiting"),))
+        apply(hub, wake, forward=False)
+        assert posted == []
+        message = events.queue.get_nowait().decode()
+        assert "job.preempted" in str(message) and "victim" in str(message)
+        apply(hub, wake)
+        assert len(posted) == 1
+
+    asyncio.run(go())
 
 
 def test_a_kick_alone_does_not_cross() -> None:

@@ -186,7 +186,7 @@ class Peers:
 
 
 #: The wake-ups another controller acts on: never a kick or a webhook notice.
-CROSSING = ("workers", "ended", "output", "devices", "jobs", "assigned", "swept")
+CROSSING = ("workers", "ended", "output", "devices", "jobs", "assigned", "swept", "preempted")
 
 
 def crosses(wake: Wake) -> bool:
@@ -227,4 +227,6 @@ def decode(payload: str) -> tuple[str, Wake | None]:
         jobs=tuple((str(j), str(s)) for j, s in body["jobs"]),
         assigned=bool(body["assigned"]),
         swept=bool(body["swept"]),
+        # A controller of the release before sends none.
+        preempted=tuple((str(j), str(by)) for j, by in body.get("preempted", ())),
     )

@@ -121,13 +121,14 @@ def apply(hub: Hub, wake: Wake, *, forward: bool = True) -> None:
         hub.kick_scheduler()
     if wake.everyone:
         hub.wake_everyone()
-    publish(hub, wake)
+    publish(hub, wake, notify=forward)
     if forward and hub.forward is not None:
         hub.forward(wake)
 
 
-def publish(hub: Hub, wake: Wake) -> None:
-    """The event-stream messages and webhook events of a committed change (EVT-*, HOOKN-*)."""
+def publish(hub: Hub, wake: Wake, *, notify: bool = True) -> None:
+    """The event-stream messages and webhook events of a committed change (EVT-*, HOOKN-*);
+    ``notify``: the change is this controller's, whose webhooks say it (once, fleet-wide)."""
     for job_id, state in wake.jobs:
         hub.events.job(job_id, state)
     if wake.assigned:
@@ -138,7 +139,7 @@ def publish(hub: Hub, wake: Wake) -> None:
         hub.events.devices_nudge()
     for job_id, by in wake.preempted:
         hub.events.preempted(job_id, by)
-    if hub.notifier is not None:
+    if hub.notifier is not None and notify:
         for notice in wake.notices:
             hub.notifier.emit(notice)
         for job_id, by in wake.preempted:
