@@ -51,7 +51,7 @@ class ArrayKill:
 _ARRAY_COLS = "id, spec, size, max_running, submitter, submitted_at"
 _TASKS = (
     "SELECT id, array_index, state, exit_code, device_id, worker_id FROM jobs"
-    " WHERE array_id = ? ORDER BY array_index"
+    " WHERE array_id = ? AND array_id != '' ORDER BY array_index"
 )
 
 
@@ -104,7 +104,7 @@ class Arrays:
                 c,
                 JOB,
                 Op.CANCEL_QUEUED,
-                "array_id = ?",
+                "array_id = ? AND array_id != ''",
                 (array_id,),
                 state=JobState.KILLED,
                 kill_reason=reason,
@@ -113,13 +113,13 @@ class Arrays:
             if queued:
                 c.execute(
                     "DELETE FROM reservations WHERE job_id IN"
-                    " (SELECT id FROM jobs WHERE array_id = ? AND state = 'killed')",
+                    " (SELECT id FROM jobs WHERE array_id = ? AND array_id != '' AND state = 'killed')",
                     (array_id,),
                 )
             flagged = c.all(
                 # As a person's kill of each: one under way for a preemption ends too.
                 "UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, preempted_by = ''"
-                " WHERE array_id = ? AND state IN ('assigned', 'running')"
+                " WHERE array_id = ? AND array_id != '' AND state IN ('assigned', 'running')"
                 " AND (kill_requested = 0 OR preempted_by != '')"
                 " RETURNING id, worker_id",
                 (array_id,),
@@ -127,7 +127,8 @@ class Arrays:
         return ArrayKill(queued, [(str(j), str(w)) for j, w in flagged])
 
 
-_IN_STATE = "SELECT id FROM jobs WHERE array_id = ? AND state = ?"
+#: ``array_id != ''`` lets the partial index ``jobs_array`` serve.
+_IN_STATE = "SELECT id FROM jobs WHERE array_id = ? AND array_id != '' AND state = ?"
 
 
 def _array(conn: sql.Db, array_id: str) -> ArrayRecord:

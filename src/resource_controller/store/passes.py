@@ -264,7 +264,11 @@ def array_cap(db: sql.Db, array_id: str) -> tuple[int, int]:
     cap = int(db.value("SELECT max_running FROM arrays WHERE id = ?", (array_id,)) or 0)
     if cap <= 0:
         return 0, 0
-    active = db.value(f"SELECT count(*) FROM jobs WHERE array_id = ? AND {_ACTIVE}", (array_id,))
+    # ``array_id != ''`` lets the partial index ``jobs_array`` serve.
+    active = db.value(
+        f"SELECT count(*) FROM jobs WHERE array_id = ? AND array_id != '' AND {_ACTIVE}",
+        (array_id,),
+    )
     return cap, int(active or 0)
 
 
