@@ -15,7 +15,7 @@ import posixpath
 import signal
 import stat
 import tarfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import IO, NamedTuple, TypeVar
 
 import click
@@ -201,30 +201,26 @@ async def _send(
     base: str, token: str, job_id: str, produce: Callable[[IO[bytes]], None], local: str
 ) -> None:
     """Upload; the input half is ALWAYS closed afterwards, or the far-side tar never ends."""
-    out, inp = await _open_relay(base, token, job_id)
-    watch, watching = _watch(base, token, job_id, out, inp)
-    read_fd, write_fd = os.pipe()
-    producer = asyncio.create_task(asyncio.to_thread(_pump, produce, write_fd, "wb"))
-    drain = asyncio.create_task(_discard(out))
     sent_error: str = ""
-    try:
-        while block := await asyncio.to_thread(os.read, read_fd, BLOCK):
-            try:
-                await inp.write(block)
-            except errors.TransportError as e:
-                if not watch.ended:  # else the job's own end explains it
-                    sent_error = f"sending {local}: {e}"
-                break
-    finally:
-        os.close(read_fd)  # a producer still writing gets EPIPE and ends
-        with contextlib.suppress(errors.TransportError):
-            await inp.finish()  # EOF ends the far-side tar
-        failure = await producer
-        with contextlib.suppress(errors.TransportError):
-            await drain
-        await _stop(watching)
-        out.close()
-        inp.close()
+    async with _halves(base, token, job_id) as (out, inp, watch):
+        read_fd, write_fd = os.pipe()
+        producer = asyncio.create_task(asyncio.to_thread(_pump, produce, write_fd, "wb"))
+        drain = asyncio.create_task(_discard(out))
+        try:
+            while block := await asyncio.to_thread(os.read, read_fd, BLOCK):
+                try:
+                    await inp.write(block)
+                except errors.TransportError as e:
+                    if not watch.ended:  # else the job's own end explains it
+                        sent_error = f"sending {local}: {e}"
+                    break
+        finally:
+            os.close(read_fd)  # a producer still writing gets EPIPE and ends
+            with contextlib.suppress(errors.TransportError):
+                await inp.finish()  # EOF ends the far-side tar
+            failure = await producer
+            with contextlib.suppress(errors.TransportError):
+                await drain
     if watch.ended:
         return  # the job ended without the session: its outcome says why
     if failure is not None and not sent_error:
@@ -252,17 +248,27 @@ async def _discard(out: aio.Exchange) -> None:
         pass
 
 
-def _watch(
-    base: str, token: str, job_id: str, *streams: aio.Exchange
-) -> tuple[JobWatch, asyncio.Task[None]]:
-    """End the session (close ``streams``) once the job is over without it."""
+@contextlib.asynccontextmanager
+async def _halves(
+    base: str, token: str, job_id: str
+) -> AsyncIterator[tuple[aio.Exchange, aio.Exchange, JobWatch]]:
+    """The copy's relay halves, closed on the way out, and the watch that closes them once
+    the job is over without them."""
+    out, inp = await _open_relay(base, token, job_id)
 
     def end() -> None:
-        for stream in streams:
-            stream.close()
+        out.close()
+        inp.close()
 
     watch = JobWatch(base, token, job_id, end)
-    return watch, asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
+    watching = asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
+    try:
+        yield out, inp, watch
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        end()
 
 
 async def _abortable(transfer: Awaitable[T]) -> T:
@@ -300,37 +306,27 @@ async def _abortable(transfer: Awaitable[T]) -> T:
             signals.install()  # what follows the transfer interrupts as before
 
 
-async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
 async def _receive(
     base: str, token: str, job_id: str, consume: Callable[[IO[bytes]], None]
 ) -> BaseException | None:
     """Download: the input half closed at once, the output half extracted."""
-    out, inp = await _open_relay(base, token, job_id)
-    watch, watching = _watch(base, token, job_id, out, inp)
-    with contextlib.suppress(errors.TransportError):
-        await inp.finish()
-    read_fd, write_fd = os.pipe()
-    consumer = asyncio.create_task(asyncio.to_thread(_pump, consume, read_fd, "rb"))
     broke = ""
-    try:
-        while block := await out.read():
-            try:
-                await asyncio.to_thread(write_all, write_fd, block)
-            except BrokenPipeError:
-                break  # the extraction stopped; it says why
-    except errors.TransportError as e:
-        # Ended by the watch: the job ended without the session, its outcome says why.
-        broke = "" if watch.ended else f"the copy's output broke: {e}"
-    finally:
-        os.close(write_fd)  # end of the archive for the reader
-        await _stop(watching)
-        out.close()
-        inp.close()
+    async with _halves(base, token, job_id) as (out, inp, watch):
+        with contextlib.suppress(errors.TransportError):
+            await inp.finish()
+        read_fd, write_fd = os.pipe()
+        consumer = asyncio.create_task(asyncio.to_thread(_pump, consume, read_fd, "rb"))
+        try:
+            while block := await out.read():
+                try:
+                    await asyncio.to_thread(write_all, write_fd, block)
+                except BrokenPipeError:
+                    break  # the extraction stopped; it says why
+        except errors.TransportError as e:
+            # Ended by the watch: the job ended without the session, its outcome says why.
+            broke = "" if watch.ended else f"the copy's output broke: {e}"
+        finally:
+            os.close(write_fd)  # end of the archive for the reader
     failure = await consumer
     if broke:
         raise common.Failure(broke)
