@@ -24,7 +24,7 @@ from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.cli.tty import JobWatch, SessionError, open_halves, write_all
-from resource_controller.client import api
+from resource_controller.client import api, machine
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
 
@@ -33,7 +33,6 @@ COPY_WAIT = 30 * 60.0
 BLOCK = 65_536
 UPLOAD_SCRIPT = 'mkdir -p "$0" && exec tar -xf - -C "$0"'
 DOWNLOAD_SCRIPT = 'exec tar -cf - -C "$0" -- "$1"'
-NO_DETAIL = "no further detail"
 ABORTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 T = TypeVar("T")
@@ -381,7 +380,7 @@ def _finish(client: api.JsonClient, job_id: str) -> None:
         reason = ""  # the controller refuses log reads of pipe jobs
     code = job.get("exit_code")
     exited = f"the far side exited {code}" if isinstance(code, int) and code else ""
-    reason = reason or job.get("kill_reason") or exited or NO_DETAIL
+    reason = reason or job.get("kill_reason") or exited or machine.NO_DETAIL
     raise common.Failure(f"copy job {job_id} {state}: {reason}")
 
 
