@@ -126,18 +126,12 @@ def attach(client: api.JsonClient, job_id: str) -> None:
         state = asyncio.run(_session(base, token, job_id, in_fd, out_fd))
     finally:
         # First thing on every way out, before any other line.
-        if not _restore(in_fd, saved):
+        try:
+            termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
+        except (OSError, termios.error):
             sys.stderr.write("\r\nrc: the terminal could not be restored: run reset\r\n")
             sys.stderr.flush()
     ended(state)
-
-
-def _restore(fd: int, saved: list[Any]) -> bool:
-    try:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    except (OSError, termios.error):
-        return False
-    return True
 
 
 async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> SessionState:
