@@ -66,8 +66,7 @@ def parse_side(arg: str) -> Remote | None:
 
 
 def _strip_dir(path: str) -> str:
-    stripped = path.rstrip("/")
-    return stripped or "/"
+    return path.rstrip("/") or "/"
 
 
 def upload_target(source: str, remote_path: str) -> tuple[str, str]:
@@ -88,20 +87,15 @@ def download_source(remote_path: str) -> tuple[str, str]:
     return (_strip_dir(parent) if parent else "."), name
 
 
-def _info(path: str, arcname: str, st: os.stat_result) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(arcname)
-    info.mode = st.st_mode & 0o777
-    info.mtime = int(st.st_mtime)
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 def _add(tar: tarfile.TarFile, path: str, arcname: str) -> None:
     """One entry, and a directory's contents after it in lexical order."""
     st = os.lstat(path)
-    info = _info(path, arcname, st)
     mode = st.st_mode
+    info = tarfile.TarInfo(arcname)
+    info.mode = mode & 0o777
+    info.mtime = int(st.st_mtime)
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
     if stat.S_ISREG(mode):
         info.type = tarfile.REGTYPE
         info.size = st.st_size
