@@ -29,13 +29,13 @@ def _explicit_booleans(command: click.Command, ctx: click.Context, args: list[st
     optional_value: set[str] = set()
     for param in command.get_params(ctx):
         if isinstance(param, click.Option):
+            names = param.opts + param.secondary_opts
             if param.is_flag:
-                flags.update((name, param) for name in param.opts)
-                flags.update((name, param) for name in param.secondary_opts)
+                flags.update(dict.fromkeys(names, param))
             else:
-                takes_value.update(param.opts + param.secondary_opts)
+                takes_value.update(names)
                 if getattr(param, "_flag_needs_value", False):
-                    optional_value.update(param.opts + param.secondary_opts)
+                    optional_value.update(names)
     out: list[str] = []
     skip_next = False
     for i, arg in enumerate(args):

@@ -15,7 +15,7 @@ import posixpath
 import signal
 import stat
 import tarfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import IO, NamedTuple, TypeVar
 
 import click
@@ -24,7 +24,7 @@ from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
 from resource_controller.cli.tty import JobWatch, SessionError, open_halves, write_all
-from resource_controller.client import api
+from resource_controller.client import api, machine
 from resource_controller.core.states import JobState
 from resource_controller.h1 import aio
 
@@ -33,7 +33,6 @@ COPY_WAIT = 30 * 60.0
 BLOCK = 65_536
 UPLOAD_SCRIPT = 'mkdir -p "$0" && exec tar -xf - -C "$0"'
 DOWNLOAD_SCRIPT = 'exec tar -cf - -C "$0" -- "$1"'
-NO_DETAIL = "no further detail"
 ABORTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 T = TypeVar("T")
@@ -67,8 +66,7 @@ def parse_side(arg: str) -> Remote | None:
 
 
 def _strip_dir(path: str) -> str:
-    stripped = path.rstrip("/")
-    return stripped or "/"
+    return path.rstrip("/") or "/"
 
 
 def upload_target(source: str, remote_path: str) -> tuple[str, str]:
@@ -89,20 +87,15 @@ def download_source(remote_path: str) -> tuple[str, str]:
     return (_strip_dir(parent) if parent else "."), name
 
 
-def _info(path: str, arcname: str, st: os.stat_result) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(arcname)
-    info.mode = st.st_mode & 0o777
-    info.mtime = int(st.st_mtime)
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 def _add(tar: tarfile.TarFile, path: str, arcname: str) -> None:
     """One entry, and a directory's contents after it in lexical order."""
     st = os.lstat(path)
-    info = _info(path, arcname, st)
     mode = st.st_mode
+    info = tarfile.TarInfo(arcname)
+    info.mode = mode & 0o777
+    info.mtime = int(st.st_mtime)
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
     if stat.S_ISREG(mode):
         info.type = tarfile.REGTYPE
         info.size = st.st_size
@@ -201,30 +194,26 @@ async def _send(
     base: str, token: str, job_id: str, produce: Callable[[IO[bytes]], None], local: str
 ) -> None:
     """Upload; the input half is ALWAYS closed afterwards, or the far-side tar never ends."""
-    out, inp = await _open_relay(base, token, job_id)
-    watch, watching = _watch(base, token, job_id, out, inp)
-    read_fd, write_fd = os.pipe()
-    producer = asyncio.create_task(asyncio.to_thread(_pump, produce, write_fd, "wb"))
-    drain = asyncio.create_task(_discard(out))
     sent_error: str = ""
-    try:
-        while block := await asyncio.to_thread(os.read, read_fd, BLOCK):
-            try:
-                await inp.write(block)
-            except errors.TransportError as e:
-                if not watch.ended:  # else the job's own end explains it
-                    sent_error = f"sending {local}: {e}"
-                break
-    finally:
-        os.close(read_fd)  # a producer still writing gets EPIPE and ends
-        with contextlib.suppress(errors.TransportError):
-            await inp.finish()  # EOF ends the far-side tar
-        failure = await producer
-        with contextlib.suppress(errors.TransportError):
-            await drain
-        await _stop(watching)
-        out.close()
-        inp.close()
+    async with _halves(base, token, job_id) as (out, inp, watch):
+        read_fd, write_fd = os.pipe()
+        producer = asyncio.create_task(asyncio.to_thread(_pump, produce, write_fd, "wb"))
+        drain = asyncio.create_task(_discard(out))
+        try:
+            while block := await asyncio.to_thread(os.read, read_fd, BLOCK):
+                try:
+                    await inp.write(block)
+                except errors.TransportError as e:
+                    if not watch.ended:  # else the job's own end explains it
+                        sent_error = f"sending {local}: {e}"
+                    break
+        finally:
+            os.close(read_fd)  # a producer still writing gets EPIPE and ends
+            with contextlib.suppress(errors.TransportError):
+                await inp.finish()  # EOF ends the far-side tar
+            failure = await producer
+            with contextlib.suppress(errors.TransportError):
+                await drain
     if watch.ended:
         return  # the job ended without the session: its outcome says why
     if failure is not None and not sent_error:
@@ -252,17 +241,27 @@ async def _discard(out: aio.Exchange) -> None:
         pass
 
 
-def _watch(
-    base: str, token: str, job_id: str, *streams: aio.Exchange
-) -> tuple[JobWatch, asyncio.Task[None]]:
-    """End the session (close ``streams``) once the job is over without it."""
+@contextlib.asynccontextmanager
+async def _halves(
+    base: str, token: str, job_id: str
+) -> AsyncIterator[tuple[aio.Exchange, aio.Exchange, JobWatch]]:
+    """The copy's relay halves, closed on the way out, and the watch that closes them once
+    the job is over without them."""
+    out, inp = await _open_relay(base, token, job_id)
 
     def end() -> None:
-        for stream in streams:
-            stream.close()
+        out.close()
+        inp.close()
 
     watch = JobWatch(base, token, job_id, end)
-    return watch, asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
+    watching = asyncio.create_task(watch.run(), name=f"cp-job-{job_id}")
+    try:
+        yield out, inp, watch
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        end()
 
 
 async def _abortable(transfer: Awaitable[T]) -> T:
@@ -300,37 +299,27 @@ async def _abortable(transfer: Awaitable[T]) -> T:
             signals.install()  # what follows the transfer interrupts as before
 
 
-async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
 async def _receive(
     base: str, token: str, job_id: str, consume: Callable[[IO[bytes]], None]
 ) -> BaseException | None:
     """Download: the input half closed at once, the output half extracted."""
-    out, inp = await _open_relay(base, token, job_id)
-    watch, watching = _watch(base, token, job_id, out, inp)
-    with contextlib.suppress(errors.TransportError):
-        await inp.finish()
-    read_fd, write_fd = os.pipe()
-    consumer = asyncio.create_task(asyncio.to_thread(_pump, consume, read_fd, "rb"))
     broke = ""
-    try:
-        while block := await out.read():
-            try:
-                await asyncio.to_thread(write_all, write_fd, block)
-            except BrokenPipeError:
-                break  # the extraction stopped; it says why
-    except errors.TransportError as e:
-        # Ended by the watch: the job ended without the session, its outcome says why.
-        broke = "" if watch.ended else f"the copy's output broke: {e}"
-    finally:
-        os.close(write_fd)  # end of the archive for the reader
-        await _stop(watching)
-        out.close()
-        inp.close()
+    async with _halves(base, token, job_id) as (out, inp, watch):
+        with contextlib.suppress(errors.TransportError):
+            await inp.finish()
+        read_fd, write_fd = os.pipe()
+        consumer = asyncio.create_task(asyncio.to_thread(_pump, consume, read_fd, "rb"))
+        try:
+            while block := await out.read():
+                try:
+                    await asyncio.to_thread(write_all, write_fd, block)
+                except BrokenPipeError:
+                    break  # the extraction stopped; it says why
+        except errors.TransportError as e:
+            # Ended by the watch: the job ended without the session, its outcome says why.
+            broke = "" if watch.ended else f"the copy's output broke: {e}"
+        finally:
+            os.close(write_fd)  # end of the archive for the reader
     failure = await consumer
     if broke:
         raise common.Failure(broke)
@@ -385,7 +374,7 @@ def _finish(client: api.JsonClient, job_id: str) -> None:
         reason = ""  # the controller refuses log reads of pipe jobs
     code = job.get("exit_code")
     exited = f"the far side exited {code}" if isinstance(code, int) and code else ""
-    reason = reason or job.get("kill_reason") or exited or NO_DETAIL
+    reason = reason or job.get("kill_reason") or exited or machine.NO_DETAIL
     raise common.Failure(f"copy job {job_id} {state}: {reason}")
 
 

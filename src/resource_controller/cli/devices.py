@@ -116,8 +116,7 @@ def describe(device_id: str, output: str) -> None:
 
 def _header_block(data: api.Json) -> list[list[str]]:
     """CLI-154 header: device and state, who holds it, heartbeat, why it is out."""
-    device = data.get("device") if isinstance(data.get("device"), dict) else {}
-    assert isinstance(device, dict)
+    device = _device(data)
     rows = [[str(device.get("id") or ""), str(device.get("state") or "")]]
     if device.get("draining"):
         reason = device.get("drain_reason") or "no reason given"
@@ -190,8 +189,7 @@ def label_order(label: api.Json) -> tuple[bytes, int]:
 def _labels_block(data: api.Json) -> list[list[str]]:
     labels = data.get("labels")
     if labels is None:
-        device = data.get("device")
-        labels = device.get("labels") if isinstance(device, dict) else None
+        labels = _device(data).get("labels")
     ages = data.get("label_age_seconds") or {}
     rows = [["LABELS"]]
     for label in sorted(labels or [], key=label_order):

@@ -9,10 +9,7 @@ import click
 from resource_controller import errors
 from resource_controller.cli import common, render, signals
 from resource_controller.cli.common import CONTEXT_SETTINGS
-from resource_controller.client import api
-
-#: Exit code on interrupt (``--wait`` is a waiting command).
-EXIT_INTERRUPTED = 130
+from resource_controller.client import api, machine
 
 
 def _targets(client: api.JsonClient, devices: Sequence[str], host: str) -> list[str]:
@@ -70,7 +67,7 @@ def drain(devices: tuple[str, ...], host: str, reason: str, wait: bool, as_: str
     except signals.Interrupted:
         signals.restore_defaults()
         render.say("stopped waiting; the devices stay draining")
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        raise SystemExit(machine.EXIT_INTERRUPTED) from None
     except errors.ClientError as e:
         raise common.Failure(str(e)) from e
     render.out("idle: " + ", ".join(targets) + "\n")

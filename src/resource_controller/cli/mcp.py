@@ -87,16 +87,9 @@ def _job(job: Any) -> dict[str, Any]:
     }
     if job.exit_code is not None:
         out["exit_code"] = job.exit_code
-    if job.kill_reason:
-        out["kill_reason"] = job.kill_reason
-    if job.reason:
-        out["reason"] = job.reason
-    if job.lease_epoch:
-        out["lease_epoch"] = job.lease_epoch
-    if job.queue_position:
-        out["queue_position"] = job.queue_position
-    if job.waiting_for:
-        out["waiting_for"] = job.waiting_for
+    for key in ("kill_reason", "reason", "lease_epoch", "queue_position", "waiting_for"):
+        if getattr(job, key):
+            out[key] = getattr(job, key)
     if job.after:  # EXT-SHARE-2
         out["after"] = list(job.after)
         if job.after_any:

@@ -58,9 +58,8 @@ def data_frame(data: bytes) -> bytes:
 
 def resize_frame(rows: int, cols: int) -> bytes:
     """TTY-031 resize frame, one line."""
-    return json.dumps({"t": "r", "rows": rows, "cols": cols}, separators=(",", ":")).encode() + (
-        b"\n"
-    )
+    frame = json.dumps({"t": "r", "rows": rows, "cols": cols}, separators=(",", ":"))
+    return frame.encode() + b"\n"
 
 
 #: How often an attached client asks whether its job ended without its session.
@@ -93,10 +92,8 @@ class JobWatch:
         except errors.TransportError:
             return False  # asked again at the next check
         try:
-            body = b""
             async with asyncio.timeout(10.0):
-                while piece := await stream.read():
-                    body += piece
+                body = await stream.read_all(None)
             state = (json.loads(body).get("job") or {}).get("state")
         except (errors.TransportError, TimeoutError, ValueError, AttributeError):
             return False
@@ -129,18 +126,12 @@ def attach(client: api.JsonClient, job_id: str) -> None:
         state = asyncio.run(_session(base, token, job_id, in_fd, out_fd))
     finally:
         # First thing on every way out, before any other line.
-        if not _restore(in_fd, saved):
+        try:
+            termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
+        except (OSError, termios.error):
             sys.stderr.write("\r\nrc: the terminal could not be restored: run reset\r\n")
             sys.stderr.flush()
     ended(state)
-
-
-def _restore(fd: int, saved: list[Any]) -> bool:
-    try:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    except (OSError, termios.error):
-        return False
-    return True
 
 
 async def _session(base: str, token: str, job_id: str, in_fd: int, out_fd: int) -> SessionState:
@@ -190,15 +181,16 @@ def _keys_and_sizes(fd: int) -> Callable[[aio.Exchange, SessionState], Coroutine
 
     async def feed(inp: aio.Exchange, state: SessionState) -> None:
         loop = asyncio.get_running_loop()
-        winch = _Resizer(inp, fd, state)
-        loop.add_signal_handler(signal.SIGWINCH, winch.changed)
+        resized = asyncio.Event()
+        loop.add_signal_handler(signal.SIGWINCH, resized.set)
+        resizes = asyncio.create_task(_resizes(inp, fd, resized))
         try:
-            await winch.send_now()
+            await _send_size(inp, fd)
             await _send_keys(inp, fd, state)
             await state.stop.wait()  # window changes go on being sent
         finally:
             loop.remove_signal_handler(signal.SIGWINCH)
-            winch.cancel()
+            resizes.cancel()
             with contextlib.suppress(errors.TransportError):
                 await asyncio.wait_for(inp.finish(), 1.0)
 
@@ -293,36 +285,17 @@ async def _send_keys(inp: aio.Exchange, fd: int, state: SessionState) -> None:
         state.stop.set()
 
 
-class _Resizer:
-    """Window changes, coalesced: at most one resize frame in flight."""
+async def _resizes(inp: aio.Exchange, fd: int, resized: asyncio.Event) -> None:
+    """A resize frame after each window change; changes while one is sent make one more."""
+    while True:
+        await resized.wait()
+        resized.clear()
+        await _send_size(inp, fd)
 
-    def __init__(self, inp: aio.Exchange, fd: int, state: SessionState) -> None:
-        self.inp = inp
-        self.fd = fd
-        self.state = state
-        self.task: asyncio.Task[None] | None = None
-        self.again = False
 
-    def changed(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.again = True
-            return
-        self.task = asyncio.create_task(self._send_loop())
-
-    async def _send_loop(self) -> None:
-        while True:
-            self.again = False
-            await self.send_now()
-            if not self.again:
-                return
-
-    async def send_now(self) -> None:
-        rows, cols = window_size(self.fd)
-        if rows <= 0 or cols <= 0:
-            return  # zero dimensions are never sent
-        with contextlib.suppress(errors.TransportError):
-            await self.inp.write(resize_frame(rows, cols))
-
-    def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+async def _send_size(inp: aio.Exchange, fd: int) -> None:
+    rows, cols = window_size(fd)
+    if rows <= 0 or cols <= 0:
+        return  # zero dimensions are never sent
+    with contextlib.suppress(errors.TransportError):
+        await inp.write(resize_frame(rows, cols))

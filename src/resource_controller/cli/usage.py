@@ -56,6 +56,16 @@ def _share(value: object) -> str:
     return f"{value * 100:.1f}%" if isinstance(value, int | float) else "-"
 
 
+def _row(name: str, group: api.Json, share: str) -> list[str]:
+    return [
+        name,
+        str(group.get("jobs", 0)),
+        _hours(group.get("device_hours")),
+        _hours(group.get("gpu_hours")),
+        share,
+    ]
+
+
 def text(answer: api.Json) -> str:
     """The table: a line per group, then the total and the window."""
     by = str(answer.get("by") or "")
@@ -64,27 +74,9 @@ def text(answer: api.Json) -> str:
     if not groups:
         return f"no device was held by a job that ended from {window}\n"
     rows = [[_HEADS.get(by, by.upper()), "JOBS", "DEVICE-HOURS", "GPU-HOURS", "SHARE"]]
-    for g in groups:
-        rows.append(
-            [
-                str(g.get("group") or ""),
-                str(g.get("jobs", 0)),
-                _hours(g.get("device_hours")),
-                _hours(g.get("gpu_hours")),
-                _share(g.get("share")),
-            ]
-        )
+    rows.extend(_row(str(g.get("group") or ""), g, _share(g.get("share"))) for g in groups)
     found = answer.get("total")
-    total: api.Json = found if isinstance(found, dict) else {}
-    rows.append(
-        [
-            "(all)",
-            str(total.get("jobs", 0)),
-            _hours(total.get("device_hours")),
-            _hours(total.get("gpu_hours")),
-            "100.0%",
-        ]
-    )
+    rows.append(_row("(all)", found if isinstance(found, dict) else {}, "100.0%"))
     out = render.table(rows)
     more = answer.get("more")
     if isinstance(more, int) and more > 0:

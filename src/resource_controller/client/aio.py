@@ -13,11 +13,12 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate
 
 from resource_controller import errors
 from resource_controller.client import config, machine
 from resource_controller.client.aio_transport import AsyncTransport
+from resource_controller.client.sync import P, R, noting_release
 from resource_controller.client.typed import (
     BaseClient,
     BaseJob,
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
     from resource_controller.client.calls import Op
 
 __all__ = ["AsyncClient", "AsyncJob", "AsyncLease"]
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def awaited(
@@ -106,15 +103,10 @@ class AsyncLeaseContext:
         tb: TracebackType | None,
     ) -> None:
         lease, self._lease = self._lease, None
-        if lease is None:
-            return
-        try:
-            # Shielded: a cancelled task must still give the devices back.
-            await asyncio.shield(lease.release())
-        except errors.ClientError as e:
-            if exc is None:
-                raise
-            exc.add_note(f"and the lease {lease.id} could not be released: {e}")
+        if lease is not None:
+            with noting_release(lease, exc):
+                # Shielded: a cancelled task must still give the devices back.
+                await asyncio.shield(lease.release())
 
 
 _Ops = BaseClient[AsyncJob, AsyncLeaseContext]

@@ -93,10 +93,9 @@ class AsyncTransport:
                 tries.failed(e)
                 continue
             except errors.TransportError as e:
-                try:
-                    raise type(e)(f"{request}: {e}") from e
-                except errors.TransportError as named:
-                    tries.failed(named)
+                named = type(e)(f"{request}: {e}")
+                named.__cause__ = e
+                tries.failed(named)
                 continue
             if tries.answered(index, exchange.status, exchange.head.reason, data):
                 return exchange, data, request

@@ -316,14 +316,12 @@ class ClientSettings:
         return bool(self.file.run_here)
 
     def submitter(self, as_flag: str = "") -> str:
-        if as_flag:
-            return as_flag
-        from_env = self._env.get("RC_SUBMITTER", "").strip()
-        if from_env:
-            return from_env
-        if self.file.submitter:
-            return self.file.submitter
-        return derived_submitter(self._env)
+        return (
+            as_flag
+            or self._env.get("RC_SUBMITTER", "").strip()
+            or self.file.submitter
+            or derived_submitter(self._env)
+        )
 
 
 def derived_submitter(env: Mapping[str, str]) -> str:

@@ -66,7 +66,6 @@ def update_client_config(
     redirected; ``run.here`` is a preference, kept even with ``force``.
     """
     path = config_path(env)
-    existing: dict[str, object] = {}
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -75,13 +74,13 @@ def update_client_config(
         if not force:
             raise ClientConfigError(f"cannot read {path}: {e}") from e
         text = ""
+    existing: dict[str, object] = {}
     if text.strip():
         try:
             existing = _load_all(text, path)
         except ClientConfigError:
             if not force:
                 raise
-            existing = {}
     unknown = unknown_key_names(existing)
     if unknown and not force:
         # Kept, such a key would leave a file every rc command refuses.

@@ -1,12 +1,13 @@
 """Where the controller's answers hold lists and maps, so that ``null`` reads as empty.
 
-The reference controller's JSON encoder writes ``null`` for an empty list or map
-: a job's ``"env": null``, a state's ``"queued": null``. This client
-reads such an answer as if the controller had written ``[]``/``{}`` where the field is
-always present, and as if it had left the key out where this project omits it when
-empty, so commands and ``--json`` output see the shapes this project's controller
-sends. Kept free of pydantic (``rc run`` is on the hot path); a test checks these
-shapes against the response models in ``wire``.
+The reference controller's JSON encoder writes ``null`` for an empty list or map: a
+job's ``"env": null``, a state's ``"queued": null``. This client reads such an answer
+as if the controller had written ``[]``/``{}`` where the field is always present, and
+as if it had left the key out where this project omits it when empty, so commands and
+``--json`` output see the shapes this project's controller sends. Kept free of
+pydantic, and of dataclasses, which with ``inspect`` would cost more than the rest of
+the client (``rc run`` is on the hot path); a test checks these shapes against the
+response models in ``wire``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs rc's start-up
 if TYPE_CHECKING:
     from typing import Any
-
-
-# Plain classes, not dataclasses: ``dataclasses`` (with ``inspect``) would cost
-# ``rc run`` more at start-up than the rest of the client's modules.
 
 
 class List:

@@ -57,6 +57,17 @@ def chunks(op: Callable[Concatenate[D, P], Op[Any]]) -> Callable[Concatenate[D, 
     return method
 
 
+@contextlib.contextmanager
+def noting_release(lease: BaseLease, exc: BaseException | None) -> Iterator[None]:
+    """A release that fails while another error is on its way is noted on that error."""
+    try:
+        yield
+    except errors.ClientError as e:
+        if exc is None:
+            raise
+        exc.add_note(f"and the lease {lease.id} could not be released: {e}")
+
+
 class Job(BaseJob):
     __doc__ = BaseJob.__doc__
 
@@ -102,14 +113,9 @@ class LeaseContext:
         tb: TracebackType | None,
     ) -> None:
         lease, self._lease = self._lease, None
-        if lease is None:
-            return
-        try:
-            lease.release()
-        except errors.ClientError as e:
-            if exc is None:
-                raise
-            exc.add_note(f"and the lease {lease.id} could not be released: {e}")
+        if lease is not None:
+            with noting_release(lease, exc):
+                lease.release()
 
 
 _Ops = BaseClient[Job, LeaseContext]

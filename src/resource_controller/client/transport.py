@@ -186,11 +186,10 @@ class Stream:
             if idle is None:
                 raise
             return None
-        except errors.TransportError as e:
+        except BaseException as e:
             self.close()
-            raise type(e)(f"{self.request}: {e}") from e
-        except BaseException:
-            self.close()
+            if isinstance(e, errors.TransportError):
+                raise type(e)(f"{self.request}: {e}") from e
             raise
         if not chunk:
             self._conn = None
@@ -263,16 +262,12 @@ class Transport:
             try:
                 head = conn.request(call.method, target, self._fields, payload)
                 data = conn.read_all() if whole or not 200 <= head.status < 300 else b""
-            except errors.Disconnected as e:
+            except BaseException as e:
                 conn.close()
-                if conn.reused and attempt == 0:
+                if isinstance(e, errors.Disconnected) and conn.reused and attempt == 0:
                     continue  # closed while idle: this request never reached it
-                raise errors.Disconnected(f"{request}: {e}") from e
-            except errors.TransportError as e:
-                conn.close()
-                raise type(e)(f"{request}: {e}") from e
-            except BaseException:
-                conn.close()
+                if isinstance(e, errors.TransportError):
+                    raise type(e)(f"{request}: {e}") from e
                 raise
             return conn, head, data, request
         raise AssertionError("unreachable")  # pragma: no cover
@@ -305,9 +300,3 @@ class Transport:
         if self._conn is not None:
             self._conn[1].close()
             self._conn = None
-
-    def __enter__(self) -> Transport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -72,12 +72,9 @@ def split(url: str) -> Split:
 def _split_plain(url: str) -> Split | None:
     """``http(s)://host[:port][/path]`` with a lower-case name, a port of at most five
     digits and a plain path; ``None`` for anything else."""
-    for scheme in ("http", "https"):
-        if url.startswith(scheme + "://"):
-            break
-    else:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("http", "https"):
         return None
-    rest = url[len(scheme) + 3 :]
     netloc, slash, path = rest.partition("/")
     host, colon, digits = netloc.partition(":")
     if not host or not _HOST_CHARS.issuperset(host):

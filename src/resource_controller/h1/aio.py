@@ -117,11 +117,8 @@ class Exchange:
         conn = self._conn
         try:
             while (got := conn.wire.next()) is None:
-                if idle is None:
+                async with asyncio.timeout(idle):
                     data = await conn.reader.read(READ_SIZE)
-                else:
-                    async with asyncio.timeout(idle):
-                        data = await conn.reader.read(READ_SIZE)
                 conn.wire.feed(data)
         except TimeoutError:
             self.close()

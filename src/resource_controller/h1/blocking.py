@@ -71,7 +71,6 @@ class Connection:
         self.reused = False
 
     def settimeout(self, timeout: float | None) -> None:
-        """Bound each later read and write (``None``: as long as it takes)."""
         self._sock.settimeout(timeout)
 
     def request(
@@ -98,7 +97,6 @@ class Connection:
         return got
 
     def read_all(self) -> bytes:
-        """The rest of the answer's body."""
         parts = []
         while piece := self.read():
             parts.append(piece)

@@ -181,12 +181,11 @@ class Wire:
     def recycle(self) -> bool:
         """Ready for another request if both messages ended; False means close it."""
         wire = self._h11
-        if self._closed:
-            return False  # an answer framed by the end of the connection
-        if wire.our_state is h11.DONE and wire.their_state is h11.DONE:
-            wire.start_next_cycle()
-            return True
-        return False
+        done = wire.our_state is h11.DONE and wire.their_state is h11.DONE
+        if self._closed or not done:  # closed: an answer framed by the end of the connection
+            return False
+        wire.start_next_cycle()
+        return True
 
 
 def error_body(body: bytes) -> tuple[str, str]:
