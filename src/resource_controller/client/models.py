@@ -137,21 +137,7 @@ class ArrayInfo:
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> ArrayInfo:
-        counts = data.get("counts")
-        tasks = data.get("tasks")
-        return cls(
-            **_read(
-                data,
-                cls,
-                counts={str(k): v for k, v in counts.items() if _is_int(v)}
-                if isinstance(counts, dict)
-                else {},
-                tasks=[dict(t) for t in tasks if isinstance(t, dict)]
-                if isinstance(tasks, list)
-                else [],
-                raw=dict(data),
-            )
-        )
+        return cls(**_read(data, cls, raw=dict(data)))
 
     @property
     def done(self) -> bool:
@@ -410,6 +396,12 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "float | None": lambda v: float(v) if _is_number(v) else None,
     "bool": lambda v: v is True,
     "list[str]": _strs,
+    "dict[str, int]": lambda v: (
+        {str(k): n for k, n in v.items() if _is_int(n)} if isinstance(v, dict) else {}
+    ),
+    "list[Json]": lambda v: (
+        [dict(o) for o in v if isinstance(o, dict)] if isinstance(v, list) else []
+    ),
     "datetime | None": timestamp,
     "list[Label]": lambda v: [
         Label(**_read(row, Label))
