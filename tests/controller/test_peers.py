@@ -31,7 +31,7 @@ def test_another_controllers_preemption_is_an_event_here_but_never_a_second_webh
     async def go() -> None:
         hub = Hub()
         posted: list[object] = []
-        hub.notifier = type("Notifier", (), {"emit": lambda self, n: posted.append(n)})()  # type: ignore[assignment]
+        hub.notifier = type("Notifier", (), {"emit": lambda self, n: posted.append(n)})()
         events = hub.events.subscribe()
         wake = Wake(preempted=(("victim", "waiting"),))
         apply(hub, wake, forward=False)

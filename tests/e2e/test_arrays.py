@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cluster import Cluster, kill_job_processes, wait_for
+from .cluster import Cluster, Json, kill_job_processes, wait_for
 
 
-def _array(cluster: Cluster, **body: object) -> dict:
+def _array(cluster: Cluster, **body: object) -> Json:
     status, made = cluster.api("POST", "/v1/jobs", {"submitter": "tester", **body})
     assert status == 201, made
     return made
@@ -29,7 +29,7 @@ def test_each_task_runs_told_its_index_and_the_cap_holds(cluster: Cluster, tmp_p
     assert (made["size"], made["max_running"], made["spec"]) == (6, 2, "0-5%2")
     ids = [t["id"] for t in made["tasks"]]
 
-    def settled() -> dict | None:
+    def settled() -> Json | None:
         status, view = cluster.api("GET", f"/v1/arrays/{made['id']}")
         assert status == 200, view
         return view if view["counts"] == {"succeeded": 6} else None
