@@ -267,6 +267,23 @@ def test_kill_and_no_wait_publish_killed_or_the_current_state(
     assert reader.until(job_event(running["id"], "assigned"))
 
 
+def test_an_array_submit_and_kill_publish_one_bare_jobs_event_each(
+    rc: Harness, readers: Callable[..., Reader]
+) -> None:
+    # EXT-ARRAY-1: one event per task would overflow every reader's 32-frame buffer.
+    rc.register()
+    reader = readers()
+    made = rc.submit(device_id="gpubox:gpu0", array="0-99")
+    assert made["size"] == 100
+    frames = reader.drain(0.5)
+    assert [f for f in frames if f["kind"] == "jobs"] != []
+    assert all("payload" not in f for f in frames if f["kind"] == "jobs"), frames
+    assert len(frames) <= 2, frames
+    assert_empty_ok(rc.client.post(f"/v1/jobs/{made['id']}/kill", json={"submitter": "alice"}))
+    frames = reader.drain(0.5)
+    assert [f["kind"] for f in frames] == ["jobs"] and "payload" not in frames[0], frames
+
+
 def test_device_changes_publish_the_full_device_list(
     rc: Harness, readers: Callable[..., Reader]
 ) -> None:  # EVT-012

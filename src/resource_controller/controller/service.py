@@ -58,8 +58,7 @@ async def submit_array(svc: Services, caller: Caller, req: wire.SubmitRequest) -
         return svc.store.arrays.view(record.id), done
 
     (record, tasks), done = await svc.db(enqueue_and_schedule)
-    events = Wake(jobs=tuple((t.id, t.state) for t in tasks))
-    return Done((record, tasks), Wake(scheduled=True) | Wake.of_pass(done) | events)
+    return Done((record, tasks), Wake(scheduled=True, assigned=True) | Wake.of_pass(done))
 
 
 async def submit(svc: Services, caller: Caller, req: wire.SubmitRequest) -> Done[JobRecord]:
@@ -130,8 +129,7 @@ async def kill_array(
     record, _ = await svc.db(svc.store.arrays.view, array_id)
     reason = _kill_reason(caller, req, f"array {array_id}", record.submitter)
     ended = await svc.db(svc.store.arrays.kill, array_id, reason)
-    killed = Wake(jobs=tuple((j, str(JobState.KILLED)) for j in ended.cancelled))
-    wake = Wake.jobs_ended(ended.cancelled, schedule=True) | killed
+    wake = Wake.jobs_ended(ended.cancelled, schedule=True) | Wake(assigned=True)
     return Done(None, wake | Wake.poll(w for _, w in ended.flagged))
 
 

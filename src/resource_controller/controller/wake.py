@@ -37,7 +37,8 @@ class Wake:
     devices: bool = False
     #: Job states to announce on the event stream, in order: (job ID, state).
     jobs: tuple[tuple[str, str], ...] = ()
-    #: A scheduler-loop pass assigned at least one job: a bare "jobs" event.
+    #: Many jobs changed at once (a scheduler-loop pass assigned some, an array was submitted or
+    #: ended): one bare "jobs" event, where one per job would overflow a reader's buffer.
     assigned: bool = False
     #: A sweep marked a device unhealthy, lost a job or expired a lease: a bare "devices" event.
     swept: bool = False
