@@ -225,30 +225,33 @@ def json_body(value: Any) -> bytes:
 
 def waiting_for(blockers: list[Blocker]) -> list[wire.WaitingFor]:
     """A queued job's ``waiting_for``: empty and absent facts are omitted."""
-    return [
-        _new(
-            wire.WaitingFor,
-            device_id=b.device_id or None,
-            holder=b.holder or None,
-            job_id=b.job_id or None,
-            kind=b.kind or None,
-            reason=b.reason or None,
-            since=ts(b.since),
-            until=ts(b.until),
-            reserved_by=b.reserved_by or None,
-            state=b.state or None,
-            quarantine_reason=b.quarantine_reason or None,
-            draining=b.draining or None,
-            mig_conflict=b.mig_conflict or None,
-            submitter_limit=b.submitter_limit,
-            submitter=b.submitter or None,
-            after=b.after or None,
-            preempting=list(b.preempting) or None,
-            array_id=b.array_id or None,
-            array_limit=b.array_limit,
-        )
-        for b in blockers
-    ]
+    return [_waiting_entry(b) for b in blockers]
+
+
+@functools.lru_cache(maxsize=4096)
+def _waiting_entry(b: Blocker) -> wire.WaitingFor:
+    """One entry, rendered once: the rules share an entry between the jobs it is the same for."""
+    return _new(
+        wire.WaitingFor,
+        device_id=b.device_id or None,
+        holder=b.holder or None,
+        job_id=b.job_id or None,
+        kind=b.kind or None,
+        reason=b.reason or None,
+        since=ts(b.since),
+        until=ts(b.until),
+        reserved_by=b.reserved_by or None,
+        state=b.state or None,
+        quarantine_reason=b.quarantine_reason or None,
+        draining=b.draining or None,
+        mig_conflict=b.mig_conflict or None,
+        submitter_limit=b.submitter_limit,
+        submitter=b.submitter or None,
+        after=b.after or None,
+        preempting=list(b.preempting) or None,
+        array_id=b.array_id or None,
+        array_limit=b.array_limit,
+    )
 
 
 def usage(w: acct.Window) -> wire.UsageBody:

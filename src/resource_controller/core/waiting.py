@@ -107,6 +107,8 @@ class _Rules:
         self.devices = {d.id: d for d in snap.devices}
         self.leases = {h.device_id: h for h in snap.leases}
         self.order = {j.id: key(j) for j in snap.queued}
+        #: Entries built so far, by device and the reserver ahead ('' for none).
+        self._built: dict[tuple[str, str], Blocker] = {}
 
     def candidates(self, job: JobSnap) -> list[str]:
         try:
@@ -114,13 +116,19 @@ class _Rules:
         except selectors.SelectorError:
             return []  # a stored selector that no longer parses waits for nothing
 
-    def ahead(self, other: str, job: JobSnap) -> bool:
-        mine = self.key(job)
-        theirs = self.order.get(other)
-        return other != job.id and theirs is not None and theirs < mine
+    def blocker(self, mine: Any, device_id: str) -> Blocker:
+        """The entry for ``device_id`` of a job at queue key ``mine``: the same for every job
+        behind the same reservation, so built once (``/v1/state`` asks 160,000 times for 10,000
+        tasks on 16 devices)."""
+        reserver = self.snap.reservations.get(device_id, "")
+        theirs = self.order.get(reserver) if reserver else None
+        ahead = reserver if theirs is not None and theirs < mine else ""
+        found = self._built.get((device_id, ahead))
+        if found is None:
+            found = self._built[device_id, ahead] = self._build(device_id, ahead)
+        return found
 
-    def blocker(self, job: JobSnap, device_id: str) -> Blocker:
-        # The facts first, the entry built once: ``/v1/state`` builds one per job and device.
+    def _build(self, device_id: str, reserved_by: str) -> Blocker:
         facts: dict[str, Any] = {}
         lease = self.leases.get(device_id)
         if lease is not None:
@@ -132,9 +140,8 @@ class _Rules:
                 since=lease.acquired_at,
                 until=lease.until,
             )
-        reserver = self.snap.reservations.get(device_id, "")
-        if reserver and self.ahead(reserver, job):
-            facts["reserved_by"] = reserver
+        if reserved_by:
+            facts["reserved_by"] = reserved_by
         device = self.devices.get(device_id)
         if device is not None and device.state in OUT_OF_POOL:
             reason = ""
@@ -162,7 +169,8 @@ class _Rules:
             limit = share.over_limit(limits, self.snap.held, job.share, job.count)
             if limit is not None:
                 return [Blocker(submitter_limit=limit, submitter=job.share)]
-        return [self.blocker(job, d) for d in self.candidates(job)]
+        mine = self.key(job)
+        return [self.blocker(mine, d) for d in self.candidates(job)]
 
 
 def waiting_for(job: JobSnap, snap: WaitFacts, key: QueueKey = queue_key) -> list[Blocker]:
