@@ -217,12 +217,18 @@ def test_a_leader_frozen_past_its_lease_wakes_a_follower(
 
 
 def test_a_leader_whose_renewal_hangs_steps_down_first_and_stops_its_pass(
-    traced: tuple[Harness, Trace, str],
+    traced: tuple[Harness, Trace, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EXT-PG-8: the link's server process is frozen, so the renewal never answers; once
     it is given up (after ``CHECK_BOUND``) the flag falls before anything else runs, and
     no periodic pass runs while the frozen session keeps its lease from being taken."""
     rc, trace, url = traced
+    # A lease well past the step-down (a tick and the bound, 2.5 s): with the 3 s one a loaded
+    # machine stepped down so late that the lease had lapsed, and it rightly led again, inside
+    # the half second the test looks.
+    monkeypatch.setattr(peers, "LEASE", 8.0)
+    until(lambda: rc.svc.peers.leading)
+    time.sleep(peers.TICK * 2)  # a renewal under the longer lease
     with psycopg.connect(url, autocommit=True) as conn:
         backend = leader_backend(conn)
     os.kill(backend, signal.SIGSTOP)
@@ -238,4 +244,4 @@ def test_a_leader_whose_renewal_hangs_steps_down_first_and_stops_its_pass(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(backend, signal.SIGCONT)
-    until(lambda: rc.svc.peers.leading)  # its lease lapsed: it takes it again
+    until(lambda: rc.svc.peers.leading, timeout=20)  # its lease lapsed: it takes it again
