@@ -126,7 +126,7 @@ async def kill_array(
     svc: Services, caller: Caller, array_id: str, req: wire.KillRequest
 ) -> Done[None]:
     """EXT-ARRAY-3: every task of the array not yet ended, ended as a kill ends a job."""
-    record, _ = await svc.db(svc.store.arrays.view, array_id)
+    record = await svc.db(svc.store.arrays.record, array_id)
     reason = _kill_reason(caller, req, f"array {array_id}", record.submitter)
     ended = await svc.db(svc.store.arrays.kill, array_id, reason)
     wake = Wake.jobs_ended(ended.cancelled, schedule=True) | Wake(assigned=True)

@@ -56,8 +56,6 @@ class Plan:
     unmatched: list[str] = field(default_factory=list)
     #: Victims chosen in this pass -> the job they make room for (EXT-PREEMPT-1).
     preempt: dict[str, str] = field(default_factory=dict)
-    #: Array tasks their array's ``%N`` cap kept waiting (EXT-ARRAY-1).
-    capped: list[str] = field(default_factory=list)
 
 
 def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
@@ -67,7 +65,6 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
     unparsable: list[str] = []
     limited: dict[str, int] = {}
     unmatched: list[str] = []
-    capped: list[str] = []
     limits_on = planner.limited_on
     caps = planner.caps
     for entry in queue:
@@ -87,8 +84,7 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
         if job is None:
             continue
         if caps is not None and not caps.admits(job.array_id):
-            capped.append(job.id)  # neither placed nor claiming: its siblings hold the room
-            continue
+            continue  # neither placed nor claiming: its siblings hold the room
         try:
             offer = planner.offer(job)
         except selectors.SelectorError:
@@ -111,7 +107,7 @@ def run_pass(queue: PassQueue, planner: Planner, place: Place) -> Plan:
         else:
             planner.blocked(job, offer)
     chosen = planner.preemption.chosen if planner.preemption is not None else {}
-    return Plan(assignments, dict(planner.reserved), unparsable, limited, unmatched, chosen, capped)
+    return Plan(assignments, dict(planner.reserved), unparsable, limited, unmatched, chosen)
 
 
 def _claim_vanished(planner: Planner, jobs: Iterable[JobSnap]) -> None:

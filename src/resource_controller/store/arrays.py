@@ -49,6 +49,7 @@ class ArrayKill:
 
 
 _ARRAY_COLS = "id, spec, size, max_running, submitter, submitted_at"
+#: ``array_id != ''`` in each read lets the partial index ``jobs_array`` serve it.
 _TASKS = (
     "SELECT id, array_index, state, exit_code, device_id, worker_id FROM jobs"
     " WHERE array_id = ? AND array_id != '' ORDER BY array_index"
@@ -87,6 +88,12 @@ class Arrays:
         return record
 
     @races.reconnecting
+    def record(self, array_id: str) -> ArrayRecord:
+        """The array's row alone (who owns it); ``ArrayNotFound`` when unknown."""
+        with self._core.read() as c:
+            return _array(c, array_id)
+
+    @races.reconnecting
     def view(self, array_id: str) -> tuple[ArrayRecord, list[TaskRecord]]:
         """The array and its tasks in index order; ``ArrayNotFound`` when unknown."""
         with self._core.read() as c:
@@ -99,18 +106,18 @@ class Arrays:
         core = self._core
         with core.tx("kill") as c:
             _array(c, array_id)
-            queued = [str(i) for (i,) in c.all(_IN_STATE, (array_id, str(JobState.QUEUED)))]
-            moves.move(
+            cancelled = moves.move_returning(
                 c,
                 JOB,
                 Op.CANCEL_QUEUED,
                 "array_id = ? AND array_id != ''",
                 (array_id,),
+                "id",
                 state=JobState.KILLED,
                 kill_reason=reason,
                 finished_at=core.now(),
             )
-            if queued:
+            if cancelled:
                 c.execute(
                     "DELETE FROM reservations WHERE job_id IN"
                     " (SELECT id FROM jobs WHERE array_id = ? AND array_id != '' AND state = 'killed')",
@@ -124,11 +131,7 @@ class Arrays:
                 " RETURNING id, worker_id",
                 (array_id,),
             )
-        return ArrayKill(queued, [(str(j), str(w)) for j, w in flagged])
-
-
-#: ``array_id != ''`` lets the partial index ``jobs_array`` serve.
-_IN_STATE = "SELECT id FROM jobs WHERE array_id = ? AND array_id != '' AND state = ?"
+        return ArrayKill([str(j) for (j,) in cancelled], [(str(j), str(w)) for j, w in flagged])
 
 
 def _array(conn: sql.Db, array_id: str) -> ArrayRecord:
