@@ -99,3 +99,17 @@ def test_bad_arrays_are_refused_naming_what_is_wrong(cluster: Cluster) -> None:
     assert listed["jobs"] == []
     status, body = cluster.api("GET", "/v1/arrays/no-such-array")
     assert status == 404 and body["error"] == "not_found", body
+
+
+def test_the_python_api_submits_an_array_and_reads_it_back(cluster: Cluster) -> None:
+    from resource_controller import Client
+
+    cluster.start_controller()
+    cluster.start_worker("box", ["gpu0"])
+    with Client(cluster.url, "ctok", submitter="tester") as rc:
+        made = rc.submit_array(["sh", "-c", "exit $RC_ARRAY_INDEX"], "0-2", max_runtime="1m")
+        assert (made.size, made.spec, [t["index"] for t in made.tasks]) == (3, "0-2", [0, 1, 2])
+        done = wait_for(lambda: (lambda a: a if a.done else None)(rc.array(made.id)), 30, "done")
+        assert done.failed == [1, 2] and done.counts == {"succeeded": 1, "failed": 2}
+        job = rc.job(made.tasks[2]["id"])
+        assert (job.array_id, job.array_index, job.exit_code) == (made.id, 2, 2)
